@@ -1,0 +1,5 @@
+import sys
+
+from apexkit.cli import main
+
+sys.exit(main())

@@ -1,0 +1,531 @@
+"""Build one Apex for Ascend wheel: plan (pure), then do (sources, venv, tree, patches, compile, smoke test, dist).
+
+dist/<target-id>/ holds the wheel and manifest.json; it is replaced atomically, so a failed build never leaves a
+half-written dist/. The full log stays in build/<target-id>/build.log.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import apexkit
+from apexkit import interpreters, known_failures, log, patches, sources, venvs
+from apexkit import matrix as matrix_mod
+from apexkit.errors import BuildError, ConfigError, SmokeTestError
+from apexkit.options import BuildOptions
+
+# Bump when the way a wheel is produced changes, so old cache entries are not reused.
+RECIPE_VERSION = "1"
+
+_PROBE_TORCH = (
+    "import json, os, torch; print(json.dumps({'version': torch.__version__, "
+    "'dir': os.path.dirname(os.path.dirname(os.path.abspath(torch.__file__)))}))"
+)
+
+SMOKE_SCRIPT = r"""
+import importlib, json, sys, warnings
+warnings.simplefilter("ignore")
+out = {"python": sys.version.split()[0], "modules": {}, "apex": None, "op": None}
+import torch
+out["torch"] = torch.__version__
+for name in sys.argv[1].split(","):
+    try:
+        mod = importlib.import_module(name)
+        out["modules"][name] = {"ok": True, "file": getattr(mod, "__file__", "")}
+    except Exception as exc:
+        out["modules"][name] = {"ok": False, "error": "%s: %s" % (type(exc).__name__, exc)}
+try:
+    import apex  # noqa: F401
+    out["apex"] = "imported"
+except ModuleNotFoundError as exc:
+    out["apex"] = "needs NPU runtime (torch_npu + CANN): %s" % exc if "torch_npu" in str(exc) else "error: %s" % exc
+except Exception as exc:
+    out["apex"] = "error: %s: %s" % (type(exc).__name__, exc)
+apex_C = sys.modules.get("apex_C")
+if apex_C is not None and hasattr(apex_C, "flatten"):
+    ts = [torch.arange(3.0), torch.ones(2, 2)]
+    flat = apex_C.flatten(ts)
+    out["op"] = "apex_C.flatten ok" if torch.equal(flat, torch.cat([t.reshape(-1) for t in ts])) else "apex_C.flatten WRONG"
+print(json.dumps(out))
+"""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What will be built, decided before anything is touched."""
+
+    python: str
+    interpreter: str
+    interpreter_version: str
+    arch: str
+    torch: str  # requested version, or the system torch's version
+    torch_npu: str | None
+    apex_ref: str
+    flags: tuple[str, ...]
+    extensions: tuple[str, ...]
+    needs_npu_headers: bool
+    ref_known: bool
+    target_id: str
+
+
+def target_id(python: str, torch: str, arch: str, ref: str) -> str:
+    ref_part = re.sub(r"[^A-Za-z0-9._-]+", "_", ref)
+    return f"py{python}-torch{torch.split('+')[0]}-{arch}-{ref_part}"
+
+
+def detect_cann(env: dict | os._Environ) -> str | None:
+    """The CANN toolkit location when one is installed or sourced."""
+    for key in ("ASCEND_HOME_PATH", "ASCEND_TOOLKIT_HOME"):
+        if env.get(key) and Path(env[key]).is_dir():
+            return env[key]
+    default = Path("/usr/local/Ascend/ascend-toolkit/latest")
+    return str(default) if default.is_dir() else None
+
+
+def make_plan(opts: BuildOptions, m: matrix_mod.Matrix, interp: interpreters.Interpreter,
+              system_torch: str | None, env) -> Plan:
+    """Pure decisions: torch, torch_npu, ref flags, target id. Refuses invalid combinations before any work."""
+    ref = opts.apex_ref or ("local" if opts.apex_src else m.default_ref)
+    if opts.use_system_torch:
+        torch = system_torch or ""
+    else:
+        torch = opts.torch or m.default_torch(opts.python)
+        m.check_torch_python(torch, opts.python)
+    want_npu = opts.npu or detect_cann(env) is not None
+    torch_npu = (opts.torch_npu or m.torch_npu_for(torch)) if (want_npu and not opts.use_system_torch) else None
+    spec = m.ref(ref)
+    if opts.setup_flags is not None:
+        flags, extensions, needs_headers, known = opts.setup_flags, _extensions_for(opts.setup_flags), \
+            "--npu_float_status" in opts.setup_flags, spec is not None
+    elif spec is not None:
+        flags, extensions, needs_headers, known = spec.flags, spec.extensions, spec.needs_npu_headers, True
+    elif opts.apex_src is not None:
+        flags, extensions, needs_headers, known = (), (), False, False  # detected from the copy's npu.patch
+    else:
+        raise ConfigError(
+            f"unknown Ascend apex ref '{ref}': not in matrix.toml [[refs]] (known: {', '.join(m.known_refs())})",
+            'add it to matrix.toml, or pass --setup-flags "--cpp_ext" to build it anyway',
+        )
+    return Plan(
+        python=opts.python,
+        interpreter=interp.path,
+        interpreter_version=interp.full_version,
+        arch=interp.machine,
+        torch=torch,
+        torch_npu=torch_npu,
+        apex_ref=ref,
+        flags=tuple(flags),
+        extensions=tuple(extensions),
+        needs_npu_headers=needs_headers,
+        ref_known=known,
+        target_id=target_id(opts.python, torch, interp.machine, ref),
+    )
+
+
+def _extensions_for(flags) -> tuple[str, ...]:
+    ext = ("apex_C", "change_data_ptr") if "--cpp_ext" in flags else ()
+    return ext + (("npu_float_status",) if "--npu_float_status" in flags else ())
+
+
+def cache_key(plan: Plan, opts: BuildOptions, ascend_commit: str, nvidia_sha: str,
+              patch_list: list[patches.Patch], m: matrix_mod.Matrix) -> str:
+    """Content address of a wheel: every input that changes its bytes."""
+    inputs = {
+        "recipe": RECIPE_VERSION,
+        "ascend": ascend_commit,
+        "nvidia": nvidia_sha,
+        "patches": sorted(p.sha256 for p in patch_list if p.id not in opts.skip_patches),
+        "flags": list(plan.flags),
+        "python": plan.interpreter_version.rsplit(".", 1)[0],
+        "arch": plan.arch,
+        "torch": plan.torch,
+        "torch_npu": plan.torch_npu,
+        "torch_index": opts.torch_index_url,
+        "system_torch": opts.use_system_torch,
+        "requires": m.build_requires,
+    }
+    return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+# --- doing -------------------------------------------------------------------------------------------------------
+
+class Builder:
+    def __init__(self, opts: BuildOptions, env=None) -> None:
+        self.opts = opts
+        self.env = dict(os.environ if env is None else env)
+        self.m = matrix_mod.load()
+        self.timings: dict[str, float] = {}
+        self.index = venvs.IndexOptions(opts.index_url, opts.extra_index_urls, opts.torch_index_url,
+                                        opts.wheelhouses, opts.offline)
+
+    # The whole build. Returns the path of dist/<target-id>/.
+    def run(self) -> Path:
+        opts = self.opts
+        started = time.monotonic()
+        with log.step(f"find python{opts.python}", self.timings) as s:
+            interp = interpreters.find(opts.python, self.env, opts.python_path)
+            s.note(f"{interp.path} ({interp.full_version}, {interp.machine})")
+        system_torch = self._system_torch(interp) if opts.use_system_torch else None
+        plan = make_plan(opts, self.m, interp, system_torch["version"] if system_torch else None, self.env)
+        self._summary(plan)
+        if opts.dry_run:
+            log.info("dry run: nothing fetched, built or written")
+            return opts.dist_dir / plan.target_id
+
+        work = opts.build_dir / plan.target_id
+        work.mkdir(parents=True, exist_ok=True)
+        self.log_path = work / "build.log"
+        self.log_path.write_text(f"apexkit {apexkit.__version__} build of {plan.target_id}\n")
+        patch_list = patches.load_all()
+        patches.check_skips(patch_list, opts.skip_patches)
+
+        with tempfile.TemporaryDirectory(prefix="ascend-", dir=work) as tmp:
+            ascend, nvidia, nvidia_sha = self._sources(plan, Path(tmp) / "ascend")
+            if not plan.flags:  # --apex-src of an unknown ref: read the flags off its npu.patch
+                flags = ascend.detect_flags()
+                plan = Plan(**{**asdict(plan), "flags": flags, "extensions": _extensions_for(flags),
+                               "needs_npu_headers": "--npu_float_status" in flags})
+                log.info(f"  flags detected from {ascend.npu_patch.name}: {' '.join(flags)}")
+            key = cache_key(plan, opts, ascend.commit, nvidia_sha, patch_list, self.m)
+            cached = self._cache_lookup(key) if (opts.use_cache and not ascend.dirty) else None
+            if cached is not None:
+                return self._publish_cached(plan, cached, key, started)
+            if plan.needs_npu_headers:
+                self._check_npu_headers(plan)
+            venv = self._build_venv(plan, interp)
+            tree = work / "tree"
+            with log.step("generate tree (NVIDIA apex + npu.patch + src/ + tests/)", self.timings) as s:
+                sources.generate_tree(ascend, nvidia, nvidia_sha, tree)
+                s.note(f"{tree} (NVIDIA apex {nvidia_sha[:12]}, Ascend {ascend.commit[:19]})")
+        with log.step("apply our patches", self.timings) as s:
+            results = patches.apply_all(tree, opts.skip_patches, patch_list)
+            for r in results:
+                log.info(f"  {r.id:<18} {r.status}")
+            s.note(", ".join(f"{r.id}: {r.status}" for r in results))
+        wheel = self._compile(plan, venv, tree, work)
+        smoke = self._smoke_test(plan, wheel, work) if opts.smoke_test else {"skipped": "--no-smoke-test"}
+        manifest = self._manifest(plan, opts, ascend, nvidia_sha, results, wheel, venv, key, smoke,
+                                  started, cache_hit=False)
+        self._cache_store(key, wheel, manifest)
+        return self._publish(plan, wheel, manifest)
+
+    # --- steps -------------------------------------------------------------------------------------------------
+    def _summary(self, plan: Plan) -> None:
+        o = self.opts
+        rows = [
+            ("target", plan.target_id),
+            ("interpreter", f"{plan.interpreter} ({plan.interpreter_version})"),
+            ("torch", f"{plan.torch}" + (" (system)" if o.use_system_torch else "")
+             + (f" + torch_npu {plan.torch_npu}" if plan.torch_npu else "")),
+            ("Ascend apex", f"{o.apex_src} (copy)" if o.apex_src else f"{log.mask(o.ascend_apex_url)} @ {plan.apex_ref}"),
+            ("NVIDIA apex", log.mask(o.nvidia_apex_url)),
+            ("setup.py flags", " ".join(plan.flags) or "(detected from npu.patch)"),
+            ("jobs", str(o.jobs)),
+            ("index", "offline" if o.offline else (log.mask(o.index_url or "") or "pip config")
+             + (f", torch from {log.mask(o.torch_index_url)}" if o.torch_index_url else "")),
+            ("cache", f"{o.cache_dir}" + ("" if o.use_cache else " (--no-cache)")),
+            ("dist", str(o.dist_dir / plan.target_id)),
+        ]
+        for name, value in rows:
+            log.info(f"  {name:<15} {value}")
+
+    def _system_torch(self, interp: interpreters.Interpreter) -> dict:
+        proc = subprocess.run([interp.path, "-c", _PROBE_TORCH], capture_output=True, text=True, env=self.env)
+        if proc.returncode != 0:
+            raise ConfigError(
+                f"--use-system-torch: {interp.path} cannot import torch "
+                f"({(proc.stderr.strip().splitlines() or ['?'])[-1]})",
+                "install torch for that interpreter, or drop --use-system-torch to install one in the venv",
+            )
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+
+    def _sources(self, plan: Plan, dest: Path):
+        opts = self.opts
+        retry = sources.RetryPolicy.from_env(self.env)
+        with log.step("sources", self.timings) as s:
+            if opts.apex_src:
+                ascend = sources.copy_ascend(opts.apex_src, dest)
+                if ascend.dirty:
+                    log.warn(f"{opts.apex_src} has uncommitted changes: the wheel cache is bypassed")
+            else:
+                mirror = sources.Mirror(opts.ascend_apex_url, opts.cache_dir, retry)
+                sha = mirror.resolve(plan.apex_ref, opts.offline)
+                ascend = sources.checkout_ascend(mirror, sha, dest)
+            pinned = ascend.pinned_nvidia_commit()
+            nvidia_sha = opts.nvidia_commit or pinned or self.m.nvidia_apex_commit
+            if pinned and not opts.nvidia_commit and pinned != self.m.nvidia_apex_commit:
+                log.warn(f"scripts/build.sh pins NVIDIA apex {pinned[:12]}, matrix.toml says "
+                         f"{self.m.nvidia_apex_commit[:12]}: using build.sh's")
+            nvidia = sources.Mirror(opts.nvidia_apex_url, opts.cache_dir, retry)
+            nvidia.ensure_commit(nvidia_sha, opts.offline)
+            s.note(f"Ascend {ascend.commit[:19]}, NVIDIA {nvidia_sha[:12]} (verified)")
+        return ascend, nvidia, nvidia_sha
+
+    def _check_npu_headers(self, plan: Plan) -> None:
+        cann = detect_cann(self.env)
+        if cann and any((Path(cann) / sub / "acl" / "acl.h").is_file() for sub in ("include", "runtime/include")):
+            return
+        raise ConfigError(
+            f"ref {plan.apex_ref} builds npu_float_status ({' '.join(plan.flags)}), which needs the ACL headers of "
+            "the CANN toolkit, and none was found (ASCEND_HOME_PATH unset, no /usr/local/Ascend/ascend-toolkit)",
+            "install CANN and source its set_env.sh (and build with --npu), or use --apex-ref master",
+        )
+
+    def _venv_dir(self, plan: Plan, interp: interpreters.Interpreter) -> Path:
+        inputs = {"interp": interp.path, "version": interp.full_version, "torch": plan.torch,
+                  "torch_npu": plan.torch_npu, "system": self.opts.use_system_torch, "requires": self.m.build_requires,
+                  "index": self.index.key()}
+        digest = hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:16]
+        return self.opts.cache_dir / "venvs" / f"build-py{plan.python}-{digest}"
+
+    def _build_venv(self, plan: Plan, interp: interpreters.Interpreter) -> venvs.Venv:
+        path = self._venv_dir(plan, interp)
+        marker = path / "apexkit-ready.json"
+        with log.step("build venv", self.timings) as s:
+            if marker.is_file() and not self.opts.recreate_venv:
+                s.note(f"reused {path}")
+                return venvs.Venv(path)
+            venv = venvs.create(interp.path, path, self.log_path, system_site_packages=self.opts.use_system_torch)
+            self._install_torch(venv, plan)
+            venvs.pip_install(venv, self.m.build_requires, self.index, self.log_path, verbose=self.opts.verbose)
+            if self.opts.use_system_torch:
+                self._ensure_system_torch_visible(venv, interp)
+            marker.write_text(json.dumps({"packages": venvs.freeze(venv), "created": time.time()}, indent=1))
+            s.note(f"{path}")
+            return venv
+
+    def _install_torch(self, venv: venvs.Venv, plan: Plan) -> None:
+        if self.opts.use_system_torch:
+            return
+        venvs.pip_install(venv, [f"torch=={plan.torch}"], self.index, self.log_path, for_torch=True,
+                          verbose=self.opts.verbose)
+        if plan.torch_npu:
+            venvs.pip_install(venv, [f"torch_npu=={plan.torch_npu}", *self.m.npu_requires], self.index,
+                              self.log_path, verbose=self.opts.verbose)
+
+    def _ensure_system_torch_visible(self, venv: venvs.Venv, interp: interpreters.Interpreter) -> None:
+        """A venv made from a venv does not see the parent's packages: point a .pth at the system torch's dir."""
+        probe = subprocess.run([str(venv.python), "-c", "import torch"], capture_output=True, env=self.env)
+        if probe.returncode == 0:
+            return
+        torch_dir = self._system_torch(interp)["dir"]
+        site = venv.run_json("import json, sysconfig; print(json.dumps(sysconfig.get_paths()['purelib']))")
+        Path(site, "apexkit-system-torch.pth").write_text(torch_dir + "\n")
+
+    def _compile(self, plan: Plan, venv: venvs.Venv, tree: Path, work: Path) -> Path:
+        out = work / "wheel"
+        shutil.rmtree(out, ignore_errors=True)
+        env = dict(self.env)
+        env["MAX_JOBS"] = str(self.opts.jobs)
+        ccache = shutil.which("ccache")
+        if ccache and "CC" not in env and "CXX" not in env:
+            env["CC"], env["CXX"] = f"{ccache} gcc", f"{ccache} g++"
+        argv = [str(venv.python), "setup.py", *plan.flags, "build_ext", "-j", str(self.opts.jobs),
+                "bdist_wheel", "-d", str(out)]
+        with log.step(f"compile ({' '.join(plan.flags)}, -j{self.opts.jobs}{', ccache' if ccache else ''})",
+                      self.timings) as s:
+            code, tail = proc_run(argv, self.log_path, tree, env, self.opts.verbose)
+            if code != 0:
+                self._explain_failure(tail)
+                raise BuildError(
+                    f"setup.py failed for {plan.target_id}: {_first_error(tail)}",
+                    f"full log: {self.log_path}" + self._hint_suffix(),
+                )
+            wheels = sorted(out.glob("*.whl"))
+            if len(wheels) != 1:
+                raise BuildError(f"setup.py produced {len(wheels)} wheels in {out}", f"see {self.log_path}")
+            s.note(wheels[0].name)
+        return wheels[0]
+
+    def _explain_failure(self, tail: list[str]) -> None:
+        text = self.log_path.read_text(errors="replace")
+        log.info("  last lines of the build log:")
+        for line in tail[-15:]:
+            log.info(f"    {line}")
+        self._matched = known_failures.match(text)
+        for f in self._matched:
+            log.warn(f"known failure '{f.id}': {f.cause}. Fix: {f.fix}")
+
+    def _hint_suffix(self) -> str:
+        matched = getattr(self, "_matched", [])
+        return f"; known failure '{matched[0].id}': {matched[0].fix}" if matched else ""
+
+    def _smoke_test(self, plan: Plan, wheel: Path, work: Path) -> dict:
+        modules = [e for e in plan.extensions if e != "npu_float_status" or plan.torch_npu]
+        with log.step("smoke test (fresh venv: install the wheel, import its compiled modules)", self.timings) as s:
+            venv_path = work / "smoke-venv"
+            try:
+                venv = venvs.create(plan.interpreter, venv_path, self.log_path,
+                                    system_site_packages=self.opts.use_system_torch)
+                if self.opts.use_system_torch:
+                    interp = interpreters.probe(plan.interpreter)[0]
+                    if interp:
+                        self._ensure_system_torch_visible(venv, interp)
+                else:
+                    self._install_torch(venv, plan)
+                venvs.pip_install(venv, [str(wheel)], self.index, self.log_path, extra=["--no-deps"])
+                with tempfile.TemporaryDirectory() as cwd:  # not the tree: import what the wheel installed
+                    proc = subprocess.run([str(venv.python), "-c", SMOKE_SCRIPT, ",".join(modules)], cwd=cwd,
+                                          capture_output=True, text=True, env=self.env)
+                if proc.returncode != 0:
+                    raise SmokeTestError(f"smoke test crashed: {(proc.stderr.strip().splitlines() or ['?'])[-1]}",
+                                         f"see {self.log_path}")
+                result = json.loads(proc.stdout.strip().splitlines()[-1])
+            finally:
+                shutil.rmtree(venv_path, ignore_errors=True)
+            failed = {k: v["error"] for k, v in result["modules"].items() if not v["ok"]}
+            if failed:
+                name, err = next(iter(failed.items()))
+                raise SmokeTestError(f"the wheel installs but {name} does not import in a fresh venv: {err}",
+                                     f"see {self.log_path}; check the link flags (readelf -d) and the torch version")
+            s.note(f"{', '.join(result['modules'])} import; apex: {result['apex']}"
+                   + (f"; {result['op']}" if result.get("op") else ""))
+            return result
+
+    def _manifest(self, plan, opts, ascend, nvidia_sha, results, wheel, venv, key, smoke, started, cache_hit):
+        packages = venvs.freeze(venv)
+        return {
+            "apexkit": apexkit.__version__,
+            "target": asdict(plan),
+            "sources": {
+                "ascend_apex": {"origin": log.mask(ascend.origin), "ref": plan.apex_ref, "commit": ascend.commit},
+                "nvidia_apex": {"url": log.mask(opts.nvidia_apex_url), "commit": nvidia_sha},
+            },
+            "patches": [asdict(r) for r in results],
+            "setup_flags": list(plan.flags),
+            "tools": {
+                "python": plan.interpreter_version,
+                "gcc": _first_line([os.environ.get("CXX", "g++").split()[-1], "--version"]),
+                "pip": packages.get("pip"), "setuptools": packages.get("setuptools"), "wheel": packages.get("wheel"),
+                "torch": packages.get("torch") or plan.torch, "torch_npu": packages.get("torch-npu") or packages.get(
+                    "torch_npu"),
+                "host": f"{platform.system()} {platform.machine()} python {platform.python_version()}",
+            },
+            "wheel": {"file": wheel.name, "sha256": sha256_file(wheel), "size": wheel.stat().st_size},
+            "cache_key": key,
+            "cache_hit": cache_hit,
+            "smoke_test": smoke,
+            "durations_s": dict(self.timings, total=round(time.monotonic() - started, 3)),
+            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }
+
+    # --- wheel cache ---------------------------------------------------------------------------------------------
+    def _cache_entry(self, key: str) -> Path:
+        return self.opts.cache_dir / "wheels" / key[:2] / key
+
+    def _cache_lookup(self, key: str) -> tuple[Path, dict] | None:
+        entry = self._cache_entry(key)
+        try:
+            manifest = json.loads((entry / "manifest.json").read_text())
+            wheel = entry / manifest["wheel"]["file"]
+            if sha256_file(wheel) != manifest["wheel"]["sha256"]:
+                log.warn(f"cached wheel {wheel} does not match its recorded sha256: rebuilding")
+                return None
+            return wheel, manifest
+        except (OSError, ValueError, KeyError):
+            return None
+
+    def _cache_store(self, key: str, wheel: Path, manifest: dict) -> None:
+        entry = self._cache_entry(key)
+        tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=_mkdir(entry.parent)))
+        shutil.copy2(wheel, tmp / wheel.name)
+        (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+        shutil.rmtree(entry, ignore_errors=True)
+        os.replace(tmp, entry)
+
+    def _publish_cached(self, plan: Plan, cached: tuple[Path, dict], key: str, started: float) -> Path:
+        wheel, old = cached
+        manifest = dict(old)
+        manifest["cache_hit"] = True
+        manifest["built"] = old.get("created")
+        manifest["durations_s"] = dict(self.timings, total=round(time.monotonic() - started, 3))
+        manifest["created"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        log.info(f"✓ wheel cache hit: {wheel.name} sha256 {old['wheel']['sha256'][:12]} (built {old.get('created')}); "
+                 "no compile (--no-cache forces a build)")
+        return self._publish(plan, wheel, manifest)
+
+    def _publish(self, plan: Plan, wheel: Path, manifest: dict) -> Path:
+        """dist/<target-id>/ appears complete or not at all."""
+        final = self.opts.dist_dir / plan.target_id
+        tmp = Path(tempfile.mkdtemp(prefix=f".{plan.target_id}.tmp-", dir=_mkdir(self.opts.dist_dir)))
+        try:
+            shutil.copy2(wheel, tmp / wheel.name)
+            (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+            old = None
+            if final.exists():
+                old = final.with_name(f".{plan.target_id}.old-{os.getpid()}")
+                os.replace(final, old)
+            os.replace(tmp, final)
+            if old:
+                shutil.rmtree(old, ignore_errors=True)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        log.info(f"✓ {final / wheel.name}")
+        log.info(f"  sha256 {manifest['wheel']['sha256']}  ({manifest['wheel']['size'] / 1024:.0f} KiB, "
+                 f"total {log.format_seconds(manifest['durations_s']['total'])})")
+        return final
+
+
+def _mkdir(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _first_line(argv) -> str | None:
+    try:
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=20)
+        return out.stdout.splitlines()[0] if out.stdout else None
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+
+
+def _first_error(tail: list[str]) -> str:
+    for line in tail:
+        if "error" in line.lower() and ("error:" in line or "Error" in line):
+            return line.strip()[:200]
+    return (tail[-1] if tail else "no output").strip()[:200]
+
+
+_COMPILE_RE = re.compile(r"(?:gcc|g\+\+|c\+\+|cc)\b.*?-c\s+(\S+\.(?:cpp|cc|c))")
+
+
+def _compile_progress(line: str) -> str | None:
+    m = _COMPILE_RE.search(line)
+    if m:
+        return f"compiling {Path(m.group(1)).name}"
+    if line.startswith(("creating '", "adding '")):
+        return "packing the wheel"
+    return None
+
+
+def proc_run(argv, log_path: Path, cwd: Path, env: dict, verbose: bool):
+    from apexkit.proc import run_logged
+
+    return run_logged(argv, log_path, cwd=cwd, env=env, verbose=verbose, progress=_compile_progress)
+
+
+def main(python: str, argv: list[str], prog: str = "nox -s build-3.X --") -> Path:
+    """Entry for nox sessions and the CLI: resolve options, build, return dist/<target-id>/."""
+    from apexkit import options
+
+    opts = options.resolve(python, argv, prog=prog)
+    return Builder(opts).run()

@@ -1,0 +1,44 @@
+"""Turn apexkit errors into one line and an exit code, for the CLI, nox sessions and invoke tasks."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import TypeVar
+
+from apexkit import log
+from apexkit.errors import ApexkitError
+
+T = TypeVar("T")
+
+
+def run_in_session(session, func: Callable[[], T]) -> T | None:
+    """Call `func` inside a nox session: an ApexkitError aborts the session with its one line, no traceback."""
+    try:
+        return func()
+    except ApexkitError as exc:
+        session.error(exc.format())
+    except SystemExit as exc:  # argparse: --help (0) or a usage error (2)
+        if exc.code not in (0, None):
+            session.error("invalid arguments (see the usage line above; -- --help lists them)")
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    """python -m apexkit build <python> [build options]  (the same options as nox -s build-<python> --)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if len(argv) < 2 or argv[0] != "build" or argv[1].startswith("-"):
+        print("usage: python -m apexkit build <python-version> [options]  (options: python -m apexkit build 3.11 "
+              "--help)", file=sys.stderr)
+        return 2
+    from apexkit import build
+
+    try:
+        build.main(argv[1], argv[2:], prog=f"python -m apexkit build {argv[1]}")
+    except ApexkitError as exc:
+        log.console.print(f"[red]error:[/red] {log.mask(exc.format())}", highlight=False, markup=True)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        log.console.print("interrupted", style="red")
+        return 130
+    return 0

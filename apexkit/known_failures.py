@@ -1,0 +1,36 @@
+"""Match a failed build's log against known_failures.toml and say what it means."""
+
+from __future__ import annotations
+
+import functools
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+DATA = Path(__file__).with_name("known_failures.toml")
+
+
+@dataclass(frozen=True)
+class KnownFailure:
+    id: str
+    pattern: re.Pattern
+    cause: str
+    fix: str
+
+
+@functools.lru_cache(maxsize=1)
+def load() -> tuple[KnownFailure, ...]:
+    with open(DATA, "rb") as fh:
+        data = tomllib.load(fh)
+    return tuple(KnownFailure(f["id"], re.compile(f["pattern"]), f["cause"], f["fix"]) for f in data["failure"])
+
+
+def match(text: str) -> list[KnownFailure]:
+    """Every known failure whose signature appears in `text`, in table order."""
+    return [f for f in load() if f.pattern.search(text)]

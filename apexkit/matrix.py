@@ -1,0 +1,160 @@
+"""matrix.toml: refs and their setup.py flags, Pythons, torch pairings, torch_npu, build requirements.
+
+Pure functions over data; every refusal names the table that rules a combination out.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from apexkit.errors import ConfigError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+MATRIX_PATH = PROJECT_ROOT / "matrix.toml"
+
+
+@dataclass(frozen=True)
+class RefSpec:
+    """What one Ascend apex ref needs: setup.py flags and the modules it compiles."""
+
+    name: str
+    flags: tuple[str, ...]
+    extensions: tuple[str, ...]
+    needs_npu_headers: bool
+    known: bool  # False: not in matrix.toml, flags detected from the sources
+
+
+@dataclass(frozen=True)
+class Matrix:
+    data: dict
+
+    # --- sources -----------------------------------------------------------------------------------------------
+    @property
+    def ascend_apex_url(self) -> str:
+        return self.data["sources"]["ascend_apex_url"]
+
+    @property
+    def nvidia_apex_url(self) -> str:
+        return self.data["sources"]["nvidia_apex_url"]
+
+    @property
+    def default_ref(self) -> str:
+        return self.data["sources"]["default_ref"]
+
+    @property
+    def nvidia_apex_commit(self) -> str:
+        return self.data["sources"]["nvidia_apex_commit"]
+
+    # --- refs --------------------------------------------------------------------------------------------------
+    def known_refs(self) -> list[str]:
+        return [name for entry in self.data["refs"] for name in entry["names"]]
+
+    def ref(self, name: str) -> RefSpec | None:
+        for entry in self.data["refs"]:
+            if name in entry["names"]:
+                return RefSpec(
+                    name=name,
+                    flags=tuple(entry["flags"]),
+                    extensions=tuple(entry["extensions"]),
+                    needs_npu_headers=bool(entry["needs_npu_headers"]),
+                    known=True,
+                )
+        return None
+
+    # --- pythons and torch -------------------------------------------------------------------------------------
+    @property
+    def session_pythons(self) -> list[str]:
+        return list(self.data["pythons"]["sessions"])
+
+    @property
+    def supported_pythons(self) -> list[str]:
+        return list(self.data["pythons"]["supported"])
+
+    def check_python(self, version: str) -> None:
+        if version not in self.supported_pythons:
+            raise ConfigError(
+                f"Python {version} is not supported (matrix.toml [pythons] supported: "
+                f"{', '.join(self.supported_pythons)})",
+                "pick one of those, e.g. nox -s build-3.10",
+            )
+
+    def default_torch(self, python: str) -> str:
+        self.check_python(python)
+        return self.data["pythons"]["default_torch"][python]
+
+    def check_torch_python(self, torch: str, python: str) -> None:
+        """Refuse a torch release that ships no wheel for this Python (matrix.toml [torch_python])."""
+        series = torch_series(torch)
+        table = self.data["torch_python"]
+        if series not in table:
+            known = ", ".join(k for k in table if k[0].isdigit())
+            raise ConfigError(
+                f"torch {torch} is not in matrix.toml [torch_python] (known series: {known})",
+                "pick a listed torch, or add its row after reading PyTorch's release notes",
+            )
+        pythons = table[series]
+        if python not in pythons:
+            raise ConfigError(
+                f"torch {torch} has no wheels for Python {python} (matrix.toml [torch_python] "
+                f"row {series}: Python {', '.join(pythons)})",
+                f"use --torch {self.newest_torch_for(python) or '<a release for this Python>'} or another Python",
+            )
+
+    def newest_torch_for(self, python: str) -> str | None:
+        series = [k for k, v in self.data["torch_python"].items() if isinstance(v, list) and python in v]
+        if not series:
+            return None
+        best = max(series, key=lambda s: tuple(int(p) for p in s.split(".")))
+        for torch, entry in self.data["torch_npu"]["versions"].items():
+            if torch_series(torch) == best and entry:
+                return torch
+        return f"{best}.0"
+
+    def torch_npu_for(self, torch: str) -> str:
+        base = torch.split("+", 1)[0]
+        versions = self.data["torch_npu"]["versions"]
+        if base not in versions:
+            raise ConfigError(
+                f"no torch_npu release is known for torch {base} (matrix.toml [torch_npu.versions]: "
+                f"{', '.join(versions)})",
+                "pick a torch that has one (e.g. --torch 2.1.0 or 2.7.1), or drop --npu",
+            )
+        return versions[base]["torch_npu"]
+
+    @property
+    def build_requires(self) -> list[str]:
+        return list(self.data["build"]["requires"])
+
+    @property
+    def npu_requires(self) -> list[str]:
+        return list(self.data["build"]["npu_requires"])
+
+
+def torch_series(version: str) -> str:
+    parts = version.split("+", 1)[0].split(".")
+    if len(parts) < 2 or not parts[0].isdigit() or not parts[1].isdigit():
+        raise ConfigError(f"'{version}' is not a torch version", "pass --torch like 2.1.0")
+    return f"{parts[0]}.{parts[1]}"
+
+
+@functools.lru_cache(maxsize=4)
+def _load(path: str) -> dict:
+    try:
+        with open(path, "rb") as fh:
+            return tomllib.load(fh)
+    except FileNotFoundError:
+        raise ConfigError(f"matrix file {path} is missing", "run from an apexkit checkout") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"matrix file {path} is not valid TOML: {exc}", "fix the file") from None
+
+
+def load(path: Path | str = MATRIX_PATH) -> Matrix:
+    return Matrix(_load(str(path)))

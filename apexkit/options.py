@@ -1,0 +1,140 @@
+"""Build options, resolved once: command line -> environment -> matrix.toml defaults, into a frozen dataclass.
+
+The environment is a parameter so tests can pass their own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from apexkit import matrix as matrix_mod
+from apexkit.errors import ConfigError
+
+PROJECT_ROOT = matrix_mod.PROJECT_ROOT
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    python: str  # "3.11"
+    python_path: str | None = None
+    torch: str | None = None  # None -> matrix default for the Python (or the system torch)
+    torch_npu: str | None = None
+    npu: bool = False
+    apex_ref: str | None = None
+    apex_src: Path | None = None
+    ascend_apex_url: str = ""
+    nvidia_apex_url: str = ""
+    nvidia_commit: str | None = None
+    index_url: str | None = None
+    extra_index_urls: tuple[str, ...] = ()
+    torch_index_url: str | None = None
+    wheelhouses: tuple[Path, ...] = ()
+    offline: bool = False
+    jobs: int = 1
+    use_cache: bool = True
+    recreate_venv: bool = False
+    use_system_torch: bool = False
+    skip_patches: tuple[str, ...] = ()
+    setup_flags: tuple[str, ...] | None = None
+    dist_dir: Path = PROJECT_ROOT / "dist"
+    build_dir: Path = PROJECT_ROOT / "build"
+    cache_dir: Path = field(default_factory=lambda: Path.home() / ".cache" / "apexkit")
+    dry_run: bool = False
+    verbose: bool = False
+    smoke_test: bool = True
+
+
+def parser(prog: str = "nox -s build-3.X --") -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog=prog,
+        description="Build an Apex for Ascend wheel in an isolated venv: fetch (cached) Ascend apex + NVIDIA apex, "
+        "generate a fresh tree, apply our patches, compile, smoke-test the wheel in a fresh venv.",
+    )
+    add = p.add_argument
+    add("--python", dest="python_path", metavar="PATH", help="interpreter to build with (default: find python3.X)")
+    add("--torch", metavar="VERSION", help="torch release to build against (default: matrix.toml per Python)")
+    add("--npu", action="store_true", help="also install torch_npu (automatic when a CANN toolkit is detected)")
+    add("--torch-npu", metavar="VERSION", help="torch_npu release (default: matrix.toml for the torch)")
+    add("--apex-ref", metavar="REF", help="Ascend apex branch, tag or commit (default: matrix.toml, master)")
+    add("--apex-src", metavar="PATH", type=Path, help="build from your own Ascend apex checkout (copied, never modified)")
+    add("--ascend-apex-url", metavar="URL", help="Ascend apex git URL or mirror (env APEXKIT_ASCEND_APEX_URL)")
+    add("--nvidia-apex-url", metavar="URL", help="NVIDIA apex git URL or mirror (env APEXKIT_NVIDIA_APEX_URL)")
+    add("--nvidia-commit", metavar="SHA", help="override the NVIDIA apex commit the Ascend ref pins")
+    add("--index-url", metavar="URL", help="package index for torch and build deps (default: pip's config)")
+    add("--extra-index-url", metavar="URL", action="append", default=[], help="additional package index")
+    add("--torch-index-url", metavar="URL",
+        help="index for torch only, e.g. https://download.pytorch.org/whl/cpu (env APEXKIT_TORCH_INDEX_URL)")
+    add("--wheelhouse", metavar="DIR", action="append", default=[], type=Path, help="local wheels (pip --find-links)")
+    add("--offline", action="store_true", help="no package index and no git fetch: wheelhouse and cache only")
+    add("--jobs", "-j", type=int, default=None, metavar="N", help="parallel compile jobs (default: CPU count)")
+    add("--no-cache", action="store_true", help="rebuild even if the wheel cache has these exact inputs")
+    add("--recreate-venv", action="store_true", help="recreate the cached build venv")
+    add("--use-system-torch", action="store_true",
+        help="build against the torch the interpreter already has (MindIE, lib64 installs) instead of installing one")
+    add("--skip-patch", metavar="ID", action="append", default=[], help="do not apply one of our patches (diagnosis)")
+    add("--setup-flags", metavar="FLAGS", help='setup.py flags for a ref not in matrix.toml, e.g. "--cpp_ext"')
+    add("--dist", metavar="DIR", type=Path, help="output directory (default: ./dist)")
+    add("--build-dir", metavar="DIR", type=Path, help="work directory (default: ./build)")
+    add("--no-smoke-test", action="store_true", help="skip importing the wheel in a fresh venv")
+    add("--dry-run", action="store_true", help="print the plan and change nothing")
+    add("--verbose", "-v", action="store_true", help="stream compiler and pip output")
+    return p
+
+
+def resolve(python: str, argv: Sequence[str], env: Mapping[str, str] | None = None,
+            prog: str = "nox -s build-3.X --") -> BuildOptions:
+    """argv (session posargs) + env -> BuildOptions. --help prints and raises SystemExit(0)."""
+    from apexkit import sources
+
+    env = os.environ if env is None else env
+    m = matrix_mod.load()
+    m.check_python(python)
+    p = parser(prog)
+    args = p.parse_args(list(argv))
+    jobs = args.jobs if args.jobs is not None else int(env.get("APEXKIT_JOBS") or os.cpu_count() or 1)
+    if jobs < 1:
+        raise ConfigError(f"--jobs {jobs}: must be at least 1", "pass --jobs 1 or more")
+    if args.torch and args.use_system_torch:
+        raise ConfigError("--torch and --use-system-torch contradict each other",
+                          "drop --torch to build against the installed torch")
+    if args.offline and not args.wheelhouse and not args.use_system_torch:
+        raise ConfigError("--offline needs --wheelhouse DIR holding torch and the build deps",
+                          "add --wheelhouse DIR, or drop --offline")
+    for w in args.wheelhouse:
+        if not w.is_dir():
+            raise ConfigError(f"--wheelhouse {w} is not a directory", "pass a directory of .whl files")
+    if args.apex_src is not None and not args.apex_src.expanduser().is_dir():
+        raise ConfigError(f"--apex-src {args.apex_src} is not a directory", "pass your Ascend apex checkout")
+    return BuildOptions(
+        python=python,
+        python_path=args.python_path,
+        torch=args.torch,
+        torch_npu=args.torch_npu,
+        npu=bool(args.npu or args.torch_npu),
+        apex_ref=args.apex_ref,
+        apex_src=args.apex_src.expanduser().resolve() if args.apex_src else None,
+        ascend_apex_url=args.ascend_apex_url or env.get("APEXKIT_ASCEND_APEX_URL") or m.ascend_apex_url,
+        nvidia_apex_url=args.nvidia_apex_url or env.get("APEXKIT_NVIDIA_APEX_URL") or m.nvidia_apex_url,
+        nvidia_commit=args.nvidia_commit,
+        index_url=args.index_url,
+        extra_index_urls=tuple(args.extra_index_url),
+        torch_index_url=args.torch_index_url or env.get("APEXKIT_TORCH_INDEX_URL") or None,
+        wheelhouses=tuple(w.resolve() for w in args.wheelhouse),
+        offline=args.offline,
+        jobs=jobs,
+        use_cache=not args.no_cache,
+        recreate_venv=args.recreate_venv,
+        use_system_torch=args.use_system_torch,
+        skip_patches=tuple(args.skip_patch),
+        setup_flags=tuple(args.setup_flags.split()) if args.setup_flags else None,
+        dist_dir=(args.dist or PROJECT_ROOT / "dist").resolve(),
+        build_dir=(args.build_dir or PROJECT_ROOT / "build").resolve(),
+        cache_dir=sources.cache_dir(env),
+        dry_run=args.dry_run,
+        verbose=args.verbose,
+        smoke_test=not args.no_smoke_test,
+    )

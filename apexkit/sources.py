@@ -1,0 +1,278 @@
+"""Upstream sources: cached git mirrors of Ascend apex and NVIDIA apex, and a fresh generated tree per build.
+
+The generated tree reproduces what Ascend's scripts/build.sh does (pinned NVIDIA apex + patch/npu.patch + src/ +
+tests/) without running it: build.sh clones again and re-applies the patch on every run, wiping local fixes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import re
+import shutil
+import subprocess
+import tarfile
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from apexkit import log
+from apexkit.errors import PatchError, SourceError
+
+SHA_RE = re.compile(r"^[0-9a-f]{40}$")
+_BUILD_SH_PIN = re.compile(r"git\s+checkout\s+([0-9a-f]{40})\b")
+
+
+def cache_dir(env: Mapping[str, str] | None = None) -> Path:
+    """APEXKIT_CACHE_DIR, else $XDG_CACHE_HOME/apexkit, else ~/.cache/apexkit."""
+    env = os.environ if env is None else env
+    if env.get("APEXKIT_CACHE_DIR"):
+        return Path(env["APEXKIT_CACHE_DIR"]).expanduser()
+    base = env.get("XDG_CACHE_HOME") or os.path.join(env.get("HOME") or os.path.expanduser("~"), ".cache")
+    return Path(base) / "apexkit"
+
+
+def _git_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["GIT_TERMINAL_PROMPT"] = "0"  # never hang on a credential prompt in CI
+    env.setdefault("GIT_ASKPASS", "true")
+    return env
+
+
+def git(args: Sequence[str], *, git_dir: Path | None = None, check: bool = True, echo: bool = True,
+        stdout_bytes: bool = False) -> subprocess.CompletedProcess:
+    argv = ["git"] + ([f"--git-dir={git_dir}"] if git_dir else []) + list(args)
+    if echo:
+        log.echo_command(argv)
+    proc = subprocess.run(argv, capture_output=True, text=not stdout_bytes, env=_git_env())
+    if check and proc.returncode != 0:
+        err = proc.stderr.decode() if isinstance(proc.stderr, bytes) else proc.stderr
+        raise SourceError(f"git {args[0]} failed: {log.mask(_last_line(err))}", "see the git message above")
+    return proc
+
+
+def _last_line(text: str) -> str:
+    lines = [line for line in (text or "").strip().splitlines() if line.strip()]
+    return lines[-1] if lines else "(no output)"
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    attempts: int = 3
+    backoff: float = 2.0  # seconds before the 2nd attempt, doubled each time
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> RetryPolicy:
+        env = os.environ if env is None else env
+        return cls(int(env.get("APEXKIT_FETCH_RETRIES", "3")), float(env.get("APEXKIT_FETCH_BACKOFF", "2")))
+
+
+class Mirror:
+    """A bare mirror of one upstream URL in the cache; objects are fetched only when missing."""
+
+    def __init__(self, url: str, cache: Path, retry: RetryPolicy | None = None) -> None:
+        self.url = url
+        slug = re.sub(r"[^A-Za-z0-9]+", "-", url.rstrip("/").rsplit("/", 2)[-2:][-1]).strip("-") or "repo"
+        self.path = cache / "git" / f"{slug}-{hashlib.sha256(url.encode()).hexdigest()[:12]}.git"
+        self.retry = retry or RetryPolicy.from_env()
+
+    def _ensure_init(self) -> None:
+        if (self.path / "HEAD").exists():
+            return
+        tmp = self.path.with_name(self.path.name + f".tmp{os.getpid()}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.parent.mkdir(parents=True, exist_ok=True)
+        git(["init", "--bare", "--quiet", str(tmp)], echo=False)
+        git(["remote", "add", "origin", self.url], git_dir=tmp, echo=False)
+        os.replace(tmp, self.path)
+
+    def has_commit(self, rev: str) -> bool:
+        if not (self.path / "HEAD").exists():
+            return False
+        return git(["cat-file", "-e", f"{rev}^{{commit}}"], git_dir=self.path, check=False, echo=False).returncode == 0
+
+    def fetch(self, refspecs: Sequence[str]) -> None:
+        """git fetch with retries and exponential backoff; then one clear error."""
+        self._ensure_init()
+        git(["remote", "set-url", "origin", self.url], git_dir=self.path, echo=False)
+        delay = self.retry.backoff
+        last = ""
+        for attempt in range(1, self.retry.attempts + 1):
+            proc = git(["fetch", "--quiet", "--prune", "origin", *refspecs], git_dir=self.path, check=False)
+            if proc.returncode == 0:
+                return
+            last = _last_line(proc.stderr)
+            if _is_missing_ref(last):
+                raise SourceError(f"{log.mask(self.url)} has no {' '.join(refspecs)}: {log.mask(last)}",
+                                  "check the ref name or commit")
+            if attempt < self.retry.attempts:
+                log.warn(f"fetch from {self.url} failed (attempt {attempt}/{self.retry.attempts}): {last}; "
+                         f"retrying in {delay:g}s")
+                time.sleep(delay)
+                delay *= 2
+        raise SourceError(
+            f"could not fetch {log.mask(self.url)} after {self.retry.attempts} attempts: {log.mask(last)}",
+            "check the URL and your proxy (invoke proxy.check), or point APEXKIT_ASCEND_APEX_URL / "
+            "APEXKIT_NVIDIA_APEX_URL at a reachable mirror",
+        )
+
+    def resolve(self, ref: str, offline: bool) -> str:
+        """Ref (branch, tag or SHA) -> full commit SHA. Branches and tags are refreshed unless offline."""
+        if SHA_RE.match(ref) and self.has_commit(ref):
+            return ref
+        if not offline:
+            self.fetch(["+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*"])
+        elif not (self.path / "HEAD").exists():
+            raise SourceError(f"--offline, and {log.mask(self.url)} is not in the cache ({self.path})",
+                              "run once without --offline to fill the cache")
+        for candidate in (f"refs/heads/{ref}", f"refs/tags/{ref}", ref):
+            proc = git(["rev-parse", "--verify", "--quiet", f"{candidate}^{{commit}}"], git_dir=self.path,
+                       check=False, echo=False)
+            if proc.returncode == 0:
+                return proc.stdout.strip()
+        branches = git(["for-each-ref", "--format=%(refname:short)", "refs/heads"], git_dir=self.path,
+                       check=False, echo=False).stdout.split()
+        raise SourceError(
+            f"ref '{ref}' not found in {log.mask(self.url)}"
+            + (f" (branches: {', '.join(sorted(branches)[:12])})" if branches else ""),
+            "pass --apex-ref with an existing branch, tag or full commit SHA",
+        )
+
+    def ensure_commit(self, sha: str, offline: bool) -> str:
+        """Make sure the pinned commit is present, fetching it only when missing, and verify it."""
+        if not SHA_RE.match(sha):
+            raise SourceError(f"pin '{sha}' is not a full 40-hex commit SHA", "pin NVIDIA apex by its full SHA")
+        if not self.has_commit(sha):
+            if offline:
+                raise SourceError(f"--offline, and commit {sha[:12]} of {log.mask(self.url)} is not in the cache",
+                                  "run once without --offline to fill the cache")
+            try:
+                self.fetch([sha])  # servers with protocol v2 / allowReachableSHA1InWant
+            except SourceError:
+                self.fetch(["+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*"])
+        proc = git(["rev-parse", "--verify", "--quiet", f"{sha}^{{commit}}"], git_dir=self.path, check=False,
+                   echo=False)
+        got = proc.stdout.strip()
+        if proc.returncode != 0 or got != sha:
+            raise SourceError(
+                f"pinned commit {sha} is not in {log.mask(self.url)}" + (f" (resolved to {got})" if got else ""),
+                "the mirror may be incomplete or point at another repository; check APEXKIT_NVIDIA_APEX_URL",
+            )
+        return sha
+
+    def export(self, sha: str, dest: Path, paths: Sequence[str] = ()) -> None:
+        """Write the files of `sha` (optionally only `paths`) into `dest`, without .git."""
+        proc = git(["archive", "--format=tar", sha, *paths], git_dir=self.path, stdout_bytes=True, echo=False)
+        dest.mkdir(parents=True, exist_ok=True)
+        with tarfile.open(fileobj=io.BytesIO(proc.stdout)) as tar:
+            _extract(tar, dest)
+
+
+def _extract(tar: tarfile.TarFile, dest: Path) -> None:
+    if hasattr(tarfile, "data_filter"):
+        tar.extractall(dest, filter="data")
+    else:  # pragma: no cover - Python < 3.11.4
+        tar.extractall(dest)
+
+
+def _is_missing_ref(message: str) -> bool:
+    return any(s in message for s in ("couldn't find remote ref", "not our ref", "no such remote ref"))
+
+
+# --- the Ascend side -------------------------------------------------------------------------------------------
+
+ASCEND_PARTS = ("patch", "src", "tests", "scripts")
+
+
+@dataclass(frozen=True)
+class AscendSource:
+    """Ascend apex's files for one build: a private copy, never the user's checkout."""
+
+    root: Path
+    origin: str  # URL or local path
+    commit: str  # commit SHA, or "local:<content hash>" for --apex-src
+    dirty: bool = False
+
+    @property
+    def npu_patch(self) -> Path:
+        return self.root / "patch" / "npu.patch"
+
+    def pinned_nvidia_commit(self) -> str | None:
+        """The NVIDIA apex commit that scripts/build.sh checks out, when the ref has a build.sh."""
+        build_sh = self.root / "scripts" / "build.sh"
+        if build_sh.is_file():
+            match = _BUILD_SH_PIN.search(build_sh.read_text(errors="replace"))
+            if match:
+                return match.group(1)
+        return None
+
+    def detect_flags(self) -> tuple[str, ...]:
+        """For a ref not in matrix.toml: --cpp_ext always, --npu_float_status when npu.patch builds it."""
+        text = self.npu_patch.read_text(errors="replace")
+        return ("--cpp_ext", "--npu_float_status") if '"--npu_float_status"' in text else ("--cpp_ext",)
+
+
+def checkout_ascend(mirror: Mirror, sha: str, dest: Path) -> AscendSource:
+    mirror.export(sha, dest)
+    _require_npu_patch(dest, mirror.url)
+    return AscendSource(root=dest, origin=mirror.url, commit=sha)
+
+
+def copy_ascend(src: Path, dest: Path) -> AscendSource:
+    """--apex-src: copy the user's checkout (never modified); apex/ is build.sh's clone, left out."""
+    src = src.expanduser().resolve()
+    if not (src / "patch" / "npu.patch").is_file():
+        raise SourceError(f"--apex-src {src} has no patch/npu.patch", "point it at an Ascend apex checkout")
+    dest.mkdir(parents=True, exist_ok=True)
+    for part in ASCEND_PARTS:
+        if (src / part).is_dir():
+            shutil.copytree(src / part, dest / part, symlinks=True)
+    commit, dirty = _local_state(src)
+    return AscendSource(root=dest, origin=str(src), commit=commit, dirty=dirty)
+
+
+def _local_state(src: Path) -> tuple[str, bool]:
+    """A content hash of what the build uses, plus the checkout's commit when it is a git repository."""
+    digest = hashlib.sha256()
+    for part in ("patch", "src", "tests"):
+        base = src / part
+        for path in sorted(p for p in base.rglob("*") if p.is_file()) if base.is_dir() else []:
+            digest.update(str(path.relative_to(src)).encode() + b"\0" + path.read_bytes() + b"\0")
+    head = subprocess.run(["git", "-C", str(src), "rev-parse", "HEAD"], capture_output=True, text=True)
+    status = subprocess.run(["git", "-C", str(src), "status", "--porcelain"], capture_output=True, text=True)
+    dirty = head.returncode != 0 or bool(status.stdout.strip())
+    prefix = head.stdout.strip()[:12] + "-" if head.returncode == 0 else ""
+    return f"local:{prefix}{digest.hexdigest()[:16]}", dirty
+
+
+def _require_npu_patch(root: Path, origin: str) -> None:
+    if not (root / "patch" / "npu.patch").is_file():
+        raise SourceError(f"{log.mask(origin)} has no patch/npu.patch at this ref",
+                          "is this the Ascend apex repository? check --ascend-apex-url and --apex-ref")
+
+
+def generate_tree(ascend: AscendSource, nvidia: Mirror, nvidia_sha: str, dest: Path) -> None:
+    """build.sh's steps, done by us in a fresh directory: NVIDIA apex @ pin, npu.patch, src/ and tests/ copied."""
+    if dest.exists():
+        shutil.rmtree(dest)
+    nvidia.export(nvidia_sha, dest)
+    if shutil.which("patch") is None:
+        raise PatchError("the 'patch' program is missing (npu.patch is applied with patch -p1)",
+                         "install it: apt-get install patch / dnf install patch")
+    proc = subprocess.run(["patch", "-p1", "--batch", "--forward", "-i", str(ascend.npu_patch)], cwd=dest,
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        failed = [line for line in proc.stdout.splitlines() if "FAILED" in line or "can't find" in line.lower()]
+        raise PatchError(
+            f"Ascend's patch/npu.patch does not apply to NVIDIA apex {nvidia_sha[:12]}: "
+            f"{(failed or [_last_line(proc.stdout + proc.stderr)])[0]}",
+            "check that the NVIDIA apex pin matches this Ascend ref (scripts/build.sh names it)",
+        )
+    for name in ("src", "tests"):
+        part = ascend.root / name
+        if not part.is_dir():
+            continue
+        target = dest if name == "src" else dest / "tests"
+        shutil.copytree(part, target, dirs_exist_ok=True, symlinks=True)

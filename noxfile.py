@@ -1,0 +1,47 @@
+"""apexkit sessions. `nox -l` lists them; options go after `--` (`nox -s build-3.11 -- --help`).
+
+build-<python>  build the Apex for Ascend wheel for that Python (the list comes from matrix.toml)
+tests           the test suite (the README's test command)
+lint            ruff
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import nox
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # nox does not put the noxfile's directory on sys.path
+
+from apexkit import matrix
+
+nox.options.sessions = ["lint", "tests"]
+nox.options.default_venv_backend = "none"  # apexkit makes its own venvs (virtualenv, found interpreters)
+
+
+def _build_session(python: str) -> None:
+    def build(session: nox.Session) -> None:
+        from apexkit import build as apexkit_build
+        from apexkit.cli import run_in_session
+
+        run_in_session(session, lambda: apexkit_build.main(python, session.posargs, prog=f"nox -s build-{python} --"))
+
+    build.__doc__ = f"Build the Apex for Ascend wheel for Python {python} into dist/ (-- --help for options)."
+    nox.session(name=f"build-{python}", python=False, default=False, tags=["build"])(build)
+
+
+for _python in matrix.load().session_pythons:
+    _build_session(_python)
+
+
+@nox.session(python=False)
+def tests(session: nox.Session) -> None:
+    """Run the test suite (pytest); extra arguments go to pytest."""
+    session.run("python3", "-m", "pytest", *session.posargs)
+
+
+@nox.session(python=False)
+def lint(session: nox.Session) -> None:
+    """ruff check and ruff format --check."""
+    session.run("ruff", "check", ".")

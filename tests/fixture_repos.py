@@ -1,0 +1,330 @@
+"""Generate a pair of git repositories shaped like NVIDIA apex and Ascend apex, reproducing the real traps.
+
+Written for these tests; no upstream code. What matches the real pair (Ascend apex master, NVIDIA apex 4ef930c):
+- "NVIDIA apex": setup.py that builds apex_C from csrc/flatten_unflatten.cpp with --cpp_ext, version '0.1';
+  the pinned commit is not the branch head (a later commit exists, as upstream).
+- "Ascend apex": patch/npu.patch (diff -Nur of the two trees, applied with patch -p1) rewriting setup.py with a
+  get_package_dir() that hard-codes sys.prefix/lib/pythonX.Y/site-packages (its --user branch uses `site` without
+  importing it), version '0.1-ascend', link args ending in a bare '-Wl,--disable-new-dtags,--rpath', a second
+  extension change_data_ptr whose source comes from src/; apex/__init__.py importing torch_npu; src/ and tests/
+  copied over the tree; scripts/build.sh that clones NVIDIA apex again and pins the commit with `git checkout`.
+- The C++ sources include a light torch header (c10) and link libc10, so a compile takes seconds, not minutes,
+  while a missing torch include/lib dir fails exactly like the real build.
+Branches: master (all traps), 5.0.rc3 (no bare --rpath), drift (get_package_dir reshaped: our patch must refuse).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+
+GIT_ENV = {
+    "GIT_AUTHOR_NAME": "fixture", "GIT_AUTHOR_EMAIL": "fixture@example.invalid",
+    "GIT_COMMITTER_NAME": "fixture", "GIT_COMMITTER_EMAIL": "fixture@example.invalid",
+    "GIT_AUTHOR_DATE": "2020-08-14T00:00:00Z", "GIT_COMMITTER_DATE": "2020-08-14T00:00:00Z",
+}
+
+C_MODULE = """\
+// Fixture extension: a CPython module that uses a c10 header and libc10, like the real ones use torch.
+#include <Python.h>
+#include <c10/core/Device.h>
+#include <c10/core/ScalarType.h>
+#include <string>
+
+static PyObject* dtype_name(PyObject*, PyObject*) {{
+  // c10::Device(std::string) and str() live in libc10.so: the module really links torch's library.
+  std::string s = c10::Device("cpu").str() + ":" + c10::toString(c10::ScalarType::{dtype});
+  return PyUnicode_FromString(s.c_str());
+}}
+static PyMethodDef methods[] = {{
+  {{"dtype_name", dtype_name, METH_NOARGS, "c10's name of a dtype"}},
+  {{nullptr, nullptr, 0, nullptr}}}};
+static struct PyModuleDef module_def = {{PyModuleDef_HEAD_INIT, "{name}", nullptr, -1, methods}};
+PyMODINIT_FUNC PyInit_{name}(void) {{ return PyModule_Create(&module_def); }}
+"""
+
+NVIDIA_SETUP = '''\
+import torch
+from torch.utils import cpp_extension
+from setuptools import setup, find_packages
+import subprocess
+
+import sys
+import warnings
+import os
+
+# fixture of the upstream layout: extensions only with flags
+this_dir = os.path.dirname(os.path.abspath(__file__))
+
+cmdclass = {}
+ext_modules = []
+
+if "--cpp_ext" in sys.argv:
+    from torch.utils.cpp_extension import BuildExtension, CppExtension
+    sys.argv.remove("--cpp_ext")
+    cmdclass['build_ext'] = BuildExtension
+    ext_modules.append(
+        CppExtension('apex_C',
+                     ['csrc/flatten_unflatten.cpp',]))
+
+setup(
+    name='apex',
+    version='0.1',
+    packages=find_packages(exclude=('build',
+                                    'csrc',
+                                    'include',
+                                    'tests',)),
+    description='PyTorch Extensions written by NVIDIA',
+    ext_modules=ext_modules,
+    cmdclass=cmdclass,
+)
+'''
+
+ASCEND_SETUP = '''\
+import sys
+import warnings
+import os
+import glob
+import subprocess
+from setuptools.command.build_ext import build_ext
+from setuptools import setup, find_packages, Extension
+
+import torch
+
+# ninja build does not work unless include_dirs are abs path
+this_dir = os.path.dirname(os.path.abspath(__file__))
+
+cmdclass = {}
+ext_modules = []
+
+TORCH_MAJOR = int(torch.__version__.split('.')[0])
+TORCH_MINOR = int(torch.__version__.split('.')[1])
+
+secure_compile_args = ['-fPIE', '-fPIC', '-fstack-protector-all', '-Wall']
+
+if (TORCH_MAJOR == 2 and TORCH_MINOR >= 1) or TORCH_MAJOR > 2 :
+    secure_compile_args.append('-std=c++17')
+
+secure_link_args = ['-Wl,-z,now', '-Wl,-z,relro', '-Wl,-z,noexecstack', '-s'@RPATH@]
+
+def get_package_dir():
+@GET_PACKAGE_DIR@
+
+def CppExtension(name, sources, *args, **kwargs):
+    package_dir = get_package_dir()
+    temp_include_dirs = kwargs.get('include_dirs', [])
+    temp_include_dirs.append(os.path.join(package_dir, 'torch/include'))
+    temp_include_dirs.append(os.path.join(package_dir, 'torch/include/torch/csrc/api/include'))
+    kwargs['include_dirs'] = temp_include_dirs
+
+    temp_library_dirs = kwargs.get('library_dirs', [])
+    temp_library_dirs.append(os.path.join(package_dir, 'torch/lib'))
+    kwargs['library_dirs'] = temp_library_dirs
+
+    libraries = kwargs.get('libraries', [])
+    libraries.append('c10')
+    libraries.append('torch')
+    libraries.append('torch_cpu')
+    libraries.append('torch_python')
+    kwargs['libraries'] = libraries
+    kwargs['language'] = 'c++'
+    return Extension(name, sources, *args, **kwargs)
+
+
+class BuildExtension(build_ext, object):
+
+    def build_extensions(self):
+        if self.compiler and '-Wstrict-prototypes' in self.compiler.compiler_so:
+            self.compiler.compiler_so.remove('-Wstrict-prototypes')
+
+        if self.compiler and '-g' in self.compiler.compiler_so:
+            self.compiler.compiler_so.remove('-g')
+
+        return super(BuildExtension, self).build_extensions()
+
+
+if "--cpp_ext" in sys.argv:
+    cmdclass['build_ext'] = BuildExtension
+
+if "--cpp_ext" in sys.argv:
+    sys.argv.remove("--cpp_ext")
+    ext_modules.append(
+        CppExtension('apex_C',
+                     ['csrc/flatten_unflatten.cpp',],
+                     extra_compile_args=secure_compile_args,
+                     extra_link_args=secure_link_args))
+
+    ext_modules.append(
+        CppExtension('change_data_ptr',
+                     ['csrc/combine_tensors/change_dataptr.cpp',],
+                     extra_compile_args=secure_compile_args,
+                     extra_link_args=secure_link_args))
+
+setup(
+    name='apex',
+    version='0.1-ascend',
+    packages=find_packages(exclude=('build',
+                                    'csrc',
+                                    'include',
+                                    'tests',)),
+    description='PyTorch Extensions written by NVIDIA',
+    ext_modules=ext_modules,
+    cmdclass=cmdclass,
+)
+'''
+
+GET_PACKAGE_DIR = """\
+    if '--user' in sys.argv:
+        package_dir = site.getusersitepackages()
+    else:
+        py_version = f'{sys.version_info.major}.{sys.version_info.minor}'
+        package_dir = f'{sys.prefix}/lib/python{py_version}/site-packages'
+    return package_dir
+"""
+
+# Upstream drift: same function, reshaped so our torch-location patch no longer finds its anchor.
+GET_PACKAGE_DIR_DRIFTED = """\
+    py_version = '%d.%d' % sys.version_info[:2]
+    return os.path.join(sys.prefix, 'lib', 'python' + py_version, 'site-packages')
+"""
+
+BUILD_SH = """\
+#!/bin/bash
+# fixture of Ascend's scripts/build.sh: it clones NVIDIA apex again on every run (wiping local fixes).
+CUR_DIR=$(dirname $(readlink -f $0))
+ROOT_DIR=$CUR_DIR/..
+APEX_DIR=$ROOT_DIR/apex
+PY_VERSION='3.7'
+touch "${{APEXKIT_FIXTURE_MARKER:-/tmp/apexkit-fixture-build-sh-ran}}"
+cd $ROOT_DIR || exit
+git clone {nvidia_url} apex
+cd apex
+git checkout {pin}
+cd ..
+cp $ROOT_DIR/patch/npu.patch $APEX_DIR
+cd $APEX_DIR || exit
+patch -p1 <npu.patch
+rm -rf npu.patch
+cp -r $ROOT_DIR/src/* $APEX_DIR
+cp -r $ROOT_DIR/tests/* $APEX_DIR/tests
+cd $APEX_DIR || exit
+python"${{PY_VERSION}}" setup.py --cpp_ext bdist_wheel
+"""
+
+
+@dataclass(frozen=True)
+class FixtureRepos:
+    nvidia_path: Path
+    ascend_path: Path
+    nvidia_pin: str
+    nvidia_head: str
+
+    @property
+    def nvidia_url(self) -> str:
+        return f"file://{self.nvidia_path}"
+
+    @property
+    def ascend_url(self) -> str:
+        return f"file://{self.ascend_path}"
+
+    def env(self, cache_dir: Path) -> dict[str, str]:
+        return {"APEXKIT_ASCEND_APEX_URL": self.ascend_url, "APEXKIT_NVIDIA_APEX_URL": self.nvidia_url,
+                "APEXKIT_CACHE_DIR": str(cache_dir)}
+
+
+def git(cwd: Path, *args: str) -> str:
+    env = dict(os.environ, **GIT_ENV)
+    return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True).stdout.strip()
+
+
+def write(root: Path, files: dict[str, str]) -> None:
+    for rel, text in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+
+
+def nvidia_files() -> dict[str, str]:
+    return {
+        "setup.py": NVIDIA_SETUP,
+        "csrc/flatten_unflatten.cpp": C_MODULE.format(name="apex_C", dtype="Float"),
+        "apex/__init__.py": "from . import amp\n",
+        "apex/amp/__init__.py": "from .frontend import initialize\n",
+        "apex/amp/frontend.py": "def initialize(models, optimizers=None, opt_level='O1'):\n    return models, optimizers\n",
+        "tests/L0/run_test.py": "print('fixture L0 tests')\n",
+        ".gitignore": "build\n",
+        ".gitmodules": "",
+    }
+
+
+def ascend_tree(nvidia: dict[str, str], drifted: bool, bare_rpath: bool) -> dict[str, str]:
+    tree = dict(nvidia)
+    setup = ASCEND_SETUP.replace("@GET_PACKAGE_DIR@\n", GET_PACKAGE_DIR_DRIFTED if drifted else GET_PACKAGE_DIR)
+    setup = setup.replace("@RPATH@", ", '-Wl,--disable-new-dtags,--rpath'" if bare_rpath else "")
+    tree["setup.py"] = setup
+    tree["apex/__init__.py"] = "import torch\nimport torch_npu  # Apex for Ascend needs the NPU runtime\nfrom . import amp\n"
+    tree["csrc/flatten_unflatten.cpp"] = C_MODULE.format(name="apex_C", dtype="Half")
+    del tree[".gitignore"], tree[".gitmodules"]
+    return tree
+
+
+def make_npu_patch(work: Path, nvidia: dict[str, str], ascend: dict[str, str]) -> str:
+    """diff -Nur of the two trees, with the directory names Ascend's npu.patch uses."""
+    a, b = work / "apex", work / "apex-develop"
+    for root in (a, b):
+        subprocess.run(["rm", "-rf", str(root)], check=True)
+    write(a, nvidia)
+    write(b, ascend)
+    proc = subprocess.run(["diff", "-Nur", "--exclude=.git", "apex", "apex-develop"], cwd=work, capture_output=True,
+                          text=True)
+    assert proc.returncode == 1, proc.stderr  # 1: differences found
+    return proc.stdout
+
+
+def make(base: Path) -> FixtureRepos:
+    base.mkdir(parents=True, exist_ok=True)
+    nv = base / "nvidia-apex"
+    nv.mkdir()
+    git(nv, "init", "-q", "-b", "master")
+    files = nvidia_files()
+    write(nv, files)
+    git(nv, "add", "-A")
+    git(nv, "commit", "-q", "-m", "fixture: upstream at the pinned commit")
+    pin = git(nv, "rev-parse", "HEAD")
+    write(nv, {"README.md": "later upstream work\n", "setup.py": NVIDIA_SETUP.replace("version='0.1'", "version='0.2'")})
+    git(nv, "add", "-A")
+    git(nv, "commit", "-q", "-m", "fixture: upstream moves on after the pin")
+    head = git(nv, "rev-parse", "HEAD")
+
+    asc = base / "ascend-apex"
+    asc.mkdir()
+    git(asc, "init", "-q", "-b", "master")
+    work = base / "patch-work"
+    work.mkdir()
+    common = {
+        "src/apex/contrib/combine_tensors/__init__.py": "from .combine_tensors import combine_npu\n",
+        "src/apex/contrib/combine_tensors/combine_tensors.py": "def combine_npu(tensors):\n    return tensors\n",
+        "src/csrc/combine_tensors/change_dataptr.cpp": C_MODULE.format(name="change_data_ptr", dtype="BFloat16"),
+        "tests/L0/device.py": "DEVICE = 'npu'\n",
+        "scripts/build.sh": BUILD_SH.format(nvidia_url=f"file://{nv}", pin=pin),
+        "scripts/gen.sh": "#!/bin/bash\n# fixture: generation only (patch + copy)\n",
+        "README.md": "Fixture of Ascend apex: bash scripts/build.sh --python=3.8\n",
+    }
+    branches = [("master", False, True), ("5.0.rc3", False, False), ("drift", True, True)]
+    for i, (branch, drifted, bare_rpath) in enumerate(branches):
+        if i:
+            git(asc, "checkout", "-q", "-b", branch, "master")
+        files_b = dict(common)
+        files_b["patch/npu.patch"] = make_npu_patch(work, files, ascend_tree(files, drifted, bare_rpath))
+        write(asc, files_b)
+        git(asc, "add", "-A")
+        git(asc, "commit", "-q", "--allow-empty", "-m", f"fixture: {branch}")
+    git(asc, "checkout", "-q", "master")
+    return FixtureRepos(nvidia_path=nv, ascend_path=asc, nvidia_pin=pin, nvidia_head=head)
+
+
+def textblock(s: str) -> str:
+    return textwrap.dedent(s).lstrip()
