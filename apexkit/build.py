@@ -114,7 +114,7 @@ def make_plan(opts: BuildOptions, m: matrix_mod.Matrix, interp: interpreters.Int
     else:
         raise ConfigError(
             f"unknown Ascend apex ref '{ref}': not in matrix.toml [[refs]] (known: {', '.join(m.known_refs())})",
-            'add it to matrix.toml, or pass --setup-flags "--cpp_ext" to build it anyway',
+            'add it to matrix.toml, or pass --setup-flags="--cpp_ext" to build it anyway',
         )
     return Plan(
         python=opts.python,

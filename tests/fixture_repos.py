@@ -253,6 +253,7 @@ def nvidia_files() -> dict[str, str]:
         "csrc/flatten_unflatten.cpp": C_MODULE.format(name="apex_C", dtype="Float"),
         "apex/__init__.py": "from . import amp\n",
         "apex/amp/__init__.py": "from .frontend import initialize\n",
+        "apex/contrib/__init__.py": "",
         "apex/amp/frontend.py": "def initialize(models, optimizers=None, opt_level='O1'):\n    return models, optimizers\n",
         "tests/L0/run_test.py": "print('fixture L0 tests')\n",
         ".gitignore": "build\n",

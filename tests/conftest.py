@@ -1,0 +1,64 @@
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(ROOT))
+
+import fixture_repos  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def repos(tmp_path_factory) -> fixture_repos.FixtureRepos:
+    """Generated Ascend apex + NVIDIA apex look-alikes, served as file:// URLs."""
+    return fixture_repos.make(tmp_path_factory.mktemp("repos"))
+
+
+@pytest.fixture(scope="session")
+def shared_cache(tmp_path_factory) -> Path:
+    """One apexkit cache for the session: the build venv (torch installed once) is reused by the build tests."""
+    return tmp_path_factory.mktemp("apexkit-cache")
+
+
+class Runner:
+    def __init__(self, repos, cache: Path, tmp: Path) -> None:
+        self.repos = repos
+        self.cache = cache
+        self.dist = tmp / "dist"
+        self.build = tmp / "build"
+        self.marker = tmp / "build-sh-ran"
+
+    def env(self, **extra: str) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(self.repos.env(self.cache))
+        env["APEXKIT_FIXTURE_MARKER"] = str(self.marker)
+        env["APEXKIT_FETCH_BACKOFF"] = "0.05"
+        env.update(extra)
+        return env
+
+    def _dirs(self) -> list[str]:
+        return ["--dist", str(self.dist), "--build-dir", str(self.build)]
+
+    def nox(self, python: str, *args: str, **env: str) -> subprocess.CompletedProcess:
+        argv = [sys.executable, "-m", "nox", "-f", str(ROOT / "noxfile.py"), "-s", f"build-{python}", "--",
+                *self._dirs(), *args]
+        return subprocess.run(argv, cwd=ROOT, env=self.env(**env), capture_output=True, text=True, timeout=900)
+
+    def cli(self, python: str, *args: str, **env: str) -> subprocess.CompletedProcess:
+        argv = [sys.executable, "-m", "apexkit", "build", python, *self._dirs(), *args]
+        return subprocess.run(argv, cwd=ROOT, env=self.env(**env), capture_output=True, text=True, timeout=900)
+
+
+@pytest.fixture
+def runner(repos, shared_cache, tmp_path) -> Runner:
+    return Runner(repos, shared_cache, tmp_path)
+
+
+def output(proc: subprocess.CompletedProcess) -> str:
+    return proc.stdout + proc.stderr

@@ -1,0 +1,162 @@
+"""End to end: nox build sessions against the fixture repos, with real venvs, the real torch wheel and real g++."""
+
+import json
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, output
+
+WHEEL = "apex-0.1+ascend-cp311-cp311-linux_x86_64.whl"
+TARGET = "py3.11-torch2.13.0-x86_64-master"
+
+
+def dynamic_section(wheel: Path, module: str, tmp: Path) -> str:
+    with zipfile.ZipFile(wheel) as zf:
+        name = next(n for n in zf.namelist() if n.startswith(module) and n.endswith(".so"))
+        zf.extract(name, tmp)
+    return subprocess.run(["readelf", "-d", str(tmp / name)], capture_output=True, text=True, check=True).stdout
+
+
+def test_nox_lists_one_build_session_per_python():
+    out = subprocess.run([sys.executable, "-m", "nox", "-l", "-f", str(ROOT / "noxfile.py")], capture_output=True,
+                         text=True, check=True).stdout
+    for python in ("3.8", "3.9", "3.10", "3.11"):
+        assert f"build-{python} [build] -> Build the Apex for Ascend wheel for Python {python}" in out
+
+
+def test_build_311_end_to_end_then_wheel_cache_hit(runner, repos, tmp_path):
+    proc = runner.nox("3.11")
+    assert proc.returncode == 0, output(proc)[-3000:]
+    dist = runner.dist / TARGET
+    assert sorted(p.name for p in dist.iterdir()) == [WHEEL, "manifest.json"]
+    manifest = json.loads((dist / "manifest.json").read_text())
+    assert manifest["sources"]["nvidia_apex"]["commit"] == repos.nvidia_pin
+    assert manifest["sources"]["ascend_apex"]["commit"] == subprocess.run(
+        ["git", "-C", str(repos.ascend_path), "rev-parse", "master"], capture_output=True, text=True).stdout.strip()
+    assert {p["id"]: p["status"] for p in manifest["patches"]} == {
+        "torch-location": "applied", "pep440-version": "applied", "rpath-link-flag": "applied"}
+    assert manifest["wheel"]["sha256"] == __import__("hashlib").sha256((dist / WHEEL).read_bytes()).hexdigest()
+    assert manifest["tools"]["torch"].startswith("2.13.0") and manifest["tools"]["setuptools"]
+    assert manifest["cache_hit"] is False and manifest["durations_s"]["total"] > 0
+    smoke = manifest["smoke_test"]
+    assert smoke["modules"]["apex_C"]["ok"] and smoke["modules"]["change_data_ptr"]["ok"]
+    assert smoke["apex"].startswith("needs NPU runtime")  # reported, not a failure
+    assert not runner.marker.exists()  # Ascend's build.sh was never run
+
+    # The rpath patch: torch's lib dir relative to the installed module, and NEEDED libstdc++ kept.
+    dyn = dynamic_section(dist / WHEEL, "apex_C", tmp_path)
+    assert "Library rpath: [$ORIGIN/torch/lib]" in dyn
+    assert "[libstdc++.so.6]" in dyn and "[libc10.so]" in dyn
+
+    again = runner.nox("3.11")
+    assert again.returncode == 0, output(again)[-3000:]
+    assert "wheel cache hit" in output(again) and "▸ compile" not in output(again)
+    manifest2 = json.loads((dist / "manifest.json").read_text())
+    assert manifest2["cache_hit"] is True and manifest2["wheel"]["sha256"] == manifest["wheel"]["sha256"]
+
+
+def test_bare_rpath_trap_is_real_without_our_patch(runner, tmp_path):
+    proc = runner.nox("3.11", "--skip-patch", "rpath-link-flag", "--no-smoke-test")
+    assert proc.returncode == 0, output(proc)[-3000:]
+    dyn = dynamic_section(runner.dist / TARGET / WHEEL, "apex_C", tmp_path)
+    assert "$ORIGIN/torch/lib" not in dyn
+    assert "Library rpath: [" in dyn  # the linker swallowed the next argument as the rpath ...
+    assert "[libstdc++.so.6]" not in dyn  # ... and lost NEEDED libstdc++
+
+
+@pytest.fixture(scope="module")
+def lib64_torch(tmp_path_factory) -> Path:
+    """torch installed where openEuler keeps it: <prefix>/lib64/python3.11/site-packages, outside sys.prefix/lib."""
+    site = tmp_path_factory.mktemp("system") / "lib64" / "python3.11" / "site-packages"
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-compile", "--target", str(site),
+                    "torch==2.13.0"], check=True, capture_output=True)
+    return site
+
+
+def test_lib64_torch_fails_without_our_patch_and_builds_with_it(runner, lib64_torch):
+    broken = runner.nox("3.11", "--use-system-torch", "--skip-patch", "torch-location", "--no-smoke-test",
+                        PYTHONPATH=str(lib64_torch))
+    text = output(broken)
+    assert broken.returncode != 0
+    assert "No such file or directory" in text and ("c10/core/Device.h" in text or "cannot find -lc10" in text)
+    assert "known failure 'hardcoded-site-packages'" in text  # the hint is printed
+    assert not (runner.dist / TARGET).exists()  # nothing half-written
+    assert (runner.build / TARGET / "build.log").is_file()  # the full log is kept
+
+    fixed = runner.nox("3.11", "--use-system-torch", PYTHONPATH=str(lib64_torch))
+    assert fixed.returncode == 0, output(fixed)[-3000:]
+    manifest = json.loads((runner.dist / TARGET / "manifest.json").read_text())
+    assert manifest["smoke_test"]["modules"]["apex_C"]["ok"]
+    assert manifest["target"]["torch"].startswith("2.13.0")
+
+
+def test_drift_stops_before_compiling(runner):
+    proc = runner.nox("3.11", "--apex-ref", "drift", "--setup-flags=--cpp_ext")
+    text = output(proc)
+    assert proc.returncode != 0
+    assert "patch torch-location no longer applies to setup.py" in text
+    assert "▸ compile" not in text
+    assert not runner.dist.exists() or not any(runner.dist.iterdir())
+
+
+def test_apex_src_builds_the_users_checkout_with_local_fixes(runner, repos, tmp_path):
+    checkout = tmp_path / "my-apex"
+    subprocess.run(["git", "clone", "-q", str(repos.ascend_path), str(checkout)], check=True)
+    fix = checkout / "src/apex/contrib/combine_tensors/combine_tensors.py"
+    fix.write_text(fix.read_text() + "LOCAL_FIX = 'kept'\n")
+    proc = runner.nox("3.11", "--apex-src", str(checkout), "--no-smoke-test")
+    assert proc.returncode == 0, output(proc)[-3000:]
+    wheel = runner.dist / "py3.11-torch2.13.0-x86_64-local" / WHEEL
+    with zipfile.ZipFile(wheel) as zf:
+        assert "LOCAL_FIX = 'kept'" in zf.read("apex/contrib/combine_tensors/combine_tensors.py").decode()
+    assert not (checkout / "apex").exists()  # no build.sh-style clone inside the user's checkout
+    assert "flags detected from npu.patch: --cpp_ext" in output(proc)
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "code", "message"),
+    [
+        (["--apex-ref", "nosuch"], {}, 2, "unknown Ascend apex ref 'nosuch'"),
+        (["--apex-ref", "5.0.rc2"], {}, 4, "ref '5.0.rc2' not found"),
+        (["--nvidia-commit", "0" * 40], {}, 4, f"pinned commit {'0' * 40} is not in"),
+        ([], {"APEXKIT_ASCEND_APEX_URL": "file:///nonexistent/ascend-apex"}, 4, "after 3 attempts"),
+        (["--python", "/nonexistent/python3.11"], {}, 3, "--python /nonexistent/python3.11 is not a working Python"),
+        (["--torch", "2.13.0", "--npu"], {}, 2, "no torch_npu release is known for torch 2.13.0"),
+        (["--jobs", "0"], {}, 2, "--jobs 0: must be at least 1"),
+    ],
+)
+def test_bad_inputs_are_one_line_errors(runner, args, env, code, message):
+    proc = runner.cli("3.11", *args, **env)
+    assert proc.returncode == code, output(proc)[-2000:]
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and message in errors[0] and "-- next:" in errors[0]
+    assert "Traceback" not in output(proc)
+    assert not runner.dist.exists() or not any(runner.dist.iterdir())
+
+
+def test_unknown_python_is_refused(runner):
+    proc = runner.cli("3.5")
+    assert proc.returncode == 2 and "Python 3.5 is not supported" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_nox_session_reports_the_error_line(runner):
+    proc = runner.nox("3.11", "--apex-ref", "nosuch")
+    assert proc.returncode != 0
+    assert "aborted: unknown Ascend apex ref 'nosuch'" in output(proc) and "Traceback" not in output(proc)
+
+
+@pytest.mark.slow
+@pytest.mark.network
+@pytest.mark.parametrize("python", ["3.8", "3.9", "3.10"])
+def test_full_build_other_pythons(runner, python):
+    """torch 2.1.0 for these Pythons comes from the index as a large CUDA build on x86_64: out of default CI."""
+    proc = runner.nox(python)
+    assert proc.returncode == 0, output(proc)[-3000:]
+
+
+def test_no_leftover_temp_dirs(runner):
+    assert shutil.which("readelf"), "binutils is needed by these tests"

@@ -1,0 +1,82 @@
+import pytest
+
+from apexkit import build, matrix
+from apexkit.errors import ConfigError
+from apexkit.interpreters import Interpreter
+from apexkit.options import BuildOptions
+
+
+@pytest.fixture(scope="module")
+def m():
+    return matrix.load()
+
+
+def test_every_session_python_has_a_valid_default_torch(m):
+    assert m.session_pythons == ["3.8", "3.9", "3.10", "3.11"]
+    for python in m.session_pythons:
+        m.check_torch_python(m.default_torch(python), python)  # raises if the table rules it out
+    assert m.default_torch("3.8") == "2.1.0"
+    assert m.default_torch("3.11") == "2.13.0"
+
+
+def test_torch_without_wheels_for_the_python_is_refused_naming_the_row(m):
+    with pytest.raises(ConfigError) as exc:
+        m.check_torch_python("2.6.0", "3.8")
+    assert "row 2.6" in exc.value.cause and "3.9, 3.10, 3.11" in exc.value.cause
+    assert exc.value.hint.startswith("use --torch 2.4")
+
+
+def test_unknown_python_and_torch(m):
+    with pytest.raises(ConfigError, match="Python 3.5 is not supported"):
+        m.default_torch("3.5")
+    with pytest.raises(ConfigError, match="not in matrix.toml"):
+        m.check_torch_python("9.9.0", "3.11")
+    with pytest.raises(ConfigError, match="is not a torch version"):
+        m.check_torch_python("latest", "3.11")
+
+
+def test_refs_carry_their_flags(m):
+    assert m.ref("master").flags == ("--cpp_ext",)
+    assert m.ref("5.0.0").extensions == ("apex_C", "change_data_ptr")
+    assert m.ref("5.0.rc2").flags == ("--cpp_ext", "--npu_float_status") and m.ref("5.0.rc2").needs_npu_headers
+    assert m.ref("nosuch") is None
+
+
+def test_torch_npu_pairing(m):
+    assert m.torch_npu_for("2.1.0") == "2.1.0.post17"
+    assert m.torch_npu_for("2.7.1+cpu") == "2.7.1.post8"
+    with pytest.raises(ConfigError, match="no torch_npu release is known for torch 2.13.0"):
+        m.torch_npu_for("2.13.0")
+
+
+INTERP = Interpreter("/usr/bin/python3.11", "3.11", "3.11.7", "cpython", "aarch64", "/usr", "", "")
+
+
+def test_plan_decides_target_before_any_work(m):
+    plan = build.make_plan(BuildOptions(python="3.11"), m, INTERP, None, env={})
+    assert plan.target_id == "py3.11-torch2.13.0-aarch64-master"
+    assert plan.flags == ("--cpp_ext",) and plan.torch_npu is None
+    plan = build.make_plan(BuildOptions(python="3.11", torch="2.7.1", npu=True, apex_ref="5.0.rc3"), m, INTERP, None, {})
+    assert plan.torch_npu == "2.7.1.post8" and plan.target_id == "py3.11-torch2.7.1-aarch64-5.0.rc3"
+
+
+def test_plan_installs_torch_npu_when_a_cann_toolkit_is_detected(m, tmp_path):
+    plan = build.make_plan(BuildOptions(python="3.10", torch="2.1.0"), m, INTERP, None, {"ASCEND_HOME_PATH": str(tmp_path)})
+    assert plan.torch_npu == "2.1.0.post17"
+
+
+def test_plan_refuses_unknown_ref_unless_flags_are_given(m):
+    with pytest.raises(ConfigError, match="unknown Ascend apex ref 'feature-x'"):
+        build.make_plan(BuildOptions(python="3.11", apex_ref="feature-x"), m, INTERP, None, {})
+    plan = build.make_plan(BuildOptions(python="3.11", apex_ref="feature-x", setup_flags=("--cpp_ext",)), m, INTERP, None, {})
+    assert plan.extensions == ("apex_C", "change_data_ptr")
+
+
+def test_cache_key_changes_with_every_input(m):
+    plan = build.make_plan(BuildOptions(python="3.11"), m, INTERP, None, {})
+    opts = BuildOptions(python="3.11")
+    base = build.cache_key(plan, opts, "a" * 40, "b" * 40, [], m)
+    assert base == build.cache_key(plan, opts, "a" * 40, "b" * 40, [], m)
+    assert base != build.cache_key(plan, opts, "c" * 40, "b" * 40, [], m)
+    other = build.make_plan(BuildOptions(python="3.11", torch="2.12.0"), m, INTERP, None, {})
+    assert base != build.cache_key(other, opts, "a" * 40, "b" * 40, [], m)
