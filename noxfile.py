@@ -1,6 +1,7 @@
 """apexkit sessions. `nox -l` lists them; options go after `--` (`nox -s build-3.11 -- --help`).
 
 build-<python>  build the Apex for Ascend wheel for that Python (the list comes from matrix.toml)
+build-bench     cold vs cached vs -j1/-jN build times
 tests           the test suite (the README's test command)
 lint            ruff
 """
@@ -33,6 +34,14 @@ def _build_session(python: str) -> None:
 
 for _python in matrix.load().session_pythons:
     _build_session(_python)
+
+
+@nox.session(name="build-bench", python=False, default=False, tags=["bench"])
+def build_bench(session: nox.Session) -> None:
+    """Measure cold build, cached rebuild and -j1 vs -jN compile (numbers for the README, not a test)."""
+    from apexkit import buildbench
+
+    buildbench.main(session.posargs)
 
 
 @nox.session(python=False)

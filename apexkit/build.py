@@ -505,7 +505,7 @@ def _first_error(tail: list[str]) -> str:
     return (tail[-1] if tail else "no output").strip()[:200]
 
 
-_COMPILE_RE = re.compile(r"(?:gcc|g\+\+|c\+\+|cc)\b.*?-c\s+(\S+\.(?:cpp|cc|c))")
+_COMPILE_RE = re.compile(r"\s-c\s+(\S+\.(?:cpp|cxx|cc|c))(?:\s|$)")
 
 
 def _compile_progress(line: str) -> str | None:

@@ -76,7 +76,8 @@ def parser(prog: str = "nox -s build-3.X --") -> argparse.ArgumentParser:
     add("--use-system-torch", action="store_true",
         help="build against the torch the interpreter already has (MindIE, lib64 installs) instead of installing one")
     add("--skip-patch", metavar="ID", action="append", default=[], help="do not apply one of our patches (diagnosis)")
-    add("--setup-flags", metavar="FLAGS", help='setup.py flags for a ref not in matrix.toml, written with =: --setup-flags="--cpp_ext"')
+    add("--setup-flags", metavar="FLAGS",
+        help='setup.py flags for a ref not in matrix.toml, written with =: --setup-flags="--cpp_ext"')
     add("--dist", metavar="DIR", type=Path, help="output directory (default: ./dist)")
     add("--build-dir", metavar="DIR", type=Path, help="work directory (default: ./build)")
     add("--no-smoke-test", action="store_true", help="skip importing the wheel in a fresh venv")
