@@ -46,7 +46,12 @@ def build_bench(session: nox.Session) -> None:
 
 @nox.session(python=False)
 def tests(session: nox.Session) -> None:
-    """Run the test suite (pytest); extra arguments go to pytest."""
+    """Run the test suite (pytest); installs missing system tools (git, patch, g++, binutils) first."""
+    from apexkit import systools
+
+    installed = systools.ensure()
+    if installed:
+        session.log(f"installed {' '.join(installed)}")
     session.run("python3", "-m", "pytest", *session.posargs)
 
 

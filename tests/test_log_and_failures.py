@@ -22,3 +22,22 @@ def test_known_failure_signatures():
     assert ids("packaging.version.InvalidVersion: Invalid version: '0.1-ascend'") == ["invalid-version"]
     assert ids("fatal error: acl/acl.h: No such file or directory") == ["acl-headers-missing"]
     assert ids("all good") == []
+
+
+def test_missing_system_tools_are_named_with_their_package(monkeypatch, tmp_path):
+    from apexkit import systools
+
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert systools.missing(("patch", "readelf")) == ["patch", "readelf"]
+    assert systools.ensure(("patch", "readelf"), dry_run=True) == ["binutils", "patch"]
+
+
+def test_index_options_turn_into_pip_arguments(tmp_path):
+    from apexkit.venvs import IndexOptions
+
+    offline = IndexOptions(wheelhouses=(tmp_path,), offline=True, index_url="https://idx/simple")
+    assert offline.pip_args() == ["--no-index", "--find-links", str(tmp_path)]
+    idx = IndexOptions(index_url="https://idx/simple", torch_index_url="https://download.pytorch.org/whl/cpu")
+    assert idx.pip_args(for_torch=True) == ["--index-url", "https://download.pytorch.org/whl/cpu",
+                                            "--extra-index-url", "https://idx/simple"]
+    assert idx.pip_args() == ["--index-url", "https://idx/simple"]

@@ -1,0 +1,35 @@
+"""The system tools a build (and the test suite) needs, installed with the distro's package manager when missing."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+
+from apexkit import log
+from apexkit.errors import EnvironmentSetupError
+
+# command -> Debian package that provides it
+DEBIAN_PACKAGES = {"git": "git", "patch": "patch", "g++": "g++", "gcc": "gcc", "readelf": "binutils",
+                   "diff": "diffutils", "tar": "tar"}
+
+
+def missing(commands=tuple(DEBIAN_PACKAGES)) -> list[str]:
+    return [c for c in commands if shutil.which(c) is None]
+
+
+def ensure(commands=tuple(DEBIAN_PACKAGES), dry_run: bool = False) -> list[str]:
+    """Install what is missing (apt-get, as root); returns the packages installed (or that would be)."""
+    absent = missing(commands)
+    if not absent:
+        return []
+    packages = sorted({DEBIAN_PACKAGES[c] for c in absent})
+    if dry_run:
+        return packages
+    if shutil.which("apt-get") is None or os.geteuid() != 0:
+        raise EnvironmentSetupError(f"missing tools: {', '.join(absent)}",
+                                    f"install them with your package manager ({' '.join(packages)} on Debian)")
+    for argv in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *packages]):
+        log.echo_command(argv)
+        subprocess.run(argv, check=True, env=dict(os.environ, DEBIAN_FRONTEND="noninteractive"))
+    return packages
