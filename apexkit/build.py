@@ -101,8 +101,15 @@ def make_plan(opts: BuildOptions, m: matrix_mod.Matrix, interp: interpreters.Int
     else:
         torch = opts.torch or m.default_torch(opts.python)
         m.check_torch_python(torch, opts.python)
-    want_npu = opts.npu or detect_cann(env) is not None
-    torch_npu = (opts.torch_npu or m.torch_npu_for(torch)) if (want_npu and not opts.use_system_torch) else None
+    torch_npu = None
+    if not opts.use_system_torch:
+        if opts.npu:
+            torch_npu = opts.torch_npu or m.torch_npu_for(torch)
+        elif detect_cann(env) is not None:  # a toolkit is installed: pair torch_npu when the table knows one
+            try:
+                torch_npu = m.torch_npu_for(torch)
+            except ConfigError as exc:
+                log.warn(f"CANN toolkit found but torch_npu is not installed: {exc.cause}")
     spec = m.ref(ref)
     if opts.setup_flags is not None:
         flags, extensions, needs_headers, known = opts.setup_flags, _extensions_for(opts.setup_flags), \

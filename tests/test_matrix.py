@@ -80,3 +80,10 @@ def test_cache_key_changes_with_every_input(m):
     assert base != build.cache_key(plan, opts, "c" * 40, "b" * 40, [], m)
     other = build.make_plan(BuildOptions(python="3.11", torch="2.12.0"), m, INTERP, None, {})
     assert base != build.cache_key(other, opts, "a" * 40, "b" * 40, [], m)
+
+
+def test_detected_toolkit_without_a_torch_npu_release_does_not_block_the_build(m, tmp_path):
+    plan = build.make_plan(BuildOptions(python="3.11"), m, INTERP, None, {"ASCEND_HOME_PATH": str(tmp_path)})
+    assert plan.torch_npu is None  # torch 2.13.0 has no torch_npu in the table: warned, not refused
+    with pytest.raises(ConfigError):
+        build.make_plan(BuildOptions(python="3.11", npu=True), m, INTERP, None, {})
