@@ -74,7 +74,7 @@ class Mirror:
 
     def __init__(self, url: str, cache: Path, retry: RetryPolicy | None = None) -> None:
         self.url = url
-        slug = re.sub(r"[^A-Za-z0-9]+", "-", url.rstrip("/").rsplit("/", 2)[-2:][-1]).strip("-") or "repo"
+        slug = re.sub(r"[^A-Za-z0-9]+", "-", url.rstrip("/").rsplit("/", 1)[-1]).strip("-") or "repo"
         self.path = cache / "git" / f"{slug}-{hashlib.sha256(url.encode()).hexdigest()[:12]}.git"
         self.retry = retry or RetryPolicy.from_env()
 
