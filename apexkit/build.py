@@ -180,6 +180,7 @@ class Builder:
         self.env = dict(os.environ if env is None else env)
         self.m = matrix_mod.load()
         self.timings: dict[str, float] = {}
+        self.matched_failures: list[known_failures.KnownFailure] = []
         self.index = venvs.IndexOptions(opts.index_url, opts.extra_index_urls, opts.torch_index_url,
                                         opts.wheelhouses, opts.offline)
 
@@ -367,12 +368,12 @@ class Builder:
         log.info("  last lines of the build log:")
         for line in tail[-15:]:
             log.info(f"    {line}")
-        self._matched = known_failures.match(text)
-        for f in self._matched:
+        self.matched_failures = known_failures.match(text)
+        for f in self.matched_failures:
             log.warn(f"known failure '{f.id}': {f.cause}. Fix: {f.fix}")
 
     def _hint_suffix(self) -> str:
-        matched = getattr(self, "_matched", [])
+        matched = self.matched_failures
         return f"; known failure '{matched[0].id}': {matched[0].fix}" if matched else ""
 
     def _smoke_test(self, plan: Plan, wheel: Path, work: Path) -> dict:
