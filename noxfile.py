@@ -57,5 +57,5 @@ def tests(session: nox.Session) -> None:
 
 @nox.session(python=False)
 def lint(session: nox.Session) -> None:
-    """ruff check and ruff format --check."""
+    """ruff check over the repository."""
     session.run("ruff", "check", ".")

@@ -23,6 +23,7 @@ from apexkit import interpreters, known_failures, log, patches, sources, venvs
 from apexkit import matrix as matrix_mod
 from apexkit.errors import BuildError, ConfigError, SmokeTestError
 from apexkit.options import BuildOptions
+from apexkit.proc import run_logged
 
 # Bump when the way a wheel is produced changes, so old cache entries are not reused.
 RECIPE_VERSION = "1"
@@ -229,7 +230,7 @@ class Builder:
                 log.info(f"  {r.id:<18} {r.status}")
             s.note(", ".join(f"{r.id}: {r.status}" for r in results))
         wheel = self._compile(plan, venv, tree, work)
-        smoke = self._smoke_test(plan, wheel, work) if opts.smoke_test else {"skipped": "--no-smoke-test"}
+        smoke = self._smoke_test(plan, interp, wheel, work) if opts.smoke_test else {"skipped": "--no-smoke-test"}
         manifest = self._manifest(plan, opts, ascend, nvidia_sha, results, wheel, venv, key, smoke,
                                   started, cache_hit=False)
         self._cache_store(key, wheel, manifest)
@@ -350,7 +351,8 @@ class Builder:
                 "bdist_wheel", "-d", str(out)]
         with log.step(f"compile ({' '.join(plan.flags)}, -j{self.opts.jobs}{', ccache' if ccache else ''})",
                       self.timings) as s:
-            code, tail = proc_run(argv, self.log_path, tree, env, self.opts.verbose)
+            code, tail = run_logged(argv, self.log_path, cwd=tree, env=env, verbose=self.opts.verbose,
+                                    progress=_compile_progress)
             if code != 0:
                 self._explain_failure(tail)
                 raise BuildError(
@@ -376,7 +378,7 @@ class Builder:
         matched = self.matched_failures
         return f"; known failure '{matched[0].id}': {matched[0].fix}" if matched else ""
 
-    def _smoke_test(self, plan: Plan, wheel: Path, work: Path) -> dict:
+    def _smoke_test(self, plan: Plan, interp: interpreters.Interpreter, wheel: Path, work: Path) -> dict:
         modules = [e for e in plan.extensions if e != "npu_float_status" or plan.torch_npu]
         with log.step("smoke test (fresh venv: install the wheel, import its compiled modules)", self.timings) as s:
             venv_path = work / "smoke-venv"
@@ -384,9 +386,7 @@ class Builder:
                 venv = venvs.create(plan.interpreter, venv_path, self.log_path,
                                     system_site_packages=self.opts.use_system_torch)
                 if self.opts.use_system_torch:
-                    interp = interpreters.probe(plan.interpreter)[0]
-                    if interp:
-                        self._ensure_system_torch_visible(venv, interp)
+                    self._ensure_system_torch_visible(venv, interp)
                 else:
                     self._install_torch(venv, plan)
                 venvs.pip_install(venv, [str(wheel)], self.index, self.log_path, extra=["--no-deps"])
@@ -523,12 +523,6 @@ def _compile_progress(line: str) -> str | None:
     if line.startswith(("creating '", "adding '")):
         return "packing the wheel"
     return None
-
-
-def proc_run(argv, log_path: Path, cwd: Path, env: dict, verbose: bool):
-    from apexkit.proc import run_logged
-
-    return run_logged(argv, log_path, cwd=cwd, env=env, verbose=verbose, progress=_compile_progress)
 
 
 def main(python: str, argv: list[str], prog: str = "nox -s build-3.X --") -> Path:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import threading
@@ -78,10 +77,3 @@ def _heartbeat(state: dict, stop: threading.Event) -> None:
     while not stop.wait(HEARTBEAT_SECONDS):
         elapsed = log.format_seconds(time.monotonic() - state["start"])
         log.info(f"  ... {state['status'] or 'working'} ({elapsed})")
-
-
-def env_without(keys: Sequence[str]) -> dict[str, str]:
-    env = dict(os.environ)
-    for key in keys:
-        env.pop(key, None)
-    return env

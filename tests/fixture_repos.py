@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -325,7 +324,3 @@ def make(base: Path) -> FixtureRepos:
         git(asc, "commit", "-q", "--allow-empty", "-m", f"fixture: {branch}")
     git(asc, "checkout", "-q", "master")
     return FixtureRepos(nvidia_path=nv, ascend_path=asc, nvidia_pin=pin, nvidia_head=head)
-
-
-def textblock(s: str) -> str:
-    return textwrap.dedent(s).lstrip()
