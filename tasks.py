@@ -1,7 +1,12 @@
 """apexkit invoke tasks. `invoke --list` lists them; `invoke --help <task>` explains one.
 
-build   build a wheel (same options as `nox -s build-<python> --`), e.g. invoke build --python 3.11 -o "--torch 2.13.0"
-(proxy.*, image.*, source.* and doctor arrive with their issues.)
+build         build a wheel (same options as `nox -s build-<python> --`), e.g. invoke build --python 3.11 -o "--torch 2.13.0"
+proxy.setup   proxy (+ CA, mirrors) for the shell, the Docker daemon and containers; --dry-run shows the diffs
+proxy.check   per layer: configured? effective? a real request through the proxy
+proxy.show    what is saved and what each layer's files hold (passwords masked)
+proxy.env     export lines for eval "$(invoke proxy.env)"
+proxy.remove  undo setup (files restored from backups; your own content untouched)
+(image.*, source.* and doctor arrive with their issues.)
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from invoke import Collection, Exit, task
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from apexkit import log
 from apexkit.errors import ApexkitError
 
 
@@ -31,4 +37,83 @@ def build(c, python="3.11", options=""):
         raise Exit(f"error: {exc.format()}", code=exc.exit_code) from None
 
 
-ns = Collection(build)
+def _run(func, *args, **kwargs) -> None:
+    try:
+        code = func(*args, **kwargs)
+    except ApexkitError as exc:
+        raise Exit(f"error: {log.mask(exc.format())}", code=exc.exit_code) from None
+    if code:
+        raise Exit(code=code)
+
+
+_PATH_HELP = {
+    "profile": "shell file for the block (default ~/.bashrc; with --system /etc/profile.d/apexkit-proxy.sh)",
+    "system": "system-wide files: /etc/profile.d/apexkit-proxy.sh and /etc/pip.conf",
+    "root": "prefix for every path written or read (a test root standing for /); nothing is restarted",
+}
+
+
+@task(help={
+    "http": "proxy for http:// URLs, e.g. http://user:password@proxy:3128 (default: $http_proxy/$HTTP_PROXY)",
+    "https": "proxy for https:// URLs (default: $https_proxy/$HTTPS_PROXY, else --http)",
+    "no-proxy": "extra hosts/domains/CIDRs that bypass the proxy; localhost,127.0.0.0/8,::1 are always added",
+    "ca-cert": "PEM file of a TLS-intercepting proxy's CA: a bundle (system CAs + it) is exported as SSL_CERT_FILE, "
+               "REQUESTS_CA_BUNDLE, PIP_CERT, GIT_SSL_CAINFO, CURL_CA_BUNDLE",
+    "pip-index": "pip index mirror written to pip.conf (the no-proxy path)",
+    "registry-mirror": "registry mirror for the Docker daemon (daemon.json registry-mirrors); repeat for several",
+    "only": "comma-separated layers to touch: shell,daemon,container,pip (default: all)",
+    "daemon-mode": "auto (from the engine version), systemd (drop-ins) or daemon-json (Docker >= 23)",
+    "dry-run": "print the unified diff of every file; write nothing",
+    "restart": "restart the Docker daemon under systemd after a daemon change (--no-restart: print the commands)",
+    **_PATH_HELP,
+}, iterable=["registry_mirror"], auto_shortflags=False)
+def setup(c, http=None, https=None, no_proxy=None, ca_cert=None, pip_index=None, registry_mirror=None, only=None,
+          profile=None, system=False, daemon_mode="auto", root=None, dry_run=False, restart=True):
+    """Configure the proxy in all three layers (shell, Docker daemon, containers) plus mirrors and a CA."""
+    from apexkit import proxycli
+
+    _run(proxycli.setup, http=http, https=https, no_proxy=no_proxy, ca_cert=ca_cert, pip_index=pip_index,
+         registry_mirror=registry_mirror or [], only=only, profile=profile, system=system, daemon_mode=daemon_mode,
+         root=root, dry_run=dry_run, restart=restart)
+
+
+@task(help={"index-url": "URL for the HTTPS probe (default: the pip mirror, $PIP_INDEX_URL, else https://pypi.org/simple/)",
+            "image": "local image for the container probe (needs bash; default: the first apexkit/* image)",
+            "only": "comma-separated layers: shell,daemon,container", "json": "print JSON on stdout", **_PATH_HELP},
+      auto_shortflags=False)
+def check(c, index_url=None, image=None, only=None, json=False, profile=None, system=False, root=None):
+    """Check every layer: configured? effective? a real request through the proxy. Exit 1 when one fails."""
+    from apexkit import proxycli
+
+    _run(proxycli.check, profile=profile, system=system, root=root, index_url=index_url, image=image, only=only,
+         as_json=json)
+
+
+@task(help={"json": "print JSON on stdout", **_PATH_HELP}, auto_shortflags=False)
+def show(c, json=False, profile=None, system=False, root=None):
+    """Show the saved settings and what each layer's files hold (passwords masked)."""
+    from apexkit import proxycli
+
+    _run(proxycli.show, profile=profile, system=system, root=root, as_json=json)
+
+
+@task(help={"reveal": "print passwords even on a terminal", "unset": "print unset lines instead", **_PATH_HELP},
+      auto_shortflags=False)
+def env(c, reveal=False, unset=False, profile=None, system=False, root=None):
+    """Print export lines for the current shell: eval "$(invoke proxy.env)"."""
+    from apexkit import proxycli
+
+    _run(proxycli.env, profile=profile, system=system, root=root, reveal=reveal, unset=unset)
+
+
+@task(help={"only": "comma-separated layers to undo (default: all)", "dry-run": "print the diffs; write nothing",
+            **_PATH_HELP}, auto_shortflags=False)
+def remove(c, only=None, dry_run=False, profile=None, system=False, root=None):
+    """Undo proxy.setup: files restored from backups, your own content byte-identical."""
+    from apexkit import proxycli
+
+    _run(proxycli.remove, only=only, profile=profile, system=system, root=root, dry_run=dry_run)
+
+
+proxy_ns = Collection("proxy", setup, check, show, env, remove)
+ns = Collection(build, proxy_ns)

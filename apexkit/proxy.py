@@ -1,0 +1,830 @@
+"""Proxies (and their fallbacks: mirrors, a corporate CA) in all three layers that need them.
+
+    shell      a managed block in ~/.bashrc (or --profile, or /etc/profile.d with --system): curl, git, pip
+    daemon     systemd drop-ins docker.service.d/http-proxy.conf + https-proxy.conf, or daemon.json "proxies"
+               (Docker >= 23): image pulls -- the daemon is a service and never sees the shell's variables
+    container  ~/.docker/config.json "proxies.default": `docker run` / `docker build` steps (pip, apt inside)
+    pip        a pip index mirror in pip.conf, for the no-proxy path (registry mirrors go to daemon.json)
+
+`setup` describes the whole wanted state of the layers it is given: a file apexkit wrote before and that the new
+settings no longer need is undone. Every write goes through `fsedit` (diffs, preflight, atomic, backups).
+Credentials are masked in every output; files that hold them are 0600.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+from apexkit import fsedit, log
+from apexkit.errors import ConfigError, EnvironmentSetupError
+
+OWNER = "proxy"
+LAYERS = ("shell", "daemon", "container", "pip")
+DEFAULT_NO_PROXY = ("localhost", "127.0.0.0/8", "::1")
+PROXY_SCHEMES = ("http", "https", "socks5", "socks5h", "socks4")
+DAEMON_MODES = ("auto", "systemd", "daemon-json")
+CA_VARIABLES = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "PIP_CERT", "GIT_SSL_CAINFO", "CURL_CA_BUNDLE")
+SYSTEM_CA_BUNDLES = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt",
+                     "/etc/ssl/ca-bundle.pem", "/etc/ssl/cert.pem")
+CONTAINER_CA_PATH = "/etc/ssl/certs/apexkit-ca-bundle.pem"
+BLOCK = fsedit.Block("apexkit proxy")
+BLOCK_COMMENT = "managed by `invoke proxy.setup`; `invoke proxy.remove` takes it out again"
+FILE_HEADER = "# managed by apexkit (`invoke proxy.setup`); `invoke proxy.remove` deletes it\n"
+DAEMON_JSON_MIN_VERSION = (23, 0)
+
+# ---------------------------------------------------------------------------------------------------------------
+# Settings
+# ---------------------------------------------------------------------------------------------------------------
+
+_HOSTNAME = re.compile(r"^(?=.{1,253}$)([a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9])?)(\.[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9])?)*\.?$")
+
+
+def parse_proxy_url(value: str, option: str) -> str:
+    """Validate and normalise a proxy URL: scheme (http:// added when missing), host, port; credentials kept."""
+    raw = value.strip()
+    if not raw:
+        raise ConfigError(f"{option} is empty", f"pass {option} http://proxy.example.com:3128")
+    if "://" not in raw:
+        raw = "http://" + raw
+    shown = log.mask(raw)
+    try:
+        parts = urlsplit(raw)
+        port = parts.port
+    except ValueError as exc:
+        raise ConfigError(f"{option} {shown}: {exc}", "write it as http://[user:password@]host:port") from None
+    scheme = parts.scheme.lower()
+    if scheme not in PROXY_SCHEMES:
+        raise ConfigError(f"{option} {shown}: scheme {scheme!r} is not a proxy scheme",
+                          f"use one of {', '.join(s + '://' for s in PROXY_SCHEMES)}")
+    host = parts.hostname or ""
+    if not host:
+        raise ConfigError(f"{option} {shown}: no host", "write it as http://host:port")
+    try:
+        address = ipaddress.ip_address(host)
+        host_text = f"[{address.compressed}]" if address.version == 6 else address.compressed
+    except ValueError:
+        if not _HOSTNAME.match(host):
+            raise ConfigError(f"{option} {shown}: {host!r} is not a valid host name", "check for typos") from None
+        host_text = host
+    if port is None:
+        raise ConfigError(f"{option} {shown}: no port", f"add the proxy's port, e.g. {scheme}://{host_text}:3128")
+    if parts.path not in ("", "/") or parts.query or parts.fragment:
+        raise ConfigError(f"{option} {shown}: a proxy URL has no path, query or fragment",
+                          f"use {scheme}://{host_text}:{port}")
+    userinfo = parts.netloc.rpartition("@")[0]
+    return f"{scheme}://{userinfo + '@' if userinfo else ''}{host_text}:{port}"
+
+
+def merge_no_proxy(*sources: str | Sequence[str] | None) -> tuple[str, ...]:
+    """localhost, 127.0.0.0/8 and ::1 first, then every other entry once, in the order given."""
+    seen: dict[str, str] = {}
+    for source in (DEFAULT_NO_PROXY, *sources):
+        if not source:
+            continue
+        items = re.split(r"[,\s]+", source) if isinstance(source, str) else source
+        for item in items:
+            item = item.strip()
+            if item and item.lower() not in seen:
+                if "://" in item or ("/" in item and not _is_cidr(item)):
+                    raise ConfigError(f"--no-proxy entry {item!r} is not a host, domain, IP or CIDR",
+                                      "use entries like .corp.example.com,10.0.0.0/8")
+                seen[item.lower()] = item
+    return tuple(seen.values())
+
+
+def _is_cidr(item: str) -> bool:
+    try:
+        ipaddress.ip_network(item, strict=False)
+        return True
+    except ValueError:
+        return False
+
+
+def host_port(url: str | None) -> str:
+    if not url:
+        return ""
+    parts = urlsplit(url if "://" in url else "http://" + url)
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    return f"{parts.hostname}:{port}" if parts.hostname else ""
+
+
+@dataclass(frozen=True)
+class ProxySettings:
+    http: str | None = None
+    https: str | None = None
+    no_proxy: tuple[str, ...] = DEFAULT_NO_PROXY
+    ca_bundle: str | None = None          # the bundle apexkit exports (system CAs + the corporate CA)
+    pip_index: str | None = None
+    registry_mirrors: tuple[str, ...] = ()
+
+    @property
+    def has_credentials(self) -> bool:
+        return any(u and "@" in u.split("://", 1)[-1] for u in (self.http, self.https, self.pip_index))
+
+    @property
+    def no_proxy_text(self) -> str:
+        return ",".join(self.no_proxy)
+
+    def environment(self) -> dict[str, str]:
+        """The variables for a shell or a container, lower and upper case (tools disagree on which they read)."""
+        env: dict[str, str] = {}
+        for name, value in (("http_proxy", self.http), ("https_proxy", self.https)):
+            if value:
+                env[name] = value
+                env[name.upper()] = value
+        if self.http or self.https:
+            env["no_proxy"] = env["NO_PROXY"] = self.no_proxy_text
+        if self.ca_bundle:
+            env.update(dict.fromkeys(CA_VARIABLES, self.ca_bundle))
+        return env
+
+    def to_json(self) -> dict:
+        data = asdict(self)
+        data["no_proxy"] = list(self.no_proxy)
+        data["registry_mirrors"] = list(self.registry_mirrors)
+        return data
+
+    @classmethod
+    def from_json(cls, data: Mapping) -> ProxySettings:
+        return cls(http=data.get("http"), https=data.get("https"), no_proxy=tuple(data.get("no_proxy") or DEFAULT_NO_PROXY),
+                   ca_bundle=data.get("ca_bundle"), pip_index=data.get("pip_index"),
+                   registry_mirrors=tuple(data.get("registry_mirrors") or ()))
+
+
+def _from_environment(environ: Mapping[str, str], name: str) -> str | None:
+    lower, upper = environ.get(name, "").strip(), environ.get(name.upper(), "").strip()
+    if lower and upper and lower != upper:
+        log.warn(f"{name} and {name.upper()} differ in this environment; using {name} (lower case, as curl does)")
+    return lower or upper or None
+
+
+def _mirror_url(value: str, option: str) -> str:
+    parts = urlsplit(value.strip())
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError(f"{option} {log.mask(value)!s} is not an http(s) URL", f"pass {option} https://mirror.example.com/…")
+    return value.strip().rstrip("/") + ("/" if option == "--pip-index" else "")
+
+
+def make_settings(http: str | None = None, https: str | None = None, no_proxy: str | None = None,
+                  ca_bundle: str | None = None, pip_index: str | None = None,
+                  registry_mirrors: Sequence[str] = (), environ: Mapping[str, str] | None = None) -> ProxySettings:
+    """Options first, then the current environment (lower case wins, as in curl); https defaults to http."""
+    environ = os.environ if environ is None else environ
+    http_value = http or _from_environment(environ, "http_proxy")
+    https_value = https or _from_environment(environ, "https_proxy") or http_value
+    http_url = parse_proxy_url(http_value, "--http") if http_value else None
+    https_url = parse_proxy_url(https_value, "--https") if https_value else None
+    if not http_url and not https_url and not pip_index and not registry_mirrors:
+        raise ConfigError("no proxy given and none set in this environment (http_proxy/https_proxy)",
+                          "pass --http http://proxy:3128 (or --pip-index / --registry-mirror for the no-proxy path)")
+    user_no_proxy = no_proxy if no_proxy is not None else _from_environment(environ, "no_proxy")
+    return ProxySettings(http=http_url, https=https_url, no_proxy=merge_no_proxy(user_no_proxy), ca_bundle=ca_bundle,
+                         pip_index=_mirror_url(pip_index, "--pip-index") if pip_index else None,
+                         registry_mirrors=tuple(_mirror_url(m, "--registry-mirror") for m in registry_mirrors))
+
+
+def shell_exports(env: Mapping[str, str]) -> str:
+    return "".join(f"export {name}={shlex.quote(value)}\n" for name, value in env.items())
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Where things live
+# ---------------------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Paths:
+    """Every path a layer touches; with --root, all of them (home included) live under that directory."""
+
+    root: Path = Path("/")
+    environ: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
+    profile: str | None = None
+    system: bool = False
+
+    @property
+    def home(self) -> str:
+        return self.environ.get("HOME") or str(Path.home())
+
+    def real(self, display: str) -> Path:
+        return self.root / display.lstrip("/") if str(self.root) != "/" else Path(display)
+
+    def _config_home(self) -> str:
+        return self.environ.get("XDG_CONFIG_HOME") or f"{self.home}/.config"
+
+    @property
+    def shell_profile(self) -> str:
+        if self.profile:
+            return str(Path(self.profile).expanduser().absolute()) if str(self.root) == "/" else self.profile
+        return "/etc/profile.d/apexkit-proxy.sh" if self.system else f"{self.home}/.bashrc"
+
+    dropin_dir = "/etc/systemd/system/docker.service.d"
+    daemon_json = "/etc/docker/daemon.json"
+
+    @property
+    def dropins(self) -> dict[str, str]:
+        return {"http": f"{self.dropin_dir}/http-proxy.conf", "https": f"{self.dropin_dir}/https-proxy.conf"}
+
+    @property
+    def docker_config(self) -> str:
+        return f"{self.environ.get('DOCKER_CONFIG') or self.home + '/.docker'}/config.json"
+
+    @property
+    def pip_conf(self) -> str:
+        return "/etc/pip.conf" if self.system else f"{self._config_home()}/pip/pip.conf"
+
+    @property
+    def state_dir(self) -> str:
+        return f"{self._config_home()}/apexkit"
+
+    @property
+    def settings_file(self) -> str:
+        return f"{self.state_dir}/proxy.json"
+
+    @property
+    def ca_bundle(self) -> str:
+        return f"{self.state_dir}/ca-bundle.pem"
+
+    def backups(self) -> fsedit.BackupStore:
+        return fsedit.BackupStore(self.real(f"{self.state_dir}/backups"))
+
+    def layer_of(self, display: str) -> str:
+        if display == self.shell_profile:
+            return "shell"
+        if display in self.dropins.values() or display == self.daemon_json:
+            return "daemon"
+        if display == self.docker_config:
+            return "container"
+        if display == self.pip_conf:
+            return "pip"
+        return "state"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Docker daemon specifics
+# ---------------------------------------------------------------------------------------------------------------
+
+def engine_version() -> tuple[int, int] | None:
+    """The installed Docker engine's version (dockerd --version works while the daemon is down)."""
+    for command in (["dockerd", "--version"], ["docker", "version", "--format", "{{.Server.Version}}"]):
+        if shutil.which(command[0]) is None:
+            continue
+        try:
+            out = subprocess.run(command, capture_output=True, text=True, timeout=20).stdout
+        except (OSError, subprocess.SubprocessError):
+            continue
+        match = re.search(r"(\d+)\.(\d+)", out)
+        if match:
+            return int(match[1]), int(match[2])
+    return None
+
+
+def resolve_daemon_mode(mode: str, version: tuple[int, int] | None) -> tuple[str, str]:
+    """(mode, why). daemon.json "proxies" needs Docker >= 23; drop-ins work with any version under systemd."""
+    if mode not in DAEMON_MODES:
+        raise ConfigError(f"--daemon-mode {mode!r} is not one of {', '.join(DAEMON_MODES)}", "use auto, systemd or daemon-json")
+    if mode != "auto":
+        if mode == "daemon-json" and version and version < DAEMON_JSON_MIN_VERSION:
+            raise ConfigError(f"daemon.json \"proxies\" needs Docker >= 23; this engine is {version[0]}.{version[1]}",
+                              "use --daemon-mode systemd (drop-ins) or upgrade Docker")
+        return mode, "chosen with --daemon-mode"
+    if version is None:
+        return "systemd", "no Docker engine found: systemd drop-ins work with every version"
+    if version >= DAEMON_JSON_MIN_VERSION:
+        return "daemon-json", f"Docker {version[0]}.{version[1]} reads proxies from daemon.json"
+    return "systemd", f"Docker {version[0]}.{version[1]} < 23 takes proxies only from its environment"
+
+
+def systemd_running() -> bool:
+    return Path("/run/systemd/system").is_dir()
+
+
+def _systemd_quote(value: str) -> str:
+    # In unit files "%" starts a specifier and the value sits in double quotes: a percent-encoded password
+    # (p%40ss) would be mangled without this.
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%")
+
+
+def _systemd_unquote(value: str) -> str:
+    return re.sub(r"\\(.)", r"\1", value).replace("%%", "%")
+
+
+def render_dropin(variables: Mapping[str, str]) -> bytes:
+    lines = [FILE_HEADER.rstrip("\n"), "[Service]"]
+    lines += [f'Environment="{name}={_systemd_quote(value)}"' for name, value in variables.items()]
+    return ("\n".join(lines) + "\n").encode()
+
+
+def dropin_environment(text: str) -> dict[str, str]:
+    """The environment a systemd drop-in gives the service (what dockerd will see)."""
+    env: dict[str, str] = {}
+    for line in text.splitlines():
+        match = re.match(r'^\s*Environment\s*=\s*(.*)$', line)
+        if not match:
+            continue
+        for item in re.findall(r'"((?:[^"\\]|\\.)*)"|(\S+)', match[1]):
+            assignment = _systemd_unquote(item[0] or item[1])
+            name, _, value = assignment.partition("=")
+            env[name] = value
+    return env
+
+
+def daemon_environment(paths: Paths) -> dict[str, str]:
+    """The proxy environment our drop-ins give dockerd (empty when none are written)."""
+    env: dict[str, str] = {}
+    for display in paths.dropins.values():
+        data = fsedit.read_bytes(paths.real(display))
+        if data:
+            env.update(dropin_environment(data.decode()))
+    return env
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Planning: the wanted content of every file
+# ---------------------------------------------------------------------------------------------------------------
+
+def _secret_mode(holds_secret: bool, current: int | None, default: int = 0o644) -> int:
+    if holds_secret:
+        return 0o600
+    return current if current is not None else default
+
+
+def _has_userinfo(*urls: str | None) -> bool:
+    return any(u and "@" in u.split("://", 1)[-1] for u in urls)
+
+
+def _json_undo(keys: Sequence[tuple[str, ...]], indent: str | int):
+    """Undo for a JSON file edited since: each key path we manage goes back to its original value (or away)."""
+
+    def undo(display: str, current: bytes, original: bytes | None, record: dict) -> bytes | None:
+        now = fsedit.load_json_object(Path(display), display, current)
+        before = fsedit.load_json_object(Path(display), display, original)
+        for key_path in keys:
+            _set_path(now, key_path, _get_path(before, key_path))
+        if not now and original is None:
+            return None
+        return fsedit.dump_json(now, indent)
+
+    return undo
+
+
+_MISSING = object()
+
+
+def _get_path(data: dict, key_path: tuple[str, ...]):
+    for key in key_path:
+        if not isinstance(data, dict) or key not in data:
+            return _MISSING
+        data = data[key]
+    return data
+
+
+def _set_path(data: dict, key_path: tuple[str, ...], value) -> None:
+    """Set a nested key; with _MISSING, delete it and drop the parents that became empty."""
+    *parents, last = key_path
+    if value is not _MISSING:
+        node = data
+        for key in parents:
+            if not isinstance(node.get(key), dict):
+                node[key] = {}
+            node = node[key]
+        node[last] = value
+        return
+    nodes = [data]
+    for key in parents:
+        child = nodes[-1].get(key)
+        if not isinstance(child, dict):
+            return
+        nodes.append(child)
+    nodes[-1].pop(last, None)
+    for node, key in zip(reversed(nodes[:-1]), reversed(parents)):
+        if node.get(key) == {}:
+            node.pop(key)
+
+
+def _shell_undo(display: str, current: bytes, original: bytes | None, record: dict) -> bytes | None:
+    text = BLOCK.strip(current.decode(), added_newline=record.get("added_newline", False))
+    return None if not text and original is None else text.encode()
+
+
+def _ini_undo(keys: Sequence[str]):
+    def undo(display: str, current: bytes, original: bytes | None, record: dict) -> bytes | None:
+        text = current.decode()
+        before = (original or b"").decode()
+        for key in keys:
+            text = fsedit.ini_set(text, "global", key, fsedit.ini_get(before, "global", key))
+        if original is None and not re.sub(r"\[global\]\s*", "", text).strip():
+            return None
+        return text.encode()
+
+    return undo
+
+
+def _whole_file_undo(display: str, current: bytes, original: bytes | None, record: dict) -> bytes | None:
+    return original
+
+
+def _change(paths: Paths, display: str, new: bytes | None, mode: int, undo, note: str = "", **extra) -> fsedit.Change:
+    return fsedit.Change(display, paths.real(display), new, mode=mode, note=note, undo=undo, extra=extra)
+
+
+def plan_shell(settings: ProxySettings, paths: Paths) -> list[fsedit.Change]:
+    display = paths.shell_profile
+    real = paths.real(display)
+    current = (fsedit.read_bytes(real) or b"").decode()
+    env = settings.environment()
+    if not env:
+        return []
+    block = BLOCK.render(shell_exports(env).splitlines(), BLOCK_COMMENT)
+    text, added_newline = BLOCK.put(current, block)
+    secret = settings.has_credentials
+    note = "holds credentials: 0600" if secret else ""
+    return [_change(paths, display, text.encode(), _secret_mode(secret, fsedit.file_mode(real)), _shell_undo, note,
+                    added_newline=added_newline)]
+
+
+def plan_daemon(settings: ProxySettings, paths: Paths, mode: str) -> list[fsedit.Change]:
+    changes: list[fsedit.Change] = []
+    secret = _has_userinfo(settings.http, settings.https)
+    note = "holds credentials: 0600" if secret else ""
+    proxied = bool(settings.http or settings.https)
+    for kind, display in paths.dropins.items():
+        url = settings.http if kind == "http" else settings.https
+        if mode == "systemd" and proxied and url:
+            content = render_dropin({f"{kind.upper()}_PROXY": url, "NO_PROXY": settings.no_proxy_text})
+            changes.append(_change(paths, display, content, 0o600 if secret else 0o644, _whole_file_undo, note))
+    json_keys: list[tuple[str, ...]] = []
+    if mode == "daemon-json" and proxied:
+        json_keys.append(("proxies",))
+    if settings.registry_mirrors:
+        json_keys.append(("registry-mirrors",))
+    if json_keys:
+        real = paths.real(paths.daemon_json)
+        old = fsedit.read_bytes(real)
+        data = fsedit.load_json_object(real, paths.daemon_json, old)
+        if ("proxies",) in json_keys:
+            proxies = {k: v for k, v in (("http-proxy", settings.http), ("https-proxy", settings.https)) if v}
+            data["proxies"] = {**proxies, "no-proxy": settings.no_proxy_text}
+        if settings.registry_mirrors:
+            data["registry-mirrors"] = list(settings.registry_mirrors)
+        json_secret = secret and ("proxies",) in json_keys
+        changes.append(_change(paths, paths.daemon_json, fsedit.dump_json(data),
+                               _secret_mode(json_secret, fsedit.file_mode(real)), _json_undo(json_keys, 2),
+                               note if json_secret else ""))
+    return changes
+
+
+def plan_container(settings: ProxySettings, paths: Paths) -> list[fsedit.Change]:
+    if not (settings.http or settings.https):
+        return []
+    real = paths.real(paths.docker_config)
+    data = fsedit.load_json_object(real, paths.docker_config, fsedit.read_bytes(real))
+    default = {k: v for k, v in (("httpProxy", settings.http), ("httpsProxy", settings.https)) if v}
+    default["noProxy"] = settings.no_proxy_text
+    proxies = data.get("proxies") if isinstance(data.get("proxies"), dict) else {}
+    data["proxies"] = {**proxies, "default": default}
+    # the docker CLI writes config.json 0600 with tab indentation; keep both
+    return [_change(paths, paths.docker_config, fsedit.dump_json(data, "\t"), 0o600, _json_undo([("proxies", "default")], "\t"),
+                    "0600, like the docker CLI's own")]
+
+
+def plan_pip(settings: ProxySettings, paths: Paths) -> list[fsedit.Change]:
+    if not settings.pip_index:
+        return []
+    real = paths.real(paths.pip_conf)
+    text = (fsedit.read_bytes(real) or b"").decode()
+    text = fsedit.ini_set(text, "global", "index-url", settings.pip_index)
+    parts = urlsplit(settings.pip_index)
+    keys = ["index-url"]
+    if parts.scheme == "http":  # pip refuses plain-http indexes unless the host is trusted
+        text = fsedit.ini_set(text, "global", "trusted-host", parts.hostname)
+        keys.append("trusted-host")
+    secret = _has_userinfo(settings.pip_index)
+    return [_change(paths, paths.pip_conf, text.encode(), _secret_mode(secret, fsedit.file_mode(real)), _ini_undo(keys),
+                    "holds credentials: 0600" if secret else "")]
+
+
+def plan_state(settings: ProxySettings, paths: Paths, layers: Sequence[str], daemon_mode: str,
+               ca_bytes: bytes | None) -> list[fsedit.Change]:
+    state = {"settings": settings.to_json(), "layers": list(layers), "daemon_mode": daemon_mode,
+             "profile": paths.shell_profile}
+    changes = [_change(paths, paths.settings_file, fsedit.dump_json(state), 0o600, _whole_file_undo, "holds the settings: 0600")]
+    if ca_bytes is not None:
+        count = ca_bytes.count(b"-----BEGIN CERTIFICATE-----")
+        change = _change(paths, paths.ca_bundle, ca_bytes, 0o644, _whole_file_undo, "system CAs + the given CA")
+        change.summary = f"{count} certificates (the system bundle plus --ca-cert)"
+        changes.append(change)
+    return changes
+
+
+def build_ca_bundle(ca_cert: str, system_bundles: Sequence[str] = SYSTEM_CA_BUNDLES) -> bytes:
+    """The system's CA bundle plus the given certificate(s), each certificate once."""
+    path = Path(ca_cert).expanduser()
+    try:
+        extra = path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"--ca-cert {ca_cert}: cannot read it ({exc.__class__.__name__})",
+                          "pass the PEM file of your proxy's CA") from None
+    pem = re.compile(r"-----BEGIN CERTIFICATE-----\s.*?-----END CERTIFICATE-----", re.S)
+    certificates = pem.findall(extra)
+    if not certificates:
+        raise ConfigError(f"--ca-cert {ca_cert} holds no PEM certificate (-----BEGIN CERTIFICATE-----)",
+                          "export the CA as PEM (openssl x509 -inform der -in ca.cer -out ca.pem)")
+    system = next((Path(b) for b in system_bundles if Path(b).is_file()), None)
+    existing = pem.findall(system.read_text()) if system else []
+    unique = list(dict.fromkeys([*existing, *certificates]))
+    return ("\n".join(unique) + "\n").encode()
+
+
+@dataclass
+class Plan:
+    settings: ProxySettings
+    paths: Paths
+    layers: tuple[str, ...]
+    daemon_mode: str
+    daemon_mode_why: str
+    changes: list[fsedit.Change]
+    stale: list[fsedit.Change]      # files apexkit wrote before that these settings no longer need
+
+    @property
+    def all_changes(self) -> list[fsedit.Change]:
+        return [*self.changes, *self.stale]
+
+
+def _stale_changes(paths: Paths, layers: Sequence[str], wanted: set[str]) -> list[fsedit.Change]:
+    """Files of the selected layers that an earlier setup wrote and the new plan does not cover: undo them."""
+    store = paths.backups()
+    manifest = store.load()
+    stale = []
+    for display, record in manifest.items():
+        if record.get("owner") != OWNER or display in wanted or paths.layer_of(display) not in layers:
+            continue
+        real = Path(record["path"])
+        current = fsedit.read_bytes(real)
+        original = store.original(display, record)
+        if current is None or fsedit.sha256(current) == record.get("written_sha256"):
+            restored = original
+        else:
+            restored = _undo_for(paths, display)(display, current, original, record)
+        stale.append(fsedit.Change(display, real, restored, mode=record.get("mode") or 0o644, note="no longer needed"))
+    return stale
+
+
+def _undo_for(paths: Paths, display: str):
+    layer = paths.layer_of(display)
+    if layer == "shell":
+        return _shell_undo
+    if display == paths.daemon_json:
+        return _json_undo([("proxies",), ("registry-mirrors",)], 2)
+    if layer == "container":
+        return _json_undo([("proxies", "default")], "\t")
+    if layer == "pip":
+        return _ini_undo(["index-url", "trusted-host"])
+    return _whole_file_undo
+
+
+def make_plan(settings: ProxySettings, paths: Paths, layers: Sequence[str] = LAYERS, daemon_mode: str = "auto",
+              ca_cert: str | None = None, version: tuple[int, int] | bool | None = False) -> Plan:
+    unknown = [layer for layer in layers if layer not in LAYERS]
+    if unknown:
+        raise ConfigError(f"unknown layer {unknown[0]!r}", f"choose from {', '.join(LAYERS)}")
+    mode, why = resolve_daemon_mode(daemon_mode, engine_version() if version is False else version)
+    ca_bytes = build_ca_bundle(ca_cert) if ca_cert else None
+    if ca_bytes is not None:
+        settings = ProxySettings(**{**settings.__dict__, "ca_bundle": paths.ca_bundle})
+    changes: list[fsedit.Change] = []
+    if "shell" in layers:
+        changes += plan_shell(settings, paths)
+    if "daemon" in layers:
+        changes += plan_daemon(settings, paths, mode)
+    if "container" in layers:
+        changes += plan_container(settings, paths)
+    if "pip" in layers:
+        changes += plan_pip(settings, paths)
+    wanted = {c.display for c in changes}
+    if ca_bytes is None and settings.ca_bundle == paths.ca_bundle:
+        wanted.add(paths.ca_bundle)
+    changes += plan_state(settings, paths, layers, mode, ca_bytes)
+    wanted |= {c.display for c in changes}
+    stale = _stale_changes(paths, [*layers, "state"], wanted)
+    return Plan(settings, paths, tuple(layers), mode, why, changes, stale)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Reading back: what each layer holds now
+# ---------------------------------------------------------------------------------------------------------------
+
+@dataclass
+class LayerState:
+    layer: str
+    files: list[str]
+    values: dict[str, str]          # variable -> value, as found in the files (unmasked: mask when printing)
+
+    @property
+    def configured(self) -> bool:
+        return bool(self.values)
+
+
+def _shell_values(text: str) -> dict[str, str]:
+    block = BLOCK.find(text) or ""
+    values = {}
+    for line in block.splitlines():
+        match = re.match(r"^export ([A-Za-z_][A-Za-z0-9_]*)=(.*)$", line)
+        if match:
+            values[match[1]] = (shlex.split(match[2]) or [""])[0]
+    return values
+
+
+def read_state(paths: Paths) -> dict[str, LayerState]:
+    text = (fsedit.read_bytes(paths.real(paths.shell_profile)) or b"").decode("utf-8", "replace")
+    states = {"shell": LayerState("shell", [paths.shell_profile], _shell_values(text))}
+    daemon_values = daemon_environment(paths)
+    daemon_files = [d for d in paths.dropins.values() if paths.real(d).exists()]
+    try:
+        daemon_json = fsedit.load_json_object(paths.real(paths.daemon_json), paths.daemon_json,
+                                              fsedit.read_bytes(paths.real(paths.daemon_json)))
+    except fsedit.CorruptFileError:
+        daemon_json = {}
+    proxies = daemon_json.get("proxies") if isinstance(daemon_json.get("proxies"), dict) else {}
+    for key, name in (("http-proxy", "HTTP_PROXY"), ("https-proxy", "HTTPS_PROXY"), ("no-proxy", "NO_PROXY")):
+        if proxies.get(key):
+            daemon_values[f"daemon.json {name}"] = proxies[key]
+    if daemon_json.get("registry-mirrors"):
+        daemon_values["registry-mirrors"] = ",".join(daemon_json["registry-mirrors"])
+    if proxies or daemon_json.get("registry-mirrors"):
+        daemon_files.append(paths.daemon_json)
+    states["daemon"] = LayerState("daemon", daemon_files, daemon_values)
+    try:
+        config = fsedit.load_json_object(paths.real(paths.docker_config), paths.docker_config,
+                                         fsedit.read_bytes(paths.real(paths.docker_config)))
+    except fsedit.CorruptFileError:
+        config = {}
+    default = _get_path(config, ("proxies", "default"))
+    states["container"] = LayerState("container", [paths.docker_config],
+                                     dict(default) if isinstance(default, dict) else {})
+    pip_text = (fsedit.read_bytes(paths.real(paths.pip_conf)) or b"").decode("utf-8", "replace")
+    pip_values = {k: v for k in ("index-url", "trusted-host") if (v := fsedit.ini_get(pip_text, "global", k))}
+    states["pip"] = LayerState("pip", [paths.pip_conf], pip_values)
+    return states
+
+
+def load_saved(paths: Paths) -> dict | None:
+    data = fsedit.read_bytes(paths.real(paths.settings_file))
+    if not data:
+        return None
+    return fsedit.load_json_object(paths.real(paths.settings_file), paths.settings_file, data)
+
+
+def verify(plan: Plan) -> list[str]:
+    """After writing: read every layer back and list what does not hold the settings."""
+    problems = []
+    states = read_state(plan.paths)
+    s = plan.settings
+    if "shell" in plan.layers and s.environment():
+        got = states["shell"].values
+        problems += [f"{plan.paths.shell_profile}: {k}" for k, v in s.environment().items() if got.get(k) != v]
+    if "daemon" in plan.layers and (s.http or s.https):
+        got = states["daemon"].values
+        prefix = "daemon.json " if plan.daemon_mode == "daemon-json" else ""
+        for name, value in (("HTTP_PROXY", s.http), ("HTTPS_PROXY", s.https)):
+            if value and got.get(prefix + name) != value:
+                problems.append(f"daemon: {name}")
+    if "container" in plan.layers and (s.http or s.https):
+        got = states["container"].values
+        if got.get("httpsProxy", got.get("httpProxy")) != (s.https or s.http):
+            problems.append(f"{plan.paths.docker_config}: proxies.default")
+    if "pip" in plan.layers and s.pip_index and states["pip"].values.get("index-url") != s.pip_index:
+        problems.append(f"{plan.paths.pip_conf}: index-url")
+    return problems
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Acting
+# ---------------------------------------------------------------------------------------------------------------
+
+def daemon_next_steps(plan: Plan, restart: bool) -> list[list[str]]:
+    """The commands that make dockerd read the new settings; run here when systemd manages docker."""
+    if not any(plan.paths.layer_of(c.display) == "daemon" and c.changed for c in plan.all_changes):
+        return []
+    commands = [["systemctl", "daemon-reload"], ["systemctl", "restart", "docker"]]
+    if plan.daemon_mode == "daemon-json":
+        commands = [["systemctl", "restart", "docker"]]
+    if restart and str(plan.paths.root) == "/" and systemd_running() and shutil.which("systemctl"):
+        for argv in commands:
+            log.echo_command(argv)
+            result = subprocess.run(argv, capture_output=True, text=True)
+            if result.returncode != 0:
+                raise EnvironmentSetupError(f"{shlex.join(argv)} failed: {log.mask(result.stderr.strip()[:300])}",
+                                            "check `systemctl status docker` and `journalctl -u docker`")
+        return []
+    return commands
+
+
+def setup(plan: Plan, dry_run: bool = False, restart: bool = True) -> int:
+    """status -> act -> check again. Returns the number of files written (or that would be)."""
+    changed = [c for c in plan.all_changes if c.changed]
+    log.info(f"daemon mode: {plan.daemon_mode} ({plan.daemon_mode_why})")
+    if dry_run:
+        for change in changed:
+            note = f"  ({change.note})" if change.note else ""
+            log.info(f"=== {change.display}{note}")
+            log.console.print(change.diff(), markup=False, highlight=False, end="")
+        unchanged = len(plan.all_changes) - len(changed)
+        log.info(f"dry run: {len(changed)} file(s) would change, {unchanged} already up to date; nothing written")
+        return len(changed)
+    fsedit.preflight(changed, "run with sudo for the daemon layer, or limit the layers: --only shell,container")
+    written = fsedit.apply(plan.all_changes, plan.paths.backups(), OWNER)
+    for change in written:
+        note = f" ({change.note})" if change.note else ""
+        verb = "removed" if change.new is None else "wrote"
+        log.info(f"{verb} {change.display}{note}")
+    if not written:
+        log.info("every layer already holds these settings; nothing written")
+    problems = verify(plan)
+    if problems:
+        raise EnvironmentSetupError(f"read-back after writing found differences: {'; '.join(problems)}",
+                                    "run `invoke proxy.show` and report this as a bug")
+    commands = daemon_next_steps(plan, restart)
+    if commands:
+        why = "systemd is not running here" if not systemd_running() else "--no-restart/--root given"
+        log.warn(f"the Docker daemon reads the new settings only after a restart ({why}); run:")
+        for argv in commands:
+            log.info(f"    sudo {shlex.join(argv)}")
+        if not systemd_running():
+            log.info("    (no systemd: restart dockerd the way it was started, e.g. `sudo service docker restart`)")
+    return len(written)
+
+
+def remove(paths: Paths, dry_run: bool = False, layers: Sequence[str] = LAYERS) -> list[fsedit.Restore]:
+    results, changes = fsedit.undo_all(paths.backups(), OWNER, lambda d, c, o, r: _undo_for(paths, d)(d, c, o, r),
+                                       only=lambda d: paths.layer_of(d) in (*layers, "state"), dry_run=dry_run)
+    for change in changes:
+        if dry_run and change.changed:
+            log.info(f"=== {change.display}")
+            log.console.print(change.diff(), markup=False, highlight=False, end="")
+    return results
+
+
+def describe(paths: Paths) -> dict:
+    """What `proxy.show` prints: the saved settings and what each layer's files hold now (masked)."""
+    saved = load_saved(paths)
+    states = read_state(paths)
+    return {
+        "settings_file": paths.settings_file if saved else None,
+        "saved": _mask_tree(saved) if saved else None,
+        "layers": {name: {"files": s.files, "configured": s.configured, "values": _mask_tree(s.values)}
+                   for name, s in states.items()},
+    }
+
+
+def _mask_tree(value):
+    if isinstance(value, str):
+        return log.mask(value)
+    if isinstance(value, dict):
+        return {k: _mask_tree(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_mask_tree(v) for v in value]
+    return value
+
+
+def current_settings(paths: Paths, environ: Mapping[str, str] | None = None) -> ProxySettings | None:
+    """The saved settings, else the ones in the environment, else None."""
+    saved = load_saved(paths)
+    if saved and saved.get("settings"):
+        return ProxySettings.from_json(saved["settings"])
+    try:
+        return make_settings(environ=environ)
+    except ConfigError:
+        return None
+
+
+def container_args(settings: ProxySettings) -> list[str]:
+    """`docker run` arguments that give a container the CA bundle (the proxy variables come from config.json)."""
+    if not settings.ca_bundle:
+        return []
+    args = ["-v", f"{settings.ca_bundle}:{CONTAINER_CA_PATH}:ro"]
+    for name in CA_VARIABLES:
+        args += ["-e", f"{name}={CONTAINER_CA_PATH}"]
+    return args
+
+
+def unquote_userinfo(url: str) -> tuple[str, str] | None:
+    parts = urlsplit(url)
+    if parts.username is None:
+        return None
+    return unquote(parts.username), unquote(parts.password or "")
+
+
+def dump(value) -> str:
+    return json.dumps(value, indent=2)

@@ -1,0 +1,261 @@
+"""`invoke proxy.check`: for each layer -- configured? effective? does a real request get through?
+
+shell      the profile block; whether this shell has the variables; an HTTPS request through the proxy to the
+           package index (with the CA bundle when one is configured)
+daemon     the drop-ins / daemon.json; `systemctl show --property=Environment docker` (under systemd); the proxy
+           fields of `docker info` -- what the running daemon really uses
+container  ~/.docker/config.json; a throwaway container (`--network host`) prints its proxy variables and sends
+           CONNECT <index host>:443 through the proxy it was given
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import ssl
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from urllib.parse import urlsplit
+
+from apexkit import log
+from apexkit.proxy import Paths, ProxySettings, host_port, read_state, systemd_running
+
+DEFAULT_INDEX = "https://pypi.org/simple/"
+
+# Runs inside the probe container with nothing but bash and coreutils: print the proxy variables (passwords
+# masked), then ask the proxy from https_proxy (or http_proxy) for a CONNECT tunnel to $APEXKIT_PROBE_TARGET.
+CONTAINER_PROBE = r"""
+for v in http_proxy HTTP_PROXY https_proxy HTTPS_PROXY no_proxy NO_PROXY SSL_CERT_FILE; do
+  eval "val=\${$v-}"
+  [ -n "$val" ] && printf 'env %s=%s\n' "$v" "$(printf '%s' "$val" | sed -E 's#(://[^:/@]+):[^@/]*@#\1:***@#')"
+done
+p="${https_proxy:-${HTTPS_PROXY:-${http_proxy:-${HTTP_PROXY:-}}}}"
+[ -n "$p" ] || { echo "result no proxy variable in the container"; exit 3; }
+rest="${p#*://}"; rest="${rest%%/*}"; auth=""
+case "$rest" in *@*) auth="${rest%@*}"; rest="${rest##*@}";; esac
+host="${rest%:*}"; port="${rest##*:}"; host="${host#[}"; host="${host%]}"
+exec 3<>"/dev/tcp/$host/$port" || { echo "result cannot connect to $host:$port"; exit 4; }
+hdr=""
+if [ -n "$auth" ]; then
+  hdr="Proxy-Authorization: Basic $(printf '%b' "${auth//%/\\x}" | base64 -w0)"$'\r\n'
+fi
+printf 'CONNECT %s HTTP/1.1\r\nHost: %s\r\n%s\r\n' "$APEXKIT_PROBE_TARGET" "$APEXKIT_PROBE_TARGET" "$hdr" >&3
+IFS= read -r -t 20 status <&3 || status="no answer within 20 s"
+echo "result ${status%$'\r'}"
+"""
+
+
+@dataclass
+class Row:
+    layer: str
+    configured: str
+    effective: str
+    probe: str
+    status: str  # ok | fail | warn | skip
+    hint: str = ""
+
+
+def _proxy_for_requests(settings: ProxySettings) -> str | None:
+    return settings.https or settings.http
+
+
+def probe_https(url: str, proxy: str | None, ca_bundle: str | None, timeout: float = 20.0) -> tuple[bool, str, str]:
+    """One HTTPS GET through `proxy`. Returns (ok, what happened, hint)."""
+    context = ssl.create_default_context(cafile=ca_bundle) if ca_bundle else ssl.create_default_context()
+    handlers = [urllib.request.HTTPSHandler(context=context)]
+    handlers.append(urllib.request.ProxyHandler({"https": proxy, "http": proxy} if proxy else {}))
+    opener = urllib.request.build_opener(*handlers)
+    start = time.monotonic()
+    via = f" via {host_port(proxy)}" if proxy else " (direct)"
+    try:
+        with opener.open(urllib.request.Request(url, method="GET"), timeout=timeout) as response:
+            response.read(1024)
+            code = response.status
+    except urllib.error.HTTPError as exc:
+        code = exc.code
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        text = log.mask(str(reason))
+        if isinstance(reason, ssl.SSLCertVerificationError) or "CERTIFICATE_VERIFY_FAILED" in text:
+            return False, f"GET {url}{via}: TLS verify failed", "pass --ca-cert with your proxy's CA (a TLS-intercepting proxy)"
+        if "407" in text:
+            return False, f"GET {url}{via}: proxy wants credentials (407)", "put user:password in the proxy URL"
+        if isinstance(reason, ConnectionRefusedError) or "refused" in text.lower():
+            return False, f"GET {url}{via}: connection refused", f"is the proxy running on {host_port(proxy)}?"
+        return False, f"GET {url}{via}: {text}", "check the proxy URL and that the index is allowed through it"
+    seconds = time.monotonic() - start
+    ok = code < 400
+    return ok, f"GET {url}{via}: HTTP {code} in {seconds:.1f}s", "" if ok else "the proxy or index answered with an error"
+
+
+def _env_matches(environ, settings: ProxySettings) -> bool:
+    want = host_port(_proxy_for_requests(settings))
+    have = environ.get("https_proxy") or environ.get("HTTPS_PROXY") or environ.get("http_proxy") or environ.get("HTTP_PROXY")
+    return bool(want) and host_port(have) == want
+
+
+def check_shell(paths: Paths, settings: ProxySettings | None, index_url: str, environ=None) -> Row:
+    environ = os.environ if environ is None else environ
+    state = read_state(paths)["shell"]
+    configured = f"block in {paths.shell_profile}" if state.configured else f"no block in {paths.shell_profile}"
+    if settings is None or not _proxy_for_requests(settings):
+        return Row("shell", configured, "-", "-", "skip", "no proxy configured: invoke proxy.setup --http http://proxy:port")
+    effective = "this shell has it" if _env_matches(environ, settings) else "not in this shell"
+    ok, probe, hint = probe_https(index_url, _proxy_for_requests(settings), settings.ca_bundle)
+    status = "ok" if ok else "fail"
+    if ok and not _env_matches(environ, settings):
+        status, hint = "warn", 'open a new shell, or: eval "$(invoke proxy.env)"'
+    if ok and not state.configured:
+        status, hint = "warn", "invoke proxy.setup writes the block, so new shells get the variables"
+    return Row("shell", configured, effective, probe, status, hint)
+
+
+@contextlib.contextmanager
+def _docker_config(paths: Paths) -> Iterator[None]:
+    """Point the Docker SDK at the config.json of `paths` (under --root too) while a client is made."""
+    saved = os.environ.get("DOCKER_CONFIG")
+    os.environ["DOCKER_CONFIG"] = str(paths.real(paths.docker_config).parent)
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop("DOCKER_CONFIG", None)
+        else:
+            os.environ["DOCKER_CONFIG"] = saved
+
+
+def docker_client(paths: Paths, timeout: int = 30):
+    """A Docker SDK client, or (None, why)."""
+    try:
+        import docker
+    except ImportError:
+        return None, "the Docker SDK for Python is not installed (pip install -r requirements.txt)"
+    try:
+        with _docker_config(paths):
+            client = docker.from_env(timeout=timeout)
+        client.ping()
+    except Exception as exc:  # docker raises several unrelated types for "no daemon"
+        first = str(exc).splitlines()[0][:160] if str(exc) else exc.__class__.__name__
+        return None, f"Docker daemon not reachable ({log.mask(first)})"
+    return client, ""
+
+
+def _systemd_environment() -> str | None:
+    if not (systemd_running() and shutil.which("systemctl")):
+        return None
+    result = subprocess.run(["systemctl", "show", "--property=Environment", "docker"], capture_output=True, text=True)
+    return result.stdout.strip() if result.returncode == 0 else None
+
+
+def check_daemon(paths: Paths, settings: ProxySettings | None, client, why: str) -> Row:
+    state = read_state(paths)["daemon"]
+    configured = ", ".join(state.files) if state.configured else "no drop-in and no daemon.json proxies"
+    want = host_port(_proxy_for_requests(settings)) if settings else ""
+    parts = []
+    systemd_env = _systemd_environment()
+    if systemd_env is not None:
+        parts.append(f"systemctl: {log.mask(systemd_env) or 'Environment='}")
+    if client is None:
+        return Row("daemon", configured, "; ".join(parts) or "-", why, "skip",
+                   "start dockerd (or set DOCKER_HOST) and run the check again")
+    info = client.info()
+    https, http, no_proxy = info.get("HttpsProxy") or "", info.get("HttpProxy") or "", info.get("NoProxy") or ""
+    probe = f"docker info: HTTPS Proxy {https or '-'}, HTTP Proxy {http or '-'}, No Proxy {no_proxy or '-'}"
+    have = host_port(https or http)
+    if not want:
+        return Row("daemon", configured, "; ".join(parts) or "-", log.mask(probe), "skip", "no proxy configured")
+    if have == want:
+        return Row("daemon", configured, "; ".join(parts) or "daemon uses it", log.mask(probe), "ok")
+    hint = ("restart the daemon so it reads the drop-ins: sudo systemctl daemon-reload && sudo systemctl restart docker"
+            if state.configured else "invoke proxy.setup (the daemon never sees the shell's variables)")
+    return Row("daemon", configured, "; ".join(parts) or "daemon does not use it", log.mask(probe), "fail", hint)
+
+
+def _probe_image(client, image: str | None) -> str | None:
+    if image:
+        return image
+    for candidate in client.images.list():
+        for tag in candidate.tags:
+            if tag.startswith("apexkit/"):
+                return tag
+    return None
+
+
+def run_container_probe(client, image: str, target: str, extra_env: dict[str, str] | None = None) -> str:
+    """Output of the probe script in a throwaway container on the host network (the SDK adds config.json's
+    proxies, as the docker CLI does)."""
+    output = client.containers.run(image, ["bash", "-c", CONTAINER_PROBE], network_mode="host", remove=True,
+                                   environment={"APEXKIT_PROBE_TARGET": target, **(extra_env or {})},
+                                   stdout=True, stderr=True)
+    return output.decode("utf-8", "replace")
+
+
+def check_container(paths: Paths, settings: ProxySettings | None, client, why: str, index_url: str,
+                    image: str | None) -> Row:
+    state = read_state(paths)["container"]
+    configured = f"{paths.docker_config} proxies.default" if state.configured else f"no proxies in {paths.docker_config}"
+    if client is None:
+        return Row("container", configured, "-", why, "skip", "start dockerd (or set DOCKER_HOST) and run the check again")
+    chosen = _probe_image(client, image)
+    if chosen is None:
+        return Row("container", configured, "-", "no local image to start a probe container", "skip",
+                   "pass --image IMAGE (any local image with bash), or build one: invoke image.build")
+    parts = urlsplit(index_url)
+    target = f"{parts.hostname}:{parts.port or 443}"
+    try:
+        output = run_container_probe(client, chosen, target)
+    except Exception as exc:  # ContainerError (probe exit != 0) carries the output in stderr
+        output = (getattr(exc, "stderr", None) or b"").decode("utf-8", "replace") or str(exc).splitlines()[0]
+    env_lines = [line[4:] for line in output.splitlines() if line.startswith("env ")]
+    result = next((line[7:] for line in output.splitlines() if line.startswith("result ")), log.mask(output.strip())[:200])
+    names = sorted({line.split("=", 1)[0] for line in env_lines})
+    effective = f"container has {', '.join(names)}" if names else "container has no proxy variables"
+    want = host_port(_proxy_for_requests(settings)) if settings else ""
+    seen = next((line.split("=", 1)[1] for line in env_lines if line.lower().startswith("https_proxy=")), "")
+    ok = bool(re.match(r"HTTP/1\.[01] 200", result)) and (not want or host_port(seen) == want)
+    hint = ""
+    if not names:
+        hint = "invoke proxy.setup writes proxies.default into ~/.docker/config.json"
+    elif not ok:
+        hint = "the proxy refused or is unreachable from the container; check its ACL and that --network host reaches it"
+    return Row("container", configured, effective, log.mask(f"CONNECT {target} from {chosen}: {result}"),
+               "ok" if ok else "fail", hint)
+
+
+def check(paths: Paths, settings: ProxySettings | None, index_url: str | None = None, image: str | None = None,
+          layers=("shell", "daemon", "container")) -> list[Row]:
+    index = index_url or (settings.pip_index if settings and settings.pip_index else None) or \
+        os.environ.get("PIP_INDEX_URL") or DEFAULT_INDEX
+    rows = []
+    if "shell" in layers:
+        rows.append(check_shell(paths, settings, index))
+    if "daemon" in layers or "container" in layers:
+        client, why = docker_client(paths)
+        if "daemon" in layers:
+            rows.append(check_daemon(paths, settings, client, why))
+        if "container" in layers:
+            rows.append(check_container(paths, settings, client, why, index, image))
+    return rows
+
+
+def render(rows: list[Row]) -> None:
+    from rich.table import Table
+
+    table = Table(title="proxy layers", show_lines=True)
+    for column in ("layer", "configured", "effective", "probe", "status", "next step"):
+        table.add_column(column, overflow="fold")
+    colours = {"ok": "green", "fail": "red", "warn": "yellow", "skip": "dim"}
+    for row in rows:
+        table.add_row(row.layer, log.mask(row.configured), log.mask(row.effective), log.mask(row.probe),
+                      f"[{colours[row.status]}]{row.status}[/]", log.mask(row.hint))
+    log.console.print(table)
+
+
+def as_json(rows: list[Row]) -> list[dict]:
+    return [{k: log.mask(v) for k, v in asdict(row).items()} for row in rows]

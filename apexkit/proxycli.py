@@ -1,0 +1,116 @@
+"""The `invoke proxy.*` commands, as plain functions (tasks.py only forwards options and turns errors into exits)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from apexkit import log, proxy, proxycheck
+from apexkit.errors import ConfigError
+
+
+def _paths(root: str | None, profile: str | None = None, system: bool = False) -> proxy.Paths:
+    base = Path(root).absolute() if root else Path("/")
+    if root and not base.is_dir():
+        raise ConfigError(f"--root {root} is not a directory", "create it first (it stands for /)")
+    return proxy.Paths(root=base, profile=profile, system=system)
+
+
+def _layers(only: str | None) -> tuple[str, ...]:
+    if not only:
+        return proxy.LAYERS
+    layers = tuple(item.strip() for item in only.split(",") if item.strip())
+    for layer in layers:
+        if layer not in proxy.LAYERS:
+            raise ConfigError(f"--only {layer!r} is not a layer", f"choose from {','.join(proxy.LAYERS)}")
+    return layers
+
+
+def setup(http=None, https=None, no_proxy=None, ca_cert=None, pip_index=None, registry_mirror: Sequence[str] = (),
+          only=None, profile=None, system=False, daemon_mode="auto", root=None, dry_run=False, restart=True) -> int:
+    paths = _paths(root, profile, system)
+    settings = proxy.make_settings(http=http, https=https, no_proxy=no_proxy, pip_index=pip_index,
+                                   registry_mirrors=list(registry_mirror or ()))
+    saved = proxy.load_saved(paths) if not ca_cert else None
+    if saved and saved.get("settings", {}).get("ca_bundle") == paths.ca_bundle:
+        settings = proxy.ProxySettings(**{**settings.__dict__, "ca_bundle": paths.ca_bundle})  # keep the earlier --ca-cert
+    plan = proxy.make_plan(settings, paths, _layers(only), daemon_mode, ca_cert)
+    before = proxy.read_state(paths)
+    log.info("now: " + ", ".join(f"{name} {'configured' if s.configured else 'not configured'}"
+                                 for name, s in before.items() if name in plan.layers))
+    proxy.setup(plan, dry_run=dry_run, restart=restart)
+    if not dry_run:
+        log.info("check every layer with: invoke proxy.check")
+    return 0
+
+
+def remove(only=None, profile=None, system=False, root=None, dry_run=False) -> int:
+    paths = _paths(root, profile, system)
+    results = proxy.remove(paths, dry_run=dry_run, layers=_layers(only))
+    if not results:
+        log.info("nothing to remove: apexkit has not written any proxy file here")
+    for item in results:
+        log.info(f"{'would be ' if dry_run else ''}{item.how}: {item.display}")
+    if results and not dry_run:
+        log.info("shells that already ran the block keep the variables until they exit; "
+                 "the Docker daemon keeps its proxy until it is restarted")
+    return 0
+
+
+def show(profile=None, system=False, root=None, as_json=False) -> int:
+    paths = _paths(root, profile, system)
+    data = proxy.describe(paths)
+    if as_json:
+        print(json.dumps(data, indent=2))
+        return 0
+    saved = data["saved"]
+    if saved:
+        s = saved["settings"]
+        print(f"settings ({data['settings_file']}):")
+        for key in ("http", "https", "ca_bundle", "pip_index"):
+            print(f"  {key:<16} {s.get(key) or '-'}")
+        print(f"  {'no_proxy':<16} {','.join(s.get('no_proxy') or [])}")
+        print(f"  {'registry_mirrors':<16} {','.join(s.get('registry_mirrors') or []) or '-'}")
+        print(f"  {'daemon mode':<16} {saved.get('daemon_mode')}")
+    else:
+        print("settings: none saved (invoke proxy.setup has not run here)")
+    for name, layer in data["layers"].items():
+        state = "configured" if layer["configured"] else "not configured"
+        print(f"{name}: {state} ({', '.join(layer['files']) or '-'})")
+        for key, value in layer["values"].items():
+            print(f"  {key}={value}")
+    return 0
+
+
+def env(profile=None, system=False, root=None, reveal=False, unset=False) -> int:
+    """Print `export` lines for eval. On a terminal passwords are masked (use --reveal); piped, they are real."""
+    paths = _paths(root, profile, system)
+    settings = proxy.current_settings(paths)
+    if settings is None:
+        raise ConfigError("no proxy settings saved and none in the environment",
+                          "run invoke proxy.setup --http http://proxy:port first")
+    variables = settings.environment()
+    if unset:
+        sys.stdout.write("".join(f"unset {name}\n" for name in variables))
+        return 0
+    text = proxy.shell_exports(variables)
+    if sys.stdout.isatty() and not reveal:
+        text = log.mask(text)
+        log.info('(passwords masked on a terminal; eval "$(invoke proxy.env)" gets the real values)')
+    sys.stdout.write(text)
+    return 0
+
+
+def check(profile=None, system=False, root=None, index_url=None, image=None, only=None, as_json=False) -> int:
+    paths = _paths(root, profile, system)
+    settings = proxy.current_settings(paths, environ=os.environ)
+    layers = [layer for layer in _layers(only) if layer != "pip"]
+    rows = proxycheck.check(paths, settings, index_url=index_url, image=image, layers=layers)
+    if as_json:
+        print(json.dumps(proxycheck.as_json(rows), indent=2))
+    else:
+        proxycheck.render(rows)
+    return 1 if any(row.status == "fail" for row in rows) else 0
