@@ -29,7 +29,7 @@ from apexkit.errors import ConfigError, EnvironmentSetupError
 def read_bytes(path: Path) -> bytes | None:
     try:
         return path.read_bytes()
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return None
 
 
@@ -40,7 +40,7 @@ def sha256(data: bytes | None) -> str | None:
 def file_mode(path: Path) -> int | None:
     try:
         return path.stat().st_mode & 0o7777
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return None
 
 
@@ -68,11 +68,11 @@ def atomic_write(path: Path, data: bytes, mode: int) -> None:
 
 def _writable(path: Path) -> bool:
     if path.exists():
-        return os.access(path, os.W_OK) and os.access(path.parent, os.W_OK)
+        return path.is_file() and os.access(path, os.W_OK) and os.access(path.parent, os.W_OK)
     parent = path.parent
     while not parent.exists():
         parent = parent.parent
-    return os.access(parent, os.W_OK | os.X_OK)
+    return parent.is_dir() and os.access(parent, os.W_OK | os.X_OK)
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -599,7 +599,9 @@ def make_plan(settings: ProxySettings, paths: Paths, layers: Sequence[str] = LAY
     unknown = [layer for layer in layers if layer not in LAYERS]
     if unknown:
         raise ConfigError(f"unknown layer {unknown[0]!r}", f"choose from {', '.join(LAYERS)}")
-    mode, why = resolve_daemon_mode(daemon_mode, engine_version() if version is False else version)
+    if version is False:  # under --root the local engine says nothing about the system being prepared
+        version = engine_version() if str(paths.root) == "/" else None
+    mode, why = resolve_daemon_mode(daemon_mode, version)
     ca_bytes = build_ca_bundle(ca_cert) if ca_cert else None
     if ca_bytes is not None:
         settings = ProxySettings(**{**settings.__dict__, "ca_bundle": paths.ca_bundle})
