@@ -84,8 +84,10 @@ def probe_https(url: str, proxy: str | None, ca_bundle: str | None, timeout: flo
         text = log.mask(str(reason))
         if isinstance(reason, ssl.SSLCertVerificationError) or "CERTIFICATE_VERIFY_FAILED" in text:
             return False, f"GET {url}{via}: TLS verify failed", "pass --ca-cert with your proxy's CA (a TLS-intercepting proxy)"
-        if "407" in text:
-            return False, f"GET {url}{via}: proxy wants credentials (407)", "put user:password in the proxy URL"
+        status = re.search(r"Tunnel connection failed: (40[17])", text)
+        if status:  # 407 is the standard answer; tinyproxy, among others, sends 401
+            return (False, f"GET {url}{via}: the proxy refused the credentials ({status[1]})",
+                    "check user:password in the proxy URL (percent-encode @ : / in them)")
         if isinstance(reason, ConnectionRefusedError) or "refused" in text.lower():
             return False, f"GET {url}{via}: connection refused", f"is the proxy running on {host_port(proxy)}?"
         return False, f"GET {url}{via}: {text}", "check the proxy URL and that the index is allowed through it"

@@ -12,6 +12,13 @@ from apexkit.errors import EnvironmentSetupError
 # command -> Debian package that provides it
 DEBIAN_PACKAGES = {"git": "git", "patch": "patch", "g++": "g++", "gcc": "gcc", "readelf": "binutils",
                    "diff": "diffutils", "tar": "tar"}
+# what the test suite needs on top: a real proxy, a real Docker engine, base images without a registry
+TEST_PACKAGES = {"tinyproxy": "tinyproxy", "dockerd": "docker.io", "debootstrap": "debootstrap"}
+
+
+def can_install() -> bool:
+    """Root with apt-get: missing Debian packages can be installed here."""
+    return shutil.which("apt-get") is not None and os.geteuid() == 0
 
 
 def missing(commands=tuple(DEBIAN_PACKAGES)) -> list[str]:
@@ -23,7 +30,7 @@ def ensure(commands=tuple(DEBIAN_PACKAGES), dry_run: bool = False) -> list[str]:
     absent = missing(commands)
     if not absent:
         return []
-    packages = sorted({DEBIAN_PACKAGES[c] for c in absent})
+    packages = sorted({{**DEBIAN_PACKAGES, **TEST_PACKAGES}[c] for c in absent})
     if dry_run:
         return packages
     if shutil.which("apt-get") is None or os.geteuid() != 0:

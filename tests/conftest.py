@@ -62,3 +62,16 @@ def runner(repos, shared_cache, tmp_path) -> Runner:
 
 def output(proc: subprocess.CompletedProcess) -> str:
     return proc.stdout + proc.stderr
+
+
+@pytest.fixture(scope="session")
+def tinyproxy(tmp_path_factory):
+    """A real tinyproxy on 127.0.0.1 (Basic auth), its log readable by the tests."""
+    import shutil
+
+    import services
+
+    services.require(shutil.which("tinyproxy") is not None, "tinyproxy is not installed (nox -s tests installs it)")
+    server = services.TinyProxy(tmp_path_factory.mktemp("tinyproxy"))
+    yield server
+    server.stop()

@@ -203,15 +203,16 @@ def test_existing_json_keys_are_kept_and_restored_exactly(fsroot):
     assert user_files(fsroot) == before
 
 
-def test_corrupt_json_is_a_clear_error_and_nothing_is_written(fsroot):
-    daemon_json = fsroot / "etc/docker/daemon.json"
-    daemon_json.parent.mkdir(parents=True)
-    daemon_json.write_text('{"log-driver": "json-file",,}')
+@pytest.mark.parametrize("display", ["/etc/docker/daemon.json", "/home/alice/.docker/config.json"])
+def test_corrupt_json_is_a_clear_error_and_nothing_is_written(fsroot, display):
+    target = fsroot / display.lstrip("/")
+    target.parent.mkdir(parents=True)
+    target.write_text('{"log-driver": "json-file",,}')
     (fsroot / "home/alice/.bashrc").write_text("keep me\n")
     before = snapshot(fsroot)
     result = invoke("proxy.setup", "--http", PROXY, "--daemon-mode", "daemon-json", "--root", str(fsroot))
     assert result.returncode == 2
-    assert "/etc/docker/daemon.json is not valid JSON (line 1" in result.stderr
+    assert f"{display} is not valid JSON (line 1" in result.stderr
     assert "nothing was changed" in result.stderr
     assert snapshot(fsroot) == before
 
@@ -373,3 +374,16 @@ def test_invoke_list_shows_the_proxy_tasks_with_help():
     for name in ("proxy.setup", "proxy.check", "proxy.show", "proxy.env", "proxy.remove"):
         assert name in result.stdout
     assert "--dry-run" in invoke("--help", "proxy.setup").stdout
+
+
+def test_check_without_a_docker_daemon_skips_those_layers_with_the_reason(fsroot, tmp_path):
+    assert invoke("proxy.setup", "--http", "http://127.0.0.1:9", "--only", "daemon,container", "--root",
+                  str(fsroot)).returncode == 0
+    result = invoke("proxy.check", "--only", "daemon,container", "--json", "--root", str(fsroot),
+                    env={"DOCKER_HOST": f"unix://{tmp_path}/no-such.sock"})
+    rows = {row["layer"]: row for row in json.loads(result.stdout)}
+    assert result.returncode == 0
+    for layer in ("daemon", "container"):
+        assert rows[layer]["status"] == "skip"
+        assert "Docker daemon not reachable" in rows[layer]["probe"] and "start dockerd" in rows[layer]["hint"]
+    assert rows["container"]["configured"] == "/home/alice/.docker/config.json proxies.default"

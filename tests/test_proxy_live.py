@@ -1,0 +1,185 @@
+"""The three proxy layers against real components: tinyproxy on 127.0.0.1 (its log read back), a private dockerd
+started with the environment of our systemd drop-ins, and containers from a debootstrapped base image.
+
+Traffic: the test processes and containers (--network host) talk to tinyproxy on loopback; tinyproxy forwards to
+the package index, as a corporate proxy would.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import services
+from test_proxy import invoke
+
+from apexkit import baseimage, proxy
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """This process's environment without any proxy or pip configuration of the machine."""
+    env = {k: v for k, v in os.environ.items() if "proxy" not in k.lower() and not k.startswith("PIP_")}
+    env.update(PIP_CONFIG_FILE=os.devnull, PIP_CERT=os.environ.get("PIP_CERT", "/etc/ssl/certs/ca-certificates.crt"),
+               PIP_DISABLE_PIP_VERSION_CHECK="1")
+    env.update(extra)
+    return env
+
+
+def setup_root(tmp_path: Path, *args: str) -> Path:
+    root = tmp_path / "root"
+    (root / "root").mkdir(parents=True, exist_ok=True)
+    result = invoke("proxy.setup", *args, "--root", str(root), env={"HOME": "/root"})
+    assert result.returncode == 0, result.stderr
+    return root
+
+
+# --- shell layer --------------------------------------------------------------------------------------------------
+
+@pytest.mark.network
+def test_pip_download_with_the_proxy_env_goes_through_the_proxy(tinyproxy, tmp_path):
+    root = setup_root(tmp_path, "--http", tinyproxy.url, "--only", "shell")
+    downloads = tmp_path / "downloads"
+    mark = tinyproxy.log_size()
+    script = (f'eval "$("{sys.executable}" -m invoke -r "{ROOT}" proxy.env --root "{root}")" && '
+              f'"{sys.executable}" -m pip download --no-deps --no-cache-dir --index-url https://pypi.org/simple/ '
+              f'-d "{downloads}" six==1.16.0')
+    result = subprocess.run(["bash", "-c", script], capture_output=True, text=True, env=clean_env(HOME="/root"),
+                            timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert [p.name for p in downloads.iterdir()] == ["six-1.16.0-py2.py3-none-any.whl"]
+    log = tinyproxy.log_since(mark)
+    assert "CONNECT pypi.org:443" in log
+    assert "CONNECT files.pythonhosted.org:443" in log
+
+    # the profile block itself gives a new shell the same variables
+    sourced = subprocess.run(["bash", "-c", f'. "{root}/root/.bashrc"; printf "%s|%s" "$https_proxy" "$NO_PROXY"'],
+                             capture_output=True, text=True, env=clean_env())
+    assert sourced.stdout == f"{tinyproxy.url}|localhost,127.0.0.0/8,::1"
+
+
+@pytest.mark.network
+def test_check_probes_the_index_through_the_proxy(tinyproxy, tmp_path):
+    root = setup_root(tmp_path, "--http", tinyproxy.url, "--only", "shell")
+    mark = tinyproxy.log_size()
+    result = invoke("proxy.check", "--only", "shell", "--json", "--root", str(root), env={"HOME": "/root"})
+    rows = json.loads(result.stdout)
+    assert rows[0]["layer"] == "shell"
+    assert "HTTP 200" in rows[0]["probe"], rows
+    # the probe worked, but this test's own environment has no proxy variables: a warning, not a failure
+    assert rows[0]["status"] == "warn" and "proxy.env" in rows[0]["hint"]
+    assert result.returncode == 0
+    assert "CONNECT pypi.org:443" in tinyproxy.log_since(mark)
+    assert services.TinyProxy.PASSWORD not in result.stdout + result.stderr
+
+
+def test_check_fails_with_the_cause_when_the_proxy_is_down_or_refuses(tinyproxy, tmp_path):
+    dead = f"http://127.0.0.1:{services.free_port()}"
+    root = setup_root(tmp_path, "--http", dead, "--only", "shell")
+    result = invoke("proxy.check", "--only", "shell", "--json", "--root", str(root), env={"HOME": "/root"})
+    assert result.returncode == 1
+    row = json.loads(result.stdout)[0]
+    assert row["status"] == "fail" and "refused" in row["probe"] and "is the proxy running" in row["hint"]
+
+    wrong = tinyproxy.url.replace(services.TinyProxy.PASSWORD, "wrong-password")
+    root = setup_root(tmp_path / "wrong", "--http", wrong, "--only", "shell")
+    result = invoke("proxy.check", "--only", "shell", "--json", "--root", str(root), env={"HOME": "/root"})
+    row = json.loads(result.stdout)[0]
+    assert result.returncode == 1 and row["status"] == "fail" and "refused the credentials" in row["probe"]
+    assert "wrong-password" not in result.stdout
+
+
+# --- daemon and container layers ----------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def docker_env(tinyproxy, tmp_path_factory):
+    ok, why = services.services_available()
+    services.require(ok, why)
+    root = setup_root(tmp_path_factory.mktemp("docker"), "--http", tinyproxy.url, "--only", "daemon,container",
+                      "--daemon-mode", "systemd")
+    paths = proxy.Paths(root=root, environ={"HOME": "/root"})
+    environment = proxy.daemon_environment(paths)  # what systemd would give dockerd from our drop-ins
+    daemon = services.Dockerd(environment)
+    try:
+        image = baseimage.import_image(daemon.client(), baseimage.rootfs_tarball(), "apexkit/test-base")
+        yield SimpleNamespace(root=root, paths=paths, daemon=daemon, image=image, environment=environment,
+                              config_dir=root / "root/.docker")
+    finally:
+        daemon.stop()
+
+
+def test_dockerd_started_with_the_dropin_environment_uses_the_proxy(docker_env, tinyproxy):
+    assert docker_env.environment == {"HTTP_PROXY": tinyproxy.url, "HTTPS_PROXY": tinyproxy.url,
+                                      "NO_PROXY": "localhost,127.0.0.0/8,::1"}
+    info = docker_env.daemon.docker("info")
+    assert info.returncode == 0, info.stderr
+    assert f"HTTP Proxy: http://xxxxx:xxxxx@127.0.0.1:{tinyproxy.port}" in info.stdout
+    assert f"HTTPS Proxy: http://xxxxx:xxxxx@127.0.0.1:{tinyproxy.port}" in info.stdout
+    assert "No Proxy: localhost,127.0.0.0/8,::1" in info.stdout
+
+    result = invoke("proxy.check", "--only", "daemon", "--json", "--root", str(docker_env.root),
+                    env={"HOME": "/root", "DOCKER_HOST": docker_env.daemon.host})
+    row = json.loads(result.stdout)[0]
+    assert result.returncode == 0 and row["status"] == "ok", row
+
+
+def test_check_catches_a_daemon_started_without_the_proxy(docker_env):
+    bare = services.Dockerd({})  # the seed's trap: the proxy is in the shell, the daemon never sees it
+    try:
+        result = invoke("proxy.check", "--only", "daemon", "--json", "--root", str(docker_env.root),
+                        env={"HOME": "/root", "DOCKER_HOST": bare.host})
+    finally:
+        bare.stop()
+    row = json.loads(result.stdout)[0]
+    assert result.returncode == 1 and row["status"] == "fail"
+    assert "restart the daemon" in row["hint"]
+
+
+def test_containers_get_the_variables_and_reach_the_proxy(docker_env, tinyproxy):
+    run = docker_env.daemon.docker("--config", str(docker_env.config_dir), "run", "--rm", "--network", "host",
+                                   docker_env.image, "env")
+    assert run.returncode == 0, run.stderr
+    for name in ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY"):
+        assert f"{name}={tinyproxy.url}\n" in run.stdout
+    assert "NO_PROXY=localhost,127.0.0.0/8,::1\n" in run.stdout
+
+    mark = tinyproxy.log_size()
+    result = invoke("proxy.check", "--only", "container", "--json", "--root", str(docker_env.root),
+                    env={"HOME": "/root", "DOCKER_HOST": docker_env.daemon.host})
+    row = json.loads(result.stdout)[0]
+    assert row["status"] == "ok", row
+    assert "200" in row["probe"] and "HTTPS_PROXY" in row["effective"]
+    assert result.returncode == 0
+    log = tinyproxy.log_since(mark)
+    assert "CONNECT pypi.org:443" in log  # sent from inside the container, through the proxy it was given
+    assert services.TinyProxy.PASSWORD not in result.stdout + result.stderr
+
+
+def test_containers_get_the_ca_bundle(docker_env):
+    settings = proxy.ProxySettings(http="http://127.0.0.1:1", ca_bundle="/etc/ssl/certs/ca-certificates.crt")
+    run = docker_env.daemon.docker("run", "--rm", "--network", "host", *proxy.container_args(settings),
+                                   docker_env.image, "sh", "-c", 'test -s "$SSL_CERT_FILE" && echo "$PIP_CERT $GIT_SSL_CAINFO"')
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split() == [proxy.CONTAINER_CA_PATH] * 2
+
+
+def test_image_builds_get_the_proxy_as_build_args_kept_out_of_history(docker_env, tinyproxy, tmp_path):
+    context = tmp_path / "context"
+    context.mkdir()
+    (context / "Dockerfile").write_text(f"FROM {docker_env.image}\nRUN echo \"seen $HTTPS_PROXY\" > /seen\n")
+    env = dict(os.environ, DOCKER_BUILDKIT="0")
+    build = docker_env.daemon.docker("--config", str(docker_env.config_dir), "build", "--network", "host", "-q",
+                                     "-t", "apexkit/proxy-build-test", str(context), env=env)
+    assert build.returncode == 0, build.stderr
+    seen = docker_env.daemon.docker("run", "--rm", "apexkit/proxy-build-test", "cat", "/seen")
+    assert seen.stdout.strip() == f"seen {tinyproxy.url}"  # the RUN step had the proxy
+    history = docker_env.daemon.docker("history", "--no-trunc", "apexkit/proxy-build-test")
+    inspect = docker_env.daemon.docker("image", "inspect", "apexkit/proxy-build-test")
+    assert history.returncode == 0 and inspect.returncode == 0
+    assert services.TinyProxy.PASSWORD not in history.stdout + inspect.stdout
