@@ -1,0 +1,131 @@
+"""The benchmark's models: the seed's MLP and a decoder block shaped like Qwen3 (GQA attention, RMSNorm, SwiGLU).
+
+Sizes scale with `scale` so one script fits a 2-core CPU (scale 0.25) and an accelerator (scale 4). Standard
+library + torch only.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+from torch.nn import functional as F  # noqa: N812
+
+
+def _round(value: float, multiple: int) -> int:
+    return max(multiple, int(round(value / multiple)) * multiple)
+
+
+def mlp_sizes(scale: float) -> dict:
+    return {"batch": _round(256 * scale, 8), "in_features": 1024, "hidden": _round(4096 * scale, 64),
+            "layers": 3, "classes": 1000}
+
+
+def qwen3_sizes(scale: float) -> dict:
+    heads = max(2, _round(16 * scale, 2))
+    kv_heads = max(1, heads // 4)  # grouped-query attention: 4 query heads share one KV head, as in Qwen3
+    head_dim = 128 if scale >= 1 else 64
+    hidden = heads * head_dim
+    return {"batch": max(1, _round(8 * scale, 1)), "seq": _round(512 * min(scale, 1.0), 16) if scale < 1 else 512,
+            "hidden": hidden, "heads": heads, "kv_heads": kv_heads, "head_dim": head_dim,
+            "intermediate": _round(hidden * 3, 64), "vocab": _round(8192 * scale, 64)}
+
+
+class MLP(nn.Module):
+    def __init__(self, in_features: int, hidden: int, layers: int, classes: int, **_: int) -> None:
+        super().__init__()
+        dims = [in_features] + [hidden] * layers
+        self.body = nn.Sequential(*[m for a, b in zip(dims, dims[1:]) for m in (nn.Linear(a, b), nn.GELU())])
+        self.head = nn.Linear(hidden, classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.body(x))
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float = 1e-6) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        variance = x.float().pow(2).mean(-1, keepdim=True)
+        return (x.float() * torch.rsqrt(variance + self.eps)).to(x.dtype) * self.weight
+
+
+def rotary(x: torch.Tensor, base: float = 1_000_000.0) -> torch.Tensor:
+    """Rotary position embedding over the last dimension (Qwen3 uses theta 1e6)."""
+    seq, dim = x.shape[-2], x.shape[-1]
+    inv = 1.0 / (base ** (torch.arange(0, dim, 2, device=x.device, dtype=torch.float32) / dim))
+    angles = torch.outer(torch.arange(seq, device=x.device, dtype=torch.float32), inv)
+    cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+    x1, x2 = x[..., ::2], x[..., 1::2]
+    return torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1).flatten(-2)
+
+
+class Qwen3Block(nn.Module):
+    """One decoder layer shaped like Qwen3's (pre-norm GQA attention with q/k RMSNorm, SwiGLU MLP) + an LM head."""
+
+    def __init__(self, hidden: int, heads: int, kv_heads: int, head_dim: int, intermediate: int, vocab: int,
+                 **_: int) -> None:
+        super().__init__()
+        self.heads, self.kv_heads, self.head_dim = heads, kv_heads, head_dim
+        self.embed = nn.Embedding(vocab, hidden)
+        self.input_norm = RMSNorm(hidden)
+        self.q = nn.Linear(hidden, heads * head_dim, bias=False)
+        self.k = nn.Linear(hidden, kv_heads * head_dim, bias=False)
+        self.v = nn.Linear(hidden, kv_heads * head_dim, bias=False)
+        self.o = nn.Linear(heads * head_dim, hidden, bias=False)
+        self.q_norm, self.k_norm = RMSNorm(head_dim), RMSNorm(head_dim)
+        self.post_norm = RMSNorm(hidden)
+        self.gate = nn.Linear(hidden, intermediate, bias=False)
+        self.up = nn.Linear(hidden, intermediate, bias=False)
+        self.down = nn.Linear(intermediate, hidden, bias=False)
+        self.final_norm = RMSNorm(hidden)
+        self.lm_head = nn.Linear(hidden, vocab, bias=False)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        batch, seq = tokens.shape
+        x = self.embed(tokens)
+        h = self.input_norm(x)
+        q = self.q_norm(self.q(h).view(batch, seq, self.heads, self.head_dim)).transpose(1, 2)
+        k = self.k_norm(self.k(h).view(batch, seq, self.kv_heads, self.head_dim)).transpose(1, 2)
+        v = self.v(h).view(batch, seq, self.kv_heads, self.head_dim).transpose(1, 2)
+        q, k = rotary(q), rotary(k)
+        group = self.heads // self.kv_heads
+        k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+        attn = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.o(attn.transpose(1, 2).reshape(batch, seq, self.heads * self.head_dim))
+        h = self.post_norm(x)
+        x = x + self.down(F.silu(self.gate(h)) * self.up(h))
+        return self.lm_head(self.final_norm(x))
+
+
+MODELS = ("mlp", "qwen3-block")
+
+
+def build(name: str, scale: float, seed: int):
+    """(model, sizes, batch maker, loss function, tokens per sample); the same seed gives the same weights and data."""
+    torch.manual_seed(seed)
+    if name == "mlp":
+        sizes = mlp_sizes(scale)
+        model = MLP(**sizes)
+        generator = torch.Generator().manual_seed(seed + 1)
+        x = torch.randn(sizes["batch"], sizes["in_features"], generator=generator)
+        y = torch.randint(0, sizes["classes"], (sizes["batch"],), generator=generator)
+        return model, sizes, (x, y), lambda out, target: F.cross_entropy(out.float(), target), 1
+    if name == "qwen3-block":
+        sizes = qwen3_sizes(scale)
+        model = Qwen3Block(**sizes)
+        for module in model.modules():  # small init keeps logits sane at any size
+            if isinstance(module, nn.Linear):
+                nn.init.normal_(module.weight, std=1 / math.sqrt(module.in_features))
+        generator = torch.Generator().manual_seed(seed + 1)
+        tokens = torch.randint(0, sizes["vocab"], (sizes["batch"], sizes["seq"] + 1), generator=generator)
+
+        def loss(out, target):
+            return F.cross_entropy(out.float().flatten(0, 1), target.flatten())
+
+        return model, sizes, (tokens[:, :-1], tokens[:, 1:]), loss, sizes["seq"]
+    raise ValueError(f"unknown model {name!r}; choose from {', '.join(MODELS)}")

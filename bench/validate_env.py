@@ -1,0 +1,264 @@
+#!/usr/bin/env python3
+"""Is this environment ready to train with Apex for Ascend? A table of checks (+ JSON), exit 0 only when every
+check required for --device passes.
+
+    python bench/validate_env.py --device npu --json report.json
+    python bench/validate_env.py --device cpu          # apex/NPU checks reported as skipped, with the reason
+
+Checks: torch; torch_npu (or its import error); CANN version and whether set_env.sh was sourced; the driver
+(npu-smi info); apex and its compiled modules (apex_C, change_data_ptr); the device (available, count, current,
+name); a torch.autocast step; one apex amp.initialize(O1) + scaled backward + optimizer step; the fused optimizer
+apex.optimizers.NpuFusedAdam on NPU. Runs inside the target venv: standard library + torch (+ torch_npu, apex).
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import importlib
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+SET_ENV_HINT = "source /usr/local/Ascend/ascend-toolkit/set_env.sh (the path depends on the CANN version)"
+
+
+class Report:
+    def __init__(self, device: str) -> None:
+        self.device = device
+        self.checks: list[dict] = []
+
+    def add(self, name: str, status: str, detail: str, hint: str = "", required_for=("npu", "cuda", "cpu")) -> None:
+        self.checks.append({"check": name, "status": status, "detail": detail, "hint": hint,
+                            "required": self.device in required_for})
+
+    @property
+    def ok(self) -> bool:
+        return all(c["status"] == "ok" for c in self.checks if c["required"])
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{exc.__class__.__name__}: {text[0]}" if text else exc.__class__.__name__
+
+
+def cann_info(environ=os.environ) -> dict:
+    """CANN version from the toolkit's install.info files (<=8.3: ascend-toolkit/latest/<arch>-linux, 8.5+: cann/)."""
+    home = environ.get("ASCEND_HOME_PATH") or environ.get("ASCEND_TOOLKIT_HOME")
+    roots = [home] if home else []
+    roots += ["/usr/local/Ascend/ascend-toolkit/latest", "/usr/local/Ascend/cann"]
+    for root in roots:
+        for info in sorted(glob.glob(os.path.join(root, "*-linux", "ascend_toolkit_install.info")) +
+                           glob.glob(os.path.join(root, "ascend_toolkit_install.info"))):
+            for line in Path(info).read_text(errors="replace").splitlines():
+                if line.startswith("version="):
+                    return {"version": line.split("=", 1)[1].strip(), "file": info, "home": home}
+    return {"version": None, "file": None, "home": home}
+
+
+def check_torch(report: Report):
+    try:
+        import torch
+    except Exception as exc:
+        report.add("torch", "fail", _first_line(exc), "install torch into this venv")
+        return None
+    report.add("torch", "ok", f"{torch.__version__} (python {platform.python_version()})")
+    return torch
+
+
+def check_torch_npu(report: Report):
+    try:
+        import torch_npu
+    except Exception as exc:
+        text = _first_line(exc)
+        hint = SET_ENV_HINT if any(s in text for s in ("libascendcl", "libhccl", "set_env", ".so")) else \
+            "pip install torch-npu matching torch (see matrix.toml), then " + SET_ENV_HINT
+        status = "fail" if report.device == "npu" else "skip"
+        report.add("torch_npu", status, f"not importable: {text}", hint, required_for=("npu",))
+        return None
+    report.add("torch_npu", "ok", torch_npu.__version__, required_for=("npu",))
+    return torch_npu
+
+
+def check_cann(report: Report) -> None:
+    info = cann_info()
+    sourced = bool(info["home"]) and info["home"] in os.environ.get("LD_LIBRARY_PATH", "")
+    status = "ok" if info["version"] and sourced else ("fail" if report.device == "npu" else "skip")
+    if info["version"]:
+        detail = f"CANN {info['version']} ({info['file']}); set_env.sh {'sourced' if sourced else 'NOT sourced'}"
+    else:
+        detail = "no CANN toolkit found (ASCEND_HOME_PATH unset, nothing under /usr/local/Ascend)"
+    report.add("CANN", status, detail, "" if status == "ok" else SET_ENV_HINT, required_for=("npu",))
+    if shutil.which("npu-smi"):
+        result = subprocess.run(["npu-smi", "info"], capture_output=True, text=True, timeout=60)
+        first = next((line.strip("| ").strip() for line in result.stdout.splitlines() if "npu-smi" in line.lower()), "")
+        status = "ok" if result.returncode == 0 else "fail"
+        report.add("driver (npu-smi info)", status, first or result.stderr.strip()[:200], required_for=("npu",))
+    else:
+        report.add("driver (npu-smi info)", "fail" if report.device == "npu" else "skip",
+                   "npu-smi not found", "install the Ascend driver (npu-smi comes with it)", required_for=("npu",))
+
+
+def check_apex(report: Report) -> bool:
+    compiled = []
+    for module in ("apex_C", "change_data_ptr"):
+        try:
+            importlib.import_module(module)
+            compiled.append(module)
+        except Exception as exc:
+            status = "fail" if report.device == "npu" else "skip"
+            report.add(f"apex compiled module {module}", status, _first_line(exc),
+                       "install the apexkit wheel (nox -s build-3.X) into this venv", required_for=("npu",))
+    for module in compiled:
+        report.add(f"apex compiled module {module}", "ok", "loads", required_for=("npu",))
+    try:
+        import apex
+    except Exception as exc:
+        text = _first_line(exc)
+        hint = "install torch_npu + CANN (Ascend apex imports torch_npu)" if "torch_npu" in text else \
+            "install the apexkit wheel into this venv"
+        report.add("import apex", "fail" if report.device == "npu" else "skip", text, hint, required_for=("npu",))
+        return False
+    report.add("import apex", "ok", getattr(apex, "__file__", "") or "importable", required_for=("npu",))
+    return True
+
+
+def check_device(report: Report, torch) -> object | None:
+    import device_adapter
+
+    try:
+        device = device_adapter.Device(report.device)
+    except Exception as exc:
+        report.add(f"device {report.device}", "fail", _first_line(exc), SET_ENV_HINT if report.device == "npu" else "")
+        return None
+    if device.backend is not None and not device.backend.is_available():
+        report.add(f"device {report.device}", "fail", f"torch.{report.device}.is_available() is False",
+                   "check the driver (npu-smi info / nvidia-smi) and ASCEND_RT_VISIBLE_DEVICES/CUDA_VISIBLE_DEVICES")
+        return None
+    current = "-" if device.index is None else device.index
+    report.add(f"device {report.device}", "ok", f"{device.count()} available, current {current}, {device.name()}")
+    return device
+
+
+def check_autocast_step(report: Report, torch, device) -> None:
+    dtype = torch.bfloat16 if device.kind == "cpu" else torch.float16
+    try:
+        model = torch.nn.Linear(16, 4).to(device.torch_device)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        scaler = device.grad_scaler(dtype == torch.float16)
+        x = torch.randn(8, 16, device=device.torch_device)
+        with device.autocast(dtype):
+            loss = model(x).float().pow(2).mean()
+        if scaler is not None:
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+        else:
+            loss.backward()
+            optimizer.step()
+        device.synchronize()
+        report.add("torch.autocast step", "ok", f"{str(dtype).replace('torch.', '')} forward, backward, step; loss {loss.item():.4f}")
+    except Exception as exc:
+        report.add("torch.autocast step", "fail", _first_line(exc))
+
+
+def check_apex_amp(report: Report, torch, device, apex_ok: bool) -> None:
+    required = ("npu",)
+    if device is None or device.kind == "cpu" or not apex_ok:
+        if device is None:
+            why = f"no usable {report.device} device (see above)"
+        else:
+            why = "apex.amp runs on NPU/GPU" if device.kind == "cpu" else "apex not importable (see above)"
+        status = "fail" if report.device == "npu" else "skip"
+        report.add("apex amp O1 step", status, why, required_for=required)
+        if report.device == "npu" or device is None or device.kind == "npu":
+            report.add("NpuFusedAdam step", status, why, required_for=required)
+        return
+    try:
+        from apex import amp
+
+        model = torch.nn.Linear(16, 4).to(device.torch_device)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        model, optimizer = amp.initialize(model, optimizer, opt_level="O1", verbosity=0)
+        loss = model(torch.randn(8, 16, device=device.torch_device)).float().pow(2).mean()
+        with amp.scale_loss(loss, optimizer) as scaled:
+            scaled.backward()
+        optimizer.step()
+        device.synchronize()
+        report.add("apex amp O1 step", "ok", f"initialize(O1) + scaled backward + step; loss {loss.item():.4f}",
+                   required_for=required)
+    except Exception as exc:
+        report.add("apex amp O1 step", "fail", _first_line(exc), required_for=required)
+    if device.kind != "npu":
+        return
+    try:
+        from apex.optimizers import NpuFusedAdam
+
+        model = torch.nn.Linear(16, 4).to(device.torch_device)
+        optimizer = NpuFusedAdam(model.parameters(), lr=1e-3)
+        model(torch.randn(8, 16, device=device.torch_device)).pow(2).mean().backward()
+        optimizer.step()
+        device.synchronize()
+        report.add("NpuFusedAdam step", "ok", "fused Adam step on the NPU", required_for=required)
+    except Exception as exc:
+        report.add("NpuFusedAdam step", "fail", _first_line(exc), required_for=required)
+
+
+def run(device: str) -> Report:
+    report = Report(device)
+    torch = check_torch(report)
+    if torch is None:
+        return report
+    check_torch_npu(report)
+    check_cann(report)
+    apex_ok = check_apex(report)
+    dev = check_device(report, torch)
+    if dev is not None:
+        check_autocast_step(report, torch, dev)
+    check_apex_amp(report, torch, dev, apex_ok)
+    return report
+
+
+def render(report: Report) -> str:
+    width = max(len(c["check"]) for c in report.checks)
+    lines = [f"environment for --device {report.device}:"]
+    for c in report.checks:
+        mark = {"ok": "ok  ", "fail": "FAIL", "skip": "skip", "warn": "warn"}[c["status"]]
+        needed = "" if c["required"] else " (not required)"
+        lines.append(f"  {mark}  {c['check']:<{width}}  {c['detail']}{needed}")
+        if c["hint"] and c["status"] != "ok":
+            lines.append(f"        {'':<{width}}  -> {c['hint']}")
+    verdict = "ready" if report.ok else "NOT ready: " + ", ".join(
+        c["check"] for c in report.checks if c["required"] and c["status"] != "ok")
+    lines.append(f"verdict: {verdict}")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--device", default="npu", choices=("npu", "cuda", "cpu"),
+                   help="the device the environment must be ready for (default npu)")
+    p.add_argument("--json", metavar="PATH", help="also write the report as JSON ('-' for stdout)")
+    args = p.parse_args(argv)
+    report = run(args.device)
+    data = {"device": report.device, "ok": report.ok, "checks": report.checks,
+            "python": sys.executable, "platform": platform.platform()}
+    if args.json == "-":
+        print(json.dumps(data, indent=2))
+        print(render(report), file=sys.stderr)
+    else:
+        print(render(report))
+        if args.json:
+            Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+            Path(args.json).write_text(json.dumps(data, indent=2) + "\n")
+    return 0 if report.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
