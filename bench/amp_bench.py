@@ -24,14 +24,13 @@ import platform
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import device_adapter  # noqa: E402
-import models  # noqa: E402
-import torch  # noqa: E402
+import device_adapter
+import models
+import torch
 
 MODES = ("fp32", "apex-O1", "apex-O2", "autocast-fp16", "autocast-bf16")
 SCHEMA = 1
@@ -201,7 +200,8 @@ def finish(results: list[dict], tolerance: float) -> None:
         if r["status"] != "ok":
             continue
         r["speedup_vs_fp32"] = round(ref["step_ms_median"] / r["step_ms_median"], 3)
-        r["memory_ratio_vs_fp32"] = round(r["peak_memory_bytes"] / ref["peak_memory_bytes"], 3) if ref["peak_memory_bytes"] else None
+        ref_memory = ref["peak_memory_bytes"]
+        r["memory_ratio_vs_fp32"] = round(r["peak_memory_bytes"] / ref_memory, 3) if ref_memory else None
         diff = abs(r["final_loss"] - ref["final_loss"]) / max(abs(ref["final_loss"]), 1e-12)
         r["loss_rel_diff_vs_fp32"] = round(diff, 6)
         r["parity_ok"] = diff <= tolerance

@@ -21,7 +21,7 @@ KINDS = ("npu", "cuda", "cpu")
 def import_torch_npu():
     """torch_npu, or the ImportError text (it needs CANN's set_env.sh sourced)."""
     try:
-        import torch_npu  # noqa: F401  (registers torch.npu)
+        import torch_npu
 
         return torch_npu, ""
     except Exception as exc:  # ImportError, OSError (libascendcl.so), RuntimeError from CANN init
@@ -40,12 +40,16 @@ def detect(requested: str = "auto") -> str:
     return "cpu"
 
 
-def cpu_name() -> str:
-    with contextlib.suppress(OSError):
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
+def _proc_field(path: str, prefix: str) -> str | None:
+    with contextlib.suppress(OSError), open(path) as handle:
+        for line in handle:
+            if line.startswith(prefix):
                 return line.split(":", 1)[1].strip()
-    return platform.processor() or platform.machine()
+    return None
+
+
+def cpu_name() -> str:
+    return _proc_field("/proc/cpuinfo", "model name") or platform.processor() or platform.machine()
 
 
 class Device:
@@ -105,10 +109,9 @@ class Device:
     def peak_memory_bytes(self) -> int:
         if self.backend is not None:
             return int(self.backend.max_memory_allocated(self.index))
-        with contextlib.suppress(OSError):
-            for line in open("/proc/self/status"):
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
+        peak = _proc_field("/proc/self/status", "VmHWM")  # "123456 kB"
+        if peak:
+            return int(peak.split()[0]) * 1024
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
     @property

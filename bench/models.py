@@ -10,11 +10,11 @@ import math
 
 import torch
 from torch import nn
-from torch.nn import functional as F  # noqa: N812
+from torch.nn import functional as F
 
 
 def _round(value: float, multiple: int) -> int:
-    return max(multiple, int(round(value / multiple)) * multiple)
+    return max(multiple, round(value / multiple) * multiple)
 
 
 def mlp_sizes(scale: float) -> dict:
@@ -27,7 +27,7 @@ def qwen3_sizes(scale: float) -> dict:
     kv_heads = max(1, heads // 4)  # grouped-query attention: 4 query heads share one KV head, as in Qwen3
     head_dim = 128 if scale >= 1 else 64
     hidden = heads * head_dim
-    return {"batch": max(1, _round(8 * scale, 1)), "seq": _round(512 * min(scale, 1.0), 16) if scale < 1 else 512,
+    return {"batch": max(1, _round(8 * scale, 1)), "seq": _round(512 * min(scale, 1.0), 16),
             "hidden": hidden, "heads": heads, "kv_heads": kv_heads, "head_dim": head_dim,
             "intermediate": _round(hidden * 3, 64), "vocab": _round(8192 * scale, 64)}
 

@@ -163,7 +163,8 @@ def check_autocast_step(report: Report, torch, device) -> None:
             loss.backward()
             optimizer.step()
         device.synchronize()
-        report.add("torch.autocast step", "ok", f"{str(dtype).replace('torch.', '')} forward, backward, step; loss {loss.item():.4f}")
+        name = str(dtype).replace("torch.", "")
+        report.add("torch.autocast step", "ok", f"{name} forward, backward, step; loss {loss.item():.4f}")
     except Exception as exc:
         report.add("torch.autocast step", "fail", _first_line(exc))
 
