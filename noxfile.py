@@ -2,6 +2,8 @@
 
 build-<python>  build the Apex for Ascend wheel for that Python (the list comes from matrix.toml)
 build-bench     cold vs cached vs -j1/-jN build times
+validate        environment checks in the built wheel's venv (bench/validate_env.py)
+bench           FP32 vs AMP benchmark in the built wheel's venv (bench/amp_bench.py)
 tests           the test suite (the README's test command)
 lint            ruff
 """
@@ -42,6 +44,25 @@ def build_bench(session: nox.Session) -> None:
     from apexkit import buildbench
 
     buildbench.main(session.posargs)
+
+
+def _bench_session(script: str, session: nox.Session) -> None:
+    from apexkit import runbench
+    from apexkit.cli import run_in_session
+
+    run_in_session(session, lambda: runbench.main(script, session.posargs, prog=f"nox -s {script} --"))
+
+
+@nox.session(python=False, default=False, tags=["bench"])
+def validate(session: nox.Session) -> None:
+    """Check the environment for the built wheel (torch, torch_npu, CANN, apex, device, AMP step); -- --device cpu|npu|cuda."""
+    _bench_session("validate", session)
+
+
+@nox.session(python=False, default=False, tags=["bench"])
+def bench(session: nox.Session) -> None:
+    """FP32 vs AMP benchmark in the built wheel's venv (JSON, Markdown, PNG); -- --device cpu --model qwen3-block."""
+    _bench_session("bench", session)
 
 
 @nox.session(python=False)

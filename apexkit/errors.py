@@ -65,3 +65,9 @@ class SmokeTestError(ApexkitError):
     """The wheel built but its compiled modules do not import in a fresh venv."""
 
     exit_code = 8
+
+
+class BenchError(ApexkitError):
+    """validate found the environment not ready, or the benchmark failed."""
+
+    exit_code = 9

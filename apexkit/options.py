@@ -78,8 +78,8 @@ def parser(prog: str = "nox -s build-3.X --") -> argparse.ArgumentParser:
     add("--skip-patch", metavar="ID", action="append", default=[], help="do not apply one of our patches (diagnosis)")
     add("--setup-flags", metavar="FLAGS",
         help='setup.py flags for a ref not in matrix.toml, written with =: --setup-flags="--cpp_ext"')
-    add("--dist", metavar="DIR", type=Path, help="output directory (default: ./dist)")
-    add("--build-dir", metavar="DIR", type=Path, help="work directory (default: ./build)")
+    add("--dist", metavar="DIR", type=Path, help="output directory (default: $APEXKIT_DIST_DIR, else ./dist)")
+    add("--build-dir", metavar="DIR", type=Path, help="work directory (default: $APEXKIT_BUILD_DIR, else ./build)")
     add("--no-smoke-test", action="store_true", help="skip importing the wheel in a fresh venv")
     add("--dry-run", action="store_true", help="print the plan and change nothing")
     add("--verbose", "-v", action="store_true", help="stream compiler and pip output")
@@ -132,8 +132,8 @@ def resolve(python: str, argv: Sequence[str], env: Mapping[str, str] | None = No
         use_system_torch=args.use_system_torch,
         skip_patches=tuple(args.skip_patch),
         setup_flags=tuple(args.setup_flags.split()) if args.setup_flags else None,
-        dist_dir=(args.dist or PROJECT_ROOT / "dist").resolve(),
-        build_dir=(args.build_dir or PROJECT_ROOT / "build").resolve(),
+        dist_dir=(args.dist or Path(os.environ.get("APEXKIT_DIST_DIR") or PROJECT_ROOT / "dist")).resolve(),
+        build_dir=(args.build_dir or Path(os.environ.get("APEXKIT_BUILD_DIR") or PROJECT_ROOT / "build")).resolve(),
         cache_dir=sources.cache_dir(env),
         dry_run=args.dry_run,
         verbose=args.verbose,

@@ -180,18 +180,22 @@ def harness_overhead(name: str, args, device: device_adapter.Device) -> dict:
     for _ in range(args.warmup):
         step()
     total = args.repeats * args.steps
-    start = device.now()
-    for _ in range(total):
-        step()
-    bare = device.now() - start
-    harnessed = 0.0
-    for _ in range(args.repeats):
-        begin = device.now()
-        for _ in range(args.steps):
+    bare_runs, harness_runs = [], []
+    for _ in range(3):  # alternate, so drift in machine load hits both the same way
+        start = device.now()
+        for _ in range(total):
             step()
-        harnessed += device.now() - begin
+        bare_runs.append(device.now() - start)
+        harnessed = 0.0
+        for _ in range(args.repeats):
+            begin = device.now()
+            for _ in range(args.steps):
+                step()
+            harnessed += device.now() - begin
+        harness_runs.append(harnessed)
+    bare, harnessed = statistics.median(bare_runs), statistics.median(harness_runs)
     return {"bare_s": round(bare, 5), "harness_s": round(harnessed, 5),
-            "overhead_pct": round((harnessed - bare) / bare * 100, 2)}
+            "overhead_pct": round((harnessed - bare) / bare * 100, 2), "alternations": 3}
 
 
 def finish(results: list[dict], tolerance: float) -> None:
