@@ -13,8 +13,8 @@ Credentials are masked in every output; files that hold them are 0600.
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
-import json
 import os
 import re
 import shlex
@@ -23,7 +23,7 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from urllib.parse import unquote, urlsplit
+from urllib.parse import urlsplit
 
 from apexkit import fsedit, log
 from apexkit.errors import ConfigError, EnvironmentSetupError
@@ -604,7 +604,7 @@ def make_plan(settings: ProxySettings, paths: Paths, layers: Sequence[str] = LAY
     mode, why = resolve_daemon_mode(daemon_mode, version)
     ca_bytes = build_ca_bundle(ca_cert) if ca_cert else None
     if ca_bytes is not None:
-        settings = ProxySettings(**{**settings.__dict__, "ca_bundle": paths.ca_bundle})
+        settings = dataclasses.replace(settings, ca_bundle=paths.ca_bundle)
     changes: list[fsedit.Change] = []
     if "shell" in layers:
         changes += plan_shell(settings, paths)
@@ -819,14 +819,3 @@ def container_args(settings: ProxySettings) -> list[str]:
     for name in CA_VARIABLES:
         args += ["-e", f"{name}={CONTAINER_CA_PATH}"]
     return args
-
-
-def unquote_userinfo(url: str) -> tuple[str, str] | None:
-    parts = urlsplit(url)
-    if parts.username is None:
-        return None
-    return unquote(parts.username), unquote(parts.password or "")
-
-
-def dump(value) -> str:
-    return json.dumps(value, indent=2)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -36,7 +37,7 @@ def setup(http=None, https=None, no_proxy=None, ca_cert=None, pip_index=None, re
                                    registry_mirrors=list(registry_mirror or ()))
     saved = proxy.load_saved(paths) if not ca_cert else None
     if saved and saved.get("settings", {}).get("ca_bundle") == paths.ca_bundle:
-        settings = proxy.ProxySettings(**{**settings.__dict__, "ca_bundle": paths.ca_bundle})  # keep the earlier --ca-cert
+        settings = dataclasses.replace(settings, ca_bundle=paths.ca_bundle)  # keep the earlier --ca-cert
     plan = proxy.make_plan(settings, paths, _layers(only), daemon_mode, ca_cert)
     before = proxy.read_state(paths)
     log.info("now: " + ", ".join(f"{name} {'configured' if s.configured else 'not configured'}"
