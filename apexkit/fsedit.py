@@ -322,6 +322,22 @@ class Restore:
     how: str  # "restored" | "deleted" | "undone" | "already gone"
 
 
+def undo_change(store: BackupStore, display: str, record: dict,
+                undo: Callable[[str, bytes, bytes | None, dict], bytes | None]) -> tuple[Change, str]:
+    """The change that takes back what apexkit wrote to one file, and how: untouched since our write -> the original
+    bytes and mode exactly; edited since -> `undo(display, current, original, record)` removes only our part."""
+    path = Path(record["path"])
+    current = read_bytes(path)
+    original = store.original(display, record)
+    if current is None and original is None:
+        return Change(display, path, None), "already gone"
+    if current is None or sha256(current) == record.get("written_sha256"):
+        return (Change(display, path, original, mode=record.get("mode") or 0o644),
+                "restored" if original is not None else "deleted")
+    restored = undo(display, current, original, record)
+    return Change(display, path, restored, mode=file_mode(path) or 0o644), "undone (file edited since; only our part removed)"
+
+
 def undo_all(store: BackupStore, owner: str, undo: Callable[[str, bytes, bytes | None, dict], bytes | None],
              only: Callable[[str], bool] = lambda display: True, dry_run: bool = False) -> tuple[list[Restore], list[Change]]:
     """Put back every file `owner` edited. Untouched since our write -> the original bytes and mode exactly;
@@ -332,20 +348,7 @@ def undo_all(store: BackupStore, owner: str, undo: Callable[[str, bytes, bytes |
     for display, record in sorted(manifest.items()):
         if record.get("owner") != owner or not only(display):
             continue
-        path = Path(record["path"])
-        current = read_bytes(path)
-        original = store.original(display, record)
-        if current is None and original is None:
-            results.append(Restore(display, "already gone"))
-            changes.append(Change(display, path, None))
-            continue
-        if sha256(current) == record.get("written_sha256") or current is None:
-            change = Change(display, path, original, mode=record.get("mode") or 0o644)
-            how = "restored" if original is not None else "deleted"
-        else:
-            restored = undo(display, current, original, record)
-            change = Change(display, path, restored, mode=file_mode(path) or 0o644)
-            how = "undone (file edited since; only our part removed)"
+        change, how = undo_change(store, display, record, undo)
         results.append(Restore(display, how))
         changes.append(change)
     if dry_run:

@@ -132,7 +132,7 @@ class ProxySettings:
 
     @property
     def has_credentials(self) -> bool:
-        return any(u and "@" in u.split("://", 1)[-1] for u in (self.http, self.https, self.pip_index))
+        return _has_userinfo(self.http, self.https, self.pip_index)
 
     @property
     def no_proxy_text(self) -> str:
@@ -565,19 +565,13 @@ class Plan:
 def _stale_changes(paths: Paths, layers: Sequence[str], wanted: set[str]) -> list[fsedit.Change]:
     """Files of the selected layers that an earlier setup wrote and the new plan does not cover: undo them."""
     store = paths.backups()
-    manifest = store.load()
     stale = []
-    for display, record in manifest.items():
+    for display, record in store.load().items():
         if record.get("owner") != OWNER or display in wanted or paths.layer_of(display) not in layers:
             continue
-        real = Path(record["path"])
-        current = fsedit.read_bytes(real)
-        original = store.original(display, record)
-        if current is None or fsedit.sha256(current) == record.get("written_sha256"):
-            restored = original
-        else:
-            restored = _undo_for(paths, display)(display, current, original, record)
-        stale.append(fsedit.Change(display, real, restored, mode=record.get("mode") or 0o644, note="no longer needed"))
+        change, _ = fsedit.undo_change(store, display, record, _undo_for(paths, display))
+        change.note = "no longer needed"
+        stale.append(change)
     return stale
 
 
