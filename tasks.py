@@ -1,12 +1,17 @@
 """apexkit invoke tasks. `invoke --list` lists them; `invoke --help <task>` explains one.
 
-build         build a wheel (same options as `nox -s build-<python> --`), e.g. invoke build --python 3.11 -o "--torch 2.13.0"
+build         build a wheel (same options as `nox -s build-<python> --`): invoke build --python 3.11 -- --torch 2.13.0
+              inside a builder image: invoke build --image apexkit/builder:debian-bookworm-x86_64 -- <options>
 proxy.setup   proxy (+ CA, mirrors) for the shell, the Docker daemon and containers; --dry-run shows the diffs
 proxy.check   per layer: configured? effective? a real request through the proxy
 proxy.show    what is saved and what each layer's files hold (passwords masked)
 proxy.env     export lines for eval "$(invoke proxy.env)"
 proxy.remove  undo setup (files restored from backups; your own content untouched)
-(image.*, source.* and doctor arrive with their issues.)
+image.build      builder image from a base (its package manager, non-root user, CA hook); x86_64 or aarch64
+image.list       apexkit images (stale ones marked)
+image.prune      remove stale/untagged apexkit images (--all: every one)
+image.emulation  can this host run x86_64/aarch64 containers (QEMU binfmt)? --enable registers it
+(doctor arrives with its issue.)
 """
 
 from __future__ import annotations
@@ -25,16 +30,18 @@ from apexkit.errors import ApexkitError
 
 @task(help={"python": "target Python, e.g. 3.11 (default: 3.11)",
             "options": 'build options in one string, as for nox -s build-3.X -- (e.g. "--torch 2.13.0 --jobs 2"; '
-                       '"--help" lists them)'},
-      positional=[])
-def build(c, python="3.11", options=""):
-    """Build the Apex for Ascend wheel for one Python into dist/."""
+                       '"--help" lists them); options after a bare -- work too',
+            "image": "build inside this builder image (invoke image.build makes one); the wheel lands in dist/"},
+      positional=[], auto_shortflags=False)
+def build(c, python="3.11", options="", image=None):
+    """Build the Apex for Ascend wheel for one Python into dist/: invoke build [--image IMAGE] -- <build options>."""
     from apexkit import build as apexkit_build
 
+    argv = shlex.split(options) + shlex.split(c.remainder or "") + (["--image", image] if image else [])
     try:
-        apexkit_build.main(python, shlex.split(options), prog=f"invoke build --python {python} --options")
+        apexkit_build.main(python, argv, prog=f"invoke build --python {python} --")
     except ApexkitError as exc:
-        raise Exit(f"error: {exc.format()}", code=exc.exit_code) from None
+        raise Exit(f"error: {log.mask(exc.format())}", code=exc.exit_code) from None
 
 
 def _run(func, *args, **kwargs) -> None:
@@ -116,4 +123,59 @@ def remove(c, only=None, dry_run=False, profile=None, system=False, root=None):
 
 
 proxy_ns = Collection("proxy", setup, check, show, env, remove)
-ns = Collection(build, proxy_ns)
+
+
+# --- image.* ---------------------------------------------------------------------------------------------------------
+
+@task(name="build", help={
+    "arch": "x86_64 or aarch64 (amd64/arm64 accepted); a foreign arch runs through QEMU binfmt (image.emulation)",
+    "base": "base image: a local or pullable reference (openeuler/openeuler:22.03, ubuntu:22.04, a MindIE image), "
+            "or debootstrap[:suite] to make a Debian base here without a registry",
+    "tag": "image name (default apexkit/builder:<base>-<arch>)",
+    "network": "network for RUN steps, e.g. host (automatic when the proxy listens on this host's loopback)",
+    "ca-bundle": "PEM bundle for TLS-intercepting proxies, or 'none' (default: proxy.setup's, else $SSL_CERT_FILE)",
+    "extra-packages": "more distro packages, space separated (e.g. 'python3.9 python3.9-devel')",
+    "uid": "uid of the non-root build user (default 1000)", "gid": "its gid (default 1000)",
+    "pip-index": "credential-free index for the tool venv (default: proxy.setup's mirror, else $PIP_INDEX_URL)",
+    "no-cache": "rebuild every layer", "dry-run": "print the plan; make, pull and build nothing",
+    "quiet": "only the step lines, not every line of output",
+}, auto_shortflags=False)
+def image_build(c, arch, base, tag=None, network=None, ca_bundle=None, extra_packages="", uid=1000, gid=1000,
+                pip_index=None, no_cache=False, dry_run=False, quiet=False):
+    """Build a builder image: the base + toolchain (its own package manager), tool venv, non-root user, CA hook."""
+    from apexkit import imagecli
+
+    _run(imagecli.build, arch=arch, base=base, tag=tag, network=network, ca_bundle=ca_bundle,
+         extra_packages=extra_packages, uid=int(uid), gid=int(gid), pip_index=pip_index, no_cache=no_cache,
+         dry_run=dry_run, quiet=quiet)
+
+
+@task(name="list", help={"json": "print JSON on stdout"}, auto_shortflags=False)
+def image_list(c, json=False):
+    """List apexkit builder and base images (stale ones: docker/ changed since they were built)."""
+    from apexkit import imagecli
+
+    _run(imagecli.list_images, as_json=json)
+
+
+@task(name="prune", help={"all": "remove every apexkit image, not only stale and untagged ones",
+                          "dry-run": "print what would be removed"}, auto_shortflags=False)
+def image_prune(c, all=False, dry_run=False):
+    """Remove stale builder images (docker/ changed since) and untagged ones; --all: every apexkit image."""
+    from apexkit import imagecli
+
+    _run(imagecli.prune, everything=all, dry_run=dry_run)
+
+
+@task(name="emulation", help={"arch": "one architecture (default: all)", "enable": "register QEMU for it (root)",
+                              "dry-run": "with --enable: print the commands", "json": "print JSON on stdout"},
+      auto_shortflags=False)
+def image_emulation(c, arch=None, enable=False, dry_run=False, json=False):
+    """Can this host run x86_64/aarch64 containers (natively or via QEMU binfmt)? Exit 1 when not; --enable fixes it."""
+    from apexkit import imagecli
+
+    _run(imagecli.emulation, arch=arch, enable=enable, dry_run=dry_run, as_json=json)
+
+
+image_ns = Collection("image", image_build, image_list, image_prune, image_emulation)
+ns = Collection(build, proxy_ns, image_ns)

@@ -63,8 +63,10 @@ def rootfs_tarball(suite: str = "bookworm", arch: str = "amd64", variant: str = 
     return target
 
 
-def import_image(client, tarball: Path, repository: str, tag: str = "latest") -> str:
-    """`docker import` the tarball unless the daemon already has repository:tag. Returns the reference."""
+def import_image(client, tarball: Path, repository: str, tag: str = "latest", changes: Sequence[str] = ()) -> str:
+    """`docker import` the tarball unless the daemon already has repository:tag. Returns the reference.
+
+    `changes` are Dockerfile instructions applied on import (e.g. a LABEL with the real architecture)."""
     reference = f"{repository}:{tag}"
     try:
         client.images.get(reference)
@@ -72,5 +74,5 @@ def import_image(client, tarball: Path, repository: str, tag: str = "latest") ->
     except Exception:  # docker.errors.ImageNotFound; the SDK is imported lazily by callers
         pass
     with log.step(f"docker import {tarball.name} as {reference}"):
-        client.api.import_image_from_file(str(tarball), repository=repository, tag=tag)
+        client.api.import_image_from_file(str(tarball), repository=repository, tag=tag, changes=list(changes) or None)
     return reference

@@ -471,26 +471,33 @@ class Builder:
         return self._publish(plan, wheel, manifest)
 
     def _publish(self, plan: Plan, wheel: Path, manifest: dict) -> Path:
-        """dist/<target-id>/ appears complete or not at all."""
-        final = self.opts.dist_dir / plan.target_id
-        tmp = Path(tempfile.mkdtemp(prefix=f".{plan.target_id}.tmp-", dir=_mkdir(self.opts.dist_dir)))
-        try:
-            shutil.copy2(wheel, tmp / wheel.name)
-            (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
-            old = None
-            if final.exists():
-                old = final.with_name(f".{plan.target_id}.old-{os.getpid()}")
-                os.replace(final, old)
-            os.replace(tmp, final)
-            if old:
-                shutil.rmtree(old, ignore_errors=True)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
+        final = replace_dir(self.opts.dist_dir, plan.target_id, {wheel.name: wheel}, manifest)
         log.info(f"✓ {final / wheel.name}")
         log.info(f"  sha256 {manifest['wheel']['sha256']}  ({manifest['wheel']['size'] / 1024:.0f} KiB, "
                  f"total {log.format_seconds(manifest['durations_s']['total'])})")
         return final
+
+
+def replace_dir(dist_dir: Path, name: str, files: dict[str, Path], manifest: dict) -> Path:
+    """dist/<name>/ (the files + manifest.json) appears complete or not at all."""
+    final = dist_dir / name
+    tmp = Path(tempfile.mkdtemp(prefix=f".{name}.tmp-", dir=_mkdir(dist_dir)))
+    try:
+        for file_name, source in files.items():
+            shutil.copy2(source, tmp / file_name)
+        (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+        os.chmod(tmp, 0o755)  # mkdtemp makes it 0700
+        old = None
+        if final.exists():
+            old = final.with_name(f".{name}.old-{os.getpid()}")
+            os.replace(final, old)
+        os.replace(tmp, final)
+        if old:
+            shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return final
 
 
 def _mkdir(path: Path) -> Path:
@@ -530,4 +537,8 @@ def main(python: str, argv: list[str], prog: str = "nox -s build-3.X --") -> Pat
     from apexkit import options
 
     opts = options.resolve(python, argv, prog=prog)
+    if opts.image:
+        from apexkit import containerbuild
+
+        return containerbuild.run(opts, argv)
     return Builder(opts).run()

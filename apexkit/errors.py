@@ -71,3 +71,9 @@ class BenchError(ApexkitError):
     """validate found the environment not ready, or the benchmark failed."""
 
     exit_code = 9
+
+
+class ImageError(ApexkitError):
+    """Docker: daemon unreachable, image missing, image build failed, cross-arch emulation missing."""
+
+    exit_code = 10

@@ -46,11 +46,15 @@ class BuildOptions:
     dry_run: bool = False
     verbose: bool = False
     smoke_test: bool = True
+    image: str | None = None  # build inside this builder image (apexkit/containerbuild.py)
+    network: str | None = None
+    ca_bundle: str | None = None
 
 
 def parser(prog: str = "nox -s build-3.X --") -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog=prog,
+        allow_abbrev=False,  # the container build rewrites host paths by exact option name
         description="Build an Apex for Ascend wheel in an isolated venv: fetch (cached) Ascend apex + NVIDIA apex, "
         "generate a fresh tree, apply our patches, compile, smoke-test the wheel in a fresh venv.",
     )
@@ -83,6 +87,13 @@ def parser(prog: str = "nox -s build-3.X --") -> argparse.ArgumentParser:
     add("--no-smoke-test", action="store_true", help="skip importing the wheel in a fresh venv")
     add("--dry-run", action="store_true", help="print the plan and change nothing")
     add("--verbose", "-v", action="store_true", help="stream compiler and pip output")
+    box = p.add_argument_group("in a builder image (invoke image.build makes one)")
+    box.add_argument("--image", metavar="IMAGE", help="run this same build inside IMAGE; the wheel lands in the "
+                     "host's dist/ (repository read-only, only the workspace and cache writable, no --privileged)")
+    box.add_argument("--network", metavar="NAME",
+                     help="container network, e.g. host (automatic when the proxy listens on this host's loopback)")
+    box.add_argument("--ca-bundle", metavar="FILE",
+                     help="CA bundle mounted into the container, or 'none' (default: proxy.setup's, else $SSL_CERT_FILE)")
     return p
 
 
@@ -108,6 +119,8 @@ def resolve(python: str, argv: Sequence[str], env: Mapping[str, str] | None = No
     for w in args.wheelhouse:
         if not w.is_dir():
             raise ConfigError(f"--wheelhouse {w} is not a directory", "pass a directory of .whl files")
+    if (args.network or args.ca_bundle) and not args.image:
+        raise ConfigError("--network and --ca-bundle apply to container builds only", "add --image IMAGE, or drop them")
     if args.apex_src is not None and not args.apex_src.expanduser().is_dir():
         raise ConfigError(f"--apex-src {args.apex_src} is not a directory", "pass your Ascend apex checkout")
     return BuildOptions(
@@ -138,4 +151,7 @@ def resolve(python: str, argv: Sequence[str], env: Mapping[str, str] | None = No
         dry_run=args.dry_run,
         verbose=args.verbose,
         smoke_test=not args.no_smoke_test,
+        image=args.image,
+        network=args.network,
+        ca_bundle=args.ca_bundle,
     )

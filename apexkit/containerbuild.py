@@ -1,0 +1,279 @@
+"""Run the same nox build inside a builder image: `invoke build --image IMAGE -- <options>` or
+`nox -s build-3.X -- --image IMAGE <options>`.
+
+Mounted, and nothing else: the repository (read-only, /apexkit), a workspace (/workspace: dist/ and build/ of the
+container), a cache (/cache: git mirrors, build venvs, wheel cache of that image), and read-only what the options
+name on the host (--wheelhouse, --apex-src, file:// source URLs, the CA bundle). No --privileged. The container
+runs as the invoking user (or, for root, as the image's non-root build user); the finished dist/<target>/ is then
+copied into the host's dist/ by this process, so it belongs to the invoking user.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+from apexkit import images, log, proxy
+from apexkit import matrix as matrix_mod
+from apexkit.errors import BuildError, ConfigError, ImageError
+from apexkit.options import BuildOptions
+
+REPO_MOUNT = "/apexkit"
+WORKSPACE = "/workspace"
+CACHE = "/cache"
+MNT = "/mnt/apexkit"
+TOOL_PYTHON = "/opt/apexkit/venv/bin/python"  # apexkit itself runs here; builds use the base's python3.X
+# options the host consumes (the container gets its own value, or none)
+HOST_OPTIONS = ("--image", "--network", "--ca-bundle", "--dist", "--build-dir", "--wheelhouse", "--apex-src",
+                "--ascend-apex-url", "--nvidia-apex-url")
+PASS_ENV_PREFIXES = ("APEXKIT_FETCH_",)
+PASS_ENV = ("APEXKIT_JOBS", "APEXKIT_TORCH_INDEX_URL", "PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_TRUSTED_HOST",
+            "PIP_DEFAULT_TIMEOUT", "PIP_RETRIES")
+
+
+@dataclass
+class Mount:
+    host: Path
+    container: str
+    read_only: bool = True
+    why: str = ""
+
+
+@dataclass
+class ContainerSpec:
+    image: str
+    arch: str
+    command: list[str]
+    user: str
+    uid: int
+    mounts: list[Mount]
+    environment: dict[str, str]
+    network: str | None
+    workspace: Path
+    cache: Path
+    notes: list[str] = field(default_factory=list)
+
+    def volumes(self) -> dict[str, dict[str, str]]:
+        return {str(m.host): {"bind": m.container, "mode": "ro" if m.read_only else "rw"} for m in self.mounts}
+
+
+def strip_host_options(argv: Sequence[str]) -> list[str]:
+    """argv without the options the host consumes (both `--opt value` and `--opt=value`)."""
+    out: list[str] = []
+    skip = False
+    for token in argv:
+        if skip:
+            skip = False
+            continue
+        if token in HOST_OPTIONS:
+            skip = True
+            continue
+        if token.startswith("--") and token.split("=", 1)[0] in HOST_OPTIONS and "=" in token:
+            continue
+        out.append(token)
+    return out
+
+
+def invoking_user(environ: Mapping[str, str] | None = None) -> tuple[int, int]:
+    """The user the outputs belong to: SUDO_UID/SUDO_GID under sudo, else this process's."""
+    environ = os.environ if environ is None else environ
+    if os.geteuid() == 0 and environ.get("SUDO_UID", "").isdigit():
+        return int(environ["SUDO_UID"]), int(environ.get("SUDO_GID", environ["SUDO_UID"]))
+    return os.geteuid(), os.getegid()
+
+
+def _file_url_path(url: str) -> Path | None:
+    parts = urlsplit(url)
+    if parts.scheme == "file":
+        return Path(unquote(parts.path))
+    if "://" not in url and url.startswith("/"):
+        return Path(url)
+    return None
+
+
+def make_spec(opts: BuildOptions, argv: Sequence[str], image: str, labels: Mapping[str, str], arch: str,
+              environ: Mapping[str, str] | None = None, settings: proxy.ProxySettings | None = None,
+              euid: int | None = None) -> ContainerSpec:
+    """Every decision of a container build, from the options, the image's labels and the environment (pure)."""
+    environ = os.environ if environ is None else environ
+    euid = os.geteuid() if euid is None else euid
+    root = matrix_mod.PROJECT_ROOT
+    tag = images.slug(image)
+    workspace = opts.build_dir / "containers" / f"{tag}-py{opts.python}"
+    cache = opts.cache_dir / "containers" / tag
+    mounts = [Mount(root, REPO_MOUNT, True, "the repository"), Mount(workspace, WORKSPACE, False, "workspace"),
+              Mount(cache, CACHE, False, "cache")]
+    forwarded = ["--dist", f"{WORKSPACE}/dist", "--build-dir", f"{WORKSPACE}/build"]
+    for i, wheelhouse in enumerate(opts.wheelhouses):
+        mounts.append(Mount(wheelhouse, f"{MNT}/wheelhouse-{i}", True, "--wheelhouse"))
+        forwarded += ["--wheelhouse", f"{MNT}/wheelhouse-{i}"]
+    if opts.apex_src:
+        mounts.append(Mount(opts.apex_src, f"{MNT}/apex-src", True, "--apex-src"))
+        forwarded += ["--apex-src", f"{MNT}/apex-src"]
+    env: dict[str, str] = {"APEXKIT_CACHE_DIR": CACHE, "PYTHONPATH": REPO_MOUNT, "PYTHONDONTWRITEBYTECODE": "1"}
+    for name, url, mount in (("APEXKIT_ASCEND_APEX_URL", opts.ascend_apex_url, "ascend-apex"),
+                             ("APEXKIT_NVIDIA_APEX_URL", opts.nvidia_apex_url, "nvidia-apex")):
+        local = _file_url_path(url)
+        if local is not None:
+            mounts.append(Mount(local, f"{MNT}/{mount}", True, name))
+            env[name] = f"file://{MNT}/{mount}"
+        else:
+            env[name] = url
+    for name, value in environ.items():
+        if (name in PASS_ENV or name.startswith(PASS_ENV_PREFIXES)) and value and "file:" not in value:
+            env[name] = value
+    notes = []
+    if settings is not None:
+        env.update({k: v for k, v in settings.environment().items() if k not in proxy.CA_VARIABLES})
+    bundle = images.resolve_ca_bundle(opts.ca_bundle, settings, environ)
+    if bundle is not None:
+        mounts.append(Mount(bundle, proxy.CONTAINER_CA_PATH, True, "CA bundle"))
+        env.update(dict.fromkeys(proxy.CA_VARIABLES, proxy.CONTAINER_CA_PATH))
+    if log.is_interactive():
+        env["FORCE_COLOR"] = "1"
+    if euid != 0:
+        uid, gid = euid, os.getegid()
+    else:
+        uid, gid = int(labels.get(f"{images.LABEL}.uid", 1000)), int(labels.get(f"{images.LABEL}.gid", 1000))
+        notes.append(f"as the image's build user (uid {uid}), not root")
+    pythons = matrix_mod.load().session_pythons
+    rest = strip_host_options(argv)
+    if opts.python in pythons:
+        command = [TOOL_PYTHON, "-m", "nox", "--no-color", "-f", f"{REPO_MOUNT}/noxfile.py", "--envdir",
+                   f"{WORKSPACE}/.nox", "-s", f"build-{opts.python}", "--", *forwarded, *rest]
+    else:
+        command = [TOOL_PYTHON, "-m", "apexkit", "build", opts.python, *forwarded, *rest]
+    return ContainerSpec(image=image, arch=arch, command=command, user=f"{uid}:{gid}", uid=uid, mounts=mounts,
+                         environment=env, network=opts.network or images._auto_network(settings),
+                         workspace=workspace, cache=cache, notes=notes)
+
+
+def preflight(spec: ContainerSpec) -> None:
+    """Every read-only mount must exist and be readable by the container's user; make the writable ones."""
+    for m in spec.mounts:
+        if m.read_only:
+            if not m.host.exists():
+                raise ConfigError(f"{m.why} {m.host} does not exist", "fix the path")
+            st = m.host.stat()
+            readable = st.st_uid == spec.uid or (st.st_mode & (0o005 if m.host.is_dir() else 0o004)) == \
+                (0o005 if m.host.is_dir() else 0o004)
+            if not readable:
+                raise ConfigError(f"{m.why} {m.host} is not readable by the container's build user (uid {spec.uid})",
+                                  f"chmod -R a+rX {m.host}, or build as a non-root user")
+        else:
+            m.host.mkdir(parents=True, exist_ok=True)
+            if os.geteuid() == 0 and m.host.stat().st_uid != spec.uid:
+                os.chown(m.host, spec.uid, int(spec.user.split(":")[1]))
+
+
+def inspect_image(c, image: str) -> tuple[dict, str]:
+    found = images.get_image(c, image)
+    if found is None:
+        raise ImageError(f"image {image} is not in the Docker daemon",
+                         f"invoke image.build --arch {images.host_arch()} --base <base image> --tag {image}")
+    labels = found.attrs.get("Config", {}).get("Labels") or {}
+    if f"{images.LABEL}.builder" not in labels:
+        raise ImageError(f"{image} is not an apexkit builder image (no {images.LABEL}.builder label)",
+                         f"invoke image.build --arch {images.host_arch()} --base {image}")
+    return labels, images.image_arch(found)
+
+
+def run(opts: BuildOptions, argv: Sequence[str]) -> Path | None:
+    """The whole container build. Returns the host's dist/<target>/ (None for --dry-run)."""
+    assert opts.image is not None
+    c = images.client()
+    labels, arch = inspect_image(c, opts.image)
+    emulated = images.require_emulation(arch)
+    settings = images.proxy_settings()
+    spec = make_spec(opts, argv, opts.image, labels, arch, settings=settings)
+    log.info(f"build in container {spec.image} ({arch}, {emulated.detail})")
+    log.info(f"  {'user':<15}{spec.user}" + (f" ({'; '.join(spec.notes)})" if spec.notes else ""))
+    for m in spec.mounts:
+        log.info(f"  {'mount':<15}{m.host} -> {m.container} ({'ro' if m.read_only else 'rw'}, {m.why})")
+    log.info(f"  {'network':<15}{spec.network or 'daemon default'}")
+    if labels.get(f"{images.LABEL}.recipe") != images.recipe_digest():
+        log.warn(f"{spec.image} was built from an older docker/ recipe: rebuild it with invoke image.build")
+    preflight(spec)
+    shutil.rmtree(spec.workspace / "dist", ignore_errors=True)
+    started = time.monotonic()
+    with log.step(f"build in {spec.image}") as s:
+        code = _run_container(c, spec)
+        if code != 0:
+            raise _failure(code, spec)
+        produced = sorted(p for p in (spec.workspace / "dist").glob("*") if (p / "manifest.json").is_file())
+        if opts.dry_run:
+            s.note("dry run")
+            return None
+        if len(produced) != 1:
+            raise BuildError(f"the container build ended without one dist/<target> in {spec.workspace / 'dist'} "
+                             f"(found {len(produced)})", f"see {spec.workspace / 'container.log'}")
+        final = _publish(produced[0], opts.dist_dir, spec, labels, time.monotonic() - started)
+        s.note(str(final))
+    return final
+
+
+def _run_container(c, spec: ContainerSpec) -> int:
+    log.echo_command(["docker", "run", "--rm", "--user", spec.user,
+                      *(f"-v={m.host}:{m.container}:{'ro' if m.read_only else 'rw'}" for m in spec.mounts),
+                      *([f"--network={spec.network}"] if spec.network else []), spec.image, *spec.command])
+    container = c.containers.create(spec.image, spec.command, user=spec.user, volumes=spec.volumes(),
+                                    environment=spec.environment, network_mode=spec.network, working_dir=REPO_MOUNT,
+                                    labels={f"{images.LABEL}.run": "build"}, init=True, use_config_proxy=False)
+    try:
+        container.start()
+        with open(spec.workspace / "container.log", "w", encoding="utf-8") as fh:
+            pending = b""
+            for chunk in container.logs(stream=True, follow=True):
+                pending += chunk
+                *lines, pending = pending.split(b"\n")
+                for raw in lines:
+                    text = log.mask(raw.decode("utf-8", "replace"))
+                    fh.write(text + "\n")
+                    sys.stderr.write("│ " + text + "\n")
+                sys.stderr.flush()
+            if pending:
+                text = log.mask(pending.decode("utf-8", "replace"))
+                fh.write(text + "\n")
+                sys.stderr.write("│ " + text + "\n")
+        return int(container.wait().get("StatusCode", 1))
+    except KeyboardInterrupt:
+        container.stop(timeout=5)
+        raise
+    finally:
+        container.remove(force=True)
+
+
+def _failure(code: int, spec: ContainerSpec) -> ImageError:
+    error = ImageError(f"the build inside {spec.image} failed (exit {code}; its one-line error is above)",
+                       f"container output: {spec.workspace / 'container.log'}; build log under "
+                       f"{spec.workspace / 'build'}")
+    if 2 <= code <= 9:  # the inner apexkit error's own exit code (ConfigError … BenchError)
+        error.exit_code = code
+    return error
+
+
+def _publish(produced: Path, dist_dir: Path, spec: ContainerSpec, labels: Mapping[str, str], seconds: float) -> Path:
+    """Copy dist/<target>/ out of the workspace into the host's dist/, atomically, owned by the invoking user."""
+    from apexkit import build
+
+    manifest = json.loads((produced / "manifest.json").read_text())
+    manifest["builder_image"] = {"image": spec.image, "arch": spec.arch, "base": labels.get(f"{images.LABEL}.base"),
+                                 "recipe": labels.get(f"{images.LABEL}.recipe"), "user": spec.user,
+                                 "container_seconds": round(seconds, 1)}
+    wheel = produced / manifest["wheel"]["file"]
+    final = build.replace_dir(dist_dir, produced.name, {wheel.name: wheel}, manifest)
+    uid, gid = invoking_user()
+    if os.geteuid() == 0 and uid != 0:
+        for path in (final, *final.iterdir()):
+            os.chown(path, uid, gid)
+    log.info(f"✓ {final / wheel.name}")
+    log.info(f"  sha256 {manifest['wheel']['sha256']}  ({manifest['wheel']['size'] / 1024:.0f} KiB, "
+             f"{spec.arch}, built in {spec.image})")
+    return final

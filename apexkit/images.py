@@ -1,0 +1,464 @@
+"""Builder images: `docker/` + a base image you name -> apexkit/builder:<base>-<arch>, through the Docker SDK.
+
+- The build context is assembled in a temporary directory: docker/Dockerfile and its scripts, the tool
+  requirements (filtered from requirements.txt, so the pins live in one place) and the CA bundle (or an empty file).
+- Proxies go in only as Docker's predefined build args (never stored in the image or its history).
+- Foreign architectures run through QEMU binfmt; `emulation()` reads /proc/sys/fs/binfmt_misc and says what is
+  missing and how to enable it before anything is built.
+- `--base debootstrap[:suite]` makes a Debian base without any registry (debootstrap once, cached, docker import).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import re
+import shutil
+import tempfile
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from apexkit import log, proxy
+from apexkit.errors import ConfigError, ImageError
+from apexkit.matrix import PROJECT_ROOT
+
+DOCKER_DIR = PROJECT_ROOT / "docker"
+CONTEXT_FILES = ("Dockerfile", "install-toolchain.sh", "entrypoint.sh")
+TOOL_REQUIREMENTS = ("nox", "virtualenv", "rich", "packaging")  # what runs inside the builder; pins from requirements.txt
+BUILDER_REPO = "apexkit/builder"
+BASE_REPO = "apexkit/base"
+LABEL = "org.apexkit"
+ARCHES = {"x86_64": "amd64", "aarch64": "arm64"}  # ours (uname -m) -> Docker's and Debian's name
+_ARCH_ALIASES = {"x86_64": "x86_64", "amd64": "x86_64", "x86-64": "x86_64", "x64": "x86_64",
+                 "aarch64": "aarch64", "arm64": "aarch64", "armv8": "aarch64"}
+# Docker's predefined build args: usable by RUN without an ARG line, and left out of `docker history`.
+PREDEFINED_PROXY_ARGS = ("HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "https_proxy", "FTP_PROXY", "ftp_proxy",
+                         "NO_PROXY", "no_proxy", "ALL_PROXY", "all_proxy")
+BINFMT_DIR = Path("/proc/sys/fs/binfmt_misc")
+_STEP = re.compile(r"^Step (\d+)/(\d+) : (.*)$")
+
+
+# --- architectures and emulation -----------------------------------------------------------------------------------
+
+def normalize_arch(value: str) -> str:
+    arch = _ARCH_ALIASES.get(value.strip().lower())
+    if arch is None:
+        raise ConfigError(f"unknown architecture '{value}'", "pass --arch x86_64 or --arch aarch64 (amd64/arm64 work too)")
+    return arch
+
+
+def host_arch() -> str:
+    return _ARCH_ALIASES.get(platform.machine().lower(), platform.machine().lower())
+
+
+@dataclass(frozen=True)
+class Emulation:
+    arch: str
+    host: str
+    native: bool
+    usable: bool
+    detail: str  # what was found
+    hint: str = ""  # how to enable it, when not usable
+
+    def as_json(self) -> dict:
+        return {"arch": self.arch, "host": self.host, "native": self.native, "usable": self.usable,
+                "detail": self.detail, "hint": self.hint}
+
+
+ENABLE_HINT = ("apt-get install qemu-user-static binfmt-support (dnf install qemu-user-static on openEuler), "
+               "mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc, update-binfmts --enable qemu-{arch}")
+
+
+def emulation(arch: str, binfmt_dir: Path = BINFMT_DIR, host: str | None = None) -> Emulation:
+    """Can this host run `arch` binaries in a container? Native, or a QEMU binfmt handler with the F flag."""
+    host = host or host_arch()
+    if arch == host:
+        return Emulation(arch, host, True, True, "native")
+    hint = ENABLE_HINT.format(arch=arch)
+    if not (binfmt_dir / "status").exists():
+        return Emulation(arch, host, False, False, f"binfmt_misc is not mounted at {binfmt_dir}", hint)
+    entry = binfmt_dir / f"qemu-{arch}"
+    if not entry.exists():
+        return Emulation(arch, host, False, False, f"no QEMU handler for {arch} is registered ({entry} missing)", hint)
+    text = entry.read_text(errors="replace")
+    fields = dict(line.split(" ", 1) for line in text.splitlines() if " " in line)
+    flags = fields.get("flags:", "").strip()
+    interpreter = fields.get("interpreter", "?").strip()
+    if not text.startswith("enabled"):
+        return Emulation(arch, host, False, False, f"qemu-{arch} is registered but disabled",
+                         f"update-binfmts --enable qemu-{arch}")
+    if "F" not in flags:
+        return Emulation(arch, host, False, False,
+                         f"qemu-{arch} is registered without the F (fix-binary) flag, so containers cannot reach "
+                         f"{interpreter}",
+                         "install Debian's qemu-user-static (it registers with F), or re-register the handler with flags F")
+    return Emulation(arch, host, False, True, f"QEMU {interpreter} (flags {flags})")
+
+
+def require_emulation(arch: str, binfmt_dir: Path = BINFMT_DIR) -> Emulation:
+    state = emulation(arch, binfmt_dir)
+    if not state.usable:
+        raise ImageError(f"cannot run {arch} containers on this {state.host} host: {state.detail}", state.hint)
+    return state
+
+
+# --- Docker client ---------------------------------------------------------------------------------------------------
+
+def client(timeout: int = 600):
+    """A Docker SDK client that answered a ping, or ImageError naming DOCKER_HOST."""
+    try:
+        import docker
+    except ImportError:
+        raise ImageError("the Docker SDK for Python is not installed", "pip install -r requirements.txt") from None
+    where = os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+    try:
+        c = docker.from_env(timeout=timeout)
+        c.ping()
+    except Exception as exc:  # the SDK raises several unrelated types for "no daemon"
+        first = (str(exc).splitlines() or [exc.__class__.__name__])[0]
+        if "Permission denied" in first or "PermissionError" in first:
+            raise ImageError(f"no permission to use the Docker daemon at {where}",
+                             "add yourself to the docker group (then log in again), or run as root") from None
+        raise ImageError(f"the Docker daemon is not reachable at {log.mask(where)} ({log.mask(first[:120])})",
+                         "start it (systemctl start docker, or dockerd &) or point DOCKER_HOST at it") from None
+    return c
+
+
+def get_image(c, reference: str):
+    import docker
+
+    try:
+        return c.images.get(reference)
+    except docker.errors.ImageNotFound:
+        return None
+
+
+def image_arch(image) -> str:
+    """Our label wins: `docker import` (docker.io 20.10) records amd64 whatever the root file system holds."""
+    labels = image.attrs.get("Config", {}).get("Labels") or {}
+    raw = labels.get(f"{LABEL}.arch") or image.attrs.get("Architecture") or ""
+    return _ARCH_ALIASES.get(raw.lower(), raw)
+
+
+# --- inputs ----------------------------------------------------------------------------------------------------------
+
+def tool_requirements(requirements: Path = PROJECT_ROOT / "requirements.txt") -> str:
+    """The pinned lines of requirements.txt that the builder's tool venv needs."""
+    lines = []
+    for line in requirements.read_text().splitlines():
+        name = re.split(r"[=<>!~;\[ ]", line.strip(), maxsplit=1)[0].lower()
+        if name in TOOL_REQUIREMENTS:
+            lines.append(line.strip())
+    missing = set(TOOL_REQUIREMENTS) - {re.split(r"[=<>!~;\[ ]", x, maxsplit=1)[0].lower() for x in lines}
+    if missing:
+        raise ConfigError(f"requirements.txt lacks {', '.join(sorted(missing))}", "restore requirements.txt from git")
+    lines.append('tomli; python_version < "3.11"')
+    return "# generated by apexkit/images.py from requirements.txt\n" + "\n".join(lines) + "\n"
+
+
+def recipe_digest() -> str:
+    """Content address of the recipe (docker/ files + tool pins): an image with another digest is stale."""
+    digest = hashlib.sha256()
+    for name in CONTEXT_FILES:
+        digest.update(name.encode() + b"\0" + (DOCKER_DIR / name).read_bytes() + b"\0")
+    digest.update(tool_requirements().encode())
+    return digest.hexdigest()[:16]
+
+
+def resolve_ca_bundle(option: str | None, settings: proxy.ProxySettings | None,
+                      environ: Mapping[str, str] | None = None) -> Path | None:
+    """--ca-bundle FILE | none; default: the bundle of `invoke proxy.setup --ca-cert`, else the one this host's tools
+    are told to use (SSL_CERT_FILE, REQUESTS_CA_BUNDLE, PIP_CERT), else none."""
+    environ = os.environ if environ is None else environ
+    if option is not None:
+        if option.lower() == "none":
+            return None
+        path = Path(option).expanduser()
+        if not path.is_file() or b"BEGIN CERTIFICATE" not in path.read_bytes()[:1 << 20]:
+            raise ConfigError(f"--ca-bundle {option} is not a PEM file of certificates",
+                              "pass a PEM bundle (e.g. /etc/ssl/certs/ca-certificates.crt) or --ca-bundle none")
+        return path.resolve()
+    if settings is not None and settings.ca_bundle and Path(settings.ca_bundle).is_file():
+        return Path(settings.ca_bundle)
+    for name in ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "PIP_CERT"):
+        if environ.get(name) and Path(environ[name]).is_file():
+            return Path(environ[name])
+    return None
+
+
+def proxy_settings(environ: Mapping[str, str] | None = None) -> proxy.ProxySettings | None:
+    return proxy.current_settings(proxy.Paths(), environ)
+
+
+def proxy_build_args(settings: proxy.ProxySettings | None) -> dict[str, str]:
+    if settings is None:
+        return {}
+    env = settings.environment()
+    return {name: env[name] for name in PREDEFINED_PROXY_ARGS if env.get(name)}
+
+
+def slug(reference: str) -> str:
+    """An image reference as a tag fragment: registry.example.com/openeuler/openeuler:22.03 -> openeuler-22.03."""
+    name = reference.rsplit("/", 1)[-1]
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", name.replace(":", "-")).strip("-.").lower()[:100] or "base"
+
+
+def default_tag(base: str, arch: str) -> str:
+    return f"{BUILDER_REPO}:{slug(base)}-{arch}"
+
+
+def debootstrap_suite(base: str) -> str | None:
+    """'debootstrap' / 'debootstrap:bookworm' -> the suite to debootstrap; None for a regular image reference."""
+    if base == "debootstrap":
+        return "bookworm"
+    if base.startswith("debootstrap:"):
+        suite = base.split(":", 1)[1]
+        if not re.fullmatch(r"[a-z]+", suite):
+            raise ConfigError(f"--base {base}: '{suite}' is not a Debian suite name", "e.g. --base debootstrap:bookworm")
+        return suite
+    return None
+
+
+# --- building --------------------------------------------------------------------------------------------------------
+
+@dataclass
+class ImagePlan:
+    arch: str
+    base: str  # as given
+    base_ref: str  # what FROM uses
+    tag: str
+    network: str | None
+    ca_bundle: Path | None
+    build_args: dict[str, str]
+    labels: dict[str, str]
+    emulation: Emulation
+    no_cache: bool = False
+    log_path: Path | None = None
+    extra: dict = field(default_factory=dict)
+
+    def describe(self) -> list[tuple[str, str]]:
+        args = {k: log.mask(v) for k, v in self.build_args.items()}
+        return [
+            ("arch", f"{self.arch} ({self.emulation.detail})"),
+            ("base", self.base if self.base == self.base_ref else f"{self.base} -> {self.base_ref}"),
+            ("tag", self.tag),
+            ("network", self.network or "daemon default"),
+            ("CA bundle", str(self.ca_bundle) if self.ca_bundle else "none"),
+            ("build args", ", ".join(f"{k}={v}" for k, v in sorted(args.items())) or "none"),
+            ("recipe", f"docker/ ({self.labels[f'{LABEL}.recipe']})"),
+        ]
+
+
+def plan_image(arch: str, base: str, tag: str | None = None, network: str | None = None, ca_bundle: str | None = None,
+               extra_packages: str = "", uid: int = 1000, gid: int = 1000, pip_index: str | None = None,
+               no_cache: bool = False, environ: Mapping[str, str] | None = None,
+               binfmt_dir: Path = BINFMT_DIR) -> ImagePlan:
+    """Every decision of `image.build`, before the daemon is asked anything."""
+    environ = os.environ if environ is None else environ
+    arch = normalize_arch(arch)
+    if not base:
+        raise ConfigError("--base is required", "e.g. --base openeuler/openeuler:22.03 or --base debootstrap:bookworm")
+    suite = debootstrap_suite(base)
+    base_ref = f"{BASE_REPO}:debian-{suite}-{arch}" if suite else base
+    if uid <= 0 or gid <= 0:
+        raise ConfigError(f"--uid {uid} / --gid {gid}: the build user must not be root", "pass --uid 1000 --gid 1000")
+    settings = proxy_settings(environ)
+    index = pip_index or (settings.pip_index if settings else None) or environ.get("PIP_INDEX_URL") or ""
+    if index and re.search(r"://[^/@\s]+:[^/@\s]+@", index):
+        raise ConfigError("the pip index URL holds a password, which would be stored in the image history",
+                          "use a credential-free mirror for the image build, or the proxy")
+    build_args = {"BASE_IMAGE": base_ref, "APEXKIT_ARCH": arch, "APEXKIT_EXTRA_PACKAGES": extra_packages,
+                  "APEXKIT_PIP_INDEX_URL": index, "BUILD_UID": str(uid), "BUILD_GID": str(gid),
+                  **proxy_build_args(settings)}
+    network = network or _auto_network(settings)
+    labels = {f"{LABEL}.builder": "1", f"{LABEL}.arch": arch, f"{LABEL}.base": base_ref,
+              f"{LABEL}.recipe": recipe_digest(), f"{LABEL}.uid": str(uid), f"{LABEL}.gid": str(gid)}
+    tag = tag or default_tag(f"debian:{suite}" if suite else base, arch)
+    return ImagePlan(arch=arch, base=base, base_ref=base_ref, tag=tag, network=network,
+                     ca_bundle=resolve_ca_bundle(ca_bundle, settings, environ), build_args=build_args, labels=labels,
+                     emulation=emulation(arch, binfmt_dir), no_cache=no_cache, extra={"suite": suite})
+
+
+def _auto_network(settings: proxy.ProxySettings | None) -> str | None:
+    """A proxy on this host's loopback is reachable from a build only on the host network."""
+    if settings is None:
+        return None
+    for url in (settings.http, settings.https):
+        host = proxy.host_port(url).rsplit(":", 1)[0].strip("[]")
+        if host in ("localhost", "::1") or host.startswith("127."):
+            return "host"
+    return None
+
+
+def write_context(plan: ImagePlan, dest: Path) -> Path:
+    for name in CONTEXT_FILES:
+        shutil.copy2(DOCKER_DIR / name, dest / name)
+    (dest / "requirements-tools.txt").write_text(tool_requirements())
+    (dest / "ca").mkdir()
+    (dest / "ca" / "ca-bundle.pem").write_bytes(plan.ca_bundle.read_bytes() if plan.ca_bundle else b"")
+    return dest
+
+
+def ensure_base(c, plan: ImagePlan) -> None:
+    """The base image in the daemon: made by debootstrap (cached tarball), found locally, or pulled."""
+    from apexkit import baseimage
+
+    if plan.extra.get("suite"):
+        if get_image(c, plan.base_ref) is None:
+            tarball = baseimage.rootfs_tarball(plan.extra["suite"], ARCHES[plan.arch])
+            baseimage.import_image(c, tarball, *plan.base_ref.split(":", 1), changes=[f"LABEL {LABEL}.arch={plan.arch}"])
+        return
+    image = get_image(c, plan.base_ref)
+    if image is None:
+        image = _pull(c, plan.base_ref, plan.arch)
+    found = image_arch(image)
+    if found and found != plan.arch:
+        log.warn(f"{plan.base_ref} says it is {found}; building for {plan.arch} anyway (docker import labels "
+                 "everything amd64): the first RUN step checks the real machine")
+
+
+def _pull(c, reference: str, arch: str):
+    with log.step(f"pull {reference} ({arch})") as s:
+        try:
+            last = ""
+            for event in c.api.pull(reference, platform=f"linux/{ARCHES[arch]}", stream=True, decode=True):
+                status = event.get("status", "")
+                if status and status != last and "Downloading" not in status and "Extracting" not in status:
+                    log.info(f"  {event.get('id', '')} {status}".rstrip())
+                    last = status
+                if "error" in event:
+                    raise RuntimeError(event["error"])
+        except Exception as exc:
+            raise ImageError(f"base image {reference} is not in the daemon and could not be pulled: "
+                             f"{log.mask(str(exc).splitlines()[0][:200])}",
+                             "check the daemon's proxy (invoke proxy.check), docker load it, or use --base debootstrap"
+                             ) from None
+        image = get_image(c, reference)
+        if image is None:
+            raise ImageError(f"pulled {reference} but the daemon does not list it", "docker images; retry")
+        s.note(image.short_id)
+        return image
+
+
+def build(plan: ImagePlan, c=None, verbose: bool = True) -> dict:
+    """Build the image, streaming the daemon's output with step progress. Returns builder.json of the image."""
+    if not plan.emulation.usable:
+        raise ImageError(f"cannot build an {plan.arch} image on this {plan.emulation.host} host: {plan.emulation.detail}",
+                         plan.emulation.hint)
+    c = c or client()
+    ensure_base(c, plan)
+    log_path = plan.log_path or (PROJECT_ROOT / "build" / "images" / f"{slug(plan.tag)}.log")
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="apexkit-image-") as tmp, \
+            open(log_path, "w", encoding="utf-8") as fh, log.step(f"docker build {plan.tag}") as s:
+        context = write_context(plan, Path(tmp))
+        fh.write(f"image.build {plan.tag}\n" + "".join(f"{k}: {v}\n" for k, v in plan.describe()))
+        stream = c.api.build(path=str(context), tag=plan.tag, buildargs=plan.build_args, labels=plan.labels,
+                             network_mode=plan.network, rm=True, forcerm=True, nocache=plan.no_cache, pull=False,
+                             decode=True, use_config_proxy=False)
+        error, lines = _follow_build(stream, fh, verbose)
+        if error:
+            raise _build_failure(error, lines, log_path)
+        info = read_builder_info(c, plan.tag)
+        s.note(f"{len(lines)} lines of output, log {log_path}")
+    return info
+
+
+def _follow_build(stream: Iterable[dict], fh, verbose: bool) -> tuple[str, list[str]]:
+    started = time.monotonic()
+    lines: list[str] = []
+    error = ""
+    pending = ""
+    for chunk in stream:
+        if "error" in chunk:
+            error = chunk.get("errorDetail", {}).get("message") or chunk["error"]
+            fh.write(log.mask(error) + "\n")
+            continue
+        pending += chunk.get("stream", "")
+        *complete, pending = pending.split("\n")
+        for line in complete:
+            line = log.mask(line.rstrip("\r"))
+            lines.append(line)
+            fh.write(line + "\n")
+            step = _STEP.match(line)
+            if step:
+                log.console.print(f"[bold]  [{step[1]}/{step[2]}][/bold] {log.escape(step[3][:110])} "
+                                  f"[dim]({log.format_seconds(time.monotonic() - started)})[/dim]")
+            elif verbose and line.strip() and not line.startswith((" ---> ", "Removing intermediate container")):
+                log.console.print(f"[dim]    {log.escape(line[:200])}[/dim]")
+    if pending.strip():
+        lines.append(log.mask(pending))
+        fh.write(log.mask(pending) + "\n")
+    return error, lines
+
+
+def _build_failure(error: str, lines: list[str], log_path: Path) -> ImageError:
+    for line in reversed(lines):
+        if line.startswith("apexkit-error: "):
+            cause, _, hint = line[len("apexkit-error: "):].partition(" | ")
+            return ImageError(cause, hint or f"full log: {log_path}")
+    step = next((m for m in (_STEP.match(x) for x in reversed(lines)) if m), None)
+    where = f" at step {step[1]}/{step[2]} ({step[3][:60]})" if step else ""
+    hint = f"full log: {log_path}"
+    if re.search(r"timed? ?out|Temporary failure resolving|Could not resolve|Connection refused|i/o timeout", error +
+                 "\n".join(lines[-20:])):
+        hint += "; downloads failed: check the proxy (invoke proxy.check) and --network host for a loopback proxy"
+    return ImageError(f"docker build failed{where}: {log.mask(error.strip()[:200])}", hint)
+
+
+def read_builder_info(c, tag: str) -> dict:
+    out = c.containers.run(tag, remove=True, network_mode="none")
+    return json.loads(out.decode())
+
+
+def summary_lines(info: dict) -> list[str]:
+    rows = [f"  {'user':<16}{info['user']} (uid {info['uid']}, gid {info['gid']})",
+            f"  {'package manager':<16}{info['package_manager']}",
+            f"  {'tool venv':<16}/opt/apexkit/venv (Python {info['tool_python']})"]
+    for p in info["pythons"]:
+        where = p["platlib"] if p["platlib"] == p["purelib"] else f"{p['purelib']} + {p['platlib']}"
+        rows.append(f"  {'python':<16}{p['path']} {p['version']}  packages in {where}")
+    return rows
+
+
+# --- list and prune --------------------------------------------------------------------------------------------------
+
+def our_images(c) -> list:
+    return c.images.list(filters={"label": f"{LABEL}.builder"}) + c.images.list(filters={"reference": f"{BASE_REPO}"})
+
+
+def list_rows(c) -> list[dict]:
+    current = recipe_digest()
+    rows = []
+    for image in our_images(c):
+        labels = image.attrs.get("Config", {}).get("Labels") or {}
+        builder = f"{LABEL}.builder" in labels
+        rows.append({
+            "tags": image.tags or ["<none>"],
+            "id": image.short_id.split(":")[-1],
+            "kind": "builder" if builder else "base",
+            "arch": image_arch(image),
+            "base": labels.get(f"{LABEL}.base", ""),
+            "created": image.attrs.get("Created", "")[:19].replace("T", " "),
+            "size_mb": round(image.attrs.get("Size", 0) / 1e6, 1),
+            "stale": builder and labels.get(f"{LABEL}.recipe") != current,
+        })
+    return rows
+
+
+def prune(c, everything: bool = False, dry_run: bool = False) -> list[str]:
+    """Remove stale builder images (recipe changed) and untagged ones; with `everything`, all of ours."""
+    removed = []
+    for row in list_rows(c):
+        if not (everything or row["stale"] or row["tags"] == ["<none>"]):
+            continue
+        name = row["tags"][0] if row["tags"] != ["<none>"] else row["id"]
+        removed.append(name)
+        if not dry_run:
+            for tag in row["tags"] if row["tags"] != ["<none>"] else [row["id"]]:
+                c.images.remove(tag, noprune=False)
+    return removed
