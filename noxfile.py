@@ -4,7 +4,8 @@ build-<python>  build the Apex for Ascend wheel for that Python (the list comes 
 build-bench     cold vs cached vs -j1/-jN build times
 validate        environment checks in the built wheel's venv (bench/validate_env.py)
 bench           FP32 vs AMP benchmark in the built wheel's venv (bench/amp_bench.py)
-tests           the test suite (the README's test command)
+tests           the test suite (the README's test command, with tests-aarch64)
+tests-aarch64   aarch64 builder image and wheel under QEMU
 lint            ruff
 """
 
@@ -65,19 +66,36 @@ def bench(session: nox.Session) -> None:
     _bench_session("bench", session)
 
 
+def _pytest(session: nox.Session, packages: dict, *args: str) -> None:
+    """pytest after installing the system tools it needs where it can (root + apt): then services must run, not skip."""
+    from apexkit import systools
+
+    can_install = systools.can_install()
+    installed = systools.ensure((*systools.DEBIAN_PACKAGES, *packages) if can_install else tuple(systools.DEBIAN_PACKAGES))
+    if installed:
+        session.log(f"installed {' '.join(installed)}")
+    env = {"APEXKIT_REQUIRE_SERVICES": "1"} if can_install else {}
+    session.run("python3", "-m", "pytest", *args, *session.posargs, env=env)
+
+
 @nox.session(python=False)
 def tests(session: nox.Session) -> None:
     """Run the test suite (pytest); installs missing system tools first (git, patch, g++, binutils, tinyproxy,
     docker.io, debootstrap) where it can (root + apt): then the proxy/Docker tests must run, never skip."""
     from apexkit import systools
 
-    can_install = systools.can_install()
-    installed = systools.ensure((*systools.DEBIAN_PACKAGES, *systools.TEST_PACKAGES) if can_install else
-                                tuple(systools.DEBIAN_PACKAGES))
-    if installed:
-        session.log(f"installed {' '.join(installed)}")
-    env = {"APEXKIT_REQUIRE_SERVICES": "1"} if can_install else {}
-    session.run("python3", "-m", "pytest", *session.posargs, env=env)
+    _pytest(session, systools.TEST_PACKAGES)
+
+
+@nox.session(name="tests-aarch64", python=False)
+def tests_aarch64(session: nox.Session) -> None:
+    """aarch64 builder image + wheel under QEMU (minutes): installs qemu-user-static and registers binfmt first."""
+    from apexkit import imagecli, systools
+
+    if systools.can_install():
+        systools.ensure((*systools.TEST_PACKAGES, *systools.QEMU_PACKAGES))
+        imagecli.emulation("aarch64", enable=True)
+    _pytest(session, {**systools.TEST_PACKAGES, **systools.QEMU_PACKAGES}, "-m", "aarch64", "tests/test_images.py")
 
 
 @nox.session(python=False)

@@ -117,7 +117,8 @@ def make_spec(opts: BuildOptions, argv: Sequence[str], image: str, labels: Mappi
     if opts.apex_src:
         mounts.append(Mount(opts.apex_src, f"{MNT}/apex-src", True, "--apex-src"))
         forwarded += ["--apex-src", f"{MNT}/apex-src"]
-    env: dict[str, str] = {"APEXKIT_CACHE_DIR": CACHE, "PYTHONPATH": REPO_MOUNT, "PYTHONDONTWRITEBYTECODE": "1"}
+    env: dict[str, str] = {"APEXKIT_CACHE_DIR": CACHE, "PIP_CACHE_DIR": f"{CACHE}/pip", "PYTHONPATH": REPO_MOUNT,
+                           "PYTHONDONTWRITEBYTECODE": "1"}
     for name, url, mount in (("APEXKIT_ASCEND_APEX_URL", opts.ascend_apex_url, "ascend-apex"),
                              ("APEXKIT_NVIDIA_APEX_URL", opts.nvidia_apex_url, "nvidia-apex")):
         local = _file_url_path(url)

@@ -38,8 +38,9 @@ _ARCH_ALIASES = {"x86_64": "x86_64", "amd64": "x86_64", "x86-64": "x86_64", "x64
 # Docker's predefined build args: usable by RUN without an ARG line, and left out of `docker history`.
 PREDEFINED_PROXY_ARGS = ("HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "https_proxy", "FTP_PROXY", "ftp_proxy",
                          "NO_PROXY", "no_proxy", "ALL_PROXY", "all_proxy")
-BINFMT_DIR = Path("/proc/sys/fs/binfmt_misc")
+BINFMT_DIR = Path(os.environ.get("APEXKIT_BINFMT_DIR") or "/proc/sys/fs/binfmt_misc")  # env: tests, chroots
 _STEP = re.compile(r"^Step (\d+)/(\d+) : (.*)$")
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")  # the classic builder colours RUN steps' stderr
 
 
 # --- architectures and emulation -----------------------------------------------------------------------------------
@@ -381,7 +382,7 @@ def _follow_build(stream: Iterable[dict], fh, verbose: bool) -> tuple[str, list[
         pending += chunk.get("stream", "")
         *complete, pending = pending.split("\n")
         for line in complete:
-            line = log.mask(line.rstrip("\r"))
+            line = log.mask(_ANSI.sub("", line).rstrip("\r"))
             lines.append(line)
             fh.write(line + "\n")
             step = _STEP.match(line)
@@ -391,8 +392,8 @@ def _follow_build(stream: Iterable[dict], fh, verbose: bool) -> tuple[str, list[
             elif verbose and line.strip() and not line.startswith((" ---> ", "Removing intermediate container")):
                 log.console.print(f"[dim]    {log.escape(line[:200])}[/dim]")
     if pending.strip():
-        lines.append(log.mask(pending))
-        fh.write(log.mask(pending) + "\n")
+        lines.append(log.mask(_ANSI.sub("", pending)))
+        fh.write(lines[-1] + "\n")
     return error, lines
 
 
@@ -411,13 +412,19 @@ def _build_failure(error: str, lines: list[str], log_path: Path) -> ImageError:
 
 
 def read_builder_info(c, tag: str) -> dict:
+    """builder.json of the image (the image's default command prints it)."""
     out = c.containers.run(tag, remove=True, network_mode="none")
-    return json.loads(out.decode())
+    try:
+        return json.loads(out.decode())
+    except ValueError:
+        raise ImageError(f"{tag} was built but does not describe itself (builder.json unreadable: {out[-80:]!r})",
+                         "rebuild with --no-cache") from None
 
 
 def summary_lines(info: dict) -> list[str]:
     rows = [f"  {'user':<16}{info['user']} (uid {info['uid']}, gid {info['gid']})",
             f"  {'package manager':<16}{info['package_manager']}",
+            f"  {'installed':<16}{' '.join(info.get('installed') or []) or 'nothing (the base has the toolchain)'}",
             f"  {'tool venv':<16}/opt/apexkit/venv (Python {info['tool_python']})"]
     for p in info["pythons"]:
         where = p["platlib"] if p["platlib"] == p["purelib"] else f"{p['purelib']} + {p['platlib']}"

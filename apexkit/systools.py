@@ -14,6 +14,8 @@ DEBIAN_PACKAGES = {"git": "git", "patch": "patch", "g++": "g++", "gcc": "gcc", "
                    "diff": "diffutils", "tar": "tar"}
 # what the test suite needs on top: a real proxy, a real Docker engine, base images without a registry
 TEST_PACKAGES = {"tinyproxy": "tinyproxy", "dockerd": "docker.io", "debootstrap": "debootstrap"}
+# aarch64 containers on an x86_64 host: QEMU user emulation registered through binfmt_misc
+QEMU_PACKAGES = {"qemu-aarch64-static": "qemu-user-static", "update-binfmts": "binfmt-support"}
 
 
 def can_install() -> bool:
@@ -30,7 +32,7 @@ def ensure(commands=tuple(DEBIAN_PACKAGES), dry_run: bool = False) -> list[str]:
     absent = missing(commands)
     if not absent:
         return []
-    packages = sorted({{**DEBIAN_PACKAGES, **TEST_PACKAGES}[c] for c in absent})
+    packages = sorted({{**DEBIAN_PACKAGES, **TEST_PACKAGES, **QEMU_PACKAGES}[c] for c in absent})
     if dry_run:
         return packages
     if shutil.which("apt-get") is None or os.geteuid() != 0:

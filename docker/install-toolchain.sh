@@ -73,6 +73,7 @@ step_toolchain() {
     if [ -z "$missing" ] && [ -z "${APEXKIT_EXTRA_PACKAGES:-}" ]; then
         echo "apexkit: the base already has the toolchain and python3 headers: nothing to install"
         echo "$pm" > "$SHARE/package-manager"
+        : > "$SHARE/installed-packages"
         return 0
     fi
     echo "apexkit: to install:${missing:- (none)}${APEXKIT_EXTRA_PACKAGES:+ + $APEXKIT_EXTRA_PACKAGES}"
@@ -117,6 +118,7 @@ step_toolchain() {
     [ -n "$(pythons_with_headers)" ] || die 5 "no python3.X with C headers after installing$packages" \
         "add the right -dev/-devel package to --extra-packages"
     echo "$pm" > "$SHARE/package-manager"
+    echo $packages ${APEXKIT_EXTRA_PACKAGES:-} > "$SHARE/installed-packages"
 }
 
 step_tools() {
@@ -154,7 +156,8 @@ step_user() {
     # (git honours safe.directory only in system or global configuration)
     git config --system --add safe.directory '*'
     # what the image offers, for `invoke image.build`'s summary and `invoke image.list`
-    /opt/apexkit/venv/bin/python - "$name" "$uid" "$gid" "$(cat "$SHARE/package-manager")" <<'PY'
+    /opt/apexkit/venv/bin/python - "$name" "$uid" "$gid" "$(cat "$SHARE/package-manager")" \
+        "$(cat "$SHARE/installed-packages")" <<'PY'
 import glob, json, os, platform, subprocess, sys
 probe = ("import json, platform, sysconfig; p = sysconfig.get_paths(); "
          "print(json.dumps({'version': platform.python_version(), 'purelib': p['purelib'], 'platlib': p['platlib']}))")
@@ -171,7 +174,7 @@ for directory in os.environ.get("PATH", "/usr/local/bin:/usr/bin").split(":") + 
         except Exception:
             pass
 info = {"arch": platform.machine(), "user": sys.argv[1], "uid": int(sys.argv[2]), "gid": int(sys.argv[3]),
-        "package_manager": sys.argv[4], "tool_python": platform.python_version(),
+        "package_manager": sys.argv[4], "installed": sys.argv[5].split(), "tool_python": platform.python_version(),
         "pythons": [found[k] for k in sorted(found, key=lambda n: int(n.split(".")[1]))]}
 with open("/usr/local/share/apexkit/builder.json", "w") as fh:
     json.dump(info, fh, indent=1)

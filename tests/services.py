@@ -85,15 +85,17 @@ class TinyProxy:
 class Dockerd:
     """A private dockerd started with a given environment (as systemd would start it with our drop-ins)."""
 
-    def __init__(self, environment: dict[str, str]) -> None:
+    def __init__(self, environment: dict[str, str], data_root: Path | None = None) -> None:
+        """`data_root`: keep images between runs on this machine (builder images are minutes to build)."""
         # short paths: containerd's sockets live under exec-root and unix socket paths are limited to 108 bytes
         self.base = Path(tempfile.mkdtemp(prefix="apxd-", dir="/tmp"))
+        self.data_root = data_root or self.base / "data"
         self.socket = self.base / "docker.sock"
         self.host = f"unix://{self.socket}"
         self.log_path = self.base / "dockerd.log"
         env = {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}
         env.update(environment)
-        argv = ["dockerd", "--host", self.host, "--data-root", str(self.base / "data"), "--exec-root",
+        argv = ["dockerd", "--host", self.host, "--data-root", str(self.data_root), "--exec-root",
                 str(self.base / "exec"), "--pidfile", str(self.base / "dockerd.pid"), "--iptables=false",
                 "--bridge=none", "--ip-masq=false"]
         self.log_file = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
@@ -127,8 +129,11 @@ class Dockerd:
             os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait(10)
         self.log_file.close()
-        subprocess.run(["umount", "-R", str(self.base / "exec")], capture_output=True)
-        subprocess.run(["umount", "-R", str(self.base / "data")], capture_output=True)
+        # whatever the daemon left mounted (netns, overlays), deepest first
+        prefixes = (str(self.base) + "/", str(self.data_root) + "/")
+        targets = [line.split()[1] for line in Path("/proc/mounts").read_text().splitlines()]
+        for target in sorted((t for t in targets if t.startswith(prefixes)), key=len, reverse=True):
+            subprocess.run(["umount", "-l", target], capture_output=True)
         shutil.rmtree(self.base, ignore_errors=True)
 
 
