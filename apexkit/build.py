@@ -402,8 +402,12 @@ class Builder:
             failed = {k: v["error"] for k, v in result["modules"].items() if not v["ok"]}
             if failed:
                 name, err = next(iter(failed.items()))
+                known = known_failures.match(err)
+                for f in known:
+                    log.warn(f"known failure '{f.id}': {f.cause}. Fix: {f.fix}")
                 raise SmokeTestError(f"the wheel installs but {name} does not import in a fresh venv: {err}",
-                                     f"see {self.log_path}; check the link flags (readelf -d) and the torch version")
+                                     f"see {self.log_path}; " + (f"known failure '{known[0].id}': {known[0].fix}" if known
+                                     else "check the link flags (readelf -d) and the torch version"))
             s.note(f"{', '.join(result['modules'])} import; apex: {result['apex']}"
                    + (f"; {result['op']}" if result.get("op") else ""))
             return result

@@ -384,8 +384,8 @@ def _follow_build(stream: Iterable[dict], fh, verbose: bool) -> tuple[str, list[
         for line in complete:
             line = log.mask(_ANSI.sub("", line).rstrip("\r"))
             lines.append(line)
-            fh.write(line + "\n")
             step = _STEP.match(line)
+            fh.write(line + (f"  [+{time.monotonic() - started:.0f}s]" if step else "") + "\n")
             if step:
                 log.console.print(f"[bold]  [{step[1]}/{step[2]}][/bold] {log.escape(step[3][:110])} "
                                   f"[dim]({log.format_seconds(time.monotonic() - started)})[/dim]")

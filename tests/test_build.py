@@ -37,7 +37,9 @@ def test_build_311_end_to_end_then_wheel_cache_hit(runner, repos, tmp_path):
     assert manifest["sources"]["ascend_apex"]["commit"] == subprocess.run(
         ["git", "-C", str(repos.ascend_path), "rev-parse", "master"], capture_output=True, text=True).stdout.strip()
     assert {p["id"]: p["status"] for p in manifest["patches"]} == {
-        "torch-location": "applied", "pep440-version": "applied", "rpath-link-flag": "applied"}
+        "torch-location": "applied", "pep440-version": "applied", "rpath-link-flag": "applied", "cxx11-abi": "applied"}
+    build_log = (runner.build / TARGET / "build.log").read_text()
+    assert "-D_GLIBCXX_USE_CXX11_ABI=1" in build_log  # torch 2.13.0's ABI, passed by the cxx11-abi patch
     assert manifest["wheel"]["sha256"] == __import__("hashlib").sha256((dist / WHEEL).read_bytes()).hexdigest()
     assert manifest["tools"]["torch"].startswith("2.13.0") and manifest["tools"]["setuptools"]
     assert manifest["cache_hit"] is False and manifest["durations_s"]["total"] > 0

@@ -365,6 +365,7 @@ def test_prune_removes_stale_images_only(daemon):
 # --- aarch64 through QEMU (own marker and nox session: about 6-10 minutes on 2 cores) ------------------------------------
 
 @pytest.mark.aarch64
+@pytest.mark.timeout(2700)  # everything runs under QEMU: apt, pip, g++, torch import
 def test_aarch64_builder_and_wheel_under_qemu(daemon, repos, tmp_path):
     if shutil.which("update-binfmts") and not images.emulation("aarch64").usable:
         subprocess.run(["mount", "-t", "binfmt_misc", "binfmt_misc", "/proc/sys/fs/binfmt_misc"], capture_output=True)
@@ -392,6 +393,10 @@ def test_aarch64_builder_and_wheel_under_qemu(daemon, repos, tmp_path):
     manifest = json.loads((dist / "manifest.json").read_text())
     assert manifest["target"]["arch"] == "aarch64" and manifest["builder_image"]["arch"] == "aarch64"
     assert manifest["smoke_test"]["modules"]["apex_C"]["ok"]  # imported under QEMU in a fresh aarch64 venv
+    # PyPI's torch 2.5.1 uses the old C++ ABI: without the cxx11-abi patch apex_C's c10::Device(std::string) call
+    # is an undefined symbol at import (seen here before the patch existed)
+    build_log = next((tmp_path / "build").rglob("py3.11-torch2.5.1-aarch64-master/build.log"))
+    assert "-D_GLIBCXX_USE_CXX11_ABI=0" in build_log.read_text()
     with zipfile.ZipFile(wheel) as zf:
         so = next(n for n in zf.namelist() if n.startswith("apex_C") and n.endswith(".so"))
         zf.extract(so, tmp_path)

@@ -21,6 +21,10 @@ def test_known_failure_signatures():
     assert ids("/usr/bin/ld: cannot find -lc10: No such file or directory") == ["hardcoded-site-packages"]
     assert ids("packaging.version.InvalidVersion: Invalid version: '0.1-ascend'") == ["invalid-version"]
     assert ids("fatal error: acl/acl.h: No such file or directory") == ["acl-headers-missing"]
+    # the aarch64 build against PyPI torch 2.5.1 (old C++ ABI) before the cxx11-abi patch, verbatim
+    assert ids("ImportError: /workspace/build/py3.11-torch2.5.1-aarch64-master/smoke-venv/lib/python3.11/site-packages/"
+               "apex_C.cpython-311-aarch64-linux-gnu.so: undefined symbol: "
+               "_ZN3c106DeviceC1ERKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEE") == ["cxx11-abi-mismatch"]
     assert ids("all good") == []
 
 

@@ -20,8 +20,10 @@ def test_all_patches_apply_to_master_shaped_setup_and_fix_each_trap(tmp_path):
     tree = tree_with(tmp_path, ascend_setup())
     results = patches.apply_all(tree)
     assert [(r.id, r.status) for r in results] == [
-        ("torch-location", patches.APPLIED), ("pep440-version", patches.APPLIED), ("rpath-link-flag", patches.APPLIED)]
+        ("torch-location", patches.APPLIED), ("pep440-version", patches.APPLIED), ("rpath-link-flag", patches.APPLIED),
+        ("cxx11-abi", patches.APPLIED)]
     text = (tree / "setup.py").read_text()
+    assert "secure_compile_args = ['-D_GLIBCXX_USE_CXX11_ABI=%d' % int(getattr(torch._C, " in text
     assert "sys.prefix}/lib/python" not in text and "site.getusersitepackages" not in text
     assert "os.path.dirname(os.path.dirname(os.path.abspath(torch.__file__)))" in text
     assert "version='0.1+ascend'" in text and "0.1-ascend" not in text
