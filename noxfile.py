@@ -91,10 +91,11 @@ def tests(session: nox.Session) -> None:
 def tests_aarch64(session: nox.Session) -> None:
     """aarch64 builder image + wheel under QEMU (minutes): installs qemu-user-static and registers binfmt first."""
     from apexkit import imagecli, systools
+    from apexkit.cli import run_in_session
 
     if systools.can_install():
         systools.ensure((*systools.TEST_PACKAGES, *systools.QEMU_PACKAGES))
-        imagecli.emulation("aarch64", enable=True)
+        run_in_session(session, lambda: imagecli.emulation("aarch64", enable=True))
     _pytest(session, {**systools.TEST_PACKAGES, **systools.QEMU_PACKAGES}, "-m", "aarch64", "tests/test_images.py")
 
 
