@@ -11,7 +11,7 @@ image.build      builder image from a base (its package manager, non-root user, 
 image.list       apexkit images (stale ones marked)
 image.prune      remove stale/untagged apexkit images (--all: every one)
 image.emulation  can this host run x86_64/aarch64 containers (QEMU binfmt)? --enable registers it
-(doctor arrives with its issue.)
+doctor           check this machine (each check: status + fix); --log FILE explains a failed build; --json
 """
 
 from __future__ import annotations
@@ -178,4 +178,17 @@ def image_emulation(c, arch=None, enable=False, dry_run=False, json=False):
 
 
 image_ns = Collection("image", image_build, image_list, image_prune, image_emulation)
-ns = Collection(build, proxy_ns, image_ns)
+
+
+@task(help={"json": "print JSON on stdout (for CI)",
+            "log": "a failed build's log: name the known failures in it (cause and fix) instead of checking the machine"},
+      auto_shortflags=False)
+def doctor(c, json=False, log=None):
+    """Check this machine for building Apex for Ascend (interpreters, compiler, torch, CANN, Docker, QEMU, disk,
+    proxy, CA): each check with its status and the fix. Exit 1 when one fails."""
+    from apexkit import doctorcli
+
+    _run(doctorcli.main, log_file=log, as_json=json)
+
+
+ns = Collection(build, proxy_ns, image_ns, doctor)

@@ -27,9 +27,11 @@ def run_in_session(session, func: Callable[[], T]) -> T | None:
 def main(argv: list[str] | None = None) -> int:
     """python -m apexkit build <python> [build options]  (the same options as nox -s build-<python> --)."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["doctor"]:  # python -m apexkit doctor [--json] [--log FILE]: where invoke is not installed
+        return _doctor(argv[1:])
     if len(argv) < 2 or argv[0] != "build" or argv[1].startswith("-"):
         print("usage: python -m apexkit build <python-version> [options]  (options: python -m apexkit build 3.11 "
-              "--help)", file=sys.stderr)
+              "--help)\n       python -m apexkit doctor [--json] [--log FILE]", file=sys.stderr)
         return 2
     from apexkit import build
 
@@ -42,3 +44,19 @@ def main(argv: list[str] | None = None) -> int:
         log.console.print("interrupted", style="red")
         return 130
     return 0
+
+
+def _doctor(argv: list[str]) -> int:
+    import argparse
+
+    from apexkit import doctorcli
+
+    p = argparse.ArgumentParser(prog="python -m apexkit doctor", description="check this machine (invoke doctor)")
+    p.add_argument("--json", action="store_true", help="print JSON on stdout")
+    p.add_argument("--log", metavar="FILE", help="name the known failures in a failed build's log")
+    args = p.parse_args(argv)
+    try:
+        return doctorcli.main(log_file=args.log, as_json=args.json)
+    except ApexkitError as exc:
+        log.console.print(f"[red]error:[/red] {log.mask(exc.format())}", highlight=False, markup=True)
+        return exc.exit_code

@@ -34,3 +34,23 @@ def load() -> tuple[KnownFailure, ...]:
 def match(text: str) -> list[KnownFailure]:
     """Every known failure whose signature appears in `text`, in table order."""
     return [f for f in load() if f.pattern.search(text)]
+
+
+@dataclass(frozen=True)
+class Hit:
+    failure: KnownFailure
+    line_no: int  # 1-based
+    line: str
+
+
+def find(text: str) -> list[Hit]:
+    """The first line where each known failure appears, in table order (for `invoke doctor --log`)."""
+    hits = []
+    lines = text.splitlines()
+    for failure in load():
+        m = failure.pattern.search(text)
+        if m is None:
+            continue
+        line_no = text.count("\n", 0, m.start()) + 1
+        hits.append(Hit(failure, line_no, lines[line_no - 1].strip() if line_no <= len(lines) else m.group(0)))
+    return hits

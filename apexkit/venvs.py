@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from apexkit import log
+from apexkit import known_failures, log
 from apexkit.errors import EnvironmentSetupError
 from apexkit.proc import run_logged
 
@@ -92,9 +92,13 @@ def pip_install(venv: Venv, requirements: Sequence[str], index: IndexOptions, lo
     code, tail = run_logged(argv, log_path, verbose=verbose, progress=_pip_progress)
     if code != 0:
         reason = next((line for line in reversed(tail) if line.startswith("ERROR")), tail[-1] if tail else "")
+        known = known_failures.match("\n".join(tail))
+        for f in known:
+            log.warn(f"known failure '{f.id}': {f.cause}. Fix: {f.fix}")
         raise EnvironmentSetupError(
             f"pip could not install {' '.join(requirements)}: {log.mask(reason)}",
-            f"see {log_path}; check --torch / --index-url / --wheelhouse (or the proxy: invoke proxy.check)",
+            f"see {log_path}; " + (f"known failure '{known[0].id}': {known[0].fix}" if known else
+                                   "check --torch / --index-url / --wheelhouse (or the proxy: invoke proxy.check)"),
         )
 
 

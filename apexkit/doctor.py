@@ -1,0 +1,444 @@
+"""`invoke doctor`: what this machine has for building Apex for Ascend, each check with its status and the fix;
+`invoke doctor --log FILE`: the known failures (known_failures.toml) found in a failed build's log.
+
+Every check reads the machine (runs the interpreter, the compiler, asks the daemon); nothing is changed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from apexkit import images, interpreters, known_failures, log, proxy, sources
+from apexkit import matrix as matrix_mod
+from apexkit.errors import ConfigError
+
+OK, WARN, FAIL, SKIP = "ok", "warn", "fail", "skip"
+LOW_DISK_GIB = 10.0  # a build venv with a CPU torch is 1-2 GB, with a CUDA torch 5+ GB; builder images ~1 GB
+CRITICAL_DISK_GIB = 2.0
+CA_VARIABLES = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "PIP_CERT", "GIT_SSL_CAINFO", "CURL_CA_BUNDLE")
+_TORCH_PROBE = (
+    "import json, os, sys\n"
+    "out = {}\n"
+    "try:\n"
+    "    import torch\n"
+    "    out['torch'] = torch.__version__\n"
+    "    out['torch_dir'] = os.path.dirname(os.path.dirname(os.path.abspath(torch.__file__)))\n"
+    "    out['cxx11_abi'] = bool(getattr(torch._C, '_GLIBCXX_USE_CXX11_ABI', True))\n"
+    "except ModuleNotFoundError:\n"
+    "    out['torch'] = None\n"
+    "except Exception as exc:\n"
+    "    out['torch_error'] = '%s: %s' % (type(exc).__name__, str(exc).splitlines()[0] if str(exc) else '')\n"
+    "if out.get('torch'):\n"
+    "    try:\n"
+    "        import torch_npu\n"
+    "        out['torch_npu'] = torch_npu.__version__\n"
+    "    except ModuleNotFoundError:\n"
+    "        out['torch_npu'] = None\n"
+    "    except Exception as exc:\n"
+    "        out['torch_npu_error'] = '%s: %s' % (type(exc).__name__, str(exc).splitlines()[0] if str(exc) else '')\n"
+    "print(json.dumps(out))\n"
+)
+
+
+@dataclass
+class Check:
+    area: str
+    name: str
+    status: str  # ok | warn | fail | skip
+    found: str
+    fix: str = ""
+    data: dict = field(default_factory=dict)
+
+
+def _run(argv: list[str], timeout: float = 60, env: Mapping[str, str] | None = None,
+         stdin: str | None = None) -> tuple[int, str]:
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, input=stdin,
+                              env=dict(env) if env is not None else None)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return 127, f"{exc.__class__.__name__}: {exc}"
+    return proc.returncode, (proc.stdout + proc.stderr).strip()
+
+
+def _first(text: str) -> str:
+    return (text.splitlines() or [""])[0].strip()
+
+
+# --- interpreters ------------------------------------------------------------------------------------------------------
+
+def check_python_names(environ: Mapping[str, str]) -> list[Check]:
+    rows = []
+    for name, required in (("python", False), ("python3", True)):
+        path = shutil.which(name, path=environ.get("PATH"))
+        code, text = _run([path, "--version"], env=environ) if path else (127, f"{name}: command not found")
+        if code == 0:
+            rows.append(Check("python", name, OK, f"{path}: {_first(text)}"))
+        elif required:
+            rows.append(Check("python", name, FAIL, _first(text) or f"{path} fails",
+                              "install python3 (apt-get install python3 / dnf install python3)"))
+        else:
+            rows.append(Check("python", name, WARN, f"no working `python` ({_first(text) or 'exit ' + str(code)})",
+                              "call python3 / python3.X explicitly (apexkit does; many images ship no `python`)"))
+    return rows
+
+
+def layout(interp: interpreters.Interpreter) -> str:
+    """Where the interpreter keeps packages: lib, lib64 (openEuler/CentOS/Fedora) or dist-packages (Debian/Ubuntu)."""
+    kinds = []
+    for path in dict.fromkeys((interp.purelib, interp.platlib)):
+        if "dist-packages" in path:
+            kinds.append("dist-packages")
+        elif "/lib64/" in path:
+            kinds.append("lib64")
+        else:
+            kinds.append("lib")
+    return "+".join(dict.fromkeys(kinds))
+
+
+def check_interpreters(environ: Mapping[str, str], versions: list[str]) -> tuple[list[Check], list[interpreters.Interpreter]]:
+    rows, found = [], []
+    for version in versions:
+        try:
+            interp = interpreters.find(version, environ)
+        except Exception as exc:
+            why = getattr(exc, "cause", str(exc))
+            rows.append(Check("python", f"python{version}", SKIP, why[:160],
+                              f"only needed to build for {version}: pyenv install {version} or your distro's package"))
+            continue
+        found.append(interp)
+        kind = layout(interp)
+        note = "" if kind == "lib" else (f"packages in {kind}: a hand-run setup.py that hard-codes sys.prefix/lib/"
+                                         "pythonX.Y/site-packages misses them (apexkit builds in a venv and patches it)")
+        where = interp.platlib if interp.platlib == interp.purelib else f"{interp.purelib} + {interp.platlib}"
+        rows.append(Check("python", f"python{version}", OK, f"{interp.path} {interp.full_version} ({interp.machine}), "
+                          f"packages: {where}", note, {"layout": kind, "path": interp.path}))
+    return rows, found
+
+
+def check_torch(found: list[interpreters.Interpreter], environ: Mapping[str, str], cann: str | None) -> list[Check]:
+    rows: list[Check] = []
+    without: list[str] = []
+    for interp in found:
+        try:
+            proc = subprocess.run([interp.path, "-c", _TORCH_PROBE], capture_output=True, text=True, timeout=180,
+                                  env=dict(environ))
+            text = proc.stdout + proc.stderr
+            data = json.loads(proc.stdout.strip().splitlines()[-1])
+        except (OSError, subprocess.TimeoutExpired, ValueError, IndexError) as exc:
+            text = locals().get("text") or str(exc)
+            rows.append(Check("torch", f"torch (python{interp.version})", FAIL, _first(text)[:160],
+                              "see the message; reinstall torch for that interpreter"))
+            continue
+        name = f"torch (python{interp.version})"
+        if data.get("torch_error"):
+            hit = known_failures.match(data["torch_error"])
+            rows.append(Check("torch", name, FAIL, data["torch_error"][:160],
+                              hit[0].fix if hit else "reinstall torch for that interpreter"))
+            continue
+        if not data.get("torch"):
+            without.append(interp.version)
+            continue
+        abi = "cxx11 ABI" if data["cxx11_abi"] else "pre-cxx11 ABI"
+        rows.append(Check("torch", name, OK, f"{data['torch']} in {data['torch_dir']} ({abi})", "", data))
+        npu_name = f"torch_npu (python{interp.version})"
+        if data.get("torch_npu_error"):
+            hit = known_failures.match(data["torch_npu_error"])
+            rows.append(Check("torch", npu_name, FAIL, data["torch_npu_error"][:160],
+                              hit[0].fix if hit else "install the torch_npu matching torch (matrix.toml) and CANN"))
+        elif data.get("torch_npu"):
+            rows.append(Check("torch", npu_name, OK, data["torch_npu"]))
+        else:
+            rows.append(Check("torch", npu_name, WARN if cann else SKIP, "not installed",
+                              "pip install torch_npu==<matrix.toml pairing>, or build with --npu" if cann else
+                              "only needed on NPU hosts (build with --npu to pair one)"))
+    if without:
+        rows.append(Check("torch", "torch (system)", SKIP, f"not installed for python{', '.join(without)}",
+                          "not needed: build venvs install torch (--use-system-torch builds against an installed one)",
+                          {"without": without}))
+    return rows
+
+
+# --- toolchain ---------------------------------------------------------------------------------------------------------
+
+CXX17_PROBE = "#include <optional>\n#include <string_view>\nint main() { std::optional<std::string_view> x; return 0; }\n"
+
+
+def check_compiler(environ: Mapping[str, str]) -> list[Check]:
+    rows = []
+    for tool in ("gcc", "g++"):
+        path = shutil.which(tool, path=environ.get("PATH"))
+        if not path:
+            rows.append(Check("compiler", tool, FAIL, "not found", "apt-get install g++ (dnf install gcc-c++)"))
+            continue
+        code, text = _run([path, "-dumpfullversion"], env=environ)
+        version = _first(text) if code == 0 else "?"
+        major = int(version.split(".")[0]) if version.split(".")[0].isdigit() else 0
+        status, fix = (OK, "") if major >= 9 else (WARN, "torch >= 2.1 needs gcc >= 9 (C++17): use a newer toolchain")
+        rows.append(Check("compiler", tool, status, f"{path} {version}", fix, {"version": version}))
+    gxx = shutil.which("g++", path=environ.get("PATH"))
+    if gxx:
+        code, text = _run([gxx, "-std=c++17", "-x", "c++", "-fsyntax-only", "-"], env=environ, stdin=CXX17_PROBE)
+        rows.append(Check("compiler", "C++17", OK if code == 0 else FAIL,
+                          "g++ -std=c++17 compiles <optional>/<string_view>" if code == 0 else _first(text)[:160],
+                          "" if code == 0 else "install a g++ with C++17 (gcc >= 9)"))
+    for tool, package, required in (("git", "git", True), ("patch", "patch", True), ("readelf", "binutils", True),
+                                     ("ccache", "ccache", False)):
+        path = shutil.which(tool, path=environ.get("PATH"))
+        if path:
+            rows.append(Check("compiler", tool, OK, path))
+        elif required:
+            rows.append(Check("compiler", tool, FAIL, "not found", f"apt-get install {package} (nox -s tests does)"))
+        else:
+            rows.append(Check("compiler", tool, SKIP, "not installed", "optional: apt-get install ccache speeds rebuilds"))
+    return rows
+
+
+def check_build_venvs(cache: Path) -> list[Check]:
+    venvs = sorted((cache / "venvs").glob("build-py*/apexkit-ready.json"))
+    if not venvs:
+        return [Check("build", "build venvs", SKIP, f"none in {cache / 'venvs'}", "nox -s build-3.X makes one")]
+    rows = []
+    for marker in venvs:
+        try:
+            packages = json.loads(marker.read_text()).get("packages", {})
+        except (OSError, ValueError):
+            rows.append(Check("build", marker.parent.name, WARN, "unreadable marker", "--recreate-venv on the next build"))
+            continue
+        setuptools, wheel, torch = packages.get("setuptools"), packages.get("wheel"), packages.get("torch")
+        missing = [n for n, v in (("setuptools", setuptools), ("wheel", wheel)) if not v]
+        rows.append(Check("build", marker.parent.name, WARN if missing else OK,
+                          f"setuptools {setuptools or '-'}, wheel {wheel or '-'}, torch {torch or 'system'}",
+                          f"missing {', '.join(missing)}: build with --recreate-venv" if missing else ""))
+    return rows
+
+
+# --- Ascend --------------------------------------------------------------------------------------------------------------
+
+def cann_home(environ: Mapping[str, str]) -> str | None:
+    for key in ("ASCEND_HOME_PATH", "ASCEND_TOOLKIT_HOME"):
+        if environ.get(key) and Path(environ[key]).is_dir():
+            return environ[key]
+    for default in ("/usr/local/Ascend/ascend-toolkit/latest", "/usr/local/Ascend/cann"):
+        if Path(default).is_dir():
+            return default
+    return None
+
+
+def check_cann(environ: Mapping[str, str]) -> list[Check]:
+    home = cann_home(environ)
+    if home is None:
+        return [Check("ascend", "CANN toolkit", SKIP, "not installed (no ASCEND_HOME_PATH, no /usr/local/Ascend)",
+                      "only NPU hosts and --npu_float_status refs need it")]
+    version = "?"
+    # <= 8.3: ascend-toolkit/latest/<arch>-linux/ascend_toolkit_install.info; 8.5+: cann/ascend_toolkit_install.info
+    for info in [*sorted(Path(home).glob("*-linux/ascend_toolkit_install.info")), Path(home) / "ascend_toolkit_install.info"]:
+        if info.is_file():
+            m = re.search(r"^version=(\S+)", info.read_text(errors="replace"), re.M)
+            if m:
+                version = m.group(1)
+                break
+    sourced = bool(environ.get("ASCEND_HOME_PATH")) and home in environ.get("LD_LIBRARY_PATH", "")
+    rows = [Check("ascend", "CANN toolkit", OK, f"{home} (version {version})")]
+    rows.append(Check("ascend", "set_env.sh sourced", OK if sourced else FAIL,
+                      "ASCEND_HOME_PATH and LD_LIBRARY_PATH point at it" if sourced else
+                      "ASCEND_HOME_PATH/LD_LIBRARY_PATH do not point at the toolkit",
+                      "" if sourced else f"source {Path(home).parent}/set_env.sh (CANN 8.5+: /usr/local/Ascend/cann/set_env.sh)"))
+    return rows
+
+
+# --- Docker and emulation ------------------------------------------------------------------------------------------------
+
+def check_docker(environ: Mapping[str, str], settings: proxy.ProxySettings | None) -> list[Check]:
+    path = shutil.which("docker", path=environ.get("PATH"))
+    rows = []
+    if path:
+        code, text = _run([path, "--version"], env=environ)
+        rows.append(Check("docker", "client", OK if code == 0 else WARN, _first(text)))
+    else:
+        rows.append(Check("docker", "client", SKIP, "not installed", "only builder images need it: apt-get install docker.io"))
+    try:
+        c = images.client(timeout=15)
+    except Exception as exc:
+        rows.append(Check("docker", "daemon", SKIP if not path else WARN, getattr(exc, "cause", str(exc))[:160],
+                          getattr(exc, "hint", "")))
+        return rows
+    version = c.version()
+    rows.append(Check("docker", "daemon", OK, f"{version.get('Version')} ({version.get('Os')}/{version.get('Arch')}), "
+                      f"{environ.get('DOCKER_HOST') or 'unix:///var/run/docker.sock'}"))
+    from apexkit import proxycheck
+
+    row = proxycheck.check_daemon(proxy.Paths(), settings, c, "")
+    rows.append(Check("docker", "daemon proxy", row.status, f"{row.effective}; {row.probe}"[:200], row.hint))
+    return rows
+
+
+def check_emulation() -> list[Check]:
+    rows = []
+    for arch in images.ARCHES:
+        state = images.emulation(arch)
+        if state.native:
+            continue
+        rows.append(Check("docker", f"{arch} containers", OK if state.usable else WARN, state.detail, state.hint))
+    return rows
+
+
+# --- disk, caches, proxy, CA -----------------------------------------------------------------------------------------------
+
+def _existing(path: Path) -> Path:
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def check_disk(paths: dict[str, Path]) -> list[Check]:
+    rows, seen = [], set()
+    for name, path in paths.items():
+        anchor = _existing(path)
+        usage = shutil.disk_usage(anchor)
+        if (usage.total, usage.free) in seen:
+            continue
+        seen.add((usage.total, usage.free))
+        free = usage.free / 2**30
+        status = OK if free >= LOW_DISK_GIB else (WARN if free >= CRITICAL_DISK_GIB else FAIL)
+        rows.append(Check("disk", f"free ({name})", status, f"{free:.1f} GiB free of {usage.total / 2**30:.0f} GiB at {anchor}",
+                          "" if status == OK else "free space: invoke image.prune, rm -r the cache's venvs/ and wheels/",
+                          {"free_gib": round(free, 2)}))
+    return rows
+
+
+def _du(path: Path) -> int | None:
+    code, text = _run(["du", "-sb", str(path)], timeout=30)
+    return int(text.split()[0]) if code == 0 and text.split() and text.split()[0].isdigit() else None
+
+
+def check_cache(cache: Path) -> list[Check]:
+    if not cache.exists():
+        return [Check("cache", "cache dir", OK, f"{cache} (not created yet)")]
+    if not os.access(cache, os.W_OK):
+        return [Check("cache", "cache dir", FAIL, f"{cache} is not writable",
+                      "fix its owner, or set APEXKIT_CACHE_DIR to a writable directory")]
+    parts = []
+    for sub in ("git", "venvs", "wheels", "base-images", "run-venvs", "containers"):
+        if (cache / sub).is_dir():
+            size = _du(cache / sub)
+            parts.append(f"{sub} {size / 2**20:.0f} MiB" if size is not None else sub)
+    return [Check("cache", "cache dir", OK, f"{cache}: " + (", ".join(parts) or "empty"))]
+
+
+def check_proxy_variables(environ: Mapping[str, str]) -> list[Check]:
+    rows = []
+    any_set = False
+    for name in ("http_proxy", "https_proxy", "no_proxy"):
+        lower, upper = environ.get(name, ""), environ.get(name.upper(), "")
+        any_set |= bool(lower or upper)
+        if lower and upper and lower != upper:
+            rows.append(Check("proxy", name, WARN, f"{name}={log.mask(lower)} but {name.upper()}={log.mask(upper)}",
+                              "set both cases to one value (invoke proxy.setup writes both)"))
+        elif bool(lower) != bool(upper):
+            have = name if lower else name.upper()
+            rows.append(Check("proxy", name, WARN, f"only {have} is set ({log.mask(lower or upper)})",
+                              "set both cases: curl reads lower case, some tools only upper (invoke proxy.setup)"))
+        elif lower:
+            rows.append(Check("proxy", name, OK, log.mask(lower)))
+    if not any_set:
+        rows.append(Check("proxy", "proxy variables", OK, "none set (direct connection)"))
+    no_proxy = environ.get("no_proxy") or environ.get("NO_PROXY") or ""
+    if (environ.get("http_proxy") or environ.get("HTTP_PROXY") or environ.get("https_proxy") or environ.get("HTTPS_PROXY")) \
+            and not {"localhost", "127.0.0.1", "127.0.0.0/8"} & {x.strip() for x in no_proxy.split(",")}:
+        rows.append(Check("proxy", "no_proxy localhost", WARN, f"no_proxy={no_proxy or '(unset)'}",
+                          "add localhost,127.0.0.0/8 so local services bypass the proxy (proxy.setup does)"))
+    return rows
+
+
+def check_ca(environ: Mapping[str, str], settings: proxy.ProxySettings | None) -> list[Check]:
+    rows = []
+    for name in CA_VARIABLES:
+        value = environ.get(name)
+        if not value:
+            continue
+        path = Path(value)
+        if not path.is_file():
+            rows.append(Check("ca", name, FAIL, f"{value} does not exist",
+                              f"unset {name} or point it at a PEM bundle (invoke proxy.setup --ca-cert FILE)"))
+            continue
+        count = path.read_bytes().count(b"BEGIN CERTIFICATE")
+        rows.append(Check("ca", name, OK if count else FAIL, f"{value} ({count} certificates)",
+                          "" if count else "it holds no PEM certificate"))
+    if settings is not None and settings.ca_bundle:
+        ok = Path(settings.ca_bundle).is_file()
+        rows.append(Check("ca", "proxy.setup CA bundle", OK if ok else FAIL, settings.ca_bundle,
+                          "" if ok else "invoke proxy.setup --ca-cert FILE again"))
+    if not rows:
+        rows.append(Check("ca", "CA bundle", OK, "system default (no SSL_CERT_FILE/PIP_CERT/... set)"))
+    return rows
+
+
+# --- all -----------------------------------------------------------------------------------------------------------------
+
+def run_all(environ: Mapping[str, str] | None = None, progress: Callable[[str], None] | None = None) -> list[Check]:
+    environ = dict(os.environ if environ is None else environ)
+    m = matrix_mod.load()
+    cache = sources.cache_dir(environ)
+    settings = proxy.current_settings(proxy.Paths(), environ)
+    rows: list[Check] = []
+
+    def stage(name: str) -> None:
+        if progress:
+            progress(name)
+
+    stage("interpreters")
+    rows += check_python_names(environ)
+    interp_rows, found = check_interpreters(environ, list(m.supported_pythons))
+    rows += interp_rows
+    stage("torch per interpreter")
+    home = cann_home(environ)
+    rows += check_torch(found, environ, home)
+    stage("compiler")
+    rows += check_compiler(environ)
+    rows += check_build_venvs(cache)
+    rows += check_cann(environ)
+    stage("docker")
+    rows += check_docker(environ, settings)
+    rows += check_emulation()
+    stage("disk and caches")
+    rows += check_disk({"cache": cache, "build": Path(environ.get("APEXKIT_BUILD_DIR") or matrix_mod.PROJECT_ROOT / "build")})
+    rows += check_cache(cache)
+    rows += check_proxy_variables(environ)
+    rows += check_ca(environ, settings)
+    return rows
+
+
+MARK = {OK: "[green]ok  [/green]", WARN: "[yellow]warn[/yellow]", FAIL: "[red]FAIL[/red]", SKIP: "[dim]skip[/dim]"}
+
+
+def render(rows: list[Check]) -> None:
+    from rich.markup import escape
+
+    area = None
+    for row in rows:
+        if row.area != area:
+            area = row.area
+            log.console.print(f"[bold]{escape(area)}[/bold]")
+        log.console.print(f"  {MARK[row.status]} {escape(row.name):<24} {escape(log.mask(row.found))}")
+        if row.fix:
+            log.console.print(f"       {'':<24} [dim]→ {escape(log.mask(row.fix))}[/dim]")
+    counts = {s: sum(r.status == s for r in rows) for s in (OK, WARN, FAIL, SKIP)}
+    log.console.print(f"{counts[OK]} ok, {counts[WARN]} warn, {counts[FAIL]} fail, {counts[SKIP]} skip")
+
+
+def as_json(rows: list[Check]) -> str:
+    return json.dumps([{**asdict(r), "found": log.mask(r.found), "fix": log.mask(r.fix)} for r in rows], indent=1)
+
+
+def analyse_log(path: str) -> list[known_failures.Hit]:
+    file = Path(path)
+    if not file.is_file():
+        raise ConfigError(f"--log {path}: no such file", "pass a build log, e.g. build/<target-id>/build.log")
+    return known_failures.find(file.read_text(errors="replace"))

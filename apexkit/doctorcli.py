@@ -1,0 +1,40 @@
+"""`invoke doctor` as a plain function (tasks.py forwards options and turns errors into exits)."""
+
+from __future__ import annotations
+
+import json
+
+from apexkit import doctor, log
+
+
+def main(log_file: str | None = None, as_json: bool = False) -> int:
+    """Exit 0 when nothing fails (doctor) / when a known failure was found (--log); else 1."""
+    if log_file:
+        return _explain_log(log_file, as_json)
+    with log.console.status("checking …") as status:
+        rows = doctor.run_all(progress=lambda stage: status.update(f"checking {stage} …"))
+    if as_json:
+        print(doctor.as_json(rows))
+    else:
+        doctor.render(rows)
+    return 1 if any(r.status == doctor.FAIL for r in rows) else 0
+
+
+def _explain_log(path: str, as_json: bool) -> int:
+    hits = doctor.analyse_log(path)
+    if as_json:
+        print(json.dumps([{"id": h.failure.id, "line": h.line_no, "text": log.mask(h.line), "cause": h.failure.cause,
+                           "fix": h.failure.fix} for h in hits], indent=1))
+        return 0 if hits else 1
+    if not hits:
+        log.info(f"no known failure in {path} (known_failures.toml has the signatures); its last lines:")
+        with open(path, errors="replace") as fh:
+            for line in fh.read().splitlines()[-10:]:
+                log.info(f"  {log.mask(line)}")
+        return 1
+    for hit in hits:
+        log.console.print(f"[bold]{hit.failure.id}[/bold]  line {hit.line_no}: {log.escape(log.mask(hit.line[:160]))}",
+                          highlight=False)
+        log.info(f"  cause: {hit.failure.cause}")
+        log.info(f"  fix:   {hit.failure.fix}")
+    return 0
