@@ -262,16 +262,23 @@ def lib64_base(x86_builder, daemon):
     return tag
 
 
-def test_lib64_base_builds_against_its_system_torch(lib64_base, daemon, fixture_sources, tmp_path):
+LIB64_TAG = "apexkit/builder:lib64-test-x86_64"
+
+
+@pytest.fixture(scope="module")
+def lib64_builder(lib64_base, daemon):
+    built = invoke("image.build", "--arch", "x86_64", "--base", lib64_base, "--tag", LIB64_TAG, "--network", "host",
+                   "--ca-bundle", HOST_CA, "--quiet", env=docker_env(daemon))
+    assert built.returncode == 0, out(built)[-3000:]
+    return built
+
+
+def test_lib64_base_builds_against_its_system_torch(lib64_base, lib64_builder, daemon, fixture_sources, tmp_path):
     where = daemon.docker("run", "--rm", "--network", "none", "--entrypoint", "python3.11", lib64_base, "-c",
                           "import torch; print(torch.__file__)")
     assert where.stdout.strip() == "/usr/local/lib64/python3.11/site-packages/torch/__init__.py", where.stderr
-    tag = "apexkit/builder:lib64-test-x86_64"
-    built = invoke("image.build", "--arch", "x86_64", "--base", lib64_base, "--tag", tag, "--network", "host",
-                   "--ca-bundle", HOST_CA, "--quiet", env=docker_env(daemon))
-    assert built.returncode == 0, out(built)[-3000:]
-    assert "installed       nothing (the base has the toolchain)" in out(built)  # no package manager needed
-    proc = container_build(daemon, tag, tmp_path, fixture_sources, "--use-system-torch")
+    assert "installed       nothing (the base has the toolchain)" in out(lib64_builder)  # no package manager needed
+    proc = container_build(daemon, LIB64_TAG, tmp_path, fixture_sources, "--use-system-torch")
     assert proc.returncode == 0, out(proc)[-4000:]
     dist = tmp_path / "dist" / "py3.11-torch2.13.0-x86_64-master"
     manifest = json.loads((dist / "manifest.json").read_text())
@@ -281,6 +288,25 @@ def test_lib64_base_builds_against_its_system_torch(lib64_base, daemon, fixture_
     assert "torch           2.13.0+cpu (system)" in out(proc)
     build_log = next((tmp_path / "build" / "containers").glob("*/build/py3.11-torch2.13.0-x86_64-master/build.log"))
     assert "-I/usr/local/lib64/python3.11/site-packages/torch/include" in build_log.read_text()  # where torch is
+
+
+def doctor_in(daemon, image: str) -> dict[tuple[str, str], dict]:
+    """`python -m apexkit doctor --json` inside an image, the repository mounted read-only."""
+    proc = daemon.docker("run", "--rm", "--network", "none", "-v", f"{ROOT}:/apexkit:ro", "-e", "PYTHONPATH=/apexkit",
+                         "--entrypoint", "/opt/apexkit/venv/bin/python", image, "-m", "apexkit", "doctor", "--json")
+    assert proc.stdout.strip(), proc.stderr[-2000:]
+    return {(r["area"], r["name"]): r for r in json.loads(proc.stdout)}
+
+
+def test_doctor_inside_images_sees_their_layouts(x86_builder, lib64_builder, daemon):
+    debian = doctor_in(daemon, X86_TAG)
+    assert debian[("python", "python")]["status"] == "warn"  # Debian ships python3 only
+    assert debian[("python", "python3.11")]["data"]["layout"] == "dist-packages"
+    assert "/usr/bin/python3.11 3.11" in debian[("python", "python3.11")]["found"]
+    assert debian[("compiler", "C++17")]["status"] == "ok"
+    lib64 = doctor_in(daemon, LIB64_TAG)
+    torch = lib64[("torch", "torch (python3.11)")]
+    assert torch["status"] == "ok" and torch["data"]["torch_dir"] == "/usr/local/lib64/python3.11/site-packages"
 
 
 # --- bad inputs --------------------------------------------------------------------------------------------------------
