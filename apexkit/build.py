@@ -26,7 +26,8 @@ from apexkit.options import BuildOptions
 from apexkit.proc import run_logged
 
 # Bump when the way a wheel is produced changes, so old cache entries are not reused.
-RECIPE_VERSION = "1"
+RECIPE_VERSION = "2"  # 2: reproducible (SOURCE_DATE_EPOCH, path prefix maps)
+ZIP_EPOCH = 315532800  # 1980-01-01, the earliest zip timestamp: SOURCE_DATE_EPOCH when the source has no commit time
 
 _PROBE_TORCH = (
     "import json, os, torch; print(json.dumps({'version': torch.__version__, "
@@ -181,6 +182,7 @@ class Builder:
         self.env = dict(os.environ if env is None else env)
         self.m = matrix_mod.load()
         self.timings: dict[str, float] = {}
+        self.source_epoch = ZIP_EPOCH
         self.matched_failures: list[known_failures.KnownFailure] = []
         self.index = venvs.IndexOptions(opts.index_url, opts.extra_index_urls, opts.torch_index_url,
                                         opts.wheelhouses, opts.offline)
@@ -278,6 +280,7 @@ class Builder:
                 mirror = sources.Mirror(opts.ascend_apex_url, opts.cache_dir, retry)
                 sha = mirror.resolve(plan.apex_ref, opts.offline)
                 ascend = sources.checkout_ascend(mirror, sha, dest)
+            self.source_epoch = ascend.commit_time or ZIP_EPOCH
             pinned = ascend.pinned_nvidia_commit()
             nvidia_sha = opts.nvidia_commit or pinned or self.m.nvidia_apex_commit
             if pinned and not opts.nvidia_commit and pinned != self.m.nvidia_apex_commit:
@@ -344,6 +347,7 @@ class Builder:
         shutil.rmtree(out, ignore_errors=True)
         env = dict(self.env)
         env["MAX_JOBS"] = str(self.opts.jobs)
+        env.update(reproducible_env(self.source_epoch, tree, venv.path, self.env))
         ccache = shutil.which("ccache")
         if ccache and "CC" not in env and "CXX" not in env:
             env["CC"], env["CXX"] = f"{ccache} gcc", f"{ccache} g++"
@@ -434,6 +438,7 @@ class Builder:
             "wheel": {"file": wheel.name, "sha256": sha256_file(wheel), "size": wheel.stat().st_size},
             "cache_key": key,
             "cache_hit": cache_hit,
+            "source_date_epoch": self.source_epoch,
             "smoke_test": smoke,
             "durations_s": dict(self.timings, total=round(time.monotonic() - started, 3)),
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -504,6 +509,17 @@ def replace_dir(dist_dir: Path, name: str, files: dict[str, Path], manifest: dic
     return final
 
 
+def reproducible_env(epoch: int, tree: Path, venv: Path, env) -> dict[str, str]:
+    """Same inputs, same bytes: zip timestamps from the source commit, no build paths in the objects.
+
+    The tree and the build venv differ per build directory/cache; their paths reach the objects through __FILE__
+    (torch's headers use it in checks) and debug info, so both are mapped to fixed names."""
+    maps = f"-ffile-prefix-map={tree}=/apex -ffile-prefix-map={venv}=/venv"
+    return {"SOURCE_DATE_EPOCH": str(epoch),
+            "CFLAGS": f"{env.get('CFLAGS', '')} {maps}".strip(),
+            "CXXFLAGS": f"{env.get('CXXFLAGS', '')} {maps}".strip()}
+
+
 def _mkdir(path: Path) -> Path:
     path.mkdir(parents=True, exist_ok=True)
     return path
@@ -545,4 +561,39 @@ def main(python: str, argv: list[str], prog: str = "nox -s build-3.X --") -> Pat
         from apexkit import containerbuild
 
         return containerbuild.run(opts, argv)
+    if opts.verify_reproducible and not opts.dry_run:
+        return verify_reproducible(opts)
     return Builder(opts).run()
+
+
+def verify_reproducible(opts: BuildOptions) -> Path:
+    """Build twice from the same inputs in two build directories, without the wheel cache; publish only when both
+    wheels are byte-identical (manifest: reproducible.verified)."""
+    import dataclasses
+    import zipfile
+
+    runs = []
+    with tempfile.TemporaryDirectory(prefix=".reproducible-", dir=_mkdir(opts.build_dir)) as tmp:
+        for name in ("a", "b"):
+            log.info(f"▸ reproducibility build {name}/2 in {opts.build_dir / f'reproducible-{name}'}")
+            one = dataclasses.replace(opts, use_cache=False, verify_reproducible=False, dist_dir=Path(tmp) / name,
+                                      build_dir=opts.build_dir / f"reproducible-{name}",
+                                      smoke_test=opts.smoke_test and name == "a")
+            runs.append(Builder(one).run())
+        (a_dir, b_dir) = runs
+        manifest = json.loads((a_dir / "manifest.json").read_text())
+        a_wheel, b_wheel = a_dir / manifest["wheel"]["file"], next(b_dir.glob("*.whl"))
+        a_sha, b_sha = sha256_file(a_wheel), sha256_file(b_wheel)
+        if a_sha != b_sha:
+            with zipfile.ZipFile(a_wheel) as za, zipfile.ZipFile(b_wheel) as zb:
+                a_info, b_info = {i.filename: i for i in za.infolist()}, {i.filename: i for i in zb.infolist()}
+                differ = sorted(n for n in set(a_info) | set(b_info) if n not in a_info or n not in b_info
+                                or za.read(n) != zb.read(n) or a_info[n].date_time != b_info[n].date_time)
+            raise BuildError(f"not reproducible: {a_wheel.name} sha256 {a_sha[:12]} vs {b_sha[:12]}; differing members: "
+                             f"{', '.join(differ[:6]) or 'zip metadata only'}",
+                             f"compare {opts.build_dir / 'reproducible-a'} and {opts.build_dir / 'reproducible-b'}")
+        manifest["reproducible"] = {"verified": True, "builds": 2, "sha256": a_sha}
+        final = replace_dir(opts.dist_dir, a_dir.name, {a_wheel.name: a_wheel}, manifest)
+    log.info(f"✓ reproducible: two builds, one sha256 {a_sha}")
+    log.info(f"✓ {final / a_wheel.name}")
+    return final

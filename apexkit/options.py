@@ -46,6 +46,7 @@ class BuildOptions:
     dry_run: bool = False
     verbose: bool = False
     smoke_test: bool = True
+    verify_reproducible: bool = False
     image: str | None = None  # build inside this builder image (apexkit/containerbuild.py)
     network: str | None = None
     ca_bundle: str | None = None
@@ -85,6 +86,8 @@ def parser(prog: str = "nox -s build-3.X --") -> argparse.ArgumentParser:
     add("--dist", metavar="DIR", type=Path, help="output directory (default: $APEXKIT_DIST_DIR, else ./dist)")
     add("--build-dir", metavar="DIR", type=Path, help="work directory (default: $APEXKIT_BUILD_DIR, else ./build)")
     add("--no-smoke-test", action="store_true", help="skip importing the wheel in a fresh venv")
+    add("--verify-reproducible", action="store_true",
+        help="build twice (no wheel cache, two build directories) and require byte-identical wheels")
     add("--dry-run", action="store_true", help="print the plan and change nothing")
     add("--verbose", "-v", action="store_true", help="stream compiler and pip output")
     box = p.add_argument_group("in a builder image (invoke image.build makes one)")
@@ -151,6 +154,7 @@ def resolve(python: str, argv: Sequence[str], env: Mapping[str, str] | None = No
         dry_run=args.dry_run,
         verbose=args.verbose,
         smoke_test=not args.no_smoke_test,
+        verify_reproducible=args.verify_reproducible,
         image=args.image,
         network=args.network,
         ca_bundle=args.ca_bundle,

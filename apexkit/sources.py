@@ -88,6 +88,11 @@ class Mirror:
         git(["remote", "add", "origin", self.url], git_dir=tmp, echo=False)
         os.replace(tmp, self.path)
 
+    def commit_time(self, sha: str) -> int | None:
+        proc = git(["log", "-1", "--format=%ct", sha], git_dir=self.path, check=False, echo=False)
+        out = proc.stdout.strip() if isinstance(proc.stdout, str) else ""
+        return int(out) if proc.returncode == 0 and out.isdigit() else None
+
     def has_commit(self, rev: str) -> bool:
         if not (self.path / "HEAD").exists():
             return False
@@ -194,6 +199,7 @@ class AscendSource:
     origin: str  # URL or local path
     commit: str  # commit SHA, or "local:<content hash>" for --apex-src
     dirty: bool = False
+    commit_time: int | None = None  # committer time (Unix seconds): SOURCE_DATE_EPOCH for reproducible wheels
 
     @property
     def npu_patch(self) -> Path:
@@ -217,7 +223,7 @@ class AscendSource:
 def checkout_ascend(mirror: Mirror, sha: str, dest: Path) -> AscendSource:
     mirror.export(sha, dest)
     _require_npu_patch(dest, mirror.url)
-    return AscendSource(root=dest, origin=mirror.url, commit=sha)
+    return AscendSource(root=dest, origin=mirror.url, commit=sha, commit_time=mirror.commit_time(sha))
 
 
 def copy_ascend(src: Path, dest: Path) -> AscendSource:
@@ -230,7 +236,9 @@ def copy_ascend(src: Path, dest: Path) -> AscendSource:
         if (src / part).is_dir():
             shutil.copytree(src / part, dest / part, symlinks=True)
     commit, dirty = _local_state(src)
-    return AscendSource(root=dest, origin=str(src), commit=commit, dirty=dirty)
+    head = subprocess.run(["git", "-C", str(src), "log", "-1", "--format=%ct"], capture_output=True, text=True)
+    when = int(head.stdout.strip()) if head.returncode == 0 and head.stdout.strip().isdigit() else None
+    return AscendSource(root=dest, origin=str(src), commit=commit, dirty=dirty, commit_time=when)
 
 
 def _local_state(src: Path) -> tuple[str, bool]:
