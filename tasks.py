@@ -11,6 +11,7 @@ image.build      builder image from a base (its package manager, non-root user, 
 image.list       apexkit images (stale ones marked)
 image.prune      remove stale/untagged apexkit images (--all: every one)
 image.emulation  can this host run x86_64/aarch64 containers (QEMU binfmt)? --enable registers it
+publish          dist/ -> PEP 503 simple index (pip install apex --index-url file:///…/index/simple/)
 doctor           check this machine (each check: status + fix); --log FILE explains a failed build; --json
 """
 
@@ -191,4 +192,21 @@ def doctor(c, json=False, log=None):
     _run(doctorcli.main, log_file=log, as_json=json)
 
 
-ns = Collection(build, proxy_ns, image_ns, doctor)
+@task(help={"dist": "built targets (default: $APEXKIT_DIST_DIR, else ./dist)",
+            "index": "index directory to write (default ./index)",
+            "target": "only this dist/<target-id> (repeat for several)",
+            "split-by-torch": "one index per torch version (<index>/torch<version>/simple/): the wheel name does not "
+                              "carry the torch it was built against",
+            "dry-run": "print what would be published"}, iterable=["target"], auto_shortflags=False)
+def publish(c, dist=None, index="index", target=None, split_by_torch=False, dry_run=False):
+    """Turn dist/ into a PEP 503 simple index: pip install apex --index-url file:///…/index/simple/."""
+    import os
+
+    from apexkit import matrix
+    from apexkit import publish as publish_mod
+
+    dist_dir = Path(dist or os.environ.get("APEXKIT_DIST_DIR") or matrix.PROJECT_ROOT / "dist")
+    _run(lambda: publish_mod.publish(dist_dir, Path(index), target or None, split_by_torch, dry_run) and 0)
+
+
+ns = Collection(build, proxy_ns, image_ns, doctor, publish)
