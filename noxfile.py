@@ -1,12 +1,14 @@
 """apexkit sessions. `nox -l` lists them; options go after `--` (`nox -s build-3.11 -- --help`).
 
 build-<python>  build the Apex for Ascend wheel for that Python (the list comes from matrix.toml)
+build-<id>      one combination of matrix.toml [[matrix.include]], e.g. build-py3.11-torch2.13.0-x86_64 (-t matrix: all)
+matrix          the matrix as a table / JSON / GitHub Actions matrix (-- --format github); -- --run builds it
 build-bench     cold vs cached vs -j1/-jN build times
 validate        environment checks in the built wheel's venv (bench/validate_env.py)
 bench           FP32 vs AMP benchmark in the built wheel's venv (bench/amp_bench.py)
 tests           the test suite (the README's test command, with tests-aarch64)
 tests-aarch64   aarch64 builder image and wheel under QEMU
-lint            ruff
+lint            ruff + actionlint
 """
 
 from __future__ import annotations
@@ -37,6 +39,40 @@ def _build_session(python: str) -> None:
 
 for _python in matrix.load().session_pythons:
     _build_session(_python)
+
+
+def _combination_session(combo: matrix.Combination) -> None:
+    def build(session: nox.Session) -> None:
+        from apexkit import build as apexkit_build
+        from apexkit import matrixrun
+        from apexkit.cli import run_in_session
+
+        m = matrix.load()
+
+        def go():
+            m.validate(combo)
+            args = [*matrixrun.build_args(m, combo), *session.posargs]
+            return apexkit_build.main(combo.python, args, prog=f"nox -s build-{combo.id} --")
+
+        run_in_session(session, go)
+
+    build.__doc__ = f"Matrix: Python {combo.python}, torch {combo.torch}" + (
+        f", torch_npu {combo.torch_npu}" if combo.torch_npu else "") + f", {combo.arch} ({combo.ref})."
+    nox.session(name=f"build-{combo.id}", python=False, default=False,
+                tags=["matrix", combo.arch, f"py{combo.python}"])(build)
+
+
+for _combo in matrix.load().combinations():
+    _combination_session(_combo)
+
+
+@nox.session(name="matrix", python=False, default=False)
+def matrix_session(session: nox.Session) -> None:
+    """The build matrix: -- --format github (GitHub Actions JSON) | json | table; -- --run [--jobs N] builds it."""
+    from apexkit import matrixrun
+    from apexkit.cli import run_in_session
+
+    run_in_session(session, lambda: matrixrun.main(session.posargs))
 
 
 @nox.session(name="build-bench", python=False, default=False, tags=["bench"])
@@ -101,5 +137,6 @@ def tests_aarch64(session: nox.Session) -> None:
 
 @nox.session(python=False)
 def lint(session: nox.Session) -> None:
-    """ruff check over the repository."""
+    """ruff check over the repository; actionlint over the GitHub Actions workflow."""
     session.run("ruff", "check", ".")
+    session.run("actionlint", ".github/workflows/build.yml")

@@ -138,6 +138,83 @@ class Matrix:
         return list(self.data["build"]["npu_requires"])
 
 
+    # --- the build matrix ---------------------------------------------------------------------------------------
+    @property
+    def runners(self) -> dict[str, str]:
+        return dict(self.data.get("matrix", {}).get("runners", {}))
+
+    def image_for(self, arch: str) -> str:
+        return self.data.get("matrix", {}).get("image", "apexkit/builder:debian-bookworm-{arch}").format(arch=arch)
+
+    def combinations(self, entries: list[dict] | None = None) -> list[Combination]:
+        """matrix.toml [[matrix.include]] (or `entries`) as Combinations, not yet validated."""
+        entries = self.data.get("matrix", {}).get("include", []) if entries is None else entries
+        combos = []
+        for i, entry in enumerate(entries):
+            unknown = set(entry) - {"python", "torch", "torch_npu", "cann", "arch", "ref"}
+            if unknown or not {"python", "torch", "arch"} <= set(entry):
+                raise ConfigError(f"matrix entry {i + 1} {entry}: needs python, torch, arch"
+                                  + (f"; unknown keys {', '.join(sorted(unknown))}" if unknown else ""),
+                                  "keys: python, torch, arch, and optionally torch_npu, cann, ref")
+            combos.append(Combination(python=str(entry["python"]), torch=str(entry["torch"]), arch=str(entry["arch"]),
+                                      ref=str(entry.get("ref") or self.default_ref),
+                                      torch_npu=str(entry["torch_npu"]) if entry.get("torch_npu") else None,
+                                      cann=str(entry["cann"]) if entry.get("cann") else None,
+                                      default_ref=self.default_ref))
+        return combos
+
+    def validate(self, combo: Combination) -> None:
+        """Refuse a combination the tables rule out, naming the row."""
+        self.check_python(combo.python)
+        self.check_torch_python(combo.torch, combo.python)
+        if combo.arch not in ("x86_64", "aarch64"):
+            raise ConfigError(f"{combo.id}: unknown arch '{combo.arch}'", "use x86_64 or aarch64")
+        if self.ref(combo.ref) is None:
+            raise ConfigError(f"{combo.id}: unknown Ascend apex ref '{combo.ref}' (matrix.toml [[refs]])",
+                              f"known: {', '.join(self.known_refs())}")
+        if combo.torch_npu is None and combo.cann is None:
+            return
+        base = combo.torch.split("+", 1)[0]
+        rows = self.data["torch_npu"]["versions"]
+        if base not in rows:
+            raise ConfigError(f"{combo.id}: no torch_npu release pairs with torch {base} (matrix.toml "
+                              f"[torch_npu.versions] has rows {', '.join(rows)})", "pick a torch with a row")
+        row = rows[base]
+        if combo.torch_npu is not None and combo.torch_npu.split(".post")[0] != base:
+            raise ConfigError(f"{combo.id}: torch_npu {combo.torch_npu} does not pair with torch {base} "
+                              f"(matrix.toml [torch_npu.versions] row {base}: torch_npu {row['torch_npu']})",
+                              f"use torch_npu = \"{row['torch_npu']}\"")
+        if combo.cann is not None and combo.cann not in row["cann"]:
+            raise ConfigError(f"{combo.id}: CANN {combo.cann} is not listed for torch {base} (matrix.toml "
+                              f"[torch_npu.versions] row {base}: CANN {', '.join(row['cann'])})",
+                              "pick one of those CANN versions, or another torch")
+
+
+@dataclass(frozen=True)
+class Combination:
+    python: str
+    torch: str
+    arch: str
+    ref: str
+    torch_npu: str | None = None
+    cann: str | None = None
+    default_ref: str = "master"
+
+    @property
+    def id(self) -> str:
+        suffix = "" if self.ref == self.default_ref else "-" + "".join(c if c.isalnum() or c in "._" else "_"
+                                                                         for c in self.ref)
+        return f"py{self.python}-torch{self.torch}-{self.arch}{suffix}"
+
+    def build_args(self) -> list[str]:
+        args = ["--torch", self.torch]
+        if self.torch_npu:
+            args += ["--torch-npu", self.torch_npu]
+        if self.ref != self.default_ref:
+            args += ["--apex-ref", self.ref]
+        return args
+
+
 def torch_series(version: str) -> str:
     parts = version.split("+", 1)[0].split(".")
     if len(parts) < 2 or not parts[0].isdigit() or not parts[1].isdigit():

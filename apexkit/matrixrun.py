@@ -1,0 +1,209 @@
+"""`nox -s matrix`: the build matrix as a table, JSON or a GitHub Actions matrix; `-- --run` builds every combination
+here (in parallel with --jobs, one log per combination) and prints a summary; `build-<id>` sessions build one.
+
+A combination whose arch is not the host's builds in the builder image for that arch (matrix.toml [matrix] image).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from apexkit import images, log
+from apexkit import matrix as matrix_mod
+from apexkit.errors import ApexkitError, ConfigError
+from apexkit.matrix import Combination
+
+
+def load_combinations(path: Path | None) -> tuple[matrix_mod.Matrix, list[Combination]]:
+    m = matrix_mod.load()
+    if path is None:
+        return m, m.combinations()
+    try:
+        data = matrix_mod.tomllib.loads(path.read_text())
+    except (OSError, matrix_mod.tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"--matrix {path}: {exc}", "pass a TOML file with [[include]] tables") from None
+    return m, m.combinations(data.get("include", []))
+
+
+def build_args(m: matrix_mod.Matrix, combo: Combination, host: str | None = None) -> list[str]:
+    """Options for `build-<python>` that make this combination (the builder image for a foreign arch)."""
+    args = combo.build_args()
+    if combo.arch != (host or images.host_arch()):
+        args += ["--image", m.image_for(combo.arch)]
+    return args
+
+
+def rows(m: matrix_mod.Matrix, combos: list[Combination]) -> list[dict]:
+    out = []
+    for combo in combos:
+        try:
+            m.validate(combo)
+            refused = None
+        except ConfigError as exc:
+            refused = exc.cause
+        out.append({"id": combo.id, "python": combo.python, "torch": combo.torch, "torch_npu": combo.torch_npu or "",
+                    "cann": combo.cann or "", "arch": combo.arch, "ref": combo.ref,
+                    "runner": m.runners.get(combo.arch, "ubuntu-24.04"), "session": f"build-{combo.id}",
+                    "refused": refused})
+    return out
+
+
+def github(table: list[dict]) -> str:
+    """The `strategy.matrix` JSON for GitHub Actions (valid combinations only; one line for $GITHUB_OUTPUT)."""
+    keys = ("id", "python", "torch", "torch_npu", "arch", "runner", "session")
+    return json.dumps({"include": [{k: r[k] for k in keys} for r in table if not r["refused"]]}, separators=(",", ":"))
+
+
+def print_table(table: list[dict]) -> None:
+    log.info(f"{'combination':<34} {'python':<7} {'torch':<8} {'torch_npu':<14} {'arch':<8} {'runner':<17} note")
+    for r in table:
+        note = f"REFUSED: {r['refused']}" if r["refused"] else r["session"]
+        log.info(f"{r['id']:<34} {r['python']:<7} {r['torch']:<8} {r['torch_npu'] or '-':<14} {r['arch']:<8} "
+                 f"{r['runner']:<17} {note}")
+
+
+@dataclass
+class Result:
+    id: str
+    status: str  # built | cached | refused | failed
+    seconds: float = 0.0
+    detail: str = ""
+    wheel: str = ""
+    size: int = 0
+    sha256: str = ""
+    cache_hit: bool = False
+    log: str = ""
+    extra: dict = field(default_factory=dict)
+
+
+def run_one(m: matrix_mod.Matrix, combo: Combination, passthrough: list[str], dist: Path, build_dir: Path,
+            jobs_each: int, logs: Path) -> Result:
+    try:
+        m.validate(combo)
+    except ConfigError as exc:
+        return Result(combo.id, "refused", detail=exc.cause)
+    log_path = logs / f"{combo.id}.log"
+    argv = [sys.executable, "-m", "apexkit", "build", combo.python, *build_args(m, combo), "--dist", str(dist),
+            "--build-dir", str(build_dir), "--jobs", str(jobs_each), *passthrough]
+    started = time.monotonic()
+    with open(log_path, "w", encoding="utf-8") as fh:
+        fh.write("+ " + log.mask(" ".join(argv)) + "\n")
+        fh.flush()
+        proc = subprocess.run(argv, stdout=fh, stderr=subprocess.STDOUT, cwd=matrix_mod.PROJECT_ROOT,
+                              env=dict(os.environ, COLUMNS="160"))
+    seconds = time.monotonic() - started
+    if proc.returncode != 0:
+        lines = [x for x in log_path.read_text(errors="replace").splitlines() if x.startswith("error:")]
+        return Result(combo.id, "failed", seconds, (lines[-1][7:] if lines else f"exit {proc.returncode}")[:200],
+                      log=str(log_path))
+    target = _target_dir(dist, combo)
+    manifest = json.loads((target / "manifest.json").read_text()) if target else {}
+    wheel = manifest.get("wheel", {})
+    return Result(combo.id, "cached" if manifest.get("cache_hit") else "built", seconds, str(target or ""),
+                  wheel.get("file", ""), wheel.get("size", 0), wheel.get("sha256", ""), bool(manifest.get("cache_hit")),
+                  str(log_path))
+
+
+def _target_dir(dist: Path, combo: Combination) -> Path | None:
+    from apexkit.build import target_id
+
+    path = dist / target_id(combo.python, combo.torch, combo.arch, combo.ref)
+    return path if (path / "manifest.json").is_file() else None
+
+
+def run_all(m: matrix_mod.Matrix, combos: list[Combination], passthrough: list[str], dist: Path, build_dir: Path,
+            jobs: int) -> list[Result]:
+    cores = os.cpu_count() or 1
+    jobs = max(1, min(jobs, cores, len(combos) or 1))
+    jobs_each = max(1, cores // jobs)
+    logs = build_dir / "matrix"
+    logs.mkdir(parents=True, exist_ok=True)
+    log.info(f"▸ {len(combos)} combinations, {jobs} at a time ({jobs_each} compile jobs each); logs in {logs}/")
+    results: dict[str, Result] = {}
+
+    def one(combo: Combination) -> Result:
+        result = run_one(m, combo, passthrough, dist, build_dir, jobs_each, logs)
+        mark = {"built": "✓", "cached": "✓", "refused": "✕", "failed": "✕"}[result.status]
+        log.info(f"  {mark} {combo.id}: {result.status} ({log.format_seconds(result.seconds)})"
+                 + (f" — {result.detail}" if result.status in ("refused", "failed") else ""))
+        return result
+
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        for result in pool.map(one, combos):
+            results[result.id] = result
+    return [results[c.id] for c in combos]
+
+
+def summary(results: list[Result]) -> str:
+    lines = ["| combination | wheel | size | sha256 | build time | cache hit |", "|---|---|---|---|---|---|"]
+    for r in results:
+        if r.status in ("refused", "failed"):
+            lines.append(f"| {r.id} | {r.status.upper()}: {r.detail} | | | {log.format_seconds(r.seconds) if r.seconds else ''}"
+                         f" | |")
+        else:
+            lines.append(f"| {r.id} | {r.wheel} | {r.size / 1024:.0f} KiB | {r.sha256[:12]} | "
+                         f"{log.format_seconds(r.seconds)} | {'yes' if r.cache_hit else 'no'} |")
+    return "\n".join(lines)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="nox -s matrix --", description="the build matrix: list, GitHub JSON, or run it")
+    p.add_argument("--format", choices=("table", "json", "github"), default="table",
+                   help="table (default), json (every field, refused ones too), github (strategy.matrix, valid only)")
+    p.add_argument("--matrix", type=Path, metavar="FILE", help="a TOML file with [[include]] tables instead of "
+                   "matrix.toml [[matrix.include]]")
+    p.add_argument("--only", action="append", default=[], metavar="ID", help="only this combination (repeat)")
+    p.add_argument("--run", action="store_true", help="build the combinations here and print a summary")
+    p.add_argument("--jobs", type=int, default=1, metavar="N", help="with --run: combinations in parallel "
+                   "(bounded by the CPU count)")
+    p.add_argument("--dist", type=Path, help="with --run: output directory (default: $APEXKIT_DIST_DIR, else ./dist)")
+    p.add_argument("--build-dir", type=Path, help="with --run: work directory (default: $APEXKIT_BUILD_DIR, else ./build)")
+    p.add_argument("build_options", nargs="*", help="after --: passed to every build (e.g. -- --wheelhouse DIR)")
+    return p
+
+
+def main(argv: list[str]) -> int:
+    args = parser().parse_args(argv)
+    m, combos = load_combinations(args.matrix)
+    if args.only:
+        unknown = sorted(set(args.only) - {c.id for c in combos})
+        if unknown:
+            raise ConfigError(f"--only {', '.join(unknown)}: not in the matrix", f"ids: {', '.join(c.id for c in combos)}")
+        combos = [c for c in combos if c.id in args.only]
+    if not args.run:
+        table = rows(m, combos)
+        if args.format == "github":
+            print(github(table))
+        elif args.format == "json":
+            print(json.dumps(table, indent=1))
+        else:
+            print_table(table)
+        return 0
+    if args.jobs < 1:
+        raise ConfigError(f"--jobs {args.jobs}: must be at least 1", "pass --jobs 1 or more")
+    root = matrix_mod.PROJECT_ROOT
+    dist = (args.dist or Path(os.environ.get("APEXKIT_DIST_DIR") or root / "dist")).resolve()
+    build_dir = (args.build_dir or Path(os.environ.get("APEXKIT_BUILD_DIR") or root / "build")).resolve()
+    results = run_all(m, combos, args.build_options, dist, build_dir, args.jobs)
+    table = summary(results)
+    (build_dir / "matrix" / "summary.md").write_text(table + "\n")
+    (build_dir / "matrix" / "summary.json").write_text(json.dumps([r.__dict__ for r in results], indent=1) + "\n")
+    log.info(table)
+    bad = [r for r in results if r.status in ("refused", "failed")]
+    if bad:
+        raise MatrixError(f"{len(bad)} of {len(results)} combinations did not build "
+                          f"({', '.join(f'{r.id}: {r.status}' for r in bad)})",
+                          f"see the summary above and {build_dir / 'matrix'}/<id>.log")
+    return 0
+
+
+class MatrixError(ApexkitError):
+    exit_code = 1

@@ -1,0 +1,142 @@
+"""The build matrix: expansion and validation against matrix.toml's tables, the GitHub JSON, the generated nox
+sessions, the workflow (every session it names exists), and a real two-combination local run with its summary."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+import yaml
+from conftest import ROOT, output
+
+from apexkit import matrix, matrixrun
+from apexkit.errors import ConfigError
+
+WORKFLOW = ROOT / ".github" / "workflows" / "build.yml"
+
+
+@pytest.fixture(scope="module")
+def m():
+    return matrix.load()
+
+
+@pytest.fixture(scope="module")
+def nox_sessions() -> dict[str, dict]:
+    """Every session `nox -l` lists (its --json lists only the selected ones), with its tags."""
+    out = subprocess.run([sys.executable, "-m", "nox", "-f", str(ROOT / "noxfile.py"), "-l"],
+                         capture_output=True, text=True, check=True).stdout
+    found = re.findall(r"^[*-] (\S+)(?: \[([^\]]*)\])? ->", out, re.M)
+    return {name: {"tags": tags.split(",") if tags else []} for name, tags in found}
+
+
+def combo(m, **kw) -> matrix.Combination:
+    return m.combinations([{"python": "3.11", "torch": "2.13.0", "arch": "x86_64", **kw}])[0]
+
+
+def test_default_matrix_is_valid_and_ids_are_short(m):
+    combos = m.combinations()
+    assert [c.id for c in combos] == ["py3.11-torch2.13.0-x86_64", "py3.10-torch2.1.0-x86_64",
+                                      "py3.11-torch2.5.1-aarch64", "py3.8-torch2.1.0-aarch64"]
+    for c in combos:
+        m.validate(c)
+    assert combos[3].build_args() == ["--torch", "2.1.0", "--torch-npu", "2.1.0.post17"]
+    assert combo(m, ref="5.0.rc3").id == "py3.11-torch2.13.0-x86_64-5.0.rc3"
+    assert matrixrun.build_args(m, combos[2], host="x86_64")[-2:] == ["--image", "apexkit/builder:debian-bookworm-aarch64"]
+    assert "--image" not in matrixrun.build_args(m, combos[2], host="aarch64")
+
+
+@pytest.mark.parametrize(("entry", "says"), [
+    ({"python": "3.8", "torch": "2.6.0"}, "matrix.toml [torch_python] row 2.6: Python 3.9, 3.10, 3.11"),
+    ({"torch": "2.1.0", "python": "3.10", "torch_npu": "2.5.1.post1"},
+     "torch_npu 2.5.1.post1 does not pair with torch 2.1.0 (matrix.toml [torch_npu.versions] row 2.1.0: torch_npu "
+     "2.1.0.post17)"),
+    ({"torch": "2.6.0", "cann": "7.0.0"}, "CANN 7.0.0 is not listed for torch 2.6.0 (matrix.toml [torch_npu.versions] "
+                                          "row 2.6.0: CANN 8.5.0, 8.3.RC1, 8.2.RC1)"),
+    ({"torch": "2.13.0", "torch_npu": "2.13.0"}, "no torch_npu release pairs with torch 2.13.0"),
+    ({"arch": "riscv64"}, "unknown arch 'riscv64'"),
+    ({"ref": "nope"}, "unknown Ascend apex ref 'nope'"),
+])
+def test_invalid_combinations_name_the_row(m, entry, says):
+    with pytest.raises(ConfigError) as exc:
+        m.validate(combo(m, **entry))
+    assert says in exc.value.cause
+
+
+def test_bad_matrix_entries(m):
+    with pytest.raises(ConfigError, match="needs python, torch, arch; unknown keys cuda"):
+        m.combinations([{"python": "3.11", "torch": "2.13.0", "arch": "x86_64", "cuda": "12"}])
+
+
+def test_github_matrix_json_and_sessions(nox_sessions):
+    proc = subprocess.run([sys.executable, "-m", "nox", "-f", str(ROOT / "noxfile.py"), "-s", "matrix", "--",
+                           "--format", "github"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)  # stdout holds only the JSON (one line, for $GITHUB_OUTPUT)
+    assert len(proc.stdout.strip().splitlines()) == 1
+    assert data["include"][0] == {"id": "py3.11-torch2.13.0-x86_64", "python": "3.11", "torch": "2.13.0",
+                                  "torch_npu": "", "arch": "x86_64", "runner": "ubuntu-24.04",
+                                  "session": "build-py3.11-torch2.13.0-x86_64"}
+    assert {row["arch"]: row["runner"] for row in data["include"]} == {"x86_64": "ubuntu-24.04",
+                                                                        "aarch64": "ubuntu-24.04-arm"}
+    for row in data["include"]:
+        assert row["session"] in nox_sessions
+        assert set(nox_sessions[row["session"]]["tags"]) == {"matrix", row["arch"], f"py{row['python']}"}
+
+
+def test_workflow_names_only_real_sessions_and_runs_the_readme_command(nox_sessions):
+    workflow = yaml.safe_load(WORKFLOW.read_text())
+    jobs = workflow["jobs"]
+    assert set(jobs) == {"matrix", "build", "tests", "index"}
+    assert jobs["build"]["strategy"]["matrix"] == "${{ fromJSON(needs.matrix.outputs.matrix) }}"
+    assert jobs["build"]["runs-on"] == "${{ matrix.runner }}"
+    runs = [step.get("run", "") for job in jobs.values() for step in job["steps"]]
+    names = [step.get("name", "") for job in jobs.values() for step in job["steps"]]
+    named = set()
+    for text in runs + names:
+        for match in re.finditer(r"nox -s (.+?)(?: --|$)", text, re.M):
+            named.update(re.findall(r"\$\{\{.*?\}\}|[\w.-]+", match.group(1)))
+    assert named == {"matrix", "${{ matrix.session }}", "lint", "tests", "tests-aarch64"}
+    assert named - {"${{ matrix.session }}"} <= set(nox_sessions)
+    readme = (ROOT / "README.md").read_text()
+    command2 = re.search(r"# 2\. Run the tests.*\n(.*)\n", readme).group(1)
+    assert [s["name"] for s in jobs["tests"]["steps"] if "name" in s][-1] == command2
+    assert command2 in (ROOT / ".ci" / "run").read_text()
+    assert any("invoke publish" in r for r in runs)
+    uploads = [s for s in jobs["build"]["steps"] if s.get("uses", "").startswith("actions/upload-artifact")]
+    assert "dist/*/*.whl" in uploads[0]["with"]["path"] and "dist/*/manifest.json" in uploads[0]["with"]["path"]
+    cached = next(s for s in jobs["build"]["steps"] if s.get("uses", "").startswith("actions/cache"))["with"]["path"]
+    assert "/git" in cached and "CCACHE_DIR" in cached
+
+
+def test_actionlint_passes():
+    proc = subprocess.run(["actionlint", str(WORKFLOW)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_two_combination_run_builds_one_refuses_one_and_summarises(runner, tmp_path):
+    spec = tmp_path / "matrix.toml"
+    spec.write_text('[[include]]\npython = "3.11"\ntorch = "2.13.0"\narch = "x86_64"\n\n'
+                    '[[include]]\npython = "3.8"\ntorch = "2.6.0"\narch = "x86_64"\n')
+    argv = [sys.executable, "-m", "nox", "-f", str(ROOT / "noxfile.py"), "-s", "matrix", "--", "--matrix", str(spec),
+            "--run", "--jobs", "2", "--dist", str(runner.dist), "--build-dir", str(runner.build), "--",
+            "--no-smoke-test"]
+    proc = subprocess.run(argv, cwd=ROOT, env=runner.env(), capture_output=True, text=True, timeout=900)
+    text = output(proc)
+    assert proc.returncode == 1, text[-3000:]  # one combination refused
+    assert "2 combinations, 2 at a time (1 compile jobs each)" in text
+    manifest = json.loads((runner.dist / "py3.11-torch2.13.0-x86_64-master" / "manifest.json").read_text())
+    sha = manifest["wheel"]["sha256"]
+    summary = (runner.build / "matrix" / "summary.md").read_text()
+    assert summary.splitlines()[0] == "| combination | wheel | size | sha256 | build time | cache hit |"
+    row = next(x for x in summary.splitlines() if x.startswith("| py3.11-torch2.13.0-x86_64 |"))
+    assert f"| apex-0.1+ascend-cp311-cp311-linux_x86_64.whl | {manifest['wheel']['size'] / 1024:.0f} KiB | {sha[:12]} |" \
+        in row
+    assert row.endswith(f"| {'yes' if manifest['cache_hit'] else 'no'} |")
+    refused = next(x for x in summary.splitlines() if x.startswith("| py3.8-torch2.6.0-x86_64 |"))
+    assert "REFUSED: torch 2.6.0 has no wheels for Python 3.8 (matrix.toml [torch_python] row 2.6" in refused
+    assert (runner.build / "matrix" / "py3.11-torch2.13.0-x86_64.log").is_file()  # one log per combination
+    assert not (runner.build / "matrix" / "py3.8-torch2.6.0-x86_64.log").exists()  # refused before anything ran
+    assert "1 of 2 combinations did not build (py3.8-torch2.6.0-x86_64: refused)" in text
