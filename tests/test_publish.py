@@ -23,10 +23,10 @@ def sha(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def test_two_builds_in_different_directories_and_caches_are_byte_identical(repos, tmp_path):
+def test_two_builds_in_different_directories_and_caches_are_byte_identical(repos, shared_cache, tmp_path):
     wheels = []
-    for name in ("one", "two"):
-        runner = Runner(repos, tmp_path / name / "cache", tmp_path / name)  # own cache: own venv path too
+    for name, cache in (("one", shared_cache), ("two", tmp_path / "two" / "cache")):  # two caches: two venv paths
+        runner = Runner(repos, cache, tmp_path / name)
         proc = runner.nox("3.11", "--no-cache", "--no-smoke-test")
         assert proc.returncode == 0, output(proc)[-3000:]
         wheels.append(runner.dist / TARGET / WHEEL)
