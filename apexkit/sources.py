@@ -117,8 +117,12 @@ class Mirror:
                          f"retrying in {delay:g}s")
                 time.sleep(delay)
                 delay *= 2
+        from apexkit import known_failures
+
+        known = known_failures.match(proc.stderr)
         raise SourceError(
             f"could not fetch {log.mask(self.url)} after {self.retry.attempts} attempts: {log.mask(last)}",
+            f"known failure '{known[0].id}': {known[0].fix}" if known else
             "check the URL and your proxy (invoke proxy.check), or point APEXKIT_ASCEND_APEX_URL / "
             "APEXKIT_NVIDIA_APEX_URL at a reachable mirror",
         )
