@@ -114,24 +114,32 @@ def _pytest(session: nox.Session, packages: dict, *args: str) -> None:
     session.run("python3", "-m", "pytest", *args, *session.posargs, env=env)
 
 
-@nox.session(python=False)
-def tests(session: nox.Session) -> None:
-    """Run the test suite (pytest); installs missing system tools first (git, patch, g++, binutils, tinyproxy,
-    docker.io, debootstrap) where it can (root + apt): then the proxy/Docker tests must run, never skip."""
-    from apexkit import systools
-
-    _pytest(session, systools.TEST_PACKAGES)
-
-
-@nox.session(name="tests-aarch64", python=False)
-def tests_aarch64(session: nox.Session) -> None:
-    """aarch64 builder image + wheel under QEMU (minutes): installs qemu-user-static and registers binfmt first."""
+def _with_qemu(session: nox.Session) -> None:
+    """qemu-user-static + binfmt-support installed and qemu-aarch64 registered (root + apt only)."""
     from apexkit import imagecli, systools
     from apexkit.cli import run_in_session
 
     if systools.can_install():
         systools.ensure((*systools.TEST_PACKAGES, *systools.QEMU_PACKAGES))
         run_in_session(session, lambda: imagecli.emulation("aarch64", enable=True))
+
+
+@nox.session(python=False)
+def tests(session: nox.Session) -> None:
+    """Run the test suite (pytest); installs missing system tools first (git, patch, g++, binutils, tinyproxy,
+    docker.io, debootstrap, qemu-user-static) where it can (root + apt): then the proxy/Docker tests must run."""
+    from apexkit import systools
+
+    _with_qemu(session)
+    _pytest(session, {**systools.TEST_PACKAGES, **systools.QEMU_PACKAGES})
+
+
+@nox.session(name="tests-aarch64", python=False)
+def tests_aarch64(session: nox.Session) -> None:
+    """aarch64 builder image + wheel under QEMU (minutes): installs qemu-user-static and registers binfmt first."""
+    from apexkit import systools
+
+    _with_qemu(session)
     _pytest(session, {**systools.TEST_PACKAGES, **systools.QEMU_PACKAGES}, "-m", "aarch64", "tests/test_images.py")
 
 

@@ -28,6 +28,13 @@ WHEELHOUSE = Path("/opt/wheels")
 X86_TAG = "apexkit/builder:debian-bookworm-x86_64"
 
 
+def evidence(pytestconfig, line: str) -> None:
+    """A line for the CI log even when pytest captures output (what was built, where, how long)."""
+    reporter = pytestconfig.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line(f"[apexkit] {line}")
+
+
 def invoke(*args: str, env: dict[str, str] | None = None, timeout: int = 1500) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "invoke", "-r", str(ROOT), *args], capture_output=True, text=True,
                           env=env, timeout=timeout)
@@ -176,13 +183,15 @@ def docker_env(daemon, **extra: str) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def x86_builder(daemon):
+def x86_builder(daemon, pytestconfig):
     """`invoke image.build` from a debootstrapped Debian base: toolchain via apt, tool venv, build user."""
     started = time.monotonic()
     proc = invoke("image.build", "--arch", "x86_64", "--base", "debootstrap:bookworm", "--network", "host",
                   "--ca-bundle", HOST_CA, env=docker_env(daemon))
     assert proc.returncode == 0, out(proc)[-4000:]
-    print(f"\nimage.build x86_64: {time.monotonic() - started:.0f} s")
+    info = [x.strip() for x in out(proc).splitlines() if x.strip().startswith(("installed", "python "))]
+    evidence(pytestconfig, f"image.build --arch x86_64 --base debootstrap:bookworm -> {X86_TAG} in "
+                           f"{time.monotonic() - started:.0f} s ({'; '.join(info)})")
     return proc
 
 
@@ -218,11 +227,12 @@ def container_build(daemon, image: str, tmp_path: Path, sources: dict, *args: st
                   env=docker_env(daemon, APEXKIT_CACHE_DIR=str(cache), **sources, **env))
 
 
-def test_fixture_build_inside_the_builder_lands_in_host_dist(x86_builder, daemon, fixture_sources, tmp_path):
+def test_fixture_build_inside_the_builder_lands_in_host_dist(x86_builder, daemon, fixture_sources, tmp_path,
+                                                            pytestconfig):
     started = time.monotonic()
     proc = container_build(daemon, X86_TAG, tmp_path, fixture_sources, SUDO_UID="4242", SUDO_GID="4343")
     assert proc.returncode == 0, out(proc)[-4000:]
-    print(f"\ncontainer build x86_64: {time.monotonic() - started:.0f} s")
+    seconds = time.monotonic() - started
     text = out(proc)
     assert "│ nox > Running session build-3.11" in text  # the same nox build, inside
     assert "interpreter     /usr/bin/python3.11" in text  # the base's Python, not the tool venv's
@@ -237,6 +247,9 @@ def test_fixture_build_inside_the_builder_lands_in_host_dist(x86_builder, daemon
     assert manifest["smoke_test"]["modules"]["apex_C"]["ok"]
     with zipfile.ZipFile(wheel) as zf:
         assert "Tag: cp311-cp311-linux_x86_64" in zf.read("apex-0.1+ascend.dist-info/WHEEL").decode()
+    evidence(pytestconfig, f"build in {X86_TAG} (user {manifest['builder_image']['user']}) -> host "
+                           f"{wheel.relative_to(tmp_path)} sha256 {manifest['wheel']['sha256'][:12]}, owner uid "
+                           f"{wheel.stat().st_uid}, {seconds:.0f} s")
     # only the workspace and the cache were written: the repository is mounted read-only
     assert f"-v={ROOT}:/apexkit:ro" in text
     assert "--privileged" not in text
@@ -365,8 +378,8 @@ def test_base_without_package_manager(x86_builder, daemon):
 
 
 def test_base_of_another_arch_is_refused_by_the_first_step(x86_builder, daemon):
-    if not images.emulation("aarch64").usable:
-        pytest.skip("QEMU aarch64 not registered here")
+    state = images.emulation("aarch64")
+    services.require(state.usable, f"QEMU aarch64: {state.detail}")
     proc = invoke("image.build", "--arch", "aarch64", "--base", "apexkit/base:debian-bookworm-x86_64", "--network",
                   "host", "--ca-bundle", "none", env=docker_env(daemon), timeout=600)
     assert proc.returncode == 10
@@ -392,7 +405,7 @@ def test_prune_removes_stale_images_only(daemon):
 
 @pytest.mark.aarch64
 @pytest.mark.timeout(2700)  # everything runs under QEMU: apt, pip, g++, torch import
-def test_aarch64_builder_and_wheel_under_qemu(daemon, repos, tmp_path):
+def test_aarch64_builder_and_wheel_under_qemu(daemon, repos, tmp_path, pytestconfig):
     if shutil.which("update-binfmts") and not images.emulation("aarch64").usable:
         subprocess.run(["mount", "-t", "binfmt_misc", "binfmt_misc", "/proc/sys/fs/binfmt_misc"], capture_output=True)
         subprocess.run(["update-binfmts", "--enable", "qemu-aarch64"], capture_output=True)
@@ -428,4 +441,5 @@ def test_aarch64_builder_and_wheel_under_qemu(daemon, repos, tmp_path):
         zf.extract(so, tmp_path)
     header = subprocess.run(["readelf", "-h", str(tmp_path / so)], capture_output=True, text=True).stdout
     assert "AArch64" in header
-    print(f"\naarch64: image.build {image_seconds:.0f} s, container build {build_seconds:.0f} s -> {wheel.name}")
+    evidence(pytestconfig, f"aarch64 under QEMU: image.build {image_seconds:.0f} s, container build "
+                           f"{build_seconds:.0f} s -> {wheel.name} (readelf: AArch64, smoke test imported apex_C)")
