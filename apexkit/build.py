@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import apexkit
-from apexkit import interpreters, known_failures, log, patches, sources, venvs
+from apexkit import fsedit, interpreters, known_failures, log, patches, sources, venvs
 from apexkit import matrix as matrix_mod
 from apexkit.errors import BuildError, ConfigError, SmokeTestError
 from apexkit.options import BuildOptions
@@ -496,13 +496,7 @@ def replace_dir(dist_dir: Path, name: str, files: dict[str, Path], manifest: dic
             shutil.copy2(source, tmp / file_name)
         (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
         os.chmod(tmp, 0o755)  # mkdtemp makes it 0700
-        old = None
-        if final.exists():
-            old = final.with_name(f".{name}.old-{os.getpid()}")
-            os.replace(final, old)
-        os.replace(tmp, final)
-        if old:
-            shutil.rmtree(old, ignore_errors=True)
+        fsedit.swap_directory(tmp, final)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -152,7 +152,7 @@ def make_spec(opts: BuildOptions, argv: Sequence[str], image: str, labels: Mappi
     else:
         command = [TOOL_PYTHON, "-m", "apexkit", "build", opts.python, *forwarded, *rest]
     return ContainerSpec(image=image, arch=arch, command=command, user=f"{uid}:{gid}", uid=uid, mounts=mounts,
-                         environment=env, network=opts.network or images._auto_network(settings),
+                         environment=env, network=opts.network or images.auto_network(settings),
                          workspace=workspace, cache=cache, notes=notes)
 
 

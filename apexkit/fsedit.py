@@ -17,6 +17,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import tempfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -64,6 +65,18 @@ def atomic_write(path: Path, data: bytes, mode: int) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+def swap_directory(tmp: Path, final: Path) -> None:
+    """Put the fully written directory `tmp` in place of `final` (which may not exist): readers see the old one or
+    the new one, never a half-written one. `tmp` must be on the same file system (a sibling)."""
+    old = None
+    if final.exists():
+        old = final.with_name(f".{final.name}.old-{os.getpid()}")
+        os.replace(final, old)
+    os.replace(tmp, final)
+    if old:
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def _writable(path: Path) -> bool:

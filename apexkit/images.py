@@ -275,7 +275,7 @@ def plan_image(arch: str, base: str, tag: str | None = None, network: str | None
     build_args = {"BASE_IMAGE": base_ref, "APEXKIT_ARCH": arch, "APEXKIT_EXTRA_PACKAGES": extra_packages,
                   "APEXKIT_PIP_INDEX_URL": index, "BUILD_UID": str(uid), "BUILD_GID": str(gid),
                   **proxy_build_args(settings)}
-    network = network or _auto_network(settings)
+    network = network or auto_network(settings)
     labels = {f"{LABEL}.builder": "1", f"{LABEL}.arch": arch, f"{LABEL}.base": base_ref,
               f"{LABEL}.recipe": recipe_digest(), f"{LABEL}.uid": str(uid), f"{LABEL}.gid": str(gid)}
     tag = tag or default_tag(f"debian:{suite}" if suite else base, arch)
@@ -284,7 +284,7 @@ def plan_image(arch: str, base: str, tag: str | None = None, network: str | None
                      emulation=emulation(arch, binfmt_dir), no_cache=no_cache, extra={"suite": suite})
 
 
-def _auto_network(settings: proxy.ProxySettings | None) -> str | None:
+def auto_network(settings: proxy.ProxySettings | None) -> str | None:
     """A proxy on this host's loopback is reachable from a build only on the host network."""
     if settings is None:
         return None

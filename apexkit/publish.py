@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from apexkit import log
+from apexkit import fsedit, log
 from apexkit.build import sha256_file
 from apexkit.errors import ConfigError
 
@@ -125,13 +125,7 @@ def write(root: Path, files: list[Entry]) -> None:
                        "torch": e.torch} for e in files]}, indent=1) + "\n")
         for path in (tmp, *tmp.rglob("*")):
             os.chmod(path, 0o755 if path.is_dir() else 0o644)  # served by any web server
-        old = None
-        if root.exists():
-            old = root.with_name(f".{root.name}.old-{os.getpid()}")
-            os.replace(root, old)
-        os.replace(tmp, root)
-        if old:
-            shutil.rmtree(old, ignore_errors=True)
+        fsedit.swap_directory(tmp, root)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
