@@ -31,7 +31,10 @@ X86_TAG = "apexkit/builder:debian-bookworm-x86_64"
 def evidence(pytestconfig, line: str) -> None:
     """A line for the CI log even when pytest captures output (what was built, where, how long)."""
     reporter = pytestconfig.pluginmanager.get_plugin("terminalreporter")
-    if reporter is not None:
+    capture = pytestconfig.pluginmanager.get_plugin("capturemanager")
+    if reporter is None or capture is None:
+        return
+    with capture.global_and_fixture_disabled():  # the reporter's stream is the captured fd 1 otherwise
         reporter.write_line(f"[apexkit] {line}")
 
 
