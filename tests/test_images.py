@@ -24,7 +24,8 @@ from conftest import ROOT
 from apexkit import containerbuild, images, options, proxy
 
 HOST_CA = "/etc/ssl/certs/ca-certificates.crt"
-WHEELHOUSE = Path("/opt/wheels")
+# where this machine keeps the torch 2.13.0 CPU wheel (pip finds it through PIP_FIND_LINKS / pip.conf find-links)
+WHEELHOUSE = Path((os.environ.get("PIP_FIND_LINKS") or "/opt/wheels").split()[0])
 X86_TAG = "apexkit/builder:debian-bookworm-x86_64"
 
 
