@@ -102,45 +102,35 @@ def bench(session: nox.Session) -> None:
     _bench_session("bench", session)
 
 
-def _pytest(session: nox.Session, packages: dict, *args: str) -> None:
-    """pytest after installing the system tools it needs where it can (root + apt): then services must run, not skip."""
-    from apexkit import systools
-
-    can_install = systools.can_install()
-    installed = systools.ensure((*systools.DEBIAN_PACKAGES, *packages) if can_install else tuple(systools.DEBIAN_PACKAGES))
-    if installed:
-        session.log(f"installed {' '.join(installed)}")
-    env = {"APEXKIT_REQUIRE_SERVICES": "1"} if can_install else {}
-    session.run("python3", "-m", "pytest", *args, *session.posargs, env=env)
-
-
-def _with_qemu(session: nox.Session) -> None:
-    """qemu-user-static + binfmt-support installed and qemu-aarch64 registered (root + apt only)."""
+def _test_env(session: nox.Session) -> dict[str, str]:
+    """Where it can (root + apt): install every system tool the tests need (git, patch, g++, binutils, tinyproxy,
+    docker.io, debootstrap, qemu-user-static, binfmt-support), register qemu-aarch64, and make a missing service a
+    failure instead of a skip. Elsewhere only the build tools are checked and service tests skip with the reason."""
     from apexkit import imagecli, systools
     from apexkit.cli import run_in_session
 
-    if systools.can_install():
-        systools.ensure((*systools.TEST_PACKAGES, *systools.QEMU_PACKAGES))
-        run_in_session(session, lambda: imagecli.emulation("aarch64", enable=True))
+    if not systools.can_install():
+        systools.ensure(tuple(systools.DEBIAN_PACKAGES))
+        return {}
+    installed = systools.ensure((*systools.DEBIAN_PACKAGES, *systools.TEST_PACKAGES, *systools.QEMU_PACKAGES))
+    if installed:
+        session.log(f"installed {' '.join(installed)}")
+    run_in_session(session, lambda: imagecli.emulation("aarch64", enable=True))
+    return {"APEXKIT_REQUIRE_SERVICES": "1"}
 
 
 @nox.session(python=False)
 def tests(session: nox.Session) -> None:
     """Run the test suite (pytest); installs missing system tools first (git, patch, g++, binutils, tinyproxy,
     docker.io, debootstrap, qemu-user-static) where it can (root + apt): then the proxy/Docker tests must run."""
-    from apexkit import systools
-
-    _with_qemu(session)
-    _pytest(session, {**systools.TEST_PACKAGES, **systools.QEMU_PACKAGES})
+    session.run("python3", "-m", "pytest", *session.posargs, env=_test_env(session))
 
 
 @nox.session(name="tests-aarch64", python=False)
 def tests_aarch64(session: nox.Session) -> None:
     """aarch64 builder image + wheel under QEMU (minutes): installs qemu-user-static and registers binfmt first."""
-    from apexkit import systools
-
-    _with_qemu(session)
-    _pytest(session, {**systools.TEST_PACKAGES, **systools.QEMU_PACKAGES}, "-m", "aarch64", "tests/test_images.py")
+    session.run("python3", "-m", "pytest", "-m", "aarch64", "tests/test_images.py", *session.posargs,
+                env=_test_env(session))
 
 
 @nox.session(python=False)

@@ -183,7 +183,6 @@ class Builder:
         self.m = matrix_mod.load()
         self.timings: dict[str, float] = {}
         self.source_epoch = ZIP_EPOCH
-        self.matched_failures: list[known_failures.KnownFailure] = []
         self.index = venvs.IndexOptions(opts.index_url, opts.extra_index_urls, opts.torch_index_url,
                                         opts.wheelhouses, opts.offline)
 
@@ -358,29 +357,20 @@ class Builder:
             code, tail = run_logged(argv, self.log_path, cwd=tree, env=env, verbose=self.opts.verbose,
                                     progress=_compile_progress)
             if code != 0:
-                self._explain_failure(tail)
-                raise BuildError(
-                    f"setup.py failed for {plan.target_id}: {_first_error(tail)}",
-                    f"full log: {self.log_path}" + self._hint_suffix(),
-                )
+                hint = self._explain_failure(tail)
+                raise BuildError(f"setup.py failed for {plan.target_id}: {_first_error(tail)}",
+                                 f"full log: {self.log_path}" + (f"; {hint}" if hint else ""))
             wheels = sorted(out.glob("*.whl"))
             if len(wheels) != 1:
                 raise BuildError(f"setup.py produced {len(wheels)} wheels in {out}", f"see {self.log_path}")
             s.note(wheels[0].name)
         return wheels[0]
 
-    def _explain_failure(self, tail: list[str]) -> None:
-        text = self.log_path.read_text(errors="replace")
+    def _explain_failure(self, tail: list[str]) -> str | None:
         log.info("  last lines of the build log:")
         for line in tail[-15:]:
             log.info(f"    {line}")
-        self.matched_failures = known_failures.match(text)
-        for f in self.matched_failures:
-            log.warn(f"known failure '{f.id}': {f.cause}. Fix: {f.fix}")
-
-    def _hint_suffix(self) -> str:
-        matched = self.matched_failures
-        return f"; known failure '{matched[0].id}': {matched[0].fix}" if matched else ""
+        return known_failures.announce(self.log_path.read_text(errors="replace"))
 
     def _smoke_test(self, plan: Plan, interp: interpreters.Interpreter, wheel: Path, work: Path) -> dict:
         modules = [e for e in plan.extensions if e != "npu_float_status" or plan.torch_npu]
@@ -406,12 +396,9 @@ class Builder:
             failed = {k: v["error"] for k, v in result["modules"].items() if not v["ok"]}
             if failed:
                 name, err = next(iter(failed.items()))
-                known = known_failures.match(err)
-                for f in known:
-                    log.warn(f"known failure '{f.id}': {f.cause}. Fix: {f.fix}")
+                hint = known_failures.announce(err) or "check the link flags (readelf -d) and the torch version"
                 raise SmokeTestError(f"the wheel installs but {name} does not import in a fresh venv: {err}",
-                                     f"see {self.log_path}; " + (f"known failure '{known[0].id}': {known[0].fix}" if known
-                                     else "check the link flags (readelf -d) and the torch version"))
+                                     f"see {self.log_path}; {hint}")
             s.note(f"{', '.join(result['modules'])} import; apex: {result['apex']}"
                    + (f"; {result['op']}" if result.get("op") else ""))
             return result

@@ -36,6 +36,16 @@ def match(text: str) -> list[KnownFailure]:
     return [f for f in load() if f.pattern.search(text)]
 
 
+def announce(text: str) -> str | None:
+    """Warn once per known failure in `text`; return the first one's hint for the one-line error (or None)."""
+    from apexkit import log
+
+    found = match(text)
+    for f in found:
+        log.warn(f"known failure '{f.id}': {f.cause}. Fix: {f.fix}")
+    return f"known failure '{found[0].id}': {found[0].fix}" if found else None
+
+
 @dataclass(frozen=True)
 class Hit:
     failure: KnownFailure

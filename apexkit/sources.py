@@ -89,9 +89,8 @@ class Mirror:
         os.replace(tmp, self.path)
 
     def commit_time(self, sha: str) -> int | None:
-        proc = git(["log", "-1", "--format=%ct", sha], git_dir=self.path, check=False, echo=False)
-        out = proc.stdout.strip() if isinstance(proc.stdout, str) else ""
-        return int(out) if proc.returncode == 0 and out.isdigit() else None
+        out = git(["log", "-1", "--format=%ct", sha], git_dir=self.path, check=False, echo=False).stdout.strip()
+        return int(out) if out.isdigit() else None
 
     def has_commit(self, rev: str) -> bool:
         if not (self.path / "HEAD").exists():
@@ -119,12 +118,11 @@ class Mirror:
                 delay *= 2
         from apexkit import known_failures
 
-        known = known_failures.match(proc.stderr)
         raise SourceError(
             f"could not fetch {log.mask(self.url)} after {self.retry.attempts} attempts: {log.mask(last)}",
-            f"known failure '{known[0].id}': {known[0].fix}" if known else
-            "check the URL and your proxy (invoke proxy.check), or point APEXKIT_ASCEND_APEX_URL / "
-            "APEXKIT_NVIDIA_APEX_URL at a reachable mirror",
+            known_failures.announce(proc.stderr)
+            or "check the URL and your proxy (invoke proxy.check), or point APEXKIT_ASCEND_APEX_URL / "
+               "APEXKIT_NVIDIA_APEX_URL at a reachable mirror",
         )
 
     def resolve(self, ref: str, offline: bool) -> str:

@@ -92,14 +92,10 @@ def pip_install(venv: Venv, requirements: Sequence[str], index: IndexOptions, lo
     code, tail = run_logged(argv, log_path, verbose=verbose, progress=_pip_progress)
     if code != 0:
         reason = next((line for line in reversed(tail) if line.startswith("ERROR")), tail[-1] if tail else "")
-        known = known_failures.match("\n".join(tail))
-        for f in known:
-            log.warn(f"known failure '{f.id}': {f.cause}. Fix: {f.fix}")
-        raise EnvironmentSetupError(
-            f"pip could not install {' '.join(requirements)}: {log.mask(reason)}",
-            f"see {log_path}; " + (f"known failure '{known[0].id}': {known[0].fix}" if known else
-                                   "check --torch / --index-url / --wheelhouse (or the proxy: invoke proxy.check)"),
-        )
+        hint = (known_failures.announce("\n".join(tail))
+                or "check --torch / --index-url / --wheelhouse (or the proxy: invoke proxy.check)")
+        raise EnvironmentSetupError(f"pip could not install {' '.join(requirements)}: {log.mask(reason)}",
+                                    f"see {log_path}; {hint}")
 
 
 def _pip_progress(line: str) -> str | None:
