@@ -2,6 +2,7 @@
 
 build-<python>  build the Apex for Ascend wheel for that Python (the list comes from matrix.toml)
 build-<id>      one combination of matrix.toml [[matrix.include]], e.g. build-py3.11-torch2.13.0-x86_64 (-t matrix: all)
+build-<stack>   one training stack of matrix.toml [stacks], e.g. build-mindspeed-llm-2.3.0 (-t stack: all)
 matrix          the matrix as a table / JSON / GitHub Actions matrix (-- --format github); -- --run builds it
 build-bench     cold vs cached vs -j1/-jN build times
 validate        environment checks in the built wheel's venv (bench/validate_env.py)
@@ -11,7 +12,6 @@ tests-aarch64   aarch64 builder image and wheel under QEMU
 lint            ruff + actionlint
 """
 
-from __future__ import annotations
 
 import sys
 from pathlib import Path
@@ -56,10 +56,10 @@ def _combination_session(combo: matrix.Combination) -> None:
 
         run_in_session(session, go)
 
-    build.__doc__ = f"Matrix: Python {combo.python}, torch {combo.torch}" + (
+    build.__doc__ = ("Stack" if combo.stack else "Matrix") + f": Python {combo.python}, torch {combo.torch}" + (
         f", torch_npu {combo.torch_npu}" if combo.torch_npu else "") + f", {combo.arch} ({combo.ref})."
     nox.session(name=f"build-{combo.id}", python=False, default=False,
-                tags=["matrix", combo.arch, f"py{combo.python}"])(build)
+                tags=["matrix", combo.arch, f"py{combo.python}", *(["stack"] if combo.stack else [])])(build)
 
 
 for _combo in matrix.load().combinations():
@@ -102,7 +102,7 @@ def bench(session: nox.Session) -> None:
     _bench_session("bench", session)
 
 
-def _test_env(session: nox.Session) -> dict[str, str]:
+def _test_env(session: nox.Session) -> "dict[str, str]":
     """Where it can (root + apt): install every system tool the tests need (git, patch, g++, binutils, tinyproxy,
     docker.io, debootstrap, qemu-user-static, binfmt-support), register qemu-aarch64, and make a missing service a
     failure instead of a skip. Elsewhere only the build tools are checked and service tests skip with the reason."""

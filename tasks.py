@@ -15,7 +15,6 @@ publish          dist/ -> PEP 503 simple index (pip install apex --index-url fil
 doctor           check this machine (each check: status + fix); --log FILE explains a failed build; --json
 """
 
-from __future__ import annotations
 
 import shlex
 import sys
@@ -140,15 +139,17 @@ proxy_ns = Collection("proxy", setup, check, show, env, remove)
     "pip-index": "credential-free index for the tool venv (default: proxy.setup's mirror, else $PIP_INDEX_URL)",
     "no-cache": "rebuild every layer", "dry-run": "print the plan; make, pull and build nothing",
     "quiet": "only the step lines, not every line of output",
+    "pythons": "more Pythons, e.g. 3.8,3.10: those the base lacks are installed with uv (python-build-standalone "
+               "from github.com, through the proxy and CA); builder.json lists each Python and where it came from",
 }, auto_shortflags=False)
 def image_build(c, arch, base, tag=None, network=None, ca_bundle=None, extra_packages="", uid=1000, gid=1000,
-                pip_index=None, no_cache=False, dry_run=False, quiet=False):
+                pip_index=None, no_cache=False, dry_run=False, quiet=False, pythons=""):
     """Build a builder image: the base + toolchain (its own package manager), tool venv, non-root user, CA hook."""
     from apexkit import imagecli
 
     _run(imagecli.build, arch=arch, base=base, tag=tag, network=network, ca_bundle=ca_bundle,
          extra_packages=extra_packages, uid=int(uid), gid=int(gid), pip_index=pip_index, no_cache=no_cache,
-         dry_run=dry_run, quiet=quiet)
+         dry_run=dry_run, quiet=quiet, pythons=pythons)
 
 
 @task(name="list", help={"json": "print JSON on stdout"}, auto_shortflags=False)
@@ -182,14 +183,18 @@ image_ns = Collection("image", image_build, image_list, image_prune, image_emula
 
 
 @task(help={"json": "print JSON on stdout (for CI)",
-            "log": "a failed build's log: name the known failures in it (cause and fix) instead of checking the machine"},
+            "log": "a failed build's log: name the known failures in it (cause and fix) instead of checking the machine",
+            "venv": "the training environment (venv/conda dir): does it need Apex for Ascend at all? (MindSpeed >= 2.2: no)",
+            "python": "the training environment's interpreter (instead of --venv): does it need Apex for Ascend at all?",
+            "scripts": "training scripts (dir or file) to scan for amp.initialize/combine_grad/apex.optimizers.NpuFused*"},
       auto_shortflags=False)
-def doctor(c, json=False, log=None):
+def doctor(c, json=False, log=None, venv=None, python=None, scripts=None):
     """Check this machine for building Apex for Ascend (interpreters, compiler, torch, CANN, Docker, QEMU, disk,
-    proxy, CA): each check with its status and the fix. Exit 1 when one fails."""
+    proxy, CA) and whether the training stack needs apex at all: each check with its status and the fix.
+    Exit 1 when one fails."""
     from apexkit import doctorcli
 
-    _run(doctorcli.main, log_file=log, as_json=json)
+    _run(doctorcli.main, log_file=log, as_json=json, venv=venv, python=python, scripts=scripts)
 
 
 @task(help={"dist": "built targets (default: $APEXKIT_DIST_DIR, else ./dist)",

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 from conftest import ROOT, Runner, output
+
+from apexkit import interpreters
 
 TARGET = "py3.11-torch2.13.0-x86_64-master"
 WHEEL = "apex-0.1+ascend-cp311-cp311-linux_x86_64.whl"
@@ -61,7 +64,8 @@ def test_index_installs_with_pip_and_refuses_a_second_wheel_under_one_name(runne
     assert sha(index / "simple" / "apex" / WHEEL) == digest
 
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "virtualenv", "-q", str(venv)], check=True)
+    python311 = interpreters.find("3.11", os.environ).path  # the wheel is cp311, whatever Python runs the tests
+    subprocess.run([sys.executable, "-m", "virtualenv", "-q", "-p", python311, str(venv)], check=True)
     install = subprocess.run([str(venv / "bin" / "pip"), "install", "--no-deps", "--no-cache-dir", "--isolated",
                               "--index-url", index.joinpath("simple").as_uri() + "/", "apex"],
                              capture_output=True, text=True)
