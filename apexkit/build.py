@@ -18,12 +18,17 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
 import apexkit
 from apexkit import fsedit, interpreters, known_failures, log, patches, sources, venvs
 from apexkit import matrix as matrix_mod
-from apexkit.errors import BuildError, ConfigError, SmokeTestError
+from apexkit.errors import BuildError, ConfigError, EnvironmentSetupError, SmokeTestError
 from apexkit.options import BuildOptions
 from apexkit.proc import run_logged
+
+NO_AUTOLOAD = "TORCH_DEVICE_BACKEND_AUTOLOAD"  # torch >= 2.5: 0 = do not import torch_npu at `import torch`
 
 # Bump when the way a wheel is produced changes, so old cache entries are not reused.
 RECIPE_VERSION = "2"  # 2: reproducible (SOURCE_DATE_EPOCH, path prefix maps)
@@ -34,30 +39,75 @@ _PROBE_TORCH = (
     "'dir': os.path.dirname(os.path.dirname(os.path.abspath(torch.__file__)))}))"
 )
 
+_PROBE_NPU_REQUIRES = (
+    "import json\n"
+    "try:\n"
+    "    from importlib import metadata\n"
+    "except ImportError:\n"
+    "    import importlib_metadata as metadata\n"
+    "dist = metadata.distribution('torch_npu')\n"
+    "print(json.dumps({'requires': dist.requires or [], 'torch': metadata.version('torch')}))\n"
+)
+
+
+def _same_release(req: Requirement, installed: str) -> bool:
+    """torch==2.1.0+cpu vs an installed 2.1.0 (or 2.1.0+cu121): the same release, another local build."""
+    pins = [s.version.split("+")[0] for s in req.specifier if s.operator in ("==", "===")]
+    return bool(pins) and all(p.rstrip(".*") == installed.split("+")[0] for p in pins)
+
+
 SMOKE_SCRIPT = r"""
-import importlib, json, sys, warnings
+import importlib, importlib.util, json, os, sys, warnings
 warnings.simplefilter("ignore")
-out = {"python": sys.version.split()[0], "modules": {}, "apex": None, "op": None}
+CANN_LIBS = ("libhccl", "libascendcl", "libascend_hal", "libge_runner", "libacl_op_compiler", "set_env.sh")
+out = {"python": sys.version.split()[0], "modules": {}, "apex": None, "op": None, "torch_npu": None,
+       "autoload": os.environ.get("TORCH_DEVICE_BACKEND_AUTOLOAD"), "checked": [], "needs_cann": []}
 import torch
 out["torch"] = torch.__version__
+out["checked"].append("import torch (torch_npu auto-loading off)")
 for name in sys.argv[1].split(","):
     try:
         mod = importlib.import_module(name)
         out["modules"][name] = {"ok": True, "file": getattr(mod, "__file__", "")}
     except Exception as exc:
         out["modules"][name] = {"ok": False, "error": "%s: %s" % (type(exc).__name__, exc)}
-try:
-    import apex  # noqa: F401
-    out["apex"] = "imported"
-except ModuleNotFoundError as exc:
-    out["apex"] = "needs NPU runtime (torch_npu + CANN): %s" % exc if "torch_npu" in str(exc) else "error: %s" % exc
-except Exception as exc:
-    out["apex"] = "error: %s: %s" % (type(exc).__name__, exc)
+out["checked"].append("import " + ", ".join(out["modules"]))
 apex_C = sys.modules.get("apex_C")
 if apex_C is not None and hasattr(apex_C, "flatten"):
     ts = [torch.arange(3.0), torch.ones(2, 2)]
     flat = apex_C.flatten(ts)
     out["op"] = "apex_C.flatten ok" if torch.equal(flat, torch.cat([t.reshape(-1) for t in ts])) else "apex_C.flatten WRONG"
+    out["checked"].append("apex_C.flatten == torch.cat on CPU tensors")
+def needs_cann(exc):
+    return any(lib in str(exc) for lib in CANN_LIBS)
+if importlib.util.find_spec("torch_npu") is not None:
+    try:
+        import torch_npu
+        out["torch_npu"] = "imported %s" % torch_npu.__version__
+        out["checked"].append("import torch_npu")
+    except Exception as exc:
+        first = (str(exc).splitlines() or [""])[0][:160]
+        if needs_cann(exc):
+            out["torch_npu"] = "installed; import needs the CANN runtime (%s)" % first
+            out["needs_cann"].append("import torch_npu")
+        else:
+            out["torch_npu"] = "error: %s: %s" % (type(exc).__name__, first)
+try:
+    import apex  # noqa: F401
+    out["apex"] = "imported"
+    out["checked"].append("import apex")
+except ModuleNotFoundError as exc:
+    out["apex"] = "needs NPU runtime (torch_npu + CANN): %s" % exc if "torch_npu" in str(exc) else "error: %s" % exc
+    if "torch_npu" in str(exc):
+        out["needs_cann"].append("import apex (imports torch_npu)")
+except Exception as exc:
+    if needs_cann(exc):
+        out["apex"] = "needs NPU runtime (torch_npu + CANN): %s" % (str(exc).splitlines() or [""])[0][:160]
+        out["needs_cann"].append("import apex (imports torch_npu)")
+    else:
+        out["apex"] = "error: %s: %s" % (type(exc).__name__, exc)
+if out["needs_cann"]:
+    out["needs_cann"].append("NPU kernels (nox -s validate -- --device npu, on a node with CANN)")
 print(json.dumps(out))
 """
 
@@ -72,12 +122,15 @@ class Plan:
     arch: str
     torch: str  # requested version, or the system torch's version
     torch_npu: str | None
+    torch_build: str  # which torch build pip will install (CPU/CUDA, from where), in words
     apex_ref: str
     flags: tuple[str, ...]
     extensions: tuple[str, ...]
     needs_npu_headers: bool
     ref_known: bool
     target_id: str
+    stack: str | None = None
+    cann: str | None = None  # the stack's CANN (runtime on the NPU nodes; the build itself needs none)
 
 
 def target_id(python: str, torch: str, arch: str, ref: str) -> str:
@@ -107,6 +160,7 @@ def make_plan(opts: BuildOptions, m: matrix_mod.Matrix, interp: interpreters.Int
     if not opts.use_system_torch:
         if opts.npu:
             torch_npu = opts.torch_npu or m.torch_npu_for(torch)
+            m.check_torch_npu(torch, torch_npu)
         elif detect_cann(env) is not None:  # a toolkit is installed: pair torch_npu when the table knows one
             try:
                 torch_npu = m.torch_npu_for(torch)
@@ -125,6 +179,7 @@ def make_plan(opts: BuildOptions, m: matrix_mod.Matrix, interp: interpreters.Int
             f"unknown Ascend apex ref '{ref}': not in matrix.toml [[refs]] (known: {', '.join(m.known_refs())})",
             'add it to matrix.toml, or pass --setup-flags="--cpp_ext" to build it anyway',
         )
+    stack = m.stack(opts.stack) if opts.stack else None
     return Plan(
         python=opts.python,
         interpreter=interp.path,
@@ -132,13 +187,34 @@ def make_plan(opts: BuildOptions, m: matrix_mod.Matrix, interp: interpreters.Int
         arch=interp.machine,
         torch=torch,
         torch_npu=torch_npu,
+        torch_build=torch_build(m, torch, interp.machine, opts, system=opts.use_system_torch),
         apex_ref=ref,
         flags=tuple(flags),
         extensions=tuple(extensions),
         needs_npu_headers=needs_headers,
         ref_known=known,
         target_id=target_id(opts.python, torch, interp.machine, ref),
+        stack=stack.name if stack else None,
+        cann=stack.cann if stack else None,
     )
+
+
+def torch_build(m: matrix_mod.Matrix, torch: str, arch: str, opts: BuildOptions, system: bool = False) -> str:
+    """Which torch build pip will install, in words, with its download size (matrix.toml [index.torch_builds])."""
+    if system:
+        return "the interpreter's own torch (nothing downloaded)"
+    local = "+" in torch and torch.split("+", 1)[1]
+    if opts.torch_index_url:
+        kind = "CPU build" if "cpu" in opts.torch_index_url or local == "cpu" else "build"
+        return f"{kind} from {log.mask(opts.torch_index_url)}"
+    houses = [*opts.wheelhouses, *(Path(p) for p in os.environ.get("PIP_FIND_LINKS", "").split() if "://" not in p)]
+    for house in houses:
+        wheels = sorted(house.glob(f"torch-{torch.split('+')[0]}*{arch}.whl")) if house.is_dir() else []
+        if wheels:
+            return f"{wheels[0].name} from --wheelhouse {house} ({wheels[0].stat().st_size / 2**20:.0f} MiB)"
+    facts = m.torch_build(arch)
+    return (f"{facts['kind']} from the package index (~{facts['download']}); {facts['hint']}" if facts else
+            "from the package index")
 
 
 def _extensions_for(flags) -> tuple[str, ...]:
@@ -180,6 +256,10 @@ class Builder:
     def __init__(self, opts: BuildOptions, env=None) -> None:
         self.opts = opts
         self.env = dict(os.environ if env is None else env)
+        # torch >= 2.5 imports every installed device backend at `import torch`; torch_npu then needs the CANN
+        # runtime (libhccl.so), which build hosts, CI runners and image builds do not have. Building needs no CANN,
+        # so every torch this build runs (setup.py, probes, the smoke test) leaves torch_npu alone.
+        self.env[NO_AUTOLOAD] = "0"
         self.m = matrix_mod.load()
         self.timings: dict[str, float] = {}
         self.source_epoch = ZIP_EPOCH
@@ -196,6 +276,10 @@ class Builder:
         system_torch = self._system_torch(interp) if opts.use_system_torch else None
         plan = make_plan(opts, self.m, interp, system_torch["version"] if system_torch else None, self.env)
         self._summary(plan)
+        if plan.stack and self.m.stack(plan.stack).arch != plan.arch:
+            arch = self.m.stack(plan.stack).arch
+            log.warn(f"stack {plan.stack} trains on {arch}; this wheel is for {plan.arch} (this machine). For {arch}: "
+                     f"nox -s build-{plan.stack} (a builder image under QEMU) or build on an {arch} host")
         if opts.dry_run:
             log.info("dry run: nothing fetched, built or written")
             return opts.dist_dir / plan.target_id
@@ -243,8 +327,11 @@ class Builder:
         rows = [
             ("target", plan.target_id),
             ("interpreter", f"{plan.interpreter} ({plan.interpreter_version})"),
+            *([("stack", f"{plan.stack}" + (f" (CANN {plan.cann} on the NPU nodes)" if plan.cann else ""))]
+              if plan.stack else []),
             ("torch", f"{plan.torch}" + (" (system)" if o.use_system_torch else "")
              + (f" + torch_npu {plan.torch_npu}" if plan.torch_npu else "")),
+            ("torch build", plan.torch_build),
             ("Ascend apex", f"{o.apex_src} (copy)" if o.apex_src else f"{log.mask(o.ascend_apex_url)} @ {plan.apex_ref}"),
             ("NVIDIA apex", log.mask(o.nvidia_apex_url)),
             ("setup.py flags", " ".join(plan.flags) or "(detected from npu.patch)"),
@@ -329,8 +416,31 @@ class Builder:
         venvs.pip_install(venv, [f"torch=={plan.torch}"], self.index, self.log_path, for_torch=True,
                           verbose=self.opts.verbose)
         if plan.torch_npu:
-            venvs.pip_install(venv, [f"torch_npu=={plan.torch_npu}", *self.m.npu_requires], self.index,
-                              self.log_path, verbose=self.opts.verbose)
+            self._install_torch_npu(venv, plan)
+
+    def _install_torch_npu(self, venv: venvs.Venv, plan: Plan) -> None:
+        """torch_npu without letting pip swap the torch we chose: some releases pin a local build
+        (2.1.0.post17 on x86_64: torch==2.1.0+cpu, which the default index does not serve). Install it with
+        --no-deps, check its torch pin against the installed torch's release, then install its other requirements."""
+        venvs.pip_install(venv, [f"torch_npu=={plan.torch_npu}"], self.index, self.log_path, extra=["--no-deps"],
+                          verbose=self.opts.verbose)
+        meta = venv.run_json(_PROBE_NPU_REQUIRES, env=self.env)
+        others = []
+        for line in meta["requires"]:
+            req = Requirement(line)
+            if canonicalize_name(req.name) != "torch":
+                others.append(line)
+                continue
+            if not (req.specifier.contains(meta["torch"], prereleases=True) or _same_release(req, meta["torch"])):
+                raise EnvironmentSetupError(
+                    f"torch_npu {plan.torch_npu} requires {line}, the venv has torch {meta['torch']}",
+                    f"use the torch_npu for torch {meta['torch'].split('+')[0]} (matrix.toml [torch_npu.versions])")
+            if "+" in str(req.specifier) and "+" not in meta["torch"]:
+                log.info(f"  torch_npu {plan.torch_npu} asks for {line.strip()}; torch {meta['torch']} is the same "
+                         "release from another index (local label differs): accepted")
+        names = {canonicalize_name(Requirement(r).name) for r in others}
+        others += [r for r in self.m.npu_requires if canonicalize_name(Requirement(r).name) not in names]
+        venvs.pip_install(venv, others, self.index, self.log_path, verbose=self.opts.verbose)
 
     def _ensure_system_torch_visible(self, venv: venvs.Venv, interp: interpreters.Interpreter) -> None:
         """A venv made from a venv does not see the parent's packages: point a .pth at the system torch's dir."""
@@ -401,6 +511,11 @@ class Builder:
                                      f"see {self.log_path}; {hint}")
             s.note(f"{', '.join(result['modules'])} import; apex: {result['apex']}"
                    + (f"; {result['op']}" if result.get("op") else ""))
+            log.info(f"  checked: {'; '.join(result['checked'])}")
+            if result.get("torch_npu"):
+                log.info(f"  torch_npu: {result['torch_npu']}")
+            if result["needs_cann"]:
+                log.info(f"  needs the CANN runtime (not checked here): {'; '.join(result['needs_cann'])}")
             return result
 
     def _manifest(self, plan, opts, ascend, nvidia_sha, results, wheel, venv, key, smoke, started, cache_hit):

@@ -22,18 +22,23 @@ class KnownFailure:
     pattern: re.Pattern
     cause: str
     fix: str
+    supersedes: tuple[str, ...] = ()  # ids this one explains better when both match (same log, narrower cause)
 
 
 @functools.lru_cache(maxsize=1)
 def load() -> tuple[KnownFailure, ...]:
     with open(DATA, "rb") as fh:
         data = tomllib.load(fh)
-    return tuple(KnownFailure(f["id"], re.compile(f["pattern"]), f["cause"], f["fix"]) for f in data["failure"])
+    return tuple(KnownFailure(f["id"], re.compile(f["pattern"]), f["cause"], f["fix"], tuple(f.get("supersedes", ())))
+                 for f in data["failure"])
 
 
 def match(text: str) -> list[KnownFailure]:
-    """Every known failure whose signature appears in `text`, in table order."""
-    return [f for f in load() if f.pattern.search(text)]
+    """Every known failure whose signature appears in `text`, in table order, less those a narrower match explains
+    (the torch_npu auto-load failure also prints libhccl.so: it is not a reason to install CANN for a build)."""
+    found = [f for f in load() if f.pattern.search(text)]
+    superseded = {sid for f in found for sid in f.supersedes}
+    return [f for f in found if f.id not in superseded]
 
 
 def announce(text: str) -> str | None:
@@ -57,7 +62,7 @@ def find(text: str) -> list[Hit]:
     """The first line where each known failure appears, in table order (for `invoke doctor --log`)."""
     hits = []
     lines = text.splitlines()
-    for failure in load():
+    for failure in match(text):
         m = failure.pattern.search(text)
         if m is None:
             continue

@@ -6,6 +6,7 @@ Pure functions over data; every refusal names the table that rules a combination
 from __future__ import annotations
 
 import functools
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -79,6 +80,10 @@ class Matrix:
         return list(self.data["pythons"]["supported"])
 
     def check_python(self, version: str) -> None:
+        refused = self.data["pythons"].get("refused", {})
+        if version in refused:
+            raise ConfigError(f"Python {version} is refused: {refused[version]}",
+                              f"build for Python {self.supported_pythons[0]} or newer, e.g. nox -s build-3.10")
         if version not in self.supported_pythons:
             raise ConfigError(
                 f"Python {version} is not supported (matrix.toml [pythons] supported: "
@@ -129,6 +134,47 @@ class Matrix:
             )
         return versions[base]["torch_npu"]
 
+    def check_torch_npu(self, torch: str, torch_npu: str) -> None:
+        """Refuse a torch_npu release that belongs to another torch (torch_npu X.Y.Z[.postN] pairs with torch X.Y.Z)."""
+        base = torch.split("+", 1)[0]
+        npu_base = torch_npu_torch(torch_npu)
+        if npu_base != base:
+            row = self.data["torch_npu"]["versions"].get(base)
+            raise ConfigError(
+                f"torch_npu {torch_npu} is built for torch {npu_base}, not torch {base} (Ascend/pytorch pairs "
+                f"torch_npu X.Y.Z[.postN] with torch X.Y.Z)",
+                f"use --torch-npu {row['torch_npu']}" if row else
+                f"use --torch {npu_base}, or pick a torch with a row in matrix.toml [torch_npu.versions]")
+
+    # --- named training stacks --------------------------------------------------------------------------------
+    def stack_names(self) -> list[str]:
+        return list(self.data.get("stacks", {}))
+
+    def stack(self, name: str) -> Stack:
+        stacks = self.data.get("stacks", {})
+        if name not in stacks:
+            raise ConfigError(f"unknown stack '{name}' (matrix.toml [stacks]: {', '.join(stacks) or 'none'})",
+                              "pick one of those, or add a [stacks.NAME] table with its source and date")
+        entry = stacks[name]
+        missing = {"python", "torch", "arch", "source", "read"} - set(entry)
+        if missing:
+            raise ConfigError(f"matrix.toml [stacks.{name}] lacks {', '.join(sorted(missing))}",
+                              "every stack names python, torch, arch, its source and the date it was read")
+        stack = Stack(name=name, python=str(entry["python"]), torch=str(entry["torch"]), arch=str(entry["arch"]),
+                      torch_npu=str(entry["torch_npu"]) if entry.get("torch_npu") else None,
+                      cann=str(entry["cann"]) if entry.get("cann") else None,
+                      description=str(entry.get("description", "")), source=str(entry["source"]),
+                      read=str(entry["read"]))
+        try:
+            self.validate(stack.combination(self.default_ref))
+        except ConfigError as exc:
+            raise ConfigError(f"stack {exc.cause}", exc.hint) from None  # the cause starts with the stack's name
+        return stack
+
+    def torch_build(self, arch: str) -> dict | None:
+        """What the default package index serves as torch for this arch (matrix.toml [index.torch_builds])."""
+        return self.data.get("index", {}).get("torch_builds", {}).get(arch)
+
     @property
     def build_requires(self) -> list[str]:
         return list(self.data["build"]["requires"])
@@ -147,8 +193,10 @@ class Matrix:
         return self.data.get("matrix", {}).get("image", "apexkit/builder:debian-bookworm-{arch}").format(arch=arch)
 
     def combinations(self, entries: list[dict] | None = None) -> list[Combination]:
-        """matrix.toml [[matrix.include]] (or `entries`) as Combinations, not yet validated."""
-        entries = self.data.get("matrix", {}).get("include", []) if entries is None else entries
+        """matrix.toml [[matrix.include]] then every [stacks] entry (or only `entries`) as Combinations, not yet
+        validated. A stack's id is its name (session build-<name>)."""
+        defaults = entries is None
+        entries = self.data.get("matrix", {}).get("include", []) if defaults else entries
         combos = []
         for i, entry in enumerate(entries):
             unknown = set(entry) - {"python", "torch", "torch_npu", "cann", "arch", "ref"}
@@ -156,12 +204,17 @@ class Matrix:
                 raise ConfigError(f"matrix entry {i + 1} {entry}: needs python, torch, arch"
                                   + (f"; unknown keys {', '.join(sorted(unknown))}" if unknown else ""),
                                   "keys: python, torch, arch, and optionally torch_npu, cann, ref")
-            combos.append(Combination(python=str(entry["python"]), torch=str(entry["torch"]), arch=str(entry["arch"]),
-                                      ref=str(entry.get("ref") or self.default_ref),
-                                      torch_npu=str(entry["torch_npu"]) if entry.get("torch_npu") else None,
-                                      cann=str(entry["cann"]) if entry.get("cann") else None,
-                                      default_ref=self.default_ref))
+            combos.append(self._combination(entry, ref=str(entry.get("ref") or self.default_ref)))
+        if defaults:
+            combos += [self._combination(entry, ref=self.default_ref, stack=name)
+                       for name, entry in self.data.get("stacks", {}).items()]
         return combos
+
+    def _combination(self, entry: dict, ref: str, stack: str | None = None) -> Combination:
+        return Combination(python=str(entry.get("python")), torch=str(entry.get("torch")), arch=str(entry.get("arch")),
+                           ref=ref, torch_npu=str(entry["torch_npu"]) if entry.get("torch_npu") else None,
+                           cann=str(entry["cann"]) if entry.get("cann") else None, default_ref=self.default_ref,
+                           stack=stack)
 
     def validate(self, combo: Combination) -> None:
         """Refuse a combination the tables rule out, naming the row."""
@@ -180,7 +233,7 @@ class Matrix:
             raise ConfigError(f"{combo.id}: no torch_npu release pairs with torch {base} (matrix.toml "
                               f"[torch_npu.versions] has rows {', '.join(rows)})", "pick a torch with a row")
         row = rows[base]
-        if combo.torch_npu is not None and combo.torch_npu.split(".post")[0] != base:
+        if combo.torch_npu is not None and torch_npu_torch(combo.torch_npu) != base:
             raise ConfigError(f"{combo.id}: torch_npu {combo.torch_npu} does not pair with torch {base} "
                               f"(matrix.toml [torch_npu.versions] row {base}: torch_npu {row['torch_npu']})",
                               f"use torch_npu = \"{row['torch_npu']}\"")
@@ -199,20 +252,52 @@ class Combination:
     torch_npu: str | None = None
     cann: str | None = None
     default_ref: str = "master"
+    stack: str | None = None  # a named stack of matrix.toml [stacks]
 
     @property
     def id(self) -> str:
+        if self.stack:
+            return self.stack
         suffix = "" if self.ref == self.default_ref else "-" + "".join(c if c.isalnum() or c in "._" else "_"
                                                                          for c in self.ref)
         return f"py{self.python}-torch{self.torch}-{self.arch}{suffix}"
 
     def build_args(self) -> list[str]:
+        if self.stack:
+            return ["--stack", self.stack]
         args = ["--torch", self.torch]
         if self.torch_npu:
             args += ["--torch-npu", self.torch_npu]
         if self.ref != self.default_ref:
             args += ["--apex-ref", self.ref]
         return args
+
+
+@dataclass(frozen=True)
+class Stack:
+    """A training stack people run (matrix.toml [stacks]): what a build for it installs, and where that is from."""
+
+    name: str
+    python: str
+    torch: str
+    arch: str
+    torch_npu: str | None
+    cann: str | None
+    description: str
+    source: str
+    read: str
+
+    def combination(self, default_ref: str) -> Combination:
+        return Combination(python=self.python, torch=self.torch, arch=self.arch, ref=default_ref,
+                           torch_npu=self.torch_npu, cann=self.cann, default_ref=default_ref, stack=self.name)
+
+
+def torch_npu_torch(torch_npu: str) -> str:
+    """The torch release a torch_npu version belongs to: 2.1.0.post17 -> 2.1.0, 2.7.1rc1 -> 2.7.1."""
+    m = re.match(r"^(\d+\.\d+\.\d+)", torch_npu)
+    if not m:
+        raise ConfigError(f"'{torch_npu}' is not a torch_npu version", "pass --torch-npu like 2.1.0.post10")
+    return m.group(1)
 
 
 def torch_series(version: str) -> str:

@@ -24,6 +24,7 @@ class BuildOptions:
     torch: str | None = None  # None -> matrix default for the Python (or the system torch)
     torch_npu: str | None = None
     npu: bool = False
+    stack: str | None = None  # matrix.toml [stacks] name: sets torch and torch_npu
     apex_ref: str | None = None
     apex_src: Path | None = None
     ascend_apex_url: str = ""
@@ -61,6 +62,8 @@ def parser(prog: str = "nox -s build-3.X --") -> argparse.ArgumentParser:
     )
     add = p.add_argument
     add("--python", dest="python_path", metavar="PATH", help="interpreter to build with (default: find python3.X)")
+    add("--stack", metavar="NAME", help="a training stack of matrix.toml [stacks] (its torch + torch_npu), e.g. "
+        "mindspeed-llm-2.3.0 or field-report")
     add("--torch", metavar="VERSION", help="torch release to build against (default: matrix.toml per Python)")
     add("--npu", action="store_true", help="also install torch_npu (automatic when a CANN toolkit is detected)")
     add("--torch-npu", metavar="VERSION", help="torch_npu release (default: matrix.toml for the torch)")
@@ -116,6 +119,17 @@ def resolve(python: str, argv: Sequence[str], env: Mapping[str, str] | None = No
     if args.torch and args.use_system_torch:
         raise ConfigError("--torch and --use-system-torch contradict each other",
                           "drop --torch to build against the installed torch")
+    stack = None
+    if args.stack:
+        clash = [flag for flag, value in (("--torch", args.torch), ("--torch-npu", args.torch_npu),
+                                          ("--use-system-torch", args.use_system_torch)) if value]
+        if clash:
+            raise ConfigError(f"--stack {args.stack} sets torch and torch_npu itself; {' and '.join(clash)} "
+                              "contradict it", f"drop {' '.join(clash)}, or drop --stack")
+        stack = m.stack(args.stack)
+        if stack.python != python:
+            raise ConfigError(f"stack {stack.name} is Python {stack.python}, this session builds for Python {python}",
+                              f"nox -s build-{stack.python} -- --stack {stack.name} (or nox -s build-{stack.name})")
     if args.offline and not args.wheelhouse and not args.use_system_torch:
         raise ConfigError("--offline needs --wheelhouse DIR holding torch and the build deps",
                           "add --wheelhouse DIR, or drop --offline")
@@ -129,9 +143,10 @@ def resolve(python: str, argv: Sequence[str], env: Mapping[str, str] | None = No
     return BuildOptions(
         python=python,
         python_path=args.python_path,
-        torch=args.torch,
-        torch_npu=args.torch_npu,
-        npu=bool(args.npu or args.torch_npu),
+        torch=stack.torch if stack else args.torch,
+        torch_npu=stack.torch_npu if stack else args.torch_npu,
+        npu=bool(args.npu or args.torch_npu or (stack and stack.torch_npu)),
+        stack=stack.name if stack else None,
         apex_ref=args.apex_ref,
         apex_src=args.apex_src.expanduser().resolve() if args.apex_src else None,
         ascend_apex_url=args.ascend_apex_url or env.get("APEXKIT_ASCEND_APEX_URL") or m.ascend_apex_url,

@@ -127,7 +127,7 @@ def test_apex_src_builds_the_users_checkout_with_local_fixes(runner, repos, tmp_
         (["--nvidia-commit", "0" * 40], {}, 4, f"pinned commit {'0' * 40} is not in"),
         ([], {"APEXKIT_ASCEND_APEX_URL": "file:///nonexistent/ascend-apex"}, 4, "after 3 attempts"),
         (["--python", "/nonexistent/python3.11"], {}, 3, "--python /nonexistent/python3.11 is not a working Python"),
-        (["--torch", "2.13.0", "--npu"], {}, 2, "no torch_npu release is known for torch 2.13.0"),
+        (["--torch", "2.5.0", "--npu"], {}, 2, "no torch_npu release is known for torch 2.5.0"),
         (["--jobs", "0"], {}, 2, "--jobs 0: must be at least 1"),
     ],
 )

@@ -43,10 +43,11 @@ def test_refs_carry_their_flags(m):
 
 
 def test_torch_npu_pairing(m):
-    assert m.torch_npu_for("2.1.0") == "2.1.0.post17"
-    assert m.torch_npu_for("2.7.1+cpu") == "2.7.1.post8"
-    with pytest.raises(ConfigError, match="no torch_npu release is known for torch 2.13.0"):
-        m.torch_npu_for("2.13.0")
+    rows = m.data["torch_npu"]["versions"]
+    assert m.torch_npu_for("2.1.0") == rows["2.1.0"]["torch_npu"] and rows["2.1.0"]["torch_npu"].startswith("2.1.0.post")
+    assert m.torch_npu_for("2.7.1+cpu") == rows["2.7.1"]["torch_npu"]  # the local label does not matter
+    with pytest.raises(ConfigError, match="no torch_npu release is known for torch 2.5.0"):
+        m.torch_npu_for("2.5.0")
 
 
 INTERP = Interpreter("/usr/bin/python3.11", "3.11", "3.11.7", "cpython", "aarch64", "/usr", "", "")
@@ -57,12 +58,12 @@ def test_plan_decides_target_before_any_work(m):
     assert plan.target_id == "py3.11-torch2.13.0-aarch64-master"
     assert plan.flags == ("--cpp_ext",) and plan.torch_npu is None
     plan = build.make_plan(BuildOptions(python="3.11", torch="2.7.1", npu=True, apex_ref="5.0.rc3"), m, INTERP, None, {})
-    assert plan.torch_npu == "2.7.1.post8" and plan.target_id == "py3.11-torch2.7.1-aarch64-5.0.rc3"
+    assert plan.torch_npu == m.torch_npu_for("2.7.1") and plan.target_id == "py3.11-torch2.7.1-aarch64-5.0.rc3"
 
 
 def test_plan_installs_torch_npu_when_a_cann_toolkit_is_detected(m, tmp_path):
     plan = build.make_plan(BuildOptions(python="3.10", torch="2.1.0"), m, INTERP, None, {"ASCEND_HOME_PATH": str(tmp_path)})
-    assert plan.torch_npu == "2.1.0.post17"
+    assert plan.torch_npu == m.torch_npu_for("2.1.0")
 
 
 def test_plan_refuses_unknown_ref_unless_flags_are_given(m):
@@ -83,7 +84,8 @@ def test_cache_key_changes_with_every_input(m):
 
 
 def test_detected_toolkit_without_a_torch_npu_release_does_not_block_the_build(m, tmp_path):
-    plan = build.make_plan(BuildOptions(python="3.11"), m, INTERP, None, {"ASCEND_HOME_PATH": str(tmp_path)})
-    assert plan.torch_npu is None  # torch 2.13.0 has no torch_npu in the table: warned, not refused
+    plan = build.make_plan(BuildOptions(python="3.11", torch="2.5.0"), m, INTERP, None,
+                           {"ASCEND_HOME_PATH": str(tmp_path)})
+    assert plan.torch_npu is None  # torch 2.5.0 has no torch_npu in the table: warned, not refused
     with pytest.raises(ConfigError):
-        build.make_plan(BuildOptions(python="3.11", npu=True), m, INTERP, None, {})
+        build.make_plan(BuildOptions(python="3.11", torch="2.5.0", npu=True), m, INTERP, None, {})
