@@ -1,0 +1,417 @@
+"""`--refresh`: torch-npu releases from a real package index served on 127.0.0.1 (http.server in a thread), built from
+real wheel metadata (tests/data/torch-npu-metadata/), as PEP 691 JSON, PEP 503 HTML with `.metadata` files, and HTML without them
+(the range-request path). The command runs as a subprocess, as a user runs it."""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import hashlib
+import html
+import http.server
+import io
+import json
+import os
+import re
+import socket
+import stat
+import subprocess
+import sys
+import threading
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from apexkit import refresh
+from apexkit.errors import SourceError
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = Path(__file__).resolve().parent / "data" / "torch-npu-metadata"
+# listed on the index but never read: a pre-release and a release older than 2.1
+PRIVATE_AUTH = "Basic " + base64.b64encode(b"reader:p@ss:word").decode()  # a private mirror's login
+LISTED_ONLY = ["torch_npu-2.13.0rc1-cp311-cp311-manylinux_2_28_x86_64.whl",
+               "torch_npu-2.0.1-cp39-cp39-manylinux_2_17_aarch64.manylinux2014_aarch64.whl"]
+
+
+def fake_wheel(filename: str, metadata: bytes) -> bytes:
+    """A real zip shaped like the wheel: incompressible payload, many small members, and the dist-info with METADATA
+    where wheel builders put it -- first (bdist_wheel, as in torch_npu's wheels: found in the central directory's first
+    block), last (in the tail of the file), or, for one wheel, in the middle of a large central directory (neither:
+    zipfile walks the directory through range requests)."""
+    version = filename.split("-")[1]
+    where = "middle" if "2.7.1" in filename and "aarch64" in filename else "first" if "x86_64" in filename else "last"
+    payload = b"".join(hashlib.sha256(str(i).encode()).digest() for i in range(8192))  # 256 KiB
+    headers = 1200 if where == "middle" else 300
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        def dist_info() -> None:
+            archive.writestr(f"torch_npu-{version}.dist-info/METADATA", metadata)
+            archive.writestr(f"torch_npu-{version}.dist-info/RECORD", "")
+
+        if where == "first":
+            dist_info()
+        archive.writestr("torch_npu/_C.so", payload)
+        for i in range(headers):  # a central directory of some size, as real wheels have thousands of members
+            archive.writestr(f"torch_npu/include/header_{i:04d}.h", f"// {i}\n")
+            if where == "middle" and i == headers // 2:
+                dist_info()
+        if where == "last":
+            dist_info()
+    return buffer.getvalue()
+
+
+class Index:
+    """The files, and every request the server saw (path, Range header, Accept header)."""
+
+    def __init__(self) -> None:
+        self.metadata = {p.name[:-len(".METADATA")]: p.read_bytes() for p in sorted(DATA.glob("*.METADATA"))}
+        self.wheels = {name: fake_wheel(name, data) for name, data in self.metadata.items()}
+        self.requests: list[tuple[str, str, str]] = []
+        self.lock = threading.Lock()
+
+    def page(self, mode: str, base: str) -> tuple[bytes, str]:
+        names = [*self.metadata, *LISTED_ONLY]
+        if mode == "json":
+            files = [{"filename": n, "url": f"{base}/files/{n}", "hashes": {},
+                      "core-metadata": ({"sha256": hashlib.sha256(self.metadata[n]).hexdigest()}
+                                        if n in self.metadata else False)} for n in names]
+            return json.dumps({"meta": {"api-version": "1.1"}, "name": "torch-npu", "files": files}).encode(), \
+                "application/vnd.pypi.simple.v1+json"
+        if mode == "garbage-json":
+            return b'{"files": [{"filename": ', "application/vnd.pypi.simple.v1+json"
+        if mode == "garbage-html":
+            return b"\x00\x01 this is not an index \xff", "application/octet-stream"
+        links = []
+        for n in names:
+            attr = ""
+            if mode == "html" and n in self.metadata:
+                attr = f' data-core-metadata="sha256={hashlib.sha256(self.metadata[n]).hexdigest()}"'
+            links.append(f'<a href="/files/{html.escape(n)}#sha256=00"{attr}>{html.escape(n)}</a><br/>')
+        body = "<!DOCTYPE html><html><body><h1>Links for torch-npu</h1>" + "\n".join(links) + "</body></html>"
+        return body.encode(), "text/html"
+
+
+def make_handler(index: Index):
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args) -> None:
+            pass
+
+        def send(self, code: int, body: bytes, content_type: str = "application/octet-stream",
+                 headers: dict[str, str] | None = None) -> None:
+            self.send_response(code)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            for key, value in (headers or {}).items():
+                self.send_header(key, value)
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_GET(self) -> None:
+            path = self.path.split("?", 1)[0]
+            if "://" in path:  # absolute-form through a proxy
+                path = "/" + path.split("://", 1)[1].split("/", 1)[1]
+            with index.lock:
+                index.requests.append((path, self.headers.get("Range", ""), self.headers.get("Accept", "")))
+            match = re.match(r"^/(?P<mode>[a-z-]+)/simple/torch-npu/$", path)
+            if match and match["mode"] == "private" and self.headers.get("Authorization") != PRIVATE_AUTH:
+                return self.send(401, b"login first", "text/plain", {"WWW-Authenticate": 'Basic realm="index"'})
+            if match and match["mode"] != "missing":
+                body, content_type = index.page(match["mode"], f"http://{self.headers['Host']}")
+                return self.send(200, body, content_type)
+            name = path.rsplit("/", 1)[-1]
+            if path.startswith("/files/") and name.endswith(".metadata") and name[:-9] in index.metadata:
+                return self.send(200, index.metadata[name[:-9]], "text/plain")
+            if path.startswith("/files/") and name in index.wheels:
+                return self.send_range(index.wheels[name])
+            return self.send(404, b"not found", "text/plain")
+
+        def send_range(self, data: bytes) -> None:
+            spec = re.match(r"bytes=(\d*)-(\d*)$", self.headers.get("Range", ""))
+            if not spec:
+                return self.send(200, data)
+            if spec[1] == "":
+                start, end = max(0, len(data) - int(spec[2])), len(data) - 1
+            else:
+                start, end = int(spec[1]), min(len(data) - 1, int(spec[2]) if spec[2] else len(data) - 1)
+            self.send(206, data[start:end + 1], headers={"Content-Range": f"bytes {start}-{end}/{len(data)}"})
+
+    return Handler
+
+
+@pytest.fixture(scope="module")
+def served():
+    index = Index()
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), make_handler(index))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    index.url = f"http://127.0.0.1:{server.server_address[1]}"
+    yield index
+    server.shutdown()
+    server.server_close()
+
+
+def aged_matrix(tmp_path: Path, source: Path = ROOT / "matrix.toml") -> Path:
+    """A copy of the repository's matrix.toml as it was before the index had torch_npu 2.13.0 / 2.14.0 and
+    2.7.1.post11 (whatever a later --write put in the real file)."""
+    lines = []
+    for line in source.read_text().splitlines(keepends=True):
+        if re.match(r'^"2\.1[3-9]\.\d+" = \{ torch_npu', line):
+            continue
+        line = re.sub(r', torch_local = \{[^}]*\}', "", line)
+        if line.startswith('"2.7.1" = { torch_npu'):
+            line = re.sub(r'torch_npu = "[^"]+"', 'torch_npu = "2.7.1.post8"', line)
+        lines.append(line)
+    path = tmp_path / "matrix.toml"
+    path.write_text("".join(lines))
+    return path
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if "proxy" not in k.lower() and not k.startswith("PIP_INDEX")
+           and not k.startswith("PIP_EXTRA")}
+    env.update(APEXKIT_FETCH_RETRIES="2", APEXKIT_FETCH_BACKOFF="0.05", COLUMNS="200", **extra)
+    return env
+
+
+def run_refresh(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "apexkit.refresh", *args], cwd=ROOT, env=env or clean_env(),
+                          capture_output=True, text=True, timeout=300)
+
+
+def versions_keys(text: str) -> list[str]:
+    return list(refresh.matrix_mod.tomllib.loads(text)["torch_npu"]["versions"])
+
+
+def outside_torch_npu(text: str) -> tuple[str, str]:
+    """Everything before [torch_npu] and from the table after [torch_npu.versions] on."""
+    start = text.index("\n[torch_npu]\n")
+    rows = text.index("\n[torch_npu.versions]\n")
+    end = text.index("\n[", rows + 1)
+    return text[:start], text[end:]
+
+
+def test_the_difference_against_a_stale_table_is_printed_and_nothing_written(served, tmp_path):
+    matrix = aged_matrix(tmp_path)
+    before = matrix.read_bytes()
+    proc = run_refresh("--matrix", str(matrix), "--index-url", f"{served.url}/json/simple")
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert '+ "2.14.0" = { torch_npu = "2.14.0", cann = [] }   new: torch==2.14.0.*' in out
+    assert '+ "2.13.0" = { torch_npu = "2.13.0", cann = [] }   new: torch==2.13.0.*' in out
+    assert '~ "2.7.1": torch_npu 2.7.1.post8 -> 2.7.1.post11' in out
+    assert "x86_64 wheels pin torch==2.1.0+cpu; pip refuses PyPI's plain torch 2.1.0" in out
+    assert "2.1.0.post17     aarch64: torch ==2.1.0; x86_64: torch (==2.1.0+cpu) aarch64 x86_64" in out
+    assert "ignored (pre-release): 2.13.0rc1" in out and "ignored (older than 2.1): 2.0.1" in out
+    assert re.search(r'\? "2\.12\.0": torch_npu 2\.12\.0\S*: no release for torch 2\.12\.0 on the index \(row kept\)', out)
+    assert "nothing written; run again with --write" in out
+    assert matrix.read_bytes() == before
+    # PEP 691 JSON asked for, metadata from the .metadata files: not one byte of a wheel
+    assert any(p == "/json/simple/torch-npu/" and "vnd.pypi.simple.v1+json" in a for p, _, a in served.requests)
+    assert not [p for p, _, _ in served.requests if p.endswith(".whl")]
+    assert "no wheel downloaded" in proc.stderr
+
+
+def test_write_keeps_comments_order_and_other_tables_and_a_second_run_changes_nothing(served, tmp_path):
+    matrix = aged_matrix(tmp_path)
+    matrix.chmod(0o640)
+    old = matrix.read_text()
+    mark = len(served.requests)
+    # HTML without .metadata files: each METADATA comes out of its wheel through range requests
+    proc = run_refresh("--matrix", str(matrix), "--index-url", f"{served.url}/range/simple", "--write")
+    assert proc.returncode == 0, proc.stderr
+    new = matrix.read_text()
+    assert stat.S_IMODE(matrix.stat().st_mode) == 0o640
+    assert outside_torch_npu(new) == outside_torch_npu(old)
+    comments = [line for line in old.splitlines() if line.lstrip().startswith("#")]
+    assert [line for line in new.splitlines() if line in comments] == comments
+    keys = versions_keys(new)
+    assert keys[:2] == ["2.14.0", "2.13.0"] and keys[2:] == versions_keys(old)
+    data = refresh.matrix_mod.tomllib.loads(new)["torch_npu"]
+    assert data["read"] == datetime.date.today().isoformat()
+    assert "package index" in data["source"] and data["source"].startswith("Ascend/pytorch COMPATIBILITY.md")
+    rows = data["versions"]
+    old_rows = refresh.matrix_mod.tomllib.loads(old)["torch_npu"]["versions"]
+    assert rows["2.14.0"] == {"torch_npu": "2.14.0", "cann": []}
+    assert rows["2.7.1"] == {**old_rows["2.7.1"], "torch_npu": "2.7.1.post11", "torch_local": {"x86_64": "cpu"}}
+    assert rows["2.1.0"] == {**old_rows["2.1.0"], "torch_local": {"x86_64": "cpu"}}
+    assert all(rows[k] == old_rows[k] for k in old_rows if k not in ("2.7.1", "2.1.0"))
+    assert f'"2.13.0" = {{ torch_npu = "2.13.0", cann = [] }}  # {refresh.CANN_COMMENT}' in new.splitlines()
+    wheel_gets = [(p, r) for p, r, _ in served.requests[mark:] if p.endswith(".whl")]
+    assert wheel_gets and all(r.startswith("bytes=") for _, r in wheel_gets)
+    assert not [p for p, _, _ in served.requests[mark:] if p.endswith(".metadata")]
+
+    again = run_refresh("--matrix", str(matrix), "--index-url", f"{served.url}/html/simple", "--write")
+    assert again.returncode == 0, again.stderr
+    assert f"{matrix}: up to date with the index" in again.stdout
+    assert matrix.read_text() == new
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def assert_one_line_error(proc: subprocess.CompletedProcess, *fragments: str) -> None:
+    assert proc.returncode == SourceError.exit_code, proc.stdout + proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    for fragment in fragments:
+        assert fragment in errors[0], errors[0]
+
+
+def test_no_network_is_one_line_and_nothing_is_written(tmp_path):
+    matrix = aged_matrix(tmp_path)
+    before = matrix.read_bytes()
+    url = f"http://127.0.0.1:{closed_port()}/simple"
+    proc = run_refresh("--matrix", str(matrix), "--index-url", url, "--write")
+    assert_one_line_error(proc, f"cannot reach {url}: connection refused", "invoke proxy.check", "--index-url")
+    assert matrix.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["matrix.toml"]  # no temp file left behind
+
+
+def test_a_proxy_that_is_down_is_named(tmp_path):
+    proxy_port = closed_port()
+    proc = run_refresh("--matrix", str(aged_matrix(tmp_path)), "--index-url", "http://127.0.0.1:9/simple",
+                       env=clean_env(HTTP_PROXY=f"http://127.0.0.1:{proxy_port}"))
+    assert_one_line_error(proc, f"cannot reach the proxy 127.0.0.1:{proxy_port} for http://127.0.0.1:9/simple: "
+                          "connection refused")
+
+
+def test_an_index_that_never_answers_times_out_in_one_line(tmp_path):
+    with socket.socket() as listener:  # accepts connections (the kernel's backlog), never answers
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        url = f"http://127.0.0.1:{listener.getsockname()[1]}/simple"
+        proc = run_refresh("--matrix", str(aged_matrix(tmp_path)), "--index-url", url, "--timeout", "1")
+    assert_one_line_error(proc, f"cannot reach {url}: no answer within 1 s")
+
+
+@pytest.mark.parametrize(("mode", "fragment"), [
+    ("garbage-json", "/garbage-json/simple/torch-npu/ is not a PEP 691 simple index page"),
+    ("garbage-html", "/garbage-html/simple/torch-npu/ is not a simple index page"),
+    ("missing", "no torch-npu wheels on"),
+])
+def test_a_broken_or_wrong_index_is_one_line(served, tmp_path, mode, fragment):
+    matrix = aged_matrix(tmp_path)
+    before = matrix.read_bytes()
+    proc = run_refresh("--matrix", str(matrix), "--index-url", f"{served.url}/{mode}/simple", "--write")
+    assert_one_line_error(proc, fragment, "--index-url")
+    assert matrix.read_bytes() == before
+
+
+def test_a_private_mirror_gets_the_credentials_of_its_url_and_they_are_never_printed(served, tmp_path):
+    matrix = aged_matrix(tmp_path)
+    url = served.url.replace("http://", "http://reader:p%40ss%3Aword@") + "/private/simple"
+    proc = run_refresh("--matrix", str(matrix), "--index-url", url, "--write")
+    assert proc.returncode == 0, proc.stderr
+    assert "p%40ss" not in proc.stdout + proc.stderr + matrix.read_text()
+    assert f"package index {served.url}/private/simple (Requires-Dist)" in matrix.read_text()
+    denied = run_refresh("--matrix", str(matrix), "--index-url", f"{served.url}/private/simple")
+    assert_one_line_error(denied, f"{served.url}/private/simple/torch-npu/: HTTP 401")
+
+
+def test_pip_config_gives_the_index_and_a_file_index_is_read_from_disk(served, tmp_path):
+    """No --index-url: pip's index-url and extra-index-url (a file:// index with one wheel, one without torch-npu)."""
+    files = tmp_path / "local" / "files"
+    files.mkdir(parents=True)
+    name = "torch_npu-2.14.0-cp310-cp310-manylinux_2_28_aarch64.whl"
+    local_name = name.replace("cp310-cp310", "cp314-cp314")
+    (files / local_name).write_bytes(served.wheels[name])
+    project = tmp_path / "local" / "simple" / "torch-npu"
+    project.mkdir(parents=True)
+    (project / "index.html").write_text(f'<html><body><a href="../../files/{local_name}">{local_name}</a></body></html>')
+    (tmp_path / "empty" / "simple").mkdir(parents=True)
+    conf = tmp_path / "pip.conf"
+    conf.write_text(f"[global]\nindex-url = {served.url}/html/simple\n"
+                    f"extra-index-url = {(tmp_path / 'empty' / 'simple').as_uri()} "
+                    f"{(tmp_path / 'local' / 'simple').as_uri()}\n")
+    proc = run_refresh("--matrix", str(aged_matrix(tmp_path)), env=clean_env(PIP_CONFIG_FILE=str(conf)))
+    assert proc.returncode == 0, proc.stderr
+    assert "(pip config index-url + extra-index-url)" in proc.stderr
+    assert f"{(tmp_path / 'empty' / 'simple').as_uri()}: no torch-npu project" in proc.stdout
+    assert f"{(tmp_path / 'local' / 'simple').as_uri()}: 1 torch-npu wheels" in proc.stdout
+    assert '+ "2.14.0" = { torch_npu = "2.14.0", cann = [] }' in proc.stdout
+
+
+def test_through_tinyproxy_the_proxy_log_shows_the_requests(served, tinyproxy, tmp_path):
+    mark = tinyproxy.log_size()
+    env = clean_env(HTTP_PROXY=tinyproxy.url)
+    proc = run_refresh("--matrix", str(aged_matrix(tmp_path)), "--index-url", f"{served.url}/html/simple", env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert f"via proxy 127.0.0.1:{tinyproxy.port}" in proc.stderr
+    assert tinyproxy.PASSWORD not in proc.stdout + proc.stderr
+    seen = tinyproxy.log_since(mark)
+    assert f"GET {served.url}/html/simple/torch-npu/" in seen
+    assert re.search(rf"GET {re.escape(served.url)}/files/torch_npu-2\.14\.0-[^ ]+\.whl\.metadata", seen)
+    assert '~ "2.7.1": torch_npu 2.7.1.post8 -> 2.7.1.post11' in proc.stdout
+
+    # the same proxy with a wrong password: one line, no traceback
+    wrong = tinyproxy.url.replace(tinyproxy.PASSWORD, "wrong-password")
+    bad = run_refresh("--matrix", str(aged_matrix(tmp_path)), "--index-url", f"{served.url}/html/simple",
+                      env=clean_env(HTTP_PROXY=wrong))
+    assert_one_line_error(bad, f"the proxy 127.0.0.1:{tinyproxy.port} refused the credentials (HTTP 401)",
+                          "invoke proxy.check")
+    assert "wrong-password" not in bad.stderr
+
+
+# --- pure parts --------------------------------------------------------------------------------------------------
+
+def test_pip_config_precedence_is_pips():
+    text = ("global.index-url='https://mirror.example/simple'\n"
+            "install.index-url='https://install.example/simple'\n"
+            ":env:.cert='/etc/ssl/ca.pem'\nglobal.cert='/other.pem'\n"
+            "global.extra-index-url='file:///opt/pypi/simple https://x.example/simple'\n")
+    conf = refresh.parse_pip_config(text)
+    assert conf["index-url"] == "https://install.example/simple" and conf["cert"] == "/etc/ssl/ca.pem"
+    settings = refresh.resolve_settings(None, {"HTTPS_PROXY": "http://p:3128", "no_proxy": "localhost"},
+                                        pip_config={**conf, "cert": ""})
+    assert settings.urls == ("https://install.example/simple", "file:///opt/pypi/simple", "https://x.example/simple")
+    assert settings.proxies == {"https": "http://p:3128", "no": "localhost"}
+    assert refresh.resolve_settings("http://i/simple", {}, pip_config={}).urls == ("http://i/simple",)
+    assert refresh.resolve_settings(None, {}, pip_config={}).urls == (refresh.DEFAULT_INDEX,)
+    with pytest.raises(refresh.ConfigError, match="does not exist"):
+        refresh.resolve_settings(None, {}, pip_config={"cert": "/nonexistent/ca.pem"})
+
+
+def test_metadata_of_the_real_wheels_gives_torch_and_its_local_label():
+    meta = {p.name.split("-")[1] + "/" + ("aarch64" if "aarch64" in p.name else "x86_64"):
+            refresh.parse_metadata(p.read_bytes()) for p in DATA.glob("*.METADATA")}
+    assert meta["2.13.0/x86_64"].torch == "torch==2.13.0.*" and meta["2.13.0/x86_64"].torch_version == "2.13.0"
+    assert meta["2.1.0.post17/x86_64"].torch == "torch (==2.1.0+cpu)"
+    assert meta["2.1.0.post17/x86_64"].torch_version == "2.1.0"
+    assert refresh.local_label(meta["2.1.0.post17/x86_64"].torch) == "cpu"
+    assert refresh.local_label(meta["2.1.0.post17/aarch64"].torch) is None
+
+
+def test_plan_keeps_unknown_rows_and_picks_the_newest_post_release():
+    rows = {"2.7.1": {"torch_npu": "2.7.1.post8", "cann": ["9.1.0"]}, "1.11.0": {"torch_npu": "1.11.0.post14", "cann": []},
+            "2.12.0": {"torch_npu": "2.12.0", "cann": ["9.1.0"]}}
+    releases = [refresh.Release("2.7.1.post11", ["aarch64"], {"aarch64": "torch==2.7.1"}, "2.7.1"),
+                refresh.Release("2.7.1.post10", ["aarch64"], {"aarch64": "torch==2.7.1"}, "2.7.1"),
+                refresh.Release("2.9.1", ["aarch64"], {"aarch64": "torch==2.9.1"}, "2.9.1")]
+    changes = {c.torch: c for c in refresh.plan(rows, releases)}
+    assert [c.torch for c in refresh.plan(rows, releases)] == ["2.12.0", "2.9.1", "2.7.1", "1.11.0"]
+    assert (changes["2.7.1"].kind, changes["2.7.1"].new) == ("update", "2.7.1.post11")
+    assert changes["2.9.1"].kind == "add" and changes["2.12.0"].kind == "absent" and changes["1.11.0"].kind == "older"
+    text = ('[torch_npu]\nread = "x"\n\n[torch_npu.versions]\n"2.12.0" = { torch_npu = "2.12.0", cann = ["9.1.0"] }\n'
+            '"2.7.1" = { torch_npu = "2.7.1.post8", cann = ["9.1.0"] }  # kept\n'
+            '"1.11.0" = { torch_npu = "1.11.0.post14", cann = [] }\n')
+    out = refresh.render(text, list(changes.values()), "2030-01-02", "http://i/simple")
+    assert out.splitlines()[5:9] == ['"2.12.0" = { torch_npu = "2.12.0", cann = ["9.1.0"] }',
+                                     f'"2.9.1" = {{ torch_npu = "2.9.1", cann = [] }}  # {refresh.CANN_COMMENT}',
+                                     '"2.7.1" = { torch_npu = "2.7.1.post11", cann = ["9.1.0"] }  # kept',
+                                     '"1.11.0" = { torch_npu = "1.11.0.post14", cann = [] }']
+    assert 'read = "2030-01-02"' in out
+
+
+def test_html_page_attributes_and_relative_links():
+    page = (b'<html><a href="../../f/torch_npu-2.14.0-cp311-cp311-manylinux_2_28_x86_64.whl#sha256=ab" '
+            b'data-core-metadata="sha256=cd">x</a><a href="torch_npu-2.1.0-cp38-cp38-linux_aarch64.whl" '
+            b'data-dist-info-metadata="true" data-yanked="">y</a><a href="torch_npu-2.2.0.tar.gz">z</a></html>')
+    wheels = refresh.parse_index_page(page, "text/html", "https://i.example/simple/torch-npu/", "https://i.example/simple")
+    assert [(w.url, w.arch, w.metadata, w.yanked) for w in wheels] == [
+        ("https://i.example/f/torch_npu-2.14.0-cp311-cp311-manylinux_2_28_x86_64.whl", "x86_64", {"sha256": "cd"}, False),
+        ("https://i.example/simple/torch-npu/torch_npu-2.1.0-cp38-cp38-linux_aarch64.whl", "aarch64", True, True)]
+
