@@ -27,11 +27,12 @@ def run_in_session(session, func: Callable[[], T]) -> T | None:
 def main(argv: list[str] | None = None) -> int:
     """python -m apexkit build <python> [build options]  (the same options as nox -s build-<python> --)."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["doctor"]:  # python -m apexkit doctor [--json] [--log FILE]: where invoke is not installed
+    if argv[:1] == ["doctor"]:  # python -m apexkit doctor [--json] [--log FILE] [--venv DIR] ...: without invoke
         return _doctor(argv[1:])
     if len(argv) < 2 or argv[0] != "build" or argv[1].startswith("-"):
         print("usage: python -m apexkit build <python-version> [options]  (options: python -m apexkit build 3.11 "
-              "--help)\n       python -m apexkit doctor [--json] [--log FILE]", file=sys.stderr)
+              "--help)\n       python -m apexkit doctor [--json] [--log FILE] [--venv DIR | --python PATH] [--scripts DIR]",
+              file=sys.stderr)
         return 2
     from apexkit import build
 
@@ -54,9 +55,13 @@ def _doctor(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="python -m apexkit doctor", description="check this machine (invoke doctor)")
     p.add_argument("--json", action="store_true", help="print JSON on stdout")
     p.add_argument("--log", metavar="FILE", help="name the known failures in a failed build's log")
+    p.add_argument("--venv", metavar="DIR", help="the training environment: does it need Apex for Ascend at all?")
+    p.add_argument("--python", metavar="PATH", help="the training environment's interpreter (instead of --venv)")
+    p.add_argument("--scripts", metavar="DIR|FILE", help="training scripts to scan (amp.initialize, combine_grad, ...)")
     args = p.parse_args(argv)
     try:
-        return doctorcli.main(log_file=args.log, as_json=args.json)
+        return doctorcli.main(log_file=args.log, as_json=args.json, venv=args.venv, python=args.python,
+                              scripts=args.scripts)
     except ApexkitError as exc:
         log.console.print(f"[red]error:[/red] {log.mask(exc.format())}", highlight=False, markup=True)
         return exc.exit_code

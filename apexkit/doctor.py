@@ -1,4 +1,6 @@
 """`invoke doctor`: what this machine has for building Apex for Ascend, each check with its status and the fix;
+`invoke doctor --venv DIR|--python PATH --scripts DIR|FILE`: also whether that training environment needs Apex for
+Ascend at all (apexneed.py, facts in apex_need.toml);
 `invoke doctor --log FILE`: the known failures (known_failures.toml) found in a failed build's log.
 
 Every check reads the machine (runs the interpreter, the compiler, asks the daemon); nothing is changed.
@@ -15,7 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from apexkit import images, interpreters, known_failures, log, proxy, sources
+from apexkit import apexneed, images, interpreters, known_failures, log, proxy, sources
 from apexkit import matrix as matrix_mod
 from apexkit.errors import ConfigError
 
@@ -380,9 +382,79 @@ def check_ca(environ: Mapping[str, str], settings: proxy.ProxySettings | None) -
     return rows
 
 
+# --- does the training environment need Apex for Ascend at all? ------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ApexTarget:
+    """The training environment (--venv / --python, resolved) and scripts (--scripts) to give a verdict for."""
+
+    python: str | None = None
+    scripts: str | None = None
+    label: str = ""  # how the user named the environment, e.g. "--venv /opt/train"
+
+
+def apex_target(venv: str | None = None, python: str | None = None, scripts: str | None = None) -> ApexTarget:
+    """Check the options before anything runs: each bad one is a ConfigError (one line, exit 2)."""
+    path = apexneed.resolve_target(venv, python)
+    if scripts is not None and not Path(scripts).exists():
+        raise ConfigError(f"--scripts {scripts}: no such file or directory",
+                          "pass the directory (or the file) holding the training scripts")
+    return ApexTarget(path, scripts, f"--venv {venv}" if venv else f"--python {python}" if python else "")
+
+
+VERDICT_STATUS = {apexneed.NOT_NEEDED: OK, apexneed.UNKNOWN: SKIP}
+EVIDENCE_STATUS = {apexneed.NEEDS: WARN, apexneed.REPLACES: OK, apexneed.UNCLEAR: SKIP, apexneed.INFO: OK}
+
+
+def apex_rows(verdict: apexneed.Verdict, name: str, target: str, looked_at: str = "") -> list[Check]:
+    """The verdict row (status + next step), then one row per piece of evidence with its source or way off apex."""
+    status = VERDICT_STATUS.get(verdict.verdict, OK if verdict.apex_installed else WARN)
+    found = verdict.summary() + (f" (looked at {looked_at})" if looked_at and not verdict.evidence else "")
+    rows = [Check("apex", name, status, found, verdict.next_step, {**verdict.as_dict(), "target": target})]
+    for e in verdict.evidence:
+        rows.append(Check("apex", e.name, EVIDENCE_STATUS[e.effect], f"{e.where} {e.what}",
+                          e.alternative or f"source: {e.source}", {"effect": e.effect, "source": e.source}))
+    if verdict.notes:
+        # the first note says what was scanned; any further one is a limit hit or a file that could not be read
+        rows.append(Check("apex", "scripts", WARN if len(verdict.notes) > 1 else OK, "; ".join(verdict.notes),
+                          "pass a narrower --scripts" if len(verdict.notes) > 1 else ""))
+    return rows
+
+
+def check_apex_need(found: list[interpreters.Interpreter], target: ApexTarget | None) -> list[Check]:
+    """A verdict for the named environment; without one, for each interpreter doctor found that has a training stack
+    (or apex) installed, else one verdict from the scripts alone."""
+    facts = apexneed.load()
+    stacks = matrix_mod.load().data.get("stacks", {})
+    target = target or ApexTarget()
+    scripts = Path(target.scripts) if target.scripts else None
+    if target.python:
+        env = apexneed.read_environment(target.python)
+        verdict = apexneed.assess(env, scripts, facts, stacks, target.scripts)
+        return apex_rows(verdict, f"verdict (python{env.minor})", env.executable)
+    envs = []
+    for interp in found:
+        try:
+            env = apexneed.read_environment(interp.path)
+        except ConfigError:
+            continue
+        if "apex" in env.dists or any(key in env.dists for key in facts.distributions):
+            envs.append(env)
+    if not envs:
+        verdict = apexneed.assess(None, scripts, facts, stacks, target.scripts)
+        looked = ", ".join(f"python{i.version}" for i in found) or "no interpreter"
+        return apex_rows(verdict, "verdict", "", looked)
+    rows = []
+    for env in envs:
+        rows += apex_rows(apexneed.assess(env, scripts, facts, stacks, target.scripts), f"verdict (python{env.minor})",
+                          env.executable)
+    return rows
+
+
 # --- all -----------------------------------------------------------------------------------------------------------------
 
-def run_all(environ: Mapping[str, str] | None = None, progress: Callable[[str], None] | None = None) -> list[Check]:
+def run_all(environ: Mapping[str, str] | None = None, progress: Callable[[str], None] | None = None,
+            apex: ApexTarget | None = None) -> list[Check]:
     environ = dict(os.environ if environ is None else environ)
     m = matrix_mod.load()
     cache = sources.cache_dir(environ)
@@ -400,6 +472,8 @@ def run_all(environ: Mapping[str, str] | None = None, progress: Callable[[str], 
     stage("torch per interpreter")
     home = cann_home(environ)
     rows += check_torch(found, environ, home)
+    stage("apex need")
+    rows += check_apex_need(found, apex)
     stage("compiler")
     rows += check_compiler(environ)
     rows += check_build_venvs(cache)

@@ -7,12 +7,15 @@ import json
 from apexkit import doctor, log
 
 
-def main(log_file: str | None = None, as_json: bool = False) -> int:
-    """Exit 0 when nothing fails (doctor) / when a known failure was found (--log); else 1."""
+def main(log_file: str | None = None, as_json: bool = False, venv: str | None = None, python: str | None = None,
+         scripts: str | None = None) -> int:
+    """Exit 0 when nothing fails (doctor) / when a known failure was found (--log); else 1.
+    venv / python / scripts: the training environment to say whether it needs Apex for Ascend at all."""
     if log_file:
         return _explain_log(log_file, as_json)
+    apex = doctor.apex_target(venv, python, scripts)  # bad options stop here, before any check runs
     with log.console.status("checking …") as status:
-        rows = doctor.run_all(progress=lambda stage: status.update(f"checking {stage} …"))
+        rows = doctor.run_all(progress=lambda stage: status.update(f"checking {stage} …"), apex=apex)
     if as_json:
         print(doctor.as_json(rows))
     else:

@@ -150,6 +150,13 @@ def test_doctor_matches_independent_commands():
     assert (("ascend", "CANN toolkit") in rows) and (
         rows[("ascend", "CANN toolkit")]["status"] == "skip") == (not Path("/usr/local/Ascend").exists()
                                                                   and not os.environ.get("ASCEND_HOME_PATH"))
+    verdicts = [key for key in rows if key[0] == "apex" and key[1].startswith("verdict")]
+    assert verdicts, "no apex verdict"
+    if verdicts == [("apex", "verdict")]:  # no interpreter here has MindSpeed / ModelLink / apex: one verdict for all
+        looked = ", ".join(k[1] for k, r in rows.items() if k[0] == "python" and k[1].startswith("python3.")
+                           and r["status"] == "ok")
+        assert rows[("apex", "verdict")]["status"] == "skip"
+        assert rows[("apex", "verdict")]["found"].endswith(f"(looked at {looked})")
 
 
 def test_doctor_sees_environment_problems(tmp_path):
@@ -184,6 +191,295 @@ def test_doctor_sees_environment_problems(tmp_path):
 def test_doctor_human_output_lists_every_area():
     proc = invoke("doctor")
     text = output(proc)
-    for area in ("python", "torch", "compiler", "build", "ascend", "docker", "disk", "cache", "proxy", "ca"):
+    for area in ("python", "torch", "apex", "compiler", "build", "ascend", "docker", "disk", "cache", "proxy", "ca"):
         assert re.search(rf"^{area}$", text, re.M), area
     assert re.search(r"\d+ ok, \d+ warn, \d+ fail, \d+ skip", text)
+
+
+# --- does the training environment need Apex for Ascend? (apex_need.toml) ------------------------------------------------
+
+def make_env(root: Path, dists: dict[str, str], editable: dict[str, Path] | None = None,
+             python: str = sys.executable) -> Path:
+    """A real venv (no pip: fast) whose site-packages holds real installed distributions: each a .dist-info as pip
+    writes it (METADATA, INSTALLER, RECORD, direct_url.json for an editable install), visible to importlib.metadata."""
+    subprocess.run([python, "-m", "venv", "--without-pip", str(root)], check=True, capture_output=True)
+    purelib = Path(subprocess.run([str(root / "bin" / "python"), "-c",
+                                   "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                                  capture_output=True, text=True, check=True).stdout.strip())
+    for name, version in dists.items():
+        info = purelib / f"{name.replace('-', '_')}-{version}.dist-info"
+        info.mkdir(parents=True)
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+        (info / "INSTALLER").write_text("pip\n")
+        (info / "RECORD").write_text(f"{info.name}/METADATA,,\n{info.name}/INSTALLER,,\n{info.name}/RECORD,,\n")
+        if editable and name in editable:
+            (info / "direct_url.json").write_text(json.dumps({"url": editable[name].as_uri(),
+                                                              "dir_info": {"editable": True}}))
+    return root
+
+
+def make_checkout(root: Path, package: str, version: str, branch: str, files: dict[str, str] | None = None) -> Path:
+    """A git checkout shaped like MindSpeed / MindSpeed-LLM at a release branch (setup.py + the package directory)."""
+    (root / package).mkdir(parents=True)
+    (root / package / "__init__.py").write_text("")
+    (root / "setup.py").write_text(f"import setuptools\n__version__ = '{version}'\n__package_name__ = '{package}'\n")
+    for rel, text in (files or {}).items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    git = ["git", "-C", str(root), "-c", "user.email=t@example.com", "-c", "user.name=t"]
+    subprocess.run(["git", "init", "-q", "-b", branch, str(root)], check=True)
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "-qm", "release"], check=True)
+    return root
+
+
+# An in-tree PEP 517 backend: `pip install -e` of a generated checkout works offline and writes what pip writes for
+# MindSpeed's `pip install -e .` (a .dist-info with direct_url.json {"dir_info": {"editable": true}, "url": ...}).
+BACKEND_PY = """import base64, hashlib, os, zipfile
+
+NAME, VERSION = {name!r}, {version!r}
+
+
+def _wheel(directory, editable):
+    dist = "%s-%s.dist-info" % (NAME, VERSION)
+    files = {{dist + "/METADATA": "Metadata-Version: 2.1\\nName: %s\\nVersion: %s\\n" % (NAME, VERSION),
+             dist + "/WHEEL": "Wheel-Version: 1.0\\nGenerator: apexkit-test\\nRoot-Is-Purelib: true\\nTag: py3-none-any\\n"}}
+    if editable:
+        files["__editable__.%s.pth" % NAME] = os.path.abspath(".") + "\\n"
+    else:
+        files[NAME + "/__init__.py"] = ""
+    name = "%s-%s-py3-none-any.whl" % (NAME, VERSION)
+    record = []
+    with zipfile.ZipFile(os.path.join(directory, name), "w") as z:
+        for path, text in files.items():
+            data = text.encode()
+            z.writestr(path, data)
+            digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+            record.append("%s,sha256=%s,%d" % (path, digest, len(data)))
+        record.append(dist + "/RECORD,,")
+        z.writestr(dist + "/RECORD", "\\n".join(record) + "\\n")
+    return name
+
+
+def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
+    return _wheel(wheel_directory, False)
+
+
+def build_editable(wheel_directory, config_settings=None, metadata_directory=None):
+    return _wheel(wheel_directory, True)
+"""
+
+
+def pip_installable(package: str, version: str) -> dict[str, str]:
+    """Files that make a generated checkout installable by pip without any index (see BACKEND_PY)."""
+    return {"pyproject.toml": '[build-system]\nrequires = []\nbuild-backend = "backend"\nbackend-path = ["."]\n',
+            "backend.py": BACKEND_PY.format(name=package, version=version)}
+
+
+def pip_install_editable(venv: Path, checkout: Path) -> None:
+    """pip install -e CHECKOUT into the venv, with this Python's pip (--python: the venv needs no pip of its own)."""
+    proc = subprocess.run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install", "-q",
+                           "--no-index", "--no-cache-dir", "-e", str(checkout)], capture_output=True, text=True)
+    assert proc.returncode == 0, output(proc)
+
+
+TRAIN_PY = """import torch
+from apex import amp
+
+model, optimizer = build()
+# amp.initialize(model, optimizer) in a comment is not a call
+model, optimizer = amp.initialize(model, optimizer, opt_level="O2", combine_grad=True)
+optimizer = apex.optimizers.NpuFusedAdamW(model.parameters(), lr=1e-4)
+"""
+
+
+def assess(env_dir: Path | None, scripts: Path | None = None):
+    from apexkit import apexneed
+    from apexkit import matrix as matrix_mod
+
+    env = apexneed.read_environment(str(env_dir / "bin" / "python")) if env_dir else None
+    return apexneed.assess(env, scripts, apexneed.load(), matrix_mod.load().data.get("stacks", {}))
+
+
+def apex_rows(proc: subprocess.CompletedProcess) -> dict[str, dict]:
+    assert proc.returncode in (0, 1), output(proc)
+    return {r["name"]: r for r in json.loads(proc.stdout) if r["area"] == "apex"}
+
+
+def test_apex_data_has_a_source_and_date_for_every_fact():
+    from apexkit import apexneed
+
+    facts = apexneed.load()
+    assert facts.read == "2026-11-30"
+    assert {"mindspeed", "mindspeed-llm", "modellink"} <= set(facts.distributions)
+    for table in facts.distributions.values():
+        assert table["source"] and table["cite"] and table["read"] == "2026-11-30", table["name"]
+    for pattern in facts.patterns:
+        assert pattern.source and pattern.needs in ("always", "unless-standins"), pattern.id
+    assert "NpuFusedAdamW" in facts.torch_npu_optimizers
+
+
+def test_apex_not_needed_for_mindspeed_llm_2_3(tmp_path):
+    """MindSpeed-LLM 2.3.0 installed (the 2.3.0 branch's setup.py says 2.3.0) and MindSpeed installed by pip -e from
+    its 2.3.0_core_r0.12.1 branch (its version, 0.12.1, is Megatron's): both say apex is not needed."""
+    mindspeed = make_checkout(tmp_path / "MindSpeed", "mindspeed", "0.12.1", "2.3.0_core_r0.12.1",
+                              pip_installable("mindspeed", "0.12.1"))
+    venv = make_env(tmp_path / "train", {"mindspeed_llm": "2.3.0", "torch": "2.7.1", "torch_npu": "2.7.1.post2"})
+    pip_install_editable(venv, mindspeed)
+    rows = apex_rows(invoke("doctor", "--json", "--venv", str(venv)))
+    verdict = next(r for name, r in rows.items() if name.startswith("verdict"))
+    assert verdict["status"] == "ok" and verdict["data"]["verdict"] == "not-needed"
+    assert verdict["found"].startswith("apex not needed: mindspeed-llm 2.3.0 = MindSpeed-LLM 2.3.0: >= 2.2.0 does not "
+                                       "install apex")
+    assert "source: Ascend/MindSpeed-LLM docs/pytorch/install_guide.md" in verdict["found"]
+    assert verdict["data"]["target"] == str(venv / "bin" / "python3")
+    assert rows["mindspeed"]["found"] == (f"mindspeed 0.12.1 (from {mindspeed}) = MindSpeed 2.3.0 (git "
+                                          "2.3.0_core_r0.12.1): >= 2.2.0 does not install apex (MindSpeed's stand-ins "
+                                          "replace it)")
+    assert "add --scripts DIR" in verdict["fix"]
+
+
+def test_apex_needed_for_older_mindspeed_pins(tmp_path):
+    """The same MindSpeed version (0.12.1) on the 2.1.0 branch needs apex; 0.8.0 is 2.0.0/2.1.0 whatever the checkout."""
+    old = make_checkout(tmp_path / "MindSpeed", "mindspeed", "0.12.1", "2.1.0_core_r0.12.1")
+    verdict = assess(make_env(tmp_path / "a", {"mindspeed": "0.12.1", "torch": "2.1.0"}, editable={"mindspeed": old}))
+    assert verdict.verdict == "needed" and verdict.reasons[0].what.startswith("= MindSpeed 2.1.0 (git 2.1.0_core_r0.12.1)")
+    assert verdict.next_step.startswith(f"build it: nox -s build-{sys.version_info[0]}.{sys.version_info[1]} -- "
+                                        "--torch 2.1.0")
+    verdict = assess(make_env(tmp_path / "b", {"mindspeed": "0.8.0"}))
+    assert verdict.verdict == "needed" and "MindSpeed 2.0.0 / 2.1.0" in verdict.reasons[0].what
+    # 0.12.1 without a checkout cannot tell 2.1.0 from 2.2.0+: unknown, and how to find out
+    verdict = assess(make_env(tmp_path / "c", {"mindspeed": "0.12.1"}))
+    assert verdict.verdict == "unknown" and "could be MindSpeed 2.1.0 / 2.2.0" in verdict.reasons[0].what
+    assert "pip install -e DIR" in verdict.next_step
+
+
+def test_apex_unknown_without_a_stack(tmp_path):
+    verdict = assess(make_env(tmp_path / "plain", {"numpy": "2.0.0"}))
+    assert verdict.verdict == "unknown" and verdict.reasons == [] and verdict.evidence == []
+    assert verdict.summary() == "apex optional / unknown: nothing found that needs apex, nothing known that replaces it"
+    assert "invoke doctor --venv DIR --scripts DIR" in verdict.next_step
+
+
+def test_apex_needed_by_a_combine_grad_script_even_with_mindspeed_2_3(tmp_path):
+    """A script wins over the stack: MindSpeed's stand-ins do not cover apex.amp. file:line for each hit."""
+    venv = make_env(tmp_path / "train", {"mindspeed-llm": "2.3.0", "torch": "2.13.0", "torch-npu": "2.13.0"})
+    scripts = tmp_path / "scripts"
+    (scripts / ".git").mkdir(parents=True)
+    (scripts / ".git" / "hook.py").write_text("amp.initialize(x, combine_grad=True)\n")  # never scanned
+    make_env(scripts / "venv-inside", {})  # a venv in the tree: skipped
+    (scripts / "venv-inside" / "lib" / "x.py").write_text("import apex\n")
+    (scripts / "train.py").write_text(TRAIN_PY)
+    proc = invoke("doctor", "--venv", str(venv), "--scripts", str(scripts))
+    text = output(proc)
+    assert proc.returncode in (0, 1), text
+    assert (f"apex needed: {scripts}/train.py:6 amp.initialize(..., combine_grad=True): Ascend apex's fused-gradient "
+            "AMP (apex.amp has no stand-in) (+2 more)") in " ".join(text.split())
+    rows = apex_rows(invoke("doctor", "--json", "--venv", str(venv), "--scripts", str(scripts)))
+    verdict = rows[f"verdict (python{sys.version_info[0]}.{sys.version_info[1]})"]
+    assert verdict["status"] == "warn" and verdict["data"]["verdict"] == "needed"
+    assert [(h["pattern"], h["line"]) for h in verdict["data"]["hits"]] == [
+        ("import-apex", 2), ("combine-grad", 6), ("npu-fused-optimizer", 7)]
+    assert rows["npu-fused-optimizer"]["fix"].startswith("torch_npu.optim.NpuFusedAdamW: torch_npu ships it")
+    assert rows["mindspeed-llm"]["status"] == "ok"  # the stack alone would not need it
+    assert verdict["fix"].startswith("build it: nox -s build-")
+    assert rows["scripts"]["found"] == f"scanned 1 file(s) under {scripts}"
+
+
+def test_apex_standin_imports_depend_on_mindspeed(tmp_path):
+    """`from apex.optimizers import FusedAdam` (Megatron style) is covered by MindSpeed's stand-ins, needs apex without."""
+    script = tmp_path / "opt.py"
+    script.write_text("from apex.optimizers import FusedAdam as Adam\nfrom apex.multi_tensor_apply import "
+                      "multi_tensor_applier\n")
+    alone = assess(make_env(tmp_path / "a", {}), script)
+    assert alone.verdict == "needed" and alone.reasons[0].where == f"{script}:1, {script}:2"
+    old = make_checkout(tmp_path / "MindSpeed", "mindspeed", "0.12.1", "2.2.0_core_r0.12.1")
+    covered = assess(make_env(tmp_path / "b", {"mindspeed": "0.12.1"}, editable={"mindspeed": old}), script)
+    assert covered.verdict == "not-needed"
+    assert [e.effect for e in covered.evidence] == ["replaces", "info"]
+
+
+def test_apex_verdict_from_a_mindspeed_llm_checkout(tmp_path):
+    """MindSpeed-LLM's guides run it from its checkout (not pip-installed; setup.py said 0.0.1 up to 2.3.0): the
+    checkout given as --scripts names the release by its branch."""
+    llm = make_checkout(tmp_path / "MindSpeed-LLM", "mindspeed_llm", "0.0.1", "2.1.0", {
+        "mindspeed_llm/core/optimizer/__init__.py": "from apex.optimizers import FusedAdam as Adam\n"})
+    verdict = assess(make_env(tmp_path / "a", {}), llm / "mindspeed_llm")
+    assert verdict.verdict == "needed"
+    assert verdict.reasons[0].where == f"mindspeed-llm 0.0.1 (checkout {llm})"
+    assert verdict.reasons[0].what.startswith("= MindSpeed-LLM 2.1.0 (git 2.1.0)")
+
+
+def test_apex_target_on_python_3_8(tmp_path):
+    """The probe runs in the target interpreter: a Python 3.8 training venv (ModelLink: every release needs apex)."""
+    from apexkit import interpreters
+
+    try:
+        py38 = interpreters.find("3.8", dict(os.environ))
+    except Exception as exc:
+        pytest.skip(f"no python3.8 here: {exc}")
+    venv = make_env(tmp_path / "v38", {"ModelLink": "0.0.1"}, python=py38.path)
+    verdict = assess(venv)
+    assert verdict.verdict == "needed" and verdict.next_step.startswith("build it: nox -s build-3.8")
+    assert "move to MindSpeed-LLM >= 2.2.0" in verdict.next_step
+
+
+def test_apex_scan_is_bounded(tmp_path):
+    import dataclasses
+
+    from apexkit import apexneed
+
+    for i in range(5):
+        (tmp_path / f"s{i}.py").write_text("import apex\n")
+    facts = apexneed.load()
+    facts = dataclasses.replace(facts, scan={**facts.scan, "max_files": 3})
+    hits, notes = apexneed.scan_scripts(tmp_path, facts)
+    assert [h.file for h in hits] == [f"{tmp_path}/s{i}.py" for i in range(3)]
+    assert notes == ["scanned 3 file(s) under " + str(tmp_path), "scanned the first 3 .py files only"]
+
+
+def test_apex_bad_input_is_one_line(tmp_path):
+    not_env = tmp_path / "not-a-venv"
+    not_env.mkdir()
+    cases = {
+        ("--venv", str(not_env)): f"error: --venv {not_env} is not a Python environment (no bin/python3 in it) -- next: "
+                                  "pass the venv or conda env directory, or its interpreter with --python PATH",
+        ("--venv", str(tmp_path / "nope")): f"error: --venv {tmp_path / 'nope'}: no such directory -- next: pass the "
+                                            "training environment's directory (the sys.prefix of its python)",
+        ("--scripts", str(tmp_path / "missing")): f"error: --scripts {tmp_path / 'missing'}: no such file or directory "
+                                                  "-- next: pass the directory (or the file) holding the training scripts",
+        ("--venv", str(not_env), "--python", sys.executable): "error: --venv and --python both name a training "
+                                                              "environment -- next: pass one of them",
+    }
+    for args, line in cases.items():
+        proc = invoke("doctor", *args)
+        assert proc.returncode == 2 and proc.stdout == "" and "Traceback" not in proc.stderr, output(proc)
+        assert proc.stderr.strip().splitlines() == [line]
+    broken = tmp_path / "broken" / "bin"
+    broken.mkdir(parents=True)
+    (broken / "python3").write_text("#!/bin/sh\necho 'cannot execute: no libpython' >&2\nexit 127\n")
+    (broken / "python3").chmod(0o755)
+    proc = invoke("doctor", "--venv", str(broken.parent))
+    assert proc.returncode == 2 and "Traceback" not in output(proc)
+    assert [x for x in proc.stderr.splitlines() if x.startswith("error: ")] == [
+        f"error: {broken / 'python3'} cannot list its packages (cannot execute: no libpython) -- next: pass a Python "
+        "3.8+ interpreter of the training environment (--venv DIR or --python PATH)"]
+
+
+def test_apex_mindspeed_release_from_the_paired_mindspeed_llm(tmp_path):
+    """MindSpeed 0.12.1 alone leaves 2.1.0 ... 26.x open; next to MindSpeed-LLM 2.3.0 it is MindSpeed 2.3.0."""
+    verdict = assess(make_env(tmp_path / "a", {"mindspeed-llm": "2.3.0", "mindspeed": "0.12.1", "apex": "0.1+ascend"}))
+    assert verdict.verdict == "not-needed" and [e.release for e in verdict.evidence] == ["2.3.0", "2.3.0"]
+    assert "MindSpeed 2.3.0 (paired with mindspeed-llm 2.3.0)" in verdict.evidence[1].what
+    assert verdict.next_step.startswith("apex 0.1+ascend is installed but nothing found needs it")
+
+
+def test_apex_imports_inside_try_except_are_optional(tmp_path):
+    script = tmp_path / "rope.py"
+    script.write_text("try:\n    from apex.transformer.functional import fused_apply_rotary_pos_emb\n"
+                      "    HAVE_APEX = True\nexcept ImportError:\n    HAVE_APEX = False\n\nimport apex.amp\n")
+    verdict = assess(make_env(tmp_path / "a", {}), script)
+    assert verdict.verdict == "needed" and [(e.effect, e.where) for e in verdict.evidence] == [
+        ("info", f"{script}:2"), ("needs", f"{script}:7")]
+    script.write_text(script.read_text().replace("import apex.amp\n", ""))
+    assert assess(make_env(tmp_path / "b", {}), script).verdict == "unknown"

@@ -1,0 +1,543 @@
+"""Does a training environment need Apex for Ascend at all? (`invoke doctor --venv PATH --scripts DIR`)
+
+The facts are data (apex_need.toml: each with its source and the date read). This module only
+- reads the environment: runs the target interpreter, which lists its distributions with importlib.metadata
+  (Python 3.8+; pkg_resources before that) without importing any training package, and reads the git branch/tag of
+  editable installs (the install guides `pip install -e` MindSpeed from a checkout of a release branch);
+- scans training scripts: a bounded line scan of *.py for the patterns of apex_need.toml, reported as file:line;
+- decides (`decide`, pure): the rule of apex_need.toml [verdict].
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
+
+from apexkit.errors import ConfigError
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python < 3.11
+    import tomli as tomllib
+
+DATA = Path(__file__).with_name("apex_need.toml")
+NEEDED, NOT_NEEDED, UNKNOWN = "needed", "not-needed", "unknown"
+NEEDS, REPLACES, UNCLEAR, INFO = "needs", "replaces", "unclear", "info"  # what one piece of evidence does
+SHOWN_PER_PATTERN = 3  # file:line locations named in a row; --json has them all (up to MAX_HITS)
+MAX_HITS = 200
+
+# Runs in the target interpreter (any Python 3): lists distributions, imports nothing of the training stack.
+_PROBE = r"""
+import json, sys
+out = {"python": "%d.%d.%d" % tuple(sys.version_info[:3]), "executable": sys.executable, "prefix": sys.prefix,
+       "dists": []}
+try:
+    from importlib import metadata
+except ImportError:
+    metadata = None
+if metadata is not None:
+    for d in metadata.distributions():
+        name = d.metadata["Name"]
+        if not name:
+            continue
+        try:
+            direct = d.read_text("direct_url.json")
+        except Exception:
+            direct = None
+        out["dists"].append({"name": name, "version": d.version, "direct_url": direct,
+                             "path": str(getattr(d, "_path", "") or "")})
+else:
+    import pkg_resources
+    for d in pkg_resources.working_set:
+        out["dists"].append({"name": d.project_name, "version": d.version, "direct_url": None,
+                             "path": d.location or ""})
+print("APEXKIT-PROBE " + json.dumps(out))
+"""
+
+
+# --- facts -------------------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Pattern:
+    id: str
+    regex: re.Pattern
+    needs: str  # always | unless-standins
+    what: str
+    source: str
+    alternative: str = ""
+    optional_in_try: bool = False  # an import: inside try/except ImportError it is optional
+
+
+@dataclass(frozen=True)
+class Facts:
+    read: str
+    labels: dict
+    distributions: dict  # canonical name -> table of apex_need.toml
+    torch_npu_optimizers: tuple
+    patterns: tuple
+    scan: dict
+
+    @property
+    def any_pattern(self) -> re.Pattern:
+        return re.compile("|".join(f"(?:{p.regex.pattern})" for p in self.patterns))
+
+
+def load(path: Path = DATA) -> Facts:
+    with open(path, "rb") as fh:
+        data = tomllib.load(fh)
+    patterns = tuple(Pattern(p["id"], re.compile(p["regex"]), p["needs"], p["what"], p["source"], p.get("alternative", ""),
+                             p.get("optional_in_try", False)) for p in data["patterns"])
+    return Facts(data["read"], data["verdict"]["labels"],
+                 {canonicalize_name(k): {**v, "name": k} for k, v in data["distributions"].items()},
+                 tuple(data["torch_npu"]["fused_optimizers"]), patterns, data["scan"])
+
+
+# --- evidence and the verdict ------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Evidence:
+    effect: str  # needs | replaces | unclear | info
+    name: str  # the distribution (mindspeed-llm) or the pattern (combine-grad)
+    where: str  # "mindspeed-llm 2.3.0" or "train.py:42"
+    what: str  # one line
+    source: str = ""
+    alternative: str = ""
+    release: str = ""  # the stack's release, when one is known
+
+
+@dataclass
+class Verdict:
+    verdict: str  # needed | not-needed | unknown
+    label: str
+    reasons: list  # the evidence the verdict rests on, strongest first
+    evidence: list  # everything found
+    apex_installed: str | None = None  # the apex version installed in the target, if any
+    next_step: str = ""
+    notes: list = field(default_factory=list)  # what the scan skipped
+    hits: list = field(default_factory=list)  # every script hit (up to MAX_HITS), for --json
+
+    def summary(self) -> str:
+        if not self.reasons:
+            return f"{self.label}: nothing found that needs apex, nothing known that replaces it"
+        first = self.reasons[0]
+        more = f" (+{len(self.reasons) - 1} more)" if len(self.reasons) > 1 else ""
+        return f"{self.label}: {first.where} {first.what}{more}; source: {first.source}"
+
+    def as_dict(self) -> dict:
+        return {**asdict(self), "reasons": [asdict(e) for e in self.reasons],
+                "evidence": [asdict(e) for e in self.evidence]}
+
+
+def decide(evidence: list[Evidence], facts: Facts) -> Verdict:
+    """apex_need.toml [verdict]: any `needs` -> needed; else any `replaces` -> not needed; else unknown."""
+    needs = [e for e in evidence if e.effect == NEEDS]
+    replaces = [e for e in evidence if e.effect == REPLACES]
+    if needs:
+        verdict, reasons = NEEDED, needs
+    elif replaces:
+        verdict, reasons = NOT_NEEDED, replaces
+    else:
+        verdict, reasons = UNKNOWN, [e for e in evidence if e.effect == UNCLEAR]
+    return Verdict(verdict, facts.labels[verdict], reasons, list(evidence))
+
+
+# --- the target environment ----------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Dist:
+    name: str
+    version: str
+    source_dir: str | None  # the checkout it was installed from (pip install -e / pip install <dir>), if known
+
+
+@dataclass(frozen=True)
+class Environment:
+    python: str  # 3.10.12
+    executable: str
+    prefix: str
+    dists: dict  # canonical name -> Dist (the first on sys.path, as import would see it)
+
+    @property
+    def minor(self) -> str:
+        return ".".join(self.python.split(".")[:2])
+
+
+def resolve_target(venv: str | None, python: str | None) -> str | None:
+    """The interpreter of --venv PATH or --python PATH (None: neither given); bad input is one ConfigError."""
+    if venv and python:
+        raise ConfigError("--venv and --python both name a training environment", "pass one of them")
+    if venv:
+        root = Path(venv).expanduser()
+        if not root.is_dir():
+            raise ConfigError(f"--venv {venv}: no such directory",
+                              "pass the training environment's directory (the sys.prefix of its python)")
+        for candidate in (root / "bin" / "python3", root / "bin" / "python"):
+            if candidate.is_file() and os.access(candidate, os.X_OK):
+                return str(candidate)
+        raise ConfigError(f"--venv {venv} is not a Python environment (no bin/python3 in it)",
+                          "pass the venv or conda env directory, or its interpreter with --python PATH")
+    if python:
+        path = shutil.which(python) if os.sep not in python else python
+        if not path or not Path(path).is_file() or not os.access(path, os.X_OK):
+            raise ConfigError(f"--python {python}: no such interpreter",
+                              "pass the training environment's python, e.g. --python /opt/venv/bin/python3")
+        return path
+    return None
+
+
+def read_environment(python: str, timeout: float = 120) -> Environment:
+    """Run `python` once: its version and distributions (importlib.metadata), nothing of the stack imported."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONHOME", "PYTHONSTARTUP")}
+    with tempfile.TemporaryDirectory(prefix="apexkit-probe-") as cwd:  # the script's directory never shadows a package
+        try:
+            proc = subprocess.run([python, "-c", _PROBE], capture_output=True, text=True, timeout=timeout, cwd=cwd,
+                                  env=env)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise ConfigError(f"{python} does not run ({exc.__class__.__name__}: {exc})",
+                              "pass the training environment's python (--venv DIR or --python PATH)") from None
+    line = next((x for x in proc.stdout.splitlines() if x.startswith("APEXKIT-PROBE ")), None)
+    if proc.returncode != 0 or line is None:
+        last = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
+        raise ConfigError(f"{python} cannot list its packages ({last[:160]})",
+                          "pass a Python 3.8+ interpreter of the training environment (--venv DIR or --python PATH)")
+    data = json.loads(line[len("APEXKIT-PROBE "):])
+    dists: dict[str, Dist] = {}
+    for d in data["dists"]:
+        key = canonicalize_name(d["name"])
+        if key not in dists:
+            dists[key] = Dist(d["name"], d["version"], _source_dir(d.get("direct_url"), d.get("path") or ""))
+    return Environment(data["python"], data["executable"], data["prefix"], dists)
+
+
+def _source_dir(direct_url: str | None, dist_path: str) -> str | None:
+    if direct_url:
+        try:
+            info = json.loads(direct_url)
+        except ValueError:
+            info = {}
+        url = info.get("url", "")
+        if "dir_info" in info and url.startswith("file:"):
+            return unquote(urlparse(url).path)
+    if dist_path.endswith(".egg-info") and (Path(dist_path).parent / "setup.py").is_file():
+        return str(Path(dist_path).parent)  # setup.py develop: the egg-info sits in the checkout
+    return None
+
+
+def git_refs(checkout: Path) -> list[str]:
+    """The branch and the tags at HEAD of a git checkout (empty when it is none or git is missing)."""
+    git = shutil.which("git")
+    if git is None or not (checkout / ".git").exists():
+        return []
+    names = []
+    for argv in (["rev-parse", "--abbrev-ref", "HEAD"], ["tag", "--points-at", "HEAD"]):
+        try:
+            proc = subprocess.run([git, "-c", f"safe.directory={checkout}", "-C", str(checkout), *argv],
+                                  capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        if proc.returncode == 0:
+            names += [x.strip() for x in proc.stdout.splitlines() if x.strip() and x.strip() != "HEAD"]
+    return names
+
+
+def _setup_py_version(checkout: Path) -> str | None:
+    try:
+        text = (checkout / "setup.py").read_text(errors="replace")
+    except OSError:
+        return None
+    m = re.search(r"""^__version__\s*=\s*['"]([^'"]+)['"]""", text, re.M)
+    return m.group(1) if m else None
+
+
+def _version(text: str) -> Version | None:
+    try:
+        return Version(text)
+    except InvalidVersion:
+        return None
+
+
+@dataclass(frozen=True)
+class Sighting:
+    """A stack distribution seen installed in the environment or as a checkout among the scripts."""
+
+    key: str  # canonical name, a key of apex_need.toml [distributions]
+    version: str
+    checkout: Path | None
+    how: str  # " (from DIR)" / " (checkout DIR)"
+
+
+def stack_evidence(key: str, version: str, checkout: Path | None, facts: Facts, how: str,
+                   paired: str | None = None) -> Evidence:
+    """What one MindSpeed / MindSpeed-LLM / ModelLink says: by its version, else by its checkout's branch/tag, else by
+    the release of the project it is paired with (`paired`)."""
+    table = facts.distributions[key]
+    project, first = table["project"], table.get("replaces_from")
+    upgrade = table.get("upgrade") or f"{project} >= {first}"
+    source = f"{table['cite']} (read {table['read']})"
+    name = table["name"]
+    candidates = list(table.get("releases", {}).get(version, []))
+    if not candidates and table["version_is"] == "release" and _version(version) is not None:
+        candidates = [version]
+    via = ""
+    if checkout is not None and len(candidates) != 1 and table.get("ref_release"):
+        pattern = re.compile(table["ref_release"])
+        for ref in git_refs(checkout):
+            m = pattern.match(ref)
+            if m and (not candidates or m.group(1) in candidates):
+                candidates, via = [m.group(1)], f" (git {ref})"
+                break
+    if len(candidates) > 1 and paired in candidates:
+        candidates, via = [paired], f" (paired with {table['paired_with']} {paired})"
+    where = f"{name} {version}{how}"
+    parsed = [_version(c) for c in candidates]
+    release = candidates[0] if len(candidates) == 1 else ""
+    if candidates and first is None:
+        return Evidence(NEEDS, name, where, f"= {project}: every release installs and uses apex", source,
+                        f"move to {upgrade}, which needs no apex", release)
+    threshold = Version(first or "0")
+    if not candidates or None in parsed:
+        return Evidence(UNCLEAR, name, where, f"= {project} release unknown (apex_need.toml read {facts.read} has no "
+                        f"{table['name']} {version})", source)
+    releases = " / ".join(candidates)
+    if all(v >= threshold for v in parsed):
+        return Evidence(REPLACES, name, where, f"= {project} {releases}{via}: >= {first} does not install apex (MindSpeed's "
+                        "stand-ins replace it)", source, "", release)
+    if all(v < threshold for v in parsed):
+        return Evidence(NEEDS, name, where, f"= {project} {releases}{via}: releases before {first} install and use apex",
+                        source, f"move to {upgrade}, which needs no apex", release)
+    return Evidence(UNCLEAR, name, where, f"could be {project} {releases} (the version does not tell; {first} on replaces "
+                    "apex, older releases need it)", source,
+                    "install it editable from its git checkout (pip install -e DIR) so the release branch shows, or "
+                    "pass the checkout with --scripts DIR")
+
+
+def environment_sightings(env: Environment, facts: Facts) -> list[Sighting]:
+    sightings = []
+    for key in facts.distributions:
+        dist = env.dists.get(key)
+        if dist is not None:
+            checkout = Path(dist.source_dir) if dist.source_dir else None
+            sightings.append(Sighting(key, dist.version, checkout, f" (from {dist.source_dir})" if checkout else ""))
+    return sightings
+
+
+def stacks_evidence(sightings: list[Sighting], facts: Facts) -> list[Evidence]:
+    """In apex_need.toml order, so that a project's release is known before the one paired with it is read."""
+    known: dict[str, str] = {}
+    evidence = []
+    for key, table in facts.distributions.items():
+        for s in (s for s in sightings if s.key == key):
+            paired = known.get(canonicalize_name(table.get("paired_with", "")))
+            e = stack_evidence(key, s.version, s.checkout, facts, s.how, paired)
+            known.setdefault(key, e.release)
+            evidence.append(e)
+    return evidence
+
+
+def checkout_sightings(root: Path, facts: Facts, installed: set[str]) -> list[Sighting]:
+    """A MindSpeed-LLM / MindSpeed checkout given as --scripts (the install guides run MindSpeed-LLM from its
+    checkout without installing it): its release from its branch/tag, else its setup.py."""
+    sightings = []
+    start = root if root.is_dir() else root.parent
+    for key, table in facts.distributions.items():
+        if key in installed or not table.get("package"):
+            continue
+        for directory in [start, *start.parents][:6]:
+            if (directory / "setup.py").is_file() and (directory / table["package"] / "__init__.py").is_file():
+                version = _setup_py_version(directory) or "?"
+                sightings.append(Sighting(key, version, directory, f" (checkout {directory})"))
+                break
+    return sightings
+
+
+# --- training scripts ------------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Hit:
+    pattern: str
+    file: str
+    line: int
+    text: str
+    name: str = ""  # e.g. NpuFusedAdam
+    guarded: bool = False  # an import inside `try: ... except ImportError:`: the code runs without apex
+
+
+GUARDS = {"ImportError", "ModuleNotFoundError", "Exception", "BaseException"}
+
+
+def guarded_lines(text: str) -> set[int]:
+    """Lines inside the body of a `try` whose handler catches ImportError (or broader): optional imports.
+    Code this host's Python cannot parse counts as unguarded."""
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError):
+        return set()
+    lines: set[int] = set()
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Try):
+            continue
+        caught = set()
+        for handler in node.handlers:
+            kinds = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]
+            caught |= {"BaseException" if k is None else getattr(k, "id", getattr(k, "attr", "")) for k in kinds}
+        if caught & GUARDS:
+            for statement in node.body:
+                lines.update(range(statement.lineno, (getattr(statement, "end_lineno", None) or statement.lineno) + 1))
+    return lines
+
+
+def scan_scripts(root: Path, facts: Facts, shown_as: str | None = None) -> tuple[list[Hit], list[str]]:
+    """Every line of the *.py under `root` (or the one file `root`) that a pattern names; notes on what was skipped."""
+    if not root.exists():
+        raise ConfigError(f"--scripts {shown_as or root}: no such file or directory",
+                          "pass the directory (or the file) holding the training scripts")
+    limits = facts.scan
+    notes: list[str] = []
+    files: list[Path] = []
+    if root.is_file():
+        files = [root]
+    else:
+        skip = set(limits["skip_dirs"])
+        suffixes = tuple(limits["suffixes"])
+        more = False
+        for dirpath, dirnames, filenames in os.walk(root):
+            dirnames[:] = sorted(d for d in dirnames if d not in skip
+                                 and not (Path(dirpath) / d / "pyvenv.cfg").is_file())  # a venv inside the tree
+            for name in sorted(filenames):
+                if name.endswith(suffixes):
+                    if len(files) >= limits["max_files"]:
+                        more = True
+                        break
+                    files.append(Path(dirpath) / name)
+            if more:
+                break
+        if more:
+            notes.append(f"scanned the first {limits['max_files']} {'/'.join(suffixes)} files only")
+    base = shown_as or str(root)
+    anything = facts.any_pattern
+    hits: list[Hit] = []
+    too_big = 0
+    for path in files:
+        try:
+            if path.stat().st_size > limits["max_file_bytes"]:
+                too_big += 1
+                continue
+            text = path.read_text(errors="replace")
+        except OSError as exc:
+            notes.append(f"{path}: {exc.strerror or exc}")
+            continue
+        shown = base if path == root else os.path.join(base, os.path.relpath(path, root))
+        guarded: set[int] | None = None  # parsed only when an import pattern hits
+        for number, line in enumerate(text.splitlines(), 1):
+            if line.lstrip().startswith("#") or not anything.search(line):
+                continue
+            for pattern in facts.patterns:
+                m = pattern.regex.search(line)
+                if m:
+                    name = next((g for g in m.groups() if g and g.startswith("NpuFused")), "")
+                    if pattern.optional_in_try and guarded is None:
+                        guarded = guarded_lines(text)
+                    hits.append(Hit(pattern.id, shown, number, line.strip()[:160], name,
+                                    bool(pattern.optional_in_try and number in (guarded or ()))))
+                    break
+    if too_big:
+        notes.append(f"skipped {too_big} file(s) over {limits['max_file_bytes']} bytes")
+    notes.insert(0, f"scanned {len(files)} file(s) under {base}")
+    return hits, notes
+
+
+def script_evidence(hits: list[Hit], facts: Facts, standins: bool) -> list[Evidence]:
+    """One piece of evidence per pattern, naming its first locations (apex_need.toml [[patterns]] order)."""
+    evidence = []
+    for pattern in facts.patterns:
+        optional = [h for h in hits if h.pattern == pattern.id and h.guarded]
+        if optional:
+            evidence.append(Evidence(INFO, pattern.id, _where(optional), f"{pattern.what}, inside try/except "
+                                     "ImportError: optional, runs without apex", pattern.source))
+        mine = [h for h in hits if h.pattern == pattern.id and not h.guarded]
+        if not mine:
+            continue
+        where = _where(mine)
+        alternative = pattern.alternative
+        if "{name}" in alternative:
+            names = sorted({h.name for h in mine if h.name})
+            shipped = [n for n in names if n in facts.torch_npu_optimizers]
+            alternative = alternative.replace("{name}", ", ".join(shipped) or "NpuFused*") if shipped or not names else ""
+        if pattern.needs == "unless-standins" and standins:
+            evidence.append(Evidence(INFO, pattern.id, where, f"{pattern.what}: covered by MindSpeed's stand-in",
+                                     pattern.source))
+        else:
+            evidence.append(Evidence(NEEDS, pattern.id, where, pattern.what, pattern.source, alternative))
+    return evidence
+
+
+def _where(hits: list[Hit]) -> str:
+    where = ", ".join(f"{h.file}:{h.line}" for h in hits[:SHOWN_PER_PATTERN])
+    return where + (f" (+{len(hits) - SHOWN_PER_PATTERN} more)" if len(hits) > SHOWN_PER_PATTERN else "")
+
+
+# --- one verdict for one environment (+ scripts) --------------------------------------------------------------------------
+
+def build_command(env: Environment | None, stacks: dict) -> str:
+    """The apexkit build for that environment: its matrix.toml stack when one matches, else its Python and torch."""
+    if env is None:
+        return "nox -s build-3.X -- --stack NAME (matrix.toml [stacks]) or --torch VERSION"
+    torch = env.dists.get("torch")
+    npu = env.dists.get("torch-npu")
+    torch_base = torch.version.split("+")[0] if torch else None
+    for name, stack in stacks.items():
+        if str(stack.get("python")) == env.minor and stack.get("torch") == torch_base and \
+                (npu is None or stack.get("torch_npu") == npu.version):
+            return f"nox -s build-{env.minor} -- --stack {name}"
+    command = f"nox -s build-{env.minor}"
+    if torch_base:
+        command += f" -- --torch {torch_base}" + (f" --torch-npu {npu.version}" if npu else "")
+    return command
+
+
+def assess(env: Environment | None, scripts: Path | None, facts: Facts, stacks: dict,
+           scripts_shown: str | None = None) -> Verdict:
+    sightings = environment_sightings(env, facts) if env else []
+    hits: list[Hit] = []
+    notes: list[str] = []
+    if scripts is not None:
+        sightings += checkout_sightings(scripts, facts, set(env.dists) if env else set())
+        hits, notes = scan_scripts(scripts, facts, scripts_shown)
+    evidence = stacks_evidence(sightings, facts)
+    standins = any(facts.distributions[e.name].get("standins") for e in evidence if e.name in facts.distributions)
+    evidence += script_evidence(hits, facts, standins)
+    verdict = decide(evidence, facts)
+    apex = env.dists.get("apex") if env else None
+    verdict.apex_installed = apex.version if apex else None
+    verdict.notes = notes
+    verdict.hits = [asdict(h) for h in hits[:MAX_HITS]]
+    if verdict.verdict == NEEDED:
+        ways_off = "; ".join(dict.fromkeys(e.alternative for e in verdict.reasons if e.alternative))
+        if apex:
+            verdict.next_step = f"apex {apex.version} is installed" + (f"; to drop it: {ways_off}" if ways_off else "")
+        elif ways_off and all(e.alternative for e in verdict.reasons):
+            verdict.next_step = f"build it: {build_command(env, stacks)}; or drop apex: {ways_off}"
+        else:
+            verdict.next_step = f"build it: {build_command(env, stacks)}" + (
+                f" (a way off for some of it: {ways_off})" if ways_off else "")
+    elif verdict.verdict == NOT_NEEDED:
+        verdict.next_step = (f"apex {apex.version} is installed but nothing found needs it" if apex else
+                             "nothing to build") + (" (scripts not scanned: add --scripts DIR to be sure)"
+                                                    if scripts is None else "")
+    else:
+        verdict.next_step = (f"apex {apex.version} is installed; " if apex else "") + (
+            next((e.alternative for e in verdict.reasons if e.alternative), "") or
+            "apex is optional here: point doctor at the training environment and scripts "
+            "(invoke doctor --venv DIR --scripts DIR)")
+    return verdict
