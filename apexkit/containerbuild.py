@@ -117,8 +117,9 @@ def make_spec(opts: BuildOptions, argv: Sequence[str], image: str, labels: Mappi
     if opts.apex_src:
         mounts.append(Mount(opts.apex_src, f"{MNT}/apex-src", True, "--apex-src"))
         forwarded += ["--apex-src", f"{MNT}/apex-src"]
+    # TORCH_DEVICE_BACKEND_AUTOLOAD=0: torch >= 2.5 loads torch_npu at `import torch`, which fails without CANN
     env: dict[str, str] = {"APEXKIT_CACHE_DIR": CACHE, "PIP_CACHE_DIR": f"{CACHE}/pip", "PYTHONPATH": REPO_MOUNT,
-                           "PYTHONDONTWRITEBYTECODE": "1"}
+                           "PYTHONDONTWRITEBYTECODE": "1", "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
     for name, url, mount in (("APEXKIT_ASCEND_APEX_URL", opts.ascend_apex_url, "ascend-apex"),
                              ("APEXKIT_NVIDIA_APEX_URL", opts.nvidia_apex_url, "nvidia-apex")):
         local = _file_url_path(url)
@@ -178,11 +179,11 @@ def inspect_image(c, image: str) -> tuple[dict, str]:
     found = images.get_image(c, image)
     if found is None:
         raise ImageError(f"image {image} is not in the Docker daemon",
-                         f"invoke image.build --arch {images.host_arch()} --base <base image> --tag {image}")
+                         images.build_hint(image, data=matrix_mod.load().data))
     labels = found.attrs.get("Config", {}).get("Labels") or {}
     if f"{images.LABEL}.builder" not in labels:
         raise ImageError(f"{image} is not an apexkit builder image (no {images.LABEL}.builder label)",
-                         f"invoke image.build --arch {images.host_arch()} --base {image}")
+                         f"invoke image.build --arch {images.image_arch(found) or images.host_arch()} --base {image}")
     return labels, images.image_arch(found)
 
 
@@ -191,6 +192,8 @@ def run(opts: BuildOptions, argv: Sequence[str]) -> Path | None:
     assert opts.image is not None
     c = images.client()
     labels, arch = inspect_image(c, opts.image)
+    # the Python must be in the image (its builder.json) before a container starts, not found missing inside it
+    images.require_python(images.builder_json(c, opts.image), opts.image, opts.python, arch, matrix_mod.load().data)
     emulated = images.require_emulation(arch)
     settings = images.proxy_settings()
     spec = make_spec(opts, argv, opts.image, labels, arch, settings=settings)

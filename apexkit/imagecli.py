@@ -14,9 +14,9 @@ from apexkit.errors import ImageError
 
 def build(arch: str, base: str, tag: str | None = None, network: str | None = None, ca_bundle: str | None = None,
           extra_packages: str = "", uid: int = 1000, gid: int = 1000, pip_index: str | None = None,
-          no_cache: bool = False, dry_run: bool = False, quiet: bool = False) -> int:
+          no_cache: bool = False, dry_run: bool = False, quiet: bool = False, pythons: str = "") -> int:
     plan = images.plan_image(arch, base, tag=tag, network=network, ca_bundle=ca_bundle, extra_packages=extra_packages,
-                             uid=uid, gid=gid, pip_index=pip_index, no_cache=no_cache)
+                             uid=uid, gid=gid, pip_index=pip_index, no_cache=no_cache, pythons=pythons)
     log.info(f"builder image {plan.tag}")
     for name, value in plan.describe():
         log.info(f"  {name:<16}{value}")

@@ -1,7 +1,11 @@
 """`nox -s matrix`: the build matrix as a table, JSON or a GitHub Actions matrix; `-- --run` builds every combination
 here (in parallel with --jobs, one log per combination) and prints a summary; `build-<id>` sessions build one.
 
-A combination whose arch is not the host's builds in the builder image for that arch (matrix.toml [matrix] image).
+A combination whose arch is not the host's builds in the builder image matrix.toml [matrix.images] names for its
+Python (else [matrix] image); `--image IMAGE` builds every combination in IMAGE. Before anything runs, each such
+combination is checked against its image: the image must exist, be of the combination's arch and list the
+combination's Python in its builder.json; otherwise it is refused in one line naming the image (and the
+`invoke image.build`) that fits.
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ from apexkit.matrix import Combination
 
 
 def load_combinations(path: Path | None) -> tuple[matrix_mod.Matrix, list[Combination]]:
+    """matrix.toml, or a file with [[include]] tables (and optionally its own [images] / image, as [matrix.images] /
+    [matrix] image)."""
     m = matrix_mod.load()
     if path is None:
         return m, m.combinations()
@@ -30,18 +36,60 @@ def load_combinations(path: Path | None) -> tuple[matrix_mod.Matrix, list[Combin
         data = matrix_mod.tomllib.loads(path.read_text())
     except (OSError, matrix_mod.tomllib.TOMLDecodeError) as exc:
         raise ConfigError(f"--matrix {path}: {exc}", "pass a TOML file with [[include]] tables") from None
+    if "images" in data or "image" in data:
+        table = dict(m.data.get("matrix", {}))
+        table.update({k: data[k] for k in ("images", "image") if k in data})
+        m = matrix_mod.Matrix({**m.data, "matrix": table})
     return m, m.combinations(data.get("include", []))
 
 
-def build_args(m: matrix_mod.Matrix, combo: Combination, host: str | None = None) -> list[str]:
+def image_for(m: matrix_mod.Matrix, combo: Combination, host: str | None = None,
+              image: str | None = None) -> str | None:
+    """The builder image this combination builds in: `image` when given, else the one for its Python when its arch
+    is not the host's (None: it builds on this host)."""
+    if image:
+        return image
+    if combo.arch == (host or images.host_arch()):
+        return None
+    return images.choose_image(m.data, combo.python, combo.arch).image
+
+
+def build_args(m: matrix_mod.Matrix, combo: Combination, host: str | None = None, image: str | None = None) -> list[str]:
     """Options for `build-<python>` that make this combination (the builder image for a foreign arch)."""
     args = combo.build_args()
-    if combo.arch != (host or images.host_arch()):
-        args += ["--image", m.image_for(combo.arch)]
+    chosen = image_for(m, combo, host, image)
+    if chosen:
+        args += ["--image", chosen]
     return args
 
 
-def rows(m: matrix_mod.Matrix, combos: list[Combination]) -> list[dict]:
+def check_image(m: matrix_mod.Matrix, combo: Combination, facts: images.ImageFacts | None, host: str | None = None,
+                image: str | None = None) -> tuple[str, str, str | None]:
+    """(image, state, refusal): does the combination's builder image exist, have its arch and its Python?
+    image '' = builds on this host; refusal is the one line that stops the combination (None: it may run)."""
+    chosen = image_for(m, combo, host, image)
+    if chosen is None:
+        return "", "host", None
+    if facts is None:
+        return chosen, "not checked", None
+    exists, info = facts.get(chosen)
+    if facts.error:
+        return chosen, "not checked", f"{combo.id}: cannot check {chosen}: {facts.error}"
+    if not exists:
+        return chosen, "missing", (f"{combo.id}: {chosen} is not in the Docker daemon -- next: "
+                                   f"{images.build_hint(chosen, combo.arch, m.data)}")
+    if info is not None and info.get("arch") and info["arch"] != combo.arch:
+        return chosen, f"is {info['arch']}", (f"{combo.id}: {chosen} is an {info['arch']} image -- next: "
+                                              f"{images.choose_image(m.data, combo.python, combo.arch).build_command}")
+    try:
+        images.require_python(info, chosen, combo.python, combo.arch, m.data, what=combo.id)
+    except ApexkitError as exc:
+        return chosen, f"lacks Python {combo.python}", exc.format()
+    return chosen, "fits" if info is not None else "no builder.json (older recipe)", None
+
+
+def rows(m: matrix_mod.Matrix, combos: list[Combination], facts: images.ImageFacts | None = None,
+         image: str | None = None) -> list[dict]:
     out = []
     for combo in combos:
         try:
@@ -49,10 +97,12 @@ def rows(m: matrix_mod.Matrix, combos: list[Combination]) -> list[dict]:
             refused = None
         except ConfigError as exc:
             refused = exc.cause
+        chosen, state, image_refused = check_image(m, combo, facts, image=image)
         out.append({"id": combo.id, "python": combo.python, "torch": combo.torch, "torch_npu": combo.torch_npu or "",
                     "cann": combo.cann or "", "arch": combo.arch, "ref": combo.ref,
                     "runner": m.runners.get(combo.arch, "ubuntu-24.04"), "session": f"build-{combo.id}",
-                    "refused": refused})
+                    "refused": refused, "image": chosen, "image_state": state,
+                    "image_refused": image_refused if facts is not None and not facts.error else None})
     return out
 
 
@@ -62,12 +112,17 @@ def github(table: list[dict]) -> str:
     return json.dumps({"include": [{k: r[k] for k in keys} for r in table if not r["refused"]]}, separators=(",", ":"))
 
 
-def print_table(table: list[dict]) -> None:
-    log.info(f"{'combination':<34} {'python':<7} {'torch':<8} {'torch_npu':<14} {'arch':<8} {'runner':<17} note")
-    for r in table:
+def print_table(table: list[dict], facts: images.ImageFacts | None = None) -> None:
+    wheres = [f"{r['image']} ({r['image_state']})" if r["image"] else "this host" for r in table]
+    width = max([len("builds in"), *map(len, wheres)])
+    log.info(f"{'combination':<34} {'python':<7} {'torch':<8} {'torch_npu':<14} {'arch':<8} {'runner':<17} "
+             f"{'builds in':<{width}} note")
+    for r, where in zip(table, wheres):
         note = f"REFUSED: {r['refused']}" if r["refused"] else r["session"]
         log.info(f"{r['id']:<34} {r['python']:<7} {r['torch']:<8} {r['torch_npu'] or '-':<14} {r['arch']:<8} "
-                 f"{r['runner']:<17} {note}")
+                 f"{r['runner']:<17} {where:<{width}} {note}")
+    if facts is not None and facts.error:
+        log.info(f"images not checked: {facts.error}")
 
 
 @dataclass
@@ -85,14 +140,17 @@ class Result:
 
 
 def run_one(m: matrix_mod.Matrix, combo: Combination, passthrough: list[str], dist: Path, build_dir: Path,
-            jobs_each: int, logs: Path) -> Result:
+            jobs_each: int, logs: Path, facts: images.ImageFacts | None = None, image: str | None = None) -> Result:
     try:
         m.validate(combo)
     except ConfigError as exc:
         return Result(combo.id, "refused", detail=exc.cause)
+    _, _, refusal = check_image(m, combo, facts or images.ImageFacts(), image=image)
+    if refusal:
+        return Result(combo.id, "refused", detail=refusal)
     log_path = logs / f"{combo.id}.log"
-    argv = [sys.executable, "-m", "apexkit", "build", combo.python, *build_args(m, combo), "--dist", str(dist),
-            "--build-dir", str(build_dir), "--jobs", str(jobs_each), *passthrough]
+    argv = [sys.executable, "-m", "apexkit", "build", combo.python, *build_args(m, combo, image=image), "--dist",
+            str(dist), "--build-dir", str(build_dir), "--jobs", str(jobs_each), *passthrough]
     started = time.monotonic()
     with open(log_path, "w", encoding="utf-8") as fh:
         fh.write("+ " + log.mask(" ".join(argv)) + "\n")
@@ -120,7 +178,7 @@ def _target_dir(dist: Path, combo: Combination) -> Path | None:
 
 
 def run_all(m: matrix_mod.Matrix, combos: list[Combination], passthrough: list[str], dist: Path, build_dir: Path,
-            jobs: int) -> list[Result]:
+            jobs: int, image: str | None = None) -> list[Result]:
     cores = os.cpu_count() or 1
     jobs = max(1, min(jobs, cores, len(combos) or 1))
     jobs_each = max(1, cores // jobs)
@@ -128,9 +186,10 @@ def run_all(m: matrix_mod.Matrix, combos: list[Combination], passthrough: list[s
     logs.mkdir(parents=True, exist_ok=True)
     log.info(f"▸ {len(combos)} combinations, {jobs} at a time ({jobs_each} compile jobs each); logs in {logs}/")
     results: dict[str, Result] = {}
+    facts = images.ImageFacts()  # every image is asked once, before its combinations run
 
     def one(combo: Combination) -> Result:
-        result = run_one(m, combo, passthrough, dist, build_dir, jobs_each, logs)
+        result = run_one(m, combo, passthrough, dist, build_dir, jobs_each, logs, facts, image)
         mark = {"built": "✓", "cached": "✓", "refused": "✕", "failed": "✕"}[result.status]
         log.info(f"  {mark} {combo.id}: {result.status} ({log.format_seconds(result.seconds)})"
                  + (f" — {result.detail}" if result.status in ("refused", "failed") else ""))
@@ -162,15 +221,23 @@ def parser() -> argparse.ArgumentParser:
                    "matrix.toml [[matrix.include]]")
     p.add_argument("--only", action="append", default=[], metavar="ID", help="only this combination (repeat)")
     p.add_argument("--run", action="store_true", help="build the combinations here and print a summary")
+    p.add_argument("--image", metavar="IMAGE", help="build every combination in this builder image (default: a "
+                   "combination of another arch builds in the image matrix.toml [matrix.images] names for its Python)")
     p.add_argument("--jobs", type=int, default=1, metavar="N", help="with --run: combinations in parallel "
                    "(bounded by the CPU count)")
     p.add_argument("--dist", type=Path, help="with --run: output directory (default: $APEXKIT_DIST_DIR, else ./dist)")
     p.add_argument("--build-dir", type=Path, help="with --run: work directory (default: $APEXKIT_BUILD_DIR, else ./build)")
+    p.add_argument("--refresh", action="store_true", help="compare [torch_npu.versions] with the torch-npu releases "
+                   "on the package index; --write applies it (nox -s matrix -- --refresh --help)")
     p.add_argument("build_options", nargs="*", help="after --: passed to every build (e.g. -- --wheelhouse DIR)")
     return p
 
 
 def main(argv: list[str]) -> int:
+    if "--refresh" in argv:  # its own options (--write, --matrix FILE = the matrix.toml to compare, --index-url)
+        from apexkit import refresh
+
+        return refresh.main(argv)
     args = parser().parse_args(argv)
     m, combos = load_combinations(args.matrix)
     if args.only:
@@ -179,20 +246,22 @@ def main(argv: list[str]) -> int:
             raise ConfigError(f"--only {', '.join(unknown)}: not in the matrix", f"ids: {', '.join(c.id for c in combos)}")
         combos = [c for c in combos if c.id in args.only]
     if not args.run:
-        table = rows(m, combos)
+        # the GitHub matrix is for another machine's daemon: only the table and JSON ask this one about images
+        facts = None if args.format == "github" else images.ImageFacts()
+        table = rows(m, combos, facts, image=args.image)
         if args.format == "github":
             print(github(table))
         elif args.format == "json":
             print(json.dumps(table, indent=1))
         else:
-            print_table(table)
+            print_table(table, facts)
         return 0
     if args.jobs < 1:
         raise ConfigError(f"--jobs {args.jobs}: must be at least 1", "pass --jobs 1 or more")
     root = matrix_mod.PROJECT_ROOT
     dist = (args.dist or Path(os.environ.get("APEXKIT_DIST_DIR") or root / "dist")).resolve()
     build_dir = (args.build_dir or Path(os.environ.get("APEXKIT_BUILD_DIR") or root / "build")).resolve()
-    results = run_all(m, combos, args.build_options, dist, build_dir, args.jobs)
+    results = run_all(m, combos, args.build_options, dist, build_dir, args.jobs, image=args.image)
     table = summary(results)
     (build_dir / "matrix" / "summary.md").write_text(table + "\n")
     (build_dir / "matrix" / "summary.json").write_text(json.dumps([r.__dict__ for r in results], indent=1) + "\n")

@@ -15,6 +15,10 @@ if [ -z "${HOME:-}" ] || [ "$HOME" = / ] || ! [ -w "$HOME" ]; then
     mkdir -p "$HOME"
     export HOME
 fi
+# torch >= 2.5 auto-loads torch_npu at `import torch`, which fails without CANN; building needs no CANN. A caller who
+# has CANN in the container and wants the backend loaded passes -e TORCH_DEVICE_BACKEND_AUTOLOAD=1.
+: "${TORCH_DEVICE_BACKEND_AUTOLOAD:=0}"
+export TORCH_DEVICE_BACKEND_AUTOLOAD
 # last: the base's own python3.X stay first, so builds use them and not the tool venv's interpreter
 PATH="$PATH:/opt/apexkit/venv/bin"
 export PATH

@@ -1,12 +1,17 @@
 #!/bin/sh
-# apexkit builder: runs as root inside `docker build`, in three steps.
+# apexkit builder: runs as root inside `docker build`, in four steps.
 #   toolchain      install what a build needs and the base lacks, with the base's package manager (apt-get, dnf, yum)
-#   tools          the tool venv /opt/apexkit/venv (nox, virtualenv, rich, packaging) on the newest python3.X >= 3.9
+#   tools          the tool venv /opt/apexkit/venv (nox, virtualenv, rich, packaging) on the newest python3.X >= 3.8
+#   pythons        the Pythons of APEXKIT_PYTHONS (e.g. "3.8 3.10") the base lacks, with uv (APEXKIT_UV_VERSION)
 #   user UID GID   the non-root build user, then /usr/local/share/apexkit/builder.json (what the image offers)
 # A failure prints one line "apexkit-error: <cause> | <next step>" (read by `invoke image.build`) and exits != 0.
 set -eu
 SHARE=/usr/local/share/apexkit
 CA="$SHARE/ca/ca-bundle.pem"
+UV_PYTHONS=/opt/apexkit/python  # where `uv python install` puts the Pythons of --pythons
+# torch >= 2.5 loads torch_npu at `import torch`, which fails without CANN (libhccl.so): no probe here needs it
+TORCH_DEVICE_BACKEND_AUTOLOAD=0
+export TORCH_DEVICE_BACKEND_AUTOLOAD
 
 die() {  # die CODE CAUSE HINT
     echo "apexkit-error: $2 | $3" >&2
@@ -25,9 +30,10 @@ pythons_with_headers() {
     return 0
 }
 
-# the newest python3.X >= 3.9 whose standard library can make a venv with pip (Debian splits that into python3-venv)
+# the newest python3.X >= 3.8 whose standard library can make a venv with pip (Debian splits that into python3-venv);
+# requirements.txt pins each tool per Python range, so the venv installs on any of them
 tool_python() {
-    for v in 13 12 11 10 9; do
+    for v in 13 12 11 10 9 8; do
         p=$(command -v "python3.$v" 2>/dev/null) || continue
         "$p" -c 'import ensurepip, venv' >/dev/null 2>&1 && { echo "$p"; return 0; }
     done
@@ -123,8 +129,8 @@ step_toolchain() {
 
 step_tools() {
     py=$(tool_python)
-    [ -n "$py" ] || die 5 "no python3.9 or newer that can make a venv in the image" \
-        "add python3 (>= 3.9) and its venv package to --extra-packages"
+    [ -n "$py" ] || die 5 "no python3.8 or newer that can make a venv in the image" \
+        "add python3 (>= 3.8) and its venv package to --extra-packages"
     "$py" -m venv /opt/apexkit/venv
     if has_ca; then PIP_CERT="$CA"; export PIP_CERT; fi
     set -- --no-cache-dir --disable-pip-version-check --progress-bar off -q
@@ -133,6 +139,52 @@ step_tools() {
         die 6 "pip could not install the apexkit tools into /opt/apexkit/venv" \
             "check the proxy (invoke proxy.check) and the CA (invoke proxy.setup --ca-cert)"
     echo "apexkit: tool venv on $py: $(/opt/apexkit/venv/bin/python -m nox --version 2>&1 | tail -n 1) (nox)"
+}
+
+# the python3.X (X = $1 minus "3.") that runs and has its C headers, if any
+python_with_headers() {
+    p=$(command -v "python$1" 2>/dev/null) || return 0
+    "$p" -c 'import os, sysconfig, sys; sys.exit(not os.path.isfile(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' \
+        >/dev/null 2>&1 && echo "$p"
+    return 0
+}
+
+step_pythons() {
+    wanted=$(echo "${APEXKIT_PYTHONS:-}" | tr ',' ' ')
+    [ -n "$wanted" ] || return 0
+    missing=""
+    for v in $wanted; do
+        case "$v" in 3.[0-9]|3.[0-9][0-9]) ;; *) die 2 "--pythons: '$v' is not a Python version" "e.g. --pythons 3.8,3.10" ;; esac
+        p=$(python_with_headers "$v")
+        if [ -n "$p" ]; then
+            echo "apexkit: Python $v is in the base already ($p): uv not needed for it"
+        else
+            missing="$missing $v"
+        fi
+    done
+    [ -n "$missing" ] || return 0
+    if has_ca; then PIP_CERT="$CA"; SSL_CERT_FILE="$CA"; export PIP_CERT SSL_CERT_FILE; fi
+    set -- --no-cache-dir --disable-pip-version-check --progress-bar off -q
+    [ -n "${APEXKIT_PIP_INDEX_URL:-}" ] && set -- "$@" --index-url "$APEXKIT_PIP_INDEX_URL"
+    /opt/apexkit/venv/bin/python -m pip install "$@" "uv==${APEXKIT_UV_VERSION:?}" || \
+        die 6 "pip could not install uv ${APEXKIT_UV_VERSION} (for --pythons$missing)" \
+            "check the proxy (invoke proxy.check) and the CA (invoke proxy.setup --ca-cert)"
+    echo "apexkit: uv python install$missing (python-build-standalone, downloaded from GitHub)"
+    # uv reads the proxy from HTTPS_PROXY/https_proxy (Docker's predefined build args) and the CA from SSL_CERT_FILE
+    # shellcheck disable=SC2086
+    if ! UV_PYTHON_INSTALL_DIR="$UV_PYTHONS" UV_NO_CACHE=1 /opt/apexkit/venv/bin/uv python install $missing \
+            >/tmp/apexkit-uv.log 2>&1; then
+        cat /tmp/apexkit-uv.log >&2
+        why=$(grep "cause:" /tmp/apexkit-uv.log | tail -n 1 | sed 's/^ *cause: *//' | cut -c1-120)
+        die 7 "uv could not download Python$missing from github.com (python-build-standalone): ${why:-see the log}" \
+            "let the build reach GitHub's python-build-standalone releases through the proxy, or use a base that has it (a manylinux image: /opt/python/cp3X-cp3X; Debian: bullseye 3.9, bookworm 3.11, trixie 3.13)"
+    fi
+    for v in $missing; do
+        exe=$(ls -d "$UV_PYTHONS"/cpython-"$v".*/bin/"python$v" 2>/dev/null | tail -n 1)
+        [ -n "$exe" ] || die 7 "uv reported success but $UV_PYTHONS has no python$v" "rebuild with --no-cache"
+        ln -sf "$exe" "/usr/local/bin/python$v"
+        echo "apexkit: python$v -> $exe"
+    done
 }
 
 step_user() {
@@ -161,6 +213,25 @@ step_user() {
 import glob, json, os, platform, subprocess, sys
 probe = ("import json, platform, sysconfig; p = sysconfig.get_paths(); "
          "print(json.dumps({'version': platform.python_version(), 'purelib': p['purelib'], 'platlib': p['platlib']}))")
+
+
+def source(exe):
+    """Where a python3.X came from: the base's package manager, a manylinux /opt/python tree, or uv (--pythons).
+    Every link on the way counts (manylinux: /usr/local/bin -> /opt/python/cp3X-cp3X -> /opt/_internal/...)."""
+    chain, path = [exe], exe
+    for _ in range(10):
+        if not os.path.islink(path):
+            break
+        path = os.path.join(os.path.dirname(path), os.readlink(path))
+        chain.append(path)
+    chain.append(os.path.realpath(exe))
+    if any(p.startswith("/opt/apexkit/python/") for p in chain):
+        return "uv"
+    if any(p.startswith(("/opt/python/", "/opt/_internal/")) for p in chain):
+        return "manylinux"
+    return "distro"
+
+
 found = {}
 for directory in os.environ.get("PATH", "/usr/local/bin:/usr/bin").split(":") + ["/usr/bin", "/usr/local/bin"]:
     for exe in sorted(glob.glob(os.path.join(directory, "python3.[0-9]*"))):
@@ -170,7 +241,7 @@ for directory in os.environ.get("PATH", "/usr/local/bin:/usr/bin").split(":") + 
         try:
             out = subprocess.run([exe, "-c", probe], capture_output=True, text=True, timeout=60)
             if out.returncode == 0:
-                found[name] = dict(json.loads(out.stdout), path=exe)
+                found[name] = dict(json.loads(out.stdout), path=exe, source=source(exe))
         except Exception:
             pass
 info = {"arch": platform.machine(), "user": sys.argv[1], "uid": int(sys.argv[2]), "gid": int(sys.argv[3]),
@@ -185,6 +256,7 @@ PY
 case "${1:-}" in
     toolchain) step_toolchain ;;
     tools) step_tools ;;
+    pythons) step_pythons ;;
     user) step_user "$2" "$3" ;;
-    *) echo "usage: install-toolchain.sh toolchain | tools | user UID GID" >&2; exit 2 ;;
+    *) echo "usage: install-toolchain.sh toolchain | tools | pythons | user UID GID" >&2; exit 2 ;;
 esac

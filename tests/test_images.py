@@ -21,7 +21,8 @@ import pytest
 import services
 from conftest import ROOT
 
-from apexkit import containerbuild, images, options, proxy
+from apexkit import containerbuild, images, matrix, matrixrun, options, proxy
+from apexkit.errors import ConfigError, InterpreterNotFoundError
 
 HOST_CA = "/etc/ssl/certs/ca-certificates.crt"
 # where this machine keeps the torch 2.13.0 CPU wheel (pip finds it through PIP_FIND_LINKS / pip.conf find-links)
@@ -163,6 +164,91 @@ def test_strip_host_options():
 def test_build_options_for_containers_need_image():
     with pytest.raises(Exception, match="apply to container builds only"):
         options.resolve("3.11", ["--network", "host"], env={})
+
+
+def test_image_choice_per_python_follows_matrix_toml():
+    data = matrix.load().data
+    chosen = {py: images.choose_image(data, py, "aarch64") for py in ("3.8", "3.9", "3.10", "3.11", "3.13")}
+    assert {py: c.image for py, c in chosen.items()} == {
+        "3.8": "apexkit/builder:manylinux2014_aarch64-aarch64",
+        "3.9": "apexkit/builder:debian-bullseye-aarch64",
+        "3.10": "apexkit/builder:manylinux2014_aarch64-aarch64",
+        "3.11": "apexkit/builder:debian-bookworm-aarch64",
+        "3.13": "apexkit/builder:debian-trixie-aarch64"}
+    assert chosen["3.9"].build_command == "invoke image.build --arch aarch64 --base debootstrap:bullseye"
+    # the image `image.build --base <that base>` makes is the one chosen (no --tag needed)
+    for c in chosen.values():
+        suite = images.debootstrap_suite(c.base)
+        assert images.default_tag(f"debian:{suite}" if suite else c.base, "aarch64") == c.image
+    assert chosen["3.8"].base == "quay.io/pypa/manylinux2014_aarch64" and "no Debian suite" in chosen["3.8"].note
+    # a Python without a row: [matrix] image
+    assert images.choose_image({"matrix": {"image": "x/y:{arch}"}}, "3.12", "x86_64").image == "x/y:x86_64"
+
+
+def test_missing_image_hint_names_its_arch_and_base():
+    data = matrix.load().data
+    assert images.build_hint("apexkit/builder:debian-bookworm-aarch64") == \
+        "invoke image.build --arch aarch64 --base debootstrap:bookworm"
+    assert images.build_hint("apexkit/builder:manylinux2014_aarch64-aarch64", data=data) == \
+        "invoke image.build --arch aarch64 --base quay.io/pypa/manylinux2014_aarch64"
+    assert images.build_hint("registry.example.com/mine:1", arch="aarch64") == \
+        "invoke image.build --arch aarch64 --base <base image> --tag registry.example.com/mine:1"
+
+
+BOOKWORM_JSON = {"arch": "aarch64", "pythons": [{"version": "3.11.2", "path": "/usr/bin/python3.11",
+                                                 "source": "distro"}]}
+
+
+def test_python_check_against_builder_json():
+    data = matrix.load().data
+    image = "apexkit/builder:debian-bookworm-aarch64"
+    images.require_python(BOOKWORM_JSON, image, "3.11", "aarch64", data)  # fits: no error
+    images.require_python(None, image, "3.8", "aarch64", data)  # no builder.json (older recipe): the build will say
+    with pytest.raises(InterpreterNotFoundError) as exc:
+        images.require_python(BOOKWORM_JSON, image, "3.8", "aarch64", data, what="py3.8-torch2.1.0-aarch64")
+    assert exc.value.format() == (
+        "py3.8-torch2.1.0-aarch64: apexkit/builder:debian-bookworm-aarch64 has Python 3.11 only -- next: Python 3.8 "
+        "needs a base that has it: invoke image.build --arch aarch64 --base quay.io/pypa/manylinux2014_aarch64 (then "
+        "--image apexkit/builder:manylinux2014_aarch64-aarch64); no Debian suite has Python 3.8, or --pythons 3.8 "
+        "(uv; downloads from github.com)")
+    with pytest.raises(InterpreterNotFoundError, match="--base debootstrap:bullseye \\(then --image "
+                                                       "apexkit/builder:debian-bullseye-aarch64\\)"):
+        images.require_python(BOOKWORM_JSON, image, "3.9", "aarch64", data)
+
+
+def test_matrix_image_states_without_a_daemon():
+    m = matrix.load()
+    combo = m.combinations([{"python": "3.8", "torch": "2.1.0", "arch": "aarch64"}])[0]
+    assert matrixrun.check_image(m, combo, None, host="x86_64") == \
+        ("apexkit/builder:manylinux2014_aarch64-aarch64", "not checked", None)
+    assert matrixrun.check_image(m, combo, None, host="aarch64") == ("", "host", None)  # native: no image
+    assert matrixrun.build_args(m, combo, host="aarch64", image="mine:1")[-2:] == ["--image", "mine:1"]
+
+
+def test_plan_with_more_pythons(tmp_path):
+    environ = {"HOME": str(tmp_path)}
+    plan = images.plan_image("x86_64", "debootstrap:bullseye", pythons="3.8, 3.10,3.8", environ=environ)
+    assert plan.build_args["APEXKIT_PYTHONS"] == "3.8 3.10"
+    assert plan.build_args["APEXKIT_UV_VERSION"] == matrix.load().data["matrix"]["images"]["uv"]
+    assert ("pythons", "3.8, 3.10 where the base lacks them: uv "
+            f"{plan.build_args['APEXKIT_UV_VERSION']} python install (downloads from github.com)") in plan.describe()
+    assert "APEXKIT_PYTHONS" not in images.plan_image("x86_64", "debian", environ=environ).build_args
+    with pytest.raises(ConfigError, match="--pythons 3.8,2.7: '2.7' is not a supported Python"):
+        images.plan_image("x86_64", "debian", pythons="3.8,2.7", environ=environ)
+
+
+def test_entrypoint_turns_torch_npu_autoload_off(tmp_path):
+    """torch >= 2.5 imports torch_npu at `import torch`, which fails without CANN: off unless the caller says."""
+    script = str(ROOT / "docker" / "entrypoint.sh")
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path)}
+    seen = subprocess.run(["sh", script, "sh", "-c", "echo $TORCH_DEVICE_BACKEND_AUTOLOAD"], env=env,
+                          capture_output=True, text=True)
+    assert seen.stdout.strip() == "0", seen.stderr
+    kept = subprocess.run(["sh", script, "sh", "-c", "echo $TORCH_DEVICE_BACKEND_AUTOLOAD"],
+                          env=dict(env, TORCH_DEVICE_BACKEND_AUTOLOAD="1"), capture_output=True, text=True)
+    assert kept.stdout.strip() == "1"
+    assert "TORCH_DEVICE_BACKEND_AUTOLOAD=0" in (ROOT / "docker" / "Dockerfile").read_text()  # the image's own steps
+    assert "export TORCH_DEVICE_BACKEND_AUTOLOAD" in (ROOT / "docker" / "install-toolchain.sh").read_text()
 
 
 # --- against a real Docker engine ------------------------------------------------------------------------------------
@@ -324,6 +410,134 @@ def test_doctor_inside_images_sees_their_layouts(x86_builder, lib64_builder, dae
     lib64 = doctor_in(daemon, LIB64_TAG)
     torch = lib64[("torch", "torch (python3.11)")]
     assert torch["status"] == "ok" and torch["data"]["torch_dir"] == "/usr/local/lib64/python3.11/site-packages"
+
+
+def test_builder_json_lists_each_python_and_where_it_came_from(x86_builder, daemon):
+    info = images.builder_json(daemon.client(), X86_TAG)  # read from the image's files: no container is started
+    assert [(p["path"], p["source"]) for p in info["pythons"]] == [("/usr/bin/python3.11", "distro")]
+    assert images.python_versions(info) == ["3.11"] and info["arch"] == "x86_64"
+    assert "/usr/bin/python3.11 3.11" in out(x86_builder) and "(distro)" in out(x86_builder)
+
+
+def test_build_for_a_python_the_image_lacks_is_refused_before_a_container_starts(x86_builder, daemon, tmp_path):
+    proc = invoke("build", "--python", "3.9", "--image", X86_TAG, "--", "--dist", str(tmp_path / "dist"),
+                  "--build-dir", str(tmp_path / "build"), env=docker_env(daemon), timeout=300)
+    assert proc.returncode == 3, out(proc)[-2000:]  # InterpreterNotFoundError, as a build without python3.9 is
+    assert one_line_error(proc) == (
+        "error: apexkit/builder:debian-bookworm-x86_64 has Python 3.11 only -- next: Python 3.9 needs a base that has "
+        "it: invoke image.build --arch x86_64 --base debootstrap:bullseye (then --image "
+        "apexkit/builder:debian-bullseye-x86_64), or --pythons 3.9 (uv; downloads from github.com)")
+    assert not (tmp_path / "build" / "containers").exists()  # no workspace made, no container started
+
+
+def test_matrix_checks_each_combination_against_its_image(x86_builder, daemon, tmp_path):
+    spec = tmp_path / "matrix.toml"
+    spec.write_text('[[include]]\npython = "3.9"\ntorch = "2.1.0"\narch = "x86_64"\n\n'
+                    '[[include]]\npython = "3.13"\ntorch = "2.13.0"\narch = "aarch64"\n')
+    nox = [sys.executable, "-m", "nox", "-f", str(ROOT / "noxfile.py"), "-s", "matrix", "--", "--matrix", str(spec)]
+    env = docker_env(daemon)
+    table = subprocess.run([*nox, "--format", "json"], capture_output=True, text=True, env=env, timeout=300)
+    rows = {r["id"]: r for r in json.loads(table.stdout)}
+    assert (rows["py3.9-torch2.1.0-x86_64"]["image"], rows["py3.9-torch2.1.0-x86_64"]["image_state"]) == ("", "host")
+    assert (rows["py3.13-torch2.13.0-aarch64"]["image"], rows["py3.13-torch2.13.0-aarch64"]["image_state"]) == \
+        ("apexkit/builder:debian-trixie-aarch64", "missing")
+    assert rows["py3.13-torch2.13.0-aarch64"]["image_refused"].endswith(
+        "next: invoke image.build --arch aarch64 --base debootstrap:trixie")
+    forced = subprocess.run([*nox, "--image", X86_TAG], capture_output=True, text=True, env=env, timeout=300)
+    assert "apexkit/builder:debian-bookworm-x86_64 (lacks Python 3.9)" in out(forced)
+    assert "apexkit/builder:debian-bookworm-x86_64 (is x86_64)" in out(forced)
+    # --run: every refusal comes before anything runs (no log, no container), one line each in the summary
+    build = tmp_path / "build"
+    run = subprocess.run([*nox, "--run", "--only", "py3.13-torch2.13.0-aarch64", "--dist", str(tmp_path / "dist"),
+                          "--build-dir", str(build)], capture_output=True, text=True, env=env, timeout=300)
+    assert run.returncode == 1
+    summary = (build / "matrix" / "summary.md").read_text()
+    assert ("| py3.13-torch2.13.0-aarch64 | REFUSED: py3.13-torch2.13.0-aarch64: apexkit/builder:debian-trixie-aarch64 "
+            "is not in the Docker daemon -- next: invoke image.build --arch aarch64 --base debootstrap:trixie |") in summary
+    assert not (build / "matrix" / "py3.13-torch2.13.0-aarch64.log").exists()
+    run = subprocess.run([*nox, "--run", "--image", X86_TAG, "--dist", str(tmp_path / "dist"), "--build-dir",
+                          str(build)], capture_output=True, text=True, env=env, timeout=300)
+    assert run.returncode == 1
+    summary = (build / "matrix" / "summary.md").read_text()
+    assert ("| py3.9-torch2.1.0-x86_64 | REFUSED: py3.9-torch2.1.0-x86_64: apexkit/builder:debian-bookworm-x86_64 has "
+            "Python 3.11 only -- next: Python 3.9 needs a base that has it: invoke image.build --arch x86_64 --base "
+            "debootstrap:bullseye (then --image apexkit/builder:debian-bullseye-x86_64), or --pythons 3.9") in summary
+    assert "py3.13-torch2.13.0-aarch64: apexkit/builder:debian-bookworm-x86_64 is an x86_64 image -- next: invoke " \
+           "image.build --arch aarch64 --base debootstrap:trixie" in summary
+    assert not list((build / "matrix").glob("*.log")) and not (build / "containers").exists()
+
+
+def test_more_pythons_through_uv(x86_builder, daemon):
+    """--pythons: a Python the base has is kept; one it lacks comes from uv, whose downloads (GitHub's
+    python-build-standalone) this machine cannot reach: then one line says so and no image is tagged."""
+    tag = "apexkit/builder:uv-test-x86_64"
+    daemon.docker("rmi", "-f", tag)
+    proc = invoke("image.build", "--arch", "x86_64", "--base", "debootstrap:bookworm", "--pythons", "3.11,3.10",
+                  "--tag", tag, "--network", "host", "--ca-bundle", HOST_CA, env=docker_env(daemon), timeout=900)
+    text = out(proc)
+    assert "apexkit: Python 3.11 is in the base already (/usr/bin/python3.11): uv not needed for it" in text
+    if proc.returncode == 0:  # GitHub reachable (not here): the image has both, 3.10 from uv
+        info = images.builder_json(daemon.client(), tag)
+        assert {(p["version"][:4], p["source"]) for p in info["pythons"]} == {("3.10", "uv"), ("3.11", "distro")}
+        return
+    assert proc.returncode == 10, text[-3000:]
+    line = one_line_error(proc)
+    assert line.startswith("error: uv could not download Python 3.10 from github.com (python-build-standalone): ")
+    assert "next: let the build reach GitHub's python-build-standalone releases through the proxy, or use a base " \
+           "that has it (a manylinux image: /opt/python/cp3X-cp3X" in line
+    assert daemon.docker("image", "inspect", tag).returncode != 0  # nothing half-made under that name
+
+
+BULLSEYE_TAG = "apexkit/builder:debian-bullseye-x86_64"
+
+
+@pytest.fixture(scope="module")
+def torch21_cp39() -> Path:
+    """torch 2.1.0 for CPython 3.9 x86_64 from the package index: a CUDA build, 2.6 GB with its nvidia-* wheels
+    (1 min 40 s to download here), kept in the shared cache so that it is downloaded once per machine."""
+    root = Path(os.environ.get("APEXKIT_TEST_WHEELS") or Path.home() / ".cache" / "apexkit" / "test-wheels")
+    dest = root / "torch-2.1.0-cp39-x86_64"
+    if not (dest / ".complete").exists():
+        dest.mkdir(parents=True, exist_ok=True)
+        proc = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--only-binary", ":all:", "--python-version",
+                               "3.9", "--platform", "manylinux2014_x86_64", "-d", str(dest), "torch==2.1.0"],
+                              capture_output=True, text=True, timeout=1800)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        (dest / ".complete").touch()
+    subprocess.run(["chmod", "-R", "a+rX", str(root)], check=True)
+    return dest
+
+
+@pytest.mark.slow
+@pytest.mark.network
+@pytest.mark.timeout(2400)
+def test_bullseye_image_builds_a_python39_wheel(daemon, fixture_sources, torch21_cp39, tmp_path, pytestconfig):
+    """Debian 11's Python 3.9 (as openEuler 22.03's): the tool venv installs with requirements.txt's pins for 3.9 and
+    a wheel builds against torch 2.1.0 from the index."""
+    started = time.monotonic()
+    built = invoke("image.build", "--arch", "x86_64", "--base", "debootstrap:bullseye", "--network", "host",
+                   "--ca-bundle", HOST_CA, "--quiet", env=docker_env(daemon))
+    assert built.returncode == 0, out(built)[-4000:]
+    image_seconds = time.monotonic() - started
+    info = images.builder_json(daemon.client(), BULLSEYE_TAG)
+    assert [(p["path"], p["source"]) for p in info["pythons"]] == [("/usr/bin/python3.9", "distro")]
+    assert info["tool_python"].startswith("3.9.")  # nox, virtualenv … run on 3.9 too
+    started = time.monotonic()
+    proc = invoke("build", "--python", "3.9", "--image", BULLSEYE_TAG, "--", "--torch", "2.1.0", "--wheelhouse",
+                  str(torch21_cp39), "--dist", str(tmp_path / "dist"), "--build-dir", str(tmp_path / "build"),
+                  "--network", "host", "--ca-bundle", HOST_CA,
+                  env=docker_env(daemon, APEXKIT_CACHE_DIR=str(tmp_path / "cache"), **fixture_sources), timeout=1800)
+    assert proc.returncode == 0, out(proc)[-4000:]
+    build_seconds = time.monotonic() - started
+    dist = tmp_path / "dist" / "py3.9-torch2.1.0-x86_64-master"
+    wheel = dist / "apex-0.1+ascend-cp39-cp39-linux_x86_64.whl"
+    manifest = json.loads((dist / "manifest.json").read_text())
+    assert manifest["target"]["interpreter"] == "/usr/bin/python3.9"
+    assert manifest["smoke_test"]["modules"]["apex_C"]["ok"]
+    with zipfile.ZipFile(wheel) as zf:
+        assert "Tag: cp39-cp39-linux_x86_64" in zf.read("apex-0.1+ascend.dist-info/WHEEL").decode()
+    evidence(pytestconfig, f"bullseye: image.build {image_seconds:.0f} s, container build with torch 2.1.0 cp39 "
+                           f"{build_seconds:.0f} s -> {wheel.name} sha256 {manifest['wheel']['sha256'][:12]}")
 
 
 # --- bad inputs --------------------------------------------------------------------------------------------------------
