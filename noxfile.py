@@ -21,6 +21,13 @@ import nox
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # nox does not put the noxfile's directory on sys.path
 
 from apexkit import matrix
+from apexkit.errors import ApexkitError
+
+try:  # the sessions come from matrix.toml: a broken file is one line, not a traceback at import
+    _MATRIX = matrix.load()
+    _COMBINATIONS = _MATRIX.combinations()
+except ApexkitError as _exc:
+    sys.exit(f"error: {_exc.format()}")
 
 nox.options.sessions = ["lint", "tests"]
 nox.options.default_venv_backend = "none"  # apexkit makes its own venvs (virtualenv, found interpreters)
@@ -37,7 +44,7 @@ def _build_session(python: str) -> None:
     nox.session(name=f"build-{python}", python=False, default=False, tags=["build"])(build)
 
 
-for _python in matrix.load().session_pythons:
+for _python in _MATRIX.session_pythons:
     _build_session(_python)
 
 
@@ -62,7 +69,7 @@ def _combination_session(combo: matrix.Combination) -> None:
                 tags=["matrix", combo.arch, f"py{combo.python}", *(["stack"] if combo.stack else [])])(build)
 
 
-for _combo in matrix.load().combinations():
+for _combo in _COMBINATIONS:
     _combination_session(_combo)
 
 

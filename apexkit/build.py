@@ -212,6 +212,9 @@ def torch_build(m: matrix_mod.Matrix, torch: str, arch: str, opts: BuildOptions,
         wheels = sorted(house.glob(f"torch-{torch.split('+')[0]}*{arch}.whl")) if house.is_dir() else []
         if wheels:
             return f"{wheels[0].name} from --wheelhouse {house} ({wheels[0].stat().st_size / 2**20:.0f} MiB)"
+    if local:
+        return (f"the {local} build torch {torch}, if the package index serves it (the default index serves none with a "
+                "local label: use --torch-index-url or --wheelhouse)")
     facts = m.torch_build(arch)
     return (f"{facts['kind']} from the package index (~{facts['download']}); {facts['hint']}" if facts else
             "from the package index")

@@ -148,27 +148,54 @@ class Matrix:
 
     # --- named training stacks --------------------------------------------------------------------------------
     def stack_names(self) -> list[str]:
-        return list(self.data.get("stacks", {}))
+        return list(self._stack_entries())
+
+    def _stack_entries(self) -> dict[str, dict]:
+        """matrix.toml [stacks], checked for shape: each name is a session name (build-<name>) and a file name (logs),
+        so it is plain, and it must not take over another session; each entry is a table of known string keys."""
+        stacks = self.data.get("stacks", {})
+        if not isinstance(stacks, dict):
+            raise ConfigError("matrix.toml [stacks] is not a table", "write each stack as [stacks.NAME] with its keys")
+        include_ids = {Combination(python=str(e.get("python")), torch=str(e.get("torch")), arch=str(e.get("arch")),
+                                   ref=str(e.get("ref") or self.default_ref), default_ref=self.default_ref).id
+                       for e in self.data.get("matrix", {}).get("include", []) if isinstance(e, dict)}
+        reserved = {*self.session_pythons, *self.supported_pythons, "bench", *include_ids}
+        for name, entry in stacks.items():
+            where = f"matrix.toml [stacks.{name}]" if _STACK_NAME.match(name) else f"matrix.toml [stacks] {name!r}"
+            if not _STACK_NAME.match(name) or name in reserved:
+                raise ConfigError(f"{where}: a stack name must be lower-case letters, digits, '.', '_' or '-' and not "
+                                  f"a Python version, 'bench' or a [[matrix.include]] id (its session is build-<name>)",
+                                  "rename the stack, e.g. mindspeed-llm-2.3.0")
+            if not isinstance(entry, dict):
+                raise ConfigError(f"{where} is not a table", "write it as [stacks.NAME] with python, torch, arch, ...")
+            unknown = set(entry) - _STACK_KEYS
+            if unknown:
+                raise ConfigError(f"{where}: unknown keys {', '.join(sorted(unknown))}",
+                                  f"keys: {', '.join(sorted(_STACK_KEYS))}")
+            missing = {"python", "torch", "arch", "source", "read"} - set(entry)
+            if missing:
+                raise ConfigError(f"{where} lacks {', '.join(sorted(missing))}",
+                                  "every stack names python, torch, arch, its source and the date it was read")
+            not_text = sorted(k for k, v in entry.items() if not isinstance(v, str))
+            if not_text:
+                raise ConfigError(f"{where}: {', '.join(not_text)} must be quoted strings (python = 3.10 is the "
+                                  "number 3.1 in TOML)", 'write python = "3.10", torch = "2.7.1"')
+        return stacks
 
     def stack(self, name: str) -> Stack:
-        stacks = self.data.get("stacks", {})
+        stacks = self._stack_entries()
         if name not in stacks:
             raise ConfigError(f"unknown stack '{name}' (matrix.toml [stacks]: {', '.join(stacks) or 'none'})",
                               "pick one of those, or add a [stacks.NAME] table with its source and date")
         entry = stacks[name]
-        missing = {"python", "torch", "arch", "source", "read"} - set(entry)
-        if missing:
-            raise ConfigError(f"matrix.toml [stacks.{name}] lacks {', '.join(sorted(missing))}",
-                              "every stack names python, torch, arch, its source and the date it was read")
-        stack = Stack(name=name, python=str(entry["python"]), torch=str(entry["torch"]), arch=str(entry["arch"]),
-                      torch_npu=str(entry["torch_npu"]) if entry.get("torch_npu") else None,
-                      cann=str(entry["cann"]) if entry.get("cann") else None,
-                      description=str(entry.get("description", "")), source=str(entry["source"]),
-                      read=str(entry["read"]))
+        stack = Stack(name=name, python=entry["python"], torch=entry["torch"], arch=entry["arch"],
+                      torch_npu=entry.get("torch_npu") or None, cann=entry.get("cann") or None,
+                      description=entry.get("description", ""), source=entry["source"], read=entry["read"])
         try:
             self.validate(stack.combination(self.default_ref))
         except ConfigError as exc:
-            raise ConfigError(f"stack {exc.cause}", exc.hint) from None  # the cause starts with the stack's name
+            cause = exc.cause if exc.cause.startswith(f"{name}: ") else f"{name}: {exc.cause}"
+            raise ConfigError(f"stack {cause}", exc.hint) from None
         return stack
 
     def torch_build(self, arch: str) -> dict | None:
@@ -198,7 +225,11 @@ class Matrix:
         defaults = entries is None
         entries = self.data.get("matrix", {}).get("include", []) if defaults else entries
         combos = []
+        if not isinstance(entries, list):
+            raise ConfigError("matrix.toml [matrix] include is not a list of tables", "write each as [[matrix.include]]")
         for i, entry in enumerate(entries):
+            if not isinstance(entry, dict):
+                raise ConfigError(f"matrix entry {i + 1} is not a table", "write each as [[matrix.include]]")
             unknown = set(entry) - {"python", "torch", "torch_npu", "cann", "arch", "ref"}
             if unknown or not {"python", "torch", "arch"} <= set(entry):
                 raise ConfigError(f"matrix entry {i + 1} {entry}: needs python, torch, arch"
@@ -207,7 +238,7 @@ class Matrix:
             combos.append(self._combination(entry, ref=str(entry.get("ref") or self.default_ref)))
         if defaults:
             combos += [self._combination(entry, ref=self.default_ref, stack=name)
-                       for name, entry in self.data.get("stacks", {}).items()]
+                       for name, entry in self._stack_entries().items()]
         return combos
 
     def _combination(self, entry: dict, ref: str, stack: str | None = None) -> Combination:
@@ -271,6 +302,10 @@ class Combination:
         if self.ref != self.default_ref:
             args += ["--apex-ref", self.ref]
         return args
+
+
+_STACK_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
+_STACK_KEYS = {"python", "torch", "torch_npu", "cann", "arch", "description", "source", "read"}
 
 
 @dataclass(frozen=True)

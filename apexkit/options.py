@@ -120,6 +120,8 @@ def resolve(python: str, argv: Sequence[str], env: Mapping[str, str] | None = No
         raise ConfigError("--torch and --use-system-torch contradict each other",
                           "drop --torch to build against the installed torch")
     stack = None
+    if args.stack is not None and not args.stack.strip():
+        raise ConfigError("--stack is empty", f"pass a stack name: {', '.join(m.stack_names())}")
     if args.stack:
         clash = [flag for flag, value in (("--torch", args.torch), ("--torch-npu", args.torch_npu),
                                           ("--use-system-torch", args.use_system_torch)) if value]

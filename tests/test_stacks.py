@@ -138,3 +138,38 @@ def test_npu_build_with_the_real_torch_npu_wheel_and_no_cann(runner):
                           text=True, env=env)
     assert trap.returncode != 0 and "Failed to load the backend extension: torch_npu" in trap.stderr
     assert [f.id for f in known_failures.match(trap.stderr)] == ["torch-npu-autoload"]
+
+
+@pytest.mark.parametrize(("name", "entry", "says"), [
+    ("3.11", {}, "a stack name must be lower-case"),  # would take over the build-3.11 session
+    ("py3.11-torch2.13.0-x86_64", {}, "a stack name must be lower-case"),  # a [[matrix.include]] id
+    ("a/b", {}, "a stack name must be lower-case"),  # a session name and a log file name
+    ("../escape", {}, "a stack name must be lower-case"),
+    ("typo", {"torch_npuu": "2.7.1.post2"}, "[stacks.typo]: unknown keys torch_npuu"),
+    ("floaty", {"python": 3.1}, "[stacks.floaty]: python must be quoted strings"),
+])
+def test_malformed_stacks_are_refused(m, name, entry, says):
+    data = json.loads(json.dumps(m.data))
+    base = {"python": "3.10", "torch": "2.7.1", "arch": "aarch64", "source": "s", "read": "2026-11-30"}
+    data["stacks"][name] = {**base, **entry}
+    with pytest.raises(ConfigError) as exc:
+        matrix.Matrix(data).combinations()
+    assert says in exc.value.cause
+    data["stacks"] = {"bad": "string"}
+    with pytest.raises(ConfigError, match=r"\[stacks.bad\] is not a table"):
+        matrix.Matrix(data).stack_names()
+
+
+def test_a_broken_matrix_is_one_line_for_every_nox_command(tmp_path):
+    copy = tmp_path / "repo"
+    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True,
+                           text=True, check=True).stdout.split()
+    for name in files:
+        if (ROOT / name).is_file():
+            (copy / name).parent.mkdir(parents=True, exist_ok=True)
+            (copy / name).write_bytes((ROOT / name).read_bytes())
+    with open(copy / "matrix.toml", "a") as fh:
+        fh.write('\n[stacks."3.11"]\npython = "3.8"\ntorch = "2.1.0"\narch = "x86_64"\nsource = "s"\nread = "d"\n')
+    proc = subprocess.run([sys.executable, "-m", "nox", "-l"], cwd=copy, capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0 and "Traceback" not in output(proc)
+    assert "error: matrix.toml [stacks.3.11]: a stack name must be" in proc.stderr
