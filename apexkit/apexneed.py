@@ -15,6 +15,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import subprocess
 import tempfile
 from dataclasses import asdict, dataclass, field
@@ -36,6 +37,7 @@ NEEDED, NOT_NEEDED, UNKNOWN = "needed", "not-needed", "unknown"
 NEEDS, REPLACES, UNCLEAR, INFO = "needs", "replaces", "unclear", "info"  # what one piece of evidence does
 SHOWN_PER_PATTERN = 3  # file:line locations named in a row; --json has them all (up to MAX_HITS)
 MAX_HITS = 200
+BINARY_SNIFF = 8192  # a NUL byte in a file's first 8 KiB: a binary, not a script (as git and grep -I decide)
 
 # Runs in the target interpreter (any Python 3): lists distributions, imports nothing of the training stack.
 _PROBE = r"""
@@ -211,13 +213,18 @@ def read_environment(python: str, timeout: float = 120) -> Environment:
         last = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
         raise ConfigError(f"{python} cannot list its packages ({last[:160]})",
                           "pass a Python 3.8+ interpreter of the training environment (--venv DIR or --python PATH)")
-    data = json.loads(line[len("APEXKIT-PROBE "):])
-    dists: dict[str, Dist] = {}
-    for d in data["dists"]:
-        key = canonicalize_name(d["name"])
-        if key not in dists:
-            dists[key] = Dist(d["name"], d["version"], _source_dir(d.get("direct_url"), d.get("path") or ""))
-    return Environment(data["python"], data["executable"], data["prefix"], dists)
+    try:
+        data = json.loads(line[len("APEXKIT-PROBE "):])
+        dists: dict[str, Dist] = {}
+        for d in data["dists"]:
+            key = canonicalize_name(d["name"])
+            if key not in dists:
+                dists[key] = Dist(d["name"], d["version"], _source_dir(d.get("direct_url"), d.get("path") or ""))
+        return Environment(data["python"], data["executable"], data["prefix"], dists)
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:  # not what _PROBE prints: a wrapper or a fake
+        raise ConfigError(f"{python} printed an unreadable package list ({exc.__class__.__name__}: {str(exc)[:120]})",
+                          "pass the training environment's real Python 3.8+ interpreter (--venv DIR or --python PATH)"
+                          ) from None
 
 
 def _source_dir(direct_url: str | None, dist_path: str) -> str | None:
@@ -354,7 +361,7 @@ def checkout_sightings(root: Path, facts: Facts, installed: set[str]) -> list[Si
         if key in installed or not table.get("package"):
             continue
         for directory in [start, *start.parents][:6]:
-            if (directory / "setup.py").is_file() and (directory / table["package"] / "__init__.py").is_file():
+            if _regular_file(directory / "setup.py") and _regular_file(directory / table["package"] / "__init__.py"):
                 version = _setup_py_version(directory) or "?"
                 sightings.append(Sighting(key, version, directory, f" (checkout {directory})"))
                 break
@@ -397,23 +404,45 @@ def guarded_lines(text: str) -> set[int]:
     return lines
 
 
-def scan_scripts(root: Path, facts: Facts, shown_as: str | None = None) -> tuple[list[Hit], list[str]]:
-    """Every line of the *.py under `root` (or the one file `root`) that a pattern names; notes on what was skipped."""
-    if not root.exists():
+def _regular_file(path: Path) -> bool:
+    """Path.is_file() without its exceptions: EACCES (another user's 0700 directory) is `False`, not a traceback."""
+    try:
+        return stat.S_ISREG(os.stat(path).st_mode)
+    except OSError:
+        return False
+
+
+def check_scripts_path(root: Path, shown_as: str | None = None) -> None:
+    """--scripts must exist and be reachable (Path.exists() raises PermissionError under an unsearchable directory)."""
+    try:
+        os.stat(root)
+    except FileNotFoundError:
         raise ConfigError(f"--scripts {shown_as or root}: no such file or directory",
-                          "pass the directory (or the file) holding the training scripts")
+                          "pass the directory (or the file) holding the training scripts") from None
+    except OSError as exc:
+        raise ConfigError(f"--scripts {shown_as or root}: cannot read it ({exc.strerror or exc})",
+                          "pass a directory you can read, or run doctor as its owner") from None
+
+
+def scan_scripts(root: Path, facts: Facts, shown_as: str | None = None) -> tuple[list[Hit], list[str]]:
+    """Every line of the *.py under `root` (or the one file `root`) that a pattern names; notes on what was skipped.
+    Only regular text files are read: a FIFO or device named *.py is never opened (reading one would block or consume
+    it), a file with a NUL byte in its first 8 KiB is a binary; unreadable directories are noted, never fatal."""
+    check_scripts_path(root, shown_as)
     limits = facts.scan
     notes: list[str] = []
     files: list[Path] = []
-    if root.is_file():
+    unlistable: list[str] = []
+    if not root.is_dir():
         files = [root]
     else:
         skip = set(limits["skip_dirs"])
         suffixes = tuple(limits["suffixes"])
         more = False
-        for dirpath, dirnames, filenames in os.walk(root):
+        for dirpath, dirnames, filenames in os.walk(root, onerror=lambda exc: unlistable.append(
+                f"{exc.filename} ({exc.strerror or exc})")):
             dirnames[:] = sorted(d for d in dirnames if d not in skip
-                                 and not (Path(dirpath) / d / "pyvenv.cfg").is_file())  # a venv inside the tree
+                                 and not _regular_file(Path(dirpath) / d / "pyvenv.cfg"))  # a venv inside the tree
             for name in sorted(filenames):
                 if name.endswith(suffixes):
                     if len(files) >= limits["max_files"]:
@@ -427,16 +456,28 @@ def scan_scripts(root: Path, facts: Facts, shown_as: str | None = None) -> tuple
     base = shown_as or str(root)
     anything = facts.any_pattern
     hits: list[Hit] = []
-    too_big = 0
+    too_big, scanned = 0, 0
+    special: list[str] = []  # FIFOs, devices, sockets named *.py
+    binary: list[str] = []
     for path in files:
         try:
-            if path.stat().st_size > limits["max_file_bytes"]:
+            info = os.stat(path)  # follows a symlink to what it names; stat never opens, so a FIFO cannot block it
+            if not stat.S_ISREG(info.st_mode):
+                special.append(str(path))
+                continue
+            if info.st_size > limits["max_file_bytes"]:
                 too_big += 1
                 continue
-            text = path.read_text(errors="replace")
+            with open(path, "rb") as fh:
+                data = fh.read(limits["max_file_bytes"] + 1)
         except OSError as exc:
             notes.append(f"{path}: {exc.strerror or exc}")
             continue
+        if b"\0" in data[:BINARY_SNIFF]:
+            binary.append(str(path))
+            continue
+        scanned += 1
+        text = data.decode("utf-8", errors="replace")
         shown = base if path == root else os.path.join(base, os.path.relpath(path, root))
         guarded: set[int] | None = None  # parsed only when an import pattern hits
         for number, line in enumerate(text.splitlines(), 1):
@@ -453,8 +494,20 @@ def scan_scripts(root: Path, facts: Facts, shown_as: str | None = None) -> tuple
                     break
     if too_big:
         notes.append(f"skipped {too_big} file(s) over {limits['max_file_bytes']} bytes")
-    notes.insert(0, f"scanned {len(files)} file(s) under {base}")
+    if special:
+        notes.append(f"skipped {len(special)} file(s) that are not regular files (FIFO, device, socket): {_first(special)}")
+    if binary:
+        notes.append(f"skipped {len(binary)} binary file(s) (a NUL byte in the first {BINARY_SNIFF} bytes): "
+                     f"{_first(binary)}")
+    if unlistable:
+        notes.append(f"could not list {len(unlistable)} directory(ies): {_first(unlistable)}")
+    notes.insert(0, f"scanned {scanned} file(s) under {base}")
     return hits, notes
+
+
+def _first(paths: list[str]) -> str:
+    return ", ".join(paths[:SHOWN_PER_PATTERN]) + (f" (+{len(paths) - SHOWN_PER_PATTERN} more)"
+                                                  if len(paths) > SHOWN_PER_PATTERN else "")
 
 
 def script_evidence(hits: list[Hit], facts: Facts, standins: bool) -> list[Evidence]:

@@ -396,9 +396,8 @@ class ApexTarget:
 def apex_target(venv: str | None = None, python: str | None = None, scripts: str | None = None) -> ApexTarget:
     """Check the options before anything runs: each bad one is a ConfigError (one line, exit 2)."""
     path = apexneed.resolve_target(venv, python)
-    if scripts is not None and not Path(scripts).exists():
-        raise ConfigError(f"--scripts {scripts}: no such file or directory",
-                          "pass the directory (or the file) holding the training scripts")
+    if scripts is not None:
+        apexneed.check_scripts_path(Path(scripts), scripts)
     return ApexTarget(path, scripts, f"--venv {venv}" if venv else f"--python {python}" if python else "")
 
 

@@ -10,6 +10,7 @@ import shutil
 import struct
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -344,8 +345,15 @@ def test_apex_needed_for_older_mindspeed_pins(tmp_path):
     old = make_checkout(tmp_path / "MindSpeed", "mindspeed", "0.12.1", "2.1.0_core_r0.12.1")
     verdict = assess(make_env(tmp_path / "a", {"mindspeed": "0.12.1", "torch": "2.1.0"}, editable={"mindspeed": old}))
     assert verdict.verdict == "needed" and verdict.reasons[0].what.startswith("= MindSpeed 2.1.0 (git 2.1.0_core_r0.12.1)")
-    assert verdict.next_step.startswith(f"build it: nox -s build-{sys.version_info[0]}.{sys.version_info[1]} -- "
-                                        "--torch 2.1.0")
+    # the build matrix.toml names for this venv's Python (the host's) and torch 2.1.0: its stack if one matches
+    # (field-report on a 3.8 host), else the plain --torch build
+    from apexkit import matrix as matrix_mod
+
+    minor = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    stacks = [name for name, stack in matrix_mod.load().data.get("stacks", {}).items()
+              if str(stack.get("python")) == minor and stack.get("torch") == "2.1.0"]
+    assert verdict.next_step.startswith(f"build it: nox -s build-{minor} -- " +
+                                        (f"--stack {stacks[0]}" if stacks else "--torch 2.1.0"))
     verdict = assess(make_env(tmp_path / "b", {"mindspeed": "0.8.0"}))
     assert verdict.verdict == "needed" and "MindSpeed 2.0.0 / 2.1.0" in verdict.reasons[0].what
     # 0.12.1 without a checkout cannot tell 2.1.0 from 2.2.0+: unknown, and how to find out
@@ -483,3 +491,105 @@ def test_apex_imports_inside_try_except_are_optional(tmp_path):
         ("info", f"{script}:2"), ("needs", f"{script}:7")]
     script.write_text(script.read_text().replace("import apex.amp\n", ""))
     assert assess(make_env(tmp_path / "b", {}), script).verdict == "unknown"
+
+
+SCAN_PY = """import json, sys
+from pathlib import Path
+from apexkit import apexneed
+hits, notes = apexneed.scan_scripts(Path(sys.argv[1]), apexneed.load())
+print(json.dumps({"hits": [[h.file, h.line] for h in hits], "notes": notes}))
+"""
+
+
+def scan_elsewhere(root: Path, *as_user: str) -> dict:
+    """scan_scripts in its own process (optionally run as another user): a scan that hangs fails by the timeout
+    instead of hanging the test run."""
+    proc = subprocess.run([*as_user, sys.executable, "-c", SCAN_PY, str(root)], capture_output=True, text=True,
+                          cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, output(proc)
+    return json.loads(proc.stdout)
+
+
+def test_apex_scan_never_opens_fifos_or_devices(tmp_path):
+    """A FIFO named train.py would block the read forever, a device never ends: stat, and skip what is not a regular
+    file, with a note. A symlink to a regular file is still read."""
+    scripts = tmp_path / "s2"
+    scripts.mkdir()
+    os.mkfifo(scripts / "train.py")
+    (scripts / "dev.py").symlink_to("/dev/zero")
+    (scripts / "real.py").write_text("import apex\n")
+    (scripts / "link.py").symlink_to(scripts / "real.py")
+    found = scan_elsewhere(scripts)
+    assert found["hits"] == [[f"{scripts}/link.py", 1], [f"{scripts}/real.py", 1]]
+    assert found["notes"] == [f"scanned 2 file(s) under {scripts}", "skipped 2 file(s) that are not regular files "
+                              f"(FIFO, device, socket): {scripts}/dev.py, {scripts}/train.py"]
+    alone = scan_elsewhere(scripts / "train.py")  # the FIFO named as --scripts itself
+    assert alone["hits"] == [] and alone["notes"][0] == f"scanned 0 file(s) under {scripts / 'train.py'}"
+    proc = subprocess.run([sys.executable, "-m", "apexkit", "doctor", "--json", "--scripts", str(scripts)],
+                          capture_output=True, text=True, cwd=ROOT, timeout=300)
+    rows = apex_rows(proc)
+    assert [h["file"] for h in rows["verdict"]["data"]["hits"]] == [f"{scripts}/link.py", f"{scripts}/real.py"]
+    assert f"{scripts}/train.py" in rows["scripts"]["found"]
+
+
+def test_apex_scan_notes_directories_it_cannot_list():
+    """Another user's 0700 directory (or /proc/1/fd) is EACCES for a non-root user, for listing it and for stat-ing a
+    pyvenv.cfg in it: a note, never a traceback. Root reads everything, so the scan runs as uid 65534 (setpriv)."""
+    with tempfile.TemporaryDirectory(prefix="apexkit-scan-") as top:  # not under pytest's 0700 tmp: uid 65534 reads it
+        scripts = Path(top) / "scripts"
+        for sub in ("", "root-only", "nobody-only"):
+            (scripts / sub).mkdir(exist_ok=True)
+            (scripts / sub / "train.py").write_text("import apex\n")
+        os.chmod(top, 0o755)
+        os.chmod(scripts, 0o755)
+        (scripts / "root-only").chmod(0o700)
+        if os.geteuid() != 0:  # this user cannot read a 000 directory: the same path without setpriv
+            (scripts / "root-only").chmod(0o000)
+            try:
+                found = scan_elsewhere(scripts)
+            finally:
+                (scripts / "root-only").chmod(0o700)
+            assert [f for f, _ in found["hits"]] == [f"{scripts}/train.py", f"{scripts}/nobody-only/train.py"]
+            assert found["notes"][-1] == f"could not list 1 directory(ies): {scripts}/root-only (Permission denied)"
+            return
+        setpriv = shutil.which("setpriv")
+        if setpriv is None:
+            pytest.skip("no setpriv to run the scan as a non-root user")
+        os.chown(scripts / "nobody-only", 65534, 65534)
+        (scripts / "nobody-only").chmod(0o700)
+        as_root = scan_elsewhere(scripts)  # root lists both 0700 directories
+        assert len(as_root["hits"]) == 3 and as_root["notes"] == [f"scanned 3 file(s) under {scripts}"]
+        nobody = [setpriv, "--reuid", "65534", "--regid", "65534", "--clear-groups"]
+        found = scan_elsewhere(scripts, *nobody)
+        assert [f for f, _ in found["hits"]] == [f"{scripts}/train.py", f"{scripts}/nobody-only/train.py"]
+        assert found["notes"] == [f"scanned 2 file(s) under {scripts}",
+                                  f"could not list 1 directory(ies): {scripts}/root-only (Permission denied)"]
+        proc_fs = scan_elsewhere(Path("/proc"), *nobody)  # the reviewer's reproduction: /proc/1/fd is root's
+        assert proc_fs["notes"][0] == "scanned 0 file(s) under /proc"
+        assert proc_fs["notes"][-1].startswith("could not list ") and "(Permission denied)" in proc_fs["notes"][-1]
+
+
+def test_apex_scan_skips_binary_files(tmp_path):
+    """A *.py with a NUL byte in its first 8 KiB is a binary: its bytes are no evidence, in the text or in --json."""
+    (tmp_path / "blob.py").write_bytes(b"import apex\n\0\x89PNG\r\n amp.initialize(m, o, combine_grad=True)\n")
+    (tmp_path / "train.py").write_text("import torch\nimport apex\n")
+    verdict = assess(None, tmp_path)
+    assert [(h["file"], h["line"]) for h in verdict.as_dict()["hits"]] == [(f"{tmp_path}/train.py", 2)]
+    assert [e.name for e in verdict.evidence] == ["import-apex"] and "blob.py" not in verdict.summary()
+    assert verdict.notes == [f"scanned 1 file(s) under {tmp_path}", "skipped 1 binary file(s) (a NUL byte in the "
+                             f"first 8192 bytes): {tmp_path}/blob.py"]
+
+
+def test_apex_probe_output_that_is_not_json_is_one_line(tmp_path):
+    """An interpreter (a wrapper, a fake) that prints a cut-off probe line: one error line, exit 2, no traceback."""
+    for name, printed in (("cut", "APEXKIT-PROBE {"), ("list", "APEXKIT-PROBE []")):
+        fake = tmp_path / name / "python3"
+        fake.parent.mkdir()
+        fake.write_text(f"#!/bin/sh\necho '{printed}'\n")
+        fake.chmod(0o755)
+        proc = invoke("doctor", "--python", str(fake))
+        assert proc.returncode == 2 and "Traceback" not in output(proc), output(proc)
+        errors = [x for x in proc.stderr.splitlines() if x.startswith("error: ")]
+        assert len(errors) == 1 and errors[0].startswith(f"error: {fake} printed an unreadable package list ("), errors
+        assert errors[0].endswith("-- next: pass the training environment's real Python 3.8+ interpreter (--venv DIR "
+                                  "or --python PATH)")
