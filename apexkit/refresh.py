@@ -27,6 +27,7 @@ import hashlib
 import html.parser
 import http.client
 import json
+import math
 import os
 import re
 import socket
@@ -145,11 +146,45 @@ def resolve_settings(index_url: str | None, env: Mapping[str, str], timeout: flo
     if cert_origin[1] and not os.path.isfile(cert_origin[1]):
         raise ConfigError(f"the CA bundle {cert_origin[1]} ({cert_origin[0]}) does not exist",
                           "fix pip's cert setting (pip config list) or the variable")
+    for url in urls:
+        check_index_url(url.strip(), "--index-url" if index_url else "pip's index-url / extra-index-url")
+    if not 0 < timeout < math.inf:
+        raise ConfigError(f"timeout {timeout!r} is not a positive number of seconds", "pass --timeout like 20")
     proxies = environment_proxies(env)
     if conf.get("proxy"):  # pip's own proxy option wins over the environment, as in pip
         proxies.update(http=conf["proxy"], https=conf["proxy"])
     return IndexSettings(tuple(dict.fromkeys(u.strip() for u in urls if u.strip())), origin, cert_origin[1],
                          proxies, timeout)
+
+
+def check_index_url(url: str, where: str) -> None:
+    """An index is an http://, https:// (with a host) or file:// URL; anything else is one ConfigError."""
+    if not url:
+        return
+    hint = ("pass --index-url with an http://, https:// or file:// simple index (e.g. https://pypi.org/simple)"
+            if where == "--index-url" else "fix it (pip config list; pip config set global.index-url URL) or pass "
+            "--index-url")
+    try:
+        parts = urllib.parse.urlsplit(url)
+        _ = parts.port  # raises ValueError for a port that is not a number
+    except ValueError as exc:
+        raise ConfigError(f"{where} {log.mask(url)} is not a URL ({exc})", hint) from None
+    if parts.scheme not in ("http", "https", "file"):
+        what = f"a {parts.scheme}:// URL" if parts.scheme else "not a URL (no scheme)"
+        raise ConfigError(f"{where} {log.mask(url)} is {what}; an index is read over http(s) or from file://", hint)
+    if parts.scheme != "file" and not parts.hostname:
+        raise ConfigError(f"{where} {log.mask(url)} has no host name", hint)
+
+
+def positive_seconds(value: str) -> float:
+    """argparse type of --timeout: 0 < seconds < inf (a socket refuses the rest with a ValueError)."""
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = math.nan
+    if not 0 < seconds < math.inf:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a positive number of seconds (e.g. --timeout 20)")
+    return seconds
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -200,8 +235,11 @@ class Client:
     def open(self, url: str, headers: Mapping[str, str] | None = None, what: str = ""):
         """The response (caller reads and closes it), or an HTTPError for 4xx; retries timeouts, resets and 5xx.
         Unreachable after the retries -> SourceError."""
-        url = public_url(url)
-        request = urllib.request.Request(url, headers={"User-Agent": "apexkit-refresh", **(headers or {})})
+        try:
+            url = public_url(url)
+            request = urllib.request.Request(url, headers={"User-Agent": "apexkit-refresh", **(headers or {})})
+        except ValueError as exc:
+            raise ConfigError(f"cannot ask {log.mask(url)}: {exc}", INDEX_HINT) from None
         auth = self._auth.get(urllib.parse.urlsplit(url).hostname or "")
         if auth:  # unredirected: a redirect to another host (a CDN) does not get the mirror's login
             request.add_unredirected_header("Authorization", auth)
@@ -229,6 +267,9 @@ class Client:
                         raise SourceError(f"cannot reach the proxy{self.via(url)[10:]} for {target}: connection "
                                           f"refused", "is the proxy running? check it with invoke proxy.check") from None
                     raise SourceError(f"cannot reach {target}{self.via(url)}: {reason}", hint) from None
+            except ValueError as exc:  # a URL, proxy or timeout urllib/socket refuse: no retry helps
+                raise ConfigError(f"cannot ask {log.mask(url)}: {exc}",
+                                  "check --index-url, --timeout and the proxy variables") from None
             time.sleep(delay)
             delay *= 2
         raise AssertionError("unreachable")  # pragma: no cover
@@ -774,8 +815,59 @@ def _row_item(torch_npu: str, cann: str, local: Sequence[tuple[str, str]], comme
     return tomlkit.parse(line + "\n").item("x")
 
 
-def render(text: str, changes: Sequence[RowChange], today: str, index: str) -> str:
-    """`text` (matrix.toml) with every add/update applied; everything else as it was."""
+def _row_keys(versions) -> list[str]:
+    """The rows of a tomlkit table in document order (iterating the table gives insertion order instead)."""
+    return [key.key for key, _ in versions.value.body if key is not None]
+
+
+def _versions_table(doc, name: str):
+    """doc's [torch_npu.versions] as a tomlkit table with a header of its own; anything else is refused."""
+    from tomlkit.container import OutOfOrderTableProxy
+    from tomlkit.items import InlineTable, Table
+
+    table = doc.get("torch_npu")
+    versions = table.get("versions") if hasattr(table, "get") else None
+    if isinstance(versions, Table) and not versions.is_super_table():
+        return table, versions
+    how = ("an inline table (versions = { ... })" if isinstance(versions, InlineTable) else
+           "dotted keys (versions.\"X\" = ...)" if isinstance(versions, (Table, OutOfOrderTableProxy)) else
+           "not a table")
+    raise ConfigError(f"{name}: [torch_npu.versions] is written as {how}; --write edits only a "
+                      f"[torch_npu.versions] table with one row per line",
+                      "rewrite it as a [torch_npu.versions] table, or apply the difference above by hand")
+
+
+def expected_rows(rows: Mapping[str, Mapping], changes: Sequence[RowChange]) -> dict[str, dict]:
+    """The rows `render` must leave: `rows` with every add/update applied."""
+    out = {str(k): dict(v) for k, v in rows.items()}
+    for change in changes:
+        if not change.changes_file:
+            continue
+        row = out.get(change.torch) if change.kind == "update" else None
+        row = {**(row or {"cann": []}), "torch_npu": change.new or ""}
+        row.pop("torch_local", None)
+        if change.local:
+            row["torch_local"] = dict(change.local)
+        out[change.torch] = row
+    return out
+
+
+def check_rendered(out: str, want: Mapping[str, Mapping], name: str) -> None:
+    """Refuse a rendered matrix that is not TOML or does not read back as the rows `want`."""
+    hint = "apply the difference above by hand (nothing was written)"
+    try:
+        got = matrix_mod.tomllib.loads(out)["torch_npu"]["versions"]
+    except (matrix_mod.tomllib.TOMLDecodeError, KeyError, TypeError) as exc:
+        raise ConfigError(f"{name}: the refreshed file would not be valid TOML ({exc})", hint) from None
+    if got != want:
+        wrong = sorted(set(got) ^ set(want)) or [k for k in want if got.get(k) != want[k]]
+        raise ConfigError(f"{name}: the refreshed [torch_npu.versions] would not read back as planned "
+                          f"(rows {', '.join(wrong)})", hint)
+
+
+def render(text: str, changes: Sequence[RowChange], today: str, index: str, name: str = "matrix.toml") -> str:
+    """`text` (matrix.toml) with every add/update applied; everything else as it was, line endings included.
+    Raises ConfigError when [torch_npu.versions] is not a table of its own, or the result would not read back."""
     try:
         import tomlkit
     except ImportError:
@@ -785,9 +877,12 @@ def render(text: str, changes: Sequence[RowChange], today: str, index: str) -> s
     todo = [c for c in changes if c.changes_file]
     if not todo:
         return text
+    crlf = "\r\n" in text and text.count("\r\n") == text.count("\n")
+    if crlf:  # tomlkit writes new lines with \n: edit with \n, then put the file's \r\n back
+        text = text.replace("\r\n", "\n")
+    want = expected_rows(matrix_mod.tomllib.loads(text)["torch_npu"]["versions"], todo)
     doc = tomlkit.parse(text)
-    table = doc["torch_npu"]
-    versions = table["versions"]
+    table, versions = _versions_table(doc, name)
     for change in todo:
         if change.kind == "update":
             old = versions[change.torch]
@@ -795,12 +890,12 @@ def render(text: str, changes: Sequence[RowChange], today: str, index: str) -> s
             versions[change.torch] = _row_item(change.new or "", old["cann"].as_string(), change.local, comment)
             continue
         item = _row_item(change.new or "", "[]", change.local, CANN_COMMENT)
-        older = [k for k in versions if _key(k) < _key(change.torch)]
+        older = [k for k in _row_keys(versions) if _key(k) < _key(change.torch)]
         if older:
             position = next(i for i, (k, _) in enumerate(versions.value.body) if k is not None and k.key == older[0])
             versions.value._insert_at(position, change.torch, item)
         else:
-            newer = [k for k in versions if _key(k) > _key(change.torch)]
+            newer = [k for k in _row_keys(versions) if _key(k) > _key(change.torch)]
             if newer:
                 versions.value._insert_after(newer[-1], change.torch, item)
             else:
@@ -810,7 +905,9 @@ def render(text: str, changes: Sequence[RowChange], today: str, index: str) -> s
     if "package index" not in source:
         table["source"] = (f"{source}; " if source else "") + (f"torch_npu releases and their torch: package index "
                                                                 f"{public_url(index)} (Requires-Dist)")
-    return tomlkit.dumps(doc)
+    out = tomlkit.dumps(doc)
+    check_rendered(out, want, name)
+    return out.replace("\n", "\r\n") if crlf else out
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -828,7 +925,7 @@ def parser() -> argparse.ArgumentParser:
                    help="the matrix file to compare and write (default: the repository's matrix.toml)")
     p.add_argument("--index-url", metavar="URL", help="ask this simple index only (default: pip's index-url and "
                    "extra-index-url; https://pypi.org/simple when pip sets none)")
-    p.add_argument("--timeout", type=float, default=20.0, metavar="S", help="per request (default 20 s; 3 tries)")
+    p.add_argument("--timeout", type=positive_seconds, default=20.0, metavar="S", help="per request (default 20 s; 3 tries)")
     return p
 
 
@@ -838,13 +935,18 @@ def main(argv: Sequence[str], env: Mapping[str, str] | None = None, today: str |
     env = os.environ if env is None else env
     path: Path = args.matrix
     try:
-        text = path.read_text(encoding="utf-8")
+        raw = path.read_bytes()  # bytes: read_text would turn \r\n into \n, and the file would never match again
+        text = raw.decode("utf-8")
         rows = matrix_mod.tomllib.loads(text)["torch_npu"]["versions"]
     except OSError as exc:
         raise ConfigError(f"cannot read {path}: {exc.strerror or exc}", "pass --matrix with an existing file") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path} is not UTF-8 text (byte {exc.start}: {exc.reason})",
+                          "save it as UTF-8, or pass --matrix with a UTF-8 copy") from None
     except (matrix_mod.tomllib.TOMLDecodeError, KeyError, TypeError) as exc:
         raise ConfigError(f"{path} has no readable [torch_npu.versions] table ({exc})",
                           "fix the file (git diff matrix.toml) or pass --matrix") from None
+    check_rows(rows, path)
     settings = resolve_settings(args.index_url, env, args.timeout)
     client = Client(settings)
     log.info(f"▸ torch-npu on {', '.join(public_url(u) for u in settings.urls)} ({settings.origin}"
@@ -856,26 +958,40 @@ def main(argv: Sequence[str], env: Mapping[str, str] | None = None, today: str |
              f"({log.format_seconds(time.monotonic() - started)})")
     changes = plan(rows, result.releases)
     print(report(result, changes, path))
-    new_text = render(text, changes, today or datetime.date.today().isoformat(), settings.urls[0])
+    new_text = render(text, changes, today or datetime.date.today().isoformat(), settings.urls[0], str(path))
     if new_text == text:
         print(f"{path}: up to date with the index")
         return 0
-    change = fsedit.Change(str(path), path, new_text.encode("utf-8"), mode=fsedit.file_mode(path) or 0o644)
+    target = path.resolve()  # a symlinked matrix: write its target, keep the link
+    change = fsedit.Change(str(path), target, new_text.encode("utf-8"), mode=fsedit.file_mode(target) or 0o644)
     print(change.diff(), end="")
     if not args.write:
         print(f"nothing written; run again with --write to apply it to {path}")
         return 0
     fsedit.preflight([change], f"make {path} writable, or pass --matrix with a copy")
-    if fsedit.read_bytes(path) != text.encode("utf-8"):
+    if fsedit.read_bytes(target) != raw:
         raise ConfigError(f"{path} changed while the index was read; nothing was written", "run the refresh again")
     try:
-        fsedit.atomic_write(path, change.new or b"", change.mode)
+        fsedit.atomic_write(target, change.new or b"", change.mode)
     except OSError as exc:
         raise EnvironmentSetupError(f"cannot write {path}: {exc.strerror or exc}; nothing was changed",
                                     "free space or fix the permissions, then run again") from None
     print(f"wrote {path} ({sum(c.changes_file for c in changes)} rows changed; [torch_npu] read = "
           f"{today or datetime.date.today().isoformat()})")
     return 0
+
+
+def check_rows(rows: object, path: Path) -> None:
+    """[torch_npu.versions] is a table of rows `"X.Y.Z" = { torch_npu = "...", cann = [...] }`: one line otherwise."""
+    shape = '"2.1.0" = { torch_npu = "2.1.0.post17", cann = ["8.0.0"] }'
+    if not isinstance(rows, dict):
+        raise ConfigError(f"{path}: [torch_npu.versions] is {json.dumps(rows, default=str)[:60]}, not a table",
+                          f"write it as a [torch_npu.versions] table of rows like {shape}")
+    for torch, row in rows.items():
+        if not (isinstance(row, dict) and isinstance(row.get("torch_npu"), str) and isinstance(row.get("cann"), list)
+                and isinstance(row.get("torch_local", {}), dict)):
+            raise ConfigError(f'{path}: [torch_npu.versions] row "{torch}" = {json.dumps(row, default=str)[:80]} is '
+                              f"not a table with torch_npu (a string) and cann (a list)", f"write it like {shape}")
 
 
 def report(result: Survey, changes: Sequence[RowChange], path: Path) -> str:

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from apexkit import refresh
-from apexkit.errors import SourceError
+from apexkit.errors import ConfigError, SourceError
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data" / "torch-npu-metadata"
@@ -161,6 +161,8 @@ def aged_matrix(tmp_path: Path, source: Path = ROOT / "matrix.toml") -> Path:
         line = re.sub(r', torch_local = \{[^}]*\}', "", line)
         if line.startswith('"2.7.1" = { torch_npu'):
             line = re.sub(r'torch_npu = "[^"]+"', 'torch_npu = "2.7.1.post8"', line)
+        if line.startswith("source = "):  # the provenance a --write adds
+            line = re.sub(r'; torch_npu releases and their torch: package index [^"]*"', '"', line)
         lines.append(line)
     path = tmp_path / "matrix.toml"
     path.write_text("".join(lines))
@@ -253,8 +255,8 @@ def closed_port() -> int:
         return s.getsockname()[1]
 
 
-def assert_one_line_error(proc: subprocess.CompletedProcess, *fragments: str) -> None:
-    assert proc.returncode == SourceError.exit_code, proc.stdout + proc.stderr
+def assert_one_line_error(proc: subprocess.CompletedProcess, *fragments: str, code: int = SourceError.exit_code) -> None:
+    assert proc.returncode == code, proc.stdout + proc.stderr
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "Traceback" not in proc.stderr, proc.stderr
     for fragment in fragments:
@@ -415,3 +417,141 @@ def test_html_page_attributes_and_relative_links():
         ("https://i.example/f/torch_npu-2.14.0-cp311-cp311-manylinux_2_28_x86_64.whl", "x86_64", {"sha256": "cd"}, False),
         ("https://i.example/simple/torch-npu/torch_npu-2.1.0-cp38-cp38-linux_aarch64.whl", "aarch64", True, True)]
 
+
+
+# --- what a reviewer broke: odd matrix files, odd options ---------------------------------------------------------
+
+def rows_text(matrix: Path) -> str:
+    """The [torch_npu.versions] rows of `matrix` (header and body up to the next table)."""
+    text = matrix.read_text()
+    start = text.index("[torch_npu.versions]\n")
+    return text[start:text.index("\n[", start + 1) + 1]
+
+
+@pytest.mark.parametrize("layout", ["inline", "dotted"])
+def test_write_refuses_a_versions_table_that_is_not_a_table_of_its_own(served, tmp_path, layout):
+    """`versions = { ... }` or `versions."X" = ...` under [torch_npu]: valid TOML, but a new row (and its comment)
+    cannot go in as a line of its own; refused in one line before anything is written."""
+    matrix = aged_matrix(tmp_path)
+    text = matrix.read_text()
+    block = rows_text(matrix)
+    rows = [line.split("  #")[0] for line in block.splitlines()[1:] if line.startswith('"')]
+    new = ("versions = { " + ", ".join(rows) + " }\n" if layout == "inline" else
+           "".join(f"versions.{row}\n" for row in rows))
+    matrix.write_text(text.replace("\n" + block, new))
+    assert refresh.matrix_mod.tomllib.loads(matrix.read_text())["torch_npu"]["versions"] == \
+        refresh.matrix_mod.tomllib.loads(text)["torch_npu"]["versions"]
+    before = matrix.read_bytes()
+    proc = run_refresh("--matrix", str(matrix), "--index-url", f"{served.url}/json/simple", "--write")
+    how = "an inline table" if layout == "inline" else "dotted keys"
+    assert_one_line_error(proc, f"{matrix}: [torch_npu.versions] is written as {how}", "by hand",
+                          code=ConfigError.exit_code)
+    assert matrix.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["matrix.toml"]
+
+
+def test_a_render_that_would_not_read_back_is_refused():
+    text = '[torch_npu]\nread = "x"\n\n[torch_npu.versions]\n"2.1.0" = { torch_npu = "2.1.0", cann = ["8.0.0"] }\n'
+    change = refresh.RowChange("2.1.0", "update", "2.1.0", "2.1.0.post17", (("x86_64", "cpu"),))
+    want = refresh.expected_rows(refresh.matrix_mod.tomllib.loads(text)["torch_npu"]["versions"], [change])
+    assert want == {"2.1.0": {"torch_npu": "2.1.0.post17", "cann": ["8.0.0"], "torch_local": {"x86_64": "cpu"}}}
+    good = refresh.render(text, [change], "2030-01-02", "http://i/simple")
+    refresh.check_rendered(good, want, "m.toml")
+    with pytest.raises(ConfigError, match=r"m\.toml: the refreshed \[torch_npu\.versions\] would not read back.*2\.1\.0"):
+        refresh.check_rendered(text, want, "m.toml")
+    # what the inline layout used to give: a comment inside an inline table
+    broken = text.replace('"2.1.0" = {', 'versions = { "2.2.0" = { torch_npu = "2.2.0", cann = [] }  # cann\n, "2.1.0" = {')
+    with pytest.raises(ConfigError, match=r"m\.toml: the refreshed file would not be valid TOML"):
+        refresh.check_rendered(broken, want, "m.toml")
+
+
+def test_write_through_a_symlink_writes_its_target_and_keeps_the_link(served, tmp_path):
+    target = aged_matrix(tmp_path)
+    link = tmp_path / "link.toml"
+    link.symlink_to(target.name)
+    proc = run_refresh("--matrix", str(link), "--index-url", f"{served.url}/json/simple", "--write")
+    assert proc.returncode == 0, proc.stderr
+    assert link.is_symlink() and os.readlink(link) == target.name
+    assert versions_keys(target.read_text())[:2] == ["2.14.0", "2.13.0"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link.toml", "matrix.toml"]
+
+
+@pytest.mark.parametrize(("url", "fragment"), [
+    ("notaurl", "--index-url notaurl is not a URL (no scheme)"),
+    ("http://[::1", "--index-url http://[::1 is not a URL (Invalid IPv6 URL)"),
+    ("ftp://x/simple", "--index-url ftp://x/simple is a ftp:// URL"),
+    ("http:///simple", "--index-url http:///simple has no host name"),
+    ("http://127.0.0.1:port/simple", "is not a URL (Port could not be cast"),
+])
+def test_an_index_url_that_is_not_an_http_or_file_url_is_one_line(tmp_path, url, fragment):
+    matrix = aged_matrix(tmp_path)
+    proc = run_refresh("--matrix", str(matrix), "--index-url", url, "--write")
+    assert_one_line_error(proc, fragment, "--index-url with an http://, https:// or file://", code=ConfigError.exit_code)
+    assert "DNS" not in proc.stderr
+
+
+@pytest.mark.parametrize("timeout", ["-1", "0", "nan", "inf", "soon"])
+def test_a_timeout_that_is_not_a_positive_number_is_one_line(tmp_path, timeout):
+    proc = run_refresh("--matrix", str(aged_matrix(tmp_path)), "--index-url", "http://127.0.0.1:9/simple",
+                       "--timeout", timeout)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if "error:" in line]
+    assert errors == [f"nox -s matrix -- --refresh: error: argument --timeout: {timeout!r} is not a positive number of "
+                      "seconds (e.g. --timeout 20)"], proc.stderr
+
+
+def test_a_value_urllib_refuses_is_a_config_error_not_a_traceback():
+    """Client.open: the ValueErrors of urllib and the socket (here a timeout set through the API) -> one line."""
+    settings = refresh.IndexSettings((f"http://127.0.0.1:{closed_port()}/simple",), "test", timeout=-1.0)
+    client = refresh.Client(settings, refresh.RetryPolicy(attempts=1, backoff=0))
+    with pytest.raises(ConfigError, match="cannot ask http://127.0.0.1:.*timeout"):
+        client.open(settings.urls[0] + "/torch-npu/")
+    with pytest.raises(ConfigError, match="cannot ask notaurl: unknown url type"):
+        client.open("notaurl")
+    with pytest.raises(ConfigError, match="not a positive number of seconds"):
+        refresh.resolve_settings("http://i/simple", {}, timeout=float("nan"), pip_config={})
+
+
+@pytest.mark.parametrize(("content", "fragment"), [
+    (b"\xff\xfe[torch_npu]\n", "is not UTF-8 text (byte 0: invalid start byte)"),
+    (b"[torch_npu]\nversions = 3\n", "[torch_npu.versions] is 3, not a table"),
+    (b'[torch_npu.versions]\n"2.1.0" = "2.1.0.post17"\n"2.13.0" = { torch_npu = "2.13.0", cann = [] }\n',
+     '[torch_npu.versions] row "2.1.0" = "2.1.0.post17" is not a table with torch_npu'),
+    (b'[torch_npu.versions]\n"2.13.0" = { torch_npu = "2.13.0" }\n',
+     '[torch_npu.versions] row "2.13.0" = {"torch_npu": "2.13.0"} is not a table'),
+])
+def test_a_broken_matrix_file_is_one_line_naming_the_file_and_the_row(served, tmp_path, content, fragment):
+    matrix = tmp_path / "matrix.toml"
+    matrix.write_bytes(content)
+    proc = run_refresh("--matrix", str(matrix), "--index-url", f"{served.url}/json/simple", "--write")
+    assert_one_line_error(proc, f"{matrix}", fragment, code=ConfigError.exit_code)
+    assert matrix.read_bytes() == content
+
+
+def test_write_keeps_crlf_line_endings(served, tmp_path):
+    matrix = aged_matrix(tmp_path)
+    lf = matrix.read_bytes()
+    matrix.write_bytes(lf.replace(b"\n", b"\r\n"))
+    proc = run_refresh("--matrix", str(matrix), "--index-url", f"{served.url}/json/simple", "--write")
+    assert proc.returncode == 0, proc.stderr
+    assert "changed while the index was read" not in proc.stderr
+    new = matrix.read_bytes()
+    assert new.count(b"\n") == new.count(b"\r\n") > lf.count(b"\n")
+    text = new.decode().replace("\r\n", "\n")
+    assert outside_torch_npu(text) == outside_torch_npu(lf.decode())
+    assert versions_keys(text)[:2] == ["2.14.0", "2.13.0"] and versions_keys(text)[2:] == versions_keys(lf.decode())
+    again = run_refresh("--matrix", str(matrix), "--index-url", f"{served.url}/json/simple", "--write")
+    assert again.returncode == 0 and f"{matrix}: up to date with the index" in again.stdout, again.stderr
+    assert matrix.read_bytes() == new
+
+
+def test_new_rows_go_in_newest_first_around_the_rows_already_there():
+    text = ('[torch_npu]\nread = "x"\n\n[torch_npu.versions]\n"2.13.0" = { torch_npu = "2.13.0", cann = [] }\n'
+            '"2.12.0" = { torch_npu = "2.12.0", cann = [] }\n\n[other]\na = 1\n')
+    rows = refresh.matrix_mod.tomllib.loads(text)["torch_npu"]["versions"]
+    releases = [refresh.Release(v, ["aarch64"], {"aarch64": f"torch=={t}"}, t) for v, t in [
+        ("2.15.0", "2.15.0"), ("2.14.0", "2.14.0"), ("2.13.0", "2.13.0"), ("2.12.0", "2.12.0"),
+        ("2.7.1.post11", "2.7.1"), ("2.1.0.post17", "2.1.0")]]
+    out = refresh.render(text, refresh.plan(rows, releases), "2030-01-02", "http://i/simple")
+    assert versions_keys(out) == ["2.15.0", "2.14.0", "2.13.0", "2.12.0", "2.7.1", "2.1.0"]
+    assert out.endswith('\n[other]\na = 1\n')
