@@ -18,13 +18,10 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from packaging.requirements import Requirement
-from packaging.utils import canonicalize_name
-
 import apexkit
 from apexkit import fsedit, interpreters, known_failures, log, patches, sources, venvs
 from apexkit import matrix as matrix_mod
-from apexkit.errors import BuildError, ConfigError, EnvironmentSetupError, SmokeTestError
+from apexkit.errors import BuildError, ConfigError, SmokeTestError
 from apexkit.options import BuildOptions
 from apexkit.proc import run_logged
 
@@ -38,23 +35,6 @@ _PROBE_TORCH = (
     "import json, os, torch; print(json.dumps({'version': torch.__version__, "
     "'dir': os.path.dirname(os.path.dirname(os.path.abspath(torch.__file__)))}))"
 )
-
-_PROBE_NPU_REQUIRES = (
-    "import json\n"
-    "try:\n"
-    "    from importlib import metadata\n"
-    "except ImportError:\n"
-    "    import importlib_metadata as metadata\n"
-    "dist = metadata.distribution('torch_npu')\n"
-    "print(json.dumps({'requires': dist.requires or [], 'torch': metadata.version('torch')}))\n"
-)
-
-
-def _same_release(req: Requirement, installed: str) -> bool:
-    """torch==2.1.0+cpu vs an installed 2.1.0 (or 2.1.0+cu121): the same release, another local build."""
-    pins = [s.version.split("+")[0] for s in req.specifier if s.operator in ("==", "===")]
-    return bool(pins) and all(p.rstrip(".*") == installed.split("+")[0] for p in pins)
-
 
 SMOKE_SCRIPT = r"""
 import importlib, importlib.util, json, os, sys, warnings
@@ -419,31 +399,8 @@ class Builder:
         venvs.pip_install(venv, [f"torch=={plan.torch}"], self.index, self.log_path, for_torch=True,
                           verbose=self.opts.verbose)
         if plan.torch_npu:
-            self._install_torch_npu(venv, plan)
-
-    def _install_torch_npu(self, venv: venvs.Venv, plan: Plan) -> None:
-        """torch_npu without letting pip swap the torch we chose: some releases pin a local build
-        (2.1.0.post17 on x86_64: torch==2.1.0+cpu, which the default index does not serve). Install it with
-        --no-deps, check its torch pin against the installed torch's release, then install its other requirements."""
-        venvs.pip_install(venv, [f"torch_npu=={plan.torch_npu}"], self.index, self.log_path, extra=["--no-deps"],
-                          verbose=self.opts.verbose)
-        meta = venv.run_json(_PROBE_NPU_REQUIRES, env=self.env)
-        others = []
-        for line in meta["requires"]:
-            req = Requirement(line)
-            if canonicalize_name(req.name) != "torch":
-                others.append(line)
-                continue
-            if not (req.specifier.contains(meta["torch"], prereleases=True) or _same_release(req, meta["torch"])):
-                raise EnvironmentSetupError(
-                    f"torch_npu {plan.torch_npu} requires {line}, the venv has torch {meta['torch']}",
-                    f"use the torch_npu for torch {meta['torch'].split('+')[0]} (matrix.toml [torch_npu.versions])")
-            if "+" in str(req.specifier) and "+" not in meta["torch"]:
-                log.info(f"  torch_npu {plan.torch_npu} asks for {line.strip()}; torch {meta['torch']} is the same "
-                         "release from another index (local label differs): accepted")
-        names = {canonicalize_name(Requirement(r).name) for r in others}
-        others += [r for r in self.m.npu_requires if canonicalize_name(Requirement(r).name) not in names]
-        venvs.pip_install(venv, others, self.index, self.log_path, verbose=self.opts.verbose)
+            venvs.install_torch_npu(venv, plan.torch_npu, self.m.npu_requires, self.index, self.log_path, self.env,
+                                    verbose=self.opts.verbose)
 
     def _ensure_system_torch_visible(self, venv: venvs.Venv, interp: interpreters.Interpreter) -> None:
         """A venv made from a venv does not see the parent's packages: point a .pth at the system torch's dir."""

@@ -17,12 +17,17 @@ import shlex
 import subprocess
 from pathlib import Path
 
-from apexkit import log, sources, venvs
+from apexkit import log, matrix, sources, venvs
 from apexkit.errors import BenchError, ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = {"validate": ROOT / "bench" / "validate_env.py", "bench": ROOT / "bench" / "amp_bench.py"}
 RUN_EXTRAS = ("matplotlib",)
+# torch wheels built against NumPy 1.x (torch 2.1, 2.2) print a traceback-shaped warning at `import torch` and lose
+# torch.from_numpy when matplotlib pulls NumPy 2 (Python >= 3.9). Asked of the venv by trying, not by torch version.
+NUMPY_PROBE = ('import os; os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0"); import numpy, torch; '
+               'torch.from_numpy(numpy.zeros(1)); print("ok")')
+NUMPY_1 = "numpy<2"
 
 
 def find_target(dist: Path, target: str | None = None, python: str | None = None) -> tuple[Path, dict]:
@@ -55,7 +60,7 @@ def run_venv(target_dir: Path, manifest: dict, cache: Path) -> venvs.Venv:
     torch_pin = manifest.get("tools", {}).get("torch") or spec["torch"]
     torch_npu = manifest.get("tools", {}).get("torch_npu") or spec.get("torch_npu")
     key = hashlib.sha256(json.dumps([manifest["wheel"]["sha256"], torch_pin, torch_npu, spec["interpreter"],
-                                     RUN_EXTRAS]).encode()).hexdigest()[:12]
+                                     RUN_EXTRAS, NUMPY_PROBE]).encode()).hexdigest()[:12]
     path = cache / "run-venvs" / f"{target_dir.name}-{key}"
     venv = venvs.Venv(path)
     if (path / ".apexkit-complete").is_file():
@@ -65,13 +70,26 @@ def run_venv(target_dir: Path, manifest: dict, cache: Path) -> venvs.Venv:
     index = venvs.IndexOptions(torch_index_url=os.environ.get("APEXKIT_TORCH_INDEX_URL"))
     with log.step(f"run venv for {target_dir.name}") as s:
         venvs.create(spec["interpreter"], path, log_path)
-        venvs.pip_install(venv, [f"torch=={torch_pin}"] + ([f"torch-npu=={torch_npu}"] if torch_npu else []), index,
-                          log_path, for_torch=True)
+        venvs.pip_install(venv, [f"torch=={torch_pin}"], index, log_path, for_torch=True)
+        if torch_npu:
+            venvs.install_torch_npu(venv, torch_npu, matrix.load().npu_requires, index, log_path)
         venvs.pip_install(venv, list(RUN_EXTRAS), index, log_path)
+        if not numpy_works_with_torch(venv):
+            log.info(f"torch {torch_pin} does not work with this NumPy (built against NumPy 1.x): installing {NUMPY_1}")
+            venvs.pip_install(venv, [NUMPY_1], index, log_path)
         venvs.pip_install(venv, [str(wheel)], index, log_path, extra=["--no-deps"])
         (path / ".apexkit-complete").write_text(manifest["wheel"]["sha256"] + "\n")
         s.note(f"{path} (log {log_path})")
     return venv
+
+
+def numpy_works_with_torch(venv: venvs.Venv) -> bool:
+    """Whether torch imports cleanly next to the venv's NumPy and can use it."""
+    argv = [str(venv.python), "-c", NUMPY_PROBE]
+    log.echo_command(argv)
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+    return proc.returncode == 0 and "compiled using NumPy 1.x" not in proc.stderr and "Failed to initialize NumPy" \
+        not in proc.stderr
 
 
 def parse(argv: list[str], prog: str) -> tuple[argparse.Namespace, list[str]]:

@@ -11,6 +11,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
 from apexkit import known_failures, log
 from apexkit.errors import EnvironmentSetupError
 from apexkit.proc import run_logged
@@ -111,3 +114,43 @@ def freeze(venv: Venv) -> dict[str, str]:
     if proc.returncode != 0:
         return {}
     return {row["name"].lower(): row["version"] for row in json.loads(proc.stdout)}
+
+
+_PROBE_NPU_REQUIRES = (
+    "import json\n"
+    "from importlib import metadata\n"
+    "dist = metadata.distribution('torch_npu')\n"
+    "print(json.dumps({'requires': dist.requires or [], 'torch': metadata.version('torch')}))\n"
+)
+
+
+def install_torch_npu(venv: Venv, version: str, also: Sequence[str], index: IndexOptions, log_path: Path,
+                      env: dict | None = None, verbose: bool = False) -> None:
+    """torch_npu next to the torch already in the venv, without letting pip swap that torch: the x86_64 wheels for
+    torch 2.1-2.11 pin a local build (`torch==2.1.0+cpu`) that the default index does not serve, so pip would refuse
+    them. Installed with --no-deps; its torch pin is checked against the installed torch's release; then its other
+    requirements (and `also`) are installed."""
+    pip_install(venv, [f"torch_npu=={version}"], index, log_path, extra=["--no-deps"], verbose=verbose)
+    meta = venv.run_json(_PROBE_NPU_REQUIRES, env=env)
+    others = []
+    for line in meta["requires"]:
+        req = Requirement(line)
+        if canonicalize_name(req.name) != "torch":
+            others.append(line)
+            continue
+        if not (req.specifier.contains(meta["torch"], prereleases=True) or same_release(req, meta["torch"])):
+            raise EnvironmentSetupError(f"torch_npu {version} requires {line}, the venv has torch {meta['torch']}",
+                                        f"use the torch_npu for torch {meta['torch'].split('+')[0]} "
+                                        "(matrix.toml [torch_npu.versions])")
+        if "+" in str(req.specifier) and "+" not in meta["torch"]:
+            log.info(f"  torch_npu {version} asks for {line.strip()}; torch {meta['torch']} is the same release from "
+                     "another index (local label differs): accepted")
+    names = {canonicalize_name(Requirement(r).name) for r in others}
+    others += [r for r in also if canonicalize_name(Requirement(r).name) not in names]
+    pip_install(venv, others, index, log_path, verbose=verbose)
+
+
+def same_release(req: Requirement, installed: str) -> bool:
+    """torch==2.1.0+cpu vs an installed 2.1.0 (or 2.1.0+cu121): the same release, another local build."""
+    pins = [s.version.split("+")[0] for s in req.specifier if s.operator in ("==", "===")]
+    return bool(pins) and all(p.rstrip(".*") == installed.split("+")[0] for p in pins)

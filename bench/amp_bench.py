@@ -9,8 +9,10 @@
 Modes: fp32; apex-O1, apex-O2 (apex.amp, where apex runs on the device); autocast-fp16 (with a GradScaler),
 autocast-bf16 (torch.autocast for the device type). Every mode starts from the same weights and data (fixed
 seeds); speedup, memory ratio and loss parity are against the fp32 run of the same invocation.
+A mode this torch or device cannot run (probed by trying: e.g. torch 2.1's CPU autocast has no float16) is
+skipped with its reason; a mode that fails while running is reported as failed (exit 1), never as a traceback.
 Outputs in --out: results.json, results.md, results.png; the last line printed is the headline.
-Runs inside the target venv: standard library + torch (+ torch_npu, apex, matplotlib where present).
+Runs inside the target venv (Python 3.8+, torch 2.1+): standard library + torch (+ torch_npu, apex, matplotlib).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime
+import importlib.metadata
 import json
 import os
 import platform
@@ -101,11 +104,24 @@ def apex_status(device: device_adapter.Device) -> tuple[bool, str]:
     return True, ""
 
 
+AUTOCAST_MODES = {"autocast-fp16": torch.float16, "autocast-bf16": torch.bfloat16}
+
+
 def mode_status(mode: str, device: device_adapter.Device) -> tuple[bool, str]:
+    """Whether this torch on this device can run the mode, and why not (one line)."""
     if mode.startswith("apex-"):
         return apex_status(device)
-    if mode == "autocast-bf16" and device.kind == "cuda" and not torch.cuda.is_bf16_supported():
+    dtype = AUTOCAST_MODES.get(mode)
+    if dtype is None:
+        return True, ""
+    if dtype == torch.bfloat16 and device.kind == "cuda" and not torch.cuda.is_bf16_supported():
         return False, "this GPU has no bf16"
+    if not device.autocast_support(dtype)["ok"]:
+        return False, device.unsupported_autocast(dtype)
+    if dtype == torch.float16:  # fp16 trains with a loss scaler; without one the comparison would be unfair
+        scaler = device.grad_scaler_support()
+        if not scaler["ok"]:
+            return False, scaler["reason"]
     return True, ""
 
 
@@ -114,7 +130,7 @@ def run_mode(name: str, mode: str, args, device: device_adapter.Device) -> dict:
     model = model.to(device.torch_device)
     x, y = x.to(device.torch_device), y.to(device.torch_device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    dtype = {"autocast-fp16": torch.float16, "autocast-bf16": torch.bfloat16}.get(mode)
+    dtype = AUTOCAST_MODES.get(mode)
     scaler = device.grad_scaler(mode == "autocast-fp16")
     amp = None
     if mode.startswith("apex-"):
@@ -199,8 +215,11 @@ def harness_overhead(name: str, args, device: device_adapter.Device) -> dict:
 
 
 def finish(results: list[dict], tolerance: float) -> None:
-    ref = next(r for r in results if r["mode"] == "fp32" and r["status"] == "ok")
+    ref = next((r for r in results if r["mode"] == "fp32" and r["status"] == "ok"), None)
     for r in results:
+        if ref is None and r["status"] == "ok":  # no reference: the ratios cannot be computed
+            r.update(speedup_vs_fp32=None, memory_ratio_vs_fp32=None, loss_rel_diff_vs_fp32=None, parity_ok=None)
+            continue
         if r["status"] != "ok":
             continue
         r["speedup_vs_fp32"] = round(ref["step_ms_median"] / r["step_ms_median"], 3)
@@ -222,7 +241,8 @@ def headline(report: dict) -> str:
     for name, entry in report["models"].items():
         ok = [r for r in entry["results"] if r["status"] == "ok"]
         ref = next((r for r in ok if r["mode"] == "fp32"), None)
-        amp = max((r for r in ok if r["mode"] != "fp32"), key=lambda r: r["speedup_vs_fp32"], default=None)
+        amp = max((r for r in ok if r["mode"] != "fp32" and r["speedup_vs_fp32"] is not None),
+                  key=lambda r: r["speedup_vs_fp32"], default=None)
         if ref and amp:
             parts.append(f"{name} on {report['device']['kind']}: fp32 {ref['step_ms_median']:.1f} ms/step, "
                          f"{amp['mode']} {amp['step_ms_median']:.1f} ms/step, {amp['speedup_vs_fp32']:.2f}×")
@@ -232,21 +252,32 @@ def headline(report: dict) -> str:
 def markdown(report: dict) -> str:
     d = report["device"]
     lines = [f"**{report['label']}** — {d['kind']} ({d['name']}), torch {report['versions']['torch']}, "
+             f"Python {report['versions']['python']}, "
              f"{report['config']['nproc']} process(es), {report['config']['repeats']}×{report['config']['steps']} timed "
-             f"steps after {report['config']['warmup']} warm-up; memory = {d['memory']}", ""]
+             f"steps after {report['config']['warmup']} warm-up; memory = {d['memory']}"]
+    caps = report.get("capabilities")
+    if caps:
+        autocast = ", ".join(f"{name} {'yes' if c['ok'] else 'no'}" for name, c in caps["autocast"].items())
+        lines.append(f"this torch on {d['kind']}: autocast {autocast}; GradScaler "
+                     f"{caps['grad_scaler']['via'] or 'none'}")
+    lines.append("")
     lines.append("| model | mode | step (median) | spread (min–max) | samples/s | tokens/s | peak memory | speedup | "
                  "memory vs fp32 | loss Δ vs fp32 |")
     lines.append("|---|---|---|---|---|---|---|---|---|---|")
     for name, entry in report["models"].items():
         for r in entry["results"]:
             if r["status"] != "ok":
-                lines.append(f"| {name} | {r['mode']} | skipped: {r['reason']} | | | | | | | |")
+                lines.append(f"| {name} | {r['mode']} | {r['status']}: {r['reason']} | | | | | | | |")
                 continue
-            parity = f"{r['loss_rel_diff_vs_fp32'] * 100:.2f} %" + ("" if r["parity_ok"] else " ✗")
+            if r["loss_rel_diff_vs_fp32"] is None:
+                parity, speedup = "-", "-"
+            else:
+                parity = f"{r['loss_rel_diff_vs_fp32'] * 100:.2f} %" + ("" if r["parity_ok"] else " ✗")
+                speedup = f"{r['speedup_vs_fp32']:.2f}×"
             lines.append(
                 f"| {name} | {r['mode']} | {r['step_ms_median']:.2f} ms | {r['step_ms_min']:.2f}–{r['step_ms_max']:.2f} ms | "
                 f"{r['samples_per_s']:.1f} | {r['tokens_per_s'] or '-'} | {_mib(r['peak_memory_bytes'])} | "
-                f"{r['speedup_vs_fp32']:.2f}× | {r['memory_ratio_vs_fp32'] or '-'} | {parity} |")
+                f"{speedup} | {r['memory_ratio_vs_fp32'] or '-'} | {parity} |")
     overhead = report.get("harness_overhead")
     if overhead:
         lines += ["", f"Timing harness vs bare loop ({overhead['model']}, fp32): {overhead['harness_s']:.3f} s vs "
@@ -271,6 +302,8 @@ def chart(report: dict, path: Path) -> str | None:
         errors = [[r["step_ms_median"] - r["step_ms_min"] for r in ok], [r["step_ms_max"] - r["step_ms_median"] for r in ok]]
         bars = ax.bar([r["mode"] for r in ok], medians, yerr=errors, capsize=4, color="#4c72b0")
         for bar, r in zip(bars, ok):
+            if r["speedup_vs_fp32"] is None:
+                continue
             ax.annotate(f"{r['speedup_vs_fp32']:.2f}×", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
                         ha="center", va="bottom", fontsize=9)
         ax.set_title(f"{name} ({report['device']['kind']})")
@@ -284,22 +317,14 @@ def chart(report: dict, path: Path) -> str | None:
 
 
 def versions() -> dict:
+    """Installed versions from the package metadata: importing torch_npu or apex would need CANN on a CPU host."""
     out = {"torch": torch.__version__, "python": platform.python_version()}
-    npu, _ = device_adapter.import_torch_npu() if importable("torch_npu") else (None, "")
-    out["torch_npu"] = getattr(npu, "__version__", None)
-    try:
-        import apex
-
-        out["apex"] = getattr(apex, "__version__", "importable")
-    except Exception:
-        out["apex"] = None
+    for key, dist in (("torch_npu", "torch-npu"), ("apex", "apex")):
+        try:
+            out[key] = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            out[key] = None
     return out
-
-
-def importable(name: str) -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec(name) is not None
 
 
 # --- compare -------------------------------------------------------------------------------------------------------
@@ -337,7 +362,9 @@ def compare(paths: list[str]) -> int:
             for _, data in reports:
                 r = next((r for r in data["models"][name]["results"] if r["mode"] == mode), None)
                 if r is None or r["status"] != "ok":
-                    cells.append("-" if r is None else "skipped")
+                    cells.append("-" if r is None else r["status"])
+                elif r.get("speedup_vs_fp32") is None:
+                    cells.append(f"{r['step_ms_median']:.2f} ms")
                 else:
                     cells.append(f"{r['step_ms_median']:.2f} ms ({r['speedup_vs_fp32']:.2f}×)")
             print(f"| {name} | {mode} | " + " | ".join(cells) + " |")
@@ -345,6 +372,40 @@ def compare(paths: list[str]) -> int:
 
 
 # --- main ----------------------------------------------------------------------------------------------------------
+
+def run_models(names, args, device: device_adapter.Device, rank: int) -> dict:
+    """{model: {"sizes", "results"}}: every mode runs, or is skipped (the probe says why), or failed (the error)."""
+    size = world()[1]
+    out = {}
+    for name in names:
+        results = []
+        for mode in args.modes:
+            ok, reason = mode_status(mode, device)
+            if not ok:
+                results.append({"mode": mode, "status": "skipped", "reason": reason})
+                if rank == 0:
+                    print(f"  {name:<12} {mode:<14} skipped: {reason}", file=sys.stderr)
+                continue
+            try:
+                result = run_mode(name, mode, args, device)
+            except Exception as exc:  # a mode that should run and does not: reported, the other modes still run
+                if size > 1:
+                    raise  # the other ranks wait in a collective; torchrun reports the failure
+                result = {"mode": mode, "status": "failed", "reason": device_adapter.first_line(exc)}
+                print(f"  {name:<12} {mode:<14} failed: {result['reason']}", file=sys.stderr)
+                results.append(result)
+                continue
+            results.append(result)
+            if rank == 0:
+                print(f"  {name:<12} {mode:<14} {result['step_ms_median']:9.2f} ms/step  loss {result['final_loss']:.4f}",
+                      file=sys.stderr)
+        finish(results, args.tolerance)
+        sizes = next((r["sizes"] for r in results if r["status"] == "ok"), None) or models.sizes(name, args.scale)
+        for r in results:
+            r.pop("sizes", None)
+        out[name] = {"sizes": sizes, "results": results}
+    return out
+
 
 def launch_torchrun(args, argv: list[str]) -> int:
     """Re-run this script under torchrun with --nproc processes (one per device)."""
@@ -389,6 +450,11 @@ def main(argv=None) -> int:
         args.scale = 0.25 if kind == "cpu" else 1.0
     device.set_current()
     if size > 1:
+        dist = device.distributed_support()
+        if not dist["ok"]:
+            print(f"error: --nproc {size} needs torch.distributed with {dist['backend']}: {dist['reason']}; "
+                  "run with --nproc 1", file=sys.stderr)
+            return 2
         init_distributed(device)
     names = models.MODELS if args.model == "all" else (args.model,)
     report = {"schema": SCHEMA, "tool": "apexkit bench/amp_bench.py", "label": args.label or kind,
@@ -398,28 +464,10 @@ def main(argv=None) -> int:
                        "torch_threads": torch.get_num_threads()},
               "config": {"warmup": args.warmup, "repeats": args.repeats, "steps": args.steps, "seed": args.seed,
                          "scale": args.scale, "nproc": size, "modes": args.modes, "tolerance": args.tolerance},
-              "models": {}}
-    for name in names:
-        results = []
-        for mode in args.modes:
-            ok, reason = mode_status(mode, device)
-            if not ok:
-                results.append({"mode": mode, "status": "skipped", "reason": reason})
-                if rank == 0:
-                    print(f"  {name:<12} {mode:<14} skipped: {reason}", file=sys.stderr)
-                continue
-            result = run_mode(name, mode, args, device)
-            results.append(result)
-            if rank == 0:
-                print(f"  {name:<12} {mode:<14} {result['step_ms_median']:9.2f} ms/step  loss {result['final_loss']:.4f}",
-                      file=sys.stderr)
-        finish(results, args.tolerance)
-        sizes = next(r["sizes"] for r in results if r["status"] == "ok")
-        for r in results:
-            r.pop("sizes", None)
-        report["models"][name] = {"sizes": sizes, "results": results}
-    if size == 1:
-        first = names[0]
+              "capabilities": device.capabilities(), "models": {}}
+    report["models"] = run_models(names, args, device, rank)
+    first = names[0]
+    if size == 1 and any(r["mode"] == "fp32" and r["status"] == "ok" for r in report["models"][first]["results"]):
         report["harness_overhead"] = {"model": first, **harness_overhead(first, args, device)}
     report["headline"] = headline(report)
     if size > 1:
@@ -439,9 +487,14 @@ def main(argv=None) -> int:
     print(markdown(report), file=sys.stderr)
     print(report["headline"])
     failed_parity = [(n, r["mode"]) for n, e in report["models"].items() for r in e["results"]
-                     if r["status"] == "ok" and not r["parity_ok"]]
+                     if r["status"] == "ok" and r["parity_ok"] is False]
     if failed_parity:
         print(f"warning: loss parity beyond {args.tolerance:.0%} for {failed_parity}", file=sys.stderr)
+    failed = [f"{n} {r['mode']}" for n, e in report["models"].items() for r in e["results"] if r["status"] == "failed"]
+    if failed:
+        print(f"error: {len(failed)} mode(s) failed ({', '.join(failed)}); the reasons are in {out / 'results.md'}",
+              file=sys.stderr)
+        return 1
     return 0
 
 

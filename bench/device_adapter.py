@@ -1,8 +1,10 @@
-"""The one place that knows npu / cuda / cpu: device string, synchronize, peak memory, autocast, GradScaler.
+"""The one place that knows npu / cuda / cpu: device string, synchronize, peak memory, autocast, GradScaler,
+and what the installed torch and the device can do (probed by trying, not by version tables).
 
 NPU names follow torch_npu's documentation (torch_npu.npu.* mirrors torch.cuda.*: synchronize,
 max_memory_allocated, reset_peak_memory_stats, get_device_name, device_count, current_device;
-torch.autocast(device_type="npu") and torch_npu.npu.amp.GradScaler). Standard library + torch only.
+torch.autocast(device_type="npu") or torch.npu.amp.autocast, and torch_npu.npu.amp.GradScaler).
+Runs on Python 3.8+ and torch 2.1+. Standard library + torch only.
 """
 
 from __future__ import annotations
@@ -12,10 +14,30 @@ import os
 import platform
 import resource
 import time
+import warnings
+
+# torch >= 2.5 imports every installed device backend at `import torch`; torch_npu then needs CANN's libraries
+# (libhccl.so) even for a CPU run on a build host. torch_npu is imported explicitly below when the device needs it.
+os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
 
 import torch
 
 KINDS = ("npu", "cuda", "cpu")
+AUTOCAST_DTYPES = (torch.float16, torch.bfloat16)
+
+
+def torch_version() -> str:
+    """torch's release without the local build tag: 2.1.0+cu121 -> 2.1.0."""
+    return torch.__version__.split("+")[0]
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+def first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{exc.__class__.__name__}: {text[0]}" if text else exc.__class__.__name__
 
 
 def import_torch_npu():
@@ -71,6 +93,8 @@ class Device:
         if self.backend is not None and index is None:
             index = int(os.environ.get("LOCAL_RANK", self.backend.current_device()))
         self.index = index
+        self._autocast_probes: dict = {}
+        self._scaler_probe: dict | None = None
 
     # --- identity ----------------------------------------------------------------------------------------------
     @property
@@ -119,22 +143,133 @@ class Device:
         return "peak RSS (process)" if self.backend is None else f"{self.kind} max_memory_allocated"
 
     # --- mixed precision ----------------------------------------------------------------------------------------
+    def _autocast_candidates(self, dtype: torch.dtype) -> list:
+        """(name, context factory) in the order tried: the generic API, then the device's own (older torch)."""
+        kind = self.kind
+        found = [(f"torch.autocast({kind!r})", lambda: torch.autocast(device_type=kind, dtype=dtype))]
+        own = getattr(getattr(self.backend, "amp", None), "autocast", None)  # torch.cuda.amp / torch.npu.amp
+        if own is not None:
+            found.append((f"torch.{kind}.amp.autocast", lambda: own(dtype=dtype)))
+        return found
+
+    def autocast_support(self, dtype: torch.dtype) -> dict:
+        """{"ok", "via", "reason"}: whether a Linear forward + backward under autocast(dtype) runs in dtype here."""
+        if dtype in self._autocast_probes:
+            return self._autocast_probes[dtype]
+        errors = []
+        result = None
+        for via, factory in self._autocast_candidates(dtype):
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                try:
+                    layer = torch.nn.Linear(8, 8).to(self.torch_device)
+                    with factory():
+                        out = layer(torch.ones(2, 8, device=self.torch_device))
+                    out.float().sum().backward()
+                except Exception as exc:
+                    errors.append(first_line(exc))
+                    continue
+            if out.dtype == dtype:
+                result = {"ok": True, "via": via, "reason": ""}
+                break
+            said = [str(w.message).splitlines()[0] for w in caught]
+            errors.append(said[0] if said else f"a Linear ran in {_dtype_name(out.dtype)}, not {_dtype_name(dtype)}")
+        if result is None:
+            result = {"ok": False, "via": None, "reason": errors[0] if errors else "no autocast API for this device"}
+        self._autocast_probes[dtype] = result
+        return result
+
     def autocast(self, dtype: torch.dtype | None):
         if dtype is None:
             return contextlib.nullcontext()
-        return torch.autocast(device_type=self.kind, dtype=dtype)
+        support = self.autocast_support(dtype)
+        if not support["ok"]:
+            raise RuntimeError(self.unsupported_autocast(dtype))
+        return dict(self._autocast_candidates(dtype))[support["via"]]()
+
+    def unsupported_autocast(self, dtype: torch.dtype) -> str:
+        """One line: e.g. 'torch 2.1.0 CPU autocast supports bfloat16 only (RuntimeError: ...)'."""
+        others = [_dtype_name(d) for d in AUTOCAST_DTYPES if d != dtype and self.autocast_support(d)["ok"]]
+        what = f"supports {', '.join(others)} only" if others else f"does not run {_dtype_name(dtype)}"
+        return f"torch {torch_version()} {self.kind.upper()} autocast {what} ({self.autocast_support(dtype)['reason']})"
+
+    def _scaler_candidates(self) -> list:
+        kind = self.kind
+        found = []
+        if hasattr(torch, "amp") and hasattr(torch.amp, "GradScaler"):  # torch >= 2.3
+            found.append((f"torch.amp.GradScaler({kind!r})", lambda: torch.amp.GradScaler(kind)))
+        if kind == "npu":
+            found.append(("torch_npu.npu.amp.GradScaler", lambda: __import__("torch_npu").npu.amp.GradScaler()))
+        elif kind == "cuda":
+            found.append(("torch.cuda.amp.GradScaler", lambda: torch.cuda.amp.GradScaler()))
+        return found
+
+    def grad_scaler_support(self) -> dict:
+        """{"ok", "via", "reason"}: whether a GradScaler for this device scales, unscales and steps here."""
+        if self._scaler_probe is not None:
+            return self._scaler_probe
+        errors = []
+        result = None
+        for via, factory in self._scaler_candidates():
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                try:
+                    scaler = factory()
+                    if not scaler.is_enabled():
+                        said = [str(w.message).splitlines()[0] for w in caught]
+                        errors.append(said[0] if said else f"{via} disabled itself")
+                        continue
+                    param = torch.nn.Parameter(torch.ones(4, device=self.torch_device))
+                    optimizer = torch.optim.SGD([param], lr=0.1)
+                    scaler.scale(param.sum()).backward()
+                    scaler.step(optimizer)
+                    scaler.update()
+                except Exception as exc:
+                    errors.append(f"{via}: {first_line(exc)}")
+                    continue
+            result = {"ok": True, "via": via, "reason": ""}
+            break
+        if result is None:
+            why = errors[0] if errors else "torch.amp.GradScaler(device) is torch 2.3+"
+            result = {"ok": False, "via": None,
+                      "reason": f"torch {torch_version()} has no GradScaler for {self.kind.upper()} ({why})"}
+        self._scaler_probe = result
+        return result
 
     def grad_scaler(self, enabled: bool):
         if not enabled:
             return None
-        if hasattr(torch, "amp") and hasattr(torch.amp, "GradScaler"):
-            with contextlib.suppress(Exception):
-                return torch.amp.GradScaler(self.kind)
-        if self.kind == "npu":
-            import torch_npu
+        support = self.grad_scaler_support()
+        if not support["ok"]:
+            raise RuntimeError(support["reason"])
+        return dict(self._scaler_candidates())[support["via"]]()
 
-            return torch_npu.npu.amp.GradScaler()
-        return torch.cuda.amp.GradScaler(enabled=self.kind == "cuda")
+    # --- distributed --------------------------------------------------------------------------------------------
+    @property
+    def distributed_backend(self) -> str:
+        return {"cpu": "gloo", "cuda": "nccl", "npu": "hccl"}[self.kind]
+
+    def distributed_support(self) -> dict:
+        """{"ok", "backend", "reason"}: whether torch.distributed has this device's backend."""
+        backend = self.distributed_backend
+        dist = getattr(torch, "distributed", None)
+        if dist is None or not dist.is_available():
+            return {"ok": False, "backend": backend, "reason": f"torch {torch_version()} was built without torch.distributed"}
+        available = {"gloo": getattr(dist, "is_gloo_available", lambda: False),
+                     "nccl": getattr(dist, "is_nccl_available", lambda: False)}.get(backend)
+        if available is not None and not available():
+            return {"ok": False, "backend": backend,
+                    "reason": f"torch {torch_version()} was built without the {backend} backend"}
+        return {"ok": True, "backend": backend, "reason": ""}
+
+    def capabilities(self) -> dict:
+        """What this torch on this device can do, for the reports (every entry probed by trying)."""
+        caps = {"torch": torch.__version__,
+                "autocast": {_dtype_name(d): self.autocast_support(d) for d in AUTOCAST_DTYPES},
+                "grad_scaler": self.grad_scaler_support(),
+                "distributed": self.distributed_support(),
+                "scaled_dot_product_attention": hasattr(torch.nn.functional, "scaled_dot_product_attention")}
+        return caps
 
     def describe(self) -> dict:
         return {"kind": self.kind, "index": self.index, "name": self.name(), "count": self.count(),

@@ -64,6 +64,23 @@ def rotary(x: torch.Tensor, base: float = 1_000_000.0) -> torch.Tensor:
     return torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1).flatten(-2)
 
 
+def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """softmax(q k^T / sqrt(d) + causal mask) v, in one dtype.
+
+    The q/k RMSNorms return float32 (their weight is float32), v comes from a Linear in the autocast dtype. CPU
+    autocast in torch 2.13 casts scaled_dot_product_attention's inputs to one dtype itself; in torch 2.1 it does
+    not, and the kernel refuses mixed dtypes (measured). Casting q and k to v's dtype does what the newer one does.
+    """
+    q, k = q.to(v.dtype), k.to(v.dtype)
+    sdpa = getattr(F, "scaled_dot_product_attention", None)  # torch >= 2.0
+    if sdpa is not None:
+        return sdpa(q, k, v, is_causal=True)
+    seq = q.shape[-2]
+    scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
+    mask = torch.ones(seq, seq, dtype=torch.bool, device=q.device).triu(1)
+    return torch.softmax(scores.masked_fill(mask, float("-inf")), dim=-1) @ v
+
+
 class Qwen3Block(nn.Module):
     """One decoder layer shaped like Qwen3's (pre-norm GQA attention with q/k RMSNorm, SwiGLU MLP) + an LM head."""
 
@@ -95,7 +112,7 @@ class Qwen3Block(nn.Module):
         q, k = rotary(q), rotary(k)
         group = self.heads // self.kv_heads
         k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
-        attn = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        attn = causal_attention(q, k, v)
         x = x + self.o(attn.transpose(1, 2).reshape(batch, seq, self.heads * self.head_dim))
         h = self.post_norm(x)
         x = x + self.down(F.silu(self.gate(h)) * self.up(h))
@@ -103,6 +120,15 @@ class Qwen3Block(nn.Module):
 
 
 MODELS = ("mlp", "qwen3-block")
+
+
+def sizes(name: str, scale: float) -> dict:
+    """The sizes `build` uses for this model and scale, without building it."""
+    if name == "mlp":
+        return mlp_sizes(scale)
+    if name == "qwen3-block":
+        return qwen3_sizes(scale)
+    raise ValueError(f"unknown model {name!r}; choose from {', '.join(MODELS)}")
 
 
 def build(name: str, scale: float, seed: int):

@@ -7,8 +7,10 @@ check required for --device passes.
 
 Checks: torch; torch_npu (or its import error); CANN version and whether set_env.sh was sourced; the driver
 (npu-smi info); apex and its compiled modules (apex_C, change_data_ptr); the device (available, count, current,
-name); a torch.autocast step; one apex amp.initialize(O1) + scaled backward + optimizer step; the fused optimizer
-apex.optimizers.NpuFusedAdam on NPU. Runs inside the target venv: standard library + torch (+ torch_npu, apex).
+name); what this torch can do on the device (autocast dtypes, GradScaler, distributed backend: probed by trying);
+a torch.autocast step in a dtype the device supports; one apex amp.initialize(O1) + scaled backward + optimizer
+step; the fused optimizer apex.optimizers.NpuFusedAdam on NPU. A check this torch or device cannot run is skipped
+with its reason. Runs inside the target venv (Python 3.8+, torch 2.1+): standard library + torch (+ torch_npu, apex).
 """
 
 from __future__ import annotations
@@ -25,6 +27,9 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+# torch >= 2.5 imports installed device backends at `import torch`, and torch_npu needs CANN for that; the torch_npu
+# check below imports it explicitly, so a host without CANN still gets its table (device_adapter does the same).
+os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
 
 SET_ENV_HINT = "source /usr/local/Ascend/ascend-toolkit/set_env.sh (the path depends on the CANN version)"
 
@@ -146,8 +151,39 @@ def check_device(report: Report, torch) -> object | None:
     return device
 
 
+def check_capabilities(report: Report, device) -> None:
+    """What this torch can do on the device, as probed: informational, the steps below depend on it."""
+    caps = device.capabilities()
+    autocast = ", ".join(f"{name} {'yes' if c['ok'] else 'no'}" for name, c in caps["autocast"].items())
+    scaler = caps["grad_scaler"]["via"] or "none"
+    dist = caps["distributed"]
+    detail = (f"torch {caps['torch']} on {device.kind}: autocast {autocast}; GradScaler {scaler}; "
+              f"distributed {dist['backend']} {'yes' if dist['ok'] else 'no'}")
+    report.add("torch capabilities", "ok", detail, required_for=())
+
+
+def autocast_dtype(torch, device) -> tuple[object, str]:
+    """The dtype the autocast step uses here (fp16 with a GradScaler where there is one, else bf16), or why none."""
+    preferred = (torch.bfloat16, torch.float16) if device.kind == "cpu" else (torch.float16, torch.bfloat16)
+    reasons = []
+    for dtype in preferred:
+        if not device.autocast_support(dtype)["ok"]:
+            reasons.append(device.unsupported_autocast(dtype))
+            continue
+        if dtype == torch.float16 and not device.grad_scaler_support()["ok"]:
+            reasons.append(device.grad_scaler_support()["reason"])
+            continue
+        return dtype, ""
+    return None, "; ".join(reasons)
+
+
 def check_autocast_step(report: Report, torch, device) -> None:
-    dtype = torch.bfloat16 if device.kind == "cpu" else torch.float16
+    dtype, why = autocast_dtype(torch, device)
+    if dtype is None:
+        status = "fail" if device.kind == "npu" else "skip"
+        report.add("torch.autocast step", status, why, "install a torch (+ torch_npu) whose autocast runs on this device",
+                   required_for=("npu",))
+        return
     try:
         model = torch.nn.Linear(16, 4).to(device.torch_device)
         optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -221,6 +257,7 @@ def run(device: str) -> Report:
     apex_ok = check_apex(report)
     dev = check_device(report, torch)
     if dev is not None:
+        check_capabilities(report, dev)
         check_autocast_step(report, torch, dev)
     check_apex_amp(report, torch, dev, apex_ok)
     return report

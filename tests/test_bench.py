@@ -5,6 +5,7 @@ are computed from the same run."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -90,6 +91,82 @@ def test_bench_fp32_vs_bf16_both_models_writes_json_md_png(bench_python, tmp_pat
     assert (out / "results.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert report["png"] == "results.png"
     assert result.stdout.strip() == report["headline"] and "×" in report["headline"]
+
+
+def test_bench_runs_fp16_where_this_torchs_cpu_autocast_has_it(bench_python, tmp_path):
+    """torch 2.13's CPU autocast takes float16 and torch.amp.GradScaler('cpu') exists: the mode runs (on torch 2.1
+    the same mode is skipped with its reason: tests/test_bench_stacks.py)."""
+    out = tmp_path / "fp16"
+    result = run(bench_python, "amp_bench.py", "--device", "cpu", "--model", "mlp", "--modes", "fp32,autocast-fp16",
+                 "--no-png", "--out", str(out), *SMALL)
+    assert result.returncode == 0, result.stderr
+    report = json.loads((out / "results.json").read_text())
+    caps = report["capabilities"]
+    assert caps["autocast"]["float16"] == {"ok": True, "via": "torch.autocast('cpu')", "reason": ""}
+    assert caps["grad_scaler"]["via"] == "torch.amp.GradScaler('cpu')"
+    assert caps["distributed"] == {"ok": True, "backend": "gloo", "reason": ""}
+    fp16 = report["models"]["mlp"]["results"][1]
+    assert fp16["mode"] == "autocast-fp16" and fp16["status"] == "ok" and fp16["parity_ok"], fp16
+    assert "autocast float16 yes, bfloat16 yes; GradScaler torch.amp.GradScaler('cpu')" in (out / "results.md").read_text()
+
+
+def test_a_mode_that_fails_is_a_row_not_a_traceback(bench_python):
+    """A mode that passes its probe and then fails while running is reported as failed, the other modes still run."""
+    code = f"""
+import sys, types
+sys.path.insert(0, {str(BENCH)!r})
+import amp_bench, device_adapter
+
+class NoSuchDevice:  # torch.npu as seen on a host without the NPU: every tensor move fails
+    def current_device(self):
+        return 0
+    def synchronize(self, index):
+        pass
+    def reset_peak_memory_stats(self, index):
+        pass
+
+args = amp_bench.parse_args(["--modes", "fp32", "--scale", "0.05", "--warmup", "1", "--repeats", "1", "--steps", "1"])
+models = amp_bench.run_models(["mlp"], args, device_adapter.Device("npu", index=0, backend=NoSuchDevice()), rank=0)
+row = models["mlp"]["results"][0]
+assert row["status"] == "failed" and row["reason"], row
+assert models["mlp"]["sizes"]["batch"] > 0  # the sizes come from the model even when no mode ran
+print(row["reason"])
+"""
+    result = subprocess.run([bench_python, "-c", code], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "mlp          fp32           failed: " in result.stderr and "Traceback" not in result.stderr
+    assert "npu" in result.stdout.lower()
+
+
+@pytest.fixture(scope="session")
+def npu_python(tmp_path_factory) -> str:
+    """torch 2.13.0 + the real torch_npu 2.13.0 from the package index, and no CANN: as on a build host."""
+    venv = tmp_path_factory.mktemp("npu-venv") / "venv"
+    subprocess.run([sys.executable, "-m", "virtualenv", "-q", str(venv)], check=True)
+    python = str(venv / "bin" / "python")
+    proc = subprocess.run([python, "-m", "pip", "install", "-q", "--no-compile", "torch==2.13.0", "torch-npu==2.13.0"],
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return python
+
+
+@pytest.mark.network
+def test_bench_and_validate_run_on_cpu_with_torch_npu_installed_and_no_cann(npu_python, tmp_path):
+    plain = subprocess.run([npu_python, "-c", "import torch"], capture_output=True, text=True, timeout=300,
+                           env={k: v for k, v in os.environ.items() if k != "TORCH_DEVICE_BACKEND_AUTOLOAD"})
+    assert plain.returncode != 0 and "Failed to load the backend extension: torch_npu" in plain.stderr  # the trap
+    out = tmp_path / "out"
+    result = run(npu_python, "amp_bench.py", "--device", "auto", "--model", "mlp", "--modes", "fp32,autocast-bf16",
+                 "--no-png", "--out", str(out), *SMALL)
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads((out / "results.json").read_text())
+    assert report["device"]["kind"] == "cpu" and report["versions"]["torch_npu"] == "2.13.0"
+    validate = run(npu_python, "validate_env.py", "--device", "cpu", "--json", str(tmp_path / "v.json"))
+    assert validate.returncode == 0, validate.stdout + validate.stderr
+    checks = {c["check"]: c for c in json.loads((tmp_path / "v.json").read_text())["checks"]}
+    assert checks["torch_npu"]["status"] == "skip" and "libhccl.so" in checks["torch_npu"]["detail"]
+    assert "set_env.sh" in checks["torch_npu"]["hint"]
+    assert checks["torch.autocast step"]["status"] == "ok"
 
 
 def test_bench_reports_apex_as_skipped_when_apex_cannot_import_on_an_accelerator(bench_python):
