@@ -555,11 +555,16 @@ def test_apex_scan_notes_directories_it_cannot_list():
         setpriv = shutil.which("setpriv")
         if setpriv is None:
             pytest.skip("no setpriv to run the scan as a non-root user")
+        nobody = [setpriv, "--reuid", "65534", "--regid", "65534", "--clear-groups"]
+        usable = subprocess.run([*nobody, sys.executable, "-c", "import apexkit.apexneed"], cwd=ROOT,
+                                capture_output=True, text=True)
+        if usable.returncode != 0:
+            pytest.skip(f"uid 65534 cannot run {sys.executable} with apexkit's dependencies (a 0700 venv?): "
+                        f"{usable.stderr.strip().splitlines()[-1:]}")
         os.chown(scripts / "nobody-only", 65534, 65534)
         (scripts / "nobody-only").chmod(0o700)
         as_root = scan_elsewhere(scripts)  # root lists both 0700 directories
         assert len(as_root["hits"]) == 3 and as_root["notes"] == [f"scanned 3 file(s) under {scripts}"]
-        nobody = [setpriv, "--reuid", "65534", "--regid", "65534", "--clear-groups"]
         found = scan_elsewhere(scripts, *nobody)
         assert [f for f, _ in found["hits"]] == [f"{scripts}/train.py", f"{scripts}/nobody-only/train.py"]
         assert found["notes"] == [f"scanned 2 file(s) under {scripts}",
