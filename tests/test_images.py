@@ -639,7 +639,10 @@ def test_aarch64_builder_and_wheel_under_qemu(daemon, repos, tmp_path, pytestcon
         subprocess.run(["chmod", "-R", "a+rX", str(path)], check=True)
     sources = {"APEXKIT_ASCEND_APEX_URL": repos.ascend_url, "APEXKIT_NVIDIA_APEX_URL": repos.nvidia_url}
     started = time.monotonic()
-    proc = invoke("build", "--image", "apexkit/builder:debian-bookworm-aarch64", "--", "--torch", "2.5.1", "--dist",
+    # torch 2.5.1 auto-loads installed backends at `import torch`: with the real aarch64 torch_npu wheel and no CANN,
+    # the build, its probes and the smoke test run only because apexkit turns auto-loading off (in the image too)
+    proc = invoke("build", "--image", "apexkit/builder:debian-bookworm-aarch64", "--", "--torch", "2.5.1",
+                  "--torch-npu", "2.5.1.post1", "--dist",
                   str(tmp_path / "dist"), "--build-dir", str(tmp_path / "build"), "--network", "host", "--ca-bundle",
                   HOST_CA, env=docker_env(daemon, APEXKIT_CACHE_DIR=str(tmp_path / "cache"), **sources))
     assert proc.returncode == 0, out(proc)[-4000:]
@@ -650,6 +653,8 @@ def test_aarch64_builder_and_wheel_under_qemu(daemon, repos, tmp_path, pytestcon
     manifest = json.loads((dist / "manifest.json").read_text())
     assert manifest["target"]["arch"] == "aarch64" and manifest["builder_image"]["arch"] == "aarch64"
     assert manifest["smoke_test"]["modules"]["apex_C"]["ok"]  # imported under QEMU in a fresh aarch64 venv
+    assert manifest["tools"]["torch_npu"] == "2.5.1.post1" and manifest["smoke_test"]["autoload"] == "0"
+    assert manifest["smoke_test"]["torch_npu"].startswith("installed; import needs the CANN runtime")
     # PyPI's torch 2.5.1 uses the old C++ ABI: without the cxx11-abi patch apex_C's c10::Device(std::string) call
     # is an undefined symbol at import (seen here before the patch existed)
     build_log = next((tmp_path / "build").rglob("py3.11-torch2.5.1-aarch64-master/build.log"))
@@ -659,5 +664,6 @@ def test_aarch64_builder_and_wheel_under_qemu(daemon, repos, tmp_path, pytestcon
         zf.extract(so, tmp_path)
     header = subprocess.run(["readelf", "-h", str(tmp_path / so)], capture_output=True, text=True).stdout
     assert "AArch64" in header
-    evidence(pytestconfig, f"aarch64 under QEMU: image.build {image_seconds:.0f} s, container build "
-                           f"{build_seconds:.0f} s -> {wheel.name} (readelf: AArch64, smoke test imported apex_C)")
+    evidence(pytestconfig, f"aarch64 under QEMU: image.build {image_seconds:.0f} s, container build with torch_npu "
+                           f"2.5.1.post1 {build_seconds:.0f} s -> {wheel.name} (readelf: AArch64, smoke test imported "
+                           "apex_C; torch_npu: needs CANN)")
