@@ -17,6 +17,7 @@ from packaging.utils import canonicalize_name
 from apexkit import known_failures, log
 from apexkit.errors import EnvironmentSetupError
 from apexkit.proc import run_logged
+from apexkit.sources import cache_dir
 
 
 @dataclass(frozen=True)
@@ -73,8 +74,11 @@ def create(interpreter: str, path: Path, log_path: Path, system_site_packages: b
     if path.exists():
         shutil.rmtree(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    # virtualenv runs on the host Python (pinned in requirements.txt); -p picks the target interpreter.
-    argv = [sys.executable, "-m", "virtualenv", "--quiet", "--no-periodic-update", "-p", interpreter, str(path)]
+    # virtualenv runs on the host Python (pinned in requirements.txt); -p picks the target interpreter. Its own app
+    # data (seed wheels) lives in apexkit's cache: the user's may hold wheels a periodic update fetched for the host's
+    # Python (seen here: pip 26.2.1 filed under 3.8, a SyntaxError-class failure in every 3.8 venv seeded from it).
+    argv = [sys.executable, "-m", "virtualenv", "--quiet", "--no-periodic-update", "--app-data",
+            str(cache_dir() / "virtualenv"), "-p", interpreter, str(path)]
     if system_site_packages:
         argv.append("--system-site-packages")
     code, tail = run_logged(argv, log_path)
