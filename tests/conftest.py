@@ -13,6 +13,13 @@ sys.path.insert(0, str(ROOT))
 
 import fixture_repos  # noqa: E402
 
+from apexkit import sources  # noqa: E402
+
+# Tests that run `python -m virtualenv` themselves seed like apexkit does: never a periodic update in the background
+# (it once filed a pip for the host's Python under 3.8), app data apart from the user's.
+os.environ.setdefault("VIRTUALENV_NO_PERIODIC_UPDATE", "1")
+os.environ.setdefault("VIRTUALENV_APP_DATA", str(sources.cache_dir(os.environ) / "virtualenv"))
+
 
 @pytest.fixture(scope="session")
 def repos(tmp_path_factory) -> fixture_repos.FixtureRepos:
