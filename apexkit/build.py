@@ -439,7 +439,7 @@ class Builder:
     def _explain_failure(self, tail: list[str]) -> str | None:
         log.info("  last lines of the build log:")
         for line in tail[-15:]:
-            log.info(f"    {line}")
+            log.foreign(line, "    ")
         return known_failures.announce(self.log_path.read_text(errors="replace"))
 
     def _smoke_test(self, plan: Plan, interp: interpreters.Interpreter, wheel: Path, work: Path) -> dict:

@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         build.main(argv[1], argv[2:], prog=f"python -m apexkit build {argv[1]}")
     except ApexkitError as exc:
-        log.console.print(f"[red]error:[/red] {log.mask(exc.format())}", highlight=False, markup=True)
+        log.console.print(f"[red]error:[/red] {log.escape(log.mask(exc.format()))}", highlight=False, markup=True)
         return exc.exit_code
     except KeyboardInterrupt:
         log.console.print("interrupted", style="red")
@@ -63,5 +63,5 @@ def _doctor(argv: list[str]) -> int:
         return doctorcli.main(log_file=args.log, as_json=args.json, venv=args.venv, python=args.python,
                               scripts=args.scripts)
     except ApexkitError as exc:
-        log.console.print(f"[red]error:[/red] {log.mask(exc.format())}", highlight=False, markup=True)
+        log.console.print(f"[red]error:[/red] {log.escape(log.mask(exc.format()))}", highlight=False, markup=True)
         return exc.exit_code

@@ -33,11 +33,11 @@ def _explain_log(path: str, as_json: bool) -> int:
         log.info(f"no known failure in {path} (known_failures.toml has the signatures); its last lines:")
         with open(path, errors="replace") as fh:
             for line in fh.read().splitlines()[-10:]:
-                log.info(f"  {log.mask(line)}")
+                log.foreign(line, "  ")
         return 1
     for hit in hits:
-        log.console.print(f"[bold]{hit.failure.id}[/bold]  line {hit.line_no}: {log.escape(log.mask(hit.line[:160]))}",
-                          highlight=False)
+        shown = log.escape(log.sanitise(log.mask(hit.line[:160])))  # the log's text: no markup, no control characters
+        log.console.print(f"[bold]{hit.failure.id}[/bold]  line {hit.line_no}: {shown}", highlight=False)
         log.info(f"  cause: {hit.failure.cause}")
         log.info(f"  fix:   {hit.failure.fix}")
     return 0

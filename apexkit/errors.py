@@ -6,6 +6,8 @@ a user error never shows a traceback.
 
 from __future__ import annotations
 
+from apexkit.log import sanitise
+
 
 class ApexkitError(Exception):
     """Base class. `cause` says what failed, `hint` says what to run or change next."""
@@ -14,8 +16,9 @@ class ApexkitError(Exception):
 
     def __init__(self, cause: str, hint: str = "") -> None:
         super().__init__(cause)
-        self.cause = " ".join(cause.split())
-        self.hint = " ".join(hint.split())
+        # one line, and safe on a terminal: causes quote foreign text (a compiler line, a container's manifest)
+        self.cause = sanitise(" ".join(cause.split()))
+        self.hint = sanitise(" ".join(hint.split()))
 
     def format(self) -> str:
         """The one line shown to the user."""

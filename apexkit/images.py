@@ -421,10 +421,10 @@ def _follow_build(stream: Iterable[dict], fh, verbose: bool) -> tuple[str, list[
             step = _STEP.match(line)
             fh.write(line + (f"  [+{time.monotonic() - started:.0f}s]" if step else "") + "\n")
             if step:
-                log.console.print(f"[bold]  [{step[1]}/{step[2]}][/bold] {log.escape(step[3][:110])} "
+                log.console.print(f"[bold]  [{step[1]}/{step[2]}][/bold] {log.escape(log.sanitise(step[3][:110]))} "
                                   f"[dim]({log.format_seconds(time.monotonic() - started)})[/dim]")
             elif verbose and line.strip() and not line.startswith((" ---> ", "Removing intermediate container")):
-                log.console.print(f"[dim]    {log.escape(line[:200])}[/dim]")
+                log.console.print(f"[dim]    {log.escape(log.sanitise(line[:200]))}[/dim]")
     if pending.strip():
         lines.append(log.mask(_ANSI.sub("", pending)))
         fh.write(lines[-1] + "\n")

@@ -13,7 +13,8 @@ from rich.console import Console
 from rich.markup import escape
 
 # stderr: stdout stays free for machine-readable output (JSON, export lines).
-console = Console(stderr=True, highlight=False, soft_wrap=True)
+# emoji=False: ":name:" in echoed foreign text stays text (Rich replaces emoji codes even with markup=False).
+console = Console(stderr=True, highlight=False, soft_wrap=True, emoji=False)
 
 _CRED_IN_URL = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<user>[^:/@\s]+):(?P<pw>[^@/\s]+)@")
 
@@ -23,18 +24,36 @@ def mask(text: str) -> str:
     return _CRED_IN_URL.sub(lambda m: f"{m['scheme']}{m['user']}:***@", text)
 
 
+# Control characters other than tab: C0 (ESC included), DEL, C1. A terminal acts on them (OSC 52 clipboard writes,
+# screen clears, colours that fake an "OK", \r overwriting a line), so foreign text shows them escaped instead.
+_CONTROL = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f]")
+_CONTROL_BUT_NEWLINE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def sanitise(text: str, keep_newlines: bool = False) -> str:
+    """`text` safe to print on a terminal: every control character but tab (and newline if asked) as `\\xNN`."""
+    pattern = _CONTROL_BUT_NEWLINE if keep_newlines else _CONTROL
+    return pattern.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
+def foreign(line: str, indent: str = "  ") -> None:
+    """Echo one line of text apexkit did not write (a log, a subprocess, a container): secrets masked, control
+    characters escaped, Rich markup not interpreted. Log files keep the raw text; only the terminal gets this."""
+    console.print(indent + sanitise(mask(line.rstrip("\r\n"))), markup=False)
+
+
 def echo_command(argv: Sequence[str], cwd: str | None = None) -> None:
-    line = mask(shlex.join(str(a) for a in argv))
-    where = f"  (in {cwd})" if cwd else ""
+    line = sanitise(mask(shlex.join(str(a) for a in argv)))
+    where = f"  (in {sanitise(cwd)})" if cwd else ""
     console.print(f"[dim]+ {escape(line)}{escape(where)}[/dim]")
 
 
 def info(message: str) -> None:
-    console.print(message, markup=False)
+    console.print(sanitise(message, keep_newlines=True), markup=False)
 
 
 def warn(message: str) -> None:
-    console.print(f"[yellow]! {escape(mask(message))}[/yellow]")
+    console.print(f"[yellow]! {escape(sanitise(mask(message), keep_newlines=True))}[/yellow]")
 
 
 def format_seconds(seconds: float) -> str:
@@ -58,19 +77,20 @@ class Step:
 @contextlib.contextmanager
 def step(name: str, timings: dict[str, float] | None = None) -> Iterator[Step]:
     s = Step(name)
-    console.print(f"[bold]▸ {escape(name)}[/bold]")
+    shown = escape(sanitise(name))
+    console.print(f"[bold]▸ {shown}[/bold]")
     start = time.monotonic()
     try:
         yield s
     except BaseException:
         s.seconds = time.monotonic() - start
-        console.print(f"[red]✕ {escape(name)}[/red] ({format_seconds(s.seconds)})")
+        console.print(f"[red]✕ {shown}[/red] ({format_seconds(s.seconds)})")
         raise
     s.seconds = time.monotonic() - start
     if timings is not None:
         timings[name] = round(timings.get(name, 0.0) + s.seconds, 3)
-    detail = f": {escape(mask(s.detail))}" if s.detail else ""
-    console.print(f"[green]✓ {escape(name)}[/green]{detail} ({format_seconds(s.seconds)})")
+    detail = f": {escape(sanitise(mask(s.detail)))}" if s.detail else ""
+    console.print(f"[green]✓ {shown}[/green]{detail} ({format_seconds(s.seconds)})")
 
 
 def is_interactive() -> bool:

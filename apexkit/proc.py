@@ -52,14 +52,15 @@ def run_logged(
             for line in proc.stdout:
                 fh.write(line)
                 tail.append(line.rstrip("\n"))
-                if verbose:
-                    sys.stderr.write(log.mask(line))
+                if verbose:  # the log file keeps the raw line; the terminal gets it with control characters escaped
+                    sys.stderr.write(log.sanitise(log.mask(line.rstrip("\r\n"))) + "\n")
                 if progress:
                     new = progress(line)
                     if new:
                         state["status"] = new
                         if live is not None:
-                            live.update(f"{new}  [{log.format_seconds(time.monotonic() - state['start'])}]")
+                            elapsed = log.format_seconds(time.monotonic() - state["start"])
+                            live.update(f"{log.escape(log.sanitise(new))}  [{elapsed}]")
             code = proc.wait()
         except BaseException:
             proc.kill()
