@@ -6,21 +6,33 @@ container), a cache (/cache: git mirrors, build venvs, wheel cache of that image
 name on the host (--wheelhouse, --apex-src, file:// source URLs, the CA bundle). No --privileged. The container
 runs as the invoking user (or, for root, as the image's non-root build user); the finished dist/<target>/ is then
 copied into the host's dist/ by this process, so it belongs to the invoking user.
+
+The workspace is the container's to write, so what the host takes from it is untrusted: the host keeps the
+container's output beside the workspace, never in it (a symlink left there would aim the host's writes anywhere), and
+takes back only a plain wheel file named by a plain basename, without following links, re-hashed here.
 """
 
 from __future__ import annotations
 
+import errno
+import hashlib
 import json
 import os
+import re
 import shutil
+import stat
 import sys
+import tempfile
 import time
+import zipfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-from apexkit import images, log, proxy
+from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+
+from apexkit import fsedit, images, log, proxy
 from apexkit import matrix as matrix_mod
 from apexkit.errors import BuildError, ConfigError, ImageError
 from apexkit.options import BuildOptions
@@ -59,6 +71,12 @@ class ContainerSpec:
     workspace: Path
     cache: Path
     notes: list[str] = field(default_factory=list)
+
+    @property
+    def log_path(self) -> Path:
+        """The container's output as the host keeps it: beside the workspace (build/containers/<image>-py3.X.log),
+        outside every mount the container can write."""
+        return self.workspace.with_name(f"{self.workspace.name}.log")
 
     def volumes(self) -> dict[str, dict[str, str]]:
         return {str(m.host): {"bind": m.container, "mode": "ro" if m.read_only else "rw"} for m in self.mounts}
@@ -205,19 +223,19 @@ def run(opts: BuildOptions, argv: Sequence[str]) -> Path | None:
     if labels.get(f"{images.LABEL}.recipe") != images.recipe_digest():
         log.warn(f"{spec.image} was built from an older docker/ recipe: rebuild it with invoke image.build")
     preflight(spec)
-    shutil.rmtree(spec.workspace / "dist", ignore_errors=True)
+    _clear_workspace_dist(spec.workspace)
     started = time.monotonic()
     with log.step(f"build in {spec.image}") as s:
         code = _run_container(c, spec)
         if code != 0:
             raise _failure(code, spec)
-        produced = sorted(p for p in (spec.workspace / "dist").glob("*") if (p / "manifest.json").is_file())
+        produced = produced_targets(spec.workspace)
         if opts.dry_run:
             s.note("dry run")
             return None
         if len(produced) != 1:
             raise BuildError(f"the container build ended without one dist/<target> in {spec.workspace / 'dist'} "
-                             f"(found {len(produced)})", f"see {spec.workspace / 'container.log'}")
+                             f"(found {len(produced)})", f"see {spec.log_path}")
         final = _publish(produced[0], opts.dist_dir, spec, labels, time.monotonic() - started)
         s.note(str(final))
     return final
@@ -231,21 +249,9 @@ def _run_container(c, spec: ContainerSpec) -> int:
                                     environment=spec.environment, network_mode=spec.network, working_dir=REPO_MOUNT,
                                     labels={f"{images.LABEL}.run": "build"}, init=True, use_config_proxy=False)
     try:
-        container.start()
-        with open(spec.workspace / "container.log", "w", encoding="utf-8") as fh:
-            pending = b""
-            for chunk in container.logs(stream=True, follow=True):
-                pending += chunk
-                *lines, pending = pending.split(b"\n")
-                for raw in lines:
-                    text = log.mask(raw.decode("utf-8", "replace"))
-                    fh.write(text + "\n")
-                    sys.stderr.write("│ " + text + "\n")
-                sys.stderr.flush()
-            if pending:
-                text = log.mask(pending.decode("utf-8", "replace"))
-                fh.write(text + "\n")
-                sys.stderr.write("│ " + text + "\n")
+        with open_host_log(spec.log_path) as fh:  # before start: a refused log path leaves nothing running
+            container.start()
+            stream_output(container.logs(stream=True, follow=True), fh)
         return int(container.wait().get("StatusCode", 1))
     except KeyboardInterrupt:
         container.stop(timeout=5)
@@ -254,30 +260,233 @@ def _run_container(c, spec: ContainerSpec) -> int:
         container.remove(force=True)
 
 
+def stream_output(chunks, fh) -> None:
+    """The container's output, line by line and masked, into the host's log `fh` and onto stderr."""
+    pending = b""
+    for chunk in chunks:
+        pending += chunk
+        *lines, pending = pending.split(b"\n")
+        for raw in lines:
+            text = log.mask(raw.decode("utf-8", "replace"))
+            fh.write(text + "\n")
+            sys.stderr.write("│ " + log.sanitise(text) + "\n")  # the log keeps the raw text
+        sys.stderr.flush()
+    if pending:
+        text = log.mask(pending.decode("utf-8", "replace"))
+        fh.write(text + "\n")
+        sys.stderr.write("│ " + log.sanitise(text) + "\n")  # the log keeps the raw text
+
+
+def open_host_log(path: Path):
+    """`path` truncated for writing as a text file, refused when it is anything but this process's own regular file:
+    never through a symlink (O_NOFOLLOW), never into a FIFO or device (O_NONBLOCK, then fstat), never into a file
+    hard-linked elsewhere. It lives outside the container's mounts (ContainerSpec.log_path); this is the second line."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    hint = f"remove {path} (apexkit writes a fresh log there) and look at who made it"
+    try:
+        fd = os.open(path, flags, 0o644)
+    except OSError as exc:
+        what = {errno.ELOOP: "it is a symbolic link", errno.ENXIO: "it is not a regular file"}.get(
+            exc.errno, (exc.strerror or "unwritable").lower())
+        raise ImageError(f"refusing to write the container log {path}: {what}", hint) from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
+            raise ImageError(f"refusing to write the container log {path}: it is not a regular file with one link",
+                             hint)
+        os.set_blocking(fd, True)
+        os.ftruncate(fd, 0)
+        uid, gid = invoking_user()
+        if os.geteuid() == 0 and uid != 0:
+            os.fchown(fd, uid, gid)
+        return os.fdopen(fd, "w", encoding="utf-8")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def _failure(code: int, spec: ContainerSpec) -> ImageError:
     error = ImageError(f"the build inside {spec.image} failed (exit {code}; its one-line error is above)",
-                       f"container output: {spec.workspace / 'container.log'}; build log under "
+                       f"container output: {spec.log_path}; build log under "
                        f"{spec.workspace / 'build'}")
     if 2 <= code <= 9:  # the inner apexkit error's own exit code (ConfigError … BenchError)
         error.exit_code = code
     return error
 
 
-def _publish(produced: Path, dist_dir: Path, spec: ContainerSpec, labels: Mapping[str, str], seconds: float) -> Path:
-    """Copy dist/<target>/ out of the workspace into the host's dist/, atomically, owned by the invoking user."""
-    from apexkit import build
+TARGET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
+MANIFEST_MAX = 16 << 20  # bytes; ours are a few KiB
 
-    manifest = json.loads((produced / "manifest.json").read_text())
-    manifest["builder_image"] = {"image": spec.image, "arch": spec.arch, "base": labels.get(f"{images.LABEL}.base"),
-                                 "recipe": labels.get(f"{images.LABEL}.recipe"), "user": spec.user,
-                                 "container_seconds": round(seconds, 1)}
-    wheel = produced / manifest["wheel"]["file"]
-    final = build.replace_dir(dist_dir, produced.name, {wheel.name: wheel}, manifest)
+
+class _Untrusted(Exception):
+    """What the container left is not a plain dist/<target>/ (caught and turned into ImageError)."""
+
+
+def _shown(name: object) -> str:
+    """A name the container chose, safe to print on one line (control characters escaped, length bounded)."""
+    text = ascii(name) if isinstance(name, str) else type(name).__name__
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
+def _open_dir(name: str | Path, dir_fd: int | None = None) -> int:
+    try:
+        return os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0),
+                       dir_fd=dir_fd)
+    except OSError as exc:
+        raise _Untrusted(f"{_shown(str(name))} is not a directory (a symlink or other file)") from exc
+
+
+def _open_regular(name: str, dir_fd: int) -> int:
+    """Read-only fd of the regular file `name` directly in dir_fd: no symlink, no FIFO or device (the fstat of an
+    O_NOFOLLOW descriptor is the lstat, without the race)."""
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0), dir_fd=dir_fd)
+    except OSError as exc:
+        what = "a symbolic link" if exc.errno == errno.ELOOP else (exc.strerror or "unreadable").lower()
+        raise _Untrusted(f"{_shown(name)} is {what}") from exc
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise _Untrusted(f"{_shown(name)} is not a regular file")
+    return fd
+
+
+def produced_targets(workspace: Path) -> list[Path]:
+    """The dist/<target>/ directories the container left in the workspace: real directories (no symlinks) with a
+    regular manifest.json, named like a target. Anything else is not listed (and so never copied)."""
+    where = workspace / "dist"
+    try:
+        if not stat.S_ISDIR(where.lstat().st_mode):
+            return []
+        names = sorted(os.listdir(where))
+    except OSError:
+        return []
+    found = []
+    for name in names:
+        try:
+            if (TARGET_NAME.fullmatch(name) and stat.S_ISDIR((where / name).lstat().st_mode)
+                    and stat.S_ISREG((where / name / "manifest.json").lstat().st_mode)):
+                found.append(where / name)
+        except OSError:
+            continue
+    return found
+
+
+def _clear_workspace_dist(workspace: Path) -> None:
+    """Remove the workspace's dist/ of an earlier run; a symlink left in its place goes, its target stays."""
+    where = workspace / "dist"
+    if where.is_symlink() or (where.exists() and not where.is_dir()):
+        where.unlink()
+    else:
+        shutil.rmtree(where, ignore_errors=True)
+
+
+def _read_manifest(target_fd: int) -> dict:
+    fd = _open_regular("manifest.json", target_fd)
+    with os.fdopen(fd, "rb") as fh:
+        data = fh.read(MANIFEST_MAX + 1)
+    if len(data) > MANIFEST_MAX:
+        raise _Untrusted(f"manifest.json is larger than {MANIFEST_MAX >> 20} MiB")
+    try:
+        manifest = json.loads(data.decode("utf-8"))
+    except ValueError as exc:
+        raise _Untrusted(f"manifest.json is not JSON ({exc})") from exc
+    wheel = manifest.get("wheel") if isinstance(manifest, dict) else None
+    if not isinstance(wheel, dict) or not isinstance(wheel.get("file"), str) or not isinstance(wheel.get("sha256"),
+                                                                                                 str):
+        raise _Untrusted("manifest.json has no wheel.file and wheel.sha256")
+    return manifest
+
+
+def _wheel_name(name: str) -> str:
+    """A plain basename that is a valid wheel filename, or _Untrusted."""
+    if (name in ("", ".", "..") or "/" in name or "\\" in name or "\0" in name or name != name.strip()
+            or not name.endswith(".whl")):
+        raise _Untrusted(f"wheel.file {_shown(name)} is not a plain *.whl file name")
+    try:
+        parse_wheel_filename(name)
+    except InvalidWheelFilename as exc:
+        raise _Untrusted(f"wheel.file {_shown(name)} is not a valid wheel file name ({exc})") from exc
+    return name
+
+
+def _copy_fd(src: int, dest: Path) -> tuple[str, int]:
+    """Copy the open file `src` into a new file `dest` (never an existing one), hashing what was copied."""
+    digest, size = hashlib.sha256(), 0
+    out = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o644)
+    with os.fdopen(out, "wb") as fh:
+        while True:
+            chunk = os.read(src, 1 << 20)
+            if not chunk:
+                break
+            digest.update(chunk)
+            fh.write(chunk)
+            size += len(chunk)
+    os.chmod(dest, 0o644)
+    return digest.hexdigest(), size
+
+
+def _publish(produced: Path, dist_dir: Path, spec: ContainerSpec, labels: Mapping[str, str], seconds: float) -> Path:
+    """Copy dist/<target>/ out of the workspace into the host's dist/, atomically, owned by the invoking user.
+
+    The workspace is the container's: `produced` must be a real directory directly in <workspace>/dist, its
+    manifest.json and wheel regular files (opened without following links, relative to the opened directory),
+    wheel.file a plain valid wheel file name. The wheel is copied and hashed here; it must match the manifest's
+    sha256, and the host writes wheel.sha256/size from its own copy. Anything else: ImageError, nothing in dist/."""
+    where = spec.workspace / "dist"
+    try:
+        if produced.parent != where or not TARGET_NAME.fullmatch(produced.name):
+            raise _Untrusted(f"{_shown(produced.name)} is not a target directory directly in {where}")
+        dist_fd = _open_dir(where)
+        try:
+            target_fd = _open_dir(produced.name, dist_fd)
+        finally:
+            os.close(dist_fd)
+        try:
+            manifest = _read_manifest(target_fd)
+            name = _wheel_name(manifest["wheel"]["file"])
+            src = _open_regular(name, target_fd)
+        finally:
+            os.close(target_fd)
+        try:
+            final = _install(src, name, manifest, dist_dir, produced.name, spec, labels, seconds)
+        finally:
+            os.close(src)
+    except _Untrusted as exc:
+        left = where / (produced.name if TARGET_NAME.fullmatch(produced.name) else _shown(produced.name))
+        raise ImageError(f"refusing what the container left in {left}: {exc}",
+                         f"nothing was copied to {dist_dir}; inspect {left} and the image {spec.image} "
+                         f"(rebuild it with invoke image.build)") from None
     uid, gid = invoking_user()
     if os.geteuid() == 0 and uid != 0:
         for path in (final, *final.iterdir()):
-            os.chown(path, uid, gid)
-    log.info(f"✓ {final / wheel.name}")
+            os.chown(path, uid, gid, follow_symlinks=False)
+    log.info(f"✓ {final / name}")
     log.info(f"  sha256 {manifest['wheel']['sha256']}  ({manifest['wheel']['size'] / 1024:.0f} KiB, "
              f"{spec.arch}, built in {spec.image})")
     return final
+
+
+def _install(src: int, name: str, manifest: dict, dist_dir: Path, target: str, spec: ContainerSpec,
+             labels: Mapping[str, str], seconds: float) -> Path:
+    """dist/<target>/ from the open wheel `src`: appears complete (verified) or not at all."""
+    dist_dir.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target}.tmp-", dir=dist_dir))
+    try:
+        sha, size = _copy_fd(src, tmp / name)
+        claimed = manifest["wheel"]["sha256"]
+        if sha != claimed:
+            raise _Untrusted(f"{_shown(name)} has sha256 {sha[:16]}…, its manifest says {_shown(claimed[:16])}")
+        if not zipfile.is_zipfile(tmp / name):
+            raise _Untrusted(f"{_shown(name)} is not a zip archive")
+        manifest["wheel"] = {"file": name, "sha256": sha, "size": size}
+        manifest["builder_image"] = {"image": spec.image, "arch": spec.arch, "base": labels.get(f"{images.LABEL}.base"),
+                                     "recipe": labels.get(f"{images.LABEL}.recipe"), "user": spec.user,
+                                     "container_seconds": round(seconds, 1)}
+        (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+        os.chmod(tmp, 0o755)  # mkdtemp makes it 0700
+        fsedit.swap_directory(tmp, dist_dir / target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return dist_dir / target

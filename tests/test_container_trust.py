@@ -1,0 +1,252 @@
+"""What a container leaves in its workspace is untrusted (issue 13, items 1 and 2): the host never writes through it
+and takes back only a plain, verified wheel. No Docker: each workspace is laid out as a malicious image would leave it,
+and the host-side functions run on it for real."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from apexkit import containerbuild, options
+from apexkit.errors import ImageError
+
+TARGET = "py3.11-torch2.13.0-x86_64-master"
+WHEEL = "apex-0.1+ascend-cp311-cp311-linux_x86_64.whl"
+SECRET = b"-----BEGIN OPENSSH PRIVATE KEY-----\nnot-a-real-key\n"
+IMAGE = "apexkit/builder:debian-bookworm-x86_64"
+
+
+class Layout:
+    """A host (secret file, victim file, dist/) and a container workspace under tmp_path."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+        self.secret = tmp / "home" / ".ssh" / "id_rsa"
+        self.secret.parent.mkdir(parents=True)
+        self.secret.write_bytes(SECRET)
+        os.chmod(self.secret, 0o600)
+        self.victim = tmp / "etc" / "cron.d" / "victim"
+        self.victim.parent.mkdir(parents=True)
+        self.victim.write_text("# the host's own file\n")
+        self.dist = tmp / "dist"
+        self.workspace = tmp / "build" / "containers" / "builder-debian-bookworm-x86_64-py3.11"
+        self.produced = self.workspace / "dist" / TARGET
+        self.produced.mkdir(parents=True)
+        self.spec = containerbuild.ContainerSpec(
+            image=IMAGE, arch="x86_64", command=[], user="1000:1000", uid=1000,
+            mounts=[containerbuild.Mount(self.workspace, containerbuild.WORKSPACE, False, "workspace")],
+            environment={}, network=None, workspace=self.workspace, cache=tmp / "cache")
+
+    def wheel(self, name: str = WHEEL) -> bytes:
+        path = self.produced / name
+        with zipfile.ZipFile(path, "w") as zf:
+            zf.writestr("apex/__init__.py", "")
+        return path.read_bytes()
+
+    def manifest(self, file: str, sha256: str, size: int = 1) -> None:
+        (self.produced / "manifest.json").write_text(json.dumps(
+            {"target": {"target_id": TARGET}, "wheel": {"file": file, "sha256": sha256, "size": size}}))
+
+    def publish(self) -> Path:
+        return containerbuild._publish(self.produced, self.dist, self.spec, {"org.apexkit.base": "debian"}, 1.0)
+
+    def refused(self) -> ImageError:
+        with pytest.raises(ImageError) as info:
+            self.publish()
+        error = info.value
+        assert error.exit_code == 10 and "\n" not in error.format() and "refusing" in error.format()
+        assert self.secret.read_bytes() == SECRET and self.victim.read_text() == "# the host's own file\n"
+        assert not self.dist.exists() or list(self.dist.iterdir()) == [], "nothing may reach dist/"
+        return error
+
+
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+@pytest.fixture
+def host(tmp_path) -> Layout:
+    return Layout(tmp_path)
+
+
+# --- item 2: the wheel taken back from the workspace ---------------------------------------------------------------
+
+def test_a_plain_wheel_is_copied_and_its_manifest_rewritten_from_the_host_copy(host):
+    data = host.wheel()
+    host.manifest(WHEEL, sha(data), size=12345)  # the container's size is not taken over
+    final = host.publish()
+    assert final == host.dist / TARGET
+    assert (final / WHEEL).read_bytes() == data and not (final / WHEEL).is_symlink()
+    manifest = json.loads((final / "manifest.json").read_text())
+    assert manifest["wheel"] == {"file": WHEEL, "sha256": sha(data), "size": len(data)}
+    assert manifest["builder_image"]["image"] == IMAGE and manifest["builder_image"]["base"] == "debian"
+    assert sorted(p.name for p in host.dist.iterdir()) == [TARGET]  # no temporary directory left
+
+
+def test_absolute_wheel_path_is_refused(host):
+    host.manifest(str(host.secret), sha(SECRET))
+    assert "is not a plain *.whl file name" in host.refused().format()
+
+
+def test_absolute_whl_path_is_refused(host):
+    whl = host.tmp / "home" / "stolen.whl"
+    whl.write_bytes(SECRET)
+    host.manifest(str(whl), sha(SECRET))
+    assert "is not a plain *.whl file name" in host.refused().format()
+
+
+@pytest.mark.parametrize("name", ["../../../../../home/.ssh/id_rsa", "../x-1.0-py3-none-any.whl", "..", "",
+                                  "sub/apex-0.1-py3-none-any.whl"])
+def test_names_that_leave_the_target_directory_are_refused(host, name):
+    (host.workspace / "dist" / "x-1.0-py3-none-any.whl").write_bytes(SECRET)
+    host.manifest(name, sha(SECRET))
+    host.refused()
+
+
+def test_a_symlinked_wheel_is_refused(host):
+    (host.produced / WHEEL).symlink_to(host.secret)
+    host.manifest(WHEEL, sha(SECRET))  # even with the secret's own digest
+    assert "is a symbolic link" in host.refused().format()
+
+
+def test_a_name_that_is_no_wheel_file_name_is_refused(host):
+    (host.produced / "id_rsa.whl").write_bytes(host.wheel())
+    host.manifest("id_rsa.whl", sha((host.produced / "id_rsa.whl").read_bytes()))
+    assert "is not a valid wheel file name" in host.refused().format()
+
+
+def test_a_digest_other_than_the_manifest_says_is_refused(host):
+    host.wheel()
+    host.manifest(WHEEL, "0" * 64)
+    assert "its manifest says" in host.refused().format()
+
+
+def test_a_wheel_that_is_not_a_zip_is_refused(host):
+    (host.produced / WHEEL).write_bytes(SECRET)
+    host.manifest(WHEEL, sha(SECRET))
+    assert "is not a zip archive" in host.refused().format()
+
+
+def test_a_fifo_named_like_a_wheel_is_refused_without_blocking(host):
+    os.mkfifo(host.produced / WHEEL)
+    host.manifest(WHEEL, sha(b""))
+    assert "is not a regular file" in host.refused().format()
+
+
+def test_a_symlinked_manifest_is_refused(host):
+    data = host.wheel()
+    elsewhere = host.tmp / "home" / "settings.json"
+    elsewhere.write_text(json.dumps({"wheel": {"file": WHEEL, "sha256": sha(data)}, "token": "s3cret"}))
+    (host.produced / "manifest.json").symlink_to(elsewhere)
+    assert "is a symbolic link" in host.refused().format()
+
+
+def test_a_manifest_without_wheel_fields_is_refused(host):
+    host.wheel()
+    (host.produced / "manifest.json").write_text(json.dumps({"wheel": {"file": ["x"]}}))
+    assert "has no wheel.file" in host.refused().format()
+
+
+def test_a_symlinked_target_directory_is_neither_listed_nor_copied(host):
+    """dist/<target> -> a host directory holding a wheel-looking copy of the secret and a matching manifest."""
+    loot = host.tmp / "home" / "loot"
+    loot.mkdir()
+    with zipfile.ZipFile(loot / WHEEL, "w") as zf:
+        zf.writestr("id_rsa", SECRET)
+    (loot / "manifest.json").write_text(json.dumps({"wheel": {"file": WHEEL, "sha256": sha((loot / WHEEL).read_bytes())}}))
+    os.rmdir(host.produced)
+    host.produced.symlink_to(loot)
+    assert containerbuild.produced_targets(host.workspace) == []
+    assert "is not a directory" in host.refused().format()
+
+
+def test_a_symlinked_workspace_dist_is_neither_listed_nor_copied_nor_emptied(host):
+    loot = host.tmp / "home" / "loot"
+    (loot / TARGET).mkdir(parents=True)
+    with zipfile.ZipFile(loot / TARGET / WHEEL, "w") as zf:
+        zf.writestr("id_rsa", SECRET)
+    data = (loot / TARGET / WHEEL).read_bytes()
+    (loot / TARGET / "manifest.json").write_text(json.dumps({"wheel": {"file": WHEEL, "sha256": sha(data)}}))
+    os.rmdir(host.produced)
+    os.rmdir(host.workspace / "dist")
+    (host.workspace / "dist").symlink_to(loot)
+    assert containerbuild.produced_targets(host.workspace) == []
+    assert "is not a directory" in host.refused().format()
+    # the next run clears the workspace's dist/: the link goes, what it pointed at stays
+    containerbuild._clear_workspace_dist(host.workspace)
+    assert not (host.workspace / "dist").exists() and (loot / TARGET / WHEEL).read_bytes() == data
+
+
+def test_a_refused_build_leaves_the_previous_target_in_place(host):
+    previous = host.dist / TARGET
+    previous.mkdir(parents=True)
+    (previous / WHEEL).write_bytes(b"the good wheel")
+    (previous / "manifest.json").write_text("{}")
+    (host.produced / WHEEL).symlink_to(host.secret)
+    host.manifest(WHEEL, sha(SECRET))
+    with pytest.raises(ImageError):
+        host.publish()
+    assert sorted(p.name for p in host.dist.iterdir()) == [TARGET]
+    assert (previous / WHEEL).read_bytes() == b"the good wheel"
+
+
+def test_only_real_target_directories_are_listed(host):
+    host.manifest(WHEEL, sha(host.wheel()))
+    (host.workspace / "dist" / "loose-file").write_text("")
+    (host.workspace / "dist" / ".hidden").mkdir()
+    (host.workspace / "dist" / ".hidden" / "manifest.json").write_text("{}")
+    (host.workspace / "dist" / "linked").symlink_to(host.produced)
+    assert containerbuild.produced_targets(host.workspace) == [host.produced]
+
+
+# --- item 1: the container's output as the host writes it ----------------------------------------------------------
+
+def test_the_host_log_lives_outside_every_mount_the_container_can_write(tmp_path):
+    argv = ["--image", IMAGE, "--dist", str(tmp_path / "dist"), f"--build-dir={tmp_path / 'build'}"]
+    opts = options.resolve("3.11", argv, env={"APEXKIT_CACHE_DIR": str(tmp_path / "cache")})
+    spec = containerbuild.make_spec(opts, argv, IMAGE, {}, "x86_64", environ={}, euid=4321)
+    writable = [m.host for m in spec.mounts if not m.read_only]
+    assert spec.workspace in writable
+    for mount in writable:
+        assert mount not in spec.log_path.parents, f"{spec.log_path} is inside the rw mount {mount}"
+    assert spec.log_path == tmp_path / "build" / "containers" / "builder-debian-bookworm-x86_64-py3.11.log"
+
+
+def test_a_container_log_symlink_left_in_the_workspace_is_not_written_through(host):
+    (host.workspace / "container.log").symlink_to(host.victim)
+    with containerbuild.open_host_log(host.spec.log_path) as fh:
+        containerbuild.stream_output([b"* * * * * root sh -c 'id > /tmp/pwned'\n", b"tail"], fh)
+    assert host.victim.read_text() == "# the host's own file\n"
+    assert host.spec.log_path.read_text() == "* * * * * root sh -c 'id > /tmp/pwned'\ntail\n"
+
+
+def test_the_host_log_is_never_opened_through_a_symlink(host):
+    host.spec.log_path.symlink_to(host.victim)
+    with pytest.raises(ImageError, match="is a symbolic link") as info:
+        containerbuild.open_host_log(host.spec.log_path)
+    assert info.value.exit_code == 10 and "-- next: remove" in info.value.format()
+    assert host.victim.read_text() == "# the host's own file\n"
+
+
+def test_the_host_log_is_never_a_fifo_or_a_hard_link(host):
+    os.mkfifo(host.spec.log_path)
+    with pytest.raises(ImageError, match="not a regular file"):
+        containerbuild.open_host_log(host.spec.log_path)  # O_NONBLOCK: refused, not blocked
+    os.unlink(host.spec.log_path)
+    os.link(host.victim, host.spec.log_path)
+    with pytest.raises(ImageError, match="one link"):
+        containerbuild.open_host_log(host.spec.log_path)
+    assert host.victim.read_text() == "# the host's own file\n"
+
+
+def test_the_host_log_is_truncated_and_rewritten(host):
+    host.spec.log_path.write_text("an older run's output, longer than this one\n")
+    with containerbuild.open_host_log(host.spec.log_path) as fh:
+        containerbuild.stream_output([b"new\n"], fh)
+    assert host.spec.log_path.read_text() == "new\n"
+
