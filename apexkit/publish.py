@@ -6,23 +6,41 @@ One filename is one wheel: a filename already in the index with other bytes, or 
 wheels under one name (the wheel name does not carry the torch version), is refused; --split-by-torch writes one
 index per torch version instead. The index is rebuilt in a temporary directory and swapped in, so readers never see
 a half-written one, and wheels published earlier stay.
+
+Trust: dist/*/manifest.json, the index directory and its index.json may have been written by someone else (a build
+container, a cache, a user's web root). publish never destroys what it did not make: an index root is replaced only
+when it does not exist, is empty, or is an apexkit index -- index.json (a regular file, marked
+`"format": "apexkit-index/1"`; indexes from before the marker are recognised by their shape) and nothing in the
+tree but what that index.json lists (simple/index.html, simple/<project>/index.html and the wheels). A manifest's
+torch must be a PEP 440 version before it becomes a path, its wheel.file a plain wheel filename of a regular,
+non-symlink file in its own dist/<target>/; every wheel (new or already published) is read without following links
+and re-hashed on the host while it is copied.
 """
 
 from __future__ import annotations
 
+import hashlib
 import html
 import json
 import os
 import re
 import shutil
+import stat
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+from packaging.version import InvalidVersion, Version
 
 from apexkit import fsedit, log
-from apexkit.build import sha256_file
 from apexkit.errors import ConfigError
+
+FORMAT = "apexkit-index/1"  # index.json's marker: this directory is an index apexkit wrote
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 
 
 @dataclass(frozen=True)
@@ -40,22 +58,113 @@ def normalize(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
+def _field(data: Any, dotted: str, where: Path) -> Any:
+    """data["a"]["b"] for "a.b", or a one-line refusal naming the file and the field."""
+    value = data
+    for key in dotted.split("."):
+        if not isinstance(value, dict) or key not in value:
+            raise ConfigError(f"{where}: no {dotted}", "rebuild that target (or remove it from the dist directory)")
+        value = value[key]
+    return value
+
+
+def _wheel_name(name: Any) -> str | None:
+    """Why `name` is not a plain wheel filename (None when it is one)."""
+    if not isinstance(name, str) or not name:
+        return "is not a file name"
+    if name in (".", "..") or os.path.basename(name) != name or "\\" in name or "\0" in name:
+        return "is not a plain file name (no directories)"
+    if any(not ch.isprintable() for ch in name) or name != name.strip():
+        return "has control characters or spaces"
+    try:
+        parse_wheel_filename(name)
+    except (InvalidWheelFilename, InvalidVersion) as exc:
+        return f"is not a wheel filename ({exc})"
+    return None
+
+
+def torch_version(raw: Any, where: Path, field: str) -> str:
+    """The public PEP 440 version (2.13.0 for 2.13.0+cpu) a torch field names, checked before it becomes a path."""
+    try:
+        if not isinstance(raw, str) or raw != raw.strip():
+            raise InvalidVersion(repr(raw))
+        version = Version(raw)
+    except InvalidVersion:
+        raise ConfigError(f"{where}: {field} {raw!r} is not a PEP 440 version", "rebuild that target "
+                          "(or remove it from the dist directory)") from None
+    public = raw.split("+")[0]
+    if public != version.public:  # v2.13, 2.13.0.RC1: valid, but not the spelling the directory would get
+        raise ConfigError(f"{where}: {field} {raw!r} is not a normalised PEP 440 version ({version.public})",
+                          "rebuild that target (or remove it from the dist directory)")
+    return public
+
+
+def _open_regular(path: Path) -> int:
+    """A read-only descriptor of `path`, a regular file reached without following a link at its last step."""
+    st = os.lstat(path)
+    if stat.S_ISLNK(st.st_mode):
+        raise ValueError("is a symlink")
+    if not stat.S_ISREG(st.st_mode):
+        raise ValueError("is not a regular file")
+    fd = os.open(path, os.O_RDONLY | _NOFOLLOW)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise ValueError("is not a regular file")
+    return fd
+
+
+def _copy_hashed(src: Path, dst: Path | None) -> str:
+    """sha256 of the regular file `src` (read without following links), copied to `dst` on the way when given."""
+    digest = hashlib.sha256()
+    fd = _open_regular(src)
+    with os.fdopen(fd, "rb") as fh, (open(dst, "xb") if dst else open(os.devnull, "wb")) as out:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+            out.write(chunk)
+    return digest.hexdigest()
+
+
+def _inside(path: Path, root: Path) -> bool:
+    path, root = path.resolve(), root.resolve()
+    return path == root or root in path.parents
+
+
 def collect(dist: Path, targets: list[str] | None = None) -> list[Entry]:
     """Every dist/<target>/ with a manifest and its wheel (checked against the manifest's sha256)."""
     if not dist.is_dir():
         raise ConfigError(f"{dist} does not exist", "build first: nox -s build-3.11 (or pass --dist DIR)")
+    hint = "rebuild that target (or remove it from the dist directory)"
     entries = []
     for manifest_path in sorted(dist.glob("*/manifest.json")):
-        target = manifest_path.parent.name
+        folder = manifest_path.parent
+        target = folder.name
         if targets and target not in targets:
             continue
-        manifest = json.loads(manifest_path.read_text())
-        wheel = manifest_path.parent / manifest["wheel"]["file"]
-        digest = sha256_file(wheel)
-        if digest != manifest["wheel"]["sha256"]:
+        if folder.is_symlink() or not _inside(folder, dist) or manifest_path.is_symlink():
+            raise ConfigError(f"{folder if folder.is_symlink() else manifest_path} is a symlink: publish takes only "
+                              f"what was built inside {dist}", "replace it with the directory itself, or remove it")
+        try:
+            manifest = json.loads(manifest_path.read_text())
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            raise ConfigError(f"{manifest_path} is not a readable JSON manifest ({exc})", hint) from None
+        file = _field(manifest, "wheel.file", manifest_path)
+        why = _wheel_name(file)
+        if why:
+            raise ConfigError(f"{manifest_path}: wheel.file {file!r} {why}", hint)
+        expected = _field(manifest, "wheel.sha256", manifest_path)
+        if not isinstance(expected, str) or not _SHA256.fullmatch(expected):
+            raise ConfigError(f"{manifest_path}: wheel.sha256 {expected!r} is not a sha256 hex digest", hint)
+        torch = torch_version(_field(manifest, "target.torch", manifest_path), manifest_path, "target.torch")
+        wheel = folder / file
+        try:
+            digest = _copy_hashed(wheel, None)
+        except FileNotFoundError:
+            raise ConfigError(f"{manifest_path}: wheel.file {file} does not exist in {folder}", hint) from None
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"{manifest_path}: wheel.file {file} {exc}", hint) from None
+        if digest != expected:
             raise ConfigError(f"{wheel} does not match the sha256 in its manifest", f"rebuild {target}")
-        entries.append(Entry(normalize(wheel.name.split("-")[0]), wheel.name, wheel, digest, target,
-                             str(manifest["target"]["torch"]).split("+")[0]))
+        entries.append(Entry(normalize(parse_wheel_filename(file)[0]), file, wheel, digest, target, torch))
     missing = sorted(set(targets or ()) - {e.target for e in entries})
     if missing:
         raise ConfigError(f"no built target {', '.join(missing)} in {dist}",
@@ -65,22 +174,81 @@ def collect(dist: Path, targets: list[str] | None = None) -> list[Entry]:
     return entries
 
 
+def _foreign(root: Path, hint: str, what: str) -> ConfigError:
+    return ConfigError(f"{root} is not an apexkit index: {what}; publish replaces the whole directory and would "
+                       "delete it", hint)
+
+
 def _existing(root: Path) -> list[Entry]:
-    """What an index already holds (from its index.json)."""
-    data_file = root / "index.json"
-    if not data_file.is_file():
+    """What an index already holds (from its index.json), after making sure that replacing `root` loses nothing
+    apexkit did not write: a missing or empty directory, or an apexkit index whose tree holds only its own files."""
+    hint = ("publish into a new or empty directory (e.g. --index ./index), or move the other files out of "
+            f"{root}")
+    if root.is_symlink():
+        raise ConfigError(f"{root} is a symlink", f"pass the directory it points to ({root.resolve()}) as --index")
+    if not root.exists():
         return []
-    data = json.loads(data_file.read_text())
-    return [Entry(f["project"], f["filename"], root / "simple" / f["project"] / f["filename"], f["sha256"],
-                  f.get("target", "?"), f.get("torch", ""), in_index=True) for f in data["files"]]
+    if not root.is_dir():
+        raise ConfigError(f"{root} is not a directory", hint)
+    if not any(root.iterdir()):
+        return []
+    data_file = root / "index.json"
+    if data_file.is_symlink() or not data_file.is_file():
+        raise _foreign(root, hint, f"it holds {_list(sorted(p.name for p in root.iterdir()))} and no index.json")
+    try:
+        data = json.loads(data_file.read_text())
+    except (OSError, UnicodeDecodeError, ValueError):
+        raise _foreign(root, hint, "its index.json is not JSON") from None
+    legacy = isinstance(data, dict) and "format" not in data and set(data) == {"generated", "files"}
+    if not isinstance(data, dict) or not (data.get("format") == FORMAT or legacy) \
+            or not isinstance(data.get("files"), list):
+        raise _foreign(root, hint, f"its index.json has no \"format\": \"{FORMAT}\"")
+    fix = f"restore {data_file} from the index's last publish, or publish into a new directory"
+    entries = []
+    for n, f in enumerate(data["files"]):
+        where = f"{data_file}: files[{n}]"
+        if not isinstance(f, dict):
+            raise ConfigError(f"{where} is not an object", fix)
+        why = _wheel_name(f.get("filename"))
+        if why:
+            raise ConfigError(f"{where}.filename {f.get('filename')!r} {why}", fix)
+        project = normalize(parse_wheel_filename(f["filename"])[0])
+        if f.get("project") != project:
+            raise ConfigError(f"{where}.project {f.get('project')!r} is not {project!r}", fix)
+        if not isinstance(f.get("sha256"), str) or not _SHA256.fullmatch(f["sha256"]):
+            raise ConfigError(f"{where}.sha256 {f.get('sha256')!r} is not a sha256 hex digest", fix)
+        torch = f.get("torch", "")
+        if torch:
+            torch_version(torch, data_file, f"files[{n}].torch")
+        target = f.get("target", "?")
+        entries.append(Entry(project, f["filename"], root / "simple" / project / f["filename"], f["sha256"],
+                             target if isinstance(target, str) else "?", torch, in_index=True))
+    ours = {Path("index.json"), Path("simple"), Path("simple/index.html")}
+    for e in entries:
+        ours |= {Path("simple", e.project), Path("simple", e.project, "index.html"), Path("simple", e.project, e.filename)}
+    others = sorted(f"{p.relative_to(root)}{' (a symlink)' if p.is_symlink() else ''}" for p in root.rglob("*")
+                    if p.relative_to(root) not in ours or p.is_symlink())  # rglob does not descend into links
+    if others:
+        raise _foreign(root, hint, f"it holds {_list(others)}, which its index.json does not list")
+    return entries
+
+
+def _list(names: list[str]) -> str:
+    """Names found on disk, for one error line: control characters shown escaped, at most five."""
+    names = [name if name.isprintable() else ascii(name) for name in names]
+    return ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
 
 
 def plan(entries: list[Entry], index: Path, split_by_torch: bool = False) -> dict[Path, list[Entry]]:
     """index root -> its files (old and new), refusing two different wheels under one filename."""
     groups: dict[Path, list[Entry]] = {}
     for entry in entries:
-        root = index / f"torch{entry.torch}" if split_by_torch else index
-        groups.setdefault(root, _existing(root))
+        root = index / f"torch{torch_version(entry.torch, entry.path, 'torch')}" if split_by_torch else index
+        if split_by_torch and root.parent != index:  # a checked version is one path component; keep it that way
+            raise ConfigError(f"{entry.target}: torch {entry.torch!r} does not name a folder inside {index}",
+                              f"rebuild {entry.target}")
+        if root not in groups:
+            groups[root] = _existing(root)
         groups[root].append(entry)
     for root, files in groups.items():
         by_name: dict[str, Entry] = {}
@@ -115,11 +283,20 @@ def write(root: Path, files: list[Entry]) -> None:
             folder = tmp / "simple" / project
             folder.mkdir()
             mine = [e for e in files if e.project == project]
-            for e in mine:
-                shutil.copy2(e.path, folder / e.filename)
+            for e in mine:  # re-read without following links, re-hashed on the way
+                try:
+                    digest = _copy_hashed(e.path, folder / e.filename)
+                except (OSError, ValueError) as exc:
+                    raise ConfigError(f"{e.path} ({'already in the index' if e.in_index else e.target}) cannot be "
+                                      f"read as a regular file: {exc}", f"rebuild {e.target} or restore the file") \
+                        from None
+                if digest != e.sha256:
+                    raise ConfigError(f"{e.path} changed since it was checked (sha256 {digest[:12]}, expected "
+                                      f"{e.sha256[:12]})", f"rebuild {e.target} and publish again")
             (folder / "index.html").write_text(_page(f"Links for {project}",
                                                      [(f"{e.filename}#sha256={e.sha256}", e.filename) for e in mine]))
         (tmp / "index.json").write_text(json.dumps({
+            "format": FORMAT,
             "generated": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "files": [{"project": e.project, "filename": e.filename, "sha256": e.sha256, "target": e.target,
                        "torch": e.torch} for e in files]}, indent=1) + "\n")
@@ -131,10 +308,26 @@ def write(root: Path, files: list[Entry]) -> None:
         raise
 
 
+def _replaced(root: Path, files: list[Entry]) -> str:
+    """What writing `root` does to what is there now, in words (for the log and --dry-run). `root` has passed
+    _existing: it holds nothing but the files of its index.json."""
+    if not root.exists():
+        return f"create {root}/"
+    old = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
+    if not old:
+        return f"fill the empty directory {root}/"
+    names = {f"simple/{e.project}/{e.filename}" for e in files}
+    wheels = [name for name in old if name in names]
+    pages = [name for name in old if name not in names]
+    return (f"replace {root}/ (an apexkit index): rewrite {', '.join(pages)}; keep {len(wheels)} published "
+            f"wheel{'' if len(wheels) == 1 else 's'}; remove nothing else")
+
+
 def publish(dist: Path, index: Path, targets: list[str] | None = None, split_by_torch: bool = False,
             dry_run: bool = False) -> dict[Path, list[Entry]]:
-    groups = plan(collect(dist, targets), index.resolve(), split_by_torch)
+    groups = plan(collect(dist, targets), index.resolve(), split_by_torch)  # refuses before anything is written
     for root, files in groups.items():
+        log.info(f"{'would ' if dry_run else ''}{_replaced(root, files)}")
         log.info(f"{'would write' if dry_run else 'index'} {root}/simple/ ({len(files)} wheel"
                  f"{'' if len(files) == 1 else 's'})")
         for e in files:

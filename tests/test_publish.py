@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -93,3 +94,205 @@ def test_index_installs_with_pip_and_refuses_a_second_wheel_under_one_name(runne
 def test_publish_with_nothing_built(tmp_path):
     proc = invoke("publish", "--dist", str(tmp_path / "empty"), "--index", str(tmp_path / "i"))
     assert proc.returncode == 2 and "does not exist -- next: build first" in proc.stderr
+
+
+# --- trust boundaries (issue 13, items 3 and 4): fake dists and index directories laid out as an attacker or an
+# unlucky user would leave them; no build needed. The wheel bytes are never opened as a zip by publish.
+
+def fake_dist(tmp: Path, *, file: str = WHEEL, torch: str = "2.13.0", data: bytes = b"wheel bytes",
+              sha256: str | None = None, target: str = TARGET) -> Path:
+    """dist/<target>/ with a manifest and (when `file` is a plain name) the wheel beside it."""
+    dist = tmp / "dist"
+    folder = dist / target
+    folder.mkdir(parents=True, exist_ok=True)
+    if "/" not in file and not (folder / file).exists():
+        (folder / file).write_bytes(data)
+    manifest = {"wheel": {"file": file, "sha256": sha256 or hashlib.sha256(data).hexdigest()},
+                "target": {"torch": torch}}
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    return dist
+
+
+def refused(proc: subprocess.CompletedProcess, *needles: str) -> str:
+    """Exit 2, one `error: cause -- next: step` line naming every needle, no traceback."""
+    assert proc.returncode == 2, output(proc)
+    assert "Traceback" not in output(proc), output(proc)
+    errors = [x for x in proc.stderr.splitlines() if x.startswith("error: ")]
+    assert len(errors) == 1 and " -- next: " in errors[0], proc.stderr
+    for needle in needles:
+        assert needle in errors[0], errors[0]
+    return errors[0]
+
+
+def tree(path: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(path)): (b"<dir>" if p.is_dir() else p.read_bytes()) for p in sorted(path.rglob("*"))}
+
+
+def no_leftovers(parent: Path) -> None:
+    assert not [p.name for p in parent.iterdir() if ".tmp-" in p.name or ".old-" in p.name]
+
+
+def test_publish_refuses_a_non_empty_directory_that_is_not_an_apexkit_index(tmp_path):
+    dist = fake_dist(tmp_path)
+    webroot = tmp_path / "www"  # an existing web root (or `--index ~`): a site, a key, a subfolder
+    (webroot / ".ssh").mkdir(parents=True)
+    (webroot / "index.html").write_text("<h1>my site</h1>")
+    (webroot / ".ssh" / "id_rsa").write_text("KEY")
+    before = tree(webroot)
+    for dry in ((), ("--dry-run",)):
+        proc = invoke("publish", "--dist", str(dist), "--index", str(webroot), *dry)
+        refused(proc, str(webroot), "not an apexkit index")
+        assert tree(webroot) == before
+    no_leftovers(tmp_path)
+
+
+def test_publish_index_dot_in_a_project_is_refused(tmp_path):
+    dist = fake_dist(tmp_path)
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "setup.py").write_text("print('mine')\n")
+    proc = subprocess.run([sys.executable, "-m", "invoke", "-r", str(ROOT), "publish", "--dist", str(dist),
+                           "--index", "."], cwd=project, capture_output=True, text=True, timeout=600)
+    refused(proc, "not an apexkit index")
+    assert tree(project) == {"setup.py": b"print('mine')\n"}
+    no_leftovers(tmp_path)
+
+
+def test_publish_keeps_an_apexkit_index_and_refuses_files_it_did_not_write(tmp_path):
+    dist = fake_dist(tmp_path)
+    index = tmp_path / "index"
+    index.mkdir()  # an empty directory is fine: nothing to lose
+    assert invoke("publish", "--dist", str(dist), "--index", str(index)).returncode == 0
+    data = json.loads((index / "index.json").read_text())
+    assert data["format"] == "apexkit-index/1"  # the marker that says: apexkit wrote this directory
+    assert invoke("publish", "--dist", str(dist), "--index", str(index)).returncode == 0  # ours: replaced
+    (index / "simple" / "apex" / "notes.txt").write_text("someone else's")
+    before = tree(index)
+    refused(invoke("publish", "--dist", str(dist), "--index", str(index)), "simple/apex/notes.txt")
+    assert tree(index) == before
+    no_leftovers(tmp_path)
+
+
+def test_publish_accepts_an_index_written_before_the_marker(tmp_path):
+    dist = fake_dist(tmp_path)
+    index = tmp_path / "index"
+    assert invoke("publish", "--dist", str(dist), "--index", str(index)).returncode == 0
+    data = json.loads((index / "index.json").read_text())
+    del data["format"]
+    (index / "index.json").write_text(json.dumps(data))
+    assert invoke("publish", "--dist", str(dist), "--index", str(index)).returncode == 0
+    assert json.loads((index / "index.json").read_text())["format"] == "apexkit-index/1"
+
+
+def test_publish_dry_run_says_what_it_would_replace(tmp_path):
+    dist = fake_dist(tmp_path)
+    index = tmp_path / "index"
+    new = tmp_path / "new"
+    dry = invoke("publish", "--dist", str(dist), "--index", str(new), "--dry-run")
+    assert dry.returncode == 0 and f"would create {new}" in dry.stderr and not new.exists()
+    assert invoke("publish", "--dist", str(dist), "--index", str(index)).returncode == 0
+    before = tree(index)
+    dry = invoke("publish", "--dist", str(dist), "--index", str(index), "--dry-run")
+    assert dry.returncode == 0, output(dry)
+    assert f"would replace {index}" in dry.stderr and "index.json" in dry.stderr, dry.stderr
+    assert "simple/apex/index.html" in dry.stderr and "nothing else" in dry.stderr, dry.stderr
+    assert tree(index) == before
+
+
+def test_publish_refuses_a_poisoned_index_json(tmp_path):
+    """index.json is read back on the next publish: its names must not reach outside the index either."""
+    secret = tmp_path / "secret"
+    secret.write_bytes(b"KEY")
+    secret.chmod(0o600)
+    dist = fake_dist(tmp_path)
+    index = tmp_path / "index"
+    assert invoke("publish", "--dist", str(dist), "--index", str(index)).returncode == 0
+    data = json.loads((index / "index.json").read_text())
+    data["files"].append({"project": "apex", "filename": "../../../secret",
+                          "sha256": hashlib.sha256(b"KEY").hexdigest(), "target": "x", "torch": "2.13.0"})
+    (index / "index.json").write_text(json.dumps(data))
+    before = tree(index)
+    refused(invoke("publish", "--dist", str(dist), "--index", str(index)), "index.json", "filename")
+    assert tree(index) == before and secret.read_bytes() == b"KEY"
+
+
+def test_publish_refuses_a_torch_that_is_not_a_version(tmp_path):
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "data").write_text("precious")
+    index = tmp_path / "index"
+    for torch in ("/../../victim", "2.13.0/../../../victim", "../victim"):
+        dist = fake_dist(tmp_path, torch=torch)
+        proc = invoke("publish", "--dist", str(dist), "--index", str(index), "--split-by-torch")
+        refused(proc, str(dist / TARGET / "manifest.json"), "target.torch")
+        assert (victim / "data").read_text() == "precious" and sorted(os.listdir(victim)) == ["data"]
+        assert not index.exists()
+    no_leftovers(tmp_path)
+
+
+def secret_key(tmp_path: Path) -> Path:
+    key = tmp_path / "home" / ".ssh" / "id_rsa"
+    key.parent.mkdir(parents=True)
+    key.write_bytes(b"-----BEGIN OPENSSH PRIVATE KEY-----\n")
+    key.chmod(0o600)
+    return key
+
+
+def test_publish_refuses_a_wheel_file_outside_its_target(tmp_path):
+    key = secret_key(tmp_path)
+    digest = sha(key)
+    index = tmp_path / "index"
+    for file in ("../../home/.ssh/id_rsa", str(key)):
+        dist = fake_dist(tmp_path, file=file, sha256=digest)
+        proc = invoke("publish", "--dist", str(dist), "--index", str(index))
+        refused(proc, str(dist / TARGET / "manifest.json"), "wheel.file")
+        assert not index.exists() and key.stat().st_mode & 0o777 == 0o600
+
+
+def test_publish_refuses_a_symlinked_wheel_and_a_file_that_is_not_a_wheel(tmp_path):
+    key = secret_key(tmp_path)
+    index = tmp_path / "index"
+    dist = fake_dist(tmp_path, file="id_rsa", data=key.read_bytes())  # a plain name, but not a wheel's
+    refused(invoke("publish", "--dist", str(dist), "--index", str(index)), "wheel.file", "id_rsa")
+    (dist / TARGET / "id_rsa").unlink()
+    (dist / TARGET / WHEEL).symlink_to(key)  # a wheel's name, but a link to the key
+    fake_dist(tmp_path, sha256=sha(key))
+    refused(invoke("publish", "--dist", str(dist), "--index", str(index)), "wheel.file", "symlink")
+    assert not index.exists()
+
+
+def test_publish_refuses_a_target_folder_that_leads_out_of_dist(tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / WHEEL).write_bytes(b"elsewhere")
+    (outside / "manifest.json").write_text(json.dumps({"wheel": {"file": WHEEL, "sha256": sha(outside / WHEEL)},
+                                                       "target": {"torch": "2.13.0"}}))
+    dist = tmp_path / "dist"
+    dist.mkdir()
+    (dist / TARGET).symlink_to(outside)
+    index = tmp_path / "index"
+    refused(invoke("publish", "--dist", str(dist), "--index", str(index)), str(dist / TARGET))
+    assert not index.exists()
+
+
+def test_publish_refuses_a_manifest_that_is_not_json_or_lacks_a_field(tmp_path):
+    dist = fake_dist(tmp_path)
+    manifest = dist / TARGET / "manifest.json"
+    manifest.write_text("{not json")
+    refused(invoke("publish", "--dist", str(dist), "--index", str(tmp_path / "i")), str(manifest))
+    manifest.write_text(json.dumps({"wheel": {"file": WHEEL}, "target": {"torch": "2.13.0"}}))
+    refused(invoke("publish", "--dist", str(dist), "--index", str(tmp_path / "i")), str(manifest), "wheel.sha256")
+    assert not (tmp_path / "i").exists()
+
+
+def test_publish_refuses_a_symlink_planted_in_an_index(tmp_path):
+    secret = tmp_path / "secret"
+    secret.mkdir()
+    (secret / WHEEL).write_bytes(b"KEY")
+    dist = fake_dist(tmp_path, data=b"KEY")
+    index = tmp_path / "index"
+    assert invoke("publish", "--dist", str(dist), "--index", str(index)).returncode == 0
+    shutil.rmtree(index / "simple" / "apex")
+    (index / "simple" / "apex").symlink_to(secret)  # the next publish would read (and rmtree) through it
+    refused(invoke("publish", "--dist", str(dist), "--index", str(index)), "simple/apex (a symlink)")
+    assert (secret / WHEEL).read_bytes() == b"KEY" and (index / "simple" / "apex").is_symlink()
