@@ -103,6 +103,19 @@ def parser(prog: str = "nox -s build-3.X --") -> argparse.ArgumentParser:
     return p
 
 
+def check_version(flag: str, value: str) -> None:
+    """A version becomes part of paths (build/<target>, dist/<target>) and pip requirements: PEP 440 only."""
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        Version(value)
+    except InvalidVersion:
+        raise ConfigError(f"{flag} {value!r} is not a version (PEP 440)", f"pass {flag} like 2.1.0 or 2.1.0.post10") \
+            from None
+    if value != value.strip() or any(c in value for c in "/\\ "):
+        raise ConfigError(f"{flag} {value!r} is not a version (PEP 440)", f"pass {flag} like 2.1.0")
+
+
 def resolve(python: str, argv: Sequence[str], env: Mapping[str, str] | None = None,
             prog: str = "nox -s build-3.X --") -> BuildOptions:
     """argv (session posargs) + env -> BuildOptions. --help prints and raises SystemExit(0)."""
@@ -119,6 +132,9 @@ def resolve(python: str, argv: Sequence[str], env: Mapping[str, str] | None = No
     if args.torch and args.use_system_torch:
         raise ConfigError("--torch and --use-system-torch contradict each other",
                           "drop --torch to build against the installed torch")
+    for flag, value in (("--torch", args.torch), ("--torch-npu", args.torch_npu)):
+        if value is not None:
+            check_version(flag, value)
     stack = None
     if args.stack is not None and not args.stack.strip():
         raise ConfigError("--stack is empty", f"pass a stack name: {', '.join(m.stack_names())}")

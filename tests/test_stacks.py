@@ -80,6 +80,8 @@ def _cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     (["3.10", "--stack", "mindspeed-llm-2.3.0", "--torch", "2.1.0"], "--torch contradict"),
     (["3.7"], "Python 3.7 is refused"),
     (["2.7"], "Python 2.7 is refused"),
+    (["3.11", "--torch", "2.13.0/../../x"], "--torch '2.13.0/../../x' is not a version (PEP 440)"),
+    (["3.11", "--torch", "2.1.0", "--torch-npu", "2.1.0.post10/.."], "--torch-npu '2.1.0.post10/..' is not a version"),
 ])
 def test_bad_stack_and_pairing_inputs_are_one_line_errors(tmp_path, args, message):
     proc = _cli(*args, "--dry-run", "--dist", str(tmp_path / "dist"), "--build-dir", str(tmp_path / "build"))
@@ -147,6 +149,7 @@ def test_npu_build_with_the_real_torch_npu_wheel_and_no_cann(runner):
     ("../escape", {}, "a stack name must be lower-case"),
     ("typo", {"torch_npuu": "2.7.1.post2"}, "[stacks.typo]: unknown keys torch_npuu"),
     ("floaty", {"python": 3.1}, "[stacks.floaty]: python must be quoted strings"),
+    ("escape", {"torch": "2.7.1/../../x"}, "[stacks.escape]: torch '2.7.1/../../x' is not a release version"),
 ])
 def test_malformed_stacks_are_refused(m, name, entry, says):
     data = json.loads(json.dumps(m.data))
@@ -155,6 +158,8 @@ def test_malformed_stacks_are_refused(m, name, entry, says):
     with pytest.raises(ConfigError) as exc:
         matrix.Matrix(data).combinations()
     assert says in exc.value.cause
+    with pytest.raises(ConfigError, match="matrix entry 1: torch '2.1.0/../x' is not a release version"):
+        m.combinations([{"python": "3.10", "torch": "2.1.0/../x", "arch": "x86_64"}])
     data["stacks"] = {"bad": "string"}
     with pytest.raises(ConfigError, match=r"\[stacks.bad\] is not a table"):
         matrix.Matrix(data).stack_names()
