@@ -167,7 +167,7 @@ def make_plan(opts: BuildOptions, m: matrix_mod.Matrix, interp: interpreters.Int
         arch=interp.machine,
         torch=torch,
         torch_npu=torch_npu,
-        torch_build=torch_build(m, torch, interp.machine, opts, system=opts.use_system_torch),
+        torch_build=torch_build(m, torch, interp.machine, opts, env, system=opts.use_system_torch),
         apex_ref=ref,
         flags=tuple(flags),
         extensions=tuple(extensions),
@@ -179,7 +179,7 @@ def make_plan(opts: BuildOptions, m: matrix_mod.Matrix, interp: interpreters.Int
     )
 
 
-def torch_build(m: matrix_mod.Matrix, torch: str, arch: str, opts: BuildOptions, system: bool = False) -> str:
+def torch_build(m: matrix_mod.Matrix, torch: str, arch: str, opts: BuildOptions, env, system: bool = False) -> str:
     """Which torch build pip will install, in words, with its download size (matrix.toml [index.torch_builds])."""
     if system:
         return "the interpreter's own torch (nothing downloaded)"
@@ -187,7 +187,7 @@ def torch_build(m: matrix_mod.Matrix, torch: str, arch: str, opts: BuildOptions,
     if opts.torch_index_url:
         kind = "CPU build" if "cpu" in opts.torch_index_url or local == "cpu" else "build"
         return f"{kind} from {log.mask(opts.torch_index_url)}"
-    houses = [*opts.wheelhouses, *(Path(p) for p in os.environ.get("PIP_FIND_LINKS", "").split() if "://" not in p)]
+    houses = [*opts.wheelhouses, *(Path(p) for p in env.get("PIP_FIND_LINKS", "").split() if "://" not in p)]
     for house in houses:
         wheels = sorted(house.glob(f"torch-{torch.split('+')[0]}*{arch}.whl")) if house.is_dir() else []
         if wheels:
@@ -259,8 +259,8 @@ class Builder:
         system_torch = self._system_torch(interp) if opts.use_system_torch else None
         plan = make_plan(opts, self.m, interp, system_torch["version"] if system_torch else None, self.env)
         self._summary(plan)
-        if plan.stack and self.m.stack(plan.stack).arch != plan.arch:
-            arch = self.m.stack(plan.stack).arch
+        arch = self.m.stack(plan.stack).arch if plan.stack else plan.arch
+        if arch != plan.arch:
             log.warn(f"stack {plan.stack} trains on {arch}; this wheel is for {plan.arch} (this machine). For {arch}: "
                      f"nox -s build-{plan.stack} (a builder image under QEMU) or build on an {arch} host")
         if opts.dry_run:

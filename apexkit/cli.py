@@ -24,6 +24,20 @@ def run_in_session(session, func: Callable[[], T]) -> T | None:
     return None
 
 
+def exit_code(func: Callable[[], object]) -> int:
+    """Call `func` from a plain command line: its int result is the exit code (anything else: 0), an ApexkitError is
+    one `error:` line and its exit code, Ctrl-C is 130."""
+    try:
+        result = func()
+    except ApexkitError as exc:
+        log.console.print(f"[red]error:[/red] {log.escape(log.mask(exc.format()))}", highlight=False, markup=True)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        log.console.print("interrupted", style="red")
+        return 130
+    return result if isinstance(result, int) else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """python -m apexkit build <python> [build options]  (the same options as nox -s build-<python> --)."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -36,15 +50,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from apexkit import build
 
-    try:
-        build.main(argv[1], argv[2:], prog=f"python -m apexkit build {argv[1]}")
-    except ApexkitError as exc:
-        log.console.print(f"[red]error:[/red] {log.escape(log.mask(exc.format()))}", highlight=False, markup=True)
-        return exc.exit_code
-    except KeyboardInterrupt:
-        log.console.print("interrupted", style="red")
-        return 130
-    return 0
+    return exit_code(lambda: build.main(argv[1], argv[2:], prog=f"python -m apexkit build {argv[1]}"))
 
 
 def _doctor(argv: list[str]) -> int:
@@ -59,9 +65,5 @@ def _doctor(argv: list[str]) -> int:
     p.add_argument("--python", metavar="PATH", help="the training environment's interpreter (instead of --venv)")
     p.add_argument("--scripts", metavar="DIR|FILE", help="training scripts to scan (amp.initialize, combine_grad, ...)")
     args = p.parse_args(argv)
-    try:
-        return doctorcli.main(log_file=args.log, as_json=args.json, venv=args.venv, python=args.python,
-                              scripts=args.scripts)
-    except ApexkitError as exc:
-        log.console.print(f"[red]error:[/red] {log.escape(log.mask(exc.format()))}", highlight=False, markup=True)
-        return exc.exit_code
+    return exit_code(lambda: doctorcli.main(log_file=args.log, as_json=args.json, venv=args.venv, python=args.python,
+                                            scripts=args.scripts))

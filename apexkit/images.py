@@ -533,19 +533,25 @@ def builder_json(c, image: str) -> dict | None:
 
     container = c.containers.create(image, command=["true"], network_mode="none")
     try:
-        stream, _ = container.get_archive(BUILDER_JSON)
+        stream, stat = container.get_archive(BUILDER_JSON)
+        if stat.get("size", 0) > 1 << 20:  # the image is untrusted: a real builder.json is a few KiB
+            return None
         with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
-            member = tar.extractfile(tar.getmembers()[0])
-            return json.loads(member.read().decode()) if member else None
+            info = tar.getmembers()[0]
+            member = tar.extractfile(info) if info.isfile() else None  # a link or device: not a builder.json
+            data = json.loads(member.read().decode()) if member else None
     except (docker.errors.NotFound, ValueError, tarfile.TarError, IndexError):
         return None
     finally:
         container.remove(force=True)
+    return data if isinstance(data, dict) else None
 
 
 def python_versions(info: Mapping) -> list[str]:
     """The X.Y of every python3.X in builder.json, in its order."""
-    return [".".join(p["version"].split(".")[:2]) for p in info.get("pythons", [])]
+    pythons = info.get("pythons")  # from an image: anything may be there
+    return [".".join(p["version"].split(".")[:2]) for p in (pythons if isinstance(pythons, list) else [])
+            if isinstance(p, dict) and isinstance(p.get("version"), str)]
 
 
 def require_python(info: Mapping | None, image: str, python: str, arch: str, data: Mapping, what: str = "") -> None:

@@ -358,7 +358,7 @@ def _load(path: str) -> dict:
             return tomllib.load(fh)
     except FileNotFoundError:
         raise ConfigError(f"matrix file {path} is missing", "run from an apexkit checkout") from None
-    except tomllib.TOMLDecodeError as exc:
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"matrix file {path} is not valid TOML: {exc}", "fix the file") from None
 
 

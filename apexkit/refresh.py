@@ -50,11 +50,10 @@ from pathlib import Path
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
-from rich.markup import escape
 
 from apexkit import fsedit, log
 from apexkit import matrix as matrix_mod
-from apexkit.errors import ApexkitError, ConfigError, EnvironmentSetupError, SourceError
+from apexkit.errors import ConfigError, EnvironmentSetupError, SourceError
 from apexkit.sources import RetryPolicy
 
 PROJECT = "torch-npu"
@@ -1016,14 +1015,9 @@ def report(result: Survey, changes: Sequence[RowChange], path: Path) -> str:
 
 def cli(argv: Sequence[str] | None = None) -> int:
     """python -m apexkit.refresh [--write] [--matrix FILE] [--index-url URL]: one line and an exit code on error."""
-    try:
-        return main(sys.argv[1:] if argv is None else argv)
-    except ApexkitError as exc:
-        log.console.print(f"[red]error:[/red] {escape(log.mask(exc.format()))}", highlight=False, markup=True)
-        return exc.exit_code
-    except KeyboardInterrupt:
-        log.console.print("interrupted", style="red")
-        return 130
+    from apexkit.cli import exit_code
+
+    return exit_code(lambda: main(sys.argv[1:] if argv is None else argv))
 
 
 if __name__ == "__main__":

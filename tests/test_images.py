@@ -667,3 +667,9 @@ def test_aarch64_builder_and_wheel_under_qemu(daemon, repos, tmp_path, pytestcon
     evidence(pytestconfig, f"aarch64 under QEMU: image.build {image_seconds:.0f} s, container build with torch_npu "
                            f"2.5.1.post1 {build_seconds:.0f} s -> {wheel.name} (readelf: AArch64, smoke test imported "
                            "apex_C; torch_npu: needs CANN)")
+
+
+def test_builder_json_from_an_image_is_untrusted():
+    """python_versions reads only well-formed entries: a lying image's builder.json is no traceback."""
+    assert images.python_versions({"pythons": "3.11"}) == []
+    assert images.python_versions({"pythons": [{"version": 3.11}, "x", {"version": "3.9.2"}]}) == ["3.9"]

@@ -178,3 +178,10 @@ def test_a_broken_matrix_is_one_line_for_every_nox_command(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "nox", "-l"], cwd=copy, capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0 and "Traceback" not in output(proc)
     assert "error: matrix.toml [stacks.3.11]: a stack name must be" in proc.stderr
+
+
+def test_a_matrix_file_that_is_not_utf8_is_one_line(tmp_path):
+    broken = tmp_path / "matrix.toml"
+    broken.write_bytes(b"schema = 1\n# \xff\xfe not UTF-8\n")
+    with pytest.raises(ConfigError, match="is not valid TOML"):
+        matrix.load(broken)
