@@ -108,12 +108,12 @@ def check_version(flag: str, value: str) -> None:
     from packaging.version import InvalidVersion, Version
 
     try:
-        Version(value)
+        Version(value)  # refuses '/', '\\' and inner spaces; it strips outer whitespace, which a path would keep
+        valid = value == value.strip()
     except InvalidVersion:
-        raise ConfigError(f"{flag} {value!r} is not a version (PEP 440)", f"pass {flag} like 2.1.0 or 2.1.0.post10") \
-            from None
-    if value != value.strip() or any(c in value for c in "/\\ "):
-        raise ConfigError(f"{flag} {value!r} is not a version (PEP 440)", f"pass {flag} like 2.1.0")
+        valid = False
+    if not valid:
+        raise ConfigError(f"{flag} {value!r} is not a version (PEP 440)", f"pass {flag} like 2.1.0 or 2.1.0.post10")
 
 
 def resolve(python: str, argv: Sequence[str], env: Mapping[str, str] | None = None,
