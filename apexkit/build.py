@@ -12,15 +12,18 @@ import os
 import platform
 import re
 import shutil
+import stat
 import subprocess
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import apexkit
-from apexkit import fsedit, interpreters, known_failures, log, patches, sources, venvs
+from apexkit import distdir as distdir_mod
+from apexkit import interpreters, known_failures, log, patches, sources, untrusted, venvs
 from apexkit import matrix as matrix_mod
+from apexkit.distdir import check_overwrite, replace_dir
 from apexkit.errors import BuildError, ConfigError, SmokeTestError
 from apexkit.options import BuildOptions
 from apexkit.proc import run_logged
@@ -111,11 +114,53 @@ class Plan:
     target_id: str
     stack: str | None = None
     cann: str | None = None  # the stack's CANN (runtime on the NPU nodes; the build itself needs none)
+    identity: dict = field(default_factory=dict)  # the non-default inputs (see `identity`); {} for a default build
 
 
-def target_id(python: str, torch: str, arch: str, ref: str) -> str:
-    ref_part = re.sub(r"[^A-Za-z0-9._-]+", "_", ref)
-    return f"py{python}-torch{torch.split('+')[0]}-{arch}-{ref_part}"
+def _id_text(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("._-") or "_"
+
+
+def target_id(python: str, torch: str, arch: str, ref: str, identity: dict | None = None) -> str:
+    """dist/<target-id>: py3.11-torch2.13.0-x86_64-master, and for non-default inputs one `+part` each, e.g.
+    ...-master+npu2.13.0+skip-cxx11-abi+nvidia-4ef930c1abcd+flags-cpp_ext+system-torch, so a diagnosis build never
+    replaces the good wheel. What a part cannot tell apart (two --apex-src checkouts, two flag sets that read alike)
+    the manifest's identity does: `check_overwrite` refuses to replace a target built from other inputs."""
+    base = f"py{python}-torch{torch.split('+')[0]}-{arch}-{_id_text(ref)}"
+    identity = identity or {}
+    parts = []
+    if identity.get("torch_npu"):
+        parts.append(f"npu{_id_text(identity['torch_npu'])}")
+    if identity.get("skip_patches"):
+        parts.append("skip-" + ".".join(_id_text(p) for p in identity["skip_patches"]))
+    if identity.get("nvidia_commit"):
+        parts.append(f"nvidia-{_id_text(identity['nvidia_commit'][:12])}")
+    if identity.get("setup_flags") is not None:
+        flags = ".".join(_id_text(f.lstrip("-")) for f in identity["setup_flags"]) or "none"
+        parts.append("flags-" + (flags if len(flags) <= 40 else hashlib.sha256(
+            " ".join(identity["setup_flags"]).encode()).hexdigest()[:12]))
+    if identity.get("system_torch"):
+        parts.append("system-torch")
+    return "+".join([base, *parts])
+
+
+def identity(opts: BuildOptions, torch_npu: str | None, ref_flags: tuple[str, ...] | None) -> dict:
+    """The inputs beyond python/torch/arch/ref that change what a wheel is, when they differ from the default: the
+    target id names them and the manifest records them (`check_overwrite` compares them)."""
+    found: dict = {}
+    if torch_npu:
+        found["torch_npu"] = torch_npu
+    if opts.skip_patches:
+        found["skip_patches"] = sorted(set(opts.skip_patches))
+    if opts.nvidia_commit:
+        found["nvidia_commit"] = opts.nvidia_commit
+    if opts.setup_flags is not None and tuple(opts.setup_flags) != tuple(ref_flags or ()):
+        found["setup_flags"] = list(opts.setup_flags)
+    if opts.apex_src is not None:
+        found["apex_src"] = str(opts.apex_src)
+    if opts.use_system_torch:
+        found["system_torch"] = True
+    return found
 
 
 def detect_cann(env: dict | os._Environ) -> str | None:
@@ -160,6 +205,7 @@ def make_plan(opts: BuildOptions, m: matrix_mod.Matrix, interp: interpreters.Int
             'add it to matrix.toml, or pass --setup-flags="--cpp_ext" to build it anyway',
         )
     stack = m.stack(opts.stack) if opts.stack else None
+    inputs = identity(opts, torch_npu, spec.flags if spec is not None else None)
     return Plan(
         python=opts.python,
         interpreter=interp.path,
@@ -173,9 +219,10 @@ def make_plan(opts: BuildOptions, m: matrix_mod.Matrix, interp: interpreters.Int
         extensions=tuple(extensions),
         needs_npu_headers=needs_headers,
         ref_known=known,
-        target_id=target_id(opts.python, torch, interp.machine, ref),
+        target_id=target_id(opts.python, torch, interp.machine, ref, inputs),
         stack=stack.name if stack else None,
         cann=stack.cann if stack else None,
+        identity=inputs,
     )
 
 
@@ -246,6 +293,7 @@ class Builder:
         self.m = matrix_mod.load()
         self.timings: dict[str, float] = {}
         self.source_epoch = ZIP_EPOCH
+        self._use_cache = False  # decided once the sources are known (_cache_usable, a dirty --apex-src)
         self.index = venvs.IndexOptions(opts.index_url, opts.extra_index_urls, opts.torch_index_url,
                                         opts.wheelhouses, opts.offline)
 
@@ -263,6 +311,9 @@ class Builder:
         if arch != plan.arch:
             log.warn(f"stack {plan.stack} trains on {arch}; this wheel is for {plan.arch} (this machine). For {arch}: "
                      f"nox -s build-{plan.stack} (a builder image under QEMU) or build on an {arch} host")
+        patch_list = patches.load_all()
+        patches.check_skips(patch_list, opts.skip_patches)
+        check_overwrite(opts.dist_dir, plan.target_id, plan.identity, opts.force)  # before hours of compiling
         if opts.dry_run:
             log.info("dry run: nothing fetched, built or written")
             return opts.dist_dir / plan.target_id
@@ -271,8 +322,6 @@ class Builder:
         work.mkdir(parents=True, exist_ok=True)
         self.log_path = work / "build.log"
         self.log_path.write_text(f"apexkit {apexkit.__version__} build of {plan.target_id}\n")
-        patch_list = patches.load_all()
-        patches.check_skips(patch_list, opts.skip_patches)
 
         with tempfile.TemporaryDirectory(prefix="ascend-", dir=work) as tmp:
             ascend, nvidia, nvidia_sha = self._sources(plan, Path(tmp) / "ascend")
@@ -282,9 +331,10 @@ class Builder:
                                "needs_npu_headers": "--npu_float_status" in flags})
                 log.info(f"  flags detected from {ascend.npu_patch.name}: {' '.join(flags)}")
             key = cache_key(plan, opts, ascend.commit, nvidia_sha, patch_list, self.m)
-            cached = self._cache_lookup(key) if (opts.use_cache and not ascend.dirty) else None
+            self._use_cache = self._cache_usable() and not ascend.dirty  # a dirty checkout is never cached
+            cached = self._cache_lookup(key, work) if (self._use_cache and opts.use_cache) else None
             if cached is not None:
-                return self._publish_cached(plan, cached, key, started)
+                return self._publish_cached(plan, cached, started, interp, work)
             if plan.needs_npu_headers:
                 self._check_npu_headers(plan)
             venv = self._build_venv(plan, interp)
@@ -507,62 +557,104 @@ class Builder:
         }
 
     # --- wheel cache ---------------------------------------------------------------------------------------------
+    # The cache may be shared (CI runners, NFS, a team's /data): an entry is untrusted input. A hit is read without
+    # following links, its wheel copied and re-hashed here (the manifest's sha256 must match the copy, not the file
+    # that might be swapped after the check), zip-checked, and smoke-tested too with --test-cached. A cache that
+    # someone else can write is not used at all.
     def _cache_entry(self, key: str) -> Path:
         return self.opts.cache_dir / "wheels" / key[:2] / key
 
-    def _cache_lookup(self, key: str) -> tuple[Path, dict] | None:
+    def _cache_usable(self) -> bool:
+        """Whether the wheel cache may be read and written: nobody but us (or root) can write it."""
+        for path in (self.opts.cache_dir, self.opts.cache_dir / "wheels"):
+            try:
+                st = path.stat() if path == self.opts.cache_dir else path.lstat()
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                reason = f"unreadable ({exc.strerror})"
+            else:
+                reason = untrusted.others_can_write(st) if stat.S_ISDIR(st.st_mode) else "not a directory"
+            if reason:
+                log.warn(f"wheel cache {path} is {reason}: not using it (whoever can write it could swap the wheel this "
+                         f"build publishes); chmod go-w {path}, or set APEXKIT_CACHE_DIR to a directory only you can write")
+                return False
+        return True
+
+    def _cache_lookup(self, key: str, work: Path) -> tuple[Path, dict] | None:
+        """A verified copy of the cached wheel in `work` and its manifest, or None (a miss, or an entry refused)."""
         entry = self._cache_entry(key)
-        try:
-            manifest = json.loads((entry / "manifest.json").read_text())
-            wheel = entry / manifest["wheel"]["file"]
-            if sha256_file(wheel) != manifest["wheel"]["sha256"]:
-                log.warn(f"cached wheel {wheel} does not match its recorded sha256: rebuilding")
-                return None
-            return wheel, manifest
-        except (OSError, ValueError, KeyError):
+        if not os.path.lexists(entry):
             return None
+        dest = work / "cached-wheel"
+        shutil.rmtree(dest, ignore_errors=True)
+        dest.mkdir(parents=True)
+        try:
+            fd = untrusted.open_dir(entry)
+            try:
+                manifest = json.loads(untrusted.read_regular("manifest.json", fd, distdir_mod.MANIFEST_MAX))
+                wheel = manifest.get("wheel") if isinstance(manifest, dict) else None
+                if not isinstance(wheel, dict) or not isinstance(wheel.get("sha256"), str):
+                    raise untrusted.Untrusted("manifest.json has no wheel.file and wheel.sha256")
+                name = untrusted.wheel_name(wheel.get("file"))
+                src = untrusted.open_regular(name, fd)
+            finally:
+                os.close(fd)
+            try:
+                sha, size = untrusted.copy_fd(src, dest / name)
+            finally:
+                os.close(src)
+            if sha != wheel["sha256"]:
+                raise untrusted.Untrusted(f"{untrusted.shown(name)} does not match its recorded sha256")
+            untrusted.check_zip(dest / name)
+        except (untrusted.Untrusted, OSError, ValueError) as exc:
+            shutil.rmtree(dest, ignore_errors=True)
+            log.warn(f"wheel cache entry {entry} refused ({exc}): rebuilding")
+            return None
+        manifest["wheel"] = {**wheel, "file": name, "sha256": sha, "size": size}
+        return dest / name, manifest
 
     def _cache_store(self, key: str, wheel: Path, manifest: dict) -> None:
+        if not self._use_cache:
+            return
         entry = self._cache_entry(key)
-        tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=_mkdir(entry.parent)))
-        shutil.copy2(wheel, tmp / wheel.name)
-        (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
-        shutil.rmtree(entry, ignore_errors=True)
-        os.replace(tmp, entry)
+        try:
+            tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=_mkdir(entry.parent)))
+            shutil.copy2(wheel, tmp / wheel.name)
+            (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+            if entry.is_symlink() or (os.path.lexists(entry) and not entry.is_dir()):
+                entry.unlink()  # a link left in the cache goes; its target stays
+            else:
+                shutil.rmtree(entry, ignore_errors=True)
+            os.replace(tmp, entry)
+        except OSError as exc:  # the wheel is built; a cache that cannot take it is not a failed build
+            log.warn(f"could not store the wheel in the cache {entry.parent}: {exc.strerror or exc}")
 
-    def _publish_cached(self, plan: Plan, cached: tuple[Path, dict], key: str, started: float) -> Path:
+    def _publish_cached(self, plan: Plan, cached: tuple[Path, dict], started: float,
+                        interp: interpreters.Interpreter, work: Path) -> Path:
         wheel, old = cached
         manifest = dict(old)
         manifest["cache_hit"] = True
         manifest["built"] = old.get("created")
+        manifest["target"] = asdict(plan)  # this build's plan (same inputs, by the cache key)
+        log.info(f"✓ wheel cache hit: {wheel.name} sha256 {old['wheel']['sha256'][:12]} (built {old.get('created')}); "
+                 "re-hashed and zip-checked, no compile (--no-cache forces a build)")
+        if self.opts.test_cached and self.opts.smoke_test:
+            manifest["smoke_test"] = self._smoke_test(plan, interp, wheel, work)
+            manifest["smoke_test"]["on_cache_hit"] = True
         manifest["durations_s"] = dict(self.timings, total=round(time.monotonic() - started, 3))
         manifest["created"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        log.info(f"✓ wheel cache hit: {wheel.name} sha256 {old['wheel']['sha256'][:12]} (built {old.get('created')}); "
-                 "no compile (--no-cache forces a build)")
-        return self._publish(plan, wheel, manifest)
+        try:
+            return self._publish(plan, wheel, manifest)
+        finally:
+            shutil.rmtree(wheel.parent, ignore_errors=True)
 
     def _publish(self, plan: Plan, wheel: Path, manifest: dict) -> Path:
-        final = replace_dir(self.opts.dist_dir, plan.target_id, {wheel.name: wheel}, manifest)
+        final = replace_dir(self.opts.dist_dir, plan.target_id, {wheel.name: wheel}, manifest, self.opts.force)
         log.info(f"✓ {final / wheel.name}")
         log.info(f"  sha256 {manifest['wheel']['sha256']}  ({manifest['wheel']['size'] / 1024:.0f} KiB, "
                  f"total {log.format_seconds(manifest['durations_s']['total'])})")
         return final
-
-
-def replace_dir(dist_dir: Path, name: str, files: dict[str, Path], manifest: dict) -> Path:
-    """dist/<name>/ (the files + manifest.json) appears complete or not at all."""
-    final = dist_dir / name
-    tmp = Path(tempfile.mkdtemp(prefix=f".{name}.tmp-", dir=_mkdir(dist_dir)))
-    try:
-        for file_name, source in files.items():
-            shutil.copy2(source, tmp / file_name)
-        (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
-        os.chmod(tmp, 0o755)  # mkdtemp makes it 0700
-        fsedit.swap_directory(tmp, final)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return final
 
 
 def reproducible_env(epoch: int, tree: Path, venv: Path, env) -> dict[str, str]:
@@ -649,7 +741,7 @@ def verify_reproducible(opts: BuildOptions) -> Path:
                              f"{', '.join(differ[:6]) or 'zip metadata only'}",
                              f"compare {opts.build_dir / 'reproducible-a'} and {opts.build_dir / 'reproducible-b'}")
         manifest["reproducible"] = {"verified": True, "builds": 2, "sha256": a_sha}
-        final = replace_dir(opts.dist_dir, a_dir.name, {a_wheel.name: a_wheel}, manifest)
+        final = replace_dir(opts.dist_dir, a_dir.name, {a_wheel.name: a_wheel}, manifest, opts.force)
     log.info(f"✓ reproducible: two builds, one sha256 {a_sha}")
     log.info(f"✓ {final / a_wheel.name}")
     return final

@@ -15,7 +15,6 @@ takes back only a plain wheel file named by a plain basename, without following 
 from __future__ import annotations
 
 import errno
-import hashlib
 import json
 import os
 import re
@@ -24,15 +23,12 @@ import stat
 import sys
 import tempfile
 import time
-import zipfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-from packaging.utils import InvalidWheelFilename, parse_wheel_filename
-
-from apexkit import fsedit, images, log, proxy
+from apexkit import distdir, fsedit, images, log, proxy, untrusted
 from apexkit import matrix as matrix_mod
 from apexkit.errors import BuildError, ConfigError, ImageError
 from apexkit.options import BuildOptions
@@ -236,7 +232,7 @@ def run(opts: BuildOptions, argv: Sequence[str]) -> Path | None:
         if len(produced) != 1:
             raise BuildError(f"the container build ended without one dist/<target> in {spec.workspace / 'dist'} "
                              f"(found {len(produced)})", f"see {spec.log_path}")
-        final = _publish(produced[0], opts.dist_dir, spec, labels, time.monotonic() - started)
+        final = _publish(produced[0], opts.dist_dir, spec, labels, time.monotonic() - started, opts.force)
         s.note(str(final))
     return final
 
@@ -315,40 +311,12 @@ def _failure(code: int, spec: ContainerSpec) -> ImageError:
     return error
 
 
-TARGET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
+TARGET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,199}")
 MANIFEST_MAX = 16 << 20  # bytes; ours are a few KiB
 
 
-class _Untrusted(Exception):
-    """What the container left is not a plain dist/<target>/ (caught and turned into ImageError)."""
-
-
-def _shown(name: object) -> str:
-    """A name the container chose, safe to print on one line (control characters escaped, length bounded)."""
-    text = ascii(name) if isinstance(name, str) else type(name).__name__
-    return text if len(text) <= 120 else text[:117] + "..."
-
-
-def _open_dir(name: str | Path, dir_fd: int | None = None) -> int:
-    try:
-        return os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0),
-                       dir_fd=dir_fd)
-    except OSError as exc:
-        raise _Untrusted(f"{_shown(str(name))} is not a directory (a symlink or other file)") from exc
-
-
-def _open_regular(name: str, dir_fd: int) -> int:
-    """Read-only fd of the regular file `name` directly in dir_fd: no symlink, no FIFO or device (the fstat of an
-    O_NOFOLLOW descriptor is the lstat, without the race)."""
-    try:
-        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0), dir_fd=dir_fd)
-    except OSError as exc:
-        what = "a symbolic link" if exc.errno == errno.ELOOP else (exc.strerror or "unreadable").lower()
-        raise _Untrusted(f"{_shown(name)} is {what}") from exc
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise _Untrusted(f"{_shown(name)} is not a regular file")
-    return fd
+_Untrusted = untrusted.Untrusted
+_shown = untrusted.shown
 
 
 def produced_targets(workspace: Path) -> list[Path]:
@@ -382,11 +350,7 @@ def _clear_workspace_dist(workspace: Path) -> None:
 
 
 def _read_manifest(target_fd: int) -> dict:
-    fd = _open_regular("manifest.json", target_fd)
-    with os.fdopen(fd, "rb") as fh:
-        data = fh.read(MANIFEST_MAX + 1)
-    if len(data) > MANIFEST_MAX:
-        raise _Untrusted(f"manifest.json is larger than {MANIFEST_MAX >> 20} MiB")
+    data = untrusted.read_regular("manifest.json", target_fd, MANIFEST_MAX)
     try:
         manifest = json.loads(data.decode("utf-8"))
     except ValueError as exc:
@@ -398,35 +362,8 @@ def _read_manifest(target_fd: int) -> dict:
     return manifest
 
 
-def _wheel_name(name: str) -> str:
-    """A plain basename that is a valid wheel filename, or _Untrusted."""
-    if (name in ("", ".", "..") or "/" in name or "\\" in name or "\0" in name or name != name.strip()
-            or not name.endswith(".whl")):
-        raise _Untrusted(f"wheel.file {_shown(name)} is not a plain *.whl file name")
-    try:
-        parse_wheel_filename(name)
-    except InvalidWheelFilename as exc:
-        raise _Untrusted(f"wheel.file {_shown(name)} is not a valid wheel file name ({exc})") from exc
-    return name
-
-
-def _copy_fd(src: int, dest: Path) -> tuple[str, int]:
-    """Copy the open file `src` into a new file `dest` (never an existing one), hashing what was copied."""
-    digest, size = hashlib.sha256(), 0
-    out = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o644)
-    with os.fdopen(out, "wb") as fh:
-        while True:
-            chunk = os.read(src, 1 << 20)
-            if not chunk:
-                break
-            digest.update(chunk)
-            fh.write(chunk)
-            size += len(chunk)
-    os.chmod(dest, 0o644)
-    return digest.hexdigest(), size
-
-
-def _publish(produced: Path, dist_dir: Path, spec: ContainerSpec, labels: Mapping[str, str], seconds: float) -> Path:
+def _publish(produced: Path, dist_dir: Path, spec: ContainerSpec, labels: Mapping[str, str], seconds: float,
+             force: bool = False) -> Path:
     """Copy dist/<target>/ out of the workspace into the host's dist/, atomically, owned by the invoking user.
 
     The workspace is the container's: `produced` must be a real directory directly in <workspace>/dist, its
@@ -437,19 +374,19 @@ def _publish(produced: Path, dist_dir: Path, spec: ContainerSpec, labels: Mappin
     try:
         if produced.parent != where or not TARGET_NAME.fullmatch(produced.name):
             raise _Untrusted(f"{_shown(produced.name)} is not a target directory directly in {where}")
-        dist_fd = _open_dir(where)
+        dist_fd = untrusted.open_dir(where)
         try:
-            target_fd = _open_dir(produced.name, dist_fd)
+            target_fd = untrusted.open_dir(produced.name, dist_fd)
         finally:
             os.close(dist_fd)
         try:
             manifest = _read_manifest(target_fd)
-            name = _wheel_name(manifest["wheel"]["file"])
-            src = _open_regular(name, target_fd)
+            name = untrusted.wheel_name(manifest["wheel"]["file"])
+            src = untrusted.open_regular(name, target_fd)
         finally:
             os.close(target_fd)
         try:
-            final = _install(src, name, manifest, dist_dir, produced.name, spec, labels, seconds)
+            final = _install(src, name, manifest, dist_dir, produced.name, spec, labels, seconds, force)
         finally:
             os.close(src)
     except _Untrusted as exc:
@@ -468,17 +405,21 @@ def _publish(produced: Path, dist_dir: Path, spec: ContainerSpec, labels: Mappin
 
 
 def _install(src: int, name: str, manifest: dict, dist_dir: Path, target: str, spec: ContainerSpec,
-             labels: Mapping[str, str], seconds: float) -> Path:
-    """dist/<target>/ from the open wheel `src`: appears complete (verified) or not at all."""
+             labels: Mapping[str, str], seconds: float, force: bool = False) -> Path:
+    """dist/<target>/ from the open wheel `src`: appears complete (verified) or not at all, and never over a target
+    built from other inputs (distdir.check_overwrite) unless `force`."""
+    identity = manifest.get("target", {}).get("identity") if isinstance(manifest.get("target"), dict) else None
+    if identity is not None and not isinstance(identity, dict):
+        raise _Untrusted("manifest.json target.identity is not an object")
+    distdir.check_overwrite(dist_dir, target, identity or {}, force)
     dist_dir.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target}.tmp-", dir=dist_dir))
     try:
-        sha, size = _copy_fd(src, tmp / name)
+        sha, size = untrusted.copy_fd(src, tmp / name)
         claimed = manifest["wheel"]["sha256"]
         if sha != claimed:
             raise _Untrusted(f"{_shown(name)} has sha256 {sha[:16]}…, its manifest says {_shown(claimed[:16])}")
-        if not zipfile.is_zipfile(tmp / name):
-            raise _Untrusted(f"{_shown(name)} is not a zip archive")
+        untrusted.check_zip(tmp / name)
         manifest["wheel"] = {"file": name, "sha256": sha, "size": size}
         manifest["builder_image"] = {"image": spec.image, "arch": spec.arch, "base": labels.get(f"{images.LABEL}.base"),
                                      "recipe": labels.get(f"{images.LABEL}.recipe"), "user": spec.user,

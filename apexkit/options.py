@@ -48,6 +48,8 @@ class BuildOptions:
     verbose: bool = False
     smoke_test: bool = True
     verify_reproducible: bool = False
+    force: bool = False  # replace a dist/<target> built from other inputs
+    test_cached: bool = False  # smoke-test a wheel cache hit too
     image: str | None = None  # build inside this builder image (apexkit/containerbuild.py)
     network: str | None = None
     ca_bundle: str | None = None
@@ -91,6 +93,10 @@ def parser(prog: str = "nox -s build-3.X --") -> argparse.ArgumentParser:
     add("--no-smoke-test", action="store_true", help="skip importing the wheel in a fresh venv")
     add("--verify-reproducible", action="store_true",
         help="build twice (no wheel cache, two build directories) and require byte-identical wheels")
+    add("--test-cached", action="store_true",
+        help="smoke-test a wheel cache hit as well (a hit is always re-hashed and zip-checked; env APEXKIT_TEST_CACHED=1)")
+    add("--force", action="store_true",
+        help="replace a dist/<target> that was built from other inputs (default: refuse, say which inputs differ)")
     add("--dry-run", action="store_true", help="print the plan and change nothing")
     add("--verbose", "-v", action="store_true", help="stream compiler and pip output")
     box = p.add_argument_group("in a builder image (invoke image.build makes one)")
@@ -188,6 +194,8 @@ def resolve(python: str, argv: Sequence[str], env: Mapping[str, str] | None = No
         verbose=args.verbose,
         smoke_test=not args.no_smoke_test,
         verify_reproducible=args.verify_reproducible,
+        force=args.force,
+        test_cached=args.test_cached or env.get("APEXKIT_TEST_CACHED", "") in ("1", "true", "yes"),
         image=args.image,
         network=args.network,
         ca_bundle=args.ca_bundle,

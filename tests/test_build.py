@@ -28,7 +28,7 @@ def test_nox_lists_one_build_session_per_python():
 
 
 def test_build_311_end_to_end_then_wheel_cache_hit(runner, repos, tmp_path):
-    proc = runner.nox("3.11")
+    proc = runner.nox("3.11", "--no-cache")  # a compile, whatever ran before: --no-cache skips the lookup, not the store
     assert proc.returncode == 0, output(proc)[-3000:]
     dist = runner.dist / TARGET
     assert sorted(p.name for p in dist.iterdir()) == [WHEEL, "manifest.json"]
@@ -61,9 +61,17 @@ def test_build_311_end_to_end_then_wheel_cache_hit(runner, repos, tmp_path):
 
 
 def test_bare_rpath_trap_is_real_without_our_patch(runner, tmp_path):
+    good = runner.nox("3.11", "--no-smoke-test")  # the good wheel first (a cache hit after the end-to-end test)
+    assert good.returncode == 0, output(good)[-3000:]
+    good_bytes = (runner.dist / TARGET / WHEEL).read_bytes()
     proc = runner.nox("3.11", "--skip-patch", "rpath-link-flag", "--no-smoke-test")
     assert proc.returncode == 0, output(proc)[-3000:]
-    dyn = dynamic_section(runner.dist / TARGET / WHEEL, "apex_C", tmp_path)
+    # a diagnosis build has its own target: the good wheel that `invoke publish` would ship is untouched
+    assert (runner.dist / TARGET / WHEEL).read_bytes() == good_bytes
+    trap = runner.dist / f"{TARGET}+skip-rpath-link-flag"
+    assert json.loads((trap / "manifest.json").read_text())["target"]["identity"] == {
+        "skip_patches": ["rpath-link-flag"]}
+    dyn = dynamic_section(trap / WHEEL, "apex_C", tmp_path)
     assert "$ORIGIN/torch/lib" not in dyn
     assert "Library rpath: [" in dyn  # the linker swallowed the next argument as the rpath ...
     assert "[libstdc++.so.6]" not in dyn  # ... and lost NEEDED libstdc++
@@ -85,13 +93,13 @@ def test_lib64_torch_fails_without_our_patch_and_builds_with_it(runner, lib64_to
     assert broken.returncode != 0
     assert "No such file or directory" in text and ("c10/core/Device.h" in text or "cannot find -lc10" in text)
     assert "known failure 'hardcoded-site-packages'" in text  # the hint is printed
-    assert not (runner.dist / TARGET).exists()  # nothing half-written
+    assert not runner.dist.exists() or not any(runner.dist.iterdir())  # nothing half-written
     assert not runner.dist.exists() or not [p for p in runner.dist.iterdir() if ".tmp-" in p.name]
-    assert (runner.build / TARGET / "build.log").is_file()  # the full log is kept
+    assert (runner.build / f"{TARGET}+skip-torch-location+system-torch" / "build.log").is_file()  # the full log is kept
 
     fixed = runner.nox("3.11", "--use-system-torch", PYTHONPATH=str(lib64_torch))
     assert fixed.returncode == 0, output(fixed)[-3000:]
-    manifest = json.loads((runner.dist / TARGET / "manifest.json").read_text())
+    manifest = json.loads((runner.dist / f"{TARGET}+system-torch" / "manifest.json").read_text())
     assert manifest["smoke_test"]["modules"]["apex_C"]["ok"]
     assert manifest["target"]["torch"].startswith("2.13.0")
 

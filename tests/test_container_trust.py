@@ -129,7 +129,7 @@ def test_a_digest_other_than_the_manifest_says_is_refused(host):
 def test_a_wheel_that_is_not_a_zip_is_refused(host):
     (host.produced / WHEEL).write_bytes(SECRET)
     host.manifest(WHEEL, sha(SECRET))
-    assert "is not a zip archive" in host.refused().format()
+    assert "is not a readable zip archive" in host.refused().format()
 
 
 def test_a_fifo_named_like_a_wheel_is_refused_without_blocking(host):

@@ -58,7 +58,8 @@ def test_plan_decides_target_before_any_work(m):
     assert plan.target_id == "py3.11-torch2.13.0-aarch64-master"
     assert plan.flags == ("--cpp_ext",) and plan.torch_npu is None
     plan = build.make_plan(BuildOptions(python="3.11", torch="2.7.1", npu=True, apex_ref="5.0.rc3"), m, INTERP, None, {})
-    assert plan.torch_npu == m.torch_npu_for("2.7.1") and plan.target_id == "py3.11-torch2.7.1-aarch64-5.0.rc3"
+    assert plan.torch_npu == m.torch_npu_for("2.7.1") and plan.target_id == \
+        f"py3.11-torch2.7.1-aarch64-5.0.rc3+npu{plan.torch_npu}"
 
 
 def test_plan_installs_torch_npu_when_a_cann_toolkit_is_detected(m, tmp_path):

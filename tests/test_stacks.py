@@ -14,7 +14,7 @@ from conftest import ROOT, output
 from apexkit import known_failures, matrix
 from apexkit.errors import ConfigError
 
-NPU_TARGET = "py3.11-torch2.13.0-x86_64-master"
+NPU_TARGET = "py3.11-torch2.13.0-x86_64-master+npu2.13.0"
 
 
 @pytest.fixture(scope="module")

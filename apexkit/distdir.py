@@ -1,0 +1,81 @@
+"""dist/<target-id>/: the wheel and the manifest of one target, replaced as a whole, never over another's.
+
+A target folder appears complete or not at all (written beside it, then swapped in), and is replaced only by a build
+from the same inputs: its manifest's `target.identity` names the non-default inputs (torch_npu, skipped patches,
+setup.py flags, an NVIDIA pin, a local source, the system torch), and a build from other inputs is refused without
+--force, so a diagnosis build never replaces the wheel that `invoke publish` would ship.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from apexkit import fsedit, log, untrusted
+from apexkit.errors import ConfigError
+
+MANIFEST_MAX = 16 << 20  # bytes; ours are a few KiB
+
+
+def _recorded_identity(target: Path) -> dict | None:
+    """target.identity of dist/<target>/manifest.json ({} for a manifest from before identities); None when the
+    folder is not one apexkit wrote (a symlink, no readable manifest)."""
+    try:
+        fd = untrusted.open_dir(target)
+        try:
+            data = untrusted.read_regular("manifest.json", fd, MANIFEST_MAX)
+        finally:
+            os.close(fd)
+        recorded = json.loads(data.decode("utf-8")).get("target", {}).get("identity", {})
+    except (untrusted.Untrusted, OSError, ValueError, AttributeError):
+        return None
+    return recorded if isinstance(recorded, dict) else None
+
+
+def _shown_value(value) -> str:
+    if value is None or value == [] or value is False:
+        return "default"
+    return log.sanitise(" ".join(value) if isinstance(value, list) else str(value))[:80]
+
+
+def check_overwrite(dist_dir: Path, name: str, wanted: dict, force: bool) -> None:
+    """Refuse to replace dist/<name>/ when it was built from other inputs than `wanted` (its manifest's
+    target.identity), unless --force: a diagnosis build (--skip-patch, --apex-src, ...) never silently replaces the
+    good wheel that `invoke publish` would ship."""
+    final = dist_dir / name
+    if force or not os.path.lexists(final):
+        return
+    recorded = _recorded_identity(final)
+    if recorded == wanted:
+        return
+    if recorded is None:
+        what = "is not a target apexkit wrote (a symlink, or no readable manifest.json)"
+    else:
+        keys = sorted(set(recorded) | set(wanted), key=str)
+        what = "holds a wheel built from other inputs (" + "; ".join(
+            f"{k}: {_shown_value(recorded.get(k))} there, {_shown_value(wanted.get(k))} now" for k in keys
+            if recorded.get(k) != wanted.get(k)) + ")"
+    raise ConfigError(f"{final} {what}; nothing was replaced",
+                      "pass --force to replace it, or --dist DIR to keep both")
+
+
+def replace_dir(dist_dir: Path, name: str, files: dict[str, Path], manifest: dict, force: bool = False) -> Path:
+    """dist/<name>/ (the files + manifest.json) appears complete or not at all; never over a target built from
+    other inputs (check_overwrite) unless `force`."""
+    final = dist_dir / name
+    check_overwrite(dist_dir, name, manifest.get("target", {}).get("identity") or {}, force)
+    dist_dir.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{name}.tmp-", dir=dist_dir))
+    try:
+        for file_name, source in files.items():
+            shutil.copy2(source, tmp / file_name)
+        (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+        os.chmod(tmp, 0o755)  # mkdtemp makes it 0700
+        fsedit.swap_directory(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return final
