@@ -1,4 +1,4 @@
-"""apexkit sessions. `nox -l` lists them; options go after `--` (`nox -s build-3.11 -- --help`).
+"""apexkit sessions. `nox -l` lists them; options go after `--` (`nox -s build-3.11 -- --help`); `nox` alone runs lint.
 
 build-<python>  build the Apex for Ascend wheel for that Python (the list comes from matrix.toml)
 build-<id>      one combination of matrix.toml [[matrix.include]], e.g. build-py3.11-torch2.13.0-x86_64 (-t matrix: all)
@@ -7,7 +7,8 @@ matrix          the matrix as a table / JSON / GitHub Actions matrix (-- --forma
 build-bench     cold vs cached vs -j1/-jN build times
 validate        environment checks in the built wheel's venv (bench/validate_env.py)
 bench           FP32 vs AMP benchmark in the built wheel's venv (bench/amp_bench.py)
-tests           the test suite (the README's test command, with tests-aarch64)
+tests           the test suite (the README's test command, with tests-aarch64); installs system tools only when
+                asked: APEXKIT_INSTALL_SYSTEM_TOOLS=1 or CI=true, as root
 tests-aarch64   aarch64 builder image and wheel under QEMU
 lint            ruff + actionlint
 """
@@ -29,7 +30,10 @@ try:  # the sessions come from matrix.toml: a broken file is one line, not a tra
 except ApexkitError as _exc:
     sys.exit(f"error: {_exc.format()}")
 
-nox.options.sessions = ["lint", "tests"]
+# A bare `nox` runs lint only: it is quick and changes nothing outside the checkout. `tests` is asked for by name
+# (`nox -s tests`): it starts daemons and, where asked to (APEXKIT_INSTALL_SYSTEM_TOOLS=1 or CI=true), installs
+# system packages; a default that lists the sessions instead would leave a bare `nox` doing nothing useful.
+nox.options.sessions = ["lint"]
 nox.options.default_venv_backend = "none"  # apexkit makes its own venvs (virtualenv, found interpreters)
 
 
@@ -110,16 +114,26 @@ def bench(session: nox.Session) -> None:
 
 
 def _test_env(session: nox.Session) -> "dict[str, str]":
-    """Where it can (root + apt): install every system tool the tests need (git, patch, g++, binutils, tinyproxy,
-    docker.io, debootstrap, qemu-user-static, binfmt-support), register qemu-aarch64, and make a missing service a
-    failure instead of a skip. Elsewhere only the build tools are checked and service tests skip with the reason."""
-    from apexkit import imagecli, systools
+    """Only when asked (APEXKIT_INSTALL_SYSTEM_TOOLS=1, or CI=true) and where it can (root + apt): install every system
+    tool the tests need (git, patch, g++, binutils, tinyproxy, docker.io, debootstrap, qemu-user-static,
+    binfmt-support), register qemu-aarch64, and make a missing service a failure instead of a skip. Otherwise nothing
+    is installed: missing build tools stop the session with the command that installs them, and the tests that need a
+    missing service skip with the reason (apexkit.testtools)."""
+    import os
+
+    from apexkit import imagecli, systools, testtools
     from apexkit.cli import run_in_session
 
-    if not systools.can_install():
-        systools.ensure(tuple(systools.DEBIAN_PACKAGES))
+    plan = testtools.decide(os.environ, systools.can_install())
+    if plan.missing_build_tools:
+        session.error(f"missing build tools: {', '.join(plan.missing_build_tools)} -- next: "
+                      f"{testtools.install_command(plan.missing_build_tools)} (or {testtools.OPT_IN}=1 as root)")
+    if plan.not_installed:
+        session.log(f"not installing {', '.join(testtools.packages(plan.not_installed))} (the tests that need them "
+                    f"skip): {testtools.install_command(plan.not_installed)}, or {testtools.OPT_IN}=1 as root")
+    if not plan.install and not plan.register_binfmt:
         return {}
-    installed = systools.ensure((*systools.DEBIAN_PACKAGES, *systools.TEST_PACKAGES, *systools.QEMU_PACKAGES))
+    installed = systools.ensure(plan.install)
     if installed:
         session.log(f"installed {' '.join(installed)}")
     run_in_session(session, lambda: imagecli.emulation("aarch64", enable=True))
@@ -128,14 +142,15 @@ def _test_env(session: nox.Session) -> "dict[str, str]":
 
 @nox.session(python=False)
 def tests(session: nox.Session) -> None:
-    """Run the test suite (pytest); installs missing system tools first (git, patch, g++, binutils, tinyproxy,
-    docker.io, debootstrap, qemu-user-static) where it can (root + apt): then the proxy/Docker tests must run."""
+    """Run the test suite (pytest); with APEXKIT_INSTALL_SYSTEM_TOOLS=1 or CI=true (as root + apt) installs the
+    missing system tools first (tinyproxy, docker.io, debootstrap, qemu-user-static): then the service tests must run."""
     session.run("python3", "-m", "pytest", *session.posargs, env=_test_env(session))
 
 
 @nox.session(name="tests-aarch64", python=False)
 def tests_aarch64(session: nox.Session) -> None:
-    """aarch64 builder image + wheel under QEMU (minutes): installs qemu-user-static and registers binfmt first."""
+    """aarch64 builder image + wheel under QEMU (minutes); with APEXKIT_INSTALL_SYSTEM_TOOLS=1 or CI=true installs
+    qemu-user-static and registers binfmt first."""
     session.run("python3", "-m", "pytest", "-m", "aarch64", "tests/test_images.py", *session.posargs,
                 env=_test_env(session))
 

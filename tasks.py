@@ -38,17 +38,23 @@ def build(c, python="3.11", options="", image=None):
     from apexkit import build as apexkit_build
 
     argv = shlex.split(options) + shlex.split(c.remainder or "") + (["--image", image] if image else [])
-    try:
+    def one() -> int:
         apexkit_build.main(python, argv, prog=f"invoke build --python {python} --")
-    except ApexkitError as exc:
-        raise Exit(f"error: {log.mask(exc.format())}", code=exc.exit_code) from None
+        return 0
+
+    _run(one)
 
 
 def _run(func, *args, **kwargs) -> None:
+    """An ApexkitError is one `error:` line and its exit code; $APEXKIT_STATUS_FILE gets the code either way."""
+    from apexkit.cli import record_status
+
     try:
         code = func(*args, **kwargs)
     except ApexkitError as exc:
+        record_status(exc.exit_code, exc.format())
         raise Exit(f"error: {log.mask(exc.format())}", code=exc.exit_code) from None
+    record_status(code or 0)
     if code:
         raise Exit(code=code)
 

@@ -6,6 +6,7 @@ half-written dist/. The full log stays in build/<target-id>/build.log.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -21,7 +22,7 @@ from pathlib import Path
 
 import apexkit
 from apexkit import distdir as distdir_mod
-from apexkit import interpreters, known_failures, log, patches, sources, untrusted, venvs
+from apexkit import interpreters, known_failures, locks, log, patches, sources, untrusted, venvs
 from apexkit import matrix as matrix_mod
 from apexkit.distdir import check_overwrite, replace_dir
 from apexkit.errors import BuildError, ConfigError, SmokeTestError
@@ -319,6 +320,15 @@ class Builder:
             return opts.dist_dir / plan.target_id
 
         work = opts.build_dir / plan.target_id
+        # Locks (apexkit.locks): build/<target> for the whole build, then the wheel-cache entry from lookup to store
+        # (a second build of the same inputs waits, then takes the first one's wheel as a cache hit), the build venv
+        # and each git mirror inside; dist/<target> while it is swapped (distdir.replace_dir). Always in this order.
+        with locks.hold(work, f"build directory {work}"), contextlib.ExitStack() as held:
+            return self._run_in(work, plan, interp, patch_list, started, held)
+
+    def _run_in(self, work: Path, plan: Plan, interp: interpreters.Interpreter, patch_list: list[patches.Patch],
+                started: float, held: contextlib.ExitStack) -> Path:
+        opts = self.opts
         work.mkdir(parents=True, exist_ok=True)
         self.log_path = work / "build.log"
         self.log_path.write_text(f"apexkit {apexkit.__version__} build of {plan.target_id}\n")
@@ -332,6 +342,8 @@ class Builder:
                 log.info(f"  flags detected from {ascend.npu_patch.name}: {' '.join(flags)}")
             key = cache_key(plan, opts, ascend.commit, nvidia_sha, patch_list, self.m)
             self._use_cache = self._cache_usable() and not ascend.dirty  # a dirty checkout is never cached
+            if self._use_cache:
+                held.enter_context(locks.hold(self._cache_entry(key), f"wheel cache entry {key[:12]}"))
             cached = self._cache_lookup(key, work) if (self._use_cache and opts.use_cache) else None
             if cached is not None:
                 return self._publish_cached(plan, cached, started, interp, work)
@@ -430,8 +442,9 @@ class Builder:
     def _build_venv(self, plan: Plan, interp: interpreters.Interpreter) -> venvs.Venv:
         path = self._venv_dir(plan, interp)
         marker = path / "apexkit-ready.json"
-        with log.step("build venv", self.timings) as s:
-            if marker.is_file() and not self.opts.recreate_venv:
+        with log.step("build venv", self.timings) as s, venvs.lock(path):
+            if marker.is_file() and not self.opts.recreate_venv:  # checked under the lock: another build may have
+                # made it while this one waited
                 s.note(f"reused {path}")
                 return venvs.Venv(path)
             venv = venvs.create(interp.path, path, self.log_path, system_site_packages=self.opts.use_system_torch)

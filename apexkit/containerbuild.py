@@ -14,7 +14,9 @@ takes back only a plain wheel file named by a plain basename, without following 
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import glob
 import json
 import os
 import re
@@ -396,8 +398,10 @@ def _publish(produced: Path, dist_dir: Path, spec: ContainerSpec, labels: Mappin
                          f"(rebuild it with invoke image.build)") from None
     uid, gid = invoking_user()
     if os.geteuid() == 0 and uid != 0:
-        for path in (final, *final.iterdir()):
-            os.chown(path, uid, gid, follow_symlinks=False)
+        locks_dir = dist_dir / ".locks"  # distdir.lock's files: the user's next build must be able to take them
+        for path in (final, *final.iterdir(), locks_dir, *locks_dir.glob(f"{glob.escape(final.name)}.lock*")):
+            with contextlib.suppress(FileNotFoundError):
+                os.chown(path, uid, gid, follow_symlinks=False)
     log.info(f"✓ {final / name}")
     log.info(f"  sha256 {manifest['wheel']['sha256']}  ({manifest['wheel']['size'] / 1024:.0f} KiB, "
              f"{spec.arch}, built in {spec.image})")
@@ -411,8 +415,13 @@ def _install(src: int, name: str, manifest: dict, dist_dir: Path, target: str, s
     identity = manifest.get("target", {}).get("identity") if isinstance(manifest.get("target"), dict) else None
     if identity is not None and not isinstance(identity, dict):
         raise _Untrusted("manifest.json target.identity is not an object")
-    distdir.check_overwrite(dist_dir, target, identity or {}, force)
-    dist_dir.mkdir(parents=True, exist_ok=True)
+    with distdir.lock(dist_dir, target):
+        distdir.check_overwrite(dist_dir, target, identity or {}, force)
+        return _swap_in(src, name, manifest, dist_dir, target, spec, labels, seconds)
+
+
+def _swap_in(src: int, name: str, manifest: dict, dist_dir: Path, target: str, spec: ContainerSpec,
+             labels: Mapping[str, str], seconds: float) -> Path:
     tmp = Path(tempfile.mkdtemp(prefix=f".{target}.tmp-", dir=dist_dir))
     try:
         sha, size = untrusted.copy_fd(src, tmp / name)

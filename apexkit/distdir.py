@@ -14,7 +14,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from apexkit import fsedit, log, untrusted
+from apexkit import fsedit, locks, log, untrusted
 from apexkit.errors import ConfigError
 
 MANIFEST_MAX = 16 << 20  # bytes; ours are a few KiB
@@ -66,16 +66,22 @@ def replace_dir(dist_dir: Path, name: str, files: dict[str, Path], manifest: dic
     """dist/<name>/ (the files + manifest.json) appears complete or not at all; never over a target built from
     other inputs (check_overwrite) unless `force`."""
     final = dist_dir / name
-    check_overwrite(dist_dir, name, manifest.get("target", {}).get("identity") or {}, force)
-    dist_dir.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{name}.tmp-", dir=dist_dir))
-    try:
-        for file_name, source in files.items():
-            shutil.copy2(source, tmp / file_name)
-        (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
-        os.chmod(tmp, 0o755)  # mkdtemp makes it 0700
-        fsedit.swap_directory(tmp, final)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    with lock(dist_dir, name):
+        check_overwrite(dist_dir, name, manifest.get("target", {}).get("identity") or {}, force)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{name}.tmp-", dir=dist_dir))
+        try:
+            for file_name, source in files.items():
+                shutil.copy2(source, tmp / file_name)
+            (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+            os.chmod(tmp, 0o755)  # mkdtemp makes it 0700
+            fsedit.swap_directory(tmp, final)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
     return final
+
+
+def lock(dist_dir: Path, name: str):
+    """The lock on dist/<name> while it is checked and swapped: `<dist>/.locks/<name>.lock` (a hidden folder, so
+    `invoke publish` and `ls dist/` see only targets)."""
+    return locks.hold(dist_dir / ".locks" / name, f"{dist_dir / name}")

@@ -510,8 +510,14 @@ def as_json(rows: list[Check]) -> str:
     return json.dumps([{**asdict(r), "found": log.mask(r.found), "fix": log.mask(r.fix)} for r in rows], indent=1)
 
 
-def analyse_log(path: str) -> list[known_failures.Hit]:
+def analyse_log(path: str) -> tuple[list[known_failures.Hit], list[str]]:
+    """The known failures in a build log and its last lines, in one streamed pass (logs reach hundreds of MB)."""
     file = Path(path)
     if not file.is_file():
         raise ConfigError(f"--log {path}: no such file", "pass a build log, e.g. build/<target-id>/build.log")
-    return known_failures.find(file.read_text(errors="replace"))
+    try:
+        with open(file, encoding="utf-8", errors="replace") as fh:
+            return known_failures.scan(fh)
+    except OSError as exc:
+        raise ConfigError(f"--log {path}: cannot read it ({exc.strerror})", "check the path and its permissions") \
+            from None

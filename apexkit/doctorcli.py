@@ -24,16 +24,15 @@ def main(log_file: str | None = None, as_json: bool = False, venv: str | None = 
 
 
 def _explain_log(path: str, as_json: bool) -> int:
-    hits = doctor.analyse_log(path)
+    hits, tail = doctor.analyse_log(path)
     if as_json:
         print(json.dumps([{"id": h.failure.id, "line": h.line_no, "text": log.mask(h.line), "cause": h.failure.cause,
                            "fix": h.failure.fix} for h in hits], indent=1))
         return 0 if hits else 1
     if not hits:
         log.info(f"no known failure in {path} (known_failures.toml has the signatures); its last lines:")
-        with open(path, errors="replace") as fh:
-            for line in fh.read().splitlines()[-10:]:
-                log.foreign(line, "  ")
+        for line in tail:
+            log.foreign(line, "  ")
         return 1
     for hit in hits:
         shown = log.escape(log.sanitise(log.mask(hit.line[:160])))  # the log's text: no markup, no control characters

@@ -18,6 +18,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import tempfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -254,37 +255,150 @@ class Change:
         return log.mask(text)
 
 
-class BackupStore:
-    """Originals of the files apexkit edits, kept at the first edit, in `<state>/backups/` (0700)."""
+def _user_name(uid: int) -> str:
+    try:
+        import pwd
 
-    def __init__(self, directory: Path) -> None:
+        return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
+    except (ImportError, KeyError):
+        return f"uid {uid}"
+
+
+def check_private(path: Path, what: str, directory: bool) -> None:
+    """Trust state apexkit reads back (and acts on as root) only when it is ours: a real directory or file, not a
+    symbolic link, owned by the effective user or root, and not writable by its group or by everyone. Otherwise
+    another user could make this process (under sudo: root) write any file. A missing path passes."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    kind = "directory" if directory else "file"
+    if stat.S_ISLNK(st.st_mode):
+        raise EnvironmentSetupError(f"{what} {path} is a symbolic link, not a {kind} apexkit made; nothing was changed",
+                                    f"remove the link (rm {path}) and run again")
+    if (stat.S_ISDIR(st.st_mode) if directory else stat.S_ISREG(st.st_mode)) is False:
+        raise EnvironmentSetupError(f"{what} {path} is not a {kind}; nothing was changed", f"move {path} away and run again")
+    me = os.geteuid()
+    if st.st_uid not in (me, 0):
+        raise EnvironmentSetupError(
+            f"{what} {path} belongs to {_user_name(st.st_uid)}, not to {_user_name(me)} who runs this: "
+            "undo records another user can write could make this process write any file; nothing was changed",
+            f"run as {_user_name(st.st_uid)} (without sudo; under sudo drop -E so root keeps its own state), "
+            f"or if you trust its content: chown -R {me} {path}")
+    if st.st_mode & 0o022:
+        raise EnvironmentSetupError(
+            f"{what} {path} is writable by its group or by everyone (mode {oct(stat.S_IMODE(st.st_mode))}); "
+            "nothing was changed", f"chmod -R go-w {path} if you trust its content, then run again")
+
+
+def read_private(path: Path, what: str) -> bytes | None:
+    """A file of apexkit's own state, opened without following a symbolic link; None when it does not exist."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        if os.path.islink(path):
+            raise EnvironmentSetupError(f"{what} {path} is a symbolic link, not a file apexkit made; it was not "
+                                        "followed and nothing was changed", f"remove it (rm {path}) and run again") from None
+        raise EnvironmentSetupError(f"cannot read {what} {path} ({exc.strerror}); nothing was changed",
+                                    "run as the user who ran setup (or with sudo for system files)") from None
+    with os.fdopen(fd, "rb") as handle:
+        st = os.fstat(handle.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise EnvironmentSetupError(f"{what} {path} is not a regular file; it was not read and nothing was changed",
+                                        f"move {path} away and run again")
+        return handle.read()
+
+
+def clamp_mode(mode: object, private: bool = False, default: int = 0o644) -> int:
+    """A mode read back from undo records, made safe: permission bits only (no setuid, setgid or sticky bit),
+    and at most 0600 for a file that holds credentials."""
+    value = mode if isinstance(mode, int) and not isinstance(mode, bool) else default
+    value &= 0o777
+    return value & 0o600 if private else value
+
+
+class BackupStore:
+    """Originals of the files apexkit edits, kept at the first edit, in `<state>/backups/` (0700).
+
+    The manifest is read back later, possibly by root (`sudo -E`), so it is trusted only as far as it must be:
+    its directory and itself must be ours (`check_private`); the file each record stands for is re-derived from
+    its display name by `resolve` (None: no apexkit layer manages that file, the record is ignored with a warning),
+    never taken from the manifest; modes are clamped; backup copies are read without following links."""
+
+    def __init__(self, directory: Path, resolve: Callable[[str], Path | None],
+                 private: Callable[[str], bool] = lambda display: False) -> None:
         self.directory = directory
         self.manifest_path = directory / "manifest.json"
+        self.resolve = resolve
+        self.private = private
+        self._warned: set[str] = set()
+
+    def check(self) -> None:
+        check_private(self.directory.parent, "the apexkit state directory", directory=True)
+        check_private(self.directory, "the backups directory", directory=True)
+        check_private(self.manifest_path, "the backups manifest", directory=False)
+
+    def _prepare(self) -> None:
+        """Create the state and backups directories closed to others (whatever the umask), then check them."""
+        self.check()
+        self.directory.parent.parent.mkdir(parents=True, exist_ok=True)
+        for directory in (self.directory.parent, self.directory):
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(directory, 0o700)
+                os.chmod(directory, 0o700)
+        self.check()
 
     def load(self) -> dict[str, dict]:
-        data = read_bytes(self.manifest_path)
-        return load_json_object(self.manifest_path, str(self.manifest_path), data) if data else {}
+        self.check()
+        data = read_private(self.manifest_path, "the backups manifest")
+        manifest = load_json_object(self.manifest_path, str(self.manifest_path), data) if data else {}
+        for display, record in list(manifest.items()):
+            if not isinstance(record, dict):
+                log.warn(f"backups manifest entry {display!r} is not an object; ignored")
+                del manifest[display]
+        return manifest
 
     def save(self, manifest: dict[str, dict]) -> None:
-        self.directory.mkdir(parents=True, exist_ok=True)
-        os.chmod(self.directory, 0o700)
+        self._prepare()
         atomic_write(self.manifest_path, dump_json(manifest), 0o600)
+
+    def managed(self, manifest: dict[str, dict]) -> list[tuple[str, Path, dict]]:
+        """(display, real path, record) for each record of a file apexkit manages here; the others are kept in the
+        manifest untouched and named once in a warning."""
+        entries = []
+        for display, record in sorted(manifest.items()):
+            path = self.resolve(display)
+            if path is None:
+                if display not in self._warned:
+                    self._warned.add(display)
+                    log.warn(f"backups manifest names {display!r}, which apexkit does not manage with these options; "
+                             "left as it is (set up with --profile or --system? pass the same options)")
+                continue
+            entries.append((display, path, record))
+        return entries
 
     def _file(self, display: str) -> Path:
         return self.directory / (hashlib.sha256(display.encode()).hexdigest()[:16] + ".orig")
 
-    def original(self, display: str, record: dict) -> bytes | None:
-        return read_bytes(self._file(display)) if record.get("existed") else None
+    def original(self, display: str, record: dict) -> tuple[bytes | None, bool]:
+        """(the original bytes, whether they are lost): lost when the file existed but its copy is gone."""
+        if record.get("existed") is not True:
+            return None, False
+        data = read_private(self._file(display), f"the backup of {display}")
+        return data, data is None
 
-    def remember(self, manifest: dict[str, dict], change: Change) -> None:
+    def remember(self, manifest: dict[str, dict], change: Change) -> bool:
+        """Keep the original of a file at apexkit's first edit; returns whether a record was added."""
         if change.display in manifest:
-            return  # the original is the state before apexkit's first edit
-        record = {"path": str(change.path), "existed": change.old is not None, "mode": change.old_mode}
+            return False  # the original is the state before apexkit's first edit
+        record = {"existed": change.old is not None, "mode": change.old_mode}
         if change.old is not None:
-            self.directory.mkdir(parents=True, exist_ok=True)
-            os.chmod(self.directory, 0o700)
+            self._prepare()
             atomic_write(self._file(change.display), change.old, 0o600)
         manifest[change.display] = record
+        return True
 
     def forget(self, manifest: dict[str, dict], display: str) -> None:
         manifest.pop(display, None)
@@ -298,16 +412,28 @@ def preflight(changes: Iterable[Change], hint: str) -> None:
             raise EnvironmentSetupError(f"cannot write {change.display} (permission denied); nothing was changed", hint)
 
 
-def apply(changes: list[Change], store: BackupStore, owner: str) -> list[Change]:
-    """Write every changed file (all or nothing); returns the changes written."""
+def _put_back(changes: Iterable[Change]) -> None:
+    for change in changes:
+        if change.old is None:
+            with contextlib.suppress(FileNotFoundError):
+                change.path.unlink()
+        else:
+            atomic_write(change.path, change.old, 0o644 if change.old_mode is None else change.old_mode)
+
+
+def apply(changes: list[Change], store: BackupStore, owner: str, check: Callable[[], None] | None = None) -> list[Change]:
+    """Write every changed file (all or nothing); returns the changes written. `check` runs after the writes (a
+    read-back): when it raises, every file is put back as it was and the backups manifest is left unchanged."""
     todo = [c for c in changes if c.changed]
     if not todo:
         return []
     manifest = store.load()
     done: list[Change] = []
+    added: list[str] = []
     try:
         for change in todo:
-            store.remember(manifest, change)
+            if store.remember(manifest, change):
+                added.append(change.display)
             record = manifest[change.display]
             record.update(owner=owner, **change.extra)
             if change.new is None:
@@ -317,14 +443,13 @@ def apply(changes: list[Change], store: BackupStore, owner: str) -> list[Change]
                 atomic_write(change.path, change.new, change.mode)
             record["written_sha256"] = sha256(change.new)
             done.append(change)
+        if check is not None:
+            check()
         store.save(manifest)
     except BaseException:
-        for change in reversed(done):  # put back what was already written
-            if change.old is None:
-                with contextlib.suppress(FileNotFoundError):
-                    change.path.unlink()
-            else:
-                atomic_write(change.path, change.old, change.old_mode or 0o644)
+        _put_back(reversed(done))  # put back what was already written
+        for display in added:
+            store.forget({}, display)
         raise
     return done
 
@@ -335,20 +460,27 @@ class Restore:
     how: str  # "restored" | "deleted" | "undone" | "already gone"
 
 
-def undo_change(store: BackupStore, display: str, record: dict,
+def undo_change(store: BackupStore, display: str, path: Path, record: dict,
                 undo: Callable[[str, bytes, bytes | None, dict], bytes | None]) -> tuple[Change, str]:
-    """The change that takes back what apexkit wrote to one file, and how: untouched since our write -> the original
-    bytes and mode exactly; edited since -> `undo(display, current, original, record)` removes only our part."""
-    path = Path(record["path"])
+    """The change that takes back what apexkit wrote to one file (`path`, derived by the caller, never read from the
+    record), and how: untouched since our write -> the original bytes and (clamped) mode exactly; edited since, or
+    its backup copy lost -> `undo(display, current, original, record)` removes only our part."""
     current = read_bytes(path)
-    original = store.original(display, record)
+    original, lost = store.original(display, record)
+    private = store.private(display)
     if current is None and original is None:
         return Change(display, path, None), "already gone"
-    if current is None or sha256(current) == record.get("written_sha256"):
-        return (Change(display, path, original, mode=record.get("mode") or 0o644),
+    if not lost and (current is None or sha256(current) == record.get("written_sha256")):
+        return (Change(display, path, original, mode=clamp_mode(record.get("mode"), private)),
                 "restored" if original is not None else "deleted")
+    assert current is not None
     restored = undo(display, current, original, record)
-    return Change(display, path, restored, mode=file_mode(path) or 0o644), "undone (file edited since; only our part removed)"
+    mode = clamp_mode(file_mode(path), private)
+    if lost:
+        log.warn(f"the backup copy of {display} is missing; only apexkit's part is removed")
+        if restored is None:  # never delete a file that existed before apexkit
+            return Change(display, path, current, mode=mode), "kept (its backup copy is missing)"
+    return Change(display, path, restored, mode=mode), "undone (file edited since; only our part removed)"
 
 
 def undo_all(store: BackupStore, owner: str, undo: Callable[[str, bytes, bytes | None, dict], bytes | None],
@@ -358,10 +490,10 @@ def undo_all(store: BackupStore, owner: str, undo: Callable[[str, bytes, bytes |
     manifest = store.load()
     results: list[Restore] = []
     changes: list[Change] = []
-    for display, record in sorted(manifest.items()):
+    for display, path, record in store.managed(manifest):
         if record.get("owner") != owner or not only(display):
             continue
-        change, how = undo_change(store, display, record, undo)
+        change, how = undo_change(store, display, path, record, undo)
         results.append(Restore(display, how))
         changes.append(change)
     if dry_run:

@@ -28,7 +28,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from apexkit import log, proxy
+from apexkit import log, proxy, urls
 from apexkit.errors import ConfigError, ImageError, InterpreterNotFoundError
 from apexkit.matrix import PROJECT_ROOT
 
@@ -281,10 +281,14 @@ def plan_image(arch: str, base: str, tag: str | None = None, network: str | None
     if uid <= 0 or gid <= 0:
         raise ConfigError(f"--uid {uid} / --gid {gid}: the build user must not be root", "pass --uid 1000 --gid 1000")
     settings = proxy_settings(environ)
+    index_from = ("--pip-index" if pip_index else "the pip index of proxy.setup" if settings and settings.pip_index
+                  else "PIP_INDEX_URL")
     index = pip_index or (settings.pip_index if settings else None) or environ.get("PIP_INDEX_URL") or ""
-    if index and re.search(r"://[^/@\s]+:[^/@\s]+@", index):
-        raise ConfigError("the pip index URL holds a password, which would be stored in the image history",
-                          "use a credential-free mirror for the image build, or the proxy")
+    if index:  # the one URL validator; then no userinfo of any form (user:pw@, :pw@, TOKEN@): `docker history` keeps it
+        urls.index_url(index, index_from)
+        urls.no_userinfo(index, index_from, "the pip index URL holds a password or token (user info before '@'), "
+                         "which a build argument would store in the image history",
+                         "use a credential-free mirror for the image build, or the proxy")
     build_args = {"BASE_IMAGE": base_ref, "APEXKIT_ARCH": arch, "APEXKIT_EXTRA_PACKAGES": extra_packages,
                   "APEXKIT_PIP_INDEX_URL": index, "BUILD_UID": str(uid), "BUILD_GID": str(gid),
                   **proxy_build_args(settings)}

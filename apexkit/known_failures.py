@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import collections
 import functools
+import io
 import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TextIO
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -59,13 +62,37 @@ class Hit:
 
 
 def find(text: str) -> list[Hit]:
-    """The first line where each known failure appears, in table order (for `invoke doctor --log`)."""
-    hits = []
-    lines = text.splitlines()
-    for failure in match(text):
-        m = failure.pattern.search(text)
-        if m is None:
-            continue
-        line_no = text.count("\n", 0, m.start()) + 1
-        hits.append(Hit(failure, line_no, lines[line_no - 1].strip() if line_no <= len(lines) else m.group(0)))
-    return hits
+    """The first line where each known failure appears, in table order."""
+    return scan(io.StringIO(text))[0]
+
+
+def scan(fh: TextIO, tail: int = 10, block: int = 8 << 20) -> tuple[list[Hit], list[str]]:
+    """One pass over a log of any size, `block` characters at a time (cut at line ends): the first line where each
+    known failure appears, in table order, less those a narrower match explains, and the log's last `tail` lines.
+    Signatures match within one line, so a block cut at a newline never splits one; memory stays at a block."""
+    failures = load()
+    first: dict[str, Hit] = {}
+    last: collections.deque[str] = collections.deque(maxlen=tail)
+    lines_before = 0
+    carry = ""
+    while True:
+        data = fh.read(block)
+        text = carry + data
+        carry = ""
+        if data:
+            cut = text.rfind("\n") + 1 or len(text)  # a line longer than a block is cut, not held whole
+            text, carry = text[:cut], text[cut:]
+        if text:
+            for failure in failures:
+                found = None if failure.id in first else failure.pattern.search(text)
+                if found:
+                    start = text.rfind("\n", 0, found.start()) + 1
+                    end = text.find("\n", found.start())
+                    line = text[start:len(text) if end < 0 else end].strip()
+                    first[failure.id] = Hit(failure, lines_before + text.count("\n", 0, found.start()) + 1, line)
+            last.extend(text.rstrip("\n").rsplit("\n", tail)[-tail:])
+            lines_before += text.count("\n")
+        if not data:
+            break
+    superseded = {sid for hit in first.values() for sid in hit.failure.supersedes}
+    return [first[f.id] for f in failures if f.id in first and f.id not in superseded], list(last)

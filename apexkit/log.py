@@ -16,12 +16,31 @@ from rich.markup import escape
 # emoji=False: ":name:" in echoed foreign text stays text (Rich replaces emoji codes even with markup=False).
 console = Console(stderr=True, highlight=False, soft_wrap=True, emoji=False)
 
-_CRED_IN_URL = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<user>[^:/@\s]+):(?P<pw>[^@/\s]+)@")
+# The userinfo of a URL in free text (logs, diffs, commands), hidden whatever it holds. The userinfo ends at the
+# LAST '@' before the host (a raw '@' in a password: user:p@ss@host), so a match runs over every character but
+# whitespace and '/' (which ends the authority, and so never crosses into the next URL's "://"); a password with
+# spaces (user:pa ss@host) is matched on the same line only, and only in the user:password form.
+_HOST_START = r"(?=[\w\[%.-])"
+_USERINFO_IN_URL = re.compile(
+    r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)"
+    r"(?:(?P<info>[^\s/]+)@" + _HOST_START + "|"
+    r"(?P<user>[^\s/:@\"'<>`]*):[^\r\n\f\v/\"'<>`]*@" + _HOST_START + ")")
+
+
+def _masked(match: re.Match) -> str:
+    info = match["info"]
+    if info is None:  # the form with spaces in the password
+        return f"{match['scheme']}{match['user']}:***@"
+    if ":" in info:
+        return f"{match['scheme']}{info.split(':', 1)[0]}:***@"
+    return f"{match['scheme']}***@"  # a token alone (http://TOKEN@host) is the secret
 
 
 def mask(text: str) -> str:
-    """Hide passwords in URLs: http://user:secret@host -> http://user:***@host."""
-    return _CRED_IN_URL.sub(lambda m: f"{m['scheme']}{m['user']}:***@", text)
+    """Hide the secret of every URL's userinfo: http://user:secret@host -> http://user:***@host, also
+    http://:pw@host -> http://:***@host, http://user:p@ss@host and http://user:pa ss@host -> http://user:***@host,
+    http://TOKEN@host -> http://***@host."""
+    return _USERINFO_IN_URL.sub(_masked, text)
 
 
 # Control characters other than tab: C0 (ESC included), DEL, C1. A terminal acts on them (OSC 52 clipboard writes,

@@ -112,6 +112,30 @@ def github(table: list[dict]) -> str:
     return json.dumps({"include": [{k: r[k] for k in keys} for r in table if not r["refused"]]}, separators=(",", ":"))
 
 
+def refusals(table: list[dict]) -> list[tuple[str, str]]:
+    """(id, why) of every refused row: by matrix.toml's tables, or by its builder image when images were checked."""
+    return [(r["id"], r["refused"] or r["image_refused"]) for r in table if r["refused"] or r["image_refused"]]
+
+
+def markdown(table: list[dict]) -> str:
+    """The matrix for a CI job summary ($GITHUB_STEP_SUMMARY): refused combinations first, then every row."""
+    def cell(text: str) -> str:
+        return log.sanitise(str(text)).replace("|", "\\|")
+
+    lines = []
+    refused = refusals(table)
+    if refused:
+        lines += [f"### {len(refused)} of {len(table)} combinations refused", ""]
+        lines += [f"- `{cell(rid)}`: {cell(why)}" for rid, why in refused] + [""]
+    lines += [f"### Build matrix: {len(table) - len(refused)} of {len(table)} combinations to build", "",
+              "| combination | python | torch | torch_npu | arch | runner | session |", "|---|---|---|---|---|---|---|"]
+    for r in table:
+        why = r["refused"] or r["image_refused"]
+        lines.append(f"| {cell(r['id'])} | {r['python']} | {r['torch']} | {r['torch_npu'] or '-'} | {r['arch']} | "
+                     f"{r['runner']} | {'REFUSED' if why else cell(r['session'])} |")
+    return "\n".join(lines)
+
+
 def print_table(table: list[dict], facts: images.ImageFacts | None = None) -> None:
     wheres = [f"{r['image']} ({r['image_state']})" if r["image"] else "this host" for r in table]
     width = max([len("builds in"), *map(len, wheres)])
@@ -173,7 +197,8 @@ def run_one(m: matrix_mod.Matrix, combo: Combination, passthrough: list[str], di
 def _target_dir(dist: Path, combo: Combination) -> Path | None:
     from apexkit.build import target_id
 
-    path = dist / target_id(combo.python, combo.torch, combo.arch, combo.ref)
+    identity = {"torch_npu": combo.torch_npu} if combo.torch_npu else {}  # a stack's torch_npu: its own +npu target
+    path = dist / target_id(combo.python, combo.torch, combo.arch, combo.ref, identity)
     return path if (path / "manifest.json").is_file() else None
 
 
@@ -215,8 +240,11 @@ def summary(results: list[Result]) -> str:
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="nox -s matrix --", description="the build matrix: list, GitHub JSON, or run it")
-    p.add_argument("--format", choices=("table", "json", "github"), default="table",
-                   help="table (default), json (every field, refused ones too), github (strategy.matrix, valid only)")
+    p.add_argument("--format", choices=("table", "json", "github", "markdown"), default="table",
+                   help="table (default), json (every field, refused ones too), github (strategy.matrix; a refused "
+                   "combination fails it, see --allow-refused), markdown (for $GITHUB_STEP_SUMMARY, refused ones first)")
+    p.add_argument("--allow-refused", action="store_true", help="with --format github: leave refused combinations "
+                   "out of the matrix and exit 0 (default: exit 1 naming them, so CI cannot lose a combination)")
     p.add_argument("--matrix", type=Path, metavar="FILE", help="a TOML file with [[include]] tables instead of "
                    "matrix.toml [[matrix.include]]")
     p.add_argument("--only", action="append", default=[], metavar="ID", help="only this combination (repeat)")
@@ -246,11 +274,19 @@ def main(argv: list[str]) -> int:
             raise ConfigError(f"--only {', '.join(unknown)}: not in the matrix", f"ids: {', '.join(c.id for c in combos)}")
         combos = [c for c in combos if c.id in args.only]
     if not args.run:
-        # the GitHub matrix is for another machine's daemon: only the table and JSON ask this one about images
-        facts = None if args.format == "github" else images.ImageFacts()
+        # the GitHub matrix (and its summary) is for another machine's daemon: only the table and JSON ask this one
+        facts = None if args.format in ("github", "markdown") else images.ImageFacts()
         table = rows(m, combos, facts, image=args.image)
         if args.format == "github":
+            refused = refusals(table)
+            if refused and not args.allow_refused:
+                raise MatrixError(f"{len(refused)} of {len(table)} combinations refused: "
+                                  + "; ".join(f"{rid}: {why}" for rid, why in refused),
+                                  "fix or remove those rows (nox -s matrix shows every row), or pass --allow-refused "
+                                  "to build the others")
             print(github(table))
+        elif args.format == "markdown":
+            print(markdown(table))
         elif args.format == "json":
             print(json.dumps(table, indent=1))
         else:

@@ -162,6 +162,13 @@ def resolve(python: str, argv: Sequence[str], env: Mapping[str, str] | None = No
             raise ConfigError(f"--wheelhouse {w} is not a directory", "pass a directory of .whl files")
     if (args.network or args.ca_bundle) and not args.image:
         raise ConfigError("--network and --ca-bundle apply to container builds only", "add --image IMAGE, or drop them")
+    dist_dir = (args.dist or Path(os.environ.get("APEXKIT_DIST_DIR") or PROJECT_ROOT / "dist")).resolve()
+    build_dir = (args.build_dir or Path(os.environ.get("APEXKIT_BUILD_DIR") or PROJECT_ROOT / "build")).resolve()
+    for flag, env_name, folder in (("--dist", "APEXKIT_DIST_DIR", dist_dir), ("--build-dir", "APEXKIT_BUILD_DIR",
+                                                                           build_dir)):
+        if folder.exists() and not folder.is_dir():
+            raise ConfigError(f"{flag} {folder} is not a directory", f"pass {flag} DIR (or set {env_name}) to a "
+                              "directory; it is made when missing")
     if args.apex_src is not None and not args.apex_src.expanduser().is_dir():
         raise ConfigError(f"--apex-src {args.apex_src} is not a directory", "pass your Ascend apex checkout")
     return BuildOptions(
@@ -187,8 +194,8 @@ def resolve(python: str, argv: Sequence[str], env: Mapping[str, str] | None = No
         use_system_torch=args.use_system_torch,
         skip_patches=tuple(args.skip_patch),
         setup_flags=tuple(args.setup_flags.split()) if args.setup_flags else None,
-        dist_dir=(args.dist or Path(os.environ.get("APEXKIT_DIST_DIR") or PROJECT_ROOT / "dist")).resolve(),
-        build_dir=(args.build_dir or Path(os.environ.get("APEXKIT_BUILD_DIR") or PROJECT_ROOT / "build")).resolve(),
+        dist_dir=dist_dir,
+        build_dir=build_dir,
         cache_dir=sources.cache_dir(env),
         dry_run=args.dry_run,
         verbose=args.verbose,

@@ -20,12 +20,12 @@ import re
 import shlex
 import shutil
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from apexkit import fsedit, log
+from apexkit import fsedit, log, urls
 from apexkit.errors import ConfigError, EnvironmentSetupError
 
 OWNER = "proxy"
@@ -46,43 +46,10 @@ DAEMON_JSON_MIN_VERSION = (23, 0)
 # Settings
 # ---------------------------------------------------------------------------------------------------------------
 
-_HOSTNAME = re.compile(r"^(?=.{1,253}$)([a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9])?)(\.[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9])?)*\.?$")
-
-
 def parse_proxy_url(value: str, option: str) -> str:
-    """Validate and normalise a proxy URL: scheme (http:// added when missing), host, port; credentials kept."""
-    raw = value.strip()
-    if not raw:
-        raise ConfigError(f"{option} is empty", f"pass {option} http://proxy.example.com:3128")
-    if "://" not in raw:
-        raw = "http://" + raw
-    shown = log.mask(raw)
-    try:
-        parts = urlsplit(raw)
-        port = parts.port
-    except ValueError as exc:
-        raise ConfigError(f"{option} {shown}: {exc}", "write it as http://[user:password@]host:port") from None
-    scheme = parts.scheme.lower()
-    if scheme not in PROXY_SCHEMES:
-        raise ConfigError(f"{option} {shown}: scheme {scheme!r} is not a proxy scheme",
-                          f"use one of {', '.join(s + '://' for s in PROXY_SCHEMES)}")
-    host = parts.hostname or ""
-    if not host:
-        raise ConfigError(f"{option} {shown}: no host", "write it as http://host:port")
-    try:
-        address = ipaddress.ip_address(host)
-        host_text = f"[{address.compressed}]" if address.version == 6 else address.compressed
-    except ValueError:
-        if not _HOSTNAME.match(host):
-            raise ConfigError(f"{option} {shown}: {host!r} is not a valid host name", "check for typos") from None
-        host_text = host
-    if port is None:
-        raise ConfigError(f"{option} {shown}: no port", f"add the proxy's port, e.g. {scheme}://{host_text}:3128")
-    if parts.path not in ("", "/") or parts.query or parts.fragment:
-        raise ConfigError(f"{option} {shown}: a proxy URL has no path, query or fragment",
-                          f"use {scheme}://{host_text}:{port}")
-    userinfo = parts.netloc.rpartition("@")[0]
-    return f"{scheme}://{userinfo + '@' if userinfo else ''}{host_text}:{port}"
+    """Validate and normalise a proxy URL: scheme (http:// added when missing), host, port; credentials kept.
+    An error quotes only the scheme and host (see `urls`)."""
+    return urls.proxy_url(value, option, PROXY_SCHEMES)
 
 
 def merge_no_proxy(*sources: str | Sequence[str] | None) -> tuple[str, ...]:
@@ -95,6 +62,9 @@ def merge_no_proxy(*sources: str | Sequence[str] | None) -> tuple[str, ...]:
         for item in items:
             item = item.strip()
             if item and item.lower() not in seen:
+                if re.search(r"[\x00-\x1f\x7f-\x9f\"'\\]", item):
+                    raise ConfigError(f"--no-proxy entry {log.sanitise(item)!r} holds a control character or a quote",
+                                      "use entries like .corp.example.com,10.0.0.0/8")
                 if "://" in item or ("/" in item and not _is_cidr(item)):
                     raise ConfigError(f"--no-proxy entry {item!r} is not a host, domain, IP or CIDR",
                                       "use entries like .corp.example.com,10.0.0.0/8")
@@ -157,6 +127,12 @@ class ProxySettings:
         data["registry_mirrors"] = list(self.registry_mirrors)
         return data
 
+    def validated(self) -> ProxySettings:
+        """The same settings, each URL through the one validator (saved settings are read back from a file)."""
+        return make_settings(http=self.http, https=self.https, no_proxy=",".join(self.no_proxy),
+                             ca_bundle=self.ca_bundle, pip_index=self.pip_index,
+                             registry_mirrors=self.registry_mirrors, environ={})
+
     @classmethod
     def from_json(cls, data: Mapping) -> ProxySettings:
         return cls(http=data.get("http"), https=data.get("https"), no_proxy=tuple(data.get("no_proxy") or DEFAULT_NO_PROXY),
@@ -171,29 +147,25 @@ def _from_environment(environ: Mapping[str, str], name: str) -> str | None:
     return lower or upper or None
 
 
-def _mirror_url(value: str, option: str) -> str:
-    parts = urlsplit(value.strip())
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ConfigError(f"{option} {log.mask(value)!s} is not an http(s) URL", f"pass {option} https://mirror.example.com/…")
-    return value.strip().rstrip("/") + ("/" if option == "--pip-index" else "")
-
-
 def make_settings(http: str | None = None, https: str | None = None, no_proxy: str | None = None,
                   ca_bundle: str | None = None, pip_index: str | None = None,
                   registry_mirrors: Sequence[str] = (), environ: Mapping[str, str] | None = None) -> ProxySettings:
     """Options first, then the current environment (lower case wins, as in curl); https defaults to http."""
     environ = os.environ if environ is None else environ
     http_value = http or _from_environment(environ, "http_proxy")
-    https_value = https or _from_environment(environ, "https_proxy") or http_value
-    http_url = parse_proxy_url(http_value, "--http") if http_value else None
-    https_url = parse_proxy_url(https_value, "--https") if https_value else None
+    env_https = None if https else _from_environment(environ, "https_proxy")
+    https_value = https or env_https or http_value
+    http_option = "--http" if http else "http_proxy (from the environment)"
+    https_option = "--https" if https else "https_proxy (from the environment)" if env_https else http_option
+    http_url = parse_proxy_url(http_value, http_option) if http_value else None
+    https_url = parse_proxy_url(https_value, https_option) if https_value else None
     if not http_url and not https_url and not pip_index and not registry_mirrors:
         raise ConfigError("no proxy given and none set in this environment (http_proxy/https_proxy)",
                           "pass --http http://proxy:3128 (or --pip-index / --registry-mirror for the no-proxy path)")
     user_no_proxy = no_proxy if no_proxy is not None else _from_environment(environ, "no_proxy")
     return ProxySettings(http=http_url, https=https_url, no_proxy=merge_no_proxy(user_no_proxy), ca_bundle=ca_bundle,
-                         pip_index=_mirror_url(pip_index, "--pip-index") if pip_index else None,
-                         registry_mirrors=tuple(_mirror_url(m, "--registry-mirror") for m in registry_mirrors))
+                         pip_index=urls.index_url(pip_index, "--pip-index") if pip_index else None,
+                         registry_mirrors=tuple(urls.registry_mirror(m, "--registry-mirror") for m in registry_mirrors))
 
 
 def shell_exports(env: Mapping[str, str]) -> str:
@@ -256,19 +228,24 @@ class Paths:
     def ca_bundle(self) -> str:
         return f"{self.state_dir}/ca-bundle.pem"
 
+    def managed(self) -> dict[str, str]:
+        """Every file a layer may write, as the user knows it -> its layer. Undo records name files by these display
+        names; the real path is always derived from here (and --root), never read back from a record."""
+        files = {self.shell_profile: "shell", **dict.fromkeys(self.dropins.values(), "daemon"),
+                 self.daemon_json: "daemon", self.docker_config: "container", self.pip_conf: "pip"}
+        files.update({self.settings_file: "state", self.ca_bundle: "state"})
+        return files
+
     def backups(self) -> fsedit.BackupStore:
-        return fsedit.BackupStore(self.real(f"{self.state_dir}/backups"))
+        managed = self.managed()
+        private = {self.docker_config, self.settings_file}  # they hold credentials whatever the settings
+        return fsedit.BackupStore(self.real(f"{self.state_dir}/backups"),
+                                  resolve=lambda display: self.real(display) if display in managed else None,
+                                  private=lambda display: display in private)
 
     def layer_of(self, display: str) -> str:
-        if display == self.shell_profile:
-            return "shell"
-        if display in self.dropins.values() or display == self.daemon_json:
-            return "daemon"
-        if display == self.docker_config:
-            return "container"
-        if display == self.pip_conf:
-            return "pip"
-        return "state"
+        """The layer that writes `display`; "" for a file no layer manages."""
+        return self.managed().get(display, "")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -360,8 +337,8 @@ def _secret_mode(holds_secret: bool, current: int | None, default: int = 0o644) 
     return current if current is not None else default
 
 
-def _has_userinfo(*urls: str | None) -> bool:
-    return any(u and "@" in u.split("://", 1)[-1] for u in urls)
+def _has_userinfo(*values: str | None) -> bool:
+    return any(urls.has_userinfo(u) for u in values)
 
 
 def _json_undo(keys: Sequence[tuple[str, ...]], indent: str | int):
@@ -566,10 +543,10 @@ def _stale_changes(paths: Paths, layers: Sequence[str], wanted: set[str]) -> lis
     """Files of the selected layers that an earlier setup wrote and the new plan does not cover: undo them."""
     store = paths.backups()
     stale = []
-    for display, record in store.load().items():
+    for display, path, record in store.managed(store.load()):
         if record.get("owner") != OWNER or display in wanted or paths.layer_of(display) not in layers:
             continue
-        change, _ = fsedit.undo_change(store, display, record, _undo_for(paths, display))
+        change, _ = fsedit.undo_change(store, display, path, record, _undo_for(paths, display))
         change.note = "no longer needed"
         stale.append(change)
     return stale
@@ -727,8 +704,20 @@ def daemon_next_steps(plan: Plan, restart: bool) -> list[list[str]]:
     return commands
 
 
-def setup(plan: Plan, dry_run: bool = False, restart: bool = True) -> int:
-    """status -> act -> check again. Returns the number of files written (or that would be)."""
+def _check_written(plan: Plan, after_write: Callable[[], None] | None = None) -> None:
+    if after_write is not None:
+        after_write()
+    problems = verify(plan)
+    if problems:
+        raise EnvironmentSetupError(f"read-back after writing found differences: {'; '.join(problems)}; "
+                                    "every file was put back as it was",
+                                    "run `invoke proxy.setup --dry-run` to see the plan, and report this as a bug")
+
+
+def setup(plan: Plan, dry_run: bool = False, restart: bool = True, after_write: Callable[[], None] | None = None) -> int:
+    """status -> act -> check again. Returns the number of files written (or that would be). A failed read-back puts
+    every file back as it was. `after_write` runs between the writes and the read-back (tests use it to change a
+    file in that window, as another process could)."""
     changed = [c for c in plan.all_changes if c.changed]
     log.info(f"daemon mode: {plan.daemon_mode} ({plan.daemon_mode_why})")
     if dry_run:
@@ -740,17 +729,18 @@ def setup(plan: Plan, dry_run: bool = False, restart: bool = True) -> int:
         log.info(f"dry run: {len(changed)} file(s) would change, {unchanged} already up to date; nothing written")
         return len(changed)
     fsedit.preflight(changed, "run with sudo for the daemon layer, or limit the layers: --only shell,container")
-    written = fsedit.apply(plan.all_changes, plan.paths.backups(), OWNER)
+    written = fsedit.apply(plan.all_changes, plan.paths.backups(), OWNER,
+                           check=lambda: _check_written(plan, after_write))
     for change in written:
         note = f" ({change.note})" if change.note else ""
         verb = "removed" if change.new is None else "wrote"
         log.info(f"{verb} {change.display}{note}")
     if not written:
         log.info("every layer already holds these settings; nothing written")
-    problems = verify(plan)
-    if problems:
-        raise EnvironmentSetupError(f"read-back after writing found differences: {'; '.join(problems)}",
-                                    "run `invoke proxy.show` and report this as a bug")
+        problems = verify(plan)
+        if problems:
+            raise EnvironmentSetupError(f"read-back found differences: {'; '.join(problems)}",
+                                        "run `invoke proxy.show` and report this as a bug")
     commands = daemon_next_steps(plan, restart)
     if commands:
         why = "systemd is not running here" if not systemd_running() else "--no-restart/--root given"
@@ -797,8 +787,11 @@ def _mask_tree(value):
 def current_settings(paths: Paths, environ: Mapping[str, str] | None = None) -> ProxySettings | None:
     """The saved settings, else the ones in the environment, else None."""
     saved = load_saved(paths)
-    if saved and saved.get("settings"):
-        return ProxySettings.from_json(saved["settings"])
+    if saved and isinstance(saved.get("settings"), dict):
+        try:
+            return ProxySettings.from_json(saved["settings"]).validated()
+        except ConfigError as exc:
+            log.warn(f"saved proxy settings ({paths.settings_file}) ignored: {exc.cause}; run invoke proxy.setup again")
     try:
         return make_settings(environ=environ)
     except ConfigError:

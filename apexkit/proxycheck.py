@@ -33,7 +33,7 @@ DEFAULT_INDEX = "https://pypi.org/simple/"
 CONTAINER_PROBE = r"""
 for v in http_proxy HTTP_PROXY https_proxy HTTPS_PROXY no_proxy NO_PROXY SSL_CERT_FILE; do
   eval "val=\${$v-}"
-  [ -n "$val" ] && printf 'env %s=%s\n' "$v" "$(printf '%s' "$val" | sed -E 's#(://[^:/@]+):[^@/]*@#\1:***@#')"
+  [ -n "$val" ] && printf 'env %s=%s\n' "$v" "$(printf '%s' "$val" | sed -E 's#(://[^/:[:space:]]*):[^/[:space:]]*@#\1:***@#; s#://[^/:[:space:]]+@#://***@#')"
 done
 p="${https_proxy:-${HTTPS_PROXY:-${http_proxy:-${HTTP_PROXY:-}}}}"
 [ -n "$p" ] || { echo "result no proxy variable in the container"; exit 3; }

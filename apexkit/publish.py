@@ -147,6 +147,10 @@ def collect(dist: Path, targets: list[str] | None = None) -> list[Entry]:
             manifest = json.loads(manifest_path.read_text())
         except (OSError, UnicodeDecodeError, ValueError) as exc:
             raise ConfigError(f"{manifest_path} is not a readable JSON manifest ({exc})", hint) from None
+        identity = manifest.get("target", {}).get("identity") if isinstance(manifest.get("target"), dict) else None
+        if isinstance(identity, dict) and identity.get("skip_patches") and not targets:
+            log.info(f"  skipping {target}: a diagnosis build (--skip-patch); name it with --target to publish it")
+            continue
         file = _field(manifest, "wheel.file", manifest_path)
         why = _wheel_name(file)
         if why:

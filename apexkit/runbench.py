@@ -63,8 +63,15 @@ def run_venv(target_dir: Path, manifest: dict, cache: Path) -> venvs.Venv:
                                      RUN_EXTRAS, NUMPY_PROBE]).encode()).hexdigest()[:12]
     path = cache / "run-venvs" / f"{target_dir.name}-{key}"
     venv = venvs.Venv(path)
-    if (path / ".apexkit-complete").is_file():
-        return venv
+    with venvs.lock(path):  # two validate/bench runs at once: one makes the venv, the other waits and reuses it
+        if (path / ".apexkit-complete").is_file():
+            return venv
+        return _make_run_venv(venv, target_dir, manifest, cache, key, torch_pin, torch_npu)
+
+
+def _make_run_venv(venv: venvs.Venv, target_dir: Path, manifest: dict, cache: Path, key: str, torch_pin: str,
+                   torch_npu: str | None) -> venvs.Venv:
+    path, spec, wheel = venv.path, manifest["target"], target_dir / manifest["wheel"]["file"]
     log_path = cache / "run-venvs" / f"{target_dir.name}-{key}.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     index = venvs.IndexOptions(torch_index_url=os.environ.get("APEXKIT_TORCH_INDEX_URL"))

@@ -14,39 +14,76 @@ import shutil
 import subprocess
 import tarfile
 import time
+import urllib.parse
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from apexkit import log
-from apexkit.errors import PatchError, SourceError
+from apexkit import locks, log
+from apexkit.errors import ConfigError, PatchError, SourceError
 
 SHA_RE = re.compile(r"^[0-9a-f]{40}$")
 _BUILD_SH_PIN = re.compile(r"git\s+checkout\s+([0-9a-f]{40})\b")
 
 
 def cache_dir(env: Mapping[str, str] | None = None) -> Path:
-    """APEXKIT_CACHE_DIR, else $XDG_CACHE_HOME/apexkit, else ~/.cache/apexkit."""
+    """APEXKIT_CACHE_DIR, else $XDG_CACHE_HOME/apexkit, else ~/.cache/apexkit. A path that is (or lies under) a
+    file is a ConfigError naming the variable, not a traceback at the first mkdir."""
     env = os.environ if env is None else env
     if env.get("APEXKIT_CACHE_DIR"):
-        return Path(env["APEXKIT_CACHE_DIR"]).expanduser()
-    base = env.get("XDG_CACHE_HOME") or os.path.join(env.get("HOME") or os.path.expanduser("~"), ".cache")
-    return Path(base) / "apexkit"
+        path, source = Path(env["APEXKIT_CACHE_DIR"]).expanduser(), "APEXKIT_CACHE_DIR"
+    else:
+        base = env.get("XDG_CACHE_HOME") or os.path.join(env.get("HOME") or os.path.expanduser("~"), ".cache")
+        path, source = Path(base) / "apexkit", ("XDG_CACHE_HOME" if env.get("XDG_CACHE_HOME") else "HOME")
+    for existing in (path, *path.parents):
+        if existing.exists() or existing.is_symlink():
+            if not existing.is_dir():
+                where = "is" if existing == path else f"lies under {existing}, which is"
+                raise ConfigError(f"the apexkit cache {path} ({source}) {where} not a directory",
+                                  "point APEXKIT_CACHE_DIR at a directory (or unset it: ~/.cache/apexkit)")
+            break
+    return path
 
 
-def _git_env() -> dict[str, str]:
+def _git_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     env = dict(os.environ)
     env["GIT_TERMINAL_PROMPT"] = "0"  # never hang on a credential prompt in CI
     env.setdefault("GIT_ASKPASS", "true")
+    env.update(extra or {})
     return env
 
 
+# A credential helper given on git's command line for one fetch: it answers from the environment of that git process
+# (readable only by its user, unlike the command line or the mirror's config file). The empty helper first drops the
+# helpers of the user's own git config, so none of them is asked for, or stores, these credentials.
+_ENV_CREDENTIAL_HELPER = ("!f() { test \"$1\" = get || return 0; "
+                          "printf 'username=%s\\npassword=%s\\n' \"$APEXKIT_GIT_USERNAME\" \"$APEXKIT_GIT_PASSWORD\"; }; f")
+
+
+def split_credentials(url: str) -> tuple[str, tuple[str, str] | None]:
+    """https://user:token@host/x -> (https://host/x, (user, token)), percent-decoding both. Other URLs (file, ssh:
+    keys, not passwords) come back unchanged with None."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme.lower() not in ("http", "https") or "@" not in parts.netloc:
+        return url, None
+    userinfo, _, hostport = parts.netloc.rpartition("@")
+    user, _, password = userinfo.partition(":")
+    public = urllib.parse.urlunsplit((parts.scheme, hostport, parts.path, parts.query, parts.fragment))
+    return public, (urllib.parse.unquote(user), urllib.parse.unquote(password))
+
+
 def git(args: Sequence[str], *, git_dir: Path | None = None, check: bool = True, echo: bool = True,
-        stdout_bytes: bool = False) -> subprocess.CompletedProcess:
+        stdout_bytes: bool = False, credentials: tuple[str, str] | None = None) -> subprocess.CompletedProcess:
+    """Run git (echoed, secrets masked). `credentials` reach git through the environment and a helper, never through
+    its command line or a file."""
     argv = ["git"] + ([f"--git-dir={git_dir}"] if git_dir else []) + list(args)
     if echo:
         log.echo_command(argv)
-    proc = subprocess.run(argv, capture_output=True, text=not stdout_bytes, env=_git_env())
+    extra: dict[str, str] = {}
+    if credentials is not None:
+        argv[1:1] = ["-c", "credential.helper=", "-c", f"credential.helper={_ENV_CREDENTIAL_HELPER}"]
+        extra = {"APEXKIT_GIT_USERNAME": credentials[0], "APEXKIT_GIT_PASSWORD": credentials[1]}
+    proc = subprocess.run(argv, capture_output=True, text=not stdout_bytes, env=_git_env(extra))
     if check and proc.returncode != 0:
         err = proc.stderr.decode() if isinstance(proc.stderr, bytes) else proc.stderr
         raise SourceError(f"git {args[0]} failed: {log.mask(_last_line(err))}", "see the git message above")
@@ -70,19 +107,28 @@ class RetryPolicy:
 
 
 class Mirror:
-    """A bare mirror of one upstream URL in the cache; objects are fetched only when missing."""
+    """A bare mirror of one upstream URL in the cache; objects are fetched only when missing.
+
+    Fetches (and the first init) hold the mirror's lock (apexkit.locks), so builds sharing a cache take turns; reads
+    (rev-parse, archive) need none: git updates refs atomically. Credentials in an http(s) URL are kept out of the
+    mirror: `url` and the mirror's config hold the URL without them, and each fetch gets them from its environment."""
 
     def __init__(self, url: str, cache: Path, retry: RetryPolicy | None = None) -> None:
-        self.url = url
-        slug = re.sub(r"[^A-Za-z0-9]+", "-", url.rstrip("/").rsplit("/", 1)[-1]).strip("-") or "repo"
-        self.path = cache / "git" / f"{slug}-{hashlib.sha256(url.encode()).hexdigest()[:12]}.git"
+        self.url, self._credentials = split_credentials(url)
+        # keyed by the URL without credentials: a rotated token keeps its mirror
+        slug = re.sub(r"[^A-Za-z0-9]+", "-", self.url.rstrip("/").rsplit("/", 1)[-1]).strip("-") or "repo"
+        self.path = cache / "git" / f"{slug}-{hashlib.sha256(self.url.encode()).hexdigest()[:12]}.git"
         self.retry = retry or RetryPolicy.from_env()
 
+    def _lock(self):
+        return locks.hold(self.path, f"git mirror {self.path.name}")
+
     def _ensure_init(self) -> None:
+        """Create the bare mirror (held lock): built under a temporary name, renamed into place when complete."""
         if (self.path / "HEAD").exists():
             return
-        tmp = self.path.with_name(self.path.name + f".tmp{os.getpid()}")
-        shutil.rmtree(tmp, ignore_errors=True)
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)  # an init killed half-way
         tmp.parent.mkdir(parents=True, exist_ok=True)
         git(["init", "--bare", "--quiet", str(tmp)], echo=False)
         git(["remote", "add", "origin", self.url], git_dir=tmp, echo=False)
@@ -98,13 +144,19 @@ class Mirror:
         return git(["cat-file", "-e", f"{rev}^{{commit}}"], git_dir=self.path, check=False, echo=False).returncode == 0
 
     def fetch(self, refspecs: Sequence[str]) -> None:
-        """git fetch with retries and exponential backoff; then one clear error."""
-        self._ensure_init()
+        """git fetch (holding the mirror's lock) with retries and exponential backoff; then one clear error."""
+        with self._lock():
+            self._ensure_init()
+            self._fetch(refspecs)
+
+    def _fetch(self, refspecs: Sequence[str]) -> None:
+        # set-url also rewrites the credentialed URL an older apexkit stored in the config
         git(["remote", "set-url", "origin", self.url], git_dir=self.path, echo=False)
         delay = self.retry.backoff
         last = ""
         for attempt in range(1, self.retry.attempts + 1):
-            proc = git(["fetch", "--quiet", "--prune", "origin", *refspecs], git_dir=self.path, check=False)
+            proc = git(["fetch", "--quiet", "--prune", "origin", *refspecs], git_dir=self.path, check=False,
+                       credentials=self._credentials)
             if proc.returncode == 0:
                 return
             last = _last_line(proc.stderr)
@@ -155,10 +207,12 @@ class Mirror:
             if offline:
                 raise SourceError(f"--offline, and commit {sha[:12]} of {log.mask(self.url)} is not in the cache",
                                   "run once without --offline to fill the cache")
-            try:
-                self.fetch([sha])  # servers with protocol v2 / allowReachableSHA1InWant
-            except SourceError:
-                self.fetch(["+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*"])
+            with self._lock():
+                if not self.has_commit(sha):  # another build may have fetched it while this one waited
+                    try:
+                        self.fetch([sha])  # servers with protocol v2 / allowReachableSHA1InWant
+                    except SourceError:
+                        self.fetch(["+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*"])
         proc = git(["rev-parse", "--verify", "--quiet", f"{sha}^{{commit}}"], git_dir=self.path, check=False,
                    echo=False)
         got = proc.stdout.strip()

@@ -1,8 +1,18 @@
 """Virtual environments (virtualenv: always the lib/pythonX.Y/site-packages layout, whatever the base Python's
-distro does with lib64/) and pip installs into them, with index options from one place."""
+distro does with lib64/) and pip installs into them, with index options from one place.
+
+A venv shared between builds (the cached build venv) is made under its lock, and the ready check happens inside it:
+
+    with venvs.lock(path):
+        if not (path / "apexkit-ready.json").is_file():  # another build may have made it while this one waited
+            venv = venvs.create(...); venvs.pip_install(venv, ...); (path / "apexkit-ready.json").write_text(...)
+
+`create` and `pip_install` take the same lock themselves (re-entrant), so two pips never write one venv at once.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import subprocess
@@ -14,7 +24,7 @@ from pathlib import Path
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from apexkit import known_failures, log
+from apexkit import known_failures, locks, log
 from apexkit.errors import EnvironmentSetupError
 from apexkit.proc import run_logged
 from apexkit.sources import cache_dir
@@ -70,7 +80,18 @@ def _last(text: str) -> str:
     return lines[-1] if lines else "(no output)"
 
 
+def lock(path: Path) -> contextlib.AbstractContextManager:
+    """The lock on the venv at `path` (apexkit.locks): hold it from the ready check to the ready marker."""
+    return locks.hold(path, f"venv {path}")
+
+
 def create(interpreter: str, path: Path, log_path: Path, system_site_packages: bool = False) -> Venv:
+    """A fresh venv at `path` (whatever was there is removed), made under the venv's lock."""
+    with lock(path):
+        return _create(interpreter, path, log_path, system_site_packages)
+
+
+def _create(interpreter: str, path: Path, log_path: Path, system_site_packages: bool) -> Venv:
     if path.exists():
         shutil.rmtree(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -96,7 +117,8 @@ def pip_install(venv: Venv, requirements: Sequence[str], index: IndexOptions, lo
         return
     argv = [str(venv.python), "-m", "pip", "install", "--no-compile", "--disable-pip-version-check",
             "--progress-bar", "off", *index.pip_args(for_torch=for_torch), *extra, *requirements]
-    code, tail = run_logged(argv, log_path, verbose=verbose, progress=_pip_progress)
+    with lock(venv.path):
+        code, tail = run_logged(argv, log_path, verbose=verbose, progress=_pip_progress)
     if code != 0:
         reason = next((line for line in reversed(tail) if line.startswith("ERROR")), tail[-1] if tail else "")
         hint = (known_failures.announce("\n".join(tail))

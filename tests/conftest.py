@@ -14,11 +14,18 @@ sys.path.insert(0, str(ROOT))
 import fixture_repos  # noqa: E402
 
 from apexkit import sources  # noqa: E402
+from apexkit.errors import ApexkitError  # noqa: E402
 
-# Tests that run `python -m virtualenv` themselves seed like apexkit does: never a periodic update in the background
-# (it once filed a pip for the host's Python under 3.8), app data apart from the user's.
-os.environ.setdefault("VIRTUALENV_NO_PERIODIC_UPDATE", "1")
-os.environ.setdefault("VIRTUALENV_APP_DATA", str(sources.cache_dir(os.environ) / "virtualenv"))
+
+def pytest_configure(config) -> None:
+    try:
+        cache = sources.cache_dir(os.environ)
+    except ApexkitError as exc:  # APEXKIT_CACHE_DIR naming a file: one line, not a traceback
+        raise pytest.UsageError(exc.format()) from None
+    # Tests that run `python -m virtualenv` themselves seed like apexkit does: never a periodic update in the
+    # background (it once filed a pip for the host's Python under 3.8), app data apart from the user's.
+    os.environ.setdefault("VIRTUALENV_NO_PERIODIC_UPDATE", "1")
+    os.environ.setdefault("VIRTUALENV_APP_DATA", str(cache / "virtualenv"))
 
 
 @pytest.fixture(scope="session")
@@ -78,7 +85,9 @@ def tinyproxy(tmp_path_factory):
 
     import services
 
-    services.require(shutil.which("tinyproxy") is not None, "tinyproxy is not installed (nox -s tests installs it)")
+    from apexkit import testtools
+
+    services.require(shutil.which("tinyproxy") is not None, testtools.skip_reason("tinyproxy"))
     server = services.TinyProxy(tmp_path_factory.mktemp("tinyproxy"))
     yield server
     server.stop()

@@ -1,7 +1,8 @@
 """Real services for the tests: tinyproxy on 127.0.0.1 and a private dockerd (own socket, data and exec roots).
 
-When APEXKIT_REQUIRE_SERVICES=1 (set by `nox -s tests` where it could install them), a missing service fails the
-test instead of skipping it, so CI never passes by skipping.
+When APEXKIT_REQUIRE_SERVICES=1 (set by `nox -s tests` when it was asked to install them, with
+APEXKIT_INSTALL_SYSTEM_TOOLS=1 or CI=true, and could), a missing service fails the test instead of skipping it, so CI
+never passes by skipping. Otherwise the skip reason names the command that installs what is missing.
 """
 
 from __future__ import annotations
@@ -140,7 +141,9 @@ class Dockerd:
 def services_available() -> tuple[bool, str]:
     if os.geteuid() != 0:
         return False, "needs root (dockerd, debootstrap)"
-    for tool in ("dockerd", "docker", "debootstrap"):
-        if shutil.which(tool) is None:
-            return False, f"{tool} is not installed (nox -s tests installs it on Debian)"
+    absent = [tool for tool in ("dockerd", "docker", "debootstrap") if shutil.which(tool) is None]
+    if absent:
+        from apexkit import testtools
+
+        return False, testtools.skip_reason(*absent)
     return True, ""

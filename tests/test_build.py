@@ -137,6 +137,8 @@ def test_apex_src_builds_the_users_checkout_with_local_fixes(runner, repos, tmp_
         (["--python", "/nonexistent/python3.11"], {}, 3, "--python /nonexistent/python3.11 is not a working Python"),
         (["--torch", "2.5.0", "--npu"], {}, 2, "no torch_npu release is known for torch 2.5.0"),
         (["--jobs", "0"], {}, 2, "--jobs 0: must be at least 1"),
+        (["--dist", "/etc/hostname"], {}, 2, "--dist /etc/hostname is not a directory"),
+        (["--build-dir", "/etc/hostname"], {}, 2, "--build-dir /etc/hostname is not a directory"),
     ],
 )
 def test_bad_inputs_are_one_line_errors(runner, args, env, code, message):
@@ -153,10 +155,15 @@ def test_unknown_python_is_refused(runner):
     assert proc.returncode == 2 and "Python 3.5 is not supported" in proc.stderr and "Traceback" not in proc.stderr
 
 
-def test_nox_session_reports_the_error_line(runner):
-    proc = runner.nox("3.11", "--apex-ref", "nosuch")
-    assert proc.returncode != 0
+def test_nox_session_reports_the_error_line_and_the_real_exit_code(runner, tmp_path):
+    status = tmp_path / "status.json"
+    proc = runner.nox("3.11", "--apex-ref", "nosuch", APEXKIT_STATUS_FILE=str(status))
+    assert proc.returncode == 1  # nox maps every failed session to 1 ...
     assert "aborted: unknown Ascend apex ref 'nosuch'" in output(proc) and "Traceback" not in output(proc)
+    recorded = json.loads(status.read_text())  # ... the status file keeps apexkit's own code
+    assert recorded["exit_code"] == 2 and "unknown Ascend apex ref 'nosuch'" in recorded["error"]
+    ok = runner.cli("3.11", "--dry-run", APEXKIT_STATUS_FILE=str(status))
+    assert ok.returncode == 0 and json.loads(status.read_text()) == {"exit_code": 0, "error": None}
 
 
 @pytest.mark.slow

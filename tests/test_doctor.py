@@ -115,7 +115,7 @@ def test_failed_fixture_build_prints_the_hint_and_doctor_agrees(runner):
     text = output(proc)
     assert "! known failure 'invalid-version': setuptools >= 66 refuses the version string '0.1-ascend'" in text
     assert "known failure 'invalid-version': keep the pep440-version patch" in text  # in the one-line error too
-    build_log = runner.build / "py3.11-torch2.13.0-x86_64-master" / "build.log"
+    build_log = runner.build / "py3.11-torch2.13.0-x86_64-master+skip-pep440-version" / "build.log"
     explained = invoke("doctor", "--log", str(build_log))
     assert explained.returncode == 0 and "invalid-version" in output(explained)
 

@@ -383,13 +383,14 @@ def test_lib64_base_builds_against_its_system_torch(lib64_base, lib64_builder, d
     assert "installed       nothing (the base has the toolchain)" in out(lib64_builder)  # no package manager needed
     proc = container_build(daemon, LIB64_TAG, tmp_path, fixture_sources, "--use-system-torch")
     assert proc.returncode == 0, out(proc)[-4000:]
-    dist = tmp_path / "dist" / "py3.11-torch2.13.0-x86_64-master"
+    dist = tmp_path / "dist" / "py3.11-torch2.13.0-x86_64-master+system-torch"  # its own target (issue 13 item 7)
     manifest = json.loads((dist / "manifest.json").read_text())
     assert manifest["wheel"]["file"] == "apex-0.1+ascend-cp311-cp311-linux_x86_64.whl"
     assert {p["id"]: p["status"] for p in manifest["patches"]}["torch-location"] == "applied"
     assert manifest["smoke_test"]["modules"]["change_data_ptr"]["ok"]
     assert "torch           2.13.0+cpu (system)" in out(proc)
-    build_log = next((tmp_path / "build" / "containers").glob("*/build/py3.11-torch2.13.0-x86_64-master/build.log"))
+    build_log = next((tmp_path / "build" / "containers").glob(
+        "*/build/py3.11-torch2.13.0-x86_64-master+system-torch/build.log"))
     assert "-I/usr/local/lib64/python3.11/site-packages/torch/include" in build_log.read_text()  # where torch is
 
 
@@ -647,7 +648,7 @@ def test_aarch64_builder_and_wheel_under_qemu(daemon, repos, tmp_path, pytestcon
                   HOST_CA, env=docker_env(daemon, APEXKIT_CACHE_DIR=str(tmp_path / "cache"), **sources))
     assert proc.returncode == 0, out(proc)[-4000:]
     build_seconds = time.monotonic() - started
-    dist = tmp_path / "dist" / "py3.11-torch2.5.1-aarch64-master"
+    dist = tmp_path / "dist" / "py3.11-torch2.5.1-aarch64-master+npu2.5.1.post1"  # torch_npu: its own target
     wheel = dist / "apex-0.1+ascend-cp311-cp311-linux_aarch64.whl"
     assert wheel.is_file(), sorted(p.name for p in (tmp_path / "dist").rglob("*"))
     manifest = json.loads((dist / "manifest.json").read_text())
@@ -657,7 +658,7 @@ def test_aarch64_builder_and_wheel_under_qemu(daemon, repos, tmp_path, pytestcon
     assert manifest["smoke_test"]["torch_npu"].startswith("installed; import needs the CANN runtime")
     # PyPI's torch 2.5.1 uses the old C++ ABI: without the cxx11-abi patch apex_C's c10::Device(std::string) call
     # is an undefined symbol at import (seen here before the patch existed)
-    build_log = next((tmp_path / "build").rglob("py3.11-torch2.5.1-aarch64-master/build.log"))
+    build_log = next((tmp_path / "build").rglob("py3.11-torch2.5.1-aarch64-master+npu2.5.1.post1/build.log"))
     assert "-D_GLIBCXX_USE_CXX11_ABI=0" in build_log.read_text()
     with zipfile.ZipFile(wheel) as zf:
         so = next(n for n in zf.namelist() if n.startswith("apex_C") and n.endswith(".so"))

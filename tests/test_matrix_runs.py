@@ -4,9 +4,11 @@ sessions, the workflow (every session it names exists), and a real two-combinati
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import yaml
@@ -143,3 +145,67 @@ def test_two_combination_run_builds_one_refuses_one_and_summarises(runner, tmp_p
     assert (runner.build / "matrix" / "py3.11-torch2.13.0-x86_64.log").is_file()  # one log per combination
     assert not (runner.build / "matrix" / "py3.8-torch2.6.0-x86_64.log").exists()  # refused before anything ran
     assert "1 of 2 combinations did not build (py3.8-torch2.6.0-x86_64: refused)" in text
+
+
+REFUSED_SPEC = ('[[include]]\npython = "3.11"\ntorch = "2.13.0"\narch = "x86_64"\n\n'
+                '[[include]]\npython = "3.8"\ntorch = "2.6.0"\narch = "x86_64"\n')
+REFUSAL = "py3.8-torch2.6.0-x86_64: torch 2.6.0 has no wheels for Python 3.8 (matrix.toml [torch_python] row 2.6"
+
+
+def _matrix(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "nox", "-f", str(ROOT / "noxfile.py"), "-s", "matrix", "--", *args],
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_github_matrix_with_a_refused_row_fails_naming_it(tmp_path):
+    spec = tmp_path / "matrix.toml"
+    spec.write_text(REFUSED_SPEC)
+    proc = _matrix("--format", "github", "--matrix", str(spec))
+    assert proc.returncode == 1 and proc.stdout == "", proc.stdout  # no matrix for $GITHUB_OUTPUT
+    errors = [line for line in proc.stderr.splitlines() if "refused" in line]
+    assert len(errors) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert f"1 of 2 combinations refused: {REFUSAL}" in errors[0] and "--allow-refused" in errors[0]
+    allowed = _matrix("--format", "github", "--matrix", str(spec), "--allow-refused")
+    assert allowed.returncode == 0, allowed.stderr
+    assert [row["id"] for row in json.loads(allowed.stdout)["include"]] == ["py3.11-torch2.13.0-x86_64"]
+    summary = _matrix("--format", "markdown", "--matrix", str(spec))
+    assert summary.returncode == 0, summary.stderr  # a report, not the gate
+    lines = summary.stdout.splitlines()
+    assert lines[0] == "### 1 of 2 combinations refused" and lines[2].startswith("- `py3.8-torch2.6.0-x86_64`: torch 2.6.0")
+    assert "| py3.8-torch2.6.0-x86_64 | 3.8 | 2.6.0 | - | x86_64 | ubuntu-24.04 | REFUSED |" in lines
+
+
+def _workflow_step(job: str, startswith: str) -> dict:
+    steps = yaml.safe_load(WORKFLOW.read_text())["jobs"][job]["steps"]
+    return next(s for s in steps if s.get("run", "").lstrip().startswith(startswith))
+
+
+def _run_step(script: str, tmp_path) -> tuple[subprocess.CompletedProcess, str, str]:
+    """A workflow step's script as GitHub runs it (bash -eo pipefail), `python` being this interpreter."""
+    out, summary = tmp_path / "github_output", tmp_path / "step_summary"
+    out.write_text("")
+    summary.write_text("")
+    env = dict(os.environ, GITHUB_OUTPUT=str(out), GITHUB_STEP_SUMMARY=str(summary),
+               PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    proc = subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", script], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)
+    return proc, out.read_text(), summary.read_text()
+
+
+def test_workflow_matrix_step_fails_on_a_refused_row_and_the_summary_lists_it(tmp_path):
+    gate = _workflow_step("matrix", "matrix=$(python -m nox -s matrix -- --format github)")["run"]
+    report = _workflow_step("matrix", "python -m nox -s matrix -- --format markdown")
+    assert report["if"] == "always()" and "$GITHUB_STEP_SUMMARY" in report["run"]
+    # the shipped matrix.toml refuses nothing: CI stays green on it
+    proc, written, _ = _run_step(gate, tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert written.startswith("matrix={\"include\":[") and written.count("\n") == 1
+    spec = tmp_path / "matrix.toml"
+    spec.write_text(REFUSED_SPEC)
+    with_refused = f"--matrix {spec}"
+    proc, written, _ = _run_step(gate.replace("--format github", f"--format github {with_refused}"), tmp_path)
+    assert proc.returncode != 0 and written == ""  # the job fails: no combination silently missing
+    assert REFUSAL in proc.stderr
+    proc, _, summary = _run_step(report["run"].replace("--format markdown", f"--format markdown {with_refused}"),
+                                 tmp_path)
+    assert proc.returncode == 0 and summary.startswith("### 1 of 2 combinations refused"), proc.stderr

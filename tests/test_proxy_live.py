@@ -183,3 +183,62 @@ def test_image_builds_get_the_proxy_as_build_args_kept_out_of_history(docker_env
     inspect = docker_env.daemon.docker("image", "inspect", "apexkit/proxy-build-test")
     assert history.returncode == 0 and inspect.returncode == 0
     assert services.TinyProxy.PASSWORD not in history.stdout + inspect.stdout
+
+
+# --- registry mirrors: what setup accepts, dockerd accepts; what dockerd refuses, setup refuses first ---------------
+
+def _dockerd_with_config(config: dict, tmp_path: Path) -> tuple[bool, str]:
+    """Start a private dockerd on `config` (as daemon.json). (started, log tail); stopped and unmounted again."""
+    import shutil
+    import signal
+    import tempfile
+    import time
+
+    base = Path(tempfile.mkdtemp(prefix="apxm-", dir="/tmp"))  # short: unix socket paths are limited
+    (base / "daemon.json").write_text(json.dumps(config))
+    host = f"unix://{base}/d.sock"
+    log_path = base / "log"
+    with open(log_path, "wb") as log_file:
+        process = subprocess.Popen(["dockerd", "--config-file", str(base / "daemon.json"), "--host", host,
+                                    "--data-root", str(base / "data"), "--exec-root", str(base / "exec"),
+                                    "--pidfile", str(base / "pid"), "--iptables=false", "--bridge=none",
+                                    "--ip-masq=false"], stdout=log_file, stderr=subprocess.STDOUT,
+                                   env=clean_env(), start_new_session=True)
+        started = False
+        try:
+            deadline = time.monotonic() + 90
+            while time.monotonic() < deadline and process.poll() is None:
+                if subprocess.run(["docker", "-H", host, "version"], capture_output=True).returncode == 0:
+                    started = True
+                    break
+                time.sleep(0.5)
+            info = subprocess.run(["docker", "-H", host, "info", "--format", "{{json .RegistryConfig.Mirrors}}"],
+                                  capture_output=True, text=True) if started else None
+        finally:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGTERM)
+                process.wait(30)
+            targets = [line.split()[1] for line in Path("/proc/mounts").read_text().splitlines()]
+            for target in sorted((t for t in targets if t.startswith(str(base) + "/")), key=len, reverse=True):
+                subprocess.run(["umount", "-l", target], capture_output=True)
+    text = log_path.read_text(errors="replace")[-2000:] + (info.stdout if info else "")
+    shutil.rmtree(base, ignore_errors=True)
+    return started, text
+
+
+def test_registry_mirrors_match_what_dockerd_accepts(tmp_path):
+    ok, why = services.services_available()
+    services.require(ok, why)
+    refused = ["https://u:pw@mirror.example", "https://mirror.example/?x=1", "http://10.0.0.5:5000/mirror",
+               "https://mirror.example x"]
+    for mirror in refused:
+        result = invoke("proxy.setup", "--registry-mirror", mirror, "--only", "daemon", "--root", str(tmp_path))
+        assert result.returncode == 2, result.stderr
+        started, text = _dockerd_with_config({"registry-mirrors": [mirror]}, tmp_path)
+        assert not started and "invalid mirror" in text, text
+    # what setup writes for an accepted form, dockerd starts with (and setup restarts it)
+    root = setup_root(tmp_path, "--registry-mirror", "HTTP://10.0.0.5:5000/", "--only", "daemon")
+    written = json.loads((root / "etc/docker/daemon.json").read_text())
+    assert written == {"registry-mirrors": ["http://10.0.0.5:5000"]}
+    started, text = _dockerd_with_config(written, tmp_path)
+    assert started and '"http://10.0.0.5:5000/"' in text, text

@@ -81,13 +81,15 @@ def test_index_installs_with_pip_and_refuses_a_second_wheel_under_one_name(runne
     other = Runner(repos, runner.cache, tmp_path / "other")
     proc = other.nox("3.11", "--no-smoke-test", "--skip-patch", "rpath-link-flag")
     assert proc.returncode == 0, output(proc)[-3000:]
-    assert sha(other.dist / TARGET / WHEEL) != digest
-    refused = invoke("publish", "--dist", str(other.dist), "--index", str(index))
+    trap = f"{TARGET}+skip-rpath-link-flag"  # its own target; publish takes a diagnosis build only when named
+    assert sha(other.dist / trap / WHEEL) != digest
+    refused = invoke("publish", "--dist", str(other.dist), "--index", str(index), "--target", trap)
     assert refused.returncode == 2
     error = [x for x in refused.stderr.splitlines() if x.startswith("error: ")]
     assert len(error) == 1 and f"the index already holds (from {TARGET}) another wheel under this name" in error[0]
     assert (index / "simple" / "apex" / "index.html").read_text() == page  # untouched
-    split = invoke("publish", "--dist", str(other.dist), "--index", str(tmp_path / "split"), "--split-by-torch")
+    split = invoke("publish", "--dist", str(other.dist), "--index", str(tmp_path / "split"), "--split-by-torch",
+                   "--target", trap)
     assert split.returncode == 0 and (tmp_path / "split" / "torch2.13.0" / "simple" / "apex" / WHEEL).is_file()
 
 
@@ -296,3 +298,22 @@ def test_publish_refuses_a_symlink_planted_in_an_index(tmp_path):
     (index / "simple" / "apex").symlink_to(secret)  # the next publish would read (and rmtree) through it
     refused(invoke("publish", "--dist", str(dist), "--index", str(index)), "simple/apex (a symlink)")
     assert (secret / WHEEL).read_bytes() == b"KEY" and (index / "simple" / "apex").is_symlink()
+
+
+def test_publish_leaves_a_diagnosis_build_out_unless_named(tmp_path):
+    """Issue 13 item 7: a --skip-patch build has its own target (…+skip-ID); publish ships the good wheel and leaves
+    the trap out (same wheel name, other bytes), unless --target names it."""
+    dist = fake_dist(tmp_path, data=b"the good wheel")
+    trap = f"{TARGET}+skip-rpath-link-flag"
+    fake_dist(tmp_path, data=b"the trap", target=trap)
+    manifest = dist / trap / "manifest.json"
+    manifest.write_text(json.dumps({**json.loads(manifest.read_text()),
+                                    "target": {"torch": "2.13.0", "identity": {"skip_patches": ["rpath-link-flag"]}}}))
+    index = tmp_path / "index"
+    proc = invoke("publish", "--dist", str(dist), "--index", str(index))
+    assert proc.returncode == 0, output(proc)
+    assert f"skipping {trap}: a diagnosis build (--skip-patch)" in proc.stderr
+    assert [p.read_bytes() for p in index.rglob("*.whl")] == [b"the good wheel"]
+    named = invoke("publish", "--dist", str(dist), "--index", str(tmp_path / "trap-index"), "--target", trap)
+    assert named.returncode == 0, output(named)
+    assert [p.read_bytes() for p in (tmp_path / "trap-index").rglob("*.whl")] == [b"the trap"]

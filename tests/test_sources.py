@@ -1,9 +1,19 @@
+from __future__ import annotations
+
+import base64
+import functools
+import http.server
+import os
 import subprocess
+import sys
+import threading
+import urllib.parse
 
 import pytest
+from conftest import ROOT
 
-from apexkit import sources
-from apexkit.errors import SourceError
+from apexkit import locks, sources
+from apexkit.errors import ConfigError, SourceError
 
 FAST = sources.RetryPolicy(attempts=3, backoff=0.01)
 
@@ -80,3 +90,154 @@ def test_apex_src_is_copied_never_modified(repos, tmp_path):
     (copy.root / "patch" / "npu.patch").write_text("changed in the copy")
     after = {p: p.read_bytes() for p in checkout.rglob("*") if p.is_file() and ".git" not in p.parts}
     assert before == after
+
+
+# --- two builds on one cache, credentials, the cache path ------------------------------------------------------------
+
+# Says "ready", waits for argv[3] to appear (so all processes start fetching at the same moment), then fills the mirror of argv[1]
+# in the cache argv[2] the way a build does: the branch, then the pinned NVIDIA commit argv[4].
+FETCH = """
+import os, sys, time
+from pathlib import Path
+from apexkit import sources
+url, cache, go, pin = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3]), sys.argv[4]
+print("ready", flush=True)
+while not go.exists():
+    time.sleep(0.0002)
+mirror = sources.Mirror(url, cache, sources.RetryPolicy(1, 0.01))
+print(mirror.ensure_commit(pin, offline=False), flush=True)
+"""
+
+
+def _fetchers(repos, cache, go, n=2):
+    """n processes, each imported and polling for `go` (touch it to start them together)."""
+    procs = [subprocess.Popen([sys.executable, "-c", FETCH, repos.nvidia_url, str(cache), str(go), repos.nvidia_pin],
+                              cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(n)]
+    for proc in procs:
+        assert proc.stdout.readline() == "ready\n", proc.communicate()
+    return procs
+
+
+def test_two_processes_filling_one_empty_cache_both_succeed_with_one_mirror(repos, tmp_path):
+    # before the mirror lock: "OSError: [Errno 39] Directory not empty: '...git.tmpNNN' -> '...git'" in one of them
+    cache, go = tmp_path / "cache", tmp_path / "go"
+    procs = _fetchers(repos, cache, go, n=3)
+    go.touch()
+    for proc in procs:
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err[-2000:]
+        assert out.strip() == repos.nvidia_pin
+        assert "Traceback" not in err
+    mirrors = sorted(p.name for p in (cache / "git").iterdir() if p.is_dir())
+    assert len(mirrors) == 1 and mirrors[0].endswith(".git"), mirrors  # no .tmp left behind either
+
+
+def test_a_fetch_waits_for_the_mirror_lock_then_reuses_what_the_holder_fetched(repos, tmp_path):
+    cache, go = tmp_path / "cache", tmp_path / "go"
+    go.touch()
+    mirror = sources.Mirror(repos.nvidia_url, cache, FAST)
+    with locks.hold(mirror.path, "held by the test"):  # the first build, on an empty cache
+        (proc,) = _fetchers(repos, cache, go, n=1)
+        line = proc.stderr.readline()
+        assert line.startswith(f"waiting for the lock on git mirror {mirror.path.name} held by pid {os.getpid()}"), line
+        mirror.ensure_commit(repos.nvidia_pin, offline=False)  # re-entrant: this thread holds the lock already
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0 and out.strip() == repos.nvidia_pin, err
+    assert "+ git" not in err  # the commit was there once the lock came free: no fetch of its own
+
+
+TOKEN = "glpat-Zq8/secret#tok@en"  # reserved characters: percent-encoded in the URL, decoded for git
+
+
+class _AuthGitHandler(http.server.SimpleHTTPRequestHandler):
+    """git's dumb HTTP protocol over a directory of bare repositories, behind Basic auth."""
+
+    expected = "Basic " + base64.b64encode(f"ci-bot:{TOKEN}".encode()).decode()
+
+    def do_GET(self):  # http.server's name for it
+        if self.headers.get("Authorization") != self.expected:
+            self.send_response(401)
+            self.send_header("WWW-Authenticate", 'Basic realm="git"')
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        super().do_GET()
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def private_http_repo(repos, tmp_path, monkeypatch):
+    served = tmp_path / "served"
+    subprocess.run(["git", "clone", "-q", "--bare", str(repos.ascend_path), str(served / "ascend.git")], check=True)
+    subprocess.run(["git", "-C", str(served / "ascend.git"), "update-server-info"], check=True)
+    handler = functools.partial(_AuthGitHandler, directory=str(served))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    for name in ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("no_proxy", "127.0.0.1")
+    yield f"http://127.0.0.1:{server.server_address[1]}/ascend.git"
+    server.shutdown()
+    server.server_close()
+
+
+def _files_holding(root, secret: bytes) -> list[str]:
+    return [str(p) for p in root.rglob("*") if p.is_file() and secret in p.read_bytes()]
+
+
+def test_credentials_in_the_url_never_reach_the_mirror_or_the_output(repos, private_http_repo, tmp_path, capsys):
+    public = private_http_repo
+    url = public.replace("http://", f"http://ci-bot:{urllib.parse.quote(TOKEN, safe='')}@")
+    cache = tmp_path / "cache"
+    with pytest.raises(SourceError):  # the server really wants the token
+        sources.Mirror(public, cache, FAST).resolve("master", offline=False)
+    mirror = sources.Mirror(url, cache, FAST)
+    assert mirror.url == public
+    master = mirror.resolve("master", offline=False)  # the token travelled through git's environment only
+    assert master == subprocess.run(["git", "-C", str(repos.ascend_path), "rev-parse", "master"],
+                                    capture_output=True, text=True).stdout.strip()
+    config = subprocess.run(["git", "--git-dir", str(mirror.path), "config", "remote.origin.url"],
+                            capture_output=True, text=True).stdout.strip()
+    assert config == public
+    secrets = (TOKEN.encode(), urllib.parse.quote(TOKEN, safe="").encode(), b"Zq8")
+    for secret in secrets:
+        assert _files_holding(cache, secret) == []
+    # a mirror an older apexkit made with the credentialed URL in its config is cleaned by the next fetch
+    subprocess.run(["git", "--git-dir", str(mirror.path), "remote", "set-url", "origin", url], check=True)
+    assert _files_holding(cache, b"Zq8")
+    sources.Mirror(url, cache, FAST).resolve("master", offline=False)
+    assert _files_holding(cache, b"Zq8") == []
+    wrong = url.replace("Zq8", "Xx1")
+    with pytest.raises(SourceError) as exc:
+        sources.Mirror(wrong, cache, FAST).resolve("master", offline=False)
+    out = capsys.readouterr()
+    for secret in (*secrets, b"Xx1"):
+        assert secret.decode() not in out.out + out.err + exc.value.format()
+
+
+def test_split_credentials():
+    assert sources.split_credentials("https://u:p%40ss@git.example.com:8443/a/apex.git") == (
+        "https://git.example.com:8443/a/apex.git", ("u", "p@ss"))
+    assert sources.split_credentials("https://tokenonly@host/x.git") == ("https://host/x.git", ("tokenonly", ""))
+    for plain in ("https://host/x.git", "file:///srv/x.git", "ssh://git@host/x.git", "git@host:x.git"):
+        assert sources.split_credentials(plain) == (plain, None)
+
+
+def test_cache_dir_naming_a_file_is_one_line(tmp_path):
+    afile = tmp_path / "cache-file"
+    afile.write_text("")
+    assert sources.cache_dir({"APEXKIT_CACHE_DIR": str(tmp_path / "new" / "cache")}) == tmp_path / "new" / "cache"
+    for value, says in ((afile, "is not a directory"), (afile / "sub", f"lies under {afile}, which is not a directory")):
+        with pytest.raises(ConfigError) as exc:
+            sources.cache_dir({"APEXKIT_CACHE_DIR": str(value)})
+        assert says in exc.value.cause and "APEXKIT_CACHE_DIR" in exc.value.format()
+    env = dict(os.environ, APEXKIT_CACHE_DIR=str(afile))
+    proc = subprocess.run([sys.executable, "-m", "apexkit", "build", "3.11", "--dry-run"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        f"error: the apexkit cache {afile} (APEXKIT_CACHE_DIR) is not a directory -- next: point APEXKIT_CACHE_DIR "
+        "at a directory (or unset it: ~/.cache/apexkit)"]

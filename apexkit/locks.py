@@ -1,0 +1,104 @@
+"""Locks between processes on the things builds share: a git mirror, a build venv, a wheel-cache entry,
+build/<target>, dist/<target>.
+
+    from apexkit import locks
+
+    with locks.hold(mirror_dir, "git mirror Ascend-apex"):
+        ...  # only one process (and one thread) at a time gets here for this path
+
+- The lock is `<path>.lock` next to `path` (the directory holding it is created), taken with filelock's kernel lock
+  (flock): a holder that dies, even by SIGKILL, releases it with its last file descriptor, so a stale lock never
+  blocks. The file itself stays (unlinking a lock file splits later waiters across two inodes).
+- Whoever has to wait prints one line first: "waiting for the lock on <what> held by pid N" (the holder writes its
+  pid into `<path>.lock.pid`). After the wait, check again whether the other process already did the work (a venv
+  with its ready marker, a wheel now in the cache) before doing it again.
+- Re-entrant in one thread (an inner `hold` on the same path is free); another thread of the same process waits
+  like another process.
+- `timeout` (seconds; None waits for as long as the holder lives) ends in LockError, one line naming the pid;
+  so does a lock file that cannot be created.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+from filelock import FileLock, Timeout
+
+from apexkit import log
+from apexkit.errors import ApexkitError
+
+
+class LockError(ApexkitError):
+    """A lock could not be taken: held past the timeout, or its file cannot be created."""
+
+    exit_code = 1
+
+
+_registry: dict[str, FileLock] = {}
+_registry_guard = threading.Lock()
+
+
+def lock_file(path: Path) -> Path:
+    """The lock file that guards `path`: `<path>.lock`, a sibling (so `path` itself may be replaced or removed)."""
+    return path.with_name(path.name + ".lock")
+
+
+def _lock_for(file: Path) -> FileLock:
+    # One FileLock per path and process: its per-thread counter makes re-entry free, while the flock on separate
+    # descriptors keeps other threads (and processes) out.
+    key = os.path.abspath(str(file))
+    with _registry_guard:
+        lock = _registry.get(key)
+        if lock is None:
+            lock = _registry[key] = FileLock(key, thread_local=True)
+        return lock
+
+
+def holder(path: Path) -> int | None:
+    """The pid the last holder of `path`'s lock wrote (None: unknown). Only meaningful while the lock is held."""
+    try:
+        text = Path(str(lock_file(path)) + ".pid").read_text().strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return int(text) if text.isdigit() else None
+
+
+@contextlib.contextmanager
+def hold(path: Path, what: str, timeout: float | None = None) -> Iterator[None]:
+    """Hold the lock on `path` (a file or directory that need not exist) for the `with` block; see the module doc."""
+    file = lock_file(Path(path))
+    lock = _lock_for(file)
+    pid_file = Path(str(file) + ".pid")
+    reentered = lock.is_locked
+    try:
+        try:
+            lock.acquire(timeout=0)
+        except Timeout:
+            pid = holder(Path(path))
+            log.info(f"waiting for the lock on {what} held by {f'pid {pid}' if pid else 'another process'} ({file})")
+            try:
+                lock.acquire(timeout=-1 if timeout is None else timeout)
+            except Timeout:
+                pid = holder(Path(path))
+                raise LockError(
+                    f"the lock on {what} is still held by {f'pid {pid}' if pid else 'another process'} after "
+                    f"{timeout:g}s ({file})",
+                    "wait for that process to finish, or stop it (a killed holder releases the lock)") from None
+    except OSError as exc:  # the directory is not writable, or is not a directory
+        raise LockError(f"cannot take the lock on {what}: {file}: {exc.strerror or exc}",
+                               "make that directory writable by you, or point APEXKIT_CACHE_DIR / --build-dir / "
+                               "--dist elsewhere") from None
+    try:
+        if not reentered:
+            with contextlib.suppress(OSError):
+                pid_file.write_text(f"{os.getpid()}\n")
+        yield
+    finally:
+        if not reentered:  # cleared while still held: a stale pid never names the next holder's predecessor
+            with contextlib.suppress(OSError):
+                pid_file.unlink()
+        lock.release()
