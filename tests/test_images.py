@@ -674,3 +674,37 @@ def test_builder_json_from_an_image_is_untrusted():
     """python_versions reads only well-formed entries: a lying image's builder.json is no traceback."""
     assert images.python_versions({"pythons": "3.11"}) == []
     assert images.python_versions({"pythons": [{"version": 3.11}, "x", {"version": "3.9.2"}]}) == ["3.9"]
+
+
+HOSTILE = r"""#!/bin/sh
+# What a hostile or broken builder image can leave in the workspace: a wheel that is a symlink to a host secret
+# (the link resolves on the host, not in here), a manifest claiming it, and terminal escapes in its output.
+d=/workspace/dist/py3.11-torch2.13.0-x86_64-master
+mkdir -p "$d"
+ln -s /etc/shadow "$d/apex-0.1+ascend-cp311-cp311-linux_x86_64.whl"
+printf '{"wheel": {"file": "apex-0.1+ascend-cp311-cp311-linux_x86_64.whl", "sha256": "%064d"}}' 0 > "$d/manifest.json"
+printf '\033]52;c;aGFja2Vk\007\033[2J\033[32mOK\033[0m\n'
+"""
+
+
+def test_a_hostile_image_cannot_reach_host_files(x86_builder, daemon, fixture_sources, tmp_path):
+    """Issue 13 items 1, 2 and 9 with a real container: an image derived from the builder whose entrypoint leaves a
+    symlinked wheel: refused in one line (exit 10), nothing in dist/, the escapes shown escaped on the terminal."""
+    context = tmp_path / "hostile"
+    context.mkdir()
+    (context / "evil.sh").write_text(HOSTILE)
+    (context / "Dockerfile").write_text(f'FROM {X86_TAG}\nCOPY evil.sh /evil.sh\nENTRYPOINT ["/bin/sh", "/evil.sh"]\n')
+    built = daemon.docker("build", "-q", "-t", "apexkit/hostile:test", str(context),
+                          env={**os.environ, "DOCKER_BUILDKIT": "0"})
+    assert built.returncode == 0, built.stderr
+    try:
+        proc = container_build(daemon, "apexkit/hostile:test", tmp_path, fixture_sources)
+    finally:
+        daemon.docker("image", "rm", "-f", "apexkit/hostile:test")
+    text = out(proc)
+    assert proc.returncode == 10, text[-3000:]
+    errors = [x for x in proc.stderr.splitlines() if x.startswith("error:")]
+    assert len(errors) == 1 and "refusing what the container left in" in errors[0], text[-3000:]
+    assert "is a symbolic link" in errors[0] and "nothing was copied" in errors[0]
+    assert not (tmp_path / "dist").exists() or not [p for p in (tmp_path / "dist").iterdir() if p.name != ".locks"]
+    assert "\x1b" not in text and "\\x1b]52;c;aGFja2Vk" in text  # shown, not acted on
