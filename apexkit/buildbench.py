@@ -1,7 +1,14 @@
-"""Build benchmark (numbers, not a test): cold build, cached rebuild, -j1 vs -jN compile.
+"""Build benchmark (numbers, not a test): cold, no-op, changed-input and -j1 vs -jN, as ratios from one run.
 
-Runs `nox -s build-<python>` four times against the configured sources (APEXKIT_*_URL env or options) with a
-throw-away cache, reads each manifest's durations, prints a Markdown table and writes build/build-bench.json.
+Runs `nox -s build-<python>` against the configured sources (APEXKIT_*_URL env or options) with a throw-away
+apexkit cache and ccache directory, reads each manifest's step durations, prints a Markdown table and writes
+build/build-bench.json:
+
+    cold            empty caches: fetch, venv + torch install, tree + patches, compile, smoke test
+    no-op           the same inputs again: a wheel cache hit
+    changed-input   one of our patches changed (a comment appended, in a copy of this checkout): the wheel cache
+                    misses, ccache (when installed) is warm
+    -j1, -jN        the compile alone (--no-cache --no-smoke-test, ccache off), 1 job vs N
 """
 
 from __future__ import annotations
@@ -10,6 +17,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -19,53 +27,83 @@ from pathlib import Path
 from apexkit import log
 from apexkit.matrix import PROJECT_ROOT
 
+_SKIP = shutil.ignore_patterns(".git", ".venv", ".nox", "build", "dist", "reports", "index", "__pycache__",
+                               ".pytest_cache", ".ruff_cache")
 
-def _run(python: str, extra: list[str], env: dict, dist: Path, build: Path) -> dict:
-    argv = [sys.executable, "-m", "nox", "-f", str(PROJECT_ROOT / "noxfile.py"), "-s", f"build-{python}", "--",
+
+def _run(root: Path, python: str, extra: list[str], env: dict, dist: Path, build: Path) -> dict:
+    argv = [sys.executable, "-m", "nox", "-f", str(root / "noxfile.py"), "-s", f"build-{python}", "--",
             "--dist", str(dist), "--build-dir", str(build), *extra]
     start = time.monotonic()
-    proc = subprocess.run(argv, env=env, capture_output=True, text=True)
+    proc = subprocess.run(argv, env=env, capture_output=True, text=True, cwd=root)
     wall = time.monotonic() - start
     if proc.returncode != 0:
         sys.stderr.write(proc.stdout[-3000:] + proc.stderr[-3000:])
         raise SystemExit(f"build failed: {' '.join(extra)}")
-    manifest = json.loads(next(dist.glob("*/manifest.json")).read_text())
-    return {"wall_s": round(wall, 2), "durations_s": manifest["durations_s"], "wheel": manifest["wheel"]}
+    manifest = json.loads(max(dist.glob("*/manifest.json"), key=lambda p: p.stat().st_mtime).read_text())
+    return {"wall_s": round(wall, 2), "durations_s": manifest["durations_s"], "wheel": manifest["wheel"],
+            "cache_hit": manifest.get("cache_hit"), "ccache": manifest.get("ccache")}
+
+
+def changed_checkout(tmp: Path) -> Path:
+    """A copy of this checkout whose first patch has one more comment line: new patch hash, same edits."""
+    copy = tmp / "checkout"
+    shutil.copytree(PROJECT_ROOT, copy, ignore=_SKIP, symlinks=True)
+    first = sorted((copy / "patches").glob("*.toml"))[0]
+    first.write_text(first.read_text() + "# changed for nox -s build-bench (changed-input run)\n")
+    return copy
+
+
+def _compile_s(result: dict) -> float | None:
+    return next((v for k, v in result["durations_s"].items() if k.startswith("compile")), None)
+
+
+def table(results: dict[str, dict]) -> str:
+    cold = results["cold"]["wall_s"]
+    lines = ["| run | wall | vs cold | compile step | steps |", "|---|---|---|---|---|"]
+    for name, r in results.items():
+        comp = _compile_s(r)
+        steps = ", ".join(f"{k.split(' (')[0]} {v:.1f}" for k, v in r["durations_s"].items() if k != "total")
+        lines.append(f"| {name} | {r['wall_s']:.1f} s | {r['wall_s'] / cold:.2f}× | "
+                     f"{f'{comp:.1f} s' if comp else '-'} | {steps} |")
+    comp = _compile_s(results["cold"])
+    if comp:
+        lines.append(f"\ncold wall ÷ its compile step: {cold / comp:.2f}×")
+    return "\n".join(lines)
 
 
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="nox -s build-bench --", description=__doc__)
+    p = argparse.ArgumentParser(prog="nox -s build-bench --", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--python", default="3.11")
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
     p.add_argument("build_options", nargs="*", help="extra build options (after --)")
     args = p.parse_args(argv)
     results: dict[str, dict] = {}
     with tempfile.TemporaryDirectory(prefix="apexkit-bench-") as tmp:
-        env = dict(os.environ, APEXKIT_CACHE_DIR=str(Path(tmp) / "cache"))
-        dist, build = Path(tmp) / "dist", Path(tmp) / "build"
-        opts = list(args.build_options)
+        tmp_path = Path(tmp)
+        env = dict(os.environ, APEXKIT_CACHE_DIR=str(tmp_path / "cache"), CCACHE_DIR=str(tmp_path / "ccache"),
+                   CCACHE_NOHASHDIR="1")
+        dist, build = tmp_path / "dist", tmp_path / "build"
+        opts = [*args.build_options, "--jobs", str(args.jobs)]
+        nocc = dict(env, CCACHE_DISABLE="1")
         runs = [
-            ("cold (empty cache: fetch, venv, compile, smoke test)", [*opts, "--jobs", str(args.jobs)]),
-            ("cached rebuild (same inputs)", [*opts, "--jobs", str(args.jobs)]),
-            ("compile -j1 (venv reused, --no-cache)", [*opts, "--no-cache", "--no-smoke-test", "--jobs", "1"]),
-            (f"compile -j{args.jobs} (venv reused, --no-cache)",
-             [*opts, "--no-cache", "--no-smoke-test", "--jobs", str(args.jobs)]),
+            ("cold", PROJECT_ROOT, opts, env),
+            ("no-op", PROJECT_ROOT, opts, env),
+            ("changed-input", changed_checkout(tmp_path), opts, env),
+            ("compile -j1", PROJECT_ROOT, [*args.build_options, "--no-cache", "--no-smoke-test", "--jobs", "1"], nocc),
+            (f"compile -j{args.jobs}", PROJECT_ROOT, [*opts, "--no-cache", "--no-smoke-test"], nocc),
         ]
-        for name, extra in runs:
+        for name, root, extra, run_env in runs:
             log.info(f"▸ {name}")
-            results[name] = _run(args.python, extra, env, dist, build)
+            results[name] = _run(root, args.python, extra, run_env, dist, build)
             log.info(f"  {results[name]['wall_s']} s")
-    cold = results[runs[0][0]]["wall_s"]
-    lines = ["| run | wall time | compile step |", "|---|---|---|"]
-    for name, r in results.items():
-        comp = next((v for k, v in r["durations_s"].items() if k.startswith("compile")), None)
-        ratio = f" ({100 * r['wall_s'] / cold:.1f} % of cold)" if name.startswith("cached") else ""
-        lines.append(f"| {name} | {r['wall_s']:.1f} s{ratio} | {f'{comp:.1f} s' if comp else '-'} |")
-    table = "\n".join(lines)
-    print(table)
+    text = table(results)
+    print(text)
     out = PROJECT_ROOT / "build" / "build-bench.json"
     out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps({"machine": f"{platform.machine()} {os.cpu_count()} cores", "python": args.python,
-                               "results": results, "table": table}, indent=2))
+    out.write_text(json.dumps({"machine": f"{platform.machine()} {os.cpu_count()} cores",
+                               "ccache": shutil.which("ccache"), "python": args.python, "results": results,
+                               "table": text}, indent=2))
     log.info(f"wrote {out}")
     return 0

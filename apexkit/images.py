@@ -35,7 +35,7 @@ from apexkit.matrix import PROJECT_ROOT
 DOCKER_DIR = PROJECT_ROOT / "docker"
 CONTEXT_FILES = ("Dockerfile", "install-toolchain.sh", "entrypoint.sh")
 # what runs inside the builder; pins (one per Python range, by environment marker) from requirements.txt
-TOOL_REQUIREMENTS = ("nox", "virtualenv", "rich", "packaging", "tomli")
+TOOL_REQUIREMENTS = ("nox", "virtualenv", "filelock", "uv", "rich", "packaging", "tomli")
 BUILDER_REPO = "apexkit/builder"
 BUILDER_JSON = "/usr/local/share/apexkit/builder.json"
 BASE_REPO = "apexkit/base"

@@ -24,7 +24,7 @@ from pathlib import Path
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from apexkit import known_failures, locks, log
+from apexkit import known_failures, locks, log, uvtools
 from apexkit.errors import EnvironmentSetupError
 from apexkit.proc import run_logged
 from apexkit.sources import cache_dir
@@ -86,15 +86,50 @@ def lock(path: Path) -> contextlib.AbstractContextManager:
 
 
 def create(interpreter: str, path: Path, log_path: Path, system_site_packages: bool = False) -> Venv:
-    """A fresh venv at `path` (whatever was there is removed), made under the venv's lock."""
+    """A fresh venv at `path` (whatever was there is removed), made under the venv's lock: with uv where it serves
+    (`uv venv`: the lib/ layout, no download; pip is added from the interpreter's own ensurepip only if an install
+    has to fall back to it), else virtualenv."""
     with lock(path):
+        if path.exists():
+            shutil.rmtree(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        uv = uvtools.find()
+        if uv is not None:
+            made = _create_uv(uv, interpreter, path, log_path, system_site_packages)
+            if made is not None:
+                return made
         return _create(interpreter, path, log_path, system_site_packages)
 
 
+def _create_uv(uv: uvtools.Uv, interpreter: str, path: Path, log_path: Path, system_site_packages: bool) -> Venv | None:
+    argv = [uv.binary, "venv", "--quiet", "--python", interpreter, str(path)]
+    if system_site_packages:
+        argv.append("--system-site-packages")
+    code, tail = run_logged(argv, log_path, env=uvtools.environment(cache_dir()))
+    if code == 0 and (path / "bin" / "python").exists():
+        return Venv(path)
+    reason = log.mask(_last("\n".join(tail)))
+    if uvtools.choice() == "uv":
+        raise EnvironmentSetupError(f"uv could not create a venv with {interpreter}: {reason}",
+                                    f"see {log_path}; unset APEXKIT_INSTALLER to fall back to virtualenv")
+    log.info(f"  uv venv failed ({reason}): making it with virtualenv instead")
+    shutil.rmtree(path, ignore_errors=True)
+    return None
+
+
+def _ensure_pip(venv: Venv, log_path: Path) -> None:
+    """A venv uv made has no pip; pip falls back into it from the interpreter's own ensurepip (offline)."""
+    if subprocess.run([str(venv.python), "-c", "import pip"], capture_output=True).returncode == 0:
+        return
+    code, tail = run_logged([str(venv.python), "-m", "ensurepip", "--default-pip"], log_path)
+    if code != 0:
+        raise EnvironmentSetupError(f"{venv.path} has no pip and {venv.python} cannot add one (ensurepip: "
+                                    f"{log.mask(_last(chr(10).join(tail)))})",
+                                    "install the interpreter's venv module (Debian/Ubuntu: apt-get install "
+                                    "python3-venv), or set APEXKIT_INSTALLER=pip")
+
+
 def _create(interpreter: str, path: Path, log_path: Path, system_site_packages: bool) -> Venv:
-    if path.exists():
-        shutil.rmtree(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     # virtualenv runs on the host Python (pinned in requirements.txt); -p picks the target interpreter. Its own app
     # data (seed wheels) lives in apexkit's cache: the user's may hold wheels a periodic update fetched for the host's
     # Python (seen here: pip 26.2.1 filed under 3.8, a SyntaxError-class failure in every 3.8 venv seeded from it).
@@ -115,6 +150,10 @@ def pip_install(venv: Venv, requirements: Sequence[str], index: IndexOptions, lo
                 for_torch: bool = False, extra: Sequence[str] = (), verbose: bool = False) -> None:
     if not requirements:
         return
+    uv = uvtools.find()
+    if uv is not None and _uv_install(uv, venv, requirements, index, log_path, for_torch, extra, verbose):
+        return
+    _ensure_pip(venv, log_path)
     argv = [str(venv.python), "-m", "pip", "install", "--no-compile", "--disable-pip-version-check",
             "--progress-bar", "off", *index.pip_args(for_torch=for_torch), *extra, *requirements]
     with lock(venv.path):
@@ -127,6 +166,24 @@ def pip_install(venv: Venv, requirements: Sequence[str], index: IndexOptions, lo
                                     f"see {log_path}; {hint}")
 
 
+def _uv_install(uv: uvtools.Uv, venv: Venv, requirements: Sequence[str], index: IndexOptions, log_path: Path,
+                for_torch: bool, extra: Sequence[str], verbose: bool) -> bool:
+    """uv pip install with pip's configuration carried over; False (after one line) when pip should try instead."""
+    args, env = uvtools.install_options(uvtools.pip_config(), index.pip_args(for_torch=for_torch))
+    argv = [uv.binary, "pip", "install", "--python", str(venv.python), *args, *extra, *requirements]
+    with lock(venv.path):
+        code, tail = run_logged(argv, log_path, env=uvtools.environment(cache_dir(), env), verbose=verbose,
+                                progress=_pip_progress)
+    if code == 0:
+        return True
+    reason = log.mask(next((line for line in reversed(tail) if "error" in line.lower()), _last("\n".join(tail))))
+    if uvtools.choice() == "uv":
+        raise EnvironmentSetupError(f"uv could not install {' '.join(requirements)}: {reason}",
+                                    f"see {log_path}; unset APEXKIT_INSTALLER to let pip try")
+    log.info(f"  uv could not install {' '.join(requirements)} ({reason.strip()[:160]}): trying pip")
+    return False
+
+
 def _pip_progress(line: str) -> str | None:
     for word in ("Collecting", "Downloading", "Installing collected", "Processing"):
         if line.startswith(word) or line.lstrip().startswith(word):
@@ -134,12 +191,16 @@ def _pip_progress(line: str) -> str | None:
     return None
 
 
+_FREEZE = ("import json\nfrom importlib import metadata\n"
+           "print(json.dumps({(d.metadata['Name'] or '').lower(): d.version for d in metadata.distributions()}))\n")
+
+
 def freeze(venv: Venv) -> dict[str, str]:
-    proc = subprocess.run([str(venv.python), "-m", "pip", "list", "--format=json", "--disable-pip-version-check"],
-                          capture_output=True, text=True)
+    """name -> version of everything in the venv, read by its own Python (whichever installer filled it)."""
+    proc = subprocess.run([str(venv.python), "-c", _FREEZE], capture_output=True, text=True)
     if proc.returncode != 0:
         return {}
-    return {row["name"].lower(): row["version"] for row in json.loads(proc.stdout)}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 _PROBE_NPU_REQUIRES = (

@@ -1,0 +1,200 @@
+"""Issue 19: venvs and installs with uv where it serves, virtualenv + pip otherwise -- and whatever the user configured
+for pip (a pip.conf with an index on 127.0.0.1, trusted-host, a proxy; an offline wheelhouse) reaches uv too.
+
+Real components: a PEP 503 index served over HTTP on 127.0.0.1, the real tinyproxy (its log read back), real uv and
+real virtualenv + pip, a real interpreter. A tiny pure-Python wheel keeps each install to seconds."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import http.server
+import os
+import stat
+import subprocess
+import threading
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from apexkit import interpreters, uvtools, venvs
+from apexkit.errors import EnvironmentSetupError
+
+PROBE = "apexkit_probe-1.0-py3-none-any.whl"
+
+
+def _wheel(directory: Path) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    files = {
+        "apexkit_probe/__init__.py": b"VALUE = 'probe 1.0'\n",
+        "apexkit_probe-1.0.dist-info/METADATA": b"Metadata-Version: 2.1\nName: apexkit-probe\nVersion: 1.0\n",
+        "apexkit_probe-1.0.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
+                                              b"Tag: py3-none-any\n",
+    }
+    record = []
+    for name, data in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        record.append(f"{name},sha256={digest},{len(data)}")
+    record.append("apexkit_probe-1.0.dist-info/RECORD,,")
+    path = directory / PROBE
+    with zipfile.ZipFile(path, "w") as zf:
+        for name, data in files.items():
+            zf.writestr(name, data)
+        zf.writestr("apexkit_probe-1.0.dist-info/RECORD", "\n".join(record) + "\n")
+    return path
+
+
+@pytest.fixture(scope="module")
+def index(tmp_path_factory):
+    """http://127.0.0.1:<port>/simple/apexkit-probe/ serving the probe wheel."""
+    root = tmp_path_factory.mktemp("index")
+    project = root / "simple" / "apexkit-probe"
+    wheel = _wheel(project)
+    sha = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    (project / "index.html").write_text(f'<a href="{PROBE}#sha256={sha}">{PROBE}</a>\n')
+    (root / "simple" / "index.html").write_text('<a href="apexkit-probe/">apexkit-probe</a>\n')
+
+    class Handler(http.server.SimpleHTTPRequestHandler):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, directory=str(root), **kwargs)
+
+        def log_message(self, *args):  # quiet
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/simple/"
+    server.shutdown()
+
+
+@pytest.fixture
+def clean_env(monkeypatch, tmp_path):
+    """Only the pip configuration the test writes: no machine-wide pip.conf, PIP_* or proxy variables."""
+    for name in list(os.environ):
+        if name.startswith(("PIP_", "UV_")) or name.lower() in ("http_proxy", "https_proxy", "no_proxy",
+                                                                  "all_proxy"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("PIP_CONFIG_FILE", str(tmp_path / "pip.conf"))
+    monkeypatch.setenv("XDG_CONFIG_DIRS", str(tmp_path / "no-xdg"))  # hides /etc/xdg/pip/pip.conf
+    monkeypatch.setenv("VIRTUALENV_OVERRIDE_APP_DATA", str(tmp_path / "venv-app-data"))
+    return tmp_path
+
+
+def python311() -> str:
+    return interpreters.find("3.11", os.environ).path
+
+
+def probe(venv: venvs.Venv) -> str:
+    return subprocess.run([str(venv.python), "-c", "import apexkit_probe; print(apexkit_probe.VALUE)"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+
+
+def made_by(venv: venvs.Venv) -> str:
+    cfg = (venv.path / "pyvenv.cfg").read_text()
+    return "uv" if "uv = " in cfg else "virtualenv" if "virtualenv = " in cfg else "?"
+
+
+@pytest.mark.parametrize("installer", ["uv", "pip"])
+def test_pip_conf_index_trusted_host_and_proxy_reach_either_installer(installer, index, tinyproxy, clean_env,
+                                                                      monkeypatch):
+    """The only way to the index is what pip.conf says (index-url, trusted-host, proxy with credentials): the
+    install works with uv as with pip, and tinyproxy saw the request."""
+    monkeypatch.setenv("APEXKIT_INSTALLER", installer)
+    (clean_env / "pip.conf").write_text(f"[global]\nindex-url = {index}\ntrusted-host = 127.0.0.1\n"
+                                        f"proxy = {tinyproxy.url}\n")
+    mark = tinyproxy.log_size()
+    log = clean_env / "install.log"
+    venv = venvs.create(python311(), clean_env / "venv", log)
+    venvs.pip_install(venv, ["apexkit-probe==1.0"], venvs.IndexOptions(), log)
+    assert probe(venv) == "probe 1.0"
+    assert made_by(venv) == ("uv" if installer == "uv" else "virtualenv")
+    assert ("uv pip install" in log.read_text()) == (installer == "uv")
+    seen = tinyproxy.log_since(mark)
+    assert "/simple/apexkit-probe/" in seen, seen[-2000:]
+    assert tinyproxy.PASSWORD not in log.read_text()  # the proxy's password never reaches the log
+
+
+@pytest.mark.parametrize("installer", ["uv", "pip"])
+def test_offline_wheelhouse_with_either_installer(installer, clean_env, monkeypatch):
+    """--offline --wheelhouse: nothing but the wheelhouse (pip.conf names an index nobody listens on)."""
+    monkeypatch.setenv("APEXKIT_INSTALLER", installer)
+    (clean_env / "pip.conf").write_text("[global]\nindex-url = http://127.0.0.1:9/simple/\n")
+    house = clean_env / "wheelhouse"
+    _wheel(house)
+    options = venvs.IndexOptions(wheelhouses=(house,), offline=True)
+    log = clean_env / "install.log"
+    venv = venvs.create(python311(), clean_env / "venv", log)
+    venvs.pip_install(venv, ["apexkit-probe"], options, log)
+    assert probe(venv) == "probe 1.0"
+    if installer == "uv":
+        assert "--offline" in log.read_text() and "--no-index" in log.read_text()
+
+
+def _fake_uv(directory: Path, version: str, works: bool) -> str:
+    """A uv binary that reports `version` and then fails every command: a broken or half-installed uv."""
+    script = directory / f"uv-{version}-{'ok' if works else 'broken'}"
+    script.write_text(f"#!/bin/sh\nif [ \"$1\" = --version ]; then echo 'uv {version}'; exit 0; fi\n"
+                      "echo 'error: this uv is broken' >&2; exit 2\n")
+    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    return str(script)
+
+
+def test_a_uv_that_fails_falls_back_to_virtualenv_and_pip_with_one_line(clean_env, monkeypatch, capfd):
+    house = clean_env / "wheelhouse"
+    _wheel(house)
+    options = venvs.IndexOptions(wheelhouses=(house,), offline=True)
+    monkeypatch.setenv("APEXKIT_UV", _fake_uv(clean_env, "0.13.9", works=False))
+    log = clean_env / "install.log"
+    venv = venvs.create(python311(), clean_env / "venv", log)
+    venvs.pip_install(venv, ["apexkit-probe"], options, log)
+    assert probe(venv) == "probe 1.0" and made_by(venv) == "virtualenv"
+    err = capfd.readouterr().err
+    assert "uv venv failed (error: this uv is broken): making it with virtualenv instead" in err
+    assert "uv could not install apexkit-probe (error: this uv is broken): trying pip" in err
+    # asked for uv explicitly: no silent fallback, one line
+    monkeypatch.setenv("APEXKIT_INSTALLER", "uv")
+    with pytest.raises(EnvironmentSetupError, match="uv could not create a venv with"):
+        venvs.create(python311(), clean_env / "venv2", log)
+
+
+def test_a_uv_too_old_or_missing_means_virtualenv(clean_env, monkeypatch, capfd):
+    monkeypatch.setenv("APEXKIT_UV", _fake_uv(clean_env, "0.1.0", works=True))
+    assert uvtools.find() is None
+    assert "is older than 0.5.0: making venvs with virtualenv + pip" in capfd.readouterr().err
+    monkeypatch.setenv("APEXKIT_UV", str(clean_env / "no-such-uv"))
+    assert uvtools.find() is None
+    assert "does not run: making venvs with virtualenv + pip" in capfd.readouterr().err
+    monkeypatch.setenv("APEXKIT_UV", "")
+    monkeypatch.setenv("APEXKIT_INSTALLER", "pip")
+    assert uvtools.find() is None
+
+
+def test_pip_config_scopes_and_translation():
+    text = "\n".join([
+        "global.index-url='https://mirror.corp/simple/'",
+        "global.extra-index-url='https://a.corp/simple https://b.corp/simple'",
+        r"install.trusted-host='a.corp\nb.corp'",  # pip prints a multi-line value as its repr
+        "global.find-links='/opt/wheels'",
+        "global.cert='/etc/corp-ca.pem'",
+        "global.constraint='/etc/pip/constraints.txt'",
+        "global.timeout='60'",
+        ":env:.index-url='https://env.corp/simple/'",
+        "global.proxy='http://u:p@proxy.corp:3128'",
+    ])
+    config = uvtools.parse_pip_config(text)
+    assert config.get("index-url") == "https://env.corp/simple/"  # PIP_INDEX_URL beats the file, as in pip
+    args, env = uvtools.install_options(config, [])
+    assert args[:2] == ["--index-strategy", "unsafe-best-match"]
+    joined = " ".join(args)
+    assert "--index-url https://env.corp/simple/" in joined
+    assert "--extra-index-url https://a.corp/simple --extra-index-url https://b.corp/simple" in joined
+    assert "--allow-insecure-host a.corp --allow-insecure-host b.corp" in joined
+    assert "--find-links /opt/wheels" in joined and "--constraint /etc/pip/constraints.txt" in joined
+    assert env == {"SSL_CERT_FILE": "/etc/corp-ca.pem", "HTTP_PROXY": "http://u:p@proxy.corp:3128",
+                   "HTTPS_PROXY": "http://u:p@proxy.corp:3128", "UV_HTTP_TIMEOUT": "60"}
+    # apexkit's own --index-url wins over the config's; offline drops every index
+    args, _ = uvtools.install_options(config, ["--index-url", "https://opt.corp/simple/"])
+    assert args.count("--index-url") == 1 and "https://opt.corp/simple/" in args
+    args, _ = uvtools.install_options(config, ["--no-index", "--find-links", "/w"])
+    assert "--offline" in args and "--index-url" not in args and "--extra-index-url" not in args
