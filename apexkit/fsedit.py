@@ -6,7 +6,16 @@ Every writer in apexkit goes through here, so each one gets the same guarantees:
 - writes are atomic (temp file in the same directory + rename), with the final mode set before the rename;
 - the first time apexkit touches a file, its original bytes and mode are kept in a backup store, so `remove`
   restores the file byte for byte when nobody edited it since, and undoes only our part otherwise;
-- if a write fails half-way, the files already written are put back.
+- if a write fails half-way, the files already written are put back;
+- write-ahead: a file's backup and manifest record are on disk before it is replaced, so a setup killed at any
+  point is undone by `remove`, and a rerun never adopts a half-configured file as the original;
+- a symbolic link is followed (its target edited in place, atomically; the link stays a link), except out of the
+  --root, or -- as root -- from a user's link into somebody else's file;
+- text is read with surrogateescape (a GBK or Latin-1 byte comes back as it was); managed-block markers that do
+  not pair up are refused, never guessed;
+- as root in a user's home, what apexkit creates there belongs to that home's owner;
+- `remove` undoes each file on its own (one broken file does not stop the others) and takes away the folders
+  apexkit made and, once empty, its own state.
 """
 
 from __future__ import annotations
@@ -46,8 +55,10 @@ def file_mode(path: Path) -> int | None:
         return None
 
 
-def atomic_write(path: Path, data: bytes, mode: int) -> None:
-    """Write `data` to `path` atomically; the file never exists with wider permissions than `mode`."""
+def atomic_write(path: Path, data: bytes, mode: int, owner: tuple[int, int] | None = None) -> None:
+    """Write `data` to `path` atomically; the file never exists with wider permissions than `mode`. An existing
+    file keeps its owner when root writes it; a new one gets `owner` (uid, gid) when given and root writes it.
+    `path` is replaced, not followed: callers that edit through a symbolic link pass its target (`write_target`)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     previous = None
     with contextlib.suppress(FileNotFoundError):
@@ -59,13 +70,115 @@ def atomic_write(path: Path, data: bytes, mode: int) -> None:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
-        if previous is not None and os.geteuid() == 0:  # keep the owner of a user's file we edit as root
-            os.chown(tmp, previous.st_uid, previous.st_gid)
+        if os.geteuid() == 0:  # keep the owner of a user's file we edit as root; a new file gets its home's owner
+            who = (previous.st_uid, previous.st_gid) if previous is not None else owner
+            if who is not None:
+                os.chown(tmp, *who)
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+def missing_parents(path: Path) -> list[Path]:
+    """The ancestors of `path` that do not exist yet, nearest first."""
+    missing = []
+    parent = path.parent
+    while not os.path.lexists(parent) and parent != parent.parent:
+        missing.append(parent)
+        parent = parent.parent
+    return missing
+
+
+def make_parents(path: Path, owner: tuple[int, int] | None = None) -> int:
+    """Create the missing ancestors of `path`; as root, each new one gets `owner`. Returns how many were made."""
+    missing = missing_parents(path)
+    for directory in reversed(missing):
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(directory)
+            if owner is not None and os.geteuid() == 0:
+                os.chown(directory, *owner)
+    return len(missing)
+
+
+def remove_made_dirs(path: Path, count: object, within: Path | None = None) -> None:
+    """Take away the (at most `count`) nearest ancestors of `path` that apexkit made, while they are empty, real
+    directories (never a symbolic link) inside `within`."""
+    if not isinstance(count, int) or isinstance(count, bool) or count <= 0:
+        return
+    parent = path.parent
+    limit = Path(os.path.realpath(within)) if within is not None else None
+    for _ in range(min(count, 16)):
+        if limit is not None and (parent == limit or limit not in parent.parents):
+            return
+        try:
+            if not stat.S_ISDIR(os.lstat(parent).st_mode):
+                return
+            os.rmdir(parent)
+        except OSError:
+            return
+        parent = parent.parent
+
+
+class TargetError(EnvironmentSetupError):
+    """A file a writer edits is not something it can edit (a directory, a link leading out, unreadable)."""
+
+
+def write_target(path: Path, display: str, within: Path | None = None) -> Path:
+    """The file a writer really edits for `path`: itself, or -- when it (or a folder above it) is a symbolic link --
+    the link's target, so that an atomic rename edits the dotfiles repository's file and leaves the link a link.
+    With `within` (a --root), a target outside it is refused: following the link would leave the managed tree."""
+    target = Path(os.path.realpath(path))
+    if within is not None and str(within) != "/":
+        limit = Path(os.path.realpath(within))
+        if target != limit and limit not in target.parents:
+            raise TargetError(
+                f"{display} is a symbolic link to {target}, outside {within}: following it would edit a file outside "
+                "the managed tree; nothing was changed", "replace the link with a copy of its file, or run without --root")
+    if os.geteuid() == 0 and target != Path(os.path.abspath(path)):
+        _check_link_owner(path, target, display)
+    if os.path.islink(path) and not os.path.lexists(target):
+        raise TargetError(f"{display} is a symbolic link to {target}, which does not exist; nothing was changed",
+                                    f"create {target} (or remove the link), then run again")
+    if target.exists() and not target.is_file():
+        raise TargetError(f"{display} is not a regular file; nothing was changed",
+                                    f"move {display} away, then run again")
+    return target
+
+
+def _nearest_owner(path: Path, follow: bool) -> int | None:
+    for candidate in (path, *path.parents):
+        try:
+            return (os.stat(candidate) if follow else os.lstat(candidate)).st_uid
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+    return None
+
+
+def _check_link_owner(path: Path, target: Path, display: str) -> None:
+    """Root follows a user's link only into that user's own files (as the kernel's protected_symlinks does for
+    sticky folders): a ~/.bashrc linked to /etc/shadow must not get the proxy block appended as root."""
+    link_owner = _nearest_owner(path, follow=False)
+    target_owner = _nearest_owner(target, follow=True)
+    if link_owner not in (None, 0) and target_owner != link_owner:
+        raise TargetError(f"{display} is a symbolic link of {_user_name(link_owner)} to {target}, which belongs to "
+                          f"{_user_name(target_owner if target_owner is not None else -1)}: root does not follow it; "
+                          "nothing was changed", f"point the link at a file of {_user_name(link_owner)}, or run as them")
+
+
+def read_target(path: Path, display: str) -> bytes | None:
+    """The bytes of a file a writer edits (through a link); None when missing; anything else is one line."""
+    try:
+        return path.read_bytes()
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except IsADirectoryError:
+        raise TargetError(f"{display} is a directory, not a file; nothing was changed",
+                                    f"move {display} away, then run again") from None
+    except OSError as exc:
+        raise TargetError(f"cannot read {display} ({exc.strerror}); nothing was changed",
+                                    "run as the user who owns it (or with sudo for system files)") from None
 
 
 def swap_directory(tmp: Path, final: Path) -> None:
@@ -111,24 +224,40 @@ class Block:
         head = [self.begin] + ([f"# {comment}"] if comment else [])
         return "\n".join([*head, *lines, self.end]) + "\n"
 
-    def _span(self, text: str) -> tuple[int, int] | None:
-        match = re.search(rf"(?m)^{re.escape(self.begin)}[^\n]*\n(?:.*\n)*?{re.escape(self.end)}[^\n]*(?:\n|\Z)", text)
-        return (match.start(), match.end()) if match else None
+    def _span(self, text: str, display: str = "the file") -> tuple[int, int] | None:
+        """Where our block is: exactly one begin line followed by one end line, or none of either. Anything else
+        (an orphan marker left by a hand edit, a duplicated block) is refused: a span between markers that do not
+        pair up would cover lines apexkit did not write."""
+        begins = [m for m in re.finditer(rf"(?m)^{re.escape(self.begin)}[^\n]*$", text)]
+        ends = [m for m in re.finditer(rf"(?m)^{re.escape(self.end)}[^\n]*(?:\n|\Z)", text)]
+        if not begins and not ends:
+            return None
+        if len(begins) == 1 and len(ends) == 1 and begins[0].start() < ends[0].start():
+            return begins[0].start(), ends[0].end()
 
-    def find(self, text: str) -> str | None:
-        span = self._span(text)
+        def line(match: re.Match) -> int:
+            return text.count("\n", 0, match.start()) + 1
+
+        where = ", ".join([*(f"begin at line {line(m)}" for m in begins), *(f"end at line {line(m)}" for m in ends)])
+        raise MarkerError(f"{display} holds unpaired or repeated {self.name!r} markers ({where}): apexkit will not guess "
+                          "which lines are its own; nothing was changed",
+                          f"edit {display} to keep one '{self.begin}' ... '{self.end}' pair (or delete both), "
+                          "then run again")
+
+    def find(self, text: str, display: str = "the file") -> str | None:
+        span = self._span(text, display)
         return text[span[0]:span[1]] if span else None
 
-    def put(self, text: str, block: str) -> tuple[str, bool]:
+    def put(self, text: str, block: str, display: str = "the file") -> tuple[str, bool]:
         """Replace our block in place, or append it. Returns (new text, whether a separating newline was added)."""
-        span = self._span(text)
+        span = self._span(text, display)
         if span:
             return text[:span[0]] + block + text[span[1]:], False
         separator = "" if not text or text.endswith("\n") else "\n"
         return text + separator + block, bool(separator)
 
-    def strip(self, text: str, added_newline: bool = False) -> str:
-        span = self._span(text)
+    def strip(self, text: str, added_newline: bool = False, display: str = "the file") -> str:
+        span = self._span(text, display)
         if not span:
             return text
         before, after = text[:span[0]], text[span[1]:]
@@ -137,8 +266,22 @@ class Block:
         return before + after
 
 
+def decode(data: bytes | None) -> str:
+    """Text of a user's file; bytes that are not UTF-8 (a GBK or Latin-1 comment) survive as surrogates, and
+    `encode` gives back exactly the bytes read."""
+    return (data or b"").decode("utf-8", "surrogateescape")
+
+
+def encode(text: str) -> bytes:
+    return text.encode("utf-8", "surrogateescape")
+
+
 class CorruptFileError(ConfigError):
     pass
+
+
+class MarkerError(ConfigError):
+    """Managed-block markers that do not pair up."""
 
 
 def load_json_object(path: Path, display: str, data: bytes | None) -> dict:
@@ -226,12 +369,16 @@ class Change:
     undo: Callable[[bytes, bytes | None, dict], bytes | None] | None = None  # (current, original, record) -> restored
     extra: dict = field(default_factory=dict)  # recorded in the backup manifest (e.g. added_newline)
     summary: str = ""     # shown instead of a line diff (e.g. a CA bundle of thousands of lines)
+    within: Path | None = None                 # the --root: a symbolic link may not lead out of it
+    new_owner: tuple[int, int] | None = None   # (uid, gid) for a new file and new folders (as root, in a user's home)
     old: bytes | None = field(init=False, default=None)
     old_mode: int | None = field(init=False, default=None)
+    target: Path = field(init=False)           # what is really written: `path`, or its symbolic link's target
 
     def __post_init__(self) -> None:
-        self.old = read_bytes(self.path)
-        self.old_mode = file_mode(self.path)
+        self.target = write_target(self.path, self.display, self.within)
+        self.old = read_target(self.target, self.display)
+        self.old_mode = file_mode(self.target)
 
     @property
     def changed(self) -> bool:
@@ -264,7 +411,7 @@ def _user_name(uid: int) -> str:
         return f"uid {uid}"
 
 
-def check_private(path: Path, what: str, directory: bool) -> None:
+def check_private(path: Path, what: str, directory: bool, also: int | None = None) -> None:
     """Trust state apexkit reads back (and acts on as root) only when it is ours: a real directory or file, not a
     symbolic link, owned by the effective user or root, and not writable by its group or by everyone. Otherwise
     another user could make this process (under sudo: root) write any file. A missing path passes."""
@@ -279,7 +426,7 @@ def check_private(path: Path, what: str, directory: bool) -> None:
     if (stat.S_ISDIR(st.st_mode) if directory else stat.S_ISREG(st.st_mode)) is False:
         raise EnvironmentSetupError(f"{what} {path} is not a {kind}; nothing was changed", f"move {path} away and run again")
     me = os.geteuid()
-    if st.st_uid not in (me, 0):
+    if st.st_uid not in (me, 0, also):
         raise EnvironmentSetupError(
             f"{what} {path} belongs to {_user_name(st.st_uid)}, not to {_user_name(me)} who runs this: "
             "undo records another user can write could make this process write any file; nothing was changed",
@@ -297,6 +444,10 @@ def read_private(path: Path, what: str) -> bytes | None:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
     except FileNotFoundError:
         return None
+    except NotADirectoryError:
+        blocker = next((p for p in path.parents if os.path.lexists(p) and not os.path.isdir(p)), path.parent)
+        raise EnvironmentSetupError(f"cannot read {what} {path}: {blocker} is a file where a folder belongs; "
+                                    "nothing was changed", f"move {blocker} away, then run again") from None
     except OSError as exc:
         if os.path.islink(path):
             raise EnvironmentSetupError(f"{what} {path} is a symbolic link, not a file apexkit made; it was not "
@@ -319,36 +470,71 @@ def clamp_mode(mode: object, private: bool = False, default: int = 0o644) -> int
     return value & 0o600 if private else value
 
 
+STATE_KEY = "@state"  # the manifest's one entry about the store itself: how many folders above it apexkit made
+
+
 class BackupStore:
     """Originals of the files apexkit edits, kept at the first edit, in `<state>/backups/` (0700).
 
     The manifest is read back later, possibly by root (`sudo -E`), so it is trusted only as far as it must be:
     its directory and itself must be ours (`check_private`); the file each record stands for is re-derived from
     its display name by `resolve` (None: no apexkit layer manages that file, the record is ignored with a warning),
-    never taken from the manifest; modes are clamped; backup copies are read without following links."""
+    never taken from the manifest; modes are clamped; backup copies are read without following links.
+
+    Owners (`home_owner`, `in_home`): root writing into a home that is not root's (`sudo -E` with the user's HOME)
+    gives what it creates there to the home's owner, so that the user can still read the state and run remove
+    without sudo. The state itself goes to the home's owner only while every record names a file inside that home:
+    an undo record of a system file (/etc/...) the user could edit would let the user make root write that file,
+    so such a manifest stays root's. Root in turn trusts state owned by the home's owner only under the same
+    condition; state owned by anybody else is refused as before."""
 
     def __init__(self, directory: Path, resolve: Callable[[str], Path | None],
-                 private: Callable[[str], bool] = lambda display: False) -> None:
+                 private: Callable[[str], bool] = lambda display: False,
+                 home_owner: tuple[int, int] | None = None, in_home: Callable[[str], bool] = lambda display: False,
+                 within: Path | None = None) -> None:
         self.directory = directory
         self.manifest_path = directory / "manifest.json"
         self.resolve = resolve
         self.private = private
+        self.home_owner = home_owner if os.geteuid() == 0 and home_owner and home_owner[0] != 0 else None
+        self.in_home = in_home
+        self.within = within
+        self._made = 0  # folders this process made for the store (recorded in the manifest's STATE_KEY entry)
         self._warned: set[str] = set()
 
-    def check(self) -> None:
-        check_private(self.directory.parent, "the apexkit state directory", directory=True)
-        check_private(self.directory, "the backups directory", directory=True)
-        check_private(self.manifest_path, "the backups manifest", directory=False)
+    def _state_paths(self) -> list[tuple[Path, str, bool]]:
+        return [(self.directory.parent, "the apexkit state directory", True),
+                (self.directory, "the backups directory", True),
+                (self.manifest_path, "the backups manifest", False)]
 
-    def _prepare(self) -> None:
-        """Create the state and backups directories closed to others (whatever the umask), then check them."""
+    def check(self) -> None:
+        also = self.home_owner[0] if self.home_owner else None
+        for path, what, directory in self._state_paths():
+            check_private(path, what, directory, also)
+
+    def _user_owned(self) -> bool:
+        """Whether some of the state belongs to the home's owner (not to root) -- see the class docstring."""
+        if not self.home_owner:
+            return False
+        for path, _, _ in self._state_paths():
+            with contextlib.suppress(FileNotFoundError):
+                if os.lstat(path).st_uid == self.home_owner[0]:
+                    return True
+        return False
+
+    def _prepare(self) -> int:
+        """Create the state and backups directories closed to others (whatever the umask), then check them.
+        Returns how many folders were made (the state folder's parents included); `save` records them."""
         self.check()
-        self.directory.parent.parent.mkdir(parents=True, exist_ok=True)
+        made = make_parents(self.directory.parent, self.home_owner)
         for directory in (self.directory.parent, self.directory):
             with contextlib.suppress(FileExistsError):
                 os.mkdir(directory, 0o700)
                 os.chmod(directory, 0o700)
+                made += 1
         self.check()
+        self._made += made
+        return made
 
     def load(self) -> dict[str, dict]:
         self.check()
@@ -358,17 +544,56 @@ class BackupStore:
             if not isinstance(record, dict):
                 log.warn(f"backups manifest entry {display!r} is not an object; ignored")
                 del manifest[display]
+        if self._user_owned():
+            outside = sorted(d for d in records(manifest) if not self.in_home(d))
+            if outside:
+                raise EnvironmentSetupError(
+                    f"the backups manifest {self.manifest_path} belongs to the home's owner but holds an undo record of "
+                    f"{outside[0]}, outside that home: root does not act on it; nothing was changed",
+                    f"check {self.manifest_path}, then chown -R 0:0 {self.directory.parent} if you trust it")
         return manifest
 
     def save(self, manifest: dict[str, dict]) -> None:
+        """Write the manifest (write-ahead: callers save before they replace a file). Without records, the store
+        is taken away again: the manifest, the backups folder, and the folders above it that apexkit made."""
+        if not records(manifest):
+            self._clean_up(manifest)
+            return
         self._prepare()
+        if self._made and STATE_KEY not in manifest:
+            manifest[STATE_KEY] = {"made_dirs": self._made}
         atomic_write(self.manifest_path, dump_json(manifest), 0o600)
+        self._give_owner(manifest)
+
+    def _give_owner(self, manifest: dict[str, dict]) -> None:
+        if not self.home_owner:
+            return
+        owner = self.home_owner if all(self.in_home(d) for d in records(manifest)) else (0, 0)
+        paths = [self.directory.parent, self.directory, self.manifest_path, *self.directory.glob("*.orig")]
+        for path in paths:
+            with contextlib.suppress(FileNotFoundError):
+                os.chown(path, *owner, follow_symlinks=False)
+
+    def _clean_up(self, manifest: dict[str, dict]) -> None:
+        self.check()
+        entry = manifest.get(STATE_KEY)
+        made = entry.get("made_dirs") if isinstance(entry, dict) else None
+        made = made if isinstance(made, int) and not isinstance(made, bool) else self._made
+        if not os.path.lexists(self.manifest_path) and not os.path.lexists(self.directory):
+            return
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.manifest_path)
+        with contextlib.suppress(OSError):
+            os.rmdir(self.directory)
+        if not os.path.lexists(self.directory):
+            # the state folder and those above it that apexkit made (at least the state folder: it is apexkit's)
+            remove_made_dirs(self.directory, max(1, made - 1), self.within)
 
     def managed(self, manifest: dict[str, dict]) -> list[tuple[str, Path, dict]]:
         """(display, real path, record) for each record of a file apexkit manages here; the others are kept in the
         manifest untouched and named once in a warning."""
         entries = []
-        for display, record in sorted(manifest.items()):
+        for display, record in sorted(records(manifest).items()):
             path = self.resolve(display)
             if path is None:
                 if display not in self._warned:
@@ -406,50 +631,93 @@ class BackupStore:
             self._file(display).unlink()
 
 
+def records(manifest: dict[str, dict]) -> dict[str, dict]:
+    """The manifest's file records (without the store's own entry)."""
+    return {k: v for k, v in manifest.items() if not k.startswith("@")}
+
+
 def preflight(changes: Iterable[Change], hint: str) -> None:
     for change in changes:
-        if change.changed and not _writable(change.path):
+        if change.changed and not _writable(change.target):
+            blocker = next((p for p in reversed(change.target.parents) if os.path.lexists(p) and not os.path.isdir(p)),
+                           None)
+            if blocker is not None:
+                raise EnvironmentSetupError(f"cannot write {change.display}: {blocker} is a file where a folder "
+                                            "belongs; nothing was changed", f"move {blocker} away and run again; or: {hint}")
             raise EnvironmentSetupError(f"cannot write {change.display} (permission denied); nothing was changed", hint)
+
+
+def _test_pause(count: int) -> None:
+    """Tests only: APEXKIT_TEST_PAUSE_AFTER_WRITE=N stops here after the N-th file written, so that a test can kill
+    this process between two writes (as a closed SSH session would)."""
+    wanted = os.environ.get("APEXKIT_TEST_PAUSE_AFTER_WRITE", "")
+    if wanted.isdigit() and int(wanted) == count:
+        import sys
+        import time
+
+        sys.stderr.write(f"apexkit-test: paused after write {count}\n")
+        sys.stderr.flush()
+        time.sleep(120)
+
+
+def _write(change: Change) -> None:
+    if change.new is None:
+        with contextlib.suppress(FileNotFoundError):
+            change.target.unlink()
+    else:
+        atomic_write(change.target, change.new, change.mode, change.new_owner)
 
 
 def _put_back(changes: Iterable[Change]) -> None:
     for change in changes:
         if change.old is None:
             with contextlib.suppress(FileNotFoundError):
-                change.path.unlink()
+                change.target.unlink()
         else:
-            atomic_write(change.path, change.old, 0o644 if change.old_mode is None else change.old_mode)
+            atomic_write(change.target, change.old, 0o644 if change.old_mode is None else change.old_mode)
 
 
 def apply(changes: list[Change], store: BackupStore, owner: str, check: Callable[[], None] | None = None) -> list[Change]:
     """Write every changed file (all or nothing); returns the changes written. `check` runs after the writes (a
-    read-back): when it raises, every file is put back as it was and the backups manifest is left unchanged."""
+    read-back): when it raises, every file is put back as it was and the backups manifest is left unchanged.
+
+    Write-ahead: before each file is replaced, its original (backup copy) and its manifest record -- with the hash
+    of what is about to be written -- are on disk. A setup killed at any point (SIGKILL, a closed SSH session) is
+    therefore undone by `remove`, and a rerun finds the record and keeps the true original instead of adopting the
+    half-configured file."""
     todo = [c for c in changes if c.changed]
     if not todo:
         return []
     manifest = store.load()
+    before = json.loads(json.dumps(manifest))
     done: list[Change] = []
     added: list[str] = []
+    made: list[tuple[Change, int]] = []
     try:
         for change in todo:
             if store.remember(manifest, change):
                 added.append(change.display)
             record = manifest[change.display]
             record.update(owner=owner, **change.extra)
-            if change.new is None:
-                with contextlib.suppress(FileNotFoundError):
-                    change.path.unlink()
-            else:
-                atomic_write(change.path, change.new, change.mode)
             record["written_sha256"] = sha256(change.new)
+            new_dirs = len(missing_parents(change.target)) if change.new is not None else 0
+            if new_dirs:
+                record["made_dirs"] = max(new_dirs, record.get("made_dirs", 0) if isinstance(record.get("made_dirs"), int) else 0)
+            store.save(manifest)  # the record first, then the file
+            if new_dirs:
+                made.append((change, make_parents(change.target, change.new_owner)))
+            _write(change)
             done.append(change)
+            _test_pause(len(done))
         if check is not None:
             check()
-        store.save(manifest)
     except BaseException:
         _put_back(reversed(done))  # put back what was already written
+        for change, count in reversed(made):
+            remove_made_dirs(change.target, count, change.within)
         for display in added:
             store.forget({}, display)
+        store.save(before)
         raise
     return done
 
@@ -457,54 +725,87 @@ def apply(changes: list[Change], store: BackupStore, owner: str, check: Callable
 @dataclass
 class Restore:
     display: str
-    how: str  # "restored" | "deleted" | "undone" | "already gone"
+    how: str  # "restored" | "deleted" | "undone" | "already gone" | "failed: ..."
+
+
+class UndoError(EnvironmentSetupError):
+    """Some files could not be undone; the others were (`results` says what happened to each)."""
+
+    def __init__(self, cause: str, hint: str = "", results: list[Restore] | None = None) -> None:
+        super().__init__(cause, hint)
+        self.results = list(results or [])
 
 
 def undo_change(store: BackupStore, display: str, path: Path, record: dict,
-                undo: Callable[[str, bytes, bytes | None, dict], bytes | None]) -> tuple[Change, str]:
+                undo: Callable[[str, bytes, bytes | None, dict], bytes | None],
+                within: Path | None = None) -> tuple[Change, str]:
     """The change that takes back what apexkit wrote to one file (`path`, derived by the caller, never read from the
     record), and how: untouched since our write -> the original bytes and (clamped) mode exactly; edited since, or
-    its backup copy lost -> `undo(display, current, original, record)` removes only our part."""
-    current = read_bytes(path)
+    its backup copy lost -> `undo(display, current, original, record)` removes only our part. A symbolic link is
+    followed (its target gets the bytes back; the link stays a link)."""
+    target = write_target(path, display, within)
+    current = read_target(target, display)
     original, lost = store.original(display, record)
     private = store.private(display)
     if current is None and original is None:
-        return Change(display, path, None), "already gone"
+        return Change(display, path, None, within=within), "already gone"
     if not lost and (current is None or sha256(current) == record.get("written_sha256")):
-        return (Change(display, path, original, mode=clamp_mode(record.get("mode"), private)),
-                "restored" if original is not None else "deleted")
+        owner = store.home_owner if store.in_home(display) else None  # a file recreated in a user's home is theirs
+        return (Change(display, path, original, mode=clamp_mode(record.get("mode"), private), within=within,
+                       new_owner=owner), "restored" if original is not None else "deleted")
     assert current is not None
     restored = undo(display, current, original, record)
-    mode = clamp_mode(file_mode(path), private)
+    mode = clamp_mode(file_mode(target), private)
     if lost:
         log.warn(f"the backup copy of {display} is missing; only apexkit's part is removed")
         if restored is None:  # never delete a file that existed before apexkit
-            return Change(display, path, current, mode=mode), "kept (its backup copy is missing)"
-    return Change(display, path, restored, mode=mode), "undone (file edited since; only our part removed)"
+            return Change(display, path, current, mode=mode, within=within), "kept (its backup copy is missing)"
+    return Change(display, path, restored, mode=mode, within=within), "undone (file edited since; only our part removed)"
 
 
 def undo_all(store: BackupStore, owner: str, undo: Callable[[str, bytes, bytes | None, dict], bytes | None],
-             only: Callable[[str], bool] = lambda display: True, dry_run: bool = False) -> tuple[list[Restore], list[Change]]:
+             only: Callable[[str], bool] = lambda display: True, dry_run: bool = False,
+             within: Path | None = None) -> tuple[list[Restore], list[Change]]:
     """Put back every file `owner` edited. Untouched since our write -> the original bytes and mode exactly;
-    edited since -> `undo(display, current, original, record)` removes only our part."""
+    edited since -> `undo(display, current, original, record)` removes only our part. Each file is undone on its
+    own: one that cannot be (a corrupt daemon.json, unpaired markers) is reported and kept with its record, the
+    others are undone, and then `UndoError` names the first failure. The manifest is saved after each file, and
+    the folders apexkit made (and the store itself, once empty) are taken away."""
     manifest = store.load()
     results: list[Restore] = []
     changes: list[Change] = []
+    failed: list[tuple[str, ConfigError | TargetError]] = []
     for display, path, record in store.managed(manifest):
         if record.get("owner") != owner or not only(display):
             continue
-        change, how = undo_change(store, display, path, record, undo)
+        try:
+            change, how = undo_change(store, display, path, record, undo, within)
+        except (ConfigError, TargetError) as exc:  # that file's problem; trouble with the store itself stops all
+            failed.append((display, exc))
+            results.append(Restore(display, f"failed: {exc.cause}"))
+            continue
         results.append(Restore(display, how))
         changes.append(change)
     if dry_run:
         return results, changes
     preflight(changes, "run as the user who ran setup (or with sudo for system files)")
+    made: list[tuple[Path, object]] = []
     for change in changes:
+        record = manifest.get(change.display, {})
+        if change.new is None or change.changed:
+            _write(change)
         if change.new is None:
-            with contextlib.suppress(FileNotFoundError):
-                change.path.unlink()
-        elif change.changed:
-            atomic_write(change.path, change.new, change.mode)
+            made.append((change.target, record.get("made_dirs")))
         store.forget(manifest, change.display)
-    store.save(manifest)
+        store.save(manifest)
+    for target, count in made:  # after every file is gone: two files may share the folders made for the first
+        remove_made_dirs(target, count, within)
+    if failed:
+        display, exc = failed[0]
+        more = f" (and {len(failed) - 1} more file(s))" if len(failed) > 1 else ""
+        done = f"; the other {len(changes)} file(s) were undone" if changes else ""
+        cause = exc.cause.replace("; nothing was changed", "")
+        error = UndoError(f"could not undo {display}{more}: {cause}{done}", exc.hint, results)
+        error.exit_code = exc.exit_code
+        raise error
     return results, changes

@@ -26,7 +26,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from apexkit import fsedit, log, urls
-from apexkit.errors import ConfigError, EnvironmentSetupError
+from apexkit.errors import ApexkitError, ConfigError, EnvironmentSetupError
 
 OWNER = "proxy"
 LAYERS = ("shell", "daemon", "container", "pip")
@@ -236,12 +236,36 @@ class Paths:
         files.update({self.settings_file: "state", self.ca_bundle: "state"})
         return files
 
+    @property
+    def within(self) -> Path | None:
+        """The tree a symbolic link may lead into: the --root (None: the whole system)."""
+        return None if str(self.root) == "/" else self.root
+
+    def in_home(self, display: str) -> bool:
+        home = self.home.rstrip("/")
+        return bool(home) and (display == home or display.startswith(home + "/"))
+
+    def home_owner(self) -> tuple[int, int] | None:
+        """(uid, gid) of the home when it is not root's: what root creates there is given to them (sudo -E)."""
+        try:
+            st = os.stat(self.real(self.home))
+        except OSError:
+            return None
+        return (st.st_uid, st.st_gid) if st.st_uid != 0 else None
+
+    def owner_for(self, display: str) -> tuple[int, int] | None:
+        """The owner a new file (and its new folders) gets when root creates it: the home's owner inside a user's
+        home, root elsewhere (None: whoever runs this)."""
+        return self.home_owner() if self.in_home(display) else None
+
     def backups(self) -> fsedit.BackupStore:
         managed = self.managed()
         private = {self.docker_config, self.settings_file}  # they hold credentials whatever the settings
         return fsedit.BackupStore(self.real(f"{self.state_dir}/backups"),
                                   resolve=lambda display: self.real(display) if display in managed else None,
-                                  private=lambda display: display in private)
+                                  private=lambda display: display in private,
+                                  home_owner=self.home_owner() if self.in_home(self.state_dir) else None,
+                                  in_home=self.in_home, within=self.within)
 
     def layer_of(self, display: str) -> str:
         """The layer that writes `display`; "" for a file no layer manages."""
@@ -321,9 +345,9 @@ def daemon_environment(paths: Paths) -> dict[str, str]:
     """The proxy environment our drop-ins give dockerd (empty when none are written)."""
     env: dict[str, str] = {}
     for display in paths.dropins.values():
-        data = fsedit.read_bytes(paths.real(display))
+        data = _peek(paths, display)
         if data:
-            env.update(dropin_environment(data.decode()))
+            env.update(dropin_environment(fsedit.decode(data)))
     return env
 
 
@@ -391,19 +415,19 @@ def _set_path(data: dict, key_path: tuple[str, ...], value) -> None:
 
 
 def _shell_undo(display: str, current: bytes, original: bytes | None, record: dict) -> bytes | None:
-    text = BLOCK.strip(current.decode(), added_newline=record.get("added_newline", False))
-    return None if not text and original is None else text.encode()
+    text = BLOCK.strip(fsedit.decode(current), added_newline=record.get("added_newline", False), display=display)
+    return None if not text and original is None else fsedit.encode(text)
 
 
 def _ini_undo(keys: Sequence[str]):
     def undo(display: str, current: bytes, original: bytes | None, record: dict) -> bytes | None:
-        text = current.decode()
-        before = (original or b"").decode()
+        text = fsedit.decode(current)
+        before = fsedit.decode(original)
         for key in keys:
             text = fsedit.ini_set(text, "global", key, fsedit.ini_get(before, "global", key))
         if original is None and not re.sub(r"\[global\]\s*", "", text).strip():
             return None
-        return text.encode()
+        return fsedit.encode(text)
 
     return undo
 
@@ -413,21 +437,27 @@ def _whole_file_undo(display: str, current: bytes, original: bytes | None, recor
 
 
 def _change(paths: Paths, display: str, new: bytes | None, mode: int, undo, note: str = "", **extra) -> fsedit.Change:
-    return fsedit.Change(display, paths.real(display), new, mode=mode, note=note, undo=undo, extra=extra)
+    return fsedit.Change(display, paths.real(display), new, mode=mode, note=note, undo=undo, extra=extra,
+                         within=paths.within, new_owner=paths.owner_for(display))
+
+
+def _read(paths: Paths, display: str) -> bytes | None:
+    """A layer's file as it is now (through a symbolic link); a directory or an unreadable file is one line."""
+    return fsedit.read_target(paths.real(display), display)
 
 
 def plan_shell(settings: ProxySettings, paths: Paths) -> list[fsedit.Change]:
     display = paths.shell_profile
     real = paths.real(display)
-    current = (fsedit.read_bytes(real) or b"").decode()
+    current = fsedit.decode(_read(paths, display))
     env = settings.environment()
     if not env:
         return []
     block = BLOCK.render(shell_exports(env).splitlines(), BLOCK_COMMENT)
-    text, added_newline = BLOCK.put(current, block)
+    text, added_newline = BLOCK.put(current, block, display)
     secret = settings.has_credentials
     note = "holds credentials: 0600" if secret else ""
-    return [_change(paths, display, text.encode(), _secret_mode(secret, fsedit.file_mode(real)), _shell_undo, note,
+    return [_change(paths, display, fsedit.encode(text), _secret_mode(secret, fsedit.file_mode(real)), _shell_undo, note,
                     added_newline=added_newline)]
 
 
@@ -448,7 +478,7 @@ def plan_daemon(settings: ProxySettings, paths: Paths, mode: str) -> list[fsedit
         json_keys.append(("registry-mirrors",))
     if json_keys:
         real = paths.real(paths.daemon_json)
-        old = fsedit.read_bytes(real)
+        old = _read(paths, paths.daemon_json)
         data = fsedit.load_json_object(real, paths.daemon_json, old)
         if ("proxies",) in json_keys:
             proxies = {k: v for k, v in (("http-proxy", settings.http), ("https-proxy", settings.https)) if v}
@@ -466,7 +496,7 @@ def plan_container(settings: ProxySettings, paths: Paths) -> list[fsedit.Change]
     if not (settings.http or settings.https):
         return []
     real = paths.real(paths.docker_config)
-    data = fsedit.load_json_object(real, paths.docker_config, fsedit.read_bytes(real))
+    data = fsedit.load_json_object(real, paths.docker_config, _read(paths, paths.docker_config))
     default = {k: v for k, v in (("httpProxy", settings.http), ("httpsProxy", settings.https)) if v}
     default["noProxy"] = settings.no_proxy_text
     proxies = data.get("proxies") if isinstance(data.get("proxies"), dict) else {}
@@ -480,7 +510,7 @@ def plan_pip(settings: ProxySettings, paths: Paths) -> list[fsedit.Change]:
     if not settings.pip_index:
         return []
     real = paths.real(paths.pip_conf)
-    text = (fsedit.read_bytes(real) or b"").decode()
+    text = fsedit.decode(_read(paths, paths.pip_conf))
     text = fsedit.ini_set(text, "global", "index-url", settings.pip_index)
     parts = urlsplit(settings.pip_index)
     keys = ["index-url"]
@@ -488,15 +518,41 @@ def plan_pip(settings: ProxySettings, paths: Paths) -> list[fsedit.Change]:
         text = fsedit.ini_set(text, "global", "trusted-host", parts.hostname)
         keys.append("trusted-host")
     secret = _has_userinfo(settings.pip_index)
-    return [_change(paths, paths.pip_conf, text.encode(), _secret_mode(secret, fsedit.file_mode(real)), _ini_undo(keys),
+    return [_change(paths, paths.pip_conf, fsedit.encode(text), _secret_mode(secret, fsedit.file_mode(real)), _ini_undo(keys),
                     "holds credentials: 0600" if secret else "")]
+
+
+def layer_uses(layer: str, settings: ProxySettings) -> bool:
+    """Whether these settings give `layer` anything to write."""
+    if layer == "shell":
+        return bool(settings.environment())
+    if layer == "daemon":
+        return bool(settings.http or settings.https or settings.registry_mirrors)
+    if layer == "container":
+        return bool(settings.http or settings.https)
+    return layer == "pip" and bool(settings.pip_index)
+
+
+def state_layers(settings: ProxySettings, paths: Paths, layers: Sequence[str], daemon_mode: str) -> dict[str, SavedLayer]:
+    """The settings of every layer after this run: the layers it is given get these settings (or none, when the
+    settings give them nothing to write), every other layer keeps the settings of the run that set it up."""
+    saved = {name: entry for name, entry in load_saved(paths).items() if name not in layers}
+    for layer in layers:
+        if layer_uses(layer, settings):
+            saved[layer] = SavedLayer(settings, daemon_mode if layer == "daemon" else None,
+                                      paths.shell_profile if layer == "shell" else None)
+    return {name: saved[name] for name in LAYERS if name in saved}
+
+
+def _settings_change(paths: Paths, saved: Mapping[str, SavedLayer]) -> fsedit.Change:
+    state = {"version": 2, "layers": {name: entry.to_json() for name, entry in saved.items()}}
+    return _change(paths, paths.settings_file, fsedit.dump_json(state), 0o600, _whole_file_undo, "holds the settings: 0600")
 
 
 def plan_state(settings: ProxySettings, paths: Paths, layers: Sequence[str], daemon_mode: str,
                ca_bytes: bytes | None) -> list[fsedit.Change]:
-    state = {"settings": settings.to_json(), "layers": list(layers), "daemon_mode": daemon_mode,
-             "profile": paths.shell_profile}
-    changes = [_change(paths, paths.settings_file, fsedit.dump_json(state), 0o600, _whole_file_undo, "holds the settings: 0600")]
+    saved = state_layers(settings, paths, layers, daemon_mode)
+    changes = [_settings_change(paths, saved)] if saved else []
     if ca_bytes is not None:
         count = ca_bytes.count(b"-----BEGIN CERTIFICATE-----")
         change = _change(paths, paths.ca_bundle, ca_bytes, 0o644, _whole_file_undo, "system CAs + the given CA")
@@ -546,7 +602,7 @@ def _stale_changes(paths: Paths, layers: Sequence[str], wanted: set[str]) -> lis
     for display, path, record in store.managed(store.load()):
         if record.get("owner") != OWNER or display in wanted or paths.layer_of(display) not in layers:
             continue
-        change, _ = fsedit.undo_change(store, display, path, record, _undo_for(paths, display))
+        change, _ = fsedit.undo_change(store, display, path, record, _undo_for(paths, display), paths.within)
         change.note = "no longer needed"
         stale.append(change)
     return stale
@@ -586,8 +642,9 @@ def make_plan(settings: ProxySettings, paths: Paths, layers: Sequence[str] = LAY
     if "pip" in layers:
         changes += plan_pip(settings, paths)
     wanted = {c.display for c in changes}
-    if ca_bytes is None and settings.ca_bundle == paths.ca_bundle:
-        wanted.add(paths.ca_bundle)
+    if ca_bytes is None and any(entry.settings.ca_bundle == paths.ca_bundle
+                                for entry in state_layers(settings, paths, layers, mode).values()):
+        wanted.add(paths.ca_bundle)  # a layer (set up now or earlier) still exports the bundle
     changes += plan_state(settings, paths, layers, mode, ca_bytes)
     wanted |= {c.display for c in changes}
     stale = _stale_changes(paths, [*layers, "state"], wanted)
@@ -610,7 +667,10 @@ class LayerState:
 
 
 def _shell_values(text: str) -> dict[str, str]:
-    block = BLOCK.find(text) or ""
+    try:
+        block = BLOCK.find(text) or ""
+    except fsedit.MarkerError:
+        return {}  # setup and remove say what is wrong; show reports the layer as not configured
     values = {}
     for line in block.splitlines():
         match = re.match(r"^export ([A-Za-z_][A-Za-z0-9_]*)=(.*)$", line)
@@ -619,44 +679,141 @@ def _shell_values(text: str) -> dict[str, str]:
     return values
 
 
+def _peek(paths: Paths, display: str) -> bytes | None:
+    """A layer's file for reading back; one that cannot be read counts as empty (setup and remove say why)."""
+    try:
+        return _read(paths, display)
+    except fsedit.TargetError:
+        return None
+
+
 def read_state(paths: Paths) -> dict[str, LayerState]:
-    text = (fsedit.read_bytes(paths.real(paths.shell_profile)) or b"").decode("utf-8", "replace")
+    text = fsedit.decode(_peek(paths, paths.shell_profile))
     states = {"shell": LayerState("shell", [paths.shell_profile], _shell_values(text))}
     daemon_values = daemon_environment(paths)
     daemon_files = [d for d in paths.dropins.values() if paths.real(d).exists()]
     try:
         daemon_json = fsedit.load_json_object(paths.real(paths.daemon_json), paths.daemon_json,
-                                              fsedit.read_bytes(paths.real(paths.daemon_json)))
+                                              _peek(paths, paths.daemon_json))
     except fsedit.CorruptFileError:
         daemon_json = {}
     proxies = daemon_json.get("proxies") if isinstance(daemon_json.get("proxies"), dict) else {}
     for key, name in (("http-proxy", "HTTP_PROXY"), ("https-proxy", "HTTPS_PROXY"), ("no-proxy", "NO_PROXY")):
         if proxies.get(key):
             daemon_values[f"daemon.json {name}"] = proxies[key]
-    if daemon_json.get("registry-mirrors"):
-        daemon_values["registry-mirrors"] = ",".join(daemon_json["registry-mirrors"])
+    mirrors = daemon_json.get("registry-mirrors")
+    if mirrors:
+        daemon_values["registry-mirrors"] = ",".join(map(str, mirrors)) if isinstance(mirrors, list) else str(mirrors)
     if proxies or daemon_json.get("registry-mirrors"):
         daemon_files.append(paths.daemon_json)
     states["daemon"] = LayerState("daemon", daemon_files, daemon_values)
     try:
         config = fsedit.load_json_object(paths.real(paths.docker_config), paths.docker_config,
-                                         fsedit.read_bytes(paths.real(paths.docker_config)))
+                                         _peek(paths, paths.docker_config))
     except fsedit.CorruptFileError:
         config = {}
     default = _get_path(config, ("proxies", "default"))
     states["container"] = LayerState("container", [paths.docker_config],
                                      dict(default) if isinstance(default, dict) else {})
-    pip_text = (fsedit.read_bytes(paths.real(paths.pip_conf)) or b"").decode("utf-8", "replace")
+    pip_text = fsedit.decode(_peek(paths, paths.pip_conf))
     pip_values = {k: v for k in ("index-url", "trusted-host") if (v := fsedit.ini_get(pip_text, "global", k))}
     states["pip"] = LayerState("pip", [paths.pip_conf], pip_values)
     return states
 
 
-def load_saved(paths: Paths) -> dict | None:
-    data = fsedit.read_bytes(paths.real(paths.settings_file))
-    if not data:
+@dataclass(frozen=True)
+class SavedLayer:
+    """One layer's settings as the run that set it up gave them (proxy.json keeps one per layer)."""
+
+    settings: ProxySettings
+    daemon_mode: str | None = None   # daemon layer: systemd or daemon-json
+    profile: str | None = None       # shell layer: the file holding the block
+
+    def to_json(self) -> dict:
+        data: dict = {"settings": self.settings.to_json()}
+        if self.daemon_mode:
+            data["daemon_mode"] = self.daemon_mode
+        if self.profile:
+            data["profile"] = self.profile
+        return data
+
+
+def _json_kind(value: object) -> str:
+    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean", int: "a number",
+            float: "a number", type(None): "null"}.get(type(value), type(value).__name__)
+
+
+def _bad_state(paths: Paths, where: str, what: str) -> ConfigError:
+    return ConfigError(f"{paths.settings_file} is not what apexkit writes: {where} {what}; nothing was changed",
+                       f"fix it, or move it away (mv {paths.settings_file} {paths.settings_file}.bad) "
+                       "and run invoke proxy.setup again")
+
+
+def _settings_from_json(paths: Paths, data: object, where: str) -> ProxySettings:
+    if not isinstance(data, dict):
+        raise _bad_state(paths, where, f"is {_json_kind(data)}, not an object")
+    for key in ("http", "https", "ca_bundle", "pip_index"):
+        value = data.get(key)
+        if value is not None and not isinstance(value, str):
+            raise _bad_state(paths, f"{where}.{key}", f"is {_json_kind(value)}, not a string")
+    for key in ("no_proxy", "registry_mirrors"):
+        value = data.get(key)
+        if value is not None and not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
+            raise _bad_state(paths, f"{where}.{key}", f"is {_json_kind(value)}, not a list of strings")
+    return ProxySettings.from_json(data)
+
+
+def load_saved(paths: Paths) -> dict[str, SavedLayer]:
+    """Each layer's saved settings (empty when none are saved). proxy.json is apexkit's state: read without
+    following a link, and anything not shaped as apexkit writes it is one line naming the field. The first format
+    (one "settings" for the "layers" list of the last run) is read too."""
+    real = paths.real(paths.settings_file)
+    data = fsedit.read_private(real, "the saved proxy settings")
+    if not data or not data.strip():
+        return {}
+    raw = fsedit.load_json_object(real, paths.settings_file, data)
+    layers = raw.get("layers")
+    if layers is None and "settings" in raw:
+        layers = list(LAYERS)  # the first format, without its list of layers: the settings stood for all
+    if isinstance(layers, list):
+        if not all(isinstance(name, str) for name in layers):
+            raise _bad_state(paths, "layers", "holds something that is not a layer name")
+        layers = {name: {k: raw.get(k) for k in ("settings", "daemon_mode", "profile")} for name in layers}
+    if not isinstance(layers, dict):
+        raise _bad_state(paths, "layers", f"is {_json_kind(layers)}, not an object")
+    saved: dict[str, SavedLayer] = {}
+    for name, entry in layers.items():
+        if name not in LAYERS:
+            raise _bad_state(paths, f"layers.{name}", f"is not a layer (one of {', '.join(LAYERS)})")
+        if not isinstance(entry, dict):
+            raise _bad_state(paths, f"layers.{name}", f"is {_json_kind(entry)}, not an object")
+        settings = _settings_from_json(paths, entry.get("settings"), f"layers.{name}.settings")
+        mode, profile = entry.get("daemon_mode"), entry.get("profile")
+        if mode is not None and mode not in DAEMON_MODES:
+            raise _bad_state(paths, f"layers.{name}.daemon_mode", f"is not one of {', '.join(DAEMON_MODES)}")
+        if profile is not None and not isinstance(profile, str):
+            raise _bad_state(paths, f"layers.{name}.profile", f"is {_json_kind(profile)}, not a string")
+        saved[name] = SavedLayer(settings, mode if name == "daemon" else None, profile if name == "shell" else None)
+    return {name: saved[name] for name in LAYERS if name in saved}
+
+
+def combined_settings(saved: Mapping[str, SavedLayer]) -> ProxySettings | None:
+    """One view of every layer's settings (for `env`, images, doctor): the proxy of the shell layer (else the
+    container's, the daemon's), the pip layer's index, the daemon layer's registry mirrors."""
+    order = [name for name in ("shell", "container", "daemon", "pip") if name in saved]
+    if not order:
         return None
-    return fsedit.load_json_object(paths.real(paths.settings_file), paths.settings_file, data)
+    base = saved[order[0]].settings
+
+    def first(attribute: str, names: Sequence[str]):
+        for name in names:
+            if name in saved and getattr(saved[name].settings, attribute):
+                return getattr(saved[name].settings, attribute)
+        return getattr(base, attribute)
+
+    return dataclasses.replace(base, ca_bundle=first("ca_bundle", order),
+                               pip_index=first("pip_index", ["pip", *order]),
+                               registry_mirrors=first("registry_mirrors", ["daemon", *order]))
 
 
 def verify(plan: Plan) -> list[str]:
@@ -753,12 +910,46 @@ def setup(plan: Plan, dry_run: bool = False, restart: bool = True, after_write: 
 
 
 def remove(paths: Paths, dry_run: bool = False, layers: Sequence[str] = LAYERS) -> list[fsedit.Restore]:
-    results, changes = fsedit.undo_all(paths.backups(), OWNER, lambda d, c, o, r: _undo_for(paths, d)(d, c, o, r),
-                                       only=lambda d: paths.layer_of(d) in (*layers, "state"), dry_run=dry_run)
+    """Undo the files of `layers`, each on its own (one broken file does not stop the others), then the saved
+    settings: proxy.json keeps the layers still set up (those not removed, and those whose undo failed), and goes
+    away with the CA bundle -- and the state folders apexkit made -- once none is left. A failure is raised at
+    the end, after everything else was done."""
+    store = paths.backups()
+
+    def undo(display, current, original, record):
+        return _undo_for(paths, display)(display, current, original, record)
+
+    try:
+        saved: dict[str, SavedLayer] | None = load_saved(paths)
+    except ApexkitError as exc:
+        log.warn(f"{exc.cause}; the saved settings are left as they are until every layer is removed")
+        saved = None
+    failure: fsedit.UndoError | None = None
+    try:
+        results, changes = fsedit.undo_all(store, OWNER, undo, only=lambda d: paths.layer_of(d) in layers,
+                                           dry_run=dry_run, within=paths.within)
+    except fsedit.UndoError as exc:
+        failure, results, changes = exc, exc.results, []
+    failed = {paths.layer_of(r.display) for r in results if r.how.startswith("failed")}
+    remaining = {} if saved is None else {n: s for n, s in saved.items() if n not in layers or n in failed}
+    if not remaining and not failed and (saved is not None or set(layers) == set(LAYERS)):
+        more, more_changes = fsedit.undo_all(store, OWNER, undo, only=lambda d: paths.layer_of(d) == "state",
+                                             dry_run=dry_run, within=paths.within)
+        results, changes = [*results, *more], [*changes, *more_changes]
+    elif saved is not None and remaining != saved:
+        change = _settings_change(paths, remaining)
+        if not dry_run:
+            fsedit.apply([change], store, OWNER)
+        results.append(fsedit.Restore(paths.settings_file, "kept for the layers still set up: "
+                                      + ", ".join(remaining)))
+        changes.append(change)
     for change in changes:
         if dry_run and change.changed:
             log.info(f"=== {change.display}")
             log.console.print(change.diff(), markup=False, highlight=False, end="")
+    if failure is not None:
+        failure.results = results
+        raise failure
     return results
 
 
@@ -768,7 +959,7 @@ def describe(paths: Paths) -> dict:
     states = read_state(paths)
     return {
         "settings_file": paths.settings_file if saved else None,
-        "saved": _mask_tree(saved) if saved else None,
+        "saved": {name: _mask_tree(entry.to_json()) for name, entry in saved.items()} or None,
         "layers": {name: {"files": s.files, "configured": s.configured, "values": _mask_tree(s.values)}
                    for name, s in states.items()},
     }
@@ -786,10 +977,10 @@ def _mask_tree(value):
 
 def current_settings(paths: Paths, environ: Mapping[str, str] | None = None) -> ProxySettings | None:
     """The saved settings, else the ones in the environment, else None."""
-    saved = load_saved(paths)
-    if saved and isinstance(saved.get("settings"), dict):
+    saved = combined_settings(load_saved(paths))
+    if saved is not None:
         try:
-            return ProxySettings.from_json(saved["settings"]).validated()
+            return saved.validated()
         except ConfigError as exc:
             log.warn(f"saved proxy settings ({paths.settings_file}) ignored: {exc.cause}; run invoke proxy.setup again")
     try:

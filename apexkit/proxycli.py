@@ -35,8 +35,8 @@ def setup(http=None, https=None, no_proxy=None, ca_cert=None, pip_index=None, re
     paths = _paths(root, profile, system)
     settings = proxy.make_settings(http=http, https=https, no_proxy=no_proxy, pip_index=pip_index,
                                    registry_mirrors=list(registry_mirror or ()))
-    saved = proxy.load_saved(paths) if not ca_cert else None
-    if saved and saved.get("settings", {}).get("ca_bundle") == paths.ca_bundle:
+    saved = proxy.load_saved(paths) if not ca_cert else {}
+    if any(entry.settings.ca_bundle == paths.ca_bundle for name, entry in saved.items() if name in _layers(only)):
         settings = dataclasses.replace(settings, ca_bundle=paths.ca_bundle)  # keep the earlier --ca-cert
     plan = proxy.make_plan(settings, paths, _layers(only), daemon_mode, ca_cert)
     before = proxy.read_state(paths)
@@ -50,7 +50,12 @@ def setup(http=None, https=None, no_proxy=None, ca_cert=None, pip_index=None, re
 
 def remove(only=None, profile=None, system=False, root=None, dry_run=False) -> int:
     paths = _paths(root, profile, system)
-    results = proxy.remove(paths, dry_run=dry_run, layers=_layers(only))
+    try:
+        results = proxy.remove(paths, dry_run=dry_run, layers=_layers(only))
+    except proxy.fsedit.UndoError as exc:
+        for item in exc.results:  # what happened to the other files, then the one error line
+            log.info(f"{item.how}: {item.display}" if not item.how.startswith("failed") else f"not undone: {item.display}")
+        raise
     if not results:
         log.info("nothing to remove: apexkit has not written any proxy file here")
     for item in results:
@@ -69,13 +74,18 @@ def show(profile=None, system=False, root=None, as_json=False) -> int:
         return 0
     saved = data["saved"]
     if saved:
-        s = saved["settings"]
-        print(f"settings ({data['settings_file']}):")
-        for key in ("http", "https", "ca_bundle", "pip_index"):
-            print(f"  {key:<16} {s.get(key) or '-'}")
-        print(f"  {'no_proxy':<16} {','.join(s.get('no_proxy') or [])}")
-        print(f"  {'registry_mirrors':<16} {','.join(s.get('registry_mirrors') or []) or '-'}")
-        print(f"  {'daemon mode':<16} {saved.get('daemon_mode')}")
+        print(f"settings ({data['settings_file']}), per layer:")
+        for name, entry in saved.items():
+            s = entry["settings"]
+            extra = entry.get("profile") or entry.get("daemon_mode")
+            print(f"  {name}{f' ({extra})' if extra else ''}:")
+            for key in ("http", "https", "ca_bundle", "pip_index"):
+                if s.get(key):
+                    print(f"    {key:<16} {s[key]}")
+            if s.get("http") or s.get("https"):
+                print(f"    {'no_proxy':<16} {','.join(s.get('no_proxy') or [])}")
+            if s.get("registry_mirrors"):
+                print(f"    {'registry_mirrors':<16} {','.join(s['registry_mirrors'])}")
     else:
         print("settings: none saved (invoke proxy.setup has not run here)")
     for name, layer in data["layers"].items():
