@@ -24,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from apexkit import log
+from apexkit import log, paths
 from apexkit.matrix import PROJECT_ROOT
 
 _SKIP = shutil.ignore_patterns(".git", ".venv", ".nox", "build", "dist", "reports", "index", "__pycache__",
@@ -100,7 +100,7 @@ def main(argv: list[str]) -> int:
             log.info(f"  {results[name]['wall_s']} s")
     text = table(results)
     print(text)
-    out = PROJECT_ROOT / "build" / "build-bench.json"
+    out = paths.build_dir() / "build-bench.json"
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps({"machine": f"{platform.machine()} {os.cpu_count()} cores",
                                "ccache": shutil.which("ccache"), "python": args.python, "results": results,

@@ -67,19 +67,71 @@ def exit_code(func: Callable[[], object]) -> int:
     return code
 
 
-def main(argv: list[str] | None = None) -> int:
-    """python -m apexkit build <python> [build options]  (the same options as nox -s build-<python> --)."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["doctor"]:  # python -m apexkit doctor [--json] [--log FILE] [--venv DIR] ...: without invoke
-        return _doctor(argv[1:])
-    if len(argv) < 2 or argv[0] != "build" or argv[1].startswith("-"):
-        print("usage: python -m apexkit build <python-version> [options]  (options: python -m apexkit build 3.11 "
-              "--help)\n       python -m apexkit doctor [--json] [--log FILE] [--venv DIR | --python PATH] [--scripts DIR]",
-              file=sys.stderr)
-        return 2
-    from apexkit import build
+USAGE = """usage: apexkit <command> [options]      (also: python -m apexkit <command>)
 
-    return exit_code(lambda: build.main(argv[1], argv[2:], prog=f"python -m apexkit build {argv[1]}"))
+  build <python> [options]     build the wheel for Python 3.X (the options of nox -s build-3.X --; --help lists them)
+  doctor [--json] [--log FILE] [--venv DIR | --python PATH] [--scripts DIR]
+  matrix [options]             the build matrix (the options of nox -s matrix --)
+  validate [options]           checks in the built wheel's venv (nox -s validate --)
+  bench [options]              the FP32-vs-AMP benchmark in the built wheel's venv (nox -s bench --)
+  publish, proxy.<task>, image.<task>, fleet.<task> [options]
+                               the invoke tasks (invoke --list; apexkit proxy.setup --help)
+"""
+INVOKE_COMMANDS = ("publish", "proxy", "image", "fleet")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`apexkit` / `python -m apexkit`: every command of the nox sessions and invoke tasks, without nox or invoke on
+    the command line (inside builder images, from a pip-installed apexkit)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command = argv[0] if argv else ""
+    if command in ("", "-h", "--help", "help"):
+        print(USAGE, file=sys.stdout if command else sys.stderr)
+        return 0 if command else 2
+    if command == "doctor":  # apexkit doctor [--json] [--log FILE] [--venv DIR] ...: without invoke
+        return _doctor(argv[1:])
+    if command == "build":
+        if len(argv) < 2 or argv[1].startswith("-"):
+            print("usage: apexkit build <python-version> [options]  (options: apexkit build 3.11 --help)",
+                  file=sys.stderr)
+            return 2
+        from apexkit import build
+
+        return exit_code(lambda: build.main(argv[1], argv[2:], prog=f"apexkit build {argv[1]}"))
+    if command == "matrix":
+        from apexkit import matrixrun
+
+        return exit_code(lambda: matrixrun.main(argv[1:]))
+    if command in ("validate", "bench"):
+        from apexkit import runbench
+
+        return exit_code(lambda: runbench.main(command, argv[1:], prog=f"apexkit {command}"))
+    if command.split(".", 1)[0] in INVOKE_COMMANDS:
+        return _invoke(argv)
+    print(f"apexkit: unknown command {command!r}\n\n{USAGE}", file=sys.stderr)
+    return 2
+
+
+def _invoke(argv: list[str]) -> int:
+    """The invoke tasks of tasks.py (in the checkout, or apexkit/_data when installed) as `apexkit <task> ...`."""
+    import importlib.util
+
+    from invoke import Program
+
+    from apexkit import paths
+
+    spec = importlib.util.spec_from_file_location("apexkit_tasks", paths.ROOT / "tasks.py")
+    if spec is None or spec.loader is None:
+        print(f"error: {paths.ROOT / 'tasks.py'} is missing -- next: reinstall apexkit", file=sys.stderr)
+        return 2
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    program = Program(namespace=module.ns, name="apexkit", binary="apexkit", version=None)
+    try:
+        program.run(["apexkit", *argv], exit=True)
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    return 0
 
 
 def _doctor(argv: list[str]) -> int:
@@ -87,7 +139,7 @@ def _doctor(argv: list[str]) -> int:
 
     from apexkit import doctorcli
 
-    p = argparse.ArgumentParser(prog="python -m apexkit doctor", description="check this machine (invoke doctor)")
+    p = argparse.ArgumentParser(prog="apexkit doctor", description="check this machine (invoke doctor)")
     p.add_argument("--json", action="store_true", help="print JSON on stdout")
     p.add_argument("--log", metavar="FILE", help="name the known failures in a failed build's log")
     p.add_argument("--venv", metavar="DIR", help="the training environment: does it need Apex for Ascend at all?")

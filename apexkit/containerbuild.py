@@ -30,12 +30,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-from apexkit import distdir, fsedit, images, log, proxy, untrusted
+from apexkit import distdir, fsedit, images, log, paths, proxy, untrusted
 from apexkit import matrix as matrix_mod
 from apexkit.errors import BuildError, ConfigError, ImageError
 from apexkit.options import BuildOptions
 
 REPO_MOUNT = "/apexkit"
+PACKAGE_MOUNT = "/opt/apexkit-package"  # the package of a pip-installed apexkit
 WORKSPACE = "/workspace"
 CACHE = "/cache"
 MNT = "/mnt/apexkit"
@@ -126,6 +127,10 @@ def make_spec(opts: BuildOptions, argv: Sequence[str], image: str, labels: Mappi
     cache = opts.cache_dir / "containers" / tag
     mounts = [Mount(root, REPO_MOUNT, True, "the repository"), Mount(workspace, WORKSPACE, False, "workspace"),
               Mount(cache, CACHE, False, "cache")]
+    python_path = REPO_MOUNT
+    if paths.INSTALLED:  # pip-installed: /apexkit is apexkit/_data (noxfile, matrix.toml, ...), the package beside it
+        mounts.insert(1, Mount(paths.PACKAGE, f"{PACKAGE_MOUNT}/apexkit", True, "the apexkit package"))
+        python_path = PACKAGE_MOUNT
     forwarded = ["--dist", f"{WORKSPACE}/dist", "--build-dir", f"{WORKSPACE}/build"]
     for i, wheelhouse in enumerate(opts.wheelhouses):
         mounts.append(Mount(wheelhouse, f"{MNT}/wheelhouse-{i}", True, "--wheelhouse"))
@@ -134,7 +139,7 @@ def make_spec(opts: BuildOptions, argv: Sequence[str], image: str, labels: Mappi
         mounts.append(Mount(opts.apex_src, f"{MNT}/apex-src", True, "--apex-src"))
         forwarded += ["--apex-src", f"{MNT}/apex-src"]
     # TORCH_DEVICE_BACKEND_AUTOLOAD=0: torch >= 2.5 loads torch_npu at `import torch`, which fails without CANN
-    env: dict[str, str] = {"APEXKIT_CACHE_DIR": CACHE, "PIP_CACHE_DIR": f"{CACHE}/pip", "PYTHONPATH": REPO_MOUNT,
+    env: dict[str, str] = {"APEXKIT_CACHE_DIR": CACHE, "PIP_CACHE_DIR": f"{CACHE}/pip", "PYTHONPATH": python_path,
                            "PYTHONDONTWRITEBYTECODE": "1", "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
     for name, url, mount in (("APEXKIT_ASCEND_APEX_URL", opts.ascend_apex_url, "ascend-apex"),
                              ("APEXKIT_NVIDIA_APEX_URL", opts.nvidia_apex_url, "nvidia-apex")):

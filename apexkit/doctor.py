@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from apexkit import apexneed, images, interpreters, known_failures, log, proxy, sources
+from apexkit import apexneed, images, interpreters, known_failures, log, paths, proxy, sources
 from apexkit import matrix as matrix_mod
 from apexkit.errors import ConfigError
 
@@ -481,7 +481,7 @@ def run_all(environ: Mapping[str, str] | None = None, progress: Callable[[str], 
     rows += check_docker(environ, settings)
     rows += check_emulation()
     stage("disk and caches")
-    rows += check_disk({"cache": cache, "build": Path(environ.get("APEXKIT_BUILD_DIR") or matrix_mod.PROJECT_ROOT / "build")})
+    rows += check_disk({"cache": cache, "build": paths.build_dir(environ)})
     rows += check_cache(cache)
     rows += check_proxy_variables(environ)
     rows += check_ca(environ, settings)

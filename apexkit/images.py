@@ -28,14 +28,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from apexkit import log, proxy, urls
+from apexkit import log, paths, proxy, urls
 from apexkit.errors import ConfigError, ImageError, InterpreterNotFoundError
-from apexkit.matrix import PROJECT_ROOT
 
-DOCKER_DIR = PROJECT_ROOT / "docker"
+DOCKER_DIR = paths.DOCKER
 CONTEXT_FILES = ("Dockerfile", "install-toolchain.sh", "entrypoint.sh")
 # what runs inside the builder; pins (one per Python range, by environment marker) from requirements.txt
-TOOL_REQUIREMENTS = ("nox", "virtualenv", "filelock", "uv", "rich", "packaging", "tomli")
+TOOL_REQUIREMENTS = ("nox", "virtualenv", "filelock", "uv", "pyelftools", "rich", "packaging", "tomli")
 BUILDER_REPO = "apexkit/builder"
 BUILDER_JSON = "/usr/local/share/apexkit/builder.json"
 BASE_REPO = "apexkit/base"
@@ -157,7 +156,7 @@ def image_arch(image) -> str:
 
 # --- inputs ----------------------------------------------------------------------------------------------------------
 
-def tool_requirements(requirements: Path = PROJECT_ROOT / "requirements.txt") -> str:
+def tool_requirements(requirements: Path = paths.REQUIREMENTS) -> str:
     """The pinned lines of requirements.txt that the builder's tool venv needs."""
     lines = []
     for line in requirements.read_text().splitlines():
@@ -390,7 +389,7 @@ def build(plan: ImagePlan, c=None, verbose: bool = True) -> dict:
                          plan.emulation.hint)
     c = c or client()
     ensure_base(c, plan)
-    log_path = plan.log_path or (PROJECT_ROOT / "build" / "images" / f"{slug(plan.tag)}.log")
+    log_path = plan.log_path or (paths.build_dir() / "images" / f"{slug(plan.tag)}.log")
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="apexkit-image-") as tmp, \
             open(log_path, "w", encoding="utf-8") as fh, log.step(f"docker build {plan.tag}") as s:

@@ -11,6 +11,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from apexkit import paths
 from apexkit.errors import ConfigError
 
 if sys.version_info >= (3, 11):
@@ -18,8 +19,8 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
-MATRIX_PATH = PROJECT_ROOT / "matrix.toml"
+PROJECT_ROOT = paths.ROOT  # the checkout, or apexkit/_data when installed
+MATRIX_PATH = paths.MATRIX
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from apexkit import images, log
+from apexkit import images, log, paths
 from apexkit import matrix as matrix_mod
 from apexkit.errors import ApexkitError, ConfigError
 from apexkit.matrix import Combination
@@ -294,9 +294,8 @@ def main(argv: list[str]) -> int:
         return 0
     if args.jobs < 1:
         raise ConfigError(f"--jobs {args.jobs}: must be at least 1", "pass --jobs 1 or more")
-    root = matrix_mod.PROJECT_ROOT
-    dist = (args.dist or Path(os.environ.get("APEXKIT_DIST_DIR") or root / "dist")).resolve()
-    build_dir = (args.build_dir or Path(os.environ.get("APEXKIT_BUILD_DIR") or root / "build")).resolve()
+    dist = (args.dist or paths.dist_dir()).resolve()
+    build_dir = (args.build_dir or paths.build_dir()).resolve()
     results = run_all(m, combos, args.build_options, dist, build_dir, args.jobs, image=args.image)
     table = summary(results)
     (build_dir / "matrix" / "summary.md").write_text(table + "\n")

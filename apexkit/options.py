@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from apexkit import matrix as matrix_mod
+from apexkit import paths
 from apexkit.errors import ConfigError
 
 PROJECT_ROOT = matrix_mod.PROJECT_ROOT
@@ -41,8 +42,8 @@ class BuildOptions:
     use_system_torch: bool = False
     skip_patches: tuple[str, ...] = ()
     setup_flags: tuple[str, ...] | None = None
-    dist_dir: Path = PROJECT_ROOT / "dist"
-    build_dir: Path = PROJECT_ROOT / "build"
+    dist_dir: Path = field(default_factory=paths.dist_dir)
+    build_dir: Path = field(default_factory=paths.build_dir)
     cache_dir: Path = field(default_factory=lambda: Path.home() / ".cache" / "apexkit")
     dry_run: bool = False
     verbose: bool = False
@@ -162,8 +163,8 @@ def resolve(python: str, argv: Sequence[str], env: Mapping[str, str] | None = No
             raise ConfigError(f"--wheelhouse {w} is not a directory", "pass a directory of .whl files")
     if (args.network or args.ca_bundle) and not args.image:
         raise ConfigError("--network and --ca-bundle apply to container builds only", "add --image IMAGE, or drop them")
-    dist_dir = (args.dist or Path(os.environ.get("APEXKIT_DIST_DIR") or PROJECT_ROOT / "dist")).resolve()
-    build_dir = (args.build_dir or Path(os.environ.get("APEXKIT_BUILD_DIR") or PROJECT_ROOT / "build")).resolve()
+    dist_dir = (args.dist or paths.dist_dir()).resolve()
+    build_dir = (args.build_dir or paths.build_dir()).resolve()
     for flag, env_name, folder in (("--dist", "APEXKIT_DIST_DIR", dist_dir), ("--build-dir", "APEXKIT_BUILD_DIR",
                                                                            build_dir)):
         if folder.exists() and not folder.is_dir():
