@@ -498,12 +498,13 @@ def render(rows: list[Check]) -> None:
     for row in rows:
         if row.area != area:
             area = row.area
-            log.console.print(f"[bold]{escape(area)}[/bold]")
-        log.console.print(f"  {MARK[row.status]} {escape(row.name):<24} {escape(log.mask(row.found))}")
+            log.report.print(f"[bold]{escape(area)}[/bold]")
+        found = escape(log.sanitise(log.mask(row.found), keep_newlines=True))
+        log.report.print(f"  {MARK[row.status]} {escape(row.name):<24} {found}")
         if row.fix:
-            log.console.print(f"       {'':<24} [dim]→ {escape(log.mask(row.fix))}[/dim]")
+            log.report.print(f"       {'':<24} [dim]→ {escape(log.sanitise(log.mask(row.fix)))}[/dim]")
     counts = {s: sum(r.status == s for r in rows) for s in (OK, WARN, FAIL, SKIP)}
-    log.console.print(f"{counts[OK]} ok, {counts[WARN]} warn, {counts[FAIL]} fail, {counts[SKIP]} skip")
+    log.report.print(f"{counts[OK]} ok, {counts[WARN]} warn, {counts[FAIL]} fail, {counts[SKIP]} skip")
 
 
 def as_json(rows: list[Check]) -> str:

@@ -38,13 +38,13 @@ def list_images(as_json: bool = False) -> int:
         print(json.dumps(rows, indent=1))
         return 0
     if not rows:
-        log.info("no apexkit images in this daemon (invoke image.build --arch x86_64 --base debootstrap makes one)")
+        log.out("no apexkit images in this daemon (invoke image.build --arch x86_64 --base debootstrap makes one)")
         return 0
-    log.info(f"{'image':<48} {'kind':<8} {'arch':<8} {'size':>9}  {'created':<19}  note")
+    log.out(f"{'image':<48} {'kind':<8} {'arch':<8} {'size':>9}  {'created':<19}  note")
     for row in rows:
         note = "stale: docker/ changed since (image.prune removes it)" if row["stale"] else row["base"]
-        log.info(f"{row['tags'][0]:<48} {row['kind']:<8} {row['arch']:<8} {row['size_mb']:>7.1f}MB  "
-                 f"{row['created']:<19}  {note}")
+        log.out(f"{row['tags'][0]:<48} {row['kind']:<8} {row['arch']:<8} {row['size_mb']:>7.1f}MB  "
+                f"{row['created']:<19}  {note}")
     return 0
 
 

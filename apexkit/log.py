@@ -15,6 +15,9 @@ from rich.markup import escape
 # stderr: stdout stays free for machine-readable output (JSON, export lines).
 # emoji=False: ":name:" in echoed foreign text stays text (Rich replaces emoji codes even with markup=False).
 console = Console(stderr=True, highlight=False, soft_wrap=True, emoji=False)
+# Reports a user redirects (`invoke doctor > report.txt`: doctor, proxy.check, the matrix table, image.list) go to
+# stdout; progress, logs, warnings and errors stay on stderr.
+report = Console(highlight=False, soft_wrap=True, emoji=False)
 
 # The userinfo of a URL in free text (logs, diffs, commands), hidden whatever it holds. The userinfo ends at the
 # LAST '@' before the host (a raw '@' in a password: user:p@ss@host), so a match runs over every character but
@@ -69,6 +72,11 @@ def echo_command(argv: Sequence[str], cwd: str | None = None) -> None:
 
 def info(message: str) -> None:
     console.print(sanitise(message, keep_newlines=True), markup=False)
+
+
+def out(message: str) -> None:
+    """One line of a report, on stdout (control characters escaped, no markup)."""
+    report.print(sanitise(message, keep_newlines=True), markup=False)
 
 
 def warn(message: str) -> None:

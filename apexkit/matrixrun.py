@@ -139,12 +139,12 @@ def markdown(table: list[dict]) -> str:
 def print_table(table: list[dict], facts: images.ImageFacts | None = None) -> None:
     wheres = [f"{r['image']} ({r['image_state']})" if r["image"] else "this host" for r in table]
     width = max([len("builds in"), *map(len, wheres)])
-    log.info(f"{'combination':<34} {'python':<7} {'torch':<8} {'torch_npu':<14} {'arch':<8} {'runner':<17} "
-             f"{'builds in':<{width}} note")
+    log.out(f"{'combination':<34} {'python':<7} {'torch':<8} {'torch_npu':<14} {'arch':<8} {'runner':<17} "
+            f"{'builds in':<{width}} note")
     for r, where in zip(table, wheres):
         note = f"REFUSED: {r['refused']}" if r["refused"] else r["session"]
-        log.info(f"{r['id']:<34} {r['python']:<7} {r['torch']:<8} {r['torch_npu'] or '-':<14} {r['arch']:<8} "
-                 f"{r['runner']:<17} {where:<{width}} {note}")
+        log.out(f"{r['id']:<34} {r['python']:<7} {r['torch']:<8} {r['torch_npu'] or '-':<14} {r['arch']:<8} "
+                f"{r['runner']:<17} {where:<{width}} {note}")
     if facts is not None and facts.error:
         log.info(f"images not checked: {facts.error}")
 

@@ -256,7 +256,7 @@ def render(rows: list[Row]) -> None:
     for row in rows:
         table.add_row(row.layer, log.mask(row.configured), log.mask(row.effective), log.mask(row.probe),
                       f"[{colours[row.status]}]{row.status}[/]", log.mask(row.hint))
-    log.console.print(table)
+    log.report.print(table)
 
 
 def as_json(rows: list[Row]) -> list[dict]:

@@ -598,3 +598,14 @@ def test_apex_probe_output_that_is_not_json_is_one_line(tmp_path):
         assert len(errors) == 1 and errors[0].startswith(f"error: {fake} printed an unreadable package list ("), errors
         assert errors[0].endswith("-- next: pass the training environment's real Python 3.8+ interpreter (--venv DIR "
                                   "or --python PATH)")
+
+
+def test_doctor_report_goes_to_stdout_so_it_can_be_redirected(tmp_path):
+    """Issue 15: `invoke doctor > report.txt` holds the report; progress stays on stderr."""
+    report = tmp_path / "report.txt"
+    with open(report, "w") as fh:
+        proc = subprocess.run([sys.executable, "-m", "apexkit", "doctor"], cwd=ROOT, stdout=fh, stderr=subprocess.PIPE,
+                              text=True, timeout=600)
+    text = report.read_text()
+    assert proc.returncode in (0, 1) and " ok, " in text and " fail, " in text and "python" in text
+    assert " ok, " not in proc.stderr
