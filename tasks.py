@@ -13,6 +13,9 @@ image.prune      remove stale/untagged apexkit images (--all: every one)
 image.emulation  can this host run x86_64/aarch64 containers (QEMU binfmt)? --enable registers it
 publish          dist/ -> PEP 503 simple index (pip install apex --index-url file:///…/index/simple/)
 doctor           check this machine (each check: status + fix); --log FILE explains a failed build; --json
+fleet.submit     validate (+ benchmark) a published wheel on every node of a Slurm cluster; --dry-run prints the script
+fleet.status     the fleet's jobs and where each node is
+fleet.report     one row per node (chip, driver, CANN, torch, sha256, verdict, step time vs median); exit 1 on a gap
 """
 
 
@@ -221,3 +224,79 @@ def publish(c, dist=None, index="index", target=None, split_by_torch=False, dry_
 
 
 ns = Collection(build, proxy_ns, image_ns, doctor, publish)
+
+
+# --- fleet.* ---------------------------------------------------------------------------------------------------------
+
+@task(name="submit", help={
+    "index": "the wheel index (invoke publish --index output) on shared storage, or its http(s) URL",
+    "results": "shared results directory the nodes write <node>.json into (default ./fleet-results)",
+    "target": "the index's target to validate (default: its only one)",
+    "stack": "a matrix.toml [stacks] name: its build in the index (torch_npu from the stack)",
+    "device": "what each node must be ready for: npu (default), cuda or cpu",
+    "partition": "Slurm partition (sbatch --partition)",
+    "nodes": "number of nodes (sbatch --nodes); one srun step runs on each",
+    "nodelist": "these nodes, comma separated (sbatch --nodelist)",
+    "gres": "generic resources per node, passed through (e.g. npu:8)",
+    "account": "Slurm account, passed through",
+    "time-limit": "job time limit (sbatch --time, default 01:00:00)",
+    "bench": "also run a short bench/amp_bench.py (mlp, fp32) on each node: step time vs the fleet median",
+    "bench-args": "more amp_bench.py arguments (implies --bench), e.g. '--scale 0.05'",
+    "find-links": "wheelhouse the nodes' pip reads for torch/torch_npu (repeat for several)",
+    "torch-index-url": "index the nodes install torch from (e.g. https://download.pytorch.org/whl/cpu)",
+    "extra-index-url": "extra index for torch/torch_npu (repeat for several)",
+    "node-python": "interpreter on the nodes (default python3.X of the target)",
+    "node-dir": "node-local scratch for the venvs (default ${TMPDIR:-/tmp}/apexkit-fleet)",
+    "set-env": "CANN set_env.sh files to try on the nodes, comma separated (default the toolkit's)",
+    "keep-venv": "keep each node's venv after the run",
+    "resume": "resubmit only the nodes of --results that have no result (same options as before)",
+    "dry-run": "print the batch script; submit nothing",
+}, iterable=["find_links", "extra_index_url"], auto_shortflags=False)
+def fleet_submit(c, index=None, results="fleet-results", target=None, stack=None, device="npu", partition=None,
+                 nodes=None, nodelist=None, gres=None, account=None, time_limit="01:00:00", bench=False,
+                 bench_args=None, find_links=None, torch_index_url=None, extra_index_url=None, node_python=None,
+                 node_dir=None, set_env=None, keep_venv=False, resume=False, dry_run=False):
+    """Validate (and benchmark) the wheel on every node through Slurm: one allocation, one srun step per node."""
+    from apexkit import fleet
+
+    def one() -> int:
+        if resume and index is None:
+            plan = fleet.stored_plan(results)
+        else:
+            if index is None:
+                raise fleet.ConfigError("--index is required", "pass the directory invoke publish wrote, or its URL")
+            plan = fleet.make_plan(results=results, index=index, target=target, stack=stack, device=device,
+                                   partition=partition, nodes=int(nodes) if nodes else None, nodelist=nodelist,
+                                   gres=gres, account=account, time_limit=time_limit, bench=bench,
+                                   bench_args=bench_args, find_links=find_links, torch_index_url=torch_index_url,
+                                   extra_index_url=extra_index_url, node_python=node_python, node_dir=node_dir,
+                                   set_env=set_env, keep_venv=keep_venv, resume=resume)
+        fleet.submit(plan, dry_run=dry_run, resume=resume)
+        return 0
+
+    _run(one)
+
+
+@task(name="status", help={"results": "the results directory of fleet.submit", "json": "print JSON on stdout"},
+      auto_shortflags=False)
+def fleet_status(c, results, json=False):
+    """The fleet's Slurm jobs (squeue/scontrol/sacct) and the stage each node is at."""
+    from apexkit import fleet
+
+    _run(fleet.status, Path(results), as_json=json)
+
+
+@task(name="report", help={"results": "the results directory of fleet.submit", "json": "print JSON on stdout",
+                           "threshold": "flag step times further than this fraction from the median (default 0.10)"},
+      auto_shortflags=False)
+def fleet_report(c, results, json=False, threshold=None):
+    """One row per node: chip, driver, CANN, torch, torch_npu, wheel sha256, verdict, step time vs the median, first
+    failing check + fix. Exit 1 when a node failed, died or did not report."""
+    from apexkit import fleet
+
+    _run(fleet.report, Path(results), as_json=json,
+         threshold=float(threshold) if threshold is not None else fleet.DEFAULT_THRESHOLD)
+
+
+fleet_ns = Collection("fleet", fleet_submit, fleet_status, fleet_report)
+ns.add_collection(fleet_ns)

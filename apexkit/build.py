@@ -12,6 +12,7 @@ import json
 import os
 import platform
 import re
+import shlex
 import shutil
 import stat
 import subprocess
@@ -20,9 +21,11 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from packaging.version import InvalidVersion, Version
+
 import apexkit
 from apexkit import distdir as distdir_mod
-from apexkit import interpreters, known_failures, locks, log, patches, sources, untrusted, venvs
+from apexkit import interpreters, known_failures, locks, log, patches, sources, untrusted, venvs, wheelcheck
 from apexkit import matrix as matrix_mod
 from apexkit.distdir import check_overwrite, replace_dir
 from apexkit.errors import BuildError, ConfigError, SmokeTestError
@@ -32,8 +35,20 @@ from apexkit.proc import run_logged
 NO_AUTOLOAD = "TORCH_DEVICE_BACKEND_AUTOLOAD"  # torch >= 2.5: 0 = do not import torch_npu at `import torch`
 
 # Bump when the way a wheel is produced changes, so old cache entries are not reused.
-RECIPE_VERSION = "2"  # 2: reproducible (SOURCE_DATE_EPOCH, path prefix maps)
+RECIPE_VERSION = "3"  # 2: reproducible (SOURCE_DATE_EPOCH, path prefix maps); 3: version label + Requires-Dist
 ZIP_EPOCH = 315532800  # 1980-01-01, the earliest zip timestamp: SOURCE_DATE_EPOCH when the source has no commit time
+
+# What the binary checks need from the build venv's torch (and torch_npu, found without importing it: that needs CANN).
+_PROBE_TORCH_LIBS = (
+    "import importlib.util, json, os, sys, sysconfig, torch; spec = importlib.util.find_spec('torch_npu'); "
+    "libpy = os.path.join(sysconfig.get_config_var('LIBDIR') or '', sysconfig.get_config_var('LDLIBRARY') or '');"
+    "print(json.dumps({'lib': os.path.join(os.path.dirname(os.path.abspath(torch.__file__)), 'lib'), "
+    "'site': os.path.dirname(os.path.dirname(os.path.abspath(torch.__file__))), "
+    "'cxx11_abi': int(getattr(torch._C, '_GLIBCXX_USE_CXX11_ABI', 1)), "
+    "'npu_lib': os.path.join(list(spec.submodule_search_locations)[0], 'lib') if spec else None, "
+    "'interpreter': [os.path.realpath(sys.executable)] + ([libpy] if sysconfig.get_config_var('Py_ENABLE_SHARED') "
+    "else [])}))"
+)
 
 _PROBE_TORCH = (
     "import json, os, torch; print(json.dumps({'version': torch.__version__, "
@@ -248,6 +263,37 @@ def torch_build(m: matrix_mod.Matrix, torch: str, arch: str, opts: BuildOptions,
             "from the package index")
 
 
+BASE_VERSION = "0.1+ascend"  # what the pep440-version patch makes of upstream's 0.1-ascend / 0.1+ascend
+
+
+def version_label(torch: str, torch_npu: str | None = None) -> str:
+    """The build tuple appended to the wheel's local version label: `.torch2.13.0`, `.torch2.7.1.npu2.7.1.post8`.
+
+    PEP 440 local labels are dot-separated alphanumerics, so normalised public versions fit as they are; a torch's
+    own local label (+cpu, +cu121) is left out: it names the build of torch, not its ABI, and pip's `==2.13.0`
+    matches every one of them."""
+    label = f".torch{Version(torch).public}"
+    if torch_npu:
+        label += f".npu{Version(torch_npu).public}"
+    full = BASE_VERSION + label
+    if str(Version(full)) != full:  # cannot happen for parsed versions; the guard keeps the scheme honest
+        raise ConfigError(f"version {full} is not a normalised PEP 440 version", "report this")
+    return label
+
+
+def runtime_requires(torch: str, torch_npu: str | None, links_torch_npu: bool) -> list[str]:
+    """Requires-Dist pins, as strict as the ABI needs: the extensions link libtorch/libc10, whose C++ symbols change
+    with every torch release, so torch is pinned to the exact release (`==2.13.0` accepts 2.13.0+cpu). torch_npu's
+    post releases are rebuilds of one torch_npu for newer CANN: pinned to its release series (`==2.7.1.*`) unless
+    the extensions link libtorch_npu itself (refs built with --npu_float_status), then exactly."""
+    reqs = [f"torch=={Version(torch).public}"]
+    if torch_npu:
+        v = Version(torch_npu)
+        series = ".".join(str(n) for n in v.release)
+        reqs.append(f"torch_npu=={v.public}" if links_torch_npu else f"torch_npu=={series}.*")
+    return reqs
+
+
 def _extensions_for(flags) -> tuple[str, ...]:
     ext = ("apex_C", "change_data_ptr") if "--cpp_ext" in flags else ()
     return ext + (("npu_float_status",) if "--npu_float_status" in flags else ())
@@ -360,9 +406,14 @@ class Builder:
                 log.info(f"  {r.id:<18} {r.status}")
             s.note(", ".join(f"{r.id}: {r.status}" for r in results))
         wheel = self._compile(plan, venv, tree, work)
+        checks = self._binary_checks(plan, venv, tree, wheel, results)
         smoke = self._smoke_test(plan, interp, wheel, work) if opts.smoke_test else {"skipped": "--no-smoke-test"}
         manifest = self._manifest(plan, opts, ascend, nvidia_sha, results, wheel, venv, key, smoke,
                                   started, cache_hit=False)
+        manifest["binary_checks"] = checks
+        manifest["identity"] = {"version": checks["version"], "requires_dist": checks["requires_dist"],
+                                "max_glibc": checks["max_glibc"], "max_glibcxx": checks["max_glibcxx"],
+                                "manylinux_tag": checks["platform"].get("tag")}
         self._cache_store(key, wheel, manifest)
         return self._publish(plan, wheel, manifest)
 
@@ -480,6 +531,7 @@ class Builder:
         env = dict(self.env)
         env["MAX_JOBS"] = str(self.opts.jobs)
         env.update(reproducible_env(self.source_epoch, tree, venv.path, self.env))
+        env.update(identity_env(plan))
         ccache = shutil.which("ccache")
         if ccache and "CC" not in env and "CXX" not in env:
             env["CC"], env["CXX"] = f"{ccache} gcc", f"{ccache} g++"
@@ -498,6 +550,67 @@ class Builder:
                 raise BuildError(f"setup.py produced {len(wheels)} wheels in {out}", f"see {self.log_path}")
             s.note(wheels[0].name)
         return wheels[0]
+
+    def expectations(self, plan: Plan, venv: venvs.Venv, tree: Path, results: list[patches.PatchResult]
+                     ) -> wheelcheck.Expect:
+        """What the binaries must show, from this build's own inputs: the target arch, the build venv's torch (its
+        lib/ folder, its C++ ABI), the patched setup.py (hardening flags, declared libraries) and whether our
+        rpath patch applied."""
+        proc = subprocess.run([str(venv.python), "-c", _PROBE_TORCH_LIBS], capture_output=True, text=True,
+                              env=self.env)
+        if proc.returncode != 0:
+            raise BuildError(f"the build venv's torch cannot be probed for the binary checks: "
+                             f"{(proc.stderr.strip().splitlines() or ['?'])[-1]}", f"see {self.log_path}")
+        torch = json.loads(proc.stdout.strip().splitlines()[-1])
+        setup_py = (tree / "setup.py").read_text(errors="replace")
+        rpath_status = next((r.status for r in results if r.id == "rpath-link-flag"), None)
+        extra = [d for d in (torch.get("npu_lib"), *(f"{c}/lib64" for c in [detect_cann(self.env)] if c)) if d]
+        return wheelcheck.Expect(
+            arch=plan.arch,
+            torch_lib=torch["lib"],
+            extra_lib_dirs=tuple(extra),
+            declared_libs=wheelcheck.declared_libs(setup_py),
+            rpath=("$ORIGIN/torch/lib",) if rpath_status in (patches.APPLIED, patches.ALREADY) else (),
+            site_dir=torch["site"],
+            cxx11_abi=torch["cxx11_abi"],
+            hardening=wheelcheck.hardening_asked(setup_py),
+            interpreter_files=tuple(torch["interpreter"]),
+        )
+
+    def _binary_checks(self, plan: Plan, venv: venvs.Venv, tree: Path, wheel: Path,
+                       results: list[patches.PatchResult]) -> dict:
+        """The wheel's identity and its modules' ELF facts (apexkit.wheelcheck). A failure stops the build before
+        anything is published, one line naming the file and the check; a diagnosis build (--skip-patch) keeps its
+        wheel, with the failures printed and recorded in its manifest."""
+        with log.step("binary checks (identity, ELF machine, NEEDED, RPATH, symbols, C++ ABI, hardening)",
+                      self.timings) as s:
+            expect = self.expectations(plan, venv, tree, results)
+            env = identity_env(plan)
+            report = wheelcheck.check_wheel(wheel, expect, version=BASE_VERSION + env["APEXKIT_VERSION_LABEL"],
+                                            requires=env["APEXKIT_REQUIRES"].split())
+            for module in report["modules"]:
+                log.info(f"  {module['file']}: {module['machine']}, NEEDED {', '.join(module['needed'])}; RPATH "
+                         f"{':'.join(module['rpath']) or '(none)'}; {module['glibc']}, {module['glibcxx']}")
+                for note in module["notes"]:
+                    log.info(f"    {note}")
+            report["platform"] = wheelcheck.platform_tag(wheel, plan.arch)
+            failures = report["failures"]
+            with open(self.log_path, "a") as fh:
+                fh.write("binary checks:\n" + "".join(f"  FAIL {f}\n" for f in failures) + json.dumps(
+                    report, indent=1) + "\n")
+            if failures and not self.opts.skip_patches:
+                more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
+                raise BuildError(f"binary check failed: {failures[0]}{more}; nothing was published",
+                                 f"every failure is in {self.log_path}; compare with the ref's setup.py flags")
+            for failure in failures:
+                log.warn(f"binary check (diagnosis build, --skip-patch): {failure}")
+            s.note(f"{report['version']}; requires {', '.join(report['requires_dist']) or 'nothing'}; "
+                   + (f"{len(failures)} failure(s) kept for diagnosis" if failures else
+                      f"{len(report['modules'])} module(s) pass; max {report['max_glibc']}, {report['max_glibcxx']}"
+                      + (f" -> {report['platform']['tag']}" if report["platform"].get("computed") else "")))
+            if not report["platform"].get("computed"):
+                log.info(f"  manylinux tag not computed: {report['platform']['why']}")
+            return report
 
     def _explain_failure(self, tail: list[str]) -> str | None:
         log.info("  last lines of the build log:")
@@ -518,12 +631,14 @@ class Builder:
                     self._install_torch(venv, plan)
                 venvs.pip_install(venv, [str(wheel)], self.index, self.log_path, extra=["--no-deps"])
                 with tempfile.TemporaryDirectory() as cwd:  # not the tree: import what the wheel installed
+                    # LD_BIND_NOW: every undefined symbol resolved at import, not at first call
                     proc = subprocess.run([str(venv.python), "-c", SMOKE_SCRIPT, ",".join(modules)], cwd=cwd,
-                                          capture_output=True, text=True, env=self.env)
+                                          capture_output=True, text=True, env=dict(self.env, LD_BIND_NOW="1"))
                 if proc.returncode != 0:
                     raise SmokeTestError(f"smoke test crashed: {(proc.stderr.strip().splitlines() or ['?'])[-1]}",
                                          f"see {self.log_path}")
                 result = json.loads(proc.stdout.strip().splitlines()[-1])
+                result["cpu_tier"] = self._cpu_tier(venv)
             finally:
                 shutil.rmtree(venv_path, ignore_errors=True)
             failed = {k: v["error"] for k, v in result["modules"].items() if not v["ok"]}
@@ -532,6 +647,13 @@ class Builder:
                 hint = known_failures.announce(err) or "check the link flags (readelf -d) and the torch version"
                 raise SmokeTestError(f"the wheel installs but {name} does not import in a fresh venv: {err}",
                                      f"see {self.log_path}; {hint}")
+            failed_tier = [r for r in result["cpu_tier"].get("results", []) if r["status"] == "fail"]
+            if failed_tier or result["cpu_tier"].get("error"):
+                what = (f"{failed_tier[0]['name']}: {failed_tier[0]['detail']}" if failed_tier
+                        else result["cpu_tier"]["error"])
+                raise SmokeTestError(f"the CPU test tier failed in the clean venv: {what}", f"see {self.log_path}")
+            for r in result["cpu_tier"].get("results", []):
+                log.info(f"  cpu tier {r['status']:<4} {r['name']}: {r['detail']}")
             s.note(f"{', '.join(result['modules'])} import; apex: {result['apex']}"
                    + (f"; {result['op']}" if result.get("op") else ""))
             log.info(f"  checked: {'; '.join(result['checked'])}")
@@ -540,6 +662,20 @@ class Builder:
             if result["needs_cann"]:
                 log.info(f"  needs the CANN runtime (not checked here): {'; '.join(result['needs_cann'])}")
             return result
+
+    def _cpu_tier(self, venv: venvs.Venv) -> dict:
+        """bench/cpu_tier.py in the smoke venv (the wheel installed, torch, nothing else): change_data_ptr round trip,
+        flatten/unflatten against torch, byte-compiling apex, the Python side as far as it imports without CANN."""
+        script = Path(apexkit.__file__).resolve().parent.parent / "bench" / "cpu_tier.py"
+        with tempfile.TemporaryDirectory() as cwd:
+            proc = subprocess.run([str(venv.python), str(script)], cwd=cwd, capture_output=True, text=True,
+                                  env=dict(self.env, LD_BIND_NOW="1"))
+        with open(self.log_path, "a") as fh:
+            fh.write(f"cpu tier (exit {proc.returncode}):\n{proc.stderr}{proc.stdout}\n")
+        try:
+            return json.loads(proc.stdout.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            return {"error": f"bench/cpu_tier.py crashed: {(proc.stderr.strip().splitlines() or ['?'])[-1][:200]}"}
 
     def _manifest(self, plan, opts, ascend, nvidia_sha, results, wheel, venv, key, smoke, started, cache_hit):
         packages = venvs.freeze(venv)
@@ -590,7 +726,8 @@ class Builder:
                 reason = untrusted.others_can_write(st) if stat.S_ISDIR(st.st_mode) else "not a directory"
             if reason:
                 log.warn(f"wheel cache {path} is {reason}: not using it (whoever can write it could swap the wheel this "
-                         f"build publishes); chmod go-w {path}, or set APEXKIT_CACHE_DIR to a directory only you can write")
+                         f"build publishes); chmod -R go-w {path}, or set APEXKIT_CACHE_DIR to a directory only you "
+                         "can write")
                 return False
         return True
 
@@ -603,8 +740,14 @@ class Builder:
         shutil.rmtree(dest, ignore_errors=True)
         dest.mkdir(parents=True)
         try:
+            shard = untrusted.open_dir(entry.parent)
+            try:
+                _ours(os.fstat(shard), entry.parent.name)
+            finally:
+                os.close(shard)
             fd = untrusted.open_dir(entry)
             try:
+                _ours(os.fstat(fd), "the entry")
                 manifest = json.loads(untrusted.read_regular("manifest.json", fd, distdir_mod.MANIFEST_MAX))
                 wheel = manifest.get("wheel") if isinstance(manifest, dict) else None
                 if not isinstance(wheel, dict) or not isinstance(wheel.get("sha256"), str):
@@ -614,6 +757,7 @@ class Builder:
             finally:
                 os.close(fd)
             try:
+                _ours(os.fstat(src), untrusted.shown(name))
                 sha, size = untrusted.copy_fd(src, dest / name)
             finally:
                 os.close(src)
@@ -667,7 +811,29 @@ class Builder:
         log.info(f"✓ {final / wheel.name}")
         log.info(f"  sha256 {manifest['wheel']['sha256']}  ({manifest['wheel']['size'] / 1024:.0f} KiB, "
                  f"total {log.format_seconds(manifest['durations_s']['total'])})")
+        log.info(f"  manifest: {final / 'manifest.json'}")
+        log.info(f"  install:  {install_command(plan, final / wheel.name)}")
         return final
+
+
+def install_command(plan: Plan, wheel: Path) -> str:
+    """The pip command that installs this wheel where it belongs: next to the torch (+ torch_npu) it was built
+    against (the wheel's METADATA pins them too, so pip refuses another)."""
+    if plan.torch_build.startswith("the interpreter's own torch"):
+        return f"pip install {shlex.quote(str(wheel))}   (into the interpreter that has torch {plan.torch})"
+    pins = [f"torch=={plan.torch.split('+')[0]}"] + ([f"torch_npu=={plan.torch_npu}"] if plan.torch_npu else [])
+    return f"pip install {' '.join(pins)} {shlex.quote(str(wheel))}"
+
+
+def identity_env(plan: Plan) -> dict[str, str]:
+    """What the pep440-version patch reads: the local label and the Requires-Dist pins of this build."""
+    try:
+        label = version_label(plan.torch, plan.torch_npu)
+        requires = runtime_requires(plan.torch, plan.torch_npu, plan.needs_npu_headers)
+    except InvalidVersion as exc:
+        raise ConfigError(f"cannot name the wheel after torch {plan.torch!r} / torch_npu {plan.torch_npu!r}: {exc}",
+                          "use a torch (and torch_npu) with a PEP 440 version") from None
+    return {"APEXKIT_VERSION_LABEL": label, "APEXKIT_REQUIRES": " ".join(requires)}
 
 
 def reproducible_env(epoch: int, tree: Path, venv: Path, env) -> dict[str, str]:
@@ -679,6 +845,15 @@ def reproducible_env(epoch: int, tree: Path, venv: Path, env) -> dict[str, str]:
     return {"SOURCE_DATE_EPOCH": str(epoch),
             "CFLAGS": f"{env.get('CFLAGS', '')} {maps}".strip(),
             "CXXFLAGS": f"{env.get('CXXFLAGS', '')} {maps}".strip()}
+
+
+def _ours(st: os.stat_result, what: str) -> None:
+    """A wheel-cache entry (its shard folder, folder, wheel) is used only when nobody but us (or root) could have
+    written it: a shard made group-writable under umask 002, then tightened with chmod on the top only, may hold
+    another user's entry."""
+    reason = untrusted.others_can_write(st)
+    if reason:
+        raise untrusted.Untrusted(f"{what} is {reason}")
 
 
 def _mkdir(path: Path) -> Path:

@@ -24,7 +24,7 @@ from apexkit.errors import ConfigError
 OK, WARN, FAIL, SKIP = "ok", "warn", "fail", "skip"
 LOW_DISK_GIB = 10.0  # a build venv with a CPU torch is 1-2 GB, with a CUDA torch 5+ GB; builder images ~1 GB
 CRITICAL_DISK_GIB = 2.0
-CA_VARIABLES = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "PIP_CERT", "GIT_SSL_CAINFO", "CURL_CA_BUNDLE")
+CA_VARIABLES = proxy.CA_VARIABLES  # one list: what proxy.setup --ca-cert exports
 _TORCH_PROBE = (
     "import json, os, sys\n"
     "out = {}\n"

@@ -80,3 +80,9 @@ class ImageError(ApexkitError):
     """Docker: daemon unreachable, image missing, image build failed, cross-arch emulation missing."""
 
     exit_code = 10
+
+
+class SchedulerError(ApexkitError):
+    """Slurm missing, its controller down, or sbatch refused the job (invoke fleet.*)."""
+
+    exit_code = 11

@@ -5,12 +5,15 @@ Every writer in apexkit goes through here, so each one gets the same guarantees:
 - a preflight checks every target is writable before the first byte is written;
 - writes are atomic (temp file in the same directory + rename), with the final mode set before the rename;
 - the first time apexkit touches a file, its original bytes and mode are kept in a backup store, so `remove`
-  restores the file byte for byte when nobody edited it since, and undoes only our part otherwise;
+  restores the file byte for byte when nobody edited it since, and undoes only our part otherwise (an edit made
+  between two setups counts: the record remembers it);
 - if a write fails half-way, the files already written are put back;
 - write-ahead: a file's backup and manifest record are on disk before it is replaced, so a setup killed at any
   point is undone by `remove`, and a rerun never adopts a half-configured file as the original;
 - a symbolic link is followed (its target edited in place, atomically; the link stays a link), except out of the
-  --root, or -- as root -- from a user's link into somebody else's file;
+  --root, or -- as root -- a user's link (on the file or on a folder above it) into what that user does not own;
+- only regular files of at most 16 MiB are read, without blocking (a named pipe or /dev/zero is one line), and JSON
+  nested deeper than any config (64 levels) is refused in one line;
 - text is read with surrogateescape (a GBK or Latin-1 byte comes back as it was); managed-block markers that do
   not pair up are refused, never guessed;
 - as root in a user's home, what apexkit creates there belongs to that home's owner;
@@ -125,29 +128,91 @@ class TargetError(EnvironmentSetupError):
     """A file a writer edits is not something it can edit (a directory, a link leading out, unreadable)."""
 
 
+MAX_READ = 16 * 1024 * 1024  # the largest file a writer reads: a dotfile or a config is far smaller
+
+
+def _parts(text: str) -> list[str]:
+    return [part for part in text.split("/") if part not in ("", ".")]
+
+
+def resolve_links(path: Path) -> tuple[Path, list[tuple[Path, int, Path]]]:
+    """Resolve `path` one component at a time, as the kernel does. Returns the real path and every symbolic link
+    met on the way -- in the folders above the file as well as the file itself: (the link, its owner's uid, the
+    real path it leads to). A path below a missing folder is completed as written."""
+    absolute = str(path) if str(path).startswith("/") else os.path.join(os.getcwd(), str(path))
+    pending: list[object] = list(reversed(_parts(absolute)))
+    current = Path("/")
+    opened: list[list] = []  # [link, uid, where it leads], in the order met
+    exists = True
+    hops = 0
+    while pending:
+        item = pending.pop()
+        if isinstance(item, int):  # the end of a link's own target: `current` is where that link leads
+            opened[item][2] = current
+            continue
+        name = str(item)
+        if name == "..":
+            current = current.parent
+            continue
+        candidate = current / name
+        if exists:
+            try:
+                st = os.lstat(candidate)
+            except OSError:
+                exists = False
+            else:
+                if stat.S_ISLNK(st.st_mode):
+                    hops += 1
+                    if hops > 40:
+                        raise TargetError(f"{path} goes through too many symbolic links (a loop?); nothing was changed",
+                                          "fix the links on that path, then run again")
+                    text = os.readlink(candidate)
+                    opened.append([candidate, st.st_uid, None])
+                    pending.append(len(opened) - 1)
+                    pending.extend(reversed(_parts(text)))
+                    if text.startswith("/"):
+                        current = Path("/")
+                    continue
+        current = candidate
+    return current, [(link, uid, where if where is not None else current) for link, uid, where in opened]
+
+
+def _outside(path: Path, limit: Path) -> bool:
+    return path != limit and limit not in path.parents
+
+
 def write_target(path: Path, display: str, within: Path | None = None) -> Path:
     """The file a writer really edits for `path`: itself, or -- when it (or a folder above it) is a symbolic link --
     the link's target, so that an atomic rename edits the dotfiles repository's file and leaves the link a link.
-    With `within` (a --root), a target outside it is refused: following the link would leave the managed tree."""
-    target = Path(os.path.realpath(path))
+    With `within` (a --root), a target outside it is refused: following the link would leave the managed tree.
+    As root, a link of a user (the file's or a folder's above it) that leads into what that user does not own is
+    refused (`check_links`)."""
+    target, links = resolve_links(path)
     if within is not None and str(within) != "/":
         limit = Path(os.path.realpath(within))
-        if target != limit and limit not in target.parents:
+        if _outside(Path(os.path.normpath(os.path.abspath(path))), Path(os.path.normpath(os.path.abspath(within)))):
+            raise TargetError(f"{display} lies outside {within}: its '..' climbs out of the managed tree; nothing was "
+                              "changed", f"give a path inside {within} without '..', or run without --root")
+        if _outside(target, limit):
             raise TargetError(
                 f"{display} is a symbolic link to {target}, outside {within}: following it would edit a file outside "
                 "the managed tree; nothing was changed", "replace the link with a copy of its file, or run without --root")
-    if os.geteuid() == 0 and target != Path(os.path.abspath(path)):
-        _check_link_owner(path, target, display)
+    check_links(path, display, links)
     if os.path.islink(path) and not os.path.lexists(target):
         raise TargetError(f"{display} is a symbolic link to {target}, which does not exist; nothing was changed",
                                     f"create {target} (or remove the link), then run again")
-    if target.exists() and not target.is_file():
-        raise TargetError(f"{display} is not a regular file; nothing was changed",
-                                    f"move {display} away, then run again")
+    with contextlib.suppress(OSError):
+        mode = os.stat(target).st_mode
+        if stat.S_ISDIR(mode):
+            raise TargetError(f"{display} is a directory, not a file; nothing was changed",
+                              f"move {display} away, then run again")
+        if not stat.S_ISREG(mode):
+            raise TargetError(f"{display} is {_kind(mode)}, not a regular file: apexkit edits only regular files; "
+                              "nothing was changed", f"replace {display} with a regular file (or move it away), then run again")
     return target
 
 
-def _nearest_owner(path: Path, follow: bool) -> int | None:
+def nearest_owner(path: Path, follow: bool = True) -> int | None:
     for candidate in (path, *path.parents):
         try:
             return (os.stat(candidate) if follow else os.lstat(candidate)).st_uid
@@ -156,29 +221,82 @@ def _nearest_owner(path: Path, follow: bool) -> int | None:
     return None
 
 
-def _check_link_owner(path: Path, target: Path, display: str) -> None:
+def check_links(path: Path, display: str, links: list[tuple[Path, int, Path]] | None = None) -> None:
     """Root follows a user's link only into that user's own files (as the kernel's protected_symlinks does for
-    sticky folders): a ~/.bashrc linked to /etc/shadow must not get the proxy block appended as root."""
-    link_owner = _nearest_owner(path, follow=False)
-    target_owner = _nearest_owner(target, follow=True)
-    if link_owner not in (None, 0) and target_owner != link_owner:
-        raise TargetError(f"{display} is a symbolic link of {_user_name(link_owner)} to {target}, which belongs to "
-                          f"{_user_name(target_owner if target_owner is not None else -1)}: root does not follow it; "
-                          "nothing was changed", f"point the link at a file of {_user_name(link_owner)}, or run as them")
+    sticky folders): a ~/.bashrc linked to /etc/shadow must not get the proxy block appended as root, nor a ~/.docker
+    linked to /root/.docker have root's registry logins copied into the user's backups. This holds for every link
+    on the way, the folders above the file included; root's own links are followed."""
+    if os.geteuid() != 0:
+        return
+    if links is None:
+        links = resolve_links(path)[1]
+    for link, uid, target in links:
+        if uid == 0:
+            continue
+        owner = nearest_owner(target)
+        if owner == uid:
+            continue
+        whose = _user_name(owner if owner is not None else -1)
+        if link == Path(os.path.abspath(path)):
+            where = f"{display} is a symbolic link of {_user_name(uid)}"
+        else:
+            where = f"{display} lies under {link}, a symbolic link of {_user_name(uid)}"
+        raise TargetError(f"{where} to {target}, which belongs to {whose}: root does not follow it; nothing was "
+                          "changed", f"point the link at a file or folder of {_user_name(uid)}, or run as them "
+                          "(without sudo)")
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISFIFO, "a named pipe"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a directory")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def read_regular(path: Path, display: str, error: type[EnvironmentSetupError] | type[ConfigError] | None = None,
+                 hint: str = "run as the user who owns it (or with sudo for system files)") -> bytes | None:
+    """The bytes of a regular file of at most MAX_READ bytes, read without blocking (a named pipe, a device such as
+    /dev/zero, or a huge file is one line, never a hang or a MemoryError); None when it does not exist."""
+    error = error or TargetError
+    try:
+        st = os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as exc:
+        raise error(f"cannot read {display} ({exc.strerror}); nothing was changed", hint) from None
+    if stat.S_ISDIR(st.st_mode):
+        raise error(f"{display} is a directory, not a file; nothing was changed", f"move {display} away, then run again")
+    too_big = error(f"{display} is larger than {MAX_READ // (1024 * 1024)} MiB: not a file apexkit edits; "
+                    "nothing was changed", f"check {display} (move it away if it is not yours), then run again")
+    not_regular = error(f"{display} is {_kind(st.st_mode)}, not a regular file: apexkit reads only regular files; "
+                        "nothing was changed", f"replace {display} with a regular file (or move it away), then run again")
+    if not stat.S_ISREG(st.st_mode):
+        raise not_regular
+    if st.st_size > MAX_READ:
+        raise too_big
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as exc:
+        raise error(f"cannot read {display} ({exc.strerror}); nothing was changed", hint) from None
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):  # swapped since the stat
+            raise not_regular
+        try:
+            data = handle.read(MAX_READ + 1)
+        except OSError as exc:
+            raise error(f"cannot read {display} ({exc.strerror}); nothing was changed", hint) from None
+    if len(data) > MAX_READ:
+        raise too_big
+    return data
 
 
 def read_target(path: Path, display: str) -> bytes | None:
     """The bytes of a file a writer edits (through a link); None when missing; anything else is one line."""
-    try:
-        return path.read_bytes()
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-    except IsADirectoryError:
-        raise TargetError(f"{display} is a directory, not a file; nothing was changed",
-                                    f"move {display} away, then run again") from None
-    except OSError as exc:
-        raise TargetError(f"cannot read {display} ({exc.strerror}); nothing was changed",
-                                    "run as the user who owns it (or with sudo for system files)") from None
+    return read_regular(path, display)
 
 
 def swap_directory(tmp: Path, final: Path) -> None:
@@ -284,15 +402,39 @@ class MarkerError(ConfigError):
     """Managed-block markers that do not pair up."""
 
 
+MAX_JSON_DEPTH = 64  # far deeper than any config apexkit edits; deep enough nesting would overflow the stack
+
+
+def _too_deep(value: object, limit: int = MAX_JSON_DEPTH) -> bool:
+    pending = [(value, 1)]
+    while pending:
+        node, depth = pending.pop()
+        children = node.values() if isinstance(node, dict) else node if isinstance(node, list) else ()
+        for child in children:
+            if isinstance(child, (dict, list)):
+                if depth + 1 > limit:
+                    return True
+                pending.append((child, depth + 1))
+    return False
+
+
 def load_json_object(path: Path, display: str, data: bytes | None) -> dict:
     if data is None or not data.strip():
         return {}
     try:
         value = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except RecursionError:
+        value = None
+        deep = True
+    except ValueError as exc:  # not UTF-8, not JSON, an integer of thousands of digits
         where = f" (line {exc.lineno}, column {exc.colno})" if isinstance(exc, json.JSONDecodeError) else ""
         raise CorruptFileError(f"{display} is not valid JSON{where}; nothing was changed",
                                f"fix or move {display} away, then run again") from None
+    else:
+        deep = _too_deep(value)
+    if deep:
+        raise CorruptFileError(f"{display} nests JSON more than {MAX_JSON_DEPTH} levels deep: not a file apexkit "
+                               "edits; nothing was changed", f"fix or move {display} away, then run again")
     if not isinstance(value, dict):
         raise CorruptFileError(f"{display} holds a JSON {type(value).__name__}, not an object; nothing was changed",
                                f"fix or move {display} away, then run again")
@@ -459,7 +601,11 @@ def read_private(path: Path, what: str) -> bytes | None:
         if not stat.S_ISREG(st.st_mode):
             raise EnvironmentSetupError(f"{what} {path} is not a regular file; it was not read and nothing was changed",
                                         f"move {path} away and run again")
-        return handle.read()
+        data = handle.read(MAX_READ + 1)
+    if len(data) > MAX_READ:
+        raise EnvironmentSetupError(f"{what} {path} is larger than {MAX_READ // (1024 * 1024)} MiB: not a file apexkit "
+                                    "wrote; it was not used and nothing was changed", f"move {path} away and run again")
+    return data
 
 
 def clamp_mode(mode: object, private: bool = False, default: int = 0o644) -> int:
@@ -508,6 +654,7 @@ class BackupStore:
                 (self.manifest_path, "the backups manifest", False)]
 
     def check(self) -> None:
+        check_links(self.manifest_path, str(self.manifest_path))  # as root: no user's link into root's own state
         also = self.home_owner[0] if self.home_owner else None
         for path, what, directory in self._state_paths():
             check_private(path, what, directory, also)
@@ -698,8 +845,11 @@ def apply(changes: list[Change], store: BackupStore, owner: str, check: Callable
             if store.remember(manifest, change):
                 added.append(change.display)
             record = manifest[change.display]
+            if change.display not in added and _edited_since(record, change.old):
+                record["edited"] = True  # sticky: remove must keep the user's edits and take out only our part
             record.update(owner=owner, **change.extra)
             record["written_sha256"] = sha256(change.new)
+            record["before_sha256"] = sha256(change.old)  # what the file holds if this write never happens
             new_dirs = len(missing_parents(change.target)) if change.new is not None else 0
             if new_dirs:
                 record["made_dirs"] = max(new_dirs, record.get("made_dirs", 0) if isinstance(record.get("made_dirs"), int) else 0)
@@ -736,12 +886,25 @@ class UndoError(EnvironmentSetupError):
         self.results = list(results or [])
 
 
+def _edited_since(record: dict, current: bytes | None) -> bool:
+    """Whether a file apexkit wrote was changed by somebody else since: it holds neither what apexkit wrote last
+    nor -- when that write never happened (a setup killed after its write-ahead record) -- what it held before.
+    Once true, it stays true (the record's "edited")."""
+    if record.get("edited") is True:
+        return True
+    if current is None:
+        return False
+    known = {record.get("written_sha256"), record.get("before_sha256")} - {None}
+    return sha256(current) not in known
+
+
 def undo_change(store: BackupStore, display: str, path: Path, record: dict,
                 undo: Callable[[str, bytes, bytes | None, dict], bytes | None],
                 within: Path | None = None) -> tuple[Change, str]:
     """The change that takes back what apexkit wrote to one file (`path`, derived by the caller, never read from the
-    record), and how: untouched since our write -> the original bytes and (clamped) mode exactly; edited since, or
-    its backup copy lost -> `undo(display, current, original, record)` removes only our part. A symbolic link is
+    record), and how: untouched since our write (`_edited_since`) -> the original bytes and (clamped) mode exactly;
+    edited since (at any time since the first setup), or its backup copy lost -> `undo(display, current, original,
+    record)` removes only our part. A symbolic link is
     followed (its target gets the bytes back; the link stays a link)."""
     target = write_target(path, display, within)
     current = read_target(target, display)
@@ -749,7 +912,7 @@ def undo_change(store: BackupStore, display: str, path: Path, record: dict,
     private = store.private(display)
     if current is None and original is None:
         return Change(display, path, None, within=within), "already gone"
-    if not lost and (current is None or sha256(current) == record.get("written_sha256")):
+    if not lost and (current is None or not _edited_since(record, current)):
         owner = store.home_owner if store.in_home(display) else None  # a file recreated in a user's home is theirs
         return (Change(display, path, original, mode=clamp_mode(record.get("mode"), private), within=within,
                        new_owner=owner), "restored" if original is not None else "deleted")

@@ -49,8 +49,11 @@ def list_images(as_json: bool = False) -> int:
 
 
 def prune(everything: bool = False, dry_run: bool = False) -> int:
-    removed = images.prune(images.client(), everything=everything, dry_run=dry_run)
-    if not removed:
+    kept: list[str] = []
+    removed = images.prune(images.client(), everything=everything, dry_run=dry_run, kept=kept)
+    for name in kept:
+        log.warn(f"kept {name}")
+    if not removed and not kept:
         log.info("nothing to prune" + ("" if everything else " (only stale and untagged images; --all removes every "
                                                              "apexkit image)"))
     for name in removed:

@@ -34,7 +34,7 @@ from apexkit.errors import ConfigError, ImageError, InterpreterNotFoundError
 DOCKER_DIR = paths.DOCKER
 CONTEXT_FILES = ("Dockerfile", "install-toolchain.sh", "entrypoint.sh")
 # what runs inside the builder; pins (one per Python range, by environment marker) from requirements.txt
-TOOL_REQUIREMENTS = ("nox", "virtualenv", "filelock", "uv", "pyelftools", "rich", "packaging", "tomli")
+TOOL_REQUIREMENTS = ("nox", "virtualenv", "filelock", "uv", "pyelftools", "auditwheel", "rich", "packaging", "tomli")
 BUILDER_REPO = "apexkit/builder"
 BUILDER_JSON = "/usr/local/share/apexkit/builder.json"
 BASE_REPO = "apexkit/base"
@@ -193,7 +193,7 @@ def resolve_ca_bundle(option: str | None, settings: proxy.ProxySettings | None,
         return path.resolve()
     if settings is not None and settings.ca_bundle and Path(settings.ca_bundle).is_file():
         return Path(settings.ca_bundle)
-    for name in ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "PIP_CERT"):
+    for name in proxy.CA_VARIABLES:
         if environ.get(name) and Path(environ[name]).is_file():
             return Path(environ[name])
     return None
@@ -626,15 +626,27 @@ def list_rows(c) -> list[dict]:
     return rows
 
 
-def prune(c, everything: bool = False, dry_run: bool = False) -> list[str]:
-    """Remove stale builder images (recipe changed) and untagged ones; with `everything`, all of ours."""
+def prune(c, everything: bool = False, dry_run: bool = False, kept: list[str] | None = None) -> list[str]:
+    """Remove stale builder images (recipe changed) and untagged ones; with `everything`, all of ours. An image the
+    daemon will not remove (another image is built FROM it, a container uses it) is kept and named in `kept` with
+    the daemon's reason; the others are removed all the same."""
+    import docker
+
     removed = []
     for row in list_rows(c):
         if not (everything or row["stale"] or row["tags"] == ["<none>"]):
             continue
         name = row["tags"][0] if row["tags"] != ["<none>"] else row["id"]
-        removed.append(name)
-        if not dry_run:
+        if dry_run:
+            removed.append(name)
+            continue
+        try:
             for tag in row["tags"] if row["tags"] != ["<none>"] else [row["id"]]:
                 c.images.remove(tag, noprune=False)
+        except docker.errors.APIError as exc:
+            reason = getattr(exc, "explanation", None) or str(exc)
+            if kept is not None:
+                kept.append(f"{name} ({log.sanitise(str(reason))[:160]})")
+            continue
+        removed.append(name)
     return removed

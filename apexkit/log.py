@@ -22,18 +22,22 @@ report = Console(highlight=False, soft_wrap=True, emoji=False)
 # The userinfo of a URL in free text (logs, diffs, commands), hidden whatever it holds. The userinfo ends at the
 # LAST '@' before the host (a raw '@' in a password: user:p@ss@host), so a match runs over every character but
 # whitespace and '/' (which ends the authority, and so never crosses into the next URL's "://"); a password with
-# spaces (user:pa ss@host) is matched on the same line only, and only in the user:password form.
+# spaces (user:pa ss@host) is matched on the same line only, and only in the user:password form. A raw '/' in a
+# password (user:Ab/Secret9@host) cannot be told from a path in general; it is taken for one when what follows the
+# first ':' is not a port (digits up to the '/'), up to the token's last '@'. The scheme must start a word, so a
+# long run of letters is scanned once, not once per position.
 _HOST_START = r"(?=[\w\[%.-])"
 _USERINFO_IN_URL = re.compile(
-    r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)"
+    r"(?<![A-Za-z0-9+.-])(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)"
     r"(?:(?P<info>[^\s/]+)@" + _HOST_START + "|"
-    r"(?P<user>[^\s/:@\"'<>`]*):[^\r\n\f\v/\"'<>`]*@" + _HOST_START + ")")
+    r"(?P<user>[^\s/:@\"'<>`]*):[^\r\n\f\v/\"'<>`]*@" + _HOST_START + "|"
+    r"(?P<suser>[^\s/:@\"'<>`]*):(?![0-9]*(?:[/\s]|$))[^\s\"'<>`]*@" + _HOST_START + ")")
 
 
 def _masked(match: re.Match) -> str:
     info = match["info"]
-    if info is None:  # the form with spaces in the password
-        return f"{match['scheme']}{match['user']}:***@"
+    if info is None:  # a password with spaces, or with a '/'
+        return f"{match['scheme']}{match['user'] if match['user'] is not None else match['suser']}:***@"
     if ":" in info:
         return f"{match['scheme']}{info.split(':', 1)[0]}:***@"
     return f"{match['scheme']}***@"  # a token alone (http://TOKEN@host) is the secret

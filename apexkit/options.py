@@ -123,6 +123,30 @@ def check_version(flag: str, value: str) -> None:
         raise ConfigError(f"{flag} {value!r} is not a version (PEP 440)", f"pass {flag} like 2.1.0 or 2.1.0.post10")
 
 
+def _index(value: str | None, what: str) -> str | None:
+    """A package index URL, checked by the one URL validator (apexkit.urls): a password holding '/', '#', '?' or '@'
+    must be percent-encoded, and an error never quotes more than the scheme and host."""
+    if value is None:
+        return None
+    from apexkit import urls
+
+    return urls.index_url(value, what)
+
+
+def _source_url(option: str | None, flag: str, env: Mapping[str, str], variable: str, default: str) -> str:
+    """A git source URL: an http(s) URL is checked like an index (its credentials must parse, or it is refused without
+    being echoed); file://, ssh:// and scp-like URLs only for whitespace and control characters."""
+    from apexkit import urls
+
+    value, what = (option, flag) if option else (env.get(variable), variable) if env.get(variable) else (default, "")
+    if not what:
+        return value
+    urls.check_chars(value.strip(), what)
+    if value.strip().lower().startswith(("http://", "https://")):
+        urls.split(value, what, ("http", "https"), "https://git.example.com/ascend/apex.git")
+    return value.strip()
+
+
 def resolve(python: str, argv: Sequence[str], env: Mapping[str, str] | None = None,
             prog: str = "nox -s build-3.X --") -> BuildOptions:
     """argv (session posargs) + env -> BuildOptions. --help prints and raises SystemExit(0)."""
@@ -167,11 +191,21 @@ def resolve(python: str, argv: Sequence[str], env: Mapping[str, str] | None = No
     build_dir = (args.build_dir or paths.build_dir()).resolve()
     for flag, env_name, folder in (("--dist", "APEXKIT_DIST_DIR", dist_dir), ("--build-dir", "APEXKIT_BUILD_DIR",
                                                                            build_dir)):
-        if folder.exists() and not folder.is_dir():
-            raise ConfigError(f"{flag} {folder} is not a directory", f"pass {flag} DIR (or set {env_name}) to a "
+        existing = next(p for p in (folder, *folder.parents) if os.path.lexists(p))
+        if not existing.is_dir():
+            where = "is not a directory" if existing == folder else f"lies under {existing}, which is not a directory"
+            raise ConfigError(f"{flag} {folder} {where}", f"pass {flag} DIR (or set {env_name}) to a "
                               "directory; it is made when missing")
     if args.apex_src is not None and not args.apex_src.expanduser().is_dir():
         raise ConfigError(f"--apex-src {args.apex_src} is not a directory", "pass your Ascend apex checkout")
+    index_url = _index(args.index_url, "--index-url")
+    extra_index_urls = tuple(_index(u, "--extra-index-url") for u in args.extra_index_url)
+    torch_index_url = _index(args.torch_index_url or env.get("APEXKIT_TORCH_INDEX_URL") or None,
+                             "--torch-index-url" if args.torch_index_url else "APEXKIT_TORCH_INDEX_URL")
+    ascend_url = _source_url(args.ascend_apex_url, "--ascend-apex-url", env, "APEXKIT_ASCEND_APEX_URL",
+                             m.ascend_apex_url)
+    nvidia_url = _source_url(args.nvidia_apex_url, "--nvidia-apex-url", env, "APEXKIT_NVIDIA_APEX_URL",
+                             m.nvidia_apex_url)
     return BuildOptions(
         python=python,
         python_path=args.python_path,
@@ -181,12 +215,12 @@ def resolve(python: str, argv: Sequence[str], env: Mapping[str, str] | None = No
         stack=stack.name if stack else None,
         apex_ref=args.apex_ref,
         apex_src=args.apex_src.expanduser().resolve() if args.apex_src else None,
-        ascend_apex_url=args.ascend_apex_url or env.get("APEXKIT_ASCEND_APEX_URL") or m.ascend_apex_url,
-        nvidia_apex_url=args.nvidia_apex_url or env.get("APEXKIT_NVIDIA_APEX_URL") or m.nvidia_apex_url,
+        ascend_apex_url=ascend_url,
+        nvidia_apex_url=nvidia_url,
         nvidia_commit=args.nvidia_commit,
-        index_url=args.index_url,
-        extra_index_urls=tuple(args.extra_index_url),
-        torch_index_url=args.torch_index_url or env.get("APEXKIT_TORCH_INDEX_URL") or None,
+        index_url=index_url,
+        extra_index_urls=extra_index_urls,
+        torch_index_url=torch_index_url,
         wheelhouses=tuple(w.resolve() for w in args.wheelhouse),
         offline=args.offline,
         jobs=jobs,

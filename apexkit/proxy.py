@@ -242,8 +242,20 @@ class Paths:
         return None if str(self.root) == "/" else self.root
 
     def in_home(self, display: str) -> bool:
-        home = self.home.rstrip("/")
-        return bool(home) and (display == home or display.startswith(home + "/"))
+        """Whether `display` is a file of the home's owner in that home: its path (with '..' taken out) lies in the
+        home, and its real path (links followed) in the real home -- or, through the owner's own link, in a folder
+        of that owner (a dotfiles checkout elsewhere). A root-made link out of the home does not count."""
+        if not self.home.startswith("/"):
+            return False
+        home, name = os.path.normpath(self.home), os.path.normpath(display)
+        if home == "/" or not (name == home or name.startswith(home + "/")):
+            return False
+        real_home = Path(os.path.realpath(self.real(home)))
+        real = Path(os.path.realpath(self.real(name)))
+        if real == real_home or real_home in real.parents:
+            return True
+        owner = self.home_owner()
+        return owner is not None and fsedit.nearest_owner(real) == owner[0]
 
     def home_owner(self) -> tuple[int, int] | None:
         """(uid, gid) of the home when it is not root's: what root creates there is given to them (sudo -E)."""
@@ -442,8 +454,11 @@ def _change(paths: Paths, display: str, new: bytes | None, mode: int, undo, note
 
 
 def _read(paths: Paths, display: str) -> bytes | None:
-    """A layer's file as it is now (through a symbolic link); a directory or an unreadable file is one line."""
-    return fsedit.read_target(paths.real(display), display)
+    """A layer's file as it is now (through a symbolic link), checked as a write would check it before a byte is
+    read: a link out of --root or (as root) into somebody else's files, a directory, a named pipe, a device, a
+    file over 16 MiB or an unreadable file is one line."""
+    real = paths.real(display)
+    return fsedit.read_target(fsedit.write_target(real, display, paths.within), display)
 
 
 def plan_shell(settings: ProxySettings, paths: Paths) -> list[fsedit.Change]:
@@ -454,11 +469,15 @@ def plan_shell(settings: ProxySettings, paths: Paths) -> list[fsedit.Change]:
     if not env:
         return []
     block = BLOCK.render(shell_exports(env).splitlines(), BLOCK_COMMENT)
+    appended = BLOCK.find(current, display) is None
     text, added_newline = BLOCK.put(current, block, display)
     secret = settings.has_credentials
     note = "holds credentials: 0600" if secret else ""
+    # whether a newline was added before the block is known only when it is appended: a block replaced in place
+    # keeps what the record says
+    extra = {"added_newline": added_newline} if appended else {}
     return [_change(paths, display, fsedit.encode(text), _secret_mode(secret, fsedit.file_mode(real)), _shell_undo, note,
-                    added_newline=added_newline)]
+                    **extra)]
 
 
 def plan_daemon(settings: ProxySettings, paths: Paths, mode: str) -> list[fsedit.Change]:
@@ -564,8 +583,11 @@ def plan_state(settings: ProxySettings, paths: Paths, layers: Sequence[str], dae
 def build_ca_bundle(ca_cert: str, system_bundles: Sequence[str] = SYSTEM_CA_BUNDLES) -> bytes:
     """The system's CA bundle plus the given certificate(s), each certificate once."""
     path = Path(ca_cert).expanduser()
-    try:
-        extra = path.read_text()
+    try:  # a regular file of at most 16 MiB, read without blocking (not a named pipe, not /dev/zero)
+        data = fsedit.read_regular(path, f"--ca-cert {ca_cert}", ConfigError, "pass the PEM file of your proxy's CA")
+        if data is None:
+            raise FileNotFoundError(ca_cert)
+        extra = data.decode()
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"--ca-cert {ca_cert}: cannot read it ({exc.__class__.__name__})",
                           "pass the PEM file of your proxy's CA") from None
@@ -768,6 +790,7 @@ def load_saved(paths: Paths) -> dict[str, SavedLayer]:
     following a link, and anything not shaped as apexkit writes it is one line naming the field. The first format
     (one "settings" for the "layers" list of the last run) is read too."""
     real = paths.real(paths.settings_file)
+    fsedit.check_links(real, paths.settings_file)  # as root: not root's own settings through a user's ~/.config link
     data = fsedit.read_private(real, "the saved proxy settings")
     if not data or not data.strip():
         return {}

@@ -133,19 +133,15 @@ def _docker_config(paths: Paths) -> Iterator[None]:
 
 
 def docker_client(paths: Paths, timeout: int = 30):
-    """A Docker SDK client, or (None, why)."""
-    try:
-        import docker
-    except ImportError:
-        return None, "the Docker SDK for Python is not installed (pip install -r requirements.txt)"
+    """The one Docker client (images.client), made with this root's Docker config, or (None, why)."""
+    from apexkit import images
+    from apexkit.errors import ImageError
+
     try:
         with _docker_config(paths):
-            client = docker.from_env(timeout=timeout)
-        client.ping()
-    except Exception as exc:  # docker raises several unrelated types for "no daemon"
-        first = str(exc).splitlines()[0][:160] if str(exc) else exc.__class__.__name__
-        return None, f"Docker daemon not reachable ({log.mask(first)})"
-    return client, ""
+            return images.client(timeout=timeout), ""
+    except ImageError as exc:
+        return None, exc.cause
 
 
 def _systemd_environment() -> str | None:

@@ -3,8 +3,12 @@ server): <index>/simple/index.html, <index>/simple/<project>/index.html with `<w
 wheels beside them, and index.json (which build each file came from).
 
 One filename is one wheel: a filename already in the index with other bytes, or two targets offering different
-wheels under one name (the wheel name does not carry the torch version), is refused; --split-by-torch writes one
-index per torch version instead. The index is rebuilt in a temporary directory and swapped in, so readers never see
+wheels under one name, is refused. Wheel names carry the build tuple in their local version label
+(apex-0.1+ascend.torch2.13.0-..., see docs/wheels.md) and METADATA pins that torch, so wheels for several torches
+share one index and pip picks the one that installs next to the user's torch (`pip install
+"apex==0.1+ascend.torch2.7.1.npu2.7.1.post8"` names one). --split-by-torch (one index per torch version) still
+works; it was needed while every wheel was apex-0.1+ascend-..., and is kept for indexes laid out that way.
+The index is rebuilt in a temporary directory and swapped in, so readers never see
 a half-written one, and wheels published earlier stay.
 
 Trust: dist/*/manifest.json, the index directory and its index.json may have been written by someone else (a build
@@ -106,7 +110,7 @@ def _open_regular(path: Path) -> int:
         raise ValueError("is a symlink")
     if not stat.S_ISREG(st.st_mode):
         raise ValueError("is not a regular file")
-    fd = os.open(path, os.O_RDONLY | _NOFOLLOW)
+    fd = os.open(path, os.O_RDONLY | _NOFOLLOW | os.O_NONBLOCK)  # a FIFO swapped in after the lstat must not block
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
         raise ValueError("is not a regular file")
@@ -144,8 +148,11 @@ def collect(dist: Path, targets: list[str] | None = None) -> list[Entry]:
             raise ConfigError(f"{folder if folder.is_symlink() else manifest_path} is a symlink: publish takes only "
                               f"what was built inside {dist}", "replace it with the directory itself, or remove it")
         try:
-            manifest = json.loads(manifest_path.read_text())
-        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            fd = _open_regular(manifest_path)  # not a FIFO (a blocked read), device or link
+            with os.fdopen(fd, "rb") as fh:
+                data = fh.read(16 << 20)
+            manifest = json.loads(data.decode("utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
             raise ConfigError(f"{manifest_path} is not a readable JSON manifest ({exc})", hint) from None
         identity = manifest.get("target", {}).get("identity") if isinstance(manifest.get("target"), dict) else None
         if isinstance(identity, dict) and identity.get("skip_patches") and not targets:
@@ -263,7 +270,8 @@ def plan(entries: list[Entry], index: Path, split_by_torch: bool = False) -> dic
                 raise ConfigError(
                     f"{entry.filename}: {where} another wheel under this name (sha256 {other.sha256[:12]}) than "
                     f"{entry.target} (sha256 {entry.sha256[:12]}) in {root}",
-                    "publish with --split-by-torch (one index per torch), pick one with --target, or use another --index")
+                    "rebuild both (a diagnosis build and a good one share a name), pick one with --target, or use "
+                    "another --index")
             by_name[entry.filename] = entry
         groups[root] = sorted(by_name.values(), key=lambda e: (e.project, e.filename))
     return groups

@@ -118,11 +118,13 @@ def parse(argv: list[str], prog: str) -> tuple[argparse.Namespace, list[str]]:
 
 def main(script: str, argv: list[str], prog: str) -> int:
     args, rest = parse(argv, prog)
+    env = dict(os.environ)
     if args.in_env:
         python, label = args.in_env, "in-env"
     else:
         target_dir, manifest = find_target(Path(args.dist), args.target, args.python)
         python, label = str(run_venv(target_dir, manifest, sources.cache_dir()).python), target_dir.name
+        env["APEXKIT_APEX_WHEEL_SHA256"] = manifest["wheel"]["sha256"]  # the bench's environment block records it
     reports = Path(args.reports) / label
     if script == "bench" and not any(a == "--out" or a.startswith("--out=") for a in rest) and "--compare" not in rest:
         rest += ["--out", str(reports / "bench")]
@@ -130,7 +132,7 @@ def main(script: str, argv: list[str], prog: str) -> int:
         rest += ["--json", str(reports / "validate.json")]
     argv_run = [python, str(SCRIPTS[script]), *rest]
     log.echo_command(argv_run)
-    code = subprocess.call(argv_run)
+    code = subprocess.call(argv_run, env=env)
     if code != 0:
         what = "the environment is not ready (see the table above)" if script == "validate" else \
             f"{SCRIPTS[script].name} exited with {code}"

@@ -13,7 +13,9 @@ from apexkit.errors import EnvironmentSetupError
 DEBIAN_PACKAGES = {"git": "git", "patch": "patch", "g++": "g++", "gcc": "gcc", "readelf": "binutils",
                    "diff": "diffutils", "tar": "tar"}
 # what the test suite needs on top: a real proxy, a real Docker engine, base images without a registry
-TEST_PACKAGES = {"tinyproxy": "tinyproxy", "dockerd": "docker.io", "debootstrap": "debootstrap"}
+TEST_PACKAGES = {"tinyproxy": "tinyproxy", "dockerd": "docker.io", "debootstrap": "debootstrap",
+                 # a private Slurm cluster for the fleet tests (tests/services.py SlurmCluster)
+                 "munged": "munge", "slurmctld": "slurmctld", "slurmd": "slurmd", "sbatch": "slurm-client"}
 # aarch64 containers on an x86_64 host: QEMU user emulation registered through binfmt_misc
 QEMU_PACKAGES = {"qemu-aarch64-static": "qemu-user-static", "update-binfmts": "binfmt-support"}
 

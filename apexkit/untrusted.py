@@ -110,6 +110,19 @@ def others_can_write(st: os.stat_result) -> str | None:
         return f"owned by uid {st.st_uid}"
     if st.st_mode & 0o002:
         return "world-writable"
-    if st.st_mode & 0o020:
+    if st.st_mode & 0o020 and not _private_group(st):
         return "group-writable"
     return None
+
+
+def _private_group(st: os.stat_result) -> bool:
+    """The group is the owner's own (user private groups: Debian/Ubuntu's default umask 002 makes every folder
+    group-writable, and nobody else is in that group)."""
+    try:
+        import grp
+        import pwd
+
+        group, owner = grp.getgrgid(st.st_gid), pwd.getpwuid(st.st_uid)
+    except (ImportError, KeyError):
+        return False
+    return owner.pw_gid == st.st_gid and group.gr_name == owner.pw_name and not group.gr_mem

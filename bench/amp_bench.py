@@ -6,8 +6,13 @@
     python bench/amp_bench.py --nproc 2 --device cpu                # torchrun + DDP (gloo/nccl/hccl)
     python bench/amp_bench.py --compare npu.json cuda.json cpu.json # side by side
 
-Modes: fp32; apex-O1, apex-O2 (apex.amp, where apex runs on the device); autocast-fp16 (with a GradScaler),
-autocast-bf16 (torch.autocast for the device type). Every mode starts from the same weights and data (fixed
+Modes: fp32 (on NPU --hf32 on|off sets torch.npu.matmul.allow_hf32); apex-O1, apex-O2 (apex.amp, where apex
+runs on the device); autocast-fp16 (with a GradScaler), autocast-bf16 (torch.autocast for the device type); bf16
+(the whole model in bfloat16, as MindSpeed trains). Optimizer arms (--optimizers): torch AdamW, torch's fused AdamW,
+torch_npu NpuFusedAdamW, apex NpuFusedAdam: step time and parameter parity after the same steps.
+MFU: model FLOPs per step (bench/flops.py states the convention) / step time / the device's peak for the mode's
+compute dtype (bench/device_peaks.json for known accelerators, else a GEMM sweep measured at the start).
+Every mode starts from the same weights and data (fixed
 seeds); speedup, memory ratio and loss parity are against the fp32 run of the same invocation.
 A mode this torch or device cannot run (probed by trying: e.g. torch 2.1's CPU autocast has no float16) is
 skipped with its reason; a mode that fails while running is reported as failed (exit 1), never as a traceback.
@@ -32,10 +37,22 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import device_adapter
+import flops
 import models
+import peaks
 import torch
 
-MODES = ("fp32", "apex-O1", "apex-O2", "autocast-fp16", "autocast-bf16")
+MODES = ("fp32", "apex-O1", "apex-O2", "autocast-fp16", "autocast-bf16", "bf16")
+# The dtype a mode's matmuls run in: MFU is against the device's peak for it.
+COMPUTE_DTYPE = {"fp32": "float32", "apex-O1": "float16", "apex-O2": "float16", "autocast-fp16": "float16",
+                 "autocast-bf16": "bfloat16", "bf16": "bfloat16"}
+# Without --scale on CPU: qwen3-moe at 0.05 (seq 208, vocab 7,616, 8 experts) keeps a low-precision arm near a second
+# per step on a 2-core CPU; at the others' 0.25 its vocabulary (37,984) x seq (1,024) LM head alone takes minutes.
+CPU_MOE_SCALE = 0.05
+OPTIMIZERS = ("torch-adamw", "torch-adamw-fused", "npu-fused-adamw", "apex-npu-fused-adam")
+# Environment variables that change NPU speed or memory: recorded in the report.
+NPU_ENV = ("TASK_QUEUE_ENABLE", "PYTORCH_NPU_ALLOC_CONF", "CPU_AFFINITY_CONF", "ASCEND_LAUNCH_BLOCKING",
+           "HCCL_BUFFSIZE", "ASCEND_RT_VISIBLE_DEVICES")
 SCHEMA = 1
 # Relative difference of the final training loss vs fp32 that still counts as parity. Low precision changes the
 # rounding of every step; after the short runs here bf16 (8-bit mantissa) stays well inside 5 %.
@@ -48,7 +65,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--device", default="auto", choices=("auto", *device_adapter.KINDS))
     p.add_argument("--model", default="all", choices=("all", *models.MODELS))
     p.add_argument("--modes", default=",".join(MODES), help="comma-separated subset of " + ",".join(MODES))
-    p.add_argument("--scale", type=float, default=None, help="model/batch size factor (default: 0.25 cpu, 1 npu/cuda)")
+    p.add_argument("--scale", type=float, default=None,
+                   help="model/batch size factor (default: 1 npu/cuda; cpu 0.25, qwen3-moe 0.05)")
     p.add_argument("--warmup", type=int, default=3, help="untimed steps per mode")
     p.add_argument("--repeats", type=int, default=5, help="timed blocks per mode (median and spread over these)")
     p.add_argument("--steps", type=int, default=5, help="optimizer steps per timed block")
@@ -60,7 +78,32 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--nproc", type=int, default=1, help="processes (devices) through torchrun + DDP")
     p.add_argument("--compare", nargs="+", metavar="JSON", help="render earlier results side by side")
     p.add_argument("--no-png", action="store_true", help="skip the chart")
+    p.add_argument("--optimizers", default=",".join(OPTIMIZERS),
+                   help="optimizer arms (fp32, same steps), comma-separated subset of " + ",".join(OPTIMIZERS) +
+                        ", or none")
+    p.add_argument("--peak", default="auto", choices=("auto", "table", "measure"),
+                   help="device peak FLOP/s: the table for known accelerators and a GEMM sweep for the rest (auto), "
+                        "the table only, or always measured")
+    p.add_argument("--gemm-sizes", default=",".join(map(str, peaks.SWEEP_SIZES)),
+                   help="matrix sizes of the peak GEMM sweep")
+    p.add_argument("--hf32", default="default", choices=("default", "on", "off"),
+                   help="NPU only: torch.npu.matmul.allow_hf32 for the fp32 arm (torch_npu's default: off)")
+    p.add_argument("--combine-grad", action="store_true",
+                   help="apex-O1/O2: amp.initialize(..., combine_grad=True) (Ascend apex: one fused gradient buffer)")
+    p.add_argument("--jit-compile", default="default", choices=("default", "on", "off"),
+                   help="NPU only: torch.npu.set_compile_mode(jit_compile=...)")
     args = p.parse_args(argv)
+    args.optimizers = [] if args.optimizers.strip() == "none" else \
+        [o.strip() for o in args.optimizers.split(",") if o.strip()]
+    bad = [o for o in args.optimizers if o not in OPTIMIZERS]
+    if bad:
+        p.error(f"unknown optimizer {bad[0]!r}; choose from {', '.join(OPTIMIZERS)} or none")
+    try:
+        args.gemm_sizes = [int(n) for n in args.gemm_sizes.split(",")]
+    except ValueError:
+        p.error(f"--gemm-sizes takes comma-separated integers, not {args.gemm_sizes!r}")
+    if args.scale is not None and args.scale <= 0:
+        p.error(f"--scale must be > 0, not {args.scale}")
     args.modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     unknown = [m for m in args.modes if m not in MODES]
     if unknown:
@@ -112,6 +155,8 @@ def mode_status(mode: str, device: device_adapter.Device) -> tuple[bool, str]:
     if mode.startswith("apex-"):
         return apex_status(device)
     dtype = AUTOCAST_MODES.get(mode)
+    if mode == "bf16":
+        return bf16_status(device)
     if dtype is None:
         return True, ""
     if dtype == torch.bfloat16 and device.kind == "cuda" and not torch.cuda.is_bf16_supported():
@@ -125,8 +170,65 @@ def mode_status(mode: str, device: device_adapter.Device) -> tuple[bool, str]:
     return True, ""
 
 
+def bf16_status(device: device_adapter.Device) -> tuple[bool, str]:
+    """Whether a bfloat16 Linear runs forward and backward here (pure bf16 training: weights and activations)."""
+    try:
+        layer = torch.nn.Linear(8, 8).to(device.torch_device, torch.bfloat16)
+        layer(torch.ones(2, 8, device=device.torch_device, dtype=torch.bfloat16)).float().sum().backward()
+    except Exception as exc:
+        return False, f"this {device.kind} has no bfloat16 Linear ({device_adapter.first_line(exc)})"
+    return True, ""
+
+
+def _quantile(values: list, fraction: float) -> float:
+    """Linear interpolation between the closest ranks (numpy's default)."""
+    ordered = sorted(values)
+    pos = (len(ordered) - 1) * fraction
+    low = int(pos)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
+
+
+def olympic_mean(values: list) -> float:
+    """MLPerf's: the mean without the fastest and the slowest run (plain mean below 3 runs)."""
+    ordered = sorted(values)
+    if len(ordered) >= 3:
+        ordered = ordered[1:-1]
+    return sum(ordered) / len(ordered)
+
+
+def grad_norm(optimizer) -> float:
+    """L2 norm of the gradients the optimizer stepped with (unscaled: GradScaler.step and apex unscale first)."""
+    total = 0.0
+    for group in optimizer.param_groups:
+        for param in group["params"]:
+            if param.grad is not None:
+                total += float(param.grad.detach().float().pow(2).sum())
+    return total ** 0.5
+
+
+def loss_scale_of(scaler, amp) -> float | None:
+    if scaler is not None:
+        return float(scaler.get_scale())
+    if amp is not None:
+        with contextlib.suppress(Exception):
+            from apex.amp._amp_state import _amp_state
+
+            return float(_amp_state.loss_scalers[0].loss_scale())
+    return None
+
+
+def scale_of(name: str, args) -> float:
+    """--scale, or this model's own default where --scale was not given."""
+    return getattr(args, "model_scales", {}).get(name, args.scale)
+
+
 def run_mode(name: str, mode: str, args, device: device_adapter.Device) -> dict:
-    model, sizes, (x, y), loss_fn, tokens_per_sample = models.build(name, args.scale, args.seed)
+    model, sizes, (x, y), loss_fn, tokens_per_sample = models.build(name, scale_of(name, args), args.seed)
+    inner = model
+    if mode == "bf16":
+        model = model.to(torch.bfloat16)
+        x = x.to(torch.bfloat16) if x.is_floating_point() else x
     model = model.to(device.torch_device)
     x, y = x.to(device.torch_device), y.to(device.torch_device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
@@ -136,7 +238,8 @@ def run_mode(name: str, mode: str, args, device: device_adapter.Device) -> dict:
     if mode.startswith("apex-"):
         from apex import amp
 
-        model, optimizer = amp.initialize(model, optimizer, opt_level=mode.split("-")[1], verbosity=0)
+        extra = {"combine_grad": True} if args.combine_grad else {}  # Ascend apex's keyword; NVIDIA apex has none
+        model, optimizer = amp.initialize(model, optimizer, opt_level=mode.split("-")[1], verbosity=0, **extra)
     if world()[1] > 1:
         ids = None if device.kind == "cpu" else [device.index]
         model = torch.nn.parallel.DistributedDataParallel(model, device_ids=ids)
@@ -158,32 +261,144 @@ def run_mode(name: str, mode: str, args, device: device_adapter.Device) -> dict:
             optimizer.step()
         return loss
 
+    scales = []
+
+    def counted_step() -> torch.Tensor:
+        loss = step()
+        scale = loss_scale_of(scaler, amp)
+        if scale is not None:
+            scales.append(scale)
+        return loss
+
     device.reset_peak_memory()
-    for _ in range(args.warmup):
-        step()
+    start = device.now()
+    counted_step()  # the first step: kernel selection, NPU operator compilation, allocator growth
+    first_step_ms = all_max(device.now() - start, device) * 1000
+    first_counts = getattr(inner, "expert_counts", None)
+    first_counts = None if first_counts is None else first_counts.cpu().tolist()
+    for _ in range(max(0, args.warmup - 1)):
+        counted_step()
     block_seconds = []
     loss = None
     for _ in range(args.repeats):
         start = device.now()  # synchronises: nothing queued before is counted
         for _ in range(args.steps):
-            loss = step()
+            loss = counted_step()
         block_seconds.append(all_max(device.now() - start, device))  # the slowest rank sets the pace
     final_loss = float(loss.detach().float().item())
     step_ms = sorted(s / args.steps * 1000 for s in block_seconds)
     median = statistics.median(step_ms)
     q = statistics.quantiles(step_ms, n=4) if len(step_ms) > 1 else [median, median, median]
     batch = sizes["batch"] * world()[1]
-    return {"mode": mode, "status": "ok", "step_ms_median": round(median, 4), "step_ms_min": round(step_ms[0], 4),
+    last_counts = getattr(inner, "expert_counts", None)
+    routing = None if first_counts is None else {"first_step": first_counts, "last_step": last_counts.cpu().tolist()}
+    skipped = sum(1 for a, b in zip(scales, scales[1:]) if b < a)  # a scaler halves its scale on a skipped step
+    return {"mode": mode, "status": "ok", "compute_dtype": COMPUTE_DTYPE[mode],
+            "first_step_ms": round(first_step_ms, 4),
+            "step_ms_median": round(median, 4), "step_ms_min": round(step_ms[0], 4),
             "step_ms_max": round(step_ms[-1], 4), "step_ms_iqr": round(q[2] - q[0], 4),
+            "step_ms_p10": round(_quantile(step_ms, 0.1), 4), "step_ms_p90": round(_quantile(step_ms, 0.9), 4),
+            "step_ms_olympic_mean": round(olympic_mean(step_ms), 4),
+            "final_grad_norm": grad_norm(optimizer),
+            "peak_memory_reserved_bytes": device.peak_memory_reserved_bytes(),
+            "loss_scale": None if not scales else {"trajectory": scales, "skipped_steps": skipped},
+            "routing": routing,
             "samples_per_s": round(batch / (median / 1000), 2),
             "tokens_per_s": round(batch * tokens_per_sample / (median / 1000), 1) if tokens_per_sample > 1 else None,
             "peak_memory_bytes": device.peak_memory_bytes(), "final_loss": final_loss, "sizes": sizes,
             "timed_steps": args.repeats * args.steps}
 
 
+# --- optimizer arms ------------------------------------------------------------------------------------------------
+
+def optimizer_factory(arm: str, device: device_adapter.Device):
+    """(factory(params) -> optimizer, None) or (None, why not here). weight_decay 0: apex's NpuFusedAdam is Adam
+    (L2 decay), the others AdamW (decoupled); without decay all four compute the same update."""
+    common = {"lr": 1e-3, "betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 0.0}
+    if arm == "torch-adamw":
+        return (lambda params: torch.optim.AdamW(params, **common)), None
+    if arm == "torch-adamw-fused":
+        try:  # torch's fused AdamW: CUDA since 2.0, CPU since 2.4; the device says by trying
+            param = torch.nn.Parameter(torch.ones(4, device=device.torch_device))
+            param.grad = torch.ones_like(param)
+            torch.optim.AdamW([param], fused=True, **common).step()
+        except Exception as exc:
+            return None, f"torch {device_adapter.torch_version()} has no fused AdamW on {device.kind} " \
+                         f"({device_adapter.first_line(exc)})"
+        return (lambda params: torch.optim.AdamW(params, fused=True, **common)), None
+    if device.kind != "npu":
+        what = "torch_npu.optim.NpuFusedAdamW" if arm == "npu-fused-adamw" else "apex.optimizers.NpuFusedAdam"
+        return None, f"{what} runs on NPU only (device is {device.kind})"
+    try:
+        if arm == "npu-fused-adamw":
+            from torch_npu.optim import NpuFusedAdamW as fused
+        else:
+            from apex.optimizers import NpuFusedAdam as fused
+    except Exception as exc:
+        return None, f"not importable ({device_adapter.first_line(exc)}); install torch_npu / the apexkit wheel"
+    return (lambda params: fused(params, **common)), None
+
+
+def train_with(factory, name: str, args, device: device_adapter.Device):
+    """(first step ms, per-step ms of each timed block, parameters before, parameters after) for one optimizer."""
+    model, _, (x, y), loss_fn, _ = models.build(name, scale_of(name, args), args.seed)
+    model = model.to(device.torch_device)
+    x, y = x.to(device.torch_device), y.to(device.torch_device)
+    initial = torch.cat([p.detach().flatten().float().cpu() for p in model.parameters()])
+    optimizer = factory(list(model.parameters()))
+
+    def step():
+        optimizer.zero_grad(set_to_none=True)
+        loss_fn(model(x), y).backward()
+        optimizer.step()
+
+    start = device.now()
+    step()
+    first_ms = (device.now() - start) * 1000
+    for _ in range(max(0, args.warmup - 1)):
+        step()
+    blocks = []
+    for _ in range(args.repeats):
+        start = device.now()
+        for _ in range(args.steps):
+            step()
+        blocks.append((device.now() - start) / args.steps * 1000)
+    return first_ms, blocks, initial, torch.cat([p.detach().flatten().float().cpu() for p in model.parameters()])
+
+
+def run_optimizers(name: str, args, device: device_adapter.Device) -> list[dict]:
+    """Each arm trains the same fp32 model on the same data for the same steps: step time, and the parameters after
+    them vs torch AdamW's (max |difference| and the difference relative to AdamW's own update)."""
+    rows, reference = [], None
+    for arm in args.optimizers:
+        factory, why = optimizer_factory(arm, device)
+        if factory is None:
+            rows.append({"optimizer": arm, "status": "skipped", "reason": why})
+            continue
+        try:
+            first_ms, blocks, initial, final = train_with(factory, name, args, device)
+        except Exception as exc:
+            rows.append({"optimizer": arm, "status": "failed", "reason": device_adapter.first_line(exc)})
+            continue
+        row = {"optimizer": arm, "status": "ok", "first_step_ms": round(first_ms, 4),
+               "step_ms_median": round(statistics.median(blocks), 4), "step_ms_min": round(min(blocks), 4),
+               "step_ms_max": round(max(blocks), 4), "steps": args.warmup + args.repeats * args.steps}
+        if arm == "torch-adamw":
+            reference = (initial, final)
+        if reference is not None:
+            update = (reference[1] - reference[0]).norm().item()
+            row["param_max_abs_diff_vs_adamw"] = float((final - reference[1]).abs().max())
+            row["param_rel_diff_vs_adamw_update"] = round((final - reference[1]).norm().item() / max(update, 1e-30), 8)
+            row["parity_ok"] = row["param_rel_diff_vs_adamw_update"] <= args.tolerance
+            row["speedup_vs_adamw"] = round(next(r for r in [*rows, row] if r["optimizer"] == "torch-adamw")
+                                            ["step_ms_median"] / row["step_ms_median"], 3)
+        rows.append(row)
+    return rows
+
+
 def harness_overhead(name: str, args, device: device_adapter.Device) -> dict:
     """The timing harness (a synchronised timestamp around every block) vs one bare loop of the same steps."""
-    model, _, (x, y), loss_fn, _ = models.build(name, args.scale, args.seed)
+    model, _, (x, y), loss_fn, _ = models.build(name, scale_of(name, args), args.seed)
     model = model.to(device.torch_device)
     x, y = x.to(device.torch_device), y.to(device.torch_device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
@@ -214,11 +429,33 @@ def harness_overhead(name: str, args, device: device_adapter.Device) -> dict:
             "overhead_pct": round((harnessed - bare) / bare * 100, 2), "alternations": 3}
 
 
+def routing_drift(counts: list, ref: list) -> float:
+    """Fraction of top-k assignments that went to another expert than in fp32 (histograms, so a lower bound)."""
+    return sum(abs(a - b) for a, b in zip(counts, ref)) / 2 / max(1, sum(ref))
+
+
+def add_mfu(name: str, results: list[dict], sizes: dict, device_peak: dict) -> None:
+    """flops_per_step, mfu (or None + mfu_reason) and the device's peak ratio vs fp32 for each ran mode."""
+    step_flops = flops.flops_per_step(name, sizes) * world()[1]
+    fp32_peak = device_peak["dtypes"]["float32"]["flops"]
+    for r in results:
+        if r["status"] != "ok":
+            continue
+        peak = device_peak["dtypes"][r["compute_dtype"]]
+        r["flops_per_step"] = step_flops
+        r["mfu"] = flops.mfu(step_flops, r["step_ms_median"] / 1000, peak["flops"] and peak["flops"] * world()[1])
+        r["mfu_reason"] = None if r["mfu"] is not None else \
+            f"no peak for {r['compute_dtype']} on this device ({peak.get('reason', 'unknown')})"
+        r["mfu"] = None if r["mfu"] is None else round(r["mfu"], 6)
+        r["peak_ratio_vs_fp32"] = round(peak["flops"] / fp32_peak, 3) if peak["flops"] and fp32_peak else None
+
+
 def finish(results: list[dict], tolerance: float) -> None:
     ref = next((r for r in results if r["mode"] == "fp32" and r["status"] == "ok"), None)
     for r in results:
         if ref is None and r["status"] == "ok":  # no reference: the ratios cannot be computed
-            r.update(speedup_vs_fp32=None, memory_ratio_vs_fp32=None, loss_rel_diff_vs_fp32=None, parity_ok=None)
+            r.update(speedup_vs_fp32=None, memory_ratio_vs_fp32=None, loss_rel_diff_vs_fp32=None, parity_ok=None,
+                     grad_norm_rel_diff_vs_fp32=None, routing_drift_vs_fp32=None)
             continue
         if r["status"] != "ok":
             continue
@@ -227,7 +464,13 @@ def finish(results: list[dict], tolerance: float) -> None:
         r["memory_ratio_vs_fp32"] = round(r["peak_memory_bytes"] / ref_memory, 3) if ref_memory else None
         diff = abs(r["final_loss"] - ref["final_loss"]) / max(abs(ref["final_loss"]), 1e-12)
         r["loss_rel_diff_vs_fp32"] = round(diff, 6)
+        gdiff = abs(r["final_grad_norm"] - ref["final_grad_norm"]) / max(abs(ref["final_grad_norm"]), 1e-12)
+        r["grad_norm_rel_diff_vs_fp32"] = round(gdiff, 6)
         r["parity_ok"] = diff <= tolerance
+        r["grad_norm_parity_ok"] = gdiff <= tolerance
+        if r.get("routing") and ref.get("routing"):
+            r["routing_drift_vs_fp32"] = {step: round(routing_drift(r["routing"][step], ref["routing"][step]), 6)
+                                          for step in ("first_step", "last_step")}
 
 
 # --- reporting -----------------------------------------------------------------------------------------------------
@@ -260,24 +503,84 @@ def markdown(report: dict) -> str:
         autocast = ", ".join(f"{name} {'yes' if c['ok'] else 'no'}" for name, c in caps["autocast"].items())
         lines.append(f"this torch on {d['kind']}: autocast {autocast}; GradScaler "
                      f"{caps['grad_scaler']['via'] or 'none'}")
+    peak = report.get("device_peak")
+    if peak:
+        lines.append(f"device peak ({peak['device']}; fp32 arm runs as {peak['fp32_kind']}): " + "; ".join(
+            f"{dtype} " + (f"{p['flops'] / 1e9:,.1f} GFLOP/s ({p['source'].split(':')[0]})" if p["flops"] else "unknown")
+            for dtype, p in peak["dtypes"].items()))
+        lines.append(f"FLOPs convention: {report.get('flops_convention', '-')}")
     lines.append("")
-    lines.append("| model | mode | step (median) | spread (min–max) | samples/s | tokens/s | peak memory | speedup | "
-                 "memory vs fp32 | loss Δ vs fp32 |")
-    lines.append("|---|---|---|---|---|---|---|---|---|---|")
+    lines.append("| model | mode | step (median) | spread (min–max) | p10–p90 | olympic mean | first step | samples/s | "
+                 "tokens/s | peak memory | speedup | device peak ratio | MFU | memory vs fp32 | loss Δ vs fp32 | "
+                 "grad-norm Δ |")
+    lines.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for name, entry in report["models"].items():
         for r in entry["results"]:
             if r["status"] != "ok":
-                lines.append(f"| {name} | {r['mode']} | {r['status']}: {r['reason']} | | | | | | | |")
+                lines.append(f"| {name} | {r['mode']} | {r['status']}: {r['reason']} |" + " |" * 13)
                 continue
             if r["loss_rel_diff_vs_fp32"] is None:
-                parity, speedup = "-", "-"
+                parity, speedup, gparity = "-", "-", "-"
             else:
                 parity = f"{r['loss_rel_diff_vs_fp32'] * 100:.2f} %" + ("" if r["parity_ok"] else " ✗")
+                gparity = f"{r['grad_norm_rel_diff_vs_fp32'] * 100:.2f} %" + ("" if r["grad_norm_parity_ok"] else " ✗")
                 speedup = f"{r['speedup_vs_fp32']:.2f}×"
+            mfu = "-" if r.get("mfu") is None else f"{r['mfu'] * 100:.1f} %"
+            ratio = "-" if r.get("peak_ratio_vs_fp32") is None else f"{r['peak_ratio_vs_fp32']:.2f}×"
             lines.append(
                 f"| {name} | {r['mode']} | {r['step_ms_median']:.2f} ms | {r['step_ms_min']:.2f}–{r['step_ms_max']:.2f} ms | "
-                f"{r['samples_per_s']:.1f} | {r['tokens_per_s'] or '-'} | {_mib(r['peak_memory_bytes'])} | "
-                f"{speedup} | {r['memory_ratio_vs_fp32'] or '-'} | {parity} |")
+                f"{r['step_ms_p10']:.2f}–{r['step_ms_p90']:.2f} ms | {r['step_ms_olympic_mean']:.2f} ms | "
+                f"{r['first_step_ms']:.0f} ms | {r['samples_per_s']:.1f} | {r['tokens_per_s'] or '-'} | "
+                f"{_mib(r['peak_memory_bytes'])} | {speedup} | {ratio} | {mfu} | {r['memory_ratio_vs_fp32'] or '-'} | "
+                f"{parity} | {gparity} |")
+    lines += ["", f"speedup vs device peak ratio: the peak ratio is the device's FLOP/s in the mode's compute dtype over "
+                  f"its fp32 FLOP/s, the most AMP can gain on matmuls here; parity: final loss and grad norm within "
+                  f"{report['config']['tolerance']:.0%} (relative) of fp32's, the rule of Ascend apex's L1 tests "
+                  f"(tests/L1/common/compare_npu.py)."]
+    over = [f"{name} {r['mode']}" for name, entry in report["models"].items() for r in entry["results"]
+            if r["status"] == "ok" and (r.get("mfu") or 0) > 1]
+    if over:
+        lines.append(f"- MFU above 100 % ({', '.join(over)}): the measured peak is below what the run reached (the "
+                     "GEMM sweep ran under load, or its sizes were too small): rerun on a quiet machine or widen "
+                     "--gemm-sizes")
+    for name, entry in report["models"].items():
+        scaled = [r for r in entry["results"] if r["status"] == "ok" and r.get("loss_scale")]
+        for r in scaled:
+            trajectory = r["loss_scale"]["trajectory"]
+            lines.append(f"- {name} {r['mode']} loss scale: {trajectory[0]:g} → {trajectory[-1]:g} over "
+                         f"{len(trajectory)} steps, {r['loss_scale']['skipped_steps']} skipped (overflow)")
+        routed = [r for r in entry["results"] if r["status"] == "ok" and r.get("routing")]
+        if routed:
+            lines += ["", f"{name}: tokens per expert (top-k slots), first and last step; drift = share of "
+                          "assignments that moved vs fp32", "", "| mode | first step | last step | drift first / last |",
+                      "|---|---|---|---|"]
+            for r in routed:
+                drift = r.get("routing_drift_vs_fp32") or {}
+                said = "-" if not drift else f"{drift['first_step'] * 100:.2f} % / {drift['last_step'] * 100:.2f} %"
+                lines.append(f"| {r['mode']} | {r['routing']['first_step']} | {r['routing']['last_step']} | {said} |")
+        if entry.get("optimizers"):
+            lines += ["", f"{name}: optimizer arms (fp32, the same steps; parity = parameter difference vs torch "
+                          "AdamW relative to AdamW's own update)", "",
+                      "| optimizer | step (median) | spread | first step | speedup vs AdamW | max abs Δparam | "
+                      "Δ / update |", "|---|---|---|---|---|---|---|"]
+            for r in entry["optimizers"]:
+                if r["status"] != "ok":
+                    lines.append(f"| {r['optimizer']} | {r['status']}: {r['reason']} | | | | | |")
+                    continue
+                rel = r.get("param_rel_diff_vs_adamw_update")
+                lines.append(f"| {r['optimizer']} | {r['step_ms_median']:.2f} ms | {r['step_ms_min']:.2f}–"
+                             f"{r['step_ms_max']:.2f} ms | {r['first_step_ms']:.0f} ms | "
+                             f"{r.get('speedup_vs_adamw', '-')}× | {r.get('param_max_abs_diff_vs_adamw', 0):.2e} | "
+                             + ("-" if rel is None else f"{rel:.2e}" + ("" if r["parity_ok"] else " ✗")) + " |")
+    env = report.get("environment")
+    if env:
+        lines += ["", "environment: " + ", ".join(f"{k} {v}" for k, v in env.items() if k != "env") + "; env " +
+                  (", ".join(f"{k}={v}" for k, v in env["env"].items() if v is not None) or "none of " +
+                   "/".join(env["env"]) + " set")]
+    host = report.get("host", {})
+    if host.get("load_avg_start") is not None:
+        lines += ["", f"host: {host.get('cpu')}, {host.get('cores')} cores, {host.get('torch_threads')} torch threads; "
+                      f"load average (1/5/15 min) {host['load_avg_start']} at start, {host.get('load_avg_end')} at end"]
     overhead = report.get("harness_overhead")
     if overhead:
         lines += ["", f"Timing harness vs bare loop ({overhead['model']}, fp32): {overhead['harness_s']:.3f} s vs "
@@ -304,7 +607,8 @@ def chart(report: dict, path: Path) -> str | None:
         for bar, r in zip(bars, ok):
             if r["speedup_vs_fp32"] is None:
                 continue
-            ax.annotate(f"{r['speedup_vs_fp32']:.2f}×", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+            mfu = "" if r.get("mfu") is None else f"\nMFU {r['mfu'] * 100:.1f}%"
+            ax.annotate(f"{r['speedup_vs_fp32']:.2f}×{mfu}", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
                         ha="center", va="bottom", fontsize=9)
         ax.set_title(f"{name} ({report['device']['kind']})")
         ax.set_ylabel("ms per step (median, min–max)")
@@ -314,6 +618,60 @@ def chart(report: dict, path: Path) -> str | None:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return None
+
+
+def _read_version(paths, key: str) -> str | None:
+    for path in paths:
+        with contextlib.suppress(OSError):
+            for line in Path(path).read_text(errors="replace").splitlines():
+                if line.lower().startswith(key.lower()):
+                    return line.split("=", 1)[-1].strip()
+    return None
+
+
+def environment(device: device_adapter.Device, args) -> dict:
+    """What changes speed or memory besides the code: chip, driver, CANN, versions, HF32/TF32, jit, NPU env vars."""
+    env = {"chip": device.name(), "driver": None, "cann": None, "torch": torch.__version__,
+           "torch_npu": versions()["torch_npu"], "apex": versions()["apex"],
+           "apex_wheel_sha256": os.environ.get("APEXKIT_APEX_WHEEL_SHA256")
+           or "unknown (set by nox -s bench from the target's manifest)",
+           "env": {name: os.environ.get(name) for name in NPU_ENV}}
+    if device.kind == "npu":
+        toolkit = os.environ.get("ASCEND_TOOLKIT_HOME", "/usr/local/Ascend/ascend-toolkit/latest")
+        env["cann"] = _read_version([f"{toolkit}/version.cfg", f"{toolkit}/compiler/version.info"], "version")
+        env["driver"] = _read_version(["/usr/local/Ascend/driver/version.info"], "version")
+        npu = torch.npu
+        env["hf32"] = {"matmul": getattr(getattr(npu, "matmul", None), "allow_hf32", None),
+                       "conv": getattr(getattr(npu, "conv", None), "allow_hf32", None), "requested": args.hf32}
+        jit_false = getattr(npu, "is_jit_compile_false", None)
+        env["jit_compile"] = None if jit_false is None else not jit_false()
+    else:
+        env["hf32"] = "n/a (NPU only)"
+        env["jit_compile"] = "n/a (NPU only)"
+    if device.kind == "cuda":
+        env["cuda"] = torch.version.cuda
+        env["tf32"] = {"matmul": torch.backends.cuda.matmul.allow_tf32, "cudnn": torch.backends.cudnn.allow_tf32}
+        with contextlib.suppress(Exception):
+            env["driver"] = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                           capture_output=True, text=True, timeout=30).stdout.split("\n")[0].strip()
+    return env
+
+
+def _loadavg() -> list | None:
+    """1/5/15-minute load averages of the host (Unix), to tell a contended run from a quiet one."""
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except (AttributeError, OSError):
+        return None
+
+
+def fp32_kind(device: device_adapter.Device) -> str:
+    """The peak an fp32 arm runs against: HF32 on NPU with allow_hf32, TF32 on CUDA with allow_tf32, else fp32."""
+    if device.kind == "npu" and getattr(getattr(torch.npu, "matmul", None), "allow_hf32", False):
+        return "hf32"
+    if device.kind == "cuda" and torch.backends.cuda.matmul.allow_tf32:
+        return "tf32"
+    return "float32"
 
 
 def versions() -> dict:
@@ -373,7 +731,7 @@ def compare(paths: list[str]) -> int:
 
 # --- main ----------------------------------------------------------------------------------------------------------
 
-def run_models(names, args, device: device_adapter.Device, rank: int) -> dict:
+def run_models(names, args, device: device_adapter.Device, rank: int, device_peak: dict | None = None) -> dict:
     """{model: {"sizes", "results"}}: every mode runs, or is skipped (the probe says why), or failed (the error)."""
     size = world()[1]
     out = {}
@@ -400,10 +758,18 @@ def run_models(names, args, device: device_adapter.Device, rank: int) -> dict:
                 print(f"  {name:<12} {mode:<14} {result['step_ms_median']:9.2f} ms/step  loss {result['final_loss']:.4f}",
                       file=sys.stderr)
         finish(results, args.tolerance)
-        sizes = next((r["sizes"] for r in results if r["status"] == "ok"), None) or models.sizes(name, args.scale)
+        sizes = next((r["sizes"] for r in results if r["status"] == "ok"), None) or models.sizes(name, scale_of(name, args))
         for r in results:
             r.pop("sizes", None)
-        out[name] = {"sizes": sizes, "results": results}
+        if device_peak is not None:
+            add_mfu(name, results, sizes, device_peak)
+        out[name] = {"sizes": sizes, "scale": scale_of(name, args), "results": results}
+        if args.optimizers and size == 1:
+            out[name]["optimizers"] = run_optimizers(name, args, device)
+            if rank == 0:
+                for r in out[name]["optimizers"]:
+                    said = f"{r['step_ms_median']:9.2f} ms/step" if r["status"] == "ok" else f"{r['status']}: {r['reason']}"
+                    print(f"  {name:<12} {r['optimizer']:<20} {said}", file=sys.stderr)
     return out
 
 
@@ -448,7 +814,18 @@ def main(argv=None) -> int:
         torch.set_num_threads(args.threads)
     if args.scale is None:
         args.scale = 0.25 if kind == "cpu" else 1.0
+        if kind == "cpu":  # the MoE layer's vocabulary and sequence grow fastest: a 2-core CPU needs it smaller
+            args.model_scales = {"qwen3-moe": CPU_MOE_SCALE}
+    if kind != "npu" and (args.hf32 != "default" or args.jit_compile != "default"):
+        print(f"error: --hf32/--jit-compile set torch_npu switches and the device is {kind}; drop them or run with "
+              "--device npu", file=sys.stderr)
+        return 2
     device.set_current()
+    if kind == "npu":
+        if args.hf32 != "default":
+            torch.npu.matmul.allow_hf32 = args.hf32 == "on"
+        if args.jit_compile != "default":
+            torch.npu.set_compile_mode(jit_compile=args.jit_compile == "on")
     if size > 1:
         dist = device.distributed_support()
         if not dist["ok"]:
@@ -461,14 +838,24 @@ def main(argv=None) -> int:
               "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
               "device": device.describe(), "versions": versions(),
               "host": {"machine": platform.machine(), "cpu": device_adapter.cpu_name(), "cores": os.cpu_count(),
-                       "torch_threads": torch.get_num_threads()},
+                       "torch_threads": torch.get_num_threads(), "load_avg_start": _loadavg()},
               "config": {"warmup": args.warmup, "repeats": args.repeats, "steps": args.steps, "seed": args.seed,
-                         "scale": args.scale, "nproc": size, "modes": args.modes, "tolerance": args.tolerance},
-              "capabilities": device.capabilities(), "models": {}}
-    report["models"] = run_models(names, args, device, rank)
+                         "scale": args.scale, "model_scales": getattr(args, "model_scales", {}),
+                         "nproc": size, "modes": args.modes, "tolerance": args.tolerance,
+                         "optimizers": args.optimizers, "peak": args.peak, "hf32": args.hf32,
+                         "jit_compile": args.jit_compile, "combine_grad": args.combine_grad},
+              "capabilities": device.capabilities(), "environment": environment(device, args),
+              "flops_convention": flops.CONVENTION, "models": {}}
+    report["device_peak"] = peaks.device_peak(device, args.peak, fp32_kind(device), args.gemm_sizes)
+    if rank == 0:
+        for dtype, peak in report["device_peak"]["dtypes"].items():
+            said = f"{peak['flops'] / 1e9:,.1f} GFLOP/s" if peak["flops"] else f"none ({peak.get('reason')})"
+            print(f"  peak {dtype:<9} {said}  [{peak['source'][:90]}]", file=sys.stderr)
+    report["models"] = run_models(names, args, device, rank, report["device_peak"])
     first = names[0]
     if size == 1 and any(r["mode"] == "fp32" and r["status"] == "ok" for r in report["models"][first]["results"]):
         report["harness_overhead"] = {"model": first, **harness_overhead(first, args, device)}
+    report["host"]["load_avg_end"] = _loadavg()  # other work on a shared host shows in every number above
     report["headline"] = headline(report)
     if size > 1:
         torch.distributed.barrier()
@@ -491,6 +878,8 @@ def main(argv=None) -> int:
     if failed_parity:
         print(f"warning: loss parity beyond {args.tolerance:.0%} for {failed_parity}", file=sys.stderr)
     failed = [f"{n} {r['mode']}" for n, e in report["models"].items() for r in e["results"] if r["status"] == "failed"]
+    failed += [f"{n} {r['optimizer']}" for n, e in report["models"].items() for r in e.get("optimizers", [])
+               if r["status"] == "failed"]
     if failed:
         print(f"error: {len(failed)} mode(s) failed ({', '.join(failed)}); the reasons are in {out / 'results.md'}",
               file=sys.stderr)

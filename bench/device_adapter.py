@@ -138,6 +138,11 @@ class Device:
             return int(peak.split()[0]) * 1024
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
+    def peak_memory_reserved_bytes(self) -> int | None:
+        """Peak memory the caching allocator held (None on CPU: there is no caching allocator to ask)."""
+        reserved = getattr(self.backend, "max_memory_reserved", None)
+        return None if reserved is None else int(reserved(self.index))
+
     @property
     def memory_kind(self) -> str:
         return "peak RSS (process)" if self.backend is None else f"{self.kind} max_memory_allocated"

@@ -1,4 +1,5 @@
-"""The benchmark's models: the seed's MLP and a decoder block shaped like Qwen3 (GQA attention, RMSNorm, SwiGLU).
+"""The benchmark's models: the seed's MLP, a decoder block shaped like Qwen3 (GQA attention, RMSNorm, SwiGLU) and
+one decoder layer shaped like Qwen3-30B-A3B (the same attention + a top-k router over SwiGLU experts).
 
 Sizes scale with `scale` so one script fits a 2-core CPU (scale 0.25) and an accelerator (scale 4). Standard
 library + torch only.
@@ -30,6 +31,18 @@ def qwen3_sizes(scale: float) -> dict:
     return {"batch": max(1, _round(8 * scale, 1)), "seq": _round(512 * min(scale, 1.0), 16),
             "hidden": hidden, "heads": heads, "kv_heads": kv_heads, "head_dim": head_dim,
             "intermediate": _round(hidden * 3, 64), "vocab": _round(8192 * scale, 64)}
+
+
+def moe_sizes(scale: float) -> dict:
+    """Qwen3-30B-A3B's layer at scale 1 (hidden 2048, 32 query heads x 128, 4 KV heads, 128 experts of width 768,
+    top-8, vocabulary 151,936, sequence 4096 as in MindSpeed-LLM's recipe); smaller scales shrink every width."""
+    heads = max(2, _round(32 * scale, 2))
+    experts = max(4, _round(128 * scale, 4))
+    return {"batch": max(1, round(scale)), "seq": _round(4096 * min(scale, 1.0), 16),
+            "hidden": _round(2048 * scale, 64), "heads": heads, "kv_heads": max(1, heads // 8),
+            "head_dim": 128 if scale >= 1 else 64, "experts": experts,
+            "top_k": min(experts, max(2, round(8 * min(scale, 1.0)))), "expert_width": _round(768 * scale, 32),
+            "vocab": _round(151936 * scale, 64), "aux_loss_coef": 0.001}
 
 
 class MLP(nn.Module):
@@ -119,7 +132,73 @@ class Qwen3Block(nn.Module):
         return self.lm_head(self.final_norm(x))
 
 
-MODELS = ("mlp", "qwen3-block")
+class Qwen3MoELayer(nn.Module):
+    """One Qwen3-MoE decoder layer + embedding and LM head: GQA attention with q/k RMSNorm and rotary, a router
+    (softmax over E experts, top-k, weights renormalised as norm_topk_prob=True), SwiGLU experts, and the
+    Switch-style load-balancing loss E * sum_e(fraction of tokens routed to e * mean router probability of e).
+
+    After each forward `aux_loss` holds that loss and `expert_counts` the tokens per expert (top-k slots).
+    """
+
+    def __init__(self, hidden: int, heads: int, kv_heads: int, head_dim: int, experts: int, top_k: int,
+                 expert_width: int, vocab: int, **_) -> None:
+        super().__init__()
+        self.heads, self.kv_heads, self.head_dim, self.top_k = heads, kv_heads, head_dim, top_k
+        self.embed = nn.Embedding(vocab, hidden)
+        self.input_norm = RMSNorm(hidden)
+        self.q = nn.Linear(hidden, heads * head_dim, bias=False)
+        self.k = nn.Linear(hidden, kv_heads * head_dim, bias=False)
+        self.v = nn.Linear(hidden, kv_heads * head_dim, bias=False)
+        self.o = nn.Linear(heads * head_dim, hidden, bias=False)
+        self.q_norm, self.k_norm = RMSNorm(head_dim), RMSNorm(head_dim)
+        self.post_norm = RMSNorm(hidden)
+        self.router = nn.Linear(hidden, experts, bias=False)
+        self.gate = nn.ModuleList(nn.Linear(hidden, expert_width, bias=False) for _ in range(experts))
+        self.up = nn.ModuleList(nn.Linear(hidden, expert_width, bias=False) for _ in range(experts))
+        self.down = nn.ModuleList(nn.Linear(expert_width, hidden, bias=False) for _ in range(experts))
+        self.final_norm = RMSNorm(hidden)
+        self.lm_head = nn.Linear(hidden, vocab, bias=False)
+        self.aux_loss = None
+        self.expert_counts = None
+
+    def moe(self, h: torch.Tensor) -> torch.Tensor:
+        tokens = h.reshape(-1, h.shape[-1])
+        experts = len(self.gate)
+        probs = torch.softmax(self.router(tokens).float(), dim=-1)  # routing in float32, as Qwen3 does
+        weights, chosen = probs.topk(self.top_k, dim=-1)
+        weights = (weights / weights.sum(-1, keepdim=True)).to(tokens.dtype)
+        counts = torch.bincount(chosen.flatten(), minlength=experts)
+        self.expert_counts = counts.detach()
+        fraction = counts.float() / chosen.numel()
+        self.aux_loss = experts * (fraction * probs.mean(0)).sum()
+        out = torch.zeros_like(tokens)
+        for e in range(experts):  # each expert on the tokens routed to it (a loop, not grouped GEMM: stated in docs)
+            rows, slot = (chosen == e).nonzero(as_tuple=True)
+            if rows.numel() == 0:
+                continue
+            x = tokens.index_select(0, rows)
+            y = self.down[e](F.silu(self.gate[e](x)) * self.up[e](x))
+            out = out.index_add(0, rows, (y * weights[rows, slot].unsqueeze(-1)).to(out.dtype))
+        return out.view_as(h)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        batch, seq = tokens.shape
+        x = self.embed(tokens)
+        h = self.input_norm(x)
+        q = self.q_norm(self.q(h).view(batch, seq, self.heads, self.head_dim)).transpose(1, 2)
+        k = self.k_norm(self.k(h).view(batch, seq, self.kv_heads, self.head_dim)).transpose(1, 2)
+        v = self.v(h).view(batch, seq, self.kv_heads, self.head_dim).transpose(1, 2)
+        q, k = rotary(q), rotary(k)
+        group = self.heads // self.kv_heads
+        k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+        attn = causal_attention(q, k, v)
+        x = x + self.o(attn.transpose(1, 2).reshape(batch, seq, self.heads * self.head_dim))
+        h = self.post_norm(x)
+        x = x + self.moe(h).to(x.dtype)
+        return self.lm_head(self.final_norm(x))
+
+
+MODELS = ("mlp", "qwen3-block", "qwen3-moe")
 
 
 def sizes(name: str, scale: float) -> dict:
@@ -128,6 +207,8 @@ def sizes(name: str, scale: float) -> dict:
         return mlp_sizes(scale)
     if name == "qwen3-block":
         return qwen3_sizes(scale)
+    if name == "qwen3-moe":
+        return moe_sizes(scale)
     raise ValueError(f"unknown model {name!r}; choose from {', '.join(MODELS)}")
 
 
@@ -141,9 +222,9 @@ def build(name: str, scale: float, seed: int):
         x = torch.randn(sizes["batch"], sizes["in_features"], generator=generator)
         y = torch.randint(0, sizes["classes"], (sizes["batch"],), generator=generator)
         return model, sizes, (x, y), lambda out, target: F.cross_entropy(out.float(), target), 1
-    if name == "qwen3-block":
-        sizes = qwen3_sizes(scale)
-        model = Qwen3Block(**sizes)
+    if name in ("qwen3-block", "qwen3-moe"):
+        sizes = qwen3_sizes(scale) if name == "qwen3-block" else moe_sizes(scale)
+        model = (Qwen3Block if name == "qwen3-block" else Qwen3MoELayer)(**sizes)
         for module in model.modules():  # small init keeps logits sane at any size
             if isinstance(module, nn.Linear):
                 nn.init.normal_(module.weight, std=1 / math.sqrt(module.in_features))
@@ -151,7 +232,10 @@ def build(name: str, scale: float, seed: int):
         tokens = torch.randint(0, sizes["vocab"], (sizes["batch"], sizes["seq"] + 1), generator=generator)
 
         def loss(out, target):
-            return F.cross_entropy(out.float().flatten(0, 1), target.flatten())
+            value = F.cross_entropy(out.float().flatten(0, 1), target.flatten())
+            if getattr(model, "aux_loss", None) is not None:  # qwen3-moe: the load-balancing loss
+                value = value + sizes["aux_loss_coef"] * model.aux_loss
+            return value
 
         return model, sizes, (tokens[:, :-1], tokens[:, 1:]), loss, sizes["seq"]
     raise ValueError(f"unknown model {name!r}; choose from {', '.join(MODELS)}")

@@ -16,8 +16,10 @@ with its reason. Runs inside the target venv (Python 3.8+, torch 2.1+): standard
 from __future__ import annotations
 
 import argparse
+import contextlib
 import glob
 import importlib
+import io
 import json
 import os
 import platform
@@ -283,8 +285,25 @@ def main(argv=None) -> int:
     p.add_argument("--device", default="npu", choices=("npu", "cuda", "cpu"),
                    help="the device the environment must be ready for (default npu)")
     p.add_argument("--json", metavar="PATH", help="also write the report as JSON ('-' for stdout)")
+    p.add_argument("--tests", metavar="TREE", default=os.environ.get("APEXKIT_APEX_TREE"),
+                   help="--device npu: the source tree the wheel was built from (build/<target>/tree), whose Ascend "
+                        "test suites the NPU tier runs (bench/npu_tier.py)")
+    p.add_argument("--junit", metavar="PATH", help="--device npu: write the NPU tier's JUnit XML here")
     args = p.parse_args(argv)
     report = run(args.device)
+    if args.device == "npu":  # the NPU test tier: Ascend's own suites + equivalence checks, or what it needs
+        import npu_tier
+
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            npu_tier.main((["--tests", args.tests] if args.tests else []) + (["--junit", args.junit] if args.junit
+                                                                              else []))
+        tier = json.loads(out.getvalue().strip().splitlines()[-1])
+        failed = [r["name"] for r in tier["results"] if r["status"] == "fail"]
+        detail = ("needs an NPU: " + "; ".join(tier["needs"]) if tier["needs"] else
+                  f"{len(tier['results']) - len(failed)} of {len(tier['results'])} passed" +
+                  (f"; failed: {', '.join(failed)}" if failed else ""))
+        report.add("NPU test tier (bench/npu_tier.py)", "ok" if tier["ok"] else "fail", detail, required_for=("npu",))
     data = {"device": report.device, "ok": report.ok, "checks": report.checks,
             "python": sys.executable, "platform": platform.platform()}
     if args.json == "-":

@@ -147,3 +147,116 @@ def services_available() -> tuple[bool, str]:
 
         return False, testtools.skip_reason(*absent)
     return True, ""
+
+
+class SlurmCluster:
+    """A private Slurm cluster on this machine: munged, slurmctld and one slurmd per node name (Debian's slurmd is
+    built with multiple-slurmd: every NodeName has NodeHostname=localhost and its own port), all from a generated
+    slurm.conf in a temp dir, as root, nothing under /etc. `env` points the Slurm CLI at it (SLURM_CONF).
+
+    `node_env` gives a node its own environment through a TaskProlog (what a site's prolog or a hand-edited node
+    does): {"node2": {"PYTHONPATH": "/broken"}}."""
+
+    def __init__(self, nodes: int = 3, cpus: int = 1, node_env: dict[str, dict[str, str]] | None = None) -> None:
+        self.base = Path(tempfile.mkdtemp(prefix="apxs-", dir="/tmp"))  # short: munge's socket path
+        self.names = [f"node{i}" for i in range(1, nodes + 1)]
+        self.conf = self.base / "slurm.conf"
+        self.munge_socket = self.base / "munge.sock"
+        self.processes: list[subprocess.Popen] = []
+        self.log_files = []
+        for sub in ("state", "spool", "log"):
+            (self.base / sub).mkdir()
+        key = self.base / "munge.key"
+        key.write_bytes(os.urandom(1024))
+        key.chmod(0o400)
+        prolog = self.base / "task_prolog.sh"
+        cases = "".join(f"  {name})\n" + "".join(f"    echo export {k}={v}\n" for k, v in env.items()) + "    ;;\n"
+                        for name, env in (node_env or {}).items())
+        prolog.write_text(f'#!/bin/sh\ncase "$SLURMD_NODENAME" in\n{cases}esac\nexit 0\n')
+        prolog.chmod(0o755)
+        ctld, slurmd = free_port(), free_port()
+        ports = [free_port() for _ in self.names]
+        b = self.base
+        nodes_conf = "".join(f"NodeName={n} NodeHostname=localhost NodeAddr=127.0.0.1 Port={p} CPUs={cpus} "
+                             f"RealMemory=1000 State=UNKNOWN\n" for n, p in zip(self.names, ports))
+        self.conf.write_text(
+            f"ClusterName=apexkit\nSlurmctldHost=localhost\nSlurmctldPort={ctld}\nSlurmdPort={slurmd}\n"
+            f"SlurmUser=root\nAuthType=auth/munge\nAuthInfo=socket={self.munge_socket}\nCredType=cred/munge\n"
+            f"StateSaveLocation={b}/state\nSlurmdSpoolDir={b}/spool/%n\nSlurmctldPidFile={b}/slurmctld.pid\n"
+            f"SlurmdPidFile={b}/slurmd-%n.pid\nSlurmctldLogFile={b}/log/slurmctld.log\n"
+            f"SlurmdLogFile={b}/log/slurmd-%n.log\nTaskProlog={prolog}\n"
+            "ProctrackType=proctrack/linuxproc\nTaskPlugin=task/none\nJobAcctGatherType=jobacct_gather/none\n"
+            "AccountingStorageType=accounting_storage/none\nSwitchType=switch/none\nMpiDefault=none\n"
+            "SchedulerType=sched/backfill\nSelectType=select/cons_tres\nSelectTypeParameters=CR_Core\n"
+            "ReturnToService=2\nSlurmdTimeout=60\nInactiveLimit=0\nMinJobAge=3600\nKillWait=30\n"
+            f"{nodes_conf}PartitionName=debug Nodes={','.join(self.names)} Default=YES MaxTime=INFINITE State=UP\n")
+        self.env = dict(os.environ, SLURM_CONF=str(self.conf))
+        try:
+            self._start(["munged", "-F", f"--socket={self.munge_socket}", f"--key-file={key}",
+                         f"--pid-file={b}/munged.pid", f"--log-file={b}/log/munged.log", f"--seed-file={b}/munged.seed",
+                         "--force"], "munged")
+            self._wait(lambda: self.munge_socket.exists(), "munged socket")
+            self._start(["slurmctld", "-D", "-i"], "slurmctld")
+            self._wait(lambda: self.run("scontrol", "ping").returncode == 0 and
+                       "UP" in self.run("scontrol", "ping").stdout, "slurmctld")
+            for name in self.names:
+                (b / "spool" / name).mkdir()
+                self._start(["slurmd", "-D", "-N", name], f"slurmd-{name}")
+            self._wait(lambda: self.run("sinfo", "-h", "-o", "%t").stdout.split() and
+                       all(s == "idle" for s in self.run("sinfo", "-h", "-N", "-o", "%t").stdout.split()),
+                       "idle nodes")
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start(self, argv: list[str], name: str) -> None:
+        out = open(self.base / "log" / f"{name}.out", "wb")  # noqa: SIM115 - closed in stop()
+        self.log_files.append(out)
+        self.processes.append(subprocess.Popen(argv, env=self.env, stdout=out, stderr=subprocess.STDOUT,
+                                               start_new_session=True))
+
+    def _wait(self, ready, what: str, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            dead = [p for p in self.processes if p.poll() is not None]
+            if dead:
+                raise RuntimeError(f"{dead[0].args[0]} exited: {self.logs()[-2000:]}")
+            if ready():
+                return
+            time.sleep(0.3)
+        raise RuntimeError(f"{what} not ready within {timeout}s: {self.logs()[-2000:]}")
+
+    def logs(self) -> str:
+        return "\n".join(f"== {p.name}\n{p.read_text(errors='replace')[-1500:]}" for p in sorted((self.base / "log").iterdir()))
+
+    def run(self, *argv: str, timeout: float = 60) -> subprocess.CompletedProcess:
+        return subprocess.run(list(argv), env=self.env, capture_output=True, text=True, timeout=timeout)
+
+    def stop(self) -> None:
+        """Cancel what is left, then stop the daemons (slurmd first) and remove the directory."""
+        with contextlib.suppress(Exception):
+            self.run("scancel", "--full", "--user", "root", timeout=20)
+        for process in reversed(self.processes):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGTERM)
+            try:
+                process.wait(20)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGKILL)
+                process.wait(10)
+        for handle in self.log_files:
+            handle.close()
+        shutil.rmtree(self.base, ignore_errors=True)
+
+
+def slurm_available() -> tuple[bool, str]:
+    """Root (the daemons run as root here) and Debian's munge + slurmctld + slurmd + the client."""
+    absent = [tool for tool in ("munged", "slurmctld", "slurmd", "sbatch") if shutil.which(tool) is None]
+    if absent:
+        from apexkit import testtools
+
+        return False, testtools.skip_reason(*absent)
+    if os.geteuid() != 0:
+        return False, "needs root (munged, slurmctld and slurmd run as root in the test cluster)"
+    return True, ""

@@ -26,7 +26,7 @@ from apexkit.errors import InterpreterNotFoundError
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "bench"
-SMALL = ["--scale", "0.05", "--warmup", "1", "--repeats", "2", "--steps", "2"]
+SMALL = ["--scale", "0.05", "--warmup", "1", "--repeats", "2", "--steps", "2", "--gemm-sizes", "64,128"]
 # what the run venv of `nox -s bench` adds next to torch (apexkit.runbench.RUN_EXTRAS); numpy < 2 as torch 2.1 needs
 EXTRAS = ("matplotlib", "numpy<2")
 
@@ -105,7 +105,8 @@ def test_every_bench_mode_runs_or_is_skipped_with_its_reason_on_the_oldest_stack
     markdown = (out / "results.md").read_text()
     for name, entry in report["models"].items():
         rows = {r["mode"]: r for r in entry["results"]}
-        assert list(rows) == ["fp32", "apex-O1", "apex-O2", "autocast-fp16", "autocast-bf16"]
+        assert list(rows) == ["fp32", "apex-O1", "apex-O2", "autocast-fp16", "autocast-bf16", "bf16"]
+        assert rows["bf16"]["status"] == "ok" or rows["bf16"]["reason"], rows["bf16"]
         for mode in ("fp32", "autocast-bf16"):
             assert rows[mode]["status"] == "ok" and rows[mode]["samples_per_s"] > 0, rows[mode]
         assert rows["autocast-bf16"]["parity_ok"], rows["autocast-bf16"]
@@ -119,6 +120,10 @@ def test_every_bench_mode_runs_or_is_skipped_with_its_reason_on_the_oldest_stack
             reason = fp16_row["reason"]
             assert reason.startswith(f"torch {stack['torch']} CPU ") and reason in markdown
             assert f"{name:<12} autocast-fp16  skipped: {reason}" in result.stderr
+        optim = {r["optimizer"]: r for r in entry["optimizers"]}
+        assert optim["torch-adamw"]["status"] == "ok"
+        fused = optim["torch-adamw-fused"]  # torch's CPU fused AdamW is 2.4+: older ones skip it and say why
+        assert fused["status"] == "ok" or "has no fused AdamW on cpu" in fused["reason"], fused
     if _version(stack["torch"]) < (2, 2):  # measured: torch 2.1's CPU autocast refuses float16
         assert not fp16["ok"] and "supports bfloat16 only" in report["models"]["mlp"]["results"][3]["reason"]
     assert (out / "results.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -6,10 +6,11 @@ import sys
 import zipfile
 from pathlib import Path
 
+import fixture_repos
 import pytest
 from conftest import ROOT, output
 
-WHEEL = "apex-0.1+ascend-cp311-cp311-linux_x86_64.whl"
+WHEEL = "apex-0.1+ascend.torch2.13.0-cp311-cp311-linux_x86_64.whl"
 TARGET = "py3.11-torch2.13.0-x86_64-master"
 
 
@@ -46,7 +47,27 @@ def test_build_311_end_to_end_then_wheel_cache_hit(runner, repos, tmp_path):
     smoke = manifest["smoke_test"]
     assert smoke["modules"]["apex_C"]["ok"] and smoke["modules"]["change_data_ptr"]["ok"]
     assert smoke["apex"].startswith("needs NPU runtime")  # reported, not a failure
+    tier = {r["name"]: r for r in smoke["cpu_tier"]["results"]}  # bench/cpu_tier.py in the clean venv
+    assert tier["every apex module byte-compiles"]["status"] == "ok"
+    assert tier["import apex"]["status"] == "skip" and "stops at apex/__init__.py:2" in tier["import apex"]["detail"]
+    assert "needs torch_npu + the CANN runtime" in tier["import apex"]["detail"]
+    # the fixture's modules are not Ascend's: the round trip and flatten say so instead of passing silently
+    assert tier["change_data_ptr round trip (fp32, fp16)"]["status"] == "skip"
     assert not runner.marker.exists()  # Ascend's build.sh was never run
+
+    # Identity: the local label carries the build tuple, METADATA pins the torch it was built against.
+    assert manifest["identity"]["version"] == "0.1+ascend.torch2.13.0"
+    metadata = subprocess.run(["unzip", "-p", str(dist / WHEEL), "*/METADATA"], capture_output=True, text=True,
+                              check=True).stdout
+    assert "Version: 0.1+ascend.torch2.13.0\n" in metadata and "Requires-Dist: torch==2.13.0\n" in metadata
+    # The binary checks passed and say what they saw; the glibc figures are the modules' own symbol versions.
+    checks = manifest["binary_checks"]
+    assert checks["failures"] == [] and len(checks["modules"]) == 2
+    assert checks["expect"]["hardening"] == ["bind_now", "nx_stack", "relro", "stack_protector", "stripped"]
+    assert checks["expect"]["cxx11_abi"] == 1 and checks["expect"]["rpath"] == ["$ORIGIN/torch/lib"]
+    assert manifest["identity"]["max_glibc"].startswith("GLIBC_2.")
+    assert manifest["identity"]["max_glibcxx"].startswith("GLIBCXX_3.4")
+    assert "binary checks" in output(proc) and "2 module(s) pass" in output(proc)
 
     # The rpath patch: torch's lib dir relative to the installed module, and NEEDED libstdc++ kept.
     dyn = dynamic_section(dist / WHEEL, "apex_C", tmp_path)
@@ -56,6 +77,9 @@ def test_build_311_end_to_end_then_wheel_cache_hit(runner, repos, tmp_path):
     again = runner.nox("3.11")
     assert again.returncode == 0, output(again)[-3000:]
     assert "wheel cache hit" in output(again) and "▸ compile" not in output(again)
+    # the last lines say where the manifest is and how to install the wheel next to its torch
+    assert f"  manifest: {dist / 'manifest.json'}" in output(again)
+    assert f"  install:  pip install torch==2.13.0 {dist / WHEEL}" in output(again)
     manifest2 = json.loads((dist / "manifest.json").read_text())
     assert manifest2["cache_hit"] is True and manifest2["wheel"]["sha256"] == manifest["wheel"]["sha256"]
 
@@ -71,6 +95,10 @@ def test_bare_rpath_trap_is_real_without_our_patch(runner, tmp_path):
     trap = runner.dist / f"{TARGET}+skip-rpath-link-flag"
     assert json.loads((trap / "manifest.json").read_text())["target"]["identity"] == {
         "skip_patches": ["rpath-link-flag"]}
+    # the binary checks name what is wrong; a diagnosis build keeps its wheel, with the verdict in its manifest
+    failures = json.loads((trap / "manifest.json").read_text())["binary_checks"]["failures"]
+    assert any(": rpath: RPATH " in f and "expected (none)" in f for f in failures), failures
+    assert "binary check (diagnosis build, --skip-patch)" in output(proc)
     dyn = dynamic_section(trap / WHEEL, "apex_C", tmp_path)
     assert "$ORIGIN/torch/lib" not in dyn
     assert "Library rpath: [" in dyn  # the linker swallowed the next argument as the rpath ...
@@ -127,6 +155,88 @@ def test_apex_src_builds_the_users_checkout_with_local_fixes(runner, repos, tmp_
     assert "flags detected from npu.patch: --cpp_ext" in output(proc)
 
 
+def broken_checkout(repos, tmp: Path, edit) -> Path:
+    """A clone of the fixture Ascend repo whose src/setup.py (copied over the tree after npu.patch, as Ascend's own
+    src/ is) is the fixture's setup.py with one deliberate fault."""
+    checkout = tmp / "broken-apex"
+    subprocess.run(["git", "clone", "-q", str(repos.ascend_path), str(checkout)], check=True)
+    setup = fixture_repos.ascend_tree(fixture_repos.nvidia_files(), False, True)["setup.py"]
+    broken = edit(setup)
+    assert broken != setup
+    (checkout / "src" / "setup.py").write_text(broken)
+    subprocess.run(["git", "-C", str(checkout), "add", "-A"], check=True)
+    subprocess.run(["git", "-C", str(checkout), "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "fault"],
+                   check=True)
+    return checkout
+
+
+FAULTS = {
+    # a build_ext that drops a flag setup.py asks for (the .so then binds lazily)
+    "hardening bind_now": lambda s: s.replace(
+        "        return super(BuildExtension, self).build_extensions()",
+        "        for ext in self.extensions:\n"
+        "            ext.extra_link_args = [a for a in ext.extra_link_args if a != '-Wl,-z,now']\n"
+        "        return super(BuildExtension, self).build_extensions()"),
+    # the old std::string ABI against torch 2.13 (built with the C++11 ABI): the define after ours wins
+    "cxx11-abi": lambda s: s.replace("secure_link_args = [", "secure_compile_args.append('-D_GLIBCXX_USE_CXX11_ABI=0')\n"
+                                                          "secure_link_args = [", 1),
+    # a library outside torch's, the system's and what setup.py declares (libz: zlib1g-dev)
+    "needed": lambda s: s.replace("'-Wl,-z,now',", "'-Wl,-z,now', '-Wl,--no-as-needed,-lz',", 1),
+}
+
+
+@pytest.mark.parametrize("check", sorted(FAULTS))
+def test_each_binary_check_fails_a_deliberately_broken_build(runner, repos, tmp_path, check):
+    if check == "needed" and not Path("/usr/lib/x86_64-linux-gnu/libz.so").exists():
+        pytest.skip("needs libz.so to link against: apt-get install zlib1g-dev")
+    checkout = broken_checkout(repos, tmp_path, FAULTS[check])
+    proc = runner.nox("3.11", "--apex-src", str(checkout))
+    text = output(proc)
+    assert proc.returncode != 0, text[-3000:]
+    errors = [line for line in text.splitlines() if "binary check failed:" in line]
+    assert errors and f": {check}: " in errors[0], text[-3000:]
+    assert ".so" in errors[0] and "nothing was published" in errors[0] and "Traceback" not in text
+    assert "▸ smoke test" not in text  # stopped before: nothing installed anywhere
+    assert not runner.dist.exists() or not any(p for p in runner.dist.iterdir() if not p.name.startswith("."))
+    assert "FAIL " in (runner.build / "py3.11-torch2.13.0-x86_64-local" / "build.log").read_text()
+
+
+def test_pip_refuses_a_wheel_pinned_to_another_torch(runner, tmp_path):
+    """The wheel for torch 2.13.0 resolves in a torch-2.13 venv; the same wheel pinned to torch 2.1.0 (its METADATA
+    rewritten and repacked with `wheel`, as a build against 2.1.0 would write it) is refused by pip there."""
+    proc = runner.nox("3.11", "--no-smoke-test")
+    assert proc.returncode == 0, output(proc)[-3000:]
+    good = runner.dist / TARGET / WHEEL
+    venv = next(p for p in (runner.cache / "venvs").glob("build-py3.11-*") if (p / "apexkit-ready.json").is_file())
+    # ^ the build venv: torch 2.13.0 and `wheel` installed
+    python = str(venv / "bin" / "python")
+    unpacked = tmp_path / "unpacked"
+    subprocess.run([python, "-m", "wheel", "unpack", "-d", str(unpacked), str(good)], check=True, capture_output=True)
+    root = next(unpacked.iterdir())
+    info = next(root.glob("*.dist-info"))
+    meta = (info / "METADATA").read_text().replace("0.1+ascend.torch2.13.0", "0.1+ascend.torch2.1.0").replace(
+        "Requires-Dist: torch==2.13.0", "Requires-Dist: torch==2.1.0")
+    (info / "METADATA").write_text(meta)
+    info.rename(info.with_name("apex-0.1+ascend.torch2.1.0.dist-info"))
+    out = tmp_path / "other"
+    out.mkdir()
+    subprocess.run([python, "-m", "wheel", "pack", "--dest-dir", str(out), str(root)], check=True, capture_output=True)
+    other = next(out.glob("*.whl"))
+    assert other.name == "apex-0.1+ascend.torch2.1.0-cp311-cp311-linux_x86_64.whl"
+
+    def dry_run(wheel: Path) -> subprocess.CompletedProcess:  # --dry-run: the shared build venv is not changed
+        return subprocess.run([sys.executable, "-m", "pip", "--python", python, "install", "--isolated", "--dry-run",
+                               "--no-index", "--no-cache-dir", str(wheel)], capture_output=True, text=True)
+
+    ok = dry_run(good)
+    assert ok.returncode == 0 and "Would install apex-0.1+ascend.torch2.13.0" in ok.stdout, ok.stdout + ok.stderr
+    refused = dry_run(other)
+    assert refused.returncode != 0
+    said = refused.stdout + refused.stderr
+    assert "apex 0.1+ascend.torch2.1.0 depends on torch==2.1.0" in said or (
+        "Cannot install apex==0.1+ascend.torch2.1.0" in said and "torch==2.1.0" in said), said
+
+
 @pytest.mark.parametrize(
     ("args", "env", "code", "message"),
     [
@@ -139,6 +249,7 @@ def test_apex_src_builds_the_users_checkout_with_local_fixes(runner, repos, tmp_
         (["--jobs", "0"], {}, 2, "--jobs 0: must be at least 1"),
         (["--dist", "/etc/hostname"], {}, 2, "--dist /etc/hostname is not a directory"),
         (["--build-dir", "/etc/hostname"], {}, 2, "--build-dir /etc/hostname is not a directory"),
+        (["--dist", "/etc/hostname/sub"], {}, 2, "--dist /etc/hostname/sub lies under /etc/hostname, which is not a"),
     ],
 )
 def test_bad_inputs_are_one_line_errors(runner, args, env, code, message):
@@ -173,3 +284,19 @@ def test_full_build_other_pythons(runner, python):
     """torch 2.1.0 for these Pythons comes from the index as a large CUDA build on x86_64: out of default CI."""
     proc = runner.nox(python)
     assert proc.returncode == 0, output(proc)[-3000:]
+
+
+@pytest.mark.parametrize(("args", "env"), [
+    (["--index-url=https://u:Tok3n/Secret@m.corp/simple"], {}),
+    (["--torch-index-url=https://u:Tok3n#Secret@m.corp/whl/cpu"], {}),
+    ([], {"APEXKIT_ASCEND_APEX_URL": "https://user:Tok3n/Secret@git.corp/apex.git"}),
+    ([], {"APEXKIT_NVIDIA_APEX_URL": "https://Tok3n?Secret@git.corp/apex.git"}),
+])
+def test_a_url_whose_password_does_not_parse_is_refused_without_echoing_it(runner, args, env):
+    """Issue 14: a password holding '/', '#', '?' must be percent-encoded; the one-line error quotes only scheme and
+    host, and no part of the password reaches the output."""
+    proc = runner.cli("3.11", "--dry-run", *args, **env)
+    assert proc.returncode == 2, output(proc)[-2000:]
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "percent-encode" in errors[0]
+    assert "Tok3n" not in output(proc) and "Secret" not in output(proc)

@@ -16,7 +16,7 @@ from apexkit import containerbuild, options
 from apexkit.errors import ImageError
 
 TARGET = "py3.11-torch2.13.0-x86_64-master"
-WHEEL = "apex-0.1+ascend-cp311-cp311-linux_x86_64.whl"
+WHEEL = "apex-0.1+ascend.torch2.13.0-cp311-cp311-linux_x86_64.whl"
 SECRET = b"-----BEGIN OPENSSH PRIVATE KEY-----\nnot-a-real-key\n"
 IMAGE = "apexkit/builder:debian-bookworm-x86_64"
 

@@ -1,3 +1,5 @@
+import pytest
+
 from apexkit import known_failures, log
 from apexkit.errors import BuildError
 
@@ -77,3 +79,20 @@ def test_doctor_log_streams_a_large_log_once(tmp_path):
     code, max_rss_kib = (int(x) for x in out.split("\n", 1)[0].split())
     assert code == 0 and f"hardcoded-site-packages  line {expected_line}:" in out
     assert max_rss_kib < 80 * 1024, f"peak RSS {max_rss_kib} KiB for a 40 MB log"
+
+
+def test_mask_hides_a_password_with_a_slash_and_keeps_paths_and_ports():
+    """A raw '/' in a password (generated passwords have them) is masked up to the last '@' of its token; a port
+    followed by a path, or an '@' in a path, is not a password."""
+    assert log.mask("http://alice:Ab/Secret9@proxy:3128") == "http://alice:***@proxy:3128"
+    assert log.mask("index https://u:Tok3n/Secret@m.corp/simple x") == "index https://u:***@m.corp/simple x"
+    for kept in ("https://host:8080/path@v1", "git+https://h/r.git@v1.0", "see https://github.com:443/a@b"):
+        assert log.mask(kept) == kept
+
+
+@pytest.mark.timeout(60)
+def test_mask_is_linear_on_long_lines():
+    """One 1 MB line (a compiler or container line) is masked in one pass: the scheme must start a word (before:
+    quadratic, 4.5 s for 40 kB, so hours for this)."""
+    line = "a" * 1_000_000 + " http://u:pw@h " + "b" * 1_000_000
+    assert log.mask(line).count("http://u:***@h") == 1

@@ -26,7 +26,8 @@ def test_all_patches_apply_to_master_shaped_setup_and_fix_each_trap(tmp_path):
     assert "secure_compile_args = ['-D_GLIBCXX_USE_CXX11_ABI=%d' % int(getattr(torch._C, " in text
     assert "sys.prefix}/lib/python" not in text and "site.getusersitepackages" not in text
     assert "os.path.dirname(os.path.dirname(os.path.abspath(torch.__file__)))" in text
-    assert "version='0.1+ascend'" in text and "0.1-ascend" not in text
+    assert "version='0.1+ascend' + os.environ.get('APEXKIT_VERSION_LABEL', '')" in text and "0.1-ascend" not in text
+    assert "install_requires=os.environ.get('APEXKIT_REQUIRES', '').split()" in text
     assert "'-Wl,--disable-new-dtags,--rpath,$ORIGIN/torch/lib'" in text
     compile(text, "setup.py", "exec")  # still valid Python
     assert all(len(r.sha256) == 64 for r in results)
@@ -71,3 +72,24 @@ def test_every_patch_has_a_readme_row():
     readme = (patches.PATCHES_DIR / "README.md").read_text()
     for patch in patches.load_all():
         assert f"| `{patch.id}` |" in readme
+
+
+def test_version_patch_labels_and_pins_the_wheel_from_the_environment(tmp_path):
+    """What setup() receives from the patched setup.py: the build's label and pins, or plain 0.1+ascend outside
+    apexkit. Older refs that already say 0.1+ascend get the label too."""
+    import ast
+
+    for version in ("0.1-ascend", "0.1+ascend"):
+        text = ascend_setup().replace("version='0.1-ascend'", f"version='{version}'")
+        tree = tree_with(tmp_path, text)
+        assert next(r.status for r in patches.apply_all(tree) if r.id == "pep440-version") == patches.APPLIED
+        call = next(n for n in ast.walk(ast.parse((tree / "setup.py").read_text()))
+                    if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "setup")
+        kwargs = {k.arg: compile(ast.Expression(k.value), "setup.py", "eval") for k in call.keywords}
+        for env, version_out, requires_out in (
+                ({"APEXKIT_VERSION_LABEL": ".torch2.7.1.npu2.7.1.post8", "APEXKIT_REQUIRES": "torch==2.7.1 torch_npu==2.7.1.*"},
+                 "0.1+ascend.torch2.7.1.npu2.7.1.post8", ["torch==2.7.1", "torch_npu==2.7.1.*"]),
+                ({}, "0.1+ascend", [])):
+            scope = {"os": type("os", (), {"environ": env})}
+            assert eval(kwargs["version"], scope) == version_out
+            assert eval(kwargs["install_requires"], scope) == requires_out

@@ -385,5 +385,5 @@ def test_check_without_a_docker_daemon_skips_those_layers_with_the_reason(fsroot
     assert result.returncode == 0
     for layer in ("daemon", "container"):
         assert rows[layer]["status"] == "skip"
-        assert "Docker daemon not reachable" in rows[layer]["probe"] and "start dockerd" in rows[layer]["hint"]
+        assert "Docker daemon is not reachable" in rows[layer]["probe"] and "start dockerd" in rows[layer]["hint"]
     assert rows["container"]["configured"] == "/home/alice/.docker/config.json proxies.default"

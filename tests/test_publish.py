@@ -15,7 +15,7 @@ from conftest import ROOT, Runner, output
 from apexkit import interpreters
 
 TARGET = "py3.11-torch2.13.0-x86_64-master"
-WHEEL = "apex-0.1+ascend-cp311-cp311-linux_x86_64.whl"
+WHEEL = "apex-0.1+ascend.torch2.13.0-cp311-cp311-linux_x86_64.whl"
 
 
 def invoke(*args: str) -> subprocess.CompletedProcess:
@@ -72,7 +72,7 @@ def test_index_installs_with_pip_and_refuses_a_second_wheel_under_one_name(runne
                              capture_output=True, text=True)
     assert install.returncode == 0, install.stdout + install.stderr
     listed = subprocess.run([str(venv / "bin" / "pip"), "list", "--format=json"], capture_output=True, text=True)
-    assert {"name": "apex", "version": "0.1+ascend"} in json.loads(listed.stdout)
+    assert {"name": "apex", "version": "0.1+ascend.torch2.13.0"} in json.loads(listed.stdout)
 
     again = invoke("publish", "--dist", str(runner.dist), "--index", str(index))  # same bytes: idempotent
     assert again.returncode == 0 and (index / "simple" / "apex" / "index.html").read_text() == page
@@ -317,3 +317,31 @@ def test_publish_leaves_a_diagnosis_build_out_unless_named(tmp_path):
     named = invoke("publish", "--dist", str(dist), "--index", str(tmp_path / "trap-index"), "--target", trap)
     assert named.returncode == 0, output(named)
     assert [p.read_bytes() for p in (tmp_path / "trap-index").rglob("*.whl")] == [b"the trap"]
+
+
+def test_wheels_for_two_torches_share_one_index(tmp_path):
+    """Issue 16: the local label names the torch, so two builds for two torches are two files of one project page;
+    no per-torch directories."""
+    npu_wheel = "apex-0.1+ascend.torch2.7.1.npu2.7.1.post8-cp311-cp311-linux_x86_64.whl"
+    dist = fake_dist(tmp_path, data=b"for torch 2.13.0")
+    fake_dist(tmp_path, file=npu_wheel, torch="2.7.1", data=b"for torch 2.7.1",
+              target="py3.11-torch2.7.1-x86_64-master+npu2.7.1.post8")
+    index = tmp_path / "index"
+    proc = invoke("publish", "--dist", str(dist), "--index", str(index))
+    assert proc.returncode == 0, output(proc)
+    page = (index / "simple" / "apex" / "index.html").read_text()
+    assert f'href="{WHEEL}#sha256=' in page and f'href="{npu_wheel}#sha256=' in page
+    assert sorted(p.name for p in index.iterdir()) == ["index.json", "simple"]
+    assert (index / "simple" / "apex" / npu_wheel).read_bytes() == b"for torch 2.7.1"
+
+
+def test_publish_refuses_a_fifo_manifest_without_blocking(tmp_path):
+    """The review's case: dist/<target>/manifest.json is a FIFO; publish used to block forever reading it."""
+    dist = fake_dist(tmp_path)
+    folder = dist / "t2"
+    folder.mkdir()
+    os.mkfifo(folder / "manifest.json")
+    proc = subprocess.run([sys.executable, "-m", "invoke", "-r", str(ROOT), "publish", "--dist", str(dist), "--index",
+                           str(tmp_path / "index")], capture_output=True, text=True, timeout=60)
+    refused(proc, "manifest.json is not a readable JSON manifest", "is not a regular file")
+    assert not (tmp_path / "index").exists()

@@ -4,6 +4,7 @@ others can write) -- real files, real builds of the fixture sources."""
 
 from __future__ import annotations
 
+import grp
 import hashlib
 import json
 import os
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 from conftest import output
 
-from apexkit import build, distdir
+from apexkit import build, distdir, untrusted
 from apexkit import matrix as matrix_mod
 from apexkit.errors import ConfigError
 from apexkit.interpreters import Interpreter
@@ -22,7 +23,7 @@ from apexkit.options import BuildOptions
 
 INTERP = Interpreter("/usr/bin/python3.11", "3.11", "3.11.2", "cpython", "x86_64", "/usr", "", "")
 BASE = "py3.11-torch2.13.0-x86_64-master"
-WHEEL = "apex-0.1+ascend-cp311-cp311-linux_x86_64.whl"
+WHEEL = "apex-0.1+ascend.torch2.13.0-cp311-cp311-linux_x86_64.whl"
 
 
 def plan_id(**opts) -> str:
@@ -202,8 +203,28 @@ def test_a_group_or_world_writable_cache_is_not_used(tmp_path, capfd):
     assert cache.builder._cache_usable() is False
     assert "is world-writable: not using it" in capfd.readouterr().err
     os.chmod(cache.root / "wheels", 0o775)
+    if untrusted._private_group(os.stat(cache.root / "wheels")):  # the owner's own group (umask 002): fine
+        assert cache.builder._cache_usable() is True
+        if os.geteuid() != 0:
+            return
+        os.chown(cache.root / "wheels", -1, grp.getgrnam("users").gr_gid)  # a group others are in
     assert cache.builder._cache_usable() is False
     assert "is group-writable" in capfd.readouterr().err
+
+
+def test_a_shard_tightened_on_top_only_still_refuses_anothers_entry(tmp_path, capfd):
+    """The review's case: a cache made under umask 000, then `chmod go-w cache cache/wheels` -- the shard folder
+    wheels/ab stays world-writable, and an entry planted there by another user is refused."""
+    cache = Cache(tmp_path)
+    cache.put()
+    os.chmod(cache.entry.parent, 0o777)
+    assert cache.builder._cache_usable() is True and cache.lookup() is None
+    assert "is world-writable" in capfd.readouterr().err
+    os.chmod(cache.entry.parent, 0o755)
+    if os.geteuid() == 0:
+        os.chown(cache.entry, 65534, 65534)  # an entry that belongs to someone else
+        assert cache.lookup() is None
+        assert "owned by uid 65534" in capfd.readouterr().err
 
 
 def test_a_poisoned_hit_rebuilds_and_test_cached_smoke_tests_a_hit(runner):

@@ -1,0 +1,439 @@
+"""The check_binary of apex: what a built wheel says it is (version label, Requires-Dist pins) and what its compiled
+modules are (ELF machine, NEEDED, RPATH, undefined symbols, C++ string ABI, hardening, glibc symbol versions).
+
+Read with pyelftools (a kept ELF library: the program headers, dynamic section, .dynsym and .gnu.version_r are all it
+needs; parsing readelf's text would tie us to one binutils' output format). The one exception is demangling: the
+__cxx11 check hands the mangled names to `c++filt` (binutils, present wherever g++ is), which is what PyTorch's own
+check_binary does too. Every failure is one line naming the file and the check.
+
+Pure in, data out: `Expect` says what the build asked for (from the plan, the patched setup.py and the build venv's
+torch), `check_wheel` returns a report (per module: the facts, the failures). build.py turns failures into a
+BuildError; the manifest keeps the report.
+"""
+
+from __future__ import annotations
+
+import ast
+import email.parser
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from apexkit.errors import EnvironmentSetupError
+
+try:
+    from elftools.common.exceptions import ELFError
+    from elftools.elf.dynamic import DynamicSection
+    from elftools.elf.elffile import ELFFile
+    from elftools.elf.gnuversions import GNUVerNeedSection
+    from elftools.elf.hash import ELFHashSection, GNUHashSection
+except ImportError:  # a tool venv made before requirements.txt had it (an old builder image): one line, below
+    ELFFile = None
+
+# e_machine per target arch (the `machine` of interpreters.Interpreter)
+MACHINES = {"x86_64": "EM_X86_64", "aarch64": "EM_AARCH64"}
+
+# The system libraries a torch extension may link: glibc's and the GCC runtime's. Anything else must come from torch
+# (its lib/ folder), torch_npu (its lib/), or be declared by the ref's setup.py (libraries=...).
+SYSTEM_LIBS = frozenset({
+    "libc.so.6", "libm.so.6", "libstdc++.so.6", "libgcc_s.so.1", "libpthread.so.0", "libdl.so.2", "librt.so.1",
+    "ld-linux-x86-64.so.2", "ld-linux-aarch64.so.1",
+})
+
+# What Ascend's npu.patch asks for in secure_compile_args / secure_link_args (read from Ascend apex master and 5.0.0
+# patch/npu.patch on 2026-11-30): flag -> the hardening property the .so must then show.
+HARDENING_FLAGS = {
+    "-Wl,-z,relro": "relro",
+    "-Wl,-z,now": "bind_now",
+    "-Wl,-z,noexecstack": "nx_stack",
+    "-s": "stripped",
+    "-fstack-protector-all": "stack_protector",
+    "-fstack-protector-strong": "stack_protector",
+    "-fstack-protector": "stack_protector",
+}
+HARDENING_WHY = {
+    "relro": "no PT_GNU_RELRO segment",
+    "bind_now": "no BIND_NOW in DT_FLAGS/DT_FLAGS_1 (lazy binding)",
+    "nx_stack": "PT_GNU_STACK is missing or executable",
+    "stripped": "not stripped (.symtab present)",
+    "stack_protector": "no __stack_chk_fail/__stack_chk_guard reference",
+}
+
+DF_BIND_NOW = 0x8
+DF_1_NOW = 0x1
+PF_X = 0x1
+
+_OLD_STRING = re.compile(r"std::(?:string|wstring|basic_string<|list<)")  # the pre-C++11 ABI, as c++filt prints it
+
+
+@dataclass(frozen=True)
+class Expect:
+    """What the build asked for, decided before looking at the binaries."""
+
+    arch: str
+    torch_lib: str | None = None  # the build venv's torch/lib: the allowed libraries and where they are found
+    extra_lib_dirs: tuple[str, ...] = ()  # torch_npu/lib, CANN lib64 when present
+    declared_libs: tuple[str, ...] = ()  # library names the setup.py declares (libraries.append('X') -> libX.so)
+    rpath: tuple[str, ...] | None = None  # exact RPATH/RUNPATH entries; () = none; None = not checked
+    site_dir: str | None = None  # what $ORIGIN means once installed (site-packages of the build venv)
+    cxx11_abi: int | None = None  # torch._C._GLIBCXX_USE_CXX11_ABI; None = not checked
+    hardening: tuple[str, ...] = ()  # properties from HARDENING_FLAGS the setup.py asks for
+    interpreter_files: tuple[str, ...] = ()  # the Python executable (+ libpython): Py* symbols come from there
+    system_dirs: tuple[str, ...] = ()  # () = the usual ones for `arch`
+
+
+@dataclass
+class ModuleReport:
+    file: str
+    machine: str = ""
+    needed: list[str] = field(default_factory=list)
+    rpath: list[str] = field(default_factory=list)
+    glibc: str | None = None
+    glibcxx: str | None = None
+    undefined: int = 0
+    failures: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def system_dirs(arch: str) -> tuple[str, ...]:
+    triplet = f"{arch}-linux-gnu"
+    return (f"/lib/{triplet}", f"/usr/lib/{triplet}", "/lib64", "/usr/lib64", "/lib", "/usr/lib")
+
+
+def hardening_asked(setup_py: str) -> tuple[str, ...]:
+    """The hardening properties setup.py's secure_compile_args/secure_link_args ask for (none when it has none):
+    the string constants of those lists and of their .append(...) calls, read with ast (never executed)."""
+    try:
+        tree = ast.parse(setup_py)
+    except SyntaxError:
+        return ()
+    flags: list[str] = []
+    names = {"secure_compile_args", "secure_link_args"}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id in names for t in node.targets):
+            if isinstance(node.value, ast.List):
+                flags += [e.value for e in node.value.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in (
+                "append", "extend") and isinstance(node.func.value, ast.Name) and node.func.value.id in names:
+            for arg in node.args:
+                items = arg.elts if isinstance(arg, (ast.List, ast.Tuple)) else [arg]
+                flags += [e.value for e in items if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+    return tuple(sorted({HARDENING_FLAGS[f] for f in flags if f in HARDENING_FLAGS}))
+
+
+def declared_libs(setup_py: str) -> tuple[str, ...]:
+    """Library names setup.py links on purpose: libraries.append('X') and libraries=[...] constants."""
+    found = set(re.findall(r"libraries\.append\(\s*['\"]([\w.+-]+)['\"]\s*\)", setup_py))
+    for group in re.findall(r"libraries\s*=\s*\[([^\]]*)\]", setup_py):
+        found |= set(re.findall(r"['\"]([\w.+-]+)['\"]", group))
+    return tuple(sorted(found))
+
+
+def _dynamic(elf: ELFFile) -> DynamicSection | None:
+    for section in elf.iter_sections():
+        if isinstance(section, DynamicSection):
+            return section
+    return None
+
+
+_EXPORTS: dict[str, frozenset[str]] = {}
+
+
+def exports(path: str) -> frozenset[str]:
+    """Names of the dynamic symbols `path` defines (cached per file: libtorch_cpu takes seconds)."""
+    real = os.path.realpath(path)
+    if real not in _EXPORTS:
+        names = set()
+        with open(real, "rb") as fh:
+            elf = ELFFile(fh)
+            dynsym = elf.get_section_by_name(".dynsym")
+            if dynsym is not None:
+                for sym in dynsym.iter_symbols():
+                    if sym["st_shndx"] != "SHN_UNDEF" and sym.name:
+                        names.add(sym.name)
+        _EXPORTS[real] = frozenset(names)
+    return _EXPORTS[real]
+
+
+def defined_in(path: str, names: set[str]) -> set[str]:
+    """Which of `names` the library at `path` defines: looked up in its .gnu.hash/.hash table (libtorch_cpu has
+    ~75k dynamic symbols; reading them all takes seconds, a lookup per name does not), all exports otherwise."""
+    with open(os.path.realpath(path), "rb") as fh:
+        elf = ELFFile(fh)
+        table = next((s for s in elf.iter_sections() if isinstance(s, (GNUHashSection, ELFHashSection))), None)
+        if table is None:
+            return names & exports(path)
+        found = set()
+        for name in names:
+            sym = table.get_symbol(name)
+            if sym is not None and sym["st_shndx"] != "SHN_UNDEF":
+                found.add(name)
+        return found
+
+
+def _find_lib(name: str, dirs: list[str]) -> str | None:
+    for folder in dirs:
+        candidate = os.path.join(folder, name)
+        if os.path.isfile(candidate):
+            return candidate
+    return None
+
+
+def _version_key(text: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in re.findall(r"\d+", text))
+
+
+def demangle(names: list[str]) -> list[str]:
+    """c++filt over the names (one process); the names themselves when c++filt is missing."""
+    tool = shutil.which("c++filt")
+    if not tool or not names:
+        return list(names)
+    proc = subprocess.run([tool], input="\n".join(names) + "\n", capture_output=True, text=True)
+    out = proc.stdout.splitlines()
+    return out if proc.returncode == 0 and len(out) == len(names) else list(names)
+
+
+def check_module(path: Path, expect: Expect, shown: str | None = None) -> ModuleReport:
+    """Every check on one compiled module; failures are one line each, prefixed with the module's name."""
+    shown = shown or path.name
+    report = ModuleReport(shown)
+
+    def fail(check: str, why: str) -> None:
+        report.failures.append(f"{shown}: {check}: {why}")
+
+    try:
+        with open(path, "rb") as fh:
+            _check_open(fh, report, expect, fail)
+    except OSError as exc:
+        fail("elf", f"cannot be read ({exc.strerror})")
+    return report
+
+
+def _check_open(fh, report: ModuleReport, expect: Expect, fail) -> None:
+    try:
+        elf = ELFFile(fh)
+    except ELFError as exc:
+        fail("elf", f"not an ELF file ({exc})")
+        return
+    report.machine = elf["e_machine"]
+    wanted = MACHINES.get(expect.arch)
+    if wanted and report.machine != wanted:
+        fail("machine", f"ELF machine {report.machine}, the target is {expect.arch} ({wanted})")
+        return  # the rest would read another architecture's conventions
+    dyn = _dynamic(elf)
+    tags = list(dyn.iter_tags()) if dyn is not None else []
+    report.needed = [t.needed for t in tags if t.entry.d_tag == "DT_NEEDED"]
+    for t in tags:
+        if t.entry.d_tag == "DT_RPATH":
+            report.rpath += t.rpath.split(":")
+        elif t.entry.d_tag == "DT_RUNPATH":
+            report.rpath += t.runpath.split(":")
+    _check_needed(report, expect, fail)
+    if expect.rpath is not None and tuple(report.rpath) != tuple(expect.rpath):
+        fail("rpath", f"RPATH {':'.join(report.rpath) or '(none)'}, expected "
+                      f"{':'.join(expect.rpath) or '(none)'}")
+    undefined, weak = [], set()
+    dynsym = elf.get_section_by_name(".dynsym")
+    for sym in (dynsym.iter_symbols() if dynsym is not None else ()):
+        if not sym.name:
+            continue
+        if sym["st_shndx"] == "SHN_UNDEF":
+            (weak.add(sym.name) if sym["st_info"]["bind"] == "STB_WEAK" else undefined.append(sym.name))
+    report.undefined = len(undefined)
+    # the ABI first: a mismatch also leaves std::string symbols unresolved, and the ABI is the cause to name
+    symbols = [s for s in (dynsym.iter_symbols() if dynsym is not None else ()) if s.name]
+    _check_abi(expect, [s.name for s in sorted(symbols, key=lambda s: s["st_shndx"] == "SHN_UNDEF")], fail)  # ours first
+    _check_symbols(report, expect, undefined, fail)
+    _check_hardening(elf, tags, undefined + sorted(weak), expect, fail)
+    _symbol_versions(elf, report)
+
+
+def _check_needed(report: ModuleReport, expect: Expect, fail) -> None:
+    allowed = set(SYSTEM_LIBS) | {f"lib{n}.so" for n in expect.declared_libs}
+    for folder in ([expect.torch_lib] if expect.torch_lib else []) + list(expect.extra_lib_dirs):
+        if os.path.isdir(folder):
+            allowed |= set(os.listdir(folder))
+    extra = [n for n in report.needed if n not in allowed]
+    if extra:
+        fail("needed", f"links {', '.join(extra)}, outside torch's libraries, the system's (libc, libm, "
+                       "libstdc++, libgcc_s) and what setup.py declares")
+
+
+def _search_dirs(report: ModuleReport, expect: Expect) -> list[str]:
+    dirs = []
+    for entry in report.rpath:
+        if "$ORIGIN" in entry or "${ORIGIN}" in entry:
+            if not expect.site_dir:
+                continue
+            entry = entry.replace("${ORIGIN}", expect.site_dir).replace("$ORIGIN", expect.site_dir)
+        dirs.append(entry)
+    dirs += ([expect.torch_lib] if expect.torch_lib else []) + list(expect.extra_lib_dirs)
+    return dirs + list(expect.system_dirs or system_dirs(expect.arch))
+
+
+def _check_symbols(report: ModuleReport, expect: Expect, undefined: list[str], fail) -> None:
+    """Every strong undefined symbol defined by a library the module itself NEEDs, or by the interpreter (the Python
+    C API): what `ld -z defs` would demand. Not counting what a library loaded earlier happens to provide is the
+    point: master's bare --rpath lost NEEDED libstdc++, and its std:: symbols then resolve only because torch
+    loaded libstdc++ first."""
+    if not undefined:
+        return
+    dirs = _search_dirs(report, expect)
+    left = set(undefined)
+    missing = []
+    libs = []
+    for name in report.needed:
+        lib = _find_lib(name, dirs)
+        (missing.append(name) if lib is None else libs.append(lib))
+    for path in [*libs, *(p for p in expect.interpreter_files if os.path.isfile(p))]:
+        if left:
+            left -= defined_in(path, left)
+    unresolved = sorted(left)
+    if missing:
+        report.notes.append(f"not found to check statically: {', '.join(missing)} (the import in the clean venv "
+                            "checks them)")
+        return
+    if unresolved:
+        shown = demangle(unresolved[:3])
+        fail("symbols", f"{len(unresolved)} undefined symbol(s) no NEEDED library or the interpreter defines, e.g. "
+                        + "; ".join(shown))
+
+
+def _check_abi(expect: Expect, names: list[str], fail) -> None:
+    if expect.cxx11_abi is None:
+        return
+    candidates = [n for n in names if n.startswith("_Z")]
+    if expect.cxx11_abi:
+        old = [d for d in demangle(candidates) if _OLD_STRING.search(d)]
+        if old:
+            fail("cxx11-abi", f"{len(old)} symbol(s) use the pre-C++11 std::string ABI while torch is built with "
+                              f"_GLIBCXX_USE_CXX11_ABI=1, e.g. {old[0][:160]}")
+    else:
+        new = [n for n in candidates if "__cxx11" in n]
+        if new:
+            fail("cxx11-abi", f"{len(new)} symbol(s) use the C++11 std::__cxx11 ABI while torch is built with "
+                              f"_GLIBCXX_USE_CXX11_ABI=0, e.g. {demangle(new[:1])[0][:160]}")
+
+
+def _check_hardening(elf: ELFFile, tags, symbols: list[str], expect: Expect, fail) -> None:
+    if not expect.hardening:
+        return
+    segments = [s for s in elf.iter_segments()]
+    have = set()
+    if any(s["p_type"] == "PT_GNU_RELRO" for s in segments):
+        have.add("relro")
+    flags = {t.entry.d_tag: t.entry.d_val for t in tags if t.entry.d_tag in ("DT_FLAGS", "DT_FLAGS_1", "DT_BIND_NOW")}
+    if "DT_BIND_NOW" in flags or flags.get("DT_FLAGS", 0) & DF_BIND_NOW or flags.get("DT_FLAGS_1", 0) & DF_1_NOW:
+        have.add("bind_now")
+    stack = [s for s in segments if s["p_type"] == "PT_GNU_STACK"]
+    if stack and not stack[0]["p_flags"] & PF_X:
+        have.add("nx_stack")
+    if elf.get_section_by_name(".symtab") is None:
+        have.add("stripped")
+    if {"__stack_chk_fail", "__stack_chk_guard"} & set(symbols):
+        have.add("stack_protector")
+    for prop in expect.hardening:
+        if prop not in have:
+            fail(f"hardening {prop}", f"{HARDENING_WHY[prop]}, though setup.py asks for it")
+
+
+def _symbol_versions(elf: ELFFile, report: ModuleReport) -> None:
+    """The highest GLIBC_ and GLIBCXX_ versions the module needs (.gnu.version_r): what decides its manylinux tag."""
+    best: dict[str, str] = {}
+    for section in elf.iter_sections():
+        if not isinstance(section, GNUVerNeedSection):
+            continue
+        for _verneed, auxes in section.iter_versions():
+            for aux in auxes:
+                name = aux.name
+                for prefix in ("GLIBC_", "GLIBCXX_"):
+                    if name.startswith(prefix) and re.fullmatch(r"[\d.]+", name[len(prefix):]):
+                        key = prefix.rstrip("_")
+                        if key not in best or _version_key(name) > _version_key(best[key]):
+                            best[key] = name
+    report.glibc = best.get("GLIBC")
+    report.glibcxx = best.get("GLIBCXX")
+
+
+def platform_tag(wheel: Path, arch: str, ld_paths: tuple[str, ...] = ()) -> dict:
+    """The manylinux tag the modules' own symbol versions allow, computed by auditwheel (`show --json`).
+
+    auditwheel's search path gets only the system's library folders: torch's and torch_npu's libraries (libc10,
+    libtorch*, libtorch_npu) and CANN's are then external libraries it does not descend into, which is what
+    `repair --exclude libc10.so --exclude 'libtorch*' ...` would do, without rewriting the wheel. `tag` is auditwheel's
+    sym_tag (from GLIBC_/GLIBCXX_/CXXABI_ versions alone: the NEEDED check above already vouches for the libraries);
+    `overall_tag` stays linux_* because libc10 and friends are not in any manylinux policy's whitelist.
+    The wheel file keeps its linux_<arch> tag (see docs/wheels.md)."""
+    import importlib.util
+
+    if importlib.util.find_spec("auditwheel") is None:
+        return {"computed": False, "why": "auditwheel is not installed (auditwheel >= 6.5 with `show --json` needs "
+                                          "Python >= 3.10: pip install -r requirements.txt there)"}
+    argv = [sys.executable, "-m", "auditwheel", "show", "--json", "--ldpaths",
+            ":".join(ld_paths or system_dirs(arch)), str(wheel)]
+    proc = subprocess.run(argv, capture_output=True, text=True)
+    try:
+        data = json.loads(proc.stdout)
+    except ValueError:
+        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        return {"computed": False, "why": f"auditwheel show failed: {tail[:200]}"}
+    return {"computed": True, "tag": data.get("sym_tag"), "overall_tag": data.get("overall_tag"),
+            "external_libs": sorted(data.get("external_libs") or {}), "tool": f"auditwheel {_dist_version('auditwheel')}"}
+
+
+def _dist_version(name: str) -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return "?"
+
+
+def read_metadata(wheel: Path) -> tuple[str, list[str]]:
+    """(Version, Requires-Dist lines) of the wheel's *.dist-info/METADATA."""
+    with zipfile.ZipFile(wheel) as zf:
+        name = next(n for n in zf.namelist() if n.count("/") == 1 and n.endswith(".dist-info/METADATA"))
+        msg = email.parser.Parser().parsestr(zf.read(name).decode("utf-8"))
+    return msg["Version"], list(msg.get_all("Requires-Dist") or [])
+
+
+def check_wheel(wheel: Path, expect: Expect, version: str | None = None, requires: list[str] | None = None) -> dict:
+    """The report of one wheel: identity (version, Requires-Dist) and every compiled module."""
+    if ELFFile is None:
+        raise EnvironmentSetupError("the binary checks need pyelftools, which this Python lacks",
+                                    "pip install -r requirements.txt (a builder image: rebuild it with invoke "
+                                    "image.build)")
+    failures: list[str] = []
+    found_version, found_requires = read_metadata(wheel)
+    if version is not None and found_version != version:
+        failures.append(f"{wheel.name}: identity: METADATA Version {found_version}, expected {version}")
+    if requires is not None and sorted(found_requires) != sorted(requires):
+        failures.append(f"{wheel.name}: identity: Requires-Dist {', '.join(found_requires) or '(none)'}, expected "
+                        f"{', '.join(requires) or '(none)'}")
+    modules = []
+    with tempfile.TemporaryDirectory(prefix="apexkit-wheelcheck-") as tmp, zipfile.ZipFile(wheel) as zf:
+        for name in sorted(n for n in zf.namelist() if n.endswith(".so") or ".so." in n.rsplit("/", 1)[-1]):
+            target = Path(tmp) / f"{len(modules)}-{os.path.basename(name)}"
+            target.write_bytes(zf.read(name))
+            modules.append(check_module(target, expect, shown=name))
+    for m in modules:
+        failures += m.failures
+    glibc = max((m.glibc for m in modules if m.glibc), key=_version_key, default=None)
+    glibcxx = max((m.glibcxx for m in modules if m.glibcxx), key=_version_key, default=None)
+    return {
+        "version": found_version,
+        "requires_dist": found_requires,
+        "modules": [m.__dict__ for m in modules],
+        "max_glibc": glibc,
+        "max_glibcxx": glibcxx,
+        "expect": {k: (list(v) if isinstance(v, tuple) else v) for k, v in expect.__dict__.items()},
+        "failures": failures,
+    }

@@ -1,0 +1,294 @@
+#!/usr/bin/env python3
+"""One node of an apexkit fleet run (started by `invoke fleet.submit`'s batch script, one Slurm step per node).
+
+    python3.X fleet_node.py --plan RESULTS/.fleet/plan-N.json
+
+On this node: a fresh node-local venv; the wheel of the plan's target downloaded from the index by pip and checked
+against the index's sha256; torch (+ torch_npu, --no-deps) installed; validate_env.py run in the venv (and a short
+amp_bench.py with the plan's bench arguments); one JSON result, named after the node, written atomically into the
+shared results directory. Every stage that fails becomes the node's first failing check with its fix, so a node
+never just goes missing. Standard library only; never imports apexkit (it runs on nodes that do not have it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import hashlib
+import json
+import os
+import platform
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+SCHEMA = "apexkit-fleet-node/1"
+sys.path.insert(0, str(HERE))
+
+
+def now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+def tail(text: str, lines: int = 3) -> str:
+    kept = [line.strip() for line in (text or "").strip().splitlines() if line.strip()]
+    return " | ".join(kept[-lines:])[-600:]
+
+
+class Node:
+    def __init__(self, plan: dict) -> None:
+        self.plan = plan
+        self.name = os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+        self.job = os.environ.get("SLURM_JOB_ID", "")
+        self.results = Path(plan["results"])
+        self.progress = self.results / ".fleet" / "progress" / f"{self.name}.json"
+        self.result = {"schema": SCHEMA, "node": self.name, "hostname": socket.gethostname(), "job_id": self.job,
+                       "submission": plan.get("submission"), "target": plan["target"], "index": plan["index"],
+                       "device": plan["device"], "started": now(), "stages": [], "verdict": None,
+                       "set_env": os.environ.get("APEXKIT_FLEET_SET_ENV") or None}
+        self.cleanup = None  # removes the node-local scratch (set by main)
+
+    # --- bookkeeping -------------------------------------------------------------------------------------------------
+    def mark(self, stage: str) -> None:
+        """Where this node is now: `fleet.status` shows it; a job killed mid-run shows the stage it died in."""
+        write_json(self.progress, {"node": self.name, "job_id": self.job, "stage": stage, "time": now()})
+
+    def stage(self, name: str, ok: bool, seconds: float, detail: str = "", fix: str = "") -> bool:
+        self.result["stages"].append({"stage": name, "ok": ok, "seconds": round(seconds, 2), "detail": detail,
+                                      "fix": fix})
+        if not ok and not self.result.get("first_failure"):
+            self.result["first_failure"] = {"check": name, "detail": detail, "fix": fix}
+        return ok
+
+    def run(self, name: str, argv: list[str], fix: str, timeout: int = 3600, env: dict | None = None):
+        self.mark(name)
+        start = time.monotonic()
+        print(f"+ {' '.join(argv)}", flush=True)
+        try:
+            proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            self.stage(name, False, time.monotonic() - start, str(exc), fix)
+            return None
+        sys.stdout.write(proc.stdout[-4000:])
+        sys.stdout.write(proc.stderr[-4000:])
+        sys.stdout.flush()
+        ok = proc.returncode == 0
+        self.stage(name, ok, time.monotonic() - start, "" if ok else tail(proc.stderr or proc.stdout), fix)
+        return proc if ok else None
+
+    def finish(self, verdict: str) -> int:
+        """Scratch removed first (a cancel arriving now is ignored), then the result: a node that reported is done."""
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        if self.cleanup is not None:
+            self.cleanup()
+        self.result["verdict"] = verdict
+        self.result["finished"] = now()
+        write_json(self.results / f"{self.name}.json", self.result)
+        self.mark("done")
+        print(f"{self.name}: {verdict}", flush=True)
+        return 0 if verdict == "ok" else 1
+
+    # --- facts ---------------------------------------------------------------------------------------------------------
+    def facts(self) -> None:
+        import validate_env  # standard library at import time; cann_info reads the toolkit's install.info
+
+        self.result["cann"] = validate_env.cann_info().get("version")
+        self.result["driver"] = driver_version()
+        self.result["chip"] = chip_name()
+        self.result["arch"] = platform.machine()
+
+    # --- the stages --------------------------------------------------------------------------------------------------
+    def main(self, work: Path) -> int:
+        plan = self.plan
+        self.mark("start")
+        self.facts()
+        entry = self.index_entry()  # first: an index this node cannot reach fails in seconds
+        if entry is None:
+            return self.finish("fail")
+        venv = work / "venv"
+        if not self.run("venv", [sys.executable, "-m", "venv", str(venv)],
+                        f"make sure {sys.executable} has the venv module (python3-venv) and {work} is writable"):
+            return self.finish("fail")
+        py = str(venv / "bin" / "python")
+        pip = [py, "-m", "pip", "--disable-pip-version-check"]
+        self.result["wheel"] = {"filename": entry["filename"], "expected_sha256": entry["sha256"], "sha256": None}
+        version = entry["filename"].split("-")[1]
+        downloads = work / "wheel"
+        index_fix = (f"this node cannot reach the index {plan['index']}: put it on storage every node mounts or serve "
+                     "it over http(s) from a host the nodes reach (check from a node: curl -I <index>/simple/apex/)")
+        if not self.run("download wheel", [*pip, "download", "--no-deps", "--retries", "1", "--timeout", "20",
+                                           "--index-url", plan["simple_url"], "-d", str(downloads),
+                                           f"apex=={version}"], index_fix, timeout=600):
+            return self.finish("fail")
+        wheel = downloads / entry["filename"]
+        if not wheel.is_file():
+            got = ", ".join(p.name for p in downloads.iterdir())
+            self.stage("wheel sha256", False, 0, f"pip fetched {got}, not {entry['filename']}",
+                       "publish the index again (invoke publish) and resubmit")
+            return self.finish("fail")
+        digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
+        self.result["wheel"]["sha256"] = digest
+        if not self.stage("wheel sha256", digest == entry["sha256"], 0,
+                          "" if digest == entry["sha256"] else f"{digest[:12]} != index {entry['sha256'][:12]}",
+                          "the index changed under the run or a cache/mirror serves another file: publish again"):
+            return self.finish("fail")
+        torch_args = [f"--find-links={d}" for d in plan.get("find_links", [])]
+        if plan.get("torch_index_url"):
+            torch_args += ["--index-url", plan["torch_index_url"]]
+        for url in plan.get("extra_index_urls", []):
+            torch_args += ["--extra-index-url", url]
+        if not self.run("install torch", [*pip, "install", "-q", *torch_args, f"torch=={plan['torch']}"],
+                        "the node's pip cannot install torch: give it a wheelhouse (--find-links) or a torch index "
+                        "(--torch-index-url), or set its proxy"):
+            return self.finish("fail")
+        if plan.get("torch_npu") and not self.run(
+                "install torch_npu", [*pip, "install", "-q", "--no-deps", *torch_args, f"torch-npu=={plan['torch_npu']}"],
+                f"torch-npu {plan['torch_npu']} must be installable on this node (index, proxy or --find-links)"):
+            return self.finish("fail")
+        if not self.run("install wheel", [*pip, "install", "-q", "--no-deps", str(wheel)],
+                        "the wheel does not install into this node's Python: check the target's Python and arch"):
+            return self.finish("fail")
+        versions = subprocess.run([py, "-c", "import importlib.metadata as m, json\nout = {}\n"
+                                   "for n in ('torch', 'torch-npu'):\n    try: out[n] = m.version(n)\n"
+                                   "    except Exception: out[n] = None\nprint(json.dumps(out))"],
+                                  capture_output=True, text=True)
+        if versions.returncode == 0:
+            found = json.loads(versions.stdout)
+            self.result["torch"], self.result["torch_npu"] = found.get("torch"), found.get("torch-npu")
+        verdict = self.validate(py, work)
+        if plan.get("bench") is not None:
+            verdict = self.bench(py, work) and verdict
+        return self.finish("ok" if verdict else "fail")
+
+    def index_entry(self) -> dict | None:
+        """The target's file and sha256, read from the index the way this node sees it."""
+        plan = self.plan
+        self.mark("index")
+        start = time.monotonic()
+        fix = (f"this node cannot read {plan['index_json']}: put the index on storage every node mounts or serve it "
+               "over http(s) from a host the nodes reach")
+        try:
+            with urllib.request.urlopen(plan["index_json"], timeout=30) as response:
+                data = json.loads(response.read().decode("utf-8"))
+        except Exception as exc:  # any failure to read it is this node's finding, not a crash
+            self.stage("read index", False, time.monotonic() - start, f"{exc.__class__.__name__}: {exc}", fix)
+            return None
+        files = [f for f in data.get("files", []) if isinstance(f, dict) and f.get("target") == plan["target"]]
+        if not files:
+            self.stage("read index", False, time.monotonic() - start,
+                       f"the index has no target {plan['target']}", "publish that target (invoke publish) or pick "
+                       "another with --target")
+            return None
+        self.stage("read index", True, time.monotonic() - start)
+        return files[0]
+
+    def validate(self, py: str, work: Path) -> bool:
+        report = work / "validate.json"
+        self.run("validate", [py, str(HERE / "validate_env.py"), "--device", self.plan["device"], "--json",
+                              str(report)], "see the first failing check", timeout=1800)
+        if not report.is_file():
+            return False
+        data = json.loads(report.read_text())
+        self.result["validate"] = {"ok": data.get("ok"), "checks": data.get("checks", [])}
+        if data.get("ok"):
+            return True
+        first = next((c for c in data.get("checks", []) if c.get("required") and c.get("status") != "ok"), None)
+        if first is not None:  # the validation's own finding beats the generic stage line
+            failure = {"check": first["check"], "detail": first.get("detail", ""), "fix": first.get("hint", "")}
+            if self.result.get("first_failure", {}).get("check") == "validate":
+                self.result["first_failure"] = failure
+        return False
+
+    def bench(self, py: str, work: Path) -> bool:
+        out = work / "bench"
+        args = self.plan["bench"]
+        proc = self.run("bench", [py, str(HERE / "amp_bench.py"), "--device", self.plan["device"], "--out", str(out),
+                                  "--no-png", *args], "read the node's log (RESULTS/.fleet/logs/)", timeout=3600)
+        results = out / "results.json"
+        if not results.is_file():
+            return False
+        data = json.loads(results.read_text())
+        for model, entry in data.get("models", {}).items():
+            for row in entry.get("results", []):
+                if row.get("status") == "ok":
+                    self.result["bench"] = {"model": model, "mode": row["mode"], "step_ms": row["step_ms_median"],
+                                            "config": data.get("config"), "headline": data.get("headline")}
+                    return proc is not None
+        return False
+
+
+def write_json(path: Path, data: dict) -> None:
+    """Atomic: the report never reads half a file, whatever kills this node."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    with os.fdopen(fd, "w") as handle:
+        handle.write(json.dumps(data, indent=1) + "\n")
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, path)
+
+
+def driver_version() -> str | None:
+    info = Path("/usr/local/Ascend/driver/version.info")
+    if info.is_file():
+        for line in info.read_text(errors="replace").splitlines():
+            if line.lower().startswith("version="):
+                return line.split("=", 1)[1].strip()
+    if shutil.which("npu-smi"):
+        out = subprocess.run(["npu-smi", "info"], capture_output=True, text=True, timeout=60).stdout
+        found = re.search(r"Version:\s*([0-9][\w.\-]*)", out)
+        if found:
+            return found.group(1)
+    return None
+
+
+def chip_name() -> str | None:
+    """The NPU's name from npu-smi (e.g. 910B3), else the CPU's model."""
+    if shutil.which("npu-smi"):
+        out = subprocess.run(["npu-smi", "info"], capture_output=True, text=True, timeout=60).stdout
+        found = re.search(r"^\|\s*\d+\s+(\S+)\s*\|", out, re.M)
+        if found:
+            return found.group(1)
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.is_file():
+        for line in cpuinfo.read_text(errors="replace").splitlines():
+            if line.startswith("model name"):
+                return "cpu: " + line.split(":", 1)[1].strip()
+    return "cpu: " + (platform.processor() or platform.machine())
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--plan", required=True, help="the plan JSON written by invoke fleet.submit")
+    args = p.parse_args(argv)
+    plan = json.loads(Path(args.plan).read_text())
+    node = Node(plan)
+    base = Path(os.path.expandvars(plan.get("node_dir") or "/tmp/apexkit-fleet"))
+    base.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f"{node.name}-{node.job or 'job'}-", dir=base))
+
+    def killed(signum, frame):  # scancel / time limit: no result (the report shows the job's state), no scratch left
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, killed)
+    if not plan.get("keep_venv"):
+        node.cleanup = lambda: shutil.rmtree(work, ignore_errors=True)
+    try:
+        return node.main(work)
+    except Exception as exc:  # an unexpected crash still leaves this node's row, with its cause
+        node.stage("fleet_node.py", False, 0, f"{exc.__class__.__name__}: {exc}", "report this as an apexkit bug")
+        return node.finish("fail")
+    finally:
+        if node.cleanup is not None:  # killed before finish(): no result, but no scratch left either
+            node.cleanup()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
