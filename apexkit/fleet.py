@@ -662,3 +662,68 @@ def make_plan(*, results: str, index: str, target: str | None = None, stack: str
                 extra_index_urls=tuple(extra_index_url or ()), node_python=node_python,
                 node_dir=node_dir or Plan.node_dir, set_env=tuple(set_env.split(",")) if set_env else (SET_ENV,),
                 keep_venv=keep_venv)
+
+
+# --- helpers for other submitters (nox -s matrix -- --run --slurm) ---------------------------------------------------
+
+def sbatch(script: Path, timeout: float = 120) -> tuple[str | None, str]:
+    """(job id, '') or (None, why sbatch refused it in one line); a missing client or a silent controller raise
+    SchedulerError (check_slurm first to say so before anything is submitted)."""
+    proc = _run(["sbatch", "--parsable", str(script)], timeout=timeout)
+    if proc.returncode != 0:
+        return None, " ".join((proc.stderr or proc.stdout).split())[:300] or f"sbatch exit {proc.returncode}"
+    return proc.stdout.strip().split(";")[0], ""
+
+
+def queue_states(job_ids: list[str]) -> dict[str, str]:
+    """{job id: STATE} for the jobs squeue still lists (one call); a job it no longer lists has ended."""
+    if not job_ids:
+        return {}
+    try:
+        q = subprocess.run(["squeue", "-h", "-j", ",".join(job_ids), "-o", "%i %T"], capture_output=True, text=True,
+                           timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise SchedulerError(f"squeue did not answer ({exc})", f"check it: {CHECK_CMD}") from None
+    if q.returncode != 0:  # every listed job gone (squeue: "Invalid job id specified"): none is queued any more
+        if "Invalid job id" in q.stderr:
+            return {}
+        raise SchedulerError(f"squeue failed: {' '.join(q.stderr.split())[:200]}", f"check it: {CHECK_CMD}")
+    found = {}
+    for line in q.stdout.splitlines():
+        parts = line.split()
+        if len(parts) == 2:
+            found[parts[0]] = parts[1]
+    return found
+
+
+def job_info(job_id: str) -> dict[str, str]:
+    """What scontrol (else sacct) says of a job: JobState, ExitCode (code:signal), NodeList, RunTime, Reason;
+    {'JobState': 'UNKNOWN'} when Slurm no longer lists it."""
+    try:
+        s = subprocess.run(["scontrol", "show", "job", "-o", job_id], capture_output=True, text=True, timeout=30)
+        if s.returncode == 0 and "JobState=" in s.stdout:
+            return dict(re.findall(r"\b(JobState|ExitCode|NodeList|RunTime|Reason|BatchHost)=(\S*)", s.stdout))
+        if shutil.which("sacct"):
+            a = subprocess.run(["sacct", "-n", "-X", "-P", "-j", job_id, "-o", "State,ExitCode,NodeList,Elapsed"],
+                               capture_output=True, text=True, timeout=30)
+            fields = a.stdout.strip().splitlines()[0].split("|") if a.returncode == 0 and a.stdout.strip() else []
+            if len(fields) == 4:
+                return {"JobState": fields[0].split()[0].rstrip("+"), "ExitCode": fields[1], "NodeList": fields[2],
+                        "RunTime": fields[3]}
+    except subprocess.TimeoutExpired:
+        pass
+    return {"JobState": "UNKNOWN"}
+
+
+def slurm_seconds(text: str | None) -> float:
+    """[D-]HH:MM:SS (or MM:SS) as seconds; 0 when unreadable."""
+    found = re.fullmatch(r"(?:(\d+)-)?(?:(\d+):)?(\d+):(\d+)", text or "")
+    if not found:
+        return 0.0
+    days, hours, minutes, seconds = (int(x or 0) for x in found.groups())
+    return float(((days * 24 + hours) * 60 + minutes) * 60 + seconds)
+
+
+def scancel(job_ids: list[str]) -> None:
+    if job_ids:
+        subprocess.run(["scancel", *job_ids], capture_output=True, text=True, timeout=60)

@@ -13,8 +13,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -226,6 +229,279 @@ def run_all(m: matrix_mod.Matrix, combos: list[Combination], passthrough: list[s
     return [results[c.id] for c in combos]
 
 
+# --- the matrix on a Slurm cluster (--run --slurm) -----------------------------------------------------------------
+
+SLURM_POLL = float(os.environ.get("APEXKIT_SLURM_POLL", "5"))  # seconds between squeue calls while waiting
+
+
+def _per_arch(values: list[str], option: str, default: dict[str, str | None]) -> dict[str, str | None]:
+    """`--slurm-partition NAME` (every arch) / `ARCH=NAME` (that arch), repeatable; `none` drops it."""
+    chosen = dict(default)
+    for value in values:
+        arch, sep, rest = value.partition("=")
+        if sep and arch in ("x86_64", "aarch64"):
+            chosen[arch] = rest
+        elif sep and arch and not any(c in arch for c in "|&,[]*"):
+            raise ConfigError(f"{option} {value}: {arch} is not an arch", f"write {option} x86_64=… or aarch64=…")
+        else:
+            chosen = {a: value for a in ("x86_64", "aarch64")}
+    return {a: (None if v in (None, "", "none") else v) for a, v in chosen.items()}
+
+
+@dataclass(frozen=True)
+class SlurmOptions:
+    partition: dict  # arch -> partition or None
+    constraint: dict  # arch -> node feature expression or None
+    account: str | None = None
+    time_limit: str = "02:00:00"
+    cpus: int | None = None
+    python: str = sys.executable
+    node_build_dir: str | None = None  # None: the shared --build-dir
+    extra: tuple[str, ...] = ()
+
+
+def slurm_options(args: argparse.Namespace) -> SlurmOptions:
+    if args.image:
+        raise ConfigError("--image with --slurm: on the cluster each combination builds natively on a node of its "
+                          "arch, not in a builder image", "drop --image (or build here without --slurm)")
+    for option in ("slurm_partition", "slurm_constraint", "slurm_sbatch", "slurm_account", "slurm_time"):
+        values = getattr(args, option)
+        for value in values if isinstance(values, list) else [values]:
+            if value is not None and ("\n" in value or "\r" in value):
+                raise ConfigError(f"--{option.replace('_', '-')} {value!r}: one line (it becomes an #SBATCH line)",
+                                  f"pass --{option.replace('_', '-')} without line breaks")
+    if args.slurm_cpus is not None and args.slurm_cpus < 1:
+        raise ConfigError(f"--slurm-cpus {args.slurm_cpus}: must be at least 1", "pass --slurm-cpus 8, or leave it out")
+    return SlurmOptions(
+        partition=_per_arch(args.slurm_partition, "--slurm-partition", {"x86_64": None, "aarch64": None}),
+        constraint=_per_arch(args.slurm_constraint, "--slurm-constraint", {"x86_64": "x86_64", "aarch64": "aarch64"}),
+        account=args.slurm_account, time_limit=args.slurm_time, cpus=args.slurm_cpus,
+        python=args.slurm_python or sys.executable, node_build_dir=args.slurm_build_dir,
+        extra=tuple(args.slurm_sbatch))
+
+
+def batch_script(m: matrix_mod.Matrix, combo: Combination, passthrough: list[str], stage: Path, build_dir: Path,
+                 logs: Path, opts: SlurmOptions) -> str:
+    """The batch script of one combination (pure): one task on one node of its arch, `python -m apexkit build` from
+    the checkout into <stage>/dist-<id>; the output is build/matrix/<id>.log, as for a local run."""
+    q = shlex.quote
+    arch = combo.arch
+    argv = [opts.python, "-m", "apexkit", "build", combo.python, *build_args(m, combo, host=arch), "--dist",
+            str(stage / f"dist-{combo.id}"), "--build-dir", opts.node_build_dir or str(build_dir)]
+    lines = ["#!/bin/bash", f"#SBATCH --job-name=apexkit-{combo.id}"]
+    if opts.partition.get(arch):
+        lines.append(f"#SBATCH --partition={opts.partition[arch]}")
+    if opts.constraint.get(arch):
+        lines.append(f"#SBATCH --constraint={opts.constraint[arch]}")
+    lines += ["#SBATCH --nodes=1", "#SBATCH --ntasks=1"]
+    if opts.cpus:
+        lines.append(f"#SBATCH --cpus-per-task={opts.cpus}")
+    if opts.account:
+        lines.append(f"#SBATCH --account={opts.account}")
+    lines += [f"#SBATCH --time={opts.time_limit}", "#SBATCH --export=ALL",
+              f"#SBATCH --chdir={matrix_mod.PROJECT_ROOT}", f"#SBATCH --output={logs / (combo.id + '.log')}",
+              *(f"#SBATCH {extra}" for extra in opts.extra),
+              f"# apexkit matrix: {combo.id} on one {arch} node, from the checkout {matrix_mod.PROJECT_ROOT} (shared "
+              "storage), into the shared staging directory; the submitting process copies the wheel into dist/",
+              "set -u",
+              f"cd {q(str(matrix_mod.PROJECT_ROOT))} || exit 3",
+              'echo "+ apexkit matrix: ' + combo.id + ' on ${SLURMD_NODENAME:-$(hostname)} ($(uname -m)), job '
+              '${SLURM_JOB_ID:-?}"',
+              f'if [ "$(uname -m)" != {q(arch)} ]; then',
+              f'  echo "error: node ${{SLURMD_NODENAME:-$(hostname)}} is $(uname -m), not {arch} (fix the node\'s '
+              f'features or --slurm-constraint/--slurm-partition)"; exit 3',
+              "fi",
+              f"rm -rf {q(str(stage / ('dist-' + combo.id)))}",
+              "exec " + " ".join(q(a) for a in argv) + ' --jobs "${SLURM_CPUS_PER_TASK:-$(nproc)}"'
+              + "".join(" " + q(a) for a in passthrough),
+              ""]
+    return "\n".join(lines)
+
+
+def collect(stage_dist: Path, combo: Combination, dist: Path, job: dict, force: bool) -> tuple[Path, dict]:
+    """Copy the one dist/<target>/ a job left in <stage>/dist-<id>/ into dist/, by the rules for what another party
+    wrote (untrusted.py): real directories, regular files opened without following links, wheel.file a plain wheel
+    name, the wheel copied and re-hashed here and matching its manifest; dist/<target> swapped in whole and never
+    over a target built from other inputs (distdir.replace_dir / check_overwrite). Untrusted or ConfigError."""
+    from apexkit import distdir, untrusted
+    from apexkit.containerbuild import TARGET_NAME
+
+    if not os.path.lexists(stage_dist):
+        raise untrusted.Untrusted(f"the job ended without error but left nothing in {stage_dist}")
+    stage_fd = untrusted.open_dir(stage_dist)
+    try:
+        names = sorted(n for n in os.listdir(stage_fd) if not n.startswith("."))
+        if len(names) != 1:
+            raise untrusted.Untrusted(f"{len(names)} entries in {stage_dist} ({', '.join(map(untrusted.shown, names[:5]))})"
+                                      f", expected one dist/<target>/")
+        target = names[0]
+        if not TARGET_NAME.fullmatch(target):
+            raise untrusted.Untrusted(f"{untrusted.shown(target)} is not a target name")
+        target_fd = untrusted.open_dir(target, stage_fd)
+    finally:
+        os.close(stage_fd)
+    try:
+        try:
+            manifest = json.loads(untrusted.read_regular("manifest.json", target_fd, distdir.MANIFEST_MAX).decode())
+        except ValueError as exc:
+            raise untrusted.Untrusted(f"manifest.json is not JSON ({exc})") from None
+        wheel = manifest.get("wheel") if isinstance(manifest, dict) else None
+        if not isinstance(wheel, dict) or not isinstance(wheel.get("sha256"), str):
+            raise untrusted.Untrusted("manifest.json has no wheel.file and wheel.sha256")
+        identity = manifest.get("target", {}).get("identity") if isinstance(manifest.get("target"), dict) else None
+        if identity is not None and not isinstance(identity, dict):
+            raise untrusted.Untrusted("manifest.json target.identity is not an object")
+        name = untrusted.wheel_name(wheel.get("file"))
+        src = untrusted.open_regular(name, target_fd)
+    finally:
+        os.close(target_fd)
+    dist.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target}.slurm-", dir=dist))
+    try:
+        try:
+            sha, size = untrusted.copy_fd(src, tmp / name)
+        finally:
+            os.close(src)
+        if sha != wheel["sha256"]:
+            raise untrusted.Untrusted(f"{untrusted.shown(name)} has sha256 {sha[:16]}…, its manifest says "
+                                      f"{untrusted.shown(wheel['sha256'][:16])}")
+        untrusted.check_zip(tmp / name)
+        manifest["wheel"] = {**wheel, "file": name, "sha256": sha, "size": size}
+        manifest["slurm"] = job
+        final = distdir.replace_dir(dist, target, {name: tmp / name}, manifest, force=force)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return final, manifest
+
+
+def _failure_cause(log_path: Path, info: dict) -> str:
+    """The job's last `error:` line (the build's one-line error), else its state and exit code."""
+    try:
+        lines = [x for x in log_path.read_text(errors="replace").splitlines() if x.startswith("error:")]
+    except OSError:
+        lines = []
+    state, code = info.get("JobState", "UNKNOWN"), info.get("ExitCode", "")
+    said = {"CANCELLED": "cancelled (scancel, or the node went away)", "TIMEOUT": "killed at its time limit "
+            "(--slurm-time)", "NODE_FAIL": "lost its node", "OUT_OF_MEMORY": "killed: out of memory",
+            "PREEMPTED": "preempted", "UNKNOWN": "no longer known to Slurm"}.get(state.split()[0], state)
+    where = f" on {info['NodeList']}" if info.get("NodeList") not in (None, "", "(null)") else ""
+    head = f"job {info.get('JobId', '')}".strip()
+    text = f"{head}{where} {said}" + (f" (exit {code})" if state == "FAILED" and code else "")
+    return (f"{text}: {lines[-1][7:]}" if lines else text)[:300]
+
+
+def run_slurm(m: matrix_mod.Matrix, combos: list[Combination], passthrough: list[str], dist: Path, build_dir: Path,
+              opts: SlurmOptions, dry_run: bool = False) -> list[Result]:
+    """One sbatch job per valid combination (on a node of its arch), then wait and collect each job's wheel into
+    dist/; refused combinations are never submitted; a failed, cancelled or timed-out job is a failed row."""
+    from apexkit import fleet
+
+    logs = build_dir / "matrix"
+    stage = logs / "slurm" / (time.strftime("run-%Y%m%d-%H%M%S-", time.gmtime()) + str(os.getpid()))
+    results: dict[str, Result] = {}
+    todo = []
+    for combo in combos:
+        try:
+            m.validate(combo)
+        except ConfigError as exc:
+            results[combo.id] = Result(combo.id, "refused", detail=exc.cause)
+            continue
+        todo.append(combo)
+    if dry_run:
+        for combo in combos:
+            if combo.id in results:
+                log.info(f"✕ {combo.id}: refused, not submitted — {results[combo.id].detail}")
+        for combo in todo:
+            print(f"# ---- {combo.id}: {stage / (combo.id + '.sbatch')}")
+            print(batch_script(m, combo, passthrough, stage, build_dir, logs, opts), end="")
+        return []
+    fleet.check_slurm()
+    stage.mkdir(parents=True, exist_ok=True)
+    force = "--force" in passthrough
+    jobs: dict[str, Combination] = {}
+    submitted_at: dict[str, float] = {}
+    log.info(f"▸ {len(combos)} combinations: {len(todo)} to submit to Slurm, {len(combos) - len(todo)} refused; "
+             f"logs in {logs}/, batch scripts in {stage}/")
+    for combo in combos:
+        if combo.id in results:
+            log.info(f"  ✕ {combo.id}: refused, not submitted — {results[combo.id].detail}")
+    try:
+        for combo in todo:
+            script = stage / f"{combo.id}.sbatch"
+            script.write_text(batch_script(m, combo, passthrough, stage, build_dir, logs, opts))
+            (logs / f"{combo.id}.log").unlink(missing_ok=True)  # Slurm appends to an existing --output
+            job_id, why = fleet.sbatch(script)
+            if job_id is None:
+                asked = ", ".join(f"{what} {value}" for what, value in (
+                    ("partition", opts.partition.get(combo.arch)), ("constraint", opts.constraint.get(combo.arch)))
+                    if value)
+                why = (f"{why} (asked for: {asked or 'any node'}; is there a {combo.arch} node? see sinfo -o '%P %f %N'"
+                       f", --slurm-partition/--slurm-constraint)")
+                results[combo.id] = Result(combo.id, "failed", detail=f"not submitted: {why}", log=str(script))
+                log.info(f"  ✕ {combo.id}: sbatch refused it — {why}")
+                continue
+            jobs[job_id] = combo
+            submitted_at[job_id] = time.monotonic()
+            log.info(f"  ⋯ {combo.id}: job {job_id} ({combo.arch}"
+                     f"{', partition ' + opts.partition[combo.arch] if opts.partition.get(combo.arch) else ''}"
+                     f"{', constraint ' + opts.constraint[combo.arch] if opts.constraint.get(combo.arch) else ''})")
+        seen: dict[str, str] = {}
+        waiting = dict(jobs)
+        while waiting:
+            live = fleet.queue_states(list(waiting))
+            for job_id, combo in list(waiting.items()):
+                state = live.get(job_id)
+                if state is not None:
+                    if seen.get(job_id) != state:
+                        seen[job_id] = state
+                        log.info(f"  ⋯ {combo.id}: job {job_id} {state}")
+                    continue
+                del waiting[job_id]
+                results[combo.id] = _finish(combo, job_id, stage, dist, logs, force,
+                                            time.monotonic() - submitted_at[job_id])
+            if waiting:
+                time.sleep(SLURM_POLL)
+    except BaseException:  # Ctrl-C or a lost controller: the jobs this run submitted do not outlive it
+        left = [j for j, c in jobs.items() if c.id not in results]
+        if left:
+            log.warn(f"cancelling job(s) {', '.join(left)}")
+            fleet.scancel(left)
+        raise
+    return [results[c.id] for c in combos]
+
+
+def _finish(combo: Combination, job_id: str, stage: Path, dist: Path, logs: Path, force: bool,
+            waited: float) -> Result:
+    from apexkit import fleet, untrusted
+
+    info = dict(fleet.job_info(job_id), JobId=job_id)
+    log_path = logs / f"{combo.id}.log"
+    seconds = fleet.slurm_seconds(info.get("RunTime")) or waited
+    node = info.get("BatchHost") or info.get("NodeList") or ""
+    if info.get("JobState") != "COMPLETED" or info.get("ExitCode", "0:0") != "0:0":
+        result = Result(combo.id, "failed", seconds, _failure_cause(log_path, info), log=str(log_path),
+                        extra={"job_id": job_id, "node": node, "state": info.get("JobState")})
+    else:
+        job = {"job_id": job_id, "node": node, "state": "COMPLETED", "run_seconds": seconds}
+        try:
+            final, manifest = collect(stage / f"dist-{combo.id}", combo, dist, job, force)
+        except untrusted.Untrusted as exc:
+            result = Result(combo.id, "failed", seconds, f"job {job_id} on {node}: refusing what it left in "
+                            f"{stage / ('dist-' + combo.id)}: {exc}"[:300], log=str(log_path), extra=job)
+        except ApexkitError as exc:
+            result = Result(combo.id, "failed", seconds, exc.format()[:300], log=str(log_path), extra=job)
+        else:
+            shutil.rmtree(stage / f"dist-{combo.id}", ignore_errors=True)
+            wheel = manifest["wheel"]
+            result = Result(combo.id, "cached" if manifest.get("cache_hit") else "built", seconds, str(final),
+                            wheel["file"], wheel["size"], wheel["sha256"], bool(manifest.get("cache_hit")),
+                            str(log_path), extra=job)
+    mark = "✓" if result.status in ("built", "cached") else "✕"
+    log.info(f"  {mark} {combo.id}: {result.status} on {node or '?'} (job {job_id}, "
+             f"{log.format_seconds(result.seconds)})" + (f" — {result.detail}" if result.status == "failed" else ""))
+    return result
+
+
 def summary(results: list[Result]) -> str:
     lines = ["| combination | wheel | size | sha256 | build time | cache hit |", "|---|---|---|---|---|---|"]
     for r in results:
@@ -257,6 +533,25 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--build-dir", type=Path, help="with --run: work directory (default: $APEXKIT_BUILD_DIR, else ./build)")
     p.add_argument("--refresh", action="store_true", help="compare [torch_npu.versions] with the torch-npu releases "
                    "on the package index; --write applies it (nox -s matrix -- --refresh --help)")
+    p.add_argument("--slurm", action="store_true", help="with --run: submit each combination to Slurm as one job "
+                   "on a node of its arch (the checkout and --build-dir on shared storage), wait, and collect the "
+                   "wheels into --dist")
+    p.add_argument("--dry-run", action="store_true", help="with --run --slurm: print the batch scripts, submit nothing")
+    p.add_argument("--slurm-partition", action="append", default=[], metavar="[ARCH=]NAME", help="the partition "
+                   "(for every arch, or ARCH=NAME for one; repeat)")
+    p.add_argument("--slurm-constraint", action="append", default=[], metavar="[ARCH=]EXPR", help="the node "
+                   "feature a combination's node must have (default: its arch, x86_64 / aarch64; ARCH=none or none: "
+                   "no constraint, e.g. with a per-arch --slurm-partition)")
+    p.add_argument("--slurm-account", metavar="A", help="sbatch --account")
+    p.add_argument("--slurm-time", default="02:00:00", metavar="T", help="each job's time limit (default 02:00:00)")
+    p.add_argument("--slurm-cpus", type=int, metavar="N", help="sbatch --cpus-per-task (the build's --jobs); "
+                   "default: the partition's, and the build uses the node's CPU count")
+    p.add_argument("--slurm-python", metavar="PATH", help="the Python on the nodes that runs apexkit (default: this "
+                   "one, a venv on shared storage)")
+    p.add_argument("--slurm-build-dir", metavar="DIR", help="each job's --build-dir (default: --build-dir, shared; "
+                   "a node-local one such as /tmp/apexkit-build avoids the shared filesystem for compiling)")
+    p.add_argument("--slurm-sbatch", action="append", default=[], metavar="OPT", help="another sbatch option for "
+                   "every job, e.g. --slurm-sbatch=--qos=build (repeat)")
     p.add_argument("build_options", nargs="*", help="after --: passed to every build (e.g. -- --wheelhouse DIR)")
     return p
 
@@ -273,6 +568,9 @@ def main(argv: list[str]) -> int:
         if unknown:
             raise ConfigError(f"--only {', '.join(unknown)}: not in the matrix", f"ids: {', '.join(c.id for c in combos)}")
         combos = [c for c in combos if c.id in args.only]
+    if (args.slurm or args.dry_run) and not args.run:
+        raise ConfigError(f"{'--slurm' if args.slurm else '--dry-run'} is for --run", "add --run (nox -s matrix -- --run "
+                          "--slurm [--dry-run])")
     if not args.run:
         # the GitHub matrix (and its summary) is for another machine's daemon: only the table and JSON ask this one
         facts = None if args.format in ("github", "markdown") else images.ImageFacts()
@@ -296,7 +594,16 @@ def main(argv: list[str]) -> int:
         raise ConfigError(f"--jobs {args.jobs}: must be at least 1", "pass --jobs 1 or more")
     dist = (args.dist or paths.dist_dir()).resolve()
     build_dir = (args.build_dir or paths.build_dir()).resolve()
-    results = run_all(m, combos, args.build_options, dist, build_dir, args.jobs, image=args.image)
+    if args.slurm:
+        opts = slurm_options(args)
+        results = run_slurm(m, combos, args.build_options, dist, build_dir, opts, dry_run=args.dry_run)
+        if args.dry_run:
+            return 0
+    elif args.dry_run:
+        raise ConfigError("--dry-run is for --run --slurm (it prints the batch scripts)", "add --slurm, or drop --dry-run")
+    else:
+        results = run_all(m, combos, args.build_options, dist, build_dir, args.jobs, image=args.image)
+    (build_dir / "matrix").mkdir(parents=True, exist_ok=True)
     table = summary(results)
     (build_dir / "matrix" / "summary.md").write_text(table + "\n")
     (build_dir / "matrix" / "summary.json").write_text(json.dumps([r.__dict__ for r in results], indent=1) + "\n")
