@@ -25,7 +25,7 @@ from packaging.version import InvalidVersion, Version
 
 import apexkit
 from apexkit import distdir as distdir_mod
-from apexkit import interpreters, known_failures, locks, log, patches, sources, untrusted, venvs, wheelcheck
+from apexkit import interpreters, known_failures, locks, log, patches, sbom, sources, untrusted, venvs, wheelcheck
 from apexkit import matrix as matrix_mod
 from apexkit.distdir import check_overwrite, replace_dir
 from apexkit.errors import BuildError, ConfigError, SmokeTestError
@@ -498,7 +498,8 @@ class Builder:
                 # made it while this one waited
                 s.note(f"reused {path}")
                 return venvs.Venv(path)
-            venv = venvs.create(interp.path, path, self.log_path, system_site_packages=self.opts.use_system_torch)
+            venv = venvs.create(interp.path, path, self.log_path, system_site_packages=self.opts.use_system_torch,
+                                index=self.index)
             self._install_torch(venv, plan)
             venvs.pip_install(venv, self.m.build_requires, self.index, self.log_path, verbose=self.opts.verbose)
             if self.opts.use_system_torch:
@@ -624,7 +625,7 @@ class Builder:
             venv_path = work / "smoke-venv"
             try:
                 venv = venvs.create(plan.interpreter, venv_path, self.log_path,
-                                    system_site_packages=self.opts.use_system_torch)
+                                    system_site_packages=self.opts.use_system_torch, index=self.index)
                 if self.opts.use_system_torch:
                     self._ensure_system_torch_visible(venv, interp)
                 else:
@@ -695,7 +696,12 @@ class Builder:
                 "torch": packages.get("torch") or plan.torch, "torch_npu": packages.get("torch-npu") or packages.get(
                     "torch_npu"),
                 "host": f"{platform.system()} {platform.machine()} python {platform.python_version()}",
+                # for the provenance (apexkit.sbom): the binaries that built it, by sha256 (the interpreter through
+                # the venv's link to the real binary: plan.interpreter may be a pyenv shim)
+                "compiler": sbom.compiler(self.env.get("CXX")), "interpreter": sbom.interpreter(str(venv.python)),
             },
+            # the build venv's packages for the SBOM and the provenance (apexkit.sbom), kept with a cached wheel
+            "build_venv": sbom.inventory(venv.python, opts.wheelhouses, self.env),
             "wheel": {"file": wheel.name, "sha256": sha256_file(wheel), "size": wheel.stat().st_size},
             "cache_key": key,
             "cache_hit": cache_hit,
@@ -807,13 +813,31 @@ class Builder:
             shutil.rmtree(wheel.parent, ignore_errors=True)
 
     def _publish(self, plan: Plan, wheel: Path, manifest: dict) -> Path:
-        final = replace_dir(self.opts.dist_dir, plan.target_id, {wheel.name: wheel}, manifest, self.opts.force)
+        final = replace_dir(self.opts.dist_dir, plan.target_id, dist_files(wheel, manifest), manifest, self.opts.force)
         log.info(f"✓ {final / wheel.name}")
         log.info(f"  sha256 {manifest['wheel']['sha256']}  ({manifest['wheel']['size'] / 1024:.0f} KiB, "
                  f"total {log.format_seconds(manifest['durations_s']['total'])})")
         log.info(f"  manifest: {final / 'manifest.json'}")
+        written = [a["file"] for a in (manifest["attestations"].get(k) for k in ("sbom", "provenance")) if a]
+        log.info(f"  sbom/provenance: {', '.join(str(final / f) for f in written)} (unsigned)")
+        if manifest["attestations"].get("sbom_missing"):
+            if self.env.get(sbom.BY_HOST):  # in a builder container: the host writes them from this manifest
+                log.info("  the host writes the SBOM and the provenance (with the builder image's id)")
+            else:
+                log.warn(f"no SBOM written: {manifest['attestations']['sbom_missing']}")
         log.info(f"  install:  {install_command(plan, final / wheel.name)}")
         return final
+
+
+def dist_files(wheel: Path, manifest: dict) -> dict[str, Path | bytes]:
+    """What dist/<target>/ holds besides manifest.json: the wheel, its CycloneDX SBOM and its provenance statement
+    (apexkit.sbom, written from the manifest and the wheel; manifest["attestations"] records them). An SBOM that
+    fails its schema stops the publish with one line."""
+    try:
+        documents = sbom.documents(manifest, wheel)
+    except sbom.SbomError as exc:
+        raise BuildError(f"{exc}; nothing was published", "report it: the SBOM is written by apexkit/sbom.py") from None
+    return {wheel.name: wheel, **documents}
 
 
 def install_command(plan: Plan, wheel: Path) -> str:
@@ -929,7 +953,7 @@ def verify_reproducible(opts: BuildOptions) -> Path:
                              f"{', '.join(differ[:6]) or 'zip metadata only'}",
                              f"compare {opts.build_dir / 'reproducible-a'} and {opts.build_dir / 'reproducible-b'}")
         manifest["reproducible"] = {"verified": True, "builds": 2, "sha256": a_sha}
-        final = replace_dir(opts.dist_dir, a_dir.name, {a_wheel.name: a_wheel}, manifest, opts.force)
+        final = replace_dir(opts.dist_dir, a_dir.name, dist_files(a_wheel, manifest), manifest, opts.force)
     log.info(f"✓ reproducible: two builds, one sha256 {a_sha}")
     log.info(f"✓ {final / a_wheel.name}")
     return final

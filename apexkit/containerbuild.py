@@ -9,7 +9,9 @@ copied into the host's dist/ by this process, so it belongs to the invoking user
 
 The workspace is the container's to write, so what the host takes from it is untrusted: the host keeps the
 container's output beside the workspace, never in it (a symlink left there would aim the host's writes anywhere), and
-takes back only a plain wheel file named by a plain basename, without following links, re-hashed here.
+takes back only a plain wheel file named by a plain basename, without following links, re-hashed here. The SBOM and
+the provenance statement are not taken back: the host writes them (apexkit.sbom) from the manifest it rewrote and the
+wheel it re-hashed, with the builder image's id, which only the host knows.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-from apexkit import distdir, fsedit, images, log, paths, proxy, untrusted
+from apexkit import distdir, fsedit, images, log, paths, proxy, sbom, untrusted
 from apexkit import matrix as matrix_mod
 from apexkit.errors import BuildError, ConfigError, ImageError
 from apexkit.options import BuildOptions
@@ -140,7 +142,8 @@ def make_spec(opts: BuildOptions, argv: Sequence[str], image: str, labels: Mappi
         forwarded += ["--apex-src", f"{MNT}/apex-src"]
     # TORCH_DEVICE_BACKEND_AUTOLOAD=0: torch >= 2.5 loads torch_npu at `import torch`, which fails without CANN
     env: dict[str, str] = {"APEXKIT_CACHE_DIR": CACHE, "PIP_CACHE_DIR": f"{CACHE}/pip", "PYTHONPATH": python_path,
-                           "PYTHONDONTWRITEBYTECODE": "1", "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
+                           "PYTHONDONTWRITEBYTECODE": "1", "TORCH_DEVICE_BACKEND_AUTOLOAD": "0",
+                           sbom.BY_HOST: "1"}  # the SBOM + provenance are the host's to write (_swap_in)
     for name, url, mount in (("APEXKIT_ASCEND_APEX_URL", opts.ascend_apex_url, "ascend-apex"),
                              ("APEXKIT_NVIDIA_APEX_URL", opts.nvidia_apex_url, "nvidia-apex")):
         local = _file_url_path(url)
@@ -213,6 +216,9 @@ def run(opts: BuildOptions, argv: Sequence[str]) -> Path | None:
     assert opts.image is not None
     c = images.client()
     labels, arch = inspect_image(c, opts.image)
+    found = images.get_image(c, opts.image)
+    image_ref = {"id": getattr(found, "id", None), "repo_digests": (getattr(found, "attrs", None) or {}).get(
+        "RepoDigests") or []}
     # the Python must be in the image (its builder.json) before a container starts, not found missing inside it
     images.require_python(images.builder_json(c, opts.image), opts.image, opts.python, arch, matrix_mod.load().data)
     emulated = images.require_emulation(arch)
@@ -239,7 +245,8 @@ def run(opts: BuildOptions, argv: Sequence[str]) -> Path | None:
         if len(produced) != 1:
             raise BuildError(f"the container build ended without one dist/<target> in {spec.workspace / 'dist'} "
                              f"(found {len(produced)})", f"see {spec.log_path}")
-        final = _publish(produced[0], opts.dist_dir, spec, labels, time.monotonic() - started, opts.force)
+        final = _publish(produced[0], opts.dist_dir, spec, labels, time.monotonic() - started, opts.force,
+                         image_ref=image_ref)
         s.note(str(final))
     return final
 
@@ -370,13 +377,15 @@ def _read_manifest(target_fd: int) -> dict:
 
 
 def _publish(produced: Path, dist_dir: Path, spec: ContainerSpec, labels: Mapping[str, str], seconds: float,
-             force: bool = False) -> Path:
+             force: bool = False, image_ref: Mapping | None = None) -> Path:
     """Copy dist/<target>/ out of the workspace into the host's dist/, atomically, owned by the invoking user.
 
     The workspace is the container's: `produced` must be a real directory directly in <workspace>/dist, its
     manifest.json and wheel regular files (opened without following links, relative to the opened directory),
     wheel.file a plain valid wheel file name. The wheel is copied and hashed here; it must match the manifest's
-    sha256, and the host writes wheel.sha256/size from its own copy. Anything else: ImageError, nothing in dist/."""
+    sha256, and the host writes wheel.sha256/size from its own copy, then the SBOM and the provenance (apexkit.sbom,
+    with the image's id from `image_ref`) from that copy and the rewritten manifest; nothing else of the container's
+    target folder is taken. Anything else: ImageError, nothing in dist/."""
     where = spec.workspace / "dist"
     try:
         if produced.parent != where or not TARGET_NAME.fullmatch(produced.name):
@@ -393,7 +402,7 @@ def _publish(produced: Path, dist_dir: Path, spec: ContainerSpec, labels: Mappin
         finally:
             os.close(target_fd)
         try:
-            final = _install(src, name, manifest, dist_dir, produced.name, spec, labels, seconds, force)
+            final = _install(src, name, manifest, dist_dir, produced.name, spec, labels, seconds, force, image_ref)
         finally:
             os.close(src)
     except _Untrusted as exc:
@@ -414,7 +423,7 @@ def _publish(produced: Path, dist_dir: Path, spec: ContainerSpec, labels: Mappin
 
 
 def _install(src: int, name: str, manifest: dict, dist_dir: Path, target: str, spec: ContainerSpec,
-             labels: Mapping[str, str], seconds: float, force: bool = False) -> Path:
+             labels: Mapping[str, str], seconds: float, force: bool = False, image_ref: Mapping | None = None) -> Path:
     """dist/<target>/ from the open wheel `src`: appears complete (verified) or not at all, and never over a target
     built from other inputs (distdir.check_overwrite) unless `force`."""
     identity = manifest.get("target", {}).get("identity") if isinstance(manifest.get("target"), dict) else None
@@ -422,11 +431,11 @@ def _install(src: int, name: str, manifest: dict, dist_dir: Path, target: str, s
         raise _Untrusted("manifest.json target.identity is not an object")
     with distdir.lock(dist_dir, target):
         distdir.check_overwrite(dist_dir, target, identity or {}, force)
-        return _swap_in(src, name, manifest, dist_dir, target, spec, labels, seconds)
+        return _swap_in(src, name, manifest, dist_dir, target, spec, labels, seconds, image_ref)
 
 
 def _swap_in(src: int, name: str, manifest: dict, dist_dir: Path, target: str, spec: ContainerSpec,
-             labels: Mapping[str, str], seconds: float) -> Path:
+             labels: Mapping[str, str], seconds: float, image_ref: Mapping | None = None) -> Path:
     tmp = Path(tempfile.mkdtemp(prefix=f".{target}.tmp-", dir=dist_dir))
     try:
         sha, size = untrusted.copy_fd(src, tmp / name)
@@ -438,6 +447,13 @@ def _swap_in(src: int, name: str, manifest: dict, dist_dir: Path, target: str, s
         manifest["builder_image"] = {"image": spec.image, "arch": spec.arch, "base": labels.get(f"{images.LABEL}.base"),
                                      "recipe": labels.get(f"{images.LABEL}.recipe"), "user": spec.user,
                                      "container_seconds": round(seconds, 1)}
+        if image_ref:
+            manifest["builder_image"].update(id=image_ref.get("id"), repo_digests=list(image_ref.get("repo_digests") or []))
+        try:
+            for file_name, data in sbom.documents(manifest, tmp / name).items():  # sets manifest["attestations"]
+                (tmp / file_name).write_bytes(data)
+        except sbom.SbomError as exc:
+            raise _Untrusted(str(exc)) from None
         (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
         os.chmod(tmp, 0o755)  # mkdtemp makes it 0700
         fsedit.swap_directory(tmp, dist_dir / target)

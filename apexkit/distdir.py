@@ -14,8 +14,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from apexkit import fsedit, locks, log, untrusted
-from apexkit.errors import ConfigError
+from apexkit import fsedit, locks, log, sbom, untrusted
+from apexkit.errors import BuildError, ConfigError
 
 MANIFEST_MAX = 16 << 20  # bytes; ours are a few KiB
 
@@ -62,16 +62,28 @@ def check_overwrite(dist_dir: Path, name: str, wanted: dict, force: bool) -> Non
                       "pass --force to replace it, or --dist DIR to keep both")
 
 
-def replace_dir(dist_dir: Path, name: str, files: dict[str, Path], manifest: dict, force: bool = False) -> Path:
+def replace_dir(dist_dir: Path, name: str, files: dict[str, Path | bytes], manifest: dict,
+                force: bool = False) -> Path:
     """dist/<name>/ (the files + manifest.json) appears complete or not at all; never over a target built from
-    other inputs (check_overwrite) unless `force`."""
+    other inputs (check_overwrite) unless `force`. A file given as bytes (sbom.cdx.json, provenance.json: apexkit.sbom)
+    is written, a Path copied. Given one wheel and neither document, the SBOM and the provenance are written here
+    from the manifest and that wheel (a Slurm job's target collected by matrixrun, for one)."""
+    wheels = [n for n, source in files.items() if n.endswith(".whl") and isinstance(source, Path)]
+    if len(wheels) == 1 and not {sbom.SBOM_FILE, sbom.PROVENANCE_FILE} & set(files):
+        try:
+            files = {**files, **sbom.documents(manifest, files[wheels[0]])}
+        except sbom.SbomError as exc:
+            raise BuildError(f"{exc}; nothing was published", "report it: apexkit/sbom.py writes the SBOM") from None
     final = dist_dir / name
     with lock(dist_dir, name):
         check_overwrite(dist_dir, name, manifest.get("target", {}).get("identity") or {}, force)
         tmp = Path(tempfile.mkdtemp(prefix=f".{name}.tmp-", dir=dist_dir))
         try:
             for file_name, source in files.items():
-                shutil.copy2(source, tmp / file_name)
+                if isinstance(source, bytes):
+                    (tmp / file_name).write_bytes(source)
+                else:
+                    shutil.copy2(source, tmp / file_name)
             (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
             os.chmod(tmp, 0o755)  # mkdtemp makes it 0700
             fsedit.swap_directory(tmp, final)

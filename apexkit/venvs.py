@@ -85,27 +85,35 @@ def lock(path: Path) -> contextlib.AbstractContextManager:
     return locks.hold(path, f"venv {path}")
 
 
-def create(interpreter: str, path: Path, log_path: Path, system_site_packages: bool = False) -> Venv:
+def create(interpreter: str, path: Path, log_path: Path, system_site_packages: bool = False,
+           index: IndexOptions | None = None) -> Venv:
     """A fresh venv at `path` (whatever was there is removed), made under the venv's lock: with uv where it serves
-    (`uv venv`: the lib/ layout, no download; pip is added from the interpreter's own ensurepip only if an install
-    has to fall back to it), else virtualenv."""
+    (`uv venv --seed`: the lib/ layout, pip seeded from uv's cache or the configured index; when seeding cannot reach
+    an index, a venv without pip, which gets one from the interpreter's ensurepip only if an install falls back to
+    pip), else virtualenv."""
     with lock(path):
         if path.exists():
             shutil.rmtree(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         uv = uvtools.find()
         if uv is not None:
-            made = _create_uv(uv, interpreter, path, log_path, system_site_packages)
+            made = _create_uv(uv, interpreter, path, log_path, system_site_packages, index or IndexOptions())
             if made is not None:
                 return made
         return _create(interpreter, path, log_path, system_site_packages)
 
 
-def _create_uv(uv: uvtools.Uv, interpreter: str, path: Path, log_path: Path, system_site_packages: bool) -> Venv | None:
-    argv = [uv.binary, "venv", "--quiet", "--python", interpreter, str(path)]
-    if system_site_packages:
-        argv.append("--system-site-packages")
-    code, tail = run_logged(argv, log_path, env=uvtools.environment(cache_dir()))
+def _create_uv(uv: uvtools.Uv, interpreter: str, path: Path, log_path: Path, system_site_packages: bool,
+               index: IndexOptions) -> Venv | None:
+    base = [uv.binary, "venv", "--quiet", "--python", interpreter, *(["--system-site-packages"] if
+                                                                      system_site_packages else [])]
+    args, env = uvtools.install_options(uvtools.pip_config(), index.pip_args())
+    seed = _without(args, "--constraint")  # uv venv takes the index options (for the seed), not constraints
+    env = uvtools.environment(cache_dir(), env)
+    code, tail = run_logged([*base, "--seed", *seed, str(path)], log_path, env=env)
+    if code != 0 or not (path / "bin" / "python").exists():  # no index for pip (an index serving only a mirror
+        shutil.rmtree(path, ignore_errors=True)             # of some projects, offline without uv's cache)
+        code, tail = run_logged([*base, str(path)], log_path, env=env)
     if code == 0 and (path / "bin" / "python").exists():
         return Venv(path)
     reason = log.mask(_last("\n".join(tail)))
@@ -115,6 +123,20 @@ def _create_uv(uv: uvtools.Uv, interpreter: str, path: Path, log_path: Path, sys
     log.info(f"  uv venv failed ({reason}): making it with virtualenv instead")
     shutil.rmtree(path, ignore_errors=True)
     return None
+
+
+def _without(args: list[str], option: str) -> list[str]:
+    """`args` without `option` and its value."""
+    out: list[str] = []
+    skip = False
+    for arg in args:
+        if skip:
+            skip = False
+        elif arg == option:
+            skip = True
+        else:
+            out.append(arg)
+    return out
 
 
 def _ensure_pip(venv: Venv, log_path: Path) -> None:

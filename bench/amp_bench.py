@@ -8,12 +8,16 @@
 
 Modes: fp32 (on NPU --hf32 on|off sets torch.npu.matmul.allow_hf32); apex-O1, apex-O2 (apex.amp, where apex
 runs on the device); autocast-fp16 (with a GradScaler), autocast-bf16 (torch.autocast for the device type); bf16
-(the whole model in bfloat16, as MindSpeed trains). Optimizer arms (--optimizers): torch AdamW, torch's fused AdamW,
-torch_npu NpuFusedAdamW, apex NpuFusedAdam: step time and parameter parity after the same steps.
+(the model in bfloat16, float32 master weights and optimizer state, as MindSpeed's --bf16 trains).
+Optimizer arms (--optimizers): torch AdamW, torch's fused AdamW, torch_npu NpuFusedAdamW,
+apex NpuFusedAdam: step time and parameter parity after the same steps.
 MFU: model FLOPs per step (bench/flops.py states the convention) / step time / the device's peak for the mode's
 compute dtype (bench/device_peaks.json for known accelerators, else a GEMM sweep measured at the start).
-Every mode starts from the same weights and data (fixed
-seeds); speedup, memory ratio and loss parity are against the fp32 run of the same invocation.
+Method: the first step (compilation, warm-up) is reported on its own; each mode makes --repeats whole runs (a fresh
+model and optimizer from the same seed and data, its own warm-up untimed, then --steps steps between two
+device-synchronised timestamps): median, min-max, p10/p90 and the olympic mean over the runs.
+Every run of every mode starts from the same weights and data (fixed seeds); speedup, memory ratio and loss parity
+are against the fp32 runs of the same invocation.
 A mode this torch or device cannot run (probed by trying: e.g. torch 2.1's CPU autocast has no float16) is
 skipped with its reason; a mode that fails while running is reported as failed (exit 1), never as a traceback.
 Outputs in --out: results.json, results.md, results.png; the last line printed is the headline.
@@ -67,9 +71,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--modes", default=",".join(MODES), help="comma-separated subset of " + ",".join(MODES))
     p.add_argument("--scale", type=float, default=None,
                    help="model/batch size factor (default: 1 npu/cuda; cpu 0.25, qwen3-moe 0.05)")
-    p.add_argument("--warmup", type=int, default=3, help="untimed steps per mode")
-    p.add_argument("--repeats", type=int, default=5, help="timed blocks per mode (median and spread over these)")
-    p.add_argument("--steps", type=int, default=5, help="optimizer steps per timed block")
+    p.add_argument("--warmup", type=int, default=3,
+                   help="untimed steps at the start of each run, the first timed on its own (at least 1)")
+    p.add_argument("--repeats", type=int, default=5,
+                   help="whole runs per mode: a fresh model and optimizer from --seed, its own warm-up, then --steps "
+                        "timed steps (median and spread over the runs)")
+    p.add_argument("--steps", type=int, default=5, help="timed optimizer steps per run")
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
     p.add_argument("--tolerance", type=float, default=PARITY_TOLERANCE, help="loss parity tolerance (relative)")
@@ -223,7 +230,47 @@ def scale_of(name: str, args) -> float:
     return getattr(args, "model_scales", {}).get(name, args.scale)
 
 
-def run_mode(name: str, mode: str, args, device: device_adapter.Device) -> dict:
+def timed_run(step, args, device: device_adapter.Device) -> tuple[float, float]:
+    """One whole run's timing: (first step ms, ms per timed step). The first step (kernel selection, NPU operator
+    compilation, allocator growth) is timed on its own; the rest of --warmup is untimed; then --steps steps between
+    two device-synchronised timestamps (the slowest rank's time under DDP)."""
+    start = device.now()
+    step()
+    first_ms = all_max(device.now() - start, device) * 1000
+    for _ in range(max(0, args.warmup - 1)):
+        step()
+    start = device.now()  # synchronises: nothing queued before is counted
+    for _ in range(args.steps):
+        step()
+    return first_ms, all_max(device.now() - start, device) / args.steps * 1000
+
+
+def run_stats(step_ms: list) -> dict:
+    """Statistics over the runs' ms per step: median (the headline), min-max, IQR, p10/p90, olympic mean."""
+    ordered = sorted(step_ms)
+    median = statistics.median(ordered)
+    q = statistics.quantiles(ordered, n=4) if len(ordered) > 1 else [median, median, median]
+    return {"step_ms_median": round(median, 4), "step_ms_min": round(ordered[0], 4),
+            "step_ms_max": round(ordered[-1], 4), "step_ms_iqr": round(q[2] - q[0], 4),
+            "step_ms_p10": round(_quantile(ordered, 0.1), 4), "step_ms_p90": round(_quantile(ordered, 0.9), 4),
+            "step_ms_olympic_mean": round(olympic_mean(ordered), 4)}
+
+
+def _unpatch_apex() -> None:
+    """apex O1 patches torch functions at every amp.initialize; undo it so the next run starts from plain torch."""
+    with contextlib.suppress(Exception):
+        from apex.amp._amp_state import _amp_state
+
+        handle = getattr(_amp_state, "handle", None)
+        if handle is not None and hasattr(handle, "_deactivate"):
+            handle._deactivate()
+
+
+def one_run(name: str, mode: str, args, device: device_adapter.Device) -> dict:
+    """One whole run of a mode: a fresh model and optimizer from --seed (the same weights and data every run and
+    every mode), its own warm-up, then --steps timed steps. bf16 keeps fp32 master weights as MindSpeed's --bf16
+    does: the model (forward, backward, gradients) is bfloat16, AdamW steps float32 copies of the parameters (its
+    state float32 too), and the bf16 parameters are overwritten with the rounded masters after every step."""
     model, sizes, (x, y), loss_fn, tokens_per_sample = models.build(name, scale_of(name, args), args.seed)
     inner = model
     if mode == "bf16":
@@ -231,7 +278,13 @@ def run_mode(name: str, mode: str, args, device: device_adapter.Device) -> dict:
         x = x.to(torch.bfloat16) if x.is_floating_point() else x
     model = model.to(device.torch_device)
     x, y = x.to(device.torch_device), y.to(device.torch_device)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    params = list(model.parameters())
+    master = None
+    if mode == "bf16":
+        master = [torch.nn.Parameter(p.detach().to(torch.float32, copy=True)) for p in params]
+        optimizer = torch.optim.AdamW(master, lr=1e-4)
+    else:
+        optimizer = torch.optim.AdamW(params, lr=1e-4)
     dtype = AUTOCAST_MODES.get(mode)
     scaler = device.grad_scaler(mode == "autocast-fp16")
     amp = None
@@ -240,12 +293,28 @@ def run_mode(name: str, mode: str, args, device: device_adapter.Device) -> dict:
 
         extra = {"combine_grad": True} if args.combine_grad else {}  # Ascend apex's keyword; NVIDIA apex has none
         model, optimizer = amp.initialize(model, optimizer, opt_level=mode.split("-")[1], verbosity=0, **extra)
-    if world()[1] > 1:
+    if world()[1] > 1 and master is None:  # bf16 reduces its fp32 master gradients itself (below), as Megatron does
         ids = None if device.kind == "cpu" else [device.index]
         model = torch.nn.parallel.DistributedDataParallel(model, device_ids=ids)
+    scales, losses, counts = [], [], []
 
-    def step() -> torch.Tensor:
+    def to_master() -> None:
+        """bf16 gradients -> the fp32 masters' gradients; under DDP all-reduced (averaged) in fp32, one flat buffer,
+        as Megatron/MindSpeed's --bf16 (accumulate_allreduce_grads_in_fp32); torch 2.1's gloo refuses bf16 anyway."""
+        for main, param in zip(master, params):
+            main.grad = None if param.grad is None else param.grad.detach().float()
+        if world()[1] > 1:
+            grads = [main.grad for main in master if main.grad is not None]  # every rank has the same batch
+            flat = torch.cat([g.flatten() for g in grads])
+            torch.distributed.all_reduce(flat)
+            flat /= world()[1]
+            for g, part in zip(grads, flat.split([g.numel() for g in grads])):
+                g.copy_(part.view_as(g))
+
+    def step() -> None:
         optimizer.zero_grad(set_to_none=True)
+        if master is not None:
+            model.zero_grad(set_to_none=True)
         with device.autocast(dtype):
             loss = loss_fn(model(x), y)
         if scaler is not None:
@@ -258,55 +327,63 @@ def run_mode(name: str, mode: str, args, device: device_adapter.Device) -> dict:
             optimizer.step()
         else:
             loss.backward()
+            if master is not None:
+                to_master()
             optimizer.step()
-        return loss
-
-    scales = []
-
-    def counted_step() -> torch.Tensor:
-        loss = step()
+            if master is not None:
+                with torch.no_grad():
+                    for main, param in zip(master, params):
+                        param.copy_(main)
+        losses.append(loss.detach())
         scale = loss_scale_of(scaler, amp)
         if scale is not None:
             scales.append(scale)
-        return loss
+        if getattr(inner, "expert_counts", None) is not None:
+            counts.append(inner.expert_counts)
 
+    try:
+        first_ms, step_ms = timed_run(step, args, device)
+    finally:
+        if amp is not None:
+            _unpatch_apex()
+    return {"first_step_ms": first_ms, "step_ms": step_ms, "final_loss": float(losses[-1].float().item()),
+            "final_grad_norm": grad_norm(optimizer), "scales": scales,
+            "routing": None if not counts else {"first_step": counts[0].cpu().tolist(),
+                                                "last_step": counts[-1].cpu().tolist()},
+            "sizes": sizes, "tokens_per_sample": tokens_per_sample}
+
+
+def run_mode(name: str, mode: str, args, device: device_adapter.Device) -> dict:
+    """--repeats whole runs of the mode (one_run); step time statistics over the runs; loss, gradient norm, routing
+    and loss scale from the first run (each run's own loss and gradient norm are kept in `runs`)."""
     device.reset_peak_memory()
-    start = device.now()
-    counted_step()  # the first step: kernel selection, NPU operator compilation, allocator growth
-    first_step_ms = all_max(device.now() - start, device) * 1000
-    first_counts = getattr(inner, "expert_counts", None)
-    first_counts = None if first_counts is None else first_counts.cpu().tolist()
-    for _ in range(max(0, args.warmup - 1)):
-        counted_step()
-    block_seconds = []
-    loss = None
-    for _ in range(args.repeats):
-        start = device.now()  # synchronises: nothing queued before is counted
-        for _ in range(args.steps):
-            loss = counted_step()
-        block_seconds.append(all_max(device.now() - start, device))  # the slowest rank sets the pace
-    final_loss = float(loss.detach().float().item())
-    step_ms = sorted(s / args.steps * 1000 for s in block_seconds)
-    median = statistics.median(step_ms)
-    q = statistics.quantiles(step_ms, n=4) if len(step_ms) > 1 else [median, median, median]
+    runs = [one_run(name, mode, args, device) for _ in range(args.repeats)]
+    first = runs[0]
+    stats = run_stats([r["step_ms"] for r in runs])
+    median = stats["step_ms_median"]
+    sizes = first["sizes"]
     batch = sizes["batch"] * world()[1]
-    last_counts = getattr(inner, "expert_counts", None)
-    routing = None if first_counts is None else {"first_step": first_counts, "last_step": last_counts.cpu().tolist()}
+    scales = first["scales"]
     skipped = sum(1 for a, b in zip(scales, scales[1:]) if b < a)  # a scaler halves its scale on a skipped step
+    losses = [r["final_loss"] for r in runs]
     return {"mode": mode, "status": "ok", "compute_dtype": COMPUTE_DTYPE[mode],
-            "first_step_ms": round(first_step_ms, 4),
-            "step_ms_median": round(median, 4), "step_ms_min": round(step_ms[0], 4),
-            "step_ms_max": round(step_ms[-1], 4), "step_ms_iqr": round(q[2] - q[0], 4),
-            "step_ms_p10": round(_quantile(step_ms, 0.1), 4), "step_ms_p90": round(_quantile(step_ms, 0.9), 4),
-            "step_ms_olympic_mean": round(olympic_mean(step_ms), 4),
-            "final_grad_norm": grad_norm(optimizer),
+            "master_weights": "float32" if mode in ("bf16", "apex-O2") else None,
+            "first_step_ms": round(first["first_step_ms"], 4), **stats,
+            "runs": [{"first_step_ms": round(r["first_step_ms"], 4), "step_ms": round(r["step_ms"], 4),
+                      "final_loss": r["final_loss"], "final_grad_norm": r["final_grad_norm"]} for r in runs],
+            "final_loss_spread_across_runs": round((max(losses) - min(losses)) / max(abs(losses[0]), 1e-12), 8),
+            "final_grad_norm": first["final_grad_norm"],
             "peak_memory_reserved_bytes": device.peak_memory_reserved_bytes(),
-            "loss_scale": None if not scales else {"trajectory": scales, "skipped_steps": skipped},
-            "routing": routing,
+            "loss_scale": None if not scales else {
+                "trajectory": scales, "skipped_steps": skipped,
+                "skipped_steps_per_run": [sum(1 for a, b in zip(r["scales"], r["scales"][1:]) if b < a) for r in runs]},
+            "routing": first["routing"],
             "samples_per_s": round(batch / (median / 1000), 2),
-            "tokens_per_s": round(batch * tokens_per_sample / (median / 1000), 1) if tokens_per_sample > 1 else None,
-            "peak_memory_bytes": device.peak_memory_bytes(), "final_loss": final_loss, "sizes": sizes,
-            "timed_steps": args.repeats * args.steps}
+            "tokens_per_s": round(batch * first["tokens_per_sample"] / (median / 1000), 1)
+            if first["tokens_per_sample"] > 1 else None,
+            "peak_memory_bytes": device.peak_memory_bytes(), "final_loss": first["final_loss"], "sizes": sizes,
+            "timed_steps": args.repeats * args.steps,
+            "steps_per_run": max(1, args.warmup) + args.steps}
 
 
 # --- optimizer arms ------------------------------------------------------------------------------------------------
@@ -340,7 +417,8 @@ def optimizer_factory(arm: str, device: device_adapter.Device):
 
 
 def train_with(factory, name: str, args, device: device_adapter.Device):
-    """(first step ms, per-step ms of each timed block, parameters before, parameters after) for one optimizer."""
+    """One whole run for one optimizer (a fresh fp32 model from --seed, its warm-up, --steps timed steps):
+    (first step ms, ms per timed step, parameters before, parameters after)."""
     model, _, (x, y), loss_fn, _ = models.build(name, scale_of(name, args), args.seed)
     model = model.to(device.torch_device)
     x, y = x.to(device.torch_device), y.to(device.torch_device)
@@ -352,23 +430,14 @@ def train_with(factory, name: str, args, device: device_adapter.Device):
         loss_fn(model(x), y).backward()
         optimizer.step()
 
-    start = device.now()
-    step()
-    first_ms = (device.now() - start) * 1000
-    for _ in range(max(0, args.warmup - 1)):
-        step()
-    blocks = []
-    for _ in range(args.repeats):
-        start = device.now()
-        for _ in range(args.steps):
-            step()
-        blocks.append((device.now() - start) / args.steps * 1000)
-    return first_ms, blocks, initial, torch.cat([p.detach().flatten().float().cpu() for p in model.parameters()])
+    first_ms, step_ms = timed_run(step, args, device)
+    return first_ms, step_ms, initial, torch.cat([p.detach().flatten().float().cpu() for p in model.parameters()])
 
 
 def run_optimizers(name: str, args, device: device_adapter.Device) -> list[dict]:
-    """Each arm trains the same fp32 model on the same data for the same steps: step time, and the parameters after
-    them vs torch AdamW's (max |difference| and the difference relative to AdamW's own update)."""
+    """Each arm trains the same fp32 model on the same data for the same steps, --repeats whole runs: step time over
+    the runs, and the parameters after the first run vs torch AdamW's (max |difference| and the difference relative
+    to AdamW's own update)."""
     rows, reference = [], None
     for arm in args.optimizers:
         factory, why = optimizer_factory(arm, device)
@@ -376,13 +445,16 @@ def run_optimizers(name: str, args, device: device_adapter.Device) -> list[dict]
             rows.append({"optimizer": arm, "status": "skipped", "reason": why})
             continue
         try:
-            first_ms, blocks, initial, final = train_with(factory, name, args, device)
+            runs = [train_with(factory, name, args, device) for _ in range(args.repeats)]
         except Exception as exc:
             rows.append({"optimizer": arm, "status": "failed", "reason": device_adapter.first_line(exc)})
             continue
+        first_ms, _, initial, final = runs[0]
         row = {"optimizer": arm, "status": "ok", "first_step_ms": round(first_ms, 4),
-               "step_ms_median": round(statistics.median(blocks), 4), "step_ms_min": round(min(blocks), 4),
-               "step_ms_max": round(max(blocks), 4), "steps": args.warmup + args.repeats * args.steps}
+               **run_stats([r[1] for r in runs]),
+               "runs": [{"first_step_ms": round(r[0], 4), "step_ms": round(r[1], 4)} for r in runs],
+               "steps": max(1, args.warmup) + args.steps}
+        del runs
         if arm == "torch-adamw":
             reference = (initial, final)
         if reference is not None:
@@ -397,7 +469,7 @@ def run_optimizers(name: str, args, device: device_adapter.Device) -> list[dict]
 
 
 def harness_overhead(name: str, args, device: device_adapter.Device) -> dict:
-    """The timing harness (a synchronised timestamp around every block) vs one bare loop of the same steps."""
+    """The timing harness (synchronised timestamps around each run's timed steps) vs one bare loop of the same steps."""
     model, _, (x, y), loss_fn, _ = models.build(name, scale_of(name, args), args.seed)
     model = model.to(device.torch_device)
     x, y = x.to(device.torch_device), y.to(device.torch_device)
@@ -496,8 +568,9 @@ def markdown(report: dict) -> str:
     d = report["device"]
     lines = [f"**{report['label']}** — {d['kind']} ({d['name']}), torch {report['versions']['torch']}, "
              f"Python {report['versions']['python']}, "
-             f"{report['config']['nproc']} process(es), {report['config']['repeats']}×{report['config']['steps']} timed "
-             f"steps after {report['config']['warmup']} warm-up; memory = {d['memory']}"]
+             f"{report['config']['nproc']} process(es), {report['config']['repeats']} whole runs per mode (a fresh model "
+             f"from the seed, {max(1, report['config']['warmup'])} warm-up step(s), then {report['config']['steps']} "
+             f"timed steps); memory = {d['memory']}"]
     caps = report.get("capabilities")
     if caps:
         autocast = ", ".join(f"{name} {'yes' if c['ok'] else 'no'}" for name, c in caps["autocast"].items())
@@ -543,7 +616,20 @@ def markdown(report: dict) -> str:
         lines.append(f"- MFU above 100 % ({', '.join(over)}): the measured peak is below what the run reached (the "
                      "GEMM sweep ran under load, or its sizes were too small): rerun on a quiet machine or widen "
                      "--gemm-sizes")
+    if any(r["status"] == "ok" and r["mode"] == "bf16" for entry in report["models"].values() for r in entry["results"]):
+        lines.append("- bf16: the model (forward, backward, gradients) in bfloat16; AdamW steps float32 master copies "
+                     "of the parameters (its state float32), copied back after every step, as MindSpeed-LLM's --bf16")
     for name, entry in report["models"].items():
+        timed = [r for r in entry["results"] if r["status"] == "ok" and r.get("runs")]
+        if timed:
+            lines += ["", f"{name}: ms per timed step of each run (statistics above are over these runs) and each run's "
+                          "first step (run 1's includes compilation / kernel selection)", "",
+                      "| mode | ms/step per run | first step per run | final loss spread over runs |", "|---|---|---|---|"]
+            for r in timed:
+                per_run = ", ".join(format(x["step_ms"], ".2f") for x in r["runs"])
+                firsts = ", ".join(format(x["first_step_ms"], ".0f") for x in r["runs"])
+                lines.append(f"| {r['mode']} | {per_run} | {firsts} ms | "
+                             f"{r.get('final_loss_spread_across_runs', 0) * 100:.4f} % |")
         scaled = [r for r in entry["results"] if r["status"] == "ok" and r.get("loss_scale")]
         for r in scaled:
             trajectory = r["loss_scale"]["trajectory"]

@@ -225,7 +225,7 @@ print("ok")
 def test_nproc_2_runs_ddp_on_cpu_with_gloo(bench_python, tmp_path):
     out = tmp_path / "ddp"
     result = run(bench_python, "amp_bench.py", "--device", "cpu", "--nproc", "2", "--model", "mlp",
-                 "--modes", "fp32,autocast-bf16", "--out", str(out), *SMALL)
+                 "--modes", "fp32,autocast-bf16,bf16", "--out", str(out), *SMALL)
     assert result.returncode == 0, result.stderr
     assert "torch.distributed.run" in result.stderr
     report = json.loads((out / "results.json").read_text())
@@ -234,6 +234,9 @@ def test_nproc_2_runs_ddp_on_cpu_with_gloo(bench_python, tmp_path):
     # aggregate throughput: both ranks' batches per (slowest rank's) median step
     batch = report["models"]["mlp"]["sizes"]["batch"]
     assert fp32["samples_per_s"] == pytest.approx(2 * batch / (fp32["step_ms_median"] / 1000), rel=1e-4)
+    # bf16 all-reduces its fp32 master gradients itself (not DDP's bf16 all-reduce): it runs and keeps parity
+    bf16 = report["models"]["mlp"]["results"][2]
+    assert bf16["status"] == "ok" and bf16["master_weights"] == "float32" and bf16["parity_ok"], bf16
 
 
 def test_compare_renders_runs_side_by_side_and_refuses_different_sizes(bench_python, tmp_path):

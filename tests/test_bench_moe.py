@@ -110,7 +110,21 @@ def test_qwen3_moe_on_cpu_reports_mfu_against_a_measured_peak_routing_and_optimi
             moved = sum(abs(a - b) for a, b in zip(r["routing"][step], rows["fp32"]["routing"][step])) / 2
             assert r["routing_drift_vs_fp32"][step] == pytest.approx(moved / sum(rows["fp32"]["routing"][step]),
                                                                      abs=1e-6)
+    for r in rows.values():  # --repeats 3 whole runs, each its own warm-up (1 step) + --steps 2 timed steps
+        per_run = [run["step_ms"] for run in r["runs"]]
+        assert len(per_run) == 3 and r["timed_steps"] == 6 and r["steps_per_run"] == 3
+        assert r["step_ms_median"] == pytest.approx(sorted(per_run)[1], abs=1e-3)
+        assert r["step_ms_min"] == pytest.approx(min(per_run), abs=1e-3)
+        assert r["step_ms_max"] == pytest.approx(max(per_run), abs=1e-3)
+        assert r["step_ms_olympic_mean"] == pytest.approx(sorted(per_run)[1], abs=1e-3)  # 3 runs: the middle one
+        assert r["first_step_ms"] == r["runs"][0]["first_step_ms"] and all(x["first_step_ms"] > 0 for x in r["runs"])
+        # every run starts from the same seed, weights and data: the same training, run after run
+        assert r["final_loss"] == r["runs"][0]["final_loss"]
+        assert r["final_loss_spread_across_runs"] < 1e-4, r["runs"]
     assert rows["fp32"]["compute_dtype"] == "float32" and rows["bf16"]["compute_dtype"] == "bfloat16"
+    # bf16 as MindSpeed's --bf16: bf16 model, fp32 master weights + AdamW state; within the 5 % loss rule
+    assert rows["bf16"]["master_weights"] == "float32" and rows["fp32"]["master_weights"] is None
+    assert rows["bf16"]["parity_ok"] and rows["bf16"]["grad_norm_parity_ok"], rows["bf16"]
     assert rows["fp32"]["routing_drift_vs_fp32"] == {"first_step": 0.0, "last_step": 0.0}
     assert rows["fp32"]["loss_scale"] is None  # no scaler in fp32/bf16: no trajectory
     assert 0 < sizes["top_k"] < sizes["experts"]
@@ -118,6 +132,7 @@ def test_qwen3_moe_on_cpu_reports_mfu_against_a_measured_peak_routing_and_optimi
     assert optim["torch-adamw"]["param_rel_diff_vs_adamw_update"] == 0.0
     fused = optim["torch-adamw-fused"]  # torch 2.13 has a fused AdamW for CPU
     assert fused["status"] == "ok" and fused["parity_ok"] and fused["param_rel_diff_vs_adamw_update"] < 1e-3
+    assert len(fused["runs"]) == 3 and fused["steps"] == 3
     for arm in ("npu-fused-adamw", "apex-npu-fused-adam"):
         assert optim[arm]["status"] == "skipped" and "runs on NPU only (device is cpu)" in optim[arm]["reason"]
     env = report["environment"]
@@ -126,6 +141,7 @@ def test_qwen3_moe_on_cpu_reports_mfu_against_a_measured_peak_routing_and_optimi
     markdown = (out / "results.md").read_text()
     assert "| MFU |" in markdown and "device peak ratio" in markdown and "tokens per expert" in markdown
     assert "| torch-adamw-fused |" in markdown and "measured" in markdown
+    assert "ms per timed step of each run" in markdown and "float32 master copies" in markdown
     assert (out / "results.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -137,9 +153,10 @@ def test_fp16_run_records_the_loss_scale_trajectory(bench_python, tmp_path):
     report = json.loads((out / "results.json").read_text())
     fp16 = report["models"]["mlp"]["results"][1]
     scale = fp16["loss_scale"]
-    assert len(scale["trajectory"]) == 1 + 3 * 2  # the first step + the timed ones (warm-up 1 is the first step)
+    assert len(scale["trajectory"]) == 1 + 2  # the first run: its first step (warm-up 1) + its 2 timed steps
     halvings = sum(1 for a, b in zip(scale["trajectory"], scale["trajectory"][1:]) if b < a)
-    assert scale["skipped_steps"] == halvings
+    assert scale["skipped_steps"] == halvings == scale["skipped_steps_per_run"][0]
+    assert len(scale["skipped_steps_per_run"]) == 3  # one count per whole run
     assert "optimizers" not in report["models"]["mlp"] and "routing" in fp16 and fp16["routing"] is None
 
 

@@ -32,7 +32,7 @@ def test_build_311_end_to_end_then_wheel_cache_hit(runner, repos, tmp_path):
     proc = runner.nox("3.11", "--no-cache")  # a compile, whatever ran before: --no-cache skips the lookup, not the store
     assert proc.returncode == 0, output(proc)[-3000:]
     dist = runner.dist / TARGET
-    assert sorted(p.name for p in dist.iterdir()) == [WHEEL, "manifest.json"]
+    assert sorted(p.name for p in dist.iterdir()) == [WHEEL, "manifest.json", "provenance.json", "sbom.cdx.json"]
     manifest = json.loads((dist / "manifest.json").read_text())
     assert manifest["sources"]["nvidia_apex"]["commit"] == repos.nvidia_pin
     assert manifest["sources"]["ascend_apex"]["commit"] == subprocess.run(
@@ -207,8 +207,9 @@ def test_pip_refuses_a_wheel_pinned_to_another_torch(runner, tmp_path):
     proc = runner.nox("3.11", "--no-smoke-test")
     assert proc.returncode == 0, output(proc)[-3000:]
     good = runner.dist / TARGET / WHEEL
-    venv = next(p for p in (runner.cache / "venvs").glob("build-py3.11-*") if (p / "apexkit-ready.json").is_file())
-    # ^ the build venv: torch 2.13.0 and `wheel` installed
+    venv = next(p for p in (runner.cache / "venvs").glob("build-py3.11-*") if (p / "apexkit-ready.json").is_file()
+                and (p / "lib" / "python3.11" / "site-packages" / "torch").is_dir())
+    # ^ the build venv with torch 2.13.0 and `wheel` installed in it (not a --use-system-torch one from another test)
     python = str(venv / "bin" / "python")
     unpacked = tmp_path / "unpacked"
     subprocess.run([python, "-m", "wheel", "unpack", "-d", str(unpacked), str(good)], check=True, capture_output=True)

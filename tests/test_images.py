@@ -328,7 +328,7 @@ def test_fixture_build_inside_the_builder_lands_in_host_dist(x86_builder, daemon
     assert "interpreter     /usr/bin/python3.11" in text  # the base's Python, not the tool venv's
     dist = tmp_path / "dist" / "py3.11-torch2.13.0-x86_64-master"
     wheel = dist / "apex-0.1+ascend.torch2.13.0-cp311-cp311-linux_x86_64.whl"
-    assert sorted(p.name for p in dist.iterdir()) == [wheel.name, "manifest.json"]
+    assert sorted(p.name for p in dist.iterdir()) == [wheel.name, "manifest.json", "provenance.json", "sbom.cdx.json"]
     for path in (dist, wheel, dist / "manifest.json"):
         assert (path.stat().st_uid, path.stat().st_gid) == (4242, 4343)  # the invoking (sudo) user's
     manifest = json.loads((dist / "manifest.json").read_text())

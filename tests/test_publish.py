@@ -49,7 +49,8 @@ def test_verify_reproducible_builds_twice_and_records_it(runner):
     manifest = json.loads((runner.dist / TARGET / "manifest.json").read_text())
     assert manifest["reproducible"] == {"verified": True, "builds": 2, "sha256": manifest["wheel"]["sha256"]}
     assert (runner.build / "reproducible-a").is_dir() and (runner.build / "reproducible-b").is_dir()
-    assert sorted(p.name for p in (runner.dist / TARGET).iterdir()) == [WHEEL, "manifest.json"]
+    assert sorted(p.name for p in (runner.dist / TARGET).iterdir()) == [WHEEL, "manifest.json", "provenance.json",
+                                                                         "sbom.cdx.json"]
 
 
 def test_index_installs_with_pip_and_refuses_a_second_wheel_under_one_name(runner, repos, tmp_path):

@@ -1,0 +1,437 @@
+"""dist/<target>/sbom.cdx.json and provenance.json: what the wheel is made of, and how it was made.
+
+- sbom.cdx.json: a CycloneDX 1.6 JSON SBOM written with cyclonedx-python-lib (the kept library; 11.x on Python >=
+  3.9, 9.1.0 on 3.8, both write 1.6) and validated against the 1.6 JSON schema the library ships. The wheel is
+  metadata.component (its sha256, purl, Requires-Dist, manylinux tag; pedigree: the Ascend and NVIDIA apex commits it
+  was generated from); its compiled modules are `file` components with their sha256; every package of the build
+  venv is a `library` component (scope `required` for the wheel's runtime pins, `excluded` for build-only tools).
+- provenance.json: an in-toto Statement v1 with a SLSA provenance v1 predicate. Subject: the wheel and its sha256.
+  resolvedDependencies: the source commits (gitCommit), each patch file (sha256), every build-venv package (the
+  sha256 of the wheel file when it came from a --wheelhouse, else the sha256 of its installed dist-info/RECORD, which
+  lists the sha256 of every file the wheel installed), the compiler and the interpreter (sha256 of the binaries), and
+  the builder image (its image id) when built in one. Byproducts: the SBOM and its sha256. Unsigned: signing is left
+  to a kept tool (docs/wheels.md).
+
+Both are functions of the manifest (which records the build venv's inventory, the compiler, the sources and patches)
+and of the wheel file itself, so a cache hit and a container build (whose dist/ the host re-hashes and rewrites) get
+them written by the process that publishes, from data it has checked.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import uuid
+import zipfile
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timezone
+from pathlib import Path
+
+SBOM_FILE = "sbom.cdx.json"
+PROVENANCE_FILE = "provenance.json"
+SPEC_VERSION = "1.6"
+STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
+PREDICATE_TYPE = "https://slsa.dev/provenance/v1"
+BUILD_TYPE = "urn:apexkit:build:wheel:v1"  # apexkit has no public home to point at: a URN names the build recipe
+_NAMESPACE = uuid.UUID("6f1d2b52-7d3c-4e8a-9a43-0b5c7c1a9e61")  # serial numbers: uuid5(this, wheel sha256 + inputs)
+BY_HOST = "APEXKIT_ATTESTATIONS_BY_HOST"  # set in a builder container: the host writes the SBOM + provenance
+_MAX_STR = 512  # strings taken from a manifest (a container's is untrusted) are cut to this
+
+# Run by the build venv's own Python (3.8+): every installed distribution, with the sha256 of its RECORD.
+INVENTORY_PROBE = r"""
+import hashlib, json, sys
+from importlib import metadata
+out = []
+for dist in metadata.distributions():
+    name = dist.metadata["Name"]
+    if not name:
+        continue
+    files = {str(f).replace("\\", "/").rsplit("/", 1)[-1]: f for f in (dist.files or []) if ".dist-info/" in str(f)}
+    def read(base):
+        f = files.get(base)
+        try:
+            return f.locate().read_bytes() if f is not None else None
+        except OSError:
+            return None
+    record, wheel, installer = read("RECORD"), read("WHEEL"), read("INSTALLER")
+    tags = [l.split(":", 1)[1].strip() for l in (wheel or b"").decode("utf-8", "replace").splitlines()
+            if l.startswith("Tag:")]
+    out.append({"name": name, "version": dist.version,
+                "record_sha256": hashlib.sha256(record).hexdigest() if record is not None else None,
+                "tags": tags, "installer": (installer or b"").decode("utf-8", "replace").strip() or None})
+out.sort(key=lambda p: p["name"].lower())
+print(json.dumps({"python": sys.version.split()[0], "implementation": sys.implementation.name, "packages": out}))
+"""
+
+
+class SbomError(Exception):
+    """A one-line reason the SBOM or the provenance could not be written."""
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+# --- what the build records in its manifest ----------------------------------------------------------------------
+
+def inventory(python: Path, wheelhouses: Sequence[Path] = (), env: Mapping[str, str] | None = None) -> dict:
+    """The build venv's packages (name, version, RECORD sha256, wheel tags, installer), read by its own Python, plus
+    the sha256 of the wheel file for each one found in a --wheelhouse (same name, version and a shared tag)."""
+    try:
+        proc = subprocess.run([str(python), "-c", INVENTORY_PROBE], capture_output=True, text=True, timeout=120,
+                              env=None if env is None else dict(env))
+        data = json.loads(proc.stdout.strip().splitlines()[-1]) if proc.returncode == 0 else None
+    except (OSError, subprocess.TimeoutExpired, ValueError, IndexError):
+        data = None
+    if not isinstance(data, dict):
+        return {"packages": [], "error": f"the build venv's Python ({python}) could not list its packages"}
+    files = _wheelhouse_files(wheelhouses)
+    for package in data["packages"]:
+        found = files.get((_canonical(package["name"]), package["version"]))
+        for path, tags in found or ():
+            if not package["tags"] or tags & set(package["tags"]):
+                package["wheel"] = {"file": path.name, "sha256": sha256_file(path), "from": "wheelhouse"}
+                break
+    return data
+
+
+def _wheelhouse_files(wheelhouses: Sequence[Path]) -> dict:
+    """(canonical name, version) -> [(wheel path, its tags)] of the wheelhouses' *.whl files."""
+    try:
+        from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+    except ImportError:  # packaging is a runtime dependency; without it no wheel file is matched
+        return {}
+    out: dict = {}
+    for folder in wheelhouses:
+        try:
+            names = sorted(os.listdir(folder))
+        except OSError:
+            continue
+        for name in names:
+            path = Path(folder) / name
+            if not name.endswith(".whl") or not path.is_file():
+                continue
+            try:
+                dist, version, _build, tags = parse_wheel_filename(name)
+            except InvalidWheelFilename:
+                continue
+            out.setdefault((str(dist), str(version)), []).append((path, {str(t) for t in tags}))
+    return out
+
+
+def compiler(command: str | None = None) -> dict:
+    """The C++ compiler setup.py runs ($CXX or g++): its path (links resolved), first --version line, sha256."""
+    argv = (command or os.environ.get("CXX") or "g++").split()
+    name = argv[-1] if argv else "g++"  # `ccache g++`: the compiler is the last word
+    found = shutil.which(name)
+    if not found:
+        return {"command": name, "path": None, "version": None, "sha256": None}
+    real = os.path.realpath(found)
+    try:
+        out = subprocess.run([real, "--version"], capture_output=True, text=True, timeout=20).stdout
+        version = out.splitlines()[0] if out else None
+    except (OSError, subprocess.TimeoutExpired):
+        version = None
+    return {"command": name, "path": real, "version": version, "sha256": _digest_or_none(real)}
+
+
+def interpreter(path: str) -> dict:
+    real = os.path.realpath(path)
+    return {"path": real, "sha256": _digest_or_none(real)}
+
+
+def _digest_or_none(path: str) -> str | None:
+    try:
+        return sha256_file(Path(path))
+    except OSError:
+        return None
+
+
+# --- reading a manifest (possibly a container's: every field checked) --------------------------------------------
+
+def _s(value, default: str | None = None) -> str | None:
+    if value is None or isinstance(value, (dict, list)):
+        return default
+    return str(value)[:_MAX_STR]
+
+
+def _hex(value, length: int) -> str | None:
+    text = _s(value)
+    return text.lower() if text and re.fullmatch(rf"[0-9a-fA-F]{{{length}}}", text) else None
+
+
+def _dict(value) -> dict:
+    return value if isinstance(value, dict) else {}
+
+
+def _packages(manifest: dict) -> list[dict]:
+    out = []
+    raw = _dict(manifest.get("build_venv")).get("packages")
+    for p in raw if isinstance(raw, list) else []:
+        if isinstance(p, dict) and _s(p.get("name")) and _s(p.get("version")):
+            wheel = _dict(p.get("wheel"))
+            out.append({"name": _s(p["name"]), "version": _s(p["version"]),
+                        "record_sha256": _hex(p.get("record_sha256"), 64),
+                        "wheel_file": _s(wheel.get("file")), "wheel_sha256": _hex(wheel.get("sha256"), 64),
+                        "installer": _s(p.get("installer"))})
+    return out
+
+
+def _wheel_facts(wheel: Path) -> dict:
+    """Name, version, Requires-Dist (METADATA) and the sha256 of every compiled module, read from the wheel."""
+    try:
+        with zipfile.ZipFile(wheel) as zf:
+            names = zf.namelist()
+            meta_name = next((n for n in names if n.count("/") == 1 and n.endswith(".dist-info/METADATA")), None)
+            meta = zf.read(meta_name).decode("utf-8", "replace") if meta_name else ""
+            modules = []
+            for n in sorted(names):
+                if n.endswith(".so") or ".so." in n.rsplit("/", 1)[-1]:
+                    modules.append({"file": n, "sha256": hashlib.sha256(zf.read(n)).hexdigest(),
+                                    "size": zf.getinfo(n).file_size})
+    except (zipfile.BadZipFile, OSError, KeyError) as exc:
+        raise SbomError(f"{wheel.name} cannot be read ({exc})") from None
+    headers: dict[str, list[str]] = {}
+    for line in meta.split("\n\n", 1)[0].splitlines():
+        if ":" in line and not line.startswith((" ", "\t")):
+            key, value = line.split(":", 1)
+            headers.setdefault(key.strip().lower(), []).append(value.strip())
+    parts = wheel.name.split("-")  # no METADATA (not a wheel we made): name and version from the file name
+    return {"name": (headers.get("name") or [parts[0]])[0][:_MAX_STR],
+            "version": (headers.get("version") or [parts[1] if len(parts) > 1 else "0"])[0][:_MAX_STR],
+            "requires": headers.get("requires-dist", []), "modules": modules}
+
+
+def _runtime_names(requires: list[str]) -> set[str]:
+    return {_canonical(re.split(r"[\s;<>=!~\[(]", r, maxsplit=1)[0]) for r in requires if r.strip()}
+
+
+# --- the SBOM ------------------------------------------------------------------------------------------------------
+
+def sbom_text(manifest: dict, wheel: Path, wheel_sha256: str) -> str:
+    """The CycloneDX 1.6 JSON SBOM (validated against the schema), or SbomError."""
+    try:
+        from cyclonedx.model import HashAlgorithm, HashType, Property
+        from cyclonedx.model.bom import Bom
+        from cyclonedx.model.component import Component, ComponentScope, ComponentType, Pedigree
+        from cyclonedx.model.lifecycle import LifecyclePhase, PredefinedLifecycle
+        from cyclonedx.output.json import JsonV1Dot6
+        from packageurl import PackageURL
+    except ImportError as exc:
+        raise SbomError(f"cyclonedx-python-lib is not installed ({exc.name or exc}): "
+                        "pip install -r requirements.txt") from None
+    facts = _wheel_facts(wheel)
+    identity, sources, tools = (_dict(manifest.get(k)) for k in ("identity", "sources", "tools"))
+    packages = _packages(manifest)
+    serial = uuid.uuid5(_NAMESPACE, wheel_sha256 + json.dumps(packages, sort_keys=True))
+    created = _timestamp(manifest.get("created"))
+
+    def sha(value: str) -> HashType:
+        return HashType(alg=HashAlgorithm.SHA_256, content=value)
+
+    ancestors = []
+    for key, label in (("ascend_apex", "Ascend apex"), ("nvidia_apex", "NVIDIA apex")):
+        src = _dict(sources.get(key))
+        commit = _hex(src.get("commit"), 40) or _s(src.get("commit"))
+        if commit:
+            ancestors.append(Component(
+                name=label, version=commit, type=ComponentType.LIBRARY, bom_ref=f"source:{key}",
+                properties=[Property(name="apexkit:git_commit", value=commit),
+                            *[Property(name="apexkit:origin", value=o) for o in
+                              [_s(src.get("origin")) or _s(src.get("url"))] if o],
+                            *[Property(name="apexkit:ref", value=r) for r in [_s(src.get("ref"))] if r]]))
+    patches = [p for p in manifest.get("patches", []) if isinstance(p, dict)] if isinstance(
+        manifest.get("patches"), list) else []
+    root_props = [Property(name="apexkit:wheel_file", value=wheel.name),
+                  *[Property(name="apexkit:requires_dist", value=r[:_MAX_STR]) for r in facts["requires"]],
+                  *[Property(name="apexkit:patch", value=f"{_s(p.get('id'))} {_s(p.get('status'))} "
+                             f"sha256:{_hex(p.get('sha256'), 64)}") for p in patches],
+                  *[Property(name=f"apexkit:{k}", value=v) for k in ("manylinux_tag", "max_glibc", "max_glibcxx")
+                    for v in [_s(identity.get(k))] if v]]
+    root = Component(
+        name=facts["name"], version=facts["version"], type=ComponentType.LIBRARY, bom_ref=f"wheel:{wheel.name}",
+        description="Apex for Ascend, built by apexkit", hashes=[sha(wheel_sha256)],
+        purl=PackageURL(type="pypi", name=_canonical(facts["name"]), version=facts["version"],
+                        qualifiers={"file_name": wheel.name}),
+        pedigree=Pedigree(ancestors=ancestors) if ancestors else None, properties=root_props)
+    bom = Bom(serial_number=serial)
+    bom.metadata.component = root
+    bom.metadata.timestamp = created
+    bom.metadata.lifecycles.add(PredefinedLifecycle(LifecyclePhase.BUILD))
+    bom.metadata.tools.components.add(Component(name="apexkit", version=_s(manifest.get("apexkit"), "unknown"),
+                                                type=ComponentType.APPLICATION))
+    bom.metadata.properties.add(Property(name="apexkit:target", value=_s(
+        _dict(manifest.get("target")).get("target_id"), "unknown")))
+    for k in ("python", "host"):
+        if _s(tools.get(k)):
+            bom.metadata.properties.add(Property(name=f"apexkit:build_{k}", value=_s(tools.get(k))))
+    runtime = _runtime_names(facts["requires"])
+    depends = []
+    for module in facts["modules"]:
+        c = Component(name=module["file"], type=ComponentType.FILE, bom_ref=f"file:{module['file']}",
+                      hashes=[sha(module["sha256"])],
+                      properties=[Property(name="apexkit:size", value=str(module["size"]))])
+        bom.components.add(c)
+        depends.append(c)
+    for p in packages:
+        props = [Property(name=f"apexkit:{k}", value=p[k]) for k in ("record_sha256", "installer", "wheel_file")
+                 if p[k]]
+        c = Component(name=p["name"], version=p["version"], type=ComponentType.LIBRARY,
+                      bom_ref=f"build-venv:{_canonical(p['name'])}@{p['version']}",
+                      scope=ComponentScope.REQUIRED if _canonical(p["name"]) in runtime else ComponentScope.EXCLUDED,
+                      purl=PackageURL(type="pypi", name=_canonical(p["name"]), version=p["version"]),
+                      hashes=[sha(p["wheel_sha256"])] if p["wheel_sha256"] else None, properties=props)
+        bom.components.add(c)
+        if _canonical(p["name"]) in runtime:
+            depends.append(c)
+    bom.register_dependency(root, depends)
+    for c in bom.components:
+        if c not in depends:
+            bom.register_dependency(c, [])
+    text = JsonV1Dot6(bom).output_as_string(indent=2)
+    validate(text)
+    return text + "\n"
+
+
+def validate(text: str) -> None:
+    """SbomError unless `text` is valid against the CycloneDX 1.6 JSON schema (strict: no unknown properties)."""
+    try:
+        from cyclonedx.schema import SchemaVersion
+        from cyclonedx.validation.json import JsonStrictValidator
+    except ImportError as exc:
+        raise SbomError(f"cyclonedx-python-lib is not installed ({exc.name or exc})") from None
+    try:
+        error = JsonStrictValidator(SchemaVersion.V1_6).validate_str(text)
+    except Exception as exc:  # MissingOptionalDependencyException: jsonschema absent
+        raise SbomError(f"the SBOM cannot be validated: {str(exc).splitlines()[0][:200]}") from None
+    if error is not None:
+        raise SbomError(f"the SBOM fails the CycloneDX {SPEC_VERSION} schema: "
+                        f"{str(getattr(error, 'data', error)).splitlines()[0][:300]}")
+
+
+def _timestamp(value) -> datetime:
+    try:
+        return datetime.strptime(str(value), "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
+    except ValueError:
+        return datetime.now(timezone.utc).replace(microsecond=0)
+
+
+# --- the provenance --------------------------------------------------------------------------------------------------
+
+def provenance(manifest: dict, wheel_name: str, wheel_sha256: str, byproducts: Sequence[dict] = ()) -> dict:
+    """An in-toto Statement v1 / SLSA provenance v1 for the wheel, from the manifest (plain JSON, no library)."""
+    target, sources, tools = (_dict(manifest.get(k)) for k in ("target", "sources", "tools"))
+    deps: list[dict] = []
+    for key in ("ascend_apex", "nvidia_apex"):
+        src = _dict(sources.get(key))
+        commit = _hex(src.get("commit"), 40)
+        entry = {"name": key.replace("_", "-"), "uri": _s(src.get("origin")) or _s(src.get("url")) or "unknown"}
+        entry["digest"] = {"gitCommit": commit} if commit else {}
+        if not commit and _s(src.get("commit")):
+            entry["annotations"] = {"commit": _s(src.get("commit"))}  # a --apex-src copy: not a plain commit
+        if _s(src.get("ref")):
+            entry.setdefault("annotations", {})["ref"] = _s(src.get("ref"))
+        deps.append(entry)
+    for p in manifest.get("patches") or []:
+        if isinstance(p, dict) and _s(p.get("id")):  # the patch file's sha256 (patches/*.toml), as in the cache key
+            deps.append({"name": f"patch:{_s(p.get('id'))}", "digest": _only({"sha256": _hex(p.get("sha256"), 64)}),
+                         "annotations": {"edits": _s(p.get("file")), "status": _s(p.get("status"))}})
+    for p in _packages(manifest):
+        if p["wheel_sha256"]:
+            digest, of = {"sha256": p["wheel_sha256"]}, f"the wheel file {p['wheel_file']}"
+        else:
+            digest, of = _only({"sha256": p["record_sha256"]}), "its installed dist-info/RECORD"
+        deps.append({"name": p["name"], "uri": f"pkg:pypi/{_canonical(p['name'])}@{p['version']}", "digest": digest,
+                     "annotations": {"digest_of": of, "role": "build venv"}})
+    cxx = _dict(tools.get("compiler"))
+    if cxx:
+        deps.append({"name": "compiler", "uri": f"file://{_s(cxx.get('path'), '')}",
+                     "digest": _only({"sha256": _hex(cxx.get("sha256"), 64)}),
+                     "annotations": {"version": _s(cxx.get("version"))}})
+    interp = _dict(tools.get("interpreter"))
+    if interp:
+        deps.append({"name": "python", "uri": f"file://{_s(interp.get('path'), '')}",
+                     "digest": _only({"sha256": _hex(interp.get("sha256"), 64)}),
+                     "annotations": {"version": _s(tools.get("python"))}})
+    image = _dict(manifest.get("builder_image"))
+    if image:
+        image_id = _s(image.get("id")) or ""
+        deps.append({"name": "builder image", "uri": f"docker-image://{_s(image.get('image'), '')}",
+                     "digest": _only({"sha256": _hex(image_id.split(":", 1)[-1], 64)}),
+                     "annotations": {"repo_digests": [_s(d) for d in image.get("repo_digests") or [] if _s(d)][:8]
+                                     if isinstance(image.get("repo_digests"), list) else [],
+                                     "recipe": _s(image.get("recipe")), "base": _s(image.get("base"))}})
+    external = {k: target.get(k) for k in ("target_id", "python", "torch", "torch_npu", "arch", "apex_ref", "flags",
+                                           "identity") if k in target}
+    created = _s(manifest.get("created"))
+    built = _s(manifest.get("built")) or created
+    return {
+        "_type": STATEMENT_TYPE,
+        "subject": [{"name": wheel_name, "digest": {"sha256": wheel_sha256}}],
+        "predicateType": PREDICATE_TYPE,
+        "predicate": {
+            "buildDefinition": {
+                "buildType": BUILD_TYPE,
+                "externalParameters": json.loads(json.dumps(external, default=str)),
+                "internalParameters": {"apexkit": _s(manifest.get("apexkit")), "cache_key": _s(manifest.get("cache_key")),
+                                       "source_date_epoch": manifest.get("source_date_epoch")
+                                       if isinstance(manifest.get("source_date_epoch"), int) else None,
+                                       "setup_flags": [_s(f) for f in manifest.get("setup_flags") or []
+                                                       if isinstance(f, str)]},
+                "resolvedDependencies": deps,
+            },
+            "runDetails": {
+                "builder": {"id": f"urn:apexkit:builder:{'image' if image else 'host'}",
+                            "version": {"apexkit": _s(manifest.get("apexkit"), "unknown")}},
+                "metadata": {"invocationId": _s(manifest.get("cache_key"), ""), "finishedOn": built},
+                "byproducts": list(byproducts),
+            },
+        },
+    }
+
+
+def _only(digest: dict) -> dict:
+    return {k: v for k, v in digest.items() if v}
+
+
+# --- dist/<target>/ -------------------------------------------------------------------------------------------------
+
+def documents(manifest: dict, wheel: Path) -> dict[str, bytes]:
+    """The SBOM and the provenance for dist/<target>/ (file name -> bytes), and manifest["attestations"] saying what
+    was written. The wheel's sha256 is computed here, from the file that is published. Without cyclonedx-python-lib
+    the SBOM is left out (the manifest says why) and the provenance is still written; SbomError when the SBOM is
+    invalid (a bug: nothing is published)."""
+    wheel_sha = sha256_file(wheel)
+    out: dict[str, bytes] = {}
+    record: dict = {"signed": False, "sbom": None, "provenance": None}
+    byproducts = []
+    try:
+        text = sbom_text(manifest, wheel, wheel_sha).encode()
+    except SbomError as exc:
+        if "is not installed" not in str(exc):
+            raise
+        record["sbom_missing"] = str(exc)
+    else:
+        out[SBOM_FILE] = text
+        digest = hashlib.sha256(text).hexdigest()
+        record["sbom"] = {"file": SBOM_FILE, "format": f"CycloneDX {SPEC_VERSION} JSON", "sha256": digest}
+        byproducts.append({"name": SBOM_FILE, "digest": {"sha256": digest},
+                           "mediaType": "application/vnd.cyclonedx+json"})
+    statement = (json.dumps(provenance(manifest, wheel.name, wheel_sha, byproducts), indent=2) + "\n").encode()
+    out[PROVENANCE_FILE] = statement
+    record["provenance"] = {"file": PROVENANCE_FILE, "format": f"in-toto Statement v1, {PREDICATE_TYPE}",
+                            "sha256": hashlib.sha256(statement).hexdigest()}
+    manifest["attestations"] = record
+    return out
