@@ -319,14 +319,6 @@ def cache_key(plan: Plan, opts: BuildOptions, ascend_commit: str, nvidia_sha: st
     return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
 
 
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 # --- doing -------------------------------------------------------------------------------------------------------
 
 class Builder:
@@ -702,7 +694,7 @@ class Builder:
             },
             # the build venv's packages for the SBOM and the provenance (apexkit.sbom), kept with a cached wheel
             "build_venv": sbom.inventory(venv.python, opts.wheelhouses, self.env),
-            "wheel": {"file": wheel.name, "sha256": sha256_file(wheel), "size": wheel.stat().st_size},
+            "wheel": {"file": wheel.name, "sha256": untrusted.sha256_file(wheel), "size": wheel.stat().st_size},
             "cache_key": key,
             "cache_hit": cache_hit,
             "source_date_epoch": self.source_epoch,
@@ -943,7 +935,7 @@ def verify_reproducible(opts: BuildOptions) -> Path:
         (a_dir, b_dir) = runs
         manifest = json.loads((a_dir / "manifest.json").read_text())
         a_wheel, b_wheel = a_dir / manifest["wheel"]["file"], next(b_dir.glob("*.whl"))
-        a_sha, b_sha = sha256_file(a_wheel), sha256_file(b_wheel)
+        a_sha, b_sha = untrusted.sha256_file(a_wheel), untrusted.sha256_file(b_wheel)
         if a_sha != b_sha:
             with zipfile.ZipFile(a_wheel) as za, zipfile.ZipFile(b_wheel) as zb:
                 a_info, b_info = {i.filename: i for i in za.infolist()}, {i.filename: i for i in zb.infolist()}

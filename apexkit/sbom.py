@@ -31,6 +31,8 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 
+from apexkit import untrusted
+
 SBOM_FILE = "sbom.cdx.json"
 PROVENANCE_FILE = "provenance.json"
 SPEC_VERSION = "1.6"
@@ -72,14 +74,6 @@ class SbomError(Exception):
     """A one-line reason the SBOM or the provenance could not be written."""
 
 
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def _canonical(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
@@ -102,7 +96,7 @@ def inventory(python: Path, wheelhouses: Sequence[Path] = (), env: Mapping[str, 
         found = files.get((_canonical(package["name"]), package["version"]))
         for path, tags in found or ():
             if not package["tags"] or tags & set(package["tags"]):
-                package["wheel"] = {"file": path.name, "sha256": sha256_file(path), "from": "wheelhouse"}
+                package["wheel"] = {"file": path.name, "sha256": untrusted.sha256_file(path), "from": "wheelhouse"}
                 break
     return data
 
@@ -154,7 +148,7 @@ def interpreter(path: str) -> dict:
 
 def _digest_or_none(path: str) -> str | None:
     try:
-        return sha256_file(Path(path))
+        return untrusted.sha256_file(Path(path))
     except OSError:
         return None
 
@@ -413,7 +407,7 @@ def documents(manifest: dict, wheel: Path) -> dict[str, bytes]:
     was written. The wheel's sha256 is computed here, from the file that is published. Without cyclonedx-python-lib
     the SBOM is left out (the manifest says why) and the provenance is still written; SbomError when the SBOM is
     invalid (a bug: nothing is published)."""
-    wheel_sha = sha256_file(wheel)
+    wheel_sha = untrusted.sha256_file(wheel)
     out: dict[str, bytes] = {}
     record: dict = {"signed": False, "sbom": None, "provenance": None}
     byproducts = []

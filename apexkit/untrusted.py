@@ -103,6 +103,15 @@ def check_zip(path: Path) -> None:
         raise Untrusted(f"{shown(path.name)}: member {shown(bad)} fails its CRC check")
 
 
+def sha256_file(path: Path) -> str:
+    """sha256 of a file the host itself wrote (a wheel it built): read in 1 MiB chunks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
 def others_can_write(st: os.stat_result) -> str | None:
     """Why a directory with this stat can be changed by someone other than us (or root), else None."""
     me = os.geteuid()
