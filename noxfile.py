@@ -79,7 +79,7 @@ for _combo in _COMBINATIONS:
 
 @nox.session(name="matrix", python=False, default=False)
 def matrix_session(session: nox.Session) -> None:
-    """The build matrix: -- --format github (GitHub Actions JSON) | json | table; -- --run [--jobs N] builds it."""
+    """The build matrix: -- --format github (GitHub Actions JSON) | json | table; -- --run [--parallel N] builds it."""
     from apexkit import matrixrun
     from apexkit.cli import run_in_session
 

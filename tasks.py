@@ -27,7 +27,7 @@ from invoke import Collection, Exit, task
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from apexkit import log
+from apexkit import log, vocab
 from apexkit.errors import ApexkitError
 
 
@@ -77,32 +77,35 @@ _PATH_HELP = {
                "REQUESTS_CA_BUNDLE, PIP_CERT, GIT_SSL_CAINFO, CURL_CA_BUNDLE",
     "pip-index": "pip index mirror written to pip.conf (the no-proxy path)",
     "registry-mirror": "registry mirror for the Docker daemon (daemon.json registry-mirrors); repeat for several",
-    "only": "comma-separated layers to touch: shell,daemon,container,pip (default: all)",
+    "layers": "comma-separated layers to touch: shell,daemon,container,pip (default: all)",
+    "only": "deprecated spelling of --layers",
     "daemon-mode": "auto (from the engine version), systemd (drop-ins) or daemon-json (Docker >= 23)",
     "dry-run": "print the unified diff of every file; write nothing",
     "restart": "restart the Docker daemon under systemd after a daemon change (--no-restart: print the commands)",
     **_PATH_HELP,
 }, iterable=["registry_mirror"], auto_shortflags=False)
-def setup(c, http=None, https=None, no_proxy=None, ca_cert=None, pip_index=None, registry_mirror=None, only=None,
-          profile=None, system=False, daemon_mode="auto", root=None, dry_run=False, restart=True):
+def setup(c, http=None, https=None, no_proxy=None, ca_cert=None, pip_index=None, registry_mirror=None, layers=None,
+          only=None, profile=None, system=False, daemon_mode="auto", root=None, dry_run=False, restart=True):
     """Configure the proxy in all three layers (shell, Docker daemon, containers) plus mirrors and a CA."""
     from apexkit import proxycli
 
-    _run(proxycli.setup, http=http, https=https, no_proxy=no_proxy, ca_cert=ca_cert, pip_index=pip_index,
-         registry_mirror=registry_mirror or [], only=only, profile=profile, system=system, daemon_mode=daemon_mode,
-         root=root, dry_run=dry_run, restart=restart)
+    _run(lambda: proxycli.setup(
+        http=http, https=https, no_proxy=no_proxy, ca_cert=ca_cert, pip_index=pip_index,
+        registry_mirror=registry_mirror or [], only=_layers(layers, only), profile=profile, system=system,
+        daemon_mode=daemon_mode, root=root, dry_run=dry_run, restart=restart))
 
 
 @task(help={"index-url": "URL for the HTTPS probe (default: the pip mirror, $PIP_INDEX_URL, else https://pypi.org/simple/)",
             "image": "local image for the container probe (needs bash; default: the first apexkit/* image)",
-            "only": "comma-separated layers: shell,daemon,container", "json": "print JSON on stdout", **_PATH_HELP},
+            "layers": "comma-separated layers: shell,daemon,container", "only": "deprecated spelling of --layers",
+            "json": "print JSON on stdout", **_PATH_HELP},
       auto_shortflags=False)
-def check(c, index_url=None, image=None, only=None, json=False, profile=None, system=False, root=None):
+def check(c, index_url=None, image=None, layers=None, only=None, json=False, profile=None, system=False, root=None):
     """Check every layer: configured? effective? a real request through the proxy. Exit 1 when one fails."""
     from apexkit import proxycli
 
-    _run(proxycli.check, profile=profile, system=system, root=root, index_url=index_url, image=image, only=only,
-         as_json=json)
+    _run(lambda: proxycli.check(profile=profile, system=system, root=root, index_url=index_url, image=image,
+                                only=_layers(layers, only), as_json=json))
 
 
 @task(help={"json": "print JSON on stdout", **_PATH_HELP}, auto_shortflags=False)
@@ -122,13 +125,19 @@ def env(c, reveal=False, unset=False, profile=None, system=False, root=None):
     _run(proxycli.env, profile=profile, system=system, root=root, reveal=reveal, unset=unset)
 
 
-@task(help={"only": "comma-separated layers to undo (default: all)", "dry-run": "print the diffs; write nothing",
+@task(help={"layers": "comma-separated layers to undo (default: all)", "only": "deprecated spelling of --layers",
+            "dry-run": "print the diffs; write nothing",
             **_PATH_HELP}, auto_shortflags=False)
-def remove(c, only=None, dry_run=False, profile=None, system=False, root=None):
+def remove(c, layers=None, only=None, dry_run=False, profile=None, system=False, root=None):
     """Undo proxy.setup: files restored from backups, your own content byte-identical."""
     from apexkit import proxycli
 
-    _run(proxycli.remove, only=only, profile=profile, system=system, root=root, dry_run=dry_run)
+    _run(lambda: proxycli.remove(only=_layers(layers, only), profile=profile, system=system, root=root,
+                                 dry_run=dry_run))
+
+
+def _layers(layers, only):
+    return vocab.pick(layers, only, "--only LIST", "--layers LIST")
 
 
 proxy_ns = Collection("proxy", setup, check, show, env, remove)
@@ -142,7 +151,9 @@ proxy_ns = Collection("proxy", setup, check, show, env, remove)
             "or debootstrap[:suite] to make a Debian base here without a registry",
     "tag": "image name (default apexkit/builder:<base>-<arch>)",
     "network": "network for RUN steps, e.g. host (automatic when the proxy listens on this host's loopback)",
-    "ca-bundle": "PEM bundle for TLS-intercepting proxies, or 'none' (default: proxy.setup's, else $SSL_CERT_FILE)",
+    "ca-cert": "PEM file of CA certificates to trust besides the base's (a TLS-intercepting proxy's CA), or 'none' "
+               "(default: proxy.setup's bundle, else $SSL_CERT_FILE)",
+    "ca-bundle": "deprecated spelling of --ca-cert",
     "extra-packages": "more distro packages, space separated (e.g. 'python3.9 python3.9-devel')",
     "uid": "uid of the non-root build user (default 1000)", "gid": "its gid (default 1000)",
     "pip-index": "credential-free index for the tool venv (default: proxy.setup's mirror, else $PIP_INDEX_URL)",
@@ -151,14 +162,16 @@ proxy_ns = Collection("proxy", setup, check, show, env, remove)
     "pythons": "more Pythons, e.g. 3.8,3.10: those the base lacks are installed with uv (python-build-standalone "
                "from github.com, through the proxy and CA); builder.json lists each Python and where it came from",
 }, auto_shortflags=False)
-def image_build(c, arch, base, tag=None, network=None, ca_bundle=None, extra_packages="", uid=1000, gid=1000,
+def image_build(c, arch, base, tag=None, network=None, ca_cert=None, ca_bundle=None, extra_packages="", uid=1000, gid=1000,
                 pip_index=None, no_cache=False, dry_run=False, quiet=False, pythons=""):
     """Build a builder image: the base + toolchain (its own package manager), tool venv, non-root user, CA hook."""
     from apexkit import imagecli
 
-    _run(imagecli.build, arch=arch, base=base, tag=tag, network=network, ca_bundle=ca_bundle,
-         extra_packages=extra_packages, uid=int(uid), gid=int(gid), pip_index=pip_index, no_cache=no_cache,
-         dry_run=dry_run, quiet=quiet, pythons=pythons)
+    _run(lambda: imagecli.build(
+        arch=arch, base=base, tag=tag, network=network,
+        ca_bundle=vocab.pick(ca_cert, ca_bundle, "--ca-bundle FILE", "--ca-cert FILE"),
+        extra_packages=extra_packages, uid=int(uid), gid=int(gid), pip_index=pip_index, no_cache=no_cache,
+        dry_run=dry_run, quiet=quiet, pythons=pythons))
 
 
 @task(name="list", help={"json": "print JSON on stdout"}, auto_shortflags=False)
@@ -194,16 +207,18 @@ image_ns = Collection("image", image_build, image_list, image_prune, image_emula
 @task(help={"json": "print JSON on stdout (for CI)",
             "log": "a failed build's log: name the known failures in it (cause and fix) instead of checking the machine",
             "venv": "the training environment (venv/conda dir): does it need Apex for Ascend at all? (MindSpeed >= 2.2: no)",
-            "python": "the training environment's interpreter (instead of --venv): does it need Apex for Ascend at all?",
+            "interpreter": "the training environment's interpreter (instead of --venv): does it need Apex for Ascend?",
+            "python": "deprecated spelling of --interpreter",
             "scripts": "training scripts (dir or file) to scan for amp.initialize/combine_grad/apex.optimizers.NpuFused*"},
       auto_shortflags=False)
-def doctor(c, json=False, log=None, venv=None, python=None, scripts=None):
+def doctor(c, json=False, log=None, venv=None, interpreter=None, python=None, scripts=None):
     """Check this machine for building Apex for Ascend (interpreters, compiler, torch, CANN, Docker, QEMU, disk,
     proxy, CA) and whether the training stack needs apex at all: each check with its status and the fix.
     Exit 1 when one fails."""
     from apexkit import doctorcli
 
-    _run(doctorcli.main, log_file=log, as_json=json, venv=venv, python=python, scripts=scripts)
+    _run(lambda: doctorcli.main(log_file=log, as_json=json, venv=venv, scripts=scripts,
+                                python=vocab.pick(interpreter, python, "--python PATH", "--interpreter PATH")))
 
 
 @task(help={"dist": "built targets (default: $APEXKIT_DIST_DIR, else ./dist)",
@@ -245,7 +260,8 @@ ns = Collection(build, proxy_ns, image_ns, doctor, publish)
     "find-links": "wheelhouse the nodes' pip reads for torch/torch_npu (repeat for several)",
     "torch-index-url": "index the nodes install torch from (e.g. https://download.pytorch.org/whl/cpu)",
     "extra-index-url": "extra index for torch/torch_npu (repeat for several)",
-    "node-python": "interpreter on the nodes (default python3.X of the target)",
+    "node-interpreter": "interpreter on the nodes (default python3.X of the target)",
+    "node-python": "deprecated spelling of --node-interpreter",
     "node-dir": "node-local scratch for the venvs (default ${TMPDIR:-/tmp}/apexkit-fleet)",
     "set-env": "CANN set_env.sh files to try on the nodes, comma separated (default the toolkit's)",
     "keep-venv": "keep each node's venv after the run",
@@ -254,8 +270,8 @@ ns = Collection(build, proxy_ns, image_ns, doctor, publish)
 }, iterable=["find_links", "extra_index_url"], auto_shortflags=False)
 def fleet_submit(c, index=None, results="fleet-results", target=None, stack=None, device="npu", partition=None,
                  nodes=None, nodelist=None, gres=None, account=None, time_limit="01:00:00", bench=False,
-                 bench_args=None, find_links=None, torch_index_url=None, extra_index_url=None, node_python=None,
-                 node_dir=None, set_env=None, keep_venv=False, resume=False, dry_run=False):
+                 bench_args=None, find_links=None, torch_index_url=None, extra_index_url=None, node_interpreter=None,
+                 node_python=None, node_dir=None, set_env=None, keep_venv=False, resume=False, dry_run=False):
     """Validate (and benchmark) the wheel on every node through Slurm: one allocation, one srun step per node."""
     from apexkit import fleet
 
@@ -269,7 +285,9 @@ def fleet_submit(c, index=None, results="fleet-results", target=None, stack=None
                                    partition=partition, nodes=int(nodes) if nodes else None, nodelist=nodelist,
                                    gres=gres, account=account, time_limit=time_limit, bench=bench,
                                    bench_args=bench_args, find_links=find_links, torch_index_url=torch_index_url,
-                                   extra_index_url=extra_index_url, node_python=node_python, node_dir=node_dir,
+                                   extra_index_url=extra_index_url, node_dir=node_dir,
+                                   node_python=vocab.pick(node_interpreter, node_python, "--node-python PATH",
+                                                          "--node-interpreter PATH"),
                                    set_env=set_env, keep_venv=keep_venv, resume=resume)
         fleet.submit(plan, dry_run=dry_run, resume=resume)
         return 0

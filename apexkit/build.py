@@ -912,7 +912,7 @@ def main(python: str, argv: list[str], prog: str = "nox -s build-3.X --") -> Pat
     if opts.image:
         from apexkit import containerbuild
 
-        return containerbuild.run(opts, argv)
+        return containerbuild.run(opts)
     if opts.verify_reproducible and not opts.dry_run:
         return verify_reproducible(opts)
     return Builder(opts).run()

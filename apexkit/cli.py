@@ -70,7 +70,7 @@ def exit_code(func: Callable[[], object]) -> int:
 USAGE = """usage: apexkit <command> [options]      (also: python -m apexkit <command>)
 
   build <python> [options]     build the wheel for Python 3.X (the options of nox -s build-3.X --; --help lists them)
-  doctor [--json] [--log FILE] [--venv DIR | --python PATH] [--scripts DIR]
+  doctor [--json] [--log FILE] [--venv DIR | --interpreter PATH] [--scripts DIR]
   matrix [options]             the build matrix (the options of nox -s matrix --)
   validate [options]           checks in the built wheel's venv (nox -s validate --)
   bench [options]              the FP32-vs-AMP benchmark in the built wheel's venv (nox -s bench --)
@@ -137,13 +137,15 @@ def _invoke(argv: list[str]) -> int:
 def _doctor(argv: list[str]) -> int:
     import argparse
 
-    from apexkit import doctorcli
+    from apexkit import doctorcli, vocab
 
     p = argparse.ArgumentParser(prog="apexkit doctor", description="check this machine (invoke doctor)")
     p.add_argument("--json", action="store_true", help="print JSON on stdout")
     p.add_argument("--log", metavar="FILE", help="name the known failures in a failed build's log")
     p.add_argument("--venv", metavar="DIR", help="the training environment: does it need Apex for Ascend at all?")
-    p.add_argument("--python", metavar="PATH", help="the training environment's interpreter (instead of --venv)")
+    p.add_argument("--interpreter", dest="python", metavar="PATH",
+                   help="the training environment's interpreter (instead of --venv)")
+    vocab.alias(p, "--python", "--interpreter", dest="python", metavar="PATH")
     p.add_argument("--scripts", metavar="DIR|FILE", help="training scripts to scan (amp.initialize, combine_grad, ...)")
     args = p.parse_args(argv)
     return exit_code(lambda: doctorcli.main(log_file=args.log, as_json=args.json, venv=args.venv, python=args.python,

@@ -17,6 +17,7 @@ wheel it re-hashed, with the builder image's id, which only the host knows.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import glob
 import json
@@ -27,12 +28,12 @@ import stat
 import sys
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-from apexkit import distdir, fsedit, images, log, paths, proxy, sbom, untrusted
+from apexkit import distdir, fsedit, images, log, options, paths, proxy, sbom, untrusted
 from apexkit import matrix as matrix_mod
 from apexkit.errors import BuildError, ConfigError, ImageError
 from apexkit.options import BuildOptions
@@ -43,9 +44,7 @@ WORKSPACE = "/workspace"
 CACHE = "/cache"
 MNT = "/mnt/apexkit"
 TOOL_PYTHON = "/opt/apexkit/venv/bin/python"  # apexkit itself runs here; builds use the base's python3.X
-# options the host consumes (the container gets its own value, or none)
-HOST_OPTIONS = ("--image", "--network", "--ca-bundle", "--dist", "--build-dir", "--wheelhouse", "--apex-src",
-                "--ascend-apex-url", "--nvidia-apex-url")
+OPTIONS_FILE = f"{WORKSPACE}/options.json"  # the parsed options (apexkit.options.to_json), 0600, removed after
 PASS_ENV_PREFIXES = ("APEXKIT_FETCH_",)
 PASS_ENV = ("APEXKIT_JOBS", "APEXKIT_TORCH_INDEX_URL", "PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_TRUSTED_HOST",
             "PIP_DEFAULT_TIMEOUT", "PIP_RETRIES")
@@ -72,6 +71,7 @@ class ContainerSpec:
     workspace: Path
     cache: Path
     notes: list[str] = field(default_factory=list)
+    options: dict = field(default_factory=dict)  # the build's options as the container sees them (OPTIONS_FILE)
 
     @property
     def log_path(self) -> Path:
@@ -81,23 +81,6 @@ class ContainerSpec:
 
     def volumes(self) -> dict[str, dict[str, str]]:
         return {str(m.host): {"bind": m.container, "mode": "ro" if m.read_only else "rw"} for m in self.mounts}
-
-
-def strip_host_options(argv: Sequence[str]) -> list[str]:
-    """argv without the options the host consumes (both `--opt value` and `--opt=value`)."""
-    out: list[str] = []
-    skip = False
-    for token in argv:
-        if skip:
-            skip = False
-            continue
-        if token in HOST_OPTIONS:
-            skip = True
-            continue
-        if token.startswith("--") and token.split("=", 1)[0] in HOST_OPTIONS and "=" in token:
-            continue
-        out.append(token)
-    return out
 
 
 def invoking_user(environ: Mapping[str, str] | None = None) -> tuple[int, int]:
@@ -117,7 +100,7 @@ def _file_url_path(url: str) -> Path | None:
     return None
 
 
-def make_spec(opts: BuildOptions, argv: Sequence[str], image: str, labels: Mapping[str, str], arch: str,
+def make_spec(opts: BuildOptions, image: str, labels: Mapping[str, str], arch: str,
               environ: Mapping[str, str] | None = None, settings: proxy.ProxySettings | None = None,
               euid: int | None = None) -> ContainerSpec:
     """Every decision of a container build, from the options, the image's labels and the environment (pure)."""
@@ -133,13 +116,15 @@ def make_spec(opts: BuildOptions, argv: Sequence[str], image: str, labels: Mappi
     if paths.INSTALLED:  # pip-installed: /apexkit is apexkit/_data (noxfile, matrix.toml, ...), the package beside it
         mounts.insert(1, Mount(paths.PACKAGE, f"{PACKAGE_MOUNT}/apexkit", True, "the apexkit package"))
         python_path = PACKAGE_MOUNT
-    forwarded = ["--dist", f"{WORKSPACE}/dist", "--build-dir", f"{WORKSPACE}/build"]
+    # the container gets the host's parsed options with every host path replaced by its mount (no argv to re-parse)
+    inside: dict = {"dist_dir": Path(f"{WORKSPACE}/dist"), "build_dir": Path(f"{WORKSPACE}/build"),
+                    "cache_dir": Path(CACHE), "python_path": None, "image": None, "network": None, "ca_bundle": None}
     for i, wheelhouse in enumerate(opts.wheelhouses):
         mounts.append(Mount(wheelhouse, f"{MNT}/wheelhouse-{i}", True, "--wheelhouse"))
-        forwarded += ["--wheelhouse", f"{MNT}/wheelhouse-{i}"]
+    inside["wheelhouses"] = tuple(Path(f"{MNT}/wheelhouse-{i}") for i in range(len(opts.wheelhouses)))
     if opts.apex_src:
         mounts.append(Mount(opts.apex_src, f"{MNT}/apex-src", True, "--apex-src"))
-        forwarded += ["--apex-src", f"{MNT}/apex-src"]
+        inside["apex_src"] = Path(f"{MNT}/apex-src")
     # TORCH_DEVICE_BACKEND_AUTOLOAD=0: torch >= 2.5 loads torch_npu at `import torch`, which fails without CANN
     env: dict[str, str] = {"APEXKIT_CACHE_DIR": CACHE, "PIP_CACHE_DIR": f"{CACHE}/pip", "PYTHONPATH": python_path,
                            "PYTHONDONTWRITEBYTECODE": "1", "TORCH_DEVICE_BACKEND_AUTOLOAD": "0",
@@ -152,6 +137,7 @@ def make_spec(opts: BuildOptions, argv: Sequence[str], image: str, labels: Mappi
             env[name] = f"file://{MNT}/{mount}"
         else:
             env[name] = url
+        inside["ascend_apex_url" if mount == "ascend-apex" else "nvidia_apex_url"] = env[name]
     for name, value in environ.items():
         if (name in PASS_ENV or name.startswith(PASS_ENV_PREFIXES)) and value and "file:" not in value:
             env[name] = value
@@ -169,16 +155,11 @@ def make_spec(opts: BuildOptions, argv: Sequence[str], image: str, labels: Mappi
     else:
         uid, gid = int(labels.get(f"{images.LABEL}.uid", 1000)), int(labels.get(f"{images.LABEL}.gid", 1000))
         notes.append(f"as the image's build user (uid {uid}), not root")
-    pythons = matrix_mod.load().session_pythons
-    rest = strip_host_options(argv)
-    if opts.python in pythons:
-        command = [TOOL_PYTHON, "-m", "nox", "--no-color", "-f", f"{REPO_MOUNT}/noxfile.py", "--envdir",
-                   f"{WORKSPACE}/.nox", "-s", f"build-{opts.python}", "--", *forwarded, *rest]
-    else:
-        command = [TOOL_PYTHON, "-m", "apexkit", "build", opts.python, *forwarded, *rest]
+    command = [TOOL_PYTHON, "-m", "apexkit", "build", opts.python, "--options-json", OPTIONS_FILE]
     return ContainerSpec(image=image, arch=arch, command=command, user=f"{uid}:{gid}", uid=uid, mounts=mounts,
                          environment=env, network=opts.network or images.auto_network(settings),
-                         workspace=workspace, cache=cache, notes=notes)
+                         workspace=workspace, cache=cache, notes=notes,
+                         options=options.to_json(dataclasses.replace(opts, **inside)))
 
 
 def preflight(spec: ContainerSpec) -> None:
@@ -211,7 +192,7 @@ def inspect_image(c, image: str) -> tuple[dict, str]:
     return labels, images.image_arch(found)
 
 
-def run(opts: BuildOptions, argv: Sequence[str]) -> Path | None:
+def run(opts: BuildOptions) -> Path | None:
     """The whole container build. Returns the host's dist/<target>/ (None for --dry-run)."""
     assert opts.image is not None
     c = images.client()
@@ -223,7 +204,7 @@ def run(opts: BuildOptions, argv: Sequence[str]) -> Path | None:
     images.require_python(images.builder_json(c, opts.image), opts.image, opts.python, arch, matrix_mod.load().data)
     emulated = images.require_emulation(arch)
     settings = images.proxy_settings()
-    spec = make_spec(opts, argv, opts.image, labels, arch, settings=settings)
+    spec = make_spec(opts, opts.image, labels, arch, settings=settings)
     log.info(f"build in container {spec.image} ({arch}, {emulated.detail})")
     log.info(f"  {'user':<15}{spec.user}" + (f" ({'; '.join(spec.notes)})" if spec.notes else ""))
     for m in spec.mounts:
@@ -234,7 +215,7 @@ def run(opts: BuildOptions, argv: Sequence[str]) -> Path | None:
     preflight(spec)
     _clear_workspace_dist(spec.workspace)
     started = time.monotonic()
-    with log.step(f"build in {spec.image}") as s:
+    with log.step(f"build in {spec.image}") as s, _options_file(spec):
         code = _run_container(c, spec)
         if code != 0:
             raise _failure(code, spec)
@@ -249,6 +230,21 @@ def run(opts: BuildOptions, argv: Sequence[str]) -> Path | None:
                          image_ref=image_ref)
         s.note(str(final))
     return final
+
+
+@contextlib.contextmanager
+def _options_file(spec: ContainerSpec):
+    """The parsed options for the container (it may hold index credentials: 0600, the container's user, removed
+    when the container is done), instead of argv on a command line that `docker inspect` shows."""
+    path = spec.workspace / Path(OPTIONS_FILE).name
+    fsedit.atomic_write(path, (json.dumps(spec.options, indent=1) + "\n").encode(), 0o600)
+    try:
+        if os.geteuid() == 0:
+            os.chown(path, spec.uid, int(spec.user.split(":")[1]))
+        yield path
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
 
 
 def _run_container(c, spec: ContainerSpec) -> int:

@@ -28,7 +28,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from apexkit import log, paths, proxy, urls
+from apexkit import checks, fsedit, log, paths, proxy, urls
 from apexkit.errors import ConfigError, ImageError, InterpreterNotFoundError
 
 DOCKER_DIR = paths.DOCKER
@@ -180,17 +180,25 @@ def recipe_digest() -> str:
 
 def resolve_ca_bundle(option: str | None, settings: proxy.ProxySettings | None,
                       environ: Mapping[str, str] | None = None) -> Path | None:
-    """--ca-bundle FILE | none; default: the bundle of `invoke proxy.setup --ca-cert`, else the one this host's tools
-    are told to use (SSL_CERT_FILE, REQUESTS_CA_BUNDLE, PIP_CERT), else none."""
+    """--ca-cert FILE | none: the system's CAs plus FILE's certificates, as `proxy.setup --ca-cert` combines them (a
+    full bundle works too: each certificate is kept once). Default: the bundle of `invoke proxy.setup --ca-cert`, else
+    the one this host's tools are told to use (SSL_CERT_FILE, REQUESTS_CA_BUNDLE, PIP_CERT), else none."""
     environ = os.environ if environ is None else environ
     if option is not None:
         if option.lower() == "none":
             return None
-        path = Path(option).expanduser()
-        if not path.is_file() or b"BEGIN CERTIFICATE" not in path.read_bytes()[:1 << 20]:
-            raise ConfigError(f"--ca-bundle {option} is not a PEM file of certificates",
-                              "pass a PEM bundle (e.g. /etc/ssl/certs/ca-certificates.crt) or --ca-bundle none")
-        return path.resolve()
+        try:
+            data = proxy.build_ca_bundle(option)
+        except ConfigError as exc:
+            raise ConfigError(exc.cause, "pass a PEM file of CA certificates (e.g. your proxy's CA), or --ca-cert "
+                              "none") from None
+        # CA certificates are public: one combined file per content, readable by the container's user
+        folder = paths.cache_dir() / "ca"
+        folder.mkdir(parents=True, exist_ok=True)
+        combined = folder / f"ca-{hashlib.sha256(data).hexdigest()[:16]}.pem"
+        if not combined.is_file() or combined.read_bytes() != data:
+            fsedit.atomic_write(combined, data, 0o644)
+        return combined
     if settings is not None and settings.ca_bundle and Path(settings.ca_bundle).is_file():
         return Path(settings.ca_bundle)
     for name in proxy.CA_VARIABLES:

@@ -114,7 +114,7 @@ def candidates(version: str, env: Mapping[str, str]) -> list[str]:
 
 
 def find(version: str, env: Mapping[str, str] | None = None, explicit: str | None = None) -> Interpreter:
-    """The first candidate that runs and reports `version`; `explicit` (--python PATH) is checked, not searched."""
+    """The first candidate that runs and reports `version`; `explicit` (--interpreter PATH) is checked, not searched."""
     env = os.environ if env is None else env
     tried: list[str] = []
     paths: Iterable[str] = [explicit] if explicit else candidates(version, env)
@@ -133,11 +133,11 @@ def find(version: str, env: Mapping[str, str] | None = None, explicit: str | Non
     detail = "; ".join(tried[:4]) + (f"; and {len(tried) - 4} more" if len(tried) > 4 else "")
     if explicit:
         raise InterpreterNotFoundError(
-            f"--python {explicit} is not a working Python {version} ({detail or 'not found'})",
+            f"--interpreter {explicit} is not a working Python {version} ({detail or 'not found'})",
             f"pass the path of a python{version} executable",
         )
     raise InterpreterNotFoundError(
         f"no working python{version} found" + (f" (tried {detail})" if detail else " on PATH, pyenv or /opt/python"),
         f"install it (pyenv install {version}, or your distro's python{version} package) "
-        f"or pass --python /path/to/python{version}",
+        f"or pass --interpreter /path/to/python{version}",
     )

@@ -1,5 +1,5 @@
 """`nox -s matrix`: the build matrix as a table, JSON or a GitHub Actions matrix; `-- --run` builds every combination
-here (in parallel with --jobs, one log per combination) and prints a summary; `build-<id>` sessions build one.
+here (in parallel with --parallel, one log per combination) and prints a summary; `build-<id>` sessions build one.
 
 A combination whose arch is not the host's builds in the builder image matrix.toml [matrix.images] names for its
 Python (else [matrix] image); `--image IMAGE` builds every combination in IMAGE. Before anything runs, each such
@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from apexkit import images, log, paths
+from apexkit import images, log, paths, vocab
 from apexkit import matrix as matrix_mod
 from apexkit.errors import ApexkitError, ConfigError
 from apexkit.matrix import Combination
@@ -523,12 +523,15 @@ def parser() -> argparse.ArgumentParser:
                    "out of the matrix and exit 0 (default: exit 1 naming them, so CI cannot lose a combination)")
     p.add_argument("--matrix", type=Path, metavar="FILE", help="a TOML file with [[include]] tables instead of "
                    "matrix.toml [[matrix.include]]")
-    p.add_argument("--only", action="append", default=[], metavar="ID", help="only this combination (repeat)")
+    p.add_argument("--target", dest="only", action="append", default=[], metavar="ID",
+                   help="only this combination (repeat)")
+    vocab.alias(p, "--only", "--target", dest="only", metavar="ID")
     p.add_argument("--run", action="store_true", help="build the combinations here and print a summary")
     p.add_argument("--image", metavar="IMAGE", help="build every combination in this builder image (default: a "
                    "combination of another arch builds in the image matrix.toml [matrix.images] names for its Python)")
-    p.add_argument("--jobs", type=int, default=1, metavar="N", help="with --run: combinations in parallel "
-                   "(bounded by the CPU count)")
+    p.add_argument("--parallel", dest="jobs", type=int, default=1, metavar="N", help="with --run: combinations "
+                   "built at the same time (bounded by the CPU count; each build's compile jobs: -- --jobs N)")
+    vocab.alias(p, "--jobs", "--parallel", dest="jobs", type=int, metavar="N")
     p.add_argument("--dist", type=Path, help="with --run: output directory (default: $APEXKIT_DIST_DIR, else ./dist)")
     p.add_argument("--build-dir", type=Path, help="with --run: work directory (default: $APEXKIT_BUILD_DIR, else ./build)")
     p.add_argument("--refresh", action="store_true", help="compare [torch_npu.versions] with the torch-npu releases "
@@ -546,8 +549,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--slurm-time", default="02:00:00", metavar="T", help="each job's time limit (default 02:00:00)")
     p.add_argument("--slurm-cpus", type=int, metavar="N", help="sbatch --cpus-per-task (the build's --jobs); "
                    "default: the partition's, and the build uses the node's CPU count")
-    p.add_argument("--slurm-python", metavar="PATH", help="the Python on the nodes that runs apexkit (default: this "
-                   "one, a venv on shared storage)")
+    p.add_argument("--slurm-interpreter", dest="slurm_python", metavar="PATH", help="the interpreter on the nodes "
+                   "that runs apexkit (default: this one, a venv on shared storage)")
+    vocab.alias(p, "--slurm-python", "--slurm-interpreter", dest="slurm_python", metavar="PATH")
     p.add_argument("--slurm-build-dir", metavar="DIR", help="each job's --build-dir (default: --build-dir, shared; "
                    "a node-local one such as /tmp/apexkit-build avoids the shared filesystem for compiling)")
     p.add_argument("--slurm-sbatch", action="append", default=[], metavar="OPT", help="another sbatch option for "
@@ -566,7 +570,7 @@ def main(argv: list[str]) -> int:
     if args.only:
         unknown = sorted(set(args.only) - {c.id for c in combos})
         if unknown:
-            raise ConfigError(f"--only {', '.join(unknown)}: not in the matrix", f"ids: {', '.join(c.id for c in combos)}")
+            raise ConfigError(f"--target {', '.join(unknown)}: not in the matrix", f"ids: {', '.join(c.id for c in combos)}")
         combos = [c for c in combos if c.id in args.only]
     if (args.slurm or args.dry_run) and not args.run:
         raise ConfigError(f"{'--slurm' if args.slurm else '--dry-run'} is for --run", "add --run (nox -s matrix -- --run "
@@ -591,7 +595,7 @@ def main(argv: list[str]) -> int:
             print_table(table, facts)
         return 0
     if args.jobs < 1:
-        raise ConfigError(f"--jobs {args.jobs}: must be at least 1", "pass --jobs 1 or more")
+        raise ConfigError(f"--parallel {args.jobs}: must be at least 1", "pass --parallel 1 or more")
     dist = (args.dist or paths.dist_dir()).resolve()
     build_dir = (args.build_dir or paths.build_dir()).resolve()
     if args.slurm:

@@ -8,11 +8,11 @@ from __future__ import annotations
 import argparse
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from apexkit import matrix as matrix_mod
-from apexkit import paths
+from apexkit import paths, vocab
 from apexkit.errors import ConfigError
 
 PROJECT_ROOT = matrix_mod.PROJECT_ROOT
@@ -44,7 +44,7 @@ class BuildOptions:
     setup_flags: tuple[str, ...] | None = None
     dist_dir: Path = field(default_factory=paths.dist_dir)
     build_dir: Path = field(default_factory=paths.build_dir)
-    cache_dir: Path = field(default_factory=lambda: Path.home() / ".cache" / "apexkit")
+    cache_dir: Path = field(default_factory=paths.cache_dir)
     dry_run: bool = False
     verbose: bool = False
     smoke_test: bool = True
@@ -64,7 +64,8 @@ def parser(prog: str = "nox -s build-3.X --") -> argparse.ArgumentParser:
         "generate a fresh tree, apply our patches, compile, smoke-test the wheel in a fresh venv.",
     )
     add = p.add_argument
-    add("--python", dest="python_path", metavar="PATH", help="interpreter to build with (default: find python3.X)")
+    add("--interpreter", dest="python_path", metavar="PATH", help="interpreter to build with (default: find python3.X)")
+    vocab.alias(p, "--python", "--interpreter", dest="python_path", metavar="PATH")
     add("--stack", metavar="NAME", help="a training stack of matrix.toml [stacks] (its torch + torch_npu), e.g. "
         "mindspeed-llm-2.3.0 or field-report")
     add("--torch", metavar="VERSION", help="torch release to build against (default: matrix.toml per Python)")
@@ -100,13 +101,16 @@ def parser(prog: str = "nox -s build-3.X --") -> argparse.ArgumentParser:
         help="replace a dist/<target> that was built from other inputs (default: refuse, say which inputs differ)")
     add("--dry-run", action="store_true", help="print the plan and change nothing")
     add("--verbose", "-v", action="store_true", help="stream compiler and pip output")
+    add("--options-json", metavar="FILE", type=Path, help=argparse.SUPPRESS)  # a container build's parsed options
     box = p.add_argument_group("in a builder image (invoke image.build makes one)")
     box.add_argument("--image", metavar="IMAGE", help="run this same build inside IMAGE; the wheel lands in the "
                      "host's dist/ (repository read-only, only the workspace and cache writable, no --privileged)")
     box.add_argument("--network", metavar="NAME",
                      help="container network, e.g. host (automatic when the proxy listens on this host's loopback)")
-    box.add_argument("--ca-bundle", metavar="FILE",
-                     help="CA bundle mounted into the container, or 'none' (default: proxy.setup's, else $SSL_CERT_FILE)")
+    box.add_argument("--ca-cert", dest="ca_bundle", metavar="FILE",
+                     help="CA certificates the container trusts besides its system's (a PEM file; a full bundle works "
+                     "too), or 'none' (default: proxy.setup's bundle, else $SSL_CERT_FILE)")
+    vocab.alias(box, "--ca-bundle", "--ca-cert", dest="ca_bundle", metavar="FILE")
     return p
 
 
@@ -157,6 +161,13 @@ def resolve(python: str, argv: Sequence[str], env: Mapping[str, str] | None = No
     m.check_python(python)
     p = parser(prog)
     args = p.parse_args(list(argv))
+    if args.options_json is not None:
+        if len(argv) > 2 or (len(argv) == 2 and argv[0] != "--options-json"):
+            raise ConfigError("--options-json carries every option of the build", "pass it alone")
+        return load_json(args.options_json, python)
+    if args.python_path and args.image:
+        raise ConfigError(f"--interpreter {args.python_path} is a host path; a build in an image uses the image's "
+                          f"python{python}", "drop --interpreter (invoke image.build --pythons adds Pythons to an image)")
     jobs = args.jobs if args.jobs is not None else int(env.get("APEXKIT_JOBS") or os.cpu_count() or 1)
     if jobs < 1:
         raise ConfigError(f"--jobs {jobs}: must be at least 1", "pass --jobs 1 or more")
@@ -186,7 +197,7 @@ def resolve(python: str, argv: Sequence[str], env: Mapping[str, str] | None = No
         if not w.is_dir():
             raise ConfigError(f"--wheelhouse {w} is not a directory", "pass a directory of .whl files")
     if (args.network or args.ca_bundle) and not args.image:
-        raise ConfigError("--network and --ca-bundle apply to container builds only", "add --image IMAGE, or drop them")
+        raise ConfigError("--network and --ca-cert apply to container builds only", "add --image IMAGE, or drop them")
     dist_dir = (args.dist or paths.dist_dir()).resolve()
     build_dir = (args.build_dir or paths.build_dir()).resolve()
     for flag, env_name, folder in (("--dist", "APEXKIT_DIST_DIR", dist_dir), ("--build-dir", "APEXKIT_BUILD_DIR",
@@ -242,3 +253,55 @@ def resolve(python: str, argv: Sequence[str], env: Mapping[str, str] | None = No
         network=args.network,
         ca_bundle=args.ca_bundle,
     )
+
+
+_PATH_FIELDS = ("apex_src", "dist_dir", "build_dir", "cache_dir")
+_TUPLE_FIELDS = ("extra_index_urls", "wheelhouses", "skip_patches", "setup_flags")
+
+
+def to_json(opts: BuildOptions) -> dict:
+    """The parsed options as plain JSON: what a container build receives instead of argv to parse again."""
+    data = {}
+    for f in fields(BuildOptions):
+        value = getattr(opts, f.name)
+        if isinstance(value, Path):
+            value = str(value)
+        elif isinstance(value, tuple):
+            value = [str(v) if isinstance(v, Path) else v for v in value]
+        data[f.name] = value
+    return data
+
+
+def from_json(data: Mapping, python: str) -> BuildOptions:
+    """BuildOptions from to_json's form. The file comes from the host that parsed and checked the options; fields are
+    still checked for kind, and versions for PEP 440, since the options become paths and pip requirements."""
+    known = {f.name: f for f in fields(BuildOptions)}
+    unknown = sorted(set(data) - set(known))
+    if unknown or data.get("python") != python:
+        raise ConfigError(f"options file: {'unknown fields ' + ', '.join(unknown) if unknown else 'another Python'}",
+                          "the host and the image run different apexkit versions: rebuild the image")
+    values = {}
+    for name, value in data.items():
+        if name in _PATH_FIELDS:
+            value = Path(value) if value is not None else None
+        elif name in _TUPLE_FIELDS:
+            value = tuple(Path(v) for v in value) if name == "wheelhouses" else (
+                tuple(value) if value is not None else None)
+        values[name] = value
+    for flag, name in (("--torch", "torch"), ("--torch-npu", "torch_npu")):
+        if values.get(name) is not None:
+            check_version(flag, values[name])
+    return BuildOptions(**values)
+
+
+def load_json(path: Path, python: str) -> BuildOptions:
+    import json
+
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"--options-json {path}: {exc.__class__.__name__}", "it is written by the host's "
+                          "container build; run the build with --image from the host") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"--options-json {path} is not a JSON object", "run the build with --image from the host")
+    return from_json(data, python)

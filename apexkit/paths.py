@@ -2,8 +2,8 @@
 
 apexkit runs from a checkout (the repository: matrix.toml, patches/, docker/, bench/, noxfile.py beside apexkit/) or
 installed (`pip install .`: the same files packaged as apexkit/_data). ROOT is whichever holds them. Outputs default
-to the checkout's dist/ and build/ -- or, installed, to the current directory's -- unless the environment says
-otherwise.
+to the checkout's dist/ and build/ -- or, installed, to the current directory's -- and the cache to
+~/.cache/apexkit, unless the environment says otherwise.
 """
 
 from __future__ import annotations
@@ -11,6 +11,8 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
+
+from apexkit.errors import ConfigError
 
 PACKAGE = Path(__file__).resolve().parent
 _CHECKOUT = PACKAGE.parent
@@ -45,3 +47,22 @@ def reports_dir(environ: Mapping[str, str] | None = None) -> Path:
     """$APEXKIT_REPORTS_DIR, else reports/ of the checkout (installed: of the current directory)."""
     environ = os.environ if environ is None else environ
     return Path(environ.get("APEXKIT_REPORTS_DIR") or _outputs_base() / "reports")
+
+
+def cache_dir(env: Mapping[str, str] | None = None) -> Path:
+    """APEXKIT_CACHE_DIR, else $XDG_CACHE_HOME/apexkit, else ~/.cache/apexkit. A path that is (or lies under) a
+    file is a ConfigError naming the variable, not a traceback at the first mkdir."""
+    env = os.environ if env is None else env
+    if env.get("APEXKIT_CACHE_DIR"):
+        path, source = Path(env["APEXKIT_CACHE_DIR"]).expanduser(), "APEXKIT_CACHE_DIR"
+    else:
+        base = env.get("XDG_CACHE_HOME") or os.path.join(env.get("HOME") or os.path.expanduser("~"), ".cache")
+        path, source = Path(base) / "apexkit", ("XDG_CACHE_HOME" if env.get("XDG_CACHE_HOME") else "HOME")
+    for existing in (path, *path.parents):
+        if existing.exists() or existing.is_symlink():
+            if not existing.is_dir():
+                where = "is" if existing == path else f"lies under {existing}, which is"
+                raise ConfigError(f"the apexkit cache {path} ({source}) {where} not a directory",
+                                  "point APEXKIT_CACHE_DIR at a directory (or unset it: ~/.cache/apexkit)")
+            break
+    return path

@@ -908,7 +908,7 @@ def setup(plan: Plan, dry_run: bool = False, restart: bool = True, after_write: 
         unchanged = len(plan.all_changes) - len(changed)
         log.info(f"dry run: {len(changed)} file(s) would change, {unchanged} already up to date; nothing written")
         return len(changed)
-    fsedit.preflight(changed, "run with sudo for the daemon layer, or limit the layers: --only shell,container")
+    fsedit.preflight(changed, "run with sudo for the daemon layer, or limit the layers: --layers shell,container")
     written = fsedit.apply(plan.all_changes, plan.paths.backups(), OWNER,
                            check=lambda: _check_written(plan, after_write))
     for change in written:

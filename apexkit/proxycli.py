@@ -26,7 +26,7 @@ def _layers(only: str | None) -> tuple[str, ...]:
     layers = tuple(item.strip() for item in only.split(",") if item.strip())
     for layer in layers:
         if layer not in proxy.LAYERS:
-            raise ConfigError(f"--only {layer!r} is not a layer", f"choose from {','.join(proxy.LAYERS)}")
+            raise ConfigError(f"--layers {layer!r} is not a layer", f"choose from {','.join(proxy.LAYERS)}")
     return layers
 
 

@@ -1,5 +1,5 @@
 """`nox -s validate` / `nox -s bench`: run bench/validate_env.py or bench/amp_bench.py inside a venv that holds the
-built wheel of a target in dist/ (the newest, or --target ID), or inside any interpreter (--in-env PYTHON).
+built wheel of a target in dist/ (the newest, or --target ID), or inside any interpreter (--interpreter PATH).
 
 The run venv is cached per target and wheel (cache/run-venvs/): torch (+ torch_npu) as the build had it, the wheel
 (--no-deps), matplotlib for the chart. apexkit itself never imports torch: it runs the venv's interpreter.
@@ -17,7 +17,7 @@ import shlex
 import subprocess
 from pathlib import Path
 
-from apexkit import log, matrix, sources, venvs
+from apexkit import log, matrix, sources, venvs, vocab
 from apexkit.errors import BenchError, ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -46,7 +46,7 @@ def find_target(dist: Path, target: str | None = None, python: str | None = None
     if not found:
         wanted = f" for {target or 'Python ' + python}" if (target or python) else ""
         raise ConfigError(f"no built wheel{wanted} in {dist}/",
-                          "build one first (nox -s build-3.11), pick one with --target ID, or use --in-env PYTHON")
+                          "build one first (nox -s build-3.11), pick one with --target ID, or use --interpreter PATH")
     _, path, manifest = max(found, key=lambda item: item[0])
     return path.parent, manifest
 
@@ -103,7 +103,9 @@ def parse(argv: list[str], prog: str) -> tuple[argparse.Namespace, list[str]]:
     parser = argparse.ArgumentParser(prog=prog, add_help=False, description=__doc__.split("\n\n")[0])
     parser.add_argument("--target", help="target id in dist/ (default: the newest build)")
     parser.add_argument("--python", help="the newest target for this Python (e.g. 3.11)")
-    parser.add_argument("--in-env", metavar="PYTHON", help="run with this interpreter as it is (no run venv)")
+    parser.add_argument("--interpreter", dest="in_env", metavar="PATH",
+                        help="run with this interpreter as it is (no run venv)")
+    vocab.alias(parser, "--in-env", "--interpreter", dest="in_env", metavar="PATH")
     parser.add_argument("--dist", default=os.environ.get("APEXKIT_DIST_DIR") or str(ROOT / "dist"),
                         help="where the builds are (default: $APEXKIT_DIST_DIR, else dist/)")
     parser.add_argument("--reports", default=os.environ.get("APEXKIT_REPORTS_DIR") or str(ROOT / "reports"),

@@ -19,30 +19,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from apexkit import locks, log
-from apexkit.errors import ConfigError, PatchError, SourceError
+from apexkit import locks, log, paths
+from apexkit.errors import PatchError, SourceError
 
 SHA_RE = re.compile(r"^[0-9a-f]{40}$")
 _BUILD_SH_PIN = re.compile(r"git\s+checkout\s+([0-9a-f]{40})\b")
 
 
-def cache_dir(env: Mapping[str, str] | None = None) -> Path:
-    """APEXKIT_CACHE_DIR, else $XDG_CACHE_HOME/apexkit, else ~/.cache/apexkit. A path that is (or lies under) a
-    file is a ConfigError naming the variable, not a traceback at the first mkdir."""
-    env = os.environ if env is None else env
-    if env.get("APEXKIT_CACHE_DIR"):
-        path, source = Path(env["APEXKIT_CACHE_DIR"]).expanduser(), "APEXKIT_CACHE_DIR"
-    else:
-        base = env.get("XDG_CACHE_HOME") or os.path.join(env.get("HOME") or os.path.expanduser("~"), ".cache")
-        path, source = Path(base) / "apexkit", ("XDG_CACHE_HOME" if env.get("XDG_CACHE_HOME") else "HOME")
-    for existing in (path, *path.parents):
-        if existing.exists() or existing.is_symlink():
-            if not existing.is_dir():
-                where = "is" if existing == path else f"lies under {existing}, which is"
-                raise ConfigError(f"the apexkit cache {path} ({source}) {where} not a directory",
-                                  "point APEXKIT_CACHE_DIR at a directory (or unset it: ~/.cache/apexkit)")
-            break
-    return path
+cache_dir = paths.cache_dir  # the one home of the cache location is apexkit.paths
 
 
 def _git_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -245,7 +245,7 @@ def test_pip_refuses_a_wheel_pinned_to_another_torch(runner, tmp_path):
         (["--apex-ref", "5.0.rc2"], {}, 4, "ref '5.0.rc2' not found"),
         (["--nvidia-commit", "0" * 40], {}, 4, f"pinned commit {'0' * 40} is not in"),
         ([], {"APEXKIT_ASCEND_APEX_URL": "file:///nonexistent/ascend-apex"}, 4, "after 3 attempts"),
-        (["--python", "/nonexistent/python3.11"], {}, 3, "--python /nonexistent/python3.11 is not a working Python"),
+        (["--interpreter", "/nonexistent/python3.11"], {}, 3, "--interpreter /nonexistent/python3.11 is not a working Python"),
         (["--torch", "2.5.0", "--npu"], {}, 2, "no torch_npu release is known for torch 2.5.0"),
         (["--jobs", "0"], {}, 2, "--jobs 0: must be at least 1"),
         (["--dist", "/etc/hostname"], {}, 2, "--dist /etc/hostname is not a directory"),

@@ -214,7 +214,7 @@ def test_only_real_target_directories_are_listed(host):
 def test_the_host_log_lives_outside_every_mount_the_container_can_write(tmp_path):
     argv = ["--image", IMAGE, "--dist", str(tmp_path / "dist"), f"--build-dir={tmp_path / 'build'}"]
     opts = options.resolve("3.11", argv, env={"APEXKIT_CACHE_DIR": str(tmp_path / "cache")})
-    spec = containerbuild.make_spec(opts, argv, IMAGE, {}, "x86_64", environ={}, euid=4321)
+    spec = containerbuild.make_spec(opts, IMAGE, {}, "x86_64", environ={}, euid=4321)
     writable = [m.host for m in spec.mounts if not m.read_only]
     assert spec.workspace in writable
     for mount in writable:

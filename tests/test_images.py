@@ -128,7 +128,7 @@ def test_container_spec_mounts_only_workspace_cache_and_named_inputs(tmp_path):
     environ = {"PIP_INDEX_URL": "https://mirror.example.com/simple/", "PIP_FIND_LINKS": "/opt/wheels",
                "APEXKIT_FETCH_RETRIES": "5", "SECRET_TOKEN": "x"}
     settings = proxy.ProxySettings(http="http://u:pw@proxy.example.com:3128", https="http://u:pw@proxy.example.com:3128")
-    spec = containerbuild.make_spec(opts, argv, X86_TAG, labels, "x86_64", environ=environ, settings=settings, euid=0)
+    spec = containerbuild.make_spec(opts, X86_TAG, labels, "x86_64", environ=environ, settings=settings, euid=0)
     assert spec.user == "1000:1001"  # root invoking: the image's build user, never root
     volumes = spec.volumes()
     assert volumes == {
@@ -139,10 +139,19 @@ def test_container_spec_mounts_only_workspace_cache_and_named_inputs(tmp_path):
         str(WHEELHOUSE): {"bind": "/mnt/apexkit/wheelhouse-0", "mode": "ro"},
         str(src): {"bind": "/mnt/apexkit/ascend-apex", "mode": "ro"},
     }
-    assert spec.command[:3] == ["/opt/apexkit/venv/bin/python", "-m", "nox"]
-    rest = spec.command[spec.command.index("--") + 1:]
-    assert rest == ["--dist", "/workspace/dist", "--build-dir", "/workspace/build", "--wheelhouse",
-                    "/mnt/apexkit/wheelhouse-0", "--jobs", "2"]
+    # the parsed options travel as JSON (no argv parsed again in the container), every host path replaced
+    assert spec.command == ["/opt/apexkit/venv/bin/python", "-m", "apexkit", "build", "3.11", "--options-json",
+                            "/workspace/options.json"]
+    inside = spec.options
+    assert (inside["dist_dir"], inside["build_dir"], inside["cache_dir"]) == ("/workspace/dist", "/workspace/build",
+                                                                            "/cache")
+    assert inside["wheelhouses"] == ["/mnt/apexkit/wheelhouse-0"] and inside["jobs"] == 2
+    assert inside["ascend_apex_url"] == "file:///mnt/apexkit/ascend-apex"
+    assert inside["image"] is inside["network"] is inside["ca_bundle"] is inside["python_path"] is None
+    assert str(tmp_path) not in json.dumps(inside)  # no host path reaches the container's options
+    (tmp_path / "options.json").write_text(json.dumps(inside))
+    again = options.resolve("3.11", ["--options-json", str(tmp_path / "options.json")])
+    assert again == options.from_json(inside, "3.11") and again.jobs == 2 and again.image is None
     env = spec.environment
     assert env["APEXKIT_ASCEND_APEX_URL"] == "file:///mnt/apexkit/ascend-apex"
     assert env["APEXKIT_NVIDIA_APEX_URL"].startswith("https://")
@@ -151,14 +160,19 @@ def test_container_spec_mounts_only_workspace_cache_and_named_inputs(tmp_path):
     assert env["https_proxy"] == env["HTTPS_PROXY"] == "http://u:pw@proxy.example.com:3128"
     assert spec.network == "host"
     # a non-root user builds as itself, so what it writes is its own
-    spec2 = containerbuild.make_spec(opts, argv, X86_TAG, labels, "x86_64", environ={}, euid=4321)
+    spec2 = containerbuild.make_spec(opts, X86_TAG, labels, "x86_64", environ={}, euid=4321)
     assert spec2.user.startswith("4321:")
 
 
-def test_strip_host_options():
-    assert containerbuild.strip_host_options(
-        ["--image", "x", "--torch", "2.1.0", "--dist=/d", "--apex-src", "/s", "-v", "--network", "host"]) == \
-        ["--torch", "2.1.0", "-v"]
+def test_an_options_file_is_refused_when_mixed_or_foreign(tmp_path):
+    bad = tmp_path / "options.json"
+    bad.write_text(json.dumps({"python": "3.11", "rm_rf": True}))
+    with pytest.raises(ConfigError, match="unknown fields rm_rf"):
+        options.resolve("3.11", ["--options-json", str(bad)])
+    with pytest.raises(ConfigError, match="pass it alone"):
+        options.resolve("3.11", ["--options-json", str(bad), "--torch", "2.1.0"])
+    with pytest.raises(ConfigError, match="is a host path"):
+        options.resolve("3.11", ["--image", X86_TAG, "--interpreter", sys.executable])
 
 
 def test_build_options_for_containers_need_image():
@@ -277,7 +291,7 @@ def x86_builder(daemon, pytestconfig):
     """`invoke image.build` from a debootstrapped Debian base: toolchain via apt, tool venv, build user."""
     started = time.monotonic()
     proc = invoke("image.build", "--arch", "x86_64", "--base", "debootstrap:bookworm", "--network", "host",
-                  "--ca-bundle", HOST_CA, env=docker_env(daemon))
+                  "--ca-cert", HOST_CA, env=docker_env(daemon))
     assert proc.returncode == 0, out(proc)[-4000:]
     info = [x.strip() for x in out(proc).splitlines() if x.strip().startswith(("installed", "python "))]
     evidence(pytestconfig, f"image.build --arch x86_64 --base debootstrap:bookworm -> {X86_TAG} in "
@@ -313,7 +327,7 @@ def fixture_sources(repos, tmp_path):
 def container_build(daemon, image: str, tmp_path: Path, sources: dict, *args: str, **env: str):
     cache = tmp_path / "cache"
     return invoke("build", "--image", image, "--", "--wheelhouse", str(WHEELHOUSE), "--dist", str(tmp_path / "dist"),
-                  "--build-dir", str(tmp_path / "build"), "--network", "host", "--ca-bundle", HOST_CA, *args,
+                  "--build-dir", str(tmp_path / "build"), "--network", "host", "--ca-cert", HOST_CA, *args,
                   env=docker_env(daemon, APEXKIT_CACHE_DIR=str(cache), **sources, **env))
 
 
@@ -371,7 +385,7 @@ LIB64_TAG = "apexkit/builder:lib64-test-x86_64"
 @pytest.fixture(scope="module")
 def lib64_builder(lib64_base, daemon):
     built = invoke("image.build", "--arch", "x86_64", "--base", lib64_base, "--tag", LIB64_TAG, "--network", "host",
-                   "--ca-bundle", HOST_CA, "--quiet", env=docker_env(daemon))
+                   "--ca-cert", HOST_CA, "--quiet", env=docker_env(daemon))
     assert built.returncode == 0, out(built)[-3000:]
     return built
 
@@ -449,7 +463,7 @@ def test_matrix_checks_each_combination_against_its_image(x86_builder, daemon, t
     assert "apexkit/builder:debian-bookworm-x86_64 (is x86_64)" in out(forced)
     # --run: every refusal comes before anything runs (no log, no container), one line each in the summary
     build = tmp_path / "build"
-    run = subprocess.run([*nox, "--run", "--only", "py3.13-torch2.13.0-aarch64", "--dist", str(tmp_path / "dist"),
+    run = subprocess.run([*nox, "--run", "--target", "py3.13-torch2.13.0-aarch64", "--dist", str(tmp_path / "dist"),
                           "--build-dir", str(build)], capture_output=True, text=True, env=env, timeout=300)
     assert run.returncode == 1
     summary = (build / "matrix" / "summary.md").read_text()
@@ -474,7 +488,7 @@ def test_more_pythons_through_uv(x86_builder, daemon):
     tag = "apexkit/builder:uv-test-x86_64"
     daemon.docker("rmi", "-f", tag)
     proc = invoke("image.build", "--arch", "x86_64", "--base", "debootstrap:bookworm", "--pythons", "3.11,3.10",
-                  "--tag", tag, "--network", "host", "--ca-bundle", HOST_CA, env=docker_env(daemon), timeout=900)
+                  "--tag", tag, "--network", "host", "--ca-cert", HOST_CA, env=docker_env(daemon), timeout=900)
     text = out(proc)
     assert "apexkit: Python 3.11 is in the base already (/usr/bin/python3.11): uv not needed for it" in text
     if proc.returncode == 0:  # GitHub reachable (not here): the image has both, 3.10 from uv
@@ -517,7 +531,7 @@ def test_bullseye_image_builds_a_python39_wheel(daemon, fixture_sources, torch21
     a wheel builds against torch 2.1.0 from the index."""
     started = time.monotonic()
     built = invoke("image.build", "--arch", "x86_64", "--base", "debootstrap:bullseye", "--network", "host",
-                   "--ca-bundle", HOST_CA, "--quiet", env=docker_env(daemon))
+                   "--ca-cert", HOST_CA, "--quiet", env=docker_env(daemon))
     assert built.returncode == 0, out(built)[-4000:]
     image_seconds = time.monotonic() - started
     info = images.builder_json(daemon.client(), BULLSEYE_TAG)
@@ -526,7 +540,7 @@ def test_bullseye_image_builds_a_python39_wheel(daemon, fixture_sources, torch21
     started = time.monotonic()
     proc = invoke("build", "--python", "3.9", "--image", BULLSEYE_TAG, "--", "--torch", "2.1.0", "--wheelhouse",
                   str(torch21_cp39), "--dist", str(tmp_path / "dist"), "--build-dir", str(tmp_path / "build"),
-                  "--network", "host", "--ca-bundle", HOST_CA,
+                  "--network", "host", "--ca-cert", HOST_CA,
                   env=docker_env(daemon, APEXKIT_CACHE_DIR=str(tmp_path / "cache"), **fixture_sources), timeout=1800)
     assert proc.returncode == 0, out(proc)[-4000:]
     build_seconds = time.monotonic() - started
@@ -588,7 +602,7 @@ def test_base_without_package_manager(x86_builder, daemon):
         assert run.returncode == 0, run.stderr
         assert daemon.docker("commit", name, tag).returncode == 0
         daemon.docker("rm", name)
-    proc = invoke("image.build", "--arch", "x86_64", "--base", tag, "--network", "host", "--ca-bundle", "none",
+    proc = invoke("image.build", "--arch", "x86_64", "--base", tag, "--network", "host", "--ca-cert", "none",
                   env=docker_env(daemon), timeout=600)
     assert proc.returncode == 10
     line = one_line_error(proc)
@@ -600,7 +614,7 @@ def test_base_of_another_arch_is_refused_by_the_first_step(x86_builder, daemon):
     state = images.emulation("aarch64")
     services.require(state.usable, f"QEMU aarch64: {state.detail}")
     proc = invoke("image.build", "--arch", "aarch64", "--base", "apexkit/base:debian-bookworm-x86_64", "--network",
-                  "host", "--ca-bundle", "none", env=docker_env(daemon), timeout=600)
+                  "host", "--ca-cert", "none", env=docker_env(daemon), timeout=600)
     assert proc.returncode == 10
     assert "the base image runs as x86_64, not aarch64" in one_line_error(proc)
 
@@ -632,7 +646,7 @@ def test_aarch64_builder_and_wheel_under_qemu(daemon, repos, tmp_path, pytestcon
     services.require(state.usable, f"QEMU aarch64: {state.detail}")
     started = time.monotonic()
     built = invoke("image.build", "--arch", "aarch64", "--base", "debootstrap:bookworm", "--network", "host",
-                   "--ca-bundle", HOST_CA, "--quiet", env=docker_env(daemon))
+                   "--ca-cert", HOST_CA, "--quiet", env=docker_env(daemon))
     assert built.returncode == 0, out(built)[-4000:]
     image_seconds = time.monotonic() - started
     assert "(QEMU" in out(built)
@@ -644,7 +658,7 @@ def test_aarch64_builder_and_wheel_under_qemu(daemon, repos, tmp_path, pytestcon
     # the build, its probes and the smoke test run only because apexkit turns auto-loading off (in the image too)
     proc = invoke("build", "--image", "apexkit/builder:debian-bookworm-aarch64", "--", "--torch", "2.5.1",
                   "--torch-npu", "2.5.1.post1", "--dist",
-                  str(tmp_path / "dist"), "--build-dir", str(tmp_path / "build"), "--network", "host", "--ca-bundle",
+                  str(tmp_path / "dist"), "--build-dir", str(tmp_path / "build"), "--network", "host", "--ca-cert",
                   HOST_CA, env=docker_env(daemon, APEXKIT_CACHE_DIR=str(tmp_path / "cache"), **sources))
     assert proc.returncode == 0, out(proc)[-4000:]
     build_seconds = time.monotonic() - started

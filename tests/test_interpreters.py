@@ -31,7 +31,7 @@ def test_missing_interpreter_is_one_line_with_what_was_tried(tmp_path):
         interpreters.find("3.4", env)
     assert "no working python3.4 found" in exc.value.cause
     assert "command not found" in exc.value.cause
-    assert "pyenv install 3.4" in exc.value.hint and "--python" in exc.value.hint
+    assert "pyenv install 3.4" in exc.value.hint and "--interpreter" in exc.value.hint
     assert "\n" not in exc.value.format()
 
 

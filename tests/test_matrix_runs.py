@@ -126,7 +126,7 @@ def test_two_combination_run_builds_one_refuses_one_and_summarises(runner, tmp_p
     spec.write_text('[[include]]\npython = "3.11"\ntorch = "2.13.0"\narch = "x86_64"\n\n'
                     '[[include]]\npython = "3.8"\ntorch = "2.6.0"\narch = "x86_64"\n')
     argv = [sys.executable, "-m", "nox", "-f", str(ROOT / "noxfile.py"), "-s", "matrix", "--", "--matrix", str(spec),
-            "--run", "--jobs", "2", "--dist", str(runner.dist), "--build-dir", str(runner.build), "--",
+            "--run", "--parallel", "2", "--dist", str(runner.dist), "--build-dir", str(runner.build), "--",
             "--no-smoke-test"]
     proc = subprocess.run(argv, cwd=ROOT, env=runner.env(), capture_output=True, text=True, timeout=900)
     text = output(proc)

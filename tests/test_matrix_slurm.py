@@ -53,7 +53,7 @@ def test_dry_run_prints_one_batch_script_per_combination_without_slurm(tmp_path)
 
 def test_no_slurm_is_one_line_exit_11(tmp_path):
     env = dict(os.environ, PATH=str(Path(sys.executable).parent))
-    proc = subprocess.run([sys.executable, "-m", "apexkit", "matrix", "--run", "--slurm", "--only", BUILT,
+    proc = subprocess.run([sys.executable, "-m", "apexkit", "matrix", "--run", "--slurm", "--target", BUILT,
                            "--build-dir", str(tmp_path / "build"), "--dist", str(tmp_path / "dist")],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == SchedulerError.exit_code, output(proc)
@@ -126,7 +126,7 @@ def test_a_job_cancelled_mid_run_is_a_failed_row_with_its_cause(cluster, runner,
     marker = tmp_path / "job-started"
     env = runner.env(SLURM_CONF=cluster.env["SLURM_CONF"], APEXKIT_SLURM_POLL="1", PYTHONPATH=str(hang),
                      HANG_MARKER=str(marker))
-    argv = [sys.executable, "-m", "nox", "-f", str(ROOT / "noxfile.py"), "-s", "matrix", "--", "--only", BUILT, "--run",
+    argv = [sys.executable, "-m", "nox", "-f", str(ROOT / "noxfile.py"), "-s", "matrix", "--", "--target", BUILT, "--run",
             "--slurm", "--dist", str(runner.dist), "--build-dir", str(runner.build)]
     proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:

@@ -70,8 +70,8 @@ def test_root_does_not_follow_a_users_folder_link_into_roots_docker_config(fsroo
     config = roots_docker_config(fsroot)
     users_link(home / ".docker", "../../root/.docker")
     before = tree(fsroot)
-    for args in (["proxy.setup", "--http", "http://a:b@p.corp:3128", "--only", "shell,container"],
-                 ["proxy.setup", "--http", "http://a:b@p.corp:3128", "--only", "container", "--dry-run"]):
+    for args in (["proxy.setup", "--http", "http://a:b@p.corp:3128", "--layers", "shell,container"],
+                 ["proxy.setup", "--http", "http://a:b@p.corp:3128", "--layers", "container", "--dry-run"]):
         text = one_line_error(invoke(*args, "--root", str(fsroot)), 6)
         assert "/home/alice/.docker/config.json lies under" in text and "a symbolic link of" in text
         assert f"uid {NOBODY}" in text and "root does not follow it" in text and "nothing was changed" in text
@@ -85,7 +85,7 @@ def test_root_does_not_follow_a_users_folder_link_into_roots_docker_config(fsroo
     (home / ".docker").unlink()
     users_link(home / ".docker", "dotfiles/docker")
     before = tree(fsroot)
-    setup_ok(fsroot, "--http", PROXY, "--only", "container")
+    setup_ok(fsroot, "--http", PROXY, "--layers", "container")
     assert os.lstat(mine / "config.json").st_uid == NOBODY
     assert os.lstat(fsroot / STATE).st_uid == NOBODY
     assert invoke("proxy.remove", "--root", str(fsroot)).returncode == 0
@@ -100,7 +100,7 @@ def test_root_does_not_follow_a_users_config_link_nor_give_roots_state_away(fsro
     roots_state.chmod(0o700)
     users_link(home / ".config", "../../root/.config")
     before = tree(fsroot)
-    for args in (["proxy.setup", "--pip-index", "https://mirror.corp/simple", "--only", "pip"],
+    for args in (["proxy.setup", "--pip-index", "https://mirror.corp/simple", "--layers", "pip"],
                  ["proxy.remove"], ["proxy.show"]):
         text = one_line_error(invoke(*args, "--root", str(fsroot)), 6)
         assert "lies under" in text and f"{fsroot}/home/alice/.config" in text and "root does not follow it" in text
@@ -131,12 +131,12 @@ def test_edits_made_between_two_setups_survive_remove(fsroot):
     home = fsroot / "home/alice"
     (home / ".bashrc").write_bytes(b"# mine\n")
     (home / ".bashrc").chmod(0o644)
-    setup_ok(fsroot, "--http", "http://alice:old@p.corp:3128", "--only", "shell,container")
+    setup_ok(fsroot, "--http", "http://alice:old@p.corp:3128", "--layers", "shell,container")
     config = home / ".docker/config.json"
     config.write_text(json.dumps({**json.loads(config.read_text()), **AUTHS}))  # what `docker login` does
     with open(home / ".bashrc", "a") as handle:
         handle.write("alias ll='ls -l'\n")
-    setup_ok(fsroot, "--http", "http://alice:new@p.corp:3128", "--only", "shell,container")
+    setup_ok(fsroot, "--http", "http://alice:new@p.corp:3128", "--layers", "shell,container")
     assert "alice:new@" in config.read_text() and "alias ll" in (home / ".bashrc").read_text()
     removed = invoke("proxy.remove", "--root", str(fsroot))
     assert removed.returncode == 0, removed.stderr
@@ -151,8 +151,8 @@ def test_two_setups_without_edits_still_restore_the_original_exactly(fsroot):
     (home / ".bashrc").write_bytes(b"# mine, without a final newline")
     (home / ".bashrc").chmod(0o644)
     before = tree(fsroot)
-    setup_ok(fsroot, "--http", "http://alice:old@p.corp:3128", "--only", "shell,container")
-    setup_ok(fsroot, "--http", "http://alice:new@p.corp:3128", "--only", "shell,container")
+    setup_ok(fsroot, "--http", "http://alice:old@p.corp:3128", "--layers", "shell,container")
+    setup_ok(fsroot, "--http", "http://alice:new@p.corp:3128", "--layers", "shell,container")
     assert invoke("proxy.remove", "--root", str(fsroot)).returncode == 0
     assert tree(fsroot) == before
 
@@ -168,7 +168,7 @@ def run(*args: str, timeout: int = 60) -> subprocess.CompletedProcess:
 
 def test_a_named_pipe_is_one_line_not_a_hang(fsroot):
     os.mkfifo(fsroot / "home/alice/.bashrc")
-    text = one_line_error(run("proxy.setup", "--http", PROXY, "--only", "shell", "--root", str(fsroot)), 6)
+    text = one_line_error(run("proxy.setup", "--http", PROXY, "--layers", "shell", "--root", str(fsroot)), 6)
     assert "/home/alice/.bashrc is a named pipe, not a regular file" in text and "nothing was changed" in text
     shown = run("proxy.show", "--root", str(fsroot))
     assert shown.returncode == 0 and "shell: not configured" in shown.stdout, shown.stderr
@@ -178,12 +178,12 @@ def test_a_named_pipe_is_one_line_not_a_hang(fsroot):
 def test_a_device_or_a_huge_file_is_one_line_not_a_memory_error(fsroot, tmp_path):
     bashrc = fsroot / "home/alice/.bashrc"
     bashrc.symlink_to("/dev/zero")   # out of --root: refused before anything is read
-    text = one_line_error(run("proxy.setup", "--http", PROXY, "--only", "shell", "--root", str(fsroot)), 6)
+    text = one_line_error(run("proxy.setup", "--http", PROXY, "--layers", "shell", "--root", str(fsroot)), 6)
     assert "outside" in text
     bashrc.unlink()
     with open(bashrc, "wb") as handle:   # sparse: 17 MiB that take no room
         handle.truncate(17 * 1024 * 1024)
-    text = one_line_error(run("proxy.setup", "--http", PROXY, "--only", "shell", "--root", str(fsroot)), 6)
+    text = one_line_error(run("proxy.setup", "--http", PROXY, "--layers", "shell", "--root", str(fsroot)), 6)
     assert "/home/alice/.bashrc is larger than 16 MiB" in text
     from apexkit import fsedit
     with pytest.raises(fsedit.TargetError, match="a character device, not a regular file"):
@@ -197,16 +197,16 @@ def test_deeply_nested_json_is_one_line(fsroot):
     config = fsroot / "home/alice/.docker/config.json"
     config.parent.mkdir()
     config.write_text("[" * 100000)
-    text = one_line_error(invoke("proxy.setup", "--http", PROXY, "--only", "container", "--root", str(fsroot)), 2)
+    text = one_line_error(invoke("proxy.setup", "--http", PROXY, "--layers", "container", "--root", str(fsroot)), 2)
     assert "nests JSON more than" in text
     config.write_text('{"a": ' * 70 + "1" + "}" * 70)  # valid, but deeper than any docker config
-    text = one_line_error(invoke("proxy.setup", "--http", PROXY, "--only", "container", "--root", str(fsroot)), 2)
+    text = one_line_error(invoke("proxy.setup", "--http", PROXY, "--layers", "container", "--root", str(fsroot)), 2)
     assert "nests JSON more than" in text
     config.unlink()
-    setup_ok(fsroot, "--http", PROXY, "--only", "shell,container")
+    setup_ok(fsroot, "--http", PROXY, "--layers", "shell,container")
     config.write_text("[" * 100000)
     (fsroot / STATE / "proxy.json").write_text('{"a":' * 100000)
-    for args in (["proxy.show"], ["proxy.env"], ["proxy.setup", "--http", PROXY, "--only", "shell"]):
+    for args in (["proxy.show"], ["proxy.env"], ["proxy.setup", "--http", PROXY, "--layers", "shell"]):
         text = one_line_error(invoke(*args, "--root", str(fsroot)), 2)
         assert "proxy.json nests JSON more than" in text, text
     text = one_line_error(invoke("proxy.remove", "--root", str(fsroot)), 2)
@@ -218,7 +218,7 @@ def test_deeply_nested_json_is_one_line(fsroot):
 
 def test_a_profile_climbing_out_of_the_root_says_so(fsroot):
     before = tree(fsroot)
-    text = one_line_error(invoke("proxy.setup", "--http", PROXY, "--only", "shell", "--profile", "/../../../x",
+    text = one_line_error(invoke("proxy.setup", "--http", PROXY, "--layers", "shell", "--profile", "/../../../x",
                                  "--root", str(fsroot)), 6)
     assert "/../../../x lies outside" in text and "'..'" in text and "symbolic link" not in text
     assert tree(fsroot) == before

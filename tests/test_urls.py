@@ -178,7 +178,7 @@ def test_pip_index_with_newlines_injects_nothing(fsroot):
     conf.write_text("[global]\ntimeout = 60\n")
     before = snapshot(fsroot)
     injected = "https://mirror.example/simple\n[global]\ntrusted-host = evil.example\n[install]\nuser = yes"
-    result = invoke("proxy.setup", "--pip-index", injected, "--only", "pip", "--root", str(fsroot))
+    result = invoke("proxy.setup", "--pip-index", injected, "--layers", "pip", "--root", str(fsroot))
     assert result.returncode == 2
     assert result.stderr.strip().count("\n") == 0 and "line break" in result.stderr and "next:" in result.stderr
     assert "evil" not in result.stderr
@@ -192,7 +192,7 @@ def test_registry_mirror_that_would_stop_dockerd_writes_nothing(fsroot, mirror):
     daemon_json.parent.mkdir(parents=True)
     daemon_json.write_text('{"data-root": "/srv/docker"}\n')
     before = snapshot(fsroot)
-    result = invoke("proxy.setup", "--registry-mirror", mirror, "--only", "daemon", "--root", str(fsroot))
+    result = invoke("proxy.setup", "--registry-mirror", mirror, "--layers", "daemon", "--root", str(fsroot))
     assert result.returncode == 2 and result.stderr.strip().count("\n") == 0
     assert "pw" not in result.stderr and "abc" not in result.stderr
     assert snapshot(fsroot) == before

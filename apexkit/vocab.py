@@ -1,0 +1,68 @@
+"""One word per idea across every command, and the old spellings kept for one release.
+
+    --python VERSION      a Python version (3.11): which target to build, validate, benchmark
+    --interpreter PATH    an interpreter's path: build with it, inspect it (doctor), run with it (validate/bench)
+    --jobs N / -j N       compile jobs of one build
+    --parallel N          builds at the same time (matrix --run)
+    --target ID           select targets by id (dist/<target>, matrix combinations, the index)
+    --layers LIST         select proxy layers (shell, daemon, container, pip)
+    --ca-cert FILE|none   CA certificates to trust besides the system's (a TLS-intercepting proxy's CA)
+
+An old spelling still works until apexkit REMOVED_IN and says once, on stderr, which one replaces it.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from apexkit import log
+
+REMOVED_IN = "0.2"
+
+# old spelling -> new spelling, per command (docs/commands.md prints this table)
+RENAMED: dict[str, dict[str, str]] = {
+    "build": {"--python PATH": "--interpreter PATH", "--ca-bundle FILE": "--ca-cert FILE"},
+    "doctor": {"--python PATH": "--interpreter PATH"},
+    "matrix": {"--only ID": "--target ID", "--jobs N": "--parallel N", "--slurm-python PATH": "--slurm-interpreter PATH"},
+    "validate/bench": {"--in-env PATH": "--interpreter PATH"},
+    "proxy.setup/check/remove": {"--only LIST": "--layers LIST"},
+    "image.build": {"--ca-bundle FILE": "--ca-cert FILE"},
+    "fleet.submit": {"--node-python PATH": "--node-interpreter PATH"},
+}
+
+
+def deprecated(old: str, new: str) -> None:
+    """The one line an old spelling prints."""
+    log.warn(f"{old} is deprecated: use {new} (the old spelling goes in apexkit {REMOVED_IN})")
+
+
+def pick(new_value, old_value, old: str, new: str):
+    """For keyword interfaces (invoke tasks): the new option's value, else the old one's with the deprecation line."""
+    if old_value in (None, "", [], ()):
+        return new_value
+    deprecated(old, new)
+    if new_value not in (None, "", [], ()) and new_value != old_value:
+        from apexkit.errors import ConfigError
+
+        raise ConfigError(f"{old} and {new} both given, with different values", f"keep only {new}")
+    return old_value
+
+
+class _Alias(argparse.Action):
+    def __init__(self, option_strings, dest, new: str = "", **kwargs) -> None:
+        self.new = new
+        super().__init__(option_strings, dest, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        deprecated(option_string or self.option_strings[0], self.new)
+        if self.nargs == 0:
+            setattr(namespace, self.dest, self.const)
+        elif isinstance(getattr(namespace, self.dest, None), list):  # an `append` option: a new list, as argparse
+            setattr(namespace, self.dest, [*getattr(namespace, self.dest), values])
+        else:
+            setattr(namespace, self.dest, values)
+
+
+def alias(parser, old: str, new: str, dest: str, **kwargs) -> None:
+    """Register `old` as a hidden spelling of the option `new` (same dest, same type)."""
+    parser.add_argument(old, dest=dest, action=_Alias, new=new, help=argparse.SUPPRESS, **kwargs)

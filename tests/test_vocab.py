@@ -1,0 +1,88 @@
+"""One word per idea across the commands (apexkit/vocab.py), and the old spellings: still working, one line each."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from conftest import ROOT
+
+from apexkit import matrixrun, options, runbench, vocab
+from apexkit.errors import ConfigError
+
+DEPRECATED = "is deprecated: use"
+
+
+def test_build_interpreter_and_its_old_spelling(capsys):
+    new = options.resolve("3.11", ["--interpreter", sys.executable, "--dry-run"])
+    assert new.python_path == sys.executable and DEPRECATED not in capsys.readouterr().err
+    old = options.resolve("3.11", ["--python", sys.executable, "--dry-run"])
+    assert old.python_path == sys.executable
+    err = capsys.readouterr().err
+    assert err.count(DEPRECATED) == 1 and "--python is deprecated: use --interpreter" in err
+    assert f"apexkit {vocab.REMOVED_IN}" in err
+
+
+def test_build_ca_cert_and_its_old_spelling(capsys):
+    assert options.parser().parse_args(["--ca-cert", "none"]).ca_bundle == "none"
+    assert options.parser().parse_args(["--ca-bundle", "none"]).ca_bundle == "none"
+    assert "--ca-bundle is deprecated: use --ca-cert" in capsys.readouterr().err
+
+
+def test_matrix_target_and_parallel_with_the_old_spellings(capsys):
+    p = matrixrun.parser()
+    new = p.parse_args(["--target", "a", "--target", "b", "--parallel", "3", "--slurm-interpreter", "/x/python"])
+    assert (new.only, new.jobs, new.slurm_python) == (["a", "b"], 3, "/x/python")
+    assert DEPRECATED not in capsys.readouterr().err
+    old = p.parse_args(["--only", "a", "--target", "b", "--jobs", "3", "--slurm-python", "/x/python"])
+    assert (old.only, old.jobs, old.slurm_python) == (["a", "b"], 3, "/x/python")
+    assert capsys.readouterr().err.count(DEPRECATED) == 3
+    assert p.parse_args([]).only == []  # the default list is not shared between parses
+
+
+def test_validate_interpreter_and_its_old_spelling(capsys):
+    args, rest = runbench.parse(["--interpreter", "/x/python", "--device", "cpu"], "apexkit validate")
+    assert args.in_env == "/x/python" and rest == ["--device", "cpu"]
+    args, _ = runbench.parse(["--in-env", "/y/python"], "apexkit validate")
+    assert args.in_env == "/y/python" and "--in-env is deprecated: use --interpreter" in capsys.readouterr().err
+
+
+def test_pick_for_keyword_commands(capsys):
+    assert vocab.pick("shell", None, "--only LIST", "--layers LIST") == "shell"
+    assert vocab.pick(None, "pip", "--only LIST", "--layers LIST") == "pip"
+    assert "--only LIST is deprecated: use --layers LIST" in capsys.readouterr().err
+    with pytest.raises(ConfigError, match="both given"):
+        vocab.pick("shell", "pip", "--only LIST", "--layers LIST")
+
+
+def invoke(*args, env=None):
+    return subprocess.run([sys.executable, "-m", "invoke", "-r", str(ROOT), *args], capture_output=True, text=True,
+                          timeout=120, cwd=ROOT, env=env)
+
+
+def test_invoke_proxy_layers_and_the_old_only(tmp_path):
+    fsroot = tmp_path / "root"
+    (fsroot / "home").mkdir(parents=True)
+    new = invoke("proxy.setup", "--http", "http://proxy.corp:3128", "--layers", "shell", "--root", str(fsroot),
+                 "--dry-run")
+    assert new.returncode == 0, new.stderr
+    assert DEPRECATED not in new.stderr
+    old = invoke("proxy.setup", "--http", "http://proxy.corp:3128", "--only", "shell", "--root", str(fsroot),
+                 "--dry-run")
+    assert old.returncode == 0, old.stderr
+    assert old.stderr.count(DEPRECATED) == 1 and "--only LIST is deprecated: use --layers LIST" in old.stderr
+    both = invoke("proxy.setup", "--http", "http://proxy.corp:3128", "--only", "shell", "--layers", "pip",
+                  "--root", str(fsroot), "--dry-run")
+    assert both.returncode == 2 and both.stderr.strip().splitlines()[-1].startswith("error: --only LIST and --layers")
+    assert "Traceback" not in both.stderr
+
+
+def test_doctor_interpreter_and_its_old_spelling():
+    args = ["-m", "apexkit", "doctor", "--json", "--venv", "/nonexistent-venv"]
+    for spelling in ("--interpreter", "--python"):
+        proc = subprocess.run([sys.executable, *args, spelling, sys.executable], capture_output=True, text=True,
+                              timeout=120, cwd=ROOT)
+        assert proc.returncode == 2, proc.stderr
+        assert (DEPRECATED in proc.stderr) == (spelling == "--python")
+        assert "Traceback" not in proc.stderr
