@@ -176,9 +176,9 @@ class Environment:
 
 
 def resolve_target(venv: str | None, python: str | None) -> str | None:
-    """The interpreter of --venv PATH or --python PATH (None: neither given); bad input is one ConfigError."""
+    """The interpreter of --venv PATH or --interpreter PATH (None: neither given); bad input is one ConfigError."""
     if venv and python:
-        raise ConfigError("--venv and --python both name a training environment", "pass one of them")
+        raise ConfigError("--venv and --interpreter both name a training environment", "pass one of them")
     if venv:
         root = Path(venv).expanduser()
         if not root.is_dir():
@@ -188,12 +188,12 @@ def resolve_target(venv: str | None, python: str | None) -> str | None:
             if candidate.is_file() and os.access(candidate, os.X_OK):
                 return str(candidate)
         raise ConfigError(f"--venv {venv} is not a Python environment (no bin/python3 in it)",
-                          "pass the venv or conda env directory, or its interpreter with --python PATH")
+                          "pass the venv or conda env directory, or its interpreter with --interpreter PATH")
     if python:
         path = shutil.which(python) if os.sep not in python else python
         if not path or not Path(path).is_file() or not os.access(path, os.X_OK):
-            raise ConfigError(f"--python {python}: no such interpreter",
-                              "pass the training environment's python, e.g. --python /opt/venv/bin/python3")
+            raise ConfigError(f"--interpreter {python}: no such interpreter",
+                              "pass the training environment's python, e.g. --interpreter /opt/venv/bin/python3")
         return path
     return None
 
@@ -207,12 +207,12 @@ def read_environment(python: str, timeout: float = 120) -> Environment:
                                   env=env)
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise ConfigError(f"{python} does not run ({exc.__class__.__name__}: {exc})",
-                              "pass the training environment's python (--venv DIR or --python PATH)") from None
+                              "pass the training environment's python (--venv DIR or --interpreter PATH)") from None
     line = next((x for x in proc.stdout.splitlines() if x.startswith("APEXKIT-PROBE ")), None)
     if proc.returncode != 0 or line is None:
         last = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
         raise ConfigError(f"{python} cannot list its packages ({last[:160]})",
-                          "pass a Python 3.8+ interpreter of the training environment (--venv DIR or --python PATH)")
+                          "pass a Python 3.8+ interpreter of the training environment (--venv DIR or --interpreter PATH)")
     try:
         data = json.loads(line[len("APEXKIT-PROBE "):])
         dists: dict[str, Dist] = {}
@@ -223,7 +223,7 @@ def read_environment(python: str, timeout: float = 120) -> Environment:
         return Environment(data["python"], data["executable"], data["prefix"], dists)
     except (ValueError, KeyError, TypeError, AttributeError) as exc:  # not what _PROBE prints: a wrapper or a fake
         raise ConfigError(f"{python} printed an unreadable package list ({exc.__class__.__name__}: {str(exc)[:120]})",
-                          "pass the training environment's real Python 3.8+ interpreter (--venv DIR or --python PATH)"
+                          "pass the training environment's real Python 3.8+ interpreter (--venv DIR or --interpreter PATH)"
                           ) from None
 
 

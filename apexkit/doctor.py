@@ -1,5 +1,5 @@
 """`invoke doctor`: what this machine has for building Apex for Ascend, each check with its status and the fix;
-`invoke doctor --venv DIR|--python PATH --scripts DIR|FILE`: also whether that training environment needs Apex for
+`invoke doctor --venv DIR|--interpreter PATH --scripts DIR|FILE`: also whether that training environment needs Apex for
 Ascend at all (apexneed.py, facts in apex_need.toml);
 `invoke doctor --log FILE`: the known failures (known_failures.toml) found in a failed build's log.
 
@@ -14,14 +14,14 @@ import re
 import shutil
 import subprocess
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-from apexkit import apexneed, images, interpreters, known_failures, log, paths, proxy, sources
+from apexkit import apexneed, checks, images, interpreters, known_failures, log, paths, proxy, sources
 from apexkit import matrix as matrix_mod
 from apexkit.errors import ConfigError
 
-OK, WARN, FAIL, SKIP = "ok", "warn", "fail", "skip"
+OK, WARN, FAIL, SKIP = checks.OK, checks.WARN, checks.FAIL, checks.SKIP
 LOW_DISK_GIB = 10.0  # a build venv with a CPU torch is 1-2 GB, with a CUDA torch 5+ GB; builder images ~1 GB
 CRITICAL_DISK_GIB = 2.0
 CA_VARIABLES = proxy.CA_VARIABLES  # one list: what proxy.setup --ca-cert exports
@@ -49,14 +49,7 @@ _TORCH_PROBE = (
 )
 
 
-@dataclass
-class Check:
-    area: str
-    name: str
-    status: str  # ok | warn | fail | skip
-    found: str
-    fix: str = ""
-    data: dict = field(default_factory=dict)
+Check = checks.Row  # Check(area, name, status, what was found, fix, data): one row of the shared report
 
 
 def _run(argv: list[str], timeout: float = 60, env: Mapping[str, str] | None = None,
@@ -277,7 +270,8 @@ def check_docker(environ: Mapping[str, str], settings: proxy.ProxySettings | Non
     from apexkit import proxycheck
 
     row = proxycheck.check_daemon(proxy.Paths(), settings, c, "")
-    rows.append(Check("docker", "daemon proxy", row.status, f"{row.effective}; {row.probe}"[:200], row.hint))
+    rows.append(Check("docker", "daemon proxy", row.status, f"{row.data['effective']}; {row.data['probe']}"[:200],
+                      row.fix))
     return rows
 
 
@@ -386,7 +380,7 @@ def check_ca(environ: Mapping[str, str], settings: proxy.ProxySettings | None) -
 
 @dataclass(frozen=True)
 class ApexTarget:
-    """The training environment (--venv / --python, resolved) and scripts (--scripts) to give a verdict for."""
+    """The training environment (--venv / --interpreter, resolved) and scripts (--scripts) to give a verdict for."""
 
     python: str | None = None
     scripts: str | None = None
@@ -398,7 +392,7 @@ def apex_target(venv: str | None = None, python: str | None = None, scripts: str
     path = apexneed.resolve_target(venv, python)
     if scripts is not None:
         apexneed.check_scripts_path(Path(scripts), scripts)
-    return ApexTarget(path, scripts, f"--venv {venv}" if venv else f"--python {python}" if python else "")
+    return ApexTarget(path, scripts, f"--venv {venv}" if venv else f"--interpreter {python}" if python else "")
 
 
 VERDICT_STATUS = {apexneed.NOT_NEEDED: OK, apexneed.UNKNOWN: SKIP}
@@ -488,27 +482,9 @@ def run_all(environ: Mapping[str, str] | None = None, progress: Callable[[str], 
     return rows
 
 
-MARK = {OK: "[green]ok  [/green]", WARN: "[yellow]warn[/yellow]", FAIL: "[red]FAIL[/red]", SKIP: "[dim]skip[/dim]"}
-
-
-def render(rows: list[Check]) -> None:
-    from rich.markup import escape
-
-    area = None
-    for row in rows:
-        if row.area != area:
-            area = row.area
-            log.report.print(f"[bold]{escape(area)}[/bold]")
-        found = escape(log.sanitise(log.mask(row.found), keep_newlines=True))
-        log.report.print(f"  {MARK[row.status]} {escape(row.name):<24} {found}")
-        if row.fix:
-            log.report.print(f"       {'':<24} [dim]→ {escape(log.sanitise(log.mask(row.fix)))}[/dim]")
-    counts = {s: sum(r.status == s for r in rows) for s in (OK, WARN, FAIL, SKIP)}
-    log.report.print(f"{counts[OK]} ok, {counts[WARN]} warn, {counts[FAIL]} fail, {counts[SKIP]} skip")
-
-
-def as_json(rows: list[Check]) -> str:
-    return json.dumps([{**asdict(r), "found": log.mask(r.found), "fix": log.mask(r.fix)} for r in rows], indent=1)
+def legacy_json(row: Check) -> dict:
+    """doctor --json's key from before the shared model (checks.Row's `detail`), kept for scripts that read it."""
+    return {"found": row.detail}
 
 
 def analyse_log(path: str) -> tuple[list[known_failures.Hit], list[str]]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from apexkit import doctor, log
+from apexkit import checks, doctor, log
 
 
 def main(log_file: str | None = None, as_json: bool = False, venv: str | None = None, python: str | None = None,
@@ -16,11 +16,7 @@ def main(log_file: str | None = None, as_json: bool = False, venv: str | None = 
     apex = doctor.apex_target(venv, python, scripts)  # bad options stop here, before any check runs
     with log.console.status("checking …") as status:
         rows = doctor.run_all(progress=lambda stage: status.update(f"checking {stage} …"), apex=apex)
-    if as_json:
-        print(doctor.as_json(rows))
-    else:
-        doctor.render(rows)
-    return 1 if any(r.status == doctor.FAIL for r in rows) else 0
+    return checks.report(rows, as_json, legacy=doctor.legacy_json)
 
 
 def _explain_log(path: str, as_json: bool) -> int:

@@ -68,14 +68,10 @@ def emulation(arch: str | None = None, enable: bool = False, dry_run: bool = Fal
     if enable:
         for a in arches:
             _enable(a, binfmt_dir, dry_run)
-    states = [images.emulation(a, binfmt_dir) for a in arches]
-    if as_json:
-        print(json.dumps([s.as_json() for s in states], indent=1))
-    else:
-        for s in states:
-            mark = "ok  " if s.usable else "FAIL"
-            log.info(f"{mark} {s.arch:<8} {s.detail}" + (f"\n       next: {s.hint}" if s.hint else ""))
-    return 0 if all(s.usable for s in states) else 1
+    from apexkit import checks
+
+    rows = [images.emulation(a, binfmt_dir).row() for a in arches]
+    return checks.report(rows, as_json, legacy=images.Emulation.legacy_json)
 
 
 def _enable(arch: str, binfmt_dir: Path, dry_run: bool) -> None:

@@ -72,9 +72,15 @@ class Emulation:
     detail: str  # what was found
     hint: str = ""  # how to enable it, when not usable
 
-    def as_json(self) -> dict:
-        return {"arch": self.arch, "host": self.host, "native": self.native, "usable": self.usable,
-                "detail": self.detail, "hint": self.hint}
+    def row(self) -> checks.Row:
+        """This state as a row of the shared report (image.emulation): ok when usable, else fail."""
+        return checks.Row("emulation", self.arch, checks.OK if self.usable else checks.FAIL, self.detail, self.hint,
+                          {"host": self.host, "native": self.native, "usable": self.usable})
+
+    @staticmethod
+    def legacy_json(row: checks.Row) -> dict:
+        """image.emulation --json's keys from before the shared model (detail is common), kept for scripts."""
+        return {"arch": row.name, **row.data, "hint": row.fix}
 
 
 ENABLE_HINT = ("apt-get install qemu-user-static binfmt-support (dnf install qemu-user-static on openEuler), "

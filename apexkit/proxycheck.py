@@ -20,10 +20,9 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
 from urllib.parse import urlsplit
 
-from apexkit import log
+from apexkit import checks, log
 from apexkit.proxy import Paths, ProxySettings, host_port, read_state, systemd_running
 
 DEFAULT_INDEX = "https://pypi.org/simple/"
@@ -51,14 +50,11 @@ echo "result ${status%$'\r'}"
 """
 
 
-@dataclass
-class Row:
-    layer: str
-    configured: str
-    effective: str
-    probe: str
-    status: str  # ok | fail | warn | skip
-    hint: str = ""
+def layer_row(layer: str, configured: str, effective: str, probe: str, status: str, hint: str = "") -> checks.Row:
+    """One layer's row of the shared report: the three findings in its detail (and in data), the hint as its fix."""
+    detail = f"configured: {configured}\neffective: {effective}\nprobe: {probe}"
+    return checks.Row("proxy layers", layer, status, detail, hint,
+                      {"configured": configured, "effective": effective, "probe": probe})
 
 
 def _proxy_for_requests(settings: ProxySettings) -> str | None:
@@ -102,12 +98,12 @@ def _env_matches(environ, settings: ProxySettings) -> bool:
     return bool(want) and host_port(have) == want
 
 
-def check_shell(paths: Paths, settings: ProxySettings | None, index_url: str, environ=None) -> Row:
+def check_shell(paths: Paths, settings: ProxySettings | None, index_url: str, environ=None) -> checks.Row:
     environ = os.environ if environ is None else environ
     state = read_state(paths)["shell"]
     configured = f"block in {paths.shell_profile}" if state.configured else f"no block in {paths.shell_profile}"
     if settings is None or not _proxy_for_requests(settings):
-        return Row("shell", configured, "-", "-", "skip", "no proxy configured: invoke proxy.setup --http http://proxy:port")
+        return layer_row("shell", configured, "-", "-", "skip", "no proxy configured: invoke proxy.setup --http http://proxy:port")
     effective = "this shell has it" if _env_matches(environ, settings) else "not in this shell"
     ok, probe, hint = probe_https(index_url, _proxy_for_requests(settings), settings.ca_bundle)
     status = "ok" if ok else "fail"
@@ -115,7 +111,7 @@ def check_shell(paths: Paths, settings: ProxySettings | None, index_url: str, en
         status, hint = "warn", 'open a new shell, or: eval "$(invoke proxy.env)"'
     if ok and not state.configured:
         status, hint = "warn", "invoke proxy.setup writes the block, so new shells get the variables"
-    return Row("shell", configured, effective, probe, status, hint)
+    return layer_row("shell", configured, effective, probe, status, hint)
 
 
 @contextlib.contextmanager
@@ -151,7 +147,7 @@ def _systemd_environment() -> str | None:
     return result.stdout.strip() if result.returncode == 0 else None
 
 
-def check_daemon(paths: Paths, settings: ProxySettings | None, client, why: str) -> Row:
+def check_daemon(paths: Paths, settings: ProxySettings | None, client, why: str) -> checks.Row:
     state = read_state(paths)["daemon"]
     configured = ", ".join(state.files) if state.configured else "no drop-in and no daemon.json proxies"
     want = host_port(_proxy_for_requests(settings)) if settings else ""
@@ -160,19 +156,19 @@ def check_daemon(paths: Paths, settings: ProxySettings | None, client, why: str)
     if systemd_env is not None:
         parts.append(f"systemctl: {log.mask(systemd_env) or 'Environment='}")
     if client is None:
-        return Row("daemon", configured, "; ".join(parts) or "-", why, "skip",
+        return layer_row("daemon", configured, "; ".join(parts) or "-", why, "skip",
                    "start dockerd (or set DOCKER_HOST) and run the check again")
     info = client.info()
     https, http, no_proxy = info.get("HttpsProxy") or "", info.get("HttpProxy") or "", info.get("NoProxy") or ""
     probe = f"docker info: HTTPS Proxy {https or '-'}, HTTP Proxy {http or '-'}, No Proxy {no_proxy or '-'}"
     have = host_port(https or http)
     if not want:
-        return Row("daemon", configured, "; ".join(parts) or "-", log.mask(probe), "skip", "no proxy configured")
+        return layer_row("daemon", configured, "; ".join(parts) or "-", log.mask(probe), "skip", "no proxy configured")
     if have == want:
-        return Row("daemon", configured, "; ".join(parts) or "daemon uses it", log.mask(probe), "ok")
+        return layer_row("daemon", configured, "; ".join(parts) or "daemon uses it", log.mask(probe), "ok")
     hint = ("restart the daemon so it reads the drop-ins: sudo systemctl daemon-reload && sudo systemctl restart docker"
             if state.configured else "invoke proxy.setup (the daemon never sees the shell's variables)")
-    return Row("daemon", configured, "; ".join(parts) or "daemon does not use it", log.mask(probe), "fail", hint)
+    return layer_row("daemon", configured, "; ".join(parts) or "daemon does not use it", log.mask(probe), "fail", hint)
 
 
 def _probe_image(client, image: str | None) -> str | None:
@@ -195,14 +191,14 @@ def run_container_probe(client, image: str, target: str, extra_env: dict[str, st
 
 
 def check_container(paths: Paths, settings: ProxySettings | None, client, why: str, index_url: str,
-                    image: str | None) -> Row:
+                    image: str | None) -> checks.Row:
     state = read_state(paths)["container"]
     configured = f"{paths.docker_config} proxies.default" if state.configured else f"no proxies in {paths.docker_config}"
     if client is None:
-        return Row("container", configured, "-", why, "skip", "start dockerd (or set DOCKER_HOST) and run the check again")
+        return layer_row("container", configured, "-", why, "skip", "start dockerd (or set DOCKER_HOST) and run the check again")
     chosen = _probe_image(client, image)
     if chosen is None:
-        return Row("container", configured, "-", "no local image to start a probe container", "skip",
+        return layer_row("container", configured, "-", "no local image to start a probe container", "skip",
                    "pass --image IMAGE (any local image with bash), or build one: invoke image.build")
     parts = urlsplit(index_url)
     target = f"{parts.hostname}:{parts.port or 443}"
@@ -222,12 +218,12 @@ def check_container(paths: Paths, settings: ProxySettings | None, client, why: s
         hint = "invoke proxy.setup writes proxies.default into ~/.docker/config.json"
     elif not ok:
         hint = "the proxy refused or is unreachable from the container; check its ACL and that --network host reaches it"
-    return Row("container", configured, effective, log.mask(f"CONNECT {target} from {chosen}: {result}"),
+    return layer_row("container", configured, effective, log.mask(f"CONNECT {target} from {chosen}: {result}"),
                "ok" if ok else "fail", hint)
 
 
 def check(paths: Paths, settings: ProxySettings | None, index_url: str | None = None, image: str | None = None,
-          layers=("shell", "daemon", "container")) -> list[Row]:
+          layers=("shell", "daemon", "container")) -> list[checks.Row]:
     index = index_url or (settings.pip_index if settings and settings.pip_index else None) or \
         os.environ.get("PIP_INDEX_URL") or DEFAULT_INDEX
     rows = []
@@ -242,18 +238,6 @@ def check(paths: Paths, settings: ProxySettings | None, index_url: str | None = 
     return rows
 
 
-def render(rows: list[Row]) -> None:
-    from rich.table import Table
-
-    table = Table(title="proxy layers", show_lines=True)
-    for column in ("layer", "configured", "effective", "probe", "status", "next step"):
-        table.add_column(column, overflow="fold")
-    colours = {"ok": "green", "fail": "red", "warn": "yellow", "skip": "dim"}
-    for row in rows:
-        table.add_row(row.layer, log.mask(row.configured), log.mask(row.effective), log.mask(row.probe),
-                      f"[{colours[row.status]}]{row.status}[/]", log.mask(row.hint))
-    log.report.print(table)
-
-
-def as_json(rows: list[Row]) -> list[dict]:
-    return [{k: log.mask(v) for k, v in asdict(row).items()} for row in rows]
+def legacy_json(row: checks.Row) -> dict:
+    """proxy.check --json's keys from before the shared model, kept for scripts that read them."""
+    return {"layer": row.name, **row.data, "hint": row.fix}

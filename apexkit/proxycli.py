@@ -116,12 +116,10 @@ def env(profile=None, system=False, root=None, reveal=False, unset=False) -> int
 
 
 def check(profile=None, system=False, root=None, index_url=None, image=None, only=None, as_json=False) -> int:
+    from apexkit import checks
+
     paths = _paths(root, profile, system)
     settings = proxy.current_settings(paths, environ=os.environ)
     layers = [layer for layer in _layers(only) if layer != "pip"]
     rows = proxycheck.check(paths, settings, index_url=index_url, image=image, layers=layers)
-    if as_json:
-        print(json.dumps(proxycheck.as_json(rows), indent=2))
-    else:
-        proxycheck.render(rows)
-    return 1 if any(row.status == "fail" for row in rows) else 0
+    return checks.report(rows, as_json, legacy=proxycheck.legacy_json)

@@ -451,13 +451,13 @@ def test_apex_bad_input_is_one_line(tmp_path):
     not_env.mkdir()
     cases = {
         ("--venv", str(not_env)): f"error: --venv {not_env} is not a Python environment (no bin/python3 in it) -- next: "
-                                  "pass the venv or conda env directory, or its interpreter with --python PATH",
+                                  "pass the venv or conda env directory, or its interpreter with --interpreter PATH",
         ("--venv", str(tmp_path / "nope")): f"error: --venv {tmp_path / 'nope'}: no such directory -- next: pass the "
                                             "training environment's directory (the sys.prefix of its python)",
         ("--scripts", str(tmp_path / "missing")): f"error: --scripts {tmp_path / 'missing'}: no such file or directory "
                                                   "-- next: pass the directory (or the file) holding the training scripts",
-        ("--venv", str(not_env), "--python", sys.executable): "error: --venv and --python both name a training "
-                                                              "environment -- next: pass one of them",
+        ("--venv", str(not_env), "--interpreter", sys.executable): "error: --venv and --interpreter both name a "
+                                                                   "training environment -- next: pass one of them",
     }
     for args, line in cases.items():
         proc = invoke("doctor", *args)
@@ -471,7 +471,7 @@ def test_apex_bad_input_is_one_line(tmp_path):
     assert proc.returncode == 2 and "Traceback" not in output(proc)
     assert [x for x in proc.stderr.splitlines() if x.startswith("error: ")] == [
         f"error: {broken / 'python3'} cannot list its packages (cannot execute: no libpython) -- next: pass a Python "
-        "3.8+ interpreter of the training environment (--venv DIR or --python PATH)"]
+        "3.8+ interpreter of the training environment (--venv DIR or --interpreter PATH)"]
 
 
 def test_apex_mindspeed_release_from_the_paired_mindspeed_llm(tmp_path):
@@ -592,12 +592,12 @@ def test_apex_probe_output_that_is_not_json_is_one_line(tmp_path):
         fake.parent.mkdir()
         fake.write_text(f"#!/bin/sh\necho '{printed}'\n")
         fake.chmod(0o755)
-        proc = invoke("doctor", "--python", str(fake))
+        proc = invoke("doctor", "--interpreter", str(fake))
         assert proc.returncode == 2 and "Traceback" not in output(proc), output(proc)
         errors = [x for x in proc.stderr.splitlines() if x.startswith("error: ")]
         assert len(errors) == 1 and errors[0].startswith(f"error: {fake} printed an unreadable package list ("), errors
         assert errors[0].endswith("-- next: pass the training environment's real Python 3.8+ interpreter (--venv DIR "
-                                  "or --python PATH)")
+                                  "or --interpreter PATH)")
 
 
 def test_doctor_report_goes_to_stdout_so_it_can_be_redirected(tmp_path):
