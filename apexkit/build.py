@@ -35,7 +35,8 @@ from apexkit.proc import run_logged
 NO_AUTOLOAD = "TORCH_DEVICE_BACKEND_AUTOLOAD"  # torch >= 2.5: 0 = do not import torch_npu at `import torch`
 
 # Bump when the way a wheel is produced changes, so old cache entries are not reused.
-RECIPE_VERSION = "3"  # 2: reproducible (SOURCE_DATE_EPOCH, path prefix maps); 3: version label + Requires-Dist
+# 2: reproducible (SOURCE_DATE_EPOCH, path prefix maps); 3: version label + Requires-Dist; 4: retagged to manylinux
+RECIPE_VERSION = "4"
 ZIP_EPOCH = 315532800  # 1980-01-01, the earliest zip timestamp: SOURCE_DATE_EPOCH when the source has no commit time
 
 # What the binary checks need from the build venv's torch (and torch_npu, found without importing it: that needs CANN).
@@ -340,7 +341,7 @@ class Builder:
     def run(self) -> Path:
         opts = self.opts
         started = time.monotonic()
-        with log.step(f"find python{opts.python}", self.timings) as s:
+        with log.step(f"find python{opts.python}", self.timings, key="find_python") as s:
             interp = interpreters.find(opts.python, self.env, opts.python_path)
             s.note(f"{interp.path} ({interp.full_version}, {interp.machine})")
         system_torch = self._system_torch(interp) if opts.use_system_torch else None
@@ -389,16 +390,17 @@ class Builder:
                 self._check_npu_headers(plan)
             venv = self._build_venv(plan, interp)
             tree = work / "tree"
-            with log.step("generate tree (NVIDIA apex + npu.patch + src/ + tests/)", self.timings) as s:
+            with log.step("generate tree (NVIDIA apex + npu.patch + src/ + tests/)", self.timings, key="tree") as s:
                 sources.generate_tree(ascend, nvidia, nvidia_sha, tree)
                 s.note(f"{tree} (NVIDIA apex {nvidia_sha[:12]}, Ascend {ascend.commit[:19]})")
-        with log.step("apply our patches", self.timings) as s:
+        with log.step("apply our patches", self.timings, key="patches") as s:
             results = patches.apply_all(tree, opts.skip_patches, patch_list)
             for r in results:
                 log.info(f"  {r.id:<18} {r.status}")
             s.note(", ".join(f"{r.id}: {r.status}" for r in results))
         wheel = self._compile(plan, venv, tree, work)
         checks = self._binary_checks(plan, venv, tree, wheel, results)
+        wheel = self._retag(plan, venv, wheel, checks)
         smoke = self._smoke_test(plan, interp, wheel, work) if opts.smoke_test else {"skipped": "--no-smoke-test"}
         manifest = self._manifest(plan, opts, ascend, nvidia_sha, results, wheel, venv, key, smoke,
                                   started, cache_hit=False)
@@ -427,6 +429,8 @@ class Builder:
             ("index", "offline" if o.offline else (log.mask(o.index_url or "") or "pip config")
              + (f", torch from {log.mask(o.torch_index_url)}" if o.torch_index_url else "")),
             ("cache", f"{o.cache_dir}" + ("" if o.use_cache else " (--no-cache)")),
+            ("ccache", "CC/CXX from the environment, used as they are" if "CC" in self.env or "CXX" in self.env
+             else shutil.which("ccache") or "not on PATH (every compile from scratch)"),
             ("dist", str(o.dist_dir / plan.target_id)),
         ]
         for name, value in rows:
@@ -445,7 +449,7 @@ class Builder:
     def _sources(self, plan: Plan, dest: Path):
         opts = self.opts
         retry = sources.RetryPolicy.from_env(self.env)
-        with log.step("sources", self.timings) as s:
+        with log.step("sources", self.timings, key="sources") as s:
             if opts.apex_src:
                 ascend = sources.copy_ascend(opts.apex_src, dest)
                 if ascend.dirty:
@@ -485,19 +489,29 @@ class Builder:
     def _build_venv(self, plan: Plan, interp: interpreters.Interpreter) -> venvs.Venv:
         path = self._venv_dir(plan, interp)
         marker = path / "apexkit-ready.json"
-        with log.step("build venv", self.timings) as s, venvs.lock(path):
-            if marker.is_file() and not self.opts.recreate_venv:  # checked under the lock: another build may have
-                # made it while this one waited
-                s.note(f"reused {path}")
-                return venvs.Venv(path)
-            venv = venvs.create(interp.path, path, self.log_path, system_site_packages=self.opts.use_system_torch,
-                                index=self.index)
-            self._install_torch(venv, plan)
-            venvs.pip_install(venv, self.m.build_requires, self.index, self.log_path, verbose=self.opts.verbose)
-            if self.opts.use_system_torch:
-                self._ensure_system_torch_visible(venv, interp)
-            marker.write_text(json.dumps({"packages": venvs.freeze(venv), "created": time.time()}, indent=1))
-            s.note(f"{path}")
+        # Two timed steps: "venv" (waiting for its lock, creating it, or finding it ready) and "torch_install"
+        # (torch, torch_npu and the build requirements into it; absent from the timings when the venv was reused).
+        with contextlib.ExitStack() as held:
+            with log.step("build venv", self.timings, key="venv") as s:
+                held.enter_context(venvs.lock(path))
+                if marker.is_file() and not self.opts.recreate_venv:  # checked under the lock: another build may
+                    # have made it while this one waited
+                    s.note(f"reused {path}")
+                    return venvs.Venv(path)
+                venv = venvs.create(interp.path, path, self.log_path, system_site_packages=self.opts.use_system_torch,
+                                    index=self.index)
+                s.note(f"{path}")
+            what = ("the system torch" if self.opts.use_system_torch else f"torch {plan.torch}"
+                    + (f" + torch_npu {plan.torch_npu}" if plan.torch_npu else ""))
+            with log.step(f"install {what} and the build requirements", self.timings, key="torch_install") as s:
+                self._install_torch(venv, plan)
+                venvs.pip_install(venv, self.m.build_requires, self.index, self.log_path, verbose=self.opts.verbose)
+                if self.opts.use_system_torch:
+                    self._ensure_system_torch_visible(venv, interp)
+                packages = venvs.freeze(venv)
+                marker.write_text(json.dumps({"packages": packages, "created": time.time()}, indent=1))
+                s.note(", ".join(f"{n} {packages[n]}" for n in ("torch", "torch-npu", "torch_npu", "setuptools")
+                                 if isinstance(packages, dict) and packages.get(n)))
             return venv
 
     def _install_torch(self, venv: venvs.Venv, plan: Plan) -> None:
@@ -519,6 +533,8 @@ class Builder:
         Path(site, "apexkit-system-torch.pth").write_text(torch_dir + "\n")
 
     def _compile(self, plan: Plan, venv: venvs.Venv, tree: Path, work: Path) -> Path:
+        from apexkit import ccachestats
+
         out = work / "wheel"
         shutil.rmtree(out, ignore_errors=True)
         env = dict(self.env)
@@ -528,12 +544,20 @@ class Builder:
         ccache = shutil.which("ccache")
         if ccache and "CC" not in env and "CXX" not in env:
             env["CC"], env["CXX"] = f"{ccache} gcc", f"{ccache} g++"
+        # ccache's hits and misses for this compile alone (its counters before and after; the user's stats stay),
+        # whether we put it in CC/CXX or the user did; None in the manifest when no ccache wraps the compiler
+        wrapper = next((shutil.which(w) or w for w in (v.split()[0] for v in (env.get("CXX"), env.get("CC")) if v
+                                                        and v.split()) if Path(w).name == "ccache"), None)
+        self._ccache: dict | None = None
         argv = [str(venv.python), "setup.py", *plan.flags, "build_ext", "-j", str(self.opts.jobs),
                 "bdist_wheel", "-d", str(out)]
-        with log.step(f"compile ({' '.join(plan.flags)}, -j{self.opts.jobs}{', ccache' if ccache else ''})",
-                      self.timings) as s:
+        with log.step(f"compile ({' '.join(plan.flags)}, -j{self.opts.jobs}{', ccache' if wrapper else ''})",
+                      self.timings, key="compile") as s:
+            before = ccachestats.snapshot(wrapper, env) if wrapper else None
             code, tail = run_logged(argv, self.log_path, cwd=tree, env=env, verbose=self.opts.verbose,
                                     progress=_compile_progress)
+            if wrapper:
+                self._ccache = ccachestats.diff(before, ccachestats.snapshot(wrapper, env))
             if code != 0:
                 hint = self._explain_failure(tail)
                 raise BuildError(f"setup.py failed for {plan.target_id}: {_first_error(tail)}",
@@ -541,7 +565,7 @@ class Builder:
             wheels = sorted(out.glob("*.whl"))
             if len(wheels) != 1:
                 raise BuildError(f"setup.py produced {len(wheels)} wheels in {out}", f"see {self.log_path}")
-            s.note(wheels[0].name)
+            s.note(wheels[0].name + (f"; {ccachestats.describe(self._ccache)}" if wrapper else ""))
         return wheels[0]
 
     def expectations(self, plan: Plan, venv: venvs.Venv, tree: Path, results: list[patches.PatchResult]
@@ -576,7 +600,7 @@ class Builder:
         anything is published, one line naming the file and the check; a diagnosis build (--skip-patch) keeps its
         wheel, with the failures printed and recorded in its manifest."""
         with log.step("binary checks (identity, ELF machine, NEEDED, RPATH, symbols, C++ ABI, hardening)",
-                      self.timings) as s:
+                      self.timings, key="binary_checks") as s:
             expect = self.expectations(plan, venv, tree, results)
             env = identity_env(plan)
             report = wheelcheck.check_wheel(wheel, expect, version=BASE_VERSION + env["APEXKIT_VERSION_LABEL"],
@@ -605,6 +629,26 @@ class Builder:
                 log.info(f"  manylinux tag not computed: {report['platform']['why']}")
             return report
 
+    def _retag(self, plan: Plan, venv: venvs.Venv, wheel: Path, checks: dict) -> Path:
+        """The wheel file named with the manylinux tag the binary checks computed (apexkit.wheelcheck.retag: `wheel
+        tags` in the build venv, bytes reproducible), before the smoke test, the cache and dist/ see it; it keeps
+        linux_<arch> when no tag was computed (auditwheel needs Python >= 3.10 on the host), and checks["platform"]
+        says which and why (wheel_tag, retagged_from / kept_because). A diagnosis build is retagged too: the tag is
+        the symbols' evidence, and it keeps sharing its file name with the good build of the same inputs (publish
+        refuses two wheels under one name)."""
+        platform_report = checks["platform"]
+        with log.step("platform tag (wheel tags)", self.timings, key="platform_tag") as s:
+            try:
+                new = wheelcheck.retag(wheel, platform_report, plan.arch, venv.python, self.source_epoch, self.env)
+            except wheelcheck.RetagError as exc:
+                raise BuildError(f"cannot retag the wheel: {exc}; nothing was published",
+                                 f"see {self.log_path}; report it (apexkit/wheelcheck.py retag)") from None
+            with open(self.log_path, "a") as fh:
+                fh.write(f"platform tag: {json.dumps(platform_report)}\n")
+            s.note(f"{wheel.name} -> {new.name}" if new != wheel else
+                   f"{new.name} keeps {platform_report['wheel_tag']}: {platform_report.get('kept_because', 'already')}")
+        return new
+
     def _explain_failure(self, tail: list[str]) -> str | None:
         log.info("  last lines of the build log:")
         for line in tail[-15:]:
@@ -613,7 +657,8 @@ class Builder:
 
     def _smoke_test(self, plan: Plan, interp: interpreters.Interpreter, wheel: Path, work: Path) -> dict:
         modules = [e for e in plan.extensions if e != "npu_float_status" or plan.torch_npu]
-        with log.step("smoke test (fresh venv: install the wheel, import its compiled modules)", self.timings) as s:
+        with log.step("smoke test (fresh venv: install the wheel, import its compiled modules)", self.timings,
+                      key="smoke_test") as s:
             venv_path = work / "smoke-venv"
             try:
                 venv = venvs.create(plan.interpreter, venv_path, self.log_path,
@@ -672,6 +717,7 @@ class Builder:
 
     def _manifest(self, plan, opts, ascend, nvidia_sha, results, wheel, venv, key, smoke, started, cache_hit):
         packages = venvs.freeze(venv)
+        self._started = started  # _publish adds its own time and the final total to durations_s
         return {
             "apexkit": apexkit.__version__,
             "target": asdict(plan),
@@ -699,7 +745,9 @@ class Builder:
             "cache_hit": cache_hit,
             "source_date_epoch": self.source_epoch,
             "smoke_test": smoke,
+            # seconds per step that ran, under stable keys (docs/build-bench.md), and ccache's hits for the compile
             "durations_s": dict(self.timings, total=round(time.monotonic() - started, 3)),
+            "ccache": getattr(self, "_ccache", None),
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
 
@@ -797,6 +845,10 @@ class Builder:
         if self.opts.test_cached and self.opts.smoke_test:
             manifest["smoke_test"] = self._smoke_test(plan, interp, wheel, work)
             manifest["smoke_test"]["on_cache_hit"] = True
+        # durations_s: the steps this run ran (no venv, no compile); the build's own, and its ccache figures, kept
+        manifest["built_durations_s"], manifest["built_ccache"] = old.get("durations_s"), old.get("ccache")
+        manifest["ccache"] = None
+        self._started = started
         manifest["durations_s"] = dict(self.timings, total=round(time.monotonic() - started, 3))
         manifest["created"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         try:
@@ -805,10 +857,25 @@ class Builder:
             shutil.rmtree(wheel.parent, ignore_errors=True)
 
     def _publish(self, plan: Plan, wheel: Path, manifest: dict) -> Path:
-        final = replace_dir(self.opts.dist_dir, plan.target_id, dist_files(wheel, manifest), manifest, self.opts.force)
+        from apexkit import ccachestats
+
+        with log.step(f"publish (dist/{plan.target_id}: wheel, manifest, SBOM, provenance)", self.timings,
+                      key="publish") as s:
+            begun = time.monotonic()
+            files = dist_files(wheel, manifest)
+            # publish: the SBOM and provenance up to writing the manifest (the copy and the rename after it take
+            # milliseconds); total: since the build started, so the steps' sum stays <= total
+            now = time.monotonic()
+            manifest["durations_s"] = dict(self.timings, publish=round(now - begun, 3),
+                                           total=round(now - getattr(self, "_started", begun), 3))
+            final = replace_dir(self.opts.dist_dir, plan.target_id, files, manifest, self.opts.force)
+            s.note(str(final))
         log.info(f"✓ {final / wheel.name}")
         log.info(f"  sha256 {manifest['wheel']['sha256']}  ({manifest['wheel']['size'] / 1024:.0f} KiB, "
                  f"total {log.format_seconds(manifest['durations_s']['total'])})")
+        log.info("  steps: " + ", ".join(f"{k} {log.format_seconds(v)}" for k, v in manifest["durations_s"].items()
+                                         if k != "total")
+                 + (f"; {ccachestats.describe(manifest['ccache'])}" if manifest.get("ccache") else ""))
         log.info(f"  manifest: {final / 'manifest.json'}")
         written = [a["file"] for a in (manifest["attestations"].get(k) for k in ("sbom", "provenance")) if a]
         log.info(f"  sbom/provenance: {', '.join(str(final / f) for f in written)} (unsigned)")

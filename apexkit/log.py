@@ -93,11 +93,20 @@ def format_seconds(seconds: float) -> str:
     return f"{int(seconds // 60)}m{seconds % 60:04.1f}s"
 
 
+def step_key(title: str) -> str:
+    """The stable key a step's time is recorded under when its caller names none: the title up to its first " (",
+    lower case, runs of other characters than letters and digits as "_", a trailing version dropped
+    ("binary checks (identity, ...)" -> "binary_checks", "find python3.11" -> "find_python")."""
+    head = re.sub(r"[0-9][0-9.]*$", "", title.split(" (", 1)[0].strip().lower())
+    return re.sub(r"[^a-z0-9]+", "_", head).strip("_") or "step"
+
+
 class Step:
     """A named, timed phase. Use `with step("name") as s:`; `s.note(...)` adds detail to the result line."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, key: str | None = None) -> None:
         self.name = name
+        self.key = key or step_key(name)
         self.detail = ""
         self.seconds = 0.0
 
@@ -106,8 +115,11 @@ class Step:
 
 
 @contextlib.contextmanager
-def step(name: str, timings: dict[str, float] | None = None) -> Iterator[Step]:
-    s = Step(name)
+def step(name: str, timings: dict[str, float] | None = None, key: str | None = None) -> Iterator[Step]:
+    """Print `name`, time the block, print its result line. With `timings`, a step that completes adds its seconds
+    to timings[key] (`key`, else `step_key(name)`: a stable name for a manifest, while the title stays human);
+    a step that raises is not recorded."""
+    s = Step(name, key)
     shown = escape(sanitise(name))
     console.print(f"[bold]▸ {shown}[/bold]")
     start = time.monotonic()
@@ -119,7 +131,7 @@ def step(name: str, timings: dict[str, float] | None = None) -> Iterator[Step]:
         raise
     s.seconds = time.monotonic() - start
     if timings is not None:
-        timings[name] = round(timings.get(name, 0.0) + s.seconds, 3)
+        timings[s.key] = round(timings.get(s.key, 0.0) + s.seconds, 3)
     detail = f": {escape(sanitise(mask(s.detail)))}" if s.detail else ""
     console.print(f"[green]✓ {shown}[/green]{detail} ({format_seconds(s.seconds)})")
 

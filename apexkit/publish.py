@@ -11,6 +11,14 @@ works; it was needed while every wheel was apex-0.1+ascend-..., and is kept for 
 The index is rebuilt in a temporary directory and swapped in, so readers never see
 a half-written one, and wheels published earlier stay.
 
+Each wheel's SBOM and provenance (dist/<target>/sbom.cdx.json, provenance.json: apexkit.sbom) go next to it, named
+after the wheel so two wheels never share one: simple/<project>/<wheel>.cdx.json and <wheel>.provenance.json
+(ATTESTATIONS), the way PEP 658 puts <wheel>.metadata beside a wheel. They are not links of the PEP 503 page (pip
+and uv want distributions there); index.json lists them per wheel with their sha256. Like the wheel, each is read
+without following links, must match the sha256 its manifest recorded, must name this wheel (the provenance's
+subject, the SBOM's metadata.component hash) and is re-hashed while it is copied; a target whose manifest records none
+(built before apexkit wrote them) is published without them.
+
 Trust: dist/*/manifest.json, the index directory and its index.json may have been written by someone else (a build
 container, a cache, a user's web root). publish never destroys what it did not make: an index root is replaced only
 when it does not exist, is empty, or is an apexkit index -- index.json (a regular file, marked
@@ -39,12 +47,23 @@ from typing import Any
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from apexkit import fsedit, log
+from apexkit import fsedit, log, sbom
 from apexkit.errors import ConfigError
 
 FORMAT = "apexkit-index/1"  # index.json's marker: this directory is an index apexkit wrote
+# manifest["attestations"] kind -> (its file in dist/<target>/, the suffix it gets after the wheel's name in the index)
+ATTESTATIONS = {"sbom": (sbom.SBOM_FILE, ".cdx.json"), "provenance": (sbom.PROVENANCE_FILE, ".provenance.json")}
+ATTESTATION_MAX = 16 << 20  # bytes; a torch build venv's SBOM is ~100 KiB
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+
+
+@dataclass(frozen=True)
+class Attestation:
+    kind: str  # a key of ATTESTATIONS
+    filename: str  # in the index: <wheel filename><suffix>
+    path: Path  # where it is read from (dist/<target>/sbom.cdx.json, or the index itself)
+    sha256: str
 
 
 @dataclass(frozen=True)
@@ -56,6 +75,7 @@ class Entry:
     target: str  # the dist/<target-id> it was built as
     torch: str
     in_index: bool = False  # already published (read from index.json)
+    attestations: tuple[Attestation, ...] = ()
 
 
 def normalize(name: str) -> str:
@@ -175,7 +195,12 @@ def collect(dist: Path, targets: list[str] | None = None) -> list[Entry]:
             raise ConfigError(f"{manifest_path}: wheel.file {file} {exc}", hint) from None
         if digest != expected:
             raise ConfigError(f"{wheel} does not match the sha256 in its manifest", f"rebuild {target}")
-        entries.append(Entry(normalize(parse_wheel_filename(file)[0]), file, wheel, digest, target, torch))
+        attestations = _attestations(manifest, manifest_path, file, digest)
+        if not attestations:
+            log.info(f"  {target}: no SBOM or provenance recorded in its manifest (built before apexkit wrote them): "
+                     "the wheel goes without them")
+        entries.append(Entry(normalize(parse_wheel_filename(file)[0]), file, wheel, digest, target, torch,
+                             attestations=attestations))
     missing = sorted(set(targets or ()) - {e.target for e in entries})
     if missing:
         raise ConfigError(f"no built target {', '.join(missing)} in {dist}",
@@ -183,6 +208,64 @@ def collect(dist: Path, targets: list[str] | None = None) -> list[Entry]:
     if not entries:
         raise ConfigError(f"no built wheel in {dist} (no */manifest.json)", "build first: nox -s build-3.11")
     return entries
+
+
+def _attestations(manifest: dict, manifest_path: Path, wheel: str, wheel_sha256: str) -> tuple[Attestation, ...]:
+    """The SBOM and provenance of dist/<target>/ that its manifest records (attestations.<kind>.file and .sha256),
+    each read once without following links, matched against that sha256 and checked to describe this wheel."""
+    recorded = manifest.get("attestations")
+    if not isinstance(recorded, dict):
+        return ()
+    folder, target = manifest_path.parent, manifest_path.parent.name
+    hint = f"rebuild {target} (it writes its SBOM and provenance again)"
+    out = []
+    for kind, (source, suffix) in ATTESTATIONS.items():
+        record = recorded.get(kind)
+        if record is None:  # no SBOM without cyclonedx-python-lib (attestations.sbom_missing says why)
+            continue
+        if not isinstance(record, dict) or record.get("file") != source:
+            raise ConfigError(f"{manifest_path}: attestations.{kind}.file is not {source}", hint)
+        expected = record.get("sha256")
+        if not isinstance(expected, str) or not _SHA256.fullmatch(expected):
+            raise ConfigError(f"{manifest_path}: attestations.{kind}.sha256 {expected!r} is not a sha256 hex digest",
+                              hint)
+        path = folder / source
+        try:
+            fd = _open_regular(path)
+            with os.fdopen(fd, "rb") as fh:
+                data = fh.read(ATTESTATION_MAX + 1)
+        except FileNotFoundError:
+            raise ConfigError(f"{manifest_path}: attestations.{kind} {source} does not exist in {folder}", hint) \
+                from None
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"{path} {exc}", hint) from None
+        if len(data) > ATTESTATION_MAX or hashlib.sha256(data).hexdigest() != expected:
+            raise ConfigError(f"{path} does not match the sha256 in its manifest", hint)
+        why = _not_about(kind, data, wheel, wheel_sha256)
+        if why:
+            raise ConfigError(f"{path} {why}", hint)
+        out.append(Attestation(kind, wheel + suffix, path, expected))
+    return tuple(out)
+
+
+def _not_about(kind: str, data: bytes, wheel: str, wheel_sha256: str) -> str | None:
+    """Why this SBOM / provenance does not describe `wheel` (None when it does)."""
+    try:
+        doc = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        return "is not JSON"
+    if not isinstance(doc, dict):
+        return "is not a JSON object"
+    if kind == "provenance":
+        subjects = doc.get("subject") if isinstance(doc.get("subject"), list) else []
+        if {"name": wheel, "digest": {"sha256": wheel_sha256}} not in subjects:
+            return f"has no subject {wheel} with the wheel's sha256"
+        return None
+    component = doc.get("metadata", {}).get("component") if isinstance(doc.get("metadata"), dict) else None
+    hashes = component.get("hashes") if isinstance(component, dict) else None
+    if not isinstance(hashes, list) or {"alg": "SHA-256", "content": wheel_sha256} not in hashes:
+        return "does not describe the wheel (metadata.component has not its sha256)"
+    return None
 
 
 def _foreign(root: Path, hint: str, what: str) -> ConfigError:
@@ -232,11 +315,24 @@ def _existing(root: Path) -> list[Entry]:
         if torch:
             torch_version(torch, data_file, f"files[{n}].torch")
         target = f.get("target", "?")
+        attestations = []
+        recorded = f.get("attestations", {})
+        if not isinstance(recorded, dict) or set(recorded) - set(ATTESTATIONS):
+            raise ConfigError(f"{where}.attestations is not an object of {', '.join(ATTESTATIONS)}", fix)
+        for kind, record in sorted(recorded.items()):
+            name = f["filename"] + ATTESTATIONS[kind][1]
+            if not isinstance(record, dict) or record.get("filename") != name:
+                raise ConfigError(f"{where}.attestations.{kind}.filename is not {name}", fix)
+            if not isinstance(record.get("sha256"), str) or not _SHA256.fullmatch(record["sha256"]):
+                raise ConfigError(f"{where}.attestations.{kind}.sha256 is not a sha256 hex digest", fix)
+            attestations.append(Attestation(kind, name, root / "simple" / project / name, record["sha256"]))
         entries.append(Entry(project, f["filename"], root / "simple" / project / f["filename"], f["sha256"],
-                             target if isinstance(target, str) else "?", torch, in_index=True))
+                             target if isinstance(target, str) else "?", torch, in_index=True,
+                             attestations=tuple(attestations)))
     ours = {Path("index.json"), Path("simple"), Path("simple/index.html")}
     for e in entries:
-        ours |= {Path("simple", e.project), Path("simple", e.project, "index.html"), Path("simple", e.project, e.filename)}
+        ours |= {Path("simple", e.project), Path("simple", e.project, "index.html"), Path("simple", e.project, e.filename),
+                 *(Path("simple", e.project, a.filename) for a in e.attestations)}
     others = sorted(f"{p.relative_to(root)}{' (a symlink)' if p.is_symlink() else ''}" for p in root.rglob("*")
                     if p.relative_to(root) not in ours or p.is_symlink())  # rglob does not descend into links
     if others:
@@ -305,13 +401,25 @@ def write(root: Path, files: list[Entry]) -> None:
                 if digest != e.sha256:
                     raise ConfigError(f"{e.path} changed since it was checked (sha256 {digest[:12]}, expected "
                                       f"{e.sha256[:12]})", f"rebuild {e.target} and publish again")
+                for a in e.attestations:  # the SBOM and provenance beside it, the same way
+                    try:
+                        digest = _copy_hashed(a.path, folder / a.filename)
+                    except (OSError, ValueError) as exc:
+                        raise ConfigError(f"{a.path} ({'already in the index' if e.in_index else e.target}) cannot "
+                                          f"be read as a regular file: {exc}", f"rebuild {e.target} or restore the "
+                                          "file") from None
+                    if digest != a.sha256:
+                        raise ConfigError(f"{a.path} changed since it was checked (sha256 {digest[:12]}, expected "
+                                          f"{a.sha256[:12]})", f"rebuild {e.target} and publish again")
             (folder / "index.html").write_text(_page(f"Links for {project}",
                                                      [(f"{e.filename}#sha256={e.sha256}", e.filename) for e in mine]))
         (tmp / "index.json").write_text(json.dumps({
             "format": FORMAT,
             "generated": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "files": [{"project": e.project, "filename": e.filename, "sha256": e.sha256, "target": e.target,
-                       "torch": e.torch} for e in files]}, indent=1) + "\n")
+                       "torch": e.torch, **({"attestations": {a.kind: {"filename": a.filename, "sha256": a.sha256}
+                                                               for a in e.attestations}} if e.attestations else {})}
+                      for e in files]}, indent=1) + "\n")
         for path in (tmp, *tmp.rglob("*")):
             os.chmod(path, 0o755 if path.is_dir() else 0o644)  # served by any web server
         fsedit.swap_directory(tmp, root)
@@ -329,10 +437,14 @@ def _replaced(root: Path, files: list[Entry]) -> str:
     if not old:
         return f"fill the empty directory {root}/"
     names = {f"simple/{e.project}/{e.filename}" for e in files}
+    attached = {f"simple/{e.project}/{a.filename}" for e in files for a in e.attestations}
     wheels = [name for name in old if name in names]
-    pages = [name for name in old if name not in names]
+    documents = [name for name in old if name in attached]
+    pages = [name for name in old if name not in names and name not in attached]
     return (f"replace {root}/ (an apexkit index): rewrite {', '.join(pages)}; keep {len(wheels)} published "
-            f"wheel{'' if len(wheels) == 1 else 's'}; remove nothing else")
+            f"wheel{'' if len(wheels) == 1 else 's'}" + (f" and {len(documents)} SBOM/provenance file"
+                                                          f"{'' if len(documents) == 1 else 's'}" if documents else "")
+            + "; remove nothing else")
 
 
 def publish(dist: Path, index: Path, targets: list[str] | None = None, split_by_torch: bool = False,
@@ -343,7 +455,9 @@ def publish(dist: Path, index: Path, targets: list[str] | None = None, split_by_
         log.info(f"{'would write' if dry_run else 'index'} {root}/simple/ ({len(files)} wheel"
                  f"{'' if len(files) == 1 else 's'})")
         for e in files:
-            log.info(f"  {e.filename}  sha256 {e.sha256[:12]}  ({e.target})")
+            log.info(f"  {e.filename}  sha256 {e.sha256[:12]}  ({e.target})"
+                     + (f" + {', '.join(a.filename[len(e.filename):] for a in e.attestations)}" if e.attestations
+                        else ""))
         if not dry_run:
             write(root, files)
             log.info(f"  pip install apex --index-url {root.as_uri()}/simple/  "

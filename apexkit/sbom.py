@@ -7,10 +7,11 @@
   venv is a `library` component (scope `required` for the wheel's runtime pins, `excluded` for build-only tools).
 - provenance.json: an in-toto Statement v1 with a SLSA provenance v1 predicate. Subject: the wheel and its sha256.
   resolvedDependencies: the source commits (gitCommit), each patch file (sha256), every build-venv package (the
-  sha256 of the wheel file when it came from a --wheelhouse, else the sha256 of its installed dist-info/RECORD, which
-  lists the sha256 of every file the wheel installed), the compiler and the interpreter (sha256 of the binaries), and
-  the builder image (its image id) when built in one. Byproducts: the SBOM and its sha256. Unsigned: signing is left
-  to a kept tool (docs/wheels.md).
+  sha256 of the wheel file it was installed from, as the installer reported it -- apexkit.venvs records pip's
+  --report and uv's pylock resolution in <venv>/apexkit-installed.json -- or found in a --wheelhouse; else the sha256
+  of its installed dist-info/RECORD, which lists the sha256 of every file the wheel installed), the compiler and
+  the interpreter (sha256 of the binaries), and the builder image (its image id) when built in one. Byproducts: the
+  SBOM and its sha256. Unsigned: signing is left to a kept tool (docs/wheels.md).
 
 Both are functions of the manifest (which records the build venv's inventory, the compiler, the sources and patches)
 and of the wheel file itself, so a cache hit and a container build (whose dist/ the host re-hashes and rewrites) get
@@ -91,8 +92,16 @@ def inventory(python: Path, wheelhouses: Sequence[Path] = (), env: Mapping[str, 
         data = None
     if not isinstance(data, dict):
         return {"packages": [], "error": f"the build venv's Python ({python}) could not list its packages"}
+    from apexkit.venvs import installed_digests
+
+    vouched = installed_digests(Path(python).parent.parent)  # <venv>/bin/python -> <venv>/apexkit-installed.json
     files = _wheelhouse_files(wheelhouses)
     for package in data["packages"]:
+        said = vouched.get(_canonical(package["name"]))
+        if isinstance(said, dict) and said.get("version") == package["version"] and _hex(said.get("sha256"), 64):
+            package["wheel"] = {"file": _s(said.get("file")), "sha256": _hex(said.get("sha256"), 64),
+                                "from": _s(said.get("from")), "url": _s(said.get("url"))}
+            continue
         found = files.get((_canonical(package["name"]), package["version"]))
         for path, tags in found or ():
             if not package["tags"] or tags & set(package["tags"]):
@@ -179,6 +188,7 @@ def _packages(manifest: dict) -> list[dict]:
             out.append({"name": _s(p["name"]), "version": _s(p["version"]),
                         "record_sha256": _hex(p.get("record_sha256"), 64),
                         "wheel_file": _s(wheel.get("file")), "wheel_sha256": _hex(wheel.get("sha256"), 64),
+                        "wheel_from": _s(wheel.get("from")), "wheel_url": _s(wheel.get("url")),
                         "installer": _s(p.get("installer"))})
     return out
 
@@ -280,8 +290,8 @@ def sbom_text(manifest: dict, wheel: Path, wheel_sha256: str) -> str:
         bom.components.add(c)
         depends.append(c)
     for p in packages:
-        props = [Property(name=f"apexkit:{k}", value=p[k]) for k in ("record_sha256", "installer", "wheel_file")
-                 if p[k]]
+        props = [Property(name=f"apexkit:{k}", value=p[k]) for k in ("record_sha256", "installer", "wheel_file",
+                                                                     "wheel_from", "wheel_url") if p[k]]
         c = Component(name=p["name"], version=p["version"], type=ComponentType.LIBRARY,
                       bom_ref=f"build-venv:{_canonical(p['name'])}@{p['version']}",
                       scope=ComponentScope.REQUIRED if _canonical(p["name"]) in runtime else ComponentScope.EXCLUDED,
@@ -343,12 +353,15 @@ def provenance(manifest: dict, wheel_name: str, wheel_sha256: str, byproducts: S
             deps.append({"name": f"patch:{_s(p.get('id'))}", "digest": _only({"sha256": _hex(p.get("sha256"), 64)}),
                          "annotations": {"edits": _s(p.get("file")), "status": _s(p.get("status"))}})
     for p in _packages(manifest):
+        notes = {}
         if p["wheel_sha256"]:
             digest, of = {"sha256": p["wheel_sha256"]}, f"the wheel file {p['wheel_file']}"
+            notes = {k: v for k, v in (("digest_from", p["wheel_from"] or "wheelhouse"),
+                                       ("download_location", p["wheel_url"])) if v}
         else:
             digest, of = _only({"sha256": p["record_sha256"]}), "its installed dist-info/RECORD"
         deps.append({"name": p["name"], "uri": f"pkg:pypi/{_canonical(p['name'])}@{p['version']}", "digest": digest,
-                     "annotations": {"digest_of": of, "role": "build venv"}})
+                     "annotations": {"digest_of": of, **notes, "role": "build venv"}})
     cxx = _dict(tools.get("compiler"))
     if cxx:
         deps.append({"name": "compiler", "uri": f"file://{_s(cxx.get('path'), '')}",

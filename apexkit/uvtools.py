@@ -214,3 +214,38 @@ def environment(cache: Path, extra: Mapping[str, str] | None = None) -> dict[str
     for name, value in (extra or {}).items():
         env.setdefault(name, value)
     return env
+
+
+def pylock_wheels(text: str) -> list[dict]:
+    """The packages of a PEP 751 pylock.toml (as `uv pip compile --format pylock.toml` writes it): name, version and
+    each wheel's url (or path), sha256 and tags. Entries without a sha256 or a wheel file name are left out."""
+    try:
+        import tomllib
+    except ImportError:  # Python < 3.11: tomli, as for matrix.toml
+        import tomli as tomllib
+    from urllib.parse import unquote
+
+    from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+
+    try:
+        data = tomllib.loads(text)
+    except (tomllib.TOMLDecodeError, ValueError):
+        return []
+    out = []
+    for package in data.get("packages") or []:
+        if not isinstance(package, dict) or not package.get("name") or not package.get("version"):
+            continue
+        wheels = []
+        for wheel in package.get("wheels") or []:
+            if not isinstance(wheel, dict):
+                continue
+            url = str(wheel.get("url") or wheel.get("path") or "")
+            digest = str((wheel.get("hashes") or {}).get("sha256", ""))
+            try:
+                tags = {str(t) for t in parse_wheel_filename(unquote(str(wheel.get("name") or url.rsplit("/", 1)[-1])))[3]}
+            except (InvalidWheelFilename, ValueError):
+                continue
+            if re.fullmatch(r"[0-9a-f]{64}", digest):
+                wheels.append({"url": url, "sha256": digest, "tags": tags})
+        out.append({"name": str(package["name"]), "version": str(package["version"]), "wheels": wheels})
+    return out

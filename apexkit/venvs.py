@@ -8,21 +8,34 @@ A venv shared between builds (the cached build venv) is made under its lock, and
             venv = venvs.create(...); venvs.pip_install(venv, ...); (path / "apexkit-ready.json").write_text(...)
 
 `create` and `pip_install` take the same lock themselves (re-entrant), so two pips never write one venv at once.
+
+What each install put into the venv is remembered in `<venv>/apexkit-installed.json` (INSTALLED_FILE): per
+distribution the sha256 of the wheel file it was installed from, as the installer itself reported it -- pip's
+`--report` (download_info.archive_info.hashes), uv's resolution of the same name==version with the same options
+(`uv pip compile --format pylock.toml`, the file whose tags match the installed WHEEL; a local file re-hashed here),
+or the file given on the command line, hashed here. Nothing is guessed: a distribution no installer vouches for has no
+entry, and apexkit.sbom then records the sha256 of its installed RECORD, labelled as such.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
+import os
+import re
 import shutil
 import subprocess
 import sys
+import tempfile
+import urllib.parse
+import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from packaging.requirements import Requirement
-from packaging.utils import canonicalize_name
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
 from apexkit import known_failures, locks, log, uvtools
 from apexkit.errors import EnvironmentSetupError
@@ -178,8 +191,13 @@ def pip_install(venv: Venv, requirements: Sequence[str], index: IndexOptions, lo
     _ensure_pip(venv, log_path)
     argv = [str(venv.python), "-m", "pip", "install", "--no-compile", "--disable-pip-version-check",
             "--progress-bar", "off", *index.pip_args(for_torch=for_torch), *extra, *requirements]
-    with lock(venv.path):
+    with lock(venv.path), tempfile.TemporaryDirectory(prefix="apexkit-pip-report-") as tmp:
+        report = Path(tmp) / "report.json"
+        if _pip_version(venv) >= (22, 2):  # --report: pip 22.2+ (a venv seeded with an older pip records nothing)
+            argv[4:4] = ["--report", str(report)]
         code, tail = run_logged(argv, log_path, verbose=verbose, progress=_pip_progress)
+        if code == 0 and report.is_file():
+            _record(venv, _from_pip_report(report))
     if code != 0:
         reason = next((line for line in reversed(tail) if line.startswith("ERROR")), tail[-1] if tail else "")
         hint = (known_failures.announce("\n".join(tail))
@@ -196,6 +214,8 @@ def _uv_install(uv: uvtools.Uv, venv: Venv, requirements: Sequence[str], index: 
     with lock(venv.path):
         code, tail = run_logged(argv, log_path, env=uvtools.environment(cache_dir(), env), verbose=verbose,
                                 progress=_pip_progress)
+        if code == 0:
+            _record(venv, _from_uv(uv, venv, requirements, args, env, log_path))
     if code == 0:
         return True
     reason = log.mask(next((line for line in reversed(tail) if "error" in line.lower()), _last("\n".join(tail))))
@@ -204,6 +224,168 @@ def _uv_install(uv: uvtools.Uv, venv: Venv, requirements: Sequence[str], index: 
                                     f"see {log_path}; unset APEXKIT_INSTALLER to let pip try")
     log.info(f"  uv could not install {' '.join(requirements)} ({reason.strip()[:160]}): trying pip")
     return False
+
+
+# --- what the installers say they installed ------------------------------------------------------------------------
+
+INSTALLED_FILE = "apexkit-installed.json"
+INSTALLED_FORMAT = "apexkit-installed/1"
+
+# Run by the venv's own Python: its own distributions (not those of a --system-site-packages base) -> version and the
+# platform tags of their installed WHEEL file.
+_PROBE_OWN = r"""
+import json, os, sys
+from importlib import metadata
+prefix = os.path.realpath(sys.prefix) + os.sep
+out = {}
+for dist in metadata.distributions():
+    name = dist.metadata["Name"]
+    path = os.path.realpath(str(dist.locate_file(""))) + os.sep
+    if not name or not path.startswith(prefix):
+        continue
+    tags = []
+    try:
+        tags = [l.split(":", 1)[1].strip() for l in (dist.read_text("WHEEL") or "").splitlines() if l.startswith("Tag:")]
+    except OSError:
+        pass
+    out[name] = {"version": dist.version, "tags": tags}
+print(json.dumps(out))
+"""
+
+
+def installed_digests(venv_path: Path) -> dict[str, dict]:
+    """canonical name -> {name, version, sha256, file, url, from} of what the installers vouched for ({} when none)."""
+    try:
+        data = json.loads((venv_path / INSTALLED_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+    packages = data.get("packages") if isinstance(data, dict) and data.get("format") == INSTALLED_FORMAT else None
+    return packages if isinstance(packages, dict) else {}
+
+
+def _record(venv: Venv, entries: list[dict]) -> None:
+    """Merge `entries` into <venv>/apexkit-installed.json (written beside it, then renamed: never half-written)."""
+    if not entries:
+        return
+    packages = installed_digests(venv.path)
+    for e in entries:
+        packages[canonicalize_name(e["name"])] = e
+    path = venv.path / INSTALLED_FILE
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        tmp.write_text(json.dumps({"format": INSTALLED_FORMAT, "packages": dict(sorted(packages.items()))},
+                                  indent=1) + "\n")
+        os.replace(tmp, path)
+    except OSError as exc:  # the install worked; the SBOM then falls back to RECORD digests
+        log.info(f"  could not record the installed wheels' digests in {path}: {exc.strerror or exc}")
+        tmp.unlink(missing_ok=True)
+
+
+def _pip_version(venv: Venv) -> tuple[int, ...]:
+    for folder in venv.path.glob("lib/python*/site-packages"):
+        for info in folder.glob("pip-*.dist-info"):
+            match = re.match(r"pip-(\d+)\.(\d+)", info.name)
+            if match:
+                return int(match[1]), int(match[2])
+    return (0,)
+
+
+def _file_of(url: str) -> str:
+    return urllib.parse.unquote(urllib.parse.urlsplit(url).path.rsplit("/", 1)[-1])
+
+
+def _from_pip_report(report: Path) -> list[dict]:
+    """pip's installation report (--report, format 1): each installed distribution with the sha256 pip checked the
+    downloaded (or local) archive against. Entries without one (a directory, a VCS checkout) are left out."""
+    try:
+        data = json.loads(report.read_text())
+    except (OSError, ValueError):
+        return []
+    out = []
+    for item in data.get("install") or [] if isinstance(data, dict) else []:
+        meta, info = item.get("metadata") or {}, item.get("download_info") or {}
+        archive = info.get("archive_info") or {}
+        digest = (archive.get("hashes") or {}).get("sha256")
+        if not digest and str(archive.get("hash", "")).startswith("sha256="):
+            digest = archive["hash"].split("=", 1)[1]
+        url = info.get("url") or ""
+        if meta.get("name") and meta.get("version") and digest and re.fullmatch(r"[0-9a-f]{64}", digest):
+            out.append({"name": meta["name"], "version": meta["version"], "sha256": digest, "file": _file_of(url),
+                        "url": log.mask(url), "from": f"pip {data.get('pip_version', '?')} install --report"})
+    return out
+
+
+def _from_uv(uv: uvtools.Uv, venv: Venv, requirements: Sequence[str], args: list[str], env: dict[str, str],
+             log_path: Path) -> list[dict]:
+    """What uv installed, with the sha256 of each wheel file: uv pip install reports no digests, so the venv's new
+    distributions (name==version, not yet recorded) are resolved again by uv with the same index options (`uv pip
+    compile --no-deps --format pylock.toml`: PEP 751, one sha256 per file) and the one wheel whose tags the installed
+    WHEEL carries is taken; a file:// wheel is re-hashed here and must agree. A wheel named on the command line is
+    hashed directly. Whatever cannot be matched this way gets no entry."""
+    try:
+        proc = subprocess.run([str(venv.python), "-c", _PROBE_OWN], capture_output=True, text=True, timeout=120)
+        own = json.loads(proc.stdout.strip().splitlines()[-1]) if proc.returncode == 0 else {}
+    except (OSError, subprocess.TimeoutExpired, ValueError, IndexError):
+        own = {}
+    known = installed_digests(venv.path)
+    out, pins, tags = [], [], {}
+    given = {}
+    for req in requirements:
+        if req.endswith(".whl") and os.path.isfile(req):
+            with contextlib.suppress(InvalidWheelFilename, ValueError):
+                given[canonicalize_name(parse_wheel_filename(os.path.basename(req))[0])] = Path(req)
+    for name, facts in own.items():
+        key = canonicalize_name(name)
+        if known.get(key, {}).get("version") == facts["version"]:
+            continue  # recorded by an earlier install of this venv
+        if key in given:
+            path = given[key]
+            out.append({"name": name, "version": facts["version"], "sha256": _sha256(path), "file": path.name,
+                        "url": path.resolve().as_uri(), "from": "the wheel file given to uv pip install"})
+        else:
+            pins.append(f"{name}=={facts['version']}")
+            tags[key] = set(facts["tags"])
+    if not pins:
+        return out
+    argv = [uv.binary, "pip", "compile", "-", "--quiet", "--no-header", "--no-deps", "--format", "pylock.toml",
+            "--python", str(venv.python), *args]
+    try:
+        proc = subprocess.run(argv, input="\n".join(sorted(pins)) + "\n", capture_output=True, text=True,
+                              env=uvtools.environment(cache_dir(), env), timeout=300)
+        why = _last(proc.stderr) if proc.returncode != 0 else ""
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        why = str(exc)
+    if why:
+        with open(log_path, "a") as fh:  # the SBOM falls back to RECORD digests for these; not a failed install
+            fh.write(f"apexkit: no wheel digests from uv pip compile for {' '.join(pins)}: {log.mask(why)}\n")
+        return out
+    for package in uvtools.pylock_wheels(proc.stdout):
+        key = canonicalize_name(package["name"])
+        if key not in tags:
+            continue
+        matches = [w for w in package["wheels"] if tags[key] & w["tags"]]
+        if len(matches) != 1:
+            continue
+        wheel = matches[0]
+        if wheel["url"].startswith("file://"):  # a local file: what is on disk must be what uv vouched for
+            local = Path(urllib.request.url2pathname(urllib.parse.urlsplit(wheel["url"]).path))
+            try:
+                if _sha256(local) != wheel["sha256"]:
+                    continue
+            except OSError:
+                continue
+        out.append({"name": package["name"], "version": package["version"], "sha256": wheel["sha256"],
+                    "file": _file_of(wheel["url"]), "url": log.mask(wheel["url"]),
+                    "from": f"uv {uv.version_text} pip compile --format pylock.toml (same name==version and options)"})
+    return out
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def _pip_progress(line: str) -> str | None:

@@ -14,7 +14,10 @@ BuildError; the manifest keeps the report.
 from __future__ import annotations
 
 import ast
+import base64
+import csv
 import email.parser
+import hashlib
 import json
 import os
 import re
@@ -370,7 +373,7 @@ def platform_tag(wheel: Path, arch: str, ld_paths: tuple[str, ...] = ()) -> dict
     `repair --exclude libc10.so --exclude 'libtorch*' ...` would do, without rewriting the wheel. `tag` is auditwheel's
     sym_tag (from GLIBC_/GLIBCXX_/CXXABI_ versions alone: the NEEDED check above already vouches for the libraries);
     `overall_tag` stays linux_* because libc10 and friends are not in any manylinux policy's whitelist.
-    The wheel file keeps its linux_<arch> tag (see docs/wheels.md)."""
+    `retag` then gives the wheel file `tag` (docs/wheels.md)."""
     import importlib.util
 
     if importlib.util.find_spec("auditwheel") is None:
@@ -437,3 +440,92 @@ def check_wheel(wheel: Path, expect: Expect, version: str | None = None, require
         "expect": {k: (list(v) if isinstance(v, tuple) else v) for k, v in expect.__dict__.items()},
         "failures": failures,
     }
+
+
+# --- the file's platform tag ------------------------------------------------------------------------------------------
+
+_MANYLINUX = re.compile(r"manylinux_(\d+)_(\d+)_(x86_64|aarch64)")
+
+
+def file_tags(name: str) -> tuple[str, str, str]:
+    """(python, abi, platform) tags of a wheel file name (compressed tag sets kept as they are)."""
+    parts = name[:-len(".whl")].split("-")
+    return parts[-3], parts[-2], parts[-1]
+
+
+def retag(wheel: Path, platform: dict, arch: str, python: Path, epoch: int, env: dict | None = None) -> Path:
+    """Give the wheel file the manylinux tag auditwheel computed (platform["tag"]), in its name and in its WHEEL's
+    Tag lines and RECORD; returns the new path (the old file is gone) or `wheel` itself when the tag stays. Records
+    in `platform` what the file carries (`wheel_tag`) and, when it stays linux_<arch>, why (`kept_because`).
+
+    The tool is wheel's own `wheel tags --platform-tag <tag> --remove`, run by the build venv's Python (the `wheel`
+    that setup.py's bdist_wheel used): it copies every member with its ZipInfo (timestamps, order, modes), rewrites
+    WHEEL and RECORD, and dates the new RECORD from SOURCE_DATE_EPOCH, so the same wheel gives the same bytes
+    (--verify-reproducible). The result is read back: its name, its Tag lines and every RECORD row must agree
+    (wheel_problems), else RetagError (one line; the build turns it into a BuildError)."""
+    current = file_tags(wheel.name)[2]
+    platform["wheel_tag"] = current
+    tag = platform.get("tag") if platform.get("computed") else None
+    if not tag:
+        platform["kept_because"] = f"no manylinux tag computed ({platform.get('why', 'unknown')})"
+        return wheel
+    match = _MANYLINUX.fullmatch(str(tag))
+    if not match:  # auditwheel says linux_<arch>: the symbols fit no manylinux policy
+        platform["kept_because"] = f"auditwheel's symbol tag is {tag}, no manylinux policy"
+        return wheel
+    if match.group(3) != arch:
+        raise RetagError(f"{wheel.name}: auditwheel computed {tag} for a {arch} wheel")
+    if current == tag:
+        return wheel
+    argv = [str(python), "-m", "wheel", "tags", "--remove", "--platform-tag", tag, wheel.name]
+    proc = subprocess.run(argv, cwd=wheel.parent, capture_output=True, text=True,
+                          env={**(os.environ if env is None else env), "SOURCE_DATE_EPOCH": str(epoch)})
+    new = wheel.parent / (wheel.name[:-len(current) - len(".whl")] + tag + ".whl")
+    if proc.returncode != 0 or not new.is_file():
+        why = (proc.stderr.strip().splitlines() or proc.stdout.strip().splitlines() or ["no output"])[-1][:200]
+        if "invalid choice" in why or "No module named wheel" in why:  # a `wheel` older than 0.40 (no `tags`)
+            platform["kept_because"] = f"the build venv's `wheel` cannot retag ({why})"
+            return wheel
+        raise RetagError(f"wheel tags --platform-tag {tag} failed on {wheel.name}: {why}")
+    problems = wheel_problems(new)
+    if problems:
+        raise RetagError(f"{new.name} after retagging: {problems[0]}")
+    platform["wheel_tag"] = tag
+    platform["retagged_from"] = current
+    return new
+
+
+class RetagError(Exception):
+    """The retagged wheel is not what it should be (one line)."""
+
+
+def wheel_problems(wheel: Path) -> list[str]:
+    """What makes `wheel` disagree with itself: its file name's tags vs its WHEEL's Tag lines, and any member whose
+    sha256/size differs from its RECORD row (or is missing from RECORD). [] for a consistent wheel."""
+    problems = []
+    py, abi, plat = file_tags(wheel.name)
+    expected = {f"{a}-{b}-{c}" for a in py.split(".") for b in abi.split(".") for c in plat.split(".")}
+    try:
+        with zipfile.ZipFile(wheel) as zf:
+            names = zf.namelist()
+            info = next((n for n in names if n.count("/") == 1 and n.endswith(".dist-info/WHEEL")), None)
+            record = next((n for n in names if n.count("/") == 1 and n.endswith(".dist-info/RECORD")), None)
+            if info is None or record is None:
+                return ["no .dist-info/WHEEL or RECORD"]
+            tags = {line.split(":", 1)[1].strip() for line in zf.read(info).decode("utf-8").splitlines()
+                    if line.startswith("Tag:")}
+            if tags != expected:
+                problems.append(f"WHEEL says Tag {', '.join(sorted(tags)) or '(none)'}, the file name "
+                                f"{', '.join(sorted(expected))}")
+            rows = {row[0]: (row[1], row[2]) for row in csv.reader(zf.read(record).decode("utf-8").splitlines())
+                    if len(row) == 3}
+            for name in names:
+                if name.endswith("/") or name == record:
+                    continue
+                data = zf.read(name)
+                want = "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+                if rows.get(name) != (want, str(len(data))):
+                    problems.append(f"{name}: {'not in RECORD' if name not in rows else 'differs from its RECORD row'}")
+    except (zipfile.BadZipFile, OSError, UnicodeDecodeError, ValueError) as exc:
+        return [f"not a readable wheel ({exc})"]
+    return problems

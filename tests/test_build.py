@@ -8,9 +8,10 @@ from pathlib import Path
 
 import fixture_repos
 import pytest
+import wheelnames
 from conftest import ROOT, output
 
-WHEEL = "apex-0.1+ascend.torch2.13.0-cp311-cp311-linux_x86_64.whl"
+WHEEL = wheelnames.fixture_wheel()  # manylinux_2_24 where auditwheel computes it
 TARGET = "py3.11-torch2.13.0-x86_64-master"
 
 
@@ -223,7 +224,7 @@ def test_pip_refuses_a_wheel_pinned_to_another_torch(runner, tmp_path):
     out.mkdir()
     subprocess.run([python, "-m", "wheel", "pack", "--dest-dir", str(out), str(root)], check=True, capture_output=True)
     other = next(out.glob("*.whl"))
-    assert other.name == "apex-0.1+ascend.torch2.1.0-cp311-cp311-linux_x86_64.whl"
+    assert other.name == wheelnames.fixture_wheel("0.1+ascend.torch2.1.0")
 
     def dry_run(wheel: Path) -> subprocess.CompletedProcess:  # --dry-run: the shared build venv is not changed
         return subprocess.run([sys.executable, "-m", "pip", "--python", python, "install", "--isolated", "--dry-run",

@@ -338,10 +338,13 @@ def test_fixture_build_inside_the_builder_lands_in_host_dist(x86_builder, daemon
     assert proc.returncode == 0, out(proc)[-4000:]
     seconds = time.monotonic() - started
     text = out(proc)
-    assert "│ nox > Running session build-3.11" in text  # the same nox build, inside
+    assert "target          py3.11-torch2.13.0-x86_64-master" in text  # the same build, from the parsed options
+    workspace = tmp_path / "build" / "containers" / "builder-debian-bookworm-x86_64-py3.11"
+    assert workspace.is_dir() and not (workspace / "options.json").exists()  # handed over, then removed
     assert "interpreter     /usr/bin/python3.11" in text  # the base's Python, not the tool venv's
     dist = tmp_path / "dist" / "py3.11-torch2.13.0-x86_64-master"
-    wheel = dist / "apex-0.1+ascend.torch2.13.0-cp311-cp311-linux_x86_64.whl"
+    # the image's tool venv (Python 3.11, auditwheel) computes the manylinux tag and the build retags the wheel
+    wheel = dist / "apex-0.1+ascend.torch2.13.0-cp311-cp311-manylinux_2_24_x86_64.whl"
     assert sorted(p.name for p in dist.iterdir()) == [wheel.name, "manifest.json", "provenance.json", "sbom.cdx.json"]
     for path in (dist, wheel, dist / "manifest.json"):
         assert (path.stat().st_uid, path.stat().st_gid) == (4242, 4343)  # the invoking (sudo) user's
@@ -350,7 +353,7 @@ def test_fixture_build_inside_the_builder_lands_in_host_dist(x86_builder, daemon
     assert manifest["target"]["interpreter"] == "/usr/bin/python3.11"
     assert manifest["smoke_test"]["modules"]["apex_C"]["ok"]
     with zipfile.ZipFile(wheel) as zf:
-        assert "Tag: cp311-cp311-linux_x86_64" in zf.read("apex-0.1+ascend.torch2.13.0.dist-info/WHEEL").decode()
+        assert "Tag: cp311-cp311-manylinux_2_24_x86_64" in zf.read("apex-0.1+ascend.torch2.13.0.dist-info/WHEEL").decode()
     evidence(pytestconfig, f"build in {X86_TAG} (user {manifest['builder_image']['user']}) -> host "
                            f"{wheel.relative_to(tmp_path)} sha256 {manifest['wheel']['sha256'][:12]}, owner uid "
                            f"{wheel.stat().st_uid}, {seconds:.0f} s")
@@ -399,7 +402,7 @@ def test_lib64_base_builds_against_its_system_torch(lib64_base, lib64_builder, d
     assert proc.returncode == 0, out(proc)[-4000:]
     dist = tmp_path / "dist" / "py3.11-torch2.13.0-x86_64-master+system-torch"  # its own target (issue 13 item 7)
     manifest = json.loads((dist / "manifest.json").read_text())
-    assert manifest["wheel"]["file"] == "apex-0.1+ascend.torch2.13.0-cp311-cp311-linux_x86_64.whl"
+    assert manifest["wheel"]["file"] == "apex-0.1+ascend.torch2.13.0-cp311-cp311-manylinux_2_24_x86_64.whl"
     assert {p["id"]: p["status"] for p in manifest["patches"]}["torch-location"] == "applied"
     assert manifest["smoke_test"]["modules"]["change_data_ptr"]["ok"]
     assert "torch           2.13.0+cpu (system)" in out(proc)
@@ -545,6 +548,7 @@ def test_bullseye_image_builds_a_python39_wheel(daemon, fixture_sources, torch21
     assert proc.returncode == 0, out(proc)[-4000:]
     build_seconds = time.monotonic() - started
     dist = tmp_path / "dist" / "py3.9-torch2.1.0-x86_64-master"
+    # Python 3.9 runs apexkit in this image: no auditwheel >= 6.5 for it, so the wheel keeps linux_x86_64
     wheel = dist / "apex-0.1+ascend.torch2.1.0-cp39-cp39-linux_x86_64.whl"
     manifest = json.loads((dist / "manifest.json").read_text())
     assert manifest["target"]["interpreter"] == "/usr/bin/python3.9"
@@ -663,9 +667,12 @@ def test_aarch64_builder_and_wheel_under_qemu(daemon, repos, tmp_path, pytestcon
     assert proc.returncode == 0, out(proc)[-4000:]
     build_seconds = time.monotonic() - started
     dist = tmp_path / "dist" / "py3.11-torch2.5.1-aarch64-master+npu2.5.1.post1"  # torch_npu: its own target
-    wheel = dist / "apex-0.1+ascend.torch2.5.1.npu2.5.1.post1-cp311-cp311-linux_aarch64.whl"
-    assert wheel.is_file(), sorted(p.name for p in (tmp_path / "dist").rglob("*"))
+    wheels = sorted(dist.glob("apex-0.1+ascend.torch2.5.1.npu2.5.1.post1-cp311-cp311-*_aarch64.whl"))
+    assert len(wheels) == 1, sorted(p.name for p in (tmp_path / "dist").rglob("*"))
+    wheel = wheels[0]
     manifest = json.loads((dist / "manifest.json").read_text())
+    tag = manifest["binary_checks"]["platform"].get("wheel_tag") or "linux_aarch64"
+    assert wheel.name.endswith(f"-{tag}.whl") and manifest["wheel"]["file"] == wheel.name
     assert manifest["target"]["arch"] == "aarch64" and manifest["builder_image"]["arch"] == "aarch64"
     assert manifest["smoke_test"]["modules"]["apex_C"]["ok"]  # imported under QEMU in a fresh aarch64 venv
     assert manifest["tools"]["torch_npu"] == "2.5.1.post1" and manifest["smoke_test"]["autoload"] == "0"

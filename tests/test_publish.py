@@ -10,12 +10,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+import wheelnames
 from conftest import ROOT, Runner, output
 
-from apexkit import interpreters
+from apexkit import distdir, interpreters, wheelcheck
 
 TARGET = "py3.11-torch2.13.0-x86_64-master"
-WHEEL = "apex-0.1+ascend.torch2.13.0-cp311-cp311-linux_x86_64.whl"
+WHEEL = wheelnames.fixture_wheel()  # manylinux_2_24 where auditwheel computes it
 
 
 def invoke(*args: str) -> subprocess.CompletedProcess:
@@ -83,6 +85,17 @@ def test_index_installs_with_pip_and_refuses_a_second_wheel_under_one_name(runne
     proc = other.nox("3.11", "--no-smoke-test", "--skip-patch", "rpath-link-flag")
     assert proc.returncode == 0, output(proc)[-3000:]
     trap = f"{TARGET}+skip-rpath-link-flag"  # its own target; publish takes a diagnosis build only when named
+    trap_manifest = json.loads((other.dist / trap / "manifest.json").read_text())
+    if trap_manifest["wheel"]["file"] != WHEEL:
+        # without NEEDED libstdc++ its symbols allow an older manylinux tag, hence another file name (issue 16);
+        # retagged by hand to the good wheel's name (dist/<trap> rewritten with it), it must still be refused
+        tool = next((runner.cache / "venvs").glob("build-py3.11-*/bin/python"))
+        work = tmp_path / "retag"
+        work.mkdir()
+        copy = Path(shutil.copy(other.dist / trap / trap_manifest["wheel"]["file"], work))
+        renamed = wheelcheck.retag(copy, {"computed": True, "tag": wheelnames.platform_tag()}, "x86_64", tool, 0)
+        trap_manifest["wheel"] = {"file": renamed.name, "sha256": sha(renamed), "size": renamed.stat().st_size}
+        distdir.replace_dir(other.dist, trap, {renamed.name: renamed}, trap_manifest, force=True)
     assert sha(other.dist / trap / WHEEL) != digest
     refused = invoke("publish", "--dist", str(other.dist), "--index", str(index), "--target", trap)
     assert refused.returncode == 2
@@ -346,3 +359,106 @@ def test_publish_refuses_a_fifo_manifest_without_blocking(tmp_path):
                            str(tmp_path / "index")], capture_output=True, text=True, timeout=60)
     refused(proc, "manifest.json is not a readable JSON manifest", "is not a regular file")
     assert not (tmp_path / "index").exists()
+
+
+# --- issue 16: the SBOM and provenance go into the index beside their wheel ------------------------------------------
+
+def wheel_zip(version: str = "0.1+ascend.torch2.13.0") -> bytes:
+    import io
+    import zipfile
+
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as zf:
+        zf.writestr(f"apex-{version}.dist-info/METADATA", f"Metadata-Version: 2.1\nName: apex\nVersion: {version}\n\n")
+    return out.getvalue()
+
+
+def attested_dist(tmp: Path, target: str = TARGET) -> Path:
+    """fake_dist plus the SBOM and provenance apexkit.sbom writes for that wheel, recorded in its manifest."""
+    from apexkit import sbom
+
+    dist = fake_dist(tmp, target=target, data=wheel_zip())
+    folder = dist / target
+    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest["target"]["target_id"] = target
+    for name, text in sbom.documents(manifest, folder / WHEEL).items():
+        (folder / name).write_bytes(text)
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    return dist
+
+
+def test_publish_copies_sbom_and_provenance_beside_each_wheel(tmp_path):
+    dist = attested_dist(tmp_path)
+    index = tmp_path / "index"
+    proc = invoke("publish", "--dist", str(dist), "--index", str(index))
+    assert proc.returncode == 0, output(proc)
+    assert "+ .cdx.json, .provenance.json" in proc.stderr
+    folder = index / "simple" / "apex"
+    assert sorted(p.name for p in folder.iterdir()) == sorted(
+        [WHEEL, f"{WHEEL}.cdx.json", f"{WHEEL}.provenance.json", "index.html"])
+    assert (folder / f"{WHEEL}.cdx.json").read_bytes() == (dist / TARGET / "sbom.cdx.json").read_bytes()
+    assert (folder / f"{WHEEL}.provenance.json").read_bytes() == (dist / TARGET / "provenance.json").read_bytes()
+    entry = json.loads((index / "index.json").read_text())["files"][0]
+    assert entry["attestations"] == {
+        "sbom": {"filename": f"{WHEEL}.cdx.json", "sha256": sha(folder / f"{WHEEL}.cdx.json")},
+        "provenance": {"filename": f"{WHEEL}.provenance.json", "sha256": sha(folder / f"{WHEEL}.provenance.json")}}
+    assert ".json" not in (folder / "index.html").read_text()  # the PEP 503 page lists distributions only
+
+    # a second wheel (another target) gets its own pair; the first pair stays, re-checked from the index
+    second = "apex-0.1+ascend.torch2.7.1-cp311-cp311-manylinux_2_24_x86_64.whl"
+    other = tmp_path / "other"
+    attested_dist(other, target="py3.11-torch2.7.1-x86_64-master")
+    (other / "dist" / "py3.11-torch2.7.1-x86_64-master" / WHEEL).rename(
+        other / "dist" / "py3.11-torch2.7.1-x86_64-master" / second)
+    folder2 = other / "dist" / "py3.11-torch2.7.1-x86_64-master"
+    manifest = json.loads((folder2 / "manifest.json").read_text())
+    manifest["wheel"]["file"] = second
+    from apexkit import sbom
+    for name, text in sbom.documents(manifest, folder2 / second).items():
+        (folder2 / name).write_bytes(text)
+    (folder2 / "manifest.json").write_text(json.dumps(manifest))
+    proc = invoke("publish", "--dist", str(other / "dist"), "--index", str(index))
+    assert proc.returncode == 0, output(proc)
+    assert "keep 1 published wheel and 2 SBOM/provenance files" in proc.stderr
+    assert {p.name for p in folder.iterdir()} >= {f"{second}.cdx.json", f"{second}.provenance.json",
+                                                  f"{WHEEL}.cdx.json", f"{WHEEL}.provenance.json"}
+
+
+@pytest.mark.parametrize("fault", ["tampered", "missing", "other wheel", "symlink"])
+def test_publish_refuses_an_sbom_or_provenance_that_is_not_the_recorded_one(tmp_path, fault):
+    dist = attested_dist(tmp_path)
+    folder = dist / TARGET
+    index = tmp_path / "index"
+    assert invoke("publish", "--dist", str(dist), "--index", str(index)).returncode == 0
+    before = tree(index)
+    statement = folder / "provenance.json"
+    if fault == "tampered":
+        statement.write_text(statement.read_text().replace('"_type"', '"_type" ', 1))
+        needles = ("provenance.json does not match the sha256 in its manifest",)
+    elif fault == "missing":
+        statement.unlink()
+        needles = ("provenance.json does not exist",)
+    elif fault == "other wheel":  # a statement about another wheel, its sha256 recorded to match
+        text = statement.read_text().replace(WHEEL, "apex-0.1-cp311-cp311-linux_x86_64.whl")
+        statement.write_text(text)
+        manifest = json.loads((folder / "manifest.json").read_text())
+        manifest["attestations"]["provenance"]["sha256"] = hashlib.sha256(text.encode()).hexdigest()
+        (folder / "manifest.json").write_text(json.dumps(manifest))
+        needles = ("has no subject", WHEEL)
+    else:
+        statement.unlink()
+        statement.symlink_to("/etc/passwd")
+        needles = ("provenance.json is a symlink",)
+    refused(invoke("publish", "--dist", str(dist), "--index", str(index)), *needles)
+    assert tree(index) == before  # nothing half-written
+    no_leftovers(tmp_path)
+
+
+def test_publish_refuses_an_index_json_whose_attestation_names_leave_the_index(tmp_path):
+    dist = attested_dist(tmp_path)
+    index = tmp_path / "index"
+    assert invoke("publish", "--dist", str(dist), "--index", str(index)).returncode == 0
+    data = json.loads((index / "index.json").read_text())
+    data["files"][0]["attestations"]["sbom"]["filename"] = "../../../etc/cron.d/x"
+    (index / "index.json").write_text(json.dumps(data))
+    refused(invoke("publish", "--dist", str(dist), "--index", str(index)), "attestations.sbom.filename")

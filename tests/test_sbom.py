@@ -12,12 +12,13 @@ import zipfile
 from pathlib import Path
 
 import pytest
+import wheelnames
 from conftest import ROOT, output
 
 from apexkit import containerbuild, patches, sbom
 from apexkit.errors import ImageError
 
-WHEEL = "apex-0.1+ascend.torch2.13.0-cp311-cp311-linux_x86_64.whl"
+WHEEL = wheelnames.fixture_wheel()  # manylinux_2_24 where auditwheel computes it
 TARGET = "py3.11-torch2.13.0-x86_64-master"
 
 
@@ -140,6 +141,20 @@ def test_fixture_build_writes_sbom_and_provenance_into_dist(runner, repos):
     for patch in patches.load_all():
         assert deps[f"patch:{patch.id}"]["digest"] == {"sha256": patch.sha256}
     assert len(deps["torch"]["digest"]["sha256"]) == 64 and deps["compiler"]["annotations"]["version"]
+    # torch's digest is that of the wheel file it was installed from, as the installer reported it (pip --report,
+    # uv's pylock resolution), not of its RECORD; the torch wheel on disk here is that file
+    torch = deps["torch"]
+    assert torch["annotations"]["digest_of"].startswith("the wheel file torch-2.13.0"), torch
+    assert torch["annotations"]["digest_from"].startswith(("pip ", "uv ")), torch
+    location = torch["annotations"]["download_location"].replace("%2B", "+")
+    local = Path(location[len("file://"):]) if location.startswith("file://") else None
+    if local is not None and local.is_file():
+        assert sha(local) == torch["digest"]["sha256"]
+    assert components["torch"]["hashes"] == [{"alg": "SHA-256", "content": torch["digest"]["sha256"]}]
+    # the wheel carries the tag the binary checks computed, and the subject names that file
+    platform = manifest["binary_checks"]["platform"]
+    assert platform["wheel_tag"] == WHEEL.rsplit("-", 1)[1][:-4]
+    assert (platform.get("retagged_from") == "linux_x86_64") == wheelnames.TAG_COMPUTED
     assert manifest["attestations"]["sbom"]["sha256"] == sha(dist / "sbom.cdx.json")
     assert manifest["attestations"]["provenance"]["sha256"] == sha(dist / "provenance.json")
     assert "sbom/provenance:" in output(proc)

@@ -13,6 +13,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+import wheelnames
 from conftest import output
 
 from apexkit import build, distdir, untrusted
@@ -23,7 +24,7 @@ from apexkit.options import BuildOptions
 
 INTERP = Interpreter("/usr/bin/python3.11", "3.11", "3.11.2", "cpython", "x86_64", "/usr", "", "")
 BASE = "py3.11-torch2.13.0-x86_64-master"
-WHEEL = "apex-0.1+ascend.torch2.13.0-cp311-cp311-linux_x86_64.whl"
+WHEEL = wheelnames.fixture_wheel()  # manylinux_2_24 where auditwheel computes it
 
 
 def plan_id(**opts) -> str:
