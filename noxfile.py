@@ -21,8 +21,8 @@ import nox
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # nox does not put the noxfile's directory on sys.path
 
-from apexkit import matrix
 from apexkit.errors import ApexkitError
+from apexkit.matrix import model as matrix
 
 try:  # the sessions come from matrix.toml: a broken file is one line, not a traceback at import
     _MATRIX = matrix.load()
@@ -39,7 +39,7 @@ nox.options.default_venv_backend = "none"  # apexkit makes its own venvs (virtua
 
 def _build_session(python: str) -> None:
     def build(session: nox.Session) -> None:
-        from apexkit import build as apexkit_build
+        from apexkit.build import builder as apexkit_build
         from apexkit.cli import run_in_session
 
         run_in_session(session, lambda: apexkit_build.main(python, session.posargs, prog=f"nox -s build-{python} --"))
@@ -54,9 +54,9 @@ for _python in _MATRIX.session_pythons:
 
 def _combination_session(combo: matrix.Combination) -> None:
     def build(session: nox.Session) -> None:
-        from apexkit import build as apexkit_build
-        from apexkit import matrixrun
+        from apexkit.build import builder as apexkit_build
         from apexkit.cli import run_in_session
+        from apexkit.matrix import run as matrixrun
 
         m = matrix.load()
 
@@ -80,8 +80,8 @@ for _combo in _COMBINATIONS:
 @nox.session(name="matrix", python=False, default=False)
 def matrix_session(session: nox.Session) -> None:
     """The build matrix: -- --format github (GitHub Actions JSON) | json | table; -- --run [--parallel N] builds it."""
-    from apexkit import matrixrun
     from apexkit.cli import run_in_session
+    from apexkit.matrix import run as matrixrun
 
     run_in_session(session, lambda: matrixrun.main(session.posargs))
 
@@ -89,14 +89,14 @@ def matrix_session(session: nox.Session) -> None:
 @nox.session(name="build-bench", python=False, default=False, tags=["bench"])
 def build_bench(session: nox.Session) -> None:
     """Measure cold build, cached rebuild and -j1 vs -jN compile (numbers for the README, not a test)."""
-    from apexkit import buildbench
+    from apexkit.build import bench as buildbench
 
     buildbench.main(session.posargs)
 
 
 def _bench_session(script: str, session: nox.Session) -> None:
-    from apexkit import runbench
     from apexkit.cli import run_in_session
+    from apexkit.validate import run as runbench
 
     run_in_session(session, lambda: runbench.main(script, session.posargs, prog=f"nox -s {script} --"))
 
@@ -121,8 +121,9 @@ def _test_env(session: nox.Session) -> "dict[str, str]":
     missing service skip with the reason (apexkit.testtools)."""
     import os
 
-    from apexkit import imagecli, systools, testtools
+    from apexkit import systools, testtools
     from apexkit.cli import run_in_session
+    from apexkit.images import cli as imagecli
 
     plan = testtools.decide(os.environ, systools.can_install())
     if plan.missing_build_tools:

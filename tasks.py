@@ -38,7 +38,7 @@ from apexkit.errors import ApexkitError
       positional=[], auto_shortflags=False)
 def build(c, python="3.11", options="", image=None):
     """Build the Apex for Ascend wheel for one Python into dist/: invoke build [--image IMAGE] -- <build options>."""
-    from apexkit import build as apexkit_build
+    from apexkit.build import builder as apexkit_build
 
     argv = shlex.split(options) + shlex.split(c.remainder or "") + (["--image", image] if image else [])
     def one() -> int:
@@ -87,7 +87,7 @@ _PATH_HELP = {
 def setup(c, http=None, https=None, no_proxy=None, ca_cert=None, pip_index=None, registry_mirror=None, layers=None,
           only=None, profile=None, system=False, daemon_mode="auto", root=None, dry_run=False, restart=True):
     """Configure the proxy in all three layers (shell, Docker daemon, containers) plus mirrors and a CA."""
-    from apexkit import proxycli
+    from apexkit.proxy import cli as proxycli
 
     _run(lambda: proxycli.setup(
         http=http, https=https, no_proxy=no_proxy, ca_cert=ca_cert, pip_index=pip_index,
@@ -102,7 +102,7 @@ def setup(c, http=None, https=None, no_proxy=None, ca_cert=None, pip_index=None,
       auto_shortflags=False)
 def check(c, index_url=None, image=None, layers=None, only=None, json=False, profile=None, system=False, root=None):
     """Check every layer: configured? effective? a real request through the proxy. Exit 1 when one fails."""
-    from apexkit import proxycli
+    from apexkit.proxy import cli as proxycli
 
     _run(lambda: proxycli.check(profile=profile, system=system, root=root, index_url=index_url, image=image,
                                 only=_layers(layers, only), as_json=json))
@@ -111,7 +111,7 @@ def check(c, index_url=None, image=None, layers=None, only=None, json=False, pro
 @task(help={"json": "print JSON on stdout", **_PATH_HELP}, auto_shortflags=False)
 def show(c, json=False, profile=None, system=False, root=None):
     """Show the saved settings and what each layer's files hold (passwords masked)."""
-    from apexkit import proxycli
+    from apexkit.proxy import cli as proxycli
 
     _run(proxycli.show, profile=profile, system=system, root=root, as_json=json)
 
@@ -120,7 +120,7 @@ def show(c, json=False, profile=None, system=False, root=None):
       auto_shortflags=False)
 def env(c, reveal=False, unset=False, profile=None, system=False, root=None):
     """Print export lines for the current shell: eval "$(invoke proxy.env)"."""
-    from apexkit import proxycli
+    from apexkit.proxy import cli as proxycli
 
     _run(proxycli.env, profile=profile, system=system, root=root, reveal=reveal, unset=unset)
 
@@ -130,7 +130,7 @@ def env(c, reveal=False, unset=False, profile=None, system=False, root=None):
             **_PATH_HELP}, auto_shortflags=False)
 def remove(c, layers=None, only=None, dry_run=False, profile=None, system=False, root=None):
     """Undo proxy.setup: files restored from backups, your own content byte-identical."""
-    from apexkit import proxycli
+    from apexkit.proxy import cli as proxycli
 
     _run(lambda: proxycli.remove(only=_layers(layers, only), profile=profile, system=system, root=root,
                                  dry_run=dry_run))
@@ -165,7 +165,7 @@ proxy_ns = Collection("proxy", setup, check, show, env, remove)
 def image_build(c, arch, base, tag=None, network=None, ca_cert=None, ca_bundle=None, extra_packages="", uid=1000, gid=1000,
                 pip_index=None, no_cache=False, dry_run=False, quiet=False, pythons=""):
     """Build a builder image: the base + toolchain (its own package manager), tool venv, non-root user, CA hook."""
-    from apexkit import imagecli
+    from apexkit.images import cli as imagecli
 
     _run(lambda: imagecli.build(
         arch=arch, base=base, tag=tag, network=network,
@@ -177,7 +177,7 @@ def image_build(c, arch, base, tag=None, network=None, ca_cert=None, ca_bundle=N
 @task(name="list", help={"json": "print JSON on stdout"}, auto_shortflags=False)
 def image_list(c, json=False):
     """List apexkit builder and base images (stale ones: docker/ changed since they were built)."""
-    from apexkit import imagecli
+    from apexkit.images import cli as imagecli
 
     _run(imagecli.list_images, as_json=json)
 
@@ -186,7 +186,7 @@ def image_list(c, json=False):
                           "dry-run": "print what would be removed"}, auto_shortflags=False)
 def image_prune(c, all=False, dry_run=False):
     """Remove stale builder images (docker/ changed since) and untagged ones; --all: every apexkit image."""
-    from apexkit import imagecli
+    from apexkit.images import cli as imagecli
 
     _run(imagecli.prune, everything=all, dry_run=dry_run)
 
@@ -196,7 +196,7 @@ def image_prune(c, all=False, dry_run=False):
       auto_shortflags=False)
 def image_emulation(c, arch=None, enable=False, dry_run=False, json=False):
     """Can this host run x86_64/aarch64 containers (natively or via QEMU binfmt)? Exit 1 when not; --enable fixes it."""
-    from apexkit import imagecli
+    from apexkit.images import cli as imagecli
 
     _run(imagecli.emulation, arch=arch, enable=enable, dry_run=dry_run, as_json=json)
 
@@ -215,7 +215,7 @@ def doctor(c, json=False, log=None, venv=None, interpreter=None, python=None, sc
     """Check this machine for building Apex for Ascend (interpreters, compiler, torch, CANN, Docker, QEMU, disk,
     proxy, CA) and whether the training stack needs apex at all: each check with its status and the fix.
     Exit 1 when one fails."""
-    from apexkit import doctorcli
+    from apexkit.doctor import cli as doctorcli
 
     _run(lambda: doctorcli.main(log_file=log, as_json=json, venv=venv, scripts=scripts,
                                 python=vocab.pick(interpreter, python, "--python PATH", "--interpreter PATH")))
@@ -231,8 +231,8 @@ def publish(c, dist=None, index="index", target=None, split_by_torch=False, dry_
     """Turn dist/ into a PEP 503 simple index: pip install apex --index-url file:///…/index/simple/."""
     import os
 
-    from apexkit import matrix
-    from apexkit import publish as publish_mod
+    from apexkit.matrix import model as matrix
+    from apexkit.matrix import publish as publish_mod
 
     dist_dir = Path(dist or os.environ.get("APEXKIT_DIST_DIR") or matrix.PROJECT_ROOT / "dist")
     _run(lambda: publish_mod.publish(dist_dir, Path(index), target or None, split_by_torch, dry_run) and 0)
@@ -273,7 +273,7 @@ def fleet_submit(c, index=None, results="fleet-results", target=None, stack=None
                  bench_args=None, find_links=None, torch_index_url=None, extra_index_url=None, node_interpreter=None,
                  node_python=None, node_dir=None, set_env=None, keep_venv=False, resume=False, dry_run=False):
     """Validate (and benchmark) the wheel on every node through Slurm: one allocation, one srun step per node."""
-    from apexkit import fleet
+    from apexkit.validate import fleet
 
     def one() -> int:
         if resume and index is None:
@@ -299,7 +299,7 @@ def fleet_submit(c, index=None, results="fleet-results", target=None, stack=None
       auto_shortflags=False)
 def fleet_status(c, results, json=False):
     """The fleet's Slurm jobs (squeue/scontrol/sacct) and the stage each node is at."""
-    from apexkit import fleet
+    from apexkit.validate import fleet
 
     _run(fleet.status, Path(results), as_json=json)
 
@@ -310,7 +310,7 @@ def fleet_status(c, results, json=False):
 def fleet_report(c, results, json=False, threshold=None):
     """One row per node: chip, driver, CANN, torch, torch_npu, wheel sha256, verdict, step time vs the median, first
     failing check + fix. Exit 1 when a node failed, died or did not report."""
-    from apexkit import fleet
+    from apexkit.validate import fleet
 
     _run(fleet.report, Path(results), as_json=json,
          threshold=float(threshold) if threshold is not None else fleet.DEFAULT_THRESHOLD)

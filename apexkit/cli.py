@@ -95,15 +95,15 @@ def main(argv: list[str] | None = None) -> int:
             print("usage: apexkit build <python-version> [options]  (options: apexkit build 3.11 --help)",
                   file=sys.stderr)
             return 2
-        from apexkit import build
+        from apexkit.build import builder as build
 
         return exit_code(lambda: build.main(argv[1], argv[2:], prog=f"apexkit build {argv[1]}"))
     if command == "matrix":
-        from apexkit import matrixrun
+        from apexkit.matrix import run as matrixrun
 
         return exit_code(lambda: matrixrun.main(argv[1:]))
     if command in ("validate", "bench"):
-        from apexkit import runbench
+        from apexkit.validate import run as runbench
 
         return exit_code(lambda: runbench.main(command, argv[1:], prog=f"apexkit {command}"))
     if command.split(".", 1)[0] in INVOKE_COMMANDS:
@@ -137,7 +137,8 @@ def _invoke(argv: list[str]) -> int:
 def _doctor(argv: list[str]) -> int:
     import argparse
 
-    from apexkit import doctorcli, vocab
+    from apexkit import vocab
+    from apexkit.doctor import cli as doctorcli
 
     p = argparse.ArgumentParser(prog="apexkit doctor", description="check this machine (invoke doctor)")
     p.add_argument("--json", action="store_true", help="print JSON on stdout")

@@ -66,3 +66,18 @@ def cache_dir(env: Mapping[str, str] | None = None) -> Path:
                                   "point APEXKIT_CACHE_DIR at a directory (or unset it: ~/.cache/apexkit)")
             break
     return path
+
+
+OUTPUTS = (".git", ".venv", ".nox", "build", "dist", "reports", "index", ".pytest_cache", ".ruff_cache")
+
+
+def copy_ignore(top: Path, names: tuple[str, ...] = OUTPUTS):
+    """A shutil.copytree `ignore` for a copy of the checkout `top`: its outputs and tool folders at the top level
+    only (apexkit/build/ is a package, not an output), and __pycache__ everywhere."""
+    top = Path(top).resolve()
+
+    def ignore(folder: str, entries: list[str]) -> set[str]:
+        at_top = Path(folder).resolve() == top
+        return {e for e in entries if e == "__pycache__" or (at_top and e in names)}
+
+    return ignore

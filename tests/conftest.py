@@ -13,7 +13,7 @@ sys.path.insert(0, str(ROOT))
 
 import fixture_repos  # noqa: E402
 
-from apexkit import sources  # noqa: E402
+from apexkit.build import sources  # noqa: E402
 from apexkit.errors import ApexkitError  # noqa: E402
 
 

@@ -21,13 +21,14 @@ from pathlib import Path
 import pytest
 import services
 
-from apexkit import interpreters, matrix
+from apexkit.build import interpreters
 from apexkit.errors import InterpreterNotFoundError
+from apexkit.matrix import model as matrix
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "bench"
 SMALL = ["--scale", "0.05", "--warmup", "1", "--repeats", "2", "--steps", "2", "--gemm-sizes", "64,128"]
-# what the run venv of `nox -s bench` adds next to torch (apexkit.runbench.RUN_EXTRAS); numpy < 2 as torch 2.1 needs
+# what the run venv of `nox -s bench` adds next to torch (apexkit.validate.run.RUN_EXTRAS); numpy < 2 as torch 2.1 needs
 EXTRAS = ("matplotlib", "numpy<2")
 
 
@@ -188,7 +189,7 @@ def _tiny_wheel(directory: Path) -> Path:
 def test_run_venv_pins_numpy_1_where_the_torch_needs_it(tmp_path):
     """torch 2.1.0 on Python 3.9 (a build-3.9 default): matplotlib pulls NumPy 2, which torch 2.1 cannot use (it prints
     a traceback-shaped warning at `import torch`). The run venv finds that out by trying and installs numpy<2."""
-    from apexkit import runbench
+    from apexkit.validate import run as runbench
 
     try:
         interp = interpreters.find("3.9")

@@ -14,7 +14,14 @@ from types import SimpleNamespace
 import pytest
 from conftest import ROOT
 
-from apexkit import checks, doctor, doctorcli, imagecli, images, log, proxy, proxycheck, proxycli
+from apexkit import checks, log
+from apexkit.doctor import cli as doctorcli
+from apexkit.doctor import machine as doctor
+from apexkit.images import builder as images
+from apexkit.images import cli as imagecli
+from apexkit.proxy import check as proxycheck
+from apexkit.proxy import cli as proxycli
+from apexkit.proxy import layers as proxy
 
 SECRET = "s3cret-pw"
 ROW_LINE = re.compile(r"^  (ok  |warn|FAIL|skip) (\S.{23}|\S{24,}) \S")

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from apexkit import containerbuild, options
+from apexkit.build import options
 from apexkit.errors import ImageError
+from apexkit.images import container as containerbuild
 
 TARGET = "py3.11-torch2.13.0-x86_64-master"
 WHEEL = "apex-0.1+ascend.torch2.13.0-cp311-cp311-linux_x86_64.whl"

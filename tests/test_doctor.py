@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, output
 
-from apexkit import known_failures
+from apexkit.build import known_failures
 
 LOGS = Path(__file__).parent / "data" / "failure-logs"
 VERBATIM_ELSEWHERE = {"cxx11-abi-mismatch"}  # tests/test_log_and_failures.py
@@ -295,8 +295,8 @@ optimizer = apex.optimizers.NpuFusedAdamW(model.parameters(), lr=1e-4)
 
 
 def assess(env_dir: Path | None, scripts: Path | None = None):
-    from apexkit import apexneed
-    from apexkit import matrix as matrix_mod
+    from apexkit.doctor import apexneed
+    from apexkit.matrix import model as matrix_mod
 
     env = apexneed.read_environment(str(env_dir / "bin" / "python")) if env_dir else None
     return apexneed.assess(env, scripts, apexneed.load(), matrix_mod.load().data.get("stacks", {}))
@@ -308,7 +308,7 @@ def apex_rows(proc: subprocess.CompletedProcess) -> dict[str, dict]:
 
 
 def test_apex_data_has_a_source_and_date_for_every_fact():
-    from apexkit import apexneed
+    from apexkit.doctor import apexneed
 
     facts = apexneed.load()
     assert facts.read == "2026-11-30"
@@ -347,7 +347,7 @@ def test_apex_needed_for_older_mindspeed_pins(tmp_path):
     assert verdict.verdict == "needed" and verdict.reasons[0].what.startswith("= MindSpeed 2.1.0 (git 2.1.0_core_r0.12.1)")
     # the build matrix.toml names for this venv's Python (the host's) and torch 2.1.0: its stack if one matches
     # (field-report on a 3.8 host), else the plain --torch build
-    from apexkit import matrix as matrix_mod
+    from apexkit.matrix import model as matrix_mod
 
     minor = f"{sys.version_info[0]}.{sys.version_info[1]}"
     stacks = [name for name, stack in matrix_mod.load().data.get("stacks", {}).items()
@@ -420,7 +420,7 @@ def test_apex_verdict_from_a_mindspeed_llm_checkout(tmp_path):
 
 def test_apex_target_on_python_3_8(tmp_path):
     """The probe runs in the target interpreter: a Python 3.8 training venv (ModelLink: every release needs apex)."""
-    from apexkit import interpreters
+    from apexkit.build import interpreters
 
     try:
         py38 = interpreters.find("3.8", dict(os.environ))
@@ -435,7 +435,7 @@ def test_apex_target_on_python_3_8(tmp_path):
 def test_apex_scan_is_bounded(tmp_path):
     import dataclasses
 
-    from apexkit import apexneed
+    from apexkit.doctor import apexneed
 
     for i in range(5):
         (tmp_path / f"s{i}.py").write_text("import apex\n")
@@ -495,7 +495,7 @@ def test_apex_imports_inside_try_except_are_optional(tmp_path):
 
 SCAN_PY = """import json, sys
 from pathlib import Path
-from apexkit import apexneed
+from apexkit.doctor import apexneed
 hits, notes = apexneed.scan_scripts(Path(sys.argv[1]), apexneed.load())
 print(json.dumps({"hits": [[h.file, h.line] for h in hits], "notes": notes}))
 """
@@ -556,7 +556,7 @@ def test_apex_scan_notes_directories_it_cannot_list():
         if setpriv is None:
             pytest.skip("no setpriv to run the scan as a non-root user")
         nobody = [setpriv, "--reuid", "65534", "--regid", "65534", "--clear-groups"]
-        usable = subprocess.run([*nobody, sys.executable, "-c", "import apexkit.apexneed"], cwd=ROOT,
+        usable = subprocess.run([*nobody, sys.executable, "-c", "import apexkit.doctor.apexneed"], cwd=ROOT,
                                 capture_output=True, text=True)
         if usable.returncode != 0:
             pytest.skip(f"uid 65534 cannot run {sys.executable} with apexkit's dependencies (a 0700 venv?): "

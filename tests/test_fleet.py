@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, output
 
-from apexkit import fleet
 from apexkit.errors import ApexkitError
+from apexkit.validate import fleet
 
 TARGET = "py3.11-torch2.13.0-x86_64-master"
 STACK_TARGET = "py3.10-torch2.7.1-aarch64-master+npu2.7.1.post2"

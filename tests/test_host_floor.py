@@ -19,7 +19,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 import apexkit
-from apexkit import interpreters
+from apexkit.build import interpreters
 
 REQUIREMENTS = ROOT / "requirements.txt"
 # What the quick unit tests run under the floor Python (pure code: matrix, patches, logs, interpreters).

@@ -21,8 +21,13 @@ import pytest
 import services
 from conftest import ROOT
 
-from apexkit import containerbuild, images, matrix, matrixrun, options, proxy
+from apexkit.build import options
 from apexkit.errors import ConfigError, InterpreterNotFoundError
+from apexkit.images import builder as images
+from apexkit.images import container as containerbuild
+from apexkit.matrix import model as matrix
+from apexkit.matrix import run as matrixrun
+from apexkit.proxy import layers as proxy
 
 HOST_CA = "/etc/ssl/certs/ca-certificates.crt"
 # where this machine keeps the torch 2.13.0 CPU wheel (pip finds it through PIP_FIND_LINKS / pip.conf find-links)

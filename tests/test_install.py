@@ -11,12 +11,13 @@ import sys
 import pytest
 from conftest import ROOT
 
+from apexkit import paths
+
 
 @pytest.mark.network
 def test_pip_install_dot_gives_an_apexkit_command_that_works_elsewhere(tmp_path):
     src = tmp_path / "src"
-    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(".git", ".venv", ".nox", "build", "dist", "reports",
-                                                              "__pycache__", ".pytest_cache", ".ruff_cache"))
+    shutil.copytree(ROOT, src, ignore=paths.copy_ignore(ROOT))
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     install = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", str(src)],

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from apexkit import interpreters, uvtools, venvs
+from apexkit.build import interpreters, uvtools, venvs
 from apexkit.errors import EnvironmentSetupError
 
 PROBE = "apexkit_probe-1.0-py3-none-any.whl"

@@ -4,7 +4,7 @@ import subprocess
 
 import pytest
 
-from apexkit import interpreters, venvs
+from apexkit.build import interpreters, venvs
 from apexkit.errors import InterpreterNotFoundError
 
 

@@ -1,6 +1,7 @@
 import pytest
 
-from apexkit import known_failures, log
+from apexkit import log
+from apexkit.build import known_failures
 from apexkit.errors import BuildError
 
 
@@ -39,7 +40,7 @@ def test_missing_system_tools_are_named_with_their_package(monkeypatch, tmp_path
 
 
 def test_index_options_turn_into_pip_arguments(tmp_path):
-    from apexkit.venvs import IndexOptions
+    from apexkit.build.venvs import IndexOptions
 
     offline = IndexOptions(wheelhouses=(tmp_path,), offline=True, index_url="https://idx/simple")
     assert offline.pip_args() == ["--no-index", "--find-links", str(tmp_path)]

@@ -1,9 +1,10 @@
 import pytest
 
-from apexkit import build, matrix
+from apexkit.build import builder as build
+from apexkit.build.interpreters import Interpreter
+from apexkit.build.options import BuildOptions
 from apexkit.errors import ConfigError
-from apexkit.interpreters import Interpreter
-from apexkit.options import BuildOptions
+from apexkit.matrix import model as matrix
 
 
 @pytest.fixture(scope="module")

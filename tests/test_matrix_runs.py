@@ -15,8 +15,9 @@ import wheelnames
 import yaml
 from conftest import ROOT, output
 
-from apexkit import matrix, matrixrun
 from apexkit.errors import ConfigError
+from apexkit.matrix import model as matrix
+from apexkit.matrix import run as matrixrun
 
 WORKFLOW = ROOT / ".github" / "workflows" / "build.yml"
 

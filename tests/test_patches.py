@@ -3,7 +3,7 @@ from pathlib import Path
 import fixture_repos
 import pytest
 
-from apexkit import patches
+from apexkit.build import patches
 from apexkit.errors import ConfigError, PatchError
 
 

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from apexkit import fsedit, proxy
+from apexkit import fsedit
+from apexkit.proxy import layers as proxy
 
 ROOT = Path(__file__).resolve().parent.parent
 PASSWORD = "hunter2-Secret"
@@ -160,7 +161,7 @@ def test_without_credentials_the_profile_keeps_its_mode(fsroot):
     bashrc = fsroot / "home/alice/.bashrc"
     bashrc.write_text("x=1\n")
     bashrc.chmod(0o644)
-    assert invoke("proxy.setup", "--http", "http://proxy:3128", "--only", "shell", "--root", str(fsroot)).returncode == 0
+    assert invoke("proxy.setup", "--http", "http://proxy:3128", "--layers", "shell", "--root", str(fsroot)).returncode == 0
     assert stat.S_IMODE(bashrc.stat().st_mode) == 0o644
 
 
@@ -221,7 +222,7 @@ def test_remove_is_byte_identical_around_our_block_even_after_the_user_edits(fsr
     bashrc = fsroot / "home/alice/.bashrc"
     bashrc.write_bytes(b"# before\nexport A=1")  # no trailing newline: we add one, and take it away again
     bashrc.chmod(0o640)
-    assert invoke("proxy.setup", "--http", PROXY, "--only", "shell", "--root", str(fsroot)).returncode == 0
+    assert invoke("proxy.setup", "--http", PROXY, "--layers", "shell", "--root", str(fsroot)).returncode == 0
     # the user appends to the file after our block: removal must keep their new line and drop only our block
     with open(bashrc, "ab") as handle:
         handle.write(b"alias gs='git status'\n")
@@ -233,7 +234,7 @@ def test_remove_is_byte_identical_around_our_block_even_after_the_user_edits(fsr
     # untouched since setup: the original bytes and mode come back exactly
     bashrc.write_bytes(b"# before\nexport A=1")
     bashrc.chmod(0o640)
-    assert invoke("proxy.setup", "--http", PROXY, "--only", "shell", "--root", str(fsroot)).returncode == 0
+    assert invoke("proxy.setup", "--http", PROXY, "--layers", "shell", "--root", str(fsroot)).returncode == 0
     assert stat.S_IMODE(bashrc.stat().st_mode) == 0o600
     assert invoke("proxy.remove", "--root", str(fsroot)).returncode == 0
     assert bashrc.read_bytes() == b"# before\nexport A=1"
@@ -241,7 +242,7 @@ def test_remove_is_byte_identical_around_our_block_even_after_the_user_edits(fsr
 
 
 def test_switching_daemon_mode_undoes_the_files_no_longer_needed(fsroot):
-    base = ["proxy.setup", "--http", PROXY, "--only", "daemon", "--root", str(fsroot)]
+    base = ["proxy.setup", "--http", PROXY, "--layers", "daemon", "--root", str(fsroot)]
     assert invoke(*base, "--daemon-mode", "systemd").returncode == 0
     dropins = fsroot / "etc/systemd/system/docker.service.d"
     assert sorted(p.name for p in dropins.iterdir()) == ["http-proxy.conf", "https-proxy.conf"]
@@ -260,7 +261,7 @@ def test_daemon_mode_follows_the_engine_version():
 
 
 def test_without_systemd_setup_prints_the_restart_commands(fsroot):
-    result = invoke("proxy.setup", "--http", PROXY, "--only", "daemon", "--daemon-mode", "systemd", "--root", str(fsroot))
+    result = invoke("proxy.setup", "--http", PROXY, "--layers", "daemon", "--daemon-mode", "systemd", "--root", str(fsroot))
     assert result.returncode == 0
     assert "sudo systemctl daemon-reload" in result.stderr and "sudo systemctl restart docker" in result.stderr
 
@@ -270,7 +271,7 @@ def test_pip_mirror_is_merged_into_pip_conf_and_removed_again(fsroot):
     conf.parent.mkdir(parents=True)
     original = "# corporate defaults\n[global]\ntimeout = 60\n\n[install]\nno-compile = true\n"
     conf.write_text(original)
-    result = invoke("proxy.setup", "--pip-index", "http://pypi.mirror.lan:8080/simple", "--only", "pip",
+    result = invoke("proxy.setup", "--pip-index", "http://pypi.mirror.lan:8080/simple", "--layers", "pip",
                     "--root", str(fsroot))
     assert result.returncode == 0, result.stderr
     text = conf.read_text()
@@ -295,7 +296,7 @@ def test_ca_bundle_is_the_system_bundle_plus_the_given_ca(fsroot, tmp_path):
     with pytest.raises(proxy.ConfigError, match="holds no PEM certificate"):
         proxy.build_ca_bundle(str(bad))
 
-    result = invoke("proxy.setup", "--http", PROXY, "--only", "shell", "--ca-cert", "/etc/ssl/certs/ca-certificates.crt",
+    result = invoke("proxy.setup", "--http", PROXY, "--layers", "shell", "--ca-cert", "/etc/ssl/certs/ca-certificates.crt",
                     "--root", str(fsroot))
     assert result.returncode == 0, result.stderr
     bundle = "/home/alice/.config/apexkit/ca-bundle.pem"
@@ -315,7 +316,7 @@ def test_unwritable_target_fails_before_anything_is_written(fsroot):
     result = invoke("proxy.setup", "--http", PROXY, "--daemon-mode", "systemd", "--root", str(fsroot))
     assert result.returncode == 6
     assert "cannot write /etc/systemd/system/docker.service.d/http-proxy.conf" in result.stderr
-    assert "--only shell,container" in result.stderr
+    assert "--layers shell,container" in result.stderr
     assert snapshot(fsroot) == before
 
 
@@ -341,7 +342,7 @@ def test_show_and_env(fsroot):
 def test_env_masks_passwords_on_a_terminal(fsroot):
     import pty
 
-    assert invoke("proxy.setup", "--http", PROXY, "--only", "shell", "--root", str(fsroot)).returncode == 0
+    assert invoke("proxy.setup", "--http", PROXY, "--layers", "shell", "--root", str(fsroot)).returncode == 0
     primary, secondary = pty.openpty()
     env = {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}
     env.update(HOME="/home/alice")
@@ -377,9 +378,9 @@ def test_invoke_list_shows_the_proxy_tasks_with_help():
 
 
 def test_check_without_a_docker_daemon_skips_those_layers_with_the_reason(fsroot, tmp_path):
-    assert invoke("proxy.setup", "--http", "http://127.0.0.1:9", "--only", "daemon,container", "--root",
+    assert invoke("proxy.setup", "--http", "http://127.0.0.1:9", "--layers", "daemon,container", "--root",
                   str(fsroot)).returncode == 0
-    result = invoke("proxy.check", "--only", "daemon,container", "--json", "--root", str(fsroot),
+    result = invoke("proxy.check", "--layers", "daemon,container", "--json", "--root", str(fsroot),
                     env={"DOCKER_HOST": f"unix://{tmp_path}/no-such.sock"})
     rows = {row["layer"]: row for row in json.loads(result.stdout)}
     assert result.returncode == 0

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from test_proxy import PASSWORD, PROXY, ROOT, invoke
 
-from apexkit import proxy
+from apexkit.proxy import layers as proxy
 
 STATE = "home/alice/.config/apexkit"
 OTHER = "http://bob:0ther-Pass@proxy2.corp.example:8080"
@@ -104,18 +104,18 @@ def test_a_link_leading_out_of_the_root_is_refused_in_one_line(fsroot, tmp_path)
     outside.write_bytes(b"# not under --root\n")
     (fsroot / "home/alice/.bashrc").symlink_to(outside)
     before = tree(fsroot)
-    text = one_line_error(invoke("proxy.setup", "--http", PROXY, "--only", "shell", "--root", str(fsroot)), 6)
+    text = one_line_error(invoke("proxy.setup", "--http", PROXY, "--layers", "shell", "--root", str(fsroot)), 6)
     assert "/home/alice/.bashrc is a symbolic link to" in text and "outside" in text and "nothing was changed" in text
     assert tree(fsroot) == before and outside.read_bytes() == b"# not under --root\n"
 
 
 def test_a_dangling_link_and_a_directory_in_place_of_a_file_are_one_line(fsroot):
     (fsroot / "home/alice/.bashrc").symlink_to("dotfiles/missing")
-    text = one_line_error(invoke("proxy.setup", "--http", PROXY, "--only", "shell", "--root", str(fsroot)), 6)
+    text = one_line_error(invoke("proxy.setup", "--http", PROXY, "--layers", "shell", "--root", str(fsroot)), 6)
     assert "which does not exist" in text
     (fsroot / "home/alice/.bashrc").unlink()
     (fsroot / "home/alice/.bashrc").mkdir()
-    text = one_line_error(invoke("proxy.setup", "--http", PROXY, "--only", "shell", "--root", str(fsroot)), 6)
+    text = one_line_error(invoke("proxy.setup", "--http", PROXY, "--layers", "shell", "--root", str(fsroot)), 6)
     assert "/home/alice/.bashrc is a directory, not a file" in text
     assert not (fsroot / STATE).exists()
 
@@ -132,7 +132,7 @@ def test_files_created_in_a_users_home_belong_to_that_user_and_remove_works(fsro
     (home / ".bashrc").write_bytes(b"# alice's\n")
     os.chown(home / ".bashrc", 4321, 4322)
     before = tree(fsroot)
-    setup_ok(fsroot, "--http", PROXY, "--pip-index", "https://pypi.corp.example/simple", "--only", "shell,container,pip")
+    setup_ok(fsroot, "--http", PROXY, "--pip-index", "https://pypi.corp.example/simple", "--layers", "shell,container,pip")
     created = ["home/alice/.docker", "home/alice/.docker/config.json", "home/alice/.config", "home/alice/.config/pip",
                "home/alice/.config/pip/pip.conf", STATE, f"{STATE}/backups", f"{STATE}/backups/manifest.json",
                f"{STATE}/proxy.json"]
@@ -178,7 +178,7 @@ def test_root_does_not_follow_a_users_link_to_a_file_of_someone_else(fsroot):
     (home / ".bashrc").symlink_to(shadow)
     os.lchown(home / ".bashrc", 4321, 4321)
     before = tree(fsroot)
-    text = one_line_error(invoke("proxy.setup", "--http", PROXY, "--only", "shell", "--root", str(fsroot)), 6)
+    text = one_line_error(invoke("proxy.setup", "--http", PROXY, "--layers", "shell", "--root", str(fsroot)), 6)
     assert "is a symbolic link of" in text and "uid 4321" in text and "root does not follow it" in text
     assert tree(fsroot) == before
 
@@ -213,7 +213,7 @@ def prepared_home(root: Path) -> None:
 def test_a_setup_killed_between_two_writes_is_undone_by_remove(fsroot, signum):
     prepared_home(fsroot)
     before = tree(fsroot)
-    process = start_setup(fsroot, 1, "--http", PROXY, "--only", "shell,container")
+    process = start_setup(fsroot, 1, "--http", PROXY, "--layers", "shell,container")
     process.send_signal(signum)
     process.wait(30)
     assert process.returncode != 0
@@ -228,10 +228,10 @@ def test_a_setup_killed_between_two_writes_is_undone_by_remove(fsroot, signum):
 def test_a_rerun_after_a_kill_keeps_the_true_original(fsroot):
     prepared_home(fsroot)
     before = tree(fsroot)
-    process = start_setup(fsroot, 2, "--http", PROXY, "--only", "shell,container")
+    process = start_setup(fsroot, 2, "--http", PROXY, "--layers", "shell,container")
     process.kill()
     process.wait(30)
-    setup_ok(fsroot, "--http", OTHER, "--only", "shell,container")  # the rerun finishes (other settings)
+    setup_ok(fsroot, "--http", OTHER, "--layers", "shell,container")  # the rerun finishes (other settings)
     text = (fsroot / "home/alice/.bashrc").read_text()
     assert text.count("# >>> apexkit proxy >>>") == 1 and OTHER in text and PROXY not in text
     assert invoke("proxy.remove", "--root", str(fsroot)).returncode == 0
@@ -259,7 +259,7 @@ def test_unpaired_or_repeated_markers_are_refused_and_nothing_is_written(fsroot,
 
 def test_remove_with_a_duplicated_block_undoes_the_other_layers_and_says_which_file_is_left(fsroot):
     prepared_home(fsroot)
-    setup_ok(fsroot, "--http", PROXY, "--only", "shell,container")
+    setup_ok(fsroot, "--http", PROXY, "--layers", "shell,container")
     bashrc = fsroot / "home/alice/.bashrc"
     text = bashrc.read_text()
     bashrc.write_text(text + text[text.index(BEGIN):])  # a hand edit duplicated our block
@@ -283,13 +283,13 @@ def test_non_utf8_bytes_survive_setup_and_remove_exactly(fsroot):
     latin1 = "# café proxy\n[global]\ntimeout = 60\n".encode("latin-1")
     pip_conf.write_bytes(latin1)
     before = tree(fsroot)
-    setup_ok(fsroot, "--http", PROXY, "--pip-index", "https://pypi.corp.example/simple", "--only", "shell,pip")
+    setup_ok(fsroot, "--http", PROXY, "--pip-index", "https://pypi.corp.example/simple", "--layers", "shell,pip")
     assert bashrc.read_bytes().startswith(gbk) and pip_conf.read_bytes().startswith(b"# caf\xe9 proxy\n")
     assert "shell: configured" in invoke("proxy.show", "--root", str(fsroot)).stdout
     assert invoke("proxy.remove", "--root", str(fsroot)).returncode == 0
     assert tree(fsroot) == before
     # edited since setup: only our part goes, every other byte stays
-    setup_ok(fsroot, "--http", PROXY, "--pip-index", "https://pypi.corp.example/simple", "--only", "shell,pip")
+    setup_ok(fsroot, "--http", PROXY, "--pip-index", "https://pypi.corp.example/simple", "--layers", "shell,pip")
     with open(bashrc, "ab") as handle:
         handle.write("alias 列表='ls'\n".encode("gbk"))
     with open(pip_conf, "ab") as handle:
@@ -303,9 +303,9 @@ def test_non_utf8_bytes_survive_setup_and_remove_exactly(fsroot):
 
 def test_each_layer_keeps_its_own_settings(fsroot):
     before = tree(fsroot)
-    setup_ok(fsroot, "--http", PROXY, "--only", "shell")
-    setup_ok(fsroot, "--http", OTHER, "--only", "daemon", "--daemon-mode", "systemd")
-    setup_ok(fsroot, "--pip-index", "https://pypi.corp.example/simple", "--only", "pip")
+    setup_ok(fsroot, "--http", PROXY, "--layers", "shell")
+    setup_ok(fsroot, "--http", OTHER, "--layers", "daemon", "--daemon-mode", "systemd")
+    setup_ok(fsroot, "--pip-index", "https://pypi.corp.example/simple", "--layers", "pip")
     saved = json.loads((fsroot / STATE / "proxy.json").read_text())["layers"]
     assert list(saved) == ["shell", "daemon", "pip"]
     assert saved["shell"]["settings"]["http"] == PROXY and saved["shell"]["profile"] == "/home/alice/.bashrc"
@@ -316,7 +316,7 @@ def test_each_layer_keeps_its_own_settings(fsroot):
     exported = invoke("proxy.env", "--root", str(fsroot)).stdout
     assert f"export http_proxy={PROXY}\n" in exported  # the shell layer's proxy
 
-    assert invoke("proxy.remove", "--only", "shell", "--root", str(fsroot)).returncode == 0
+    assert invoke("proxy.remove", "--layers", "shell", "--root", str(fsroot)).returncode == 0
     assert list(json.loads((fsroot / STATE / "proxy.json").read_text())["layers"]) == ["daemon", "pip"]
     assert f"export http_proxy={OTHER}\n" in invoke("proxy.env", "--root", str(fsroot)).stdout
     assert invoke("proxy.remove", "--root", str(fsroot)).returncode == 0
@@ -365,9 +365,9 @@ def test_remove_takes_away_the_folders_and_state_that_setup_created(fsroot):
     ('["not", "an", "object"]', "holds a JSON list"),
 ])
 def test_a_proxy_json_with_wrong_types_is_one_line(fsroot, content, where):
-    setup_ok(fsroot, "--http", PROXY, "--only", "shell")
+    setup_ok(fsroot, "--http", PROXY, "--layers", "shell")
     (fsroot / STATE / "proxy.json").write_text(content)
-    for args in (["proxy.show"], ["proxy.env"], ["proxy.setup", "--http", PROXY, "--only", "container"]):
+    for args in (["proxy.show"], ["proxy.env"], ["proxy.setup", "--http", PROXY, "--layers", "container"]):
         text = one_line_error(invoke(*args, "--root", str(fsroot)), 2)
         assert where in text, text
     # remove still undoes every layer (and the state with it)

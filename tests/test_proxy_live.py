@@ -18,7 +18,8 @@ import pytest
 import services
 from test_proxy import invoke
 
-from apexkit import baseimage, proxy
+from apexkit.images import base as baseimage
+from apexkit.proxy import layers as proxy
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -44,7 +45,7 @@ def setup_root(tmp_path: Path, *args: str) -> Path:
 
 @pytest.mark.network
 def test_pip_download_with_the_proxy_env_goes_through_the_proxy(tinyproxy, tmp_path):
-    root = setup_root(tmp_path, "--http", tinyproxy.url, "--only", "shell")
+    root = setup_root(tmp_path, "--http", tinyproxy.url, "--layers", "shell")
     downloads = tmp_path / "downloads"
     mark = tinyproxy.log_size()
     script = (f'eval "$("{sys.executable}" -m invoke -r "{ROOT}" proxy.env --root "{root}")" && '
@@ -66,9 +67,9 @@ def test_pip_download_with_the_proxy_env_goes_through_the_proxy(tinyproxy, tmp_p
 
 @pytest.mark.network
 def test_check_probes_the_index_through_the_proxy(tinyproxy, tmp_path):
-    root = setup_root(tmp_path, "--http", tinyproxy.url, "--only", "shell")
+    root = setup_root(tmp_path, "--http", tinyproxy.url, "--layers", "shell")
     mark = tinyproxy.log_size()
-    result = invoke("proxy.check", "--only", "shell", "--json", "--root", str(root), env={"HOME": "/root"})
+    result = invoke("proxy.check", "--layers", "shell", "--json", "--root", str(root), env={"HOME": "/root"})
     rows = json.loads(result.stdout)
     assert rows[0]["layer"] == "shell"
     assert "HTTP 200" in rows[0]["probe"], rows
@@ -81,15 +82,15 @@ def test_check_probes_the_index_through_the_proxy(tinyproxy, tmp_path):
 
 def test_check_fails_with_the_cause_when_the_proxy_is_down_or_refuses(tinyproxy, tmp_path):
     dead = f"http://127.0.0.1:{services.free_port()}"
-    root = setup_root(tmp_path, "--http", dead, "--only", "shell")
-    result = invoke("proxy.check", "--only", "shell", "--json", "--root", str(root), env={"HOME": "/root"})
+    root = setup_root(tmp_path, "--http", dead, "--layers", "shell")
+    result = invoke("proxy.check", "--layers", "shell", "--json", "--root", str(root), env={"HOME": "/root"})
     assert result.returncode == 1
     row = json.loads(result.stdout)[0]
     assert row["status"] == "fail" and "refused" in row["probe"] and "is the proxy running" in row["hint"]
 
     wrong = tinyproxy.url.replace(services.TinyProxy.PASSWORD, "wrong-password")
-    root = setup_root(tmp_path / "wrong", "--http", wrong, "--only", "shell")
-    result = invoke("proxy.check", "--only", "shell", "--json", "--root", str(root), env={"HOME": "/root"})
+    root = setup_root(tmp_path / "wrong", "--http", wrong, "--layers", "shell")
+    result = invoke("proxy.check", "--layers", "shell", "--json", "--root", str(root), env={"HOME": "/root"})
     row = json.loads(result.stdout)[0]
     assert result.returncode == 1 and row["status"] == "fail" and "refused the credentials" in row["probe"]
     assert "wrong-password" not in result.stdout
@@ -101,7 +102,7 @@ def test_check_fails_with_the_cause_when_the_proxy_is_down_or_refuses(tinyproxy,
 def docker_env(tinyproxy, tmp_path_factory):
     ok, why = services.services_available()
     services.require(ok, why)
-    root = setup_root(tmp_path_factory.mktemp("docker"), "--http", tinyproxy.url, "--only", "daemon,container",
+    root = setup_root(tmp_path_factory.mktemp("docker"), "--http", tinyproxy.url, "--layers", "daemon,container",
                       "--daemon-mode", "systemd")
     paths = proxy.Paths(root=root, environ={"HOME": "/root"})
     environment = proxy.daemon_environment(paths)  # what systemd would give dockerd from our drop-ins
@@ -123,7 +124,7 @@ def test_dockerd_started_with_the_dropin_environment_uses_the_proxy(docker_env, 
     assert f"HTTPS Proxy: http://xxxxx:xxxxx@127.0.0.1:{tinyproxy.port}" in info.stdout
     assert "No Proxy: localhost,127.0.0.0/8,::1" in info.stdout
 
-    result = invoke("proxy.check", "--only", "daemon", "--json", "--root", str(docker_env.root),
+    result = invoke("proxy.check", "--layers", "daemon", "--json", "--root", str(docker_env.root),
                     env={"HOME": "/root", "DOCKER_HOST": docker_env.daemon.host})
     row = json.loads(result.stdout)[0]
     assert result.returncode == 0 and row["status"] == "ok", row
@@ -132,7 +133,7 @@ def test_dockerd_started_with_the_dropin_environment_uses_the_proxy(docker_env, 
 def test_check_catches_a_daemon_started_without_the_proxy(docker_env):
     bare = services.Dockerd({})  # the seed's trap: the proxy is in the shell, the daemon never sees it
     try:
-        result = invoke("proxy.check", "--only", "daemon", "--json", "--root", str(docker_env.root),
+        result = invoke("proxy.check", "--layers", "daemon", "--json", "--root", str(docker_env.root),
                         env={"HOME": "/root", "DOCKER_HOST": bare.host})
     finally:
         bare.stop()
@@ -150,7 +151,7 @@ def test_containers_get_the_variables_and_reach_the_proxy(docker_env, tinyproxy)
     assert "NO_PROXY=localhost,127.0.0.0/8,::1\n" in run.stdout
 
     mark = tinyproxy.log_size()
-    result = invoke("proxy.check", "--only", "container", "--json", "--root", str(docker_env.root),
+    result = invoke("proxy.check", "--layers", "container", "--json", "--root", str(docker_env.root),
                     env={"HOME": "/root", "DOCKER_HOST": docker_env.daemon.host})
     row = json.loads(result.stdout)[0]
     assert row["status"] == "ok", row
@@ -232,12 +233,12 @@ def test_registry_mirrors_match_what_dockerd_accepts(tmp_path):
     refused = ["https://u:pw@mirror.example", "https://mirror.example/?x=1", "http://10.0.0.5:5000/mirror",
                "https://mirror.example x"]
     for mirror in refused:
-        result = invoke("proxy.setup", "--registry-mirror", mirror, "--only", "daemon", "--root", str(tmp_path))
+        result = invoke("proxy.setup", "--registry-mirror", mirror, "--layers", "daemon", "--root", str(tmp_path))
         assert result.returncode == 2, result.stderr
         started, text = _dockerd_with_config({"registry-mirrors": [mirror]}, tmp_path)
         assert not started and "invalid mirror" in text, text
     # what setup writes for an accepted form, dockerd starts with (and setup restarts it)
-    root = setup_root(tmp_path, "--registry-mirror", "HTTP://10.0.0.5:5000/", "--only", "daemon")
+    root = setup_root(tmp_path, "--registry-mirror", "HTTP://10.0.0.5:5000/", "--layers", "daemon")
     written = json.loads((root / "etc/docker/daemon.json").read_text())
     assert written == {"registry-mirrors": ["http://10.0.0.5:5000"]}
     started, text = _dockerd_with_config(written, tmp_path)

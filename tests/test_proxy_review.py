@@ -24,7 +24,7 @@ import pytest
 from test_proxy import PROXY, ROOT, invoke
 from test_proxy_files import one_line_error, setup_ok, tree
 
-from apexkit import proxy
+from apexkit.proxy import layers as proxy
 
 NOBODY = 65534
 STATE = "home/alice/.config/apexkit"

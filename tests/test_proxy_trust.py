@@ -52,7 +52,7 @@ def one_line_error(result, code: int = 6) -> str:
 
 
 def test_a_manifest_entry_outside_the_managed_set_is_never_written(fsroot, tmp_path):
-    set_up(fsroot, "--only", "shell")
+    set_up(fsroot, "--layers", "shell")
     victim = tmp_path / "victim.conf"            # outside --root altogether
     victim.write_bytes(b"precious\n")
     victim.chmod(0o644)
@@ -89,7 +89,7 @@ def test_restored_modes_are_clamped_and_credential_files_stay_0600(fsroot):
     config.parent.mkdir(parents=True)
     config.write_bytes(b'{"auths": {"registry.corp": {"auth": "c2VjcmV0"}}}')
     config.chmod(0o600)
-    set_up(fsroot, "--only", "shell,container")
+    set_up(fsroot, "--layers", "shell,container")
 
     def widen(manifest):
         manifest["/home/alice/.bashrc"]["mode"] = 0o6755          # setuid + setgid
@@ -102,11 +102,11 @@ def test_restored_modes_are_clamped_and_credential_files_stay_0600(fsroot):
 
 
 def test_group_writable_state_is_refused_and_nothing_is_written(fsroot):
-    set_up(fsroot, "--only", "shell")
+    set_up(fsroot, "--layers", "shell")
     backups = fsroot / STATE / "backups"
     backups.chmod(0o770)
     before = snapshot(fsroot)
-    for args in (["proxy.remove"], ["proxy.setup", "--http", "http://other:3128", "--only", "shell"]):
+    for args in (["proxy.remove"], ["proxy.setup", "--http", "http://other:3128", "--layers", "shell"]):
         text = one_line_error(invoke(*args, "--root", str(fsroot)))
         assert f"{backups} is writable by its group or by everyone (mode 0o770)" in text
         assert "chmod -R go-w" in text
@@ -119,7 +119,7 @@ def test_a_symlinked_state_directory_is_refused(fsroot, tmp_path):
     state = fsroot / STATE
     state.parent.mkdir(parents=True)
     state.symlink_to(elsewhere)
-    text = one_line_error(invoke("proxy.setup", "--http", PROXY, "--only", "shell", "--root", str(fsroot)))
+    text = one_line_error(invoke("proxy.setup", "--http", PROXY, "--layers", "shell", "--root", str(fsroot)))
     assert "is a symbolic link" in text
     assert list(elsewhere.iterdir()) == []
     assert not (fsroot / "home/alice/.bashrc").exists()
@@ -128,10 +128,10 @@ def test_a_symlinked_state_directory_is_refused(fsroot, tmp_path):
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root: the test gives the state directory to another uid (chown)")
 @pytest.mark.parametrize("which", [STATE, f"{STATE}/backups", MANIFEST])
 def test_state_owned_by_another_user_is_refused_when_running_as_root(fsroot, which):
-    set_up(fsroot, "--only", "shell")
+    set_up(fsroot, "--layers", "shell")
     os.chown(fsroot / which, 4321, 4321)   # as if a user's process had made it (the sudo -E case)
     before = snapshot(fsroot)
-    for args in (["proxy.remove"], ["proxy.setup", "--http", "http://other:3128", "--only", "shell"]):
+    for args in (["proxy.remove"], ["proxy.setup", "--http", "http://other:3128", "--layers", "shell"]):
         text = one_line_error(invoke(*args, "--root", str(fsroot)))
         assert f"{fsroot / which} belongs to uid 4321, not to" in text and "nothing was changed" in text
         assert "without sudo" in text
@@ -143,7 +143,7 @@ def test_a_symlinked_backup_copy_is_not_followed(fsroot, tmp_path):
     secret = tmp_path / "id_rsa"
     secret.write_bytes(b"-----BEGIN OPENSSH PRIVATE KEY-----\n")
     secret.chmod(0o600)
-    set_up(fsroot, "--only", "shell")
+    set_up(fsroot, "--layers", "shell")
     copies = list((fsroot / STATE / "backups").glob("*.orig"))
     assert len(copies) == 1
     copies[0].unlink()
@@ -157,7 +157,7 @@ def test_a_symlinked_backup_copy_is_not_followed(fsroot, tmp_path):
 
 
 def test_a_lost_backup_copy_never_deletes_the_users_file(fsroot):
-    set_up(fsroot, "--only", "shell")
+    set_up(fsroot, "--layers", "shell")
     for copy in (fsroot / STATE / "backups").glob("*.orig"):
         copy.unlink()
     result = invoke("proxy.remove", "--root", str(fsroot))
@@ -169,7 +169,7 @@ def test_a_lost_backup_copy_never_deletes_the_users_file(fsroot):
 def test_state_is_created_closed_to_others_whatever_the_umask(fsroot):
     old = os.umask(0o002)
     try:
-        set_up(fsroot, "--only", "shell")
+        set_up(fsroot, "--layers", "shell")
     finally:
         os.umask(old)
     for directory in (fsroot / STATE, fsroot / STATE / "backups"):

@@ -23,8 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from apexkit import refresh
 from apexkit.errors import ConfigError, SourceError
+from apexkit.matrix import refresh
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data" / "torch-npu-metadata"
@@ -177,7 +177,7 @@ def clean_env(**extra: str) -> dict[str, str]:
 
 
 def run_refresh(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "apexkit.refresh", *args], cwd=ROOT, env=env or clean_env(),
+    return subprocess.run([sys.executable, "-m", "apexkit", "matrix", "--refresh", *args], cwd=ROOT, env=env or clean_env(),
                           capture_output=True, text=True, timeout=300)
 
 

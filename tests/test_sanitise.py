@@ -126,7 +126,7 @@ def test_build_failure_tail_is_escaped_and_the_log_keeps_the_raw_output(tmp_path
     proc = _child("""
         import sys
         from pathlib import Path
-        from apexkit.build import Builder
+        from apexkit.build.builder import Builder
         from apexkit.proc import run_logged
         builder = Builder.__new__(Builder)  # only the failure report: no build plan needed
         builder.log_path = Path(sys.argv[2])
@@ -144,7 +144,7 @@ def test_streamed_image_build_output_is_escaped(tmp_path):
     # the daemon's JSON stream as docker-py decodes it (what a hostile Dockerfile's RUN step would print)
     proc = _child("""
         import sys
-        from apexkit import images
+        from apexkit.images import builder as images
         hostile = eval(sys.argv[1])
         stream = [{"stream": "Step 1/2 : RUN evil [red]x[/red]\\x1b]52;c;ZWNobyBwd25lZA==\\x07\\n"}]
         stream += [{"stream": line + "\\n"} for line in hostile]
@@ -159,7 +159,7 @@ def test_streamed_image_build_output_is_escaped(tmp_path):
 
 def test_streamed_container_output_is_escaped_on_the_terminal_and_raw_in_the_log(tmp_path):
     """The container's output (an image can print anything) goes to the host's terminal escaped, to its log raw."""
-    code = ("import sys; from apexkit import containerbuild; "
+    code = ("import sys; from apexkit.images import container as containerbuild; "
             "fh = open(sys.argv[1], 'w'); "
             "containerbuild.stream_output([b'\\x1b]52;c;aGk=\\x07copied\\n\\x1b[32mOK', b'\\x1b[0m\\n'], fh); fh.close()")
     logfile = tmp_path / "container.log"

@@ -15,8 +15,9 @@ import pytest
 import wheelnames
 from conftest import ROOT, output
 
-from apexkit import containerbuild, patches, sbom
+from apexkit.build import patches, sbom
 from apexkit.errors import ImageError
+from apexkit.images import container as containerbuild
 
 WHEEL = wheelnames.fixture_wheel()  # manylinux_2_24 where auditwheel computes it
 TARGET = "py3.11-torch2.13.0-x86_64-master"
@@ -196,12 +197,12 @@ def test_container_publish_writes_them_on_the_host_with_the_image_id(tmp_path):
 def test_signing_is_documented_off_by_default():
     text = (ROOT / "docs" / "wheels.md").read_text()
     assert "sbom.cdx.json" in text and "provenance.json" in text and "cosign" in text
-    assert subprocess.run([sys.executable, "-c", "import apexkit.sbom"], cwd=ROOT).returncode == 0
+    assert subprocess.run([sys.executable, "-c", "import apexkit.build.sbom"], cwd=ROOT).returncode == 0
 
 
 def test_without_the_library_the_provenance_is_still_written_and_the_manifest_says_why(tmp_path):
     wheel = make_wheel(tmp_path)
-    code = ("import json, sys; sys.modules['cyclonedx'] = None; from pathlib import Path; from apexkit import sbom; "
+    code = ("import json, sys; sys.modules['cyclonedx'] = None; from pathlib import Path; from apexkit.build import sbom; "
             f"m = {{'created': '2026-11-30T17:00:00Z'}}; d = sbom.documents(m, Path({str(wheel)!r})); "
             "print(json.dumps({'files': sorted(d), 'attestations': m['attestations']}))")
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
@@ -214,7 +215,8 @@ def test_without_the_library_the_provenance_is_still_written_and_the_manifest_sa
 
 def test_a_target_collected_from_a_slurm_job_gets_them_too(tmp_path):
     # matrixrun.collect copies the wheel + manifest a job left; distdir.replace_dir writes the SBOM and provenance
-    from apexkit import matrix, matrixrun
+    from apexkit.matrix import model as matrix
+    from apexkit.matrix import run as matrixrun
 
     combo = matrix.load().combinations([{"python": "3.11", "torch": "2.13.0", "arch": "x86_64"}])[0]
     target = tmp_path / "stage" / TARGET

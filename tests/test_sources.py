@@ -12,7 +12,8 @@ import urllib.parse
 import pytest
 from conftest import ROOT
 
-from apexkit import locks, sources
+from apexkit import locks
+from apexkit.build import sources
 from apexkit.errors import ConfigError, SourceError
 
 FAST = sources.RetryPolicy(attempts=3, backoff=0.01)
@@ -99,7 +100,7 @@ def test_apex_src_is_copied_never_modified(repos, tmp_path):
 FETCH = """
 import os, sys, time
 from pathlib import Path
-from apexkit import sources
+from apexkit.build import sources
 url, cache, go, pin = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3]), sys.argv[4]
 print("ready", flush=True)
 while not go.exists():

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 from conftest import output
 
-from apexkit import ccachestats, log
+from apexkit import log
+from apexkit.build import ccache as ccachestats
 
 DATA = Path(__file__).parent / "data" / "ccache"
 TARGET = "py3.11-torch2.13.0-x86_64-master"

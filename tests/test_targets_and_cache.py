@@ -16,11 +16,13 @@ import pytest
 import wheelnames
 from conftest import output
 
-from apexkit import build, distdir, untrusted
-from apexkit import matrix as matrix_mod
+from apexkit import untrusted
+from apexkit.build import builder as build
+from apexkit.build import distdir
+from apexkit.build.interpreters import Interpreter
+from apexkit.build.options import BuildOptions
 from apexkit.errors import ConfigError
-from apexkit.interpreters import Interpreter
-from apexkit.options import BuildOptions
+from apexkit.matrix import model as matrix_mod
 
 INTERP = Interpreter("/usr/bin/python3.11", "3.11", "3.11.2", "cpython", "x86_64", "/usr", "", "")
 BASE = "py3.11-torch2.13.0-x86_64-master"

@@ -15,8 +15,10 @@ from urllib.parse import quote
 import pytest
 from test_proxy import invoke, paths, snapshot
 
-from apexkit import fsedit, images, log, proxy, urls
+from apexkit import fsedit, log, urls
 from apexkit.errors import ConfigError, EnvironmentSetupError
+from apexkit.images import builder as images
+from apexkit.proxy import layers as proxy
 
 # A password is these two halves around the character under test: neither half may show anywhere.
 A, B = "Kq7Lm", "Zw9Tn"

@@ -8,8 +8,11 @@ import sys
 import pytest
 from conftest import ROOT
 
-from apexkit import matrixrun, options, runbench, vocab
+from apexkit import vocab
+from apexkit.build import options
 from apexkit.errors import ConfigError
+from apexkit.matrix import run as matrixrun
+from apexkit.validate import run as runbench
 
 DEPRECATED = "is deprecated: use"
 

@@ -1,4 +1,4 @@
-"""apexkit.wheelcheck on real ELF files: small shared objects compiled here with gcc/g++, each deliberately broken
+"""apexkit.build.wheelcheck on real ELF files: small shared objects compiled here with gcc/g++, each deliberately broken
 in one way (the way a build can go wrong), and the good one that passes every check."""
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.version import Version
 
-from apexkit import build, wheelcheck
+from apexkit.build import builder as build
+from apexkit.build import wheelcheck
 
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None or shutil.which("g++") is None, reason="needs gcc/g++")
 

@@ -641,7 +641,7 @@ def make_plan(*, results: str, index: str, target: str | None = None, stack: str
         raise ConfigError(f"--nodes {nodes} but --nodelist names {len(names)} node(s)", "pass one of them")
     matrix_stack = None
     if stack:
-        from apexkit import matrix
+        from apexkit.matrix import model as matrix
 
         matrix_stack = matrix.load().stack(stack)
     data = read_index(idx)

@@ -17,9 +17,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from apexkit import apexneed, checks, images, interpreters, known_failures, log, paths, proxy, sources
-from apexkit import matrix as matrix_mod
+from apexkit import checks, log, paths
+from apexkit.build import interpreters, known_failures, sources
+from apexkit.doctor import apexneed
 from apexkit.errors import ConfigError
+from apexkit.images import builder as images
+from apexkit.matrix import model as matrix_mod
+from apexkit.proxy import layers as proxy
 
 OK, WARN, FAIL, SKIP = checks.OK, checks.WARN, checks.FAIL, checks.SKIP
 LOW_DISK_GIB = 10.0  # a build venv with a CPU torch is 1-2 GB, with a CUDA torch 5+ GB; builder images ~1 GB
@@ -267,7 +271,7 @@ def check_docker(environ: Mapping[str, str], settings: proxy.ProxySettings | Non
     version = c.version()
     rows.append(Check("docker", "daemon", OK, f"{version.get('Version')} ({version.get('Os')}/{version.get('Arch')}), "
                       f"{environ.get('DOCKER_HOST') or 'unix:///var/run/docker.sock'}"))
-    from apexkit import proxycheck
+    from apexkit.proxy import check as proxycheck
 
     row = proxycheck.check_daemon(proxy.Paths(), settings, c, "")
     rows.append(Check("docker", "daemon proxy", row.status, f"{row.data['effective']}; {row.data['probe']}"[:200],

@@ -25,10 +25,7 @@ import time
 from pathlib import Path
 
 from apexkit import log, paths
-from apexkit.matrix import PROJECT_ROOT
-
-_SKIP = shutil.ignore_patterns(".git", ".venv", ".nox", "build", "dist", "reports", "index", "__pycache__",
-                               ".pytest_cache", ".ruff_cache")
+from apexkit.matrix.model import PROJECT_ROOT
 
 
 def _run(root: Path, python: str, extra: list[str], env: dict, dist: Path, build: Path) -> dict:
@@ -48,7 +45,7 @@ def _run(root: Path, python: str, extra: list[str], env: dict, dist: Path, build
 def changed_checkout(tmp: Path) -> Path:
     """A copy of this checkout whose first patch has one more comment line: new patch hash, same edits."""
     copy = tmp / "checkout"
-    shutil.copytree(PROJECT_ROOT, copy, ignore=_SKIP, symlinks=True)
+    shutil.copytree(PROJECT_ROOT, copy, ignore=paths.copy_ignore(PROJECT_ROOT), symlinks=True)
     first = sorted((copy / "patches").glob("*.toml"))[0]
     first.write_text(first.read_text() + "# changed for nox -s build-bench (changed-input run)\n")
     return copy

@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from apexkit import paths
 from apexkit.errors import ConfigError, PatchError
 
 if sys.version_info >= (3, 11):
@@ -20,7 +21,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-PATCHES_DIR = Path(__file__).resolve().parent.parent / "patches"
+PATCHES_DIR = paths.PATCHES
 
 APPLIED = "applied"
 ALREADY = "already applied"

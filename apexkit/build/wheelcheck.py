@@ -7,7 +7,7 @@ __cxx11 check hands the mangled names to `c++filt` (binutils, present wherever g
 check_binary does too. Every failure is one line naming the file and the check.
 
 Pure in, data out: `Expect` says what the build asked for (from the plan, the patched setup.py and the build venv's
-torch), `check_wheel` returns a report (per module: the facts, the failures). build.py turns failures into a
+torch), `check_wheel` returns a report (per module: the facts, the failures). builder.py turns failures into a
 BuildError; the manifest keeps the report.
 """
 

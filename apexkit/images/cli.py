@@ -8,8 +8,9 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from apexkit import images, log
+from apexkit import log
 from apexkit.errors import ImageError
+from apexkit.images import builder as images
 
 
 def build(arch: str, base: str, tag: str | None = None, network: str | None = None, ca_bundle: str | None = None,

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 
-from apexkit import checks, doctor, log
+from apexkit import checks, log
+from apexkit.doctor import machine as doctor
 
 
 def main(log_file: str | None = None, as_json: bool = False, venv: str | None = None, python: str | None = None,

@@ -14,7 +14,8 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from apexkit import log, sources
+from apexkit import log
+from apexkit.build import sources
 from apexkit.errors import EnvironmentSetupError
 
 DEBIAN_MIRROR = "http://deb.debian.org/debian"

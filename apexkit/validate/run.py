@@ -17,10 +17,12 @@ import shlex
 import subprocess
 from pathlib import Path
 
-from apexkit import log, matrix, sources, venvs, vocab
+from apexkit import log, paths, vocab
+from apexkit.build import sources, venvs
 from apexkit.errors import BenchError, ConfigError
+from apexkit.matrix import model as matrix
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = paths.ROOT
 SCRIPTS = {"validate": ROOT / "bench" / "validate_env.py", "bench": ROOT / "bench" / "amp_bench.py"}
 RUN_EXTRAS = ("matplotlib",)
 # torch wheels built against NumPy 1.x (torch 2.1, 2.2) print a traceback-shaped warning at `import torch` and lose

@@ -11,9 +11,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-from apexkit import matrix as matrix_mod
 from apexkit import paths, vocab
 from apexkit.errors import ConfigError
+from apexkit.matrix import model as matrix_mod
 
 PROJECT_ROOT = matrix_mod.PROJECT_ROOT
 
@@ -51,7 +51,7 @@ class BuildOptions:
     verify_reproducible: bool = False
     force: bool = False  # replace a dist/<target> built from other inputs
     test_cached: bool = False  # smoke-test a wheel cache hit too
-    image: str | None = None  # build inside this builder image (apexkit/containerbuild.py)
+    image: str | None = None  # build inside this builder image (apexkit/images/container.py)
     network: str | None = None
     ca_bundle: str | None = None
 
@@ -154,7 +154,7 @@ def _source_url(option: str | None, flag: str, env: Mapping[str, str], variable:
 def resolve(python: str, argv: Sequence[str], env: Mapping[str, str] | None = None,
             prog: str = "nox -s build-3.X --") -> BuildOptions:
     """argv (session posargs) + env -> BuildOptions. --help prints and raises SystemExit(0)."""
-    from apexkit import sources
+    from apexkit.build import sources
 
     env = os.environ if env is None else env
     m = matrix_mod.load()

@@ -10,7 +10,7 @@ copied into the host's dist/ by this process, so it belongs to the invoking user
 The workspace is the container's to write, so what the host takes from it is untrusted: the host keeps the
 container's output beside the workspace, never in it (a symlink left there would aim the host's writes anywhere), and
 takes back only a plain wheel file named by a plain basename, without following links, re-hashed here. The SBOM and
-the provenance statement are not taken back: the host writes them (apexkit.sbom) from the manifest it rewrote and the
+the provenance statement are not taken back: the host writes them (apexkit.build.sbom) from the manifest it rewrote and the
 wheel it re-hashed, with the builder image's id, which only the host knows.
 """
 
@@ -33,10 +33,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-from apexkit import distdir, fsedit, images, log, options, paths, proxy, sbom, untrusted
-from apexkit import matrix as matrix_mod
+from apexkit import fsedit, log, paths, untrusted
+from apexkit.build import distdir, options, sbom
+from apexkit.build.options import BuildOptions
 from apexkit.errors import BuildError, ConfigError, ImageError
-from apexkit.options import BuildOptions
+from apexkit.images import builder as images
+from apexkit.matrix import model as matrix_mod
+from apexkit.proxy import layers as proxy
 
 REPO_MOUNT = "/apexkit"
 PACKAGE_MOUNT = "/opt/apexkit-package"  # the package of a pip-installed apexkit
@@ -44,7 +47,7 @@ WORKSPACE = "/workspace"
 CACHE = "/cache"
 MNT = "/mnt/apexkit"
 TOOL_PYTHON = "/opt/apexkit/venv/bin/python"  # apexkit itself runs here; builds use the base's python3.X
-OPTIONS_FILE = f"{WORKSPACE}/options.json"  # the parsed options (apexkit.options.to_json), 0600, removed after
+OPTIONS_FILE = f"{WORKSPACE}/options.json"  # the parsed options (apexkit.build.options.to_json), 0600, removed after
 PASS_ENV_PREFIXES = ("APEXKIT_FETCH_",)
 PASS_ENV = ("APEXKIT_JOBS", "APEXKIT_TORCH_INDEX_URL", "PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_TRUSTED_HOST",
             "PIP_DEFAULT_TIMEOUT", "PIP_RETRIES")
@@ -379,7 +382,7 @@ def _publish(produced: Path, dist_dir: Path, spec: ContainerSpec, labels: Mappin
     The workspace is the container's: `produced` must be a real directory directly in <workspace>/dist, its
     manifest.json and wheel regular files (opened without following links, relative to the opened directory),
     wheel.file a plain valid wheel file name. The wheel is copied and hashed here; it must match the manifest's
-    sha256, and the host writes wheel.sha256/size from its own copy, then the SBOM and the provenance (apexkit.sbom,
+    sha256, and the host writes wheel.sha256/size from its own copy, then the SBOM and the provenance (apexkit.build.sbom,
     with the image's id from `image_ref`) from that copy and the rewritten manifest; nothing else of the container's
     target folder is taken. Anything else: ImageError, nothing in dist/."""
     where = spec.workspace / "dist"

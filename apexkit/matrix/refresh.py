@@ -52,9 +52,9 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from apexkit import fsedit, log
-from apexkit import matrix as matrix_mod
+from apexkit.build.sources import RetryPolicy
 from apexkit.errors import ConfigError, EnvironmentSetupError, SourceError
-from apexkit.sources import RetryPolicy
+from apexkit.matrix import model as matrix_mod
 
 PROJECT = "torch-npu"
 OLDEST = Version("2.1")
@@ -1011,14 +1011,3 @@ def report(result: Survey, changes: Sequence[RowChange], path: Path) -> str:
     lines.append(f"{path} [torch_npu.versions] against the index:")
     lines += [describe(c) for c in changes]
     return "\n".join(lines)
-
-
-def cli(argv: Sequence[str] | None = None) -> int:
-    """python -m apexkit.refresh [--write] [--matrix FILE] [--index-url URL]: one line and an exit code on error."""
-    from apexkit.cli import exit_code
-
-    return exit_code(lambda: main(sys.argv[1:] if argv is None else argv))
-
-
-if __name__ == "__main__":
-    sys.exit(cli())

@@ -23,10 +23,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from apexkit import images, log, paths, vocab
-from apexkit import matrix as matrix_mod
+from apexkit import log, paths, vocab
 from apexkit.errors import ApexkitError, ConfigError
-from apexkit.matrix import Combination
+from apexkit.images import builder as images
+from apexkit.matrix import model as matrix_mod
+from apexkit.matrix.model import Combination
 
 
 def load_combinations(path: Path | None) -> tuple[matrix_mod.Matrix, list[Combination]]:
@@ -198,7 +199,7 @@ def run_one(m: matrix_mod.Matrix, combo: Combination, passthrough: list[str], di
 
 
 def _target_dir(dist: Path, combo: Combination) -> Path | None:
-    from apexkit.build import target_id
+    from apexkit.build.builder import target_id
 
     identity = {"torch_npu": combo.torch_npu} if combo.torch_npu else {}  # a stack's torch_npu: its own +npu target
     path = dist / target_id(combo.python, combo.torch, combo.arch, combo.ref, identity)
@@ -323,8 +324,9 @@ def collect(stage_dist: Path, combo: Combination, dist: Path, job: dict, force: 
     wrote (untrusted.py): real directories, regular files opened without following links, wheel.file a plain wheel
     name, the wheel copied and re-hashed here and matching its manifest; dist/<target> swapped in whole and never
     over a target built from other inputs (distdir.replace_dir / check_overwrite). Untrusted or ConfigError."""
-    from apexkit import distdir, untrusted
-    from apexkit.containerbuild import TARGET_NAME
+    from apexkit import untrusted
+    from apexkit.build import distdir
+    from apexkit.images.container import TARGET_NAME
 
     if not os.path.lexists(stage_dist):
         raise untrusted.Untrusted(f"the job ended without error but left nothing in {stage_dist}")
@@ -394,7 +396,7 @@ def run_slurm(m: matrix_mod.Matrix, combos: list[Combination], passthrough: list
               opts: SlurmOptions, dry_run: bool = False) -> list[Result]:
     """One sbatch job per valid combination (on a node of its arch), then wait and collect each job's wheel into
     dist/; refused combinations are never submitted; a failed, cancelled or timed-out job is a failed row."""
-    from apexkit import fleet
+    from apexkit.validate import fleet
 
     logs = build_dir / "matrix"
     stage = logs / "slurm" / (time.strftime("run-%Y%m%d-%H%M%S-", time.gmtime()) + str(os.getpid()))
@@ -472,7 +474,8 @@ def run_slurm(m: matrix_mod.Matrix, combos: list[Combination], passthrough: list
 
 def _finish(combo: Combination, job_id: str, stage: Path, dist: Path, logs: Path, force: bool,
             waited: float) -> Result:
-    from apexkit import fleet, untrusted
+    from apexkit import untrusted
+    from apexkit.validate import fleet
 
     info = dict(fleet.job_info(job_id), JobId=job_id)
     log_path = logs / f"{combo.id}.log"
@@ -562,7 +565,7 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str]) -> int:
     if "--refresh" in argv:  # its own options (--write, --matrix FILE = the matrix.toml to compare, --index-url)
-        from apexkit import refresh
+        from apexkit.matrix import refresh
 
         return refresh.main(argv)
     args = parser().parse_args(argv)

@@ -9,8 +9,10 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from apexkit import log, proxy, proxycheck
+from apexkit import log
 from apexkit.errors import ConfigError
+from apexkit.proxy import check as proxycheck
+from apexkit.proxy import layers as proxy
 
 
 def _paths(root: str | None, profile: str | None = None, system: bool = False) -> proxy.Paths:

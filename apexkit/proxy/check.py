@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from urllib.parse import urlsplit
 
 from apexkit import checks, log
-from apexkit.proxy import Paths, ProxySettings, host_port, read_state, systemd_running
+from apexkit.proxy.layers import Paths, ProxySettings, host_port, read_state, systemd_running
 
 DEFAULT_INDEX = "https://pypi.org/simple/"
 
@@ -130,8 +130,8 @@ def _docker_config(paths: Paths) -> Iterator[None]:
 
 def docker_client(paths: Paths, timeout: int = 30):
     """The one Docker client (images.client), made with this root's Docker config, or (None, why)."""
-    from apexkit import images
     from apexkit.errors import ImageError
+    from apexkit.images import builder as images
 
     try:
         with _docker_config(paths):

@@ -24,12 +24,13 @@ from pathlib import Path
 from packaging.version import InvalidVersion, Version
 
 import apexkit
-from apexkit import distdir as distdir_mod
-from apexkit import interpreters, known_failures, locks, log, patches, sbom, sources, untrusted, venvs, wheelcheck
-from apexkit import matrix as matrix_mod
-from apexkit.distdir import check_overwrite, replace_dir
+from apexkit import locks, log, paths, untrusted
+from apexkit.build import distdir as distdir_mod
+from apexkit.build import interpreters, known_failures, patches, sbom, sources, venvs, wheelcheck
+from apexkit.build.distdir import check_overwrite, replace_dir
+from apexkit.build.options import BuildOptions
 from apexkit.errors import BuildError, ConfigError, SmokeTestError
-from apexkit.options import BuildOptions
+from apexkit.matrix import model as matrix_mod
 from apexkit.proc import run_logged
 
 NO_AUTOLOAD = "TORCH_DEVICE_BACKEND_AUTOLOAD"  # torch >= 2.5: 0 = do not import torch_npu at `import torch`
@@ -533,7 +534,7 @@ class Builder:
         Path(site, "apexkit-system-torch.pth").write_text(torch_dir + "\n")
 
     def _compile(self, plan: Plan, venv: venvs.Venv, tree: Path, work: Path) -> Path:
-        from apexkit import ccachestats
+        from apexkit.build import ccache as ccachestats
 
         out = work / "wheel"
         shutil.rmtree(out, ignore_errors=True)
@@ -596,7 +597,7 @@ class Builder:
 
     def _binary_checks(self, plan: Plan, venv: venvs.Venv, tree: Path, wheel: Path,
                        results: list[patches.PatchResult]) -> dict:
-        """The wheel's identity and its modules' ELF facts (apexkit.wheelcheck). A failure stops the build before
+        """The wheel's identity and its modules' ELF facts (apexkit.build.wheelcheck). A failure stops the build before
         anything is published, one line naming the file and the check; a diagnosis build (--skip-patch) keeps its
         wheel, with the failures printed and recorded in its manifest."""
         with log.step("binary checks (identity, ELF machine, NEEDED, RPATH, symbols, C++ ABI, hardening)",
@@ -630,7 +631,7 @@ class Builder:
             return report
 
     def _retag(self, plan: Plan, venv: venvs.Venv, wheel: Path, checks: dict) -> Path:
-        """The wheel file named with the manylinux tag the binary checks computed (apexkit.wheelcheck.retag: `wheel
+        """The wheel file named with the manylinux tag the binary checks computed (apexkit.build.wheelcheck.retag: `wheel
         tags` in the build venv, bytes reproducible), before the smoke test, the cache and dist/ see it; it keeps
         linux_<arch> when no tag was computed (auditwheel needs Python >= 3.10 on the host), and checks["platform"]
         says which and why (wheel_tag, retagged_from / kept_because). A diagnosis build is retagged too: the tag is
@@ -642,7 +643,7 @@ class Builder:
                 new = wheelcheck.retag(wheel, platform_report, plan.arch, venv.python, self.source_epoch, self.env)
             except wheelcheck.RetagError as exc:
                 raise BuildError(f"cannot retag the wheel: {exc}; nothing was published",
-                                 f"see {self.log_path}; report it (apexkit/wheelcheck.py retag)") from None
+                                 f"see {self.log_path}; report it (apexkit/build/wheelcheck.py retag)") from None
             with open(self.log_path, "a") as fh:
                 fh.write(f"platform tag: {json.dumps(platform_report)}\n")
             s.note(f"{wheel.name} -> {new.name}" if new != wheel else
@@ -704,7 +705,7 @@ class Builder:
     def _cpu_tier(self, venv: venvs.Venv) -> dict:
         """bench/cpu_tier.py in the smoke venv (the wheel installed, torch, nothing else): change_data_ptr round trip,
         flatten/unflatten against torch, byte-compiling apex, the Python side as far as it imports without CANN."""
-        script = Path(apexkit.__file__).resolve().parent.parent / "bench" / "cpu_tier.py"
+        script = paths.BENCH / "cpu_tier.py"
         with tempfile.TemporaryDirectory() as cwd:
             proc = subprocess.run([str(venv.python), str(script)], cwd=cwd, capture_output=True, text=True,
                                   env=dict(self.env, LD_BIND_NOW="1"))
@@ -734,11 +735,11 @@ class Builder:
                 "torch": packages.get("torch") or plan.torch, "torch_npu": packages.get("torch-npu") or packages.get(
                     "torch_npu"),
                 "host": f"{platform.system()} {platform.machine()} python {platform.python_version()}",
-                # for the provenance (apexkit.sbom): the binaries that built it, by sha256 (the interpreter through
+                # for the provenance (apexkit.build.sbom): the binaries that built it, by sha256 (the interpreter through
                 # the venv's link to the real binary: plan.interpreter may be a pyenv shim)
                 "compiler": sbom.compiler(self.env.get("CXX")), "interpreter": sbom.interpreter(str(venv.python)),
             },
-            # the build venv's packages for the SBOM and the provenance (apexkit.sbom), kept with a cached wheel
+            # the build venv's packages for the SBOM and the provenance (apexkit.build.sbom), kept with a cached wheel
             "build_venv": sbom.inventory(venv.python, opts.wheelhouses, self.env),
             "wheel": {"file": wheel.name, "sha256": untrusted.sha256_file(wheel), "size": wheel.stat().st_size},
             "cache_key": key,
@@ -857,7 +858,7 @@ class Builder:
             shutil.rmtree(wheel.parent, ignore_errors=True)
 
     def _publish(self, plan: Plan, wheel: Path, manifest: dict) -> Path:
-        from apexkit import ccachestats
+        from apexkit.build import ccache as ccachestats
 
         with log.step(f"publish (dist/{plan.target_id}: wheel, manifest, SBOM, provenance)", self.timings,
                       key="publish") as s:
@@ -890,12 +891,12 @@ class Builder:
 
 def dist_files(wheel: Path, manifest: dict) -> dict[str, Path | bytes]:
     """What dist/<target>/ holds besides manifest.json: the wheel, its CycloneDX SBOM and its provenance statement
-    (apexkit.sbom, written from the manifest and the wheel; manifest["attestations"] records them). An SBOM that
+    (apexkit.build.sbom, written from the manifest and the wheel; manifest["attestations"] records them). An SBOM that
     fails its schema stops the publish with one line."""
     try:
         documents = sbom.documents(manifest, wheel)
     except sbom.SbomError as exc:
-        raise BuildError(f"{exc}; nothing was published", "report it: the SBOM is written by apexkit/sbom.py") from None
+        raise BuildError(f"{exc}; nothing was published", "report it: the SBOM is written by apexkit/build/sbom.py") from None
     return {wheel.name: wheel, **documents}
 
 
@@ -973,11 +974,11 @@ def _compile_progress(line: str) -> str | None:
 
 def main(python: str, argv: list[str], prog: str = "nox -s build-3.X --") -> Path:
     """Entry for nox sessions and the CLI: resolve options, build, return dist/<target-id>/."""
-    from apexkit import options
+    from apexkit.build import options
 
     opts = options.resolve(python, argv, prog=prog)
     if opts.image:
-        from apexkit import containerbuild
+        from apexkit.images import container as containerbuild
 
         return containerbuild.run(opts)
     if opts.verify_reproducible and not opts.dry_run:
