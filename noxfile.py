@@ -5,6 +5,7 @@ build-<id>      one combination of matrix.toml [[matrix.include]], e.g. build-py
 build-<stack>   one training stack of matrix.toml [stacks], e.g. build-mindspeed-llm-2.3.0 (-t stack: all)
 matrix          the matrix as a table / JSON / GitHub Actions matrix (-- --format github); -- --run builds it
 build-bench     cold vs cached vs -j1/-jN build times
+lock            requirements/*.in -> the hashed locks (requirements.txt, requirements/runtime.txt); -- --check
 validate        environment checks in the built wheel's venv (bench/validate_env.py)
 bench           FP32 vs AMP benchmark in the built wheel's venv (bench/amp_bench.py)
 tests           the test suite (the README's test command, with tests-aarch64); installs system tools only when
@@ -92,6 +93,24 @@ def build_bench(session: nox.Session) -> None:
     from apexkit.build import bench as buildbench
 
     buildbench.main(session.posargs)
+
+
+@nox.session(name="lock", python=False, default=False)
+def lock(session: nox.Session) -> None:
+    """requirements/*.in -> requirements.txt and requirements/runtime.txt, hashed, for Python 3.8-3.13 (uv pip
+    compile); -- --check compares them with the .in files and writes nothing."""
+    from apexkit import pins
+    from apexkit.build import uvtools
+    from apexkit.cli import run_in_session
+
+    def go() -> None:
+        uv = uvtools.find()
+        if uv is None and "--check" not in session.posargs:
+            session.error("uv is not installed: pip install -r requirements.txt brings it")
+        if pins.lock(uv.binary if uv else "", only_check="--check" in session.posargs):
+            session.error("a lock does not match its requirements/*.in: run nox -s lock")
+
+    run_in_session(session, go)
 
 
 def _bench_session(script: str, session: nox.Session) -> None:

@@ -75,9 +75,8 @@ USAGE = """usage: apexkit <command> [options]      (also: python -m apexkit <com
   validate [options]           checks in the built wheel's venv (nox -s validate --)
   bench [options]              the FP32-vs-AMP benchmark in the built wheel's venv (nox -s bench --)
   publish, proxy.<task>, image.<task>, fleet.<task> [options]
-                               the invoke tasks (invoke --list; apexkit proxy.setup --help)
+                               the invoke tasks, same options (invoke --list; apexkit proxy.setup --help)
 """
-INVOKE_COMMANDS = ("publish", "proxy", "image", "fleet")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -88,8 +87,6 @@ def main(argv: list[str] | None = None) -> int:
     if command in ("", "-h", "--help", "help"):
         print(USAGE, file=sys.stdout if command else sys.stderr)
         return 0 if command else 2
-    if command == "doctor":  # apexkit doctor [--json] [--log FILE] [--venv DIR] ...: without invoke
-        return _doctor(argv[1:])
     if command == "build":
         if len(argv) < 2 or argv[1].startswith("-"):
             print("usage: apexkit build <python-version> [options]  (options: apexkit build 3.11 --help)",
@@ -106,48 +103,9 @@ def main(argv: list[str] | None = None) -> int:
         from apexkit.validate import run as runbench
 
         return exit_code(lambda: runbench.main(command, argv[1:], prog=f"apexkit {command}"))
-    if command.split(".", 1)[0] in INVOKE_COMMANDS:
-        return _invoke(argv)
+    from apexkit import commands
+
+    if command in commands.NAMES:  # doctor, publish, proxy.*, image.*, fleet.*: the invoke tasks' declarations
+        return commands.main(command, argv[1:], prog=f"apexkit {command}")
     print(f"apexkit: unknown command {command!r}\n\n{USAGE}", file=sys.stderr)
     return 2
-
-
-def _invoke(argv: list[str]) -> int:
-    """The invoke tasks of tasks.py (in the checkout, or apexkit/_data when installed) as `apexkit <task> ...`."""
-    import importlib.util
-
-    from invoke import Program
-
-    from apexkit import paths
-
-    spec = importlib.util.spec_from_file_location("apexkit_tasks", paths.ROOT / "tasks.py")
-    if spec is None or spec.loader is None:
-        print(f"error: {paths.ROOT / 'tasks.py'} is missing -- next: reinstall apexkit", file=sys.stderr)
-        return 2
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    program = Program(namespace=module.ns, name="apexkit", binary="apexkit", version=None)
-    try:
-        program.run(["apexkit", *argv], exit=True)
-    except SystemExit as exc:
-        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    return 0
-
-
-def _doctor(argv: list[str]) -> int:
-    import argparse
-
-    from apexkit import vocab
-    from apexkit.doctor import cli as doctorcli
-
-    p = argparse.ArgumentParser(prog="apexkit doctor", description="check this machine (invoke doctor)")
-    p.add_argument("--json", action="store_true", help="print JSON on stdout")
-    p.add_argument("--log", metavar="FILE", help="name the known failures in a failed build's log")
-    p.add_argument("--venv", metavar="DIR", help="the training environment: does it need Apex for Ascend at all?")
-    p.add_argument("--interpreter", dest="python", metavar="PATH",
-                   help="the training environment's interpreter (instead of --venv)")
-    vocab.alias(p, "--python", "--interpreter", dest="python", metavar="PATH")
-    p.add_argument("--scripts", metavar="DIR|FILE", help="training scripts to scan (amp.initialize, combine_grad, ...)")
-    args = p.parse_args(argv)
-    return exit_code(lambda: doctorcli.main(log_file=args.log, as_json=args.json, venv=args.venv, python=args.python,
-                                            scripts=args.scripts))

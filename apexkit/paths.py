@@ -20,7 +20,8 @@ INSTALLED = not ((_CHECKOUT / "matrix.toml").is_file() and (_CHECKOUT / "noxfile
 ROOT = PACKAGE / "_data" if INSTALLED else _CHECKOUT
 
 MATRIX = ROOT / "matrix.toml"
-REQUIREMENTS = ROOT / "requirements.txt"
+REQUIREMENTS = ROOT / "requirements.txt"  # the hashed lock of requirements/dev.in (apexkit.pins)
+RUNTIME_PINS = ROOT / "requirements" / "runtime.in"  # the direct runtime pins, per Python range
 PATCHES = ROOT / "patches"
 DOCKER = ROOT / "docker"
 BENCH = ROOT / "bench"

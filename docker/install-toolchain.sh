@@ -31,7 +31,7 @@ pythons_with_headers() {
 }
 
 # the newest python3.X >= 3.8 whose standard library can make a venv with pip (Debian splits that into python3-venv);
-# requirements.txt pins each tool per Python range, so the venv installs on any of them
+# requirements/runtime.in pins each tool per Python range, so the venv installs on any of them
 tool_python() {
     for v in 13 12 11 10 9 8; do
         p=$(command -v "python3.$v" 2>/dev/null) || continue

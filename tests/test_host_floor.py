@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 import services
 from conftest import ROOT, output
-from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 import apexkit
+from apexkit import pins
 from apexkit.build import interpreters
 
 REQUIREMENTS = ROOT / "requirements.txt"
@@ -49,20 +49,8 @@ def clean_env() -> dict[str, str]:
 
 
 def expected_pins(python_version: str) -> dict[str, str]:
-    """requirements.txt's pins whose environment marker holds for that Python: name -> version."""
-    pins = {}
-    for line in REQUIREMENTS.read_text().splitlines():
-        line = line.split("#", 1)[0].strip()
-        if not line:
-            continue
-        req = Requirement(line)
-        if req.marker is None or req.marker.evaluate({"python_version": python_version,
-                                                      "python_full_version": python_version + ".0"}):
-            (spec,) = req.specifier
-            assert spec.operator == "==", f"requirements.txt pins exactly: {line}"
-            assert canonicalize_name(req.name) not in pins, f"two pins of {req.name} hold for Python {python_version}"
-            pins[canonicalize_name(req.name)] = spec.version
-    return pins
+    """requirements.txt's (the lock's) pins whose environment marker holds for that Python: name -> version."""
+    return pins.for_python(pins.read_lock(REQUIREMENTS), python_version)
 
 
 def apexkit_modules() -> list[str]:

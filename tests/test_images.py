@@ -114,9 +114,10 @@ def test_image_plan_proxies_only_as_predefined_build_args(tmp_path):
                                                         "HOME": str(tmp_path)})
 
 
-def test_tool_requirements_come_from_requirements_txt():
+def test_tool_requirements_come_from_the_runtime_pins():
     text = images.tool_requirements()
-    pins = dict(line.split("==") for line in (ROOT / "requirements.txt").read_text().splitlines() if "==" in line)
+    pins = dict(line.split("==") for line in (ROOT / "requirements" / "runtime.in").read_text().splitlines()
+                if "==" in line and not line.startswith("#"))
     for name in images.TOOL_REQUIREMENTS:
         assert f"{name}=={pins[name]}" in text
     assert "pytest" not in text and "docker==" not in text

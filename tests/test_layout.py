@@ -14,9 +14,9 @@ from conftest import ROOT
 PACKAGE = ROOT / "apexkit"
 PACKAGES = {"build", "proxy", "images", "matrix", "doctor", "validate"}
 # the small shared modules everything may use; they import only each other
-SHARED = {"errors", "log", "proc", "fsedit", "paths", "locks", "urls", "untrusted", "checks", "vocab", "systools",
-          "testtools"}
-EDGE = {"cli", "__main__", "__init__"}  # the command edge: dispatches to every package
+SHARED = {"errors", "log", "proc", "fsedit", "paths", "locks", "urls", "untrusted", "checks", "vocab", "pins", "cann",
+          "systools", "testtools"}
+EDGE = {"cli", "commands", "__main__", "__init__"}  # the command edge: dispatches to every package
 
 
 def module_name(path: Path) -> str:

@@ -24,7 +24,7 @@ from pathlib import Path
 from packaging.version import InvalidVersion, Version
 
 import apexkit
-from apexkit import locks, log, paths, untrusted
+from apexkit import cann, locks, log, paths, untrusted
 from apexkit.build import distdir as distdir_mod
 from apexkit.build import interpreters, known_failures, patches, sbom, sources, venvs, wheelcheck
 from apexkit.build.distdir import check_overwrite, replace_dir
@@ -182,12 +182,8 @@ def identity(opts: BuildOptions, torch_npu: str | None, ref_flags: tuple[str, ..
 
 
 def detect_cann(env: dict | os._Environ) -> str | None:
-    """The CANN toolkit location when one is installed or sourced."""
-    for key in ("ASCEND_HOME_PATH", "ASCEND_TOOLKIT_HOME"):
-        if env.get(key) and Path(env[key]).is_dir():
-            return env[key]
-    default = Path("/usr/local/Ascend/ascend-toolkit/latest")
-    return str(default) if default.is_dir() else None
+    """The CANN toolkit location when one is installed or sourced (apexkit.cann, shared with doctor)."""
+    return cann.home(env)
 
 
 def make_plan(opts: BuildOptions, m: matrix_mod.Matrix, interp: interpreters.Interpreter,

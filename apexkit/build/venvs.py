@@ -20,7 +20,6 @@ entry, and apexkit.build.sbom then records the sha256 of its installed RECORD, l
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import re
@@ -37,7 +36,7 @@ from pathlib import Path
 from packaging.requirements import Requirement
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
-from apexkit import locks, log
+from apexkit import locks, log, untrusted
 from apexkit.build import known_failures, uvtools
 from apexkit.build.sources import cache_dir
 from apexkit.errors import EnvironmentSetupError
@@ -341,7 +340,7 @@ def _from_uv(uv: uvtools.Uv, venv: Venv, requirements: Sequence[str], args: list
             continue  # recorded by an earlier install of this venv
         if key in given:
             path = given[key]
-            out.append({"name": name, "version": facts["version"], "sha256": _sha256(path), "file": path.name,
+            out.append({"name": name, "version": facts["version"], "sha256": untrusted.sha256_file(path), "file": path.name,
                         "url": path.resolve().as_uri(), "from": "the wheel file given to uv pip install"})
         else:
             pins.append(f"{name}=={facts['version']}")
@@ -371,7 +370,7 @@ def _from_uv(uv: uvtools.Uv, venv: Venv, requirements: Sequence[str], args: list
         if wheel["url"].startswith("file://"):  # a local file: what is on disk must be what uv vouched for
             local = Path(urllib.request.url2pathname(urllib.parse.urlsplit(wheel["url"]).path))
             try:
-                if _sha256(local) != wheel["sha256"]:
+                if untrusted.sha256_file(local) != wheel["sha256"]:
                     continue
             except OSError:
                 continue
@@ -379,14 +378,6 @@ def _from_uv(uv: uvtools.Uv, venv: Venv, requirements: Sequence[str], args: list
                     "file": _file_of(wheel["url"]), "url": log.mask(wheel["url"]),
                     "from": f"uv {uv.version_text} pip compile --format pylock.toml (same name==version and options)"})
     return out
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def _pip_progress(line: str) -> str | None:

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from apexkit import checks, log, paths
+from apexkit import cann, checks, log, paths
 from apexkit.build import interpreters, known_failures, sources
 from apexkit.doctor import apexneed
 from apexkit.errors import ConfigError
@@ -221,13 +221,7 @@ def check_build_venvs(cache: Path) -> list[Check]:
 # --- Ascend --------------------------------------------------------------------------------------------------------------
 
 def cann_home(environ: Mapping[str, str]) -> str | None:
-    for key in ("ASCEND_HOME_PATH", "ASCEND_TOOLKIT_HOME"):
-        if environ.get(key) and Path(environ[key]).is_dir():
-            return environ[key]
-    for default in ("/usr/local/Ascend/ascend-toolkit/latest", "/usr/local/Ascend/cann"):
-        if Path(default).is_dir():
-            return default
-    return None
+    return cann.home(environ)
 
 
 def check_cann(environ: Mapping[str, str]) -> list[Check]:

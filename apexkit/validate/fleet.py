@@ -33,13 +33,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from apexkit import fsedit, log, paths
+from apexkit import cann, fsedit, log, paths
 from apexkit.errors import ConfigError, SchedulerError
 
 BENCH = paths.BENCH  # the checkout's bench/, or the installed package's copy
 STATE_FILE = "fleet.json"
 FORMAT = "apexkit-fleet/1"
-SET_ENV = "/usr/local/Ascend/ascend-toolkit/set_env.sh"
+SET_ENV = cann.SET_ENV_FILES[0]  # the default the node script tries (--set-env adds more)
 DEFAULT_THRESHOLD = 0.10  # a node's step time more than 10 % off the fleet median is flagged
 MIN_FOR_OUTLIERS = 3  # ... once at least this many nodes have a step time
 SHORT_BENCH = "--model mlp --modes fp32 --warmup 1 --repeats 3 --steps 2 --peak table"
@@ -566,8 +566,9 @@ def render(table: list[dict], summary: dict) -> str:
     return "\n".join(lines)
 
 
-def report(results: Path, as_json: bool = False, threshold: float = DEFAULT_THRESHOLD) -> int:
+def report(results: Path, as_json: bool = False, threshold: float | None = DEFAULT_THRESHOLD) -> int:
     """Print the per-node table (or JSON); exit 1 when a node failed, died or has not reported."""
+    threshold = DEFAULT_THRESHOLD if threshold is None else threshold
     table, summary = rows(results, threshold)
     if as_json:
         print(json.dumps({"summary": summary, "nodes": table}, indent=2))
@@ -595,6 +596,19 @@ def status(results: Path, as_json: bool = False) -> int:
         where = ", ".join(f"{n} ({s or 'not started'})" for n, s in j["progress"].items()) or f"{j['nodes']} node(s)"
         print(log.sanitise(f"job {j['job_id']} (submission {j['submission']}, {j['target']}): {j['state']} "
                            f"[{j['source']}]: {where}"))
+    return 0
+
+
+def submit_command(*, results: str, index: str | None = None, resume: bool = False, dry_run: bool = False,
+                   **options) -> int:
+    """`invoke fleet.submit`: a new plan from the options, or with --resume and no --index the last one's."""
+    if resume and index is None:
+        plan = stored_plan(results)
+    else:
+        if index is None:
+            raise ConfigError("--index is required", "pass the directory invoke publish wrote, or its URL")
+        plan = make_plan(results=results, index=index, resume=resume, **options)
+    submit(plan, dry_run=dry_run, resume=resume)
     return 0
 
 

@@ -1,0 +1,20 @@
+"""Where the CANN toolkit is: one answer for the build (torch_npu pairing, NPU headers, binary checks), doctor and the
+fleet's node script. CANN <= 8.3 installs under /usr/local/Ascend/ascend-toolkit/latest, 8.5+ under
+/usr/local/Ascend/cann; its set_env.sh exports ASCEND_HOME_PATH / ASCEND_TOOLKIT_HOME, which win when set."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+VARIABLES = ("ASCEND_HOME_PATH", "ASCEND_TOOLKIT_HOME")
+HOMES = ("/usr/local/Ascend/ascend-toolkit/latest", "/usr/local/Ascend/cann")
+SET_ENV_FILES = ("/usr/local/Ascend/ascend-toolkit/set_env.sh", "/usr/local/Ascend/cann/set_env.sh")
+
+
+def home(environ: Mapping[str, str]) -> str | None:
+    """The toolkit's directory: a sourced set_env.sh's variable, else the first default install that exists."""
+    for key in VARIABLES:
+        if environ.get(key) and Path(environ[key]).is_dir():
+            return environ[key]
+    return next((d for d in HOMES if Path(d).is_dir()), None)

@@ -1,0 +1,357 @@
+"""The invoke commands, declared once: each command's options (name, default, help, renamed spelling), the function
+it calls, and the one way an error becomes `error: ...` and an exit code. tasks.py is `ns = commands.namespace()`;
+`apexkit proxy.setup ...` runs the same tasks (apexkit.cli).
+
+An option's value reaches the function under `to` (default: its own name); `renamed` keeps an old spelling working
+until apexkit 0.2 with one deprecation line (apexkit.vocab); `convert` turns invoke's string into what the function
+takes."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import os
+import shlex
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from apexkit import log, vocab
+from apexkit.errors import ApexkitError, ConfigError
+
+REQUIRED = inspect.Parameter.empty  # an option without a default: a positional argument (also accepted as a flag)
+
+
+@dataclass(frozen=True)
+class Opt:
+    name: str  # python name; the flag is --name with '-' for '_'
+    help: str
+    default: object = None
+    to: str | None = None  # the function's keyword (default: name)
+    repeat: bool = False  # may be given several times (a list)
+    convert: Callable | None = None
+    renamed: str | None = None  # the old name, kept for one release
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+
+@dataclass(frozen=True)
+class Command:
+    name: str  # "proxy.setup"
+    target: str  # "apexkit.proxy.cli:setup"
+    doc: str
+    options: tuple[Opt, ...] = ()
+    extra: dict = field(default_factory=dict)  # fixed keywords for the function
+
+
+PATH_OPTIONS = (
+    Opt("profile", "shell file for the block (default ~/.bashrc; with --system /etc/profile.d/apexkit-proxy.sh)"),
+    Opt("system", "system-wide files: /etc/profile.d/apexkit-proxy.sh and /etc/pip.conf", False),
+    Opt("root", "prefix for every path written or read (a test root standing for /); nothing is restarted"),
+)
+JSON = Opt("json", "print JSON on stdout", False, to="as_json")
+DRY_RUN = Opt("dry_run", "print what would change; change nothing", False)
+
+
+def _layers(help_text: str) -> Opt:
+    return Opt("layers", help_text, to="only", renamed="only")
+
+
+def _int(value):
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        raise ConfigError(f"{value!r} is not a number", "pass a whole number") from None
+
+
+COMMANDS: tuple[Command, ...] = (
+    Command("build", "apexkit.commands:build",
+            "Build the Apex for Ascend wheel for one Python into dist/: invoke build [--image IMAGE] -- <build options>.",
+            (Opt("python", "target Python, e.g. 3.11 (default: 3.11)", "3.11"),
+             Opt("options", 'build options in one string, as for nox -s build-3.X -- (e.g. "--torch 2.13.0 --jobs 2"; '
+                 '"--help" lists them); options after a bare -- work too', ""),
+             Opt("image", "build inside this builder image (invoke image.build makes one); the wheel lands in dist/"))),
+    Command("proxy.setup", "apexkit.proxy.cli:setup",
+            "Configure the proxy in all three layers (shell, Docker daemon, containers) plus mirrors and a CA.",
+            (Opt("http", "proxy for http:// URLs, e.g. http://user:password@proxy:3128 (default: $http_proxy/$HTTP_PROXY)"),
+             Opt("https", "proxy for https:// URLs (default: $https_proxy/$HTTPS_PROXY, else --http)"),
+             Opt("no_proxy", "extra hosts/domains/CIDRs that bypass the proxy; localhost,127.0.0.0/8,::1 are always added"),
+             Opt("ca_cert", "PEM file of a TLS-intercepting proxy's CA: a bundle (system CAs + it) is exported as "
+                 "SSL_CERT_FILE, REQUESTS_CA_BUNDLE, PIP_CERT, GIT_SSL_CAINFO, CURL_CA_BUNDLE"),
+             Opt("pip_index", "pip index mirror written to pip.conf (the no-proxy path)"),
+             Opt("registry_mirror", "registry mirror for the Docker daemon (daemon.json registry-mirrors); repeat for "
+                 "several", repeat=True),
+             _layers("comma-separated layers to touch: shell,daemon,container,pip (default: all)"),
+             *PATH_OPTIONS,
+             Opt("daemon_mode", "auto (from the engine version), systemd (drop-ins) or daemon-json (Docker >= 23)", "auto"),
+             Opt("dry_run", "print the unified diff of every file; write nothing", False),
+             Opt("restart", "restart the Docker daemon under systemd after a daemon change (--no-restart: print the "
+                 "commands)", True))),
+    Command("proxy.check", "apexkit.proxy.cli:check",
+            "Check every layer: configured? effective? a real request through the proxy. Exit 1 when one fails.",
+            (Opt("index_url", "URL for the HTTPS probe (default: the pip mirror, $PIP_INDEX_URL, else "
+                 "https://pypi.org/simple/)"),
+             Opt("image", "local image for the container probe (needs bash; default: the first apexkit/* image)"),
+             _layers("comma-separated layers: shell,daemon,container"), JSON, *PATH_OPTIONS)),
+    Command("proxy.show", "apexkit.proxy.cli:show",
+            "Show the saved settings and what each layer's files hold (passwords masked).", (JSON, *PATH_OPTIONS)),
+    Command("proxy.env", "apexkit.proxy.cli:env",
+            'Print export lines for the current shell: eval "$(invoke proxy.env)".',
+            (Opt("reveal", "print passwords even on a terminal", False),
+             Opt("unset", "print unset lines instead", False), *PATH_OPTIONS)),
+    Command("proxy.remove", "apexkit.proxy.cli:remove",
+            "Undo proxy.setup: files restored from backups, your own content byte-identical.",
+            (_layers("comma-separated layers to undo (default: all)"),
+             Opt("dry_run", "print the diffs; write nothing", False), *PATH_OPTIONS)),
+    Command("image.build", "apexkit.images.cli:build",
+            "Build a builder image: the base + toolchain (its own package manager), tool venv, non-root user, CA hook.",
+            (Opt("arch", "x86_64 or aarch64 (amd64/arm64 accepted); a foreign arch runs through QEMU binfmt "
+                 "(image.emulation)", REQUIRED),
+             Opt("base", "base image: a local or pullable reference (openeuler/openeuler:22.03, ubuntu:22.04, a MindIE "
+                 "image), or debootstrap[:suite] to make a Debian base here without a registry", REQUIRED),
+             Opt("tag", "image name (default apexkit/builder:<base>-<arch>)"),
+             Opt("network", "network for RUN steps, e.g. host (automatic when the proxy listens on this host's "
+                 "loopback)"),
+             Opt("ca_cert", "PEM file of CA certificates to trust besides the base's (a TLS-intercepting proxy's CA), "
+                 "or 'none' (default: proxy.setup's bundle, else $SSL_CERT_FILE)", to="ca_bundle", renamed="ca_bundle"),
+             Opt("extra_packages", "more distro packages, space separated (e.g. 'python3.9 python3.9-devel')", ""),
+             Opt("uid", "uid of the non-root build user (default 1000)", "1000", convert=_int),
+             Opt("gid", "its gid (default 1000)", "1000", convert=_int),
+             Opt("pip_index", "credential-free index for the tool venv (default: proxy.setup's mirror, else "
+                 "$PIP_INDEX_URL)"),
+             Opt("no_cache", "rebuild every layer", False),
+             Opt("dry_run", "print the plan; make, pull and build nothing", False),
+             Opt("quiet", "only the step lines, not every line of output", False),
+             Opt("pythons", "more Pythons, e.g. 3.8,3.10: those the base lacks are installed with uv "
+                 "(python-build-standalone from github.com, through the proxy and CA); builder.json lists each Python "
+                 "and where it came from", ""))),
+    Command("image.list", "apexkit.images.cli:list_images",
+            "List apexkit builder and base images (stale ones: docker/ changed since they were built).", (JSON,)),
+    Command("image.prune", "apexkit.images.cli:prune",
+            "Remove stale builder images (docker/ changed since) and untagged ones; --all: every apexkit image.",
+            (Opt("all", "remove every apexkit image, not only stale and untagged ones", False, to="everything"),
+             Opt("dry_run", "print what would be removed", False))),
+    Command("image.emulation", "apexkit.images.cli:emulation",
+            "Can this host run x86_64/aarch64 containers (natively or via QEMU binfmt)? Exit 1 when not; --enable "
+            "fixes it.",
+            (Opt("arch", "one architecture (default: all)"), Opt("enable", "register QEMU for it (root)", False),
+             Opt("dry_run", "with --enable: print the commands", False), JSON)),
+    Command("doctor", "apexkit.doctor.cli:main",
+            "Check this machine for building Apex for Ascend (interpreters, compiler, torch, CANN, Docker, QEMU, disk, "
+            "proxy, CA) and whether the training stack needs apex at all: each check with its status and the fix. "
+            "Exit 1 when one fails.",
+            (Opt("json", "print JSON on stdout (for CI)", False, to="as_json"),
+             Opt("log", "a failed build's log: name the known failures in it (cause and fix) instead of checking the "
+                 "machine", to="log_file"),
+             Opt("venv", "the training environment (venv/conda dir): does it need Apex for Ascend at all? "
+                 "(MindSpeed >= 2.2: no)"),
+             Opt("interpreter", "the training environment's interpreter (instead of --venv): does it need Apex for "
+                 "Ascend?", to="python", renamed="python"),
+             Opt("scripts", "training scripts (dir or file) to scan for amp.initialize/combine_grad/"
+                 "apex.optimizers.NpuFused*"))),
+    Command("publish", "apexkit.commands:publish",
+            "Turn dist/ into a PEP 503 simple index: pip install apex --index-url file:///…/index/simple/.",
+            (Opt("dist", "built targets (default: $APEXKIT_DIST_DIR, else ./dist)"),
+             Opt("index", "index directory to write (default ./index)", "index"),
+             Opt("target", "only this dist/<target-id> (repeat for several)", repeat=True),
+             Opt("split_by_torch", "one index per torch version (<index>/torch<version>/simple/): the wheel name does "
+                 "not carry the torch it was built against", False),
+             Opt("dry_run", "print what would be published", False))),
+    Command("fleet.submit", "apexkit.validate.fleet:submit_command",
+            "Validate (and benchmark) the wheel on every node through Slurm: one allocation, one srun step per node.",
+            (Opt("index", "the wheel index (invoke publish --index output) on shared storage, or its http(s) URL"),
+             Opt("results", "shared results directory the nodes write <node>.json into (default ./fleet-results)",
+                 "fleet-results"),
+             Opt("target", "the index's target to validate (default: its only one)"),
+             Opt("stack", "a matrix.toml [stacks] name: its build in the index (torch_npu from the stack)"),
+             Opt("device", "what each node must be ready for: npu (default), cuda or cpu", "npu"),
+             Opt("partition", "Slurm partition (sbatch --partition)"),
+             Opt("nodes", "number of nodes (sbatch --nodes); one srun step runs on each", convert=_int),
+             Opt("nodelist", "these nodes, comma separated (sbatch --nodelist)"),
+             Opt("gres", "generic resources per node, passed through (e.g. npu:8)"),
+             Opt("account", "Slurm account, passed through"),
+             Opt("time_limit", "job time limit (sbatch --time, default 01:00:00)", "01:00:00"),
+             Opt("bench", "also run a short bench/amp_bench.py (mlp, fp32) on each node: step time vs the fleet median",
+                 False),
+             Opt("bench_args", "more amp_bench.py arguments (implies --bench), e.g. '--scale 0.05'"),
+             Opt("find_links", "wheelhouse the nodes' pip reads for torch/torch_npu (repeat for several)", repeat=True),
+             Opt("torch_index_url", "index the nodes install torch from (e.g. https://download.pytorch.org/whl/cpu)"),
+             Opt("extra_index_url", "extra index for torch/torch_npu (repeat for several)", repeat=True),
+             Opt("node_interpreter", "interpreter on the nodes (default python3.X of the target)", to="node_python",
+                 renamed="node_python"),
+             Opt("node_dir", "node-local scratch for the venvs (default ${TMPDIR:-/tmp}/apexkit-fleet)"),
+             Opt("set_env", "CANN set_env.sh files to try on the nodes, comma separated (default the toolkit's)"),
+             Opt("keep_venv", "keep each node's venv after the run", False),
+             Opt("resume", "resubmit only the nodes of --results that have no result (same options as before)", False),
+             Opt("dry_run", "print the batch script; submit nothing", False))),
+    Command("fleet.status", "apexkit.validate.fleet:status",
+            "The fleet's Slurm jobs (squeue/scontrol/sacct) and the stage each node is at.",
+            (Opt("results", "the results directory of fleet.submit", REQUIRED, convert=Path), JSON)),
+    Command("fleet.report", "apexkit.validate.fleet:report",
+            "One row per node: chip, driver, CANN, torch, torch_npu, wheel sha256, verdict, step time vs the median, "
+            "first failing check + fix. Exit 1 when a node failed, died or did not report.",
+            (Opt("results", "the results directory of fleet.submit", REQUIRED, convert=Path), JSON,
+             Opt("threshold", "flag step times further than this fraction from the median (default 0.10)",
+                 convert=lambda v: None if v is None else _float(v)))),
+)
+
+
+def _float(value) -> float:
+    try:
+        return float(value)
+    except ValueError:
+        raise ConfigError(f"{value!r} is not a number", "pass a fraction such as 0.10") from None
+
+
+# --- the functions two commands need beyond their package's --------------------------------------------------------
+
+def build(python: str = "3.11", options: str = "", image: str | None = None, remainder: str = "") -> int:
+    from apexkit.build import builder
+
+    argv = shlex.split(options) + shlex.split(remainder or "") + (["--image", image] if image else [])
+    builder.main(python, argv, prog=f"invoke build --python {python} --")
+    return 0
+
+
+def publish(dist: str | None = None, index: str = "index", target: list[str] | None = None,
+            split_by_torch: bool = False, dry_run: bool = False) -> int:
+    from apexkit import paths
+    from apexkit.matrix import publish as publish_mod
+
+    publish_mod.publish(Path(dist) if dist else paths.dist_dir(os.environ), Path(index), target or None,
+                        split_by_torch, dry_run)
+    return 0
+
+
+# --- the edge: errors -> one line and an exit code; invoke tasks from the declarations ---------------------------
+
+def run(func: Callable[[], object]) -> None:
+    """Call func for an invoke task: an ApexkitError is one `error:` line and its exit code, a non-zero int result is
+    the exit code; $APEXKIT_STATUS_FILE records it either way (apexkit.cli.record_status)."""
+    from invoke import Exit
+
+    from apexkit.cli import record_status
+
+    try:
+        code = func()
+    except ApexkitError as exc:
+        record_status(exc.exit_code, exc.format())
+        raise Exit(f"error: {log.mask(exc.format())}", code=exc.exit_code) from None
+    code = code if isinstance(code, int) else 0
+    record_status(code)
+    if code:
+        raise Exit(code=code)
+
+
+def _resolve(target: str) -> Callable:
+    module, _, name = target.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def _keywords(command: Command, given: dict) -> dict:
+    out = dict(command.extra)
+    for opt in command.options:
+        value = given.get(opt.name)
+        if opt.renamed:
+            value = vocab.pick(value, given.get(opt.renamed), f"--{opt.renamed.replace('_', '-')}", opt.flag)
+        if opt.repeat and value is None:
+            value = []
+        if opt.convert is not None and value is not None and value is not REQUIRED:
+            value = opt.convert(value)
+        out[opt.to or opt.name] = value
+    return out
+
+
+def task(command: Command):
+    """An invoke Task for a declared command: its signature, help and iterable options from the declaration."""
+    from invoke import Task
+
+    params = [inspect.Parameter("c", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+    helps, iterable = {}, []
+    for opt in command.options:
+        names = [opt.name] + ([opt.renamed] if opt.renamed else [])
+        for name in names:
+            default = opt.default if name == opt.name else None
+            params.append(inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=default))
+            helps[name] = opt.help if name == opt.name else f"deprecated spelling of {opt.flag}"
+            if opt.repeat:
+                iterable.append(name)
+    params.sort(key=lambda p: p.default is not inspect.Parameter.empty)  # required ones first, as Python wants
+
+    def body(c, **given):
+        def call():  # inside run(): a bad option value is one line too
+            keywords = _keywords(command, given)
+            if command.name == "build":
+                keywords["remainder"] = c.remainder or ""
+            return _resolve(command.target)(**keywords)
+
+        run(call)
+
+    body.__signature__ = inspect.Signature(params)
+    body.__doc__ = command.doc
+    body.__name__ = command.name.rsplit(".", 1)[-1].replace("-", "_")
+    positional = [] if all(o.default is not REQUIRED for o in command.options) else None
+    return Task(body, name=command.name.rsplit(".", 1)[-1], help=helps, iterable=iterable, positional=positional,
+                auto_shortflags=False)
+
+
+def namespace():
+    """The invoke Collection of every declared command (tasks.py's `ns`)."""
+    from invoke import Collection
+
+    ns = Collection()
+    groups: dict[str, Collection] = {}
+    for command in COMMANDS:
+        group, _, _ = command.name.rpartition(".")
+        if group:
+            if group not in groups:
+                groups[group] = Collection(group)
+                ns.add_collection(groups[group])
+            groups[group].add_task(task(command))
+        else:
+            ns.add_task(task(command))
+    return ns
+
+
+# --- the same declarations as argparse: `apexkit <command>` without invoke (builder images have no invoke) --------
+
+def parser(command: Command, prog: str):
+    import argparse
+
+    p = argparse.ArgumentParser(prog=prog, description=command.doc, allow_abbrev=False)
+    for opt in command.options:
+        dest = opt.name
+        if opt.default is REQUIRED:
+            p.add_argument(dest, metavar=opt.name.upper(), help=opt.help)
+        elif opt.default is True:
+            p.add_argument(f"--no-{opt.flag[2:]}", dest=dest, action="store_false", default=True, help=opt.help)
+        elif opt.default is False:
+            p.add_argument(opt.flag, dest=dest, action="store_true", help=opt.help)
+        else:
+            p.add_argument(opt.flag, dest=dest, metavar="VALUE", default=opt.default,
+                           action="append" if opt.repeat else "store", help=opt.help)
+        if opt.renamed:
+            extra = {"nargs": 0, "const": True} if opt.default is False else {}
+            vocab.alias(p, f"--{opt.renamed.replace('_', '-')}", opt.flag, dest=dest, **extra)
+    return p
+
+
+def main(name: str, argv: list[str], prog: str) -> int:
+    """`apexkit <name> [options]`: the declared command, parsed by argparse; errors as the CLI's (apexkit.cli)."""
+    from apexkit.cli import exit_code
+
+    command = next(c for c in COMMANDS if c.name == name)
+    given = vars(parser(command, prog).parse_args(argv))
+
+    def call():
+        keywords = _keywords(command, given)
+        if command.name == "build":
+            keywords["remainder"] = ""
+        return _resolve(command.target)(**keywords)
+
+    return exit_code(call)
+
+
+NAMES = tuple(c.name for c in COMMANDS)
