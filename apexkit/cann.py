@@ -18,3 +18,9 @@ def home(environ: Mapping[str, str]) -> str | None:
         if environ.get(key) and Path(environ[key]).is_dir():
             return environ[key]
     return next((d for d in HOMES if Path(d).is_dir()), None)
+
+
+def set_env_for(home: str) -> str:
+    """The set_env.sh that belongs to a toolkit directory: <= 8.3 beside latest/, 8.5+ inside cann/."""
+    path = Path(home)
+    return str((path.parent if path.name == "latest" else path) / "set_env.sh")

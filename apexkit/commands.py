@@ -323,8 +323,9 @@ def parser(command: Command, prog: str):
     p = argparse.ArgumentParser(prog=prog, description=command.doc, allow_abbrev=False)
     for opt in command.options:
         dest = opt.name
-        if opt.default is REQUIRED:
-            p.add_argument(dest, metavar=opt.name.upper(), help=opt.help)
+        if opt.default is REQUIRED:  # positional, or as --name (as invoke takes it): one of the two
+            p.add_argument(f"_{dest}", metavar=opt.name.upper(), nargs="?", help=opt.help)
+            p.add_argument(opt.flag, dest=dest, metavar="VALUE", help=f"the same as {opt.name.upper()}")
         elif opt.default is True:
             p.add_argument(f"--no-{opt.flag[2:]}", dest=dest, action="store_false", default=True, help=opt.help)
         elif opt.default is False:
@@ -340,12 +341,26 @@ def parser(command: Command, prog: str):
 
 def main(name: str, argv: list[str], prog: str) -> int:
     """`apexkit <name> [options]`: the declared command, parsed by argparse; errors as the CLI's (apexkit.cli)."""
-    from apexkit.cli import exit_code
+    from apexkit.cli import exit_code, record_status
 
     command = next(c for c in COMMANDS if c.name == name)
-    given = vars(parser(command, prog).parse_args(argv))
+    p = parser(command, prog)
+    try:
+        given = vars(p.parse_args(argv))
+        for opt in command.options:
+            if opt.default is REQUIRED:
+                positional = given.pop(f"_{opt.name}", None)
+                if positional is not None and given.get(opt.name) not in (None, positional):
+                    p.error(f"{opt.name.upper()} and {opt.flag} both given")
+                given[opt.name] = given.get(opt.name) or positional
+                if given[opt.name] is None:
+                    p.error(f"{opt.name.upper()} is required (or {opt.flag} VALUE)")
+    except SystemExit as exc:  # argparse: --help (0) or a usage error (2), recorded like any other exit
+        record_status(exc.code if isinstance(exc.code, int) else 2, "invalid arguments" if exc.code else None)
+        raise
 
     def call():
+        vocab.finish(given)
         keywords = _keywords(command, given)
         if command.name == "build":
             keywords["remainder"] = ""

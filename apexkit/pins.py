@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from packaging.markers import Marker
-from packaging.requirements import Requirement
+from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
 from apexkit import log, paths
@@ -44,7 +44,10 @@ class Pin:
 
 
 def _pin(text: str, where: str, hashes: tuple[str, ...] = ()) -> Pin:
-    req = Requirement(text)
+    try:
+        req = Requirement(text)
+    except InvalidRequirement as exc:
+        raise ConfigError(f"{where}: {text!r} is not a requirement ({exc})", "write it as name==version") from None
     specs = list(req.specifier)
     if len(specs) != 1 or specs[0].operator != "==":
         raise ConfigError(f"{where}: {text!r} is not an exact pin (name==version)", "pin it with ==")
@@ -54,15 +57,27 @@ def _pin(text: str, where: str, hashes: tuple[str, ...] = ()) -> Pin:
 def read_in(path: Path) -> list[Pin]:
     """The direct pins of a .in file, following `-r other.in`."""
     pins: list[Pin] = []
-    for raw in path.read_text().splitlines():
+    for raw in _read(path).splitlines():
         line = raw.split("#", 1)[0].strip()
         if not line:
             continue
-        if line.startswith("-r "):
-            pins += read_in(path.parent / line[3:].strip())
+        words = line.split(None, 1)
+        if words[0] == "-r" and len(words) == 2:
+            pins += read_in(path.parent / words[1].strip())
             continue
+        if line.startswith("-"):
+            raise ConfigError(f"{path}: {line!r} is not a pin (only name==version and -r other.in)",
+                              "put index options in pip's config (invoke proxy.setup --pip-index), not in the .in")
         pins.append(_pin(line, str(path)))
     return pins
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror or exc}", f"restore {path.name} from git, or run "
+                          f"{COMMAND} to write the locks") from None
 
 
 def read_lock(path: Path) -> list[Pin]:
@@ -77,7 +92,7 @@ def read_lock(path: Path) -> list[Pin]:
             pins.append(_pin(re.sub(r"\s*--hash=\S+", "", text).replace("\\", " ").strip(), str(path), hashes))
             entry.clear()
 
-    for raw in path.read_text().splitlines():
+    for raw in _read(path).splitlines():
         if not raw.strip() or raw.lstrip().startswith("#"):
             continue
         if raw[0].isspace():

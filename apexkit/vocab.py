@@ -54,13 +54,34 @@ class _Alias(argparse.Action):
         super().__init__(option_strings, dest, **kwargs)
 
     def __call__(self, parser, namespace, values, option_string=None) -> None:
-        deprecated(option_string or self.option_strings[0], self.new)
-        if self.nargs == 0:
-            setattr(namespace, self.dest, self.const)
-        elif isinstance(getattr(namespace, self.dest, None), list):  # an `append` option: a new list, as argparse
-            setattr(namespace, self.dest, [*getattr(namespace, self.dest), values])
+        used = namespace.__dict__.setdefault(USED, {})
+        if self.dest not in used:  # one deprecation line per option, however often it is given
+            deprecated(option_string or self.option_strings[0], self.new)
+        value = self.const if self.nargs == 0 else values
+        current = getattr(namespace, self.dest, None)
+        if isinstance(current, list) or isinstance(self.default, list):  # an `append` option: a new list
+            setattr(namespace, self.dest, [*(current or []), value])
+            used[self.dest] = None  # several values are the point: no conflict to find
         else:
-            setattr(namespace, self.dest, values)
+            if current not in (None, parser.get_default(self.dest), value):
+                parser.error(f"{option_string} and {self.new} both given, with different values: keep only {self.new}")
+            setattr(namespace, self.dest, value)
+            used[self.dest] = (option_string, value)
+
+
+USED = "_renamed_options_used"
+
+
+def finish(args) -> None:
+    """After parsing: an old spelling given, then the new one with another value (argparse keeps the last) is the
+    same one-line error as the other order. Takes the parsed Namespace or its vars()."""
+    values = args if isinstance(args, dict) else vars(args)
+    for dest, seen in (values.pop(USED, None) or {}).items():
+        if seen is not None and values.get(dest) != seen[1]:
+            from apexkit.errors import ConfigError
+
+            raise ConfigError(f"{seen[0]} and its new spelling both given, with different values",
+                              "keep only the new spelling (docs/commands.md)")
 
 
 def alias(parser, old: str, new: str, dest: str, **kwargs) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -47,7 +48,8 @@ def test_dry_run_prints_the_batch_script_for_a_16_node_ascend_partition(tmp_path
     script = proc.stdout
     for line in ("#!/bin/bash", "#SBATCH --partition=ascend", "#SBATCH --nodes=16", "#SBATCH --ntasks-per-node=1",
                  "#SBATCH --gres=npu:8", "#SBATCH --account=llm", "#SBATCH --no-kill", "NODE_PYTHON=python3.10",
-                 f"SET_ENV_FILES={fleet.SET_ENV}", 'nodes=$(scontrol show hostnames "$SLURM_JOB_NODELIST")'):
+                 f"SET_ENV_FILES={shlex.quote(' '.join(fleet.SET_ENV))}",
+                 'nodes=$(scontrol show hostnames "$SLURM_JOB_NODELIST")'):
         assert line in script.splitlines(), line
     srun = next(line for line in script.splitlines() if line.strip().startswith("srun "))
     assert '--nodes=1 --ntasks=1 --nodelist="$node" --kill-on-bad-exit=0 --gres=npu:8' in srun

@@ -159,8 +159,9 @@ def test_container_spec_mounts_only_workspace_cache_and_named_inputs(tmp_path):
     again = options.resolve("3.11", ["--options-json", str(tmp_path / "options.json")])
     assert again == options.from_json(inside, "3.11") and again.jobs == 2 and again.image is None
     env = spec.environment
-    assert env["APEXKIT_ASCEND_APEX_URL"] == "file:///mnt/apexkit/ascend-apex"
-    assert env["APEXKIT_NVIDIA_APEX_URL"].startswith("https://")
+    # source URLs (they may carry a token) travel in the options file only, never in the container's environment
+    assert "APEXKIT_ASCEND_APEX_URL" not in env and "APEXKIT_NVIDIA_APEX_URL" not in env
+    assert inside["nvidia_apex_url"].startswith("https://")
     assert env["PIP_INDEX_URL"] == "https://mirror.example.com/simple/" and env["APEXKIT_FETCH_RETRIES"] == "5"
     assert "PIP_FIND_LINKS" not in env and "SECRET_TOKEN" not in env  # host paths and unrelated variables stay out
     assert env["https_proxy"] == env["HTTPS_PROXY"] == "http://u:pw@proxy.example.com:3128"
@@ -175,6 +176,14 @@ def test_an_options_file_is_refused_when_mixed_or_foreign(tmp_path):
     bad.write_text(json.dumps({"python": "3.11", "rm_rf": True}))
     with pytest.raises(ConfigError, match="unknown fields rm_rf"):
         options.resolve("3.11", ["--options-json", str(bad)])
+    good = options.to_json(options.resolve("3.11", ["--dry-run"]))
+    for field, value, says in (("jobs", "4", "jobs is not a int"), ("use_cache", "no", "use_cache is not a bool"),
+                               ("skip_patches", "abc", "skip_patches is not a tuple"), ("dist_dir", 5, "dist_dir is not"),
+                               ("wheelhouses", None, "wheelhouses is not"), ("image", "x", "image cannot be set"),
+                               ("python_path", "/usr/bin/python3", "python_path cannot be set"),
+                               ("jobs", -3, "jobs -3 is not at least 1")):
+        with pytest.raises(ConfigError, match=says):
+            options.from_json({**good, field: value}, "3.11")
     with pytest.raises(ConfigError, match="pass it alone"):
         options.resolve("3.11", ["--options-json", str(bad), "--torch", "2.1.0"])
     with pytest.raises(ConfigError, match="is a host path"):

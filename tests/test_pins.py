@@ -53,3 +53,17 @@ def test_nox_lock_check_passes_without_network():
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "requirements.txt: " in proc.stderr and "pins with hashes" in proc.stderr
+
+
+def test_what_is_not_a_pin_is_one_line(tmp_path):
+    for text, says in (("-c constraints.txt\n", "is not a pin"), ("--index-url https://x/simple\n", "is not a pin"),
+                       ("nox=>1\n", "is not a requirement")):
+        bad = tmp_path / "bad.in"
+        bad.write_text(text)
+        with pytest.raises(ConfigError, match=says):
+            pins.read_in(bad)
+    tabbed = tmp_path / "tabbed.in"
+    tabbed.write_text(f"-r\t{RUNTIME_IN}\n")
+    assert pins.read_in(tabbed) == pins.read_in(RUNTIME_IN)
+    with pytest.raises(ConfigError, match="cannot read"):
+        pins.check(tmp_path / "missing.txt", RUNTIME_IN)

@@ -110,10 +110,15 @@ def test_build_manifest_times_each_step_and_a_cache_hit_or_reused_venv_says_whic
     else:
         assert manifest["ccache"] is None
 
+    attestations = {name: (runner.dist / TARGET / name).read_bytes() for name in ("sbom.cdx.json", "provenance.json")}
     hit = runner.nox("3.11")
     assert hit.returncode == 0, output(hit)[-3000:]
     again = json.loads((runner.dist / TARGET / "manifest.json").read_text())
     assert again["cache_hit"] is True
+    # the hit publishes the build's own SBOM and provenance, kept in the cache entry (not written again)
+    assert "(SBOM and provenance from the cache entry)" in output(hit)
+    assert {n: (runner.dist / TARGET / n).read_bytes() for n in attestations} == attestations
+    assert again["attestations"] == manifest["attestations"]
     assert set(again["durations_s"]) == {"find_python", "sources", "publish", "total"}  # what this run ran
     _sane(again["durations_s"])
     # the build's own times as the cache stored them (before its publish step), and its ccache figures
@@ -127,3 +132,30 @@ def test_build_manifest_times_each_step_and_a_cache_hit_or_reused_venv_says_whic
     assert BUILD_STEPS - {"torch_install", "smoke_test"} <= set(durations), durations
     assert "torch_install" not in durations and "smoke_test" not in durations
     _sane(durations)
+
+
+def test_cached_attestations_are_used_only_when_they_match_their_record(tmp_path):
+    import hashlib
+    import os
+
+    from apexkit.build import builder
+
+    sbom_text, prov = b'{"bomFormat": "CycloneDX"}', b'{"_type": "https://in-toto.io/Statement/v1"}'
+    (tmp_path / "sbom.cdx.json").write_bytes(sbom_text)
+    (tmp_path / "provenance.json").write_bytes(prov)
+    record = {"sbom": {"file": "sbom.cdx.json", "sha256": hashlib.sha256(sbom_text).hexdigest()},
+              "provenance": {"file": "provenance.json", "sha256": hashlib.sha256(prov).hexdigest()}}
+    fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        assert builder._cached_documents({"attestations": record}, fd) == {"sbom.cdx.json": sbom_text,
+                                                                            "provenance.json": prov}
+        assert builder._cached_documents({}, fd) is None  # an entry from before: written again
+        (tmp_path / "provenance.json").write_bytes(prov + b" ")  # changed since it was recorded
+        assert builder._cached_documents({"attestations": record}, fd) is None
+        (tmp_path / "provenance.json").unlink()
+        (tmp_path / "provenance.json").symlink_to(tmp_path / "sbom.cdx.json")  # never followed
+        assert builder._cached_documents({"attestations": record}, fd) is None
+        bad_name = {**record, "sbom": {**record["sbom"], "file": "../x"}}
+        assert builder._cached_documents({"attestations": bad_name}, fd) is None
+    finally:
+        os.close(fd)

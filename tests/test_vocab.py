@@ -89,3 +89,32 @@ def test_doctor_interpreter_and_its_old_spelling():
         assert proc.returncode == 2, proc.stderr
         assert (DEPRECATED in proc.stderr) == (spelling == "--python")
         assert "Traceback" not in proc.stderr
+
+
+def test_old_and_new_spelling_with_different_values_is_one_error_either_order(capsys):
+    for argv in (["--python", "/a/python", "--interpreter", "/b/python"],
+                 ["--interpreter", "/b/python", "--python", "/a/python"]):
+        with pytest.raises((ConfigError, SystemExit)):
+            options.resolve("3.11", [*argv, "--dry-run"])
+    same = options.resolve("3.11", ["--python", sys.executable, "--interpreter", sys.executable, "--dry-run"])
+    assert same.python_path == sys.executable
+    capsys.readouterr()
+    p = matrixrun.parser()
+    args = p.parse_args(["--only", "a", "--only", "b"])
+    assert args.only == ["a", "b"] and capsys.readouterr().err.count(DEPRECATED) == 1  # one line per option
+
+
+def test_apexkit_commands_take_required_values_positionally_or_as_flags(tmp_path):
+    base = [sys.executable, "-m", "apexkit", "image.build"]
+    for argv in (["x86_64", "debootstrap:bookworm"], ["--arch", "x86_64", "--base", "debootstrap:bookworm"]):
+        proc = subprocess.run([*base, *argv, "--dry-run", "--ca-cert", "none"], capture_output=True, text=True,
+                              timeout=120, cwd=ROOT)
+        assert proc.returncode == 0 and "dry run" in proc.stderr, proc.stderr[-1500:]
+    missing = subprocess.run([*base, "x86_64", "--dry-run"], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert missing.returncode == 2 and "BASE is required (or --base VALUE)" in missing.stderr
+    status = tmp_path / "status.json"
+    import os
+
+    subprocess.run([sys.executable, "-m", "apexkit", "fleet.report", "--bogus"], capture_output=True, cwd=ROOT,
+                   env={**os.environ, "APEXKIT_STATUS_FILE": str(status)}, timeout=120)
+    assert '"exit_code": 2' in status.read_text()  # a usage error is recorded like any other exit

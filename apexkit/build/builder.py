@@ -24,12 +24,12 @@ from pathlib import Path
 from packaging.version import InvalidVersion, Version
 
 import apexkit
-from apexkit import cann, locks, log, paths, untrusted
+from apexkit import cann, fsedit, locks, log, paths, untrusted
 from apexkit.build import distdir as distdir_mod
 from apexkit.build import interpreters, known_failures, patches, sbom, sources, venvs, wheelcheck
 from apexkit.build.distdir import check_overwrite, replace_dir
 from apexkit.build.options import BuildOptions
-from apexkit.errors import BuildError, ConfigError, SmokeTestError
+from apexkit.errors import ApexkitError, BuildError, ConfigError, SmokeTestError
 from apexkit.matrix import model as matrix_mod
 from apexkit.proc import run_logged
 
@@ -376,7 +376,7 @@ class Builder:
                 plan = Plan(**{**asdict(plan), "flags": flags, "extensions": _extensions_for(flags),
                                "needs_npu_headers": "--npu_float_status" in flags})
                 log.info(f"  flags detected from {ascend.npu_patch.name}: {' '.join(flags)}")
-            key = cache_key(plan, opts, ascend.commit, nvidia_sha, patch_list, self.m)
+            key = self._cache_key = cache_key(plan, opts, ascend.commit, nvidia_sha, patch_list, self.m)
             self._use_cache = self._cache_usable() and not ascend.dirty  # a dirty checkout is never cached
             if self._use_cache:
                 held.enter_context(locks.hold(self._cache_entry(key), f"wheel cache entry {key[:12]}"))
@@ -796,6 +796,7 @@ class Builder:
                 if not isinstance(wheel, dict) or not isinstance(wheel.get("sha256"), str):
                     raise untrusted.Untrusted("manifest.json has no wheel.file and wheel.sha256")
                 name = untrusted.wheel_name(wheel.get("file"))
+                self._cached_documents = _cached_documents(manifest, fd)
                 src = untrusted.open_regular(name, fd)
             finally:
                 os.close(fd)
@@ -849,24 +850,47 @@ class Builder:
         manifest["durations_s"] = dict(self.timings, total=round(time.monotonic() - started, 3))
         manifest["created"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         try:
-            return self._publish(plan, wheel, manifest)
+            return self._publish(plan, wheel, manifest, getattr(self, "_cached_documents", None))
         finally:
             shutil.rmtree(wheel.parent, ignore_errors=True)
 
-    def _publish(self, plan: Plan, wheel: Path, manifest: dict) -> Path:
+    def _cache_attach(self, documents: dict[str, bytes], manifest: dict) -> None:
+        """Keep the SBOM and provenance beside the cached wheel (the entry's manifest then records them): a hit
+        publishes the build's own attestations instead of writing them again (most of a no-op's time)."""
+        key = getattr(self, "_cache_key", None)
+        record = manifest.get("attestations") or {}
+        if not (self._use_cache and key and documents and record.get("sbom") and record.get("provenance")):
+            return
+        entry = self._cache_entry(key)
+        try:
+            stored = json.loads((entry / "manifest.json").read_text())
+            if stored.get("wheel", {}).get("sha256") != manifest["wheel"]["sha256"]:
+                return
+            for name, data in documents.items():
+                fsedit.atomic_write(entry / name, data, 0o644)
+            stored["attestations"] = record
+            fsedit.atomic_write(entry / "manifest.json", (json.dumps(stored, indent=2) + "\n").encode(), 0o644)
+        except (OSError, ValueError, ApexkitError) as exc:  # the build is published; the next hit writes them again
+            log.warn(f"could not keep the SBOM/provenance in the cache entry {entry}: {exc}")
+
+    def _publish(self, plan: Plan, wheel: Path, manifest: dict, documents: dict[str, bytes] | None = None) -> Path:
+        """dist/<target>: the wheel, manifest, SBOM and provenance -- `documents` when a cache hit brings the build's
+        own (manifest["attestations"] records them), else written now and kept in the cache entry for the next hit."""
         from apexkit.build import ccache as ccachestats
 
         with log.step(f"publish (dist/{plan.target_id}: wheel, manifest, SBOM, provenance)", self.timings,
                       key="publish") as s:
             begun = time.monotonic()
-            files = dist_files(wheel, manifest)
+            files = {wheel.name: wheel, **documents} if documents else dist_files(wheel, manifest)
             # publish: the SBOM and provenance up to writing the manifest (the copy and the rename after it take
             # milliseconds); total: since the build started, so the steps' sum stays <= total
             now = time.monotonic()
             manifest["durations_s"] = dict(self.timings, publish=round(now - begun, 3),
                                            total=round(now - getattr(self, "_started", begun), 3))
             final = replace_dir(self.opts.dist_dir, plan.target_id, files, manifest, self.opts.force)
-            s.note(str(final))
+            s.note(str(final) + (" (SBOM and provenance from the cache entry)" if documents else ""))
+        if not documents and not manifest.get("cache_hit"):
+            self._cache_attach({k: v for k, v in files.items() if isinstance(v, bytes)}, manifest)
         log.info(f"✓ {final / wheel.name}")
         log.info(f"  sha256 {manifest['wheel']['sha256']}  ({manifest['wheel']['size'] / 1024:.0f} KiB, "
                  f"total {log.format_seconds(manifest['durations_s']['total'])})")
@@ -883,6 +907,27 @@ class Builder:
                 log.warn(f"no SBOM written: {manifest['attestations']['sbom_missing']}")
         log.info(f"  install:  {install_command(plan, final / wheel.name)}")
         return final
+
+
+def _cached_documents(manifest: dict, fd: int) -> dict[str, bytes] | None:
+    """The SBOM and provenance a cache entry keeps (read without following links, each matching the sha256 its
+    manifest records), or None: then the publish writes them again."""
+    record = manifest.get("attestations")
+    if not isinstance(record, dict):
+        return None
+    out = {}
+    for kind, name in (("sbom", sbom.SBOM_FILE), ("provenance", sbom.PROVENANCE_FILE)):
+        entry = record.get(kind)
+        if not isinstance(entry, dict) or entry.get("file") != name:
+            return None
+        try:
+            data = untrusted.read_regular(name, fd, distdir_mod.MANIFEST_MAX)
+        except (untrusted.Untrusted, OSError):
+            return None
+        if hashlib.sha256(data).hexdigest() != entry.get("sha256"):
+            return None
+        out[name] = data
+    return out
 
 
 def dist_files(wheel: Path, manifest: dict) -> dict[str, Path | bytes]:

@@ -161,6 +161,7 @@ def resolve(python: str, argv: Sequence[str], env: Mapping[str, str] | None = No
     m.check_python(python)
     p = parser(prog)
     args = p.parse_args(list(argv))
+    vocab.finish(args)
     if args.options_json is not None:
         if len(argv) > 2 or (len(argv) == 2 and argv[0] != "--options-json"):
             raise ConfigError("--options-json carries every option of the build", "pass it alone")
@@ -256,6 +257,23 @@ def resolve(python: str, argv: Sequence[str], env: Mapping[str, str] | None = No
 
 
 _PATH_FIELDS = ("apex_src", "dist_dir", "build_dir", "cache_dir")
+HOST_ONLY = ("image", "network", "ca_bundle", "python_path")  # what the host consumes: null in a container's options
+_JSON_KINDS = {"str": (str,), "bool": (bool,), "int": (int,), "Path": (str,)}
+
+
+def _of_kind(annotation: str, value) -> bool:
+    """Whether a JSON value fits a BuildOptions annotation (str, bool, int, Path, tuple[X, ...], each `| None`)."""
+    for kind in (a.strip() for a in annotation.split("|")):
+        if kind == "None" and value is None:
+            return True
+        if kind.startswith("tuple[") and isinstance(value, list):
+            inner = _JSON_KINDS.get(kind[len("tuple["):].split(",")[0].strip(), ())
+            if all(isinstance(v, inner) for v in value):
+                return True
+        elif kind in _JSON_KINDS and isinstance(value, _JSON_KINDS[kind]) and not (
+                kind == "int" and isinstance(value, bool)):
+            return True
+    return False
 _TUPLE_FIELDS = ("extra_index_urls", "wheelhouses", "skip_patches", "setup_flags")
 
 
@@ -279,7 +297,17 @@ def from_json(data: Mapping, python: str) -> BuildOptions:
     unknown = sorted(set(data) - set(known))
     if unknown or data.get("python") != python:
         raise ConfigError(f"options file: {'unknown fields ' + ', '.join(unknown) if unknown else 'another Python'}",
-                          "the host and the image run different apexkit versions: rebuild the image")
+                          "it is written by the host's container build (invoke build --image ...); run that")
+    for name, value in data.items():
+        if not _of_kind(str(known[name].type), value):
+            raise ConfigError(f"options file: {name} is not a {known[name].type}",
+                              "it is written by the host's container build (invoke build --image ...); run that")
+    host_only = [n for n in HOST_ONLY if data.get(n) is not None]
+    if host_only:
+        raise ConfigError(f"options file: {', '.join(host_only)} cannot be set inside a container build",
+                          "it is written by the host's container build (invoke build --image ...); run that")
+    if data.get("jobs", 1) < 1:
+        raise ConfigError(f"options file: jobs {data['jobs']} is not at least 1", "pass --jobs 1 or more on the host")
     values = {}
     for name, value in data.items():
         if name in _PATH_FIELDS:

@@ -242,7 +242,7 @@ def check_cann(environ: Mapping[str, str]) -> list[Check]:
     rows.append(Check("ascend", "set_env.sh sourced", OK if sourced else FAIL,
                       "ASCEND_HOME_PATH and LD_LIBRARY_PATH point at it" if sourced else
                       "ASCEND_HOME_PATH/LD_LIBRARY_PATH do not point at the toolkit",
-                      "" if sourced else f"source {Path(home).parent}/set_env.sh (CANN 8.5+: /usr/local/Ascend/cann/set_env.sh)"))
+                      "" if sourced else f"source {cann.set_env_for(home)}"))
     return rows
 
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from apexkit import checks, fsedit, log, paths, urls
-from apexkit.errors import ConfigError, ImageError, InterpreterNotFoundError
+from apexkit.errors import ApexkitError, ConfigError, ImageError, InterpreterNotFoundError
 from apexkit.proxy import layers as proxy
 
 DOCKER_DIR = paths.DOCKER
@@ -201,11 +201,16 @@ def resolve_ca_bundle(option: str | None, settings: proxy.ProxySettings | None,
             raise ConfigError(exc.cause, "pass a PEM file of CA certificates (e.g. your proxy's CA), or --ca-cert "
                               "none") from None
         # CA certificates are public: one combined file per content, readable by the container's user
-        folder = paths.cache_dir() / "ca"
-        folder.mkdir(parents=True, exist_ok=True)
+        folder = paths.cache_dir(environ) / "ca"
         combined = folder / f"ca-{hashlib.sha256(data).hexdigest()[:16]}.pem"
-        if not combined.is_file() or combined.read_bytes() != data:
-            fsedit.atomic_write(combined, data, 0o644)
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            if not combined.is_file() or combined.read_bytes() != data:
+                fsedit.atomic_write(combined, data, 0o644)
+        except (OSError, ApexkitError) as exc:
+            raise ConfigError(f"cannot write the combined CA bundle {combined}: "
+                              f"{getattr(exc, 'strerror', None) or exc}",
+                              "set APEXKIT_CACHE_DIR to a directory you can write") from None
         return combined
     if settings is not None and settings.ca_bundle and Path(settings.ca_bundle).is_file():
         return Path(settings.ca_bundle)

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-from apexkit import fsedit, log, paths, untrusted
+from apexkit import fsedit, locks, log, paths, untrusted
 from apexkit.build import distdir, options, sbom
 from apexkit.build.options import BuildOptions
 from apexkit.errors import BuildError, ConfigError, ImageError
@@ -134,13 +134,11 @@ def make_spec(opts: BuildOptions, image: str, labels: Mapping[str, str], arch: s
                            sbom.BY_HOST: "1"}  # the SBOM + provenance are the host's to write (_swap_in)
     for name, url, mount in (("APEXKIT_ASCEND_APEX_URL", opts.ascend_apex_url, "ascend-apex"),
                              ("APEXKIT_NVIDIA_APEX_URL", opts.nvidia_apex_url, "nvidia-apex")):
-        local = _file_url_path(url)
+        local = _file_url_path(url)  # the URL reaches the container in the options file only (it may hold a token)
         if local is not None:
             mounts.append(Mount(local, f"{MNT}/{mount}", True, name))
-            env[name] = f"file://{MNT}/{mount}"
-        else:
-            env[name] = url
-        inside["ascend_apex_url" if mount == "ascend-apex" else "nvidia_apex_url"] = env[name]
+        inside["ascend_apex_url" if mount == "ascend-apex" else "nvidia_apex_url"] = (
+            f"file://{MNT}/{mount}" if local is not None else url)
     for name, value in environ.items():
         if (name in PASS_ENV or name.startswith(PASS_ENV_PREFIXES)) and value and "file:" not in value:
             env[name] = value
@@ -215,24 +213,26 @@ def run(opts: BuildOptions) -> Path | None:
     log.info(f"  {'network':<15}{spec.network or 'daemon default'}")
     if labels.get(f"{images.LABEL}.recipe") != images.recipe_digest():
         log.warn(f"{spec.image} was built from an older docker/ recipe: rebuild it with invoke image.build")
-    preflight(spec)
-    _clear_workspace_dist(spec.workspace)
-    started = time.monotonic()
-    with log.step(f"build in {spec.image}") as s, _options_file(spec):
-        code = _run_container(c, spec)
-        if code != 0:
-            raise _failure(code, spec)
-        produced = produced_targets(spec.workspace)
-        if opts.dry_run:
-            s.note("dry run")
-            return None
-        if len(produced) != 1:
-            raise BuildError(f"the container build ended without one dist/<target> in {spec.workspace / 'dist'} "
-                             f"(found {len(produced)})", f"see {spec.log_path}")
-        final = _publish(produced[0], opts.dist_dir, spec, labels, time.monotonic() - started, opts.force,
-                         image_ref=image_ref)
-        s.note(str(final))
-    return final
+    # one container build per workspace (image + Python) at a time: its dist/ and options file are per workspace
+    with locks.hold(spec.workspace, f"container workspace {spec.workspace}"):
+        preflight(spec)
+        _clear_workspace_dist(spec.workspace)
+        started = time.monotonic()
+        with log.step(f"build in {spec.image}") as s, _options_file(spec):
+            code = _run_container(c, spec)
+            if code != 0:
+                raise _failure(code, spec)
+            produced = produced_targets(spec.workspace)
+            if opts.dry_run:
+                s.note("dry run")
+                return None
+            if len(produced) != 1:
+                raise BuildError(f"the container build ended without one dist/<target> in {spec.workspace / 'dist'} "
+                                 f"(found {len(produced)})", f"see {spec.log_path}")
+            final = _publish(produced[0], opts.dist_dir, spec, labels, time.monotonic() - started, opts.force,
+                             image_ref=image_ref)
+            s.note(str(final))
+        return final
 
 
 @contextlib.contextmanager
@@ -243,7 +243,7 @@ def _options_file(spec: ContainerSpec):
     fsedit.atomic_write(path, (json.dumps(spec.options, indent=1) + "\n").encode(), 0o600)
     try:
         if os.geteuid() == 0:
-            os.chown(path, spec.uid, int(spec.user.split(":")[1]))
+            os.chown(path, spec.uid, int(spec.user.split(":")[1]), follow_symlinks=False)
         yield path
     finally:
         with contextlib.suppress(FileNotFoundError):

@@ -569,6 +569,7 @@ def main(argv: list[str]) -> int:
 
         return refresh.main(argv)
     args = parser().parse_args(argv)
+    vocab.finish(args)
     m, combos = load_combinations(args.matrix)
     if args.only:
         unknown = sorted(set(args.only) - {c.id for c in combos})

@@ -39,7 +39,7 @@ from apexkit.errors import ConfigError, SchedulerError
 BENCH = paths.BENCH  # the checkout's bench/, or the installed package's copy
 STATE_FILE = "fleet.json"
 FORMAT = "apexkit-fleet/1"
-SET_ENV = cann.SET_ENV_FILES[0]  # the default the node script tries (--set-env adds more)
+SET_ENV = cann.SET_ENV_FILES  # what the node script tries, in order (CANN <= 8.3, then 8.5+); --set-env replaces it
 DEFAULT_THRESHOLD = 0.10  # a node's step time more than 10 % off the fleet median is flagged
 MIN_FOR_OUTLIERS = 3  # ... once at least this many nodes have a step time
 SHORT_BENCH = "--model mlp --modes fp32 --warmup 1 --repeats 3 --steps 2 --peak table"
@@ -182,7 +182,7 @@ class Plan:
     extra_index_urls: tuple[str, ...] = ()
     node_python: str | None = None
     node_dir: str = "${TMPDIR:-/tmp}/apexkit-fleet"
-    set_env: tuple[str, ...] = (SET_ENV,)
+    set_env: tuple[str, ...] = SET_ENV
     keep_venv: bool = False
     submission: int = 1
     extra_sbatch: tuple[str, ...] = field(default=())
@@ -630,7 +630,7 @@ def stored_plan(results: str) -> Plan:
                 bench=tuple(p["bench"]) if p.get("bench") is not None else None,
                 find_links=tuple(p.get("find_links") or ()), torch_index_url=p.get("torch_index_url"),
                 extra_index_urls=tuple(p.get("extra_index_urls") or ()), node_python=p.get("node_python"),
-                node_dir=p.get("node_dir") or Plan.node_dir, set_env=tuple(p.get("set_env") or (SET_ENV,)),
+                node_dir=p.get("node_dir") or Plan.node_dir, set_env=tuple(p.get("set_env") or SET_ENV),
                 keep_venv=bool(p.get("keep_venv")), submission=int(last.get("submission", 1)))
 
 
@@ -674,7 +674,7 @@ def make_plan(*, results: str, index: str, target: str | None = None, stack: str
                 bench=(tuple(shlex.split(SHORT_BENCH)) + extra_args) if bench or bench_args else None,
                 find_links=tuple(find_links or ()), torch_index_url=torch_index_url,
                 extra_index_urls=tuple(extra_index_url or ()), node_python=node_python,
-                node_dir=node_dir or Plan.node_dir, set_env=tuple(set_env.split(",")) if set_env else (SET_ENV,),
+                node_dir=node_dir or Plan.node_dir, set_env=tuple(set_env.split(",")) if set_env else SET_ENV,
                 keep_venv=keep_venv)
 
 

@@ -114,6 +114,7 @@ def parse(argv: list[str], prog: str) -> tuple[argparse.Namespace, list[str]]:
                         help="where outputs go by default: <reports>/<target>/ (default: $APEXKIT_REPORTS_DIR, else reports/)")
     parser.add_argument("--apexkit-help", action="store_true", help="this help (--help shows the script's)")
     args, rest = parser.parse_known_args(argv)
+    vocab.finish(args)
     if args.apexkit_help:
         parser.print_help()
         raise SystemExit(0)
