@@ -100,7 +100,12 @@ def test_bare_rpath_trap_is_real_without_our_patch(runner, tmp_path):
     failures = json.loads((trap / "manifest.json").read_text())["binary_checks"]["failures"]
     assert any(": rpath: RPATH " in f and "expected (none)" in f for f in failures), failures
     assert "binary check (diagnosis build, --skip-patch)" in output(proc)
-    dyn = dynamic_section(trap / WHEEL, "apex_C", tmp_path)
+    # its wheel carries the tag its own symbols allow: without NEEDED libstdc++ that can be older than the good one's
+    trap_manifest = json.loads((trap / "manifest.json").read_text())
+    trap_wheel = trap / trap_manifest["wheel"]["file"]
+    assert trap_wheel.is_file() and trap_wheel.name.endswith(
+        f"-{trap_manifest['binary_checks']['platform'].get('wheel_tag') or 'linux_x86_64'}.whl")
+    dyn = dynamic_section(trap_wheel, "apex_C", tmp_path)
     assert "$ORIGIN/torch/lib" not in dyn
     assert "Library rpath: [" in dyn  # the linker swallowed the next argument as the rpath ...
     assert "[libstdc++.so.6]" not in dyn  # ... and lost NEEDED libstdc++
