@@ -41,7 +41,7 @@ nox.options.default_venv_backend = "none"  # apexkit makes its own venvs (virtua
 def _build_session(python: str) -> None:
     def build(session: nox.Session) -> None:
         from apexkit.build import builder as apexkit_build
-        from apexkit.cli import run_in_session
+        from apexkit.exits import run_in_session
 
         run_in_session(session, lambda: apexkit_build.main(python, session.posargs, prog=f"nox -s build-{python} --"))
 
@@ -56,7 +56,7 @@ for _python in _MATRIX.session_pythons:
 def _combination_session(combo: matrix.Combination) -> None:
     def build(session: nox.Session) -> None:
         from apexkit.build import builder as apexkit_build
-        from apexkit.cli import run_in_session
+        from apexkit.exits import run_in_session
         from apexkit.matrix import run as matrixrun
 
         m = matrix.load()
@@ -81,7 +81,7 @@ for _combo in _COMBINATIONS:
 @nox.session(name="matrix", python=False, default=False)
 def matrix_session(session: nox.Session) -> None:
     """The build matrix: -- --format github (GitHub Actions JSON) | json | table; -- --run [--parallel N] builds it."""
-    from apexkit.cli import run_in_session
+    from apexkit.exits import run_in_session
     from apexkit.matrix import run as matrixrun
 
     run_in_session(session, lambda: matrixrun.main(session.posargs))
@@ -101,7 +101,7 @@ def lock(session: nox.Session) -> None:
     compile); -- --check compares them with the .in files and writes nothing."""
     from apexkit import pins
     from apexkit.build import uvtools
-    from apexkit.cli import run_in_session
+    from apexkit.exits import run_in_session
 
     def go() -> None:
         uv = uvtools.find()
@@ -114,7 +114,7 @@ def lock(session: nox.Session) -> None:
 
 
 def _bench_session(script: str, session: nox.Session) -> None:
-    from apexkit.cli import run_in_session
+    from apexkit.exits import run_in_session
     from apexkit.validate import run as runbench
 
     run_in_session(session, lambda: runbench.main(script, session.posargs, prog=f"nox -s {script} --"))
@@ -141,7 +141,7 @@ def _test_env(session: nox.Session) -> "dict[str, str]":
     import os
 
     from apexkit import systools, testtools
-    from apexkit.cli import run_in_session
+    from apexkit.exits import run_in_session
     from apexkit.images import cli as imagecli
 
     plan = testtools.decide(os.environ, systools.can_install())

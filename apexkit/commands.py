@@ -16,8 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from apexkit import log, vocab
-from apexkit.errors import ApexkitError, ConfigError
+from apexkit import vocab
+from apexkit.errors import ConfigError
 
 REQUIRED = inspect.Parameter.empty  # an option without a default: a positional argument (also accepted as a flag)
 
@@ -225,25 +225,7 @@ def publish(dist: str | None = None, index: str = "index", target: list[str] | N
     return 0
 
 
-# --- the edge: errors -> one line and an exit code; invoke tasks from the declarations ---------------------------
-
-def run(func: Callable[[], object]) -> None:
-    """Call func for an invoke task: an ApexkitError is one `error:` line and its exit code, a non-zero int result is
-    the exit code; $APEXKIT_STATUS_FILE records it either way (apexkit.cli.record_status)."""
-    from invoke import Exit
-
-    from apexkit.cli import record_status
-
-    try:
-        code = func()
-    except ApexkitError as exc:
-        record_status(exc.exit_code, exc.format())
-        raise Exit(f"error: {log.mask(exc.format())}", code=exc.exit_code) from None
-    code = code if isinstance(code, int) else 0
-    record_status(code)
-    if code:
-        raise Exit(code=code)
-
+# --- invoke tasks from the declarations (errors -> one line and an exit code: apexkit.exits.run_task) ----------
 
 def _resolve(target: str) -> Callable:
     module, _, name = target.partition(":")
@@ -268,6 +250,8 @@ def task(command: Command):
     """An invoke Task for a declared command: its signature, help and iterable options from the declaration."""
     from invoke import Task
 
+    from apexkit.exits import run_task
+
     params = [inspect.Parameter("c", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
     helps, iterable = {}, []
     for opt in command.options:
@@ -287,7 +271,7 @@ def task(command: Command):
                 keywords["remainder"] = c.remainder or ""
             return _resolve(command.target)(**keywords)
 
-        run(call)
+        run_task(call)
 
     body.__signature__ = inspect.Signature(params)
     body.__doc__ = command.doc
@@ -341,7 +325,7 @@ def parser(command: Command, prog: str):
 
 def main(name: str, argv: list[str], prog: str) -> int:
     """`apexkit <name> [options]`: the declared command, parsed by argparse; errors as the CLI's (apexkit.cli)."""
-    from apexkit.cli import exit_code, record_status
+    from apexkit.exits import exit_code, record_status
 
     command = next(c for c in COMMANDS if c.name == name)
     p = parser(command, prog)

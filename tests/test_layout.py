@@ -15,7 +15,7 @@ PACKAGE = ROOT / "apexkit"
 PACKAGES = {"build", "proxy", "images", "matrix", "doctor", "validate"}
 # the small shared modules everything may use; they import only each other
 SHARED = {"errors", "log", "proc", "fsedit", "paths", "locks", "urls", "untrusted", "checks", "vocab", "pins", "cann",
-          "systools", "testtools"}
+          "systools", "testtools", "exits"}
 EDGE = {"cli", "commands", "__main__", "__init__"}  # the command edge: dispatches to every package
 
 

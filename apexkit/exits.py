@@ -1,0 +1,83 @@
+"""Turn apexkit errors into one line and an exit code -- the one place for it: exit_code (`apexkit <command>`),
+run_in_session (nox sessions), run_task (invoke tasks); each records $APEXKIT_STATUS_FILE."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+from apexkit import fsedit, log
+from apexkit.errors import ApexkitError
+
+T = TypeVar("T")
+
+
+STATUS_FILE = "APEXKIT_STATUS_FILE"
+
+
+def record_status(code: int, error: str | None = None) -> None:
+    """With $APEXKIT_STATUS_FILE set, write {"exit_code": N, "error": "..."} there: nox maps every failed session to
+    exit 1, so CI reads apexkit's own code (2 configuration, 4 sources, 7 build, ...) from this file."""
+    path = os.environ.get(STATUS_FILE)
+    if not path:
+        return
+    data = {"exit_code": code, "error": log.mask(error) if error else None}
+    try:
+        fsedit.atomic_write(Path(path), (json.dumps(data) + "\n").encode(), 0o644)
+    except OSError as exc:
+        log.warn(f"cannot write {STATUS_FILE} {path}: {exc.strerror or exc}")
+
+
+def run_in_session(session, func: Callable[[], T]) -> T | None:
+    """Call `func` inside a nox session: an ApexkitError aborts the session with its one line, no traceback."""
+    try:
+        result = func()
+    except ApexkitError as exc:
+        record_status(exc.exit_code, exc.format())
+        session.error(exc.format())
+    except SystemExit as exc:  # argparse: --help (0) or a usage error (2)
+        if exc.code not in (0, None):
+            record_status(2, "invalid arguments")
+            session.error("invalid arguments (see the usage line above; -- --help lists them)")
+        record_status(0)
+    else:
+        record_status(0)
+        return result
+    return None
+
+
+def run_task(func: Callable[[], object]) -> None:
+    """Call `func` for an invoke task: an ApexkitError is one `error:` line and its exit code, a non-zero int result
+    is the exit code (invoke.Exit either way)."""
+    from invoke import Exit
+
+    try:
+        code = func()
+    except ApexkitError as exc:
+        record_status(exc.exit_code, exc.format())
+        raise Exit(f"error: {log.mask(exc.format())}", code=exc.exit_code) from None
+    code = code if isinstance(code, int) else 0
+    record_status(code)
+    if code:
+        raise Exit(code=code)
+
+
+def exit_code(func: Callable[[], object]) -> int:
+    """Call `func` from a plain command line: its int result is the exit code (anything else: 0), an ApexkitError is
+    one `error:` line and its exit code, Ctrl-C is 130."""
+    try:
+        result = func()
+    except ApexkitError as exc:
+        log.console.print(f"[red]error:[/red] {log.escape(log.mask(exc.format()))}", highlight=False, markup=True)
+        record_status(exc.exit_code, exc.format())
+        return exc.exit_code
+    except KeyboardInterrupt:
+        log.console.print("interrupted", style="red")
+        record_status(130, "interrupted")
+        return 130
+    code = result if isinstance(result, int) else 0
+    record_status(code)
+    return code
