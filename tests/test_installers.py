@@ -198,3 +198,33 @@ def test_pip_config_scopes_and_translation():
     assert args.count("--index-url") == 1 and "https://opt.corp/simple/" in args
     args, _ = uvtools.install_options(config, ["--no-index", "--find-links", "/w"])
     assert "--offline" in args and "--index-url" not in args and "--extra-index-url" not in args
+
+
+def test_a_damaged_uv_cache_entry_is_found_by_record_and_installed_again(clean_env, monkeypatch, capfd):
+    """uv links installed files out of its cache: a cache entry damaged after it was written would be installed as
+    it is. The install is checked against each wheel's RECORD; a mismatch cleans that entry and installs again."""
+    monkeypatch.setenv("APEXKIT_INSTALLER", "uv")
+    monkeypatch.setenv("APEXKIT_CACHE_DIR", str(clean_env / "cache"))
+    house = clean_env / "wheelhouse"
+    _wheel(house)
+    options = venvs.IndexOptions(wheelhouses=(house,), offline=True)
+    log = clean_env / "install.log"
+    first = venvs.create(python311(), clean_env / "venv-a", log)
+    venvs.pip_install(first, ["apexkit-probe"], options, log)
+    cached = [p for p in (clean_env / "cache" / "uv").rglob("apexkit_probe/__init__.py")]
+    assert cached, "uv keeps the unpacked wheel in its cache"
+    for path in cached:  # damage it in place (a hard link shares it with venv-a: that one is damaged too)
+        path.chmod(0o644)
+        path.write_bytes(b"VALUE = 'damaged'\n")
+    capfd.readouterr()
+    second = venvs.create(python311(), clean_env / "venv-b", log)
+    venvs.pip_install(second, ["apexkit-probe"], options, log)
+    assert probe(second) == "probe 1.0"
+    err = " ".join(capfd.readouterr().err.split())  # the terminal may wrap the line
+    assert "uv installed apexkit_probe with files that differ from their RECORD (apexkit_probe/__init__.py (" in err
+    assert "cleaning those uv cache entries and installing again" in err
+    text = log.read_text()
+    assert 'RECORD mismatches after uv install: {"apexkit_probe-1.0.dist-info": ["apexkit_probe/__init__.py' in text
+    assert text.count("--reinstall-package=apexkit_probe") == 1
+    dist = next((second.path).glob("lib/python*/site-packages/apexkit_probe-1.0.dist-info"))
+    assert venvs.record_problems(dist) == []

@@ -211,9 +211,12 @@ def _uv_install(uv: uvtools.Uv, venv: Venv, requirements: Sequence[str], index: 
     """uv pip install with pip's configuration carried over; False (after one line) when pip should try instead."""
     args, env = uvtools.install_options(uvtools.pip_config(), index.pip_args(for_torch=for_torch))
     argv = [uv.binary, "pip", "install", "--python", str(venv.python), *args, *extra, *requirements]
+    uv_env = uvtools.environment(cache_dir(), env)
     with lock(venv.path):
-        code, tail = run_logged(argv, log_path, env=uvtools.environment(cache_dir(), env), verbose=verbose,
-                                progress=_pip_progress)
+        before = _dist_infos(venv)
+        code, tail = run_logged(argv, log_path, env=uv_env, verbose=verbose, progress=_pip_progress)
+        if code == 0:
+            code, tail = _verified(uv, venv, argv, uv_env, before, log_path, verbose) or (code, tail)
         if code == 0:
             _record(venv, _from_uv(uv, venv, requirements, args, env, log_path))
     if code == 0:
@@ -224,6 +227,71 @@ def _uv_install(uv: uvtools.Uv, venv: Venv, requirements: Sequence[str], index: 
                                     f"see {log_path}; unset APEXKIT_INSTALLER to let pip try")
     log.info(f"  uv could not install {' '.join(requirements)} ({reason.strip()[:160]}): trying pip")
     return False
+
+
+def _dist_infos(venv: Venv) -> set[Path]:
+    """The venv's dist-info folders, each once (a venv's lib64 is a link to lib)."""
+    return {p.resolve() for p in venv.path.glob("lib*/python*/site-packages/*.dist-info")}
+
+
+RECORD_HASH_LIMIT = 4 << 20  # larger files (torch's libraries) are checked by size: hashing them all costs seconds,
+# and a damaged library fails the build's own import of torch anyway
+
+
+def record_problems(dist_info: Path, hash_limit: int = RECORD_HASH_LIMIT) -> list[str]:
+    """The files of an installed distribution that differ from its RECORD (size; sha256 up to hash_limit bytes), or
+    are missing."""
+    import base64
+    import csv
+
+    site = dist_info.parent
+    problems = []
+    try:
+        rows = list(csv.reader((dist_info / "RECORD").read_text().splitlines()))
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        return [f"{dist_info.name}/RECORD unreadable ({exc.__class__.__name__})"]
+    for row in rows:
+        if len(row) < 3 or not row[1].startswith("sha256="):
+            continue
+        path = site / row[0]
+        try:
+            size = path.stat().st_size
+            if row[2] and size != int(row[2]):
+                problems.append(f"{row[0]} (size)")
+                continue
+            if size > hash_limit:
+                continue
+            digest = base64.urlsafe_b64encode(bytes.fromhex(untrusted.sha256_file(path))).rstrip(b"=").decode()
+        except (OSError, ValueError):
+            problems.append(f"{row[0]} (missing)")
+            continue
+        if digest != row[1].split("=", 1)[1]:
+            problems.append(f"{row[0]} (sha256)")
+    return problems
+
+
+def _verified(uv: uvtools.Uv, venv: Venv, argv: list[str], env: dict[str, str], before: set[Path], log_path: Path,
+              verbose: bool) -> tuple[int, list[str]] | None:
+    """What uv just installed checked against each wheel's RECORD (uv links files out of its cache, and a cache entry
+    can be damaged after it was written): a mismatch cleans those packages' cache entries and installs them again,
+    once, with one line; None when all was well."""
+    bad = {d: p for d in sorted(_dist_infos(venv) - before) if (p := record_problems(d))}
+    if not bad:
+        return None
+    names = [d.name.split("-", 1)[0] for d in bad]
+    first = next(iter(bad.values()))[0]
+    log.info(f"  uv installed {', '.join(names)} with files that differ from their RECORD ({first}): cleaning those "
+             "uv cache entries and installing again")
+    with open(log_path, "a") as fh:
+        fh.write(f"apexkit: RECORD mismatches after uv install: {json.dumps({d.name: p for d, p in bad.items()})}\n")
+    subprocess.run([uv.binary, "cache", "clean", *names], env=env, capture_output=True, timeout=600)
+    again = [*argv[:3], *(f"--reinstall-package={n}" for n in names), *argv[3:]]
+    code, tail = run_logged(again, log_path, env=env, verbose=verbose, progress=_pip_progress)
+    still = {d.name: p for d in bad if (p := record_problems(d)) or not d.is_dir()}
+    if code == 0 and still:
+        raise EnvironmentSetupError(f"{', '.join(still)} still differ from their RECORD after a clean reinstall",
+                                    f"see {log_path}; remove {cache_dir() / 'uv'} (or set APEXKIT_INSTALLER=pip)")
+    return code, tail
 
 
 # --- what the installers say they installed ------------------------------------------------------------------------
