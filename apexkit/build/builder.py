@@ -17,6 +17,7 @@ import shutil
 import stat
 import subprocess
 import tempfile
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -109,8 +110,13 @@ except Exception as exc:
         out["apex"] = "error: %s: %s" % (type(exc).__name__, exc)
 if out["needs_cann"]:
     out["needs_cann"].append("NPU kernels (nox -s validate -- --device npu, on a node with CANN)")
-print(json.dumps(out))
+print("APEXKIT-SMOKE " + json.dumps(out), flush=True)
+if len(sys.argv) > 2:  # the CPU test tier in the same process: one `import torch` (seconds) instead of two
+    import runpy
+    sys.argv = [sys.argv[2]]
+    runpy.run_path(sys.argv[0], run_name="__main__")
 """
+SMOKE_MARK = "APEXKIT-SMOKE "
 
 
 @dataclass(frozen=True)
@@ -395,6 +401,7 @@ class Builder:
             for r in results:
                 log.info(f"  {r.id:<18} {r.status}")
             s.note(", ".join(f"{r.id}: {r.status}" for r in results))
+        threading.Thread(target=sbom.warm_up, name="sbom-warm-up", daemon=True).start()  # overlaps the compile
         wheel = self._compile(plan, venv, tree, work)
         checks = self._binary_checks(plan, venv, tree, wheel, results)
         wheel = self._retag(plan, venv, wheel, checks)
@@ -511,14 +518,15 @@ class Builder:
                                  if isinstance(packages, dict) and packages.get(n)))
             return venv
 
-    def _install_torch(self, venv: venvs.Venv, plan: Plan) -> None:
+    def _install_torch(self, venv: venvs.Venv, plan: Plan, record: bool = True) -> None:
+        """torch (+ torch_npu); `record`: note the wheels' digests for the SBOM (the build venv, not the smoke one)."""
         if self.opts.use_system_torch:
             return
         venvs.pip_install(venv, [f"torch=={plan.torch}"], self.index, self.log_path, for_torch=True,
-                          verbose=self.opts.verbose)
+                          verbose=self.opts.verbose, record=record)
         if plan.torch_npu:
             venvs.install_torch_npu(venv, plan.torch_npu, self.m.npu_requires, self.index, self.log_path, self.env,
-                                    verbose=self.opts.verbose)
+                                    verbose=self.opts.verbose, record=record)
 
     def _ensure_system_torch_visible(self, venv: venvs.Venv, interp: interpreters.Interpreter) -> None:
         """A venv made from a venv does not see the parent's packages: point a .pth at the system torch's dir."""
@@ -570,12 +578,7 @@ class Builder:
         """What the binaries must show, from this build's own inputs: the target arch, the build venv's torch (its
         lib/ folder, its C++ ABI), the patched setup.py (hardening flags, declared libraries) and whether our
         rpath patch applied."""
-        proc = subprocess.run([str(venv.python), "-c", _PROBE_TORCH_LIBS], capture_output=True, text=True,
-                              env=self.env)
-        if proc.returncode != 0:
-            raise BuildError(f"the build venv's torch cannot be probed for the binary checks: "
-                             f"{(proc.stderr.strip().splitlines() or ['?'])[-1]}", f"see {self.log_path}")
-        torch = json.loads(proc.stdout.strip().splitlines()[-1])
+        torch = self._torch_facts(venv)
         setup_py = (tree / "setup.py").read_text(errors="replace")
         rpath_status = next((r.status for r in results if r.id == "rpath-link-flag"), None)
         extra = [d for d in (torch.get("npu_lib"), *(f"{c}/lib64" for c in [detect_cann(self.env)] if c)) if d]
@@ -590,6 +593,24 @@ class Builder:
             hardening=wheelcheck.hardening_asked(setup_py),
             interpreter_files=tuple(torch["interpreter"]),
         )
+
+    def _torch_facts(self, venv: venvs.Venv) -> dict:
+        """The build venv's torch (lib/ and site folders, C++ ABI, torch_npu's lib/, the interpreter's files): probed
+        by importing torch (seconds), once per venv -- kept beside its ready marker, which a recreated venv loses."""
+        kept = venv.path / "apexkit-torch-facts.json"
+        with contextlib.suppress(OSError, ValueError):
+            facts = json.loads(kept.read_text())
+            if isinstance(facts, dict) and {"lib", "site", "cxx11_abi", "npu_lib", "interpreter"} <= set(facts):
+                return facts
+        proc = subprocess.run([str(venv.python), "-c", _PROBE_TORCH_LIBS], capture_output=True, text=True,
+                              env=self.env)
+        if proc.returncode != 0:
+            raise BuildError(f"the build venv's torch cannot be probed for the binary checks: "
+                             f"{(proc.stderr.strip().splitlines() or ['?'])[-1]}", f"see {self.log_path}")
+        facts = json.loads(proc.stdout.strip().splitlines()[-1])
+        with contextlib.suppress(OSError, ApexkitError):  # not kept: the next build probes again
+            fsedit.atomic_write(kept, json.dumps(facts).encode(), 0o644)
+        return facts
 
     def _binary_checks(self, plan: Plan, venv: venvs.Venv, tree: Path, wheel: Path,
                        results: list[patches.PatchResult]) -> dict:
@@ -663,17 +684,21 @@ class Builder:
                 if self.opts.use_system_torch:
                     self._ensure_system_torch_visible(venv, interp)
                 else:
-                    self._install_torch(venv, plan)
-                venvs.pip_install(venv, [str(wheel)], self.index, self.log_path, extra=["--no-deps"])
+                    self._install_torch(venv, plan, record=False)
+                venvs.pip_install(venv, [str(wheel)], self.index, self.log_path, extra=["--no-deps"], record=False)
                 with tempfile.TemporaryDirectory() as cwd:  # not the tree: import what the wheel installed
-                    # LD_BIND_NOW: every undefined symbol resolved at import, not at first call
-                    proc = subprocess.run([str(venv.python), "-c", SMOKE_SCRIPT, ",".join(modules)], cwd=cwd,
-                                          capture_output=True, text=True, env=dict(self.env, LD_BIND_NOW="1"))
-                if proc.returncode != 0:
+                    # LD_BIND_NOW: every undefined symbol resolved at import, not at first call; then the CPU tier
+                    # (bench/cpu_tier.py) in the same interpreter
+                    proc = subprocess.run([str(venv.python), "-c", SMOKE_SCRIPT, ",".join(modules),
+                                           str(paths.BENCH / "cpu_tier.py")], cwd=cwd, capture_output=True, text=True,
+                                          env=dict(self.env, LD_BIND_NOW="1"))
+                smoke = next((line[len(SMOKE_MARK):] for line in proc.stdout.splitlines()
+                              if line.startswith(SMOKE_MARK)), None)
+                if smoke is None:
                     raise SmokeTestError(f"smoke test crashed: {(proc.stderr.strip().splitlines() or ['?'])[-1]}",
                                          f"see {self.log_path}")
-                result = json.loads(proc.stdout.strip().splitlines()[-1])
-                result["cpu_tier"] = self._cpu_tier(venv)
+                result = json.loads(smoke)
+                result["cpu_tier"] = self._cpu_tier(proc)
             finally:
                 shutil.rmtree(venv_path, ignore_errors=True)
             failed = {k: v["error"] for k, v in result["modules"].items() if not v["ok"]}
@@ -698,17 +723,15 @@ class Builder:
                 log.info(f"  needs the CANN runtime (not checked here): {'; '.join(result['needs_cann'])}")
             return result
 
-    def _cpu_tier(self, venv: venvs.Venv) -> dict:
-        """bench/cpu_tier.py in the smoke venv (the wheel installed, torch, nothing else): change_data_ptr round trip,
-        flatten/unflatten against torch, byte-compiling apex, the Python side as far as it imports without CANN."""
-        script = paths.BENCH / "cpu_tier.py"
-        with tempfile.TemporaryDirectory() as cwd:
-            proc = subprocess.run([str(venv.python), str(script)], cwd=cwd, capture_output=True, text=True,
-                                  env=dict(self.env, LD_BIND_NOW="1"))
+    def _cpu_tier(self, proc: subprocess.CompletedProcess) -> dict:
+        """bench/cpu_tier.py's report, run after the smoke script in its interpreter (the smoke venv: the wheel,
+        torch, nothing else): change_data_ptr round trip, flatten/unflatten against torch, byte-compiling apex, the
+        Python side as far as it imports without CANN. Its output goes to the build log."""
+        lines = [line for line in proc.stdout.strip().splitlines() if not line.startswith(SMOKE_MARK)]
         with open(self.log_path, "a") as fh:
-            fh.write(f"cpu tier (exit {proc.returncode}):\n{proc.stderr}{proc.stdout}\n")
+            fh.write(f"cpu tier (exit {proc.returncode}):\n{proc.stderr}{chr(10).join(lines)}\n")
         try:
-            return json.loads(proc.stdout.strip().splitlines()[-1])
+            return json.loads(lines[-1])
         except (ValueError, IndexError):
             return {"error": f"bench/cpu_tier.py crashed: {(proc.stderr.strip().splitlines() or ['?'])[-1][:200]}"}
 

@@ -182,18 +182,20 @@ def _create(interpreter: str, path: Path, log_path: Path, system_site_packages: 
 
 
 def pip_install(venv: Venv, requirements: Sequence[str], index: IndexOptions, log_path: Path, *,
-                for_torch: bool = False, extra: Sequence[str] = (), verbose: bool = False) -> None:
+                for_torch: bool = False, extra: Sequence[str] = (), verbose: bool = False, record: bool = True) -> None:
+    """Install into the venv with uv (pip as the fallback); `record`: note each wheel's digest in the venv for the
+    SBOM/provenance (the build venv; a smoke-test venv does not need it)."""
     if not requirements:
         return
     uv = uvtools.find()
-    if uv is not None and _uv_install(uv, venv, requirements, index, log_path, for_torch, extra, verbose):
+    if uv is not None and _uv_install(uv, venv, requirements, index, log_path, for_torch, extra, verbose, record):
         return
     _ensure_pip(venv, log_path)
     argv = [str(venv.python), "-m", "pip", "install", "--no-compile", "--disable-pip-version-check",
             "--progress-bar", "off", *index.pip_args(for_torch=for_torch), *extra, *requirements]
     with lock(venv.path), tempfile.TemporaryDirectory(prefix="apexkit-pip-report-") as tmp:
         report = Path(tmp) / "report.json"
-        if _pip_version(venv) >= (22, 2):  # --report: pip 22.2+ (a venv seeded with an older pip records nothing)
+        if record and _pip_version(venv) >= (22, 2):  # --report: pip 22.2+ (an older pip records nothing)
             argv[4:4] = ["--report", str(report)]
         code, tail = run_logged(argv, log_path, verbose=verbose, progress=_pip_progress)
         if code == 0 and report.is_file():
@@ -207,7 +209,7 @@ def pip_install(venv: Venv, requirements: Sequence[str], index: IndexOptions, lo
 
 
 def _uv_install(uv: uvtools.Uv, venv: Venv, requirements: Sequence[str], index: IndexOptions, log_path: Path,
-                for_torch: bool, extra: Sequence[str], verbose: bool) -> bool:
+                for_torch: bool, extra: Sequence[str], verbose: bool, record: bool = True) -> bool:
     """uv pip install with pip's configuration carried over; False (after one line) when pip should try instead."""
     args, env = uvtools.install_options(uvtools.pip_config(), index.pip_args(for_torch=for_torch))
     argv = [uv.binary, "pip", "install", "--python", str(venv.python), *args, *extra, *requirements]
@@ -217,7 +219,7 @@ def _uv_install(uv: uvtools.Uv, venv: Venv, requirements: Sequence[str], index: 
         code, tail = run_logged(argv, log_path, env=uv_env, verbose=verbose, progress=_pip_progress)
         if code == 0:
             code, tail = _verified(uv, venv, argv, uv_env, before, log_path, verbose) or (code, tail)
-        if code == 0:
+        if code == 0 and record:
             _record(venv, _from_uv(uv, venv, requirements, args, env, log_path))
     if code == 0:
         return True
@@ -476,12 +478,12 @@ _PROBE_NPU_REQUIRES = (
 
 
 def install_torch_npu(venv: Venv, version: str, also: Sequence[str], index: IndexOptions, log_path: Path,
-                      env: dict | None = None, verbose: bool = False) -> None:
+                      env: dict | None = None, verbose: bool = False, record: bool = True) -> None:
     """torch_npu next to the torch already in the venv, without letting pip swap that torch: the x86_64 wheels for
     torch 2.1-2.11 pin a local build (`torch==2.1.0+cpu`) that the default index does not serve, so pip would refuse
     them. Installed with --no-deps; its torch pin is checked against the installed torch's release; then its other
     requirements (and `also`) are installed."""
-    pip_install(venv, [f"torch_npu=={version}"], index, log_path, extra=["--no-deps"], verbose=verbose)
+    pip_install(venv, [f"torch_npu=={version}"], index, log_path, extra=["--no-deps"], verbose=verbose, record=record)
     meta = venv.run_json(_PROBE_NPU_REQUIRES, env=env)
     others = []
     for line in meta["requires"]:
@@ -498,7 +500,7 @@ def install_torch_npu(venv: Venv, version: str, also: Sequence[str], index: Inde
                      "another index (local label differs): accepted")
     names = {canonicalize_name(Requirement(r).name) for r in others}
     others += [r for r in also if canonicalize_name(Requirement(r).name) not in names]
-    pip_install(venv, others, index, log_path, verbose=verbose)
+    pip_install(venv, others, index, log_path, verbose=verbose, record=record)
 
 
 def same_release(req: Requirement, installed: str) -> bool:
