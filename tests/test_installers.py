@@ -228,3 +228,45 @@ def test_a_damaged_uv_cache_entry_is_found_by_record_and_installed_again(clean_e
     assert text.count("--reinstall-package=apexkit_probe") == 1
     dist = next((second.path).glob("lib/python*/site-packages/apexkit_probe-1.0.dist-info"))
     assert venvs.record_problems(dist) == []
+
+
+def _odd_wheel(directory: Path, name: str, lie_about: str) -> Path:
+    """A wheel whose RECORD disagrees with one of its own files (as some vendor wheels ship)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    files = {
+        f"{name}/__init__.py": b"VALUE = 'odd'\n",
+        f"{name}-1.0.dist-info/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n".encode(),
+        f"{name}-1.0.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    record = []
+    for member, data in files.items():
+        recorded = data + b"# rewritten after RECORD\n" if member.endswith(lie_about) else data
+        digest = base64.urlsafe_b64encode(hashlib.sha256(recorded).digest()).rstrip(b"=").decode()
+        record.append(f"{member},sha256={digest},{len(recorded)}")
+    record.append(f"{name}-1.0.dist-info/RECORD,,")
+    path = directory / f"{name}-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as zf:
+        for member, data in files.items():
+            zf.writestr(member, data)
+        zf.writestr(f"{name}-1.0.dist-info/RECORD", "\n".join(record) + "\n")
+    return path
+
+
+def test_a_wheel_whose_own_record_disagrees_installs_as_pip_would(clean_env, monkeypatch, capfd):
+    """torch_npu 2.5.1.post1 (aarch64) ships a METADATA that differs from its RECORD: dist-info files are not
+    checked; a module file that differs even from a clean cache is noted in one line and installed, as pip does."""
+    monkeypatch.setenv("APEXKIT_INSTALLER", "uv")
+    monkeypatch.setenv("APEXKIT_CACHE_DIR", str(clean_env / "cache"))
+    house = clean_env / "wheelhouse"
+    _odd_wheel(house, "odd_metadata", "METADATA")
+    _odd_wheel(house, "odd_module", "__init__.py")
+    options = venvs.IndexOptions(wheelhouses=(house,), offline=True)
+    log = clean_env / "install.log"
+    venv = venvs.create(python311(), clean_env / "venv", log)
+    capfd.readouterr()
+    venvs.pip_install(venv, ["odd-metadata"], options, log)
+    assert "RECORD" not in capfd.readouterr().err
+    venvs.pip_install(venv, ["odd-module"], options, log)
+    err = " ".join(capfd.readouterr().err.split())
+    assert "odd_module-1.0.dist-info: the wheel's own RECORD disagrees with its files (odd_module/__init__.py (size))" in err
+    assert "installed from a clean cache, as pip would" in err
