@@ -54,8 +54,11 @@ def _pin(text: str, where: str, hashes: tuple[str, ...] = ()) -> Pin:
     return Pin(canonicalize_name(req.name), specs[0].version, req.marker, hashes)
 
 
-def read_in(path: Path) -> list[Pin]:
-    """The direct pins of a .in file, following `-r other.in`."""
+def read_in(path: Path, _seen: frozenset = frozenset()) -> list[Pin]:
+    """The direct pins of a .in file, following `-r other.in` (a file that includes itself is one line)."""
+    if path.resolve() in _seen:
+        raise ConfigError(f"{path} includes itself through -r", "remove the -r line that leads back to it")
+    _seen = _seen | {path.resolve()}
     pins: list[Pin] = []
     for raw in _read(path).splitlines():
         line = raw.split("#", 1)[0].strip()
@@ -63,7 +66,7 @@ def read_in(path: Path) -> list[Pin]:
             continue
         words = line.split(None, 1)
         if words[0] == "-r" and len(words) == 2:
-            pins += read_in(path.parent / words[1].strip())
+            pins += read_in(path.parent / words[1].strip(), _seen)
             continue
         if line.startswith("-"):
             raise ConfigError(f"{path}: {line!r} is not a pin (only name==version and -r other.in)",

@@ -270,3 +270,15 @@ def test_a_wheel_whose_own_record_disagrees_installs_as_pip_would(clean_env, mon
     err = " ".join(capfd.readouterr().err.split())
     assert "odd_module-1.0.dist-info: the wheel's own RECORD disagrees with its files (odd_module/__init__.py (size))" in err
     assert "installed from a clean cache, as pip would" in err
+
+
+def test_record_rows_naming_a_fifo_are_never_read(tmp_path):
+    """A RECORD is the wheel's word: a row naming a FIFO must not hang the check (it is reported instead)."""
+    import os
+
+    site = tmp_path / "site-packages"
+    dist = site / "odd-1.0.dist-info"
+    dist.mkdir(parents=True)
+    os.mkfifo(site / "pipe")
+    (dist / "RECORD").write_text("pipe,sha256=47DEQpj8HBSa-_TImW-5JCeuQeRkm5NMpJWZG3hSuFU,0\n")
+    assert venvs.record_problems(dist) == ["pipe (not a regular file)"]

@@ -67,3 +67,10 @@ def test_what_is_not_a_pin_is_one_line(tmp_path):
     assert pins.read_in(tabbed) == pins.read_in(RUNTIME_IN)
     with pytest.raises(ConfigError, match="cannot read"):
         pins.check(tmp_path / "missing.txt", RUNTIME_IN)
+
+
+def test_a_file_that_includes_itself_is_one_line(tmp_path):
+    loop = tmp_path / "loop.in"
+    loop.write_text("-r loop.in\nnox==2026.10.20\n")
+    with pytest.raises(ConfigError, match="includes itself through -r"):
+        pins.read_in(loop)

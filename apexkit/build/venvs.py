@@ -24,6 +24,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -257,7 +258,11 @@ def record_problems(dist_info: Path, hash_limit: int = RECORD_HASH_LIMIT) -> lis
             continue  # the dist-info's own files: vendors rewrite METADATA after RECORD (torch_npu 2.5.1.post1 does)
         path = site / row[0]
         try:
-            size = path.stat().st_size
+            st = path.stat()
+            if not stat.S_ISREG(st.st_mode):  # a FIFO or device named by a RECORD row is never read
+                problems.append(f"{row[0]} (not a regular file)")
+                continue
+            size = st.st_size
             if row[2] and size != int(row[2]):
                 problems.append(f"{row[0]} (size)")
                 continue
