@@ -120,15 +120,19 @@ def test_offline_wheelhouse_with_either_installer(installer, clean_env, monkeypa
     """--offline --wheelhouse: nothing but the wheelhouse (pip.conf names an index nobody listens on)."""
     monkeypatch.setenv("APEXKIT_INSTALLER", installer)
     (clean_env / "pip.conf").write_text("[global]\nindex-url = http://127.0.0.1:9/simple/\n")
-    house = clean_env / "wheelhouse"
-    _wheel(house)
-    options = venvs.IndexOptions(wheelhouses=(house,), offline=True)
-    log = clean_env / "install.log"
+    options, log = _offline(clean_env)
     venv = venvs.create(python311(), clean_env / "venv", log)
     venvs.pip_install(venv, ["apexkit-probe"], options, log)
     assert probe(venv) == "probe 1.0"
     if installer == "uv":
         assert "--offline" in log.read_text() and "--no-index" in log.read_text()
+
+
+def _offline(clean_env: Path) -> tuple[venvs.IndexOptions, Path]:
+    """--offline --wheelhouse holding the probe wheel, and the install log."""
+    house = clean_env / "wheelhouse"
+    _wheel(house)
+    return venvs.IndexOptions(wheelhouses=(house,), offline=True), clean_env / "install.log"
 
 
 def _fake_uv(directory: Path, version: str, works: bool) -> str:
@@ -141,11 +145,8 @@ def _fake_uv(directory: Path, version: str, works: bool) -> str:
 
 
 def test_a_uv_that_fails_falls_back_to_virtualenv_and_pip_with_one_line(clean_env, monkeypatch, capfd):
-    house = clean_env / "wheelhouse"
-    _wheel(house)
-    options = venvs.IndexOptions(wheelhouses=(house,), offline=True)
+    options, log = _offline(clean_env)
     monkeypatch.setenv("APEXKIT_UV", _fake_uv(clean_env, "0.13.9", works=False))
-    log = clean_env / "install.log"
     venv = venvs.create(python311(), clean_env / "venv", log)
     venvs.pip_install(venv, ["apexkit-probe"], options, log)
     assert probe(venv) == "probe 1.0" and made_by(venv) == "virtualenv"
@@ -205,10 +206,7 @@ def test_a_damaged_uv_cache_entry_is_found_by_record_and_installed_again(clean_e
     it is. The install is checked against each wheel's RECORD; a mismatch cleans that entry and installs again."""
     monkeypatch.setenv("APEXKIT_INSTALLER", "uv")
     monkeypatch.setenv("APEXKIT_CACHE_DIR", str(clean_env / "cache"))
-    house = clean_env / "wheelhouse"
-    _wheel(house)
-    options = venvs.IndexOptions(wheelhouses=(house,), offline=True)
-    log = clean_env / "install.log"
+    options, log = _offline(clean_env)
     first = venvs.create(python311(), clean_env / "venv-a", log)
     venvs.pip_install(first, ["apexkit-probe"], options, log)
     cached = [p for p in (clean_env / "cache" / "uv").rglob("apexkit_probe/__init__.py")]

@@ -189,13 +189,19 @@ def test_publish_keeps_an_apexkit_index_and_refuses_files_it_did_not_write(tmp_p
     no_leftovers(tmp_path)
 
 
-def test_publish_accepts_an_index_written_before_the_marker(tmp_path):
-    dist = fake_dist(tmp_path)
+def published_then_edited(dist: Path, tmp_path: Path, edit) -> Path:
+    """Publish `dist` into tmp_path/index, then change its index.json with `edit` (what a hand or a tool did)."""
     index = tmp_path / "index"
     assert invoke("publish", "--dist", str(dist), "--index", str(index)).returncode == 0
     data = json.loads((index / "index.json").read_text())
-    del data["format"]
+    edit(data)
     (index / "index.json").write_text(json.dumps(data))
+    return index
+
+
+def test_publish_accepts_an_index_written_before_the_marker(tmp_path):
+    dist = fake_dist(tmp_path)
+    index = published_then_edited(dist, tmp_path, lambda data: data.pop("format"))
     assert invoke("publish", "--dist", str(dist), "--index", str(index)).returncode == 0
     assert json.loads((index / "index.json").read_text())["format"] == "apexkit-index/1"
 
@@ -456,9 +462,6 @@ def test_publish_refuses_an_sbom_or_provenance_that_is_not_the_recorded_one(tmp_
 
 def test_publish_refuses_an_index_json_whose_attestation_names_leave_the_index(tmp_path):
     dist = attested_dist(tmp_path)
-    index = tmp_path / "index"
-    assert invoke("publish", "--dist", str(dist), "--index", str(index)).returncode == 0
-    data = json.loads((index / "index.json").read_text())
-    data["files"][0]["attestations"]["sbom"]["filename"] = "../../../etc/cron.d/x"
-    (index / "index.json").write_text(json.dumps(data))
+    index = published_then_edited(dist, tmp_path, lambda data: data["files"][0]["attestations"]["sbom"].update(
+        filename="../../../etc/cron.d/x"))
     refused(invoke("publish", "--dist", str(dist), "--index", str(index)), "attestations.sbom.filename")

@@ -161,14 +161,20 @@ def test_fixture_build_writes_sbom_and_provenance_into_dist(runner, repos):
     assert "sbom/provenance:" in output(proc)
 
 
+def built_target(folder: Path) -> tuple[Path, dict]:
+    """A dist/<target> as a build leaves it before the SBOM: the wheel and its manifest."""
+    wheel = make_wheel(folder)
+    manifest = manifest_for({"packages": [{"name": "torch", "version": "2.13.0", "record_sha256": "e" * 64}]})
+    manifest["wheel"] = {"file": WHEEL, "sha256": sha(wheel), "size": wheel.stat().st_size}
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    return wheel, manifest
+
+
 def test_container_publish_writes_them_on_the_host_with_the_image_id(tmp_path):
     workspace = tmp_path / "build" / "containers" / "builder-py3.11"
     produced = workspace / "dist" / TARGET
     produced.mkdir(parents=True)
-    wheel = make_wheel(produced)
-    manifest = manifest_for({"packages": [{"name": "torch", "version": "2.13.0", "record_sha256": "e" * 64}]})
-    manifest["wheel"] = {"file": WHEEL, "sha256": sha(wheel), "size": wheel.stat().st_size}
-    (produced / "manifest.json").write_text(json.dumps(manifest))
+    _, manifest = built_target(produced)
     (produced / "sbom.cdx.json").write_text("left by the container: never taken")
     spec = containerbuild.ContainerSpec(
         image="apexkit/builder:x", arch="x86_64", command=[], user="1000:1000", uid=1000,
@@ -221,10 +227,7 @@ def test_a_target_collected_from_a_slurm_job_gets_them_too(tmp_path):
     combo = matrix.load().combinations([{"python": "3.11", "torch": "2.13.0", "arch": "x86_64"}])[0]
     target = tmp_path / "stage" / TARGET
     target.mkdir(parents=True)
-    wheel = make_wheel(target)
-    manifest = manifest_for({"packages": [{"name": "torch", "version": "2.13.0", "record_sha256": "e" * 64}]})
-    manifest["wheel"] = {"file": WHEEL, "sha256": sha(wheel), "size": wheel.stat().st_size}
-    (target / "manifest.json").write_text(json.dumps(manifest))
+    wheel, _ = built_target(target)
     final, _ = matrixrun.collect(tmp_path / "stage", combo, tmp_path / "dist", {"id": "1"}, False)
     assert sorted(p.name for p in final.iterdir()) == [WHEEL, "manifest.json", "provenance.json", "sbom.cdx.json"]
     sbom.validate((final / "sbom.cdx.json").read_text())
