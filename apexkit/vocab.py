@@ -19,18 +19,6 @@ from apexkit import log
 
 REMOVED_IN = "0.2"
 
-# old spelling -> new spelling, per command (docs/commands.md prints this table)
-RENAMED: dict[str, dict[str, str]] = {
-    "build": {"--python PATH": "--interpreter PATH", "--ca-bundle FILE": "--ca-cert FILE"},
-    "doctor": {"--python PATH": "--interpreter PATH"},
-    "matrix": {"--only ID": "--target ID", "--jobs N": "--parallel N", "--slurm-python PATH": "--slurm-interpreter PATH"},
-    "validate/bench": {"--in-env PATH": "--interpreter PATH"},
-    "proxy.setup/check/remove": {"--only LIST": "--layers LIST"},
-    "image.build": {"--ca-bundle FILE": "--ca-cert FILE"},
-    "fleet.submit": {"--node-python PATH": "--node-interpreter PATH"},
-}
-
-
 def deprecated(old: str, new: str) -> None:
     """The one line an old spelling prints."""
     log.warn(f"{old} is deprecated: use {new} (the old spelling goes in apexkit {REMOVED_IN})")
