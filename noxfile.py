@@ -23,7 +23,7 @@ import nox
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # nox does not put the noxfile's directory on sys.path
 
 from apexkit.errors import ApexkitError
-from apexkit.matrix import model as matrix
+from apexkit.plan import matrix
 
 try:  # the sessions come from matrix.toml: a broken file is one line, not a traceback at import
     _MATRIX = matrix.load()
@@ -40,10 +40,10 @@ nox.options.default_venv_backend = "none"  # apexkit makes its own venvs (virtua
 
 def _build_session(python: str) -> None:
     def build(session: nox.Session) -> None:
-        from apexkit.build import builder as apexkit_build
+        from apexkit import commands
         from apexkit.exits import run_in_session
 
-        run_in_session(session, lambda: apexkit_build.main(python, session.posargs, prog=f"nox -s build-{python} --"))
+        run_in_session(session, lambda: commands.build_wheel(python, session.posargs, prog=f"nox -s build-{python} --"))
 
     build.__doc__ = f"Build the Apex for Ascend wheel for Python {python} into dist/ (-- --help for options)."
     nox.session(name=f"build-{python}", python=False, default=False, tags=["build"])(build)
@@ -55,16 +55,16 @@ for _python in _MATRIX.session_pythons:
 
 def _combination_session(combo: matrix.Combination) -> None:
     def build(session: nox.Session) -> None:
-        from apexkit.build import builder as apexkit_build
+        from apexkit import commands
         from apexkit.exits import run_in_session
-        from apexkit.matrix import run as matrixrun
+        from apexkit.fleet import matrixrun
 
         m = matrix.load()
 
         def go():
             m.validate(combo)
             args = [*matrixrun.build_args(m, combo), *session.posargs]
-            return apexkit_build.main(combo.python, args, prog=f"nox -s build-{combo.id} --")
+            return commands.build_wheel(combo.python, args, prog=f"nox -s build-{combo.id} --")
 
         run_in_session(session, go)
 
@@ -82,7 +82,7 @@ for _combo in _COMBINATIONS:
 def matrix_session(session: nox.Session) -> None:
     """The build matrix: -- --format github (GitHub Actions JSON) | json | table; -- --run [--parallel N] builds it."""
     from apexkit.exits import run_in_session
-    from apexkit.matrix import run as matrixrun
+    from apexkit.fleet import matrixrun
 
     run_in_session(session, lambda: matrixrun.main(session.posargs))
 
@@ -90,7 +90,7 @@ def matrix_session(session: nox.Session) -> None:
 @nox.session(name="build-bench", python=False, default=False, tags=["bench"])
 def build_bench(session: nox.Session) -> None:
     """Measure cold build, cached rebuild and -j1 vs -jN compile (numbers for the README, not a test)."""
-    from apexkit.build import bench as buildbench
+    from tools import buildbench
 
     buildbench.main(session.posargs)
 
@@ -99,9 +99,9 @@ def build_bench(session: nox.Session) -> None:
 def lock(session: nox.Session) -> None:
     """requirements/*.in -> requirements.txt and requirements/runtime.txt, hashed, for Python 3.8-3.13 (uv pip
     compile); -- --check compares them with the .in files and writes nothing."""
-    from apexkit import pins
-    from apexkit.build import uvtools
     from apexkit.exits import run_in_session
+    from apexkit.wheel import uvtools
+    from tools import pins
 
     def go() -> None:
         uv = uvtools.find()
@@ -114,10 +114,10 @@ def lock(session: nox.Session) -> None:
 
 
 def _bench_session(script: str, session: nox.Session) -> None:
+    from apexkit import venvrun
     from apexkit.exits import run_in_session
-    from apexkit.validate import run as runbench
 
-    run_in_session(session, lambda: runbench.main(script, session.posargs, prog=f"nox -s {script} --"))
+    run_in_session(session, lambda: venvrun.main(script, session.posargs, prog=f"nox -s {script} --"))
 
 
 @nox.session(python=False, default=False, tags=["bench"])
@@ -137,12 +137,13 @@ def _test_env(session: nox.Session) -> "dict[str, str]":
     tool the tests need (git, patch, g++, binutils, tinyproxy, docker.io, debootstrap, qemu-user-static,
     binfmt-support), register qemu-aarch64, and make a missing service a failure instead of a skip. Otherwise nothing
     is installed: missing build tools stop the session with the command that installs them, and the tests that need a
-    missing service skip with the reason (apexkit.testtools)."""
+    missing service skip with the reason (tools.testtools)."""
     import os
 
-    from apexkit import systools, testtools
+    from apexkit import systools
     from apexkit.exits import run_in_session
-    from apexkit.images import cli as imagecli
+    from apexkit.images import cli
+    from tools import testtools
 
     plan = testtools.decide(os.environ, systools.can_install())
     if plan.missing_build_tools:
@@ -156,7 +157,7 @@ def _test_env(session: nox.Session) -> "dict[str, str]":
     installed = systools.ensure(plan.install)
     if installed:
         session.log(f"installed {' '.join(installed)}")
-    run_in_session(session, lambda: imagecli.emulation("aarch64", enable=True))
+    run_in_session(session, lambda: cli.emulation("aarch64", enable=True))
     return {"APEXKIT_REQUIRE_SERVICES": "1"}
 
 

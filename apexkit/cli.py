@@ -34,17 +34,17 @@ def main(argv: list[str] | None = None) -> int:
             print("usage: apexkit build <python-version> [options]  (options: apexkit build 3.11 --help)",
                   file=sys.stderr)
             return 2
-        from apexkit.build import builder as build
+        from apexkit import commands
 
-        return exit_code(lambda: build.main(argv[1], argv[2:], prog=f"apexkit build {argv[1]}"))
+        return exit_code(lambda: commands.build_wheel(argv[1], argv[2:], prog=f"apexkit build {argv[1]}"))
     if command == "matrix":
-        from apexkit.matrix import run as matrixrun
+        from apexkit.fleet import matrixrun
 
         return exit_code(lambda: matrixrun.main(argv[1:]))
     if command in ("validate", "bench"):
-        from apexkit.validate import run as runbench
+        from apexkit import venvrun
 
-        return exit_code(lambda: runbench.main(command, argv[1:], prog=f"apexkit {command}"))
+        return exit_code(lambda: venvrun.main(command, argv[1:], prog=f"apexkit {command}"))
     from apexkit import commands
 
     if command in commands.NAMES:  # doctor, publish, proxy.*, image.*, fleet.*: the invoke tasks' declarations

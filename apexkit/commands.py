@@ -159,7 +159,7 @@ COMMANDS: tuple[Command, ...] = (
              Opt("split_by_torch", "one index per torch version (<index>/torch<version>/simple/): the wheel name does "
                  "not carry the torch it was built against", False),
              Opt("dry_run", "print what would be published", False))),
-    Command("fleet.submit", "apexkit.validate.fleet:submit_command",
+    Command("fleet.submit", "apexkit.fleet.validate:submit_command",
             "Validate (and benchmark) the wheel on every node through Slurm: one allocation, one srun step per node.",
             (Opt("index", "the wheel index (invoke publish --index output) on shared storage, or its http(s) URL"),
              Opt("results", "shared results directory the nodes write <node>.json into (default ./fleet-results)",
@@ -186,10 +186,10 @@ COMMANDS: tuple[Command, ...] = (
              Opt("keep_venv", "keep each node's venv after the run", False),
              Opt("resume", "resubmit only the nodes of --results that have no result (same options as before)", False),
              Opt("dry_run", "print the batch script; submit nothing", False))),
-    Command("fleet.status", "apexkit.validate.fleet:status",
+    Command("fleet.status", "apexkit.fleet.validate:status",
             "The fleet's Slurm jobs (squeue/scontrol/sacct) and the stage each node is at.",
             (Opt("results", "the results directory of fleet.submit", REQUIRED, convert=Path), JSON)),
-    Command("fleet.report", "apexkit.validate.fleet:report",
+    Command("fleet.report", "apexkit.fleet.validate:report",
             "One row per node: chip, driver, CANN, torch, torch_npu, wheel sha256, verdict, step time vs the median, "
             "first failing check + fix. Exit 1 when a node failed, died or did not report.",
             (Opt("results", "the results directory of fleet.submit", REQUIRED, convert=Path), JSON,
@@ -207,18 +207,29 @@ def _float(value) -> float:
 
 # --- the functions two commands need beyond their package's --------------------------------------------------------
 
-def build(python: str = "3.11", options: str = "", image: str | None = None, remainder: str = "") -> int:
-    from apexkit.build import builder
+def build_wheel(python: str, argv: list[str], prog: str = "nox -s build-3.X --") -> Path:
+    """Every door to a wheel build (nox -s build-*, apexkit build, invoke build): resolve the options once, then
+    build on this machine or, with --image, in a builder container. Returns dist/<target-id>/."""
+    from apexkit.wheel import builder, options
 
+    opts = options.resolve(python, argv, prog=prog)
+    if opts.image:
+        from apexkit.images import container
+
+        return container.run(opts)
+    return builder.build(opts)
+
+
+def build(python: str = "3.11", options: str = "", image: str | None = None, remainder: str = "") -> int:
     argv = shlex.split(options) + shlex.split(remainder or "") + (["--image", image] if image else [])
-    builder.main(python, argv, prog=f"invoke build --python {python} --")
+    build_wheel(python, argv, prog=f"invoke build --python {python} --")
     return 0
 
 
 def publish(dist: str | None = None, index: str = "index", target: list[str] | None = None,
             split_by_torch: bool = False, dry_run: bool = False) -> int:
     from apexkit import paths
-    from apexkit.matrix import publish as publish_mod
+    from apexkit.index import publish as publish_mod
 
     publish_mod.publish(Path(dist) if dist else paths.dist_dir(os.environ), Path(index), target or None,
                         split_by_torch, dry_run)

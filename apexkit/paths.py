@@ -20,7 +20,7 @@ INSTALLED = not ((_CHECKOUT / "matrix.toml").is_file() and (_CHECKOUT / "noxfile
 ROOT = PACKAGE / "_data" if INSTALLED else _CHECKOUT
 
 MATRIX = ROOT / "matrix.toml"
-REQUIREMENTS = ROOT / "requirements.txt"  # the hashed lock of requirements/dev.in (apexkit.pins)
+REQUIREMENTS = ROOT / "requirements.txt"  # the hashed lock of requirements/dev.in (tools.pins)
 RUNTIME_PINS = ROOT / "requirements" / "runtime.in"  # the direct runtime pins, per Python range
 PATCHES = ROOT / "patches"
 DOCKER = ROOT / "docker"
@@ -74,7 +74,7 @@ OUTPUTS = (".git", ".venv", ".nox", "build", "dist", "reports", "index", ".pytes
 
 def copy_ignore(top: Path, names: tuple[str, ...] = OUTPUTS):
     """A shutil.copytree `ignore` for a copy of the checkout `top`: its outputs and tool folders at the top level
-    only (apexkit/build/ is a package, not an output), and __pycache__ everywhere."""
+    only, and __pycache__ everywhere."""
     top = Path(top).resolve()
 
     def ignore(folder: str, entries: list[str]) -> set[str]:

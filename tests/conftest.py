@@ -13,8 +13,8 @@ sys.path.insert(0, str(ROOT))
 
 import fixture_repos  # noqa: E402
 
-from apexkit.build import sources  # noqa: E402
 from apexkit.errors import ApexkitError  # noqa: E402
+from apexkit.wheel import sources  # noqa: E402
 
 
 def pytest_configure(config) -> None:
@@ -85,7 +85,7 @@ def tinyproxy(tmp_path_factory):
 
     import services
 
-    from apexkit import testtools
+    from tools import testtools
 
     services.require(shutil.which("tinyproxy") is not None, testtools.skip_reason("tinyproxy"))
     server = services.TinyProxy(tmp_path_factory.mktemp("tinyproxy"))

@@ -143,7 +143,7 @@ def services_available() -> tuple[bool, str]:
         return False, "needs root (dockerd, debootstrap)"
     absent = [tool for tool in ("dockerd", "docker", "debootstrap") if shutil.which(tool) is None]
     if absent:
-        from apexkit import testtools
+        from tools import testtools
 
         return False, testtools.skip_reason(*absent)
     return True, ""
@@ -254,7 +254,7 @@ def slurm_available() -> tuple[bool, str]:
     """Root (the daemons run as root here) and Debian's munge + slurmctld + slurmd + the client."""
     absent = [tool for tool in ("munged", "slurmctld", "slurmd", "sbatch") if shutil.which(tool) is None]
     if absent:
-        from apexkit import testtools
+        from tools import testtools
 
         return False, testtools.skip_reason(*absent)
     if os.geteuid() != 0:

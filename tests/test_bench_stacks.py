@@ -21,14 +21,14 @@ from pathlib import Path
 import pytest
 import services
 
-from apexkit.build import interpreters
 from apexkit.errors import InterpreterNotFoundError
-from apexkit.matrix import model as matrix
+from apexkit.plan import matrix
+from apexkit.wheel import interpreters
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "bench"
 SMALL = ["--scale", "0.05", "--warmup", "1", "--repeats", "2", "--steps", "2", "--gemm-sizes", "64,128"]
-# what the run venv of `nox -s bench` adds next to torch (apexkit.validate.run.RUN_EXTRAS); numpy < 2 as torch 2.1 needs
+# what the run venv of `nox -s bench` adds next to torch (apexkit.venvrun.RUN_EXTRAS); numpy < 2 as torch 2.1 needs
 EXTRAS = ("matplotlib", "numpy<2")
 
 
@@ -189,7 +189,7 @@ def _tiny_wheel(directory: Path) -> Path:
 def test_run_venv_pins_numpy_1_where_the_torch_needs_it(tmp_path):
     """torch 2.1.0 on Python 3.9 (a build-3.9 default): matplotlib pulls NumPy 2, which torch 2.1 cannot use (it prints
     a traceback-shaped warning at `import torch`). The run venv finds that out by trying and installs numpy<2."""
-    from apexkit.validate import run as runbench
+    from apexkit import venvrun
 
     try:
         interp = interpreters.find("3.9")
@@ -199,8 +199,8 @@ def test_run_venv_pins_numpy_1_where_the_torch_needs_it(tmp_path):
     wheel = _tiny_wheel(target)
     manifest = {"wheel": {"file": wheel.name, "sha256": hashlib.sha256(wheel.read_bytes()).hexdigest()},
                 "target": {"python": "3.9", "torch": "2.1.0", "torch_npu": None, "interpreter": interp.path}}
-    venv = runbench.run_venv(target, manifest, tmp_path / "cache")
-    assert runbench.numpy_works_with_torch(venv)
+    venv = venvrun.run_venv(target, manifest, tmp_path / "cache")
+    assert venvrun.numpy_works_with_torch(venv)
     check = subprocess.run([str(venv.python), "-c", "import numpy, torch; print(numpy.__version__)"],
                            capture_output=True, text=True, timeout=600)
     assert check.returncode == 0 and check.stdout.strip().startswith("1."), check.stderr

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from apexkit.build import bench as buildbench
-from apexkit.build import patches
+from apexkit.wheel import patches
+from tools import buildbench
 
 
 def test_changed_input_checkout_changes_one_patch_hash_and_nothing_it_does(tmp_path):

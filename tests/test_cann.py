@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from apexkit import cann
-from apexkit.build import builder
 from apexkit.doctor import machine
-from apexkit.validate import fleet
+from apexkit.fleet import validate
+from apexkit.wheel import builder
 
 
 def test_a_sourced_set_env_wins_and_every_user_agrees(tmp_path):
@@ -20,5 +20,5 @@ def test_a_sourced_set_env_wins_and_every_user_agrees(tmp_path):
 
 
 def test_the_fleet_tries_both_layouts_set_env_by_default():
-    assert fleet.SET_ENV == cann.SET_ENV_FILES
-    assert fleet.Plan.__dataclass_fields__["set_env"].default == cann.SET_ENV_FILES
+    assert validate.SET_ENV == cann.SET_ENV_FILES
+    assert validate.Plan.__dataclass_fields__["set_env"].default == cann.SET_ENV_FILES

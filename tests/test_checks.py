@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import pytest
 from conftest import ROOT
 
-from apexkit import checks, log
+from apexkit import checks, dockerclient, log
 from apexkit.doctor import cli as doctorcli
 from apexkit.doctor import machine as doctor
 from apexkit.images import builder as images
@@ -61,7 +61,7 @@ def run_emulation(tmp_path, **options) -> int:
 
 
 def emulation_rows(tmp_path) -> list[checks.Row]:
-    return [images.emulation(arch, tmp_path / "no-binfmt").row() for arch in images.ARCHES]
+    return [images.emulation(arch, tmp_path / "no-binfmt").row() for arch in dockerclient.ARCHES]
 
 
 def rendered(capsys, rows: list[checks.Row]) -> str:
@@ -110,7 +110,7 @@ def test_the_json_of_each_command_has_the_common_fields_and_its_old_keys(monkeyp
         assert {"configured", "effective", "probe"} <= set(row) and row["probe"] == row["data"]["probe"]
     run_emulation(tmp_path, as_json=True)
     rows = json.loads(capsys.readouterr().out)
-    assert [r["arch"] for r in rows] == list(images.ARCHES)
+    assert [r["arch"] for r in rows] == list(dockerclient.ARCHES)
     for row in rows:
         assert set(COMMON) <= set(row) and row["status"] == ("ok" if row["usable"] else "fail")
         assert {"host", "native", "hint"} <= set(row)
@@ -135,8 +135,8 @@ def test_exit_code_is_1_when_a_row_fails_else_0(monkeypatch, tmp_path, capsys):
     assert run_doctor(monkeypatch, rows) == 1 and run_doctor(monkeypatch, passing) == 0
     rows = proxy_rows(tmp_path)
     assert run_proxy_check(monkeypatch, tmp_path, rows) == 1 and run_proxy_check(monkeypatch, tmp_path, rows[:1]) == 0
-    assert run_emulation(tmp_path, arch="aarch64" if images.host_arch() != "aarch64" else "x86_64") == 1
-    assert run_emulation(tmp_path, arch=images.host_arch()) == 0
+    assert run_emulation(tmp_path, arch="aarch64" if dockerclient.host_arch() != "aarch64" else "x86_64") == 1
+    assert run_emulation(tmp_path, arch=dockerclient.host_arch()) == 0
     with pytest.raises(ValueError, match="not one of ok, warn, fail, skip"):
         checks.Row("a", "b", "FAIL", "found")
 

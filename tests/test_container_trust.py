@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from apexkit.build import options
 from apexkit.errors import ImageError
-from apexkit.images import container as containerbuild
+from apexkit.images import container
+from apexkit.wheel import options
 
 TARGET = "py3.11-torch2.13.0-x86_64-master"
 WHEEL = "apex-0.1+ascend.torch2.13.0-cp311-cp311-linux_x86_64.whl"
@@ -38,9 +38,9 @@ class Layout:
         self.workspace = tmp / "build" / "containers" / "builder-debian-bookworm-x86_64-py3.11"
         self.produced = self.workspace / "dist" / TARGET
         self.produced.mkdir(parents=True)
-        self.spec = containerbuild.ContainerSpec(
+        self.spec = container.ContainerSpec(
             image=IMAGE, arch="x86_64", command=[], user="1000:1000", uid=1000,
-            mounts=[containerbuild.Mount(self.workspace, containerbuild.WORKSPACE, False, "workspace")],
+            mounts=[container.Mount(self.workspace, container.WORKSPACE, False, "workspace")],
             environment={}, network=None, workspace=self.workspace, cache=tmp / "cache")
 
     def wheel(self, name: str = WHEEL) -> bytes:
@@ -54,7 +54,7 @@ class Layout:
             {"target": {"target_id": TARGET}, "wheel": {"file": file, "sha256": sha256, "size": size}}))
 
     def publish(self) -> Path:
-        return containerbuild._publish(self.produced, self.dist, self.spec, {"org.apexkit.base": "debian"}, 1.0)
+        return container._publish(self.produced, self.dist, self.spec, {"org.apexkit.base": "debian"}, 1.0)
 
     def refused(self) -> ImageError:
         with pytest.raises(ImageError) as info:
@@ -167,7 +167,7 @@ def test_a_symlinked_target_directory_is_neither_listed_nor_copied(host):
     (loot / "manifest.json").write_text(json.dumps({"wheel": {"file": WHEEL, "sha256": sha((loot / WHEEL).read_bytes())}}))
     os.rmdir(host.produced)
     host.produced.symlink_to(loot)
-    assert containerbuild.produced_targets(host.workspace) == []
+    assert container.produced_targets(host.workspace) == []
     assert "is not a directory" in host.refused().format()
 
 
@@ -181,10 +181,10 @@ def test_a_symlinked_workspace_dist_is_neither_listed_nor_copied_nor_emptied(hos
     os.rmdir(host.produced)
     os.rmdir(host.workspace / "dist")
     (host.workspace / "dist").symlink_to(loot)
-    assert containerbuild.produced_targets(host.workspace) == []
+    assert container.produced_targets(host.workspace) == []
     assert "is not a directory" in host.refused().format()
     # the next run clears the workspace's dist/: the link goes, what it pointed at stays
-    containerbuild._clear_workspace_dist(host.workspace)
+    container._clear_workspace_dist(host.workspace)
     assert not (host.workspace / "dist").exists() and (loot / TARGET / WHEEL).read_bytes() == data
 
 
@@ -207,7 +207,7 @@ def test_only_real_target_directories_are_listed(host):
     (host.workspace / "dist" / ".hidden").mkdir()
     (host.workspace / "dist" / ".hidden" / "manifest.json").write_text("{}")
     (host.workspace / "dist" / "linked").symlink_to(host.produced)
-    assert containerbuild.produced_targets(host.workspace) == [host.produced]
+    assert container.produced_targets(host.workspace) == [host.produced]
 
 
 # --- item 1: the container's output as the host writes it ----------------------------------------------------------
@@ -215,7 +215,7 @@ def test_only_real_target_directories_are_listed(host):
 def test_the_host_log_lives_outside_every_mount_the_container_can_write(tmp_path):
     argv = ["--image", IMAGE, "--dist", str(tmp_path / "dist"), f"--build-dir={tmp_path / 'build'}"]
     opts = options.resolve("3.11", argv, env={"APEXKIT_CACHE_DIR": str(tmp_path / "cache")})
-    spec = containerbuild.make_spec(opts, IMAGE, {}, "x86_64", environ={}, euid=4321)
+    spec = container.make_spec(opts, IMAGE, {}, "x86_64", environ={}, euid=4321)
     writable = [m.host for m in spec.mounts if not m.read_only]
     assert spec.workspace in writable
     for mount in writable:
@@ -225,8 +225,8 @@ def test_the_host_log_lives_outside_every_mount_the_container_can_write(tmp_path
 
 def test_a_container_log_symlink_left_in_the_workspace_is_not_written_through(host):
     (host.workspace / "container.log").symlink_to(host.victim)
-    with containerbuild.open_host_log(host.spec.log_path) as fh:
-        containerbuild.stream_output([b"* * * * * root sh -c 'id > /tmp/pwned'\n", b"tail"], fh)
+    with container.open_host_log(host.spec.log_path) as fh:
+        container.stream_output([b"* * * * * root sh -c 'id > /tmp/pwned'\n", b"tail"], fh)
     assert host.victim.read_text() == "# the host's own file\n"
     assert host.spec.log_path.read_text() == "* * * * * root sh -c 'id > /tmp/pwned'\ntail\n"
 
@@ -234,7 +234,7 @@ def test_a_container_log_symlink_left_in_the_workspace_is_not_written_through(ho
 def test_the_host_log_is_never_opened_through_a_symlink(host):
     host.spec.log_path.symlink_to(host.victim)
     with pytest.raises(ImageError, match="is a symbolic link") as info:
-        containerbuild.open_host_log(host.spec.log_path)
+        container.open_host_log(host.spec.log_path)
     assert info.value.exit_code == 10 and "-- next: remove" in info.value.format()
     assert host.victim.read_text() == "# the host's own file\n"
 
@@ -242,17 +242,17 @@ def test_the_host_log_is_never_opened_through_a_symlink(host):
 def test_the_host_log_is_never_a_fifo_or_a_hard_link(host):
     os.mkfifo(host.spec.log_path)
     with pytest.raises(ImageError, match="not a regular file"):
-        containerbuild.open_host_log(host.spec.log_path)  # O_NONBLOCK: refused, not blocked
+        container.open_host_log(host.spec.log_path)  # O_NONBLOCK: refused, not blocked
     os.unlink(host.spec.log_path)
     os.link(host.victim, host.spec.log_path)
     with pytest.raises(ImageError, match="one link"):
-        containerbuild.open_host_log(host.spec.log_path)
+        container.open_host_log(host.spec.log_path)
     assert host.victim.read_text() == "# the host's own file\n"
 
 
 def test_the_host_log_is_truncated_and_rewritten(host):
     host.spec.log_path.write_text("an older run's output, longer than this one\n")
-    with containerbuild.open_host_log(host.spec.log_path) as fh:
-        containerbuild.stream_output([b"new\n"], fh)
+    with container.open_host_log(host.spec.log_path) as fh:
+        container.stream_output([b"new\n"], fh)
     assert host.spec.log_path.read_text() == "new\n"
 

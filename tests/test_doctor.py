@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, output
 
-from apexkit.build import known_failures
+from apexkit.wheel import known_failures
 
 LOGS = Path(__file__).parent / "data" / "failure-logs"
 VERBATIM_ELSEWHERE = {"cxx11-abi-mismatch"}  # tests/test_log_and_failures.py
@@ -296,10 +296,10 @@ optimizer = apex.optimizers.NpuFusedAdamW(model.parameters(), lr=1e-4)
 
 def assess(env_dir: Path | None, scripts: Path | None = None):
     from apexkit.doctor import apexneed
-    from apexkit.matrix import model as matrix_mod
+    from apexkit.plan import matrix
 
     env = apexneed.read_environment(str(env_dir / "bin" / "python")) if env_dir else None
-    return apexneed.assess(env, scripts, apexneed.load(), matrix_mod.load().data.get("stacks", {}))
+    return apexneed.assess(env, scripts, apexneed.load(), matrix.load().data.get("stacks", {}))
 
 
 def apex_rows(proc: subprocess.CompletedProcess) -> dict[str, dict]:
@@ -347,10 +347,10 @@ def test_apex_needed_for_older_mindspeed_pins(tmp_path):
     assert verdict.verdict == "needed" and verdict.reasons[0].what.startswith("= MindSpeed 2.1.0 (git 2.1.0_core_r0.12.1)")
     # the build matrix.toml names for this venv's Python (the host's) and torch 2.1.0: its stack if one matches
     # (field-report on a 3.8 host), else the plain --torch build
-    from apexkit.matrix import model as matrix_mod
+    from apexkit.plan import matrix
 
     minor = f"{sys.version_info[0]}.{sys.version_info[1]}"
-    stacks = [name for name, stack in matrix_mod.load().data.get("stacks", {}).items()
+    stacks = [name for name, stack in matrix.load().data.get("stacks", {}).items()
               if str(stack.get("python")) == minor and stack.get("torch") == "2.1.0"]
     assert verdict.next_step.startswith(f"build it: nox -s build-{minor} -- " +
                                         (f"--stack {stacks[0]}" if stacks else "--torch 2.1.0"))
@@ -420,7 +420,7 @@ def test_apex_verdict_from_a_mindspeed_llm_checkout(tmp_path):
 
 def test_apex_target_on_python_3_8(tmp_path):
     """The probe runs in the target interpreter: a Python 3.8 training venv (ModelLink: every release needs apex)."""
-    from apexkit.build import interpreters
+    from apexkit.wheel import interpreters
 
     try:
         py38 = interpreters.find("3.8", dict(os.environ))

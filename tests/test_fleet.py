@@ -16,7 +16,7 @@ import pytest
 from conftest import ROOT, output
 
 from apexkit.errors import ApexkitError
-from apexkit.validate import fleet
+from apexkit.fleet import slurm, validate
 
 TARGET = "py3.11-torch2.13.0-x86_64-master"
 STACK_TARGET = "py3.10-torch2.7.1-aarch64-master+npu2.7.1.post2"
@@ -48,7 +48,7 @@ def test_dry_run_prints_the_batch_script_for_a_16_node_ascend_partition(tmp_path
     script = proc.stdout
     for line in ("#!/bin/bash", "#SBATCH --partition=ascend", "#SBATCH --nodes=16", "#SBATCH --ntasks-per-node=1",
                  "#SBATCH --gres=npu:8", "#SBATCH --account=llm", "#SBATCH --no-kill", "NODE_PYTHON=python3.10",
-                 f"SET_ENV_FILES={shlex.quote(' '.join(fleet.SET_ENV))}",
+                 f"SET_ENV_FILES={shlex.quote(' '.join(validate.SET_ENV))}",
                  'nodes=$(scontrol show hostnames "$SLURM_JOB_NODELIST")'):
         assert line in script.splitlines(), line
     srun = next(line for line in script.splitlines() if line.strip().startswith("srun "))
@@ -61,7 +61,7 @@ def test_dry_run_prints_the_batch_script_for_a_16_node_ascend_partition(tmp_path
 
 def test_plan_reads_the_stack_build_and_its_torch_npu(tmp_path):
     index = fake_index(tmp_path / "index", (STACK_TARGET, "2.7.1"), (TARGET, "2.13.0"))
-    plan = fleet.make_plan(results=str(tmp_path / "r"), index=str(index) + "/simple/", stack="mindspeed-llm-2.3.0",
+    plan = validate.make_plan(results=str(tmp_path / "r"), index=str(index) + "/simple/", stack="mindspeed-llm-2.3.0",
                            nodelist="a1,a2", bench_args="--scale 0.5")
     assert (plan.target, plan.python, plan.torch, plan.torch_npu) == (STACK_TARGET, "3.10", "2.7.1", "2.7.1.post2")
     assert plan.placement.count() == 2 and plan.placement.nodelist == ("a1", "a2")
@@ -79,7 +79,7 @@ def test_bad_options_are_refused_in_one_line(tmp_path, kwargs, message):
     index = fake_index(tmp_path / "index", (STACK_TARGET, "2.7.1"), (TARGET, "2.13.0"))
     options = {"results": str(tmp_path / "r"), "index": str(index), "target": TARGET, "nodes": 2, **kwargs}
     with pytest.raises(ApexkitError) as info:
-        fleet.make_plan(**options)
+        validate.make_plan(**options)
     assert message in info.value.format() and "-- next:" in info.value.format()
 
 
@@ -95,9 +95,9 @@ def test_no_slurm_on_path_is_one_line_with_the_check(tmp_path):
     index = fake_index(tmp_path / "index", (TARGET, "2.13.0"))
     env = dict(os.environ, PATH=str(Path(sys.executable).parent) + ":/nonexistent")
     proc = invoke("fleet.submit", "--index", str(index), "--results", str(tmp_path / "r"), "--nodes", "2", env=env)
-    assert proc.returncode == fleet.SchedulerError.exit_code, output(proc)
+    assert proc.returncode == validate.SchedulerError.exit_code, output(proc)
     lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and "sbatch not found on PATH" in lines[0] and fleet.CHECK_CMD in lines[0]
+    assert len(lines) == 1 and "sbatch not found on PATH" in lines[0] and slurm.CHECK_CMD in lines[0]
     assert "Traceback" not in output(proc)
 
 
@@ -110,23 +110,23 @@ def _result(node: str, verdict: str, step: float | None, failure: dict | None = 
 
 
 def test_report_flags_outliers_beyond_the_threshold_and_fails_on_a_failed_node(tmp_path):
-    fleet.save_state(tmp_path, {"format": fleet.FORMAT, "submissions": [
+    validate.save_state(tmp_path, {"format": validate.FORMAT, "submissions": [
         {"submission": 1, "job_id": None, "nodelist": ["n1", "n2", "n3", "n4"], "nodes": 4}]})
     for node, step in (("n1", 100.0), ("n2", 102.0), ("n3", 125.0)):
         (tmp_path / f"{node}.json").write_text(json.dumps(_result(node, "ok", step)))
     (tmp_path / "n4.json").write_text(json.dumps(_result("n4", "fail", None, {
         "check": "CANN", "detail": "set_env.sh NOT sourced", "fix": "source set_env.sh"})))
-    table, summary = fleet.rows(tmp_path)
+    table, summary = validate.rows(tmp_path)
     by_node = {r["node"]: r for r in table}
     assert summary["median_step_ms"] == 102.0
     assert by_node["n3"]["outlier"] and not by_node["n1"]["outlier"]
     assert by_node["n3"]["deviation"] == pytest.approx(0.2255, abs=1e-3)
     assert summary["outliers"] == ["n3"] and summary["failed"] == 1
-    text = fleet.render(table, summary)
+    text = validate.render(table, summary)
     assert "OUTLIER" in text and "CANN: set_env.sh NOT sourced -> source set_env.sh" in text
-    assert fleet.report(tmp_path) == 1
+    assert validate.report(tmp_path) == 1
     (tmp_path / "n4.json").write_text(json.dumps(_result("n4", "ok", 101.0)))
-    assert fleet.report(tmp_path, threshold=0.5) == 0  # every node ok, none beyond ±50 %
+    assert validate.report(tmp_path, threshold=0.5) == 0  # every node ok, none beyond ±50 %
 
 
 # --- real Slurm ----------------------------------------------------------------------------------------------------
@@ -265,10 +265,10 @@ def test_controller_down_is_one_line(cluster, tmp_path):
     index = fake_index(tmp_path / "index", (TARGET, "2.13.0"))
     env = dict(cluster.env, SLURM_CONF=str(conf))
     proc = invoke("fleet.submit", "--index", str(index), "--results", str(tmp_path / "r"), "--nodes", "2", env=env)
-    assert proc.returncode == fleet.SchedulerError.exit_code, output(proc)
+    assert proc.returncode == validate.SchedulerError.exit_code, output(proc)
     lines = [line for line in proc.stderr.splitlines() if not line.startswith("+ ")]  # the echoed commands
     assert len(lines) == 1 and "the Slurm controller does not answer (scontrol ping: Slurmctld(primary) at" in lines[0]
-    assert "is DOWN" in lines[0] and "-- next: start slurmctld" in lines[0] and fleet.CHECK_CMD in lines[0]
+    assert "is DOWN" in lines[0] and "-- next: start slurmctld" in lines[0] and slurm.CHECK_CMD in lines[0]
     assert "Traceback" not in output(proc)
     assert not (tmp_path / "r" / "fleet.json").exists()
 

@@ -18,8 +18,8 @@ from conftest import ROOT, output
 from packaging.utils import canonicalize_name
 
 import apexkit
-from apexkit import pins
-from apexkit.build import interpreters
+from apexkit.wheel import interpreters
+from tools import pins
 
 REQUIREMENTS = ROOT / "requirements.txt"
 # What the quick unit tests run under the floor Python (pure code: matrix, patches, logs, interpreters).

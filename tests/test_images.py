@@ -21,13 +21,13 @@ import pytest
 import services
 from conftest import ROOT
 
-from apexkit.build import options
+from apexkit import dockerclient
 from apexkit.errors import ConfigError, InterpreterNotFoundError
-from apexkit.images import builder as images
-from apexkit.images import container as containerbuild
-from apexkit.matrix import model as matrix
-from apexkit.matrix import run as matrixrun
-from apexkit.proxy import layers as proxy
+from apexkit.fleet import matrixrun
+from apexkit.images import builder, container
+from apexkit.plan import matrix
+from apexkit.proxy import layers
+from apexkit.wheel import options
 
 HOST_CA = "/etc/ssl/certs/ca-certificates.crt"
 # where this machine keeps the torch 2.13.0 CPU wheel (pip finds it through PIP_FIND_LINKS / pip.conf find-links)
@@ -78,47 +78,47 @@ QEMU_ENTRY = ("enabled\ninterpreter /usr/libexec/qemu-binfmt/aarch64-binfmt-P\nf
     (QEMU_ENTRY.format(flags="PF"), True, True, "QEMU /usr/libexec/qemu-binfmt/aarch64-binfmt-P (flags PF)", ""),
 ])
 def test_emulation_states(tmp_path, entry, status, usable, says, hint):
-    state = images.emulation("aarch64", write_binfmt(tmp_path / "binfmt", entry, status), host="x86_64")
+    state = builder.emulation("aarch64", write_binfmt(tmp_path / "binfmt", entry, status), host="x86_64")
     assert state.usable is usable and not state.native
     assert says in state.detail
     assert hint in state.hint
-    assert images.emulation("x86_64", tmp_path / "nothing", host="x86_64").native
+    assert builder.emulation("x86_64", tmp_path / "nothing", host="x86_64").native
 
 
 def test_arch_names():
-    assert [images.normalize_arch(a) for a in ("amd64", "x86_64", "ARM64", "aarch64")] == \
+    assert [dockerclient.normalize_arch(a) for a in ("amd64", "x86_64", "ARM64", "aarch64")] == \
         ["x86_64", "x86_64", "aarch64", "aarch64"]
     with pytest.raises(Exception, match="unknown architecture 's390x'"):
-        images.normalize_arch("s390x")
+        dockerclient.normalize_arch("s390x")
 
 
 def test_image_plan_proxies_only_as_predefined_build_args(tmp_path):
     environ = {"http_proxy": "http://u:pw@127.0.0.1:3128", "PIP_INDEX_URL": "https://mirror.example.com/simple/",
                "HOME": str(tmp_path), "XDG_CONFIG_HOME": str(tmp_path / "config")}
-    plan = images.plan_image("arm64", "debootstrap:bookworm", ca_bundle=HOST_CA, environ=environ,
+    plan = builder.plan_image("arm64", "debootstrap:bookworm", ca_bundle=HOST_CA, environ=environ,
                              binfmt_dir=write_binfmt(tmp_path / "binfmt", QEMU_ENTRY.format(flags="PF")))
     assert plan.arch == "aarch64" and plan.tag == "apexkit/builder:debian-bookworm-aarch64"
     assert plan.base_ref == "apexkit/base:debian-bookworm-aarch64"
     proxies = {k for k in plan.build_args if "proxy" in k.lower()}
     assert proxies == {"http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "no_proxy", "NO_PROXY"}
-    assert proxies <= set(images.PREDEFINED_PROXY_ARGS)
+    assert proxies <= set(builder.PREDEFINED_PROXY_ARGS)
     assert plan.network == "host"  # the proxy listens on loopback
     assert plan.build_args["APEXKIT_PIP_INDEX_URL"] == "https://mirror.example.com/simple/"
     assert "pw" not in " ".join(v for _, v in plan.describe())  # masked
-    assert plan.labels["org.apexkit.recipe"] == images.recipe_digest()
+    assert plan.labels["org.apexkit.recipe"] == builder.recipe_digest()
     # the Dockerfile never declares a proxy ARG (a declared one would land in `docker history`)
     dockerfile = (ROOT / "docker" / "Dockerfile").read_text()
     assert not [line for line in dockerfile.splitlines() if line.startswith("ARG") and "PROXY" in line.upper()]
     with pytest.raises(Exception, match="holds a password"):
-        images.plan_image("x86_64", "debian", environ={"PIP_INDEX_URL": "https://u:pw@m.example.com/simple/",
+        builder.plan_image("x86_64", "debian", environ={"PIP_INDEX_URL": "https://u:pw@m.example.com/simple/",
                                                         "HOME": str(tmp_path)})
 
 
 def test_tool_requirements_come_from_the_runtime_pins():
-    text = images.tool_requirements()
+    text = builder.tool_requirements()
     pins = dict(line.split("==") for line in (ROOT / "requirements" / "runtime.in").read_text().splitlines()
                 if "==" in line and not line.startswith("#"))
-    for name in images.TOOL_REQUIREMENTS:
+    for name in builder.TOOL_REQUIREMENTS:
         assert f"{name}=={pins[name]}" in text
     assert "pytest" not in text and "docker==" not in text
 
@@ -133,8 +133,8 @@ def test_container_spec_mounts_only_workspace_cache_and_named_inputs(tmp_path):
     labels = {"org.apexkit.uid": "1000", "org.apexkit.gid": "1001"}
     environ = {"PIP_INDEX_URL": "https://mirror.example.com/simple/", "PIP_FIND_LINKS": "/opt/wheels",
                "APEXKIT_FETCH_RETRIES": "5", "SECRET_TOKEN": "x"}
-    settings = proxy.ProxySettings(http="http://u:pw@proxy.example.com:3128", https="http://u:pw@proxy.example.com:3128")
-    spec = containerbuild.make_spec(opts, X86_TAG, labels, "x86_64", environ=environ, settings=settings, euid=0)
+    settings = layers.ProxySettings(http="http://u:pw@proxy.example.com:3128", https="http://u:pw@proxy.example.com:3128")
+    spec = container.make_spec(opts, X86_TAG, labels, "x86_64", environ=environ, settings=settings, euid=0)
     assert spec.user == "1000:1001"  # root invoking: the image's build user, never root
     volumes = spec.volumes()
     assert volumes == {
@@ -167,7 +167,7 @@ def test_container_spec_mounts_only_workspace_cache_and_named_inputs(tmp_path):
     assert env["https_proxy"] == env["HTTPS_PROXY"] == "http://u:pw@proxy.example.com:3128"
     assert spec.network == "host"
     # a non-root user builds as itself, so what it writes is its own
-    spec2 = containerbuild.make_spec(opts, X86_TAG, labels, "x86_64", environ={}, euid=4321)
+    spec2 = container.make_spec(opts, X86_TAG, labels, "x86_64", environ={}, euid=4321)
     assert spec2.user.startswith("4321:")
 
 
@@ -197,7 +197,7 @@ def test_build_options_for_containers_need_image():
 
 def test_image_choice_per_python_follows_matrix_toml():
     data = matrix.load().data
-    chosen = {py: images.choose_image(data, py, "aarch64") for py in ("3.8", "3.9", "3.10", "3.11", "3.13")}
+    chosen = {py: builder.choose_image(data, py, "aarch64") for py in ("3.8", "3.9", "3.10", "3.11", "3.13")}
     assert {py: c.image for py, c in chosen.items()} == {
         "3.8": "apexkit/builder:manylinux2014_aarch64-aarch64",
         "3.9": "apexkit/builder:debian-bullseye-aarch64",
@@ -207,20 +207,20 @@ def test_image_choice_per_python_follows_matrix_toml():
     assert chosen["3.9"].build_command == "invoke image.build --arch aarch64 --base debootstrap:bullseye"
     # the image `image.build --base <that base>` makes is the one chosen (no --tag needed)
     for c in chosen.values():
-        suite = images.debootstrap_suite(c.base)
-        assert images.default_tag(f"debian:{suite}" if suite else c.base, "aarch64") == c.image
+        suite = builder.debootstrap_suite(c.base)
+        assert builder.default_tag(f"debian:{suite}" if suite else c.base, "aarch64") == c.image
     assert chosen["3.8"].base == "quay.io/pypa/manylinux2014_aarch64" and "no Debian suite" in chosen["3.8"].note
     # a Python without a row: [matrix] image
-    assert images.choose_image({"matrix": {"image": "x/y:{arch}"}}, "3.12", "x86_64").image == "x/y:x86_64"
+    assert builder.choose_image({"matrix": {"image": "x/y:{arch}"}}, "3.12", "x86_64").image == "x/y:x86_64"
 
 
 def test_missing_image_hint_names_its_arch_and_base():
     data = matrix.load().data
-    assert images.build_hint("apexkit/builder:debian-bookworm-aarch64") == \
+    assert builder.build_hint("apexkit/builder:debian-bookworm-aarch64") == \
         "invoke image.build --arch aarch64 --base debootstrap:bookworm"
-    assert images.build_hint("apexkit/builder:manylinux2014_aarch64-aarch64", data=data) == \
+    assert builder.build_hint("apexkit/builder:manylinux2014_aarch64-aarch64", data=data) == \
         "invoke image.build --arch aarch64 --base quay.io/pypa/manylinux2014_aarch64"
-    assert images.build_hint("registry.example.com/mine:1", arch="aarch64") == \
+    assert builder.build_hint("registry.example.com/mine:1", arch="aarch64") == \
         "invoke image.build --arch aarch64 --base <base image> --tag registry.example.com/mine:1"
 
 
@@ -231,10 +231,10 @@ BOOKWORM_JSON = {"arch": "aarch64", "pythons": [{"version": "3.11.2", "path": "/
 def test_python_check_against_builder_json():
     data = matrix.load().data
     image = "apexkit/builder:debian-bookworm-aarch64"
-    images.require_python(BOOKWORM_JSON, image, "3.11", "aarch64", data)  # fits: no error
-    images.require_python(None, image, "3.8", "aarch64", data)  # no builder.json (older recipe): the build will say
+    builder.require_python(BOOKWORM_JSON, image, "3.11", "aarch64", data)  # fits: no error
+    builder.require_python(None, image, "3.8", "aarch64", data)  # no builder.json (older recipe): the build will say
     with pytest.raises(InterpreterNotFoundError) as exc:
-        images.require_python(BOOKWORM_JSON, image, "3.8", "aarch64", data, what="py3.8-torch2.1.0-aarch64")
+        builder.require_python(BOOKWORM_JSON, image, "3.8", "aarch64", data, what="py3.8-torch2.1.0-aarch64")
     assert exc.value.format() == (
         "py3.8-torch2.1.0-aarch64: apexkit/builder:debian-bookworm-aarch64 has Python 3.11 only -- next: Python 3.8 "
         "needs a base that has it: invoke image.build --arch aarch64 --base quay.io/pypa/manylinux2014_aarch64 (then "
@@ -242,7 +242,7 @@ def test_python_check_against_builder_json():
         "(uv; downloads from github.com)")
     with pytest.raises(InterpreterNotFoundError, match="--base debootstrap:bullseye \\(then --image "
                                                        "apexkit/builder:debian-bullseye-aarch64\\)"):
-        images.require_python(BOOKWORM_JSON, image, "3.9", "aarch64", data)
+        builder.require_python(BOOKWORM_JSON, image, "3.9", "aarch64", data)
 
 
 def test_matrix_image_states_without_a_daemon():
@@ -256,14 +256,14 @@ def test_matrix_image_states_without_a_daemon():
 
 def test_plan_with_more_pythons(tmp_path):
     environ = {"HOME": str(tmp_path)}
-    plan = images.plan_image("x86_64", "debootstrap:bullseye", pythons="3.8, 3.10,3.8", environ=environ)
+    plan = builder.plan_image("x86_64", "debootstrap:bullseye", pythons="3.8, 3.10,3.8", environ=environ)
     assert plan.build_args["APEXKIT_PYTHONS"] == "3.8 3.10"
     assert plan.build_args["APEXKIT_UV_VERSION"] == matrix.load().data["matrix"]["images"]["uv"]
     assert ("pythons", "3.8, 3.10 where the base lacks them: uv "
             f"{plan.build_args['APEXKIT_UV_VERSION']} python install (downloads from github.com)") in plan.describe()
-    assert "APEXKIT_PYTHONS" not in images.plan_image("x86_64", "debian", environ=environ).build_args
+    assert "APEXKIT_PYTHONS" not in builder.plan_image("x86_64", "debian", environ=environ).build_args
     with pytest.raises(ConfigError, match="--pythons 3.8,2.7: '2.7' is not a supported Python"):
-        images.plan_image("x86_64", "debian", pythons="3.8,2.7", environ=environ)
+        builder.plan_image("x86_64", "debian", pythons="3.8,2.7", environ=environ)
 
 
 def test_entrypoint_turns_torch_npu_autoload_off(tmp_path):
@@ -323,7 +323,7 @@ def test_image_build_from_debootstrap_base(x86_builder, daemon):
     inspect = json.loads(daemon.docker("image", "inspect", X86_TAG).stdout)[0]
     assert inspect["Config"]["User"] == "1000:1000"
     assert inspect["Config"]["Labels"]["org.apexkit.arch"] == "x86_64"
-    assert inspect["Config"]["Labels"]["org.apexkit.recipe"] == images.recipe_digest()
+    assert inspect["Config"]["Labels"]["org.apexkit.recipe"] == builder.recipe_digest()
     assert daemon.docker("run", "--rm", "--network", "none", X86_TAG, "id", "-u").stdout.strip() == "1000"
     listed = invoke("image.list", "--json", env=docker_env(daemon))
     rows = {tag: row for row in json.loads(listed.stdout) for tag in row["tags"]}
@@ -446,9 +446,9 @@ def test_doctor_inside_images_sees_their_layouts(x86_builder, lib64_builder, dae
 
 
 def test_builder_json_lists_each_python_and_where_it_came_from(x86_builder, daemon):
-    info = images.builder_json(daemon.client(), X86_TAG)  # read from the image's files: no container is started
+    info = builder.builder_json(daemon.client(), X86_TAG)  # read from the image's files: no container is started
     assert [(p["path"], p["source"]) for p in info["pythons"]] == [("/usr/bin/python3.11", "distro")]
-    assert images.python_versions(info) == ["3.11"] and info["arch"] == "x86_64"
+    assert builder.python_versions(info) == ["3.11"] and info["arch"] == "x86_64"
     assert "/usr/bin/python3.11 3.11" in out(x86_builder) and "(distro)" in out(x86_builder)
 
 
@@ -510,7 +510,7 @@ def test_more_pythons_through_uv(x86_builder, daemon):
     text = out(proc)
     assert "apexkit: Python 3.11 is in the base already (/usr/bin/python3.11): uv not needed for it" in text
     if proc.returncode == 0:  # GitHub reachable (not here): the image has both, 3.10 from uv
-        info = images.builder_json(daemon.client(), tag)
+        info = builder.builder_json(daemon.client(), tag)
         assert {(p["version"][:4], p["source"]) for p in info["pythons"]} == {("3.10", "uv"), ("3.11", "distro")}
         return
     assert proc.returncode == 10, text[-3000:]
@@ -552,7 +552,7 @@ def test_bullseye_image_builds_a_python39_wheel(daemon, fixture_sources, torch21
                    "--ca-cert", HOST_CA, "--quiet", env=docker_env(daemon))
     assert built.returncode == 0, out(built)[-4000:]
     image_seconds = time.monotonic() - started
-    info = images.builder_json(daemon.client(), BULLSEYE_TAG)
+    info = builder.builder_json(daemon.client(), BULLSEYE_TAG)
     assert [(p["path"], p["source"]) for p in info["pythons"]] == [("/usr/bin/python3.9", "distro")]
     assert info["tool_python"].startswith("3.9.")  # nox, virtualenv … run on 3.9 too
     started = time.monotonic()
@@ -630,7 +630,7 @@ def test_base_without_package_manager(x86_builder, daemon):
 
 
 def test_base_of_another_arch_is_refused_by_the_first_step(x86_builder, daemon):
-    state = images.emulation("aarch64")
+    state = builder.emulation("aarch64")
     services.require(state.usable, f"QEMU aarch64: {state.detail}")
     proc = invoke("image.build", "--arch", "aarch64", "--base", "apexkit/base:debian-bookworm-x86_64", "--network",
                   "host", "--ca-cert", "none", env=docker_env(daemon), timeout=600)
@@ -658,10 +658,10 @@ def test_prune_removes_stale_images_only(daemon):
 @pytest.mark.aarch64
 @pytest.mark.timeout(2700)  # everything runs under QEMU: apt, pip, g++, torch import
 def test_aarch64_builder_and_wheel_under_qemu(daemon, repos, tmp_path, pytestconfig):
-    if shutil.which("update-binfmts") and not images.emulation("aarch64").usable:
+    if shutil.which("update-binfmts") and not builder.emulation("aarch64").usable:
         subprocess.run(["mount", "-t", "binfmt_misc", "binfmt_misc", "/proc/sys/fs/binfmt_misc"], capture_output=True)
         subprocess.run(["update-binfmts", "--enable", "qemu-aarch64"], capture_output=True)
-    state = images.emulation("aarch64")
+    state = builder.emulation("aarch64")
     services.require(state.usable, f"QEMU aarch64: {state.detail}")
     started = time.monotonic()
     built = invoke("image.build", "--arch", "aarch64", "--base", "debootstrap:bookworm", "--network", "host",
@@ -708,8 +708,8 @@ def test_aarch64_builder_and_wheel_under_qemu(daemon, repos, tmp_path, pytestcon
 
 def test_builder_json_from_an_image_is_untrusted():
     """python_versions reads only well-formed entries: a lying image's builder.json is no traceback."""
-    assert images.python_versions({"pythons": "3.11"}) == []
-    assert images.python_versions({"pythons": [{"version": 3.11}, "x", {"version": "3.9.2"}]}) == ["3.9"]
+    assert builder.python_versions({"pythons": "3.11"}) == []
+    assert builder.python_versions({"pythons": [{"version": 3.11}, "x", {"version": "3.9.2"}]}) == ["3.9"]
 
 
 HOSTILE = r"""#!/bin/sh

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from apexkit.build import interpreters, uvtools, venvs
 from apexkit.errors import EnvironmentSetupError
+from apexkit.wheel import interpreters, uvtools, venvs
 
 PROBE = "apexkit_probe-1.0-py3-none-any.whl"
 

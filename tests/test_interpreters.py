@@ -4,8 +4,8 @@ import subprocess
 
 import pytest
 
-from apexkit.build import interpreters, venvs
 from apexkit.errors import InterpreterNotFoundError
+from apexkit.wheel import interpreters, venvs
 
 
 def fake_shim(directory, name):

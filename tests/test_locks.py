@@ -121,11 +121,11 @@ def test_lock_file_is_a_sibling_named_after_the_path():
     assert locks.lock_file(Path("/c/git/a.git")) == Path("/c/git/a.git.lock")
 
 
-# One build's venv step as apexkit/build/builder.py does it: under the venv's lock, made only when its ready marker is missing.
+# One build's venv step as apexkit/wheel/builder.py does it: under the venv's lock, made only when its ready marker is missing.
 VENV_STEP = """
 import sys
 from pathlib import Path
-from apexkit.build import venvs
+from apexkit.wheel import venvs
 path = Path(sys.argv[1])
 print("ready", flush=True)
 with venvs.lock(path):
@@ -139,7 +139,7 @@ with venvs.lock(path):
 
 
 def test_two_builds_share_one_venv_the_second_reuses_it(tmp_path):
-    from apexkit.build import venvs
+    from apexkit.wheel import venvs
 
     path = tmp_path / "venvs" / "build-py3.11-x"
     with venvs.lock(path):  # a third build holds it: both of these must wait, then take turns

@@ -1,8 +1,8 @@
 import pytest
 
 from apexkit import log
-from apexkit.build import known_failures
 from apexkit.errors import BuildError
+from apexkit.wheel import known_failures
 
 
 def test_mask_hides_passwords_only():
@@ -40,7 +40,7 @@ def test_missing_system_tools_are_named_with_their_package(monkeypatch, tmp_path
 
 
 def test_index_options_turn_into_pip_arguments(tmp_path):
-    from apexkit.build.venvs import IndexOptions
+    from apexkit.wheel.venvs import IndexOptions
 
     offline = IndexOptions(wheelhouses=(tmp_path,), offline=True, index_url="https://idx/simple")
     assert offline.pip_args() == ["--no-index", "--find-links", str(tmp_path)]

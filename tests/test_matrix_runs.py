@@ -16,8 +16,8 @@ import yaml
 from conftest import ROOT, output
 
 from apexkit.errors import ConfigError
-from apexkit.matrix import model as matrix
-from apexkit.matrix import run as matrixrun
+from apexkit.fleet import matrixrun
+from apexkit.plan import matrix
 
 WORKFLOW = ROOT / ".github" / "workflows" / "build.yml"
 

@@ -151,8 +151,8 @@ def test_a_job_cancelled_mid_run_is_a_failed_row_with_its_cause(cluster, runner,
 
 def test_a_symlinked_wheel_left_by_a_job_is_refused(tmp_path):
     from apexkit import untrusted
-    from apexkit.matrix import model as matrix
-    from apexkit.matrix import run as matrixrun
+    from apexkit.fleet import matrixrun
+    from apexkit.plan import matrix
 
     m = matrix.load()
     combo = m.combinations([{"python": "3.11", "torch": "2.13.0", "arch": "x86_64"}])[0]

@@ -3,8 +3,8 @@ from pathlib import Path
 import fixture_repos
 import pytest
 
-from apexkit.build import patches
 from apexkit.errors import ConfigError, PatchError
+from apexkit.wheel import patches
 
 
 def tree_with(tmp_path: Path, setup_text: str) -> Path:

@@ -9,8 +9,8 @@ import sys
 import pytest
 from conftest import ROOT
 
-from apexkit import pins
 from apexkit.errors import ConfigError
+from tools import pins
 
 RUNTIME_IN, DEV_IN = ROOT / "requirements" / "runtime.in", ROOT / "requirements" / "dev.in"
 

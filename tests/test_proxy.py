@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from apexkit import fsedit
-from apexkit.proxy import layers as proxy
+from apexkit.proxy import layers
 
 ROOT = Path(__file__).resolve().parent.parent
 PASSWORD = "hunter2-Secret"
@@ -49,8 +49,8 @@ def fsroot(tmp_path) -> Path:
     return root
 
 
-def paths(root: Path, **kwargs) -> proxy.Paths:
-    return proxy.Paths(root=root, environ={"HOME": "/home/alice"}, **kwargs)
+def paths(root: Path, **kwargs) -> layers.Paths:
+    return layers.Paths(root=root, environ={"HOME": "/home/alice"}, **kwargs)
 
 
 # --- inputs ---------------------------------------------------------------------------------------------------
@@ -63,7 +63,7 @@ def paths(root: Path, **kwargs) -> proxy.Paths:
     ("socks5h://[::1]:1080", "socks5h://[::1]:1080"),
 ])
 def test_proxy_urls_are_normalised(value, expected):
-    assert proxy.parse_proxy_url(value, "--http") == expected
+    assert layers.parse_proxy_url(value, "--http") == expected
 
 
 @pytest.mark.parametrize("value, fragment", [
@@ -75,8 +75,8 @@ def test_proxy_urls_are_normalised(value, expected):
     ("http://:3128", "no host"),
 ])
 def test_bad_proxy_urls_are_refused_with_a_hint(value, fragment):
-    with pytest.raises(proxy.ConfigError) as info:
-        proxy.parse_proxy_url(value, "--http")
+    with pytest.raises(layers.ConfigError) as info:
+        layers.parse_proxy_url(value, "--http")
     assert fragment in info.value.cause
     assert info.value.hint
 
@@ -90,20 +90,20 @@ def test_bad_url_error_is_one_line_exit_2_and_masked(fsroot):
 
 
 def test_no_proxy_always_has_loopback_and_keeps_the_users_entries():
-    assert proxy.merge_no_proxy(".corp.example, 10.0.0.0/8 localhost") == (
+    assert layers.merge_no_proxy(".corp.example, 10.0.0.0/8 localhost") == (
         "localhost", "127.0.0.0/8", "::1", ".corp.example", "10.0.0.0/8")
-    with pytest.raises(proxy.ConfigError):
-        proxy.merge_no_proxy("http://x")
+    with pytest.raises(layers.ConfigError):
+        layers.merge_no_proxy("http://x")
 
 
 def test_settings_come_from_the_environment_lower_case_first():
     env = {"http_proxy": "http://lower:3128", "HTTP_PROXY": "http://upper:3128", "NO_PROXY": ".lan"}
-    settings = proxy.make_settings(environ=env)
+    settings = layers.make_settings(environ=env)
     assert settings.http == "http://lower:3128"
     assert settings.https == "http://lower:3128"  # https falls back to http
     assert settings.no_proxy[-1] == ".lan"
-    with pytest.raises(proxy.ConfigError, match="no proxy given"):
-        proxy.make_settings(environ={})
+    with pytest.raises(layers.ConfigError, match="no proxy given"):
+        layers.make_settings(environ={})
 
 
 # --- dry run ----------------------------------------------------------------------------------------------------
@@ -144,7 +144,7 @@ def test_setup_writes_every_layer_and_a_second_run_changes_no_byte(fsroot):
 
     dropin = (fsroot / "etc/systemd/system/docker.service.d/http-proxy.conf").read_text()
     assert "[Service]" in dropin and f'Environment="HTTP_PROXY={PROXY}"' in dropin
-    assert proxy.daemon_environment(paths(fsroot)) == {
+    assert layers.daemon_environment(paths(fsroot)) == {
         "HTTP_PROXY": PROXY, "HTTPS_PROXY": PROXY, "NO_PROXY": "localhost,127.0.0.0/8,::1,.corp.example"}
     config = json.loads((fsroot / "home/alice/.docker/config.json").read_text())
     assert config["proxies"]["default"] == {"httpProxy": PROXY, "httpsProxy": PROXY,
@@ -167,9 +167,9 @@ def test_without_credentials_the_profile_keeps_its_mode(fsroot):
 
 def test_percent_signs_survive_systemd_quoting():
     url = "http://u:p%40ss%25w0rd@proxy:3128"
-    content = proxy.render_dropin({"HTTP_PROXY": url, "NO_PROXY": "localhost"}).decode()
+    content = layers.render_dropin({"HTTP_PROXY": url, "NO_PROXY": "localhost"}).decode()
     assert "p%%40ss%%25w0rd" in content  # systemd would expand a single % as a specifier
-    assert proxy.dropin_environment(content) == {"HTTP_PROXY": url, "NO_PROXY": "localhost"}
+    assert layers.dropin_environment(content) == {"HTTP_PROXY": url, "NO_PROXY": "localhost"}
 
 
 # --- merging into files the user already has ------------------------------------------------------------------
@@ -253,11 +253,11 @@ def test_switching_daemon_mode_undoes_the_files_no_longer_needed(fsroot):
 
 
 def test_daemon_mode_follows_the_engine_version():
-    assert proxy.resolve_daemon_mode("auto", (20, 10))[0] == "systemd"
-    assert proxy.resolve_daemon_mode("auto", (24, 0))[0] == "daemon-json"
-    assert proxy.resolve_daemon_mode("auto", None)[0] == "systemd"
-    with pytest.raises(proxy.ConfigError, match="needs Docker >= 23"):
-        proxy.resolve_daemon_mode("daemon-json", (20, 10))
+    assert layers.resolve_daemon_mode("auto", (20, 10))[0] == "systemd"
+    assert layers.resolve_daemon_mode("auto", (24, 0))[0] == "daemon-json"
+    assert layers.resolve_daemon_mode("auto", None)[0] == "systemd"
+    with pytest.raises(layers.ConfigError, match="needs Docker >= 23"):
+        layers.resolve_daemon_mode("daemon-json", (20, 10))
 
 
 def test_without_systemd_setup_prints_the_restart_commands(fsroot):
@@ -290,11 +290,11 @@ def test_ca_bundle_is_the_system_bundle_plus_the_given_ca(fsroot, tmp_path):
     system.write_text(cert_a + "\n")
     corp = tmp_path / "corp.pem"
     corp.write_text(f"subject=corp\n{cert_b}\n{cert_a}\n")
-    assert proxy.build_ca_bundle(str(corp), [str(system)]) == f"{cert_a}\n{cert_b}\n".encode()
+    assert layers.build_ca_bundle(str(corp), [str(system)]) == f"{cert_a}\n{cert_b}\n".encode()
     bad = tmp_path / "bad.pem"
     bad.write_text("not a certificate")
-    with pytest.raises(proxy.ConfigError, match="holds no PEM certificate"):
-        proxy.build_ca_bundle(str(bad))
+    with pytest.raises(layers.ConfigError, match="holds no PEM certificate"):
+        layers.build_ca_bundle(str(bad))
 
     result = invoke("proxy.setup", "--http", PROXY, "--layers", "shell", "--ca-cert", "/etc/ssl/certs/ca-certificates.crt",
                     "--root", str(fsroot))
@@ -304,8 +304,8 @@ def test_ca_bundle_is_the_system_bundle_plus_the_given_ca(fsroot, tmp_path):
     for name in ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "PIP_CERT", "GIT_SSL_CAINFO"):
         assert f"export {name}={bundle}\n" in text
     assert (fsroot / bundle.lstrip("/")).read_bytes().count(b"BEGIN CERTIFICATE") > 10
-    settings = proxy.ProxySettings(http=PROXY, ca_bundle=bundle)
-    assert proxy.container_args(settings)[:2] == ["-v", f"{bundle}:{proxy.CONTAINER_CA_PATH}:ro"]
+    settings = layers.ProxySettings(http=PROXY, ca_bundle=bundle)
+    assert layers.container_args(settings)[:2] == ["-v", f"{bundle}:{layers.CONTAINER_CA_PATH}:ro"]
 
 
 def test_unwritable_target_fails_before_anything_is_written(fsroot):

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from test_proxy import PASSWORD, PROXY, ROOT, invoke
 
-from apexkit.proxy import layers as proxy
+from apexkit.proxy import layers
 
 STATE = "home/alice/.config/apexkit"
 OTHER = "http://bob:0ther-Pass@proxy2.corp.example:8080"
@@ -90,7 +90,7 @@ def test_symlinked_dotfiles_and_dropin_directory_stay_links_through_setup_and_re
     assert (dotfiles / "bashrc").read_bytes().startswith(b"# from my dotfiles repository\n")
     assert json.loads((dotfiles / "docker-config.json").read_text())["auths"] == {"r.corp": {"auth": "eA=="}}
     assert sorted(p.name for p in shared.iterdir()) == ["http-proxy.conf", "https-proxy.conf", "limits.conf"]
-    assert proxy.daemon_environment(proxy.Paths(root=fsroot, environ={"HOME": "/home/alice"}))["HTTP_PROXY"] == PROXY
+    assert layers.daemon_environment(layers.Paths(root=fsroot, environ={"HOME": "/home/alice"}))["HTTP_PROXY"] == PROXY
     # a second run changes nothing
     assert "nothing written" in setup_ok(fsroot, "--http", PROXY, "--daemon-mode", "systemd").stderr
 

@@ -19,7 +19,7 @@ import services
 from test_proxy import invoke
 
 from apexkit.images import base as baseimage
-from apexkit.proxy import layers as proxy
+from apexkit.proxy import layers
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -104,8 +104,8 @@ def docker_env(tinyproxy, tmp_path_factory):
     services.require(ok, why)
     root = setup_root(tmp_path_factory.mktemp("docker"), "--http", tinyproxy.url, "--layers", "daemon,container",
                       "--daemon-mode", "systemd")
-    paths = proxy.Paths(root=root, environ={"HOME": "/root"})
-    environment = proxy.daemon_environment(paths)  # what systemd would give dockerd from our drop-ins
+    paths = layers.Paths(root=root, environ={"HOME": "/root"})
+    environment = layers.daemon_environment(paths)  # what systemd would give dockerd from our drop-ins
     daemon = services.Dockerd(environment)
     try:
         image = baseimage.import_image(daemon.client(), baseimage.rootfs_tarball(), "apexkit/test-base")
@@ -163,11 +163,11 @@ def test_containers_get_the_variables_and_reach_the_proxy(docker_env, tinyproxy)
 
 
 def test_containers_get_the_ca_bundle(docker_env):
-    settings = proxy.ProxySettings(http="http://127.0.0.1:1", ca_bundle="/etc/ssl/certs/ca-certificates.crt")
-    run = docker_env.daemon.docker("run", "--rm", "--network", "host", *proxy.container_args(settings),
+    settings = layers.ProxySettings(http="http://127.0.0.1:1", ca_bundle="/etc/ssl/certs/ca-certificates.crt")
+    run = docker_env.daemon.docker("run", "--rm", "--network", "host", *layers.container_args(settings),
                                    docker_env.image, "sh", "-c", 'test -s "$SSL_CERT_FILE" && echo "$PIP_CERT $GIT_SSL_CAINFO"')
     assert run.returncode == 0, run.stderr
-    assert run.stdout.split() == [proxy.CONTAINER_CA_PATH] * 2
+    assert run.stdout.split() == [layers.CONTAINER_CA_PATH] * 2
 
 
 def test_image_builds_get_the_proxy_as_build_args_kept_out_of_history(docker_env, tinyproxy, tmp_path):

@@ -24,7 +24,7 @@ import pytest
 from test_proxy import PROXY, ROOT, invoke
 from test_proxy_files import one_line_error, setup_ok, tree
 
-from apexkit.proxy import layers as proxy
+from apexkit.proxy import layers
 
 NOBODY = 65534
 STATE = "home/alice/.config/apexkit"
@@ -117,12 +117,12 @@ def test_in_home_takes_out_dotdot_and_follows_links(fsroot):
     os.chown(home / "dotfiles", NOBODY, NOBODY)
     (home / ".docker").symlink_to("../../etc/docker")        # root's own link out of the home
     users_link(home / ".dots", "dotfiles")
-    paths = proxy.Paths(root=fsroot, environ={"HOME": "/home/alice"})
+    paths = layers.Paths(root=fsroot, environ={"HOME": "/home/alice"})
     assert not paths.in_home("/home/alice/../../root/.docker/config.json")
     assert not paths.in_home("/home/alice/.docker/config.json")   # really /etc/docker: stays root's
     assert paths.in_home("/home/alice/.dots/bashrc") and paths.in_home("/home/alice/.bashrc")
     environ = {"HOME": "/home/alice", "DOCKER_CONFIG": "/home/alice/../../root/.docker"}
-    assert not proxy.Paths(root=fsroot, environ=environ).in_home(proxy.Paths(root=fsroot, environ=environ).docker_config)
+    assert not layers.Paths(root=fsroot, environ=environ).in_home(layers.Paths(root=fsroot, environ=environ).docker_config)
 
 
 # --- 2: edits between two setups --------------------------------------------------------------------------------------

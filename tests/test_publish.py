@@ -14,7 +14,7 @@ import pytest
 import wheelnames
 from conftest import ROOT, Runner, output
 
-from apexkit.build import distdir, interpreters, wheelcheck
+from apexkit.wheel import distdir, interpreters, wheelcheck
 
 TARGET = "py3.11-torch2.13.0-x86_64-master"
 WHEEL = wheelnames.fixture_wheel()  # manylinux_2_24 where auditwheel computes it
@@ -380,8 +380,8 @@ def wheel_zip(version: str = "0.1+ascend.torch2.13.0") -> bytes:
 
 
 def attested_dist(tmp: Path, target: str = TARGET) -> Path:
-    """fake_dist plus the SBOM and provenance apexkit.build.sbom writes for that wheel, recorded in its manifest."""
-    from apexkit.build import sbom
+    """fake_dist plus the SBOM and provenance apexkit.wheel.sbom writes for that wheel, recorded in its manifest."""
+    from apexkit.wheel import sbom
 
     dist = fake_dist(tmp, target=target, data=wheel_zip())
     folder = dist / target
@@ -419,7 +419,7 @@ def test_publish_copies_sbom_and_provenance_beside_each_wheel(tmp_path):
     folder2 = other / "dist" / "py3.11-torch2.7.1-x86_64-master"
     manifest = json.loads((folder2 / "manifest.json").read_text())
     manifest["wheel"]["file"] = second
-    from apexkit.build import sbom
+    from apexkit.wheel import sbom
     for name, text in sbom.documents(manifest, folder2 / second).items():
         (folder2 / name).write_bytes(text)
     (folder2 / "manifest.json").write_text(json.dumps(manifest))

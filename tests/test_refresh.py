@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from apexkit.errors import ConfigError, SourceError
-from apexkit.matrix import refresh
+from apexkit.index import refresh
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data" / "torch-npu-metadata"

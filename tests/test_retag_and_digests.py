@@ -14,7 +14,7 @@ from urllib.parse import unquote, urlsplit
 
 import pytest
 
-from apexkit.build import venvs, wheelcheck
+from apexkit.wheel import venvs, wheelcheck
 
 LINUX = "apex-0.1+ascend.torch2.13.0-cp311-cp311-linux_x86_64.whl"
 INFO = "apex-0.1+ascend.torch2.13.0.dist-info"

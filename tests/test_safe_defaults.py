@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, output
 
-from apexkit import systools, testtools
+from apexkit import systools
+from tools import testtools
 
 NOX = [sys.executable, "-m", "nox", "-f", str(ROOT / "noxfile.py")]
 EVERYTHING_MISSING = lambda commands: list(commands)  # noqa: E731 - a bare machine

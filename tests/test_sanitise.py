@@ -126,7 +126,7 @@ def test_build_failure_tail_is_escaped_and_the_log_keeps_the_raw_output(tmp_path
     proc = _child("""
         import sys
         from pathlib import Path
-        from apexkit.build.builder import Builder
+        from apexkit.wheel.builder import Builder
         from apexkit.proc import run_logged
         builder = Builder.__new__(Builder)  # only the failure report: no build plan needed
         builder.log_path = Path(sys.argv[2])

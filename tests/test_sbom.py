@@ -15,9 +15,9 @@ import pytest
 import wheelnames
 from conftest import ROOT, output
 
-from apexkit.build import patches, sbom
 from apexkit.errors import ImageError
-from apexkit.images import container as containerbuild
+from apexkit.images import container
+from apexkit.wheel import patches, sbom
 
 WHEEL = wheelnames.fixture_wheel()  # manylinux_2_24 where auditwheel computes it
 TARGET = "py3.11-torch2.13.0-x86_64-master"
@@ -176,10 +176,10 @@ def test_container_publish_writes_them_on_the_host_with_the_image_id(tmp_path):
     produced.mkdir(parents=True)
     _, manifest = built_target(produced)
     (produced / "sbom.cdx.json").write_text("left by the container: never taken")
-    spec = containerbuild.ContainerSpec(
+    spec = container.ContainerSpec(
         image="apexkit/builder:x", arch="x86_64", command=[], user="1000:1000", uid=1000,
         mounts=[], environment={}, network=None, workspace=workspace, cache=tmp_path / "cache")
-    final = containerbuild._publish(produced, tmp_path / "dist", spec, {}, 1.0,
+    final = container._publish(produced, tmp_path / "dist", spec, {}, 1.0,
                                     image_ref={"id": "sha256:" + "f" * 64, "repo_digests": []})
     assert sorted(p.name for p in final.iterdir()) == [WHEEL, "manifest.json", "provenance.json", "sbom.cdx.json"]
     sbom.validate((final / "sbom.cdx.json").read_text())
@@ -196,19 +196,19 @@ def test_container_publish_writes_them_on_the_host_with_the_image_id(tmp_path):
     manifest["wheel"]["sha256"] = sha(produced / WHEEL)
     (produced / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(ImageError) as info:
-        containerbuild._publish(produced, tmp_path / "dist2", spec, {}, 1.0)
+        container._publish(produced, tmp_path / "dist2", spec, {}, 1.0)
     assert "\n" not in info.value.format() and "refusing" in info.value.format()
 
 
 def test_signing_is_documented_off_by_default():
     text = (ROOT / "docs" / "wheels.md").read_text()
     assert "sbom.cdx.json" in text and "provenance.json" in text and "cosign" in text
-    assert subprocess.run([sys.executable, "-c", "import apexkit.build.sbom"], cwd=ROOT).returncode == 0
+    assert subprocess.run([sys.executable, "-c", "import apexkit.wheel.sbom"], cwd=ROOT).returncode == 0
 
 
 def test_without_the_library_the_provenance_is_still_written_and_the_manifest_says_why(tmp_path):
     wheel = make_wheel(tmp_path)
-    code = ("import json, sys; sys.modules['cyclonedx'] = None; from pathlib import Path; from apexkit.build import sbom; "
+    code = ("import json, sys; sys.modules['cyclonedx'] = None; from pathlib import Path; from apexkit.wheel import sbom; "
             f"m = {{'created': '2026-11-30T17:00:00Z'}}; d = sbom.documents(m, Path({str(wheel)!r})); "
             "print(json.dumps({'files': sorted(d), 'attestations': m['attestations']}))")
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
@@ -221,8 +221,8 @@ def test_without_the_library_the_provenance_is_still_written_and_the_manifest_sa
 
 def test_a_target_collected_from_a_slurm_job_gets_them_too(tmp_path):
     # matrixrun.collect copies the wheel + manifest a job left; distdir.replace_dir writes the SBOM and provenance
-    from apexkit.matrix import model as matrix
-    from apexkit.matrix import run as matrixrun
+    from apexkit.fleet import matrixrun
+    from apexkit.plan import matrix
 
     combo = matrix.load().combinations([{"python": "3.11", "torch": "2.13.0", "arch": "x86_64"}])[0]
     target = tmp_path / "stage" / TARGET

@@ -13,8 +13,8 @@ import pytest
 from conftest import ROOT
 
 from apexkit import locks
-from apexkit.build import sources
 from apexkit.errors import ConfigError, SourceError
+from apexkit.wheel import sources
 
 FAST = sources.RetryPolicy(attempts=3, backoff=0.01)
 
@@ -100,7 +100,7 @@ def test_apex_src_is_copied_never_modified(repos, tmp_path):
 FETCH = """
 import os, sys, time
 from pathlib import Path
-from apexkit.build import sources
+from apexkit.wheel import sources
 url, cache, go, pin = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3]), sys.argv[4]
 print("ready", flush=True)
 while not go.exists():

@@ -11,9 +11,9 @@ import sys
 import pytest
 from conftest import ROOT, output
 
-from apexkit.build import known_failures
 from apexkit.errors import ConfigError
-from apexkit.matrix import model as matrix
+from apexkit.plan import matrix
+from apexkit.wheel import known_failures
 
 NPU_TARGET = "py3.11-torch2.13.0-x86_64-master+npu2.13.0"
 

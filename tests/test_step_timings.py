@@ -16,7 +16,7 @@ import pytest
 from conftest import output
 
 from apexkit import log
-from apexkit.build import ccache as ccachestats
+from apexkit.wheel import ccachestats
 
 DATA = Path(__file__).parent / "data" / "ccache"
 TARGET = "py3.11-torch2.13.0-x86_64-master"
@@ -138,7 +138,7 @@ def test_cached_attestations_are_used_only_when_they_match_their_record(tmp_path
     import hashlib
     import os
 
-    from apexkit.build import builder
+    from apexkit.wheel import builder
 
     sbom_text, prov = b'{"bomFormat": "CycloneDX"}', b'{"_type": "https://in-toto.io/Statement/v1"}'
     (tmp_path / "sbom.cdx.json").write_bytes(sbom_text)

@@ -17,12 +17,11 @@ import wheelnames
 from conftest import output
 
 from apexkit import untrusted
-from apexkit.build import builder as build
-from apexkit.build import distdir
-from apexkit.build.interpreters import Interpreter
-from apexkit.build.options import BuildOptions
 from apexkit.errors import ConfigError
-from apexkit.matrix import model as matrix_mod
+from apexkit.plan import matrix
+from apexkit.wheel import builder, distdir
+from apexkit.wheel.interpreters import Interpreter
+from apexkit.wheel.options import BuildOptions
 
 INTERP = Interpreter("/usr/bin/python3.11", "3.11", "3.11.2", "cpython", "x86_64", "/usr", "", "")
 BASE = "py3.11-torch2.13.0-x86_64-master"
@@ -30,7 +29,7 @@ WHEEL = wheelnames.fixture_wheel()  # manylinux_2_24 where auditwheel computes i
 
 
 def plan_id(**opts) -> str:
-    return build.make_plan(BuildOptions(python="3.11", **opts), matrix_mod.load(), INTERP, "2.13.0", env={}).target_id
+    return builder.make_plan(BuildOptions(python="3.11", **opts), matrix.load(), INTERP, "2.13.0", env={}).target_id
 
 
 # --- item 7: distinct inputs, distinct outputs -----------------------------------------------------------------
@@ -134,7 +133,7 @@ class Cache:
         self.work.mkdir()
         self.secret = root / "id_rsa"
         self.secret.write_bytes(b"-----BEGIN OPENSSH PRIVATE KEY-----\n")
-        self.builder = build.Builder(BuildOptions(python="3.11", cache_dir=self.root))
+        self.builder = builder.Builder(BuildOptions(python="3.11", cache_dir=self.root))
 
     def put(self, name: str = WHEEL, data: bytes | None = None, sha: str | None = None) -> None:
         self.entry.mkdir(parents=True, exist_ok=True)

@@ -17,12 +17,12 @@ from test_proxy import invoke, paths, snapshot
 
 from apexkit import fsedit, log, urls
 from apexkit.errors import ConfigError, EnvironmentSetupError
-from apexkit.images import builder as images
-from apexkit.proxy import layers as proxy
+from apexkit.images import builder
+from apexkit.proxy import layers
 
 # A password is these two halves around the character under test: neither half may show anywhere.
 A, B = "Kq7Lm", "Zw9Tn"
-PROXY_SCHEMES = proxy.PROXY_SCHEMES
+PROXY_SCHEMES = layers.PROXY_SCHEMES
 
 
 @pytest.fixture
@@ -169,7 +169,7 @@ def test_registry_mirror_keeps_host_and_port():
 
 def test_no_proxy_entries_with_control_characters_are_refused():
     with pytest.raises(ConfigError, match="control character"):
-        proxy.merge_no_proxy(".corp\x1b[2J")
+        layers.merge_no_proxy(".corp\x1b[2J")
 
 
 # --- through the command line: injection refused, nothing written -------------------------------------------------
@@ -268,20 +268,20 @@ def test_failed_read_back_puts_every_file_back(fsroot):
     conf.write_bytes(b"[global]\ntimeout = 60\n")
     before = snapshot(fsroot)
     where = paths(fsroot)
-    settings = proxy.make_settings(http="http://proxy.corp.example:3128",
+    settings = layers.make_settings(http="http://proxy.corp.example:3128",
                                    pip_index="https://pypi.mirror.example/simple", environ={})
-    plan = proxy.make_plan(settings, where, ("shell", "pip"))
+    plan = layers.make_plan(settings, where, ("shell", "pip"))
 
     def another_writer():  # between our write and our read-back, something else rewrites pip.conf
         conf.write_bytes(b"[global]\nindex-url = https://elsewhere.example/simple/\n")
 
     with pytest.raises(EnvironmentSetupError, match="read-back after writing found differences.*put back") as info:
-        proxy.setup(plan, after_write=another_writer)
+        layers.setup(plan, after_write=another_writer)
     assert "pip.conf: index-url" in str(info.value)
     assert snapshot(fsroot) == before  # the files, their modes, and no backup or manifest left behind
 
     # with nobody in the way the same plan goes through, and verify reads back what it wrote
-    assert proxy.setup(proxy.make_plan(settings, where, ("shell", "pip"))) == 3
+    assert layers.setup(layers.make_plan(settings, where, ("shell", "pip"))) == 3
     assert fsedit.ini_get(conf.read_text(), "global", "index-url") == "https://pypi.mirror.example/simple/"
     assert stat.S_IMODE(bashrc.stat().st_mode) == 0o640
 
@@ -299,7 +299,7 @@ def test_image_build_refuses_any_userinfo_in_the_index_build_arg(tmp_path, index
     for kwargs in ({"pip_index": index}, {}):
         env = dict(environ) if kwargs else {**environ, "PIP_INDEX_URL": index}
         with pytest.raises(ConfigError, match="holds a password or token") as info:
-            images.plan_image("x86_64", "debian", environ=env, **kwargs)
+            builder.plan_image("x86_64", "debian", environ=env, **kwargs)
         _scan(info.value.format(), "the error")
         assert "image history" in info.value.cause and info.value.hint
 
@@ -307,7 +307,7 @@ def test_image_build_refuses_any_userinfo_in_the_index_build_arg(tmp_path, index
 def test_image_build_index_build_arg_goes_through_the_validator(tmp_path):
     environ = {"HOME": str(tmp_path), "XDG_CONFIG_HOME": str(tmp_path / "config")}
     with pytest.raises(ConfigError, match="line break"):
-        images.plan_image("x86_64", "debian", pip_index="https://m.example/simple\nX", environ=environ)
+        builder.plan_image("x86_64", "debian", pip_index="https://m.example/simple\nX", environ=environ)
 
 
 def test_saved_settings_that_no_longer_validate_are_ignored_with_a_warning(fsroot, capsys):
@@ -315,5 +315,5 @@ def test_saved_settings_that_no_longer_validate_are_ignored_with_a_warning(fsroo
     state = fsroot / where.settings_file.lstrip("/")
     state.parent.mkdir(parents=True)
     state.write_text(json.dumps({"settings": {"http": "http://proxy:3128\n[x]", "https": None}}))
-    assert proxy.current_settings(where, environ={}) is None
+    assert layers.current_settings(where, environ={}) is None
     assert "saved proxy settings" in capsys.readouterr().err

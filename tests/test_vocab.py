@@ -8,11 +8,10 @@ import sys
 import pytest
 from conftest import ROOT
 
-from apexkit import vocab
-from apexkit.build import options
+from apexkit import venvrun, vocab
 from apexkit.errors import ConfigError
-from apexkit.matrix import run as matrixrun
-from apexkit.validate import run as runbench
+from apexkit.fleet import matrixrun
+from apexkit.wheel import options
 
 DEPRECATED = "is deprecated: use"
 
@@ -45,9 +44,9 @@ def test_matrix_target_and_parallel_with_the_old_spellings(capsys):
 
 
 def test_validate_interpreter_and_its_old_spelling(capsys):
-    args, rest = runbench.parse(["--interpreter", "/x/python", "--device", "cpu"], "apexkit validate")
+    args, rest = venvrun.parse(["--interpreter", "/x/python", "--device", "cpu"], "apexkit validate")
     assert args.in_env == "/x/python" and rest == ["--device", "cpu"]
-    args, _ = runbench.parse(["--in-env", "/y/python"], "apexkit validate")
+    args, _ = venvrun.parse(["--in-env", "/y/python"], "apexkit validate")
     assert args.in_env == "/y/python" and "--in-env is deprecated: use --interpreter" in capsys.readouterr().err
 
 

@@ -1,4 +1,4 @@
-"""apexkit.build.wheelcheck on real ELF files: small shared objects compiled here with gcc/g++, each deliberately broken
+"""apexkit.wheel.wheelcheck on real ELF files: small shared objects compiled here with gcc/g++, each deliberately broken
 in one way (the way a build can go wrong), and the good one that passes every check."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.version import Version
 
-from apexkit.build import builder as build
-from apexkit.build import wheelcheck
+from apexkit.plan import target
+from apexkit.wheel import wheelcheck
 
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None or shutil.which("g++") is None, reason="needs gcc/g++")
 
@@ -142,16 +142,16 @@ def test_what_setup_py_asks_for_is_read_from_it():
     ("2.1.0", "2.1.0rc1", ".torch2.1.0.npu2.1.0rc1", ["torch==2.1.0", "torch_npu==2.1.0.*"]),
 ])
 def test_version_label_and_pins_are_pep440(torch, npu, label, requires):
-    assert build.version_label(torch, npu) == label
-    version = Version(build.BASE_VERSION + label)
-    assert str(version) == build.BASE_VERSION + label and version.public == "0.1"
-    assert build.runtime_requires(torch, npu, links_torch_npu=False) == requires
+    assert target.version_label(torch, npu) == label
+    version = Version(target.BASE_VERSION + label)
+    assert str(version) == target.BASE_VERSION + label and version.public == "0.1"
+    assert target.runtime_requires(torch, npu, links_torch_npu=False) == requires
     pins = [Requirement(r) for r in requires]
     assert pins[0].specifier.contains(torch.split("+")[0] + "+cpu")  # any local build of that torch release
     assert not pins[0].specifier.contains("2.13.1") and not pins[0].specifier.contains("2.6.0")
     if npu:
         assert pins[1].specifier.contains(npu) and not pins[1].specifier.contains("2.8.0")
-        assert build.runtime_requires(torch, npu, links_torch_npu=True)[1] == f"torch_npu=={Version(npu).public}"
+        assert target.runtime_requires(torch, npu, links_torch_npu=True)[1] == f"torch_npu=={Version(npu).public}"
 
 
 def test_check_wheel_reads_the_identity_from_metadata(tmp_path):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from apexkit import checks, log
-from apexkit.doctor import machine as doctor
+from apexkit.doctor import machine
 
 
 def main(log_file: str | None = None, as_json: bool = False, venv: str | None = None, python: str | None = None,
@@ -14,14 +14,14 @@ def main(log_file: str | None = None, as_json: bool = False, venv: str | None = 
     venv / python / scripts: the training environment to say whether it needs Apex for Ascend at all."""
     if log_file:
         return _explain_log(log_file, as_json)
-    apex = doctor.apex_target(venv, python, scripts)  # bad options stop here, before any check runs
+    apex = machine.apex_target(venv, python, scripts)  # bad options stop here, before any check runs
     with log.console.status("checking …") as status:
-        rows = doctor.run_all(progress=lambda stage: status.update(f"checking {stage} …"), apex=apex)
-    return checks.report(rows, as_json, legacy=doctor.legacy_json)
+        rows = machine.run_all(progress=lambda stage: status.update(f"checking {stage} …"), apex=apex)
+    return checks.report(rows, as_json, legacy=machine.legacy_json)
 
 
 def _explain_log(path: str, as_json: bool) -> int:
-    hits, tail = doctor.analyse_log(path)
+    hits, tail = machine.analyse_log(path)
     if as_json:
         print(json.dumps([{"id": h.failure.id, "line": h.line_no, "text": log.mask(h.line), "cause": h.failure.cause,
                            "fix": h.failure.fix} for h in hits], indent=1))

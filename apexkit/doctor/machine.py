@@ -17,18 +17,18 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from apexkit import cann, checks, log, paths
-from apexkit.build import interpreters, known_failures, sources
+from apexkit import cann, checks, dockerclient, log, paths
 from apexkit.doctor import apexneed
 from apexkit.errors import ConfigError
-from apexkit.images import builder as images
-from apexkit.matrix import model as matrix_mod
-from apexkit.proxy import layers as proxy
+from apexkit.images import builder
+from apexkit.plan import matrix
+from apexkit.proxy import layers
+from apexkit.wheel import interpreters, known_failures, sources
 
 OK, WARN, FAIL, SKIP = checks.OK, checks.WARN, checks.FAIL, checks.SKIP
 LOW_DISK_GIB = 10.0  # a build venv with a CPU torch is 1-2 GB, with a CUDA torch 5+ GB; builder images ~1 GB
 CRITICAL_DISK_GIB = 2.0
-CA_VARIABLES = proxy.CA_VARIABLES  # one list: what proxy.setup --ca-cert exports
+CA_VARIABLES = layers.CA_VARIABLES  # one list: what proxy.setup --ca-cert exports
 _TORCH_PROBE = (
     "import json, os, sys\n"
     "out = {}\n"
@@ -248,7 +248,7 @@ def check_cann(environ: Mapping[str, str]) -> list[Check]:
 
 # --- Docker and emulation ------------------------------------------------------------------------------------------------
 
-def check_docker(environ: Mapping[str, str], settings: proxy.ProxySettings | None) -> list[Check]:
+def check_docker(environ: Mapping[str, str], settings: layers.ProxySettings | None) -> list[Check]:
     path = shutil.which("docker", path=environ.get("PATH"))
     rows = []
     if path:
@@ -257,7 +257,7 @@ def check_docker(environ: Mapping[str, str], settings: proxy.ProxySettings | Non
     else:
         rows.append(Check("docker", "client", SKIP, "not installed", "only builder images need it: apt-get install docker.io"))
     try:
-        c = images.client(timeout=15)
+        c = dockerclient.client(timeout=15)
     except Exception as exc:
         rows.append(Check("docker", "daemon", SKIP if not path else WARN, getattr(exc, "cause", str(exc))[:160],
                           getattr(exc, "hint", "")))
@@ -265,9 +265,9 @@ def check_docker(environ: Mapping[str, str], settings: proxy.ProxySettings | Non
     version = c.version()
     rows.append(Check("docker", "daemon", OK, f"{version.get('Version')} ({version.get('Os')}/{version.get('Arch')}), "
                       f"{environ.get('DOCKER_HOST') or 'unix:///var/run/docker.sock'}"))
-    from apexkit.proxy import check as proxycheck
+    from apexkit.proxy import check
 
-    row = proxycheck.check_daemon(proxy.Paths(), settings, c, "")
+    row = check.check_daemon(layers.Paths(), settings, c, "")
     rows.append(Check("docker", "daemon proxy", row.status, f"{row.data['effective']}; {row.data['probe']}"[:200],
                       row.fix))
     return rows
@@ -275,8 +275,8 @@ def check_docker(environ: Mapping[str, str], settings: proxy.ProxySettings | Non
 
 def check_emulation() -> list[Check]:
     rows = []
-    for arch in images.ARCHES:
-        state = images.emulation(arch)
+    for arch in dockerclient.ARCHES:
+        state = builder.emulation(arch)
         if state.native:
             continue
         rows.append(Check("docker", f"{arch} containers", OK if state.usable else WARN, state.detail, state.hint))
@@ -351,7 +351,7 @@ def check_proxy_variables(environ: Mapping[str, str]) -> list[Check]:
     return rows
 
 
-def check_ca(environ: Mapping[str, str], settings: proxy.ProxySettings | None) -> list[Check]:
+def check_ca(environ: Mapping[str, str], settings: layers.ProxySettings | None) -> list[Check]:
     rows = []
     for name in CA_VARIABLES:
         value = environ.get(name)
@@ -416,7 +416,7 @@ def check_apex_need(found: list[interpreters.Interpreter], target: ApexTarget | 
     """A verdict for the named environment; without one, for each interpreter doctor found that has a training stack
     (or apex) installed, else one verdict from the scripts alone."""
     facts = apexneed.load()
-    stacks = matrix_mod.load().data.get("stacks", {})
+    stacks = matrix.load().data.get("stacks", {})
     target = target or ApexTarget()
     scripts = Path(target.scripts) if target.scripts else None
     if target.python:
@@ -447,9 +447,9 @@ def check_apex_need(found: list[interpreters.Interpreter], target: ApexTarget | 
 def run_all(environ: Mapping[str, str] | None = None, progress: Callable[[str], None] | None = None,
             apex: ApexTarget | None = None) -> list[Check]:
     environ = dict(os.environ if environ is None else environ)
-    m = matrix_mod.load()
+    m = matrix.load()
     cache = sources.cache_dir(environ)
-    settings = proxy.current_settings(proxy.Paths(), environ)
+    settings = layers.current_settings(layers.Paths(), environ)
     rows: list[Check] = []
 
     def stage(name: str) -> None:

@@ -15,8 +15,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from apexkit import log
-from apexkit.build import sources
 from apexkit.errors import EnvironmentSetupError
+from apexkit.wheel import sources
 
 DEBIAN_MIRROR = "http://deb.debian.org/debian"
 

@@ -16,9 +16,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import logging
 import os
-import platform
 import re
 import shutil
 import tarfile
@@ -28,9 +26,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from apexkit import checks, fsedit, log, paths, urls
+from apexkit import checks, dockerclient, fsedit, log, paths, urls
 from apexkit.errors import ApexkitError, ConfigError, ImageError, InterpreterNotFoundError
-from apexkit.proxy import layers as proxy
+from apexkit.proxy import layers
 
 DOCKER_DIR = paths.DOCKER
 CONTEXT_FILES = ("Dockerfile", "install-toolchain.sh", "entrypoint.sh")
@@ -39,10 +37,7 @@ TOOL_REQUIREMENTS = ("nox", "virtualenv", "filelock", "uv", "pyelftools", "audit
 BUILDER_REPO = "apexkit/builder"
 BUILDER_JSON = "/usr/local/share/apexkit/builder.json"
 BASE_REPO = "apexkit/base"
-LABEL = "org.apexkit"
-ARCHES = {"x86_64": "amd64", "aarch64": "arm64"}  # ours (uname -m) -> Docker's and Debian's name
-_ARCH_ALIASES = {"x86_64": "x86_64", "amd64": "x86_64", "x86-64": "x86_64", "x64": "x86_64",
-                 "aarch64": "aarch64", "arm64": "aarch64", "armv8": "aarch64"}
+LABEL = dockerclient.LABEL
 # Docker's predefined build args: usable by RUN without an ARG line, and left out of `docker history`.
 PREDEFINED_PROXY_ARGS = ("HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "https_proxy", "FTP_PROXY", "ftp_proxy",
                          "NO_PROXY", "no_proxy", "ALL_PROXY", "all_proxy")
@@ -52,16 +47,6 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*m")  # the classic builder colours RUN steps' 
 
 
 # --- architectures and emulation -----------------------------------------------------------------------------------
-
-def normalize_arch(value: str) -> str:
-    arch = _ARCH_ALIASES.get(value.strip().lower())
-    if arch is None:
-        raise ConfigError(f"unknown architecture '{value}'", "pass --arch x86_64 or --arch aarch64 (amd64/arm64 work too)")
-    return arch
-
-
-def host_arch() -> str:
-    return _ARCH_ALIASES.get(platform.machine().lower(), platform.machine().lower())
 
 
 @dataclass(frozen=True)
@@ -90,7 +75,7 @@ ENABLE_HINT = ("apt-get install qemu-user-static binfmt-support (dnf install qem
 
 def emulation(arch: str, binfmt_dir: Path = BINFMT_DIR, host: str | None = None) -> Emulation:
     """Can this host run `arch` binaries in a container? Native, or a QEMU binfmt handler with the F flag."""
-    host = host or host_arch()
+    host = host or dockerclient.host_arch()
     if arch == host:
         return Emulation(arch, host, True, True, "native")
     hint = ENABLE_HINT.format(arch=arch)
@@ -123,43 +108,6 @@ def require_emulation(arch: str, binfmt_dir: Path = BINFMT_DIR) -> Emulation:
 
 # --- Docker client ---------------------------------------------------------------------------------------------------
 
-def client(timeout: int = 600):
-    """A Docker SDK client that answered a ping, or ImageError naming DOCKER_HOST."""
-    try:
-        import docker
-    except ImportError:
-        raise ImageError("the Docker SDK for Python is not installed", "pip install -r requirements.txt") from None
-    for name in ("docker", "urllib3"):  # their debug lines (config search, every request) show under nox otherwise
-        logging.getLogger(name).setLevel(logging.WARNING)
-    where = os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
-    try:
-        c = docker.from_env(timeout=timeout)
-        c.ping()
-    except Exception as exc:  # the SDK raises several unrelated types for "no daemon"
-        first = (str(exc).splitlines() or [exc.__class__.__name__])[0]
-        if "Permission denied" in first or "PermissionError" in first:
-            raise ImageError(f"no permission to use the Docker daemon at {where}",
-                             "add yourself to the docker group (then log in again), or run as root") from None
-        raise ImageError(f"the Docker daemon is not reachable at {log.mask(where)} ({log.mask(first[:120])})",
-                         "start it (systemctl start docker, or dockerd &) or point DOCKER_HOST at it") from None
-    return c
-
-
-def get_image(c, reference: str):
-    import docker
-
-    try:
-        return c.images.get(reference)
-    except docker.errors.ImageNotFound:
-        return None
-
-
-def image_arch(image) -> str:
-    """Our label wins: `docker import` (docker.io 20.10) records amd64 whatever the root file system holds."""
-    labels = image.attrs.get("Config", {}).get("Labels") or {}
-    raw = labels.get(f"{LABEL}.arch") or image.attrs.get("Architecture") or ""
-    return _ARCH_ALIASES.get(raw.lower(), raw)
-
 
 # --- inputs ----------------------------------------------------------------------------------------------------------
 
@@ -186,7 +134,7 @@ def recipe_digest() -> str:
     return digest.hexdigest()[:16]
 
 
-def resolve_ca_bundle(option: str | None, settings: proxy.ProxySettings | None,
+def resolve_ca_bundle(option: str | None, settings: layers.ProxySettings | None,
                       environ: Mapping[str, str] | None = None) -> Path | None:
     """--ca-cert FILE | none: the system's CAs plus FILE's certificates, as `proxy.setup --ca-cert` combines them (a
     full bundle works too: each certificate is kept once). Default: the bundle of `invoke proxy.setup --ca-cert`, else
@@ -196,7 +144,7 @@ def resolve_ca_bundle(option: str | None, settings: proxy.ProxySettings | None,
         if option.lower() == "none":
             return None
         try:
-            data = proxy.build_ca_bundle(option)
+            data = layers.build_ca_bundle(option)
         except ConfigError as exc:
             raise ConfigError(exc.cause, "pass a PEM file of CA certificates (e.g. your proxy's CA), or --ca-cert "
                               "none") from None
@@ -214,17 +162,17 @@ def resolve_ca_bundle(option: str | None, settings: proxy.ProxySettings | None,
         return combined
     if settings is not None and settings.ca_bundle and Path(settings.ca_bundle).is_file():
         return Path(settings.ca_bundle)
-    for name in proxy.CA_VARIABLES:
+    for name in layers.CA_VARIABLES:
         if environ.get(name) and Path(environ[name]).is_file():
             return Path(environ[name])
     return None
 
 
-def proxy_settings(environ: Mapping[str, str] | None = None) -> proxy.ProxySettings | None:
-    return proxy.current_settings(proxy.Paths(), environ)
+def proxy_settings(environ: Mapping[str, str] | None = None) -> layers.ProxySettings | None:
+    return layers.current_settings(layers.Paths(), environ)
 
 
-def proxy_build_args(settings: proxy.ProxySettings | None) -> dict[str, str]:
+def proxy_build_args(settings: layers.ProxySettings | None) -> dict[str, str]:
     if settings is None:
         return {}
     env = settings.environment()
@@ -292,7 +240,7 @@ def plan_image(arch: str, base: str, tag: str | None = None, network: str | None
                binfmt_dir: Path = BINFMT_DIR, pythons: str = "") -> ImagePlan:
     """Every decision of `image.build`, before the daemon is asked anything."""
     environ = os.environ if environ is None else environ
-    arch = normalize_arch(arch)
+    arch = dockerclient.normalize_arch(arch)
     wanted = parse_pythons(pythons)
     if not base:
         raise ConfigError("--base is required", "e.g. --base openeuler/openeuler:22.03 or --base debootstrap:bookworm")
@@ -325,10 +273,10 @@ def plan_image(arch: str, base: str, tag: str | None = None, network: str | None
 
 def parse_pythons(value: str) -> list[str]:
     """--pythons 3.8,3.10 -> ['3.8', '3.10'] (each one a version apexkit supports)."""
-    from apexkit.matrix import model as matrix_mod
+    from apexkit.plan import matrix
 
     wanted = [v for v in re.split(r"[,\s]+", value or "") if v]
-    supported = matrix_mod.load().supported_pythons
+    supported = matrix.load().supported_pythons
     for v in wanted:
         if v not in supported:
             raise ConfigError(f"--pythons {value}: '{v}' is not a supported Python (matrix.toml [pythons] supported: "
@@ -337,17 +285,17 @@ def parse_pythons(value: str) -> list[str]:
 
 
 def uv_version() -> str:
-    from apexkit.matrix import model as matrix_mod
+    from apexkit.plan import matrix
 
-    return str(matrix_mod.load().data.get("matrix", {}).get("images", {}).get("uv", ""))
+    return str(matrix.load().data.get("matrix", {}).get("images", {}).get("uv", ""))
 
 
-def auto_network(settings: proxy.ProxySettings | None) -> str | None:
+def auto_network(settings: layers.ProxySettings | None) -> str | None:
     """A proxy on this host's loopback is reachable from a build only on the host network."""
     if settings is None:
         return None
     for url in (settings.http, settings.https):
-        host = proxy.host_port(url).rsplit(":", 1)[0].strip("[]")
+        host = layers.host_port(url).rsplit(":", 1)[0].strip("[]")
         if host in ("localhost", "::1") or host.startswith("127."):
             return "host"
     return None
@@ -367,14 +315,14 @@ def ensure_base(c, plan: ImagePlan) -> None:
     from apexkit.images import base as baseimage
 
     if plan.extra.get("suite"):
-        if get_image(c, plan.base_ref) is None:
-            tarball = baseimage.rootfs_tarball(plan.extra["suite"], ARCHES[plan.arch])
+        if dockerclient.get_image(c, plan.base_ref) is None:
+            tarball = baseimage.rootfs_tarball(plan.extra["suite"], dockerclient.ARCHES[plan.arch])
             baseimage.import_image(c, tarball, *plan.base_ref.split(":", 1), changes=[f"LABEL {LABEL}.arch={plan.arch}"])
         return
-    image = get_image(c, plan.base_ref)
+    image = dockerclient.get_image(c, plan.base_ref)
     if image is None:
         image = _pull(c, plan.base_ref, plan.arch)
-    found = image_arch(image)
+    found = dockerclient.image_arch(image)
     if found and found != plan.arch:
         log.warn(f"{plan.base_ref} says it is {found}; building for {plan.arch} anyway (docker import labels "
                  "everything amd64): the first RUN step checks the real machine")
@@ -384,7 +332,7 @@ def _pull(c, reference: str, arch: str):
     with log.step(f"pull {reference} ({arch})") as s:
         try:
             last = ""
-            for event in c.api.pull(reference, platform=f"linux/{ARCHES[arch]}", stream=True, decode=True):
+            for event in c.api.pull(reference, platform=f"linux/{dockerclient.ARCHES[arch]}", stream=True, decode=True):
                 status = event.get("status", "")
                 if status and status != last and "Downloading" not in status and "Extracting" not in status:
                     log.info(f"  {event.get('id', '')} {status}".rstrip())
@@ -396,7 +344,7 @@ def _pull(c, reference: str, arch: str):
                              f"{log.mask(str(exc).splitlines()[0][:200])}",
                              "check the daemon's proxy (invoke proxy.check), docker load it, or use --base debootstrap"
                              ) from None
-        image = get_image(c, reference)
+        image = dockerclient.get_image(c, reference)
         if image is None:
             raise ImageError(f"pulled {reference} but the daemon does not list it", "docker images; retry")
         s.note(image.short_id)
@@ -408,7 +356,7 @@ def build(plan: ImagePlan, c=None, verbose: bool = True) -> dict:
     if not plan.emulation.usable:
         raise ImageError(f"cannot build an {plan.arch} image on this {plan.emulation.host} host: {plan.emulation.detail}",
                          plan.emulation.hint)
-    c = c or client()
+    c = c or dockerclient.client()
     ensure_base(c, plan)
     log_path = plan.log_path or (paths.build_dir() / "images" / f"{slug(plan.tag)}.log")
     log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -538,7 +486,7 @@ def arch_for_tag(image: str) -> str | None:
 def build_hint(image: str, arch: str | None = None, data: Mapping | None = None) -> str:
     """The command that makes a missing builder image, with its own arch and (where the name or matrix.toml
     [matrix.images] says it) its base."""
-    arch = arch or arch_for_tag(image) or host_arch()
+    arch = arch or arch_for_tag(image) or dockerclient.host_arch()
     known = [choose_image(data, python, arch) for python in (data or {}).get("matrix", {}).get("images", {})
              if python[:1].isdigit()]
     for choice in known:
@@ -609,14 +557,14 @@ class ImageFacts:
             c = self.client()
             if c is None:
                 return False, None
-            found = get_image(c, image)
+            found = dockerclient.get_image(c, image)
             self._seen[image] = (found is not None, builder_json(c, image) if found is not None else None)
         return self._seen[image]
 
     def client(self):
         if self._client is None and self.error is None:
             try:
-                self._client = client(timeout=60)
+                self._client = dockerclient.client(timeout=60)
             except ImageError as exc:
                 self.error = exc.cause
         return self._client
@@ -638,7 +586,7 @@ def list_rows(c) -> list[dict]:
             "tags": image.tags or ["<none>"],
             "id": image.short_id.split(":")[-1],
             "kind": "builder" if builder else "base",
-            "arch": image_arch(image),
+            "arch": dockerclient.image_arch(image),
             "base": labels.get(f"{LABEL}.base", ""),
             "created": image.attrs.get("Created", "")[:19].replace("T", " "),
             "size_mb": round(image.attrs.get("Size", 0) / 1e6, 1),

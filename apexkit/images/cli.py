@@ -8,15 +8,15 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from apexkit import log
+from apexkit import dockerclient, log
 from apexkit.errors import ImageError
-from apexkit.images import builder as images
+from apexkit.images import builder
 
 
 def build(arch: str, base: str, tag: str | None = None, network: str | None = None, ca_bundle: str | None = None,
           extra_packages: str = "", uid: int = 1000, gid: int = 1000, pip_index: str | None = None,
           no_cache: bool = False, dry_run: bool = False, quiet: bool = False, pythons: str = "") -> int:
-    plan = images.plan_image(arch, base, tag=tag, network=network, ca_bundle=ca_bundle, extra_packages=extra_packages,
+    plan = builder.plan_image(arch, base, tag=tag, network=network, ca_bundle=ca_bundle, extra_packages=extra_packages,
                              uid=uid, gid=gid, pip_index=pip_index, no_cache=no_cache, pythons=pythons)
     log.info(f"builder image {plan.tag}")
     for name, value in plan.describe():
@@ -24,9 +24,9 @@ def build(arch: str, base: str, tag: str | None = None, network: str | None = No
     if dry_run:
         log.info("dry run: no base made or pulled, nothing built")
         return 0
-    info = images.build(plan, verbose=not quiet)
+    info = builder.build(plan, verbose=not quiet)
     log.info(f"✓ {plan.tag}")
-    for line in images.summary_lines(info):
+    for line in builder.summary_lines(info):
         log.info(line)
     log.info(f"build in it: invoke build --image {plan.tag} -- <build options>  "
              f"(or nox -s build-3.X -- --image {plan.tag})")
@@ -34,7 +34,7 @@ def build(arch: str, base: str, tag: str | None = None, network: str | None = No
 
 
 def list_images(as_json: bool = False) -> int:
-    rows = images.list_rows(images.client())
+    rows = builder.list_rows(dockerclient.client())
     if as_json:
         print(json.dumps(rows, indent=1))
         return 0
@@ -51,7 +51,7 @@ def list_images(as_json: bool = False) -> int:
 
 def prune(everything: bool = False, dry_run: bool = False) -> int:
     kept: list[str] = []
-    removed = images.prune(images.client(), everything=everything, dry_run=dry_run, kept=kept)
+    removed = builder.prune(dockerclient.client(), everything=everything, dry_run=dry_run, kept=kept)
     for name in kept:
         log.warn(f"kept {name}")
     if not removed and not kept:
@@ -63,20 +63,20 @@ def prune(everything: bool = False, dry_run: bool = False) -> int:
 
 
 def emulation(arch: str | None = None, enable: bool = False, dry_run: bool = False, as_json: bool = False,
-              binfmt_dir: Path = images.BINFMT_DIR) -> int:
+              binfmt_dir: Path = builder.BINFMT_DIR) -> int:
     """Show whether each architecture runs here (natively or through QEMU); --enable registers QEMU."""
-    arches = [images.normalize_arch(arch)] if arch else list(images.ARCHES)
+    arches = [dockerclient.normalize_arch(arch)] if arch else list(dockerclient.ARCHES)
     if enable:
         for a in arches:
             _enable(a, binfmt_dir, dry_run)
     from apexkit import checks
 
-    rows = [images.emulation(a, binfmt_dir).row() for a in arches]
-    return checks.report(rows, as_json, legacy=images.Emulation.legacy_json)
+    rows = [builder.emulation(a, binfmt_dir).row() for a in arches]
+    return checks.report(rows, as_json, legacy=builder.Emulation.legacy_json)
 
 
 def _enable(arch: str, binfmt_dir: Path, dry_run: bool) -> None:
-    state = images.emulation(arch, binfmt_dir)
+    state = builder.emulation(arch, binfmt_dir)
     if state.usable:
         return
     commands = []

@@ -10,7 +10,7 @@ copied into the host's dist/ by this process, so it belongs to the invoking user
 The workspace is the container's to write, so what the host takes from it is untrusted: the host keeps the
 container's output beside the workspace, never in it (a symlink left there would aim the host's writes anywhere), and
 takes back only a plain wheel file named by a plain basename, without following links, re-hashed here. The SBOM and
-the provenance statement are not taken back: the host writes them (apexkit.build.sbom) from the manifest it rewrote and the
+the provenance statement are not taken back: the host writes them (apexkit.wheel.sbom) from the manifest it rewrote and the
 wheel it re-hashed, with the builder image's id, which only the host knows.
 """
 
@@ -33,13 +33,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-from apexkit import fsedit, locks, log, paths, untrusted
-from apexkit.build import distdir, options, sbom
-from apexkit.build.options import BuildOptions
+from apexkit import dockerclient, fsedit, locks, log, paths, untrusted
 from apexkit.errors import BuildError, ConfigError, ImageError
-from apexkit.images import builder as images
-from apexkit.matrix import model as matrix_mod
-from apexkit.proxy import layers as proxy
+from apexkit.images import builder
+from apexkit.plan import matrix
+from apexkit.proxy import layers
+from apexkit.wheel import distdir, options, sbom
+from apexkit.wheel.options import BuildOptions
 
 REPO_MOUNT = "/apexkit"
 PACKAGE_MOUNT = "/opt/apexkit-package"  # the package of a pip-installed apexkit
@@ -47,7 +47,7 @@ WORKSPACE = "/workspace"
 CACHE = "/cache"
 MNT = "/mnt/apexkit"
 TOOL_PYTHON = "/opt/apexkit/venv/bin/python"  # apexkit itself runs here; builds use the base's python3.X
-OPTIONS_FILE = f"{WORKSPACE}/options.json"  # the parsed options (apexkit.build.options.to_json), 0600, removed after
+OPTIONS_FILE = f"{WORKSPACE}/options.json"  # the parsed options (apexkit.wheel.options.to_json), 0600, removed after
 PASS_ENV_PREFIXES = ("APEXKIT_FETCH_",)
 PASS_ENV = ("APEXKIT_JOBS", "APEXKIT_TORCH_INDEX_URL", "PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_TRUSTED_HOST",
             "PIP_DEFAULT_TIMEOUT", "PIP_RETRIES")
@@ -104,13 +104,13 @@ def _file_url_path(url: str) -> Path | None:
 
 
 def make_spec(opts: BuildOptions, image: str, labels: Mapping[str, str], arch: str,
-              environ: Mapping[str, str] | None = None, settings: proxy.ProxySettings | None = None,
+              environ: Mapping[str, str] | None = None, settings: layers.ProxySettings | None = None,
               euid: int | None = None) -> ContainerSpec:
     """Every decision of a container build, from the options, the image's labels and the environment (pure)."""
     environ = os.environ if environ is None else environ
     euid = os.geteuid() if euid is None else euid
-    root = matrix_mod.PROJECT_ROOT
-    tag = images.slug(image)
+    root = matrix.PROJECT_ROOT
+    tag = builder.slug(image)
     workspace = opts.build_dir / "containers" / f"{tag}-py{opts.python}"
     cache = opts.cache_dir / "containers" / tag
     mounts = [Mount(root, REPO_MOUNT, True, "the repository"), Mount(workspace, WORKSPACE, False, "workspace"),
@@ -144,21 +144,21 @@ def make_spec(opts: BuildOptions, image: str, labels: Mapping[str, str], arch: s
             env[name] = value
     notes = []
     if settings is not None:
-        env.update({k: v for k, v in settings.environment().items() if k not in proxy.CA_VARIABLES})
-    bundle = images.resolve_ca_bundle(opts.ca_bundle, settings, environ)
+        env.update({k: v for k, v in settings.environment().items() if k not in layers.CA_VARIABLES})
+    bundle = builder.resolve_ca_bundle(opts.ca_bundle, settings, environ)
     if bundle is not None:
-        mounts.append(Mount(bundle, proxy.CONTAINER_CA_PATH, True, "CA bundle"))
-        env.update(dict.fromkeys(proxy.CA_VARIABLES, proxy.CONTAINER_CA_PATH))
+        mounts.append(Mount(bundle, layers.CONTAINER_CA_PATH, True, "CA bundle"))
+        env.update(dict.fromkeys(layers.CA_VARIABLES, layers.CONTAINER_CA_PATH))
     if log.is_interactive():
         env["FORCE_COLOR"] = "1"
     if euid != 0:
         uid, gid = euid, os.getegid()
     else:
-        uid, gid = int(labels.get(f"{images.LABEL}.uid", 1000)), int(labels.get(f"{images.LABEL}.gid", 1000))
+        uid, gid = int(labels.get(f"{builder.LABEL}.uid", 1000)), int(labels.get(f"{builder.LABEL}.gid", 1000))
         notes.append(f"as the image's build user (uid {uid}), not root")
     command = [TOOL_PYTHON, "-m", "apexkit", "build", opts.python, "--options-json", OPTIONS_FILE]
     return ContainerSpec(image=image, arch=arch, command=command, user=f"{uid}:{gid}", uid=uid, mounts=mounts,
-                         environment=env, network=opts.network or images.auto_network(settings),
+                         environment=env, network=opts.network or builder.auto_network(settings),
                          workspace=workspace, cache=cache, notes=notes,
                          options=options.to_json(dataclasses.replace(opts, **inside)))
 
@@ -182,36 +182,36 @@ def preflight(spec: ContainerSpec) -> None:
 
 
 def inspect_image(c, image: str) -> tuple[dict, str]:
-    found = images.get_image(c, image)
+    found = dockerclient.get_image(c, image)
     if found is None:
         raise ImageError(f"image {image} is not in the Docker daemon",
-                         images.build_hint(image, data=matrix_mod.load().data))
+                         builder.build_hint(image, data=matrix.load().data))
     labels = found.attrs.get("Config", {}).get("Labels") or {}
-    if f"{images.LABEL}.builder" not in labels:
-        raise ImageError(f"{image} is not an apexkit builder image (no {images.LABEL}.builder label)",
-                         f"invoke image.build --arch {images.image_arch(found) or images.host_arch()} --base {image}")
-    return labels, images.image_arch(found)
+    if f"{builder.LABEL}.builder" not in labels:
+        raise ImageError(f"{image} is not an apexkit builder image (no {builder.LABEL}.builder label)",
+                         f"invoke image.build --arch {dockerclient.image_arch(found) or dockerclient.host_arch()} --base {image}")
+    return labels, dockerclient.image_arch(found)
 
 
 def run(opts: BuildOptions) -> Path | None:
     """The whole container build. Returns the host's dist/<target>/ (None for --dry-run)."""
     assert opts.image is not None
-    c = images.client()
+    c = dockerclient.client()
     labels, arch = inspect_image(c, opts.image)
-    found = images.get_image(c, opts.image)
+    found = dockerclient.get_image(c, opts.image)
     image_ref = {"id": getattr(found, "id", None), "repo_digests": (getattr(found, "attrs", None) or {}).get(
         "RepoDigests") or []}
     # the Python must be in the image (its builder.json) before a container starts, not found missing inside it
-    images.require_python(images.builder_json(c, opts.image), opts.image, opts.python, arch, matrix_mod.load().data)
-    emulated = images.require_emulation(arch)
-    settings = images.proxy_settings()
+    builder.require_python(builder.builder_json(c, opts.image), opts.image, opts.python, arch, matrix.load().data)
+    emulated = builder.require_emulation(arch)
+    settings = builder.proxy_settings()
     spec = make_spec(opts, opts.image, labels, arch, settings=settings)
     log.info(f"build in container {spec.image} ({arch}, {emulated.detail})")
     log.info(f"  {'user':<15}{spec.user}" + (f" ({'; '.join(spec.notes)})" if spec.notes else ""))
     for m in spec.mounts:
         log.info(f"  {'mount':<15}{m.host} -> {m.container} ({'ro' if m.read_only else 'rw'}, {m.why})")
     log.info(f"  {'network':<15}{spec.network or 'daemon default'}")
-    if labels.get(f"{images.LABEL}.recipe") != images.recipe_digest():
+    if labels.get(f"{builder.LABEL}.recipe") != builder.recipe_digest():
         log.warn(f"{spec.image} was built from an older docker/ recipe: rebuild it with invoke image.build")
     # one container build per workspace (image + Python) at a time: its dist/ and options file are per workspace
     with locks.hold(spec.workspace, f"container workspace {spec.workspace}"):
@@ -256,7 +256,7 @@ def _run_container(c, spec: ContainerSpec) -> int:
                       *([f"--network={spec.network}"] if spec.network else []), spec.image, *spec.command])
     container = c.containers.create(spec.image, spec.command, user=spec.user, volumes=spec.volumes(),
                                     environment=spec.environment, network_mode=spec.network, working_dir=REPO_MOUNT,
-                                    labels={f"{images.LABEL}.run": "build"}, init=True, use_config_proxy=False)
+                                    labels={f"{builder.LABEL}.run": "build"}, init=True, use_config_proxy=False)
     try:
         with open_host_log(spec.log_path) as fh:  # before start: a refused log path leaves nothing running
             container.start()
@@ -382,7 +382,7 @@ def _publish(produced: Path, dist_dir: Path, spec: ContainerSpec, labels: Mappin
     The workspace is the container's: `produced` must be a real directory directly in <workspace>/dist, its
     manifest.json and wheel regular files (opened without following links, relative to the opened directory),
     wheel.file a plain valid wheel file name. The wheel is copied and hashed here; it must match the manifest's
-    sha256, and the host writes wheel.sha256/size from its own copy, then the SBOM and the provenance (apexkit.build.sbom,
+    sha256, and the host writes wheel.sha256/size from its own copy, then the SBOM and the provenance (apexkit.wheel.sbom,
     with the image's id from `image_ref`) from that copy and the rewritten manifest; nothing else of the container's
     target folder is taken. Anything else: ImageError, nothing in dist/."""
     where = spec.workspace / "dist"
@@ -443,8 +443,8 @@ def _swap_in(src: int, name: str, manifest: dict, dist_dir: Path, target: str, s
             raise _Untrusted(f"{_shown(name)} has sha256 {sha[:16]}…, its manifest says {_shown(claimed[:16])}")
         untrusted.check_zip(tmp / name)
         manifest["wheel"] = {"file": name, "sha256": sha, "size": size}
-        manifest["builder_image"] = {"image": spec.image, "arch": spec.arch, "base": labels.get(f"{images.LABEL}.base"),
-                                     "recipe": labels.get(f"{images.LABEL}.recipe"), "user": spec.user,
+        manifest["builder_image"] = {"image": spec.image, "arch": spec.arch, "base": labels.get(f"{builder.LABEL}.base"),
+                                     "recipe": labels.get(f"{builder.LABEL}.recipe"), "user": spec.user,
                                      "container_seconds": round(seconds, 1)}
         if image_ref:
             manifest["builder_image"].update(id=image_ref.get("id"), repo_digests=list(image_ref.get("repo_digests") or []))

@@ -22,7 +22,7 @@ import urllib.request
 from collections.abc import Iterator
 from urllib.parse import urlsplit
 
-from apexkit import checks, log
+from apexkit import checks, dockerclient, log
 from apexkit.proxy.layers import Paths, ProxySettings, host_port, read_state, systemd_running
 
 DEFAULT_INDEX = "https://pypi.org/simple/"
@@ -131,11 +131,10 @@ def _docker_config(paths: Paths) -> Iterator[None]:
 def docker_client(paths: Paths, timeout: int = 30):
     """The one Docker client (images.client), made with this root's Docker config, or (None, why)."""
     from apexkit.errors import ImageError
-    from apexkit.images import builder as images
 
     try:
         with _docker_config(paths):
-            return images.client(timeout=timeout), ""
+            return dockerclient.client(timeout=timeout), ""
     except ImageError as exc:
         return None, exc.cause
 

@@ -152,7 +152,7 @@ class Mirror:
                          f"retrying in {delay:g}s")
                 time.sleep(delay)
                 delay *= 2
-        from apexkit.build import known_failures
+        from apexkit.wheel import known_failures
 
         raise SourceError(
             f"could not fetch {log.mask(self.url)} after {self.retry.attempts} attempts: {log.mask(last)}",

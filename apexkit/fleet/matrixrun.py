@@ -23,42 +23,43 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from apexkit import log, paths, vocab
+from apexkit import dockerclient, log, paths, vocab
 from apexkit.errors import ApexkitError, ConfigError
-from apexkit.images import builder as images
-from apexkit.matrix import model as matrix_mod
-from apexkit.matrix.model import Combination
+from apexkit.fleet import slurm
+from apexkit.images import builder
+from apexkit.plan import matrix
+from apexkit.plan.matrix import Combination
 
 
-def load_combinations(path: Path | None) -> tuple[matrix_mod.Matrix, list[Combination]]:
+def load_combinations(path: Path | None) -> tuple[matrix.Matrix, list[Combination]]:
     """matrix.toml, or a file with [[include]] tables (and optionally its own [images] / image, as [matrix.images] /
     [matrix] image)."""
-    m = matrix_mod.load()
+    m = matrix.load()
     if path is None:
         return m, m.combinations()
     try:
-        data = matrix_mod.tomllib.loads(path.read_text())
-    except (OSError, matrix_mod.tomllib.TOMLDecodeError) as exc:
+        data = matrix.tomllib.loads(path.read_text())
+    except (OSError, matrix.tomllib.TOMLDecodeError) as exc:
         raise ConfigError(f"--matrix {path}: {exc}", "pass a TOML file with [[include]] tables") from None
     if "images" in data or "image" in data:
         table = dict(m.data.get("matrix", {}))
         table.update({k: data[k] for k in ("images", "image") if k in data})
-        m = matrix_mod.Matrix({**m.data, "matrix": table})
+        m = matrix.Matrix({**m.data, "matrix": table})
     return m, m.combinations(data.get("include", []))
 
 
-def image_for(m: matrix_mod.Matrix, combo: Combination, host: str | None = None,
+def image_for(m: matrix.Matrix, combo: Combination, host: str | None = None,
               image: str | None = None) -> str | None:
     """The builder image this combination builds in: `image` when given, else the one for its Python when its arch
     is not the host's (None: it builds on this host)."""
     if image:
         return image
-    if combo.arch == (host or images.host_arch()):
+    if combo.arch == (host or dockerclient.host_arch()):
         return None
-    return images.choose_image(m.data, combo.python, combo.arch).image
+    return builder.choose_image(m.data, combo.python, combo.arch).image
 
 
-def build_args(m: matrix_mod.Matrix, combo: Combination, host: str | None = None, image: str | None = None) -> list[str]:
+def build_args(m: matrix.Matrix, combo: Combination, host: str | None = None, image: str | None = None) -> list[str]:
     """Options for `build-<python>` that make this combination (the builder image for a foreign arch)."""
     args = combo.build_args()
     chosen = image_for(m, combo, host, image)
@@ -67,7 +68,7 @@ def build_args(m: matrix_mod.Matrix, combo: Combination, host: str | None = None
     return args
 
 
-def check_image(m: matrix_mod.Matrix, combo: Combination, facts: images.ImageFacts | None, host: str | None = None,
+def check_image(m: matrix.Matrix, combo: Combination, facts: builder.ImageFacts | None, host: str | None = None,
                 image: str | None = None) -> tuple[str, str, str | None]:
     """(image, state, refusal): does the combination's builder image exist, have its arch and its Python?
     image '' = builds on this host; refusal is the one line that stops the combination (None: it may run)."""
@@ -81,18 +82,18 @@ def check_image(m: matrix_mod.Matrix, combo: Combination, facts: images.ImageFac
         return chosen, "not checked", f"{combo.id}: cannot check {chosen}: {facts.error}"
     if not exists:
         return chosen, "missing", (f"{combo.id}: {chosen} is not in the Docker daemon -- next: "
-                                   f"{images.build_hint(chosen, combo.arch, m.data)}")
+                                   f"{builder.build_hint(chosen, combo.arch, m.data)}")
     if info is not None and info.get("arch") and info["arch"] != combo.arch:
         return chosen, f"is {info['arch']}", (f"{combo.id}: {chosen} is an {info['arch']} image -- next: "
-                                              f"{images.choose_image(m.data, combo.python, combo.arch).build_command}")
+                                              f"{builder.choose_image(m.data, combo.python, combo.arch).build_command}")
     try:
-        images.require_python(info, chosen, combo.python, combo.arch, m.data, what=combo.id)
+        builder.require_python(info, chosen, combo.python, combo.arch, m.data, what=combo.id)
     except ApexkitError as exc:
         return chosen, f"lacks Python {combo.python}", exc.format()
     return chosen, "fits" if info is not None else "no builder.json (older recipe)", None
 
 
-def rows(m: matrix_mod.Matrix, combos: list[Combination], facts: images.ImageFacts | None = None,
+def rows(m: matrix.Matrix, combos: list[Combination], facts: builder.ImageFacts | None = None,
          image: str | None = None) -> list[dict]:
     out = []
     for combo in combos:
@@ -140,7 +141,7 @@ def markdown(table: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def print_table(table: list[dict], facts: images.ImageFacts | None = None) -> None:
+def print_table(table: list[dict], facts: builder.ImageFacts | None = None) -> None:
     wheres = [f"{r['image']} ({r['image_state']})" if r["image"] else "this host" for r in table]
     width = max([len("builds in"), *map(len, wheres)])
     log.out(f"{'combination':<34} {'python':<7} {'torch':<8} {'torch_npu':<14} {'arch':<8} {'runner':<17} "
@@ -167,13 +168,13 @@ class Result:
     extra: dict = field(default_factory=dict)
 
 
-def run_one(m: matrix_mod.Matrix, combo: Combination, passthrough: list[str], dist: Path, build_dir: Path,
-            jobs_each: int, logs: Path, facts: images.ImageFacts | None = None, image: str | None = None) -> Result:
+def run_one(m: matrix.Matrix, combo: Combination, passthrough: list[str], dist: Path, build_dir: Path,
+            jobs_each: int, logs: Path, facts: builder.ImageFacts | None = None, image: str | None = None) -> Result:
     try:
         m.validate(combo)
     except ConfigError as exc:
         return Result(combo.id, "refused", detail=exc.cause)
-    _, _, refusal = check_image(m, combo, facts or images.ImageFacts(), image=image)
+    _, _, refusal = check_image(m, combo, facts or builder.ImageFacts(), image=image)
     if refusal:
         return Result(combo.id, "refused", detail=refusal)
     log_path = logs / f"{combo.id}.log"
@@ -183,7 +184,7 @@ def run_one(m: matrix_mod.Matrix, combo: Combination, passthrough: list[str], di
     with open(log_path, "w", encoding="utf-8") as fh:
         fh.write("+ " + log.mask(" ".join(argv)) + "\n")
         fh.flush()
-        proc = subprocess.run(argv, stdout=fh, stderr=subprocess.STDOUT, cwd=matrix_mod.PROJECT_ROOT,
+        proc = subprocess.run(argv, stdout=fh, stderr=subprocess.STDOUT, cwd=matrix.PROJECT_ROOT,
                               env=dict(os.environ, COLUMNS="160"))
     seconds = time.monotonic() - started
     if proc.returncode != 0:
@@ -199,14 +200,14 @@ def run_one(m: matrix_mod.Matrix, combo: Combination, passthrough: list[str], di
 
 
 def _target_dir(dist: Path, combo: Combination) -> Path | None:
-    from apexkit.build.builder import target_id
+    from apexkit.plan.target import target_id
 
     identity = {"torch_npu": combo.torch_npu} if combo.torch_npu else {}  # a stack's torch_npu: its own +npu target
     path = dist / target_id(combo.python, combo.torch, combo.arch, combo.ref, identity)
     return path if (path / "manifest.json").is_file() else None
 
 
-def run_all(m: matrix_mod.Matrix, combos: list[Combination], passthrough: list[str], dist: Path, build_dir: Path,
+def run_all(m: matrix.Matrix, combos: list[Combination], passthrough: list[str], dist: Path, build_dir: Path,
             jobs: int, image: str | None = None) -> list[Result]:
     cores = os.cpu_count() or 1
     jobs = max(1, min(jobs, cores, len(combos) or 1))
@@ -215,7 +216,7 @@ def run_all(m: matrix_mod.Matrix, combos: list[Combination], passthrough: list[s
     logs.mkdir(parents=True, exist_ok=True)
     log.info(f"▸ {len(combos)} combinations, {jobs} at a time ({jobs_each} compile jobs each); logs in {logs}/")
     results: dict[str, Result] = {}
-    facts = images.ImageFacts()  # every image is asked once, before its combinations run
+    facts = builder.ImageFacts()  # every image is asked once, before its combinations run
 
     def one(combo: Combination) -> Result:
         result = run_one(m, combo, passthrough, dist, build_dir, jobs_each, logs, facts, image)
@@ -281,7 +282,7 @@ def slurm_options(args: argparse.Namespace) -> SlurmOptions:
         extra=tuple(args.slurm_sbatch))
 
 
-def batch_script(m: matrix_mod.Matrix, combo: Combination, passthrough: list[str], stage: Path, build_dir: Path,
+def batch_script(m: matrix.Matrix, combo: Combination, passthrough: list[str], stage: Path, build_dir: Path,
                  logs: Path, opts: SlurmOptions) -> str:
     """The batch script of one combination (pure): one task on one node of its arch, `python -m apexkit build` from
     the checkout into <stage>/dist-<id>; the output is build/matrix/<id>.log, as for a local run."""
@@ -300,12 +301,12 @@ def batch_script(m: matrix_mod.Matrix, combo: Combination, passthrough: list[str
     if opts.account:
         lines.append(f"#SBATCH --account={opts.account}")
     lines += [f"#SBATCH --time={opts.time_limit}", "#SBATCH --export=ALL",
-              f"#SBATCH --chdir={matrix_mod.PROJECT_ROOT}", f"#SBATCH --output={logs / (combo.id + '.log')}",
+              f"#SBATCH --chdir={matrix.PROJECT_ROOT}", f"#SBATCH --output={logs / (combo.id + '.log')}",
               *(f"#SBATCH {extra}" for extra in opts.extra),
-              f"# apexkit matrix: {combo.id} on one {arch} node, from the checkout {matrix_mod.PROJECT_ROOT} (shared "
+              f"# apexkit matrix: {combo.id} on one {arch} node, from the checkout {matrix.PROJECT_ROOT} (shared "
               "storage), into the shared staging directory; the submitting process copies the wheel into dist/",
               "set -u",
-              f"cd {q(str(matrix_mod.PROJECT_ROOT))} || exit 3",
+              f"cd {q(str(matrix.PROJECT_ROOT))} || exit 3",
               'echo "+ apexkit matrix: ' + combo.id + ' on ${SLURMD_NODENAME:-$(hostname)} ($(uname -m)), job '
               '${SLURM_JOB_ID:-?}"',
               f'if [ "$(uname -m)" != {q(arch)} ]; then',
@@ -325,8 +326,8 @@ def collect(stage_dist: Path, combo: Combination, dist: Path, job: dict, force: 
     name, the wheel copied and re-hashed here and matching its manifest; dist/<target> swapped in whole and never
     over a target built from other inputs (distdir.replace_dir / check_overwrite). Untrusted or ConfigError."""
     from apexkit import untrusted
-    from apexkit.build import distdir
     from apexkit.images.container import TARGET_NAME
+    from apexkit.wheel import distdir
 
     if not os.path.lexists(stage_dist):
         raise untrusted.Untrusted(f"the job ended without error but left nothing in {stage_dist}")
@@ -392,11 +393,10 @@ def _failure_cause(log_path: Path, info: dict) -> str:
     return (f"{text}: {lines[-1][7:]}" if lines else text)[:300]
 
 
-def run_slurm(m: matrix_mod.Matrix, combos: list[Combination], passthrough: list[str], dist: Path, build_dir: Path,
+def run_slurm(m: matrix.Matrix, combos: list[Combination], passthrough: list[str], dist: Path, build_dir: Path,
               opts: SlurmOptions, dry_run: bool = False) -> list[Result]:
     """One sbatch job per valid combination (on a node of its arch), then wait and collect each job's wheel into
     dist/; refused combinations are never submitted; a failed, cancelled or timed-out job is a failed row."""
-    from apexkit.validate import fleet
 
     logs = build_dir / "matrix"
     stage = logs / "slurm" / (time.strftime("run-%Y%m%d-%H%M%S-", time.gmtime()) + str(os.getpid()))
@@ -417,7 +417,7 @@ def run_slurm(m: matrix_mod.Matrix, combos: list[Combination], passthrough: list
             print(f"# ---- {combo.id}: {stage / (combo.id + '.sbatch')}")
             print(batch_script(m, combo, passthrough, stage, build_dir, logs, opts), end="")
         return []
-    fleet.check_slurm()
+    slurm.check_slurm()
     stage.mkdir(parents=True, exist_ok=True)
     force = "--force" in passthrough
     jobs: dict[str, Combination] = {}
@@ -432,7 +432,7 @@ def run_slurm(m: matrix_mod.Matrix, combos: list[Combination], passthrough: list
             script = stage / f"{combo.id}.sbatch"
             script.write_text(batch_script(m, combo, passthrough, stage, build_dir, logs, opts))
             (logs / f"{combo.id}.log").unlink(missing_ok=True)  # Slurm appends to an existing --output
-            job_id, why = fleet.sbatch(script)
+            job_id, why = slurm.sbatch(script)
             if job_id is None:
                 asked = ", ".join(f"{what} {value}" for what, value in (
                     ("partition", opts.partition.get(combo.arch)), ("constraint", opts.constraint.get(combo.arch)))
@@ -450,7 +450,7 @@ def run_slurm(m: matrix_mod.Matrix, combos: list[Combination], passthrough: list
         seen: dict[str, str] = {}
         waiting = dict(jobs)
         while waiting:
-            live = fleet.queue_states(list(waiting))
+            live = slurm.queue_states(list(waiting))
             for job_id, combo in list(waiting.items()):
                 state = live.get(job_id)
                 if state is not None:
@@ -467,7 +467,7 @@ def run_slurm(m: matrix_mod.Matrix, combos: list[Combination], passthrough: list
         left = [j for j, c in jobs.items() if c.id not in results]
         if left:
             log.warn(f"cancelling job(s) {', '.join(left)}")
-            fleet.scancel(left)
+            slurm.scancel(left)
         raise
     return [results[c.id] for c in combos]
 
@@ -475,11 +475,10 @@ def run_slurm(m: matrix_mod.Matrix, combos: list[Combination], passthrough: list
 def _finish(combo: Combination, job_id: str, stage: Path, dist: Path, logs: Path, force: bool,
             waited: float) -> Result:
     from apexkit import untrusted
-    from apexkit.validate import fleet
 
-    info = dict(fleet.job_info(job_id), JobId=job_id)
+    info = dict(slurm.job_info(job_id), JobId=job_id)
     log_path = logs / f"{combo.id}.log"
-    seconds = fleet.slurm_seconds(info.get("RunTime")) or waited
+    seconds = slurm.slurm_seconds(info.get("RunTime")) or waited
     node = info.get("BatchHost") or info.get("NodeList") or ""
     if info.get("JobState") != "COMPLETED" or info.get("ExitCode", "0:0") != "0:0":
         result = Result(combo.id, "failed", seconds, _failure_cause(log_path, info), log=str(log_path),
@@ -565,7 +564,7 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str]) -> int:
     if "--refresh" in argv:  # its own options (--write, --matrix FILE = the matrix.toml to compare, --index-url)
-        from apexkit.matrix import refresh
+        from apexkit.index import refresh
 
         return refresh.main(argv)
     args = parser().parse_args(argv)
@@ -581,7 +580,7 @@ def main(argv: list[str]) -> int:
                           "--slurm [--dry-run])")
     if not args.run:
         # the GitHub matrix (and its summary) is for another machine's daemon: only the table and JSON ask this one
-        facts = None if args.format in ("github", "markdown") else images.ImageFacts()
+        facts = None if args.format in ("github", "markdown") else builder.ImageFacts()
         table = rows(m, combos, facts, image=args.image)
         if args.format == "github":
             refused = refusals(table)

@@ -18,9 +18,9 @@ import subprocess
 from pathlib import Path
 
 from apexkit import log, paths, vocab
-from apexkit.build import sources, venvs
 from apexkit.errors import BenchError, ConfigError
-from apexkit.matrix import model as matrix
+from apexkit.plan import matrix
+from apexkit.wheel import sources, venvs
 
 ROOT = paths.ROOT
 SCRIPTS = {"validate": ROOT / "bench" / "validate_env.py", "bench": ROOT / "bench" / "amp_bench.py"}

@@ -22,17 +22,16 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from packaging.version import InvalidVersion, Version
+from packaging.version import InvalidVersion
 
 import apexkit
 from apexkit import cann, fsedit, locks, log, paths, untrusted
-from apexkit.build import distdir as distdir_mod
-from apexkit.build import interpreters, known_failures, patches, sbom, sources, venvs, wheelcheck
-from apexkit.build.distdir import check_overwrite, replace_dir
-from apexkit.build.options import BuildOptions
 from apexkit.errors import ApexkitError, BuildError, ConfigError, SmokeTestError
-from apexkit.matrix import model as matrix_mod
+from apexkit.plan import matrix, target
 from apexkit.proc import run_logged
+from apexkit.wheel import distdir, interpreters, known_failures, patches, sbom, sources, venvs, wheelcheck
+from apexkit.wheel.distdir import check_overwrite, replace_dir
+from apexkit.wheel.options import BuildOptions
 
 NO_AUTOLOAD = "TORCH_DEVICE_BACKEND_AUTOLOAD"  # torch >= 2.5: 0 = do not import torch_npu at `import torch`
 
@@ -141,33 +140,6 @@ class Plan:
     identity: dict = field(default_factory=dict)  # the non-default inputs (see `identity`); {} for a default build
 
 
-def _id_text(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("._-") or "_"
-
-
-def target_id(python: str, torch: str, arch: str, ref: str, identity: dict | None = None) -> str:
-    """dist/<target-id>: py3.11-torch2.13.0-x86_64-master, and for non-default inputs one `+part` each, e.g.
-    ...-master+npu2.13.0+skip-cxx11-abi+nvidia-4ef930c1abcd+flags-cpp_ext+system-torch, so a diagnosis build never
-    replaces the good wheel. What a part cannot tell apart (two --apex-src checkouts, two flag sets that read alike)
-    the manifest's identity does: `check_overwrite` refuses to replace a target built from other inputs."""
-    base = f"py{python}-torch{torch.split('+')[0]}-{arch}-{_id_text(ref)}"
-    identity = identity or {}
-    parts = []
-    if identity.get("torch_npu"):
-        parts.append(f"npu{_id_text(identity['torch_npu'])}")
-    if identity.get("skip_patches"):
-        parts.append("skip-" + ".".join(_id_text(p) for p in identity["skip_patches"]))
-    if identity.get("nvidia_commit"):
-        parts.append(f"nvidia-{_id_text(identity['nvidia_commit'][:12])}")
-    if identity.get("setup_flags") is not None:
-        flags = ".".join(_id_text(f.lstrip("-")) for f in identity["setup_flags"]) or "none"
-        parts.append("flags-" + (flags if len(flags) <= 40 else hashlib.sha256(
-            " ".join(identity["setup_flags"]).encode()).hexdigest()[:12]))
-    if identity.get("system_torch"):
-        parts.append("system-torch")
-    return "+".join([base, *parts])
-
-
 def identity(opts: BuildOptions, torch_npu: str | None, ref_flags: tuple[str, ...] | None) -> dict:
     """The inputs beyond python/torch/arch/ref that change what a wheel is, when they differ from the default: the
     target id names them and the manifest records them (`check_overwrite` compares them)."""
@@ -192,7 +164,7 @@ def detect_cann(env: dict | os._Environ) -> str | None:
     return cann.home(env)
 
 
-def make_plan(opts: BuildOptions, m: matrix_mod.Matrix, interp: interpreters.Interpreter,
+def make_plan(opts: BuildOptions, m: matrix.Matrix, interp: interpreters.Interpreter,
               system_torch: str | None, env) -> Plan:
     """Pure decisions: torch, torch_npu, ref flags, target id. Refuses invalid combinations before any work."""
     ref = opts.apex_ref or ("local" if opts.apex_src else m.default_ref)
@@ -239,14 +211,14 @@ def make_plan(opts: BuildOptions, m: matrix_mod.Matrix, interp: interpreters.Int
         extensions=tuple(extensions),
         needs_npu_headers=needs_headers,
         ref_known=known,
-        target_id=target_id(opts.python, torch, interp.machine, ref, inputs),
+        target_id=target.target_id(opts.python, torch, interp.machine, ref, inputs),
         stack=stack.name if stack else None,
         cann=stack.cann if stack else None,
         identity=inputs,
     )
 
 
-def torch_build(m: matrix_mod.Matrix, torch: str, arch: str, opts: BuildOptions, env, system: bool = False) -> str:
+def torch_build(m: matrix.Matrix, torch: str, arch: str, opts: BuildOptions, env, system: bool = False) -> str:
     """Which torch build pip will install, in words, with its download size (matrix.toml [index.torch_builds])."""
     if system:
         return "the interpreter's own torch (nothing downloaded)"
@@ -267,44 +239,13 @@ def torch_build(m: matrix_mod.Matrix, torch: str, arch: str, opts: BuildOptions,
             "from the package index")
 
 
-BASE_VERSION = "0.1+ascend"  # what the pep440-version patch makes of upstream's 0.1-ascend / 0.1+ascend
-
-
-def version_label(torch: str, torch_npu: str | None = None) -> str:
-    """The build tuple appended to the wheel's local version label: `.torch2.13.0`, `.torch2.7.1.npu2.7.1.post8`.
-
-    PEP 440 local labels are dot-separated alphanumerics, so normalised public versions fit as they are; a torch's
-    own local label (+cpu, +cu121) is left out: it names the build of torch, not its ABI, and pip's `==2.13.0`
-    matches every one of them."""
-    label = f".torch{Version(torch).public}"
-    if torch_npu:
-        label += f".npu{Version(torch_npu).public}"
-    full = BASE_VERSION + label
-    if str(Version(full)) != full:  # cannot happen for parsed versions; the guard keeps the scheme honest
-        raise ConfigError(f"version {full} is not a normalised PEP 440 version", "report this")
-    return label
-
-
-def runtime_requires(torch: str, torch_npu: str | None, links_torch_npu: bool) -> list[str]:
-    """Requires-Dist pins, as strict as the ABI needs: the extensions link libtorch/libc10, whose C++ symbols change
-    with every torch release, so torch is pinned to the exact release (`==2.13.0` accepts 2.13.0+cpu). torch_npu's
-    post releases are rebuilds of one torch_npu for newer CANN: pinned to its release series (`==2.7.1.*`) unless
-    the extensions link libtorch_npu itself (refs built with --npu_float_status), then exactly."""
-    reqs = [f"torch=={Version(torch).public}"]
-    if torch_npu:
-        v = Version(torch_npu)
-        series = ".".join(str(n) for n in v.release)
-        reqs.append(f"torch_npu=={v.public}" if links_torch_npu else f"torch_npu=={series}.*")
-    return reqs
-
-
 def _extensions_for(flags) -> tuple[str, ...]:
     ext = ("apex_C", "change_data_ptr") if "--cpp_ext" in flags else ()
     return ext + (("npu_float_status",) if "--npu_float_status" in flags else ())
 
 
 def cache_key(plan: Plan, opts: BuildOptions, ascend_commit: str, nvidia_sha: str,
-              patch_list: list[patches.Patch], m: matrix_mod.Matrix) -> str:
+              patch_list: list[patches.Patch], m: matrix.Matrix) -> str:
     """Content address of a wheel: every input that changes its bytes."""
     inputs = {
         "recipe": RECIPE_VERSION,
@@ -333,7 +274,7 @@ class Builder:
         # runtime (libhccl.so), which build hosts, CI runners and image builds do not have. Building needs no CANN,
         # so every torch this build runs (setup.py, probes, the smoke test) leaves torch_npu alone.
         self.env[NO_AUTOLOAD] = "0"
-        self.m = matrix_mod.load()
+        self.m = matrix.load()
         self.timings: dict[str, float] = {}
         self.source_epoch = ZIP_EPOCH
         self._use_cache = False  # decided once the sources are known (_cache_usable, a dirty --apex-src)
@@ -538,7 +479,7 @@ class Builder:
         Path(site, "apexkit-system-torch.pth").write_text(torch_dir + "\n")
 
     def _compile(self, plan: Plan, venv: venvs.Venv, tree: Path, work: Path) -> Path:
-        from apexkit.build import ccache as ccachestats
+        from apexkit.wheel import ccachestats
 
         out = work / "wheel"
         shutil.rmtree(out, ignore_errors=True)
@@ -614,14 +555,14 @@ class Builder:
 
     def _binary_checks(self, plan: Plan, venv: venvs.Venv, tree: Path, wheel: Path,
                        results: list[patches.PatchResult]) -> dict:
-        """The wheel's identity and its modules' ELF facts (apexkit.build.wheelcheck). A failure stops the build before
+        """The wheel's identity and its modules' ELF facts (apexkit.wheel.wheelcheck). A failure stops the build before
         anything is published, one line naming the file and the check; a diagnosis build (--skip-patch) keeps its
         wheel, with the failures printed and recorded in its manifest."""
         with log.step("binary checks (identity, ELF machine, NEEDED, RPATH, symbols, C++ ABI, hardening)",
                       self.timings, key="binary_checks") as s:
             expect = self.expectations(plan, venv, tree, results)
             env = identity_env(plan)
-            report = wheelcheck.check_wheel(wheel, expect, version=BASE_VERSION + env["APEXKIT_VERSION_LABEL"],
+            report = wheelcheck.check_wheel(wheel, expect, version=target.BASE_VERSION + env["APEXKIT_VERSION_LABEL"],
                                             requires=env["APEXKIT_REQUIRES"].split())
             for module in report["modules"]:
                 log.info(f"  {module['file']}: {module['machine']}, NEEDED {', '.join(module['needed'])}; RPATH "
@@ -648,7 +589,7 @@ class Builder:
             return report
 
     def _retag(self, plan: Plan, venv: venvs.Venv, wheel: Path, checks: dict) -> Path:
-        """The wheel file named with the manylinux tag the binary checks computed (apexkit.build.wheelcheck.retag: `wheel
+        """The wheel file named with the manylinux tag the binary checks computed (apexkit.wheel.wheelcheck.retag: `wheel
         tags` in the build venv, bytes reproducible), before the smoke test, the cache and dist/ see it; it keeps
         linux_<arch> when no tag was computed (auditwheel needs Python >= 3.10 on the host), and checks["platform"]
         says which and why (wheel_tag, retagged_from / kept_because). A diagnosis build is retagged too: the tag is
@@ -660,7 +601,7 @@ class Builder:
                 new = wheelcheck.retag(wheel, platform_report, plan.arch, venv.python, self.source_epoch, self.env)
             except wheelcheck.RetagError as exc:
                 raise BuildError(f"cannot retag the wheel: {exc}; nothing was published",
-                                 f"see {self.log_path}; report it (apexkit/build/wheelcheck.py retag)") from None
+                                 f"see {self.log_path}; report it (apexkit/wheel/wheelcheck.py retag)") from None
             with open(self.log_path, "a") as fh:
                 fh.write(f"platform tag: {json.dumps(platform_report)}\n")
             s.note(f"{wheel.name} -> {new.name}" if new != wheel else
@@ -754,11 +695,11 @@ class Builder:
                 "torch": packages.get("torch") or plan.torch, "torch_npu": packages.get("torch-npu") or packages.get(
                     "torch_npu"),
                 "host": f"{platform.system()} {platform.machine()} python {platform.python_version()}",
-                # for the provenance (apexkit.build.sbom): the binaries that built it, by sha256 (the interpreter through
+                # for the provenance (apexkit.wheel.sbom): the binaries that built it, by sha256 (the interpreter through
                 # the venv's link to the real binary: plan.interpreter may be a pyenv shim)
                 "compiler": sbom.compiler(self.env.get("CXX")), "interpreter": sbom.interpreter(str(venv.python)),
             },
-            # the build venv's packages for the SBOM and the provenance (apexkit.build.sbom), kept with a cached wheel
+            # the build venv's packages for the SBOM and the provenance (apexkit.wheel.sbom), kept with a cached wheel
             "build_venv": sbom.inventory(venv.python, opts.wheelhouses, self.env),
             "wheel": {"file": wheel.name, "sha256": untrusted.sha256_file(wheel), "size": wheel.stat().st_size},
             "cache_key": key,
@@ -814,7 +755,7 @@ class Builder:
             fd = untrusted.open_dir(entry)
             try:
                 _ours(os.fstat(fd), "the entry")
-                manifest = json.loads(untrusted.read_regular("manifest.json", fd, distdir_mod.MANIFEST_MAX))
+                manifest = json.loads(untrusted.read_regular("manifest.json", fd, distdir.MANIFEST_MAX))
                 wheel = manifest.get("wheel") if isinstance(manifest, dict) else None
                 if not isinstance(wheel, dict) or not isinstance(wheel.get("sha256"), str):
                     raise untrusted.Untrusted("manifest.json has no wheel.file and wheel.sha256")
@@ -899,7 +840,7 @@ class Builder:
     def _publish(self, plan: Plan, wheel: Path, manifest: dict, documents: dict[str, bytes] | None = None) -> Path:
         """dist/<target>: the wheel, manifest, SBOM and provenance -- `documents` when a cache hit brings the build's
         own (manifest["attestations"] records them), else written now and kept in the cache entry for the next hit."""
-        from apexkit.build import ccache as ccachestats
+        from apexkit.wheel import ccachestats
 
         with log.step(f"publish (dist/{plan.target_id}: wheel, manifest, SBOM, provenance)", self.timings,
                       key="publish") as s:
@@ -944,7 +885,7 @@ def _cached_documents(manifest: dict, fd: int) -> dict[str, bytes] | None:
         if not isinstance(entry, dict) or entry.get("file") != name:
             return None
         try:
-            data = untrusted.read_regular(name, fd, distdir_mod.MANIFEST_MAX)
+            data = untrusted.read_regular(name, fd, distdir.MANIFEST_MAX)
         except (untrusted.Untrusted, OSError):
             return None
         if hashlib.sha256(data).hexdigest() != entry.get("sha256"):
@@ -955,12 +896,12 @@ def _cached_documents(manifest: dict, fd: int) -> dict[str, bytes] | None:
 
 def dist_files(wheel: Path, manifest: dict) -> dict[str, Path | bytes]:
     """What dist/<target>/ holds besides manifest.json: the wheel, its CycloneDX SBOM and its provenance statement
-    (apexkit.build.sbom, written from the manifest and the wheel; manifest["attestations"] records them). An SBOM that
+    (apexkit.wheel.sbom, written from the manifest and the wheel; manifest["attestations"] records them). An SBOM that
     fails its schema stops the publish with one line."""
     try:
         documents = sbom.documents(manifest, wheel)
     except sbom.SbomError as exc:
-        raise BuildError(f"{exc}; nothing was published", "report it: the SBOM is written by apexkit/build/sbom.py") from None
+        raise BuildError(f"{exc}; nothing was published", "report it: the SBOM is written by apexkit/wheel/sbom.py") from None
     return {wheel.name: wheel, **documents}
 
 
@@ -976,8 +917,8 @@ def install_command(plan: Plan, wheel: Path) -> str:
 def identity_env(plan: Plan) -> dict[str, str]:
     """What the pep440-version patch reads: the local label and the Requires-Dist pins of this build."""
     try:
-        label = version_label(plan.torch, plan.torch_npu)
-        requires = runtime_requires(plan.torch, plan.torch_npu, plan.needs_npu_headers)
+        label = target.version_label(plan.torch, plan.torch_npu)
+        requires = target.runtime_requires(plan.torch, plan.torch_npu, plan.needs_npu_headers)
     except InvalidVersion as exc:
         raise ConfigError(f"cannot name the wheel after torch {plan.torch!r} / torch_npu {plan.torch_npu!r}: {exc}",
                           "use a torch (and torch_npu) with a PEP 440 version") from None
@@ -1036,15 +977,11 @@ def _compile_progress(line: str) -> str | None:
     return None
 
 
-def main(python: str, argv: list[str], prog: str = "nox -s build-3.X --") -> Path:
-    """Entry for nox sessions and the CLI: resolve options, build, return dist/<target-id>/."""
-    from apexkit.build import options
-
-    opts = options.resolve(python, argv, prog=prog)
+def build(opts: BuildOptions) -> Path:
+    """Build the wheel `opts` describe on this machine and return dist/<target-id>/. `--image` never reaches here:
+    the command edge (apexkit.commands.build_wheel) hands those options to apexkit.images.container instead."""
     if opts.image:
-        from apexkit.images import container as containerbuild
-
-        return containerbuild.run(opts)
+        raise ConfigError("a build for an image reached the host build", "report this: the command edge dispatches --image")
     if opts.verify_reproducible and not opts.dry_run:
         return verify_reproducible(opts)
     return Builder(opts).run()

@@ -22,9 +22,7 @@ import dataclasses
 import json
 import re
 import shlex
-import shutil
 import statistics
-import subprocess
 import time
 import urllib.error
 import urllib.parse
@@ -35,6 +33,8 @@ from typing import Any
 
 from apexkit import cann, fsedit, log, paths
 from apexkit.errors import ConfigError, SchedulerError
+from apexkit.fleet import slurm
+from apexkit.plan.target import target_facts
 
 BENCH = paths.BENCH  # the checkout's bench/, or the installed package's copy
 STATE_FILE = "fleet.json"
@@ -43,9 +43,6 @@ SET_ENV = cann.SET_ENV_FILES  # what the node script tries, in order (CANN <= 8.
 DEFAULT_THRESHOLD = 0.10  # a node's step time more than 10 % off the fleet median is flagged
 MIN_FOR_OUTLIERS = 3  # ... once at least this many nodes have a step time
 SHORT_BENCH = "--model mlp --modes fp32 --warmup 1 --repeats 3 --steps 2 --peak table"
-ENDED = ("COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL",
-         "DEADLINE")
-CHECK_CMD = "scontrol ping && sinfo"
 
 
 # --- the index -----------------------------------------------------------------------------------------------------
@@ -102,19 +99,6 @@ def read_index(index: Index, timeout: float = 15) -> dict | None:
     except (OSError, ValueError, urllib.error.URLError) as exc:
         log.warn(f"cannot read {index.index_json} from this host ({exc}); the nodes will read it themselves")
         return None
-
-
-_TARGET = re.compile(r"^py(?P<python>3\.\d+)-torch(?P<torch>[^-]+)-(?P<arch>[^-]+)-")
-
-
-def target_facts(target: str) -> dict[str, str | None]:
-    """python, torch, arch and torch_npu read off a target id (py3.11-torch2.13.0-x86_64-master+npu2.13.0)."""
-    found = _TARGET.match(target)
-    if not found:
-        raise ConfigError(f"target {target!r} is not an apexkit target id (py3.X-torchV-ARCH-REF[+...])",
-                          "copy one from the index's index.json (invoke publish prints them)")
-    npu = next((part[3:] for part in target.split("+")[1:] if part.startswith("npu")), None)
-    return {"python": found["python"], "torch": found["torch"], "arch": found["arch"], "torch_npu": npu}
 
 
 def pick_target(data: dict | None, target: str | None, stack: Any = None) -> str:
@@ -267,33 +251,6 @@ def render_script(plan: Plan) -> str:
     return "\n".join(lines)
 
 
-def _run(argv: list[str], timeout: float = 60) -> subprocess.CompletedProcess:
-    log.echo_command(argv)
-    try:
-        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
-    except FileNotFoundError:
-        raise SchedulerError(f"{argv[0]} not found on PATH (no Slurm client on this host)",
-                             f"run from a Slurm login node, or install the client (Debian: apt-get install slurm-client); "
-                             f"check with: {CHECK_CMD}") from None
-    except subprocess.TimeoutExpired:
-        raise SchedulerError(f"{argv[0]} did not answer within {timeout:.0f} s (Slurm controller down or unreachable)",
-                             f"check it: {CHECK_CMD}") from None
-
-
-def check_slurm() -> None:
-    """sbatch on PATH and the controller answering, in one line each when not."""
-    for tool in ("sbatch", "scontrol"):
-        if shutil.which(tool) is None:
-            raise SchedulerError(f"{tool} not found on PATH (no Slurm client on this host)",
-                                 "run from a Slurm login node, or install the client (Debian: apt-get install "
-                                 f"slurm-client); check with: {CHECK_CMD}")
-    ping = _run(["scontrol", "ping"], timeout=60)
-    if ping.returncode != 0 or "DOWN" in ping.stdout:
-        said = " ".join(re.sub(r"\*{3,}", " ", ping.stdout + ping.stderr).split())[:200]
-        raise SchedulerError(f"the Slurm controller does not answer (scontrol ping: {said})",
-                             f"start slurmctld or ask the cluster's admins; check with: {CHECK_CMD}")
-
-
 def load_state(results: Path) -> dict:
     path = results / STATE_FILE
     data = fsedit.read_bytes(path)
@@ -364,7 +321,7 @@ def submit(plan: Plan, dry_run: bool = False, resume: bool = False) -> str | Non
     if dry_run:
         print(script, end="")
         return None
-    check_slurm()
+    slurm.check_slurm()
     for sub in ("bench", "logs", "jobs", "progress"):
         (plan.fleet_dir / sub).mkdir(parents=True, exist_ok=True)
     for source in sorted(BENCH.iterdir()):  # what the nodes run: bench/'s scripts and data (stdlib + torch only)
@@ -372,7 +329,7 @@ def submit(plan: Plan, dry_run: bool = False, resume: bool = False) -> str | Non
             fsedit.atomic_write(plan.fleet_dir / "bench" / source.name, source.read_bytes(), 0o755)
     fsedit.atomic_write(plan.plan_file, fsedit.dump_json(plan.node_plan()), 0o644)
     fsedit.atomic_write(plan.script_file, script.encode(), 0o755)
-    proc = _run(["sbatch", "--parsable", str(plan.script_file)], timeout=120)
+    proc = slurm.run(["sbatch", "--parsable", str(plan.script_file)], timeout=120)
     if proc.returncode != 0:
         raise SchedulerError(f"sbatch refused the job: {' '.join(proc.stderr.split())[:300]}",
                              f"fix the placement (--partition/--nodes/--nodelist/--gres/--account); the script is "
@@ -401,7 +358,7 @@ def resume_plan(plan: Plan, state: dict) -> Plan | None:
         raise ConfigError(f"{plan.results} has no earlier submission to resume", "submit without --resume first")
     results = plan.results
     done = set(results_by_node(results))
-    live = [s for s in state["submissions"] if job_state(s.get("job_id"))[0] in ("PENDING", "RUNNING", "CONFIGURING",
+    live = [s for s in state["submissions"] if slurm.job_state(s.get("job_id"))[0] in ("PENDING", "RUNNING", "CONFIGURING",
                                                                                   "COMPLETING")]
     if live:
         raise ConfigError(f"job {', '.join(s['job_id'] for s in live)} is still queued or running",
@@ -429,29 +386,6 @@ def resume_plan(plan: Plan, state: dict) -> Plan | None:
 
 # --- job states ----------------------------------------------------------------------------------------------------
 
-def job_state(job_id: str | None) -> tuple[str, str]:
-    """(STATE, where it came from): squeue for live jobs, scontrol for recently ended ones, sacct with accounting."""
-    if not job_id:
-        return "UNKNOWN", "no job id"
-    if shutil.which("squeue") is None:
-        return "UNKNOWN", "no Slurm client on this host"
-    try:
-        q = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T"], capture_output=True, text=True, timeout=30)
-        if q.returncode == 0 and q.stdout.strip():
-            return q.stdout.split()[0], "squeue"
-        s = subprocess.run(["scontrol", "show", "job", "-o", job_id], capture_output=True, text=True, timeout=30)
-        found = re.search(r"\bJobState=(\S+)", s.stdout)
-        if s.returncode == 0 and found:
-            return found.group(1), "scontrol"
-        if shutil.which("sacct"):
-            a = subprocess.run(["sacct", "-n", "-X", "-P", "-j", job_id, "-o", "State"], capture_output=True,
-                               text=True, timeout=30)
-            if a.returncode == 0 and a.stdout.strip():
-                return a.stdout.split()[0].rstrip("+"), "sacct"
-    except subprocess.TimeoutExpired:
-        return "UNKNOWN", "Slurm did not answer"
-    return "UNKNOWN", "Slurm no longer lists the job (no accounting)"
-
 
 # --- the report ----------------------------------------------------------------------------------------------------
 
@@ -472,7 +406,7 @@ def rows(results: Path, threshold: float = DEFAULT_THRESHOLD) -> tuple[list[dict
         raise ConfigError(f"{results} holds no fleet submission ({STATE_FILE} missing)",
                           f"submit first: invoke fleet.submit --results {results} ...")
     found = results_by_node(results)
-    jobs = {s["job_id"]: job_state(s.get("job_id")) for s in state["submissions"] if s.get("job_id")}
+    jobs = {s["job_id"]: slurm.job_state(s.get("job_id")) for s in state["submissions"] if s.get("job_id")}
     nodes, unplaced = expected_nodes(results, state)
     table = []
     for node in nodes + [n for n in found if n not in nodes]:
@@ -584,7 +518,7 @@ def status(results: Path, as_json: bool = False) -> int:
         raise ConfigError(f"{results} holds no fleet submission", f"submit first: invoke fleet.submit --results {results}")
     jobs = []
     for sub in state["submissions"]:
-        jstate, source = job_state(sub.get("job_id"))
+        jstate, source = slurm.job_state(sub.get("job_id"))
         nodes = _allocated(results, sub) or sub.get("nodelist") or []
         jobs.append({"submission": sub.get("submission"), "job_id": sub.get("job_id"), "state": jstate,
                      "source": source, "target": sub.get("target"), "nodes": nodes or sub.get("nodes"),
@@ -655,7 +589,7 @@ def make_plan(*, results: str, index: str, target: str | None = None, stack: str
         raise ConfigError(f"--nodes {nodes} but --nodelist names {len(names)} node(s)", "pass one of them")
     matrix_stack = None
     if stack:
-        from apexkit.matrix import model as matrix
+        from apexkit.plan import matrix
 
         matrix_stack = matrix.load().stack(stack)
     data = read_index(idx)
@@ -680,64 +614,4 @@ def make_plan(*, results: str, index: str, target: str | None = None, stack: str
 
 # --- helpers for other submitters (nox -s matrix -- --run --slurm) ---------------------------------------------------
 
-def sbatch(script: Path, timeout: float = 120) -> tuple[str | None, str]:
-    """(job id, '') or (None, why sbatch refused it in one line); a missing client or a silent controller raise
-    SchedulerError (check_slurm first to say so before anything is submitted)."""
-    proc = _run(["sbatch", "--parsable", str(script)], timeout=timeout)
-    if proc.returncode != 0:
-        return None, " ".join((proc.stderr or proc.stdout).split())[:300] or f"sbatch exit {proc.returncode}"
-    return proc.stdout.strip().split(";")[0], ""
 
-
-def queue_states(job_ids: list[str]) -> dict[str, str]:
-    """{job id: STATE} for the jobs squeue still lists (one call); a job it no longer lists has ended."""
-    if not job_ids:
-        return {}
-    try:
-        q = subprocess.run(["squeue", "-h", "-j", ",".join(job_ids), "-o", "%i %T"], capture_output=True, text=True,
-                           timeout=60)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise SchedulerError(f"squeue did not answer ({exc})", f"check it: {CHECK_CMD}") from None
-    if q.returncode != 0:  # every listed job gone (squeue: "Invalid job id specified"): none is queued any more
-        if "Invalid job id" in q.stderr:
-            return {}
-        raise SchedulerError(f"squeue failed: {' '.join(q.stderr.split())[:200]}", f"check it: {CHECK_CMD}")
-    found = {}
-    for line in q.stdout.splitlines():
-        parts = line.split()
-        if len(parts) == 2:
-            found[parts[0]] = parts[1]
-    return found
-
-
-def job_info(job_id: str) -> dict[str, str]:
-    """What scontrol (else sacct) says of a job: JobState, ExitCode (code:signal), NodeList, RunTime, Reason;
-    {'JobState': 'UNKNOWN'} when Slurm no longer lists it."""
-    try:
-        s = subprocess.run(["scontrol", "show", "job", "-o", job_id], capture_output=True, text=True, timeout=30)
-        if s.returncode == 0 and "JobState=" in s.stdout:
-            return dict(re.findall(r"\b(JobState|ExitCode|NodeList|RunTime|Reason|BatchHost)=(\S*)", s.stdout))
-        if shutil.which("sacct"):
-            a = subprocess.run(["sacct", "-n", "-X", "-P", "-j", job_id, "-o", "State,ExitCode,NodeList,Elapsed"],
-                               capture_output=True, text=True, timeout=30)
-            fields = a.stdout.strip().splitlines()[0].split("|") if a.returncode == 0 and a.stdout.strip() else []
-            if len(fields) == 4:
-                return {"JobState": fields[0].split()[0].rstrip("+"), "ExitCode": fields[1], "NodeList": fields[2],
-                        "RunTime": fields[3]}
-    except subprocess.TimeoutExpired:
-        pass
-    return {"JobState": "UNKNOWN"}
-
-
-def slurm_seconds(text: str | None) -> float:
-    """[D-]HH:MM:SS (or MM:SS) as seconds; 0 when unreadable."""
-    found = re.fullmatch(r"(?:(\d+)-)?(?:(\d+):)?(\d+):(\d+)", text or "")
-    if not found:
-        return 0.0
-    days, hours, minutes, seconds = (int(x or 0) for x in found.groups())
-    return float(((days * 24 + hours) * 60 + minutes) * 60 + seconds)
-
-
-def scancel(job_ids: list[str]) -> None:
-    if job_ids:
-        subprocess.run(["scancel", *job_ids], capture_output=True, text=True, timeout=60)

@@ -15,8 +15,8 @@ import tempfile
 from pathlib import Path
 
 from apexkit import fsedit, locks, log, untrusted
-from apexkit.build import sbom
 from apexkit.errors import BuildError, ConfigError
+from apexkit.wheel import sbom
 
 MANIFEST_MAX = 16 << 20  # bytes; ours are a few KiB
 
@@ -66,7 +66,7 @@ def check_overwrite(dist_dir: Path, name: str, wanted: dict, force: bool) -> Non
 def replace_dir(dist_dir: Path, name: str, files: dict[str, Path | bytes], manifest: dict,
                 force: bool = False) -> Path:
     """dist/<name>/ (the files + manifest.json) appears complete or not at all; never over a target built from
-    other inputs (check_overwrite) unless `force`. A file given as bytes (sbom.cdx.json, provenance.json: apexkit.build.sbom)
+    other inputs (check_overwrite) unless `force`. A file given as bytes (sbom.cdx.json, provenance.json: apexkit.wheel.sbom)
     is written, a Path copied. Given one wheel and neither document, the SBOM and the provenance are written here
     from the manifest and that wheel (a Slurm job's target collected by matrixrun, for one)."""
     wheels = [n for n, source in files.items() if n.endswith(".whl") and isinstance(source, Path)]
@@ -74,7 +74,7 @@ def replace_dir(dist_dir: Path, name: str, files: dict[str, Path | bytes], manif
         try:
             files = {**files, **sbom.documents(manifest, files[wheels[0]])}
         except sbom.SbomError as exc:
-            raise BuildError(f"{exc}; nothing was published", "report it: apexkit/build/sbom.py writes the SBOM") from None
+            raise BuildError(f"{exc}; nothing was published", "report it: apexkit/wheel/sbom.py writes the SBOM") from None
     final = dist_dir / name
     with lock(dist_dir, name):
         check_overwrite(dist_dir, name, manifest.get("target", {}).get("identity") or {}, force)

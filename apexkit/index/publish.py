@@ -11,7 +11,7 @@ works; it was needed while every wheel was apex-0.1+ascend-..., and is kept for 
 The index is rebuilt in a temporary directory and swapped in, so readers never see
 a half-written one, and wheels published earlier stay.
 
-Each wheel's SBOM and provenance (dist/<target>/sbom.cdx.json, provenance.json: apexkit.build.sbom) go next to it, named
+Each wheel's SBOM and provenance (dist/<target>/sbom.cdx.json, provenance.json: apexkit.wheel.sbom) go next to it, named
 after the wheel so two wheels never share one: simple/<project>/<wheel>.cdx.json and <wheel>.provenance.json
 (ATTESTATIONS), the way PEP 658 puts <wheel>.metadata beside a wheel. They are not links of the PEP 503 page (pip
 and uv want distributions there); index.json lists them per wheel with their sha256. Like the wheel, each is read
@@ -48,8 +48,8 @@ from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 from apexkit import fsedit, log
-from apexkit.build import sbom
 from apexkit.errors import ConfigError
+from apexkit.wheel import sbom
 
 FORMAT = "apexkit-index/1"  # index.json's marker: this directory is an index apexkit wrote
 # manifest["attestations"] kind -> (its file in dist/<target>/, the suffix it gets after the wheel's name in the index)

@@ -52,9 +52,9 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from apexkit import fsedit, log
-from apexkit.build.sources import RetryPolicy
 from apexkit.errors import ConfigError, EnvironmentSetupError, SourceError
-from apexkit.matrix import model as matrix_mod
+from apexkit.plan import matrix
+from apexkit.wheel.sources import RetryPolicy
 
 PROJECT = "torch-npu"
 OLDEST = Version("2.1")
@@ -691,7 +691,7 @@ def survey(client: Client, settings: IndexSettings, workers: int = 8) -> Survey:
             release.torch = meta.torch_version
     for version, release in releases.items():
         if release.torch is None:  # no == pin on torch (or unread): torch_npu X.Y.Z[.postN] belongs to torch X.Y.Z
-            release.torch, release.inferred = matrix_mod.torch_npu_torch(str(version)), True
+            release.torch, release.inferred = matrix.torch_npu_torch(str(version)), True
         if release.requires:
             release.skipped = ""  # one readable wheel is enough
     if releases and all(r.skipped for r in releases.values()):
@@ -855,8 +855,8 @@ def check_rendered(out: str, want: Mapping[str, Mapping], name: str) -> None:
     """Refuse a rendered matrix that is not TOML or does not read back as the rows `want`."""
     hint = "apply the difference above by hand (nothing was written)"
     try:
-        got = matrix_mod.tomllib.loads(out)["torch_npu"]["versions"]
-    except (matrix_mod.tomllib.TOMLDecodeError, KeyError, TypeError) as exc:
+        got = matrix.tomllib.loads(out)["torch_npu"]["versions"]
+    except (matrix.tomllib.TOMLDecodeError, KeyError, TypeError) as exc:
         raise ConfigError(f"{name}: the refreshed file would not be valid TOML ({exc})", hint) from None
     if got != want:
         wrong = sorted(set(got) ^ set(want)) or [k for k in want if got.get(k) != want[k]]
@@ -879,7 +879,7 @@ def render(text: str, changes: Sequence[RowChange], today: str, index: str, name
     crlf = "\r\n" in text and text.count("\r\n") == text.count("\n")
     if crlf:  # tomlkit writes new lines with \n: edit with \n, then put the file's \r\n back
         text = text.replace("\r\n", "\n")
-    want = expected_rows(matrix_mod.tomllib.loads(text)["torch_npu"]["versions"], todo)
+    want = expected_rows(matrix.tomllib.loads(text)["torch_npu"]["versions"], todo)
     doc = tomlkit.parse(text)
     table, versions = _versions_table(doc, name)
     for change in todo:
@@ -920,7 +920,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--refresh", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--write", action="store_true", help="apply the difference to the matrix file (atomic; comments, "
                    "order and the other tables kept)")
-    p.add_argument("--matrix", type=Path, default=matrix_mod.MATRIX_PATH, metavar="FILE",
+    p.add_argument("--matrix", type=Path, default=matrix.MATRIX_PATH, metavar="FILE",
                    help="the matrix file to compare and write (default: the repository's matrix.toml)")
     p.add_argument("--index-url", metavar="URL", help="ask this simple index only (default: pip's index-url and "
                    "extra-index-url; https://pypi.org/simple when pip sets none)")
@@ -936,13 +936,13 @@ def main(argv: Sequence[str], env: Mapping[str, str] | None = None, today: str |
     try:
         raw = path.read_bytes()  # bytes: read_text would turn \r\n into \n, and the file would never match again
         text = raw.decode("utf-8")
-        rows = matrix_mod.tomllib.loads(text)["torch_npu"]["versions"]
+        rows = matrix.tomllib.loads(text)["torch_npu"]["versions"]
     except OSError as exc:
         raise ConfigError(f"cannot read {path}: {exc.strerror or exc}", "pass --matrix with an existing file") from None
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path} is not UTF-8 text (byte {exc.start}: {exc.reason})",
                           "save it as UTF-8, or pass --matrix with a UTF-8 copy") from None
-    except (matrix_mod.tomllib.TOMLDecodeError, KeyError, TypeError) as exc:
+    except (matrix.tomllib.TOMLDecodeError, KeyError, TypeError) as exc:
         raise ConfigError(f"{path} has no readable [torch_npu.versions] table ({exc})",
                           "fix the file (git diff matrix.toml) or pass --matrix") from None
     check_rows(rows, path)

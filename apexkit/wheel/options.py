@@ -13,9 +13,9 @@ from pathlib import Path
 
 from apexkit import paths, vocab
 from apexkit.errors import ConfigError
-from apexkit.matrix import model as matrix_mod
+from apexkit.plan import matrix
 
-PROJECT_ROOT = matrix_mod.PROJECT_ROOT
+PROJECT_ROOT = matrix.PROJECT_ROOT
 
 
 @dataclass(frozen=True)
@@ -154,10 +154,10 @@ def _source_url(option: str | None, flag: str, env: Mapping[str, str], variable:
 def resolve(python: str, argv: Sequence[str], env: Mapping[str, str] | None = None,
             prog: str = "nox -s build-3.X --") -> BuildOptions:
     """argv (session posargs) + env -> BuildOptions. --help prints and raises SystemExit(0)."""
-    from apexkit.build import sources
+    from apexkit.wheel import sources
 
     env = os.environ if env is None else env
-    m = matrix_mod.load()
+    m = matrix.load()
     m.check_python(python)
     p = parser(prog)
     args = p.parse_args(list(argv))

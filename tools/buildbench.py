@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 from apexkit import log, paths
-from apexkit.matrix.model import PROJECT_ROOT
+from apexkit.plan.matrix import PROJECT_ROOT
 
 
 def _run(root: Path, python: str, extra: list[str], env: dict, dist: Path, build: Path) -> dict:

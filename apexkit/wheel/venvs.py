@@ -14,7 +14,7 @@ distribution the sha256 of the wheel file it was installed from, as the installe
 `--report` (download_info.archive_info.hashes), uv's resolution of the same name==version with the same options
 (`uv pip compile --format pylock.toml`, the file whose tags match the installed WHEEL; a local file re-hashed here),
 or the file given on the command line, hashed here. Nothing is guessed: a distribution no installer vouches for has no
-entry, and apexkit.build.sbom then records the sha256 of its installed RECORD, labelled as such.
+entry, and apexkit.wheel.sbom then records the sha256 of its installed RECORD, labelled as such.
 """
 
 from __future__ import annotations
@@ -38,10 +38,10 @@ from packaging.requirements import Requirement
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
 from apexkit import locks, log, untrusted
-from apexkit.build import known_failures, uvtools
-from apexkit.build.sources import cache_dir
 from apexkit.errors import EnvironmentSetupError
 from apexkit.proc import run_logged
+from apexkit.wheel import known_failures, uvtools
+from apexkit.wheel.sources import cache_dir
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@
   venv is a `library` component (scope `required` for the wheel's runtime pins, `excluded` for build-only tools).
 - provenance.json: an in-toto Statement v1 with a SLSA provenance v1 predicate. Subject: the wheel and its sha256.
   resolvedDependencies: the source commits (gitCommit), each patch file (sha256), every build-venv package (the
-  sha256 of the wheel file it was installed from, as the installer reported it -- apexkit.build.venvs records pip's
+  sha256 of the wheel file it was installed from, as the installer reported it -- apexkit.wheel.venvs records pip's
   --report and uv's pylock resolution in <venv>/apexkit-installed.json -- or found in a --wheelhouse; else the sha256
   of its installed dist-info/RECORD, which lists the sha256 of every file the wheel installed), the compiler and
   the interpreter (sha256 of the binaries), and the builder image (its image id) when built in one. Byproducts: the
@@ -92,7 +92,7 @@ def inventory(python: Path, wheelhouses: Sequence[Path] = (), env: Mapping[str, 
         data = None
     if not isinstance(data, dict):
         return {"packages": [], "error": f"the build venv's Python ({python}) could not list its packages"}
-    from apexkit.build.venvs import installed_digests
+    from apexkit.wheel.venvs import installed_digests
 
     vouched = installed_digests(Path(python).parent.parent)  # <venv>/bin/python -> <venv>/apexkit-installed.json
     files = _wheelhouse_files(wheelhouses)

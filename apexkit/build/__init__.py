@@ -1,2 +1,0 @@
-"""Building one wheel: options, interpreters, sources and patches, venvs (uv or virtualenv + pip), compile,
-binary checks, SBOM/provenance, the wheel cache and dist/<target> (builder.py runs the steps in order)."""

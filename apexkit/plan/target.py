@@ -1,0 +1,83 @@
+"""A target's identity, one scheme for all of apexkit: the target id (dist/<target-id>/, index.json, --target of
+validate/bench/fleet/publish), parsed back by `target_facts`; the version label and the Requires-Dist pins the wheel
+carries. Pure."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+from packaging.version import Version
+
+from apexkit.errors import ConfigError
+
+
+def _id_text(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("._-") or "_"
+
+
+def target_id(python: str, torch: str, arch: str, ref: str, identity: dict | None = None) -> str:
+    """dist/<target-id>: py3.11-torch2.13.0-x86_64-master, and for non-default inputs one `+part` each, e.g.
+    ...-master+npu2.13.0+skip-cxx11-abi+nvidia-4ef930c1abcd+flags-cpp_ext+system-torch, so a diagnosis build never
+    replaces the good wheel. What a part cannot tell apart (two --apex-src checkouts, two flag sets that read alike)
+    the manifest's identity does: `check_overwrite` refuses to replace a target built from other inputs."""
+    base = f"py{python}-torch{torch.split('+')[0]}-{arch}-{_id_text(ref)}"
+    identity = identity or {}
+    parts = []
+    if identity.get("torch_npu"):
+        parts.append(f"npu{_id_text(identity['torch_npu'])}")
+    if identity.get("skip_patches"):
+        parts.append("skip-" + ".".join(_id_text(p) for p in identity["skip_patches"]))
+    if identity.get("nvidia_commit"):
+        parts.append(f"nvidia-{_id_text(identity['nvidia_commit'][:12])}")
+    if identity.get("setup_flags") is not None:
+        flags = ".".join(_id_text(f.lstrip("-")) for f in identity["setup_flags"]) or "none"
+        parts.append("flags-" + (flags if len(flags) <= 40 else hashlib.sha256(
+            " ".join(identity["setup_flags"]).encode()).hexdigest()[:12]))
+    if identity.get("system_torch"):
+        parts.append("system-torch")
+    return "+".join([base, *parts])
+
+
+BASE_VERSION = "0.1+ascend"  # what the pep440-version patch makes of upstream's 0.1-ascend / 0.1+ascend
+
+
+def version_label(torch: str, torch_npu: str | None = None) -> str:
+    """The build tuple appended to the wheel's local version label: `.torch2.13.0`, `.torch2.7.1.npu2.7.1.post8`.
+
+    PEP 440 local labels are dot-separated alphanumerics, so normalised public versions fit as they are; a torch's
+    own local label (+cpu, +cu121) is left out: it names the build of torch, not its ABI, and pip's `==2.13.0`
+    matches every one of them."""
+    label = f".torch{Version(torch).public}"
+    if torch_npu:
+        label += f".npu{Version(torch_npu).public}"
+    full = BASE_VERSION + label
+    if str(Version(full)) != full:  # cannot happen for parsed versions; the guard keeps the scheme honest
+        raise ConfigError(f"version {full} is not a normalised PEP 440 version", "report this")
+    return label
+
+
+def runtime_requires(torch: str, torch_npu: str | None, links_torch_npu: bool) -> list[str]:
+    """Requires-Dist pins, as strict as the ABI needs: the extensions link libtorch/libc10, whose C++ symbols change
+    with every torch release, so torch is pinned to the exact release (`==2.13.0` accepts 2.13.0+cpu). torch_npu's
+    post releases are rebuilds of one torch_npu for newer CANN: pinned to its release series (`==2.7.1.*`) unless
+    the extensions link libtorch_npu itself (refs built with --npu_float_status), then exactly."""
+    reqs = [f"torch=={Version(torch).public}"]
+    if torch_npu:
+        v = Version(torch_npu)
+        series = ".".join(str(n) for n in v.release)
+        reqs.append(f"torch_npu=={v.public}" if links_torch_npu else f"torch_npu=={series}.*")
+    return reqs
+
+
+_TARGET = re.compile(r"^py(?P<python>3\.\d+)-torch(?P<torch>[^-]+)-(?P<arch>[^-]+)-")
+
+
+def target_facts(target: str) -> dict[str, str | None]:
+    """python, torch, arch and torch_npu read off a target id (py3.11-torch2.13.0-x86_64-master+npu2.13.0)."""
+    found = _TARGET.match(target)
+    if not found:
+        raise ConfigError(f"target {target!r} is not an apexkit target id (py3.X-torchV-ARCH-REF[+...])",
+                          "copy one from the index's index.json (invoke publish prints them)")
+    npu = next((part[3:] for part in target.split("+")[1:] if part.startswith("npu")), None)
+    return {"python": found["python"], "torch": found["torch"], "arch": found["arch"], "torch_npu": npu}
