@@ -3,32 +3,25 @@ run_in_session (nox sessions), run_task (invoke tasks); each records $APEXKIT_ST
 
 from __future__ import annotations
 
-import json
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-from apexkit import fsedit, log
+from apexkit import log, statusfile
 from apexkit.errors import ApexkitError
 
 T = TypeVar("T")
 
 
-STATUS_FILE = "APEXKIT_STATUS_FILE"
+STATUS_FILE = statusfile.VARIABLE
 
 
-def record_status(code: int, error: str | None = None) -> None:
-    """With $APEXKIT_STATUS_FILE set, write {"exit_code": N, "error": "..."} there: nox maps every failed session to
-    exit 1, so CI reads apexkit's own code (2 configuration, 4 sources, 7 build, ...) from this file."""
-    path = os.environ.get(STATUS_FILE)
-    if not path:
-        return
-    data = {"exit_code": code, "error": log.mask(error) if error else None}
-    try:
-        fsedit.atomic_write(Path(path), (json.dumps(data) + "\n").encode(), 0o644)
-    except OSError as exc:
-        log.warn(f"cannot write {STATUS_FILE} {path}: {exc.strerror or exc}")
+def record_status(code: int, error: str | None = None, result: object = None) -> None:
+    """With $APEXKIT_STATUS_FILE set, write {"exit_code": N, "error": "...", "target_dir": "..."} there (apexkit.
+    statusfile): nox maps every failed session to exit 1, so CI and the matrix runner read apexkit's own code
+    (2 configuration, 4 sources, 7 build, ...) and the dist/<target>/ a build wrote from this file."""
+    target_dir = result if isinstance(result, Path) and result.is_dir() else None
+    statusfile.write(code, error, target_dir)
 
 
 def run_in_session(session, func: Callable[[], T]) -> T | None:
@@ -44,7 +37,7 @@ def run_in_session(session, func: Callable[[], T]) -> T | None:
             session.error("invalid arguments (see the usage line above; -- --help lists them)")
         record_status(0)
     else:
-        record_status(0)
+        record_status(0, result=result)
         return result
     return None
 
@@ -79,5 +72,5 @@ def exit_code(func: Callable[[], object]) -> int:
         record_status(130, "interrupted")
         return 130
     code = result if isinstance(result, int) else 0
-    record_status(code)
+    record_status(code, result=result)
     return code

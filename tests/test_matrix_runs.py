@@ -149,6 +149,27 @@ def test_two_combination_run_builds_one_refuses_one_and_summarises(runner, tmp_p
     assert "1 of 2 combinations did not build (py3.8-torch2.6.0-x86_64: refused)" in text
 
 
+def test_a_passthrough_option_that_changes_the_target_id_is_read_from_the_childs_status(runner, tmp_path):
+    """--skip-patch makes the build write dist/<id>+skip-…/: the row names that target and its wheel (the runner reads
+    the child's status file; it used to re-derive the default id and call the row built with no wheel)."""
+    spec = tmp_path / "matrix.toml"
+    spec.write_text('[[include]]\npython = "3.11"\ntorch = "2.13.0"\narch = "x86_64"\n')
+    argv = [sys.executable, "-m", "nox", "-f", str(ROOT / "noxfile.py"), "-s", "matrix", "--", "--matrix", str(spec),
+            "--run", "--dist", str(runner.dist), "--build-dir", str(runner.build), "--", "--no-smoke-test",
+            "--skip-patch", "rpath-link-flag"]
+    proc = subprocess.run(argv, cwd=ROOT, env=runner.env(), capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, output(proc)[-3000:]
+    target = runner.dist / "py3.11-torch2.13.0-x86_64-master+skip-rpath-link-flag"
+    manifest = json.loads((target / "manifest.json").read_text())
+    summary = json.loads((runner.build / "matrix" / "summary.json").read_text())
+    row = summary[0]
+    assert row["wheel"] == manifest["wheel"]["file"] and row["sha256"] == manifest["wheel"]["sha256"]
+    assert row["detail"] == str(target)
+    assert not (runner.dist / "py3.11-torch2.13.0-x86_64-master").exists()
+    status = json.loads((runner.build / "matrix" / "py3.11-torch2.13.0-x86_64.status.json").read_text())
+    assert status == {"exit_code": 0, "error": None, "target_dir": str(target)}
+
+
 REFUSED_SPEC = ('[[include]]\npython = "3.11"\ntorch = "2.13.0"\narch = "x86_64"\n\n'
                 '[[include]]\npython = "3.8"\ntorch = "2.6.0"\narch = "x86_64"\n')
 REFUSAL = "py3.8-torch2.6.0-x86_64: torch 2.6.0 has no wheels for Python 3.8 (matrix.toml [torch_python] row 2.6"

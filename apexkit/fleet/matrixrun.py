@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from apexkit import dockerclient, log, paths, vocab
+from apexkit import dockerclient, log, paths, statusfile, untrusted, vocab
 from apexkit.errors import ApexkitError, ConfigError
 from apexkit.fleet import slurm
 from apexkit.images import builder
@@ -59,8 +59,18 @@ def image_for(m: matrix.Matrix, combo: Combination, host: str | None = None,
     return builder.choose_image(m.data, combo.python, combo.arch).image
 
 
+def build_options(m: matrix.Matrix, combo: Combination, host: str | None = None,
+                  image: str | None = None) -> dict[str, str]:
+    """The build options that make this combination here, typed (the builder image for a foreign arch)."""
+    given = combo.build_options()
+    chosen = image_for(m, combo, host, image)
+    if chosen:
+        given["image"] = chosen
+    return given
+
+
 def build_args(m: matrix.Matrix, combo: Combination, host: str | None = None, image: str | None = None) -> list[str]:
-    """Options for `build-<python>` that make this combination (the builder image for a foreign arch)."""
+    """The same as a command line for `apexkit build <python>` in another process (a local run, a Slurm job)."""
     args = combo.build_args()
     chosen = image_for(m, combo, host, image)
     if chosen:
@@ -178,33 +188,59 @@ def run_one(m: matrix.Matrix, combo: Combination, passthrough: list[str], dist: 
     if refusal:
         return Result(combo.id, "refused", detail=refusal)
     log_path = logs / f"{combo.id}.log"
+    status_path = logs / f"{combo.id}.status.json"
     argv = [sys.executable, "-m", "apexkit", "build", combo.python, *build_args(m, combo, image=image), "--dist",
             str(dist), "--build-dir", str(build_dir), "--jobs", str(jobs_each), *passthrough]
     started = time.monotonic()
+    if os.path.lexists(status_path):
+        os.unlink(status_path)
     with open(log_path, "w", encoding="utf-8") as fh:
         fh.write("+ " + log.mask(" ".join(argv)) + "\n")
         fh.flush()
         proc = subprocess.run(argv, stdout=fh, stderr=subprocess.STDOUT, cwd=matrix.PROJECT_ROOT,
-                              env=dict(os.environ, COLUMNS="160"))
+                              env=dict(os.environ, COLUMNS="160", **{statusfile.VARIABLE: str(status_path)}))
     seconds = time.monotonic() - started
-    if proc.returncode != 0:
-        lines = [x for x in log_path.read_text(errors="replace").splitlines() if x.startswith("error:")]
-        return Result(combo.id, "failed", seconds, (lines[-1][7:] if lines else f"exit {proc.returncode}")[:200],
-                      log=str(log_path))
-    target = _target_dir(dist, combo)
-    manifest = json.loads((target / "manifest.json").read_text()) if target else {}
-    wheel = manifest.get("wheel", {})
-    return Result(combo.id, "cached" if manifest.get("cache_hit") else "built", seconds, str(target or ""),
-                  wheel.get("file", ""), wheel.get("size", 0), wheel.get("sha256", ""), bool(manifest.get("cache_hit")),
-                  str(log_path))
+    try:
+        status = statusfile.read(status_path)
+    except untrusted.Untrusted as exc:
+        return Result(combo.id, "failed", seconds, f"its status file: {exc}", log=str(log_path))
+    if proc.returncode != 0 or status is None or status.exit_code != 0:
+        detail = status.error if status is not None and status.error else \
+            f"exit {proc.returncode}{'' if status else ', no status recorded'} (see {log_path})"
+        return Result(combo.id, "failed", seconds, detail[:300], log=str(log_path))
+    try:
+        target, manifest = read_target(dist, status.target_dir)
+    except untrusted.Untrusted as exc:
+        return Result(combo.id, "failed", seconds, f"the build reported {exc}", log=str(log_path))
+    wheel = manifest.get("wheel", {}) if isinstance(manifest.get("wheel"), dict) else {}
+    return Result(combo.id, "cached" if manifest.get("cache_hit") else "built", seconds, str(target),
+                  str(wheel.get("file", "")), int(wheel.get("size", 0) or 0), str(wheel.get("sha256", "")),
+                  bool(manifest.get("cache_hit")), str(log_path))
 
 
-def _target_dir(dist: Path, combo: Combination) -> Path | None:
-    from apexkit.plan.target import target_id
+def read_target(dist: Path, reported: str | None) -> tuple[Path, dict]:
+    """The dist/<target>/ a child build recorded in its status file, and its manifest: a target directly in `dist`
+    (whatever passthrough options made of its id, e.g. +skip-…), a real directory, a regular manifest.json."""
+    from apexkit.images.container import TARGET_NAME
+    from apexkit.wheel import distdir
 
-    identity = {"torch_npu": combo.torch_npu} if combo.torch_npu else {}  # a stack's torch_npu: its own +npu target
-    path = dist / target_id(combo.python, combo.torch, combo.arch, combo.ref, identity)
-    return path if (path / "manifest.json").is_file() else None
+    if not reported:
+        raise untrusted.Untrusted("no dist/<target>/ in its status file")
+    path = Path(reported)
+    if path.parent.resolve() != dist.resolve() or not TARGET_NAME.fullmatch(path.name):
+        raise untrusted.Untrusted(f"{untrusted.shown(reported)}, which is not a target directly in {dist}")
+    fd = untrusted.open_dir(dist / path.name)
+    try:
+        raw = untrusted.read_regular("manifest.json", fd, distdir.MANIFEST_MAX)
+    finally:
+        os.close(fd)
+    try:
+        manifest = json.loads(raw.decode("utf-8"))
+    except ValueError as exc:
+        raise untrusted.Untrusted(f"{path.name}/manifest.json, which is not JSON ({exc})") from None
+    if not isinstance(manifest, dict):
+        raise untrusted.Untrusted(f"{path.name}/manifest.json, which is not an object")
+    return dist / path.name, manifest
 
 
 def run_all(m: matrix.Matrix, combos: list[Combination], passthrough: list[str], dist: Path, build_dir: Path,
@@ -313,19 +349,25 @@ def batch_script(m: matrix.Matrix, combo: Combination, passthrough: list[str], s
               f'  echo "error: node ${{SLURMD_NODENAME:-$(hostname)}} is $(uname -m), not {arch} (fix the node\'s '
               f'features or --slurm-constraint/--slurm-partition)"; exit 3',
               "fi",
-              f"rm -rf {q(str(stage / ('dist-' + combo.id)))}",
+              f"rm -rf {q(str(stage / ('dist-' + combo.id)))} {q(str(status_path(stage, combo)))}",
+              f"export {statusfile.VARIABLE}={q(str(status_path(stage, combo)))}",
               "exec " + " ".join(q(a) for a in argv) + ' --jobs "${SLURM_CPUS_PER_TASK:-$(nproc)}"'
               + "".join(" " + q(a) for a in passthrough),
               ""]
     return "\n".join(lines)
 
 
-def collect(stage_dist: Path, combo: Combination, dist: Path, job: dict, force: bool) -> tuple[Path, dict]:
+def status_path(stage: Path, combo: Combination) -> Path:
+    """Where a job's `apexkit build` records how it ended (apexkit.statusfile), on the shared staging directory."""
+    return stage / f"status-{combo.id}.json"
+
+
+def collect(stage_dist: Path, combo: Combination, dist: Path, job: dict, force: bool,
+            expected: str | None = None) -> tuple[Path, dict]:
     """Copy the one dist/<target>/ a job left in <stage>/dist-<id>/ into dist/, by the rules for what another party
     wrote (untrusted.py): real directories, regular files opened without following links, wheel.file a plain wheel
     name, the wheel copied and re-hashed here and matching its manifest; dist/<target> swapped in whole and never
     over a target built from other inputs (distdir.replace_dir / check_overwrite). Untrusted or ConfigError."""
-    from apexkit import untrusted
     from apexkit.images.container import TARGET_NAME
     from apexkit.wheel import distdir
 
@@ -340,6 +382,9 @@ def collect(stage_dist: Path, combo: Combination, dist: Path, job: dict, force: 
         target = names[0]
         if not TARGET_NAME.fullmatch(target):
             raise untrusted.Untrusted(f"{untrusted.shown(target)} is not a target name")
+        if expected is not None and target != expected:
+            raise untrusted.Untrusted(f"it left {untrusted.shown(target)}, its status file names "
+                                      f"{untrusted.shown(expected)}")
         target_fd = untrusted.open_dir(target, stage_fd)
     finally:
         os.close(stage_fd)
@@ -377,12 +422,8 @@ def collect(stage_dist: Path, combo: Combination, dist: Path, job: dict, force: 
     return final, manifest
 
 
-def _failure_cause(log_path: Path, info: dict) -> str:
-    """The job's last `error:` line (the build's one-line error), else its state and exit code."""
-    try:
-        lines = [x for x in log_path.read_text(errors="replace").splitlines() if x.startswith("error:")]
-    except OSError:
-        lines = []
+def _failure_cause(status: statusfile.Status | None, info: dict) -> str:
+    """The build's one-line error from the job's status file, else its state and exit code."""
     state, code = info.get("JobState", "UNKNOWN"), info.get("ExitCode", "")
     said = {"CANCELLED": "cancelled (scancel, or the node went away)", "TIMEOUT": "killed at its time limit "
             "(--slurm-time)", "NODE_FAIL": "lost its node", "OUT_OF_MEMORY": "killed: out of memory",
@@ -390,7 +431,7 @@ def _failure_cause(log_path: Path, info: dict) -> str:
     where = f" on {info['NodeList']}" if info.get("NodeList") not in (None, "", "(null)") else ""
     head = f"job {info.get('JobId', '')}".strip()
     text = f"{head}{where} {said}" + (f" (exit {code})" if state == "FAILED" and code else "")
-    return (f"{text}: {lines[-1][7:]}" if lines else text)[:300]
+    return (f"{text}: {status.error}" if status is not None and status.error else text)[:300]
 
 
 def run_slurm(m: matrix.Matrix, combos: list[Combination], passthrough: list[str], dist: Path, build_dir: Path,
@@ -474,19 +515,24 @@ def run_slurm(m: matrix.Matrix, combos: list[Combination], passthrough: list[str
 
 def _finish(combo: Combination, job_id: str, stage: Path, dist: Path, logs: Path, force: bool,
             waited: float) -> Result:
-    from apexkit import untrusted
-
     info = dict(slurm.job_info(job_id), JobId=job_id)
     log_path = logs / f"{combo.id}.log"
     seconds = slurm.slurm_seconds(info.get("RunTime")) or waited
     node = info.get("BatchHost") or info.get("NodeList") or ""
-    if info.get("JobState") != "COMPLETED" or info.get("ExitCode", "0:0") != "0:0":
-        result = Result(combo.id, "failed", seconds, _failure_cause(log_path, info), log=str(log_path),
+    try:
+        status = statusfile.read(status_path(stage, combo))
+        status_problem = ""
+    except untrusted.Untrusted as exc:
+        status, status_problem = None, str(exc)
+    if info.get("JobState") != "COMPLETED" or info.get("ExitCode", "0:0") != "0:0" or status_problem:
+        cause = _failure_cause(status, info) + (f"; refusing its status file: {status_problem}" if status_problem else "")
+        result = Result(combo.id, "failed", seconds, cause[:300], log=str(log_path),
                         extra={"job_id": job_id, "node": node, "state": info.get("JobState")})
     else:
         job = {"job_id": job_id, "node": node, "state": "COMPLETED", "run_seconds": seconds}
+        expected = Path(status.target_dir).name if status is not None and status.target_dir else None
         try:
-            final, manifest = collect(stage / f"dist-{combo.id}", combo, dist, job, force)
+            final, manifest = collect(stage / f"dist-{combo.id}", combo, dist, job, force, expected)
         except untrusted.Untrusted as exc:
             result = Result(combo.id, "failed", seconds, f"job {job_id} on {node}: refusing what it left in "
                             f"{stage / ('dist-' + combo.id)}: {exc}"[:300], log=str(log_path), extra=job)
@@ -494,6 +540,7 @@ def _finish(combo: Combination, job_id: str, stage: Path, dist: Path, logs: Path
             result = Result(combo.id, "failed", seconds, exc.format()[:300], log=str(log_path), extra=job)
         else:
             shutil.rmtree(stage / f"dist-{combo.id}", ignore_errors=True)
+            status_path(stage, combo).unlink(missing_ok=True)
             wheel = manifest["wheel"]
             result = Result(combo.id, "cached" if manifest.get("cache_hit") else "built", seconds, str(final),
                             wheel["file"], wheel["size"], wheel["sha256"], bool(manifest.get("cache_hit")),
