@@ -126,11 +126,11 @@ def test_build_failure_tail_is_escaped_and_the_log_keeps_the_raw_output(tmp_path
     proc = _child("""
         import sys
         from pathlib import Path
-        from apexkit.wheel.builder import Builder
+        from apexkit.wheel.builder import Builder, BuildState
         from apexkit.proc import run_logged
         builder = Builder.__new__(Builder)  # only the failure report: no build plan needed
-        builder.log_path = Path(sys.argv[2])
-        code, tail = run_logged([sys.executable, sys.argv[1]], builder.log_path)
+        builder.state = BuildState(log_path=Path(sys.argv[2]))
+        code, tail = run_logged([sys.executable, sys.argv[1]], builder.state.log_path)
         assert code == 1
         builder._explain_failure(tail)
     """, str(_script(tmp_path)), str(log_path))

@@ -165,8 +165,9 @@ def detect_cann(env: dict | os._Environ) -> str | None:
 
 
 def make_plan(opts: BuildOptions, m: matrix.Matrix, interp: interpreters.Interpreter,
-              system_torch: str | None, env) -> Plan:
-    """Pure decisions: torch, torch_npu, ref flags, target id. Refuses invalid combinations before any work."""
+              system_torch: str | None, env, detected_flags: tuple[str, ...] | None = None) -> Plan:
+    """Pure decisions: torch, torch_npu, ref flags, target id. Refuses invalid combinations before any work.
+    `detected_flags`: the flags read off an --apex-src checkout's npu.patch when its ref is not in matrix.toml."""
     ref = opts.apex_ref or ("local" if opts.apex_src else m.default_ref)
     if opts.use_system_torch:
         torch = system_torch or ""
@@ -190,7 +191,8 @@ def make_plan(opts: BuildOptions, m: matrix.Matrix, interp: interpreters.Interpr
     elif spec is not None:
         flags, extensions, needs_headers, known = spec.flags, spec.extensions, spec.needs_npu_headers, True
     elif opts.apex_src is not None:
-        flags, extensions, needs_headers, known = (), (), False, False  # detected from the copy's npu.patch
+        flags = detected_flags if detected_flags is not None else ()
+        extensions, needs_headers, known = _extensions_for(flags), "--npu_float_status" in flags, False
     else:
         raise ConfigError(
             f"unknown Ascend apex ref '{ref}': not in matrix.toml [[refs]] (known: {', '.join(m.known_refs())})",
@@ -266,6 +268,20 @@ def cache_key(plan: Plan, opts: BuildOptions, ascend_commit: str, nvidia_sha: st
 
 # --- doing -------------------------------------------------------------------------------------------------------
 
+@dataclass
+class BuildState:
+    """What one build learns as its steps run, declared in one place: filled in step order, read by the manifest."""
+
+    started: float = field(default_factory=time.monotonic)
+    timings: dict[str, float] = field(default_factory=dict)  # seconds per step, under stable keys
+    log_path: Path | None = None  # build/<target-id>/build.log, once the build directory is held
+    source_epoch: int = ZIP_EPOCH  # SOURCE_DATE_EPOCH: the Ascend commit's time once the sources are known
+    cache_key: str | None = None  # the wheel's content address, once the sources are known
+    use_cache: bool = False  # whether the wheel cache may be read and written (ours, and a clean --apex-src)
+    ccache: dict | None = None  # ccache's hits and misses for the compile
+    cached_documents: dict[str, bytes] | None = None  # the SBOM and provenance a cache hit brings
+
+
 class Builder:
     def __init__(self, opts: BuildOptions, env=None) -> None:
         self.opts = opts
@@ -275,21 +291,24 @@ class Builder:
         # so every torch this build runs (setup.py, probes, the smoke test) leaves torch_npu alone.
         self.env[NO_AUTOLOAD] = "0"
         self.m = matrix.load()
-        self.timings: dict[str, float] = {}
-        self.source_epoch = ZIP_EPOCH
-        self._use_cache = False  # decided once the sources are known (_cache_usable, a dirty --apex-src)
+        self.state = BuildState()
         self.index = venvs.IndexOptions(opts.index_url, opts.extra_index_urls, opts.torch_index_url,
                                         opts.wheelhouses, opts.offline)
 
     # The whole build. Returns the path of dist/<target-id>/.
     def run(self) -> Path:
         opts = self.opts
-        started = time.monotonic()
-        with log.step(f"find python{opts.python}", self.timings, key="find_python") as s:
+        self.state = BuildState()  # each run starts afresh
+        with log.step(f"find python{opts.python}", self.state.timings, key="find_python") as s:
             interp = interpreters.find(opts.python, self.env, opts.python_path)
             s.note(f"{interp.path} ({interp.full_version}, {interp.machine})")
         system_torch = self._system_torch(interp) if opts.use_system_torch else None
-        plan = make_plan(opts, self.m, interp, system_torch["version"] if system_torch else None, self.env)
+        detected = None
+        if opts.apex_src is not None and opts.setup_flags is None and self.m.ref(opts.apex_ref or "local") is None:
+            detected = sources.flags_of(opts.apex_src)  # a ref matrix.toml does not know: its npu.patch says
+        plan = make_plan(opts, self.m, interp, system_torch["version"] if system_torch else None, self.env, detected)
+        if detected is not None:
+            log.info(f"  flags detected from npu.patch: {' '.join(detected)}")
         self._summary(plan)
         arch = self.m.stack(plan.stack).arch if plan.stack else plan.arch
         if arch != plan.arch:
@@ -307,37 +326,32 @@ class Builder:
         # (a second build of the same inputs waits, then takes the first one's wheel as a cache hit), the build venv
         # and each git mirror inside; dist/<target> while it is swapped (distdir.replace_dir). Always in this order.
         with locks.hold(work, f"build directory {work}"), contextlib.ExitStack() as held:
-            return self._run_in(work, plan, interp, patch_list, started, held)
+            return self._run_in(work, plan, interp, patch_list, held)
 
     def _run_in(self, work: Path, plan: Plan, interp: interpreters.Interpreter, patch_list: list[patches.Patch],
-                started: float, held: contextlib.ExitStack) -> Path:
+                held: contextlib.ExitStack) -> Path:
         opts = self.opts
         work.mkdir(parents=True, exist_ok=True)
-        self.log_path = work / "build.log"
-        self.log_path.write_text(f"apexkit {apexkit.__version__} build of {plan.target_id}\n")
+        self.state.log_path = work / "build.log"
+        self.state.log_path.write_text(f"apexkit {apexkit.__version__} build of {plan.target_id}\n")
 
         with tempfile.TemporaryDirectory(prefix="ascend-", dir=work) as tmp:
             ascend, nvidia, nvidia_sha = self._sources(plan, Path(tmp) / "ascend")
-            if not plan.flags:  # --apex-src of an unknown ref: read the flags off its npu.patch
-                flags = ascend.detect_flags()
-                plan = Plan(**{**asdict(plan), "flags": flags, "extensions": _extensions_for(flags),
-                               "needs_npu_headers": "--npu_float_status" in flags})
-                log.info(f"  flags detected from {ascend.npu_patch.name}: {' '.join(flags)}")
-            key = self._cache_key = cache_key(plan, opts, ascend.commit, nvidia_sha, patch_list, self.m)
-            self._use_cache = self._cache_usable() and not ascend.dirty  # a dirty checkout is never cached
-            if self._use_cache:
+            key = self.state.cache_key = cache_key(plan, opts, ascend.commit, nvidia_sha, patch_list, self.m)
+            self.state.use_cache = self._cache_usable() and not ascend.dirty  # a dirty checkout is never cached
+            if self.state.use_cache:
                 held.enter_context(locks.hold(self._cache_entry(key), f"wheel cache entry {key[:12]}"))
-            cached = self._cache_lookup(key, work) if (self._use_cache and opts.use_cache) else None
+            cached = self._cache_lookup(key, work) if (self.state.use_cache and opts.use_cache) else None
             if cached is not None:
-                return self._publish_cached(plan, cached, started, interp, work)
+                return self._publish_cached(plan, cached, interp, work)
             if plan.needs_npu_headers:
                 self._check_npu_headers(plan)
             venv = self._build_venv(plan, interp)
             tree = work / "tree"
-            with log.step("generate tree (NVIDIA apex + npu.patch + src/ + tests/)", self.timings, key="tree") as s:
+            with log.step("generate tree (NVIDIA apex + npu.patch + src/ + tests/)", self.state.timings, key="tree") as s:
                 sources.generate_tree(ascend, nvidia, nvidia_sha, tree)
                 s.note(f"{tree} (NVIDIA apex {nvidia_sha[:12]}, Ascend {ascend.commit[:19]})")
-        with log.step("apply our patches", self.timings, key="patches") as s:
+        with log.step("apply our patches", self.state.timings, key="patches") as s:
             results = patches.apply_all(tree, opts.skip_patches, patch_list)
             for r in results:
                 log.info(f"  {r.id:<18} {r.status}")
@@ -347,12 +361,7 @@ class Builder:
         checks = self._binary_checks(plan, venv, tree, wheel, results)
         wheel = self._retag(plan, venv, wheel, checks)
         smoke = self._smoke_test(plan, interp, wheel, work) if opts.smoke_test else {"skipped": "--no-smoke-test"}
-        manifest = self._manifest(plan, opts, ascend, nvidia_sha, results, wheel, venv, key, smoke,
-                                  started, cache_hit=False)
-        manifest["binary_checks"] = checks
-        manifest["identity"] = {"version": checks["version"], "requires_dist": checks["requires_dist"],
-                                "max_glibc": checks["max_glibc"], "max_glibcxx": checks["max_glibcxx"],
-                                "manylinux_tag": checks["platform"].get("tag")}
+        manifest = self._manifest(plan, ascend, nvidia_sha, results, wheel, venv, key, smoke, checks)
         self._cache_store(key, wheel, manifest)
         return self._publish(plan, wheel, manifest)
 
@@ -394,7 +403,7 @@ class Builder:
     def _sources(self, plan: Plan, dest: Path):
         opts = self.opts
         retry = sources.RetryPolicy.from_env(self.env)
-        with log.step("sources", self.timings, key="sources") as s:
+        with log.step("sources", self.state.timings, key="sources") as s:
             if opts.apex_src:
                 ascend = sources.copy_ascend(opts.apex_src, dest)
                 if ascend.dirty:
@@ -403,7 +412,7 @@ class Builder:
                 mirror = sources.Mirror(opts.ascend_apex_url, opts.cache_dir, retry)
                 sha = mirror.resolve(plan.apex_ref, opts.offline)
                 ascend = sources.checkout_ascend(mirror, sha, dest)
-            self.source_epoch = ascend.commit_time or ZIP_EPOCH
+            self.state.source_epoch = ascend.commit_time or ZIP_EPOCH
             pinned = ascend.pinned_nvidia_commit()
             nvidia_sha = opts.nvidia_commit or pinned or self.m.nvidia_apex_commit
             if pinned and not opts.nvidia_commit and pinned != self.m.nvidia_apex_commit:
@@ -437,20 +446,20 @@ class Builder:
         # Two timed steps: "venv" (waiting for its lock, creating it, or finding it ready) and "torch_install"
         # (torch, torch_npu and the build requirements into it; absent from the timings when the venv was reused).
         with contextlib.ExitStack() as held:
-            with log.step("build venv", self.timings, key="venv") as s:
+            with log.step("build venv", self.state.timings, key="venv") as s:
                 held.enter_context(venvs.lock(path))
                 if marker.is_file() and not self.opts.recreate_venv:  # checked under the lock: another build may
                     # have made it while this one waited
                     s.note(f"reused {path}")
                     return venvs.Venv(path)
-                venv = venvs.create(interp.path, path, self.log_path, system_site_packages=self.opts.use_system_torch,
+                venv = venvs.create(interp.path, path, self.state.log_path, system_site_packages=self.opts.use_system_torch,
                                     index=self.index)
                 s.note(f"{path}")
             what = ("the system torch" if self.opts.use_system_torch else f"torch {plan.torch}"
                     + (f" + torch_npu {plan.torch_npu}" if plan.torch_npu else ""))
-            with log.step(f"install {what} and the build requirements", self.timings, key="torch_install") as s:
+            with log.step(f"install {what} and the build requirements", self.state.timings, key="torch_install") as s:
                 self._install_torch(venv, plan)
-                venvs.pip_install(venv, self.m.build_requires, self.index, self.log_path, verbose=self.opts.verbose)
+                venvs.pip_install(venv, self.m.build_requires, self.index, self.state.log_path, verbose=self.opts.verbose)
                 if self.opts.use_system_torch:
                     self._ensure_system_torch_visible(venv, interp)
                 packages = venvs.freeze(venv)
@@ -463,10 +472,10 @@ class Builder:
         """torch (+ torch_npu); `record`: note the wheels' digests for the SBOM (the build venv, not the smoke one)."""
         if self.opts.use_system_torch:
             return
-        venvs.pip_install(venv, [f"torch=={plan.torch}"], self.index, self.log_path, for_torch=True,
+        venvs.pip_install(venv, [f"torch=={plan.torch}"], self.index, self.state.log_path, for_torch=True,
                           verbose=self.opts.verbose, record=record)
         if plan.torch_npu:
-            venvs.install_torch_npu(venv, plan.torch_npu, self.m.npu_requires, self.index, self.log_path, self.env,
+            venvs.install_torch_npu(venv, plan.torch_npu, self.m.npu_requires, self.index, self.state.log_path, self.env,
                                     verbose=self.opts.verbose, record=record)
 
     def _ensure_system_torch_visible(self, venv: venvs.Venv, interp: interpreters.Interpreter) -> None:
@@ -485,7 +494,7 @@ class Builder:
         shutil.rmtree(out, ignore_errors=True)
         env = dict(self.env)
         env["MAX_JOBS"] = str(self.opts.jobs)
-        env.update(reproducible_env(self.source_epoch, tree, venv.path, self.env))
+        env.update(reproducible_env(self.state.source_epoch, tree, venv.path, self.env))
         env.update(identity_env(plan))
         ccache = shutil.which("ccache")
         if ccache and "CC" not in env and "CXX" not in env:
@@ -494,24 +503,24 @@ class Builder:
         # whether we put it in CC/CXX or the user did; None in the manifest when no ccache wraps the compiler
         wrapper = next((shutil.which(w) or w for w in (v.split()[0] for v in (env.get("CXX"), env.get("CC")) if v
                                                         and v.split()) if Path(w).name == "ccache"), None)
-        self._ccache: dict | None = None
+        self.state.ccache: dict | None = None
         argv = [str(venv.python), "setup.py", *plan.flags, "build_ext", "-j", str(self.opts.jobs),
                 "bdist_wheel", "-d", str(out)]
         with log.step(f"compile ({' '.join(plan.flags)}, -j{self.opts.jobs}{', ccache' if wrapper else ''})",
-                      self.timings, key="compile") as s:
+                      self.state.timings, key="compile") as s:
             before = ccachestats.snapshot(wrapper, env) if wrapper else None
-            code, tail = run_logged(argv, self.log_path, cwd=tree, env=env, verbose=self.opts.verbose,
+            code, tail = run_logged(argv, self.state.log_path, cwd=tree, env=env, verbose=self.opts.verbose,
                                     progress=_compile_progress)
             if wrapper:
-                self._ccache = ccachestats.diff(before, ccachestats.snapshot(wrapper, env))
+                self.state.ccache = ccachestats.diff(before, ccachestats.snapshot(wrapper, env))
             if code != 0:
                 hint = self._explain_failure(tail)
                 raise BuildError(f"setup.py failed for {plan.target_id}: {_first_error(tail)}",
-                                 f"full log: {self.log_path}" + (f"; {hint}" if hint else ""))
+                                 f"full log: {self.state.log_path}" + (f"; {hint}" if hint else ""))
             wheels = sorted(out.glob("*.whl"))
             if len(wheels) != 1:
-                raise BuildError(f"setup.py produced {len(wheels)} wheels in {out}", f"see {self.log_path}")
-            s.note(wheels[0].name + (f"; {ccachestats.describe(self._ccache)}" if wrapper else ""))
+                raise BuildError(f"setup.py produced {len(wheels)} wheels in {out}", f"see {self.state.log_path}")
+            s.note(wheels[0].name + (f"; {ccachestats.describe(self.state.ccache)}" if wrapper else ""))
         return wheels[0]
 
     def expectations(self, plan: Plan, venv: venvs.Venv, tree: Path, results: list[patches.PatchResult]
@@ -547,7 +556,7 @@ class Builder:
                               env=self.env)
         if proc.returncode != 0:
             raise BuildError(f"the build venv's torch cannot be probed for the binary checks: "
-                             f"{(proc.stderr.strip().splitlines() or ['?'])[-1]}", f"see {self.log_path}")
+                             f"{(proc.stderr.strip().splitlines() or ['?'])[-1]}", f"see {self.state.log_path}")
         facts = json.loads(proc.stdout.strip().splitlines()[-1])
         with contextlib.suppress(OSError, ApexkitError):  # not kept: the next build probes again
             fsedit.atomic_write(kept, json.dumps(facts).encode(), 0o644)
@@ -559,7 +568,7 @@ class Builder:
         anything is published, one line naming the file and the check; a diagnosis build (--skip-patch) keeps its
         wheel, with the failures printed and recorded in its manifest."""
         with log.step("binary checks (identity, ELF machine, NEEDED, RPATH, symbols, C++ ABI, hardening)",
-                      self.timings, key="binary_checks") as s:
+                      self.state.timings, key="binary_checks") as s:
             expect = self.expectations(plan, venv, tree, results)
             env = identity_env(plan)
             report = wheelcheck.check_wheel(wheel, expect, version=target.BASE_VERSION + env["APEXKIT_VERSION_LABEL"],
@@ -571,13 +580,13 @@ class Builder:
                     log.info(f"    {note}")
             report["platform"] = wheelcheck.platform_tag(wheel, plan.arch)
             failures = report["failures"]
-            with open(self.log_path, "a") as fh:
+            with open(self.state.log_path, "a") as fh:
                 fh.write("binary checks:\n" + "".join(f"  FAIL {f}\n" for f in failures) + json.dumps(
                     report, indent=1) + "\n")
             if failures and not self.opts.skip_patches:
                 more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
                 raise BuildError(f"binary check failed: {failures[0]}{more}; nothing was published",
-                                 f"every failure is in {self.log_path}; compare with the ref's setup.py flags")
+                                 f"every failure is in {self.state.log_path}; compare with the ref's setup.py flags")
             for failure in failures:
                 log.warn(f"binary check (diagnosis build, --skip-patch): {failure}")
             s.note(f"{report['version']}; requires {', '.join(report['requires_dist']) or 'nothing'}; "
@@ -596,13 +605,13 @@ class Builder:
         the symbols' evidence, and it keeps sharing its file name with the good build of the same inputs (publish
         refuses two wheels under one name)."""
         platform_report = checks["platform"]
-        with log.step("platform tag (wheel tags)", self.timings, key="platform_tag") as s:
+        with log.step("platform tag (wheel tags)", self.state.timings, key="platform_tag") as s:
             try:
-                new = wheelcheck.retag(wheel, platform_report, plan.arch, venv.python, self.source_epoch, self.env)
+                new = wheelcheck.retag(wheel, platform_report, plan.arch, venv.python, self.state.source_epoch, self.env)
             except wheelcheck.RetagError as exc:
                 raise BuildError(f"cannot retag the wheel: {exc}; nothing was published",
-                                 f"see {self.log_path}; report it (apexkit/wheel/wheelcheck.py retag)") from None
-            with open(self.log_path, "a") as fh:
+                                 f"see {self.state.log_path}; report it (apexkit/wheel/wheelcheck.py retag)") from None
+            with open(self.state.log_path, "a") as fh:
                 fh.write(f"platform tag: {json.dumps(platform_report)}\n")
             s.note(f"{wheel.name} -> {new.name}" if new != wheel else
                    f"{new.name} keeps {platform_report['wheel_tag']}: {platform_report.get('kept_because', 'already')}")
@@ -612,21 +621,21 @@ class Builder:
         log.info("  last lines of the build log:")
         for line in tail[-15:]:
             log.foreign(line, "    ")
-        return known_failures.announce(self.log_path.read_text(errors="replace"))
+        return known_failures.announce(self.state.log_path.read_text(errors="replace"))
 
     def _smoke_test(self, plan: Plan, interp: interpreters.Interpreter, wheel: Path, work: Path) -> dict:
         modules = [e for e in plan.extensions if e != "npu_float_status" or plan.torch_npu]
-        with log.step("smoke test (fresh venv: install the wheel, import its compiled modules)", self.timings,
+        with log.step("smoke test (fresh venv: install the wheel, import its compiled modules)", self.state.timings,
                       key="smoke_test") as s:
             venv_path = work / "smoke-venv"
             try:
-                venv = venvs.create(plan.interpreter, venv_path, self.log_path,
+                venv = venvs.create(plan.interpreter, venv_path, self.state.log_path,
                                     system_site_packages=self.opts.use_system_torch, index=self.index)
                 if self.opts.use_system_torch:
                     self._ensure_system_torch_visible(venv, interp)
                 else:
                     self._install_torch(venv, plan, record=False)
-                venvs.pip_install(venv, [str(wheel)], self.index, self.log_path, extra=["--no-deps"], record=False)
+                venvs.pip_install(venv, [str(wheel)], self.index, self.state.log_path, extra=["--no-deps"], record=False)
                 with tempfile.TemporaryDirectory() as cwd:  # not the tree: import what the wheel installed
                     # LD_BIND_NOW: every undefined symbol resolved at import, not at first call; then the CPU tier
                     # (bench/cpu_tier.py) in the same interpreter
@@ -637,7 +646,7 @@ class Builder:
                               if line.startswith(SMOKE_MARK)), None)
                 if smoke is None:
                     raise SmokeTestError(f"smoke test crashed: {(proc.stderr.strip().splitlines() or ['?'])[-1]}",
-                                         f"see {self.log_path}")
+                                         f"see {self.state.log_path}")
                 result = json.loads(smoke)
                 result["cpu_tier"] = self._cpu_tier(proc)
             finally:
@@ -647,12 +656,12 @@ class Builder:
                 name, err = next(iter(failed.items()))
                 hint = known_failures.announce(err) or "check the link flags (readelf -d) and the torch version"
                 raise SmokeTestError(f"the wheel installs but {name} does not import in a fresh venv: {err}",
-                                     f"see {self.log_path}; {hint}")
+                                     f"see {self.state.log_path}; {hint}")
             failed_tier = [r for r in result["cpu_tier"].get("results", []) if r["status"] == "fail"]
             if failed_tier or result["cpu_tier"].get("error"):
                 what = (f"{failed_tier[0]['name']}: {failed_tier[0]['detail']}" if failed_tier
                         else result["cpu_tier"]["error"])
-                raise SmokeTestError(f"the CPU test tier failed in the clean venv: {what}", f"see {self.log_path}")
+                raise SmokeTestError(f"the CPU test tier failed in the clean venv: {what}", f"see {self.state.log_path}")
             for r in result["cpu_tier"].get("results", []):
                 log.info(f"  cpu tier {r['status']:<4} {r['name']}: {r['detail']}")
             s.note(f"{', '.join(result['modules'])} import; apex: {result['apex']}"
@@ -669,16 +678,19 @@ class Builder:
         torch, nothing else): change_data_ptr round trip, flatten/unflatten against torch, byte-compiling apex, the
         Python side as far as it imports without CANN. Its output goes to the build log."""
         lines = [line for line in proc.stdout.strip().splitlines() if not line.startswith(SMOKE_MARK)]
-        with open(self.log_path, "a") as fh:
+        with open(self.state.log_path, "a") as fh:
             fh.write(f"cpu tier (exit {proc.returncode}):\n{proc.stderr}{chr(10).join(lines)}\n")
         try:
             return json.loads(lines[-1])
         except (ValueError, IndexError):
             return {"error": f"bench/cpu_tier.py crashed: {(proc.stderr.strip().splitlines() or ['?'])[-1][:200]}"}
 
-    def _manifest(self, plan, opts, ascend, nvidia_sha, results, wheel, venv, key, smoke, started, cache_hit):
+    def _manifest(self, plan: Plan, ascend: sources.AscendSource, nvidia_sha: str, results: list[patches.PatchResult],
+                  wheel: Path, venv: venvs.Venv, key: str, smoke: dict, checks: dict) -> dict:
+        """manifest.json of a fresh build, whole: what was built from what, how, and what its checks found (a cache
+        hit republishes its entry's manifest; `_publish` adds the publish step's time to durations_s)."""
+        opts = self.opts
         packages = venvs.freeze(venv)
-        self._started = started  # _publish adds its own time and the final total to durations_s
         return {
             "apexkit": apexkit.__version__,
             "target": asdict(plan),
@@ -703,14 +715,22 @@ class Builder:
             "build_venv": sbom.inventory(venv.python, opts.wheelhouses, self.env),
             "wheel": {"file": wheel.name, "sha256": untrusted.sha256_file(wheel), "size": wheel.stat().st_size},
             "cache_key": key,
-            "cache_hit": cache_hit,
-            "source_date_epoch": self.source_epoch,
+            "cache_hit": False,
+            "source_date_epoch": self.state.source_epoch,
             "smoke_test": smoke,
             # seconds per step that ran, under stable keys (docs/build-bench.md), and ccache's hits for the compile
-            "durations_s": dict(self.timings, total=round(time.monotonic() - started, 3)),
-            "ccache": getattr(self, "_ccache", None),
+            "durations_s": self._durations(),
+            "ccache": self.state.ccache,
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "binary_checks": checks,
+            "identity": {"version": checks["version"], "requires_dist": checks["requires_dist"],
+                         "max_glibc": checks["max_glibc"], "max_glibcxx": checks["max_glibcxx"],
+                         "manylinux_tag": checks["platform"].get("tag")},
         }
+
+    def _durations(self, **more: float) -> dict[str, float]:
+        """Seconds per step that ran (and `more`), and the total since the build started: the steps' sum <= total."""
+        return dict(self.state.timings, **more, total=round(time.monotonic() - self.state.started, 3))
 
     # --- wheel cache ---------------------------------------------------------------------------------------------
     # The cache may be shared (CI runners, NFS, a team's /data): an entry is untrusted input. A hit is read without
@@ -760,7 +780,7 @@ class Builder:
                 if not isinstance(wheel, dict) or not isinstance(wheel.get("sha256"), str):
                     raise untrusted.Untrusted("manifest.json has no wheel.file and wheel.sha256")
                 name = untrusted.wheel_name(wheel.get("file"))
-                self._cached_documents = _cached_documents(manifest, fd)
+                self.state.cached_documents = _cached_documents(manifest, fd)
                 src = untrusted.open_regular(name, fd)
             finally:
                 os.close(fd)
@@ -780,7 +800,7 @@ class Builder:
         return dest / name, manifest
 
     def _cache_store(self, key: str, wheel: Path, manifest: dict) -> None:
-        if not self._use_cache:
+        if not self.state.use_cache:
             return
         entry = self._cache_entry(key)
         try:
@@ -795,8 +815,8 @@ class Builder:
         except OSError as exc:  # the wheel is built; a cache that cannot take it is not a failed build
             log.warn(f"could not store the wheel in the cache {entry.parent}: {exc.strerror or exc}")
 
-    def _publish_cached(self, plan: Plan, cached: tuple[Path, dict], started: float,
-                        interp: interpreters.Interpreter, work: Path) -> Path:
+    def _publish_cached(self, plan: Plan, cached: tuple[Path, dict], interp: interpreters.Interpreter,
+                        work: Path) -> Path:
         wheel, old = cached
         manifest = dict(old)
         manifest["cache_hit"] = True
@@ -810,20 +830,19 @@ class Builder:
         # durations_s: the steps this run ran (no venv, no compile); the build's own, and its ccache figures, kept
         manifest["built_durations_s"], manifest["built_ccache"] = old.get("durations_s"), old.get("ccache")
         manifest["ccache"] = None
-        self._started = started
-        manifest["durations_s"] = dict(self.timings, total=round(time.monotonic() - started, 3))
+        manifest["durations_s"] = self._durations()
         manifest["created"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         try:
-            return self._publish(plan, wheel, manifest, getattr(self, "_cached_documents", None))
+            return self._publish(plan, wheel, manifest, self.state.cached_documents)
         finally:
             shutil.rmtree(wheel.parent, ignore_errors=True)
 
     def _cache_attach(self, documents: dict[str, bytes], manifest: dict) -> None:
         """Keep the SBOM and provenance beside the cached wheel (the entry's manifest then records them): a hit
         publishes the build's own attestations instead of writing them again (most of a no-op's time)."""
-        key = getattr(self, "_cache_key", None)
+        key = self.state.cache_key
         record = manifest.get("attestations") or {}
-        if not (self._use_cache and key and documents and record.get("sbom") and record.get("provenance")):
+        if not (self.state.use_cache and key and documents and record.get("sbom") and record.get("provenance")):
             return
         entry = self._cache_entry(key)
         try:
@@ -842,15 +861,13 @@ class Builder:
         own (manifest["attestations"] records them), else written now and kept in the cache entry for the next hit."""
         from apexkit.wheel import ccachestats
 
-        with log.step(f"publish (dist/{plan.target_id}: wheel, manifest, SBOM, provenance)", self.timings,
+        with log.step(f"publish (dist/{plan.target_id}: wheel, manifest, SBOM, provenance)", self.state.timings,
                       key="publish") as s:
             begun = time.monotonic()
             files = {wheel.name: wheel, **documents} if documents else dist_files(wheel, manifest)
             # publish: the SBOM and provenance up to writing the manifest (the copy and the rename after it take
             # milliseconds); total: since the build started, so the steps' sum stays <= total
-            now = time.monotonic()
-            manifest["durations_s"] = dict(self.timings, publish=round(now - begun, 3),
-                                           total=round(now - getattr(self, "_started", begun), 3))
+            manifest["durations_s"] = self._durations(publish=round(time.monotonic() - begun, 3))
             final = replace_dir(self.opts.dist_dir, plan.target_id, files, manifest, self.opts.force)
             s.note(str(final) + (" (SBOM and provenance from the cache entry)" if documents else ""))
         if not documents and not manifest.get("cache_hit"):

@@ -255,9 +255,19 @@ class AscendSource:
         return None
 
     def detect_flags(self) -> tuple[str, ...]:
-        """For a ref not in matrix.toml: --cpp_ext always, --npu_float_status when npu.patch builds it."""
-        text = self.npu_patch.read_text(errors="replace")
-        return ("--cpp_ext", "--npu_float_status") if '"--npu_float_status"' in text else ("--cpp_ext",)
+        return flags_of(self.root)
+
+
+def flags_of(root: Path) -> tuple[str, ...]:
+    """setup.py flags for a ref not in matrix.toml, read off its patch/npu.patch: --cpp_ext always,
+    --npu_float_status when npu.patch builds it."""
+    npu_patch = root.expanduser() / "patch" / "npu.patch"
+    try:
+        text = npu_patch.read_text(errors="replace")
+    except OSError as exc:
+        raise SourceError(f"cannot read {npu_patch} ({exc.strerror or exc})",
+                          "point --apex-src at an Ascend apex checkout (it has patch/npu.patch)") from None
+    return ("--cpp_ext", "--npu_float_status") if '"--npu_float_status"' in text else ("--cpp_ext",)
 
 
 def checkout_ascend(mirror: Mirror, sha: str, dest: Path) -> AscendSource:
