@@ -63,8 +63,8 @@ def _combination_session(combo: matrix.Combination) -> None:
 
         def go():
             m.validate(combo)
-            args = [*matrixrun.build_args(m, combo), *session.posargs]
-            return commands.build_wheel(combo.python, args, prog=f"nox -s build-{combo.id} --")
+            return commands.build_wheel(combo.python, session.posargs, prog=f"nox -s build-{combo.id} --",
+                                        given=matrixrun.build_options(m, combo))
 
         run_in_session(session, go)
 

@@ -69,7 +69,7 @@ def _int(value):
 COMMANDS: tuple[Command, ...] = (
     Command("build", "apexkit.commands:build",
             "Build the Apex for Ascend wheel for one Python into dist/: invoke build [--image IMAGE] -- <build options>.",
-            (Opt("python", "target Python, e.g. 3.11 (default: 3.11)", "3.11"),
+            (Opt("python", "target Python, e.g. 3.10 (default: matrix.toml [pythons] default)"),
              Opt("options", 'build options in one string, as for nox -s build-3.X -- (e.g. "--torch 2.13.0 --jobs 2"; '
                  '"--help" lists them); options after a bare -- work too', ""),
              Opt("image", "build inside this builder image (invoke image.build makes one); the wheel lands in dist/"))),
@@ -207,20 +207,28 @@ def _float(value) -> float:
 
 # --- the functions two commands need beyond their package's --------------------------------------------------------
 
-def build_wheel(python: str, argv: list[str], prog: str = "nox -s build-3.X --") -> Path:
-    """Every door to a wheel build (nox -s build-*, apexkit build, invoke build): resolve the options once, then
-    build on this machine or, with --image, in a builder container. Returns dist/<target-id>/."""
+def build_wheel(python: str, argv: list[str], prog: str = "nox -s build-3.X --",
+                given: dict[str, object] | None = None) -> Path | None:
+    """Every door to a wheel build (nox -s build-*, apexkit build, invoke build): resolve the options once (`given`:
+    typed values, e.g. a matrix combination's, that argv may override), then build on this machine or, with --image,
+    in a builder container. Returns the dist/<target-id>/ written (the status file records it), None for a dry run."""
     from apexkit.wheel import builder, options
 
-    opts = options.resolve(python, argv, prog=prog)
+    opts = options.resolve(python, argv, prog=prog, given=given)
     if opts.image:
         from apexkit.images import container
 
-        return container.run(opts)
-    return builder.build(opts)
+        built = container.run(opts)
+    else:
+        built = builder.build(opts)
+    return None if opts.dry_run else built
 
 
-def build(python: str = "3.11", options: str = "", image: str | None = None, remainder: str = "") -> int:
+def build(python: str | None = None, options: str = "", image: str | None = None, remainder: str = "") -> int:
+    if python is None:
+        from apexkit.plan import matrix
+
+        python = matrix.load().default_python
     argv = shlex.split(options) + shlex.split(remainder or "") + (["--image", image] if image else [])
     build_wheel(python, argv, prog=f"invoke build --python {python} --")
     return 0
@@ -229,9 +237,9 @@ def build(python: str = "3.11", options: str = "", image: str | None = None, rem
 def publish(dist: str | None = None, index: str = "index", target: list[str] | None = None,
             split_by_torch: bool = False, dry_run: bool = False) -> int:
     from apexkit import paths
-    from apexkit.index import publish as publish_mod
+    from apexkit.index import publish
 
-    publish_mod.publish(Path(dist) if dist else paths.dist_dir(os.environ), Path(index), target or None,
+    publish.publish(Path(dist) if dist else paths.dist_dir(os.environ), Path(index), target or None,
                         split_by_torch, dry_run)
     return 0
 

@@ -18,7 +18,7 @@ import pytest
 import services
 from test_proxy import invoke
 
-from apexkit.images import base as baseimage
+from apexkit.images import bases
 from apexkit.proxy import layers
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -108,7 +108,7 @@ def docker_env(tinyproxy, tmp_path_factory):
     environment = layers.daemon_environment(paths)  # what systemd would give dockerd from our drop-ins
     daemon = services.Dockerd(environment)
     try:
-        image = baseimage.import_image(daemon.client(), baseimage.rootfs_tarball(), "apexkit/test-base")
+        image = bases.import_image(daemon.client(), bases.rootfs_tarball(), "apexkit/test-base")
         yield SimpleNamespace(root=root, paths=paths, daemon=daemon, image=image, environment=environment,
                               config_dir=root / "root/.docker")
     finally:

@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 from apexkit import log, paths
+from apexkit.plan import matrix
 from apexkit.plan.matrix import PROJECT_ROOT
 
 
@@ -106,10 +107,11 @@ def table(results: dict[str, dict]) -> str:
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="nox -s build-bench --", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--python", default="3.11")
+    p.add_argument("--python", default=None, help="target Python (default: matrix.toml [pythons] default)")
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
     p.add_argument("build_options", nargs="*", help="extra build options (after --)")
     args = p.parse_args(argv)
+    args.python = args.python or matrix.load().default_python
     results: dict[str, dict] = {}
     with tempfile.TemporaryDirectory(prefix="apexkit-bench-") as tmp:
         tmp_path = Path(tmp)

@@ -312,12 +312,12 @@ def write_context(plan: ImagePlan, dest: Path) -> Path:
 
 def ensure_base(c, plan: ImagePlan) -> None:
     """The base image in the daemon: made by debootstrap (cached tarball), found locally, or pulled."""
-    from apexkit.images import base as baseimage
+    from apexkit.images import bases
 
     if plan.extra.get("suite"):
         if dockerclient.get_image(c, plan.base_ref) is None:
-            tarball = baseimage.rootfs_tarball(plan.extra["suite"], dockerclient.ARCHES[plan.arch])
-            baseimage.import_image(c, tarball, *plan.base_ref.split(":", 1), changes=[f"LABEL {LABEL}.arch={plan.arch}"])
+            tarball = bases.rootfs_tarball(plan.extra["suite"], dockerclient.ARCHES[plan.arch])
+            bases.import_image(c, tarball, *plan.base_ref.split(":", 1), changes=[f"LABEL {LABEL}.arch={plan.arch}"])
         return
     image = dockerclient.get_image(c, plan.base_ref)
     if image is None:

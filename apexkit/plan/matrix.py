@@ -77,6 +77,11 @@ class Matrix:
         return list(self.data["pythons"]["sessions"])
 
     @property
+    def default_python(self) -> str:
+        """The target Python when a command names none (matrix.toml [pythons] default)."""
+        return str(self.data["pythons"]["default"])
+
+    @property
     def supported_pythons(self) -> list[str]:
         return list(self.data["pythons"]["supported"])
 
@@ -302,15 +307,21 @@ class Combination:
                                                                          for c in self.ref)
         return f"py{self.python}-torch{self.torch}-{self.arch}{suffix}"
 
-    def build_args(self) -> list[str]:
+    def build_options(self) -> dict[str, str]:
+        """The build options that make this combination, by their option names (apexkit.wheel.options)."""
         if self.stack:
-            return ["--stack", self.stack]
-        args = ["--torch", self.torch]
+            return {"stack": self.stack}
+        given = {"torch": self.torch}
         if self.torch_npu:
-            args += ["--torch-npu", self.torch_npu]
+            given["torch_npu"] = self.torch_npu
         if self.ref != self.default_ref:
-            args += ["--apex-ref", self.ref]
-        return args
+            given["apex_ref"] = self.ref
+        return given
+
+    def build_args(self) -> list[str]:
+        """The same options as a command line, for a build in another process (a local matrix run, a Slurm job)."""
+        flags = {"stack": "--stack", "torch": "--torch", "torch_npu": "--torch-npu", "apex_ref": "--apex-ref"}
+        return [arg for name, value in self.build_options().items() for arg in (flags[name], value)]
 
 
 _STACK_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*$")

@@ -152,14 +152,22 @@ def _source_url(option: str | None, flag: str, env: Mapping[str, str], variable:
 
 
 def resolve(python: str, argv: Sequence[str], env: Mapping[str, str] | None = None,
-            prog: str = "nox -s build-3.X --") -> BuildOptions:
-    """argv (session posargs) + env -> BuildOptions. --help prints and raises SystemExit(0)."""
+            prog: str = "nox -s build-3.X --", given: Mapping[str, object] | None = None) -> BuildOptions:
+    """argv (session posargs) + env -> BuildOptions. `given`: typed option values by option name (a matrix
+    combination's torch, torch_npu, ref or stack), which argv may still override. --help prints and raises
+    SystemExit(0)."""
     from apexkit.wheel import sources
 
     env = os.environ if env is None else env
     m = matrix.load()
     m.check_python(python)
     p = parser(prog)
+    if given:
+        known = {action.dest for action in p._actions}
+        unknown = sorted(set(given) - known)
+        if unknown:
+            raise ConfigError(f"unknown build option(s) {', '.join(unknown)}", "report this: a caller passed them")
+        p.set_defaults(**given)
     args = p.parse_args(list(argv))
     vocab.finish(args)
     if args.options_json is not None:
