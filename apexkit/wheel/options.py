@@ -59,7 +59,7 @@ class BuildOptions:
 def parser(prog: str = "nox -s build-3.X --") -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog=prog,
-        allow_abbrev=False,  # the container build rewrites host paths by exact option name
+        allow_abbrev=False,  # --image and --interpreter must not be reachable by a prefix such as --i
         description="Build an Apex for Ascend wheel in an isolated venv: fetch (cached) Ascend apex + NVIDIA apex, "
         "generate a fresh tree, apply our patches, compile, smoke-test the wheel in a fresh venv.",
     )
