@@ -617,11 +617,12 @@ def main(argv: list[str]) -> int:
     args = parser().parse_args(argv)
     vocab.finish(args)
     m, combos = load_combinations(args.matrix)
-    if args.only:
-        unknown = sorted(set(args.only) - {c.id for c in combos})
+    if args.only:  # a combination's id (its session name) or the target id its build writes
+        unknown = sorted(set(args.only) - {c.id for c in combos} - {c.target_id for c in combos})
         if unknown:
-            raise ConfigError(f"--target {', '.join(unknown)}: not in the matrix", f"ids: {', '.join(c.id for c in combos)}")
-        combos = [c for c in combos if c.id in args.only]
+            raise ConfigError(f"--target {', '.join(unknown)}: not in the matrix",
+                              f"ids: {', '.join(c.id for c in combos)} (or their target ids, as in dist/)")
+        combos = [c for c in combos if c.id in args.only or c.target_id in args.only]
     if (args.slurm or args.dry_run) and not args.run:
         raise ConfigError(f"{'--slurm' if args.slurm else '--dry-run'} is for --run", "add --run (nox -s matrix -- --run "
                           "--slurm [--dry-run])")

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from apexkit import paths
 from apexkit.errors import ConfigError
+from apexkit.plan import target
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -306,6 +307,13 @@ class Combination:
         suffix = "" if self.ref == self.default_ref else "-" + "".join(c if c.isalnum() or c in "._" else "_"
                                                                          for c in self.ref)
         return f"py{self.python}-torch{self.torch}-{self.arch}{suffix}"
+
+    @property
+    def target_id(self) -> str:
+        """The dist/<target-id>/ its build writes (apexkit.plan.target), e.g. py3.11-torch2.13.0-x86_64-master+npu2.7.1;
+        `--target` of every command takes this id, and the matrix's also takes the combination's own `id`."""
+        return target.target_id(self.python, self.torch, self.arch, self.ref,
+                                {"torch_npu": self.torch_npu} if self.torch_npu else {})
 
     def build_options(self) -> dict[str, str]:
         """The build options that make this combination, by their option names (apexkit.wheel.options)."""
