@@ -502,7 +502,7 @@ class Builder:
             before = ccachestats.snapshot(wrapper, env) if wrapper else None
             code, tail = run_logged(argv, self.log_path, cwd=tree, env=env, verbose=self.opts.verbose,
                                     progress=_compile_progress)
-            if wrapper:
+            if wrapper and before is not None:
                 self._ccache = ccachestats.diff(before, ccachestats.snapshot(wrapper, env))
             if code != 0:
                 hint = self._explain_failure(tail)
@@ -728,7 +728,7 @@ class Builder:
             except FileNotFoundError:
                 continue
             except OSError as exc:
-                reason = f"unreadable ({exc.strerror})"
+                reason: str | None = f"unreadable ({exc.strerror})"
             else:
                 reason = untrusted.others_can_write(st) if stat.S_ISDIR(st.st_mode) else "not a directory"
             if reason:
@@ -845,7 +845,7 @@ class Builder:
         with log.step(f"publish (dist/{plan.target_id}: wheel, manifest, SBOM, provenance)", self.timings,
                       key="publish") as s:
             begun = time.monotonic()
-            files = {wheel.name: wheel, **documents} if documents else dist_files(wheel, manifest)
+            files: dict[str, Path | bytes] = {wheel.name: wheel, **documents} if documents else dist_files(wheel, manifest)
             # publish: the SBOM and provenance up to writing the manifest (the copy and the rename after it take
             # milliseconds); total: since the build started, so the steps' sum stays <= total
             now = time.monotonic()
