@@ -207,9 +207,10 @@ def _float(value) -> float:
 
 # --- the functions two commands need beyond their package's --------------------------------------------------------
 
-def build_wheel(python: str, argv: list[str], prog: str = "nox -s build-3.X --") -> Path:
+def build_wheel(python: str, argv: list[str], prog: str = "nox -s build-3.X --") -> Path | None:
     """Every door to a wheel build (nox -s build-*, apexkit build, invoke build): resolve the options once, then
-    build on this machine or, with --image, in a builder container. Returns dist/<target-id>/."""
+    build on this machine or, with --image, in a builder container. Returns dist/<target-id>/ (None: --image
+    --dry-run)."""
     from apexkit.wheel import builder, options
 
     opts = options.resolve(python, argv, prog=prog)
@@ -284,10 +285,10 @@ def task(command: Command):
 
         run_task(call)
 
-    body.__signature__ = inspect.Signature(params)
+    body.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]  # set for inspect.signature (invoke)
     body.__doc__ = command.doc
     body.__name__ = command.name.rsplit(".", 1)[-1].replace("-", "_")
-    positional = [] if all(o.default is not REQUIRED for o in command.options) else None
+    positional: list[str] | None = [] if all(o.default is not REQUIRED for o in command.options) else None
     return Task(body, name=command.name.rsplit(".", 1)[-1], help=helps, iterable=iterable, positional=positional,
                 auto_shortflags=False)
 
