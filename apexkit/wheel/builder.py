@@ -29,7 +29,16 @@ from apexkit import cann, fsedit, locks, log, paths, untrusted
 from apexkit.errors import ApexkitError, BuildError, ConfigError, SmokeTestError
 from apexkit.plan import matrix, target
 from apexkit.proc import run_logged
-from apexkit.wheel import distdir, interpreters, known_failures, patches, sbom, sources, venvs, wheelcheck
+from apexkit.wheel import (
+    distdir,
+    interpreters,
+    known_failures,
+    patches,
+    sbom,
+    sources,
+    venvs,
+    wheelcheck,
+)
 from apexkit.wheel.distdir import check_overwrite, replace_dir
 from apexkit.wheel.options import BuildOptions
 
