@@ -11,7 +11,8 @@ bench           FP32 vs AMP benchmark in the built wheel's venv (bench/amp_bench
 tests           the test suite (the README's test command, with tests-aarch64); installs system tools only when
                 asked: APEXKIT_INSTALL_SYSTEM_TOOLS=1 or CI=true, as root
 tests-aarch64   aarch64 builder image and wheel under QEMU
-lint            ruff + actionlint
+lint            ruff check, mypy over apexkit/, shellcheck over docker/*.sh and .ci/run, actionlint, and last
+                ruff format --check (line length 100; ruff check allows 130)
 """
 
 
@@ -178,6 +179,19 @@ def tests_aarch64(session: nox.Session) -> None:
 
 @nox.session(python=False)
 def lint(session: nox.Session) -> None:
-    """ruff check over the repository; actionlint over the GitHub Actions workflow."""
+    """ruff check over the repository; mypy over apexkit/ (pyproject.toml [tool.mypy]; skipped, saying so, on Python
+    3.8/3.9, where requirements.txt has no mypy: 2.x needs 3.10); shellcheck over docker/*.sh and .ci/run; actionlint
+    over the GitHub Actions workflow; last, ruff format --check (line length 100), so the checks above run first."""
+    import shutil
+
     session.run("ruff", "check", ".")
+    if shutil.which("mypy"):
+        session.run("mypy")
+    elif sys.version_info < (3, 10):
+        session.log(f"mypy: skipped on Python {sys.version_info[0]}.{sys.version_info[1]} (mypy 2.x needs 3.10+; "
+                    "requirements.txt installs it there): run nox -s lint on 3.10+ to type-check apexkit/")
+    else:
+        session.error("mypy is not installed -- next: python -m pip install -r requirements.txt")
+    session.run("shellcheck", *sorted(str(p) for p in Path("docker").glob("*.sh")), ".ci/run")
     session.run("actionlint", ".github/workflows/build.yml")
+    session.run("ruff", "format", "--check", ".")

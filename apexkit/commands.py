@@ -292,10 +292,10 @@ def task(command: Command):
 
         run_task(call)
 
-    body.__signature__ = inspect.Signature(params)
+    body.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]  # set for inspect.signature (invoke)
     body.__doc__ = command.doc
     body.__name__ = command.name.rsplit(".", 1)[-1].replace("-", "_")
-    positional = [] if all(o.default is not REQUIRED for o in command.options) else None
+    positional: list[str] | None = [] if all(o.default is not REQUIRED for o in command.options) else None
     return Task(body, name=command.name.rsplit(".", 1)[-1], help=helps, iterable=iterable, positional=positional,
                 auto_shortflags=False)
 

@@ -964,11 +964,11 @@ def undo_all(store: BackupStore, owner: str, undo: Callable[[str, bytes, bytes |
     for target, count in made:  # after every file is gone: two files may share the folders made for the first
         remove_made_dirs(target, count, within)
     if failed:
-        display, exc = failed[0]
+        display, first = failed[0]
         more = f" (and {len(failed) - 1} more file(s))" if len(failed) > 1 else ""
         done = f"; the other {len(changes)} file(s) were undone" if changes else ""
-        cause = exc.cause.replace("; nothing was changed", "")
-        error = UndoError(f"could not undo {display}{more}: {cause}{done}", exc.hint, results)
-        error.exit_code = exc.exit_code
+        cause = first.cause.replace("; nothing was changed", "")
+        error = UndoError(f"could not undo {display}{more}: {cause}{done}", first.hint, results)
+        error.exit_code = first.exit_code
         raise error
     return results, changes

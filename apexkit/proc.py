@@ -32,7 +32,7 @@ def run_logged(
     log.echo_command(argv, str(cwd) if cwd else None)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     tail: deque[str] = deque(maxlen=60)
-    state = {"status": "", "start": time.monotonic()}
+    state: dict = {"status": "", "start": time.monotonic()}
     with open(log_path, "a", encoding="utf-8", errors="replace") as fh:
         fh.write(f"\n+ {log.mask(' '.join(map(str, argv)))}\n")
         fh.flush()

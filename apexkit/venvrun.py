@@ -46,7 +46,7 @@ def find_target(dist: Path, target: str | None = None, python: str | None = None
             continue
         found.append((manifest_path.stat().st_mtime, manifest_path, manifest))
     if not found:
-        wanted = f" for {target or 'Python ' + python}" if (target or python) else ""
+        wanted = f" for {target or f'Python {python}'}" if (target or python) else ""
         raise ConfigError(f"no built wheel{wanted} in {dist}/",
                           "build one first (nox -s build-3.11), pick one with --target ID, or use --interpreter PATH")
     _, path, manifest = max(found, key=lambda item: item[0])

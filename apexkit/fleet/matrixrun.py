@@ -659,10 +659,10 @@ def main(argv: list[str]) -> int:
     else:
         results = run_all(m, combos, args.build_options, dist, build_dir, args.jobs, image=args.image)
     (build_dir / "matrix").mkdir(parents=True, exist_ok=True)
-    table = summary(results)
-    (build_dir / "matrix" / "summary.md").write_text(table + "\n")
+    report = summary(results)
+    (build_dir / "matrix" / "summary.md").write_text(report + "\n")
     (build_dir / "matrix" / "summary.json").write_text(json.dumps([r.__dict__ for r in results], indent=1) + "\n")
-    log.info(table)
+    log.info(report)
     bad = [r for r in results if r.status in ("refused", "failed")]
     if bad:
         raise MatrixError(f"{len(bad)} of {len(results)} combinations did not build "

@@ -308,12 +308,13 @@ def _allocated(results: Path, sub: dict) -> list[str] | None:
 def submit(plan: Plan, dry_run: bool = False, resume: bool = False) -> str | None:
     """Write what the nodes run into <results>/.fleet/ and sbatch the script; returns the job id."""
     results = plan.results
-    state = load_state(results) if (results / STATE_FILE).exists() else {"format": FORMAT, "submissions": []}
+    state: dict = load_state(results) if (results / STATE_FILE).exists() else {"format": FORMAT, "submissions": []}
     if resume:
-        plan = resume_plan(plan, state)
-        if plan is None:
+        resumed = resume_plan(plan, state)
+        if resumed is None:
             log.info(f"every node in {results} has a result: nothing to resubmit")
             return None
+        plan = resumed
     if not resume and state["submissions"] and not dry_run:
         raise ConfigError(f"{results} already holds fleet submissions ({len(state['submissions'])})",
                           "resubmit the nodes without a result with --resume, or use another --results directory")
@@ -408,7 +409,7 @@ def rows(results: Path, threshold: float = DEFAULT_THRESHOLD) -> tuple[list[dict
     found = results_by_node(results)
     jobs = {s["job_id"]: slurm.job_state(s.get("job_id")) for s in state["submissions"] if s.get("job_id")}
     nodes, unplaced = expected_nodes(results, state)
-    table = []
+    table: list[dict] = []
     for node in nodes + [n for n in found if n not in nodes]:
         data = found.get(node)
         if data is not None:

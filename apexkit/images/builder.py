@@ -317,7 +317,8 @@ def ensure_base(c, plan: ImagePlan) -> None:
     if plan.extra.get("suite"):
         if dockerclient.get_image(c, plan.base_ref) is None:
             tarball = bases.rootfs_tarball(plan.extra["suite"], dockerclient.ARCHES[plan.arch])
-            bases.import_image(c, tarball, *plan.base_ref.split(":", 1), changes=[f"LABEL {LABEL}.arch={plan.arch}"])
+            repository, tag = plan.base_ref.split(":", 1)  # f"{BASE_REPO}:debian-{suite}-{arch}"
+            bases.import_image(c, tarball, repository, tag, changes=[f"LABEL {LABEL}.arch={plan.arch}"])
         return
     image = dockerclient.get_image(c, plan.base_ref)
     if image is None:
@@ -487,7 +488,7 @@ def build_hint(image: str, arch: str | None = None, data: Mapping | None = None)
     """The command that makes a missing builder image, with its own arch and (where the name or matrix.toml
     [matrix.images] says it) its base."""
     arch = arch or arch_for_tag(image) or dockerclient.host_arch()
-    known = [choose_image(data, python, arch) for python in (data or {}).get("matrix", {}).get("images", {})
+    known = [choose_image(data or {}, python, arch) for python in (data or {}).get("matrix", {}).get("images", {})
              if python[:1].isdigit()]
     for choice in known:
         if choice.image == image:

@@ -297,7 +297,7 @@ def open_host_log(path: Path):
         fd = os.open(path, flags, 0o644)
     except OSError as exc:
         what = {errno.ELOOP: "it is a symbolic link", errno.ENXIO: "it is not a regular file"}.get(
-            exc.errno, (exc.strerror or "unwritable").lower())
+            exc.errno or 0, (exc.strerror or "unwritable").lower())
         raise ImageError(f"refusing to write the container log {path}: {what}", hint) from None
     try:
         st = os.fstat(fd)

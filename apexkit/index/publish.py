@@ -258,7 +258,7 @@ def _not_about(kind: str, data: bytes, wheel: str, wheel_sha256: str) -> str | N
     if not isinstance(doc, dict):
         return "is not a JSON object"
     if kind == "provenance":
-        subjects = doc.get("subject") if isinstance(doc.get("subject"), list) else []
+        subjects = found if isinstance(found := doc.get("subject"), list) else []
         if {"name": wheel, "digest": {"sha256": wheel_sha256}} not in subjects:
             return f"has no subject {wheel} with the wheel's sha256"
         return None

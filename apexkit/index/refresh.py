@@ -219,7 +219,7 @@ class Client:
     def _opener(self, url: str) -> urllib.request.OpenerDirector:
         host = urllib.parse.urlsplit(url).hostname or ""
         no_proxy = self.settings.proxies.get("no")
-        if no_proxy and urllib.request.proxy_bypass_environment(host, {"no": no_proxy}):
+        if no_proxy and urllib.request.proxy_bypass_environment(host, {"no": no_proxy}):  # type: ignore[attr-defined]  # not in typeshed
             return self._direct
         return self._proxied
 
@@ -521,7 +521,7 @@ def read_metadata(client: Client, wheel: WheelFile) -> tuple[bytes, str]:
     data = _metadata_from_tail(remote)
     if data is None:  # not in the tail (or zip64): let zipfile walk the whole central directory, range by range
         try:
-            with zipfile.ZipFile(remote) as archive:  # type: ignore[arg-type]
+            with zipfile.ZipFile(remote) as archive:
                 data = _metadata_from_zip(archive)
         except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, ValueError) as exc:
             raise NoMetadata(f"{wheel.filename} is not a readable zip ({exc})") from None
@@ -742,6 +742,7 @@ def plan(rows: Mapping[str, Mapping], releases: Sequence[Release]) -> list[RowCh
     """One RowChange per torch in the table or on the index, newest torch first."""
     newest: dict[str, Release] = {}
     unread = {r.torch: r.version for r in releases if r.skipped}
+    release: Release | None  # each release, then the newest of each torch (None: not on the index)
     for release in releases:
         if release.skipped:
             continue

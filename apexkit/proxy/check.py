@@ -64,7 +64,7 @@ def _proxy_for_requests(settings: ProxySettings) -> str | None:
 def probe_https(url: str, proxy: str | None, ca_bundle: str | None, timeout: float = 20.0) -> tuple[bool, str, str]:
     """One HTTPS GET through `proxy`. Returns (ok, what happened, hint)."""
     context = ssl.create_default_context(cafile=ca_bundle) if ca_bundle else ssl.create_default_context()
-    handlers = [urllib.request.HTTPSHandler(context=context)]
+    handlers: list[urllib.request.BaseHandler] = [urllib.request.HTTPSHandler(context=context)]
     handlers.append(urllib.request.ProxyHandler({"https": proxy, "http": proxy} if proxy else {}))
     opener = urllib.request.build_opener(*handlers)
     start = time.monotonic()

@@ -23,6 +23,7 @@ import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Literal
 from urllib.parse import urlsplit
 
 from apexkit import fsedit, log, urls
@@ -518,7 +519,7 @@ def plan_container(settings: ProxySettings, paths: Paths) -> list[fsedit.Change]
     data = fsedit.load_json_object(real, paths.docker_config, _read(paths, paths.docker_config))
     default = {k: v for k, v in (("httpProxy", settings.http), ("httpsProxy", settings.https)) if v}
     default["noProxy"] = settings.no_proxy_text
-    proxies = data.get("proxies") if isinstance(data.get("proxies"), dict) else {}
+    proxies = found if isinstance(found := data.get("proxies"), dict) else {}
     data["proxies"] = {**proxies, "default": default}
     # the docker CLI writes config.json 0600 with tab indentation; keep both
     return [_change(paths, paths.docker_config, fsedit.dump_json(data, "\t"), 0o600, _json_undo([("proxies", "default")], "\t"),
@@ -644,7 +645,7 @@ def _undo_for(paths: Paths, display: str):
 
 
 def make_plan(settings: ProxySettings, paths: Paths, layers: Sequence[str] = LAYERS, daemon_mode: str = "auto",
-              ca_cert: str | None = None, version: tuple[int, int] | bool | None = False) -> Plan:
+              ca_cert: str | None = None, version: tuple[int, int] | Literal[False] | None = False) -> Plan:
     unknown = [layer for layer in layers if layer not in LAYERS]
     if unknown:
         raise ConfigError(f"unknown layer {unknown[0]!r}", f"choose from {', '.join(LAYERS)}")
@@ -719,7 +720,7 @@ def read_state(paths: Paths) -> dict[str, LayerState]:
                                               _peek(paths, paths.daemon_json))
     except fsedit.CorruptFileError:
         daemon_json = {}
-    proxies = daemon_json.get("proxies") if isinstance(daemon_json.get("proxies"), dict) else {}
+    proxies = found if isinstance(found := daemon_json.get("proxies"), dict) else {}
     for key, name in (("http-proxy", "HTTP_PROXY"), ("https-proxy", "HTTPS_PROXY"), ("no-proxy", "NO_PROXY")):
         if proxies.get(key):
             daemon_values[f"daemon.json {name}"] = proxies[key]

@@ -29,7 +29,16 @@ from apexkit import cann, fsedit, locks, log, paths, untrusted
 from apexkit.errors import ApexkitError, BuildError, ConfigError, SmokeTestError
 from apexkit.plan import matrix, target
 from apexkit.proc import run_logged
-from apexkit.wheel import distdir, interpreters, known_failures, patches, sbom, sources, venvs, wheelcheck
+from apexkit.wheel import (
+    distdir,
+    interpreters,
+    known_failures,
+    patches,
+    sbom,
+    sources,
+    venvs,
+    wheelcheck,
+)
 from apexkit.wheel.distdir import check_overwrite, replace_dir
 from apexkit.wheel.options import BuildOptions
 
@@ -295,6 +304,13 @@ class Builder:
         self.index = venvs.IndexOptions(opts.index_url, opts.extra_index_urls, opts.torch_index_url,
                                         opts.wheelhouses, opts.offline)
 
+    @property
+    def log_path(self) -> Path:
+        """build/<target-id>/build.log: there once the build directory is held (BuildState.log_path)."""
+        if self.state.log_path is None:
+            raise RuntimeError("the build log is used before the build directory is held")
+        return self.state.log_path
+
     # The whole build. Returns the path of dist/<target-id>/.
     def run(self) -> Path:
         opts = self.opts
@@ -333,7 +349,7 @@ class Builder:
         opts = self.opts
         work.mkdir(parents=True, exist_ok=True)
         self.state.log_path = work / "build.log"
-        self.state.log_path.write_text(f"apexkit {apexkit.__version__} build of {plan.target_id}\n")
+        self.log_path.write_text(f"apexkit {apexkit.__version__} build of {plan.target_id}\n")
 
         with tempfile.TemporaryDirectory(prefix="ascend-", dir=work) as tmp:
             ascend, nvidia, nvidia_sha = self._sources(plan, Path(tmp) / "ascend")
@@ -452,14 +468,14 @@ class Builder:
                     # have made it while this one waited
                     s.note(f"reused {path}")
                     return venvs.Venv(path)
-                venv = venvs.create(interp.path, path, self.state.log_path, system_site_packages=self.opts.use_system_torch,
+                venv = venvs.create(interp.path, path, self.log_path, system_site_packages=self.opts.use_system_torch,
                                     index=self.index)
                 s.note(f"{path}")
             what = ("the system torch" if self.opts.use_system_torch else f"torch {plan.torch}"
                     + (f" + torch_npu {plan.torch_npu}" if plan.torch_npu else ""))
             with log.step(f"install {what} and the build requirements", self.state.timings, key="torch_install") as s:
                 self._install_torch(venv, plan)
-                venvs.pip_install(venv, self.m.build_requires, self.index, self.state.log_path, verbose=self.opts.verbose)
+                venvs.pip_install(venv, self.m.build_requires, self.index, self.log_path, verbose=self.opts.verbose)
                 if self.opts.use_system_torch:
                     self._ensure_system_torch_visible(venv, interp)
                 packages = venvs.freeze(venv)
@@ -472,10 +488,10 @@ class Builder:
         """torch (+ torch_npu); `record`: note the wheels' digests for the SBOM (the build venv, not the smoke one)."""
         if self.opts.use_system_torch:
             return
-        venvs.pip_install(venv, [f"torch=={plan.torch}"], self.index, self.state.log_path, for_torch=True,
+        venvs.pip_install(venv, [f"torch=={plan.torch}"], self.index, self.log_path, for_torch=True,
                           verbose=self.opts.verbose, record=record)
         if plan.torch_npu:
-            venvs.install_torch_npu(venv, plan.torch_npu, self.m.npu_requires, self.index, self.state.log_path, self.env,
+            venvs.install_torch_npu(venv, plan.torch_npu, self.m.npu_requires, self.index, self.log_path, self.env,
                                     verbose=self.opts.verbose, record=record)
 
     def _ensure_system_torch_visible(self, venv: venvs.Venv, interp: interpreters.Interpreter) -> None:
@@ -503,23 +519,23 @@ class Builder:
         # whether we put it in CC/CXX or the user did; None in the manifest when no ccache wraps the compiler
         wrapper = next((shutil.which(w) or w for w in (v.split()[0] for v in (env.get("CXX"), env.get("CC")) if v
                                                         and v.split()) if Path(w).name == "ccache"), None)
-        self.state.ccache: dict | None = None
+        self.state.ccache = None
         argv = [str(venv.python), "setup.py", *plan.flags, "build_ext", "-j", str(self.opts.jobs),
                 "bdist_wheel", "-d", str(out)]
         with log.step(f"compile ({' '.join(plan.flags)}, -j{self.opts.jobs}{', ccache' if wrapper else ''})",
                       self.state.timings, key="compile") as s:
             before = ccachestats.snapshot(wrapper, env) if wrapper else None
-            code, tail = run_logged(argv, self.state.log_path, cwd=tree, env=env, verbose=self.opts.verbose,
+            code, tail = run_logged(argv, self.log_path, cwd=tree, env=env, verbose=self.opts.verbose,
                                     progress=_compile_progress)
-            if wrapper:
+            if wrapper and before is not None:
                 self.state.ccache = ccachestats.diff(before, ccachestats.snapshot(wrapper, env))
             if code != 0:
                 hint = self._explain_failure(tail)
                 raise BuildError(f"setup.py failed for {plan.target_id}: {_first_error(tail)}",
-                                 f"full log: {self.state.log_path}" + (f"; {hint}" if hint else ""))
+                                 f"full log: {self.log_path}" + (f"; {hint}" if hint else ""))
             wheels = sorted(out.glob("*.whl"))
             if len(wheels) != 1:
-                raise BuildError(f"setup.py produced {len(wheels)} wheels in {out}", f"see {self.state.log_path}")
+                raise BuildError(f"setup.py produced {len(wheels)} wheels in {out}", f"see {self.log_path}")
             s.note(wheels[0].name + (f"; {ccachestats.describe(self.state.ccache)}" if wrapper else ""))
         return wheels[0]
 
@@ -556,7 +572,7 @@ class Builder:
                               env=self.env)
         if proc.returncode != 0:
             raise BuildError(f"the build venv's torch cannot be probed for the binary checks: "
-                             f"{(proc.stderr.strip().splitlines() or ['?'])[-1]}", f"see {self.state.log_path}")
+                             f"{(proc.stderr.strip().splitlines() or ['?'])[-1]}", f"see {self.log_path}")
         facts = json.loads(proc.stdout.strip().splitlines()[-1])
         with contextlib.suppress(OSError, ApexkitError):  # not kept: the next build probes again
             fsedit.atomic_write(kept, json.dumps(facts).encode(), 0o644)
@@ -580,13 +596,13 @@ class Builder:
                     log.info(f"    {note}")
             report["platform"] = wheelcheck.platform_tag(wheel, plan.arch)
             failures = report["failures"]
-            with open(self.state.log_path, "a") as fh:
+            with open(self.log_path, "a") as fh:
                 fh.write("binary checks:\n" + "".join(f"  FAIL {f}\n" for f in failures) + json.dumps(
                     report, indent=1) + "\n")
             if failures and not self.opts.skip_patches:
                 more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
                 raise BuildError(f"binary check failed: {failures[0]}{more}; nothing was published",
-                                 f"every failure is in {self.state.log_path}; compare with the ref's setup.py flags")
+                                 f"every failure is in {self.log_path}; compare with the ref's setup.py flags")
             for failure in failures:
                 log.warn(f"binary check (diagnosis build, --skip-patch): {failure}")
             s.note(f"{report['version']}; requires {', '.join(report['requires_dist']) or 'nothing'}; "
@@ -610,8 +626,8 @@ class Builder:
                 new = wheelcheck.retag(wheel, platform_report, plan.arch, venv.python, self.state.source_epoch, self.env)
             except wheelcheck.RetagError as exc:
                 raise BuildError(f"cannot retag the wheel: {exc}; nothing was published",
-                                 f"see {self.state.log_path}; report it (apexkit/wheel/wheelcheck.py retag)") from None
-            with open(self.state.log_path, "a") as fh:
+                                 f"see {self.log_path}; report it (apexkit/wheel/wheelcheck.py retag)") from None
+            with open(self.log_path, "a") as fh:
                 fh.write(f"platform tag: {json.dumps(platform_report)}\n")
             s.note(f"{wheel.name} -> {new.name}" if new != wheel else
                    f"{new.name} keeps {platform_report['wheel_tag']}: {platform_report.get('kept_because', 'already')}")
@@ -621,7 +637,7 @@ class Builder:
         log.info("  last lines of the build log:")
         for line in tail[-15:]:
             log.foreign(line, "    ")
-        return known_failures.announce(self.state.log_path.read_text(errors="replace"))
+        return known_failures.announce(self.log_path.read_text(errors="replace"))
 
     def _smoke_test(self, plan: Plan, interp: interpreters.Interpreter, wheel: Path, work: Path) -> dict:
         modules = [e for e in plan.extensions if e != "npu_float_status" or plan.torch_npu]
@@ -629,13 +645,13 @@ class Builder:
                       key="smoke_test") as s:
             venv_path = work / "smoke-venv"
             try:
-                venv = venvs.create(plan.interpreter, venv_path, self.state.log_path,
+                venv = venvs.create(plan.interpreter, venv_path, self.log_path,
                                     system_site_packages=self.opts.use_system_torch, index=self.index)
                 if self.opts.use_system_torch:
                     self._ensure_system_torch_visible(venv, interp)
                 else:
                     self._install_torch(venv, plan, record=False)
-                venvs.pip_install(venv, [str(wheel)], self.index, self.state.log_path, extra=["--no-deps"], record=False)
+                venvs.pip_install(venv, [str(wheel)], self.index, self.log_path, extra=["--no-deps"], record=False)
                 with tempfile.TemporaryDirectory() as cwd:  # not the tree: import what the wheel installed
                     # LD_BIND_NOW: every undefined symbol resolved at import, not at first call; then the CPU tier
                     # (bench/cpu_tier.py) in the same interpreter
@@ -646,7 +662,7 @@ class Builder:
                               if line.startswith(SMOKE_MARK)), None)
                 if smoke is None:
                     raise SmokeTestError(f"smoke test crashed: {(proc.stderr.strip().splitlines() or ['?'])[-1]}",
-                                         f"see {self.state.log_path}")
+                                         f"see {self.log_path}")
                 result = json.loads(smoke)
                 result["cpu_tier"] = self._cpu_tier(proc)
             finally:
@@ -656,12 +672,12 @@ class Builder:
                 name, err = next(iter(failed.items()))
                 hint = known_failures.announce(err) or "check the link flags (readelf -d) and the torch version"
                 raise SmokeTestError(f"the wheel installs but {name} does not import in a fresh venv: {err}",
-                                     f"see {self.state.log_path}; {hint}")
+                                     f"see {self.log_path}; {hint}")
             failed_tier = [r for r in result["cpu_tier"].get("results", []) if r["status"] == "fail"]
             if failed_tier or result["cpu_tier"].get("error"):
                 what = (f"{failed_tier[0]['name']}: {failed_tier[0]['detail']}" if failed_tier
                         else result["cpu_tier"]["error"])
-                raise SmokeTestError(f"the CPU test tier failed in the clean venv: {what}", f"see {self.state.log_path}")
+                raise SmokeTestError(f"the CPU test tier failed in the clean venv: {what}", f"see {self.log_path}")
             for r in result["cpu_tier"].get("results", []):
                 log.info(f"  cpu tier {r['status']:<4} {r['name']}: {r['detail']}")
             s.note(f"{', '.join(result['modules'])} import; apex: {result['apex']}"
@@ -678,7 +694,7 @@ class Builder:
         torch, nothing else): change_data_ptr round trip, flatten/unflatten against torch, byte-compiling apex, the
         Python side as far as it imports without CANN. Its output goes to the build log."""
         lines = [line for line in proc.stdout.strip().splitlines() if not line.startswith(SMOKE_MARK)]
-        with open(self.state.log_path, "a") as fh:
+        with open(self.log_path, "a") as fh:
             fh.write(f"cpu tier (exit {proc.returncode}):\n{proc.stderr}{chr(10).join(lines)}\n")
         try:
             return json.loads(lines[-1])
@@ -748,7 +764,7 @@ class Builder:
             except FileNotFoundError:
                 continue
             except OSError as exc:
-                reason = f"unreadable ({exc.strerror})"
+                reason: str | None = f"unreadable ({exc.strerror})"
             else:
                 reason = untrusted.others_can_write(st) if stat.S_ISDIR(st.st_mode) else "not a directory"
             if reason:
@@ -864,7 +880,7 @@ class Builder:
         with log.step(f"publish (dist/{plan.target_id}: wheel, manifest, SBOM, provenance)", self.state.timings,
                       key="publish") as s:
             begun = time.monotonic()
-            files = {wheel.name: wheel, **documents} if documents else dist_files(wheel, manifest)
+            files: dict[str, Path | bytes] = {wheel.name: wheel, **documents} if documents else dist_files(wheel, manifest)
             # publish: the SBOM and provenance up to writing the manifest (the copy and the rename after it take
             # milliseconds); total: since the build started, so the steps' sum stays <= total
             manifest["durations_s"] = self._durations(publish=round(time.monotonic() - begun, 3))

@@ -69,10 +69,10 @@ def replace_dir(dist_dir: Path, name: str, files: dict[str, Path | bytes], manif
     other inputs (check_overwrite) unless `force`. A file given as bytes (sbom.cdx.json, provenance.json: apexkit.wheel.sbom)
     is written, a Path copied. Given one wheel and neither document, the SBOM and the provenance are written here
     from the manifest and that wheel (a Slurm job's target collected by matrixrun, for one)."""
-    wheels = [n for n, source in files.items() if n.endswith(".whl") and isinstance(source, Path)]
+    wheels = [source for n, source in files.items() if n.endswith(".whl") and isinstance(source, Path)]
     if len(wheels) == 1 and not {sbom.SBOM_FILE, sbom.PROVENANCE_FILE} & set(files):
         try:
-            files = {**files, **sbom.documents(manifest, files[wheels[0]])}
+            files = {**files, **sbom.documents(manifest, wheels[0])}
         except sbom.SbomError as exc:
             raise BuildError(f"{exc}; nothing was published", "report it: apexkit/wheel/sbom.py writes the SBOM") from None
     final = dist_dir / name

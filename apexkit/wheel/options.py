@@ -10,6 +10,7 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import overload
 
 from apexkit import paths, vocab
 from apexkit.errors import ConfigError
@@ -127,6 +128,10 @@ def check_version(flag: str, value: str) -> None:
         raise ConfigError(f"{flag} {value!r} is not a version (PEP 440)", f"pass {flag} like 2.1.0 or 2.1.0.post10")
 
 
+@overload
+def _index(value: str, what: str) -> str: ...
+@overload
+def _index(value: str | None, what: str) -> str | None: ...
 def _index(value: str | None, what: str) -> str | None:
     """A package index URL, checked by the one URL validator (apexkit.urls): a password holding '/', '#', '?' or '@'
     must be percent-encoded, and an error never quotes more than the scheme and host."""
@@ -142,7 +147,7 @@ def _source_url(option: str | None, flag: str, env: Mapping[str, str], variable:
     being echoed); file://, ssh:// and scp-like URLs only for whitespace and control characters."""
     from apexkit import urls
 
-    value, what = (option, flag) if option else (env.get(variable), variable) if env.get(variable) else (default, "")
+    value, what = (option, flag) if option else (env[variable], variable) if env.get(variable) else (default, "")
     if not what:
         return value
     urls.check_chars(value.strip(), what)

@@ -354,7 +354,7 @@ def provenance(manifest: dict, wheel_name: str, wheel_sha256: str, byproducts: S
     for key in ("ascend_apex", "nvidia_apex"):
         src = _dict(sources.get(key))
         commit = _hex(src.get("commit"), 40)
-        entry = {"name": key.replace("_", "-"), "uri": _s(src.get("origin")) or _s(src.get("url")) or "unknown"}
+        entry: dict = {"name": key.replace("_", "-"), "uri": _s(src.get("origin")) or _s(src.get("url")) or "unknown"}
         entry["digest"] = {"gitCommit": commit} if commit else {}
         if not commit and _s(src.get("commit")):
             entry["annotations"] = {"commit": _s(src.get("commit"))}  # a --apex-src copy: not a plain commit

@@ -219,9 +219,9 @@ def environment(cache: Path, extra: Mapping[str, str] | None = None) -> dict[str
 def pylock_wheels(text: str) -> list[dict]:
     """The packages of a PEP 751 pylock.toml (as `uv pip compile --format pylock.toml` writes it): name, version and
     each wheel's url (or path), sha256 and tags. Entries without a sha256 or a wheel file name are left out."""
-    try:
+    if sys.version_info >= (3, 11):
         import tomllib
-    except ImportError:  # Python < 3.11: tomli, as for matrix.toml
+    else:  # Python < 3.11: tomli, as for matrix.toml
         import tomli as tomllib
     from urllib.parse import unquote
 

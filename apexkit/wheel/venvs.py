@@ -33,6 +33,7 @@ import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from packaging.requirements import Requirement
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
@@ -82,7 +83,7 @@ class Venv:
     def python(self) -> Path:
         return self.path / "bin" / "python"
 
-    def run_json(self, code: str, env: dict | None = None, cwd: Path | None = None) -> dict:
+    def run_json(self, code: str, env: dict | None = None, cwd: Path | None = None) -> Any:
         proc = subprocess.run([str(self.python), "-c", code], capture_output=True, text=True, env=env, cwd=cwd)
         if proc.returncode != 0:
             raise EnvironmentSetupError(f"{self.python} failed: {_last(proc.stderr)}", "see the message above")

@@ -28,6 +28,7 @@ import tempfile
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, cast
 
 from apexkit.errors import EnvironmentSetupError
 
@@ -37,8 +38,10 @@ try:
     from elftools.elf.elffile import ELFFile
     from elftools.elf.gnuversions import GNUVerNeedSection
     from elftools.elf.hash import ELFHashSection, GNUHashSection
+    from elftools.elf.sections import SymbolTableSection
+    HAVE_ELFTOOLS = True
 except ImportError:  # a tool venv made before requirements.txt had it (an old builder image): one line, below
-    ELFFile = None
+    HAVE_ELFTOOLS = False
 
 # e_machine per target arch (the `machine` of interpreters.Interpreter)
 MACHINES = {"x86_64": "EM_X86_64", "aarch64": "EM_AARCH64"}
@@ -156,7 +159,7 @@ def exports(path: str) -> frozenset[str]:
         names = set()
         with open(real, "rb") as fh:
             elf = ELFFile(fh)
-            dynsym = elf.get_section_by_name(".dynsym")
+            dynsym = cast("SymbolTableSection | None", elf.get_section_by_name(".dynsym"))  # SHT_DYNSYM: a symbol table
             if dynsym is not None:
                 for sym in dynsym.iter_symbols():
                     if sym["st_shndx"] != "SHN_UNDEF" and sym.name:
@@ -231,7 +234,7 @@ def _check_open(fh, report: ModuleReport, expect: Expect, fail) -> None:
         fail("machine", f"ELF machine {report.machine}, the target is {expect.arch} ({wanted})")
         return  # the rest would read another architecture's conventions
     dyn = _dynamic(elf)
-    tags = list(dyn.iter_tags()) if dyn is not None else []
+    tags: list[Any] = list(dyn.iter_tags()) if dyn is not None else []  # .needed/.rpath/.runpath: set by setattr
     report.needed = [t.needed for t in tags if t.entry.d_tag == "DT_NEEDED"]
     for t in tags:
         if t.entry.d_tag == "DT_RPATH":
@@ -243,7 +246,7 @@ def _check_open(fh, report: ModuleReport, expect: Expect, fail) -> None:
         fail("rpath", f"RPATH {':'.join(report.rpath) or '(none)'}, expected "
                       f"{':'.join(expect.rpath) or '(none)'}")
     undefined, weak = [], set()
-    dynsym = elf.get_section_by_name(".dynsym")
+    dynsym = cast("SymbolTableSection | None", elf.get_section_by_name(".dynsym"))  # SHT_DYNSYM: a symbol table
     for sym in (dynsym.iter_symbols() if dynsym is not None else ()):
         if not sym.name:
             continue
@@ -410,7 +413,7 @@ def read_metadata(wheel: Path) -> tuple[str, list[str]]:
 
 def check_wheel(wheel: Path, expect: Expect, version: str | None = None, requires: list[str] | None = None) -> dict:
     """The report of one wheel: identity (version, Requires-Dist) and every compiled module."""
-    if ELFFile is None:
+    if not HAVE_ELFTOOLS:
         raise EnvironmentSetupError("the binary checks need pyelftools, which this Python lacks",
                                     "pip install -r requirements.txt (a builder image: rebuild it with invoke "
                                     "image.build)")
@@ -421,7 +424,7 @@ def check_wheel(wheel: Path, expect: Expect, version: str | None = None, require
     if requires is not None and sorted(found_requires) != sorted(requires):
         failures.append(f"{wheel.name}: identity: Requires-Dist {', '.join(found_requires) or '(none)'}, expected "
                         f"{', '.join(requires) or '(none)'}")
-    modules = []
+    modules: list[ModuleReport] = []
     with tempfile.TemporaryDirectory(prefix="apexkit-wheelcheck-") as tmp, zipfile.ZipFile(wheel) as zf:
         for name in sorted(n for n in zf.namelist() if n.endswith(".so") or ".so." in n.rsplit("/", 1)[-1]):
             target = Path(tmp) / f"{len(modules)}-{os.path.basename(name)}"
