@@ -5,7 +5,7 @@ from __future__ import annotations
 from apexkit import cann
 from apexkit.doctor import machine
 from apexkit.fleet import validate
-from apexkit.wheel import builder
+from apexkit.wheel import buildplan
 
 
 def test_a_sourced_set_env_wins_and_every_user_agrees(tmp_path):
@@ -13,7 +13,7 @@ def test_a_sourced_set_env_wins_and_every_user_agrees(tmp_path):
     home.mkdir(parents=True)
     for key in cann.VARIABLES:
         env = {key: str(home)}
-        assert cann.home(env) == builder.detect_cann(env) == machine.cann_home(env) == str(home)
+        assert cann.home(env) == buildplan.detect_cann(env) == machine.cann_home(env) == str(home)
     assert cann.home({"ASCEND_HOME_PATH": str(tmp_path / "gone")}) in (None, *cann.HOMES)  # a stale variable: ignored
     assert cann.set_env_for(str(home)) == str(tmp_path / "ascend-toolkit" / "set_env.sh")
     assert cann.set_env_for("/usr/local/Ascend/cann") == "/usr/local/Ascend/cann/set_env.sh"

@@ -2,7 +2,7 @@ import pytest
 
 from apexkit.errors import ConfigError
 from apexkit.plan import matrix
-from apexkit.wheel import builder
+from apexkit.wheel import buildplan
 from apexkit.wheel.interpreters import Interpreter
 from apexkit.wheel.options import BuildOptions
 
@@ -55,39 +55,39 @@ INTERP = Interpreter("/usr/bin/python3.11", "3.11", "3.11.7", "cpython", "aarch6
 
 
 def test_plan_decides_target_before_any_work(m):
-    plan = builder.make_plan(BuildOptions(python="3.11"), m, INTERP, None, env={})
+    plan = buildplan.make_plan(BuildOptions(python="3.11"), m, INTERP, None, env={})
     assert plan.target_id == "py3.11-torch2.13.0-aarch64-master"
     assert plan.flags == ("--cpp_ext",) and plan.torch_npu is None
-    plan = builder.make_plan(BuildOptions(python="3.11", torch="2.7.1", npu=True, apex_ref="5.0.rc3"), m, INTERP, None, {})
+    plan = buildplan.make_plan(BuildOptions(python="3.11", torch="2.7.1", npu=True, apex_ref="5.0.rc3"), m, INTERP, None, {})
     assert plan.torch_npu == m.torch_npu_for("2.7.1") and plan.target_id == \
         f"py3.11-torch2.7.1-aarch64-5.0.rc3+npu{plan.torch_npu}"
 
 
 def test_plan_installs_torch_npu_when_a_cann_toolkit_is_detected(m, tmp_path):
-    plan = builder.make_plan(BuildOptions(python="3.10", torch="2.1.0"), m, INTERP, None, {"ASCEND_HOME_PATH": str(tmp_path)})
+    plan = buildplan.make_plan(BuildOptions(python="3.10", torch="2.1.0"), m, INTERP, None, {"ASCEND_HOME_PATH": str(tmp_path)})
     assert plan.torch_npu == m.torch_npu_for("2.1.0")
 
 
 def test_plan_refuses_unknown_ref_unless_flags_are_given(m):
     with pytest.raises(ConfigError, match="unknown Ascend apex ref 'feature-x'"):
-        builder.make_plan(BuildOptions(python="3.11", apex_ref="feature-x"), m, INTERP, None, {})
-    plan = builder.make_plan(BuildOptions(python="3.11", apex_ref="feature-x", setup_flags=("--cpp_ext",)), m, INTERP, None, {})
+        buildplan.make_plan(BuildOptions(python="3.11", apex_ref="feature-x"), m, INTERP, None, {})
+    plan = buildplan.make_plan(BuildOptions(python="3.11", apex_ref="feature-x", setup_flags=("--cpp_ext",)), m, INTERP, None, {})
     assert plan.extensions == ("apex_C", "change_data_ptr")
 
 
 def test_cache_key_changes_with_every_input(m):
-    plan = builder.make_plan(BuildOptions(python="3.11"), m, INTERP, None, {})
+    plan = buildplan.make_plan(BuildOptions(python="3.11"), m, INTERP, None, {})
     opts = BuildOptions(python="3.11")
-    base = builder.cache_key(plan, opts, "a" * 40, "b" * 40, [], m)
-    assert base == builder.cache_key(plan, opts, "a" * 40, "b" * 40, [], m)
-    assert base != builder.cache_key(plan, opts, "c" * 40, "b" * 40, [], m)
-    other = builder.make_plan(BuildOptions(python="3.11", torch="2.12.0"), m, INTERP, None, {})
-    assert base != builder.cache_key(other, opts, "a" * 40, "b" * 40, [], m)
+    base = buildplan.cache_key(plan, opts, "a" * 40, "b" * 40, [], m)
+    assert base == buildplan.cache_key(plan, opts, "a" * 40, "b" * 40, [], m)
+    assert base != buildplan.cache_key(plan, opts, "c" * 40, "b" * 40, [], m)
+    other = buildplan.make_plan(BuildOptions(python="3.11", torch="2.12.0"), m, INTERP, None, {})
+    assert base != buildplan.cache_key(other, opts, "a" * 40, "b" * 40, [], m)
 
 
 def test_detected_toolkit_without_a_torch_npu_release_does_not_block_the_build(m, tmp_path):
-    plan = builder.make_plan(BuildOptions(python="3.11", torch="2.5.0"), m, INTERP, None,
+    plan = buildplan.make_plan(BuildOptions(python="3.11", torch="2.5.0"), m, INTERP, None,
                            {"ASCEND_HOME_PATH": str(tmp_path)})
     assert plan.torch_npu is None  # torch 2.5.0 has no torch_npu in the table: warned, not refused
     with pytest.raises(ConfigError):
-        builder.make_plan(BuildOptions(python="3.11", torch="2.5.0", npu=True), m, INTERP, None, {})
+        buildplan.make_plan(BuildOptions(python="3.11", torch="2.5.0", npu=True), m, INTERP, None, {})

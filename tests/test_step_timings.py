@@ -138,7 +138,7 @@ def test_cached_attestations_are_used_only_when_they_match_their_record(tmp_path
     import hashlib
     import os
 
-    from apexkit.wheel import builder
+    from apexkit.wheel import cache
 
     sbom_text, prov = b'{"bomFormat": "CycloneDX"}', b'{"_type": "https://in-toto.io/Statement/v1"}'
     (tmp_path / "sbom.cdx.json").write_bytes(sbom_text)
@@ -147,15 +147,15 @@ def test_cached_attestations_are_used_only_when_they_match_their_record(tmp_path
               "provenance": {"file": "provenance.json", "sha256": hashlib.sha256(prov).hexdigest()}}
     fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        assert builder._cached_documents({"attestations": record}, fd) == {"sbom.cdx.json": sbom_text,
+        assert cache._cached_documents({"attestations": record}, fd) == {"sbom.cdx.json": sbom_text,
                                                                             "provenance.json": prov}
-        assert builder._cached_documents({}, fd) is None  # an entry from before: written again
+        assert cache._cached_documents({}, fd) is None  # an entry from before: written again
         (tmp_path / "provenance.json").write_bytes(prov + b" ")  # changed since it was recorded
-        assert builder._cached_documents({"attestations": record}, fd) is None
+        assert cache._cached_documents({"attestations": record}, fd) is None
         (tmp_path / "provenance.json").unlink()
         (tmp_path / "provenance.json").symlink_to(tmp_path / "sbom.cdx.json")  # never followed
-        assert builder._cached_documents({"attestations": record}, fd) is None
+        assert cache._cached_documents({"attestations": record}, fd) is None
         bad_name = {**record, "sbom": {**record["sbom"], "file": "../x"}}
-        assert builder._cached_documents({"attestations": bad_name}, fd) is None
+        assert cache._cached_documents({"attestations": bad_name}, fd) is None
     finally:
         os.close(fd)

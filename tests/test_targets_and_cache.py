@@ -19,7 +19,8 @@ from conftest import output
 from apexkit import untrusted
 from apexkit.errors import ConfigError
 from apexkit.plan import matrix
-from apexkit.wheel import builder, distdir
+from apexkit.wheel import buildplan, distdir
+from apexkit.wheel.cache import WheelCache
 from apexkit.wheel.interpreters import Interpreter
 from apexkit.wheel.options import BuildOptions
 
@@ -29,7 +30,7 @@ WHEEL = wheelnames.fixture_wheel()  # manylinux_2_24 where auditwheel computes i
 
 
 def plan_id(**opts) -> str:
-    return builder.make_plan(BuildOptions(python="3.11", **opts), matrix.load(), INTERP, "2.13.0", env={}).target_id
+    return buildplan.make_plan(BuildOptions(python="3.11", **opts), matrix.load(), INTERP, "2.13.0", env={}).target_id
 
 
 # --- item 7: distinct inputs, distinct outputs -----------------------------------------------------------------
@@ -133,7 +134,7 @@ class Cache:
         self.work.mkdir()
         self.secret = root / "id_rsa"
         self.secret.write_bytes(b"-----BEGIN OPENSSH PRIVATE KEY-----\n")
-        self.builder = builder.Builder(BuildOptions(python="3.11", cache_dir=self.root))
+        self.cache = WheelCache(self.root / "wheels")
 
     def put(self, name: str = WHEEL, data: bytes | None = None, sha: str | None = None) -> None:
         self.entry.mkdir(parents=True, exist_ok=True)
@@ -144,7 +145,8 @@ class Cache:
         (self.entry / "manifest.json").write_text(json.dumps({"wheel": {"file": name, "sha256": digest, "size": 1}}))
 
     def lookup(self):
-        return self.builder._cache_lookup(KEY, self.work)
+        found = self.cache.lookup(KEY, self.work)
+        return None if found is None else found[:2]
 
 
 def test_a_good_cache_entry_is_copied_rehashed_and_sized(tmp_path):
@@ -193,24 +195,24 @@ def test_a_cache_owned_by_someone_else_is_not_used(tmp_path, capfd):
     cache = Cache(tmp_path)
     cache.put()
     os.chown(cache.root, 4242, 4242)
-    assert cache.builder._cache_usable() is False
+    assert cache.cache.usable() is False
     assert "is owned by uid 4242: not using it" in capfd.readouterr().err
 
 
 def test_a_group_or_world_writable_cache_is_not_used(tmp_path, capfd):
     cache = Cache(tmp_path)
     cache.put()
-    assert cache.builder._cache_usable() is True
+    assert cache.cache.usable() is True
     os.chmod(cache.root / "wheels", 0o777)
-    assert cache.builder._cache_usable() is False
+    assert cache.cache.usable() is False
     assert "is world-writable: not using it" in capfd.readouterr().err
     os.chmod(cache.root / "wheels", 0o775)
     if untrusted._private_group(os.stat(cache.root / "wheels")):  # the owner's own group (umask 002): fine
-        assert cache.builder._cache_usable() is True
+        assert cache.cache.usable() is True
         if os.geteuid() != 0:
             return
         os.chown(cache.root / "wheels", -1, grp.getgrnam("users").gr_gid)  # a group others are in
-    assert cache.builder._cache_usable() is False
+    assert cache.cache.usable() is False
     assert "is group-writable" in capfd.readouterr().err
 
 
@@ -220,7 +222,7 @@ def test_a_shard_tightened_on_top_only_still_refuses_anothers_entry(tmp_path, ca
     cache = Cache(tmp_path)
     cache.put()
     os.chmod(cache.entry.parent, 0o777)
-    assert cache.builder._cache_usable() is True and cache.lookup() is None
+    assert cache.cache.usable() is True and cache.lookup() is None
     assert "is world-writable" in capfd.readouterr().err
     os.chmod(cache.entry.parent, 0o755)
     if os.geteuid() == 0:

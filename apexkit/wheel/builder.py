@@ -14,7 +14,6 @@ import platform
 import re
 import shlex
 import shutil
-import stat
 import subprocess
 import tempfile
 import threading
@@ -25,12 +24,12 @@ from pathlib import Path
 from packaging.version import InvalidVersion
 
 import apexkit
-from apexkit import cann, fsedit, locks, log, paths, untrusted
+from apexkit import fsedit, locks, log, paths, untrusted
 from apexkit.errors import ApexkitError, BuildError, ConfigError, SmokeTestError
 from apexkit.plan import matrix, target
 from apexkit.proc import run_logged
 from apexkit.wheel import (
-    distdir,
+    buildplan,
     interpreters,
     known_failures,
     patches,
@@ -39,14 +38,12 @@ from apexkit.wheel import (
     venvs,
     wheelcheck,
 )
+from apexkit.wheel.cache import WheelCache
 from apexkit.wheel.distdir import check_overwrite, replace_dir
 from apexkit.wheel.options import BuildOptions
 
 NO_AUTOLOAD = "TORCH_DEVICE_BACKEND_AUTOLOAD"  # torch >= 2.5: 0 = do not import torch_npu at `import torch`
 
-# Bump when the way a wheel is produced changes, so old cache entries are not reused.
-# 2: reproducible (SOURCE_DATE_EPOCH, path prefix maps); 3: version label + Requires-Dist; 4: retagged to manylinux
-RECIPE_VERSION = "4"
 ZIP_EPOCH = 315532800  # 1980-01-01, the earliest zip timestamp: SOURCE_DATE_EPOCH when the source has no commit time
 
 # What the binary checks need from the build venv's torch (and torch_npu, found without importing it: that needs CANN).
@@ -127,154 +124,6 @@ if len(sys.argv) > 2:  # the CPU test tier in the same process: one `import torc
 SMOKE_MARK = "APEXKIT-SMOKE "
 
 
-@dataclass(frozen=True)
-class Plan:
-    """What will be built, decided before anything is touched."""
-
-    python: str
-    interpreter: str
-    interpreter_version: str
-    arch: str
-    torch: str  # requested version, or the system torch's version
-    torch_npu: str | None
-    torch_build: str  # which torch build pip will install (CPU/CUDA, from where), in words
-    apex_ref: str
-    flags: tuple[str, ...]
-    extensions: tuple[str, ...]
-    needs_npu_headers: bool
-    ref_known: bool
-    target_id: str
-    stack: str | None = None
-    cann: str | None = None  # the stack's CANN (runtime on the NPU nodes; the build itself needs none)
-    identity: dict = field(default_factory=dict)  # the non-default inputs (see `identity`); {} for a default build
-
-
-def identity(opts: BuildOptions, torch_npu: str | None, ref_flags: tuple[str, ...] | None) -> dict:
-    """The inputs beyond python/torch/arch/ref that change what a wheel is, when they differ from the default: the
-    target id names them and the manifest records them (`check_overwrite` compares them)."""
-    found: dict = {}
-    if torch_npu:
-        found["torch_npu"] = torch_npu
-    if opts.skip_patches:
-        found["skip_patches"] = sorted(set(opts.skip_patches))
-    if opts.nvidia_commit:
-        found["nvidia_commit"] = opts.nvidia_commit
-    if opts.setup_flags is not None and tuple(opts.setup_flags) != tuple(ref_flags or ()):
-        found["setup_flags"] = list(opts.setup_flags)
-    if opts.apex_src is not None:
-        found["apex_src"] = str(opts.apex_src)
-    if opts.use_system_torch:
-        found["system_torch"] = True
-    return found
-
-
-def detect_cann(env: dict | os._Environ) -> str | None:
-    """The CANN toolkit location when one is installed or sourced (apexkit.cann, shared with doctor)."""
-    return cann.home(env)
-
-
-def make_plan(opts: BuildOptions, m: matrix.Matrix, interp: interpreters.Interpreter,
-              system_torch: str | None, env, detected_flags: tuple[str, ...] | None = None) -> Plan:
-    """Pure decisions: torch, torch_npu, ref flags, target id. Refuses invalid combinations before any work.
-    `detected_flags`: the flags read off an --apex-src checkout's npu.patch when its ref is not in matrix.toml."""
-    ref = opts.apex_ref or ("local" if opts.apex_src else m.default_ref)
-    if opts.use_system_torch:
-        torch = system_torch or ""
-    else:
-        torch = opts.torch or m.default_torch(opts.python)
-        m.check_torch_python(torch, opts.python)
-    torch_npu = None
-    if not opts.use_system_torch:
-        if opts.npu:
-            torch_npu = opts.torch_npu or m.torch_npu_for(torch)
-            m.check_torch_npu(torch, torch_npu)
-        elif detect_cann(env) is not None:  # a toolkit is installed: pair torch_npu when the table knows one
-            try:
-                torch_npu = m.torch_npu_for(torch)
-            except ConfigError as exc:
-                log.warn(f"CANN toolkit found but torch_npu is not installed: {exc.cause}")
-    spec = m.ref(ref)
-    if opts.setup_flags is not None:
-        flags, extensions, needs_headers, known = opts.setup_flags, _extensions_for(opts.setup_flags), \
-            "--npu_float_status" in opts.setup_flags, spec is not None
-    elif spec is not None:
-        flags, extensions, needs_headers, known = spec.flags, spec.extensions, spec.needs_npu_headers, True
-    elif opts.apex_src is not None:
-        flags = detected_flags if detected_flags is not None else ()
-        extensions, needs_headers, known = _extensions_for(flags), "--npu_float_status" in flags, False
-    else:
-        raise ConfigError(
-            f"unknown Ascend apex ref '{ref}': not in matrix.toml [[refs]] (known: {', '.join(m.known_refs())})",
-            'add it to matrix.toml, or pass --setup-flags="--cpp_ext" to build it anyway',
-        )
-    stack = m.stack(opts.stack) if opts.stack else None
-    inputs = identity(opts, torch_npu, spec.flags if spec is not None else None)
-    return Plan(
-        python=opts.python,
-        interpreter=interp.path,
-        interpreter_version=interp.full_version,
-        arch=interp.machine,
-        torch=torch,
-        torch_npu=torch_npu,
-        torch_build=torch_build(m, torch, interp.machine, opts, env, system=opts.use_system_torch),
-        apex_ref=ref,
-        flags=tuple(flags),
-        extensions=tuple(extensions),
-        needs_npu_headers=needs_headers,
-        ref_known=known,
-        target_id=target.target_id(opts.python, torch, interp.machine, ref, inputs),
-        stack=stack.name if stack else None,
-        cann=stack.cann if stack else None,
-        identity=inputs,
-    )
-
-
-def torch_build(m: matrix.Matrix, torch: str, arch: str, opts: BuildOptions, env, system: bool = False) -> str:
-    """Which torch build pip will install, in words, with its download size (matrix.toml [index.torch_builds])."""
-    if system:
-        return "the interpreter's own torch (nothing downloaded)"
-    local = "+" in torch and torch.split("+", 1)[1]
-    if opts.torch_index_url:
-        kind = "CPU build" if "cpu" in opts.torch_index_url or local == "cpu" else "build"
-        return f"{kind} from {log.mask(opts.torch_index_url)}"
-    houses = [*opts.wheelhouses, *(Path(p) for p in env.get("PIP_FIND_LINKS", "").split() if "://" not in p)]
-    for house in houses:
-        wheels = sorted(house.glob(f"torch-{torch.split('+')[0]}*{arch}.whl")) if house.is_dir() else []
-        if wheels:
-            return f"{wheels[0].name} from --wheelhouse {house} ({wheels[0].stat().st_size / 2**20:.0f} MiB)"
-    if local:
-        return (f"the {local} build torch {torch}, if the package index serves it (the default index serves none with a "
-                "local label: use --torch-index-url or --wheelhouse)")
-    facts = m.torch_build(arch)
-    return (f"{facts['kind']} from the package index (~{facts['download']}); {facts['hint']}" if facts else
-            "from the package index")
-
-
-def _extensions_for(flags) -> tuple[str, ...]:
-    ext = ("apex_C", "change_data_ptr") if "--cpp_ext" in flags else ()
-    return ext + (("npu_float_status",) if "--npu_float_status" in flags else ())
-
-
-def cache_key(plan: Plan, opts: BuildOptions, ascend_commit: str, nvidia_sha: str,
-              patch_list: list[patches.Patch], m: matrix.Matrix) -> str:
-    """Content address of a wheel: every input that changes its bytes."""
-    inputs = {
-        "recipe": RECIPE_VERSION,
-        "ascend": ascend_commit,
-        "nvidia": nvidia_sha,
-        "patches": sorted(p.sha256 for p in patch_list if p.id not in opts.skip_patches),
-        "flags": list(plan.flags),
-        "python": plan.interpreter_version.rsplit(".", 1)[0],
-        "arch": plan.arch,
-        "torch": plan.torch,
-        "torch_npu": plan.torch_npu,
-        "torch_index": opts.torch_index_url,
-        "system_torch": opts.use_system_torch,
-        "requires": m.build_requires,
-    }
-    return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
-
-
 # --- doing -------------------------------------------------------------------------------------------------------
 
 @dataclass
@@ -288,7 +137,6 @@ class BuildState:
     cache_key: str | None = None  # the wheel's content address, once the sources are known
     use_cache: bool = False  # whether the wheel cache may be read and written (ours, and a clean --apex-src)
     ccache: dict | None = None  # ccache's hits and misses for the compile
-    cached_documents: dict[str, bytes] | None = None  # the SBOM and provenance a cache hit brings
 
 
 class Builder:
@@ -301,6 +149,7 @@ class Builder:
         self.env[NO_AUTOLOAD] = "0"
         self.m = matrix.load()
         self.state = BuildState()
+        self.cache = WheelCache(opts.cache_dir / "wheels")
         self.index = venvs.IndexOptions(opts.index_url, opts.extra_index_urls, opts.torch_index_url,
                                         opts.wheelhouses, opts.offline)
 
@@ -322,7 +171,7 @@ class Builder:
         detected = None
         if opts.apex_src is not None and opts.setup_flags is None and self.m.ref(opts.apex_ref or "local") is None:
             detected = sources.flags_of(opts.apex_src)  # a ref matrix.toml does not know: its npu.patch says
-        plan = make_plan(opts, self.m, interp, system_torch["version"] if system_torch else None, self.env, detected)
+        plan = buildplan.make_plan(opts, self.m, interp, system_torch["version"] if system_torch else None, self.env, detected)
         if detected is not None:
             log.info(f"  flags detected from npu.patch: {' '.join(detected)}")
         self._summary(plan)
@@ -344,7 +193,7 @@ class Builder:
         with locks.hold(work, f"build directory {work}"), contextlib.ExitStack() as held:
             return self._run_in(work, plan, interp, patch_list, held)
 
-    def _run_in(self, work: Path, plan: Plan, interp: interpreters.Interpreter, patch_list: list[patches.Patch],
+    def _run_in(self, work: Path, plan: buildplan.Plan, interp: interpreters.Interpreter, patch_list: list[patches.Patch],
                 held: contextlib.ExitStack) -> Path:
         opts = self.opts
         work.mkdir(parents=True, exist_ok=True)
@@ -353,11 +202,11 @@ class Builder:
 
         with tempfile.TemporaryDirectory(prefix="ascend-", dir=work) as tmp:
             ascend, nvidia, nvidia_sha = self._sources(plan, Path(tmp) / "ascend")
-            key = self.state.cache_key = cache_key(plan, opts, ascend.commit, nvidia_sha, patch_list, self.m)
-            self.state.use_cache = self._cache_usable() and not ascend.dirty  # a dirty checkout is never cached
+            key = self.state.cache_key = buildplan.cache_key(plan, opts, ascend.commit, nvidia_sha, patch_list, self.m)
+            self.state.use_cache = self.cache.usable() and not ascend.dirty  # a dirty checkout is never cached
             if self.state.use_cache:
-                held.enter_context(locks.hold(self._cache_entry(key), f"wheel cache entry {key[:12]}"))
-            cached = self._cache_lookup(key, work) if (self.state.use_cache and opts.use_cache) else None
+                held.enter_context(locks.hold(self.cache.entry(key), f"wheel cache entry {key[:12]}"))
+            cached = self.cache.lookup(key, work) if (self.state.use_cache and opts.use_cache) else None
             if cached is not None:
                 return self._publish_cached(plan, cached, interp, work)
             if plan.needs_npu_headers:
@@ -378,11 +227,12 @@ class Builder:
         wheel = self._retag(plan, venv, wheel, checks)
         smoke = self._smoke_test(plan, interp, wheel, work) if opts.smoke_test else {"skipped": "--no-smoke-test"}
         manifest = self._manifest(plan, ascend, nvidia_sha, results, wheel, venv, key, smoke, checks)
-        self._cache_store(key, wheel, manifest)
+        if self.state.use_cache:
+            self.cache.store(key, wheel, manifest)
         return self._publish(plan, wheel, manifest)
 
     # --- steps -------------------------------------------------------------------------------------------------
-    def _summary(self, plan: Plan) -> None:
+    def _summary(self, plan: buildplan.Plan) -> None:
         o = self.opts
         rows = [
             ("target", plan.target_id),
@@ -416,7 +266,7 @@ class Builder:
             )
         return json.loads(proc.stdout.strip().splitlines()[-1])
 
-    def _sources(self, plan: Plan, dest: Path):
+    def _sources(self, plan: buildplan.Plan, dest: Path):
         opts = self.opts
         retry = sources.RetryPolicy.from_env(self.env)
         with log.step("sources", self.state.timings, key="sources") as s:
@@ -439,8 +289,8 @@ class Builder:
             s.note(f"Ascend {ascend.commit[:19]}, NVIDIA {nvidia_sha[:12]} (verified)")
         return ascend, nvidia, nvidia_sha
 
-    def _check_npu_headers(self, plan: Plan) -> None:
-        cann = detect_cann(self.env)
+    def _check_npu_headers(self, plan: buildplan.Plan) -> None:
+        cann = buildplan.detect_cann(self.env)
         if cann and any((Path(cann) / sub / "acl" / "acl.h").is_file() for sub in ("include", "runtime/include")):
             return
         raise ConfigError(
@@ -449,14 +299,14 @@ class Builder:
             "install CANN and source its set_env.sh (and build with --npu), or use --apex-ref master",
         )
 
-    def _venv_dir(self, plan: Plan, interp: interpreters.Interpreter) -> Path:
+    def _venv_dir(self, plan: buildplan.Plan, interp: interpreters.Interpreter) -> Path:
         inputs = {"interp": interp.path, "version": interp.full_version, "torch": plan.torch,
                   "torch_npu": plan.torch_npu, "system": self.opts.use_system_torch, "requires": self.m.build_requires,
                   "index": self.index.key()}
         digest = hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:16]
         return self.opts.cache_dir / "venvs" / f"build-py{plan.python}-{digest}"
 
-    def _build_venv(self, plan: Plan, interp: interpreters.Interpreter) -> venvs.Venv:
+    def _build_venv(self, plan: buildplan.Plan, interp: interpreters.Interpreter) -> venvs.Venv:
         path = self._venv_dir(plan, interp)
         marker = path / "apexkit-ready.json"
         # Two timed steps: "venv" (waiting for its lock, creating it, or finding it ready) and "torch_install"
@@ -484,7 +334,7 @@ class Builder:
                                  if isinstance(packages, dict) and packages.get(n)))
             return venv
 
-    def _install_torch(self, venv: venvs.Venv, plan: Plan, record: bool = True) -> None:
+    def _install_torch(self, venv: venvs.Venv, plan: buildplan.Plan, record: bool = True) -> None:
         """torch (+ torch_npu); `record`: note the wheels' digests for the SBOM (the build venv, not the smoke one)."""
         if self.opts.use_system_torch:
             return
@@ -503,7 +353,7 @@ class Builder:
         site = venv.run_json("import json, sysconfig; print(json.dumps(sysconfig.get_paths()['purelib']))")
         Path(site, "apexkit-system-torch.pth").write_text(torch_dir + "\n")
 
-    def _compile(self, plan: Plan, venv: venvs.Venv, tree: Path, work: Path) -> Path:
+    def _compile(self, plan: buildplan.Plan, venv: venvs.Venv, tree: Path, work: Path) -> Path:
         from apexkit.wheel import ccachestats
 
         out = work / "wheel"
@@ -539,7 +389,7 @@ class Builder:
             s.note(wheels[0].name + (f"; {ccachestats.describe(self.state.ccache)}" if wrapper else ""))
         return wheels[0]
 
-    def expectations(self, plan: Plan, venv: venvs.Venv, tree: Path, results: list[patches.PatchResult]
+    def expectations(self, plan: buildplan.Plan, venv: venvs.Venv, tree: Path, results: list[patches.PatchResult]
                      ) -> wheelcheck.Expect:
         """What the binaries must show, from this build's own inputs: the target arch, the build venv's torch (its
         lib/ folder, its C++ ABI), the patched setup.py (hardening flags, declared libraries) and whether our
@@ -547,7 +397,7 @@ class Builder:
         torch = self._torch_facts(venv)
         setup_py = (tree / "setup.py").read_text(errors="replace")
         rpath_status = next((r.status for r in results if r.id == "rpath-link-flag"), None)
-        extra = [d for d in (torch.get("npu_lib"), *(f"{c}/lib64" for c in [detect_cann(self.env)] if c)) if d]
+        extra = [d for d in (torch.get("npu_lib"), *(f"{c}/lib64" for c in [buildplan.detect_cann(self.env)] if c)) if d]
         return wheelcheck.Expect(
             arch=plan.arch,
             torch_lib=torch["lib"],
@@ -578,7 +428,7 @@ class Builder:
             fsedit.atomic_write(kept, json.dumps(facts).encode(), 0o644)
         return facts
 
-    def _binary_checks(self, plan: Plan, venv: venvs.Venv, tree: Path, wheel: Path,
+    def _binary_checks(self, plan: buildplan.Plan, venv: venvs.Venv, tree: Path, wheel: Path,
                        results: list[patches.PatchResult]) -> dict:
         """The wheel's identity and its modules' ELF facts (apexkit.wheel.wheelcheck). A failure stops the build before
         anything is published, one line naming the file and the check; a diagnosis build (--skip-patch) keeps its
@@ -613,7 +463,7 @@ class Builder:
                 log.info(f"  manylinux tag not computed: {report['platform']['why']}")
             return report
 
-    def _retag(self, plan: Plan, venv: venvs.Venv, wheel: Path, checks: dict) -> Path:
+    def _retag(self, plan: buildplan.Plan, venv: venvs.Venv, wheel: Path, checks: dict) -> Path:
         """The wheel file named with the manylinux tag the binary checks computed (apexkit.wheel.wheelcheck.retag: `wheel
         tags` in the build venv, bytes reproducible), before the smoke test, the cache and dist/ see it; it keeps
         linux_<arch> when no tag was computed (auditwheel needs Python >= 3.10 on the host), and checks["platform"]
@@ -639,7 +489,7 @@ class Builder:
             log.foreign(line, "    ")
         return known_failures.announce(self.log_path.read_text(errors="replace"))
 
-    def _smoke_test(self, plan: Plan, interp: interpreters.Interpreter, wheel: Path, work: Path) -> dict:
+    def _smoke_test(self, plan: buildplan.Plan, interp: interpreters.Interpreter, wheel: Path, work: Path) -> dict:
         modules = [e for e in plan.extensions if e != "npu_float_status" or plan.torch_npu]
         with log.step("smoke test (fresh venv: install the wheel, import its compiled modules)", self.state.timings,
                       key="smoke_test") as s:
@@ -701,7 +551,7 @@ class Builder:
         except (ValueError, IndexError):
             return {"error": f"bench/cpu_tier.py crashed: {(proc.stderr.strip().splitlines() or ['?'])[-1][:200]}"}
 
-    def _manifest(self, plan: Plan, ascend: sources.AscendSource, nvidia_sha: str, results: list[patches.PatchResult],
+    def _manifest(self, plan: buildplan.Plan, ascend: sources.AscendSource, nvidia_sha: str, results: list[patches.PatchResult],
                   wheel: Path, venv: venvs.Venv, key: str, smoke: dict, checks: dict) -> dict:
         """manifest.json of a fresh build, whole: what was built from what, how, and what its checks found (a cache
         hit republishes its entry's manifest; `_publish` adds the publish step's time to durations_s)."""
@@ -748,92 +598,11 @@ class Builder:
         """Seconds per step that ran (and `more`), and the total since the build started: the steps' sum <= total."""
         return dict(self.state.timings, **more, total=round(time.monotonic() - self.state.started, 3))
 
-    # --- wheel cache ---------------------------------------------------------------------------------------------
-    # The cache may be shared (CI runners, NFS, a team's /data): an entry is untrusted input. A hit is read without
-    # following links, its wheel copied and re-hashed here (the manifest's sha256 must match the copy, not the file
-    # that might be swapped after the check), zip-checked, and smoke-tested too with --test-cached. A cache that
-    # someone else can write is not used at all.
-    def _cache_entry(self, key: str) -> Path:
-        return self.opts.cache_dir / "wheels" / key[:2] / key
 
-    def _cache_usable(self) -> bool:
-        """Whether the wheel cache may be read and written: nobody but us (or root) can write it."""
-        for path in (self.opts.cache_dir, self.opts.cache_dir / "wheels"):
-            try:
-                st = path.stat() if path == self.opts.cache_dir else path.lstat()
-            except FileNotFoundError:
-                continue
-            except OSError as exc:
-                reason: str | None = f"unreadable ({exc.strerror})"
-            else:
-                reason = untrusted.others_can_write(st) if stat.S_ISDIR(st.st_mode) else "not a directory"
-            if reason:
-                log.warn(f"wheel cache {path} is {reason}: not using it (whoever can write it could swap the wheel this "
-                         f"build publishes); chmod -R go-w {path}, or set APEXKIT_CACHE_DIR to a directory only you "
-                         "can write")
-                return False
-        return True
-
-    def _cache_lookup(self, key: str, work: Path) -> tuple[Path, dict] | None:
-        """A verified copy of the cached wheel in `work` and its manifest, or None (a miss, or an entry refused)."""
-        entry = self._cache_entry(key)
-        if not os.path.lexists(entry):
-            return None
-        dest = work / "cached-wheel"
-        shutil.rmtree(dest, ignore_errors=True)
-        dest.mkdir(parents=True)
-        try:
-            shard = untrusted.open_dir(entry.parent)
-            try:
-                _ours(os.fstat(shard), entry.parent.name)
-            finally:
-                os.close(shard)
-            fd = untrusted.open_dir(entry)
-            try:
-                _ours(os.fstat(fd), "the entry")
-                manifest = json.loads(untrusted.read_regular("manifest.json", fd, distdir.MANIFEST_MAX))
-                wheel = manifest.get("wheel") if isinstance(manifest, dict) else None
-                if not isinstance(wheel, dict) or not isinstance(wheel.get("sha256"), str):
-                    raise untrusted.Untrusted("manifest.json has no wheel.file and wheel.sha256")
-                name = untrusted.wheel_name(wheel.get("file"))
-                self.state.cached_documents = _cached_documents(manifest, fd)
-                src = untrusted.open_regular(name, fd)
-            finally:
-                os.close(fd)
-            try:
-                _ours(os.fstat(src), untrusted.shown(name))
-                sha, size = untrusted.copy_fd(src, dest / name)
-            finally:
-                os.close(src)
-            if sha != wheel["sha256"]:
-                raise untrusted.Untrusted(f"{untrusted.shown(name)} does not match its recorded sha256")
-            untrusted.check_zip(dest / name)
-        except (untrusted.Untrusted, OSError, ValueError) as exc:
-            shutil.rmtree(dest, ignore_errors=True)
-            log.warn(f"wheel cache entry {entry} refused ({exc}): rebuilding")
-            return None
-        manifest["wheel"] = {**wheel, "file": name, "sha256": sha, "size": size}
-        return dest / name, manifest
-
-    def _cache_store(self, key: str, wheel: Path, manifest: dict) -> None:
-        if not self.state.use_cache:
-            return
-        entry = self._cache_entry(key)
-        try:
-            tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=_mkdir(entry.parent)))
-            shutil.copy2(wheel, tmp / wheel.name)
-            (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
-            if entry.is_symlink() or (os.path.lexists(entry) and not entry.is_dir()):
-                entry.unlink()  # a link left in the cache goes; its target stays
-            else:
-                shutil.rmtree(entry, ignore_errors=True)
-            os.replace(tmp, entry)
-        except OSError as exc:  # the wheel is built; a cache that cannot take it is not a failed build
-            log.warn(f"could not store the wheel in the cache {entry.parent}: {exc.strerror or exc}")
-
-    def _publish_cached(self, plan: Plan, cached: tuple[Path, dict], interp: interpreters.Interpreter,
+    def _publish_cached(self, plan: buildplan.Plan, cached: tuple[Path, dict, dict[str, bytes] | None],
+                        interp: interpreters.Interpreter,
                         work: Path) -> Path:
-        wheel, old = cached
+        wheel, old, documents = cached
         manifest = dict(old)
         manifest["cache_hit"] = True
         manifest["built"] = old.get("created")
@@ -849,30 +618,12 @@ class Builder:
         manifest["durations_s"] = self._durations()
         manifest["created"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         try:
-            return self._publish(plan, wheel, manifest, self.state.cached_documents)
+            return self._publish(plan, wheel, manifest, documents)
         finally:
             shutil.rmtree(wheel.parent, ignore_errors=True)
 
-    def _cache_attach(self, documents: dict[str, bytes], manifest: dict) -> None:
-        """Keep the SBOM and provenance beside the cached wheel (the entry's manifest then records them): a hit
-        publishes the build's own attestations instead of writing them again (most of a no-op's time)."""
-        key = self.state.cache_key
-        record = manifest.get("attestations") or {}
-        if not (self.state.use_cache and key and documents and record.get("sbom") and record.get("provenance")):
-            return
-        entry = self._cache_entry(key)
-        try:
-            stored = json.loads((entry / "manifest.json").read_text())
-            if stored.get("wheel", {}).get("sha256") != manifest["wheel"]["sha256"]:
-                return
-            for name, data in documents.items():
-                fsedit.atomic_write(entry / name, data, 0o644)
-            stored["attestations"] = record
-            fsedit.atomic_write(entry / "manifest.json", (json.dumps(stored, indent=2) + "\n").encode(), 0o644)
-        except (OSError, ValueError, ApexkitError) as exc:  # the build is published; the next hit writes them again
-            log.warn(f"could not keep the SBOM/provenance in the cache entry {entry}: {exc}")
 
-    def _publish(self, plan: Plan, wheel: Path, manifest: dict, documents: dict[str, bytes] | None = None) -> Path:
+    def _publish(self, plan: buildplan.Plan, wheel: Path, manifest: dict, documents: dict[str, bytes] | None = None) -> Path:
         """dist/<target>: the wheel, manifest, SBOM and provenance -- `documents` when a cache hit brings the build's
         own (manifest["attestations"] records them), else written now and kept in the cache entry for the next hit."""
         from apexkit.wheel import ccachestats
@@ -886,8 +637,8 @@ class Builder:
             manifest["durations_s"] = self._durations(publish=round(time.monotonic() - begun, 3))
             final = replace_dir(self.opts.dist_dir, plan.target_id, files, manifest, self.opts.force)
             s.note(str(final) + (" (SBOM and provenance from the cache entry)" if documents else ""))
-        if not documents and not manifest.get("cache_hit"):
-            self._cache_attach({k: v for k, v in files.items() if isinstance(v, bytes)}, manifest)
+        if not documents and not manifest.get("cache_hit") and self.state.use_cache and self.state.cache_key:
+            self.cache.attach(self.state.cache_key, {k: v for k, v in files.items() if isinstance(v, bytes)}, manifest)
         log.info(f"✓ {final / wheel.name}")
         log.info(f"  sha256 {manifest['wheel']['sha256']}  ({manifest['wheel']['size'] / 1024:.0f} KiB, "
                  f"total {log.format_seconds(manifest['durations_s']['total'])})")
@@ -906,27 +657,6 @@ class Builder:
         return final
 
 
-def _cached_documents(manifest: dict, fd: int) -> dict[str, bytes] | None:
-    """The SBOM and provenance a cache entry keeps (read without following links, each matching the sha256 its
-    manifest records), or None: then the publish writes them again."""
-    record = manifest.get("attestations")
-    if not isinstance(record, dict):
-        return None
-    out = {}
-    for kind, name in (("sbom", sbom.SBOM_FILE), ("provenance", sbom.PROVENANCE_FILE)):
-        entry = record.get(kind)
-        if not isinstance(entry, dict) or entry.get("file") != name:
-            return None
-        try:
-            data = untrusted.read_regular(name, fd, distdir.MANIFEST_MAX)
-        except (untrusted.Untrusted, OSError):
-            return None
-        if hashlib.sha256(data).hexdigest() != entry.get("sha256"):
-            return None
-        out[name] = data
-    return out
-
-
 def dist_files(wheel: Path, manifest: dict) -> dict[str, Path | bytes]:
     """What dist/<target>/ holds besides manifest.json: the wheel, its CycloneDX SBOM and its provenance statement
     (apexkit.wheel.sbom, written from the manifest and the wheel; manifest["attestations"] records them). An SBOM that
@@ -938,7 +668,7 @@ def dist_files(wheel: Path, manifest: dict) -> dict[str, Path | bytes]:
     return {wheel.name: wheel, **documents}
 
 
-def install_command(plan: Plan, wheel: Path) -> str:
+def install_command(plan: buildplan.Plan, wheel: Path) -> str:
     """The pip command that installs this wheel where it belongs: next to the torch (+ torch_npu) it was built
     against (the wheel's METADATA pins them too, so pip refuses another)."""
     if plan.torch_build.startswith("the interpreter's own torch"):
@@ -947,7 +677,7 @@ def install_command(plan: Plan, wheel: Path) -> str:
     return f"pip install {' '.join(pins)} {shlex.quote(str(wheel))}"
 
 
-def identity_env(plan: Plan) -> dict[str, str]:
+def identity_env(plan: buildplan.Plan) -> dict[str, str]:
     """What the pep440-version patch reads: the local label and the Requires-Dist pins of this build."""
     try:
         label = target.version_label(plan.torch, plan.torch_npu)
@@ -967,15 +697,6 @@ def reproducible_env(epoch: int, tree: Path, venv: Path, env) -> dict[str, str]:
     return {"SOURCE_DATE_EPOCH": str(epoch),
             "CFLAGS": f"{env.get('CFLAGS', '')} {maps}".strip(),
             "CXXFLAGS": f"{env.get('CXXFLAGS', '')} {maps}".strip()}
-
-
-def _ours(st: os.stat_result, what: str) -> None:
-    """A wheel-cache entry (its shard folder, folder, wheel) is used only when nobody but us (or root) could have
-    written it: a shard made group-writable under umask 002, then tightened with chmod on the top only, may hold
-    another user's entry."""
-    reason = untrusted.others_can_write(st)
-    if reason:
-        raise untrusted.Untrusted(f"{what} is {reason}")
 
 
 def _mkdir(path: Path) -> Path:

@@ -1,0 +1,168 @@
+"""The plan of one wheel build, decided before anything is touched (pure): which torch, torch_npu, ref and flags,
+the target id and the non-default inputs it names, and the cache key (the content address of the wheel)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from apexkit import cann, log
+from apexkit.errors import ConfigError
+from apexkit.plan import matrix, target
+from apexkit.wheel import interpreters, patches
+from apexkit.wheel.options import BuildOptions
+
+# Bump when the way a wheel is produced changes, so old cache entries are not reused.
+# 2: reproducible (SOURCE_DATE_EPOCH, path prefix maps); 3: version label + Requires-Dist; 4: retagged to manylinux
+RECIPE_VERSION = "4"
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What will be built, decided before anything is touched."""
+
+    python: str
+    interpreter: str
+    interpreter_version: str
+    arch: str
+    torch: str  # requested version, or the system torch's version
+    torch_npu: str | None
+    torch_build: str  # which torch build pip will install (CPU/CUDA, from where), in words
+    apex_ref: str
+    flags: tuple[str, ...]
+    extensions: tuple[str, ...]
+    needs_npu_headers: bool
+    ref_known: bool
+    target_id: str
+    stack: str | None = None
+    cann: str | None = None  # the stack's CANN (runtime on the NPU nodes; the build itself needs none)
+    identity: dict = field(default_factory=dict)  # the non-default inputs (see `identity`); {} for a default build
+
+
+def identity(opts: BuildOptions, torch_npu: str | None, ref_flags: tuple[str, ...] | None) -> dict:
+    """The inputs beyond python/torch/arch/ref that change what a wheel is, when they differ from the default: the
+    target id names them and the manifest records them (`check_overwrite` compares them)."""
+    found: dict = {}
+    if torch_npu:
+        found["torch_npu"] = torch_npu
+    if opts.skip_patches:
+        found["skip_patches"] = sorted(set(opts.skip_patches))
+    if opts.nvidia_commit:
+        found["nvidia_commit"] = opts.nvidia_commit
+    if opts.setup_flags is not None and tuple(opts.setup_flags) != tuple(ref_flags or ()):
+        found["setup_flags"] = list(opts.setup_flags)
+    if opts.apex_src is not None:
+        found["apex_src"] = str(opts.apex_src)
+    if opts.use_system_torch:
+        found["system_torch"] = True
+    return found
+
+
+def detect_cann(env: dict | os._Environ) -> str | None:
+    """The CANN toolkit location when one is installed or sourced (apexkit.cann, shared with doctor)."""
+    return cann.home(env)
+
+
+def make_plan(opts: BuildOptions, m: matrix.Matrix, interp: interpreters.Interpreter,
+              system_torch: str | None, env, detected_flags: tuple[str, ...] | None = None) -> Plan:
+    """Pure decisions: torch, torch_npu, ref flags, target id. Refuses invalid combinations before any work.
+    `detected_flags`: the flags read off an --apex-src checkout's npu.patch when its ref is not in matrix.toml."""
+    ref = opts.apex_ref or ("local" if opts.apex_src else m.default_ref)
+    if opts.use_system_torch:
+        torch = system_torch or ""
+    else:
+        torch = opts.torch or m.default_torch(opts.python)
+        m.check_torch_python(torch, opts.python)
+    torch_npu = None
+    if not opts.use_system_torch:
+        if opts.npu:
+            torch_npu = opts.torch_npu or m.torch_npu_for(torch)
+            m.check_torch_npu(torch, torch_npu)
+        elif detect_cann(env) is not None:  # a toolkit is installed: pair torch_npu when the table knows one
+            try:
+                torch_npu = m.torch_npu_for(torch)
+            except ConfigError as exc:
+                log.warn(f"CANN toolkit found but torch_npu is not installed: {exc.cause}")
+    spec = m.ref(ref)
+    if opts.setup_flags is not None:
+        flags, extensions, needs_headers, known = opts.setup_flags, _extensions_for(opts.setup_flags), \
+            "--npu_float_status" in opts.setup_flags, spec is not None
+    elif spec is not None:
+        flags, extensions, needs_headers, known = spec.flags, spec.extensions, spec.needs_npu_headers, True
+    elif opts.apex_src is not None:
+        flags = detected_flags if detected_flags is not None else ()
+        extensions, needs_headers, known = _extensions_for(flags), "--npu_float_status" in flags, False
+    else:
+        raise ConfigError(
+            f"unknown Ascend apex ref '{ref}': not in matrix.toml [[refs]] (known: {', '.join(m.known_refs())})",
+            'add it to matrix.toml, or pass --setup-flags="--cpp_ext" to build it anyway',
+        )
+    stack = m.stack(opts.stack) if opts.stack else None
+    inputs = identity(opts, torch_npu, spec.flags if spec is not None else None)
+    return Plan(
+        python=opts.python,
+        interpreter=interp.path,
+        interpreter_version=interp.full_version,
+        arch=interp.machine,
+        torch=torch,
+        torch_npu=torch_npu,
+        torch_build=torch_build(m, torch, interp.machine, opts, env, system=opts.use_system_torch),
+        apex_ref=ref,
+        flags=tuple(flags),
+        extensions=tuple(extensions),
+        needs_npu_headers=needs_headers,
+        ref_known=known,
+        target_id=target.target_id(opts.python, torch, interp.machine, ref, inputs),
+        stack=stack.name if stack else None,
+        cann=stack.cann if stack else None,
+        identity=inputs,
+    )
+
+
+def torch_build(m: matrix.Matrix, torch: str, arch: str, opts: BuildOptions, env, system: bool = False) -> str:
+    """Which torch build pip will install, in words, with its download size (matrix.toml [index.torch_builds])."""
+    if system:
+        return "the interpreter's own torch (nothing downloaded)"
+    local = "+" in torch and torch.split("+", 1)[1]
+    if opts.torch_index_url:
+        kind = "CPU build" if "cpu" in opts.torch_index_url or local == "cpu" else "build"
+        return f"{kind} from {log.mask(opts.torch_index_url)}"
+    houses = [*opts.wheelhouses, *(Path(p) for p in env.get("PIP_FIND_LINKS", "").split() if "://" not in p)]
+    for house in houses:
+        wheels = sorted(house.glob(f"torch-{torch.split('+')[0]}*{arch}.whl")) if house.is_dir() else []
+        if wheels:
+            return f"{wheels[0].name} from --wheelhouse {house} ({wheels[0].stat().st_size / 2**20:.0f} MiB)"
+    if local:
+        return (f"the {local} build torch {torch}, if the package index serves it (the default index serves none with a "
+                "local label: use --torch-index-url or --wheelhouse)")
+    facts = m.torch_build(arch)
+    return (f"{facts['kind']} from the package index (~{facts['download']}); {facts['hint']}" if facts else
+            "from the package index")
+
+
+def _extensions_for(flags) -> tuple[str, ...]:
+    ext = ("apex_C", "change_data_ptr") if "--cpp_ext" in flags else ()
+    return ext + (("npu_float_status",) if "--npu_float_status" in flags else ())
+
+
+def cache_key(plan: Plan, opts: BuildOptions, ascend_commit: str, nvidia_sha: str,
+              patch_list: list[patches.Patch], m: matrix.Matrix) -> str:
+    """Content address of a wheel: every input that changes its bytes."""
+    inputs = {
+        "recipe": RECIPE_VERSION,
+        "ascend": ascend_commit,
+        "nvidia": nvidia_sha,
+        "patches": sorted(p.sha256 for p in patch_list if p.id not in opts.skip_patches),
+        "flags": list(plan.flags),
+        "python": plan.interpreter_version.rsplit(".", 1)[0],
+        "arch": plan.arch,
+        "torch": plan.torch,
+        "torch_npu": plan.torch_npu,
+        "torch_index": opts.torch_index_url,
+        "system_torch": opts.use_system_torch,
+        "requires": m.build_requires,
+    }
+    return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
