@@ -33,8 +33,6 @@ from apexkit.wheel import distdir, interpreters, known_failures, patches, sbom, 
 from apexkit.wheel.distdir import check_overwrite, replace_dir
 from apexkit.wheel.options import BuildOptions
 
-NO_AUTOLOAD = "TORCH_DEVICE_BACKEND_AUTOLOAD"  # torch >= 2.5: 0 = do not import torch_npu at `import torch`
-
 # Bump when the way a wheel is produced changes, so old cache entries are not reused.
 # 2: reproducible (SOURCE_DATE_EPOCH, path prefix maps); 3: version label + Requires-Dist; 4: retagged to manylinux
 RECIPE_VERSION = "4"
@@ -202,7 +200,7 @@ class Builder:
         # torch >= 2.5 imports every installed device backend at `import torch`; torch_npu then needs the CANN
         # runtime (libhccl.so), which build hosts, CI runners and image builds do not have. Building needs no CANN,
         # so every torch this build runs (setup.py, probes, the smoke test) leaves torch_npu alone.
-        self.env[NO_AUTOLOAD] = "0"
+        self.env[cann.NO_AUTOLOAD] = "0"
         self.m = matrix.load()
         self.timings: dict[str, float] = {}
         self.source_epoch = ZIP_EPOCH
