@@ -25,6 +25,7 @@ RUNTIME_PINS = ROOT / "requirements" / "runtime.in"  # the direct runtime pins, 
 PATCHES = ROOT / "patches"
 DOCKER = ROOT / "docker"
 BENCH = ROOT / "bench"
+PROBES = BENCH / "probes"  # the programs apexkit runs in target interpreters (python PROBES/<name>.py)
 NOXFILE = ROOT / "noxfile.py"
 
 

@@ -27,8 +27,7 @@ SCRIPTS = {"validate": ROOT / "bench" / "validate_env.py", "bench": ROOT / "benc
 RUN_EXTRAS = ("matplotlib",)
 # torch wheels built against NumPy 1.x (torch 2.1, 2.2) print a traceback-shaped warning at `import torch` and lose
 # torch.from_numpy when matplotlib pulls NumPy 2 (Python >= 3.9). Asked of the venv by trying, not by torch version.
-NUMPY_PROBE = ('import os; os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0"); import numpy, torch; '
-               'torch.from_numpy(numpy.zeros(1)); print("ok")')
+NUMPY_PROBE = paths.PROBES / "numpy_torch.py"
 NUMPY_1 = "numpy<2"
 
 
@@ -62,7 +61,7 @@ def run_venv(target_dir: Path, manifest: dict, cache: Path) -> venvs.Venv:
     torch_pin = manifest.get("tools", {}).get("torch") or spec["torch"]
     torch_npu = manifest.get("tools", {}).get("torch_npu") or spec.get("torch_npu")
     key = hashlib.sha256(json.dumps([manifest["wheel"]["sha256"], torch_pin, torch_npu, spec["interpreter"],
-                                     RUN_EXTRAS, NUMPY_PROBE]).encode()).hexdigest()[:12]
+                                     RUN_EXTRAS, NUMPY_PROBE.read_text()]).encode()).hexdigest()[:12]
     path = cache / "run-venvs" / f"{target_dir.name}-{key}"
     venv = venvs.Venv(path)
     with venvs.lock(path):  # two validate/bench runs at once: one makes the venv, the other waits and reuses it
@@ -94,7 +93,7 @@ def _make_run_venv(venv: venvs.Venv, target_dir: Path, manifest: dict, cache: Pa
 
 def numpy_works_with_torch(venv: venvs.Venv) -> bool:
     """Whether torch imports cleanly next to the venv's NumPy and can use it."""
-    argv = [str(venv.python), "-c", NUMPY_PROBE]
+    argv = [str(venv.python), str(NUMPY_PROBE)]
     log.echo_command(argv)
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=600)
     return proc.returncode == 0 and "compiled using NumPy 1.x" not in proc.stderr and "Failed to initialize NumPy" \

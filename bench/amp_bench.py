@@ -44,6 +44,7 @@ import device_adapter
 import flops
 import models
 import peaks
+import targetenv
 import torch
 
 MODES = ("fp32", "apex-O1", "apex-O2", "autocast-fp16", "autocast-bf16", "bf16")
@@ -723,9 +724,9 @@ def environment(device: device_adapter.Device, args) -> dict:
            or "unknown (set by nox -s bench from the target's manifest)",
            "env": {name: os.environ.get(name) for name in NPU_ENV}}
     if device.kind == "npu":
-        toolkit = os.environ.get("ASCEND_TOOLKIT_HOME", "/usr/local/Ascend/ascend-toolkit/latest")
+        toolkit = targetenv.cann_home() or targetenv.CANN_HOMES[0]  # a sourced set_env.sh, else either layout
         env["cann"] = _read_version([f"{toolkit}/version.cfg", f"{toolkit}/compiler/version.info"], "version")
-        env["driver"] = _read_version(["/usr/local/Ascend/driver/version.info"], "version")
+        env["driver"] = _read_version([targetenv.DRIVER_VERSION_INFO], "version")
         npu = torch.npu
         env["hf32"] = {"matmul": getattr(getattr(npu, "matmul", None), "allow_hf32", None),
                        "conv": getattr(getattr(npu, "conv", None), "allow_hf32", None), "requested": args.hf32}

@@ -27,7 +27,11 @@ import traceback
 import warnings
 import xml.etree.ElementTree as ET
 
-os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")  # torch >= 2.5 would import torch_npu (needs CANN)
+# appended, not first: the build's smoke test runs this file in the venv it checks, where the wheel's modules win
+sys.path.append(os.path.dirname(os.path.abspath(__file__)))
+import targetenv
+
+targetenv.no_autoload()  # torch >= 2.5 would import torch_npu (needs CANN)
 warnings.simplefilter("ignore")
 
 PYTHON_SIDE = ("apex", "apex.amp", "apex.optimizers", "apex.contrib.combine_tensors")

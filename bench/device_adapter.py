@@ -16,11 +16,13 @@ import resource
 import time
 import warnings
 
+import targetenv
+
 # torch >= 2.5 imports every installed device backend at `import torch`; torch_npu then needs CANN's libraries
 # (libhccl.so) even for a CPU run on a build host. torch_npu is imported explicitly below when the device needs it.
-os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
+targetenv.no_autoload()
 
-import torch
+import torch  # noqa: E402
 
 KINDS = ("npu", "cuda", "cpu")
 AUTOCAST_DTYPES = (torch.float16, torch.bfloat16)

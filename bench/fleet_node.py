@@ -32,6 +32,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 SCHEMA = "apexkit-fleet-node/1"
 sys.path.insert(0, str(HERE))
+import targetenv  # noqa: E402
 
 
 def now() -> str:
@@ -236,7 +237,7 @@ def write_json(path: Path, data: dict) -> None:
 
 
 def driver_version() -> str | None:
-    info = Path("/usr/local/Ascend/driver/version.info")
+    info = Path(targetenv.DRIVER_VERSION_INFO)
     if info.is_file():
         for line in info.read_text(errors="replace").splitlines():
             if line.lower().startswith("version="):

@@ -21,8 +21,9 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import cpu_tier
+import targetenv
 
-os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
+targetenv.no_autoload()
 
 # Ascend apex's own suites, relative to the generated tree (NVIDIA apex + Ascend's src/ and tests/ copied over it).
 SUITES = {
@@ -39,8 +40,8 @@ def missing(tests_root: str | None) -> list[str]:
     lacks = []
     if importlib.util.find_spec("torch_npu") is None:
         lacks.append("torch_npu is not installed in this venv (build with --npu)")
-    elif not (os.environ.get("ASCEND_HOME_PATH") or os.environ.get("ASCEND_TOOLKIT_HOME")):
-        lacks.append("the CANN environment is not sourced (source /usr/local/Ascend/ascend-toolkit/set_env.sh)")
+    elif not targetenv.sourced_home():
+        lacks.append(f"the CANN environment is not sourced ({targetenv.SET_ENV_HINT})")
     else:
         try:
             import torch

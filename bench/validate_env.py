@@ -29,11 +29,13 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import targetenv
+
 # torch >= 2.5 imports installed device backends at `import torch`, and torch_npu needs CANN for that; the torch_npu
 # check below imports it explicitly, so a host without CANN still gets its table (device_adapter does the same).
-os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
+targetenv.no_autoload()
 
-SET_ENV_HINT = "source /usr/local/Ascend/ascend-toolkit/set_env.sh (the path depends on the CANN version)"
+SET_ENV_HINT = targetenv.SET_ENV_HINT
 
 
 class Report:
@@ -57,9 +59,9 @@ def _first_line(exc: BaseException) -> str:
 
 def cann_info(environ=os.environ) -> dict:
     """CANN version from the toolkit's install.info files (<=8.3: ascend-toolkit/latest/<arch>-linux, 8.5+: cann/)."""
-    home = environ.get("ASCEND_HOME_PATH") or environ.get("ASCEND_TOOLKIT_HOME")
+    home = targetenv.sourced_home(environ)
     roots = [home] if home else []
-    roots += ["/usr/local/Ascend/ascend-toolkit/latest", "/usr/local/Ascend/cann"]
+    roots += targetenv.CANN_HOMES
     for root in roots:
         for info in sorted(glob.glob(os.path.join(root, "*-linux", "ascend_toolkit_install.info")) +
                            glob.glob(os.path.join(root, "ascend_toolkit_install.info"))):

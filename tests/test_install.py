@@ -46,3 +46,4 @@ def test_pip_install_dot_gives_an_apexkit_command_that_works_elsewhere(tmp_path)
     assert "Traceback" not in helped.stderr + plan.stderr + matrix.stderr + doctor.stderr + listed.stderr
     site = next((venv / "lib").glob("python3.*/site-packages"))
     assert (site / "apexkit" / "_data" / "matrix.toml").is_file() and (site / "apexkit" / "_data" / "docker").is_dir()
+    assert (site / "apexkit" / "_data" / "bench" / "probes" / "interpreter.py").is_file()  # what doctor just ran

@@ -26,6 +26,7 @@ from urllib.parse import unquote, urlparse
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from apexkit import paths
 from apexkit.errors import ConfigError
 
 if sys.version_info >= (3, 11):
@@ -41,32 +42,7 @@ MAX_HITS = 200
 BINARY_SNIFF = 8192  # a NUL byte in a file's first 8 KiB: a binary, not a script (as git and grep -I decide)
 
 # Runs in the target interpreter (any Python 3): lists distributions, imports nothing of the training stack.
-_PROBE = r"""
-import json, sys
-out = {"python": "%d.%d.%d" % tuple(sys.version_info[:3]), "executable": sys.executable, "prefix": sys.prefix,
-       "dists": []}
-try:
-    from importlib import metadata
-except ImportError:
-    metadata = None
-if metadata is not None:
-    for d in metadata.distributions():
-        name = d.metadata["Name"]
-        if not name:
-            continue
-        try:
-            direct = d.read_text("direct_url.json")
-        except Exception:
-            direct = None
-        out["dists"].append({"name": name, "version": d.version, "direct_url": direct,
-                             "path": str(getattr(d, "_path", "") or "")})
-else:
-    import pkg_resources
-    for d in pkg_resources.working_set:
-        out["dists"].append({"name": d.project_name, "version": d.version, "direct_url": None,
-                             "path": d.location or ""})
-print("APEXKIT-PROBE " + json.dumps(out))
-"""
+_PROBE = paths.PROBES / "training_env.py"
 
 
 # --- facts -------------------------------------------------------------------------------------------------------------
@@ -202,9 +178,9 @@ def resolve_target(venv: str | None, python: str | None) -> str | None:
 def read_environment(python: str, timeout: float = 120) -> Environment:
     """Run `python` once: its version and distributions (importlib.metadata), nothing of the stack imported."""
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONHOME", "PYTHONSTARTUP")}
-    with tempfile.TemporaryDirectory(prefix="apexkit-probe-") as cwd:  # the script's directory never shadows a package
+    with tempfile.TemporaryDirectory(prefix="apexkit-probe-") as cwd:  # nothing of the caller's cwd is read
         try:
-            proc = subprocess.run([python, "-c", _PROBE], capture_output=True, text=True, timeout=timeout, cwd=cwd,
+            proc = subprocess.run([python, str(_PROBE)], capture_output=True, text=True, timeout=timeout, cwd=cwd,
                                   env=env)
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise ConfigError(f"{python} does not run ({exc.__class__.__name__}: {exc})",

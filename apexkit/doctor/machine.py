@@ -29,28 +29,7 @@ OK, WARN, FAIL, SKIP = checks.OK, checks.WARN, checks.FAIL, checks.SKIP
 LOW_DISK_GIB = 10.0  # a build venv with a CPU torch is 1-2 GB, with a CUDA torch 5+ GB; builder images ~1 GB
 CRITICAL_DISK_GIB = 2.0
 CA_VARIABLES = layers.CA_VARIABLES  # one list: what proxy.setup --ca-cert exports
-_TORCH_PROBE = (
-    "import json, os, sys\n"
-    "out = {}\n"
-    "try:\n"
-    "    import torch\n"
-    "    out['torch'] = torch.__version__\n"
-    "    out['torch_dir'] = os.path.dirname(os.path.dirname(os.path.abspath(torch.__file__)))\n"
-    "    out['cxx11_abi'] = bool(getattr(torch._C, '_GLIBCXX_USE_CXX11_ABI', True))\n"
-    "except ModuleNotFoundError:\n"
-    "    out['torch'] = None\n"
-    "except Exception as exc:\n"
-    "    out['torch_error'] = '%s: %s' % (type(exc).__name__, str(exc).splitlines()[0] if str(exc) else '')\n"
-    "if out.get('torch'):\n"
-    "    try:\n"
-    "        import torch_npu\n"
-    "        out['torch_npu'] = torch_npu.__version__\n"
-    "    except ModuleNotFoundError:\n"
-    "        out['torch_npu'] = None\n"
-    "    except Exception as exc:\n"
-    "        out['torch_npu_error'] = '%s: %s' % (type(exc).__name__, str(exc).splitlines()[0] if str(exc) else '')\n"
-    "print(json.dumps(out))\n"
-)
+_TORCH_PROBE = paths.PROBES / "torch_facts.py"  # run as `torch_facts.py doctor`: torch, torch_npu or their errors
 
 
 Check = checks.Row  # Check(area, name, status, what was found, fix, data): one row of the shared report
@@ -126,7 +105,7 @@ def check_torch(found: list[interpreters.Interpreter], environ: Mapping[str, str
     without: list[str] = []
     for interp in found:
         try:
-            proc = subprocess.run([interp.path, "-c", _TORCH_PROBE], capture_output=True, text=True, timeout=180,
+            proc = subprocess.run([interp.path, str(_TORCH_PROBE), "doctor"], capture_output=True, text=True, timeout=180,
                                   env=dict(environ))
             text = proc.stdout + proc.stderr
             data = json.loads(proc.stdout.strip().splitlines()[-1])

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-from apexkit import dockerclient, fsedit, locks, log, paths, untrusted
+from apexkit import cann, dockerclient, fsedit, locks, log, paths, untrusted
 from apexkit.errors import BuildError, ConfigError, ImageError
 from apexkit.images import builder
 from apexkit.plan import matrix
@@ -130,7 +130,7 @@ def make_spec(opts: BuildOptions, image: str, labels: Mapping[str, str], arch: s
         inside["apex_src"] = Path(f"{MNT}/apex-src")
     # TORCH_DEVICE_BACKEND_AUTOLOAD=0: torch >= 2.5 loads torch_npu at `import torch`, which fails without CANN
     env: dict[str, str] = {"APEXKIT_CACHE_DIR": CACHE, "PIP_CACHE_DIR": f"{CACHE}/pip", "PYTHONPATH": python_path,
-                           "PYTHONDONTWRITEBYTECODE": "1", "TORCH_DEVICE_BACKEND_AUTOLOAD": "0",
+                           "PYTHONDONTWRITEBYTECODE": "1", cann.NO_AUTOLOAD: "0",
                            sbom.BY_HOST: "1"}  # the SBOM + provenance are the host's to write (_swap_in)
     for name, url, mount in (("APEXKIT_ASCEND_APEX_URL", opts.ascend_apex_url, "ascend-apex"),
                              ("APEXKIT_NVIDIA_APEX_URL", opts.nvidia_apex_url, "nvidia-apex")):

@@ -24,7 +24,7 @@ from pathlib import Path
 from packaging.version import InvalidVersion
 
 import apexkit
-from apexkit import fsedit, locks, log, paths, untrusted
+from apexkit import cann, fsedit, locks, log, paths, untrusted
 from apexkit.errors import ApexkitError, BuildError, ConfigError, SmokeTestError
 from apexkit.plan import matrix, target
 from apexkit.proc import run_logged
@@ -42,85 +42,12 @@ from apexkit.wheel.cache import WheelCache
 from apexkit.wheel.distdir import check_overwrite, replace_dir
 from apexkit.wheel.options import BuildOptions
 
-NO_AUTOLOAD = "TORCH_DEVICE_BACKEND_AUTOLOAD"  # torch >= 2.5: 0 = do not import torch_npu at `import torch`
-
 ZIP_EPOCH = 315532800  # 1980-01-01, the earliest zip timestamp: SOURCE_DATE_EPOCH when the source has no commit time
 
-# What the binary checks need from the build venv's torch (and torch_npu, found without importing it: that needs CANN).
-_PROBE_TORCH_LIBS = (
-    "import importlib.util, json, os, sys, sysconfig, torch; spec = importlib.util.find_spec('torch_npu'); "
-    "libpy = os.path.join(sysconfig.get_config_var('LIBDIR') or '', sysconfig.get_config_var('LDLIBRARY') or '');"
-    "print(json.dumps({'lib': os.path.join(os.path.dirname(os.path.abspath(torch.__file__)), 'lib'), "
-    "'site': os.path.dirname(os.path.dirname(os.path.abspath(torch.__file__))), "
-    "'cxx11_abi': int(getattr(torch._C, '_GLIBCXX_USE_CXX11_ABI', 1)), "
-    "'npu_lib': os.path.join(list(spec.submodule_search_locations)[0], 'lib') if spec else None, "
-    "'interpreter': [os.path.realpath(sys.executable)] + ([libpy] if sysconfig.get_config_var('Py_ENABLE_SHARED') "
-    "else [])}))"
-)
-
-_PROBE_TORCH = (
-    "import json, os, torch; print(json.dumps({'version': torch.__version__, "
-    "'dir': os.path.dirname(os.path.dirname(os.path.abspath(torch.__file__)))}))"
-)
-
-SMOKE_SCRIPT = r"""
-import importlib, importlib.util, json, os, sys, warnings
-warnings.simplefilter("ignore")
-CANN_LIBS = ("libhccl", "libascendcl", "libascend_hal", "libge_runner", "libacl_op_compiler", "set_env.sh")
-out = {"python": sys.version.split()[0], "modules": {}, "apex": None, "op": None, "torch_npu": None,
-       "autoload": os.environ.get("TORCH_DEVICE_BACKEND_AUTOLOAD"), "checked": [], "needs_cann": []}
-import torch
-out["torch"] = torch.__version__
-out["checked"].append("import torch (torch_npu auto-loading off)")
-for name in sys.argv[1].split(","):
-    try:
-        mod = importlib.import_module(name)
-        out["modules"][name] = {"ok": True, "file": getattr(mod, "__file__", "")}
-    except Exception as exc:
-        out["modules"][name] = {"ok": False, "error": "%s: %s" % (type(exc).__name__, exc)}
-out["checked"].append("import " + ", ".join(out["modules"]))
-apex_C = sys.modules.get("apex_C")
-if apex_C is not None and hasattr(apex_C, "flatten"):
-    ts = [torch.arange(3.0), torch.ones(2, 2)]
-    flat = apex_C.flatten(ts)
-    out["op"] = "apex_C.flatten ok" if torch.equal(flat, torch.cat([t.reshape(-1) for t in ts])) else "apex_C.flatten WRONG"
-    out["checked"].append("apex_C.flatten == torch.cat on CPU tensors")
-def needs_cann(exc):
-    return any(lib in str(exc) for lib in CANN_LIBS)
-if importlib.util.find_spec("torch_npu") is not None:
-    try:
-        import torch_npu
-        out["torch_npu"] = "imported %s" % torch_npu.__version__
-        out["checked"].append("import torch_npu")
-    except Exception as exc:
-        first = (str(exc).splitlines() or [""])[0][:160]
-        if needs_cann(exc):
-            out["torch_npu"] = "installed; import needs the CANN runtime (%s)" % first
-            out["needs_cann"].append("import torch_npu")
-        else:
-            out["torch_npu"] = "error: %s: %s" % (type(exc).__name__, first)
-try:
-    import apex  # noqa: F401
-    out["apex"] = "imported"
-    out["checked"].append("import apex")
-except ModuleNotFoundError as exc:
-    out["apex"] = "needs NPU runtime (torch_npu + CANN): %s" % exc if "torch_npu" in str(exc) else "error: %s" % exc
-    if "torch_npu" in str(exc):
-        out["needs_cann"].append("import apex (imports torch_npu)")
-except Exception as exc:
-    if needs_cann(exc):
-        out["apex"] = "needs NPU runtime (torch_npu + CANN): %s" % (str(exc).splitlines() or [""])[0][:160]
-        out["needs_cann"].append("import apex (imports torch_npu)")
-    else:
-        out["apex"] = "error: %s: %s" % (type(exc).__name__, exc)
-if out["needs_cann"]:
-    out["needs_cann"].append("NPU kernels (nox -s validate -- --device npu, on a node with CANN)")
-print("APEXKIT-SMOKE " + json.dumps(out), flush=True)
-if len(sys.argv) > 2:  # the CPU test tier in the same process: one `import torch` (seconds) instead of two
-    import runpy
-    sys.argv = [sys.argv[2]]
-    runpy.run_path(sys.argv[0], run_name="__main__")
-"""
+# Run in the build and smoke venvs (bench/probes): the torch facts (torch_facts.py build: for the binary checks;
+# system: --use-system-torch) and the smoke test, which prints SMOKE_MARK + JSON.
+TORCH_FACTS = paths.PROBES / "torch_facts.py"
+SMOKE_SCRIPT = paths.PROBES / "smoke.py"
 SMOKE_MARK = "APEXKIT-SMOKE "
 
 
@@ -146,7 +73,7 @@ class Builder:
         # torch >= 2.5 imports every installed device backend at `import torch`; torch_npu then needs the CANN
         # runtime (libhccl.so), which build hosts, CI runners and image builds do not have. Building needs no CANN,
         # so every torch this build runs (setup.py, probes, the smoke test) leaves torch_npu alone.
-        self.env[NO_AUTOLOAD] = "0"
+        self.env[cann.NO_AUTOLOAD] = "0"
         self.m = matrix.load()
         self.state = BuildState()
         self.cache = WheelCache(opts.cache_dir / "wheels")
@@ -257,7 +184,7 @@ class Builder:
             log.info(f"  {name:<15} {value}")
 
     def _system_torch(self, interp: interpreters.Interpreter) -> dict:
-        proc = subprocess.run([interp.path, "-c", _PROBE_TORCH], capture_output=True, text=True, env=self.env)
+        proc = subprocess.run([interp.path, str(TORCH_FACTS), "system"], capture_output=True, text=True, env=self.env)
         if proc.returncode != 0:
             raise ConfigError(
                 f"--use-system-torch: {interp.path} cannot import torch "
@@ -418,7 +345,7 @@ class Builder:
             facts = json.loads(kept.read_text())
             if isinstance(facts, dict) and {"lib", "site", "cxx11_abi", "npu_lib", "interpreter"} <= set(facts):
                 return facts
-        proc = subprocess.run([str(venv.python), "-c", _PROBE_TORCH_LIBS], capture_output=True, text=True,
+        proc = subprocess.run([str(venv.python), str(TORCH_FACTS), "build"], capture_output=True, text=True,
                               env=self.env)
         if proc.returncode != 0:
             raise BuildError(f"the build venv's torch cannot be probed for the binary checks: "
@@ -505,7 +432,7 @@ class Builder:
                 with tempfile.TemporaryDirectory() as cwd:  # not the tree: import what the wheel installed
                     # LD_BIND_NOW: every undefined symbol resolved at import, not at first call; then the CPU tier
                     # (bench/cpu_tier.py) in the same interpreter
-                    proc = subprocess.run([str(venv.python), "-c", SMOKE_SCRIPT, ",".join(modules),
+                    proc = subprocess.run([str(venv.python), str(SMOKE_SCRIPT), ",".join(modules),
                                            str(paths.BENCH / "cpu_tier.py")], cwd=cwd, capture_output=True, text=True,
                                           env=dict(self.env, LD_BIND_NOW="1"))
                 smoke = next((line[len(SMOKE_MARK):] for line in proc.stdout.splitlines()

@@ -13,15 +13,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from apexkit import paths
 from apexkit.errors import InterpreterNotFoundError
 
-_PROBE = (
-    "import json, platform, sys, sysconfig;"
-    "print(json.dumps({'version': '%d.%d' % sys.version_info[:2], 'full': platform.python_version(),"
-    " 'implementation': sys.implementation.name, 'machine': platform.machine(), 'prefix': sys.prefix,"
-    " 'base_prefix': getattr(sys, 'base_prefix', sys.prefix), 'executable': sys.executable,"
-    " 'purelib': sysconfig.get_paths()['purelib'], 'platlib': sysconfig.get_paths()['platlib']}))"
-)
+_PROBE = paths.PROBES / "interpreter.py"  # plain Python 3: it runs in every candidate, the oldest included
 
 
 @dataclass(frozen=True)
@@ -40,7 +35,7 @@ def probe(path: str, timeout: float = 30.0) -> tuple[Interpreter | None, str]:
     """Run `path` and ask it who it is. Returns (interpreter, "") or (None, why it is not usable)."""
     try:
         proc = subprocess.run(
-            [path, "-c", _PROBE], capture_output=True, text=True, timeout=timeout, env=_clean_env()
+            [path, str(_PROBE)], capture_output=True, text=True, timeout=timeout, env=_clean_env()
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return None, f"{path}: {exc.__class__.__name__}: {exc}"

@@ -32,7 +32,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 
-from apexkit import untrusted
+from apexkit import paths, untrusted
 
 SBOM_FILE = "sbom.cdx.json"
 PROVENANCE_FILE = "provenance.json"
@@ -45,30 +45,7 @@ BY_HOST = "APEXKIT_ATTESTATIONS_BY_HOST"  # set in a builder container: the host
 _MAX_STR = 512  # strings taken from a manifest (a container's is untrusted) are cut to this
 
 # Run by the build venv's own Python (3.8+): every installed distribution, with the sha256 of its RECORD.
-INVENTORY_PROBE = r"""
-import hashlib, json, sys
-from importlib import metadata
-out = []
-for dist in metadata.distributions():
-    name = dist.metadata["Name"]
-    if not name:
-        continue
-    files = {str(f).replace("\\", "/").rsplit("/", 1)[-1]: f for f in (dist.files or []) if ".dist-info/" in str(f)}
-    def read(base):
-        f = files.get(base)
-        try:
-            return f.locate().read_bytes() if f is not None else None
-        except OSError:
-            return None
-    record, wheel, installer = read("RECORD"), read("WHEEL"), read("INSTALLER")
-    tags = [l.split(":", 1)[1].strip() for l in (wheel or b"").decode("utf-8", "replace").splitlines()
-            if l.startswith("Tag:")]
-    out.append({"name": name, "version": dist.version,
-                "record_sha256": hashlib.sha256(record).hexdigest() if record is not None else None,
-                "tags": tags, "installer": (installer or b"").decode("utf-8", "replace").strip() or None})
-out.sort(key=lambda p: p["name"].lower())
-print(json.dumps({"python": sys.version.split()[0], "implementation": sys.implementation.name, "packages": out}))
-"""
+INVENTORY_PROBE = paths.PROBES / "inventory.py"
 
 
 class SbomError(Exception):
@@ -85,7 +62,7 @@ def inventory(python: Path, wheelhouses: Sequence[Path] = (), env: Mapping[str, 
     """The build venv's packages (name, version, RECORD sha256, wheel tags, installer), read by its own Python, plus
     the sha256 of the wheel file for each one found in a --wheelhouse (same name, version and a shared tag)."""
     try:
-        proc = subprocess.run([str(python), "-c", INVENTORY_PROBE], capture_output=True, text=True, timeout=120,
+        proc = subprocess.run([str(python), str(INVENTORY_PROBE)], capture_output=True, text=True, timeout=120,
                               env=None if env is None else dict(env))
         data = json.loads(proc.stdout.strip().splitlines()[-1]) if proc.returncode == 0 else None
     except (OSError, subprocess.TimeoutExpired, ValueError, IndexError):

@@ -38,7 +38,7 @@ from typing import Any
 from packaging.requirements import Requirement
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
-from apexkit import locks, log, untrusted
+from apexkit import locks, log, paths, untrusted
 from apexkit.errors import EnvironmentSetupError
 from apexkit.proc import run_logged
 from apexkit.wheel import known_failures, uvtools
@@ -83,8 +83,10 @@ class Venv:
     def python(self) -> Path:
         return self.path / "bin" / "python"
 
-    def run_json(self, code: str, env: dict | None = None, cwd: Path | None = None) -> Any:
-        proc = subprocess.run([str(self.python), "-c", code], capture_output=True, text=True, env=env, cwd=cwd)
+    def run_json(self, code: str | Path, env: dict | None = None, cwd: Path | None = None) -> Any:
+        """The JSON last line of a probe file (a Path: bench/probes) or of a one-line program, run by this venv."""
+        argv = [str(code)] if isinstance(code, Path) else ["-c", code]
+        proc = subprocess.run([str(self.python), *argv], capture_output=True, text=True, env=env, cwd=cwd)
         if proc.returncode != 0:
             raise EnvironmentSetupError(f"{self.python} failed: {_last(proc.stderr)}", "see the message above")
         return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -309,24 +311,7 @@ INSTALLED_FORMAT = "apexkit-installed/1"
 
 # Run by the venv's own Python: its own distributions (not those of a --system-site-packages base) -> version and the
 # platform tags of their installed WHEEL file.
-_PROBE_OWN = r"""
-import json, os, sys
-from importlib import metadata
-prefix = os.path.realpath(sys.prefix) + os.sep
-out = {}
-for dist in metadata.distributions():
-    name = dist.metadata["Name"]
-    path = os.path.realpath(str(dist.locate_file(""))) + os.sep
-    if not name or not path.startswith(prefix):
-        continue
-    tags = []
-    try:
-        tags = [l.split(":", 1)[1].strip() for l in (dist.read_text("WHEEL") or "").splitlines() if l.startswith("Tag:")]
-    except OSError:
-        pass
-    out[name] = {"version": dist.version, "tags": tags}
-print(json.dumps(out))
-"""
+_PROBE_OWN = paths.PROBES / "own_dists.py"
 
 
 def installed_digests(venv_path: Path) -> dict[str, dict]:
@@ -399,7 +384,7 @@ def _from_uv(uv: uvtools.Uv, venv: Venv, requirements: Sequence[str], args: list
     WHEEL carries is taken; a file:// wheel is re-hashed here and must agree. A wheel named on the command line is
     hashed directly. Whatever cannot be matched this way gets no entry."""
     try:
-        proc = subprocess.run([str(venv.python), "-c", _PROBE_OWN], capture_output=True, text=True, timeout=120)
+        proc = subprocess.run([str(venv.python), str(_PROBE_OWN)], capture_output=True, text=True, timeout=120)
         own = json.loads(proc.stdout.strip().splitlines()[-1]) if proc.returncode == 0 else {}
     except (OSError, subprocess.TimeoutExpired, ValueError, IndexError):
         own = {}
@@ -463,24 +448,18 @@ def _pip_progress(line: str) -> str | None:
     return None
 
 
-_FREEZE = ("import json\nfrom importlib import metadata\n"
-           "print(json.dumps({(d.metadata['Name'] or '').lower(): d.version for d in metadata.distributions()}))\n")
+_FREEZE = paths.PROBES / "freeze.py"
 
 
 def freeze(venv: Venv) -> dict[str, str]:
     """name -> version of everything in the venv, read by its own Python (whichever installer filled it)."""
-    proc = subprocess.run([str(venv.python), "-c", _FREEZE], capture_output=True, text=True)
+    proc = subprocess.run([str(venv.python), str(_FREEZE)], capture_output=True, text=True)
     if proc.returncode != 0:
         return {}
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-_PROBE_NPU_REQUIRES = (
-    "import json\n"
-    "from importlib import metadata\n"
-    "dist = metadata.distribution('torch_npu')\n"
-    "print(json.dumps({'requires': dist.requires or [], 'torch': metadata.version('torch')}))\n"
-)
+_PROBE_NPU_REQUIRES = paths.PROBES / "npu_requires.py"  # torch_npu's Requires-Dist, the installed torch
 
 
 def install_torch_npu(venv: Venv, version: str, also: Sequence[str], index: IndexOptions, log_path: Path,
