@@ -24,7 +24,8 @@ from pathlib import Path
 import pytest
 
 from apexkit.errors import ConfigError, SourceError
-from apexkit.index import refresh
+from apexkit.index import client, refresh
+from apexkit.wheel import sources
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data" / "torch-npu-metadata"
@@ -182,7 +183,7 @@ def run_refresh(*args: str, env: dict[str, str] | None = None) -> subprocess.Com
 
 
 def versions_keys(text: str) -> list[str]:
-    return list(refresh.matrix_mod.tomllib.loads(text)["torch_npu"]["versions"])
+    return list(refresh.matrix.tomllib.loads(text)["torch_npu"]["versions"])
 
 
 def outside_torch_npu(text: str) -> tuple[str, str]:
@@ -229,11 +230,11 @@ def test_write_keeps_comments_order_and_other_tables_and_a_second_run_changes_no
     assert [line for line in new.splitlines() if line in comments] == comments
     keys = versions_keys(new)
     assert keys[:2] == ["2.14.0", "2.13.0"] and keys[2:] == versions_keys(old)
-    data = refresh.matrix_mod.tomllib.loads(new)["torch_npu"]
+    data = refresh.matrix.tomllib.loads(new)["torch_npu"]
     assert data["read"] == datetime.date.today().isoformat()
     assert "package index" in data["source"] and data["source"].startswith("Ascend/pytorch COMPATIBILITY.md")
     rows = data["versions"]
-    old_rows = refresh.matrix_mod.tomllib.loads(old)["torch_npu"]["versions"]
+    old_rows = refresh.matrix.tomllib.loads(old)["torch_npu"]["versions"]
     assert rows["2.14.0"] == {"torch_npu": "2.14.0", "cann": []}
     assert rows["2.7.1"] == {**old_rows["2.7.1"], "torch_npu": "2.7.1.post11", "torch_local": {"x86_64": "cpu"}}
     assert rows["2.1.0"] == {**old_rows["2.1.0"], "torch_local": {"x86_64": "cpu"}}
@@ -365,26 +366,26 @@ def test_pip_config_precedence_is_pips():
             "install.index-url='https://install.example/simple'\n"
             ":env:.cert='/etc/ssl/ca.pem'\nglobal.cert='/other.pem'\n"
             "global.extra-index-url='file:///opt/pypi/simple https://x.example/simple'\n")
-    conf = refresh.parse_pip_config(text)
+    conf = client.parse_pip_config(text)
     assert conf["index-url"] == "https://install.example/simple" and conf["cert"] == "/etc/ssl/ca.pem"
-    settings = refresh.resolve_settings(None, {"HTTPS_PROXY": "http://p:3128", "no_proxy": "localhost"},
+    settings = client.resolve_settings(None, {"HTTPS_PROXY": "http://p:3128", "no_proxy": "localhost"},
                                         pip_config={**conf, "cert": ""})
     assert settings.urls == ("https://install.example/simple", "file:///opt/pypi/simple", "https://x.example/simple")
     assert settings.proxies == {"https": "http://p:3128", "no": "localhost"}
-    assert refresh.resolve_settings("http://i/simple", {}, pip_config={}).urls == ("http://i/simple",)
-    assert refresh.resolve_settings(None, {}, pip_config={}).urls == (refresh.DEFAULT_INDEX,)
-    with pytest.raises(refresh.ConfigError, match="does not exist"):
-        refresh.resolve_settings(None, {}, pip_config={"cert": "/nonexistent/ca.pem"})
+    assert client.resolve_settings("http://i/simple", {}, pip_config={}).urls == ("http://i/simple",)
+    assert client.resolve_settings(None, {}, pip_config={}).urls == (client.DEFAULT_INDEX,)
+    with pytest.raises(ConfigError, match="does not exist"):
+        client.resolve_settings(None, {}, pip_config={"cert": "/nonexistent/ca.pem"})
 
 
 def test_metadata_of_the_real_wheels_gives_torch_and_its_local_label():
     meta = {p.name.split("-")[1] + "/" + ("aarch64" if "aarch64" in p.name else "x86_64"):
-            refresh.parse_metadata(p.read_bytes()) for p in DATA.glob("*.METADATA")}
+            client.parse_metadata(p.read_bytes()) for p in DATA.glob("*.METADATA")}
     assert meta["2.13.0/x86_64"].torch == "torch==2.13.0.*" and meta["2.13.0/x86_64"].torch_version == "2.13.0"
     assert meta["2.1.0.post17/x86_64"].torch == "torch (==2.1.0+cpu)"
     assert meta["2.1.0.post17/x86_64"].torch_version == "2.1.0"
-    assert refresh.local_label(meta["2.1.0.post17/x86_64"].torch) == "cpu"
-    assert refresh.local_label(meta["2.1.0.post17/aarch64"].torch) is None
+    assert client.local_label(meta["2.1.0.post17/x86_64"].torch) == "cpu"
+    assert client.local_label(meta["2.1.0.post17/aarch64"].torch) is None
 
 
 def test_plan_keeps_unknown_rows_and_picks_the_newest_post_release():
@@ -412,7 +413,7 @@ def test_html_page_attributes_and_relative_links():
     page = (b'<html><a href="../../f/torch_npu-2.14.0-cp311-cp311-manylinux_2_28_x86_64.whl#sha256=ab" '
             b'data-core-metadata="sha256=cd">x</a><a href="torch_npu-2.1.0-cp38-cp38-linux_aarch64.whl" '
             b'data-dist-info-metadata="true" data-yanked="">y</a><a href="torch_npu-2.2.0.tar.gz">z</a></html>')
-    wheels = refresh.parse_index_page(page, "text/html", "https://i.example/simple/torch-npu/", "https://i.example/simple")
+    wheels = client.parse_index_page(page, "text/html", "https://i.example/simple/torch-npu/", "https://i.example/simple")
     assert [(w.url, w.arch, w.metadata, w.yanked) for w in wheels] == [
         ("https://i.example/f/torch_npu-2.14.0-cp311-cp311-manylinux_2_28_x86_64.whl", "x86_64", {"sha256": "cd"}, False),
         ("https://i.example/simple/torch-npu/torch_npu-2.1.0-cp38-cp38-linux_aarch64.whl", "aarch64", True, True)]
@@ -439,8 +440,8 @@ def test_write_refuses_a_versions_table_that_is_not_a_table_of_its_own(served, t
     new = ("versions = { " + ", ".join(rows) + " }\n" if layout == "inline" else
            "".join(f"versions.{row}\n" for row in rows))
     matrix.write_text(text.replace("\n" + block, new))
-    assert refresh.matrix_mod.tomllib.loads(matrix.read_text())["torch_npu"]["versions"] == \
-        refresh.matrix_mod.tomllib.loads(text)["torch_npu"]["versions"]
+    assert refresh.matrix.tomllib.loads(matrix.read_text())["torch_npu"]["versions"] == \
+        refresh.matrix.tomllib.loads(text)["torch_npu"]["versions"]
     before = matrix.read_bytes()
     proc = run_refresh("--matrix", str(matrix), "--index-url", f"{served.url}/json/simple", "--write")
     how = "an inline table" if layout == "inline" else "dotted keys"
@@ -453,7 +454,7 @@ def test_write_refuses_a_versions_table_that_is_not_a_table_of_its_own(served, t
 def test_a_render_that_would_not_read_back_is_refused():
     text = '[torch_npu]\nread = "x"\n\n[torch_npu.versions]\n"2.1.0" = { torch_npu = "2.1.0", cann = ["8.0.0"] }\n'
     change = refresh.RowChange("2.1.0", "update", "2.1.0", "2.1.0.post17", (("x86_64", "cpu"),))
-    want = refresh.expected_rows(refresh.matrix_mod.tomllib.loads(text)["torch_npu"]["versions"], [change])
+    want = refresh.expected_rows(refresh.matrix.tomllib.loads(text)["torch_npu"]["versions"], [change])
     assert want == {"2.1.0": {"torch_npu": "2.1.0.post17", "cann": ["8.0.0"], "torch_local": {"x86_64": "cpu"}}}
     good = refresh.render(text, [change], "2030-01-02", "http://i/simple")
     refresh.check_rendered(good, want, "m.toml")
@@ -502,14 +503,14 @@ def test_a_timeout_that_is_not_a_positive_number_is_one_line(tmp_path, timeout):
 
 def test_a_value_urllib_refuses_is_a_config_error_not_a_traceback():
     """Client.open: the ValueErrors of urllib and the socket (here a timeout set through the API) -> one line."""
-    settings = refresh.IndexSettings((f"http://127.0.0.1:{closed_port()}/simple",), "test", timeout=-1.0)
-    client = refresh.Client(settings, refresh.RetryPolicy(attempts=1, backoff=0))
+    settings = client.IndexSettings((f"http://127.0.0.1:{closed_port()}/simple",), "test", timeout=-1.0)
+    session = client.Client(settings, sources.RetryPolicy(attempts=1, backoff=0))
     with pytest.raises(ConfigError, match="cannot ask http://127.0.0.1:.*timeout"):
-        client.open(settings.urls[0] + "/torch-npu/")
+        session.open(settings.urls[0] + "/torch-npu/")
     with pytest.raises(ConfigError, match="cannot ask notaurl: unknown url type"):
-        client.open("notaurl")
+        session.open("notaurl")
     with pytest.raises(ConfigError, match="not a positive number of seconds"):
-        refresh.resolve_settings("http://i/simple", {}, timeout=float("nan"), pip_config={})
+        client.resolve_settings("http://i/simple", {}, timeout=float("nan"), pip_config={})
 
 
 @pytest.mark.parametrize(("content", "fragment"), [
@@ -548,7 +549,7 @@ def test_write_keeps_crlf_line_endings(served, tmp_path):
 def test_new_rows_go_in_newest_first_around_the_rows_already_there():
     text = ('[torch_npu]\nread = "x"\n\n[torch_npu.versions]\n"2.13.0" = { torch_npu = "2.13.0", cann = [] }\n'
             '"2.12.0" = { torch_npu = "2.12.0", cann = [] }\n\n[other]\na = 1\n')
-    rows = refresh.matrix_mod.tomllib.loads(text)["torch_npu"]["versions"]
+    rows = refresh.matrix.tomllib.loads(text)["torch_npu"]["versions"]
     releases = [refresh.Release(v, ["aarch64"], {"aarch64": f"torch=={t}"}, t) for v, t in [
         ("2.15.0", "2.15.0"), ("2.14.0", "2.14.0"), ("2.13.0", "2.13.0"), ("2.12.0", "2.12.0"),
         ("2.7.1.post11", "2.7.1"), ("2.1.0.post17", "2.1.0")]]
