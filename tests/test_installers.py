@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from apexkit import pipconfig
 from apexkit.errors import EnvironmentSetupError
 from apexkit.wheel import interpreters, uvtools, venvs
 
@@ -183,7 +184,7 @@ def test_pip_config_scopes_and_translation():
         ":env:.index-url='https://env.corp/simple/'",
         "global.proxy='http://u:p@proxy.corp:3128'",
     ])
-    config = uvtools.parse_pip_config(text)
+    config = pipconfig.parse(text)
     assert config.get("index-url") == "https://env.corp/simple/"  # PIP_INDEX_URL beats the file, as in pip
     args, env = uvtools.install_options(config, [])
     assert args[:2] == ["--index-strategy", "unsafe-best-match"]

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from apexkit import pipconfig
 from apexkit.errors import ConfigError, SourceError
 from apexkit.index import client, refresh
 from apexkit.wheel import sources
@@ -366,7 +367,7 @@ def test_pip_config_precedence_is_pips():
             "install.index-url='https://install.example/simple'\n"
             ":env:.cert='/etc/ssl/ca.pem'\nglobal.cert='/other.pem'\n"
             "global.extra-index-url='file:///opt/pypi/simple https://x.example/simple'\n")
-    conf = client.parse_pip_config(text)
+    conf = pipconfig.parse(text)
     assert conf["index-url"] == "https://install.example/simple" and conf["cert"] == "/etc/ssl/ca.pem"
     settings = client.resolve_settings(None, {"HTTPS_PROXY": "http://p:3128", "no_proxy": "localhost"},
                                         pip_config={**conf, "cert": ""})

@@ -1,8 +1,8 @@
 """A client for a package index (PEP 503 HTML / PEP 691 JSON simple pages) as pip would see it, reading a wheel's
 metadata without downloading the wheel.
 
-- settings: pip's effective configuration (`python -m pip config list`: index-url, extra-index-url, cert, proxy;
-  the PIP_* variables show there too), or an explicit --index-url; HTTPS_PROXY / HTTP_PROXY / NO_PROXY from the
+- settings: pip's effective configuration (`apexkit.pipconfig`: index-url, extra-index-url, cert, proxy), or an
+  explicit --index-url; HTTPS_PROXY / HTTP_PROXY / NO_PROXY from the
   environment;
 - `Client`: urllib with that CA bundle and those proxies (NO_PROXY per host), bounded retries, one-line errors;
   user:password@ in an index URL travels as Basic auth, never into a report;
@@ -13,7 +13,6 @@ metadata without downloading the wheel.
 
 from __future__ import annotations
 
-import ast
 import base64
 import email.parser
 import hashlib
@@ -26,8 +25,6 @@ import re
 import socket
 import ssl
 import struct
-import subprocess
-import sys
 import threading
 import time
 import urllib.error
@@ -43,7 +40,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from apexkit import log
+from apexkit import log, pipconfig
 from apexkit.errors import ConfigError, SourceError
 from apexkit.wheel.sources import RetryPolicy
 
@@ -72,41 +69,6 @@ class IndexSettings:
     timeout: float = 20.0
 
 
-def parse_pip_config(text: str) -> dict[str, str]:
-    """`pip config list` lines (`global.index-url='...'`, `:env:.cert='...'`) -> the effective value per option,
-    in pip's order: [global] < [install] < PIP_* environment variables."""
-    ranks = {"global": 0, "install": 1, "download": 1, ":env:": 2}
-    best: dict[str, tuple[int, str]] = {}
-    for line in text.splitlines():
-        match = re.match(r"^(?P<section>:env:|[A-Za-z0-9_-]+)\.(?P<key>[A-Za-z0-9_-]+)=(?P<value>.*)$", line.strip())
-        if not match or match["section"] not in ranks:
-            continue
-        value = match["value"]
-        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
-            try:  # pip prints repr(): a multi-line extra-index-url comes as '\\nhttps://a\\nhttps://b'
-                value = str(ast.literal_eval(value))
-            except (ValueError, SyntaxError):
-                value = value[1:-1]
-        key = match["key"].replace("_", "-").lower()
-        rank = ranks[match["section"]]
-        if key not in best or rank >= best[key][0]:
-            best[key] = (rank, value)
-    return {key: value for key, (_, value) in best.items()}
-
-
-def read_pip_config(env: Mapping[str, str], python: str = sys.executable) -> dict[str, str]:
-    """pip's effective configuration as this user's `pip install` sees it; the PIP_* variables where pip is absent."""
-    try:
-        proc = subprocess.run([python, "-m", "pip", "config", "list"], capture_output=True, text=True, timeout=60,
-                              env=dict(env))
-        if proc.returncode == 0:
-            return parse_pip_config(proc.stdout)
-    except (OSError, subprocess.TimeoutExpired):
-        pass
-    return {key[4:].replace("_", "-").lower(): value for key, value in env.items()
-            if key.startswith("PIP_") and value}
-
-
 def environment_proxies(env: Mapping[str, str]) -> dict[str, str]:
     """http/https proxies and no_proxy from the environment, lowercase names first (as curl and urllib do)."""
     out: dict[str, str] = {}
@@ -119,13 +81,15 @@ def environment_proxies(env: Mapping[str, str]) -> dict[str, str]:
 
 def resolve_settings(index_url: str | None, env: Mapping[str, str], timeout: float = 20.0,
                      pip_config: Mapping[str, str] | None = None) -> IndexSettings:
-    conf = dict(read_pip_config(env) if pip_config is None else pip_config)
+    """The index URLs, CA bundle, proxies and timeout of `pip install` in `env` (pip's configuration: `pip_config`,
+    else read through `pipconfig`), `index_url` replacing pip's indexes when given."""
+    conf = pipconfig.read(env) if pip_config is None else pipconfig.PipConfig(pip_config)
     if index_url:
         urls, origin = [index_url], "--index-url"
     else:
         primary = conf.get("index-url")
         origin = "pip config index-url" if primary else f"pip's default index ({DEFAULT_INDEX})"
-        urls = [primary or DEFAULT_INDEX, *conf.get("extra-index-url", "").split()]
+        urls = [primary or DEFAULT_INDEX, *conf.get_list("extra-index-url")]
         if len(urls) > 1:
             origin += " + extra-index-url"
     cert_origin = next(((name, value) for name, value in (
