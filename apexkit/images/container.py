@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import errno
 import glob
 import json
 import os
@@ -291,20 +290,14 @@ def open_host_log(path: Path):
     never through a symlink (O_NOFOLLOW), never into a FIFO or device (O_NONBLOCK, then fstat), never into a file
     hard-linked elsewhere. It lives outside the container's mounts (ContainerSpec.log_path); this is the second line."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
     hint = f"remove {path} (apexkit writes a fresh log there) and look at who made it"
     try:
-        fd = os.open(path, flags, 0o644)
-    except OSError as exc:
-        what = {errno.ELOOP: "it is a symbolic link", errno.ENXIO: "it is not a regular file"}.get(
-            exc.errno, (exc.strerror or "unwritable").lower())
+        fd = untrusted.open_regular(path, write=True, one_link=True)
+    except untrusted.Refused as exc:
+        what = {"link": "it is a symbolic link", "type": "it is not a regular file",
+                "links": "it is not a regular file with one link"}.get(exc.kind, (exc.strerror or "unwritable").lower())
         raise ImageError(f"refusing to write the container log {path}: {what}", hint) from None
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
-            raise ImageError(f"refusing to write the container log {path}: it is not a regular file with one link",
-                             hint)
-        os.set_blocking(fd, True)
         os.ftruncate(fd, 0)
         uid, gid = invoking_user()
         if os.geteuid() == 0 and uid != 0:
@@ -325,7 +318,6 @@ def _failure(code: int, spec: ContainerSpec) -> ImageError:
 
 
 TARGET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,199}")
-MANIFEST_MAX = 16 << 20  # bytes; ours are a few KiB
 
 
 _Untrusted = untrusted.Untrusted
@@ -363,7 +355,7 @@ def _clear_workspace_dist(workspace: Path) -> None:
 
 
 def _read_manifest(target_fd: int) -> dict:
-    data = untrusted.read_regular("manifest.json", target_fd, MANIFEST_MAX)
+    data = untrusted.read_regular("manifest.json", target_fd, distdir.MANIFEST_MAX)
     try:
         manifest = json.loads(data.decode("utf-8"))
     except ValueError as exc:
