@@ -379,6 +379,23 @@ def test_pip_config_precedence_is_pips():
         client.resolve_settings(None, {}, pip_config={"cert": "/nonexistent/ca.pem"})
 
 
+
+def test_the_ca_bundle_is_pips_cert_else_the_first_ca_variable_and_pips_proxy_wins(tmp_path):
+    """The index client reads the CA variables proxy.setup exports (netenv.CA_VARIABLES, in that order) and the
+    proxy variables through netenv; pip's own cert and proxy options win, as in pip."""
+    git_ca, ssl_ca, pip_ca = (tmp_path / f"{name}.pem" for name in ("git", "ssl", "pip"))
+    for path in (git_ca, ssl_ca, pip_ca):
+        path.write_text("")
+    env = {"GIT_SSL_CAINFO": str(git_ca), "https_proxy": "http://lower:3128", "HTTPS_PROXY": "http://upper:3128"}
+    settings = client.resolve_settings("http://i/simple", env, pip_config={})
+    assert settings.cert == str(git_ca) and settings.proxies == {"https": "http://lower:3128"}
+    settings = client.resolve_settings("http://i/simple", {**env, "SSL_CERT_FILE": str(ssl_ca)}, pip_config={})
+    assert settings.cert == str(ssl_ca)
+    settings = client.resolve_settings("http://i/simple", env, pip_config={"cert": str(pip_ca), "proxy": "http://p:1"})
+    assert settings.cert == str(pip_ca) and settings.proxies == {"http": "http://p:1", "https": "http://p:1"}
+    with pytest.raises(ConfigError, match=r"\(CURL_CA_BUNDLE\) does not exist"):
+        client.resolve_settings("http://i/simple", {"CURL_CA_BUNDLE": str(tmp_path / "gone.pem")}, pip_config={})
+
 def test_metadata_of_the_real_wheels_gives_torch_and_its_local_label():
     meta = {p.name.split("-")[1] + "/" + ("aarch64" if "aarch64" in p.name else "x86_64"):
             client.parse_metadata(p.read_bytes()) for p in DATA.glob("*.METADATA")}

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-from apexkit import dockerclient, fsedit, locks, log, paths, untrusted
+from apexkit import dockerclient, fsedit, locks, log, netenv, paths, untrusted
 from apexkit.errors import BuildError, ConfigError, ImageError
 from apexkit.images import builder
 from apexkit.plan import matrix
@@ -143,11 +143,11 @@ def make_spec(opts: BuildOptions, image: str, labels: Mapping[str, str], arch: s
             env[name] = value
     notes = []
     if settings is not None:
-        env.update({k: v for k, v in settings.environment().items() if k not in layers.CA_VARIABLES})
+        env.update({k: v for k, v in settings.environment().items() if k not in netenv.CA_VARIABLES})
     bundle = builder.resolve_ca_bundle(opts.ca_bundle, settings, environ)
     if bundle is not None:
         mounts.append(Mount(bundle, layers.CONTAINER_CA_PATH, True, "CA bundle"))
-        env.update(dict.fromkeys(layers.CA_VARIABLES, layers.CONTAINER_CA_PATH))
+        env.update(dict.fromkeys(netenv.CA_VARIABLES, layers.CONTAINER_CA_PATH))
     if log.is_interactive():
         env["FORCE_COLOR"] = "1"
     if euid != 0:

@@ -2,8 +2,8 @@
 metadata without downloading the wheel.
 
 - settings: pip's effective configuration (`apexkit.pipconfig`: index-url, extra-index-url, cert, proxy), or an
-  explicit --index-url; HTTPS_PROXY / HTTP_PROXY / NO_PROXY from the
-  environment;
+  explicit --index-url; the proxies (pip's proxy option wins, as in pip) and CA bundle this environment sets
+  (`apexkit.netenv`);
 - `Client`: urllib with that CA bundle and those proxies (NO_PROXY per host), bounded retries, one-line errors;
   user:password@ in an index URL travels as Basic auth, never into a report;
 - the index: the PEP 691 JSON simple API, else PEP 503 HTML; file:// indexes are read from disk;
@@ -40,7 +40,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from apexkit import log, pipconfig
+from apexkit import log, netenv, pipconfig
 from apexkit.errors import ConfigError, SourceError
 from apexkit.wheel.sources import RetryPolicy
 
@@ -64,19 +64,9 @@ INDEX_HINT = "pass --index-url with a PEP 503/691 simple index that serves torch
 class IndexSettings:
     urls: tuple[str, ...]          # the index first, then pip's extra indexes
     origin: str                    # where `urls` came from, for the report
-    cert: str | None = None        # CA bundle (pip's cert, PIP_CERT, REQUESTS_CA_BUNDLE, SSL_CERT_FILE)
+    cert: str | None = None        # CA bundle (pip's cert or PIP_CERT, else netenv.CA_VARIABLES)
     proxies: Mapping[str, str] = field(default_factory=dict)  # scheme -> proxy URL; "no" -> NO_PROXY
     timeout: float = 20.0
-
-
-def environment_proxies(env: Mapping[str, str]) -> dict[str, str]:
-    """http/https proxies and no_proxy from the environment, lowercase names first (as curl and urllib do)."""
-    out: dict[str, str] = {}
-    for scheme in ("http", "https", "no"):
-        value = env.get(f"{scheme}_proxy") or env.get(f"{scheme.upper()}_PROXY")
-        if value:
-            out[scheme] = value
-    return out
 
 
 def resolve_settings(index_url: str | None, env: Mapping[str, str], timeout: float = 20.0,
@@ -92,9 +82,9 @@ def resolve_settings(index_url: str | None, env: Mapping[str, str], timeout: flo
         urls = [primary or DEFAULT_INDEX, *conf.get_list("extra-index-url")]
         if len(urls) > 1:
             origin += " + extra-index-url"
-    cert_origin = next(((name, value) for name, value in (
-        ("pip's cert option or PIP_CERT", conf.get("cert")), ("REQUESTS_CA_BUNDLE", env.get("REQUESTS_CA_BUNDLE")),
-        ("SSL_CERT_FILE", env.get("SSL_CERT_FILE"))) if value), (None, None))
+    # pip's cert (PIP_CERT included), else the first CA variable set (proxy.setup --ca-cert sets them all)
+    cert_origin = ("pip's cert option or PIP_CERT", conf["cert"]) if conf.get("cert") else \
+        netenv.ca_variable(env) or (None, None)
     if cert_origin[1] and not os.path.isfile(cert_origin[1]):
         raise ConfigError(f"the CA bundle {cert_origin[1]} ({cert_origin[0]}) does not exist",
                           "fix pip's cert setting (pip config list) or the variable")
@@ -102,7 +92,7 @@ def resolve_settings(index_url: str | None, env: Mapping[str, str], timeout: flo
         check_index_url(url.strip(), "--index-url" if index_url else "pip's index-url / extra-index-url")
     if not 0 < timeout < math.inf:
         raise ConfigError(f"timeout {timeout!r} is not a positive number of seconds", "pass --timeout like 20")
-    proxies = environment_proxies(env)
+    proxies = netenv.proxies(env)
     if conf.get("proxy"):  # pip's own proxy option wins over the environment, as in pip
         proxies.update(http=conf["proxy"], https=conf["proxy"])
     return IndexSettings(tuple(dict.fromkeys(u.strip() for u in urls if u.strip())), origin, cert_origin[1],

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from apexkit import log, pipconfig
+from apexkit import log, netenv, pipconfig
 
 MIN_VERSION = (0, 5, 0)  # --index-strategy, --allow-insecure-host, venv --seed as used here
 CHOICES = ("auto", "uv", "pip")
@@ -130,7 +130,7 @@ def install_options(config: pipconfig.PipConfig, pip_args: list[str]) -> tuple[l
     if config.get("client-cert"):
         env["SSL_CLIENT_CERT"] = config.get("client-cert") or ""
     if config.get("proxy"):
-        env["HTTP_PROXY"] = env["HTTPS_PROXY"] = config.get("proxy") or ""
+        env.update(netenv.proxy_environment(config["proxy"], config["proxy"]))
     timeout = config.get("timeout") or config.get("default-timeout")
     if timeout:
         env["UV_HTTP_TIMEOUT"] = timeout.split(".")[0]
@@ -139,14 +139,18 @@ def install_options(config: pipconfig.PipConfig, pip_args: list[str]) -> tuple[l
 
 def environment(cache: Path, extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """The environment uv runs in: its cache beside apexkit's (hard links need one file system), pip's settings
-    translated (`extra`), the user's own proxy/CA variables kept (they come first: what the user exported wins over a
-    config file, as for pip)."""
+    translated (`extra`). pip's proxy option wins over the exported proxy variables, as in pip (PipSession passes
+    it with every request, and requests lets the environment only fill in what is unset); for the rest (a CA
+    bundle, a timeout) what the user exported wins over a config file."""
     env = dict(os.environ)
     env.setdefault("UV_CACHE_DIR", str(cache / "uv"))
     env["UV_NO_PROGRESS"] = "1"
     env.pop("VIRTUAL_ENV", None)  # uv would otherwise prefer the venv apexkit itself runs in
     for name, value in (extra or {}).items():
-        env.setdefault(name, value)
+        if netenv.is_proxy_variable(name):
+            env[name] = value
+        else:
+            env.setdefault(name, value)
     return env
 
 
