@@ -48,6 +48,7 @@ from packaging.version import InvalidVersion, Version
 
 from apexkit import fsedit, log, untrusted
 from apexkit.errors import ConfigError
+from apexkit.plan import target
 from apexkit.wheel import distdir, sbom
 
 FORMAT = "apexkit-index/1"  # index.json's marker: this directory is an index apexkit wrote
@@ -108,18 +109,9 @@ def _wheel_name(name: Any) -> str | None:
 
 def torch_version(raw: Any, where: Path, field: str) -> str:
     """The public PEP 440 version (2.13.0 for 2.13.0+cpu) a torch field names, checked before it becomes a path."""
-    try:
-        if not isinstance(raw, str) or raw != raw.strip():
-            raise InvalidVersion(repr(raw))
-        version = Version(raw)
-    except InvalidVersion:
-        raise ConfigError(f"{where}: {field} {raw!r} is not a PEP 440 version", "rebuild that target "
-                          "(or remove it from the dist directory)") from None
-    public = raw.split("+")[0]
-    if public != version.public:  # v2.13, 2.13.0.RC1: valid, but not the spelling the directory would get
-        raise ConfigError(f"{where}: {field} {raw!r} is not a normalised PEP 440 version ({version.public})",
-                          "rebuild that target (or remove it from the dist directory)")
-    return public
+    version = target.check_version(raw, f"{where}: {field}", "rebuild that target (or remove it from the dist "
+                                   "directory)")
+    return Version(version).public
 
 
 def _why(exc: untrusted.Refused) -> str:

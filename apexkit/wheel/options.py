@@ -13,7 +13,7 @@ from pathlib import Path
 
 from apexkit import paths, vocab
 from apexkit.errors import ConfigError
-from apexkit.plan import matrix
+from apexkit.plan import matrix, target
 
 PROJECT_ROOT = matrix.PROJECT_ROOT
 
@@ -114,19 +114,6 @@ def parser(prog: str = "nox -s build-3.X --") -> argparse.ArgumentParser:
     return p
 
 
-def check_version(flag: str, value: str) -> None:
-    """A version becomes part of paths (build/<target>, dist/<target>) and pip requirements: PEP 440 only."""
-    from packaging.version import InvalidVersion, Version
-
-    try:
-        Version(value)  # refuses '/', '\\' and inner spaces; it strips outer whitespace, which a path would keep
-        valid = value == value.strip()
-    except InvalidVersion:
-        valid = False
-    if not valid:
-        raise ConfigError(f"{flag} {value!r} is not a version (PEP 440)", f"pass {flag} like 2.1.0 or 2.1.0.post10")
-
-
 def _index(value: str | None, what: str) -> str | None:
     """A package index URL, checked by the one URL validator (apexkit.urls): a password holding '/', '#', '?' or '@'
     must be percent-encoded, and an error never quotes more than the scheme and host."""
@@ -177,7 +164,7 @@ def resolve(python: str, argv: Sequence[str], env: Mapping[str, str] | None = No
                           "drop --torch to build against the installed torch")
     for flag, value in (("--torch", args.torch), ("--torch-npu", args.torch_npu)):
         if value is not None:
-            check_version(flag, value)
+            target.check_version(value, flag, f"pass {flag} like 2.1.0 or 2.1.0.post10")
     stack = None
     if args.stack is not None and not args.stack.strip():
         raise ConfigError("--stack is empty", f"pass a stack name: {', '.join(m.stack_names())}")
@@ -318,7 +305,7 @@ def from_json(data: Mapping, python: str) -> BuildOptions:
         values[name] = value
     for flag, name in (("--torch", "torch"), ("--torch-npu", "torch_npu")):
         if values.get(name) is not None:
-            check_version(flag, values[name])
+            target.check_version(values[name], flag, f"pass {flag} like 2.1.0 or 2.1.0.post10")
     return BuildOptions(**values)
 
 
