@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from apexkit import vocab
+from apexkit import netenv, vocab
 from apexkit.errors import ConfigError
 
 REQUIRED = inspect.Parameter.empty  # an option without a default: a positional argument (also accepted as a flag)
@@ -79,7 +79,7 @@ COMMANDS: tuple[Command, ...] = (
              Opt("https", "proxy for https:// URLs (default: $https_proxy/$HTTPS_PROXY, else --http)"),
              Opt("no_proxy", "extra hosts/domains/CIDRs that bypass the proxy; localhost,127.0.0.0/8,::1 are always added"),
              Opt("ca_cert", "PEM file of a TLS-intercepting proxy's CA: a bundle (system CAs + it) is exported as "
-                 "SSL_CERT_FILE, REQUESTS_CA_BUNDLE, PIP_CERT, GIT_SSL_CAINFO, CURL_CA_BUNDLE"),
+                 + ", ".join(netenv.CA_VARIABLES)),
              Opt("pip_index", "pip index mirror written to pip.conf (the no-proxy path)"),
              Opt("registry_mirror", "registry mirror for the Docker daemon (daemon.json registry-mirrors); repeat for "
                  "several", repeat=True),

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import errno
 import hashlib
 import json
 import os
@@ -35,8 +36,9 @@ import tempfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NoReturn
 
-from apexkit import log
+from apexkit import log, untrusted
 from apexkit.errors import ConfigError, EnvironmentSetupError
 
 
@@ -207,7 +209,7 @@ def write_target(path: Path, display: str, within: Path | None = None) -> Path:
             raise TargetError(f"{display} is a directory, not a file; nothing was changed",
                               f"move {display} away, then run again")
         if not stat.S_ISREG(mode):
-            raise TargetError(f"{display} is {_kind(mode)}, not a regular file: apexkit edits only regular files; "
+            raise TargetError(f"{display} is {untrusted.file_kind(mode)}, not a regular file: apexkit edits only regular files; "
                               "nothing was changed", f"replace {display} with a regular file (or move it away), then run again")
     return target
 
@@ -246,52 +248,37 @@ def check_links(path: Path, display: str, links: list[tuple[Path, int, Path]] | 
                           "(without sudo)")
 
 
-def _kind(mode: int) -> str:
-    for test, name in ((stat.S_ISFIFO, "a named pipe"), (stat.S_ISCHR, "a character device"),
-                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a directory")):
-        if test(mode):
-            return name
-    return "not a regular file"
-
-
 def read_regular(path: Path, display: str, error: type[EnvironmentSetupError] | type[ConfigError] | None = None,
                  hint: str = "run as the user who owns it (or with sudo for system files)") -> bytes | None:
-    """The bytes of a regular file of at most MAX_READ bytes, read without blocking (a named pipe, a device such as
-    /dev/zero, or a huge file is one line, never a hang or a MemoryError); None when it does not exist."""
+    """The bytes of a regular file of at most MAX_READ bytes, through a link, read without blocking (a named pipe, a
+    device such as /dev/zero, or a huge file is one line, never a hang or a MemoryError); None when it does not
+    exist."""
     error = error or TargetError
     try:
-        st = os.stat(path)
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-    except OSError as exc:
-        raise error(f"cannot read {display} ({exc.strerror}); nothing was changed", hint) from None
-    if stat.S_ISDIR(st.st_mode):
-        raise error(f"{display} is a directory, not a file; nothing was changed", f"move {display} away, then run again")
-    too_big = error(f"{display} is larger than {MAX_READ // (1024 * 1024)} MiB: not a file apexkit edits; "
-                    "nothing was changed", f"check {display} (move it away if it is not yours), then run again")
-    not_regular = error(f"{display} is {_kind(st.st_mode)}, not a regular file: apexkit reads only regular files; "
-                        "nothing was changed", f"replace {display} with a regular file (or move it away), then run again")
-    if not stat.S_ISREG(st.st_mode):
-        raise not_regular
-    if st.st_size > MAX_READ:
-        raise too_big
-    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
-    try:
-        fd = os.open(path, flags)
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-    except OSError as exc:
-        raise error(f"cannot read {display} ({exc.strerror}); nothing was changed", hint) from None
-    with os.fdopen(fd, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):  # swapped since the stat
-            raise not_regular
-        try:
-            data = handle.read(MAX_READ + 1)
-        except OSError as exc:
-            raise error(f"cannot read {display} ({exc.strerror}); nothing was changed", hint) from None
-    if len(data) > MAX_READ:
-        raise too_big
-    return data
+        return untrusted.read_regular(path, None, MAX_READ, follow=True)
+    except untrusted.Refused as exc:
+        if exc.errno in (errno.ENOENT, errno.ENOTDIR):
+            return None
+        _refused(exc, error, {
+            "size": (f"{display} is larger than {MAX_READ >> 20} MiB: not a file apexkit edits; nothing was changed",
+                     f"check {display} (move it away if it is not yours), then run again"),
+            "directory": (f"{display} is a directory, not a file; nothing was changed",
+                          f"move {display} away, then run again"),
+            "type": (f"{display} is {untrusted.file_kind(exc.mode)}, not a regular file: apexkit reads only regular "
+                     "files; nothing was changed",
+                     f"replace {display} with a regular file (or move it away), then run again"),
+            "os": (f"cannot read {display} ({exc.strerror}); nothing was changed", hint)})
+
+
+def _refused(exc: untrusted.Refused, error: type[EnvironmentSetupError] | type[ConfigError],
+             messages: dict[str, tuple[str, str]]) -> NoReturn:
+    """The caller's one-line error (cause, hint) for why `untrusted` refused a file; "os" for any other reason."""
+    kind = exc.kind
+    if exc.errno == errno.ENOTDIR and "blocked" in messages:  # a file where a folder of the path belongs
+        kind = "blocked"
+    elif exc.kind == "type" and stat.S_ISDIR(exc.mode) and "directory" in messages:
+        kind = "directory"
+    raise error(*messages.get(kind, messages["os"])) from None
 
 
 def read_target(path: Path, display: str) -> bytes | None:
@@ -583,29 +570,22 @@ def check_private(path: Path, what: str, directory: bool, also: int | None = Non
 def read_private(path: Path, what: str) -> bytes | None:
     """A file of apexkit's own state, opened without following a symbolic link; None when it does not exist."""
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
-    except FileNotFoundError:
-        return None
-    except NotADirectoryError:
+        return untrusted.read_regular(path, None, MAX_READ)
+    except untrusted.Refused as exc:
+        if exc.errno == errno.ENOENT:
+            return None
         blocker = next((p for p in path.parents if os.path.lexists(p) and not os.path.isdir(p)), path.parent)
-        raise EnvironmentSetupError(f"cannot read {what} {path}: {blocker} is a file where a folder belongs; "
-                                    "nothing was changed", f"move {blocker} away, then run again") from None
-    except OSError as exc:
-        if os.path.islink(path):
-            raise EnvironmentSetupError(f"{what} {path} is a symbolic link, not a file apexkit made; it was not "
-                                        "followed and nothing was changed", f"remove it (rm {path}) and run again") from None
-        raise EnvironmentSetupError(f"cannot read {what} {path} ({exc.strerror}); nothing was changed",
-                                    "run as the user who ran setup (or with sudo for system files)") from None
-    with os.fdopen(fd, "rb") as handle:
-        st = os.fstat(handle.fileno())
-        if not stat.S_ISREG(st.st_mode):
-            raise EnvironmentSetupError(f"{what} {path} is not a regular file; it was not read and nothing was changed",
-                                        f"move {path} away and run again")
-        data = handle.read(MAX_READ + 1)
-    if len(data) > MAX_READ:
-        raise EnvironmentSetupError(f"{what} {path} is larger than {MAX_READ // (1024 * 1024)} MiB: not a file apexkit "
-                                    "wrote; it was not used and nothing was changed", f"move {path} away and run again")
-    return data
+        _refused(exc, EnvironmentSetupError, {
+            "blocked": (f"cannot read {what} {path}: {blocker} is a file where a folder belongs; nothing was changed",
+                        f"move {blocker} away, then run again"),
+            "link": (f"{what} {path} is a symbolic link, not a file apexkit made; it was not followed and nothing was "
+                     "changed", f"remove it (rm {path}) and run again"),
+            "type": (f"{what} {path} is not a regular file; it was not read and nothing was changed",
+                     f"move {path} away and run again"),
+            "size": (f"{what} {path} is larger than {MAX_READ >> 20} MiB: not a file apexkit wrote; it was not used "
+                     "and nothing was changed", f"move {path} away and run again"),
+            "os": (f"cannot read {what} {path} ({exc.strerror}); nothing was changed",
+                   "run as the user who ran setup (or with sudo for system files)")})
 
 
 def clamp_mode(mode: object, private: bool = False, default: int = 0o644) -> int:

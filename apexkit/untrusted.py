@@ -1,9 +1,11 @@
-"""Taking files back from places other code can write: a container's workspace, the shared wheel cache.
+"""Taking files back from places other code can write: a container's workspace, the shared wheel cache, an index
+folder, apexkit's own state, a log path.
 
 Such a place may hold symlinks (aimed at /root/.ssh/id_rsa or /etc/cron.d), FIFOs, `../` names or a text file called
-`x.whl`. Everything here opens relative to an already opened directory, without following links, and checks the
-type on the open descriptor (fstat of an O_NOFOLLOW descriptor is the lstat, without the race); a wheel is copied and
-hashed in one pass, so what was checked is what was copied.
+`x.whl`. `open_regular` is apexkit's one way to open such a file: relative to an already opened directory or by
+path, without following links (unless asked), and with the type checked on the open descriptor (fstat of an
+O_NOFOLLOW descriptor is the lstat, without the race); `read_regular` adds a size cap. A wheel is copied and hashed in
+one pass, so what was checked is what was copied.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from pathlib import Path
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_NOCTTY = getattr(os, "O_NOCTTY", 0)
 
 
 class Untrusted(Exception):
@@ -37,26 +40,102 @@ def open_dir(name: str | Path, dir_fd: int | None = None) -> int:
         raise Untrusted(f"{shown(str(name))} is not a directory (a symlink or other file)") from exc
 
 
-def open_regular(name: str, dir_fd: int) -> int:
-    """Read-only fd of the regular file `name` directly in dir_fd: no symlink, no FIFO or device."""
+class Refused(Untrusted):
+    """`open_regular` / `read_regular` refused a path: `kind` says why -- "link" (a symbolic link), "type" (not a
+    regular file; `mode` holds its type bits where known), "links" (hard-linked elsewhere), "size" (over `limit`), or
+    "os" (the open itself failed; `error` is that OSError, whose errno tells a missing file apart). Callers turn it
+    into their own one-line error."""
+
+    def __init__(self, name: str, kind: str, *, mode: int = 0, limit: int = 0, error: OSError | None = None) -> None:
+        self.name, self.kind, self.mode, self.limit, self.error = name, kind, mode, limit, error
+        self.errno = error.errno if error is not None else None
+        self.strerror = (error.strerror or str(error)) if error is not None else ""
+        super().__init__(f"{shown(name)} {self.why}")
+
+    @property
+    def why(self) -> str:
+        if self.kind == "link":
+            return "is a symbolic link"
+        if self.kind == "type":
+            return "is not a regular file"
+        if self.kind == "links":
+            return "is hard-linked elsewhere"
+        if self.kind == "size":
+            return f"is larger than {self.limit >> 20} MiB" if self.limit >= 1 << 20 else \
+                f"is larger than {self.limit} bytes"
+        return f"is {(self.strerror or 'unreadable').lower()}"
+
+
+def file_kind(mode: int) -> str:
+    """What a stat's mode says a file is, for a message: "a named pipe", "a directory", ..."""
+    for test, name in ((stat.S_ISFIFO, "a named pipe"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a directory"),
+                       (stat.S_ISLNK, "a symbolic link")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def open_regular(path: str | os.PathLike[str], dir_fd: int | None = None, *, follow: bool = False,
+                 write: bool = False, one_link: bool = False) -> int:
+    """A descriptor of the regular file `path` (relative to `dir_fd` when given), else `Refused`.
+
+    The one way apexkit opens a file another party may have placed: never a symbolic link at the last step unless
+    `follow` (O_NOFOLLOW), never a FIFO, device, socket or directory -- looked at with a stat before the open, so a
+    device is never opened, and checked again on the descriptor (O_NONBLOCK: a FIFO swapped in between does not
+    block the open; the fstat is what counts). `write`: for writing, created 0644 when missing, never truncated here
+    (the caller truncates once the checks passed). `one_link`: refused when hard-linked elsewhere. The descriptor is
+    blocking again when returned."""
+    name = os.fspath(path)
     try:
-        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | _CLOEXEC, dir_fd=dir_fd)
+        st: os.stat_result | None = os.stat(path, dir_fd=dir_fd, follow_symlinks=follow)
+    except FileNotFoundError as exc:
+        if not write:
+            raise Refused(name, "os", error=exc) from exc
+        st = None
     except OSError as exc:
-        what = "a symbolic link" if exc.errno == errno.ELOOP else (exc.strerror or "unreadable").lower()
-        raise Untrusted(f"{shown(name)} is {what}") from exc
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        raise Refused(name, "os", error=exc) from exc
+    if st is not None and stat.S_ISLNK(st.st_mode):
+        raise Refused(name, "link")
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        raise Refused(name, "type", mode=st.st_mode)
+    flags = (os.O_WRONLY | os.O_CREAT if write else os.O_RDONLY) | os.O_NONBLOCK | _NOCTTY | _CLOEXEC
+    if not follow:
+        flags |= os.O_NOFOLLOW
+    try:
+        fd = os.open(path, flags, 0o644, dir_fd=dir_fd)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP and not follow:
+            raise Refused(name, "link") from exc
+        if exc.errno in (errno.EISDIR, errno.ENXIO):  # swapped in since the stat: a directory, a FIFO or socket
+            raise Refused(name, "type", mode=stat.S_IFDIR if exc.errno == errno.EISDIR else 0) from exc
+        raise Refused(name, "os", error=exc) from exc
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise Refused(name, "type", mode=st.st_mode)
+        if one_link and st.st_nlink != 1:
+            raise Refused(name, "links")
+        os.set_blocking(fd, True)
+    except BaseException:
         os.close(fd)
-        raise Untrusted(f"{shown(name)} is not a regular file")
+        raise
     return fd
 
 
-def read_regular(name: str, dir_fd: int, limit: int) -> bytes:
-    """The bytes of the regular file `name` in dir_fd, refusing more than `limit`."""
-    fd = open_regular(name, dir_fd)
+def read_regular(path: str | os.PathLike[str], dir_fd: int | None, limit: int, *, follow: bool = False) -> bytes:
+    """The bytes of the regular file `path` (as `open_regular` opens it), refusing more than `limit`."""
+    name = os.fspath(path)
+    fd = open_regular(path, dir_fd, follow=follow)
     with os.fdopen(fd, "rb") as fh:
-        data = fh.read(limit + 1)
+        if os.fstat(fd).st_size > limit:
+            raise Refused(name, "size", limit=limit)
+        try:
+            data = fh.read(limit + 1)
+        except OSError as exc:
+            raise Refused(name, "os", error=exc) from exc
     if len(data) > limit:
-        raise Untrusted(f"{shown(name)} is larger than {limit >> 20} MiB")
+        raise Refused(name, "size", limit=limit)
     return data
 
 

@@ -21,7 +21,7 @@ import pytest
 import services
 from conftest import ROOT
 
-from apexkit import dockerclient
+from apexkit import dockerclient, netenv
 from apexkit.errors import ConfigError, InterpreterNotFoundError
 from apexkit.fleet import matrixrun
 from apexkit.images import builder, container
@@ -101,7 +101,7 @@ def test_image_plan_proxies_only_as_predefined_build_args(tmp_path):
     assert plan.base_ref == "apexkit/base:debian-bookworm-aarch64"
     proxies = {k for k in plan.build_args if "proxy" in k.lower()}
     assert proxies == {"http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "no_proxy", "NO_PROXY"}
-    assert proxies <= set(builder.PREDEFINED_PROXY_ARGS)
+    assert proxies <= set(netenv.DOCKER_PROXY_ARGS)
     assert plan.network == "host"  # the proxy listens on loopback
     assert plan.build_args["APEXKIT_PIP_INDEX_URL"] == "https://mirror.example.com/simple/"
     assert "pw" not in " ".join(v for _, v in plan.describe())  # masked

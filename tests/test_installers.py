@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from apexkit import pipconfig
 from apexkit.errors import EnvironmentSetupError
 from apexkit.wheel import interpreters, uvtools, venvs
 
@@ -183,7 +184,7 @@ def test_pip_config_scopes_and_translation():
         ":env:.index-url='https://env.corp/simple/'",
         "global.proxy='http://u:p@proxy.corp:3128'",
     ])
-    config = uvtools.parse_pip_config(text)
+    config = pipconfig.parse(text)
     assert config.get("index-url") == "https://env.corp/simple/"  # PIP_INDEX_URL beats the file, as in pip
     args, env = uvtools.install_options(config, [])
     assert args[:2] == ["--index-strategy", "unsafe-best-match"]
@@ -192,14 +193,35 @@ def test_pip_config_scopes_and_translation():
     assert "--extra-index-url https://a.corp/simple --extra-index-url https://b.corp/simple" in joined
     assert "--allow-insecure-host a.corp --allow-insecure-host b.corp" in joined
     assert "--find-links /opt/wheels" in joined and "--constraint /etc/pip/constraints.txt" in joined
-    assert env == {"SSL_CERT_FILE": "/etc/corp-ca.pem", "HTTP_PROXY": "http://u:p@proxy.corp:3128",
-                   "HTTPS_PROXY": "http://u:p@proxy.corp:3128", "UV_HTTP_TIMEOUT": "60"}
+    proxy = "http://u:p@proxy.corp:3128"
+    assert env == {"SSL_CERT_FILE": "/etc/corp-ca.pem", "http_proxy": proxy, "HTTP_PROXY": proxy, "https_proxy": proxy,
+                   "HTTPS_PROXY": proxy, "UV_HTTP_TIMEOUT": "60"}
     # apexkit's own --index-url wins over the config's; offline drops every index
     args, _ = uvtools.install_options(config, ["--index-url", "https://opt.corp/simple/"])
     assert args.count("--index-url") == 1 and "https://opt.corp/simple/" in args
     args, _ = uvtools.install_options(config, ["--no-index", "--find-links", "/w"])
     assert "--offline" in args and "--index-url" not in args and "--extra-index-url" not in args
 
+
+
+def test_pips_proxy_option_wins_over_the_exported_variables_and_the_users_ca_wins(monkeypatch, tmp_path):
+    """As in pip: PipSession passes its proxy option with every request (the environment fills in only what is
+    unset), so uv gets pip.conf's proxy in both cases even where the user exported another; a CA bundle the user
+    exported stays theirs."""
+    monkeypatch.setenv("https_proxy", "http://exported:3128")
+    monkeypatch.setenv("HTTP_PROXY", "http://exported:3128")
+    monkeypatch.setenv("SSL_CERT_FILE", "/exported/ca.pem")
+    monkeypatch.delenv("http_proxy", raising=False)
+    monkeypatch.delenv("HTTPS_PROXY", raising=False)
+    config = pipconfig.parse("global.proxy='http://pip-conf:3128'\nglobal.cert='/pip-conf/ca.pem'")
+    _, extra = uvtools.install_options(config, [])
+    env = uvtools.environment(tmp_path, extra)
+    assert {name: env[name] for name in ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY")} == dict.fromkeys(
+        ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY"), "http://pip-conf:3128")
+    assert env["SSL_CERT_FILE"] == "/exported/ca.pem"
+    # without a proxy in pip's config, the exported ones are what uv gets
+    env = uvtools.environment(tmp_path, uvtools.install_options(pipconfig.parse(""), [])[1])
+    assert env["https_proxy"] == env["HTTP_PROXY"] == "http://exported:3128" and "HTTPS_PROXY" not in env
 
 def test_a_damaged_uv_cache_entry_is_found_by_record_and_installed_again(clean_env, monkeypatch, capfd):
     """uv links installed files out of its cache: a cache entry damaged after it was written would be installed as

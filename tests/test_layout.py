@@ -18,7 +18,7 @@ PACKAGE = ROOT / "apexkit"
 PACKAGES = {"plan", "wheel", "images", "proxy", "index", "fleet", "doctor"}
 # the small shared modules everything may use; they import only each other
 SHARED = {"errors", "log", "proc", "fsedit", "paths", "locks", "urls", "untrusted", "checks", "vocab", "cann",
-          "systools", "dockerclient", "statusfile"}
+          "systools", "dockerclient", "statusfile", "pipconfig", "netenv"}
 CONCERNS = {"venvrun"}  # a concern that is one module (validate/bench in the wheel's venv)
 EDGE = {"cli", "commands", "exits", "__main__", "__init__"}  # the command edge: dispatches to every package
 # what each unit must never import (DESIGN.md, Boundaries)

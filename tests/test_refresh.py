@@ -23,8 +23,10 @@ from pathlib import Path
 
 import pytest
 
+from apexkit import pipconfig
 from apexkit.errors import ConfigError, SourceError
-from apexkit.index import refresh
+from apexkit.index import client, refresh
+from apexkit.wheel import sources
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data" / "torch-npu-metadata"
@@ -365,26 +367,43 @@ def test_pip_config_precedence_is_pips():
             "install.index-url='https://install.example/simple'\n"
             ":env:.cert='/etc/ssl/ca.pem'\nglobal.cert='/other.pem'\n"
             "global.extra-index-url='file:///opt/pypi/simple https://x.example/simple'\n")
-    conf = refresh.parse_pip_config(text)
+    conf = pipconfig.parse(text)
     assert conf["index-url"] == "https://install.example/simple" and conf["cert"] == "/etc/ssl/ca.pem"
-    settings = refresh.resolve_settings(None, {"HTTPS_PROXY": "http://p:3128", "no_proxy": "localhost"},
+    settings = client.resolve_settings(None, {"HTTPS_PROXY": "http://p:3128", "no_proxy": "localhost"},
                                         pip_config={**conf, "cert": ""})
     assert settings.urls == ("https://install.example/simple", "file:///opt/pypi/simple", "https://x.example/simple")
     assert settings.proxies == {"https": "http://p:3128", "no": "localhost"}
-    assert refresh.resolve_settings("http://i/simple", {}, pip_config={}).urls == ("http://i/simple",)
-    assert refresh.resolve_settings(None, {}, pip_config={}).urls == (refresh.DEFAULT_INDEX,)
-    with pytest.raises(refresh.ConfigError, match="does not exist"):
-        refresh.resolve_settings(None, {}, pip_config={"cert": "/nonexistent/ca.pem"})
+    assert client.resolve_settings("http://i/simple", {}, pip_config={}).urls == ("http://i/simple",)
+    assert client.resolve_settings(None, {}, pip_config={}).urls == (client.DEFAULT_INDEX,)
+    with pytest.raises(ConfigError, match="does not exist"):
+        client.resolve_settings(None, {}, pip_config={"cert": "/nonexistent/ca.pem"})
 
+
+
+def test_the_ca_bundle_is_pips_cert_else_the_first_ca_variable_and_pips_proxy_wins(tmp_path):
+    """The index client reads the CA variables proxy.setup exports (netenv.CA_VARIABLES, in that order) and the
+    proxy variables through netenv; pip's own cert and proxy options win, as in pip."""
+    git_ca, ssl_ca, pip_ca = (tmp_path / f"{name}.pem" for name in ("git", "ssl", "pip"))
+    for path in (git_ca, ssl_ca, pip_ca):
+        path.write_text("")
+    env = {"GIT_SSL_CAINFO": str(git_ca), "https_proxy": "http://lower:3128", "HTTPS_PROXY": "http://upper:3128"}
+    settings = client.resolve_settings("http://i/simple", env, pip_config={})
+    assert settings.cert == str(git_ca) and settings.proxies == {"https": "http://lower:3128"}
+    settings = client.resolve_settings("http://i/simple", {**env, "SSL_CERT_FILE": str(ssl_ca)}, pip_config={})
+    assert settings.cert == str(ssl_ca)
+    settings = client.resolve_settings("http://i/simple", env, pip_config={"cert": str(pip_ca), "proxy": "http://p:1"})
+    assert settings.cert == str(pip_ca) and settings.proxies == {"http": "http://p:1", "https": "http://p:1"}
+    with pytest.raises(ConfigError, match=r"\(CURL_CA_BUNDLE\) does not exist"):
+        client.resolve_settings("http://i/simple", {"CURL_CA_BUNDLE": str(tmp_path / "gone.pem")}, pip_config={})
 
 def test_metadata_of_the_real_wheels_gives_torch_and_its_local_label():
     meta = {p.name.split("-")[1] + "/" + ("aarch64" if "aarch64" in p.name else "x86_64"):
-            refresh.parse_metadata(p.read_bytes()) for p in DATA.glob("*.METADATA")}
+            client.parse_metadata(p.read_bytes()) for p in DATA.glob("*.METADATA")}
     assert meta["2.13.0/x86_64"].torch == "torch==2.13.0.*" and meta["2.13.0/x86_64"].torch_version == "2.13.0"
     assert meta["2.1.0.post17/x86_64"].torch == "torch (==2.1.0+cpu)"
     assert meta["2.1.0.post17/x86_64"].torch_version == "2.1.0"
-    assert refresh.local_label(meta["2.1.0.post17/x86_64"].torch) == "cpu"
-    assert refresh.local_label(meta["2.1.0.post17/aarch64"].torch) is None
+    assert client.local_label(meta["2.1.0.post17/x86_64"].torch) == "cpu"
+    assert client.local_label(meta["2.1.0.post17/aarch64"].torch) is None
 
 
 def test_plan_keeps_unknown_rows_and_picks_the_newest_post_release():
@@ -412,7 +431,7 @@ def test_html_page_attributes_and_relative_links():
     page = (b'<html><a href="../../f/torch_npu-2.14.0-cp311-cp311-manylinux_2_28_x86_64.whl#sha256=ab" '
             b'data-core-metadata="sha256=cd">x</a><a href="torch_npu-2.1.0-cp38-cp38-linux_aarch64.whl" '
             b'data-dist-info-metadata="true" data-yanked="">y</a><a href="torch_npu-2.2.0.tar.gz">z</a></html>')
-    wheels = refresh.parse_index_page(page, "text/html", "https://i.example/simple/torch-npu/", "https://i.example/simple")
+    wheels = client.parse_index_page(page, "text/html", "https://i.example/simple/torch-npu/", "https://i.example/simple")
     assert [(w.url, w.arch, w.metadata, w.yanked) for w in wheels] == [
         ("https://i.example/f/torch_npu-2.14.0-cp311-cp311-manylinux_2_28_x86_64.whl", "x86_64", {"sha256": "cd"}, False),
         ("https://i.example/simple/torch-npu/torch_npu-2.1.0-cp38-cp38-linux_aarch64.whl", "aarch64", True, True)]
@@ -502,14 +521,14 @@ def test_a_timeout_that_is_not_a_positive_number_is_one_line(tmp_path, timeout):
 
 def test_a_value_urllib_refuses_is_a_config_error_not_a_traceback():
     """Client.open: the ValueErrors of urllib and the socket (here a timeout set through the API) -> one line."""
-    settings = refresh.IndexSettings((f"http://127.0.0.1:{closed_port()}/simple",), "test", timeout=-1.0)
-    client = refresh.Client(settings, refresh.RetryPolicy(attempts=1, backoff=0))
+    settings = client.IndexSettings((f"http://127.0.0.1:{closed_port()}/simple",), "test", timeout=-1.0)
+    session = client.Client(settings, sources.RetryPolicy(attempts=1, backoff=0))
     with pytest.raises(ConfigError, match="cannot ask http://127.0.0.1:.*timeout"):
-        client.open(settings.urls[0] + "/torch-npu/")
+        session.open(settings.urls[0] + "/torch-npu/")
     with pytest.raises(ConfigError, match="cannot ask notaurl: unknown url type"):
-        client.open("notaurl")
+        session.open("notaurl")
     with pytest.raises(ConfigError, match="not a positive number of seconds"):
-        refresh.resolve_settings("http://i/simple", {}, timeout=float("nan"), pip_config={})
+        client.resolve_settings("http://i/simple", {}, timeout=float("nan"), pip_config={})
 
 
 @pytest.mark.parametrize(("content", "fragment"), [

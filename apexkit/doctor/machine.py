@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from apexkit import cann, checks, dockerclient, log, paths
+from apexkit import cann, checks, dockerclient, log, netenv, paths
 from apexkit.doctor import apexneed
 from apexkit.errors import ConfigError
 from apexkit.images import builder
@@ -28,7 +28,6 @@ from apexkit.wheel import interpreters, known_failures, sources
 OK, WARN, FAIL, SKIP = checks.OK, checks.WARN, checks.FAIL, checks.SKIP
 LOW_DISK_GIB = 10.0  # a build venv with a CPU torch is 1-2 GB, with a CUDA torch 5+ GB; builder images ~1 GB
 CRITICAL_DISK_GIB = 2.0
-CA_VARIABLES = layers.CA_VARIABLES  # one list: what proxy.setup --ca-cert exports
 _TORCH_PROBE = paths.PROBES / "torch_facts.py"  # run as `torch_facts.py doctor`: torch, torch_npu or their errors
 
 
@@ -308,8 +307,8 @@ def check_cache(cache: Path) -> list[Check]:
 def check_proxy_variables(environ: Mapping[str, str]) -> list[Check]:
     rows = []
     any_set = False
-    for name in ("http_proxy", "https_proxy", "no_proxy"):
-        lower, upper = environ.get(name, ""), environ.get(name.upper(), "")
+    for name in netenv.PROXY_VARIABLES:
+        lower, upper = netenv.cases(environ, name)
         any_set |= bool(lower or upper)
         if lower and upper and lower != upper:
             rows.append(Check("proxy", name, WARN, f"{name}={log.mask(lower)} but {name.upper()}={log.mask(upper)}",
@@ -322,8 +321,8 @@ def check_proxy_variables(environ: Mapping[str, str]) -> list[Check]:
             rows.append(Check("proxy", name, OK, log.mask(lower)))
     if not any_set:
         rows.append(Check("proxy", "proxy variables", OK, "none set (direct connection)"))
-    no_proxy = environ.get("no_proxy") or environ.get("NO_PROXY") or ""
-    if (environ.get("http_proxy") or environ.get("HTTP_PROXY") or environ.get("https_proxy") or environ.get("HTTPS_PROXY")) \
+    no_proxy = netenv.proxy(environ, "no_proxy") or ""
+    if (netenv.proxy(environ, "http_proxy") or netenv.proxy(environ, "https_proxy")) \
             and not {"localhost", "127.0.0.1", "127.0.0.0/8"} & {x.strip() for x in no_proxy.split(",")}:
         rows.append(Check("proxy", "no_proxy localhost", WARN, f"no_proxy={no_proxy or '(unset)'}",
                           "add localhost,127.0.0.0/8 so local services bypass the proxy (proxy.setup does)"))
@@ -332,7 +331,7 @@ def check_proxy_variables(environ: Mapping[str, str]) -> list[Check]:
 
 def check_ca(environ: Mapping[str, str], settings: layers.ProxySettings | None) -> list[Check]:
     rows = []
-    for name in CA_VARIABLES:
+    for name in netenv.CA_VARIABLES:
         value = environ.get(name)
         if not value:
             continue

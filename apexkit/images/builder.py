@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from apexkit import checks, dockerclient, fsedit, log, paths, urls
+from apexkit import checks, dockerclient, fsedit, log, netenv, paths, urls
 from apexkit.errors import ApexkitError, ConfigError, ImageError, InterpreterNotFoundError
 from apexkit.proxy import layers
 
@@ -38,9 +38,6 @@ BUILDER_REPO = "apexkit/builder"
 BUILDER_JSON = "/usr/local/share/apexkit/builder.json"
 BASE_REPO = "apexkit/base"
 LABEL = dockerclient.LABEL
-# Docker's predefined build args: usable by RUN without an ARG line, and left out of `docker history`.
-PREDEFINED_PROXY_ARGS = ("HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "https_proxy", "FTP_PROXY", "ftp_proxy",
-                         "NO_PROXY", "no_proxy", "ALL_PROXY", "all_proxy")
 BINFMT_DIR = Path(os.environ.get("APEXKIT_BINFMT_DIR") or "/proc/sys/fs/binfmt_misc")  # env: tests, chroots
 _STEP = re.compile(r"^Step (\d+)/(\d+) : (.*)$")
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")  # the classic builder colours RUN steps' stderr
@@ -138,7 +135,7 @@ def resolve_ca_bundle(option: str | None, settings: layers.ProxySettings | None,
                       environ: Mapping[str, str] | None = None) -> Path | None:
     """--ca-cert FILE | none: the system's CAs plus FILE's certificates, as `proxy.setup --ca-cert` combines them (a
     full bundle works too: each certificate is kept once). Default: the bundle of `invoke proxy.setup --ca-cert`, else
-    the one this host's tools are told to use (SSL_CERT_FILE, REQUESTS_CA_BUNDLE, PIP_CERT), else none."""
+    the one this host's tools are told to use (the first of netenv.CA_VARIABLES that is a file), else none."""
     environ = os.environ if environ is None else environ
     if option is not None:
         if option.lower() == "none":
@@ -162,7 +159,7 @@ def resolve_ca_bundle(option: str | None, settings: layers.ProxySettings | None,
         return combined
     if settings is not None and settings.ca_bundle and Path(settings.ca_bundle).is_file():
         return Path(settings.ca_bundle)
-    for name in layers.CA_VARIABLES:
+    for name in netenv.CA_VARIABLES:
         if environ.get(name) and Path(environ[name]).is_file():
             return Path(environ[name])
     return None
@@ -176,7 +173,7 @@ def proxy_build_args(settings: layers.ProxySettings | None) -> dict[str, str]:
     if settings is None:
         return {}
     env = settings.environment()
-    return {name: env[name] for name in PREDEFINED_PROXY_ARGS if env.get(name)}
+    return {name: env[name] for name in netenv.DOCKER_PROXY_ARGS if env.get(name)}
 
 
 def slug(reference: str) -> str:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import errno
 import glob
 import json
 import os
@@ -33,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-from apexkit import cann, dockerclient, fsedit, locks, log, paths, untrusted
+from apexkit import cann, dockerclient, fsedit, locks, log, netenv, paths, untrusted
 from apexkit.errors import BuildError, ConfigError, ImageError
 from apexkit.images import builder
 from apexkit.plan import matrix
@@ -144,11 +143,11 @@ def make_spec(opts: BuildOptions, image: str, labels: Mapping[str, str], arch: s
             env[name] = value
     notes = []
     if settings is not None:
-        env.update({k: v for k, v in settings.environment().items() if k not in layers.CA_VARIABLES})
+        env.update({k: v for k, v in settings.environment().items() if k not in netenv.CA_VARIABLES})
     bundle = builder.resolve_ca_bundle(opts.ca_bundle, settings, environ)
     if bundle is not None:
         mounts.append(Mount(bundle, layers.CONTAINER_CA_PATH, True, "CA bundle"))
-        env.update(dict.fromkeys(layers.CA_VARIABLES, layers.CONTAINER_CA_PATH))
+        env.update(dict.fromkeys(netenv.CA_VARIABLES, layers.CONTAINER_CA_PATH))
     if log.is_interactive():
         env["FORCE_COLOR"] = "1"
     if euid != 0:
@@ -291,20 +290,14 @@ def open_host_log(path: Path):
     never through a symlink (O_NOFOLLOW), never into a FIFO or device (O_NONBLOCK, then fstat), never into a file
     hard-linked elsewhere. It lives outside the container's mounts (ContainerSpec.log_path); this is the second line."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
     hint = f"remove {path} (apexkit writes a fresh log there) and look at who made it"
     try:
-        fd = os.open(path, flags, 0o644)
-    except OSError as exc:
-        what = {errno.ELOOP: "it is a symbolic link", errno.ENXIO: "it is not a regular file"}.get(
-            exc.errno or 0, (exc.strerror or "unwritable").lower())
+        fd = untrusted.open_regular(path, write=True, one_link=True)
+    except untrusted.Refused as exc:
+        what = {"link": "it is a symbolic link", "type": "it is not a regular file",
+                "links": "it is not a regular file with one link"}.get(exc.kind, (exc.strerror or "unwritable").lower())
         raise ImageError(f"refusing to write the container log {path}: {what}", hint) from None
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
-            raise ImageError(f"refusing to write the container log {path}: it is not a regular file with one link",
-                             hint)
-        os.set_blocking(fd, True)
         os.ftruncate(fd, 0)
         uid, gid = invoking_user()
         if os.geteuid() == 0 and uid != 0:
@@ -325,7 +318,6 @@ def _failure(code: int, spec: ContainerSpec) -> ImageError:
 
 
 TARGET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,199}")
-MANIFEST_MAX = 16 << 20  # bytes; ours are a few KiB
 
 
 _Untrusted = untrusted.Untrusted
@@ -363,7 +355,7 @@ def _clear_workspace_dist(workspace: Path) -> None:
 
 
 def _read_manifest(target_fd: int) -> dict:
-    data = untrusted.read_regular("manifest.json", target_fd, MANIFEST_MAX)
+    data = untrusted.read_regular("manifest.json", target_fd, distdir.MANIFEST_MAX)
     try:
         manifest = json.loads(data.decode("utf-8"))
     except ValueError as exc:

@@ -37,7 +37,6 @@ import json
 import os
 import re
 import shutil
-import stat
 import tempfile
 import time
 from dataclasses import dataclass
@@ -47,16 +46,16 @@ from typing import Any
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from apexkit import fsedit, log
+from apexkit import fsedit, log, untrusted
 from apexkit.errors import ConfigError
-from apexkit.wheel import sbom
+from apexkit.plan import target
+from apexkit.wheel import distdir, sbom
 
 FORMAT = "apexkit-index/1"  # index.json's marker: this directory is an index apexkit wrote
 # manifest["attestations"] kind -> (its file in dist/<target>/, the suffix it gets after the wheel's name in the index)
 ATTESTATIONS = {"sbom": (sbom.SBOM_FILE, ".cdx.json"), "provenance": (sbom.PROVENANCE_FILE, ".provenance.json")}
 ATTESTATION_MAX = 16 << 20  # bytes; a torch build venv's SBOM is ~100 KiB
 _SHA256 = re.compile(r"[0-9a-f]{64}")
-_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 
 
 @dataclass(frozen=True)
@@ -110,38 +109,25 @@ def _wheel_name(name: Any) -> str | None:
 
 def torch_version(raw: Any, where: Path, field: str) -> str:
     """The public PEP 440 version (2.13.0 for 2.13.0+cpu) a torch field names, checked before it becomes a path."""
-    try:
-        if not isinstance(raw, str) or raw != raw.strip():
-            raise InvalidVersion(repr(raw))
-        version = Version(raw)
-    except InvalidVersion:
-        raise ConfigError(f"{where}: {field} {raw!r} is not a PEP 440 version", "rebuild that target "
-                          "(or remove it from the dist directory)") from None
-    public = raw.split("+")[0]
-    if public != version.public:  # v2.13, 2.13.0.RC1: valid, but not the spelling the directory would get
-        raise ConfigError(f"{where}: {field} {raw!r} is not a normalised PEP 440 version ({version.public})",
-                          "rebuild that target (or remove it from the dist directory)")
-    return public
+    version = target.check_version(raw, f"{where}: {field}", "rebuild that target (or remove it from the dist "
+                                   "directory)")
+    return Version(version).public
 
 
-def _open_regular(path: Path) -> int:
-    """A read-only descriptor of `path`, a regular file reached without following a link at its last step."""
-    st = os.lstat(path)
-    if stat.S_ISLNK(st.st_mode):
-        raise ValueError("is a symlink")
-    if not stat.S_ISREG(st.st_mode):
-        raise ValueError("is not a regular file")
-    fd = os.open(path, os.O_RDONLY | _NOFOLLOW | os.O_NONBLOCK)  # a FIFO swapped in after the lstat must not block
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise ValueError("is not a regular file")
-    return fd
+def _why(exc: untrusted.Refused) -> str:
+    """What publish says of a file `untrusted` refused to open."""
+    return {"link": "is a symlink", "type": "is not a regular file"}.get(exc.kind) or str(exc.error or exc.why)
 
 
 def _copy_hashed(src: Path, dst: Path | None) -> str:
     """sha256 of the regular file `src` (read without following links), copied to `dst` on the way when given."""
     digest = hashlib.sha256()
-    fd = _open_regular(src)
+    try:
+        fd = untrusted.open_regular(src)
+    except untrusted.Refused as exc:
+        if isinstance(exc.error, FileNotFoundError):
+            raise exc.error from None
+        raise ValueError(_why(exc)) from None
     with os.fdopen(fd, "rb") as fh, (open(dst, "xb") if dst else open(os.devnull, "wb")) as out:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
             digest.update(chunk)
@@ -169,11 +155,10 @@ def collect(dist: Path, targets: list[str] | None = None) -> list[Entry]:
             raise ConfigError(f"{folder if folder.is_symlink() else manifest_path} is a symlink: publish takes only "
                               f"what was built inside {dist}", "replace it with the directory itself, or remove it")
         try:
-            fd = _open_regular(manifest_path)  # not a FIFO (a blocked read), device or link
-            with os.fdopen(fd, "rb") as fh:
-                data = fh.read(16 << 20)
-            manifest = json.loads(data.decode("utf-8"))
-        except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+            manifest = json.loads(untrusted.read_regular(manifest_path, None, distdir.MANIFEST_MAX).decode("utf-8"))
+        except untrusted.Refused as exc:  # not a FIFO (a blocked read), device or link
+            raise ConfigError(f"{manifest_path} is not a readable JSON manifest ({_why(exc)})", hint) from None
+        except (UnicodeDecodeError, ValueError, RecursionError) as exc:
             raise ConfigError(f"{manifest_path} is not a readable JSON manifest ({exc})", hint) from None
         identity = manifest.get("target", {}).get("identity") if isinstance(manifest.get("target"), dict) else None
         if isinstance(identity, dict) and identity.get("skip_patches") and not targets:
@@ -232,15 +217,15 @@ def _attestations(manifest: dict, manifest_path: Path, wheel: str, wheel_sha256:
                               hint)
         path = folder / source
         try:
-            fd = _open_regular(path)
-            with os.fdopen(fd, "rb") as fh:
-                data = fh.read(ATTESTATION_MAX + 1)
-        except FileNotFoundError:
-            raise ConfigError(f"{manifest_path}: attestations.{kind} {source} does not exist in {folder}", hint) \
-                from None
-        except (OSError, ValueError) as exc:
-            raise ConfigError(f"{path} {exc}", hint) from None
-        if len(data) > ATTESTATION_MAX or hashlib.sha256(data).hexdigest() != expected:
+            data = untrusted.read_regular(path, None, ATTESTATION_MAX)
+        except untrusted.Refused as exc:
+            if isinstance(exc.error, FileNotFoundError):
+                raise ConfigError(f"{manifest_path}: attestations.{kind} {source} does not exist in {folder}",
+                                  hint) from None
+            if exc.kind == "size":  # larger than any we write: not the one its manifest names
+                raise ConfigError(f"{path} does not match the sha256 in its manifest", hint) from None
+            raise ConfigError(f"{path} {_why(exc)}", hint) from None
+        if hashlib.sha256(data).hexdigest() != expected:
             raise ConfigError(f"{path} does not match the sha256 in its manifest", hint)
         why = _not_about(kind, data, wheel, wheel_sha256)
         if why:

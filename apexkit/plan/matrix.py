@@ -188,9 +188,9 @@ class Matrix:
                 raise ConfigError(f"{where}: {', '.join(not_text)} must be quoted strings (python = 3.10 is the "
                                   "number 3.1 in TOML)", 'write python = "3.10", torch = "2.7.1"')
             for key in ("torch", "torch_npu"):  # they become parts of paths (build/<target>, dist/<target>)
-                if key in entry and not _VERSION.match(entry[key]):
-                    raise ConfigError(f"{where}: {key} {entry[key]!r} is not a release version",
-                                      f'write {key} = "2.7.1" (torch_npu may end in .postN)')
+                if key in entry:
+                    target.check_version(entry[key], f"{where}: {key}", f'write {key} = "2.7.1" (torch_npu may end in '
+                                         '.postN)')
         return stacks
 
     def stack(self, name: str) -> Stack:
@@ -247,9 +247,9 @@ class Matrix:
                                   + (f"; unknown keys {', '.join(sorted(unknown))}" if unknown else ""),
                                   "keys: python, torch, arch, and optionally torch_npu, cann, ref")
             for key in ("torch", "torch_npu"):  # part of the id: a session name and a log file name
-                if key in entry and not _VERSION.match(str(entry[key])):
-                    raise ConfigError(f"matrix entry {i + 1}: {key} {entry[key]!r} is not a release version",
-                                      f'write {key} = "2.7.1" (torch_npu may end in .postN)')
+                if key in entry:
+                    target.check_version(str(entry[key]), f"matrix entry {i + 1}: {key}",
+                                         f'write {key} = "2.7.1" (torch_npu may end in .postN)')
             combos.append(self._combination(entry, ref=str(entry.get("ref") or self.default_ref)))
         if defaults:
             combos += [self._combination(entry, ref=self.default_ref, stack=name)
@@ -333,7 +333,6 @@ class Combination:
 
 
 _STACK_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
-_VERSION = re.compile(r"^\d+(\.\d+)*((a|b|rc)\d+)?(\.post\d+)?(\+[a-z0-9.]+)?$")
 _STACK_KEYS = {"python", "torch", "torch_npu", "cann", "arch", "description", "source", "read"}
 
 

@@ -1,15 +1,34 @@
-"""A target's identity, one scheme for all of apexkit: the target id (dist/<target-id>/, index.json, --target of
-validate/bench/fleet/publish), parsed back by `target_facts`; the version label and the Requires-Dist pins the wheel
-carries. Pure."""
+"""A target's identity, one scheme for all of apexkit: the versions it may name (`check_version`), the target id
+(dist/<target-id>/, index.json, --target of validate/bench/fleet/publish), parsed back by `target_facts`; the version
+label and the Requires-Dist pins the wheel carries. Pure."""
 
 from __future__ import annotations
 
 import hashlib
 import re
 
-from packaging.version import Version
+from packaging.version import InvalidVersion, Version
 
 from apexkit.errors import ConfigError
+
+
+def check_version(value: object, what: str, hint: str) -> str:
+    """`value` as a torch or torch_npu version, checked before it becomes part of a target id, a path (build/<target>,
+    dist/<target>), a session name or a pin: a PEP 440 version (packaging) in its normalised spelling, so that one
+    release has one target directory and publish accepts what the build wrote, and without an epoch (no torch release
+    has one, and `!` does not belong in a path). Pre-, post- and dev-releases and a local label (+cpu) pass.
+    Returns `value`; anything else is one ConfigError whose cause starts with `what`."""
+    try:
+        if not isinstance(value, str) or value != value.strip():  # packaging strips what a path would keep
+            raise InvalidVersion(repr(value))
+        version = Version(value)
+    except InvalidVersion:
+        raise ConfigError(f"{what} {value!r} is not a version (PEP 440)", hint) from None
+    if version.epoch:
+        raise ConfigError(f"{what} {value!r} has an epoch ({version.epoch}!), which no torch release has", hint)
+    if str(version) != value:  # v2.13, 2.13.0.RC1, 2.1-post1: valid, but not the spelling a directory gets
+        raise ConfigError(f"{what} {value!r} is not a normalised version (PEP 440: {version})", hint)
+    return value
 
 
 def _id_text(text: str) -> str:

@@ -22,16 +22,18 @@ import urllib.request
 from collections.abc import Iterator
 from urllib.parse import urlsplit
 
-from apexkit import checks, dockerclient, log
+from apexkit import checks, dockerclient, log, netenv
 from apexkit.proxy.layers import Paths, ProxySettings, host_port, read_state, systemd_running
 
 DEFAULT_INDEX = "https://pypi.org/simple/"
 
 # Runs inside the probe container with nothing but bash and coreutils: print the proxy variables (passwords
-# masked), then ask the proxy from https_proxy (or http_proxy) for a CONNECT tunnel to $APEXKIT_PROBE_TARGET.
-CONTAINER_PROBE = r"""
-for v in http_proxy HTTP_PROXY https_proxy HTTPS_PROXY no_proxy NO_PROXY SSL_CERT_FILE; do
-  eval "val=\${$v-}"
+# masked), then ask the proxy from https_proxy (or http_proxy; lower case first, as netenv.proxy) for a CONNECT
+# tunnel to $APEXKIT_PROBE_TARGET.
+_SHOWN = " ".join([*(n for name in netenv.PROXY_VARIABLES for n in (name, name.upper())), netenv.CA_VARIABLES[0]])
+CONTAINER_PROBE = f"""
+for v in {_SHOWN}; do
+""" + r"""  eval "val=\${$v-}"
   [ -n "$val" ] && printf 'env %s=%s\n' "$v" "$(printf '%s' "$val" | sed -E 's#(://[^/:[:space:]]*):[^/[:space:]]*@#\1:***@#; s#://[^/:[:space:]]+@#://***@#')"
 done
 p="${https_proxy:-${HTTPS_PROXY:-${http_proxy:-${HTTP_PROXY:-}}}}"
@@ -94,7 +96,7 @@ def probe_https(url: str, proxy: str | None, ca_bundle: str | None, timeout: flo
 
 def _env_matches(environ, settings: ProxySettings) -> bool:
     want = host_port(_proxy_for_requests(settings))
-    have = environ.get("https_proxy") or environ.get("HTTPS_PROXY") or environ.get("http_proxy") or environ.get("HTTP_PROXY")
+    have = netenv.proxy(environ, "https_proxy") or netenv.proxy(environ, "http_proxy")
     return bool(want) and host_port(have) == want
 
 

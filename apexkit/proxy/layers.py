@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
 
-from apexkit import fsedit, log, urls
+from apexkit import fsedit, log, netenv, urls
 from apexkit.errors import ApexkitError, ConfigError, EnvironmentSetupError
 
 OWNER = "proxy"
@@ -34,7 +34,6 @@ LAYERS = ("shell", "daemon", "container", "pip")
 DEFAULT_NO_PROXY = ("localhost", "127.0.0.0/8", "::1")
 PROXY_SCHEMES = ("http", "https", "socks5", "socks5h", "socks4")
 DAEMON_MODES = ("auto", "systemd", "daemon-json")
-CA_VARIABLES = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "PIP_CERT", "GIT_SSL_CAINFO", "CURL_CA_BUNDLE")
 SYSTEM_CA_BUNDLES = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt",
                      "/etc/ssl/ca-bundle.pem", "/etc/ssl/cert.pem")
 CONTAINER_CA_PATH = "/etc/ssl/certs/apexkit-ca-bundle.pem"
@@ -111,15 +110,9 @@ class ProxySettings:
 
     def environment(self) -> dict[str, str]:
         """The variables for a shell or a container, lower and upper case (tools disagree on which they read)."""
-        env: dict[str, str] = {}
-        for name, value in (("http_proxy", self.http), ("https_proxy", self.https)):
-            if value:
-                env[name] = value
-                env[name.upper()] = value
-        if self.http or self.https:
-            env["no_proxy"] = env["NO_PROXY"] = self.no_proxy_text
+        env = netenv.proxy_environment(self.http, self.https, self.no_proxy_text if self.http or self.https else None)
         if self.ca_bundle:
-            env.update(dict.fromkeys(CA_VARIABLES, self.ca_bundle))
+            env.update(dict.fromkeys(netenv.CA_VARIABLES, self.ca_bundle))
         return env
 
     def to_json(self) -> dict:
@@ -142,10 +135,10 @@ class ProxySettings:
 
 
 def _from_environment(environ: Mapping[str, str], name: str) -> str | None:
-    lower, upper = environ.get(name, "").strip(), environ.get(name.upper(), "").strip()
+    lower, upper = netenv.cases(environ, name)
     if lower and upper and lower != upper:
         log.warn(f"{name} and {name.upper()} differ in this environment; using {name} (lower case, as curl does)")
-    return lower or upper or None
+    return netenv.proxy(environ, name)
 
 
 def make_settings(http: str | None = None, https: str | None = None, no_proxy: str | None = None,
@@ -1018,6 +1011,6 @@ def container_args(settings: ProxySettings) -> list[str]:
     if not settings.ca_bundle:
         return []
     args = ["-v", f"{settings.ca_bundle}:{CONTAINER_CA_PATH}:ro"]
-    for name in CA_VARIABLES:
+    for name in netenv.CA_VARIABLES:
         args += ["-e", f"{name}={CONTAINER_CA_PATH}"]
     return args

@@ -14,7 +14,7 @@ from typing import overload
 
 from apexkit import paths, vocab
 from apexkit.errors import ConfigError
-from apexkit.plan import matrix
+from apexkit.plan import matrix, target
 
 PROJECT_ROOT = matrix.PROJECT_ROOT
 
@@ -115,19 +115,6 @@ def parser(prog: str = "nox -s build-3.X --") -> argparse.ArgumentParser:
     return p
 
 
-def check_version(flag: str, value: str) -> None:
-    """A version becomes part of paths (build/<target>, dist/<target>) and pip requirements: PEP 440 only."""
-    from packaging.version import InvalidVersion, Version
-
-    try:
-        Version(value)  # refuses '/', '\\' and inner spaces; it strips outer whitespace, which a path would keep
-        valid = value == value.strip()
-    except InvalidVersion:
-        valid = False
-    if not valid:
-        raise ConfigError(f"{flag} {value!r} is not a version (PEP 440)", f"pass {flag} like 2.1.0 or 2.1.0.post10")
-
-
 @overload
 def _index(value: str, what: str) -> str: ...
 @overload
@@ -190,7 +177,7 @@ def resolve(python: str, argv: Sequence[str], env: Mapping[str, str] | None = No
                           "drop --torch to build against the installed torch")
     for flag, value in (("--torch", args.torch), ("--torch-npu", args.torch_npu)):
         if value is not None:
-            check_version(flag, value)
+            target.check_version(value, flag, f"pass {flag} like 2.1.0 or 2.1.0.post10")
     stack = None
     if args.stack is not None and not args.stack.strip():
         raise ConfigError("--stack is empty", f"pass a stack name: {', '.join(m.stack_names())}")
@@ -331,7 +318,7 @@ def from_json(data: Mapping, python: str) -> BuildOptions:
         values[name] = value
     for flag, name in (("--torch", "torch"), ("--torch-npu", "torch_npu")):
         if values.get(name) is not None:
-            check_version(flag, values[name])
+            target.check_version(values[name], flag, f"pass {flag} like 2.1.0 or 2.1.0.post10")
     return BuildOptions(**values)
 
 

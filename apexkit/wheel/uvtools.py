@@ -3,7 +3,7 @@
 uv makes a venv in a fraction of a second and installs from its cache by hard links (torch 2.13.0 into a fresh venv:
 ~1 s warm, against ~40 s for virtualenv + pip). But uv does not read pip.conf, so a corporate setup that works for
 pip (index-url, extra-index-url, find-links, trusted-host, cert, proxy, constraint, timeout -- from files or PIP_*
-variables) is read once through `pip config list` and handed to uv as its own options and variables. Where uv is
+variables) is read once (`apexkit.pipconfig`) and handed to uv as its own options and variables. Where uv is
 missing, too old, or fails where pip may not, apexkit uses virtualenv + pip and says so in one line.
 
 APEXKIT_INSTALLER=pip forces virtualenv + pip, =uv refuses the fallback (for tests and for users who want to know);
@@ -12,7 +12,6 @@ APEXKIT_UV names a uv binary.
 
 from __future__ import annotations
 
-import ast
 import functools
 import os
 import re
@@ -20,10 +19,10 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-from apexkit import log
+from apexkit import log, netenv, pipconfig
 
 MIN_VERSION = (0, 5, 0)  # --index-strategy, --allow-insecure-host, venv --seed as used here
 CHOICES = ("auto", "uv", "pip")
@@ -107,71 +106,7 @@ def _find(candidates: tuple[str, ...]) -> Uv | None:
 
 # --- pip's configuration, for uv -----------------------------------------------------------------------------------
 
-_LIST_KEYS = ("extra-index-url", "find-links", "trusted-host", "constraint")
-
-
-@dataclass
-class PipConfig:
-    """What pip would use from its config files and PIP_* variables (later scopes win, as in pip)."""
-
-    values: dict[str, str] = field(default_factory=dict)
-
-    def get(self, key: str) -> str | None:
-        return self.values.get(key)
-
-    def items(self, key: str) -> list[str]:
-        return [x for x in re.split(r"\s+", self.values.get(key, "").strip()) if x]
-
-
-def _config_line(line: str) -> tuple[str, str, str] | None:
-    """One line of `pip config list`: scope.key=<Python repr of the value> (a multi-line value shows as '\\n')."""
-    match = re.match(r"^(?P<scope>[^.]*)\.(?P<key>[A-Za-z0-9_-]+)=(?P<value>(['\"]).*\4)$", line.strip())
-    if not match:
-        return None
-    try:
-        value = ast.literal_eval(match["value"])
-    except (ValueError, SyntaxError):
-        return None
-    return match["scope"], match["key"].replace("_", "-").lower(), str(value)
-
-
-def parse_pip_config(text: str) -> PipConfig:
-    """`pip config list` output -> the effective values: a scope named like the command (`install.`) beats
-    `global.`, and the environment (`:env:.`) beats both, as pip resolves them."""
-    rank = {"global": 0, "install": 1, ":env:": 2}
-    chosen: dict[str, tuple[int, str]] = {}
-    for line in text.splitlines():
-        parsed = _config_line(line)
-        if parsed is None:
-            continue
-        scope, key, value = parsed
-        level = rank.get(scope)
-        if level is None:
-            continue
-        if key not in chosen or level >= chosen[key][0]:
-            chosen[key] = (level, value)
-    return PipConfig({k: v for k, (_, v) in chosen.items()})
-
-
-def pip_config(environ: Mapping[str, str] | None = None) -> PipConfig:
-    environ = dict(os.environ if environ is None else environ)
-    return _pip_config(tuple(sorted((k, v) for k, v in environ.items() if k.startswith("PIP_") or k in (
-        "HOME", "XDG_CONFIG_HOME", "XDG_CONFIG_DIRS", "PIP_CONFIG_FILE"))))
-
-
-@functools.lru_cache(maxsize=8)
-def _pip_config(env_items: tuple[tuple[str, str], ...]) -> PipConfig:
-    env = dict(os.environ)
-    env.update(dict(env_items))
-    try:
-        proc = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True,
-                              env=env, timeout=60)
-    except (OSError, subprocess.TimeoutExpired):
-        return PipConfig()
-    return parse_pip_config(proc.stdout if proc.returncode == 0 else "")
-
-
-def install_options(config: PipConfig, pip_args: list[str]) -> tuple[list[str], dict[str, str]]:
+def install_options(config: pipconfig.PipConfig, pip_args: list[str]) -> tuple[list[str], dict[str, str]]:
     """uv pip install options and environment for pip's config plus apexkit's own index arguments (`pip_args`, as
     IndexOptions.pip_args gives them to pip). apexkit's arguments win where both name a primary index."""
     args: list[str] = ["--index-strategy", "unsafe-best-match"]  # pip picks the best version across all indexes
@@ -182,13 +117,13 @@ def install_options(config: PipConfig, pip_args: list[str]) -> tuple[list[str], 
     elif "--index-url" not in pip_args and config.get("index-url"):
         args += ["--index-url", config.get("index-url") or ""]
     if not offline:
-        for url in config.items("extra-index-url"):
+        for url in config.get_list("extra-index-url"):
             args += ["--extra-index-url", url]
-        for host in config.items("trusted-host"):
+        for host in config.get_list("trusted-host"):
             args += ["--allow-insecure-host", host]
-    for place in config.items("find-links"):
+    for place in config.get_list("find-links"):
         args += ["--find-links", place]
-    for constraint in config.items("constraint"):
+    for constraint in config.get_list("constraint"):
         args += ["--constraint", constraint]
     args += [a for a in pip_args if a != "--no-index"]
     if config.get("cert"):
@@ -196,7 +131,7 @@ def install_options(config: PipConfig, pip_args: list[str]) -> tuple[list[str], 
     if config.get("client-cert"):
         env["SSL_CLIENT_CERT"] = config.get("client-cert") or ""
     if config.get("proxy"):
-        env["HTTP_PROXY"] = env["HTTPS_PROXY"] = config.get("proxy") or ""
+        env.update(netenv.proxy_environment(config["proxy"], config["proxy"]))
     timeout = config.get("timeout") or config.get("default-timeout")
     if timeout:
         env["UV_HTTP_TIMEOUT"] = timeout.split(".")[0]
@@ -205,14 +140,18 @@ def install_options(config: PipConfig, pip_args: list[str]) -> tuple[list[str], 
 
 def environment(cache: Path, extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """The environment uv runs in: its cache beside apexkit's (hard links need one file system), pip's settings
-    translated (`extra`), the user's own proxy/CA variables kept (they come first: what the user exported wins over a
-    config file, as for pip)."""
+    translated (`extra`). pip's proxy option wins over the exported proxy variables, as in pip (PipSession passes
+    it with every request, and requests lets the environment only fill in what is unset); for the rest (a CA
+    bundle, a timeout) what the user exported wins over a config file."""
     env = dict(os.environ)
     env.setdefault("UV_CACHE_DIR", str(cache / "uv"))
     env["UV_NO_PROGRESS"] = "1"
     env.pop("VIRTUAL_ENV", None)  # uv would otherwise prefer the venv apexkit itself runs in
     for name, value in (extra or {}).items():
-        env.setdefault(name, value)
+        if netenv.is_proxy_variable(name):
+            env[name] = value
+        else:
+            env.setdefault(name, value)
     return env
 
 

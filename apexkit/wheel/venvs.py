@@ -38,7 +38,7 @@ from typing import Any
 from packaging.requirements import Requirement
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
-from apexkit import locks, log, paths, untrusted
+from apexkit import locks, log, paths, pipconfig, untrusted
 from apexkit.errors import EnvironmentSetupError
 from apexkit.proc import run_logged
 from apexkit.wheel import known_failures, uvtools
@@ -124,7 +124,7 @@ def _create_uv(uv: uvtools.Uv, interpreter: str, path: Path, log_path: Path, sys
                index: IndexOptions) -> Venv | None:
     base = [uv.binary, "venv", "--quiet", "--python", interpreter, *(["--system-site-packages"] if
                                                                       system_site_packages else [])]
-    args, env = uvtools.install_options(uvtools.pip_config(), index.pip_args())
+    args, env = uvtools.install_options(pipconfig.read(), index.pip_args())
     seed = _without(args, "--constraint")  # uv venv takes the index options (for the seed), not constraints
     env = uvtools.environment(cache_dir(), env)
     code, tail = run_logged([*base, "--seed", *seed, str(path)], log_path, env=env)
@@ -215,7 +215,7 @@ def pip_install(venv: Venv, requirements: Sequence[str], index: IndexOptions, lo
 def _uv_install(uv: uvtools.Uv, venv: Venv, requirements: Sequence[str], index: IndexOptions, log_path: Path,
                 for_torch: bool, extra: Sequence[str], verbose: bool, record: bool = True) -> bool:
     """uv pip install with pip's configuration carried over; False (after one line) when pip should try instead."""
-    args, env = uvtools.install_options(uvtools.pip_config(), index.pip_args(for_torch=for_torch))
+    args, env = uvtools.install_options(pipconfig.read(), index.pip_args(for_torch=for_torch))
     argv = [uv.binary, "pip", "install", "--python", str(venv.python), *args, *extra, *requirements]
     uv_env = uvtools.environment(cache_dir(), env)
     with lock(venv.path):

@@ -1,0 +1,550 @@
+"""A client for a package index (PEP 503 HTML / PEP 691 JSON simple pages) as pip would see it, reading a wheel's
+metadata without downloading the wheel.
+
+- settings: pip's effective configuration (`apexkit.pipconfig`: index-url, extra-index-url, cert, proxy), or an
+  explicit --index-url; the proxies (pip's proxy option wins, as in pip) and CA bundle this environment sets
+  (`apexkit.netenv`);
+- `Client`: urllib with that CA bundle and those proxies (NO_PROXY per host), bounded retries, one-line errors;
+  user:password@ in an index URL travels as Basic auth, never into a report;
+- the index: the PEP 691 JSON simple API, else PEP 503 HTML; file:// indexes are read from disk;
+- the metadata of one wheel: the PEP 658/714 `.metadata` file where the index advertises one, else the wheel's
+  `*.dist-info/METADATA` member read with HTTP range requests (a few KiB).
+"""
+
+from __future__ import annotations
+
+import base64
+import email.parser
+import hashlib
+import html.parser
+import http.client
+import json
+import math
+import os
+import re
+import socket
+import ssl
+import struct
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+import zipfile
+import zlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
+
+from apexkit import log, netenv, pipconfig
+from apexkit.errors import ConfigError, SourceError
+from apexkit.wheel.sources import RetryPolicy
+
+PROJECT = "torch-npu"
+DEFAULT_INDEX = "https://pypi.org/simple"
+ARCHES = ("x86_64", "aarch64")
+ACCEPT = ("application/vnd.pypi.simple.v1+json, application/vnd.pypi.simple.v1+html;q=0.2, "
+          "text/html;q=0.1")
+# The first range request: the zip's end records and the end of its central directory, where wheel builders put the
+# *.dist-info entries. The METADATA member then comes with a second request.
+TAIL_BYTES = 16 * 1024
+UNREACHABLE_HINT = "check the proxy (invoke proxy.check) or pass --index-url"
+INDEX_HINT = "pass --index-url with a PEP 503/691 simple index that serves torch-npu (e.g. https://pypi.org/simple)"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Settings: pip's configuration, resolved once
+# ---------------------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class IndexSettings:
+    urls: tuple[str, ...]          # the index first, then pip's extra indexes
+    origin: str                    # where `urls` came from, for the report
+    cert: str | None = None        # CA bundle (pip's cert or PIP_CERT, else netenv.CA_VARIABLES)
+    proxies: Mapping[str, str] = field(default_factory=dict)  # scheme -> proxy URL; "no" -> NO_PROXY
+    timeout: float = 20.0
+
+
+def resolve_settings(index_url: str | None, env: Mapping[str, str], timeout: float = 20.0,
+                     pip_config: Mapping[str, str] | None = None) -> IndexSettings:
+    """The index URLs, CA bundle, proxies and timeout of `pip install` in `env` (pip's configuration: `pip_config`,
+    else read through `pipconfig`), `index_url` replacing pip's indexes when given."""
+    conf = pipconfig.read(env) if pip_config is None else pipconfig.PipConfig(pip_config)
+    if index_url:
+        urls, origin = [index_url], "--index-url"
+    else:
+        primary = conf.get("index-url")
+        origin = "pip config index-url" if primary else f"pip's default index ({DEFAULT_INDEX})"
+        urls = [primary or DEFAULT_INDEX, *conf.get_list("extra-index-url")]
+        if len(urls) > 1:
+            origin += " + extra-index-url"
+    # pip's cert (PIP_CERT included), else the first CA variable set (proxy.setup --ca-cert sets them all)
+    cert_origin = ("pip's cert option or PIP_CERT", conf["cert"]) if conf.get("cert") else \
+        netenv.ca_variable(env) or (None, None)
+    if cert_origin[1] and not os.path.isfile(cert_origin[1]):
+        raise ConfigError(f"the CA bundle {cert_origin[1]} ({cert_origin[0]}) does not exist",
+                          "fix pip's cert setting (pip config list) or the variable")
+    for url in urls:
+        check_index_url(url.strip(), "--index-url" if index_url else "pip's index-url / extra-index-url")
+    if not 0 < timeout < math.inf:
+        raise ConfigError(f"timeout {timeout!r} is not a positive number of seconds", "pass --timeout like 20")
+    proxies = netenv.proxies(env)
+    if conf.get("proxy"):  # pip's own proxy option wins over the environment, as in pip
+        proxies.update(http=conf["proxy"], https=conf["proxy"])
+    return IndexSettings(tuple(dict.fromkeys(u.strip() for u in urls if u.strip())), origin, cert_origin[1],
+                         proxies, timeout)
+
+
+def check_index_url(url: str, where: str) -> None:
+    """An index is an http://, https:// (with a host) or file:// URL; anything else is one ConfigError."""
+    if not url:
+        return
+    hint = ("pass --index-url with an http://, https:// or file:// simple index (e.g. https://pypi.org/simple)"
+            if where == "--index-url" else "fix it (pip config list; pip config set global.index-url URL) or pass "
+            "--index-url")
+    try:
+        parts = urllib.parse.urlsplit(url)
+        _ = parts.port  # raises ValueError for a port that is not a number
+    except ValueError as exc:
+        raise ConfigError(f"{where} {log.mask(url)} is not a URL ({exc})", hint) from None
+    if parts.scheme not in ("http", "https", "file"):
+        what = f"a {parts.scheme}:// URL" if parts.scheme else "not a URL (no scheme)"
+        raise ConfigError(f"{where} {log.mask(url)} is {what}; an index is read over http(s) or from file://", hint)
+    if parts.scheme != "file" and not parts.hostname:
+        raise ConfigError(f"{where} {log.mask(url)} has no host name", hint)
+
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# HTTP: one client, bounded retries, one-line errors
+# ---------------------------------------------------------------------------------------------------------------
+
+class Client:
+    """urllib with the CA bundle and proxies of `settings`; NO_PROXY honoured per host."""
+
+    def __init__(self, settings: IndexSettings, retry: RetryPolicy | None = None) -> None:
+        self.settings = settings
+        self.retry = retry or RetryPolicy.from_env()
+        context = ssl.create_default_context(cafile=settings.cert) if settings.cert else ssl.create_default_context()
+        https = urllib.request.HTTPSHandler(context=context)
+        proxies = {k: v for k, v in settings.proxies.items() if k in ("http", "https")}
+        self._proxied = urllib.request.build_opener(https, urllib.request.ProxyHandler(proxies))
+        self._direct = urllib.request.build_opener(https, urllib.request.ProxyHandler({}))
+        # pip accepts user:password@ in an index URL (a private mirror); urllib does not: send it as Basic auth
+        self._auth: dict[str, str] = {}
+        for index in settings.urls:
+            parts = urllib.parse.urlsplit(index)
+            if parts.username is not None:
+                token = f"{urllib.parse.unquote(parts.username)}:{urllib.parse.unquote(parts.password or '')}"
+                self._auth[parts.hostname or ""] = "Basic " + base64.b64encode(token.encode()).decode()
+        self._lock = threading.Lock()
+        self.requests = 0
+        self.received = 0  # bytes of response bodies read
+
+    def count(self, nbytes: int) -> None:
+        with self._lock:
+            self.received += nbytes
+
+    def _opener(self, url: str) -> urllib.request.OpenerDirector:
+        host = urllib.parse.urlsplit(url).hostname or ""
+        no_proxy = self.settings.proxies.get("no")
+        if no_proxy and urllib.request.proxy_bypass_environment(host, {"no": no_proxy}):  # type: ignore[attr-defined]  # not in typeshed
+            return self._direct
+        return self._proxied
+
+    def via(self, url: str) -> str:
+        scheme = urllib.parse.urlsplit(url).scheme
+        proxy = self.settings.proxies.get(scheme) if self._opener(url) is self._proxied else None
+        if not proxy:
+            return ""
+        parts = urllib.parse.urlsplit(proxy if "://" in proxy else f"http://{proxy}")
+        return f" via proxy {parts.hostname}:{parts.port or 80}"
+
+    def open(self, url: str, headers: Mapping[str, str] | None = None, what: str = ""):
+        """The response (caller reads and closes it), or an HTTPError for 4xx; retries timeouts, resets and 5xx.
+        Unreachable after the retries -> SourceError."""
+        try:
+            url = public_url(url)
+            request = urllib.request.Request(url, headers={"User-Agent": "apexkit-refresh", **(headers or {})})
+        except ValueError as exc:
+            raise ConfigError(f"cannot ask {log.mask(url)}: {exc}", INDEX_HINT) from None
+        auth = self._auth.get(urllib.parse.urlsplit(url).hostname or "")
+        if auth:  # unredirected: a redirect to another host (a CDN) does not get the mirror's login
+            request.add_unredirected_header("Authorization", auth)
+        delay = self.retry.backoff
+        for attempt in range(1, self.retry.attempts + 1):
+            try:
+                with self._lock:
+                    self.requests += 1
+                return self._opener(url).open(request, timeout=self.settings.timeout)
+            except urllib.error.HTTPError as exc:
+                if exc.code == 407 or (exc.code == 401 and self.via(url)):  # tinyproxy, among others, sends 401
+                    self._proxy_refused(url, exc.code)
+                if (exc.code < 500 and exc.code != 429) or attempt == self.retry.attempts:
+                    raise
+            except (urllib.error.URLError, OSError) as exc:
+                reason = failure_reason(exc, self.settings.timeout)
+                tunnel = re.search(r"Tunnel connection failed: (40[17])", reason)
+                if tunnel:
+                    self._proxy_refused(url, int(tunnel[1]))
+                if attempt == self.retry.attempts or "certificate" in reason:
+                    target = public_url(what) if what else urllib.parse.urlsplit(url).netloc
+                    hint = ("pass your proxy's CA bundle (pip config set global.cert FILE, or PIP_CERT)"
+                            if "certificate" in reason else UNREACHABLE_HINT)
+                    if self.via(url) and reason == "connection refused":
+                        raise SourceError(f"cannot reach the proxy{self.via(url)[10:]} for {target}: connection "
+                                          f"refused", "is the proxy running? check it with invoke proxy.check") from None
+                    raise SourceError(f"cannot reach {target}{self.via(url)}: {reason}", hint) from None
+            except ValueError as exc:  # a URL, proxy or timeout urllib/socket refuse: no retry helps
+                raise ConfigError(f"cannot ask {log.mask(url)}: {exc}",
+                                  "check --index-url, --timeout and the proxy variables") from None
+            time.sleep(delay)
+            delay *= 2
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _proxy_refused(self, url: str, code: int) -> None:
+        raise SourceError(f"the proxy{self.via(url)[10:]} refused the credentials (HTTP {code}) for "
+                          f"{log.mask(url)}", "check user:password in the proxy URL (percent-encode @ : / in them), "
+                          "then invoke proxy.check") from None
+
+
+def public_url(url: str) -> str:
+    """`url` without user:password@ (they travel as a header, and never into a report or matrix.toml)."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url
+    host = parts.hostname or ""
+    netloc = (f"[{host}]" if ":" in host else host) + (f":{parts.port}" if parts.port else "")
+    return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
+
+
+def failure_reason(exc: BaseException, timeout: float) -> str:
+    reason = getattr(exc, "reason", exc)
+    if isinstance(reason, ssl.SSLCertVerificationError) or "CERTIFICATE_VERIFY_FAILED" in str(reason):
+        return "TLS certificate verification failed"
+    if isinstance(reason, socket.gaierror):
+        return f"DNS lookup failed ({reason.strerror or reason})"
+    if isinstance(reason, ConnectionRefusedError):
+        return "connection refused"
+    if isinstance(reason, (socket.timeout, TimeoutError)) or "timed out" in str(reason):
+        return f"no answer within {timeout:g} s"
+    text = str(getattr(reason, "strerror", None) or reason)
+    return log.mask(text) or type(reason).__name__
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The index: PEP 691 JSON or PEP 503 HTML -> wheel files
+# ---------------------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class WheelFile:
+    filename: str
+    url: str
+    version: str
+    arch: str              # x86_64 | aarch64 | other
+    metadata: object       # PEP 658/714: False, True, or {"sha256": ...}
+    yanked: bool = False
+    index: str = ""
+
+
+class _Anchors(html.parser.HTMLParser):
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.anchors: list[dict[str, str | None]] = []
+        self.tags = 0
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags += 1
+        if tag == "a":
+            self.anchors.append(dict(attrs))
+
+
+def _wheel(filename: str, url: str, metadata: object, yanked: bool, index: str) -> WheelFile | None:
+    match = re.match(r"^(?P<name>[^-]+)-(?P<version>[^-]+)(-\d[^-]*)?-[^-]+-[^-]+-(?P<plat>[^-]+)\.whl$", filename)
+    if not match or canonicalize_name(match["name"]) != PROJECT:
+        return None
+    plat = match["plat"]
+    arch = next((a for a in ARCHES if a in plat), "other")
+    return WheelFile(filename, url, match["version"], arch, metadata, yanked, index)
+
+
+def _metadata_flag(value: object) -> object:
+    if isinstance(value, dict):
+        return value or True
+    if isinstance(value, str):  # HTML attribute: "true" or "sha256=<hex>"
+        if value.strip().lower() in ("", "false"):
+            return False
+        algo, _, digest = value.partition("=")
+        return {algo: digest} if digest else True
+    return bool(value)
+
+
+def parse_index_page(body: bytes, content_type: str, base_url: str, index: str) -> list[WheelFile]:
+    """The project page's wheels. Raises SourceError when the page is neither PEP 691 JSON nor PEP 503 HTML."""
+    text = body.decode("utf-8", "replace")
+    wheels = []
+    if "json" in content_type:
+        try:
+            data = json.loads(text)
+            files = data["files"]
+            if not isinstance(files, list):
+                raise TypeError("files is not a list")
+            for entry in files:
+                metadata = entry.get("core-metadata", entry.get("data-dist-info-metadata", False))
+                wheel = _wheel(entry["filename"], urllib.parse.urljoin(base_url, entry["url"]),
+                               _metadata_flag(metadata), bool(entry.get("yanked")), index)
+                if wheel:
+                    wheels.append(wheel)
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise SourceError(f"{log.mask(base_url)} is not a PEP 691 simple index page ({type(exc).__name__}: "
+                              f"{str(exc)[:80]})", INDEX_HINT) from None
+        return wheels
+    parser = _Anchors()
+    parser.feed(text)
+    if "html" not in content_type and not parser.tags:
+        raise SourceError(f"{log.mask(base_url)} is not a simple index page (Content-Type {content_type or 'none'}, "
+                          f"no HTML)", INDEX_HINT)
+    for attrs in parser.anchors:
+        href = attrs.get("href") or ""
+        url = urllib.parse.urljoin(base_url, href).split("#", 1)[0]
+        filename = urllib.parse.unquote(url.rsplit("/", 1)[-1])
+        metadata = attrs.get("data-core-metadata", attrs.get("data-dist-info-metadata"))
+        wheel = _wheel(filename, url, _metadata_flag(metadata) if metadata is not None else False,
+                       "data-yanked" in attrs, index)
+        if wheel:
+            wheels.append(wheel)
+    if not parser.anchors:
+        raise SourceError(f"{log.mask(base_url)} is not a simple index page (no links in it)", INDEX_HINT)
+    return wheels
+
+
+def _file_path(url: str) -> Path:
+    return Path(urllib.request.url2pathname(urllib.parse.urlsplit(url).path))
+
+
+def project_url(index: str) -> str:
+    return index.rstrip("/") + f"/{PROJECT}/"
+
+
+def fetch_index(client: Client, index: str) -> list[WheelFile] | None:
+    """The wheels `index` lists for torch-npu; None when the index has no such project (HTTP 404, no directory)."""
+    url = project_url(index)
+    if url.startswith("file:"):
+        directory = _file_path(url)
+        page = directory / "index.html"
+        if not page.is_file():
+            return None
+        return parse_index_page(page.read_bytes(), "text/html", page.as_uri(), index)
+    try:
+        with client.open(url, {"Accept": ACCEPT}, what=index) as response:
+            try:
+                body = response.read()
+            except (OSError, http.client.HTTPException) as exc:
+                raise SourceError(f"cannot read {public_url(url)}: {failure_reason(exc, client.settings.timeout)}",
+                                  UNREACHABLE_HINT) from None
+            client.count(len(body))
+            return parse_index_page(body, response.headers.get("Content-Type", ""), response.geturl(), index)
+    except urllib.error.HTTPError as exc:
+        if exc.code in (404, 410):
+            return None
+        hint = ("the index wants a login: put user:password@ in its URL (--index-url or pip's index-url), as for pip"
+                if exc.code in (401, 403) else INDEX_HINT)
+        raise SourceError(f"{public_url(url)}: HTTP {exc.code} {exc.reason}", hint) from None
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Metadata: .metadata file, else the METADATA member through HTTP range requests
+# ---------------------------------------------------------------------------------------------------------------
+
+class NoMetadata(Exception):
+    """This wheel's metadata could not be read without downloading it (the reason is the message)."""
+
+
+class RangeFile:
+    """A read-only, seekable view of a remote file; every read that misses the cache is one HTTP range request."""
+
+    def __init__(self, client: Client, url: str) -> None:
+        self.client = client
+        self.url = url
+        self.pos = 0
+        self.blocks: list[tuple[int, bytes]] = []
+        self.requests = 0
+        start, data, self.size = self._get(f"bytes=-{TAIL_BYTES}")
+        self.blocks.append((start, data))
+
+    def _get(self, spec: str) -> tuple[int, bytes, int]:
+        self.requests += 1
+        try:
+            response = self.client.open(self.url, {"Range": spec, "Accept-Encoding": "identity"})
+        except urllib.error.HTTPError as exc:
+            raise NoMetadata(f"HTTP {exc.code} for a range of the wheel") from None
+        with response:
+            match = re.match(r"bytes (\d+)-(\d+)/(\d+)", response.headers.get("Content-Range", ""))
+            if response.status != 206 or not match:
+                raise NoMetadata("the server ignores HTTP range requests (no .metadata file either)")
+            data = response.read(int(match[2]) - int(match[1]) + 1)
+            self.client.count(len(data))
+        return int(match[1]), data, int(match[3])
+
+    def _fetch(self, start: int, end: int) -> None:
+        start, data, _ = self._get(f"bytes={start}-{max(end, start + TAIL_BYTES // 4) - 1}")
+        self.blocks.append((start, data))
+
+    def seekable(self) -> bool:
+        return True
+
+    def readable(self) -> bool:
+        return True
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        self.pos = {0: offset, 1: self.pos + offset, 2: self.size + offset}[whence]
+        return self.pos
+
+    def tell(self) -> int:
+        return self.pos
+
+    def read(self, n: int = -1) -> bytes:
+        end = self.size if n is None or n < 0 else min(self.size, self.pos + n)
+        if end <= self.pos:
+            return b""
+        for start, data in self.blocks:
+            if start <= self.pos and end <= start + len(data):
+                out = data[self.pos - start:end - start]
+                self.pos = end
+                return out
+        self._fetch(self.pos, end)
+        return self.read(end - self.pos)
+
+    def close(self) -> None:
+        self.blocks = []
+
+
+def _metadata_from_zip(archive: zipfile.ZipFile) -> bytes:
+    names = [n for n in archive.namelist() if re.match(r"^[^/]+\.dist-info/METADATA$", n)]
+    if len(names) != 1:
+        raise NoMetadata(f"{len(names)} *.dist-info/METADATA members in the wheel")
+    return archive.read(names[0])
+
+
+def read_metadata(client: Client, wheel: WheelFile) -> tuple[bytes, str]:
+    """METADATA bytes and how they were read ("metadata file" | "range requests (N)" | "local file")."""
+    if wheel.url.startswith("file:"):
+        try:
+            with zipfile.ZipFile(_file_path(wheel.url)) as archive:
+                return _metadata_from_zip(archive), "local file"
+        except (OSError, zipfile.BadZipFile) as exc:
+            raise NoMetadata(f"cannot read {wheel.filename}: {exc}") from None
+    if wheel.metadata:
+        try:
+            with client.open(wheel.url + ".metadata") as response:
+                data = response.read()
+                client.count(len(data))
+        except urllib.error.HTTPError:
+            data = None  # advertised but absent: read it from the wheel instead
+        if data is not None:
+            digest = wheel.metadata.get("sha256") if isinstance(wheel.metadata, dict) else None
+            if digest and hashlib.sha256(data).hexdigest() != digest:
+                raise NoMetadata(f"{wheel.filename}.metadata does not match its sha256 on the index")
+            return data, "metadata file"
+    remote = RangeFile(client, wheel.url)
+    data = _metadata_from_tail(remote)
+    if data is None:  # not in the tail (or zip64): let zipfile walk the whole central directory, range by range
+        try:
+            with zipfile.ZipFile(remote) as archive:
+                data = _metadata_from_zip(archive)
+        except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, ValueError) as exc:
+            raise NoMetadata(f"{wheel.filename} is not a readable zip ({exc})") from None
+    return data, f"range requests ({remote.requests})"
+
+
+def _metadata_from_tail(remote: RangeFile) -> bytes | None:
+    """The METADATA member found through its central directory entry, which wheel builders put at the start of the
+    directory (bdist_wheel, torch_npu) or at its end (some others): look in the tail already read, else read the
+    directory's first block. None when neither holds it (or for zip64): zipfile then walks the whole directory."""
+    tail = remote.blocks[0][1]
+    entry = _metadata_entry(tail)
+    if entry is None:
+        eocd = tail.rfind(b"PK\x05\x06")
+        if eocd < 0 or len(tail) < eocd + 22:
+            return None
+        cd_size, cd_offset = struct.unpack("<II", tail[eocd + 12:eocd + 20])
+        if 0xFFFFFFFF in (cd_size, cd_offset):
+            return None
+        remote.seek(cd_offset)
+        entry = _metadata_entry(remote.read(min(cd_size, TAIL_BYTES)))
+    if entry is None:
+        return None
+    method, crc, size, offset, name_len = entry
+    remote._fetch(offset, offset + 30 + name_len + 1024 + size)  # the member and its local header in one request
+    remote.seek(offset)
+    local = remote.read(30)
+    if local[:4] != b"PK\x03\x04":
+        return None
+    remote.seek(offset + 30 + sum(struct.unpack("<HH", local[26:30])))
+    raw = remote.read(size)
+    data = zlib.decompressobj(-15).decompress(raw) if method == 8 else raw
+    if zlib.crc32(data) & 0xFFFFFFFF != crc:
+        raise NoMetadata("the METADATA member does not match its CRC-32")
+    return data
+
+
+def _metadata_entry(block: bytes) -> tuple[int, int, int, int, int] | None:
+    """(method, crc, compressed size, local header offset, name length) of `*.dist-info/METADATA` in a piece of a
+    zip central directory; None when it is not in it, or is zip64 or compressed other than stored/deflated."""
+    for match in re.finditer(rb"PK\x01\x02", block):
+        head = block[match.start():match.start() + 46]
+        if len(head) < 46:
+            break
+        method, crc, size, _, name_len, _, _ = struct.unpack("<HxxxxIIIHHH", head[10:34])
+        offset = struct.unpack("<I", head[42:46])[0]
+        if re.fullmatch(rb"[^/]+\.dist-info/METADATA", block[match.start() + 46:match.start() + 46 + name_len]):
+            if 0xFFFFFFFF in (size, offset) or method not in (0, 8):
+                return None
+            return method, crc, size, offset, name_len
+    return None
+
+
+@dataclass(frozen=True)
+class Metadata:
+    name: str
+    version: str
+    requires_python: str
+    torch: str               # the Requires-Dist on torch as written ("torch==2.13.0.*"), "" when none
+    torch_version: str | None  # the torch release it pins (public part), None when it pins none
+
+
+def parse_metadata(data: bytes) -> Metadata:
+    msg = email.parser.HeaderParser().parsestr(data.decode("utf-8", "replace"))
+    torch_req, torch_version = "", None
+    for line in msg.get_all("Requires-Dist") or []:
+        try:
+            req = Requirement(line)
+        except InvalidRequirement:
+            continue
+        if canonicalize_name(req.name) != "torch" or (req.marker and "extra" in str(req.marker)):
+            continue
+        torch_req = " ".join(line.split())
+        for spec in req.specifier:
+            if spec.operator in ("==", "==="):
+                try:
+                    torch_version = _public(spec.version[:-2] if spec.version.endswith(".*") else spec.version)
+                except InvalidVersion:
+                    continue
+        break
+    return Metadata(msg.get("Name", ""), msg.get("Version", ""), msg.get("Requires-Python", "") or "", torch_req,
+                    torch_version)
+
+
+def _public(version: str) -> str:
+    parsed = Version(version)
+    return parsed.public if not parsed.local else version.split("+", 1)[0]
+
+
+def local_label(requirement: str) -> str | None:
+    """`torch (==2.1.0+cpu)` -> "cpu": a torch build that PyPI's plain torch does not satisfy."""
+    match = re.search(r"==\s*[0-9][^,;)\s]*\+([A-Za-z0-9.]+)", requirement)
+    return match[1] if match else None
