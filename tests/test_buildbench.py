@@ -11,7 +11,7 @@ def test_changed_input_checkout_changes_one_patch_hash_and_nothing_it_does(tmp_p
     ours, theirs = patches.load_all(), patches.load_all(copy / "patches")
     assert [p.id for p in ours] == [p.id for p in theirs]
     assert ours[0].sha256 != theirs[0].sha256 and [p.sha256 for p in ours[1:]] == [p.sha256 for p in theirs[1:]]
-    assert (copy / "noxfile.py").is_file() and (copy / "apexkit" / "build" / "builder.py").is_file()
+    assert (copy / "noxfile.py").is_file() and (copy / "apexkit" / "wheel" / "builder.py").is_file()
     assert not (copy / ".git").exists() and not (copy / ".venv").exists()
 
 

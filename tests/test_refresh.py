@@ -182,7 +182,7 @@ def run_refresh(*args: str, env: dict[str, str] | None = None) -> subprocess.Com
 
 
 def versions_keys(text: str) -> list[str]:
-    return list(refresh.matrix_mod.tomllib.loads(text)["torch_npu"]["versions"])
+    return list(refresh.matrix.tomllib.loads(text)["torch_npu"]["versions"])
 
 
 def outside_torch_npu(text: str) -> tuple[str, str]:
@@ -229,11 +229,11 @@ def test_write_keeps_comments_order_and_other_tables_and_a_second_run_changes_no
     assert [line for line in new.splitlines() if line in comments] == comments
     keys = versions_keys(new)
     assert keys[:2] == ["2.14.0", "2.13.0"] and keys[2:] == versions_keys(old)
-    data = refresh.matrix_mod.tomllib.loads(new)["torch_npu"]
+    data = refresh.matrix.tomllib.loads(new)["torch_npu"]
     assert data["read"] == datetime.date.today().isoformat()
     assert "package index" in data["source"] and data["source"].startswith("Ascend/pytorch COMPATIBILITY.md")
     rows = data["versions"]
-    old_rows = refresh.matrix_mod.tomllib.loads(old)["torch_npu"]["versions"]
+    old_rows = refresh.matrix.tomllib.loads(old)["torch_npu"]["versions"]
     assert rows["2.14.0"] == {"torch_npu": "2.14.0", "cann": []}
     assert rows["2.7.1"] == {**old_rows["2.7.1"], "torch_npu": "2.7.1.post11", "torch_local": {"x86_64": "cpu"}}
     assert rows["2.1.0"] == {**old_rows["2.1.0"], "torch_local": {"x86_64": "cpu"}}
@@ -439,8 +439,8 @@ def test_write_refuses_a_versions_table_that_is_not_a_table_of_its_own(served, t
     new = ("versions = { " + ", ".join(rows) + " }\n" if layout == "inline" else
            "".join(f"versions.{row}\n" for row in rows))
     matrix.write_text(text.replace("\n" + block, new))
-    assert refresh.matrix_mod.tomllib.loads(matrix.read_text())["torch_npu"]["versions"] == \
-        refresh.matrix_mod.tomllib.loads(text)["torch_npu"]["versions"]
+    assert refresh.matrix.tomllib.loads(matrix.read_text())["torch_npu"]["versions"] == \
+        refresh.matrix.tomllib.loads(text)["torch_npu"]["versions"]
     before = matrix.read_bytes()
     proc = run_refresh("--matrix", str(matrix), "--index-url", f"{served.url}/json/simple", "--write")
     how = "an inline table" if layout == "inline" else "dotted keys"
@@ -453,7 +453,7 @@ def test_write_refuses_a_versions_table_that_is_not_a_table_of_its_own(served, t
 def test_a_render_that_would_not_read_back_is_refused():
     text = '[torch_npu]\nread = "x"\n\n[torch_npu.versions]\n"2.1.0" = { torch_npu = "2.1.0", cann = ["8.0.0"] }\n'
     change = refresh.RowChange("2.1.0", "update", "2.1.0", "2.1.0.post17", (("x86_64", "cpu"),))
-    want = refresh.expected_rows(refresh.matrix_mod.tomllib.loads(text)["torch_npu"]["versions"], [change])
+    want = refresh.expected_rows(refresh.matrix.tomllib.loads(text)["torch_npu"]["versions"], [change])
     assert want == {"2.1.0": {"torch_npu": "2.1.0.post17", "cann": ["8.0.0"], "torch_local": {"x86_64": "cpu"}}}
     good = refresh.render(text, [change], "2030-01-02", "http://i/simple")
     refresh.check_rendered(good, want, "m.toml")
@@ -548,7 +548,7 @@ def test_write_keeps_crlf_line_endings(served, tmp_path):
 def test_new_rows_go_in_newest_first_around_the_rows_already_there():
     text = ('[torch_npu]\nread = "x"\n\n[torch_npu.versions]\n"2.13.0" = { torch_npu = "2.13.0", cann = [] }\n'
             '"2.12.0" = { torch_npu = "2.12.0", cann = [] }\n\n[other]\na = 1\n')
-    rows = refresh.matrix_mod.tomllib.loads(text)["torch_npu"]["versions"]
+    rows = refresh.matrix.tomllib.loads(text)["torch_npu"]["versions"]
     releases = [refresh.Release(v, ["aarch64"], {"aarch64": f"torch=={t}"}, t) for v, t in [
         ("2.15.0", "2.15.0"), ("2.14.0", "2.14.0"), ("2.13.0", "2.13.0"), ("2.12.0", "2.12.0"),
         ("2.7.1.post11", "2.7.1"), ("2.1.0.post17", "2.1.0")]]
