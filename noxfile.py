@@ -172,7 +172,7 @@ def tests(session: nox.Session) -> None:
 def tests_aarch64(session: nox.Session) -> None:
     """aarch64 builder image + wheel under QEMU (minutes); with APEXKIT_INSTALL_SYSTEM_TOOLS=1 or CI=true installs
     qemu-user-static and registers binfmt first."""
-    session.run("python3", "-m", "pytest", "-m", "aarch64", "tests/test_images.py", *session.posargs,
+    session.run("python3", "-m", "pytest", "-m", "aarch64", "tests/e2e/test_images.py", *session.posargs,
                 env=_test_env(session))
 
 

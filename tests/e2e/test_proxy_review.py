@@ -21,10 +21,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_proxy import PROXY, ROOT, invoke
-from test_proxy_files import one_line_error, setup_ok, tree
+from conftest import ROOT
+from proxyroot import PROXY, invoke
 
 from apexkit.proxy import layers
+
+from .test_proxy_files import one_line_error, setup_ok, tree
 
 NOBODY = 65534
 STATE = "home/alice/.config/apexkit"

@@ -14,12 +14,12 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, output
+from conftest import DATA, ROOT, output
 
 from apexkit.wheel import known_failures
 
-LOGS = Path(__file__).parent / "data" / "failure-logs"
-VERBATIM_ELSEWHERE = {"cxx11-abi-mismatch"}  # tests/test_log_and_failures.py
+LOGS = DATA / "failure-logs"
+VERBATIM_ELSEWHERE = {"cxx11-abi-mismatch"}  # tests/unit/test_log_and_failures.py
 
 
 def invoke(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:

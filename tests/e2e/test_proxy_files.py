@@ -17,7 +17,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_proxy import PASSWORD, PROXY, ROOT, invoke
+from conftest import ROOT
+from proxyroot import PASSWORD, PROXY, invoke
 
 from apexkit.proxy import layers
 

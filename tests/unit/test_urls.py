@@ -13,7 +13,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 import pytest
-from test_proxy import invoke, paths, snapshot
+from proxyroot import invoke, paths, snapshot
 
 from apexkit import fsedit, log, urls
 from apexkit.errors import ConfigError, EnvironmentSetupError

@@ -12,9 +12,9 @@ import sys
 import textwrap
 from pathlib import Path
 
-from apexkit import log
+from conftest import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
+from apexkit import log
 
 OSC52 = "\x1b]52;c;ZWNobyBwd25lZA==\x07"  # writes "echo pwned" into the terminal's clipboard
 CLEAR = "\x1b[2J\x1b[H"

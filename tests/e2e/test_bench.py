@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "bench"
 SMALL = ["--scale", "0.05", "--warmup", "1", "--repeats", "3", "--steps", "2", "--gemm-sizes", "64,128"]
 
@@ -96,7 +96,7 @@ def test_bench_fp32_vs_bf16_both_models_writes_json_md_png(bench_python, tmp_pat
 
 def test_bench_runs_fp16_where_this_torchs_cpu_autocast_has_it(bench_python, tmp_path):
     """torch 2.13's CPU autocast takes float16 and torch.amp.GradScaler('cpu') exists: the mode runs (on torch 2.1
-    the same mode is skipped with its reason: tests/test_bench_stacks.py)."""
+    the same mode is skipped with its reason: tests/e2e/test_bench_stacks.py)."""
     out = tmp_path / "fp16"
     result = run(bench_python, "amp_bench.py", "--device", "cpu", "--model", "mlp", "--modes", "fp32,autocast-fp16",
                  "--no-png", "--out", str(out), *SMALL)

@@ -10,10 +10,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
-import test_bench
-from test_bench import BENCH, run
 
-bench_python = test_bench.bench_python  # the session's venv with torch 2.13.0 (shared with tests/test_bench.py)
+from . import test_bench
+from .test_bench import BENCH, run
+
+bench_python = test_bench.bench_python  # the session's venv with torch 2.13.0 (shared with tests/e2e/test_bench.py)
 
 TINY = ["--scale", "0.02", "--warmup", "1", "--repeats", "3", "--steps", "2", "--gemm-sizes", "64,128"]
 

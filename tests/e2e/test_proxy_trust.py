@@ -15,7 +15,7 @@ import stat
 from pathlib import Path
 
 import pytest
-from test_proxy import PASSWORD, PROXY, invoke, snapshot
+from proxyroot import PASSWORD, PROXY, invoke, snapshot
 
 STATE = "home/alice/.config/apexkit"
 MANIFEST = f"{STATE}/backups/manifest.json"

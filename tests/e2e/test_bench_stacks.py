@@ -20,12 +20,12 @@ from pathlib import Path
 
 import pytest
 import services
+from conftest import ROOT
 
 from apexkit.errors import InterpreterNotFoundError
 from apexkit.plan import matrix
 from apexkit.wheel import interpreters
 
-ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "bench"
 SMALL = ["--scale", "0.05", "--warmup", "1", "--repeats", "2", "--steps", "2", "--gemm-sizes", "64,128"]
 # what the run venv of `nox -s bench` adds next to torch (apexkit.venvrun.RUN_EXTRAS); numpy < 2 as torch 2.1 needs

@@ -10,15 +10,15 @@ import json
 import re
 import shutil
 import subprocess
-from pathlib import Path
 
+import conftest
 import pytest
 from conftest import output
 
 from apexkit import log
 from apexkit.wheel import ccachestats
 
-DATA = Path(__file__).parent / "data" / "ccache"
+DATA = conftest.DATA / "ccache"
 TARGET = "py3.11-torch2.13.0-x86_64-master"
 BUILD_STEPS = {"find_python", "sources", "venv", "torch_install", "tree", "patches", "compile", "binary_checks",
                "smoke_test", "publish", "total"}

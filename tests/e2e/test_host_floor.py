@@ -23,8 +23,8 @@ from tools import pins
 
 REQUIREMENTS = ROOT / "requirements.txt"
 # What the quick unit tests run under the floor Python (pure code: matrix, patches, logs, interpreters).
-FLOOR_UNIT_TESTS = ("tests/test_matrix.py", "tests/test_log_and_failures.py", "tests/test_patches.py",
-                    "tests/test_interpreters.py")
+FLOOR_UNIT_TESTS = ("tests/unit/test_matrix.py", "tests/unit/test_log_and_failures.py", "tests/unit/test_patches.py",
+                    "tests/e2e/test_interpreters.py")
 
 
 def find_python(version: str) -> str | None:

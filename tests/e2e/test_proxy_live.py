@@ -16,12 +16,11 @@ from types import SimpleNamespace
 
 import pytest
 import services
-from test_proxy import invoke
+from conftest import ROOT
+from proxyroot import invoke
 
 from apexkit.images import bases
 from apexkit.proxy import layers
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def clean_env(**extra: str) -> dict[str, str]:

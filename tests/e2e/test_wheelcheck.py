@@ -11,6 +11,7 @@ from pathlib import Path
 
 import fixture_repos
 import pytest
+from conftest import ROOT
 from packaging.requirements import Requirement
 from packaging.version import Version
 
@@ -173,7 +174,7 @@ def test_cpu_tier_junit_records_each_status(tmp_path):
     import importlib.util
     import xml.etree.ElementTree as ET
 
-    spec = importlib.util.spec_from_file_location("cpu_tier", Path(__file__).resolve().parent.parent / "bench" /
+    spec = importlib.util.spec_from_file_location("cpu_tier", ROOT / "bench" /
                                                   "cpu_tier.py")
     tier = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(tier)

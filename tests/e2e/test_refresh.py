@@ -21,13 +21,14 @@ import threading
 import zipfile
 from pathlib import Path
 
+import conftest
 import pytest
+from conftest import ROOT
 
 from apexkit.errors import ConfigError, SourceError
 from apexkit.index import refresh
 
-ROOT = Path(__file__).resolve().parent.parent
-DATA = Path(__file__).resolve().parent / "data" / "torch-npu-metadata"
+DATA = conftest.DATA / "torch-npu-metadata"
 # listed on the index but never read: a pre-release and a release older than 2.1
 PRIVATE_AUTH = "Basic " + base64.b64encode(b"reader:p@ss:word").decode()  # a private mirror's login
 LISTED_ONLY = ["torch_npu-2.13.0rc1-cp311-cp311-manylinux_2_28_x86_64.whl",

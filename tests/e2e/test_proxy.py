@@ -14,27 +14,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import ROOT
+from proxyroot import PASSWORD, PROXY, invoke, paths, snapshot
 
 from apexkit import fsedit
 from apexkit.proxy import layers
-
-ROOT = Path(__file__).resolve().parent.parent
-PASSWORD = "hunter2-Secret"
-PROXY = f"http://alice:{PASSWORD}@proxy.corp.example:3128"
-
-
-def invoke(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    base = {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}
-    base.update({"HOME": "/home/alice", "XDG_CONFIG_HOME": "", "DOCKER_CONFIG": ""})
-    base = {k: v for k, v in base.items() if v}
-    base.update(env or {})
-    return subprocess.run([sys.executable, "-m", "invoke", "-r", str(ROOT), *args], capture_output=True, text=True,
-                          env=base, timeout=120)
-
-
-def snapshot(root: Path) -> dict[str, tuple[bytes, int]]:
-    return {str(p.relative_to(root)): (p.read_bytes(), stat.S_IMODE(p.stat().st_mode))
-            for p in sorted(root.rglob("*")) if p.is_file()}
 
 
 def user_files(root: Path) -> dict[str, tuple[bytes, int]]:
@@ -47,10 +31,6 @@ def fsroot(tmp_path) -> Path:
     root = tmp_path / "root"
     (root / "home/alice").mkdir(parents=True)
     return root
-
-
-def paths(root: Path, **kwargs) -> layers.Paths:
-    return layers.Paths(root=root, environ={"HOME": "/home/alice"}, **kwargs)
 
 
 # --- inputs ---------------------------------------------------------------------------------------------------
