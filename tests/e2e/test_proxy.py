@@ -33,57 +33,12 @@ def fsroot(tmp_path) -> Path:
     return root
 
 
-# --- inputs ---------------------------------------------------------------------------------------------------
-
-@pytest.mark.parametrize("value, expected", [
-    ("http://proxy:3128", "http://proxy:3128"),
-    ("proxy.corp:8080", "http://proxy.corp:8080"),
-    ("HTTP://Proxy.Corp:8080/", "http://proxy.corp:8080"),
-    ("http://u:p%40ss@10.0.0.1:3128", "http://u:p%40ss@10.0.0.1:3128"),
-    ("socks5h://[::1]:1080", "socks5h://[::1]:1080"),
-])
-def test_proxy_urls_are_normalised(value, expected):
-    assert layers.parse_proxy_url(value, "--http") == expected
-
-
-@pytest.mark.parametrize("value, fragment", [
-    ("http://proxy", "no port"),
-    ("ftp://proxy:21", "not a proxy scheme"),
-    ("http://proxy:99999", "out of range"),
-    ("http://proxy:3128/path", "no path"),
-    ("http://bad_host!:3128", "not a valid host"),
-    ("http://:3128", "no host"),
-])
-def test_bad_proxy_urls_are_refused_with_a_hint(value, fragment):
-    with pytest.raises(layers.ConfigError) as info:
-        layers.parse_proxy_url(value, "--http")
-    assert fragment in info.value.cause
-    assert info.value.hint
-
-
 def test_bad_url_error_is_one_line_exit_2_and_masked(fsroot):
     result = invoke("proxy.setup", "--http", f"ftp://alice:{PASSWORD}@proxy:21", "--root", str(fsroot))
     assert result.returncode == 2
     assert result.stderr.strip().count("\n") == 0 and "next:" in result.stderr
     assert PASSWORD not in result.stderr + result.stdout
     assert snapshot(fsroot) == {}
-
-
-def test_no_proxy_always_has_loopback_and_keeps_the_users_entries():
-    assert layers.merge_no_proxy(".corp.example, 10.0.0.0/8 localhost") == (
-        "localhost", "127.0.0.0/8", "::1", ".corp.example", "10.0.0.0/8")
-    with pytest.raises(layers.ConfigError):
-        layers.merge_no_proxy("http://x")
-
-
-def test_settings_come_from_the_environment_lower_case_first():
-    env = {"http_proxy": "http://lower:3128", "HTTP_PROXY": "http://upper:3128", "NO_PROXY": ".lan"}
-    settings = layers.make_settings(environ=env)
-    assert settings.http == "http://lower:3128"
-    assert settings.https == "http://lower:3128"  # https falls back to http
-    assert settings.no_proxy[-1] == ".lan"
-    with pytest.raises(layers.ConfigError, match="no proxy given"):
-        layers.make_settings(environ={})
 
 
 # --- dry run ----------------------------------------------------------------------------------------------------
@@ -143,13 +98,6 @@ def test_without_credentials_the_profile_keeps_its_mode(fsroot):
     bashrc.chmod(0o644)
     assert invoke("proxy.setup", "--http", "http://proxy:3128", "--layers", "shell", "--root", str(fsroot)).returncode == 0
     assert stat.S_IMODE(bashrc.stat().st_mode) == 0o644
-
-
-def test_percent_signs_survive_systemd_quoting():
-    url = "http://u:p%40ss%25w0rd@proxy:3128"
-    content = layers.render_dropin({"HTTP_PROXY": url, "NO_PROXY": "localhost"}).decode()
-    assert "p%%40ss%%25w0rd" in content  # systemd would expand a single % as a specifier
-    assert layers.dropin_environment(content) == {"HTTP_PROXY": url, "NO_PROXY": "localhost"}
 
 
 # --- merging into files the user already has ------------------------------------------------------------------
@@ -230,14 +178,6 @@ def test_switching_daemon_mode_undoes_the_files_no_longer_needed(fsroot):
     assert result.returncode == 0, result.stderr
     assert list(dropins.iterdir()) == []
     assert json.loads((fsroot / "etc/docker/daemon.json").read_text())["proxies"]["http-proxy"] == PROXY
-
-
-def test_daemon_mode_follows_the_engine_version():
-    assert layers.resolve_daemon_mode("auto", (20, 10))[0] == "systemd"
-    assert layers.resolve_daemon_mode("auto", (24, 0))[0] == "daemon-json"
-    assert layers.resolve_daemon_mode("auto", None)[0] == "systemd"
-    with pytest.raises(layers.ConfigError, match="needs Docker >= 23"):
-        layers.resolve_daemon_mode("daemon-json", (20, 10))
 
 
 def test_without_systemd_setup_prints_the_restart_commands(fsroot):

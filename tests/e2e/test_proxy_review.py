@@ -24,8 +24,6 @@ import pytest
 from conftest import ROOT
 from proxyroot import PROXY, invoke
 
-from apexkit.proxy import layers
-
 from .test_proxy_files import one_line_error, setup_ok, tree
 
 NOBODY = 65534
@@ -109,22 +107,6 @@ def test_root_does_not_follow_a_users_config_link_nor_give_roots_state_away(fsro
         assert tree(fsroot) == before
     assert os.lstat(roots_state).st_uid == 0
     assert not (fsroot / "root/.config/pip").exists()
-
-
-@needs_root
-def test_in_home_takes_out_dotdot_and_follows_links(fsroot):
-    home = users_home(fsroot)
-    (fsroot / "etc/docker").mkdir(parents=True)
-    (home / "dotfiles").mkdir()
-    os.chown(home / "dotfiles", NOBODY, NOBODY)
-    (home / ".docker").symlink_to("../../etc/docker")        # root's own link out of the home
-    users_link(home / ".dots", "dotfiles")
-    paths = layers.Paths(root=fsroot, environ={"HOME": "/home/alice"})
-    assert not paths.in_home("/home/alice/../../root/.docker/config.json")
-    assert not paths.in_home("/home/alice/.docker/config.json")   # really /etc/docker: stays root's
-    assert paths.in_home("/home/alice/.dots/bashrc") and paths.in_home("/home/alice/.bashrc")
-    environ = {"HOME": "/home/alice", "DOCKER_CONFIG": "/home/alice/../../root/.docker"}
-    assert not layers.Paths(root=fsroot, environ=environ).in_home(layers.Paths(root=fsroot, environ=environ).docker_config)
 
 
 # --- 2: edits between two setups --------------------------------------------------------------------------------------
@@ -225,23 +207,3 @@ def test_a_profile_climbing_out_of_the_root_says_so(fsroot):
     assert "/../../../x lies outside" in text and "'..'" in text and "symbolic link" not in text
     assert tree(fsroot) == before
     assert stat.S_ISDIR(os.lstat(fsroot).st_mode)
-
-
-def test_links_are_resolved_as_the_kernel_does_and_each_one_is_named(tmp_path):
-    from apexkit import fsedit
-    (tmp_path / "a/b").mkdir(parents=True)
-    (tmp_path / "c").mkdir()
-    (tmp_path / "a/up").symlink_to("b/..")                 # '..' after a link: the link's target's parent
-    (tmp_path / "a/b/abs").symlink_to(tmp_path / "c")      # absolute
-    (tmp_path / "outer").symlink_to("a/b/abs")             # a link whose target goes through another link
-    for relative in ("a/up/b/abs/file", "outer/new/file", "a/b/abs/../a/up/../c", "missing/../c/x"):
-        path = tmp_path / relative
-        resolved, links = fsedit.resolve_links(path)
-        assert resolved == Path(os.path.realpath(path)), relative
-    _, links = fsedit.resolve_links(tmp_path / "outer/file")
-    assert [(link.name, target) for link, _, target in links] == [
-        ("outer", tmp_path / "c"), ("abs", tmp_path / "c")]
-    loop = tmp_path / "loop"
-    loop.symlink_to("loop")
-    with pytest.raises(fsedit.TargetError, match="too many symbolic links"):
-        fsedit.resolve_links(loop / "x")
