@@ -7,15 +7,11 @@ import os
 import signal
 import subprocess
 import sys
-import threading
-import time
-from pathlib import Path
 
 import pytest
 from conftest import ROOT
 
 from apexkit import locks
-from apexkit.errors import ApexkitError
 
 # Holds the lock on argv[1] ("held" on stdout once it has it), appends "holder done" to argv[2], releases when stdin
 # closes.
@@ -50,13 +46,6 @@ def _wait_for_output(proc: subprocess.Popen, expected: str) -> None:
     assert line.strip() == expected, line
 
 
-def _wait_until(condition, what: str, seconds: float = 60.0) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, f"gave up waiting for {what}"
-        time.sleep(0.05)
-
-
 def test_second_process_waits_naming_the_holder_then_runs_after_it(tmp_path):
     thing, journal = tmp_path / "thing", tmp_path / "journal"
     holder = _python(HOLDER, str(thing), str(journal), stdin=subprocess.PIPE, stdout=subprocess.PIPE)
@@ -86,39 +75,6 @@ def test_a_sigkilled_holder_never_blocks_the_next_one(tmp_path):
     with locks.hold(thing, "the mirror", timeout=10):  # not a second of waiting on the dead holder's file
         assert locks.holder(thing) == os.getpid()
     assert locks.holder(thing) is None
-
-
-def test_reentry_in_one_thread_is_free_while_another_thread_waits(tmp_path, capsys):
-    thing = tmp_path / "venv"
-    order = []
-    with locks.hold(thing, "the venv"):
-        with locks.hold(thing, "the venv", timeout=0):  # same thread: no wait, no deadlock
-            order.append("inner")
-
-        def other() -> None:
-            with locks.hold(thing, "the venv"):
-                order.append("thread")
-
-        worker = threading.Thread(target=other)
-        worker.start()
-        _wait_until(lambda: "waiting for the lock on the venv" in capsys.readouterr().err, "the thread to wait")
-        order.append("outer done")
-    worker.join(30)
-    assert order == ["inner", "outer done", "thread"]
-
-
-def test_a_lock_that_cannot_be_created_is_one_line(tmp_path):
-    blocker = tmp_path / "cache"
-    blocker.write_text("a file where a directory should be")
-    with pytest.raises(ApexkitError) as exc, locks.hold(blocker / "git" / "x.git", "git mirror x.git"):
-        pass
-    line = exc.value.format()
-    assert "\n" not in line and line.startswith("cannot take the lock on git mirror x.git:")
-    assert "-- next: make that directory writable" in line
-
-
-def test_lock_file_is_a_sibling_named_after_the_path():
-    assert locks.lock_file(Path("/c/git/a.git")) == Path("/c/git/a.git.lock")
 
 
 # One build's venv step as apexkit/wheel/builder.py does it: under the venv's lock, made only when its ready marker is missing.

@@ -219,14 +219,6 @@ def test_credentials_in_the_url_never_reach_the_mirror_or_the_output(repos, priv
         assert secret.decode() not in out.out + out.err + exc.value.format()
 
 
-def test_split_credentials():
-    assert sources.split_credentials("https://u:p%40ss@git.example.com:8443/a/apex.git") == (
-        "https://git.example.com:8443/a/apex.git", ("u", "p@ss"))
-    assert sources.split_credentials("https://tokenonly@host/x.git") == ("https://host/x.git", ("tokenonly", ""))
-    for plain in ("https://host/x.git", "file:///srv/x.git", "ssh://git@host/x.git", "git@host:x.git"):
-        assert sources.split_credentials(plain) == (plain, None)
-
-
 def test_cache_dir_naming_a_file_is_one_line(tmp_path):
     afile = tmp_path / "cache-file"
     afile.write_text("")
