@@ -15,16 +15,9 @@ import wheelnames
 import yaml
 from conftest import ROOT, output
 
-from apexkit.errors import ConfigError
-from apexkit.fleet import matrixrun
 from apexkit.plan import matrix
 
 WORKFLOW = ROOT / ".github" / "workflows" / "build.yml"
-
-
-@pytest.fixture(scope="module")
-def m():
-    return matrix.load()
 
 
 @pytest.fixture(scope="module")
@@ -34,46 +27,6 @@ def nox_sessions() -> dict[str, dict]:
                          capture_output=True, text=True, check=True).stdout
     found = re.findall(r"^[*-] (\S+)(?: \[([^\]]*)\])? ->", out, re.M)
     return {name: {"tags": tags.split(",") if tags else []} for name, tags in found}
-
-
-def combo(m, **kw) -> matrix.Combination:
-    return m.combinations([{"python": "3.11", "torch": "2.13.0", "arch": "x86_64", **kw}])[0]
-
-
-def test_default_matrix_is_valid_and_ids_are_short(m):
-    combos = m.combinations()
-    assert [c.id for c in combos] == ["py3.11-torch2.13.0-x86_64", "py3.10-torch2.1.0-x86_64",
-                                      "py3.11-torch2.5.1-aarch64", *m.stack_names()]
-    for c in combos:
-        m.validate(c)
-    field = next(c for c in combos if c.id == "field-report")
-    assert (field.python, field.torch, field.arch, field.stack) == ("3.8", "2.1.0", "aarch64", "field-report")
-    assert field.build_args() == ["--stack", "field-report"]
-    assert combo(m, ref="5.0.rc3").id == "py3.11-torch2.13.0-x86_64-5.0.rc3"
-    assert matrixrun.build_args(m, combos[2], host="x86_64")[-2:] == ["--image", "apexkit/builder:debian-bookworm-aarch64"]
-    assert "--image" not in matrixrun.build_args(m, combos[2], host="aarch64")
-
-
-@pytest.mark.parametrize(("entry", "says"), [
-    ({"python": "3.8", "torch": "2.6.0"}, "matrix.toml [torch_python] row 2.6: Python 3.9, 3.10, 3.11"),
-    ({"torch": "2.1.0", "python": "3.10", "torch_npu": "2.5.1.post1"},
-     "torch_npu 2.5.1.post1 does not pair with torch 2.1.0 (matrix.toml [torch_npu.versions] row 2.1.0: torch_npu "
-     "2.1.0.post"),
-    ({"torch": "2.6.0", "cann": "7.0.0"}, "CANN 7.0.0 is not listed for torch 2.6.0 (matrix.toml [torch_npu.versions] "
-                                          "row 2.6.0: CANN 8.5.0, 8.3.RC1, 8.2.RC1)"),
-    ({"torch": "2.5.0", "torch_npu": "2.5.0"}, "no torch_npu release pairs with torch 2.5.0"),
-    ({"arch": "riscv64"}, "unknown arch 'riscv64'"),
-    ({"ref": "nope"}, "unknown Ascend apex ref 'nope'"),
-])
-def test_invalid_combinations_name_the_row(m, entry, says):
-    with pytest.raises(ConfigError) as exc:
-        m.validate(combo(m, **entry))
-    assert says in exc.value.cause
-
-
-def test_bad_matrix_entries(m):
-    with pytest.raises(ConfigError, match="needs python, torch, arch; unknown keys cuda"):
-        m.combinations([{"python": "3.11", "torch": "2.13.0", "arch": "x86_64", "cuda": "12"}])
 
 
 def test_github_matrix_json_and_sessions(nox_sessions):
