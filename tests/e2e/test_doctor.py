@@ -19,7 +19,6 @@ from conftest import DATA, ROOT, output
 from apexkit.wheel import known_failures
 
 LOGS = DATA / "failure-logs"
-VERBATIM_ELSEWHERE = {"cxx11-abi-mismatch"}  # tests/unit/test_log_and_failures.py
 
 
 def invoke(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
@@ -31,20 +30,6 @@ def doctor_json(env: dict[str, str] | None = None) -> tuple[int, dict[tuple[str,
     proc = invoke("doctor", "--json", env=env)
     rows = json.loads(proc.stdout)
     return proc.returncode, {(r["area"], r["name"]): r for r in rows}
-
-
-# --- known failures against real logs ------------------------------------------------------------------------------------
-
-def test_every_signature_has_a_real_log_that_matches_only_it():
-    ids = [f.id for f in known_failures.load()]
-    assert len(ids) == len(set(ids))
-    for failure_id in ids:
-        if failure_id in VERBATIM_ELSEWHERE:
-            continue
-        log = LOGS / f"{failure_id}.log"
-        assert log.is_file(), f"no real log for {failure_id}"
-        assert [h.failure.id for h in known_failures.find(log.read_text())] == [failure_id], failure_id
-    assert sorted(p.stem for p in LOGS.glob("*.log")) == sorted(set(ids) - VERBATIM_ELSEWHERE)
 
 
 def test_doctor_log_names_cause_fix_and_line():
@@ -307,19 +292,6 @@ def apex_rows(proc: subprocess.CompletedProcess) -> dict[str, dict]:
     return {r["name"]: r for r in json.loads(proc.stdout) if r["area"] == "apex"}
 
 
-def test_apex_data_has_a_source_and_date_for_every_fact():
-    from apexkit.doctor import apexneed
-
-    facts = apexneed.load()
-    assert facts.read == "2026-11-30"
-    assert {"mindspeed", "mindspeed-llm", "modellink"} <= set(facts.distributions)
-    for table in facts.distributions.values():
-        assert table["source"] and table["cite"] and table["read"] == "2026-11-30", table["name"]
-    for pattern in facts.patterns:
-        assert pattern.source and pattern.needs in ("always", "unless-standins"), pattern.id
-    assert "NpuFusedAdamW" in facts.torch_npu_optimizers
-
-
 def test_apex_not_needed_for_mindspeed_llm_2_3(tmp_path):
     """MindSpeed-LLM 2.3.0 installed (the 2.3.0 branch's setup.py says 2.3.0) and MindSpeed installed by pip -e from
     its 2.3.0_core_r0.12.1 branch (its version, 0.12.1, is Megatron's): both say apex is not needed."""
@@ -430,20 +402,6 @@ def test_apex_target_on_python_3_8(tmp_path):
     verdict = assess(venv)
     assert verdict.verdict == "needed" and verdict.next_step.startswith("build it: nox -s build-3.8")
     assert "move to MindSpeed-LLM >= 2.2.0" in verdict.next_step
-
-
-def test_apex_scan_is_bounded(tmp_path):
-    import dataclasses
-
-    from apexkit.doctor import apexneed
-
-    for i in range(5):
-        (tmp_path / f"s{i}.py").write_text("import apex\n")
-    facts = apexneed.load()
-    facts = dataclasses.replace(facts, scan={**facts.scan, "max_files": 3})
-    hits, notes = apexneed.scan_scripts(tmp_path, facts)
-    assert [h.file for h in hits] == [f"{tmp_path}/s{i}.py" for i in range(3)]
-    assert notes == ["scanned 3 file(s) under " + str(tmp_path), "scanned the first 3 .py files only"]
 
 
 def test_apex_bad_input_is_one_line(tmp_path):
@@ -574,17 +532,6 @@ def test_apex_scan_notes_directories_it_cannot_list():
         assert proc_fs["notes"][-1].startswith("could not list ") and "(Permission denied)" in proc_fs["notes"][-1]
 
 
-def test_apex_scan_skips_binary_files(tmp_path):
-    """A *.py with a NUL byte in its first 8 KiB is a binary: its bytes are no evidence, in the text or in --json."""
-    (tmp_path / "blob.py").write_bytes(b"import apex\n\0\x89PNG\r\n amp.initialize(m, o, combine_grad=True)\n")
-    (tmp_path / "train.py").write_text("import torch\nimport apex\n")
-    verdict = assess(None, tmp_path)
-    assert [(h["file"], h["line"]) for h in verdict.as_dict()["hits"]] == [(f"{tmp_path}/train.py", 2)]
-    assert [e.name for e in verdict.evidence] == ["import-apex"] and "blob.py" not in verdict.summary()
-    assert verdict.notes == [f"scanned 1 file(s) under {tmp_path}", "skipped 1 binary file(s) (a NUL byte in the "
-                             f"first 8192 bytes): {tmp_path}/blob.py"]
-
-
 def test_apex_probe_output_that_is_not_json_is_one_line(tmp_path):
     """An interpreter (a wrapper, a fake) that prints a cut-off probe line: one error line, exit 2, no traceback."""
     for name, printed in (("cut", "APEXKIT-PROBE {"), ("list", "APEXKIT-PROBE []")):
@@ -609,3 +556,35 @@ def test_doctor_report_goes_to_stdout_so_it_can_be_redirected(tmp_path):
     text = report.read_text()
     assert proc.returncode in (0, 1) and " ok, " in text and " fail, " in text and "python" in text
     assert " ok, " not in proc.stderr
+
+
+def test_doctor_log_streams_a_large_log_once(tmp_path):
+    """A 40 MB build log is read in one streamed pass: the known failure near its end is found with its line number
+    (across 1 MB blocks), and the CLI's peak memory stays near its 30 MB baseline (before: the whole log read twice,
+    131 MB peak for this log, 1.2 GB for a 500 MB one)."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    big = tmp_path / "build.log"
+    filler = "g++ -pthread -B /opt/compiler -fno-strict-overflow -Wsign-compare -DNDEBUG -g -O2 -Wall -fPIC x.cpp\n"
+    lines = 40 * 2**20 // len(filler)
+    with open(big, "w") as fh:
+        block = filler * 10000
+        for _ in range(lines // 10000):
+            fh.write(block)
+        fh.write("x.cpp:2:10: fatal error: torch/extension.h: No such file or directory\n")
+        fh.write("\x1b[2Jthe last line\n")
+    expected_line = (lines // 10000) * 10000 + 1
+    with open(big) as fh:
+        hits, tail = known_failures.scan(fh, block=1 << 20)
+    assert [(h.failure.id, h.line_no) for h in hits] == [("hardcoded-site-packages", expected_line)]
+    assert tail[-1] == "\x1b[2Jthe last line" and len(tail) == 10
+    probe = ("import resource, subprocess, sys; p = subprocess.run(sys.argv[1:], capture_output=True, text=True); "
+             "print(p.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss); print(p.stderr)")
+    out = subprocess.run([sys.executable, "-c", probe, sys.executable, "-m", "apexkit", "doctor", "--log", str(big)],
+                         cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    code, max_rss_kib = (int(x) for x in out.split("\n", 1)[0].split())
+    assert code == 0 and f"hardcoded-site-packages  line {expected_line}:" in out
+    assert max_rss_kib < 80 * 1024, f"peak RSS {max_rss_kib} KiB for a 40 MB log"

@@ -14,8 +14,6 @@ from pathlib import Path
 
 from conftest import ROOT
 
-from apexkit import log
-
 OSC52 = "\x1b]52;c;ZWNobyBwd25lZA==\x07"  # writes "echo pwned" into the terminal's clipboard
 CLEAR = "\x1b[2J\x1b[H"
 FAKE_OK = "\x1b[32mOK\x1b[0m"
@@ -72,14 +70,6 @@ def _script(tmp_path: Path) -> Path:
                       "    (sys.stdout if i % 2 else sys.stderr).write(line + '\\n'); sys.stdout.flush()\n"
                       "sys.exit(1)\n")
     return script
-
-
-def test_sanitise_escapes_every_control_character_but_tab():
-    assert log.sanitise("a\tb") == "a\tb"
-    assert log.sanitise("\x1b[2J") == "\\x1b[2J"
-    assert log.sanitise("\x00\x07\x08\n\r\x7f\x80\x9f") == "\\x00\\x07\\x08\\x0a\\x0d\\x7f\\x80\\x9f"
-    assert log.sanitise("one\ntwo\x1b", keep_newlines=True) == "one\ntwo\\x1b"
-    assert log.sanitise("ümlaut → ok ✓") == "ümlaut → ok ✓"  # printable non-ASCII untouched
 
 
 def test_doctor_log_names_a_known_failure_without_replaying_its_escapes(tmp_path):
