@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import subprocess
 import sys
 
 import pytest
-from conftest import ROOT
 
 from apexkit import venvrun, vocab
 from apexkit.errors import ConfigError
@@ -58,38 +56,6 @@ def test_pick_for_keyword_commands(capsys):
         vocab.pick("shell", "pip", "--only LIST", "--layers LIST")
 
 
-def invoke(*args, env=None):
-    return subprocess.run([sys.executable, "-m", "invoke", "-r", str(ROOT), *args], capture_output=True, text=True,
-                          timeout=120, cwd=ROOT, env=env)
-
-
-def test_invoke_proxy_layers_and_the_old_only(tmp_path):
-    fsroot = tmp_path / "root"
-    (fsroot / "home").mkdir(parents=True)
-    new = invoke("proxy.setup", "--http", "http://proxy.corp:3128", "--layers", "shell", "--root", str(fsroot),
-                 "--dry-run")
-    assert new.returncode == 0, new.stderr
-    assert DEPRECATED not in new.stderr
-    old = invoke("proxy.setup", "--http", "http://proxy.corp:3128", "--only", "shell", "--root", str(fsroot),
-                 "--dry-run")
-    assert old.returncode == 0, old.stderr
-    assert old.stderr.count(DEPRECATED) == 1 and "--only is deprecated: use --layers" in old.stderr
-    both = invoke("proxy.setup", "--http", "http://proxy.corp:3128", "--only", "shell", "--layers", "pip",
-                  "--root", str(fsroot), "--dry-run")
-    assert both.returncode == 2 and both.stderr.strip().splitlines()[-1].startswith("error: --only and --layers")
-    assert "Traceback" not in both.stderr
-
-
-def test_doctor_interpreter_and_its_old_spelling():
-    args = ["-m", "apexkit", "doctor", "--json", "--venv", "/nonexistent-venv"]
-    for spelling in ("--interpreter", "--python"):
-        proc = subprocess.run([sys.executable, *args, spelling, sys.executable], capture_output=True, text=True,
-                              timeout=120, cwd=ROOT)
-        assert proc.returncode == 2, proc.stderr
-        assert (DEPRECATED in proc.stderr) == (spelling == "--python")
-        assert "Traceback" not in proc.stderr
-
-
 def test_old_and_new_spelling_with_different_values_is_one_error_either_order(capsys):
     for argv in (["--python", "/a/python", "--interpreter", "/b/python"],
                  ["--interpreter", "/b/python", "--python", "/a/python"]):
@@ -101,19 +67,3 @@ def test_old_and_new_spelling_with_different_values_is_one_error_either_order(ca
     p = matrixrun.parser()
     args = p.parse_args(["--only", "a", "--only", "b"])
     assert args.only == ["a", "b"] and capsys.readouterr().err.count(DEPRECATED) == 1  # one line per option
-
-
-def test_apexkit_commands_take_required_values_positionally_or_as_flags(tmp_path):
-    base = [sys.executable, "-m", "apexkit", "image.build"]
-    for argv in (["x86_64", "debootstrap:bookworm"], ["--arch", "x86_64", "--base", "debootstrap:bookworm"]):
-        proc = subprocess.run([*base, *argv, "--dry-run", "--ca-cert", "none"], capture_output=True, text=True,
-                              timeout=120, cwd=ROOT)
-        assert proc.returncode == 0 and "dry run" in proc.stderr, proc.stderr[-1500:]
-    missing = subprocess.run([*base, "x86_64", "--dry-run"], capture_output=True, text=True, timeout=120, cwd=ROOT)
-    assert missing.returncode == 2 and "BASE is required (or --base VALUE)" in missing.stderr
-    status = tmp_path / "status.json"
-    import os
-
-    subprocess.run([sys.executable, "-m", "apexkit", "fleet.report", "--bogus"], capture_output=True, cwd=ROOT,
-                   env={**os.environ, "APEXKIT_STATUS_FILE": str(status)}, timeout=120)
-    assert '"exit_code": 2' in status.read_text()  # a usage error is recorded like any other exit
