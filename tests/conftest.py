@@ -71,6 +71,14 @@ class Runner:
 
 
 @pytest.fixture
+def fsroot(tmp_path) -> Path:
+    """A --root test directory standing for /, with the home of the user alice (the proxy writers' tests)."""
+    root = tmp_path / "root"
+    (root / "home/alice").mkdir(parents=True)
+    return root
+
+
+@pytest.fixture
 def runner(repos, shared_cache, tmp_path) -> Runner:
     return Runner(repos, shared_cache, tmp_path)
 

@@ -26,13 +26,6 @@ def user_files(root: Path) -> dict[str, tuple[bytes, int]]:
     return {k: v for k, v in snapshot(root).items() if "/.config/apexkit/" not in "/" + k}
 
 
-@pytest.fixture
-def fsroot(tmp_path) -> Path:
-    root = tmp_path / "root"
-    (root / "home/alice").mkdir(parents=True)
-    return root
-
-
 def test_bad_url_error_is_one_line_exit_2_and_masked(fsroot):
     result = invoke("proxy.setup", "--http", f"ftp://alice:{PASSWORD}@proxy:21", "--root", str(fsroot))
     assert result.returncode == 2

@@ -26,13 +26,6 @@ STATE = "home/alice/.config/apexkit"
 OTHER = "http://bob:0ther-Pass@proxy2.corp.example:8080"
 
 
-@pytest.fixture
-def fsroot(tmp_path) -> Path:
-    root = tmp_path / "root"
-    (root / "home/alice").mkdir(parents=True)
-    return root
-
-
 def tree(root: Path) -> dict[str, tuple]:
     """Every path under `root` (links not followed): its type, link target, owner, mode and bytes."""
     entries: dict[str, tuple] = {}

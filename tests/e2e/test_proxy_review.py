@@ -33,13 +33,6 @@ AUTHS = {"auths": {"registry.corp": {"auth": "cm9vdDpzM2NyZXQ="}}}
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root: the home belongs to another uid (chown)")
 
 
-@pytest.fixture
-def fsroot(tmp_path) -> Path:
-    root = tmp_path / "root"
-    (root / "home/alice").mkdir(parents=True)
-    return root
-
-
 def users_home(root: Path) -> Path:
     """The sudo -E case: root runs with HOME=/home/alice, a home that belongs to uid 65534."""
     home = root / "home/alice"

@@ -21,13 +21,6 @@ STATE = "home/alice/.config/apexkit"
 MANIFEST = f"{STATE}/backups/manifest.json"
 
 
-@pytest.fixture
-def fsroot(tmp_path) -> Path:
-    root = tmp_path / "root"
-    (root / "home/alice").mkdir(parents=True)
-    return root
-
-
 def set_up(root: Path, *args: str) -> None:
     bashrc = root / "home/alice/.bashrc"
     if not bashrc.exists():

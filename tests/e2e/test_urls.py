@@ -4,7 +4,6 @@ The validator and the masker in-process are in tests/unit/test_urls.py."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from urllib.parse import quote
 
 import pytest
@@ -12,13 +11,6 @@ from proxyroot import invoke, snapshot
 
 # A password is these two halves around the character under test: neither half may show anywhere.
 A, B = "Kq7Lm", "Zw9Tn"
-
-
-@pytest.fixture
-def fsroot(tmp_path) -> Path:
-    root = tmp_path / "root"
-    (root / "home/alice").mkdir(parents=True)
-    return root
 
 
 # --- through the command line: injection refused, nothing written -------------------------------------------------

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import re
 import stat
-from pathlib import Path
 
 import pytest
 from proxyroot import paths, snapshot
@@ -22,13 +21,6 @@ from apexkit.proxy import layers
 # A password is these two halves around the character under test: neither half may show anywhere.
 A, B = "Kq7Lm", "Zw9Tn"
 PROXY_SCHEMES = layers.PROXY_SCHEMES
-
-
-@pytest.fixture
-def fsroot(tmp_path) -> Path:
-    root = tmp_path / "root"
-    (root / "home/alice").mkdir(parents=True)
-    return root
 
 
 # --- the masker -------------------------------------------------------------------------------------------------
