@@ -3,7 +3,8 @@ interrupted setup undoable, managed-block markers that do not pair up, bytes tha
 settings, a broken layer that does not block the others, cleanup of what setup created, bad state files.
 
 Everything runs the real `invoke proxy.*` command line against a --root test directory standing for /; a setup
-is interrupted by really killing its process between two file writes (APEXKIT_TEST_PAUSE_AFTER_WRITE).
+is interrupted by really killing its process between two file writes (pause_after_write.py beside this file wraps
+the one-file write of the real command line).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from proxyroot import PASSWORD, PROXY, invoke
 from apexkit.proxy import layers
 
 STATE = "home/alice/.config/apexkit"
+PAUSE_AFTER_WRITE = Path(__file__).resolve().parent / "pause_after_write.py"
 OTHER = "http://bob:0ther-Pass@proxy2.corp.example:8080"
 
 
@@ -181,11 +183,12 @@ def test_root_does_not_follow_a_users_link_to_a_file_of_someone_else(fsroot):
 
 def start_setup(root: Path, pause_after: int, *args: str) -> subprocess.Popen:
     env = {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}
-    env.update(HOME="/home/alice", APEXKIT_TEST_PAUSE_AFTER_WRITE=str(pause_after))
+    env.update(HOME="/home/alice")
     env.pop("XDG_CONFIG_HOME", None)
     env.pop("DOCKER_CONFIG", None)
-    process = subprocess.Popen([sys.executable, "-m", "invoke", "-r", str(ROOT), "proxy.setup", *args, "--root",
-                                str(root)], stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, env=env, text=True)
+    process = subprocess.Popen([sys.executable, str(PAUSE_AFTER_WRITE), str(pause_after), "-m", "invoke", "-r", str(ROOT),
+                                "proxy.setup", *args, "--root", str(root)],
+                               stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, env=env, text=True)
     assert process.stderr is not None
     for line in process.stderr:
         if f"apexkit-test: paused after write {pause_after}" in line:
