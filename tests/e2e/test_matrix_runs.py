@@ -58,7 +58,7 @@ def test_workflow_names_only_real_sessions_and_runs_the_readme_command(nox_sessi
     for text in runs + names:
         for match in re.finditer(r"nox -s (.+?)(?: --|$)", text, re.M):
             named.update(re.findall(r"\$\{\{.*?\}\}|[\w.-]+", match.group(1)))
-    assert named == {"matrix", "${{ matrix.session }}", "lint", "tests", "tests-aarch64"}
+    assert named == {"matrix", "${{ matrix.session }}", "lint", "tests-unit", "tests-e2e", "tests-aarch64"}
     assert named - {"${{ matrix.session }}"} <= set(nox_sessions)
     readme = (ROOT / "README.md").read_text()
     command2 = re.search(r"# 2\. Run the tests.*\n(.*)\n", readme).group(1)
