@@ -8,8 +8,10 @@ build-bench     cold vs cached vs -j1/-jN build times
 lock            requirements/*.in -> the hashed locks (requirements.txt, requirements/runtime.txt); -- --check
 validate        environment checks in the built wheel's venv (bench/validate_env.py)
 bench           FP32 vs AMP benchmark in the built wheel's venv (bench/amp_bench.py)
-tests           the test suite (the README's test command, with tests-aarch64); installs system tools only when
-                asked: APEXKIT_INSTALL_SYSTEM_TOOLS=1 or CI=true, as root
+tests-unit      the fast tier, tests/unit: in-process, no daemons, no network; installs and starts nothing
+tests-e2e       tests/e2e: real venvs, git, compilers, tinyproxy, dockerd, Slurm, servers on 127.0.0.1; installs
+                system tools only when asked: APEXKIT_INSTALL_SYSTEM_TOOLS=1 or CI=true, as root
+tests           both tiers in one pytest run (unit first), installing as tests-e2e does
 tests-aarch64   aarch64 builder image and wheel under QEMU
 lint            ruff check, mypy over apexkit/, shellcheck over docker/*.sh and .ci/run, actionlint, and last
                 ruff format --check (line length 100; ruff check allows 130)
@@ -32,9 +34,10 @@ try:  # the sessions come from matrix.toml: a broken file is one line, not a tra
 except ApexkitError as _exc:
     sys.exit(f"error: {_exc.format()}")
 
-# A bare `nox` runs lint only: it is quick and changes nothing outside the checkout. `tests` is asked for by name
-# (`nox -s tests`): it starts daemons and, where asked to (APEXKIT_INSTALL_SYSTEM_TOOLS=1 or CI=true), installs
-# system packages; a default that lists the sessions instead would leave a bare `nox` doing nothing useful.
+# A bare `nox` runs lint only: it is quick and changes nothing outside the checkout. The tests are asked for by name
+# (`nox -s tests-unit`, `nox -s tests-e2e`, or both as `nox -s tests`): the e2e tier starts daemons and, where asked
+# to (APEXKIT_INSTALL_SYSTEM_TOOLS=1 or CI=true), installs system packages; a default that lists the sessions
+# instead would leave a bare `nox` doing nothing useful.
 nox.options.sessions = ["lint"]
 nox.options.default_venv_backend = "none"  # apexkit makes its own venvs (virtualenv, found interpreters)
 
@@ -162,10 +165,24 @@ def _test_env(session: nox.Session) -> "dict[str, str]":
     return {"APEXKIT_REQUIRE_SERVICES": "1"}
 
 
+@nox.session(name="tests-unit", python=False)
+def tests_unit(session: nox.Session) -> None:
+    """The fast tier (tests/unit): in-process tests, no daemons, no network, no system tools installed."""
+    session.run("python3", "-m", "pytest", "tests/unit", *session.posargs)
+
+
+@nox.session(name="tests-e2e", python=False)
+def tests_e2e(session: nox.Session) -> None:
+    """tests/e2e: real venvs, git, compilers, tinyproxy, dockerd, Slurm; with APEXKIT_INSTALL_SYSTEM_TOOLS=1 or CI=true
+    (as root + apt) installs the missing system tools first (tinyproxy, docker.io, debootstrap, qemu-user-static):
+    then the service tests must run."""
+    session.run("python3", "-m", "pytest", "tests/e2e", *session.posargs, env=_test_env(session))
+
+
 @nox.session(python=False)
 def tests(session: nox.Session) -> None:
-    """Run the test suite (pytest); with APEXKIT_INSTALL_SYSTEM_TOOLS=1 or CI=true (as root + apt) installs the
-    missing system tools first (tinyproxy, docker.io, debootstrap, qemu-user-static): then the service tests must run."""
+    """Both tiers in one pytest run (tests/unit first, then tests/e2e; -- ARGS go to pytest), installing system tools
+    as tests-e2e does."""
     session.run("python3", "-m", "pytest", *session.posargs, env=_test_env(session))
 
 
@@ -173,7 +190,7 @@ def tests(session: nox.Session) -> None:
 def tests_aarch64(session: nox.Session) -> None:
     """aarch64 builder image + wheel under QEMU (minutes); with APEXKIT_INSTALL_SYSTEM_TOOLS=1 or CI=true installs
     qemu-user-static and registers binfmt first."""
-    session.run("python3", "-m", "pytest", "-m", "aarch64", "tests/test_images.py", *session.posargs,
+    session.run("python3", "-m", "pytest", "-m", "aarch64", "tests/e2e/test_images.py", *session.posargs,
                 env=_test_env(session))
 
 

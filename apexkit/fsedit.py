@@ -774,19 +774,6 @@ def preflight(changes: Iterable[Change], hint: str) -> None:
             raise EnvironmentSetupError(f"cannot write {change.display} (permission denied); nothing was changed", hint)
 
 
-def _test_pause(count: int) -> None:
-    """Tests only: APEXKIT_TEST_PAUSE_AFTER_WRITE=N stops here after the N-th file written, so that a test can kill
-    this process between two writes (as a closed SSH session would)."""
-    wanted = os.environ.get("APEXKIT_TEST_PAUSE_AFTER_WRITE", "")
-    if wanted.isdigit() and int(wanted) == count:
-        import sys
-        import time
-
-        sys.stderr.write(f"apexkit-test: paused after write {count}\n")
-        sys.stderr.flush()
-        time.sleep(120)
-
-
 def _write(change: Change) -> None:
     if change.new is None:
         with contextlib.suppress(FileNotFoundError):
@@ -838,7 +825,6 @@ def apply(changes: list[Change], store: BackupStore, owner: str, check: Callable
                 made.append((change, make_parents(change.target, change.new_owner)))
             _write(change)
             done.append(change)
-            _test_pause(len(done))
         if check is not None:
             check()
     except BaseException:

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+DATA = Path(__file__).resolve().parent / "data"  # tests/data, for tests/unit and tests/e2e alike
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(ROOT))
 
@@ -67,6 +68,14 @@ class Runner:
     def cli(self, python: str, *args: str, **env: str) -> subprocess.CompletedProcess:
         argv = [sys.executable, "-m", "apexkit", "build", python, *self._dirs(), *args]
         return subprocess.run(argv, cwd=ROOT, env=self.env(**env), capture_output=True, text=True, timeout=900)
+
+
+@pytest.fixture
+def fsroot(tmp_path) -> Path:
+    """A --root test directory standing for /, with the home of the user alice (the proxy writers' tests)."""
+    root = tmp_path / "root"
+    (root / "home/alice").mkdir(parents=True)
+    return root
 
 
 @pytest.fixture

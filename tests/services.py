@@ -1,6 +1,6 @@
 """Real services for the tests: tinyproxy on 127.0.0.1 and a private dockerd (own socket, data and exec roots).
 
-When APEXKIT_REQUIRE_SERVICES=1 (set by `nox -s tests` when it was asked to install them, with
+When APEXKIT_REQUIRE_SERVICES=1 (set by `nox -s tests-e2e` or `tests` when asked to install them, with
 APEXKIT_INSTALL_SYSTEM_TOOLS=1 or CI=true, and could), a missing service fails the test instead of skipping it, so CI
 never passes by skipping. Otherwise the skip reason names the command that installs what is missing.
 """

@@ -1,0 +1,219 @@
+"""Fleet validation through Slurm: the batch script (pure), the report (from result files), and end to end on a
+private Slurm cluster started here (munged + slurmctld + three slurmd on localhost) with a real fixture wheel."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, output
+
+from apexkit.fleet import slurm, validate
+
+TARGET = "py3.11-torch2.13.0-x86_64-master"
+STACK_TARGET = "py3.10-torch2.7.1-aarch64-master+npu2.7.1.post2"
+
+
+def invoke(*args: str, env: dict | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "invoke", "-r", str(ROOT), *args], capture_output=True, text=True,
+                          timeout=timeout, env=env)
+
+
+def fake_index(root: Path, *targets: tuple[str, str]) -> Path:
+    """An index.json as `invoke publish` writes it (the wheels are not needed to plan or dry-run)."""
+    root.mkdir(parents=True, exist_ok=True)
+    files = [{"project": "apex", "filename": f"apex-0.1+ascend-cp{t[2:6].replace('.', '')}-x.whl", "sha256": "0" * 64,
+              "target": t, "torch": torch} for t, torch in targets]
+    (root / "index.json").write_text(json.dumps({"format": "apexkit-index/1", "files": files}))
+    return root
+
+
+# --- pure: plan and batch script ------------------------------------------------------------------------------------
+
+def test_dry_run_prints_the_batch_script_for_a_16_node_ascend_partition(tmp_path):
+    index = fake_index(tmp_path / "index", (STACK_TARGET, "2.7.1"), (TARGET, "2.13.0"))
+    results = tmp_path / "results"
+    proc = invoke("fleet.submit", "--index", str(index), "--results", str(results), "--stack", "mindspeed-llm-2.3.0",
+                  "--partition", "ascend", "--nodes", "16", "--gres", "npu:8", "--account", "llm", "--bench",
+                  "--dry-run", env=dict(os.environ, PATH=str(Path(sys.executable).parent)))  # no Slurm needed
+    assert proc.returncode == 0, output(proc)
+    script = proc.stdout
+    for line in ("#!/bin/bash", "#SBATCH --partition=ascend", "#SBATCH --nodes=16", "#SBATCH --ntasks-per-node=1",
+                 "#SBATCH --gres=npu:8", "#SBATCH --account=llm", "#SBATCH --no-kill", "NODE_PYTHON=python3.10",
+                 f"SET_ENV_FILES={shlex.quote(' '.join(validate.SET_ENV))}",
+                 'nodes=$(scontrol show hostnames "$SLURM_JOB_NODELIST")'):
+        assert line in script.splitlines(), line
+    srun = next(line for line in script.splitlines() if line.strip().startswith("srun "))
+    assert '--nodes=1 --ntasks=1 --nodelist="$node" --kill-on-bad-exit=0 --gres=npu:8' in srun
+    assert '"$FLEET/bench/fleet_node.py" --plan "$PLAN"' in script
+    assert '. "$f"' in script  # set_env.sh sourced when present
+    assert STACK_TARGET in script
+    assert not results.exists()  # a dry run writes nothing
+
+
+def test_an_index_without_index_json_is_refused(tmp_path):
+    proc = invoke("fleet.submit", "--index", str(tmp_path), "--nodes", "2", "--dry-run")
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [f"error: --index {tmp_path}: {tmp_path} holds no index.json (not an "
+                                                f"`invoke publish` index) -- next: publish one first: invoke publish "
+                                                f"--index {tmp_path}"]
+
+
+def test_no_slurm_on_path_is_one_line_with_the_check(tmp_path):
+    index = fake_index(tmp_path / "index", (TARGET, "2.13.0"))
+    env = dict(os.environ, PATH=str(Path(sys.executable).parent) + ":/nonexistent")
+    proc = invoke("fleet.submit", "--index", str(index), "--results", str(tmp_path / "r"), "--nodes", "2", env=env)
+    assert proc.returncode == validate.SchedulerError.exit_code, output(proc)
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "sbatch not found on PATH" in lines[0] and slurm.CHECK_CMD in lines[0]
+    assert "Traceback" not in output(proc)
+
+
+# --- real Slurm ----------------------------------------------------------------------------------------------------
+
+HANG = "import sys, time\nif any('validate_env' in a for a in sys.argv):\n    time.sleep(600)\n"
+BROKEN = "raise ImportError('libtorch_cpu.so: cannot open shared object file: No such file or directory')\n"
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    import services
+
+    ok, why = services.slurm_available()
+    services.require(ok, why)
+    faults = tmp_path_factory.mktemp("faults")
+    (faults / "broken" / "torch").mkdir(parents=True)
+    (faults / "broken" / "torch" / "__init__.py").write_text(BROKEN)  # node2: a hand-installed torch shadows the venv's
+    (faults / "hang").mkdir()
+    (faults / "hang" / "sitecustomize.py").write_text(HANG)  # node3: validation hangs (until scancel)
+    started = services.SlurmCluster(nodes=3, node_env={"node2": {"PYTHONPATH": str(faults / "broken")},
+                                                       "node3": {"PYTHONPATH": str(faults / "hang")}})
+    started.faults = faults
+    yield started
+    started.stop()
+
+
+def _wait_for(condition, what: str, cluster, timeout: float = 400) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(1)
+    raise AssertionError(f"{what} after {timeout}s\n{cluster.run('squeue').stdout}\n{cluster.logs()}")
+
+
+def _job_done(cluster, job: str) -> bool:
+    return not cluster.run("squeue", "-h", "-j", job).stdout.strip()
+
+
+@pytest.mark.slurm
+def test_fleet_end_to_end_with_a_failing_node_scancel_and_resume(cluster, runner, tmp_path):
+    built = runner.nox("3.11", "--no-smoke-test")
+    assert built.returncode == 0, output(built)[-3000:]
+    index, results = tmp_path / "index", tmp_path / "results"
+    published = invoke("publish", "--dist", str(runner.dist), "--index", str(index))
+    assert published.returncode == 0, output(published)
+    wheel_sha = json.loads((index / "index.json").read_text())["files"][0]["sha256"]
+
+    submitted = invoke("fleet.submit", "--index", str(index), "--results", str(results), "--nodelist",
+                       "node1,node2,node3", "--device", "cpu", "--bench", "--bench-args", "--scale 0.05",
+                       "--find-links", "/opt/wheels", "--node-dir", str(tmp_path / "scratch"), env=cluster.env)
+    assert submitted.returncode == 0, output(submitted)
+    job = json.loads((results / "fleet.json").read_text())["submissions"][0]["job_id"]
+    assert f"submitted job {job}" in submitted.stderr and submitted.stdout == f"{job}\n"  # the id alone on stdout
+
+    # node1 and node2 report; node3 hangs in validation: cancel the job mid-run
+    def node3_validating() -> bool:
+        progress = results / ".fleet" / "progress" / "node3.json"
+        return progress.is_file() and json.loads(progress.read_text())["stage"] == "validate"
+    _wait_for(lambda: (results / "node1.json").is_file() and (results / "node2.json").is_file() and node3_validating(),
+              "node1/node2 results and node3 in validation", cluster)
+    status = invoke("fleet.status", str(results), env=cluster.env)
+    assert status.returncode == 0 and f"job {job}" in status.stdout and "RUNNING" in status.stdout, output(status)
+    assert "node3 (validate)" in status.stdout
+    assert cluster.run("scancel", job).returncode == 0
+    _wait_for(lambda: _job_done(cluster, job), "the cancelled job to end", cluster, timeout=60)
+
+    proc = invoke("fleet.report", str(results), "--json", env=cluster.env)
+    assert proc.returncode == 1, output(proc)
+    rows = {r["node"]: r for r in json.loads(proc.stdout)["nodes"]}
+    assert rows["node1"]["status"] == "ok" and rows["node1"]["wheel_sha256"] == wheel_sha
+    assert rows["node1"]["torch"] == "2.13.0+cpu" and rows["node1"]["step_ms"] > 0
+    assert rows["node1"]["chip"].startswith("cpu: ")
+    assert rows["node2"]["status"] == "fail"
+    assert rows["node2"]["first_failure"]["check"] == "torch"
+    assert "libtorch_cpu.so" in rows["node2"]["first_failure"]["detail"]
+    assert rows["node3"]["status"] == "dead" and rows["node3"]["job_state"] == "CANCELLED"
+    assert "CANCELLED during validate" in rows["node3"]["first_failure"]["detail"]
+    table = invoke("fleet.report", str(results), env=cluster.env)
+    assert table.returncode == 1
+    lines = table.stdout.splitlines()
+    assert any(line.startswith("node1 ") and " ok " in line for line in lines), table.stdout
+    assert any(line.startswith("node2 ") and "FAIL" in line and "torch: ImportError" in line for line in lines)
+    assert any(line.startswith("node3 ") and "DEAD" in line and "--resume" in line for line in lines)
+    node1_before = (results / "node1.json").read_bytes()
+
+    # node3 is fixed; --resume resubmits node3 only
+    (cluster.faults / "hang" / "sitecustomize.py").write_text("")
+    resumed = invoke("fleet.submit", "--results", str(results), "--resume", env=cluster.env)
+    assert resumed.returncode == 0, output(resumed)
+    assert "resubmitting node3" in output(resumed)
+    second = json.loads((results / "fleet.json").read_text())["submissions"][1]
+    assert second["nodelist"] == ["node3"] and second["job_id"] != job
+    _wait_for(lambda: _job_done(cluster, second["job_id"]), "the resumed job to end", cluster)
+    final = invoke("fleet.report", str(results), "--json", env=cluster.env)
+    rows = {r["node"]: r for r in json.loads(final.stdout)["nodes"]}
+    assert rows["node3"]["status"] == "ok" and rows["node3"]["job_id"] == second["job_id"]
+    assert (results / "node1.json").read_bytes() == node1_before  # nothing lost from the other nodes
+    assert final.returncode == 1  # node2 still fails
+    again = invoke("fleet.submit", "--results", str(results), "--resume", env=cluster.env)
+    assert again.returncode == 0 and "nothing to resubmit" in output(again)
+    # the nodes' venvs were node-local scratch and are gone
+    assert not any((tmp_path / "scratch").iterdir())
+
+
+@pytest.mark.slurm
+def test_an_index_the_nodes_cannot_reach_is_each_nodes_first_failure(cluster, tmp_path):
+    import services
+
+    url = f"http://127.0.0.1:{services.free_port()}/apex-index"  # nothing listens there
+    results = tmp_path / "results"
+    proc = invoke("fleet.submit", "--index", url, "--target", TARGET, "--results", str(results), "--nodes", "2",
+                  "--device", "cpu", "--node-dir", str(tmp_path / "scratch"), env=cluster.env)
+    assert proc.returncode == 0, output(proc)
+    assert "cannot read" in output(proc)  # the submit host cannot read it either: said, not fatal
+    job = json.loads((results / "fleet.json").read_text())["submissions"][0]["job_id"]
+    _wait_for(lambda: _job_done(cluster, job), "the job to end", cluster, timeout=120)
+    report = invoke("fleet.report", str(results), "--json", env=cluster.env)
+    assert report.returncode == 1
+    rows = json.loads(report.stdout)["nodes"]
+    assert len(rows) == 2 and {r["status"] for r in rows} == {"fail"}
+    for row in rows:
+        assert row["first_failure"]["check"] == "read index"
+        assert "this node cannot read" in row["first_failure"]["fix"]
+
+
+@pytest.mark.slurm
+def test_controller_down_is_one_line(cluster, tmp_path):
+    conf = tmp_path / "slurm.conf"
+    import services
+
+    port = services.free_port()
+    text = cluster.conf.read_text()
+    conf.write_text("\n".join(f"SlurmctldPort={port}" if line.startswith("SlurmctldPort=") else line
+                              for line in text.splitlines()) + "\nMessageTimeout=2\n")
+    index = fake_index(tmp_path / "index", (TARGET, "2.13.0"))
+    env = dict(cluster.env, SLURM_CONF=str(conf))
+    proc = invoke("fleet.submit", "--index", str(index), "--results", str(tmp_path / "r"), "--nodes", "2", env=env)
+    assert proc.returncode == validate.SchedulerError.exit_code, output(proc)
+    lines = [line for line in proc.stderr.splitlines() if not line.startswith("+ ")]  # the echoed commands
+    assert len(lines) == 1 and "the Slurm controller does not answer (scontrol ping: Slurmctld(primary) at" in lines[0]
+    assert "is DOWN" in lines[0] and "-- next: start slurmctld" in lines[0] and slurm.CHECK_CMD in lines[0]
+    assert "Traceback" not in output(proc)
+    assert not (tmp_path / "r" / "fleet.json").exists()

@@ -1,0 +1,261 @@
+"""Issue 19: venvs and installs with uv where it serves, virtualenv + pip otherwise -- and whatever the user configured
+for pip (a pip.conf with an index on 127.0.0.1, trusted-host, a proxy; an offline wheelhouse) reaches uv too.
+
+Real components: a PEP 503 index served over HTTP on 127.0.0.1, the real tinyproxy (its log read back), real uv and
+real virtualenv + pip, a real interpreter. A tiny pure-Python wheel keeps each install to seconds."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import http.server
+import os
+import stat
+import subprocess
+import threading
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from apexkit import pipconfig
+from apexkit.errors import EnvironmentSetupError
+from apexkit.wheel import interpreters, uvtools, venvs
+
+PROBE = "apexkit_probe-1.0-py3-none-any.whl"
+
+
+def _wheel(directory: Path) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    files = {
+        "apexkit_probe/__init__.py": b"VALUE = 'probe 1.0'\n",
+        "apexkit_probe-1.0.dist-info/METADATA": b"Metadata-Version: 2.1\nName: apexkit-probe\nVersion: 1.0\n",
+        "apexkit_probe-1.0.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
+                                              b"Tag: py3-none-any\n",
+    }
+    record = []
+    for name, data in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        record.append(f"{name},sha256={digest},{len(data)}")
+    record.append("apexkit_probe-1.0.dist-info/RECORD,,")
+    path = directory / PROBE
+    with zipfile.ZipFile(path, "w") as zf:
+        for name, data in files.items():
+            zf.writestr(name, data)
+        zf.writestr("apexkit_probe-1.0.dist-info/RECORD", "\n".join(record) + "\n")
+    return path
+
+
+@pytest.fixture(scope="module")
+def index(tmp_path_factory):
+    """http://127.0.0.1:<port>/simple/apexkit-probe/ serving the probe wheel."""
+    root = tmp_path_factory.mktemp("index")
+    project = root / "simple" / "apexkit-probe"
+    wheel = _wheel(project)
+    sha = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    (project / "index.html").write_text(f'<a href="{PROBE}#sha256={sha}">{PROBE}</a>\n')
+    (root / "simple" / "index.html").write_text('<a href="apexkit-probe/">apexkit-probe</a>\n')
+
+    class Handler(http.server.SimpleHTTPRequestHandler):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, directory=str(root), **kwargs)
+
+        def log_message(self, *args):  # quiet
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/simple/"
+    server.shutdown()
+
+
+@pytest.fixture
+def clean_env(monkeypatch, tmp_path):
+    """Only the pip configuration the test writes: no machine-wide pip.conf, PIP_* or proxy variables."""
+    for name in list(os.environ):
+        if name.startswith(("PIP_", "UV_")) or name.lower() in ("http_proxy", "https_proxy", "no_proxy",
+                                                                  "all_proxy"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("PIP_CONFIG_FILE", str(tmp_path / "pip.conf"))
+    monkeypatch.setenv("XDG_CONFIG_DIRS", str(tmp_path / "no-xdg"))  # hides /etc/xdg/pip/pip.conf
+    monkeypatch.setenv("VIRTUALENV_OVERRIDE_APP_DATA", str(tmp_path / "venv-app-data"))
+    return tmp_path
+
+
+def python311() -> str:
+    return interpreters.find("3.11", os.environ).path
+
+
+def probe(venv: venvs.Venv) -> str:
+    return subprocess.run([str(venv.python), "-c", "import apexkit_probe; print(apexkit_probe.VALUE)"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+
+
+def made_by(venv: venvs.Venv) -> str:
+    cfg = (venv.path / "pyvenv.cfg").read_text()
+    return "uv" if "uv = " in cfg else "virtualenv" if "virtualenv = " in cfg else "?"
+
+
+@pytest.mark.parametrize("installer", ["uv", "pip"])
+def test_pip_conf_index_trusted_host_and_proxy_reach_either_installer(installer, index, tinyproxy, clean_env,
+                                                                      monkeypatch):
+    """The only way to the index is what pip.conf says (index-url, trusted-host, proxy with credentials): the
+    install works with uv as with pip, and tinyproxy saw the request."""
+    monkeypatch.setenv("APEXKIT_INSTALLER", installer)
+    (clean_env / "pip.conf").write_text(f"[global]\nindex-url = {index}\ntrusted-host = 127.0.0.1\n"
+                                        f"proxy = {tinyproxy.url}\n")
+    mark = tinyproxy.log_size()
+    log = clean_env / "install.log"
+    venv = venvs.create(python311(), clean_env / "venv", log)
+    venvs.pip_install(venv, ["apexkit-probe==1.0"], venvs.IndexOptions(), log)
+    assert probe(venv) == "probe 1.0"
+    assert made_by(venv) == ("uv" if installer == "uv" else "virtualenv")
+    assert ("uv pip install" in log.read_text()) == (installer == "uv")
+    seen = tinyproxy.log_since(mark)
+    assert "/simple/apexkit-probe/" in seen, seen[-2000:]
+    assert tinyproxy.PASSWORD not in log.read_text()  # the proxy's password never reaches the log
+
+
+@pytest.mark.parametrize("installer", ["uv", "pip"])
+def test_offline_wheelhouse_with_either_installer(installer, clean_env, monkeypatch):
+    """--offline --wheelhouse: nothing but the wheelhouse (pip.conf names an index nobody listens on)."""
+    monkeypatch.setenv("APEXKIT_INSTALLER", installer)
+    (clean_env / "pip.conf").write_text("[global]\nindex-url = http://127.0.0.1:9/simple/\n")
+    options, log = _offline(clean_env)
+    venv = venvs.create(python311(), clean_env / "venv", log)
+    venvs.pip_install(venv, ["apexkit-probe"], options, log)
+    assert probe(venv) == "probe 1.0"
+    if installer == "uv":
+        assert "--offline" in log.read_text() and "--no-index" in log.read_text()
+
+
+def _offline(clean_env: Path) -> tuple[venvs.IndexOptions, Path]:
+    """--offline --wheelhouse holding the probe wheel, and the install log."""
+    house = clean_env / "wheelhouse"
+    _wheel(house)
+    return venvs.IndexOptions(wheelhouses=(house,), offline=True), clean_env / "install.log"
+
+
+def _fake_uv(directory: Path, version: str, works: bool) -> str:
+    """A uv binary that reports `version` and then fails every command: a broken or half-installed uv."""
+    script = directory / f"uv-{version}-{'ok' if works else 'broken'}"
+    script.write_text(f"#!/bin/sh\nif [ \"$1\" = --version ]; then echo 'uv {version}'; exit 0; fi\n"
+                      "echo 'error: this uv is broken' >&2; exit 2\n")
+    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    return str(script)
+
+
+def test_a_uv_that_fails_falls_back_to_virtualenv_and_pip_with_one_line(clean_env, monkeypatch, capfd):
+    options, log = _offline(clean_env)
+    monkeypatch.setenv("APEXKIT_UV", _fake_uv(clean_env, "0.13.9", works=False))
+    venv = venvs.create(python311(), clean_env / "venv", log)
+    venvs.pip_install(venv, ["apexkit-probe"], options, log)
+    assert probe(venv) == "probe 1.0" and made_by(venv) == "virtualenv"
+    err = capfd.readouterr().err
+    assert "uv venv failed (error: this uv is broken): making it with virtualenv instead" in err
+    assert "uv could not install apexkit-probe (error: this uv is broken): trying pip" in err
+    # asked for uv explicitly: no silent fallback, one line
+    monkeypatch.setenv("APEXKIT_INSTALLER", "uv")
+    with pytest.raises(EnvironmentSetupError, match="uv could not create a venv with"):
+        venvs.create(python311(), clean_env / "venv2", log)
+
+
+def test_a_uv_too_old_or_missing_means_virtualenv(clean_env, monkeypatch, capfd):
+    monkeypatch.setenv("APEXKIT_UV", _fake_uv(clean_env, "0.1.0", works=True))
+    assert uvtools.find() is None
+    assert "is older than 0.5.0: making venvs with virtualenv + pip" in capfd.readouterr().err
+    monkeypatch.setenv("APEXKIT_UV", str(clean_env / "no-such-uv"))
+    assert uvtools.find() is None
+    assert "does not run: making venvs with virtualenv + pip" in capfd.readouterr().err
+    monkeypatch.setenv("APEXKIT_UV", "")
+    monkeypatch.setenv("APEXKIT_INSTALLER", "pip")
+    assert uvtools.find() is None
+
+
+def test_a_damaged_uv_cache_entry_is_found_by_record_and_installed_again(clean_env, monkeypatch, capfd):
+    """uv links installed files out of its cache: a cache entry damaged after it was written would be installed as
+    it is. The install is checked against each wheel's RECORD; a mismatch cleans that entry and installs again."""
+    monkeypatch.setenv("APEXKIT_INSTALLER", "uv")
+    monkeypatch.setenv("APEXKIT_CACHE_DIR", str(clean_env / "cache"))
+    options, log = _offline(clean_env)
+    first = venvs.create(python311(), clean_env / "venv-a", log)
+    venvs.pip_install(first, ["apexkit-probe"], options, log)
+    cached = [p for p in (clean_env / "cache" / "uv").rglob("apexkit_probe/__init__.py")]
+    assert cached, "uv keeps the unpacked wheel in its cache"
+    for path in cached:  # damage it in place (a hard link shares it with venv-a: that one is damaged too)
+        path.chmod(0o644)
+        path.write_bytes(b"VALUE = 'damaged'\n")
+    capfd.readouterr()
+    second = venvs.create(python311(), clean_env / "venv-b", log)
+    venvs.pip_install(second, ["apexkit-probe"], options, log)
+    assert probe(second) == "probe 1.0"
+    err = " ".join(capfd.readouterr().err.split())  # the terminal may wrap the line
+    assert "uv installed apexkit_probe with files that differ from their RECORD (apexkit_probe/__init__.py (" in err
+    assert "cleaning those uv cache entries and installing again" in err
+    text = log.read_text()
+    assert 'RECORD mismatches after uv install: {"apexkit_probe-1.0.dist-info": ["apexkit_probe/__init__.py' in text
+    assert text.count("--reinstall-package=apexkit_probe") == 1
+    dist = next((second.path).glob("lib/python*/site-packages/apexkit_probe-1.0.dist-info"))
+    assert venvs.record_problems(dist) == []
+
+
+def _odd_wheel(directory: Path, name: str, lie_about: str) -> Path:
+    """A wheel whose RECORD disagrees with one of its own files (as some vendor wheels ship)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    files = {
+        f"{name}/__init__.py": b"VALUE = 'odd'\n",
+        f"{name}-1.0.dist-info/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n".encode(),
+        f"{name}-1.0.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    record = []
+    for member, data in files.items():
+        recorded = data + b"# rewritten after RECORD\n" if member.endswith(lie_about) else data
+        digest = base64.urlsafe_b64encode(hashlib.sha256(recorded).digest()).rstrip(b"=").decode()
+        record.append(f"{member},sha256={digest},{len(recorded)}")
+    record.append(f"{name}-1.0.dist-info/RECORD,,")
+    path = directory / f"{name}-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as zf:
+        for member, data in files.items():
+            zf.writestr(member, data)
+        zf.writestr(f"{name}-1.0.dist-info/RECORD", "\n".join(record) + "\n")
+    return path
+
+
+def test_a_wheel_whose_own_record_disagrees_installs_as_pip_would(clean_env, monkeypatch, capfd):
+    """torch_npu 2.5.1.post1 (aarch64) ships a METADATA that differs from its RECORD: dist-info files are not
+    checked; a module file that differs even from a clean cache is noted in one line and installed, as pip does."""
+    monkeypatch.setenv("APEXKIT_INSTALLER", "uv")
+    monkeypatch.setenv("APEXKIT_CACHE_DIR", str(clean_env / "cache"))
+    house = clean_env / "wheelhouse"
+    _odd_wheel(house, "odd_metadata", "METADATA")
+    _odd_wheel(house, "odd_module", "__init__.py")
+    options = venvs.IndexOptions(wheelhouses=(house,), offline=True)
+    log = clean_env / "install.log"
+    venv = venvs.create(python311(), clean_env / "venv", log)
+    capfd.readouterr()
+    venvs.pip_install(venv, ["odd-metadata"], options, log)
+    assert "RECORD" not in capfd.readouterr().err
+    venvs.pip_install(venv, ["odd-module"], options, log)
+    err = " ".join(capfd.readouterr().err.split())
+    assert "odd_module-1.0.dist-info: the wheel's own RECORD disagrees with its files (odd_module/__init__.py (size))" in err
+    assert "installed from a clean cache, as pip would" in err
+
+
+def test_pips_proxy_option_wins_over_the_exported_variables_and_the_users_ca_wins(monkeypatch, tmp_path):
+    """As in pip: PipSession passes its proxy option with every request (the environment fills in only what is
+    unset), so uv gets pip.conf's proxy in both cases even where the user exported another; a CA bundle the user
+    exported stays theirs."""
+    monkeypatch.setenv("https_proxy", "http://exported:3128")
+    monkeypatch.setenv("HTTP_PROXY", "http://exported:3128")
+    monkeypatch.setenv("SSL_CERT_FILE", "/exported/ca.pem")
+    monkeypatch.delenv("http_proxy", raising=False)
+    monkeypatch.delenv("HTTPS_PROXY", raising=False)
+    config = pipconfig.parse("global.proxy='http://pip-conf:3128'\nglobal.cert='/pip-conf/ca.pem'")
+    _, extra = uvtools.install_options(config, [])
+    env = uvtools.environment(tmp_path, extra)
+    assert {name: env[name] for name in ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY")} == dict.fromkeys(
+        ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY"), "http://pip-conf:3128")
+    assert env["SSL_CERT_FILE"] == "/exported/ca.pem"
+    # without a proxy in pip's config, the exported ones are what uv gets
+    env = uvtools.environment(tmp_path, uvtools.install_options(pipconfig.parse(""), [])[1])
+    assert env["https_proxy"] == env["HTTP_PROXY"] == "http://exported:3128" and "HTTPS_PROXY" not in env
