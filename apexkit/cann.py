@@ -3,7 +3,7 @@ fleet's node script. CANN <= 8.3 installs under /usr/local/Ascend/ascend-toolkit
 /usr/local/Ascend/cann; its set_env.sh exports ASCEND_HOME_PATH / ASCEND_TOOLKIT_HOME, which win when set.
 
 The scripts that run in the target venv (bench/) cannot import apexkit: bench/targetenv.py names the same locations
-and the same auto-load variable for them (tests/test_cann.py keeps the two equal)."""
+and the same auto-load variable for them (tests/unit/test_cann.py keeps the two equal)."""
 
 from __future__ import annotations
 

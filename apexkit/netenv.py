@@ -4,7 +4,7 @@ of the proxies an environment sets.
 A proxy variable comes in lower and upper case (tools disagree on which they read: curl only lower-case http_proxy,
 Docker and uv upper case first). Where both are set, lower case wins, as in curl and urllib; a value of blanks is
 unset. CA_VARIABLES is what `proxy.setup --ca-cert` exports and a container gets; docker/entrypoint.sh names them
-again in shell (tests/test_netenv.py keeps the two lists equal).
+again in shell (tests/{unit,e2e}/test_netenv.py keeps the two lists equal).
 """
 
 from __future__ import annotations
