@@ -17,13 +17,14 @@ lint            ruff check, mypy over apexkit/, shellcheck over docker/*.sh and 
                 ruff format --check (line length 100; ruff check allows 130)
 """
 
-
 import sys
 from pathlib import Path
 
 import nox
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # nox does not put the noxfile's directory on sys.path
+sys.path.insert(
+    0, str(Path(__file__).resolve().parent)
+)  # nox does not put the noxfile's directory on sys.path
 
 from apexkit.errors import ApexkitError
 from apexkit.plan import matrix
@@ -39,7 +40,9 @@ except ApexkitError as _exc:
 # to (APEXKIT_INSTALL_SYSTEM_TOOLS=1 or CI=true), installs system packages; a default that lists the sessions
 # instead would leave a bare `nox` doing nothing useful.
 nox.options.sessions = ["lint"]
-nox.options.default_venv_backend = "none"  # apexkit makes its own venvs (virtualenv, found interpreters)
+nox.options.default_venv_backend = (
+    "none"  # apexkit makes its own venvs (virtualenv, found interpreters)
+)
 
 
 def _build_session(python: str) -> None:
@@ -47,9 +50,14 @@ def _build_session(python: str) -> None:
         from apexkit import commands
         from apexkit.exits import run_in_session
 
-        run_in_session(session, lambda: commands.build_wheel(python, session.posargs, prog=f"nox -s build-{python} --"))
+        run_in_session(
+            session,
+            lambda: commands.build_wheel(python, session.posargs, prog=f"nox -s build-{python} --"),
+        )
 
-    build.__doc__ = f"Build the Apex for Ascend wheel for Python {python} into dist/ (-- --help for options)."
+    build.__doc__ = (
+        f"Build the Apex for Ascend wheel for Python {python} into dist/ (-- --help for options)."
+    )
     nox.session(name=f"build-{python}", python=False, default=False, tags=["build"])(build)
 
 
@@ -67,15 +75,27 @@ def _combination_session(combo: matrix.Combination) -> None:
 
         def go():
             m.validate(combo)
-            return commands.build_wheel(combo.python, session.posargs, prog=f"nox -s build-{combo.id} --",
-                                        given=matrixrun.build_options(m, combo))
+            return commands.build_wheel(
+                combo.python,
+                session.posargs,
+                prog=f"nox -s build-{combo.id} --",
+                given=matrixrun.build_options(m, combo),
+            )
 
         run_in_session(session, go)
 
-    build.__doc__ = ("Stack" if combo.stack else "Matrix") + f": Python {combo.python}, torch {combo.torch}" + (
-        f", torch_npu {combo.torch_npu}" if combo.torch_npu else "") + f", {combo.arch} ({combo.ref})."
-    nox.session(name=f"build-{combo.id}", python=False, default=False,
-                tags=["matrix", combo.arch, f"py{combo.python}", *(["stack"] if combo.stack else [])])(build)
+    build.__doc__ = (
+        ("Stack" if combo.stack else "Matrix")
+        + f": Python {combo.python}, torch {combo.torch}"
+        + (f", torch_npu {combo.torch_npu}" if combo.torch_npu else "")
+        + f", {combo.arch} ({combo.ref})."
+    )
+    nox.session(
+        name=f"build-{combo.id}",
+        python=False,
+        default=False,
+        tags=["matrix", combo.arch, f"py{combo.python}", *(["stack"] if combo.stack else [])],
+    )(build)
 
 
 for _combo in _COMBINATIONS:
@@ -121,7 +141,9 @@ def _bench_session(script: str, session: nox.Session) -> None:
     from apexkit import venvrun
     from apexkit.exits import run_in_session
 
-    run_in_session(session, lambda: venvrun.main(script, session.posargs, prog=f"nox -s {script} --"))
+    run_in_session(
+        session, lambda: venvrun.main(script, session.posargs, prog=f"nox -s {script} --")
+    )
 
 
 @nox.session(python=False, default=False, tags=["bench"])
@@ -151,11 +173,15 @@ def _test_env(session: nox.Session) -> "dict[str, str]":
 
     plan = testtools.decide(os.environ, systools.can_install())
     if plan.missing_build_tools:
-        session.error(f"missing build tools: {', '.join(plan.missing_build_tools)} -- next: "
-                      f"{testtools.install_command(plan.missing_build_tools)} (or {testtools.OPT_IN}=1 as root)")
+        session.error(
+            f"missing build tools: {', '.join(plan.missing_build_tools)} -- next: "
+            f"{testtools.install_command(plan.missing_build_tools)} (or {testtools.OPT_IN}=1 as root)"
+        )
     if plan.not_installed:
-        session.log(f"not installing {', '.join(testtools.packages(plan.not_installed))} (the tests that need them "
-                    f"skip): {testtools.install_command(plan.not_installed)}, or {testtools.OPT_IN}=1 as root")
+        session.log(
+            f"not installing {', '.join(testtools.packages(plan.not_installed))} (the tests that need them "
+            f"skip): {testtools.install_command(plan.not_installed)}, or {testtools.OPT_IN}=1 as root"
+        )
     if not plan.install and not plan.register_binfmt:
         return {}
     installed = systools.ensure(plan.install)
@@ -190,8 +216,16 @@ def tests(session: nox.Session) -> None:
 def tests_aarch64(session: nox.Session) -> None:
     """aarch64 builder image + wheel under QEMU (minutes); with APEXKIT_INSTALL_SYSTEM_TOOLS=1 or CI=true installs
     qemu-user-static and registers binfmt first."""
-    session.run("python3", "-m", "pytest", "-m", "aarch64", "tests/e2e/test_images.py", *session.posargs,
-                env=_test_env(session))
+    session.run(
+        "python3",
+        "-m",
+        "pytest",
+        "-m",
+        "aarch64",
+        "tests/e2e/test_images.py",
+        *session.posargs,
+        env=_test_env(session),
+    )
 
 
 @nox.session(python=False)
@@ -205,8 +239,10 @@ def lint(session: nox.Session) -> None:
     if shutil.which("mypy"):
         session.run("mypy")
     elif sys.version_info < (3, 10):
-        session.log(f"mypy: skipped on Python {sys.version_info[0]}.{sys.version_info[1]} (mypy 2.x needs 3.10+; "
-                    "requirements.txt installs it there): run nox -s lint on 3.10+ to type-check apexkit/")
+        session.log(
+            f"mypy: skipped on Python {sys.version_info[0]}.{sys.version_info[1]} (mypy 2.x needs 3.10+; "
+            "requirements.txt installs it there): run nox -s lint on 3.10+ to type-check apexkit/"
+        )
     else:
         session.error("mypy is not installed -- next: python -m pip install -r requirements.txt")
     session.run("shellcheck", *sorted(str(p) for p in Path("docker").glob("*.sh")), ".ci/run")

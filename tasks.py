@@ -18,7 +18,6 @@ fleet.status     the fleet's jobs and where each node is
 fleet.report     one row per node (chip, driver, CANN, torch, sha256, verdict, step time vs median); exit 1 on a gap
 """
 
-
 import sys
 from pathlib import Path
 

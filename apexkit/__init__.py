@@ -12,8 +12,14 @@ HOST_PYTHON_FLOOR = (3, 8)
 
 if sys.version_info < HOST_PYTHON_FLOOR:
     sys.stderr.write(
-        "error: apexkit's tools need Python " + ".".join(str(n) for n in HOST_PYTHON_FLOOR) + " or newer on the host, "
-        "this is Python " + sys.version.split()[0] + " (" + (sys.executable or "python") + ") -- next: run them with "
+        "error: apexkit's tools need Python "
+        + ".".join(str(n) for n in HOST_PYTHON_FLOOR)
+        + " or newer on the host, "
+        "this is Python "
+        + sys.version.split()[0]
+        + " ("
+        + (sys.executable or "python")
+        + ") -- next: run them with "
         "python3.8-3.13 (python3.11 -m pip install -r requirements.txt && python3.11 -m nox -l); the Python a wheel "
         "is built for is chosen separately (nox -s build-3.X)\n"
     )

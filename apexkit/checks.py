@@ -22,9 +22,16 @@ from apexkit import log
 
 OK, WARN, FAIL, SKIP = "ok", "warn", "fail", "skip"
 STATUSES = (OK, WARN, FAIL, SKIP)
-MARK = {OK: "[green]ok  [/green]", WARN: "[yellow]warn[/yellow]", FAIL: "[red]FAIL[/red]", SKIP: "[dim]skip[/dim]"}
+MARK = {
+    OK: "[green]ok  [/green]",
+    WARN: "[yellow]warn[/yellow]",
+    FAIL: "[red]FAIL[/red]",
+    SKIP: "[dim]skip[/dim]",
+}
 NAME_WIDTH = 24
-INDENT = " " * (2 + 4 + 1 + NAME_WIDTH + 1)  # continuation lines and the fix line start under the detail
+INDENT = " " * (
+    2 + 4 + 1 + NAME_WIDTH + 1
+)  # continuation lines and the fix line start under the detail
 
 
 @dataclass
@@ -48,7 +55,9 @@ def render(rows: list[Row]) -> None:
         if row.area != area:
             area = row.area
             log.report.print(f"[bold]{escape(area)}[/bold]")
-        first, *more = escape(log.sanitise(log.mask(row.detail), keep_newlines=True)).splitlines() or [""]
+        first, *more = escape(
+            log.sanitise(log.mask(row.detail), keep_newlines=True)
+        ).splitlines() or [""]
         log.report.print(f"  {MARK[row.status]} {escape(row.name):<{NAME_WIDTH}} {first}")
         for line in more:
             log.report.print(INDENT + line)
@@ -67,8 +76,14 @@ def to_json(rows: list[Row], legacy: Callable[[Row], dict] | None = None) -> lis
     from before this model (`legacy`), kept so scripts that read them go on working."""
     out = []
     for row in rows:
-        item = {"area": row.area, "name": row.name, "status": row.status, "detail": row.detail, "fix": row.fix,
-                "data": {k: _masked(v) for k, v in row.data.items()}}
+        item = {
+            "area": row.area,
+            "name": row.name,
+            "status": row.status,
+            "detail": row.detail,
+            "fix": row.fix,
+            "data": {k: _masked(v) for k, v in row.data.items()},
+        }
         item.update(legacy(row) if legacy else {})
         out.append({k: _masked(v) for k, v in item.items()})
     return out
@@ -78,7 +93,9 @@ def exit_code(rows: list[Row]) -> int:
     return 1 if any(row.status == FAIL for row in rows) else 0
 
 
-def report(rows: list[Row], as_json: bool = False, legacy: Callable[[Row], dict] | None = None) -> int:
+def report(
+    rows: list[Row], as_json: bool = False, legacy: Callable[[Row], dict] | None = None
+) -> int:
     """Print the rows (the table, or JSON with --json) on stdout; return the exit code."""
     if as_json:
         sys.stdout.write(json.dumps(to_json(rows, legacy), indent=1) + "\n")

@@ -31,12 +31,16 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if command else 2
     if command == "build":
         if len(argv) < 2 or argv[1].startswith("-"):
-            print("usage: apexkit build <python-version> [options]  (options: apexkit build 3.11 --help)",
-                  file=sys.stderr)
+            print(
+                "usage: apexkit build <python-version> [options]  (options: apexkit build 3.11 --help)",
+                file=sys.stderr,
+            )
             return 2
         from apexkit import commands
 
-        return exit_code(lambda: commands.build_wheel(argv[1], argv[2:], prog=f"apexkit build {argv[1]}"))
+        return exit_code(
+            lambda: commands.build_wheel(argv[1], argv[2:], prog=f"apexkit build {argv[1]}")
+        )
     if command == "matrix":
         from apexkit.fleet import matrixrun
 
@@ -47,7 +51,9 @@ def main(argv: list[str] | None = None) -> int:
         return exit_code(lambda: venvrun.main(command, argv[1:], prog=f"apexkit {command}"))
     from apexkit import commands
 
-    if command in commands.NAMES:  # doctor, publish, proxy.*, image.*, fleet.*: the invoke tasks' declarations
+    if (
+        command in commands.NAMES
+    ):  # doctor, publish, proxy.*, image.*, fleet.*: the invoke tasks' declarations
         return commands.main(command, argv[1:], prog=f"apexkit {command}")
     print(f"apexkit: unknown command {command!r}\n\n{USAGE}", file=sys.stderr)
     return 2

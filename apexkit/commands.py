@@ -19,7 +19,9 @@ from pathlib import Path
 from apexkit import netenv, vocab
 from apexkit.errors import ConfigError
 
-REQUIRED = inspect.Parameter.empty  # an option without a default: a positional argument (also accepted as a flag)
+REQUIRED = (
+    inspect.Parameter.empty
+)  # an option without a default: a positional argument (also accepted as a flag)
 
 
 @dataclass(frozen=True)
@@ -47,9 +49,15 @@ class Command:
 
 
 PATH_OPTIONS = (
-    Opt("profile", "shell file for the block (default ~/.bashrc; with --system /etc/profile.d/apexkit-proxy.sh)"),
+    Opt(
+        "profile",
+        "shell file for the block (default ~/.bashrc; with --system /etc/profile.d/apexkit-proxy.sh)",
+    ),
     Opt("system", "system-wide files: /etc/profile.d/apexkit-proxy.sh and /etc/pip.conf", False),
-    Opt("root", "prefix for every path written or read (a test root standing for /); nothing is restarted"),
+    Opt(
+        "root",
+        "prefix for every path written or read (a test root standing for /); nothing is restarted",
+    ),
 )
 JSON = Opt("json", "print JSON on stdout", False, to="as_json")
 DRY_RUN = Opt("dry_run", "print what would change; change nothing", False)
@@ -67,134 +75,343 @@ def _int(value):
 
 
 COMMANDS: tuple[Command, ...] = (
-    Command("build", "apexkit.commands:build",
-            "Build the Apex for Ascend wheel for one Python into dist/: invoke build [--image IMAGE] -- <build options>.",
-            (Opt("python", "target Python, e.g. 3.10 (default: matrix.toml [pythons] default)"),
-             Opt("options", 'build options in one string, as for nox -s build-3.X -- (e.g. "--torch 2.13.0 --jobs 2"; '
-                 '"--help" lists them); options after a bare -- work too', ""),
-             Opt("image", "build inside this builder image (invoke image.build makes one); the wheel lands in dist/"))),
-    Command("proxy.setup", "apexkit.proxy.cli:setup",
-            "Configure the proxy in all three layers (shell, Docker daemon, containers) plus mirrors and a CA.",
-            (Opt("http", "proxy for http:// URLs, e.g. http://user:password@proxy:3128 (default: $http_proxy/$HTTP_PROXY)"),
-             Opt("https", "proxy for https:// URLs (default: $https_proxy/$HTTPS_PROXY, else --http)"),
-             Opt("no_proxy", "extra hosts/domains/CIDRs that bypass the proxy; localhost,127.0.0.0/8,::1 are always added"),
-             Opt("ca_cert", "PEM file of a TLS-intercepting proxy's CA: a bundle (system CAs + it) is exported as "
-                 + ", ".join(netenv.CA_VARIABLES)),
-             Opt("pip_index", "pip index mirror written to pip.conf (the no-proxy path)"),
-             Opt("registry_mirror", "registry mirror for the Docker daemon (daemon.json registry-mirrors); repeat for "
-                 "several", repeat=True),
-             _layers("comma-separated layers to touch: shell,daemon,container,pip (default: all)"),
-             *PATH_OPTIONS,
-             Opt("daemon_mode", "auto (from the engine version), systemd (drop-ins) or daemon-json (Docker >= 23)", "auto"),
-             Opt("dry_run", "print the unified diff of every file; write nothing", False),
-             Opt("restart", "restart the Docker daemon under systemd after a daemon change (--no-restart: print the "
-                 "commands)", True))),
-    Command("proxy.check", "apexkit.proxy.cli:check",
-            "Check every layer: configured? effective? a real request through the proxy. Exit 1 when one fails.",
-            (Opt("index_url", "URL for the HTTPS probe (default: the pip mirror, $PIP_INDEX_URL, else "
-                 "https://pypi.org/simple/)"),
-             Opt("image", "local image for the container probe (needs bash; default: the first apexkit/* image)"),
-             _layers("comma-separated layers: shell,daemon,container"), JSON, *PATH_OPTIONS)),
-    Command("proxy.show", "apexkit.proxy.cli:show",
-            "Show the saved settings and what each layer's files hold (passwords masked).", (JSON, *PATH_OPTIONS)),
-    Command("proxy.env", "apexkit.proxy.cli:env",
-            'Print export lines for the current shell: eval "$(invoke proxy.env)".',
-            (Opt("reveal", "print passwords even on a terminal", False),
-             Opt("unset", "print unset lines instead", False), *PATH_OPTIONS)),
-    Command("proxy.remove", "apexkit.proxy.cli:remove",
-            "Undo proxy.setup: files restored from backups, your own content byte-identical.",
-            (_layers("comma-separated layers to undo (default: all)"),
-             Opt("dry_run", "print the diffs; write nothing", False), *PATH_OPTIONS)),
-    Command("image.build", "apexkit.images.cli:build",
-            "Build a builder image: the base + toolchain (its own package manager), tool venv, non-root user, CA hook.",
-            (Opt("arch", "x86_64 or aarch64 (amd64/arm64 accepted); a foreign arch runs through QEMU binfmt "
-                 "(image.emulation)", REQUIRED),
-             Opt("base", "base image: a local or pullable reference (openeuler/openeuler:22.03, ubuntu:22.04, a MindIE "
-                 "image), or debootstrap[:suite] to make a Debian base here without a registry", REQUIRED),
-             Opt("tag", "image name (default apexkit/builder:<base>-<arch>)"),
-             Opt("network", "network for RUN steps, e.g. host (automatic when the proxy listens on this host's "
-                 "loopback)"),
-             Opt("ca_cert", "PEM file of CA certificates to trust besides the base's (a TLS-intercepting proxy's CA), "
-                 "or 'none' (default: proxy.setup's bundle, else $SSL_CERT_FILE)", to="ca_bundle", renamed="ca_bundle"),
-             Opt("extra_packages", "more distro packages, space separated (e.g. 'python3.9 python3.9-devel')", ""),
-             Opt("uid", "uid of the non-root build user (default 1000)", "1000", convert=_int),
-             Opt("gid", "its gid (default 1000)", "1000", convert=_int),
-             Opt("pip_index", "credential-free index for the tool venv (default: proxy.setup's mirror, else "
-                 "$PIP_INDEX_URL)"),
-             Opt("no_cache", "rebuild every layer", False),
-             Opt("dry_run", "print the plan; make, pull and build nothing", False),
-             Opt("quiet", "only the step lines, not every line of output", False),
-             Opt("pythons", "more Pythons, e.g. 3.8,3.10: those the base lacks are installed with uv "
-                 "(python-build-standalone from github.com, through the proxy and CA); builder.json lists each Python "
-                 "and where it came from", ""))),
-    Command("image.list", "apexkit.images.cli:list_images",
-            "List apexkit builder and base images (stale ones: docker/ changed since they were built).", (JSON,)),
-    Command("image.prune", "apexkit.images.cli:prune",
-            "Remove stale builder images (docker/ changed since) and untagged ones; --all: every apexkit image.",
-            (Opt("all", "remove every apexkit image, not only stale and untagged ones", False, to="everything"),
-             Opt("dry_run", "print what would be removed", False))),
-    Command("image.emulation", "apexkit.images.cli:emulation",
-            "Can this host run x86_64/aarch64 containers (natively or via QEMU binfmt)? Exit 1 when not; --enable "
-            "fixes it.",
-            (Opt("arch", "one architecture (default: all)"), Opt("enable", "register QEMU for it (root)", False),
-             Opt("dry_run", "with --enable: print the commands", False), JSON)),
-    Command("doctor", "apexkit.doctor.cli:main",
-            "Check this machine for building Apex for Ascend (interpreters, compiler, torch, CANN, Docker, QEMU, disk, "
-            "proxy, CA) and whether the training stack needs apex at all: each check with its status and the fix. "
-            "Exit 1 when one fails.",
-            (Opt("json", "print JSON on stdout (for CI)", False, to="as_json"),
-             Opt("log", "a failed build's log: name the known failures in it (cause and fix) instead of checking the "
-                 "machine", to="log_file"),
-             Opt("venv", "the training environment (venv/conda dir): does it need Apex for Ascend at all? "
-                 "(MindSpeed >= 2.2: no)"),
-             Opt("interpreter", "the training environment's interpreter (instead of --venv): does it need Apex for "
-                 "Ascend?", to="python", renamed="python"),
-             Opt("scripts", "training scripts (dir or file) to scan for amp.initialize/combine_grad/"
-                 "apex.optimizers.NpuFused*"))),
-    Command("publish", "apexkit.commands:publish",
-            "Turn dist/ into a PEP 503 simple index: pip install apex --index-url file:///…/index/simple/.",
-            (Opt("dist", "built targets (default: $APEXKIT_DIST_DIR, else ./dist)"),
-             Opt("index", "index directory to write (default ./index)", "index"),
-             Opt("target", "only this dist/<target-id> (repeat for several)", repeat=True),
-             Opt("split_by_torch", "one index per torch version (<index>/torch<version>/simple/): the wheel name does "
-                 "not carry the torch it was built against", False),
-             Opt("dry_run", "print what would be published", False))),
-    Command("fleet.submit", "apexkit.fleet.validate:submit_command",
-            "Validate (and benchmark) the wheel on every node through Slurm: one allocation, one srun step per node.",
-            (Opt("index", "the wheel index (invoke publish --index output) on shared storage, or its http(s) URL"),
-             Opt("results", "shared results directory the nodes write <node>.json into (default ./fleet-results)",
-                 "fleet-results"),
-             Opt("target", "the index's target to validate (default: its only one)"),
-             Opt("stack", "a matrix.toml [stacks] name: its build in the index (torch_npu from the stack)"),
-             Opt("device", "what each node must be ready for: npu (default), cuda or cpu", "npu"),
-             Opt("partition", "Slurm partition (sbatch --partition)"),
-             Opt("nodes", "number of nodes (sbatch --nodes); one srun step runs on each", convert=_int),
-             Opt("nodelist", "these nodes, comma separated (sbatch --nodelist)"),
-             Opt("gres", "generic resources per node, passed through (e.g. npu:8)"),
-             Opt("account", "Slurm account, passed through"),
-             Opt("time_limit", "job time limit (sbatch --time, default 01:00:00)", "01:00:00"),
-             Opt("bench", "also run a short bench/amp_bench.py (mlp, fp32) on each node: step time vs the fleet median",
-                 False),
-             Opt("bench_args", "more amp_bench.py arguments (implies --bench), e.g. '--scale 0.05'"),
-             Opt("find_links", "wheelhouse the nodes' pip reads for torch/torch_npu (repeat for several)", repeat=True),
-             Opt("torch_index_url", "index the nodes install torch from (e.g. https://download.pytorch.org/whl/cpu)"),
-             Opt("extra_index_url", "extra index for torch/torch_npu (repeat for several)", repeat=True),
-             Opt("node_interpreter", "interpreter on the nodes (default python3.X of the target)", to="node_python",
-                 renamed="node_python"),
-             Opt("node_dir", "node-local scratch for the venvs (default ${TMPDIR:-/tmp}/apexkit-fleet)"),
-             Opt("set_env", "CANN set_env.sh files to try on the nodes, comma separated (default the toolkit's)"),
-             Opt("keep_venv", "keep each node's venv after the run", False),
-             Opt("resume", "resubmit only the nodes of --results that have no result (same options as before)", False),
-             Opt("dry_run", "print the batch script; submit nothing", False))),
-    Command("fleet.status", "apexkit.fleet.validate:status",
-            "The fleet's Slurm jobs (squeue/scontrol/sacct) and the stage each node is at.",
-            (Opt("results", "the results directory of fleet.submit", REQUIRED, convert=Path), JSON)),
-    Command("fleet.report", "apexkit.fleet.validate:report",
-            "One row per node: chip, driver, CANN, torch, torch_npu, wheel sha256, verdict, step time vs the median, "
-            "first failing check + fix. Exit 1 when a node failed, died or did not report.",
-            (Opt("results", "the results directory of fleet.submit", REQUIRED, convert=Path), JSON,
-             Opt("threshold", "flag step times further than this fraction from the median (default 0.10)",
-                 convert=lambda v: None if v is None else _float(v)))),
+    Command(
+        "build",
+        "apexkit.commands:build",
+        "Build the Apex for Ascend wheel for one Python into dist/: invoke build [--image IMAGE] -- <build options>.",
+        (
+            Opt("python", "target Python, e.g. 3.10 (default: matrix.toml [pythons] default)"),
+            Opt(
+                "options",
+                'build options in one string, as for nox -s build-3.X -- (e.g. "--torch 2.13.0 --jobs 2"; '
+                '"--help" lists them); options after a bare -- work too',
+                "",
+            ),
+            Opt(
+                "image",
+                "build inside this builder image (invoke image.build makes one); the wheel lands in dist/",
+            ),
+        ),
+    ),
+    Command(
+        "proxy.setup",
+        "apexkit.proxy.cli:setup",
+        "Configure the proxy in all three layers (shell, Docker daemon, containers) plus mirrors and a CA.",
+        (
+            Opt(
+                "http",
+                "proxy for http:// URLs, e.g. http://user:password@proxy:3128 (default: $http_proxy/$HTTP_PROXY)",
+            ),
+            Opt(
+                "https", "proxy for https:// URLs (default: $https_proxy/$HTTPS_PROXY, else --http)"
+            ),
+            Opt(
+                "no_proxy",
+                "extra hosts/domains/CIDRs that bypass the proxy; localhost,127.0.0.0/8,::1 are always added",
+            ),
+            Opt(
+                "ca_cert",
+                "PEM file of a TLS-intercepting proxy's CA: a bundle (system CAs + it) is exported as "
+                + ", ".join(netenv.CA_VARIABLES),
+            ),
+            Opt("pip_index", "pip index mirror written to pip.conf (the no-proxy path)"),
+            Opt(
+                "registry_mirror",
+                "registry mirror for the Docker daemon (daemon.json registry-mirrors); repeat for "
+                "several",
+                repeat=True,
+            ),
+            _layers("comma-separated layers to touch: shell,daemon,container,pip (default: all)"),
+            *PATH_OPTIONS,
+            Opt(
+                "daemon_mode",
+                "auto (from the engine version), systemd (drop-ins) or daemon-json (Docker >= 23)",
+                "auto",
+            ),
+            Opt("dry_run", "print the unified diff of every file; write nothing", False),
+            Opt(
+                "restart",
+                "restart the Docker daemon under systemd after a daemon change (--no-restart: print the "
+                "commands)",
+                True,
+            ),
+        ),
+    ),
+    Command(
+        "proxy.check",
+        "apexkit.proxy.cli:check",
+        "Check every layer: configured? effective? a real request through the proxy. Exit 1 when one fails.",
+        (
+            Opt(
+                "index_url",
+                "URL for the HTTPS probe (default: the pip mirror, $PIP_INDEX_URL, else "
+                "https://pypi.org/simple/)",
+            ),
+            Opt(
+                "image",
+                "local image for the container probe (needs bash; default: the first apexkit/* image)",
+            ),
+            _layers("comma-separated layers: shell,daemon,container"),
+            JSON,
+            *PATH_OPTIONS,
+        ),
+    ),
+    Command(
+        "proxy.show",
+        "apexkit.proxy.cli:show",
+        "Show the saved settings and what each layer's files hold (passwords masked).",
+        (JSON, *PATH_OPTIONS),
+    ),
+    Command(
+        "proxy.env",
+        "apexkit.proxy.cli:env",
+        'Print export lines for the current shell: eval "$(invoke proxy.env)".',
+        (
+            Opt("reveal", "print passwords even on a terminal", False),
+            Opt("unset", "print unset lines instead", False),
+            *PATH_OPTIONS,
+        ),
+    ),
+    Command(
+        "proxy.remove",
+        "apexkit.proxy.cli:remove",
+        "Undo proxy.setup: files restored from backups, your own content byte-identical.",
+        (
+            _layers("comma-separated layers to undo (default: all)"),
+            Opt("dry_run", "print the diffs; write nothing", False),
+            *PATH_OPTIONS,
+        ),
+    ),
+    Command(
+        "image.build",
+        "apexkit.images.cli:build",
+        "Build a builder image: the base + toolchain (its own package manager), tool venv, non-root user, CA hook.",
+        (
+            Opt(
+                "arch",
+                "x86_64 or aarch64 (amd64/arm64 accepted); a foreign arch runs through QEMU binfmt "
+                "(image.emulation)",
+                REQUIRED,
+            ),
+            Opt(
+                "base",
+                "base image: a local or pullable reference (openeuler/openeuler:22.03, ubuntu:22.04, a MindIE "
+                "image), or debootstrap[:suite] to make a Debian base here without a registry",
+                REQUIRED,
+            ),
+            Opt("tag", "image name (default apexkit/builder:<base>-<arch>)"),
+            Opt(
+                "network",
+                "network for RUN steps, e.g. host (automatic when the proxy listens on this host's "
+                "loopback)",
+            ),
+            Opt(
+                "ca_cert",
+                "PEM file of CA certificates to trust besides the base's (a TLS-intercepting proxy's CA), "
+                "or 'none' (default: proxy.setup's bundle, else $SSL_CERT_FILE)",
+                to="ca_bundle",
+                renamed="ca_bundle",
+            ),
+            Opt(
+                "extra_packages",
+                "more distro packages, space separated (e.g. 'python3.9 python3.9-devel')",
+                "",
+            ),
+            Opt("uid", "uid of the non-root build user (default 1000)", "1000", convert=_int),
+            Opt("gid", "its gid (default 1000)", "1000", convert=_int),
+            Opt(
+                "pip_index",
+                "credential-free index for the tool venv (default: proxy.setup's mirror, else "
+                "$PIP_INDEX_URL)",
+            ),
+            Opt("no_cache", "rebuild every layer", False),
+            Opt("dry_run", "print the plan; make, pull and build nothing", False),
+            Opt("quiet", "only the step lines, not every line of output", False),
+            Opt(
+                "pythons",
+                "more Pythons, e.g. 3.8,3.10: those the base lacks are installed with uv "
+                "(python-build-standalone from github.com, through the proxy and CA); builder.json lists each Python "
+                "and where it came from",
+                "",
+            ),
+        ),
+    ),
+    Command(
+        "image.list",
+        "apexkit.images.cli:list_images",
+        "List apexkit builder and base images (stale ones: docker/ changed since they were built).",
+        (JSON,),
+    ),
+    Command(
+        "image.prune",
+        "apexkit.images.cli:prune",
+        "Remove stale builder images (docker/ changed since) and untagged ones; --all: every apexkit image.",
+        (
+            Opt(
+                "all",
+                "remove every apexkit image, not only stale and untagged ones",
+                False,
+                to="everything",
+            ),
+            Opt("dry_run", "print what would be removed", False),
+        ),
+    ),
+    Command(
+        "image.emulation",
+        "apexkit.images.cli:emulation",
+        "Can this host run x86_64/aarch64 containers (natively or via QEMU binfmt)? Exit 1 when not; --enable "
+        "fixes it.",
+        (
+            Opt("arch", "one architecture (default: all)"),
+            Opt("enable", "register QEMU for it (root)", False),
+            Opt("dry_run", "with --enable: print the commands", False),
+            JSON,
+        ),
+    ),
+    Command(
+        "doctor",
+        "apexkit.doctor.cli:main",
+        "Check this machine for building Apex for Ascend (interpreters, compiler, torch, CANN, Docker, QEMU, disk, "
+        "proxy, CA) and whether the training stack needs apex at all: each check with its status and the fix. "
+        "Exit 1 when one fails.",
+        (
+            Opt("json", "print JSON on stdout (for CI)", False, to="as_json"),
+            Opt(
+                "log",
+                "a failed build's log: name the known failures in it (cause and fix) instead of checking the "
+                "machine",
+                to="log_file",
+            ),
+            Opt(
+                "venv",
+                "the training environment (venv/conda dir): does it need Apex for Ascend at all? "
+                "(MindSpeed >= 2.2: no)",
+            ),
+            Opt(
+                "interpreter",
+                "the training environment's interpreter (instead of --venv): does it need Apex for "
+                "Ascend?",
+                to="python",
+                renamed="python",
+            ),
+            Opt(
+                "scripts",
+                "training scripts (dir or file) to scan for amp.initialize/combine_grad/"
+                "apex.optimizers.NpuFused*",
+            ),
+        ),
+    ),
+    Command(
+        "publish",
+        "apexkit.commands:publish",
+        "Turn dist/ into a PEP 503 simple index: pip install apex --index-url file:///…/index/simple/.",
+        (
+            Opt("dist", "built targets (default: $APEXKIT_DIST_DIR, else ./dist)"),
+            Opt("index", "index directory to write (default ./index)", "index"),
+            Opt("target", "only this dist/<target-id> (repeat for several)", repeat=True),
+            Opt(
+                "split_by_torch",
+                "one index per torch version (<index>/torch<version>/simple/): the wheel name does "
+                "not carry the torch it was built against",
+                False,
+            ),
+            Opt("dry_run", "print what would be published", False),
+        ),
+    ),
+    Command(
+        "fleet.submit",
+        "apexkit.fleet.validate:submit_command",
+        "Validate (and benchmark) the wheel on every node through Slurm: one allocation, one srun step per node.",
+        (
+            Opt(
+                "index",
+                "the wheel index (invoke publish --index output) on shared storage, or its http(s) URL",
+            ),
+            Opt(
+                "results",
+                "shared results directory the nodes write <node>.json into (default ./fleet-results)",
+                "fleet-results",
+            ),
+            Opt("target", "the index's target to validate (default: its only one)"),
+            Opt(
+                "stack",
+                "a matrix.toml [stacks] name: its build in the index (torch_npu from the stack)",
+            ),
+            Opt("device", "what each node must be ready for: npu (default), cuda or cpu", "npu"),
+            Opt("partition", "Slurm partition (sbatch --partition)"),
+            Opt(
+                "nodes",
+                "number of nodes (sbatch --nodes); one srun step runs on each",
+                convert=_int,
+            ),
+            Opt("nodelist", "these nodes, comma separated (sbatch --nodelist)"),
+            Opt("gres", "generic resources per node, passed through (e.g. npu:8)"),
+            Opt("account", "Slurm account, passed through"),
+            Opt("time_limit", "job time limit (sbatch --time, default 01:00:00)", "01:00:00"),
+            Opt(
+                "bench",
+                "also run a short bench/amp_bench.py (mlp, fp32) on each node: step time vs the fleet median",
+                False,
+            ),
+            Opt("bench_args", "more amp_bench.py arguments (implies --bench), e.g. '--scale 0.05'"),
+            Opt(
+                "find_links",
+                "wheelhouse the nodes' pip reads for torch/torch_npu (repeat for several)",
+                repeat=True,
+            ),
+            Opt(
+                "torch_index_url",
+                "index the nodes install torch from (e.g. https://download.pytorch.org/whl/cpu)",
+            ),
+            Opt(
+                "extra_index_url",
+                "extra index for torch/torch_npu (repeat for several)",
+                repeat=True,
+            ),
+            Opt(
+                "node_interpreter",
+                "interpreter on the nodes (default python3.X of the target)",
+                to="node_python",
+                renamed="node_python",
+            ),
+            Opt(
+                "node_dir",
+                "node-local scratch for the venvs (default ${TMPDIR:-/tmp}/apexkit-fleet)",
+            ),
+            Opt(
+                "set_env",
+                "CANN set_env.sh files to try on the nodes, comma separated (default the toolkit's)",
+            ),
+            Opt("keep_venv", "keep each node's venv after the run", False),
+            Opt(
+                "resume",
+                "resubmit only the nodes of --results that have no result (same options as before)",
+                False,
+            ),
+            Opt("dry_run", "print the batch script; submit nothing", False),
+        ),
+    ),
+    Command(
+        "fleet.status",
+        "apexkit.fleet.validate:status",
+        "The fleet's Slurm jobs (squeue/scontrol/sacct) and the stage each node is at.",
+        (Opt("results", "the results directory of fleet.submit", REQUIRED, convert=Path), JSON),
+    ),
+    Command(
+        "fleet.report",
+        "apexkit.fleet.validate:report",
+        "One row per node: chip, driver, CANN, torch, torch_npu, wheel sha256, verdict, step time vs the median, "
+        "first failing check + fix. Exit 1 when a node failed, died or did not report.",
+        (
+            Opt("results", "the results directory of fleet.submit", REQUIRED, convert=Path),
+            JSON,
+            Opt(
+                "threshold",
+                "flag step times further than this fraction from the median (default 0.10)",
+                convert=lambda v: None if v is None else _float(v),
+            ),
+        ),
+    ),
 )
 
 
@@ -207,8 +424,13 @@ def _float(value) -> float:
 
 # --- the functions two commands need beyond their package's --------------------------------------------------------
 
-def build_wheel(python: str, argv: list[str], prog: str = "nox -s build-3.X --",
-                given: dict[str, object] | None = None) -> Path | None:
+
+def build_wheel(
+    python: str,
+    argv: list[str],
+    prog: str = "nox -s build-3.X --",
+    given: dict[str, object] | None = None,
+) -> Path | None:
     """Every door to a wheel build (nox -s build-*, apexkit build, invoke build): resolve the options once (`given`:
     typed values, e.g. a matrix combination's, that argv may override), then build on this machine or, with --image,
     in a builder container. Returns the dist/<target-id>/ written (the status file records it), None for a dry run."""
@@ -224,27 +446,42 @@ def build_wheel(python: str, argv: list[str], prog: str = "nox -s build-3.X --",
     return None if opts.dry_run else built
 
 
-def build(python: str | None = None, options: str = "", image: str | None = None, remainder: str = "") -> int:
+def build(
+    python: str | None = None, options: str = "", image: str | None = None, remainder: str = ""
+) -> int:
     if python is None:
         from apexkit.plan import matrix
 
         python = matrix.load().default_python
-    argv = shlex.split(options) + shlex.split(remainder or "") + (["--image", image] if image else [])
+    argv = (
+        shlex.split(options) + shlex.split(remainder or "") + (["--image", image] if image else [])
+    )
     build_wheel(python, argv, prog=f"invoke build --python {python} --")
     return 0
 
 
-def publish(dist: str | None = None, index: str = "index", target: list[str] | None = None,
-            split_by_torch: bool = False, dry_run: bool = False) -> int:
+def publish(
+    dist: str | None = None,
+    index: str = "index",
+    target: list[str] | None = None,
+    split_by_torch: bool = False,
+    dry_run: bool = False,
+) -> int:
     from apexkit import paths
     from apexkit.index import publish
 
-    publish.publish(Path(dist) if dist else paths.dist_dir(os.environ), Path(index), target or None,
-                        split_by_torch, dry_run)
+    publish.publish(
+        Path(dist) if dist else paths.dist_dir(os.environ),
+        Path(index),
+        target or None,
+        split_by_torch,
+        dry_run,
+    )
     return 0
 
 
 # --- invoke tasks from the declarations (errors -> one line and an exit code: apexkit.exits.run_task) ----------
+
 
 def _resolve(target: str) -> Callable:
     module, _, name = target.partition(":")
@@ -256,7 +493,9 @@ def _keywords(command: Command, given: dict) -> dict:
     for opt in command.options:
         value = given.get(opt.name)
         if opt.renamed:
-            value = vocab.pick(value, given.get(opt.renamed), f"--{opt.renamed.replace('_', '-')}", opt.flag)
+            value = vocab.pick(
+                value, given.get(opt.renamed), f"--{opt.renamed.replace('_', '-')}", opt.flag
+            )
         if opt.repeat and value is None:
             value = []
         if opt.convert is not None and value is not None and value is not REQUIRED:
@@ -277,11 +516,15 @@ def task(command: Command):
         names = [opt.name] + ([opt.renamed] if opt.renamed else [])
         for name in names:
             default = opt.default if name == opt.name else None
-            params.append(inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=default))
+            params.append(
+                inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=default)
+            )
             helps[name] = opt.help if name == opt.name else f"deprecated spelling of {opt.flag}"
             if opt.repeat:
                 iterable.append(name)
-    params.sort(key=lambda p: p.default is not inspect.Parameter.empty)  # required ones first, as Python wants
+    params.sort(
+        key=lambda p: p.default is not inspect.Parameter.empty
+    )  # required ones first, as Python wants
 
     def body(c, **given):
         def call():  # inside run(): a bad option value is one line too
@@ -295,9 +538,17 @@ def task(command: Command):
     body.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]  # set for inspect.signature (invoke)
     body.__doc__ = command.doc
     body.__name__ = command.name.rsplit(".", 1)[-1].replace("-", "_")
-    positional: list[str] | None = [] if all(o.default is not REQUIRED for o in command.options) else None
-    return Task(body, name=command.name.rsplit(".", 1)[-1], help=helps, iterable=iterable, positional=positional,
-                auto_shortflags=False)
+    positional: list[str] | None = (
+        [] if all(o.default is not REQUIRED for o in command.options) else None
+    )
+    return Task(
+        body,
+        name=command.name.rsplit(".", 1)[-1],
+        help=helps,
+        iterable=iterable,
+        positional=positional,
+        auto_shortflags=False,
+    )
 
 
 def namespace():
@@ -320,6 +571,7 @@ def namespace():
 
 # --- the same declarations as argparse: `apexkit <command>` without invoke (builder images have no invoke) --------
 
+
 def parser(command: Command, prog: str):
     import argparse
 
@@ -328,14 +580,24 @@ def parser(command: Command, prog: str):
         dest = opt.name
         if opt.default is REQUIRED:  # positional, or as --name (as invoke takes it): one of the two
             p.add_argument(f"_{dest}", metavar=opt.name.upper(), nargs="?", help=opt.help)
-            p.add_argument(opt.flag, dest=dest, metavar="VALUE", help=f"the same as {opt.name.upper()}")
+            p.add_argument(
+                opt.flag, dest=dest, metavar="VALUE", help=f"the same as {opt.name.upper()}"
+            )
         elif opt.default is True:
-            p.add_argument(f"--no-{opt.flag[2:]}", dest=dest, action="store_false", default=True, help=opt.help)
+            p.add_argument(
+                f"--no-{opt.flag[2:]}", dest=dest, action="store_false", default=True, help=opt.help
+            )
         elif opt.default is False:
             p.add_argument(opt.flag, dest=dest, action="store_true", help=opt.help)
         else:
-            p.add_argument(opt.flag, dest=dest, metavar="VALUE", default=opt.default,
-                           action="append" if opt.repeat else "store", help=opt.help)
+            p.add_argument(
+                opt.flag,
+                dest=dest,
+                metavar="VALUE",
+                default=opt.default,
+                action="append" if opt.repeat else "store",
+                help=opt.help,
+            )
         if opt.renamed:
             extra = {"nargs": 0, "const": True} if opt.default is False else {}
             vocab.alias(p, f"--{opt.renamed.replace('_', '-')}", opt.flag, dest=dest, **extra)
@@ -358,8 +620,12 @@ def main(name: str, argv: list[str], prog: str) -> int:
                 given[opt.name] = given.get(opt.name) or positional
                 if given[opt.name] is None:
                     p.error(f"{opt.name.upper()} is required (or {opt.flag} VALUE)")
-    except SystemExit as exc:  # argparse: --help (0) or a usage error (2), recorded like any other exit
-        record_status(exc.code if isinstance(exc.code, int) else 2, "invalid arguments" if exc.code else None)
+    except (
+        SystemExit
+    ) as exc:  # argparse: --help (0) or a usage error (2), recorded like any other exit
+        record_status(
+            exc.code if isinstance(exc.code, int) else 2, "invalid arguments" if exc.code else None
+        )
         raise
 
     def call():

@@ -64,7 +64,9 @@ def exit_code(func: Callable[[], object]) -> int:
     try:
         result = func()
     except ApexkitError as exc:
-        log.console.print(f"[red]error:[/red] {log.escape(log.mask(exc.format()))}", highlight=False, markup=True)
+        log.console.print(
+            f"[red]error:[/red] {log.escape(log.mask(exc.format()))}", highlight=False, markup=True
+        )
         record_status(exc.exit_code, exc.format())
         return exc.exit_code
     except KeyboardInterrupt:

@@ -75,7 +75,9 @@ def atomic_write(path: Path, data: bytes, mode: int, owner: tuple[int, int] | No
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
-        if os.geteuid() == 0:  # keep the owner of a user's file we edit as root; a new file gets its home's owner
+        if (
+            os.geteuid() == 0
+        ):  # keep the owner of a user's file we edit as root; a new file gets its home's owner
             who = (previous.st_uid, previous.st_gid) if previous is not None else owner
             if who is not None:
                 os.chown(tmp, *who)
@@ -149,7 +151,9 @@ def resolve_links(path: Path) -> tuple[Path, list[tuple[Path, int, Path]]]:
     hops = 0
     while pending:
         item = pending.pop()
-        if isinstance(item, int):  # the end of a link's own target: `current` is where that link leads
+        if isinstance(
+            item, int
+        ):  # the end of a link's own target: `current` is where that link leads
             opened[item][2] = current
             continue
         name = str(item)
@@ -166,8 +170,10 @@ def resolve_links(path: Path) -> tuple[Path, list[tuple[Path, int, Path]]]:
                 if stat.S_ISLNK(st.st_mode):
                     hops += 1
                     if hops > 40:
-                        raise TargetError(f"{path} goes through too many symbolic links (a loop?); nothing was changed",
-                                          "fix the links on that path, then run again")
+                        raise TargetError(
+                            f"{path} goes through too many symbolic links (a loop?); nothing was changed",
+                            "fix the links on that path, then run again",
+                        )
                     text = os.readlink(candidate)
                     opened.append([candidate, st.st_uid, None])
                     pending.append(len(opened) - 1)
@@ -176,7 +182,9 @@ def resolve_links(path: Path) -> tuple[Path, list[tuple[Path, int, Path]]]:
                         current = Path("/")
                     continue
         current = candidate
-    return current, [(link, uid, where if where is not None else current) for link, uid, where in opened]
+    return current, [
+        (link, uid, where if where is not None else current) for link, uid, where in opened
+    ]
 
 
 def _outside(path: Path, limit: Path) -> bool:
@@ -192,25 +200,40 @@ def write_target(path: Path, display: str, within: Path | None = None) -> Path:
     target, links = resolve_links(path)
     if within is not None and str(within) != "/":
         limit = Path(os.path.realpath(within))
-        if _outside(Path(os.path.normpath(os.path.abspath(path))), Path(os.path.normpath(os.path.abspath(within)))):
-            raise TargetError(f"{display} lies outside {within}: its '..' climbs out of the managed tree; nothing was "
-                              "changed", f"give a path inside {within} without '..', or run without --root")
+        if _outside(
+            Path(os.path.normpath(os.path.abspath(path))),
+            Path(os.path.normpath(os.path.abspath(within))),
+        ):
+            raise TargetError(
+                f"{display} lies outside {within}: its '..' climbs out of the managed tree; nothing was "
+                "changed",
+                f"give a path inside {within} without '..', or run without --root",
+            )
         if _outside(target, limit):
             raise TargetError(
                 f"{display} is a symbolic link to {target}, outside {within}: following it would edit a file outside "
-                "the managed tree; nothing was changed", "replace the link with a copy of its file, or run without --root")
+                "the managed tree; nothing was changed",
+                "replace the link with a copy of its file, or run without --root",
+            )
     check_links(path, display, links)
     if os.path.islink(path) and not os.path.lexists(target):
-        raise TargetError(f"{display} is a symbolic link to {target}, which does not exist; nothing was changed",
-                                    f"create {target} (or remove the link), then run again")
+        raise TargetError(
+            f"{display} is a symbolic link to {target}, which does not exist; nothing was changed",
+            f"create {target} (or remove the link), then run again",
+        )
     with contextlib.suppress(OSError):
         mode = os.stat(target).st_mode
         if stat.S_ISDIR(mode):
-            raise TargetError(f"{display} is a directory, not a file; nothing was changed",
-                              f"move {display} away, then run again")
+            raise TargetError(
+                f"{display} is a directory, not a file; nothing was changed",
+                f"move {display} away, then run again",
+            )
         if not stat.S_ISREG(mode):
-            raise TargetError(f"{display} is {untrusted.file_kind(mode)}, not a regular file: apexkit edits only regular files; "
-                              "nothing was changed", f"replace {display} with a regular file (or move it away), then run again")
+            raise TargetError(
+                f"{display} is {untrusted.file_kind(mode)}, not a regular file: apexkit edits only regular files; "
+                "nothing was changed",
+                f"replace {display} with a regular file (or move it away), then run again",
+            )
     return target
 
 
@@ -223,7 +246,9 @@ def nearest_owner(path: Path, follow: bool = True) -> int | None:
     return None
 
 
-def check_links(path: Path, display: str, links: list[tuple[Path, int, Path]] | None = None) -> None:
+def check_links(
+    path: Path, display: str, links: list[tuple[Path, int, Path]] | None = None
+) -> None:
     """Root follows a user's link only into that user's own files (as the kernel's protected_symlinks does for
     sticky folders): a ~/.bashrc linked to /etc/shadow must not get the proxy block appended as root, nor a ~/.docker
     linked to /root/.docker have root's registry logins copied into the user's backups. This holds for every link
@@ -243,13 +268,20 @@ def check_links(path: Path, display: str, links: list[tuple[Path, int, Path]] | 
             where = f"{display} is a symbolic link of {_user_name(uid)}"
         else:
             where = f"{display} lies under {link}, a symbolic link of {_user_name(uid)}"
-        raise TargetError(f"{where} to {target}, which belongs to {whose}: root does not follow it; nothing was "
-                          "changed", f"point the link at a file or folder of {_user_name(uid)}, or run as them "
-                          "(without sudo)")
+        raise TargetError(
+            f"{where} to {target}, which belongs to {whose}: root does not follow it; nothing was "
+            "changed",
+            f"point the link at a file or folder of {_user_name(uid)}, or run as them "
+            "(without sudo)",
+        )
 
 
-def read_regular(path: Path, display: str, error: type[EnvironmentSetupError] | type[ConfigError] | None = None,
-                 hint: str = "run as the user who owns it (or with sudo for system files)") -> bytes | None:
+def read_regular(
+    path: Path,
+    display: str,
+    error: type[EnvironmentSetupError] | type[ConfigError] | None = None,
+    hint: str = "run as the user who owns it (or with sudo for system files)",
+) -> bytes | None:
     """The bytes of a regular file of at most MAX_READ bytes, through a link, read without blocking (a named pipe, a
     device such as /dev/zero, or a huge file is one line, never a hang or a MemoryError); None when it does not
     exist."""
@@ -259,22 +291,38 @@ def read_regular(path: Path, display: str, error: type[EnvironmentSetupError] | 
     except untrusted.Refused as exc:
         if exc.errno in (errno.ENOENT, errno.ENOTDIR):
             return None
-        _refused(exc, error, {
-            "size": (f"{display} is larger than {MAX_READ >> 20} MiB: not a file apexkit edits; nothing was changed",
-                     f"check {display} (move it away if it is not yours), then run again"),
-            "directory": (f"{display} is a directory, not a file; nothing was changed",
-                          f"move {display} away, then run again"),
-            "type": (f"{display} is {untrusted.file_kind(exc.mode)}, not a regular file: apexkit reads only regular "
-                     "files; nothing was changed",
-                     f"replace {display} with a regular file (or move it away), then run again"),
-            "os": (f"cannot read {display} ({exc.strerror}); nothing was changed", hint)})
+        _refused(
+            exc,
+            error,
+            {
+                "size": (
+                    f"{display} is larger than {MAX_READ >> 20} MiB: not a file apexkit edits; nothing was changed",
+                    f"check {display} (move it away if it is not yours), then run again",
+                ),
+                "directory": (
+                    f"{display} is a directory, not a file; nothing was changed",
+                    f"move {display} away, then run again",
+                ),
+                "type": (
+                    f"{display} is {untrusted.file_kind(exc.mode)}, not a regular file: apexkit reads only regular "
+                    "files; nothing was changed",
+                    f"replace {display} with a regular file (or move it away), then run again",
+                ),
+                "os": (f"cannot read {display} ({exc.strerror}); nothing was changed", hint),
+            },
+        )
 
 
-def _refused(exc: untrusted.Refused, error: type[EnvironmentSetupError] | type[ConfigError],
-             messages: dict[str, tuple[str, str]]) -> NoReturn:
+def _refused(
+    exc: untrusted.Refused,
+    error: type[EnvironmentSetupError] | type[ConfigError],
+    messages: dict[str, tuple[str, str]],
+) -> NoReturn:
     """The caller's one-line error (cause, hint) for why `untrusted` refused a file; "os" for any other reason."""
     kind = exc.kind
-    if exc.errno == errno.ENOTDIR and "blocked" in messages:  # a file where a folder of the path belongs
+    if (
+        exc.errno == errno.ENOTDIR and "blocked" in messages
+    ):  # a file where a folder of the path belongs
         kind = "blocked"
     elif exc.kind == "type" and stat.S_ISDIR(exc.mode) and "directory" in messages:
         kind = "directory"
@@ -311,6 +359,7 @@ def _writable(path: Path) -> bool:
 # Content transformations (pure)
 # ---------------------------------------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class Block:
     """A managed block in a text file, between two marker lines."""
@@ -343,21 +392,28 @@ class Block:
         def line(match: re.Match) -> int:
             return text.count("\n", 0, match.start()) + 1
 
-        where = ", ".join([*(f"begin at line {line(m)}" for m in begins), *(f"end at line {line(m)}" for m in ends)])
-        raise MarkerError(f"{display} holds unpaired or repeated {self.name!r} markers ({where}): apexkit will not guess "
-                          "which lines are its own; nothing was changed",
-                          f"edit {display} to keep one '{self.begin}' ... '{self.end}' pair (or delete both), "
-                          "then run again")
+        where = ", ".join(
+            [
+                *(f"begin at line {line(m)}" for m in begins),
+                *(f"end at line {line(m)}" for m in ends),
+            ]
+        )
+        raise MarkerError(
+            f"{display} holds unpaired or repeated {self.name!r} markers ({where}): apexkit will not guess "
+            "which lines are its own; nothing was changed",
+            f"edit {display} to keep one '{self.begin}' ... '{self.end}' pair (or delete both), "
+            "then run again",
+        )
 
     def find(self, text: str, display: str = "the file") -> str | None:
         span = self._span(text, display)
-        return text[span[0]:span[1]] if span else None
+        return text[span[0] : span[1]] if span else None
 
     def put(self, text: str, block: str, display: str = "the file") -> tuple[str, bool]:
         """Replace our block in place, or append it. Returns (new text, whether a separating newline was added)."""
         span = self._span(text, display)
         if span:
-            return text[:span[0]] + block + text[span[1]:], False
+            return text[: span[0]] + block + text[span[1] :], False
         separator = "" if not text or text.endswith("\n") else "\n"
         return text + separator + block, bool(separator)
 
@@ -365,7 +421,7 @@ class Block:
         span = self._span(text, display)
         if not span:
             return text
-        before, after = text[:span[0]], text[span[1]:]
+        before, after = text[: span[0]], text[span[1] :]
         if added_newline and not after and before.endswith("\n"):
             before = before[:-1]
         return before + after
@@ -389,14 +445,18 @@ class MarkerError(ConfigError):
     """Managed-block markers that do not pair up."""
 
 
-MAX_JSON_DEPTH = 64  # far deeper than any config apexkit edits; deep enough nesting would overflow the stack
+MAX_JSON_DEPTH = (
+    64  # far deeper than any config apexkit edits; deep enough nesting would overflow the stack
+)
 
 
 def _too_deep(value: object, limit: int = MAX_JSON_DEPTH) -> bool:
     pending = [(value, 1)]
     while pending:
         node, depth = pending.pop()
-        children = node.values() if isinstance(node, dict) else node if isinstance(node, list) else ()
+        children = (
+            node.values() if isinstance(node, dict) else node if isinstance(node, list) else ()
+        )
         for child in children:
             if isinstance(child, (dict, list)):
                 if depth + 1 > limit:
@@ -414,17 +474,28 @@ def load_json_object(path: Path, display: str, data: bytes | None) -> dict:
         value = None
         deep = True
     except ValueError as exc:  # not UTF-8, not JSON, an integer of thousands of digits
-        where = f" (line {exc.lineno}, column {exc.colno})" if isinstance(exc, json.JSONDecodeError) else ""
-        raise CorruptFileError(f"{display} is not valid JSON{where}; nothing was changed",
-                               f"fix or move {display} away, then run again") from None
+        where = (
+            f" (line {exc.lineno}, column {exc.colno})"
+            if isinstance(exc, json.JSONDecodeError)
+            else ""
+        )
+        raise CorruptFileError(
+            f"{display} is not valid JSON{where}; nothing was changed",
+            f"fix or move {display} away, then run again",
+        ) from None
     else:
         deep = _too_deep(value)
     if deep:
-        raise CorruptFileError(f"{display} nests JSON more than {MAX_JSON_DEPTH} levels deep: not a file apexkit "
-                               "edits; nothing was changed", f"fix or move {display} away, then run again")
+        raise CorruptFileError(
+            f"{display} nests JSON more than {MAX_JSON_DEPTH} levels deep: not a file apexkit "
+            "edits; nothing was changed",
+            f"fix or move {display} away, then run again",
+        )
     if not isinstance(value, dict):
-        raise CorruptFileError(f"{display} holds a JSON {type(value).__name__}, not an object; nothing was changed",
-                               f"fix or move {display} away, then run again")
+        raise CorruptFileError(
+            f"{display} holds a JSON {type(value).__name__}, not an object; nothing was changed",
+            f"fix or move {display} away, then run again",
+        )
     return value
 
 
@@ -486,23 +557,32 @@ def ini_set(text: str, section: str, key: str, value: str | None) -> str:
 # Plans
 # ---------------------------------------------------------------------------------------------------------------
 
+
 @dataclass
 class Change:
     """One file's wanted state. `new` None means: the file should not exist."""
 
-    display: str          # the path as the user knows it (without --root)
-    path: Path            # the real path (with --root)
+    display: str  # the path as the user knows it (without --root)
+    path: Path  # the real path (with --root)
     new: bytes | None
     mode: int = 0o644
-    note: str = ""        # e.g. "holds credentials: 0600"
-    undo: Callable[[bytes, bytes | None, dict], bytes | None] | None = None  # (current, original, record) -> restored
-    extra: dict = field(default_factory=dict)  # recorded in the backup manifest (e.g. added_newline)
-    summary: str = ""     # shown instead of a line diff (e.g. a CA bundle of thousands of lines)
-    within: Path | None = None                 # the --root: a symbolic link may not lead out of it
-    new_owner: tuple[int, int] | None = None   # (uid, gid) for a new file and new folders (as root, in a user's home)
+    note: str = ""  # e.g. "holds credentials: 0600"
+    undo: Callable[[bytes, bytes | None, dict], bytes | None] | None = (
+        None  # (current, original, record) -> restored
+    )
+    extra: dict = field(
+        default_factory=dict
+    )  # recorded in the backup manifest (e.g. added_newline)
+    summary: str = ""  # shown instead of a line diff (e.g. a CA bundle of thousands of lines)
+    within: Path | None = None  # the --root: a symbolic link may not lead out of it
+    new_owner: tuple[int, int] | None = (
+        None  # (uid, gid) for a new file and new folders (as root, in a user's home)
+    )
     old: bytes | None = field(init=False, default=None)
     old_mode: int | None = field(init=False, default=None)
-    target: Path = field(init=False)           # what is really written: `path`, or its symbolic link's target
+    target: Path = field(
+        init=False
+    )  # what is really written: `path`, or its symbolic link's target
 
     def __post_init__(self) -> None:
         self.target = write_target(self.path, self.display, self.within)
@@ -550,21 +630,28 @@ def check_private(path: Path, what: str, directory: bool, also: int | None = Non
         return
     kind = "directory" if directory else "file"
     if stat.S_ISLNK(st.st_mode):
-        raise EnvironmentSetupError(f"{what} {path} is a symbolic link, not a {kind} apexkit made; nothing was changed",
-                                    f"remove the link (rm {path}) and run again")
+        raise EnvironmentSetupError(
+            f"{what} {path} is a symbolic link, not a {kind} apexkit made; nothing was changed",
+            f"remove the link (rm {path}) and run again",
+        )
     if (stat.S_ISDIR(st.st_mode) if directory else stat.S_ISREG(st.st_mode)) is False:
-        raise EnvironmentSetupError(f"{what} {path} is not a {kind}; nothing was changed", f"move {path} away and run again")
+        raise EnvironmentSetupError(
+            f"{what} {path} is not a {kind}; nothing was changed", f"move {path} away and run again"
+        )
     me = os.geteuid()
     if st.st_uid not in (me, 0, also):
         raise EnvironmentSetupError(
             f"{what} {path} belongs to {_user_name(st.st_uid)}, not to {_user_name(me)} who runs this: "
             "undo records another user can write could make this process write any file; nothing was changed",
             f"run as {_user_name(st.st_uid)} (without sudo; under sudo drop -E so root keeps its own state), "
-            f"or if you trust its content: chown -R {me} {path}")
+            f"or if you trust its content: chown -R {me} {path}",
+        )
     if st.st_mode & 0o022:
         raise EnvironmentSetupError(
             f"{what} {path} is writable by its group or by everyone (mode {oct(stat.S_IMODE(st.st_mode))}); "
-            "nothing was changed", f"chmod -R go-w {path} if you trust its content, then run again")
+            "nothing was changed",
+            f"chmod -R go-w {path} if you trust its content, then run again",
+        )
 
 
 def read_private(path: Path, what: str) -> bytes | None:
@@ -574,18 +661,37 @@ def read_private(path: Path, what: str) -> bytes | None:
     except untrusted.Refused as exc:
         if exc.errno == errno.ENOENT:
             return None
-        blocker = next((p for p in path.parents if os.path.lexists(p) and not os.path.isdir(p)), path.parent)
-        _refused(exc, EnvironmentSetupError, {
-            "blocked": (f"cannot read {what} {path}: {blocker} is a file where a folder belongs; nothing was changed",
-                        f"move {blocker} away, then run again"),
-            "link": (f"{what} {path} is a symbolic link, not a file apexkit made; it was not followed and nothing was "
-                     "changed", f"remove it (rm {path}) and run again"),
-            "type": (f"{what} {path} is not a regular file; it was not read and nothing was changed",
-                     f"move {path} away and run again"),
-            "size": (f"{what} {path} is larger than {MAX_READ >> 20} MiB: not a file apexkit wrote; it was not used "
-                     "and nothing was changed", f"move {path} away and run again"),
-            "os": (f"cannot read {what} {path} ({exc.strerror}); nothing was changed",
-                   "run as the user who ran setup (or with sudo for system files)")})
+        blocker = next(
+            (p for p in path.parents if os.path.lexists(p) and not os.path.isdir(p)), path.parent
+        )
+        _refused(
+            exc,
+            EnvironmentSetupError,
+            {
+                "blocked": (
+                    f"cannot read {what} {path}: {blocker} is a file where a folder belongs; nothing was changed",
+                    f"move {blocker} away, then run again",
+                ),
+                "link": (
+                    f"{what} {path} is a symbolic link, not a file apexkit made; it was not followed and nothing was "
+                    "changed",
+                    f"remove it (rm {path}) and run again",
+                ),
+                "type": (
+                    f"{what} {path} is not a regular file; it was not read and nothing was changed",
+                    f"move {path} away and run again",
+                ),
+                "size": (
+                    f"{what} {path} is larger than {MAX_READ >> 20} MiB: not a file apexkit wrote; it was not used "
+                    "and nothing was changed",
+                    f"move {path} away and run again",
+                ),
+                "os": (
+                    f"cannot read {what} {path} ({exc.strerror}); nothing was changed",
+                    "run as the user who ran setup (or with sudo for system files)",
+                ),
+            },
+        )
 
 
 def clamp_mode(mode: object, private: bool = False, default: int = 0o644) -> int:
@@ -614,27 +720,38 @@ class BackupStore:
     so such a manifest stays root's. Root in turn trusts state owned by the home's owner only under the same
     condition; state owned by anybody else is refused as before."""
 
-    def __init__(self, directory: Path, resolve: Callable[[str], Path | None],
-                 private: Callable[[str], bool] = lambda display: False,
-                 home_owner: tuple[int, int] | None = None, in_home: Callable[[str], bool] = lambda display: False,
-                 within: Path | None = None) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        resolve: Callable[[str], Path | None],
+        private: Callable[[str], bool] = lambda display: False,
+        home_owner: tuple[int, int] | None = None,
+        in_home: Callable[[str], bool] = lambda display: False,
+        within: Path | None = None,
+    ) -> None:
         self.directory = directory
         self.manifest_path = directory / "manifest.json"
         self.resolve = resolve
         self.private = private
-        self.home_owner = home_owner if os.geteuid() == 0 and home_owner and home_owner[0] != 0 else None
+        self.home_owner = (
+            home_owner if os.geteuid() == 0 and home_owner and home_owner[0] != 0 else None
+        )
         self.in_home = in_home
         self.within = within
         self._made = 0  # folders this process made for the store (recorded in the manifest's STATE_KEY entry)
         self._warned: set[str] = set()
 
     def _state_paths(self) -> list[tuple[Path, str, bool]]:
-        return [(self.directory.parent, "the apexkit state directory", True),
-                (self.directory, "the backups directory", True),
-                (self.manifest_path, "the backups manifest", False)]
+        return [
+            (self.directory.parent, "the apexkit state directory", True),
+            (self.directory, "the backups directory", True),
+            (self.manifest_path, "the backups manifest", False),
+        ]
 
     def check(self) -> None:
-        check_links(self.manifest_path, str(self.manifest_path))  # as root: no user's link into root's own state
+        check_links(
+            self.manifest_path, str(self.manifest_path)
+        )  # as root: no user's link into root's own state
         also = self.home_owner[0] if self.home_owner else None
         for path, what, directory in self._state_paths():
             check_private(path, what, directory, also)
@@ -666,7 +783,9 @@ class BackupStore:
     def load(self) -> dict[str, dict]:
         self.check()
         data = read_private(self.manifest_path, "the backups manifest")
-        manifest = load_json_object(self.manifest_path, str(self.manifest_path), data) if data else {}
+        manifest = (
+            load_json_object(self.manifest_path, str(self.manifest_path), data) if data else {}
+        )
         for display, record in list(manifest.items()):
             if not isinstance(record, dict):
                 log.warn(f"backups manifest entry {display!r} is not an object; ignored")
@@ -677,7 +796,8 @@ class BackupStore:
                 raise EnvironmentSetupError(
                     f"the backups manifest {self.manifest_path} belongs to the home's owner but holds an undo record of "
                     f"{outside[0]}, outside that home: root does not act on it; nothing was changed",
-                    f"check {self.manifest_path}, then chown -R 0:0 {self.directory.parent} if you trust it")
+                    f"check {self.manifest_path}, then chown -R 0:0 {self.directory.parent} if you trust it",
+                )
         return manifest
 
     def save(self, manifest: dict[str, dict]) -> None:
@@ -696,7 +816,12 @@ class BackupStore:
         if not self.home_owner:
             return
         owner = self.home_owner if all(self.in_home(d) for d in records(manifest)) else (0, 0)
-        paths = [self.directory.parent, self.directory, self.manifest_path, *self.directory.glob("*.orig")]
+        paths = [
+            self.directory.parent,
+            self.directory,
+            self.manifest_path,
+            *self.directory.glob("*.orig"),
+        ]
         for path in paths:
             with contextlib.suppress(FileNotFoundError):
                 os.chown(path, *owner, follow_symlinks=False)
@@ -725,8 +850,10 @@ class BackupStore:
             if path is None:
                 if display not in self._warned:
                     self._warned.add(display)
-                    log.warn(f"backups manifest names {display!r}, which apexkit does not manage with these options; "
-                             "left as it is (set up with --profile or --system? pass the same options)")
+                    log.warn(
+                        f"backups manifest names {display!r}, which apexkit does not manage with these options; "
+                        "left as it is (set up with --profile or --system? pass the same options)"
+                    )
                 continue
             entries.append((display, path, record))
         return entries
@@ -766,12 +893,23 @@ def records(manifest: dict[str, dict]) -> dict[str, dict]:
 def preflight(changes: Iterable[Change], hint: str) -> None:
     for change in changes:
         if change.changed and not _writable(change.target):
-            blocker = next((p for p in reversed(change.target.parents) if os.path.lexists(p) and not os.path.isdir(p)),
-                           None)
+            blocker = next(
+                (
+                    p
+                    for p in reversed(change.target.parents)
+                    if os.path.lexists(p) and not os.path.isdir(p)
+                ),
+                None,
+            )
             if blocker is not None:
-                raise EnvironmentSetupError(f"cannot write {change.display}: {blocker} is a file where a folder "
-                                            "belongs; nothing was changed", f"move {blocker} away and run again; or: {hint}")
-            raise EnvironmentSetupError(f"cannot write {change.display} (permission denied); nothing was changed", hint)
+                raise EnvironmentSetupError(
+                    f"cannot write {change.display}: {blocker} is a file where a folder "
+                    "belongs; nothing was changed",
+                    f"move {blocker} away and run again; or: {hint}",
+                )
+            raise EnvironmentSetupError(
+                f"cannot write {change.display} (permission denied); nothing was changed", hint
+            )
 
 
 def _write(change: Change) -> None:
@@ -788,10 +926,14 @@ def _put_back(changes: Iterable[Change]) -> None:
             with contextlib.suppress(FileNotFoundError):
                 change.target.unlink()
         else:
-            atomic_write(change.target, change.old, 0o644 if change.old_mode is None else change.old_mode)
+            atomic_write(
+                change.target, change.old, 0o644 if change.old_mode is None else change.old_mode
+            )
 
 
-def apply(changes: list[Change], store: BackupStore, owner: str, check: Callable[[], None] | None = None) -> list[Change]:
+def apply(
+    changes: list[Change], store: BackupStore, owner: str, check: Callable[[], None] | None = None
+) -> list[Change]:
     """Write every changed file (all or nothing); returns the changes written. `check` runs after the writes (a
     read-back): when it raises, every file is put back as it was and the backups manifest is left unchanged.
 
@@ -813,13 +955,20 @@ def apply(changes: list[Change], store: BackupStore, owner: str, check: Callable
                 added.append(change.display)
             record = manifest[change.display]
             if change.display not in added and _edited_since(record, change.old):
-                record["edited"] = True  # sticky: remove must keep the user's edits and take out only our part
+                record["edited"] = (
+                    True  # sticky: remove must keep the user's edits and take out only our part
+                )
             record.update(owner=owner, **change.extra)
             record["written_sha256"] = sha256(change.new)
-            record["before_sha256"] = sha256(change.old)  # what the file holds if this write never happens
+            record["before_sha256"] = sha256(
+                change.old
+            )  # what the file holds if this write never happens
             new_dirs = len(missing_parents(change.target)) if change.new is not None else 0
             if new_dirs:
-                record["made_dirs"] = max(new_dirs, record.get("made_dirs", 0) if isinstance(record.get("made_dirs"), int) else 0)
+                record["made_dirs"] = max(
+                    new_dirs,
+                    record.get("made_dirs", 0) if isinstance(record.get("made_dirs"), int) else 0,
+                )
             store.save(manifest)  # the record first, then the file
             if new_dirs:
                 made.append((change, make_parents(change.target, change.new_owner)))
@@ -864,9 +1013,14 @@ def _edited_since(record: dict, current: bytes | None) -> bool:
     return sha256(current) not in known
 
 
-def undo_change(store: BackupStore, display: str, path: Path, record: dict,
-                undo: Callable[[str, bytes, bytes | None, dict], bytes | None],
-                within: Path | None = None) -> tuple[Change, str]:
+def undo_change(
+    store: BackupStore,
+    display: str,
+    path: Path,
+    record: dict,
+    undo: Callable[[str, bytes, bytes | None, dict], bytes | None],
+    within: Path | None = None,
+) -> tuple[Change, str]:
     """The change that takes back what apexkit wrote to one file (`path`, derived by the caller, never read from the
     record), and how: untouched since our write (`_edited_since`) -> the original bytes and (clamped) mode exactly;
     edited since (at any time since the first setup), or its backup copy lost -> `undo(display, current, original,
@@ -879,22 +1033,42 @@ def undo_change(store: BackupStore, display: str, path: Path, record: dict,
     if current is None and original is None:
         return Change(display, path, None, within=within), "already gone"
     if not lost and (current is None or not _edited_since(record, current)):
-        owner = store.home_owner if store.in_home(display) else None  # a file recreated in a user's home is theirs
-        return (Change(display, path, original, mode=clamp_mode(record.get("mode"), private), within=within,
-                       new_owner=owner), "restored" if original is not None else "deleted")
+        owner = (
+            store.home_owner if store.in_home(display) else None
+        )  # a file recreated in a user's home is theirs
+        return (
+            Change(
+                display,
+                path,
+                original,
+                mode=clamp_mode(record.get("mode"), private),
+                within=within,
+                new_owner=owner,
+            ),
+            "restored" if original is not None else "deleted",
+        )
     assert current is not None
     restored = undo(display, current, original, record)
     mode = clamp_mode(file_mode(target), private)
     if lost:
         log.warn(f"the backup copy of {display} is missing; only apexkit's part is removed")
         if restored is None:  # never delete a file that existed before apexkit
-            return Change(display, path, current, mode=mode, within=within), "kept (its backup copy is missing)"
-    return Change(display, path, restored, mode=mode, within=within), "undone (file edited since; only our part removed)"
+            return Change(
+                display, path, current, mode=mode, within=within
+            ), "kept (its backup copy is missing)"
+    return Change(
+        display, path, restored, mode=mode, within=within
+    ), "undone (file edited since; only our part removed)"
 
 
-def undo_all(store: BackupStore, owner: str, undo: Callable[[str, bytes, bytes | None, dict], bytes | None],
-             only: Callable[[str], bool] = lambda display: True, dry_run: bool = False,
-             within: Path | None = None) -> tuple[list[Restore], list[Change]]:
+def undo_all(
+    store: BackupStore,
+    owner: str,
+    undo: Callable[[str, bytes, bytes | None, dict], bytes | None],
+    only: Callable[[str], bool] = lambda display: True,
+    dry_run: bool = False,
+    within: Path | None = None,
+) -> tuple[list[Restore], list[Change]]:
     """Put back every file `owner` edited. Untouched since our write -> the original bytes and mode exactly;
     edited since -> `undo(display, current, original, record)` removes only our part. Each file is undone on its
     own: one that cannot be (a corrupt daemon.json, unpaired markers) is reported and kept with its record, the
@@ -909,7 +1083,10 @@ def undo_all(store: BackupStore, owner: str, undo: Callable[[str, bytes, bytes |
             continue
         try:
             change, how = undo_change(store, display, path, record, undo, within)
-        except (ConfigError, TargetError) as exc:  # that file's problem; trouble with the store itself stops all
+        except (
+            ConfigError,
+            TargetError,
+        ) as exc:  # that file's problem; trouble with the store itself stops all
             failed.append((display, exc))
             results.append(Restore(display, f"failed: {exc.cause}"))
             continue
@@ -927,7 +1104,10 @@ def undo_all(store: BackupStore, owner: str, undo: Callable[[str, bytes, bytes |
             made.append((change.target, record.get("made_dirs")))
         store.forget(manifest, change.display)
         store.save(manifest)
-    for target, count in made:  # after every file is gone: two files may share the folders made for the first
+    for (
+        target,
+        count,
+    ) in made:  # after every file is gone: two files may share the folders made for the first
         remove_made_dirs(target, count, within)
     if failed:
         display, first = failed[0]

@@ -79,7 +79,9 @@ def hold(path: Path, what: str, timeout: float | None = None) -> Iterator[None]:
             lock.acquire(timeout=0)
         except Timeout:
             pid = holder(Path(path))
-            log.info(f"waiting for the lock on {what} held by {f'pid {pid}' if pid else 'another process'} ({file})")
+            log.info(
+                f"waiting for the lock on {what} held by {f'pid {pid}' if pid else 'another process'} ({file})"
+            )
             try:
                 lock.acquire(timeout=-1 if timeout is None else timeout)
             except Timeout:
@@ -87,18 +89,23 @@ def hold(path: Path, what: str, timeout: float | None = None) -> Iterator[None]:
                 raise LockError(
                     f"the lock on {what} is still held by {f'pid {pid}' if pid else 'another process'} after "
                     f"{timeout:g}s ({file})",
-                    "wait for that process to finish, or stop it (a killed holder releases the lock)") from None
+                    "wait for that process to finish, or stop it (a killed holder releases the lock)",
+                ) from None
     except OSError as exc:  # the directory is not writable, or is not a directory
-        raise LockError(f"cannot take the lock on {what}: {file}: {exc.strerror or exc}",
-                               "make that directory writable by you, or point APEXKIT_CACHE_DIR / --build-dir / "
-                               "--dist elsewhere") from None
+        raise LockError(
+            f"cannot take the lock on {what}: {file}: {exc.strerror or exc}",
+            "make that directory writable by you, or point APEXKIT_CACHE_DIR / --build-dir / "
+            "--dist elsewhere",
+        ) from None
     try:
         if not reentered:
             with contextlib.suppress(OSError):
                 pid_file.write_text(f"{os.getpid()}\n")
         yield
     finally:
-        if not reentered:  # cleared while still held: a stale pid never names the next holder's predecessor
+        if (
+            not reentered
+        ):  # cleared while still held: a stale pid never names the next holder's predecessor
             with contextlib.suppress(OSError):
                 pid_file.unlink()
         lock.release()

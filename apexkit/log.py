@@ -31,7 +31,8 @@ _USERINFO_IN_URL = re.compile(
     r"(?<![A-Za-z0-9+.-])(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)"
     r"(?:(?P<info>[^\s/]+)@" + _HOST_START + "|"
     r"(?P<user>[^\s/:@\"'<>`]*):[^\r\n\f\v/\"'<>`]*@" + _HOST_START + "|"
-    r"(?P<suser>[^\s/:@\"'<>`]*):(?![0-9]*(?:[/\s]|$))[^\s\"'<>`]*@" + _HOST_START + ")")
+    r"(?P<suser>[^\s/:@\"'<>`]*):(?![0-9]*(?:[/\s]|$))[^\s\"'<>`]*@" + _HOST_START + ")"
+)
 
 
 def _masked(match: re.Match) -> str:
@@ -115,7 +116,9 @@ class Step:
 
 
 @contextlib.contextmanager
-def step(name: str, timings: dict[str, float] | None = None, key: str | None = None) -> Iterator[Step]:
+def step(
+    name: str, timings: dict[str, float] | None = None, key: str | None = None
+) -> Iterator[Step]:
     """Print `name`, time the block, print its result line. With `timings`, a step that completes adds its seconds
     to timings[key] (`key`, else `step_key(name)`: a stable name for a manifest, while the title stays human);
     a step that raises is not recorded."""

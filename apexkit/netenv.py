@@ -13,9 +13,18 @@ from collections.abc import Mapping
 
 PROXY_VARIABLES = ("http_proxy", "https_proxy", "no_proxy")  # each in both cases
 # Docker's predefined build args: usable by RUN without an ARG line, and left out of `docker history`
-DOCKER_PROXY_ARGS = tuple(name for base in ("http_proxy", "https_proxy", "ftp_proxy", "no_proxy", "all_proxy")
-                          for name in (base.upper(), base))
-CA_VARIABLES = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "PIP_CERT", "GIT_SSL_CAINFO", "CURL_CA_BUNDLE")
+DOCKER_PROXY_ARGS = tuple(
+    name
+    for base in ("http_proxy", "https_proxy", "ftp_proxy", "no_proxy", "all_proxy")
+    for name in (base.upper(), base)
+)
+CA_VARIABLES = (
+    "SSL_CERT_FILE",
+    "REQUESTS_CA_BUNDLE",
+    "PIP_CERT",
+    "GIT_SSL_CAINFO",
+    "CURL_CA_BUNDLE",
+)
 
 
 def cases(environ: Mapping[str, str], name: str) -> tuple[str, str]:
@@ -35,7 +44,9 @@ def proxies(environ: Mapping[str, str]) -> dict[str, str]:
     return {scheme: value for scheme, value in found.items() if value}
 
 
-def proxy_environment(http: str | None, https: str | None, no_proxy: str | None = None) -> dict[str, str]:
+def proxy_environment(
+    http: str | None, https: str | None, no_proxy: str | None = None
+) -> dict[str, str]:
     """The variables that set these proxies, each in both cases (lower case first)."""
     env: dict[str, str] = {}
     for name, value in (("http_proxy", http), ("https_proxy", https), ("no_proxy", no_proxy)):

@@ -25,7 +25,9 @@ RUNTIME_PINS = ROOT / "requirements" / "runtime.in"  # the direct runtime pins, 
 PATCHES = ROOT / "patches"
 DOCKER = ROOT / "docker"
 BENCH = ROOT / "bench"
-PROBES = BENCH / "probes"  # the programs apexkit runs in target interpreters (python PROBES/<name>.py)
+PROBES = (
+    BENCH / "probes"
+)  # the programs apexkit runs in target interpreters (python PROBES/<name>.py)
 NOXFILE = ROOT / "noxfile.py"
 
 
@@ -58,19 +60,36 @@ def cache_dir(env: Mapping[str, str] | None = None) -> Path:
     if env.get("APEXKIT_CACHE_DIR"):
         path, source = Path(env["APEXKIT_CACHE_DIR"]).expanduser(), "APEXKIT_CACHE_DIR"
     else:
-        base = env.get("XDG_CACHE_HOME") or os.path.join(env.get("HOME") or os.path.expanduser("~"), ".cache")
-        path, source = Path(base) / "apexkit", ("XDG_CACHE_HOME" if env.get("XDG_CACHE_HOME") else "HOME")
+        base = env.get("XDG_CACHE_HOME") or os.path.join(
+            env.get("HOME") or os.path.expanduser("~"), ".cache"
+        )
+        path, source = (
+            Path(base) / "apexkit",
+            ("XDG_CACHE_HOME" if env.get("XDG_CACHE_HOME") else "HOME"),
+        )
     for existing in (path, *path.parents):
         if existing.exists() or existing.is_symlink():
             if not existing.is_dir():
                 where = "is" if existing == path else f"lies under {existing}, which is"
-                raise ConfigError(f"the apexkit cache {path} ({source}) {where} not a directory",
-                                  "point APEXKIT_CACHE_DIR at a directory (or unset it: ~/.cache/apexkit)")
+                raise ConfigError(
+                    f"the apexkit cache {path} ({source}) {where} not a directory",
+                    "point APEXKIT_CACHE_DIR at a directory (or unset it: ~/.cache/apexkit)",
+                )
             break
     return path
 
 
-OUTPUTS = (".git", ".venv", ".nox", "build", "dist", "reports", "index", ".pytest_cache", ".ruff_cache")
+OUTPUTS = (
+    ".git",
+    ".venv",
+    ".nox",
+    "build",
+    "dist",
+    "reports",
+    "index",
+    ".pytest_cache",
+    ".ruff_cache",
+)
 
 
 def copy_ignore(top: Path, names: tuple[str, ...] = OUTPUTS):

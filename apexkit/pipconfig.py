@@ -23,7 +23,9 @@ COMMAND = "install"  # the pip command whose view apexkit takes: it installs (uv
 # what decides which files pip reads: the variables that locate them (XDG, HOME) and pip's own
 LOCATION_VARIABLES = ("HOME", "XDG_CONFIG_HOME", "XDG_CONFIG_DIRS")
 _ENV_IGNORED = ("version", "help")  # pip/_internal/configuration.py ENV_NAMES_IGNORED
-_LINE = re.compile(r"^(?P<section>:env:|[^.=\s]+)\.(?P<key>[A-Za-z0-9_.-]+)=(?P<value>(['\"]).*\4)$")
+_LINE = re.compile(
+    r"^(?P<section>:env:|[^.=\s]+)\.(?P<key>[A-Za-z0-9_.-]+)=(?P<value>(['\"]).*\4)$"
+)
 
 
 class PipConfig(Mapping[str, str]):
@@ -65,7 +67,9 @@ def parse(text: str, command: str = COMMAND) -> PipConfig:
         if not match or match["section"] not in order:
             continue
         try:
-            value = ast.literal_eval(match["value"])  # pip prints repr(): a multi-line value shows as '\n'
+            value = ast.literal_eval(
+                match["value"]
+            )  # pip prints repr(): a multi-line value shows as '\n'
         except (ValueError, SyntaxError):
             continue
         if not isinstance(value, str) or not value:
@@ -78,26 +82,44 @@ def parse(text: str, command: str = COMMAND) -> PipConfig:
 
 def from_environment(env: Mapping[str, str]) -> PipConfig:
     """The PIP_* variables alone, named as pip names them (PIP_INDEX_URL -> index-url); empty ones ignored."""
-    return PipConfig({_normalize(key[4:]): value for key, value in env.items()
-                      if key.startswith("PIP_") and value and key[4:].lower() not in _ENV_IGNORED})
+    return PipConfig(
+        {
+            _normalize(key[4:]): value
+            for key, value in env.items()
+            if key.startswith("PIP_") and value and key[4:].lower() not in _ENV_IGNORED
+        }
+    )
 
 
-def read(env: Mapping[str, str] | None = None, python: str = sys.executable, command: str = COMMAND) -> PipConfig:
+def read(
+    env: Mapping[str, str] | None = None, python: str = sys.executable, command: str = COMMAND
+) -> PipConfig:
     """What `pip <command>` run by `python` would use, with the config files and PIP_* variables of `env` (default:
     this process's environment); the PIP_* variables alone where pip does not run."""
     env = os.environ if env is None else env
-    relevant = tuple(sorted((k, v) for k, v in env.items() if k.startswith("PIP_") or k in LOCATION_VARIABLES))
+    relevant = tuple(
+        sorted((k, v) for k, v in env.items() if k.startswith("PIP_") or k in LOCATION_VARIABLES)
+    )
     return _read(relevant, python, command)
 
 
 @functools.lru_cache(maxsize=8)
 def _read(relevant: tuple[tuple[str, str], ...], python: str, command: str) -> PipConfig:
     # pip's files and variables come from `env` alone; everything else (PATH, locale) from this process
-    child = {k: v for k, v in os.environ.items() if not k.startswith("PIP_") and k not in LOCATION_VARIABLES}
+    child = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("PIP_") and k not in LOCATION_VARIABLES
+    }
     child.update(relevant)
     try:
-        proc = subprocess.run([python, "-m", "pip", "config", "list"], capture_output=True, text=True, timeout=60,
-                              env=child)
+        proc = subprocess.run(
+            [python, "-m", "pip", "config", "list"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=child,
+        )
     except (OSError, subprocess.TimeoutExpired):
         proc = None
     if proc is not None and proc.returncode == 0:

@@ -37,15 +37,25 @@ def run_logged(
         fh.write(f"\n+ {log.mask(' '.join(map(str, argv)))}\n")
         fh.flush()
         proc = subprocess.Popen(
-            [str(a) for a in argv], cwd=cwd, env=dict(env) if env is not None else None,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace", bufsize=1,
+            [str(a) for a in argv],
+            cwd=cwd,
+            env=dict(env) if env is not None else None,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            errors="replace",
+            bufsize=1,
         )
         stop = threading.Event()
         heartbeat = None
         if not verbose and not log.is_interactive():
             heartbeat = threading.Thread(target=_heartbeat, args=(state, stop), daemon=True)
             heartbeat.start()
-        status_cm = log.console.status("", spinner="dots") if (log.is_interactive() and not verbose) else None
+        status_cm = (
+            log.console.status("", spinner="dots")
+            if (log.is_interactive() and not verbose)
+            else None
+        )
         live = status_cm.__enter__() if status_cm else None
         try:
             assert proc.stdout is not None

@@ -26,8 +26,12 @@ class Status:
     target_dir: str | None = None  # the dist/<target>/ a build wrote
 
 
-def write(code: int, error: str | None = None, target_dir: Path | None = None,
-          environ: Mapping[str, str] = os.environ) -> None:
+def write(
+    code: int,
+    error: str | None = None,
+    target_dir: Path | None = None,
+    environ: Mapping[str, str] = os.environ,
+) -> None:
     """Record the end of this command where $APEXKIT_STATUS_FILE says; nothing when it is unset."""
     path = environ.get(VARIABLE)
     if not path:
@@ -69,4 +73,6 @@ def read(path: Path) -> Status | None:
         if data.get(key) is not None and not isinstance(data[key], str):
             raise untrusted.Untrusted(f"{untrusted.shown(path.name)}: {key} is not a string")
     error = data.get("error")
-    return Status(data["exit_code"], log.sanitise(error)[:1000] if error else None, data.get("target_dir"))
+    return Status(
+        data["exit_code"], log.sanitise(error)[:1000] if error else None, data.get("target_dir")
+    )

@@ -10,12 +10,26 @@ from apexkit import log
 from apexkit.errors import EnvironmentSetupError
 
 # command -> Debian package that provides it
-DEBIAN_PACKAGES = {"git": "git", "patch": "patch", "g++": "g++", "gcc": "gcc", "readelf": "binutils",
-                   "diff": "diffutils", "tar": "tar"}
+DEBIAN_PACKAGES = {
+    "git": "git",
+    "patch": "patch",
+    "g++": "g++",
+    "gcc": "gcc",
+    "readelf": "binutils",
+    "diff": "diffutils",
+    "tar": "tar",
+}
 # what the test suite needs on top: a real proxy, a real Docker engine, base images without a registry
-TEST_PACKAGES = {"tinyproxy": "tinyproxy", "dockerd": "docker.io", "debootstrap": "debootstrap",
-                 # a private Slurm cluster for the fleet tests (tests/services.py SlurmCluster)
-                 "munged": "munge", "slurmctld": "slurmctld", "slurmd": "slurmd", "sbatch": "slurm-client"}
+TEST_PACKAGES = {
+    "tinyproxy": "tinyproxy",
+    "dockerd": "docker.io",
+    "debootstrap": "debootstrap",
+    # a private Slurm cluster for the fleet tests (tests/services.py SlurmCluster)
+    "munged": "munge",
+    "slurmctld": "slurmctld",
+    "slurmd": "slurmd",
+    "sbatch": "slurm-client",
+}
 # aarch64 containers on an x86_64 host: QEMU user emulation registered through binfmt_misc
 QEMU_PACKAGES = {"qemu-aarch64-static": "qemu-user-static", "update-binfmts": "binfmt-support"}
 
@@ -38,9 +52,14 @@ def ensure(commands=tuple(DEBIAN_PACKAGES), dry_run: bool = False) -> list[str]:
     if dry_run:
         return packages
     if shutil.which("apt-get") is None or os.geteuid() != 0:
-        raise EnvironmentSetupError(f"missing tools: {', '.join(absent)}",
-                                    f"install them with your package manager ({' '.join(packages)} on Debian)")
-    for argv in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *packages]):
+        raise EnvironmentSetupError(
+            f"missing tools: {', '.join(absent)}",
+            f"install them with your package manager ({' '.join(packages)} on Debian)",
+        )
+    for argv in (
+        ["apt-get", "update", "-qq"],
+        ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *packages],
+    ):
         log.echo_command(argv)
         subprocess.run(argv, check=True, env=dict(os.environ, DEBIAN_FRONTEND="noninteractive"))
     return packages

@@ -46,7 +46,9 @@ class Refused(Untrusted):
     "os" (the open itself failed; `error` is that OSError, whose errno tells a missing file apart). Callers turn it
     into their own one-line error."""
 
-    def __init__(self, name: str, kind: str, *, mode: int = 0, limit: int = 0, error: OSError | None = None) -> None:
+    def __init__(
+        self, name: str, kind: str, *, mode: int = 0, limit: int = 0, error: OSError | None = None
+    ) -> None:
         self.name, self.kind, self.mode, self.limit, self.error = name, kind, mode, limit, error
         self.errno = error.errno if error is not None else None
         self.strerror = (error.strerror or str(error)) if error is not None else ""
@@ -61,23 +63,37 @@ class Refused(Untrusted):
         if self.kind == "links":
             return "is hard-linked elsewhere"
         if self.kind == "size":
-            return f"is larger than {self.limit >> 20} MiB" if self.limit >= 1 << 20 else \
-                f"is larger than {self.limit} bytes"
+            return (
+                f"is larger than {self.limit >> 20} MiB"
+                if self.limit >= 1 << 20
+                else f"is larger than {self.limit} bytes"
+            )
         return f"is {(self.strerror or 'unreadable').lower()}"
 
 
 def file_kind(mode: int) -> str:
     """What a stat's mode says a file is, for a message: "a named pipe", "a directory", ..."""
-    for test, name in ((stat.S_ISFIFO, "a named pipe"), (stat.S_ISCHR, "a character device"),
-                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a directory"),
-                       (stat.S_ISLNK, "a symbolic link")):
+    for test, name in (
+        (stat.S_ISFIFO, "a named pipe"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISLNK, "a symbolic link"),
+    ):
         if test(mode):
             return name
     return "not a regular file"
 
 
-def open_regular(path: str | os.PathLike[str], dir_fd: int | None = None, *, follow: bool = False,
-                 write: bool = False, one_link: bool = False) -> int:
+def open_regular(
+    path: str | os.PathLike[str],
+    dir_fd: int | None = None,
+    *,
+    follow: bool = False,
+    write: bool = False,
+    one_link: bool = False,
+) -> int:
     """A descriptor of the regular file `path` (relative to `dir_fd` when given), else `Refused`.
 
     The one way apexkit opens a file another party may have placed: never a symbolic link at the last step unless
@@ -99,7 +115,9 @@ def open_regular(path: str | os.PathLike[str], dir_fd: int | None = None, *, fol
         raise Refused(name, "link")
     if st is not None and not stat.S_ISREG(st.st_mode):
         raise Refused(name, "type", mode=st.st_mode)
-    flags = (os.O_WRONLY | os.O_CREAT if write else os.O_RDONLY) | os.O_NONBLOCK | _NOCTTY | _CLOEXEC
+    flags = (
+        (os.O_WRONLY | os.O_CREAT if write else os.O_RDONLY) | os.O_NONBLOCK | _NOCTTY | _CLOEXEC
+    )
     if not follow:
         flags |= os.O_NOFOLLOW
     try:
@@ -107,8 +125,13 @@ def open_regular(path: str | os.PathLike[str], dir_fd: int | None = None, *, fol
     except OSError as exc:
         if exc.errno == errno.ELOOP and not follow:
             raise Refused(name, "link") from exc
-        if exc.errno in (errno.EISDIR, errno.ENXIO):  # swapped in since the stat: a directory, a FIFO or socket
-            raise Refused(name, "type", mode=stat.S_IFDIR if exc.errno == errno.EISDIR else 0) from exc
+        if exc.errno in (
+            errno.EISDIR,
+            errno.ENXIO,
+        ):  # swapped in since the stat: a directory, a FIFO or socket
+            raise Refused(
+                name, "type", mode=stat.S_IFDIR if exc.errno == errno.EISDIR else 0
+            ) from exc
         raise Refused(name, "os", error=exc) from exc
     try:
         st = os.fstat(fd)
@@ -123,7 +146,9 @@ def open_regular(path: str | os.PathLike[str], dir_fd: int | None = None, *, fol
     return fd
 
 
-def read_regular(path: str | os.PathLike[str], dir_fd: int | None, limit: int, *, follow: bool = False) -> bytes:
+def read_regular(
+    path: str | os.PathLike[str], dir_fd: int | None, limit: int, *, follow: bool = False
+) -> bytes:
     """The bytes of the regular file `path` (as `open_regular` opens it), refusing more than `limit`."""
     name = os.fspath(path)
     fd = open_regular(path, dir_fd, follow=follow)
@@ -143,8 +168,14 @@ def wheel_name(name: object) -> str:
     """A plain basename that is a valid wheel filename, or Untrusted."""
     if not isinstance(name, str):
         raise Untrusted(f"wheel.file is a {shown(name)}, not a file name")
-    if (name in ("", ".", "..") or "/" in name or "\\" in name or "\0" in name or name != name.strip()
-            or not name.endswith(".whl")):
+    if (
+        name in ("", ".", "..")
+        or "/" in name
+        or "\\" in name
+        or "\0" in name
+        or name != name.strip()
+        or not name.endswith(".whl")
+    ):
         raise Untrusted(f"wheel.file {shown(name)} is not a plain *.whl file name")
     try:
         parse_wheel_filename(name)
@@ -174,10 +205,19 @@ def check_zip(path: Path) -> None:
     try:
         with zipfile.ZipFile(path) as zf:
             bad = zf.testzip()
-    except (zipfile.BadZipFile, OSError, EOFError, ValueError) as exc:  # ValueError: e.g. bad compression header
+    except (
+        zipfile.BadZipFile,
+        OSError,
+        EOFError,
+        ValueError,
+    ) as exc:  # ValueError: e.g. bad compression header
         raise Untrusted(f"{shown(path.name)} is not a readable zip archive ({exc})") from exc
-    except Exception as exc:  # zlib.error, NotImplementedError (unknown compression): still not a wheel we made
-        raise Untrusted(f"{shown(path.name)} is not a readable zip archive ({type(exc).__name__})") from exc
+    except (
+        Exception
+    ) as exc:  # zlib.error, NotImplementedError (unknown compression): still not a wheel we made
+        raise Untrusted(
+            f"{shown(path.name)} is not a readable zip archive ({type(exc).__name__})"
+        ) from exc
     if bad is not None:
         raise Untrusted(f"{shown(path.name)}: member {shown(bad)} fails its CRC check")
 

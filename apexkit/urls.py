@@ -22,7 +22,9 @@ from urllib.parse import SplitResult, urlsplit
 from apexkit.errors import ConfigError
 
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
-_HOSTNAME = re.compile(r"^(?=.{1,253}$)([a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9])?)(\.[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9])?)*\.?$")
+_HOSTNAME = re.compile(
+    r"^(?=.{1,253}$)([a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9])?)(\.[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9])?)*\.?$"
+)
 # RFC 3986 userinfo: unreserved / pct-encoded / sub-delims / ":" (Go's net/url refuses anything else)
 _USERINFO = re.compile(r"^(?:[A-Za-z0-9\-._~!$&'()*+,;=:]|%[0-9A-Fa-f]{2})*$")
 # C0 controls, space, DEL, C1 controls and the other Unicode whitespace
@@ -43,8 +45,10 @@ def shown(value: str) -> str:
     """What an error may quote of a URL: its scheme and its host, nothing else (no user, password, port, path)."""
     match = _SCHEME.match(value)
     scheme = match[1].lower() if match and not _BAD_CHAR.search(match[1]) else ""
-    rest = value[match.end():] if match else value
-    rest = rest.rpartition("@")[2]  # the host follows the last '@', whatever a malformed password holds
+    rest = value[match.end() :] if match else value
+    rest = rest.rpartition("@")[
+        2
+    ]  # the host follows the last '@', whatever a malformed password holds
     authority = re.split(r"[/?#\s]", rest, maxsplit=1)[0]
     if authority.startswith("["):
         host = authority[1:].partition("]")[0]
@@ -67,13 +71,27 @@ def check_chars(value: str, what: str) -> None:
     bad = _BAD_CHAR.search(value)
     if bad:
         char = bad.group()
-        kind = "a line break" if char in "\r\n" else "whitespace" if char.isspace() else "a control character"
-        raise ConfigError(f"{what} {shown(value)}: the URL holds {kind} (character {bad.start() + 1}); nothing was written",
-                          "pass the URL alone, without spaces or line breaks; " + ENCODE_HINT)
+        kind = (
+            "a line break"
+            if char in "\r\n"
+            else "whitespace"
+            if char.isspace()
+            else "a control character"
+        )
+        raise ConfigError(
+            f"{what} {shown(value)}: the URL holds {kind} (character {bad.start() + 1}); nothing was written",
+            "pass the URL alone, without spaces or line breaks; " + ENCODE_HINT,
+        )
 
 
-def split(value: str, what: str, schemes: tuple[str, ...], example: str, noun: str = "",
-          default_scheme: str = "") -> tuple[SplitResult, str]:
+def split(
+    value: str,
+    what: str,
+    schemes: tuple[str, ...],
+    example: str,
+    noun: str = "",
+    default_scheme: str = "",
+) -> tuple[SplitResult, str]:
     """Parse `value` into its parts, or refuse it in one line that quotes only its scheme and host.
     Returns (parts, how errors name it)."""
     raw = value.strip()
@@ -88,35 +106,52 @@ def split(value: str, what: str, schemes: tuple[str, ...], example: str, noun: s
         raise ConfigError(f"{where}: no scheme", f"write it as {example}")
     scheme = scheme_match[1].lower()
     if scheme not in schemes:
-        raise ConfigError(f"{where}: scheme {scheme!r} is not {noun or 'an accepted'} scheme here",
-                          f"use one of {', '.join(s + '://' for s in schemes)}")
+        raise ConfigError(
+            f"{where}: scheme {scheme!r} is not {noun or 'an accepted'} scheme here",
+            f"use one of {', '.join(s + '://' for s in schemes)}",
+        )
     try:
         parts = urlsplit(raw)
     except ValueError:  # an unbalanced '[' of an IPv6 address
-        raise ConfigError(f"{where}: the host is not a valid host name or [IPv6] address",
-                          f"write it as {example}") from None
+        raise ConfigError(
+            f"{where}: the host is not a valid host name or [IPv6] address",
+            f"write it as {example}",
+        ) from None
     netloc = parts.netloc
-    if "@" in raw[scheme_match.end():] and "@" not in netloc:
-        raise ConfigError(f"{where}: a '/', '?' or '#' before the '@' ends the host part early "
-                          "(a password holding them must be encoded)", ENCODE_HINT)
+    if "@" in raw[scheme_match.end() :] and "@" not in netloc:
+        raise ConfigError(
+            f"{where}: a '/', '?' or '#' before the '@' ends the host part early "
+            "(a password holding them must be encoded)",
+            ENCODE_HINT,
+        )
     userinfo, _, hostport = netloc.rpartition("@")
     if "@" in userinfo:
-        raise ConfigError(f"{where}: more than one '@' (a password holding '@' must be encoded)", ENCODE_HINT)
+        raise ConfigError(
+            f"{where}: more than one '@' (a password holding '@' must be encoded)", ENCODE_HINT
+        )
     if userinfo and not _USERINFO.match(userinfo):
-        raise ConfigError(f"{where}: the user name or password holds a character a URL does not allow there",
-                          ENCODE_HINT)
+        raise ConfigError(
+            f"{where}: the user name or password holds a character a URL does not allow there",
+            ENCODE_HINT,
+        )
     try:
         port = parts.port
     except ValueError as exc:
         if "out of range" in str(exc):
-            raise ConfigError(f"{where}: the port is out of range (1-65535)", f"write it as {example}") from None
-        raise ConfigError(f"{where}: the port is not a number (a password holding '/', '#', '?' or '@' must be encoded)",
-                          ENCODE_HINT) from None
+            raise ConfigError(
+                f"{where}: the port is out of range (1-65535)", f"write it as {example}"
+            ) from None
+        raise ConfigError(
+            f"{where}: the port is not a number (a password holding '/', '#', '?' or '@' must be encoded)",
+            ENCODE_HINT,
+        ) from None
     host = parts.hostname or ""
     if not host:
         raise ConfigError(f"{where}: no host", f"write it as {example}")
     if _host_text(host) is None:
-        raise ConfigError(f"{where}: the host is not a valid host name or IP address", "check for typos")
+        raise ConfigError(
+            f"{where}: the host is not a valid host name or IP address", "check for typos"
+        )
     if port == 0 or (port is None and re.search(r":\d*$", hostport) and not hostport.endswith("]")):
         raise ConfigError(f"{where}: the port is out of range (1-65535)", f"write it as {example}")
     return parts, where
@@ -131,21 +166,35 @@ def _base(parts: SplitResult, userinfo: bool = True) -> str:
 
 def proxy_url(value: str, what: str, schemes: tuple[str, ...]) -> str:
     """A proxy: scheme (http:// when missing), [userinfo@], host and port; no path, query or fragment."""
-    parts, where = split(value, what, schemes, "http://[user:password@]host:port", "a proxy", default_scheme="http")
+    parts, where = split(
+        value, what, schemes, "http://[user:password@]host:port", "a proxy", default_scheme="http"
+    )
     if parts.port is None:
-        raise ConfigError(f"{where}: no port", f"add the proxy's port, e.g. {_base(parts, userinfo=False)}:3128")
-    if parts.path not in ("", "/") or parts.query or parts.fragment or value.strip().endswith(("?", "#")):
-        raise ConfigError(f"{where}: a proxy URL has no path, query or fragment",
-                          f"use {_base(parts, userinfo=False)}; {ENCODE_HINT}")
+        raise ConfigError(
+            f"{where}: no port", f"add the proxy's port, e.g. {_base(parts, userinfo=False)}:3128"
+        )
+    if (
+        parts.path not in ("", "/")
+        or parts.query
+        or parts.fragment
+        or value.strip().endswith(("?", "#"))
+    ):
+        raise ConfigError(
+            f"{where}: a proxy URL has no path, query or fragment",
+            f"use {_base(parts, userinfo=False)}; {ENCODE_HINT}",
+        )
     return _base(parts)
 
 
 def index_url(value: str, what: str) -> str:
     """A pip index: http(s), [userinfo@]host[:port][/path][?query]; normalised to end with one '/'."""
-    parts, where = split(value, what, ("http", "https"), "https://mirror.example.com/simple/", "an index")
+    parts, where = split(
+        value, what, ("http", "https"), "https://mirror.example.com/simple/", "an index"
+    )
     if parts.fragment or value.strip().endswith("#"):
-        raise ConfigError(f"{where}: an index URL has no #fragment",
-                          f"drop the '#…' part; {ENCODE_HINT}")
+        raise ConfigError(
+            f"{where}: an index URL has no #fragment", f"drop the '#…' part; {ENCODE_HINT}"
+        )
     raw = value.strip()
     return raw if parts.query else raw.rstrip("/") + "/"
 
@@ -154,13 +203,24 @@ def registry_mirror(value: str, what: str) -> str:
     """A Docker registry mirror as dockerd accepts it: http(s)://host[:port] (a trailing '/' is dropped), no userinfo,
     path, query or fragment (dockerd's ValidateMirror refuses them and the daemon does not start -- and setup
     restarts it; checked against a real dockerd in test_proxy_live.py)."""
-    parts, where = split(value, what, ("http", "https"), "https://mirror.example.com", "a registry mirror")
+    parts, where = split(
+        value, what, ("http", "https"), "https://mirror.example.com", "a registry mirror"
+    )
     if parts.username is not None or "@" in parts.netloc:
-        raise ConfigError(f"{where}: a registry mirror takes no user name, password or token (dockerd refuses it)",
-                          "put registry credentials in `docker login`, not in the mirror URL")
-    if parts.path not in ("", "/") or parts.query or parts.fragment or value.strip().endswith(("?", "#")):
-        raise ConfigError(f"{where}: a registry mirror has no path, ?query or #fragment (dockerd refuses it)",
-                          f"use {_base(parts)}")
+        raise ConfigError(
+            f"{where}: a registry mirror takes no user name, password or token (dockerd refuses it)",
+            "put registry credentials in `docker login`, not in the mirror URL",
+        )
+    if (
+        parts.path not in ("", "/")
+        or parts.query
+        or parts.fragment
+        or value.strip().endswith(("?", "#"))
+    ):
+        raise ConfigError(
+            f"{where}: a registry mirror has no path, ?query or #fragment (dockerd refuses it)",
+            f"use {_base(parts)}",
+        )
     return _base(parts)
 
 

@@ -19,6 +19,7 @@ from apexkit import log
 
 REMOVED_IN = "0.2"
 
+
 def deprecated(old: str, new: str) -> None:
     """The one line an old spelling prints."""
     log.warn(f"{old} is deprecated: use {new} (the old spelling goes in apexkit {REMOVED_IN})")
@@ -47,12 +48,16 @@ class _Alias(argparse.Action):
             deprecated(option_string or self.option_strings[0], self.new)
         value = self.const if self.nargs == 0 else values
         current = getattr(namespace, self.dest, None)
-        if isinstance(current, list) or isinstance(self.default, list):  # an `append` option: a new list
+        if isinstance(current, list) or isinstance(
+            self.default, list
+        ):  # an `append` option: a new list
             setattr(namespace, self.dest, [*(current or []), value])
             used[self.dest] = None  # several values are the point: no conflict to find
         else:
             if current not in (None, parser.get_default(self.dest), value):
-                parser.error(f"{option_string} and {self.new} both given, with different values: keep only {self.new}")
+                parser.error(
+                    f"{option_string} and {self.new} both given, with different values: keep only {self.new}"
+                )
             setattr(namespace, self.dest, value)
             used[self.dest] = (option_string, value)
 
@@ -68,8 +73,10 @@ def finish(args) -> None:
         if seen is not None and values.get(dest) != seen[1]:
             from apexkit.errors import ConfigError
 
-            raise ConfigError(f"{seen[0]} and its new spelling both given, with different values",
-                              "keep only the new spelling (docs/commands.md)")
+            raise ConfigError(
+                f"{seen[0]} and its new spelling both given, with different values",
+                "keep only the new spelling (docs/commands.md)",
+            )
 
 
 def alias(parser, old: str, new: str, dest: str, **kwargs) -> None:

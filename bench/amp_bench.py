@@ -49,15 +49,27 @@ import torch
 
 MODES = ("fp32", "apex-O1", "apex-O2", "autocast-fp16", "autocast-bf16", "bf16")
 # The dtype a mode's matmuls run in: MFU is against the device's peak for it.
-COMPUTE_DTYPE = {"fp32": "float32", "apex-O1": "float16", "apex-O2": "float16", "autocast-fp16": "float16",
-                 "autocast-bf16": "bfloat16", "bf16": "bfloat16"}
+COMPUTE_DTYPE = {
+    "fp32": "float32",
+    "apex-O1": "float16",
+    "apex-O2": "float16",
+    "autocast-fp16": "float16",
+    "autocast-bf16": "bfloat16",
+    "bf16": "bfloat16",
+}
 # Without --scale on CPU: qwen3-moe at 0.05 (seq 208, vocab 7,616, 8 experts) keeps a low-precision arm near a second
 # per step on a 2-core CPU; at the others' 0.25 its vocabulary (37,984) x seq (1,024) LM head alone takes minutes.
 CPU_MOE_SCALE = 0.05
 OPTIMIZERS = ("torch-adamw", "torch-adamw-fused", "npu-fused-adamw", "apex-npu-fused-adam")
 # Environment variables that change NPU speed or memory: recorded in the report.
-NPU_ENV = ("TASK_QUEUE_ENABLE", "PYTORCH_NPU_ALLOC_CONF", "CPU_AFFINITY_CONF", "ASCEND_LAUNCH_BLOCKING",
-           "HCCL_BUFFSIZE", "ASCEND_RT_VISIBLE_DEVICES")
+NPU_ENV = (
+    "TASK_QUEUE_ENABLE",
+    "PYTORCH_NPU_ALLOC_CONF",
+    "CPU_AFFINITY_CONF",
+    "ASCEND_LAUNCH_BLOCKING",
+    "HCCL_BUFFSIZE",
+    "ASCEND_RT_VISIBLE_DEVICES",
+)
 SCHEMA = 1
 # Relative difference of the final training loss vs fp32 that still counts as parity. Low precision changes the
 # rounding of every step; after the short runs here bf16 (8-bit mantissa) stays well inside 5 %.
@@ -65,44 +77,94 @@ PARITY_TOLERANCE = 0.05
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
-                                epilog=__doc__.split("\n\n", 1)[1])
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__.split("\n\n", 1)[1],
+    )
     p.add_argument("--device", default="auto", choices=("auto", *device_adapter.KINDS))
     p.add_argument("--model", default="all", choices=("all", *models.MODELS))
-    p.add_argument("--modes", default=",".join(MODES), help="comma-separated subset of " + ",".join(MODES))
-    p.add_argument("--scale", type=float, default=None,
-                   help="model/batch size factor (default: 1 npu/cuda; cpu 0.25, qwen3-moe 0.05)")
-    p.add_argument("--warmup", type=int, default=3,
-                   help="untimed steps at the start of each run, the first timed on its own (at least 1)")
-    p.add_argument("--repeats", type=int, default=5,
-                   help="whole runs per mode: a fresh model and optimizer from --seed, its own warm-up, then --steps "
-                        "timed steps (median and spread over the runs)")
+    p.add_argument(
+        "--modes", default=",".join(MODES), help="comma-separated subset of " + ",".join(MODES)
+    )
+    p.add_argument(
+        "--scale",
+        type=float,
+        default=None,
+        help="model/batch size factor (default: 1 npu/cuda; cpu 0.25, qwen3-moe 0.05)",
+    )
+    p.add_argument(
+        "--warmup",
+        type=int,
+        default=3,
+        help="untimed steps at the start of each run, the first timed on its own (at least 1)",
+    )
+    p.add_argument(
+        "--repeats",
+        type=int,
+        default=5,
+        help="whole runs per mode: a fresh model and optimizer from --seed, its own warm-up, then --steps "
+        "timed steps (median and spread over the runs)",
+    )
     p.add_argument("--steps", type=int, default=5, help="timed optimizer steps per run")
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
-    p.add_argument("--tolerance", type=float, default=PARITY_TOLERANCE, help="loss parity tolerance (relative)")
+    p.add_argument(
+        "--tolerance", type=float, default=PARITY_TOLERANCE, help="loss parity tolerance (relative)"
+    )
     p.add_argument("--out", default="bench-results", help="directory for results.json/.md/.png")
-    p.add_argument("--label", default=None, help="name of this run in --compare tables (default: the device)")
-    p.add_argument("--nproc", type=int, default=1, help="processes (devices) through torchrun + DDP")
-    p.add_argument("--compare", nargs="+", metavar="JSON", help="render earlier results side by side")
+    p.add_argument(
+        "--label", default=None, help="name of this run in --compare tables (default: the device)"
+    )
+    p.add_argument(
+        "--nproc", type=int, default=1, help="processes (devices) through torchrun + DDP"
+    )
+    p.add_argument(
+        "--compare", nargs="+", metavar="JSON", help="render earlier results side by side"
+    )
     p.add_argument("--no-png", action="store_true", help="skip the chart")
-    p.add_argument("--optimizers", default=",".join(OPTIMIZERS),
-                   help="optimizer arms (fp32, same steps), comma-separated subset of " + ",".join(OPTIMIZERS) +
-                        ", or none")
-    p.add_argument("--peak", default="auto", choices=("auto", "table", "measure"),
-                   help="device peak FLOP/s: the table for known accelerators and a GEMM sweep for the rest (auto), "
-                        "the table only, or always measured")
-    p.add_argument("--gemm-sizes", default=",".join(map(str, peaks.SWEEP_SIZES)),
-                   help="matrix sizes of the peak GEMM sweep")
-    p.add_argument("--hf32", default="default", choices=("default", "on", "off"),
-                   help="NPU only: torch.npu.matmul.allow_hf32 for the fp32 arm (torch_npu's default: off)")
-    p.add_argument("--combine-grad", action="store_true",
-                   help="apex-O1/O2: amp.initialize(..., combine_grad=True) (Ascend apex: one fused gradient buffer)")
-    p.add_argument("--jit-compile", default="default", choices=("default", "on", "off"),
-                   help="NPU only: torch.npu.set_compile_mode(jit_compile=...)")
+    p.add_argument(
+        "--optimizers",
+        default=",".join(OPTIMIZERS),
+        help="optimizer arms (fp32, same steps), comma-separated subset of "
+        + ",".join(OPTIMIZERS)
+        + ", or none",
+    )
+    p.add_argument(
+        "--peak",
+        default="auto",
+        choices=("auto", "table", "measure"),
+        help="device peak FLOP/s: the table for known accelerators and a GEMM sweep for the rest (auto), "
+        "the table only, or always measured",
+    )
+    p.add_argument(
+        "--gemm-sizes",
+        default=",".join(map(str, peaks.SWEEP_SIZES)),
+        help="matrix sizes of the peak GEMM sweep",
+    )
+    p.add_argument(
+        "--hf32",
+        default="default",
+        choices=("default", "on", "off"),
+        help="NPU only: torch.npu.matmul.allow_hf32 for the fp32 arm (torch_npu's default: off)",
+    )
+    p.add_argument(
+        "--combine-grad",
+        action="store_true",
+        help="apex-O1/O2: amp.initialize(..., combine_grad=True) (Ascend apex: one fused gradient buffer)",
+    )
+    p.add_argument(
+        "--jit-compile",
+        default="default",
+        choices=("default", "on", "off"),
+        help="NPU only: torch.npu.set_compile_mode(jit_compile=...)",
+    )
     args = p.parse_args(argv)
-    args.optimizers = [] if args.optimizers.strip() == "none" else \
-        [o.strip() for o in args.optimizers.split(",") if o.strip()]
+    args.optimizers = (
+        []
+        if args.optimizers.strip() == "none"
+        else [o.strip() for o in args.optimizers.split(",") if o.strip()]
+    )
     bad = [o for o in args.optimizers if o not in OPTIMIZERS]
     if bad:
         p.error(f"unknown optimizer {bad[0]!r}; choose from {', '.join(OPTIMIZERS)} or none")
@@ -125,6 +187,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 # --- distributed ---------------------------------------------------------------------------------------------------
 
+
 def world() -> tuple[int, int]:
     return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
 
@@ -143,6 +206,7 @@ def all_max(value: float, device: device_adapter.Device) -> float:
 
 
 # --- one mode ------------------------------------------------------------------------------------------------------
+
 
 def apex_status(device: device_adapter.Device) -> tuple[bool, str]:
     if device.kind == "cpu":
@@ -171,7 +235,9 @@ def mode_status(mode: str, device: device_adapter.Device) -> tuple[bool, str]:
         return False, "this GPU has no bf16"
     if not device.autocast_support(dtype)["ok"]:
         return False, device.unsupported_autocast(dtype)
-    if dtype == torch.float16:  # fp16 trains with a loss scaler; without one the comparison would be unfair
+    if (
+        dtype == torch.float16
+    ):  # fp16 trains with a loss scaler; without one the comparison would be unfair
         scaler = device.grad_scaler_support()
         if not scaler["ok"]:
             return False, scaler["reason"]
@@ -182,9 +248,14 @@ def bf16_status(device: device_adapter.Device) -> tuple[bool, str]:
     """Whether a bfloat16 Linear runs forward and backward here (pure bf16 training: weights and activations)."""
     try:
         layer = torch.nn.Linear(8, 8).to(device.torch_device, torch.bfloat16)
-        layer(torch.ones(2, 8, device=device.torch_device, dtype=torch.bfloat16)).float().sum().backward()
+        layer(
+            torch.ones(2, 8, device=device.torch_device, dtype=torch.bfloat16)
+        ).float().sum().backward()
     except Exception as exc:
-        return False, f"this {device.kind} has no bfloat16 Linear ({device_adapter.first_line(exc)})"
+        return (
+            False,
+            f"this {device.kind} has no bfloat16 Linear ({device_adapter.first_line(exc)})",
+        )
     return True, ""
 
 
@@ -212,7 +283,7 @@ def grad_norm(optimizer) -> float:
         for param in group["params"]:
             if param.grad is not None:
                 total += float(param.grad.detach().float().pow(2).sum())
-    return total ** 0.5
+    return total**0.5
 
 
 def loss_scale_of(scaler, amp) -> float | None:
@@ -251,10 +322,15 @@ def run_stats(step_ms: list) -> dict:
     ordered = sorted(step_ms)
     median = statistics.median(ordered)
     q = statistics.quantiles(ordered, n=4) if len(ordered) > 1 else [median, median, median]
-    return {"step_ms_median": round(median, 4), "step_ms_min": round(ordered[0], 4),
-            "step_ms_max": round(ordered[-1], 4), "step_ms_iqr": round(q[2] - q[0], 4),
-            "step_ms_p10": round(_quantile(ordered, 0.1), 4), "step_ms_p90": round(_quantile(ordered, 0.9), 4),
-            "step_ms_olympic_mean": round(olympic_mean(ordered), 4)}
+    return {
+        "step_ms_median": round(median, 4),
+        "step_ms_min": round(ordered[0], 4),
+        "step_ms_max": round(ordered[-1], 4),
+        "step_ms_iqr": round(q[2] - q[0], 4),
+        "step_ms_p10": round(_quantile(ordered, 0.1), 4),
+        "step_ms_p90": round(_quantile(ordered, 0.9), 4),
+        "step_ms_olympic_mean": round(olympic_mean(ordered), 4),
+    }
 
 
 def _unpatch_apex() -> None:
@@ -272,7 +348,9 @@ def one_run(name: str, mode: str, args, device: device_adapter.Device) -> dict:
     every mode), its own warm-up, then --steps timed steps. bf16 keeps fp32 master weights as MindSpeed's --bf16
     does: the model (forward, backward, gradients) is bfloat16, AdamW steps float32 copies of the parameters (its
     state float32 too), and the bf16 parameters are overwritten with the rounded masters after every step."""
-    model, sizes, (x, y), loss_fn, tokens_per_sample = models.build(name, scale_of(name, args), args.seed)
+    model, sizes, (x, y), loss_fn, tokens_per_sample = models.build(
+        name, scale_of(name, args), args.seed
+    )
     inner = model
     if mode == "bf16":
         model = model.to(torch.bfloat16)
@@ -292,9 +370,15 @@ def one_run(name: str, mode: str, args, device: device_adapter.Device) -> dict:
     if mode.startswith("apex-"):
         from apex import amp
 
-        extra = {"combine_grad": True} if args.combine_grad else {}  # Ascend apex's keyword; NVIDIA apex has none
-        model, optimizer = amp.initialize(model, optimizer, opt_level=mode.split("-")[1], verbosity=0, **extra)
-    if world()[1] > 1 and master is None:  # bf16 reduces its fp32 master gradients itself (below), as Megatron does
+        extra = (
+            {"combine_grad": True} if args.combine_grad else {}
+        )  # Ascend apex's keyword; NVIDIA apex has none
+        model, optimizer = amp.initialize(
+            model, optimizer, opt_level=mode.split("-")[1], verbosity=0, **extra
+        )
+    if (
+        world()[1] > 1 and master is None
+    ):  # bf16 reduces its fp32 master gradients itself (below), as Megatron does
         ids = None if device.kind == "cpu" else [device.index]
         model = torch.nn.parallel.DistributedDataParallel(model, device_ids=ids)
     scales, losses, counts = [], [], []
@@ -305,7 +389,9 @@ def one_run(name: str, mode: str, args, device: device_adapter.Device) -> dict:
         for main, param in zip(master, params):
             main.grad = None if param.grad is None else param.grad.detach().float()
         if world()[1] > 1:
-            grads = [main.grad for main in master if main.grad is not None]  # every rank has the same batch
+            grads = [
+                main.grad for main in master if main.grad is not None
+            ]  # every rank has the same batch
             flat = torch.cat([g.flatten() for g in grads])
             torch.distributed.all_reduce(flat)
             flat /= world()[1]
@@ -347,11 +433,18 @@ def one_run(name: str, mode: str, args, device: device_adapter.Device) -> dict:
     finally:
         if amp is not None:
             _unpatch_apex()
-    return {"first_step_ms": first_ms, "step_ms": step_ms, "final_loss": float(losses[-1].float().item()),
-            "final_grad_norm": grad_norm(optimizer), "scales": scales,
-            "routing": None if not counts else {"first_step": counts[0].cpu().tolist(),
-                                                "last_step": counts[-1].cpu().tolist()},
-            "sizes": sizes, "tokens_per_sample": tokens_per_sample}
+    return {
+        "first_step_ms": first_ms,
+        "step_ms": step_ms,
+        "final_loss": float(losses[-1].float().item()),
+        "final_grad_norm": grad_norm(optimizer),
+        "scales": scales,
+        "routing": None
+        if not counts
+        else {"first_step": counts[0].cpu().tolist(), "last_step": counts[-1].cpu().tolist()},
+        "sizes": sizes,
+        "tokens_per_sample": tokens_per_sample,
+    }
 
 
 def run_mode(name: str, mode: str, args, device: device_adapter.Device) -> dict:
@@ -365,29 +458,55 @@ def run_mode(name: str, mode: str, args, device: device_adapter.Device) -> dict:
     sizes = first["sizes"]
     batch = sizes["batch"] * world()[1]
     scales = first["scales"]
-    skipped = sum(1 for a, b in zip(scales, scales[1:]) if b < a)  # a scaler halves its scale on a skipped step
+    skipped = sum(
+        1 for a, b in zip(scales, scales[1:]) if b < a
+    )  # a scaler halves its scale on a skipped step
     losses = [r["final_loss"] for r in runs]
-    return {"mode": mode, "status": "ok", "compute_dtype": COMPUTE_DTYPE[mode],
-            "master_weights": "float32" if mode in ("bf16", "apex-O2") else None,
-            "first_step_ms": round(first["first_step_ms"], 4), **stats,
-            "runs": [{"first_step_ms": round(r["first_step_ms"], 4), "step_ms": round(r["step_ms"], 4),
-                      "final_loss": r["final_loss"], "final_grad_norm": r["final_grad_norm"]} for r in runs],
-            "final_loss_spread_across_runs": round((max(losses) - min(losses)) / max(abs(losses[0]), 1e-12), 8),
-            "final_grad_norm": first["final_grad_norm"],
-            "peak_memory_reserved_bytes": device.peak_memory_reserved_bytes(),
-            "loss_scale": None if not scales else {
-                "trajectory": scales, "skipped_steps": skipped,
-                "skipped_steps_per_run": [sum(1 for a, b in zip(r["scales"], r["scales"][1:]) if b < a) for r in runs]},
-            "routing": first["routing"],
-            "samples_per_s": round(batch / (median / 1000), 2),
-            "tokens_per_s": round(batch * first["tokens_per_sample"] / (median / 1000), 1)
-            if first["tokens_per_sample"] > 1 else None,
-            "peak_memory_bytes": device.peak_memory_bytes(), "final_loss": first["final_loss"], "sizes": sizes,
-            "timed_steps": args.repeats * args.steps,
-            "steps_per_run": max(1, args.warmup) + args.steps}
+    return {
+        "mode": mode,
+        "status": "ok",
+        "compute_dtype": COMPUTE_DTYPE[mode],
+        "master_weights": "float32" if mode in ("bf16", "apex-O2") else None,
+        "first_step_ms": round(first["first_step_ms"], 4),
+        **stats,
+        "runs": [
+            {
+                "first_step_ms": round(r["first_step_ms"], 4),
+                "step_ms": round(r["step_ms"], 4),
+                "final_loss": r["final_loss"],
+                "final_grad_norm": r["final_grad_norm"],
+            }
+            for r in runs
+        ],
+        "final_loss_spread_across_runs": round(
+            (max(losses) - min(losses)) / max(abs(losses[0]), 1e-12), 8
+        ),
+        "final_grad_norm": first["final_grad_norm"],
+        "peak_memory_reserved_bytes": device.peak_memory_reserved_bytes(),
+        "loss_scale": None
+        if not scales
+        else {
+            "trajectory": scales,
+            "skipped_steps": skipped,
+            "skipped_steps_per_run": [
+                sum(1 for a, b in zip(r["scales"], r["scales"][1:]) if b < a) for r in runs
+            ],
+        },
+        "routing": first["routing"],
+        "samples_per_s": round(batch / (median / 1000), 2),
+        "tokens_per_s": round(batch * first["tokens_per_sample"] / (median / 1000), 1)
+        if first["tokens_per_sample"] > 1
+        else None,
+        "peak_memory_bytes": device.peak_memory_bytes(),
+        "final_loss": first["final_loss"],
+        "sizes": sizes,
+        "timed_steps": args.repeats * args.steps,
+        "steps_per_run": max(1, args.warmup) + args.steps,
+    }
 
 
 # --- optimizer arms ------------------------------------------------------------------------------------------------
+
 
 def optimizer_factory(arm: str, device: device_adapter.Device):
     """(factory(params) -> optimizer, None) or (None, why not here). weight_decay 0: apex's NpuFusedAdam is Adam
@@ -401,11 +520,18 @@ def optimizer_factory(arm: str, device: device_adapter.Device):
             param.grad = torch.ones_like(param)
             torch.optim.AdamW([param], fused=True, **common).step()
         except Exception as exc:
-            return None, f"torch {device_adapter.torch_version()} has no fused AdamW on {device.kind} " \
-                         f"({device_adapter.first_line(exc)})"
+            return (
+                None,
+                f"torch {device_adapter.torch_version()} has no fused AdamW on {device.kind} "
+                f"({device_adapter.first_line(exc)})",
+            )
         return (lambda params: torch.optim.AdamW(params, fused=True, **common)), None
     if device.kind != "npu":
-        what = "torch_npu.optim.NpuFusedAdamW" if arm == "npu-fused-adamw" else "apex.optimizers.NpuFusedAdam"
+        what = (
+            "torch_npu.optim.NpuFusedAdamW"
+            if arm == "npu-fused-adamw"
+            else "apex.optimizers.NpuFusedAdam"
+        )
         return None, f"{what} runs on NPU only (device is {device.kind})"
     try:
         if arm == "npu-fused-adamw":
@@ -413,7 +539,10 @@ def optimizer_factory(arm: str, device: device_adapter.Device):
         else:
             from apex.optimizers import NpuFusedAdam as fused
     except Exception as exc:
-        return None, f"not importable ({device_adapter.first_line(exc)}); install torch_npu / the apexkit wheel"
+        return (
+            None,
+            f"not importable ({device_adapter.first_line(exc)}); install torch_npu / the apexkit wheel",
+        )
     return (lambda params: fused(params, **common)), None
 
 
@@ -432,7 +561,12 @@ def train_with(factory, name: str, args, device: device_adapter.Device):
         optimizer.step()
 
     first_ms, step_ms = timed_run(step, args, device)
-    return first_ms, step_ms, initial, torch.cat([p.detach().flatten().float().cpu() for p in model.parameters()])
+    return (
+        first_ms,
+        step_ms,
+        initial,
+        torch.cat([p.detach().flatten().float().cpu() for p in model.parameters()]),
+    )
 
 
 def run_optimizers(name: str, args, device: device_adapter.Device) -> list[dict]:
@@ -448,23 +582,34 @@ def run_optimizers(name: str, args, device: device_adapter.Device) -> list[dict]
         try:
             runs = [train_with(factory, name, args, device) for _ in range(args.repeats)]
         except Exception as exc:
-            rows.append({"optimizer": arm, "status": "failed", "reason": device_adapter.first_line(exc)})
+            rows.append(
+                {"optimizer": arm, "status": "failed", "reason": device_adapter.first_line(exc)}
+            )
             continue
         first_ms, _, initial, final = runs[0]
-        row = {"optimizer": arm, "status": "ok", "first_step_ms": round(first_ms, 4),
-               **run_stats([r[1] for r in runs]),
-               "runs": [{"first_step_ms": round(r[0], 4), "step_ms": round(r[1], 4)} for r in runs],
-               "steps": max(1, args.warmup) + args.steps}
+        row = {
+            "optimizer": arm,
+            "status": "ok",
+            "first_step_ms": round(first_ms, 4),
+            **run_stats([r[1] for r in runs]),
+            "runs": [{"first_step_ms": round(r[0], 4), "step_ms": round(r[1], 4)} for r in runs],
+            "steps": max(1, args.warmup) + args.steps,
+        }
         del runs
         if arm == "torch-adamw":
             reference = (initial, final)
         if reference is not None:
             update = (reference[1] - reference[0]).norm().item()
             row["param_max_abs_diff_vs_adamw"] = float((final - reference[1]).abs().max())
-            row["param_rel_diff_vs_adamw_update"] = round((final - reference[1]).norm().item() / max(update, 1e-30), 8)
+            row["param_rel_diff_vs_adamw_update"] = round(
+                (final - reference[1]).norm().item() / max(update, 1e-30), 8
+            )
             row["parity_ok"] = row["param_rel_diff_vs_adamw_update"] <= args.tolerance
-            row["speedup_vs_adamw"] = round(next(r for r in [*rows, row] if r["optimizer"] == "torch-adamw")
-                                            ["step_ms_median"] / row["step_ms_median"], 3)
+            row["speedup_vs_adamw"] = round(
+                next(r for r in [*rows, row] if r["optimizer"] == "torch-adamw")["step_ms_median"]
+                / row["step_ms_median"],
+                3,
+            )
         rows.append(row)
     return rows
 
@@ -498,8 +643,12 @@ def harness_overhead(name: str, args, device: device_adapter.Device) -> dict:
             harnessed += device.now() - begin
         harness_runs.append(harnessed)
     bare, harnessed = statistics.median(bare_runs), statistics.median(harness_runs)
-    return {"bare_s": round(bare, 5), "harness_s": round(harnessed, 5),
-            "overhead_pct": round((harnessed - bare) / bare * 100, 2), "alternations": 3}
+    return {
+        "bare_s": round(bare, 5),
+        "harness_s": round(harnessed, 5),
+        "overhead_pct": round((harnessed - bare) / bare * 100, 2),
+        "alternations": 3,
+    }
 
 
 def routing_drift(counts: list, ref: list) -> float:
@@ -516,37 +665,57 @@ def add_mfu(name: str, results: list[dict], sizes: dict, device_peak: dict) -> N
             continue
         peak = device_peak["dtypes"][r["compute_dtype"]]
         r["flops_per_step"] = step_flops
-        r["mfu"] = flops.mfu(step_flops, r["step_ms_median"] / 1000, peak["flops"] and peak["flops"] * world()[1])
-        r["mfu_reason"] = None if r["mfu"] is not None else \
-            f"no peak for {r['compute_dtype']} on this device ({peak.get('reason', 'unknown')})"
+        r["mfu"] = flops.mfu(
+            step_flops, r["step_ms_median"] / 1000, peak["flops"] and peak["flops"] * world()[1]
+        )
+        r["mfu_reason"] = (
+            None
+            if r["mfu"] is not None
+            else f"no peak for {r['compute_dtype']} on this device ({peak.get('reason', 'unknown')})"
+        )
         r["mfu"] = None if r["mfu"] is None else round(r["mfu"], 6)
-        r["peak_ratio_vs_fp32"] = round(peak["flops"] / fp32_peak, 3) if peak["flops"] and fp32_peak else None
+        r["peak_ratio_vs_fp32"] = (
+            round(peak["flops"] / fp32_peak, 3) if peak["flops"] and fp32_peak else None
+        )
 
 
 def finish(results: list[dict], tolerance: float) -> None:
     ref = next((r for r in results if r["mode"] == "fp32" and r["status"] == "ok"), None)
     for r in results:
         if ref is None and r["status"] == "ok":  # no reference: the ratios cannot be computed
-            r.update(speedup_vs_fp32=None, memory_ratio_vs_fp32=None, loss_rel_diff_vs_fp32=None, parity_ok=None,
-                     grad_norm_rel_diff_vs_fp32=None, routing_drift_vs_fp32=None)
+            r.update(
+                speedup_vs_fp32=None,
+                memory_ratio_vs_fp32=None,
+                loss_rel_diff_vs_fp32=None,
+                parity_ok=None,
+                grad_norm_rel_diff_vs_fp32=None,
+                routing_drift_vs_fp32=None,
+            )
             continue
         if r["status"] != "ok":
             continue
         r["speedup_vs_fp32"] = round(ref["step_ms_median"] / r["step_ms_median"], 3)
         ref_memory = ref["peak_memory_bytes"]
-        r["memory_ratio_vs_fp32"] = round(r["peak_memory_bytes"] / ref_memory, 3) if ref_memory else None
+        r["memory_ratio_vs_fp32"] = (
+            round(r["peak_memory_bytes"] / ref_memory, 3) if ref_memory else None
+        )
         diff = abs(r["final_loss"] - ref["final_loss"]) / max(abs(ref["final_loss"]), 1e-12)
         r["loss_rel_diff_vs_fp32"] = round(diff, 6)
-        gdiff = abs(r["final_grad_norm"] - ref["final_grad_norm"]) / max(abs(ref["final_grad_norm"]), 1e-12)
+        gdiff = abs(r["final_grad_norm"] - ref["final_grad_norm"]) / max(
+            abs(ref["final_grad_norm"]), 1e-12
+        )
         r["grad_norm_rel_diff_vs_fp32"] = round(gdiff, 6)
         r["parity_ok"] = diff <= tolerance
         r["grad_norm_parity_ok"] = gdiff <= tolerance
         if r.get("routing") and ref.get("routing"):
-            r["routing_drift_vs_fp32"] = {step: round(routing_drift(r["routing"][step], ref["routing"][step]), 6)
-                                          for step in ("first_step", "last_step")}
+            r["routing_drift_vs_fp32"] = {
+                step: round(routing_drift(r["routing"][step], ref["routing"][step]), 6)
+                for step in ("first_step", "last_step")
+            }
 
 
 # --- reporting -----------------------------------------------------------------------------------------------------
+
 
 def _mib(n) -> str:
     return "-" if n is None else f"{n / 2**20:.0f} MiB"
@@ -557,36 +726,58 @@ def headline(report: dict) -> str:
     for name, entry in report["models"].items():
         ok = [r for r in entry["results"] if r["status"] == "ok"]
         ref = next((r for r in ok if r["mode"] == "fp32"), None)
-        amp = max((r for r in ok if r["mode"] != "fp32" and r["speedup_vs_fp32"] is not None),
-                  key=lambda r: r["speedup_vs_fp32"], default=None)
+        amp = max(
+            (r for r in ok if r["mode"] != "fp32" and r["speedup_vs_fp32"] is not None),
+            key=lambda r: r["speedup_vs_fp32"],
+            default=None,
+        )
         if ref and amp:
-            parts.append(f"{name} on {report['device']['kind']}: fp32 {ref['step_ms_median']:.1f} ms/step, "
-                         f"{amp['mode']} {amp['step_ms_median']:.1f} ms/step, {amp['speedup_vs_fp32']:.2f}×")
+            parts.append(
+                f"{name} on {report['device']['kind']}: fp32 {ref['step_ms_median']:.1f} ms/step, "
+                f"{amp['mode']} {amp['step_ms_median']:.1f} ms/step, {amp['speedup_vs_fp32']:.2f}×"
+            )
     return "; ".join(parts) or "no mixed-precision mode ran"
 
 
 def markdown(report: dict) -> str:
     d = report["device"]
-    lines = [f"**{report['label']}** — {d['kind']} ({d['name']}), torch {report['versions']['torch']}, "
-             f"Python {report['versions']['python']}, "
-             f"{report['config']['nproc']} process(es), {report['config']['repeats']} whole runs per mode (a fresh model "
-             f"from the seed, {max(1, report['config']['warmup'])} warm-up step(s), then {report['config']['steps']} "
-             f"timed steps); memory = {d['memory']}"]
+    lines = [
+        f"**{report['label']}** — {d['kind']} ({d['name']}), torch {report['versions']['torch']}, "
+        f"Python {report['versions']['python']}, "
+        f"{report['config']['nproc']} process(es), {report['config']['repeats']} whole runs per mode (a fresh model "
+        f"from the seed, {max(1, report['config']['warmup'])} warm-up step(s), then {report['config']['steps']} "
+        f"timed steps); memory = {d['memory']}"
+    ]
     caps = report.get("capabilities")
     if caps:
-        autocast = ", ".join(f"{name} {'yes' if c['ok'] else 'no'}" for name, c in caps["autocast"].items())
-        lines.append(f"this torch on {d['kind']}: autocast {autocast}; GradScaler "
-                     f"{caps['grad_scaler']['via'] or 'none'}")
+        autocast = ", ".join(
+            f"{name} {'yes' if c['ok'] else 'no'}" for name, c in caps["autocast"].items()
+        )
+        lines.append(
+            f"this torch on {d['kind']}: autocast {autocast}; GradScaler "
+            f"{caps['grad_scaler']['via'] or 'none'}"
+        )
     peak = report.get("device_peak")
     if peak:
-        lines.append(f"device peak ({peak['device']}; fp32 arm runs as {peak['fp32_kind']}): " + "; ".join(
-            f"{dtype} " + (f"{p['flops'] / 1e9:,.1f} GFLOP/s ({p['source'].split(':')[0]})" if p["flops"] else "unknown")
-            for dtype, p in peak["dtypes"].items()))
+        lines.append(
+            f"device peak ({peak['device']}; fp32 arm runs as {peak['fp32_kind']}): "
+            + "; ".join(
+                f"{dtype} "
+                + (
+                    f"{p['flops'] / 1e9:,.1f} GFLOP/s ({p['source'].split(':')[0]})"
+                    if p["flops"]
+                    else "unknown"
+                )
+                for dtype, p in peak["dtypes"].items()
+            )
+        )
         lines.append(f"FLOPs convention: {report.get('flops_convention', '-')}")
     lines.append("")
-    lines.append("| model | mode | step (median) | spread (min–max) | p10–p90 | olympic mean | first step | samples/s | "
-                 "tokens/s | peak memory | speedup | device peak ratio | MFU | memory vs fp32 | loss Δ vs fp32 | "
-                 "grad-norm Δ |")
+    lines.append(
+        "| model | mode | step (median) | spread (min–max) | p10–p90 | olympic mean | first step | samples/s | "
+        "tokens/s | peak memory | speedup | device peak ratio | MFU | memory vs fp32 | loss Δ vs fp32 | "
+        "grad-norm Δ |"
+    )
     lines.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for name, entry in report["models"].items():
         for r in entry["results"]:
@@ -596,82 +787,145 @@ def markdown(report: dict) -> str:
             if r["loss_rel_diff_vs_fp32"] is None:
                 parity, speedup, gparity = "-", "-", "-"
             else:
-                parity = f"{r['loss_rel_diff_vs_fp32'] * 100:.2f} %" + ("" if r["parity_ok"] else " ✗")
-                gparity = f"{r['grad_norm_rel_diff_vs_fp32'] * 100:.2f} %" + ("" if r["grad_norm_parity_ok"] else " ✗")
+                parity = f"{r['loss_rel_diff_vs_fp32'] * 100:.2f} %" + (
+                    "" if r["parity_ok"] else " ✗"
+                )
+                gparity = f"{r['grad_norm_rel_diff_vs_fp32'] * 100:.2f} %" + (
+                    "" if r["grad_norm_parity_ok"] else " ✗"
+                )
                 speedup = f"{r['speedup_vs_fp32']:.2f}×"
             mfu = "-" if r.get("mfu") is None else f"{r['mfu'] * 100:.1f} %"
-            ratio = "-" if r.get("peak_ratio_vs_fp32") is None else f"{r['peak_ratio_vs_fp32']:.2f}×"
+            ratio = (
+                "-" if r.get("peak_ratio_vs_fp32") is None else f"{r['peak_ratio_vs_fp32']:.2f}×"
+            )
             lines.append(
                 f"| {name} | {r['mode']} | {r['step_ms_median']:.2f} ms | {r['step_ms_min']:.2f}–{r['step_ms_max']:.2f} ms | "
                 f"{r['step_ms_p10']:.2f}–{r['step_ms_p90']:.2f} ms | {r['step_ms_olympic_mean']:.2f} ms | "
                 f"{r['first_step_ms']:.0f} ms | {r['samples_per_s']:.1f} | {r['tokens_per_s'] or '-'} | "
                 f"{_mib(r['peak_memory_bytes'])} | {speedup} | {ratio} | {mfu} | {r['memory_ratio_vs_fp32'] or '-'} | "
-                f"{parity} | {gparity} |")
-    lines += ["", f"speedup vs device peak ratio: the peak ratio is the device's FLOP/s in the mode's compute dtype over "
-                  f"its fp32 FLOP/s, the most AMP can gain on matmuls here; parity: final loss and grad norm within "
-                  f"{report['config']['tolerance']:.0%} (relative) of fp32's, the rule of Ascend apex's L1 tests "
-                  f"(tests/L1/common/compare_npu.py)."]
-    over = [f"{name} {r['mode']}" for name, entry in report["models"].items() for r in entry["results"]
-            if r["status"] == "ok" and (r.get("mfu") or 0) > 1]
+                f"{parity} | {gparity} |"
+            )
+    lines += [
+        "",
+        f"speedup vs device peak ratio: the peak ratio is the device's FLOP/s in the mode's compute dtype over "
+        f"its fp32 FLOP/s, the most AMP can gain on matmuls here; parity: final loss and grad norm within "
+        f"{report['config']['tolerance']:.0%} (relative) of fp32's, the rule of Ascend apex's L1 tests "
+        f"(tests/L1/common/compare_npu.py).",
+    ]
+    over = [
+        f"{name} {r['mode']}"
+        for name, entry in report["models"].items()
+        for r in entry["results"]
+        if r["status"] == "ok" and (r.get("mfu") or 0) > 1
+    ]
     if over:
-        lines.append(f"- MFU above 100 % ({', '.join(over)}): the measured peak is below what the run reached (the "
-                     "GEMM sweep ran under load, or its sizes were too small): rerun on a quiet machine or widen "
-                     "--gemm-sizes")
-    if any(r["status"] == "ok" and r["mode"] == "bf16" for entry in report["models"].values() for r in entry["results"]):
-        lines.append("- bf16: the model (forward, backward, gradients) in bfloat16; AdamW steps float32 master copies "
-                     "of the parameters (its state float32), copied back after every step, as MindSpeed-LLM's --bf16")
+        lines.append(
+            f"- MFU above 100 % ({', '.join(over)}): the measured peak is below what the run reached (the "
+            "GEMM sweep ran under load, or its sizes were too small): rerun on a quiet machine or widen "
+            "--gemm-sizes"
+        )
+    if any(
+        r["status"] == "ok" and r["mode"] == "bf16"
+        for entry in report["models"].values()
+        for r in entry["results"]
+    ):
+        lines.append(
+            "- bf16: the model (forward, backward, gradients) in bfloat16; AdamW steps float32 master copies "
+            "of the parameters (its state float32), copied back after every step, as MindSpeed-LLM's --bf16"
+        )
     for name, entry in report["models"].items():
         timed = [r for r in entry["results"] if r["status"] == "ok" and r.get("runs")]
         if timed:
-            lines += ["", f"{name}: ms per timed step of each run (statistics above are over these runs) and each run's "
-                          "first step (run 1's includes compilation / kernel selection)", "",
-                      "| mode | ms/step per run | first step per run | final loss spread over runs |", "|---|---|---|---|"]
+            lines += [
+                "",
+                f"{name}: ms per timed step of each run (statistics above are over these runs) and each run's "
+                "first step (run 1's includes compilation / kernel selection)",
+                "",
+                "| mode | ms/step per run | first step per run | final loss spread over runs |",
+                "|---|---|---|---|",
+            ]
             for r in timed:
                 per_run = ", ".join(format(x["step_ms"], ".2f") for x in r["runs"])
                 firsts = ", ".join(format(x["first_step_ms"], ".0f") for x in r["runs"])
-                lines.append(f"| {r['mode']} | {per_run} | {firsts} ms | "
-                             f"{r.get('final_loss_spread_across_runs', 0) * 100:.4f} % |")
+                lines.append(
+                    f"| {r['mode']} | {per_run} | {firsts} ms | "
+                    f"{r.get('final_loss_spread_across_runs', 0) * 100:.4f} % |"
+                )
         scaled = [r for r in entry["results"] if r["status"] == "ok" and r.get("loss_scale")]
         for r in scaled:
             trajectory = r["loss_scale"]["trajectory"]
-            lines.append(f"- {name} {r['mode']} loss scale: {trajectory[0]:g} → {trajectory[-1]:g} over "
-                         f"{len(trajectory)} steps, {r['loss_scale']['skipped_steps']} skipped (overflow)")
+            lines.append(
+                f"- {name} {r['mode']} loss scale: {trajectory[0]:g} → {trajectory[-1]:g} over "
+                f"{len(trajectory)} steps, {r['loss_scale']['skipped_steps']} skipped (overflow)"
+            )
         routed = [r for r in entry["results"] if r["status"] == "ok" and r.get("routing")]
         if routed:
-            lines += ["", f"{name}: tokens per expert (top-k slots), first and last step; drift = share of "
-                          "assignments that moved vs fp32", "", "| mode | first step | last step | drift first / last |",
-                      "|---|---|---|---|"]
+            lines += [
+                "",
+                f"{name}: tokens per expert (top-k slots), first and last step; drift = share of "
+                "assignments that moved vs fp32",
+                "",
+                "| mode | first step | last step | drift first / last |",
+                "|---|---|---|---|",
+            ]
             for r in routed:
                 drift = r.get("routing_drift_vs_fp32") or {}
-                said = "-" if not drift else f"{drift['first_step'] * 100:.2f} % / {drift['last_step'] * 100:.2f} %"
-                lines.append(f"| {r['mode']} | {r['routing']['first_step']} | {r['routing']['last_step']} | {said} |")
+                said = (
+                    "-"
+                    if not drift
+                    else f"{drift['first_step'] * 100:.2f} % / {drift['last_step'] * 100:.2f} %"
+                )
+                lines.append(
+                    f"| {r['mode']} | {r['routing']['first_step']} | {r['routing']['last_step']} | {said} |"
+                )
         if entry.get("optimizers"):
-            lines += ["", f"{name}: optimizer arms (fp32, the same steps; parity = parameter difference vs torch "
-                          "AdamW relative to AdamW's own update)", "",
-                      "| optimizer | step (median) | spread | first step | speedup vs AdamW | max abs Δparam | "
-                      "Δ / update |", "|---|---|---|---|---|---|---|"]
+            lines += [
+                "",
+                f"{name}: optimizer arms (fp32, the same steps; parity = parameter difference vs torch "
+                "AdamW relative to AdamW's own update)",
+                "",
+                "| optimizer | step (median) | spread | first step | speedup vs AdamW | max abs Δparam | "
+                "Δ / update |",
+                "|---|---|---|---|---|---|---|",
+            ]
             for r in entry["optimizers"]:
                 if r["status"] != "ok":
                     lines.append(f"| {r['optimizer']} | {r['status']}: {r['reason']} | | | | | |")
                     continue
                 rel = r.get("param_rel_diff_vs_adamw_update")
-                lines.append(f"| {r['optimizer']} | {r['step_ms_median']:.2f} ms | {r['step_ms_min']:.2f}–"
-                             f"{r['step_ms_max']:.2f} ms | {r['first_step_ms']:.0f} ms | "
-                             f"{r.get('speedup_vs_adamw', '-')}× | {r.get('param_max_abs_diff_vs_adamw', 0):.2e} | "
-                             + ("-" if rel is None else f"{rel:.2e}" + ("" if r["parity_ok"] else " ✗")) + " |")
+                lines.append(
+                    f"| {r['optimizer']} | {r['step_ms_median']:.2f} ms | {r['step_ms_min']:.2f}–"
+                    f"{r['step_ms_max']:.2f} ms | {r['first_step_ms']:.0f} ms | "
+                    f"{r.get('speedup_vs_adamw', '-')}× | {r.get('param_max_abs_diff_vs_adamw', 0):.2e} | "
+                    + ("-" if rel is None else f"{rel:.2e}" + ("" if r["parity_ok"] else " ✗"))
+                    + " |"
+                )
     env = report.get("environment")
     if env:
-        lines += ["", "environment: " + ", ".join(f"{k} {v}" for k, v in env.items() if k != "env") + "; env " +
-                  (", ".join(f"{k}={v}" for k, v in env["env"].items() if v is not None) or "none of " +
-                   "/".join(env["env"]) + " set")]
+        lines += [
+            "",
+            "environment: "
+            + ", ".join(f"{k} {v}" for k, v in env.items() if k != "env")
+            + "; env "
+            + (
+                ", ".join(f"{k}={v}" for k, v in env["env"].items() if v is not None)
+                or "none of " + "/".join(env["env"]) + " set"
+            ),
+        ]
     host = report.get("host", {})
     if host.get("load_avg_start") is not None:
-        lines += ["", f"host: {host.get('cpu')}, {host.get('cores')} cores, {host.get('torch_threads')} torch threads; "
-                      f"load average (1/5/15 min) {host['load_avg_start']} at start, {host.get('load_avg_end')} at end"]
+        lines += [
+            "",
+            f"host: {host.get('cpu')}, {host.get('cores')} cores, {host.get('torch_threads')} torch threads; "
+            f"load average (1/5/15 min) {host['load_avg_start']} at start, {host.get('load_avg_end')} at end",
+        ]
     overhead = report.get("harness_overhead")
     if overhead:
-        lines += ["", f"Timing harness vs bare loop ({overhead['model']}, fp32): {overhead['harness_s']:.3f} s vs "
-                      f"{overhead['bare_s']:.3f} s = {overhead['overhead_pct']:+.2f} %"]
+        lines += [
+            "",
+            f"Timing harness vs bare loop ({overhead['model']}, fp32): {overhead['harness_s']:.3f} s vs "
+            f"{overhead['bare_s']:.3f} s = {overhead['overhead_pct']:+.2f} %",
+        ]
     lines += ["", report["headline"]]
     return "\n".join(lines) + "\n"
 
@@ -689,14 +943,22 @@ def chart(report: dict, path: Path) -> str | None:
     for ax, name in zip(axes[0], names):
         ok = [r for r in report["models"][name]["results"] if r["status"] == "ok"]
         medians = [r["step_ms_median"] for r in ok]
-        errors = [[r["step_ms_median"] - r["step_ms_min"] for r in ok], [r["step_ms_max"] - r["step_ms_median"] for r in ok]]
+        errors = [
+            [r["step_ms_median"] - r["step_ms_min"] for r in ok],
+            [r["step_ms_max"] - r["step_ms_median"] for r in ok],
+        ]
         bars = ax.bar([r["mode"] for r in ok], medians, yerr=errors, capsize=4, color="#4c72b0")
         for bar, r in zip(bars, ok):
             if r["speedup_vs_fp32"] is None:
                 continue
             mfu = "" if r.get("mfu") is None else f"\nMFU {r['mfu'] * 100:.1f}%"
-            ax.annotate(f"{r['speedup_vs_fp32']:.2f}×{mfu}", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
-                        ha="center", va="bottom", fontsize=9)
+            ax.annotate(
+                f"{r['speedup_vs_fp32']:.2f}×{mfu}",
+                (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                ha="center",
+                va="bottom",
+                fontsize=9,
+            )
         ax.set_title(f"{name} ({report['device']['kind']})")
         ax.set_ylabel("ms per step (median, min–max)")
         ax.tick_params(axis="x", rotation=20)
@@ -718,18 +980,31 @@ def _read_version(paths, key: str) -> str | None:
 
 def environment(device: device_adapter.Device, args) -> dict:
     """What changes speed or memory besides the code: chip, driver, CANN, versions, HF32/TF32, jit, NPU env vars."""
-    env = {"chip": device.name(), "driver": None, "cann": None, "torch": torch.__version__,
-           "torch_npu": versions()["torch_npu"], "apex": versions()["apex"],
-           "apex_wheel_sha256": os.environ.get("APEXKIT_APEX_WHEEL_SHA256")
-           or "unknown (set by nox -s bench from the target's manifest)",
-           "env": {name: os.environ.get(name) for name in NPU_ENV}}
+    env = {
+        "chip": device.name(),
+        "driver": None,
+        "cann": None,
+        "torch": torch.__version__,
+        "torch_npu": versions()["torch_npu"],
+        "apex": versions()["apex"],
+        "apex_wheel_sha256": os.environ.get("APEXKIT_APEX_WHEEL_SHA256")
+        or "unknown (set by nox -s bench from the target's manifest)",
+        "env": {name: os.environ.get(name) for name in NPU_ENV},
+    }
     if device.kind == "npu":
-        toolkit = targetenv.cann_home() or targetenv.CANN_HOMES[0]  # a sourced set_env.sh, else either layout
-        env["cann"] = _read_version([f"{toolkit}/version.cfg", f"{toolkit}/compiler/version.info"], "version")
+        toolkit = (
+            targetenv.cann_home() or targetenv.CANN_HOMES[0]
+        )  # a sourced set_env.sh, else either layout
+        env["cann"] = _read_version(
+            [f"{toolkit}/version.cfg", f"{toolkit}/compiler/version.info"], "version"
+        )
         env["driver"] = _read_version([targetenv.DRIVER_VERSION_INFO], "version")
         npu = torch.npu
-        env["hf32"] = {"matmul": getattr(getattr(npu, "matmul", None), "allow_hf32", None),
-                       "conv": getattr(getattr(npu, "conv", None), "allow_hf32", None), "requested": args.hf32}
+        env["hf32"] = {
+            "matmul": getattr(getattr(npu, "matmul", None), "allow_hf32", None),
+            "conv": getattr(getattr(npu, "conv", None), "allow_hf32", None),
+            "requested": args.hf32,
+        }
         jit_false = getattr(npu, "is_jit_compile_false", None)
         env["jit_compile"] = None if jit_false is None else not jit_false()
     else:
@@ -737,10 +1012,21 @@ def environment(device: device_adapter.Device, args) -> dict:
         env["jit_compile"] = "n/a (NPU only)"
     if device.kind == "cuda":
         env["cuda"] = torch.version.cuda
-        env["tf32"] = {"matmul": torch.backends.cuda.matmul.allow_tf32, "cudnn": torch.backends.cudnn.allow_tf32}
+        env["tf32"] = {
+            "matmul": torch.backends.cuda.matmul.allow_tf32,
+            "cudnn": torch.backends.cudnn.allow_tf32,
+        }
         with contextlib.suppress(Exception):
-            env["driver"] = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                                           capture_output=True, text=True, timeout=30).stdout.split("\n")[0].strip()
+            env["driver"] = (
+                subprocess.run(
+                    ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                    capture_output=True,
+                    text=True,
+                    timeout=30,
+                )
+                .stdout.split("\n")[0]
+                .strip()
+            )
     return env
 
 
@@ -774,6 +1060,7 @@ def versions() -> dict:
 
 # --- compare -------------------------------------------------------------------------------------------------------
 
+
 def compare(paths: list[str]) -> int:
     reports = []
     for path in paths:
@@ -783,7 +1070,10 @@ def compare(paths: list[str]) -> int:
             print(f"error: cannot read {path}: {exc}", file=sys.stderr)
             return 2
         if data.get("schema") != SCHEMA:
-            print(f"error: {path} is not an amp_bench result (schema {data.get('schema')!r})", file=sys.stderr)
+            print(
+                f"error: {path} is not an amp_bench result (schema {data.get('schema')!r})",
+                file=sys.stderr,
+            )
             return 2
         reports.append((path, data))
     first_path, first = reports[0]
@@ -791,17 +1081,27 @@ def compare(paths: list[str]) -> int:
         for name in set(first["models"]) | set(data["models"]):
             a, b = first["models"].get(name), data["models"].get(name)
             if a and b and a["sizes"] != b["sizes"]:
-                print(f"error: {name} sizes differ between {first_path} and {path} ({a['sizes']} vs {b['sizes']}); "
-                      "rerun both with the same --scale", file=sys.stderr)
+                print(
+                    f"error: {name} sizes differ between {first_path} and {path} ({a['sizes']} vs {b['sizes']}); "
+                    "rerun both with the same --scale",
+                    file=sys.stderr,
+                )
                 return 2
         if set(first["models"]) != set(data["models"]):
-            print(f"error: {first_path} and {path} ran different models; rerun with the same --model", file=sys.stderr)
+            print(
+                f"error: {first_path} and {path} ran different models; rerun with the same --model",
+                file=sys.stderr,
+            )
             return 2
     labels = [data["label"] for _, data in reports]
     print("| model | mode | " + " | ".join(f"{label} step (speedup)" for label in labels) + " |")
     print("|---|---|" + "---|" * len(labels))
     for name in first["models"]:
-        modes = [m for m in MODES if any(any(r["mode"] == m for r in d["models"][name]["results"]) for _, d in reports)]
+        modes = [
+            m
+            for m in MODES
+            if any(any(r["mode"] == m for r in d["models"][name]["results"]) for _, d in reports)
+        ]
         for mode in modes:
             cells = []
             for _, data in reports:
@@ -818,7 +1118,10 @@ def compare(paths: list[str]) -> int:
 
 # --- main ----------------------------------------------------------------------------------------------------------
 
-def run_models(names, args, device: device_adapter.Device, rank: int, device_peak: dict | None = None) -> dict:
+
+def run_models(
+    names, args, device: device_adapter.Device, rank: int, device_peak: dict | None = None
+) -> dict:
     """{model: {"sizes", "results"}}: every mode runs, or is skipped (the probe says why), or failed (the error)."""
     size = world()[1]
     out = {}
@@ -833,19 +1136,29 @@ def run_models(names, args, device: device_adapter.Device, rank: int, device_pea
                 continue
             try:
                 result = run_mode(name, mode, args, device)
-            except Exception as exc:  # a mode that should run and does not: reported, the other modes still run
+            except (
+                Exception
+            ) as exc:  # a mode that should run and does not: reported, the other modes still run
                 if size > 1:
                     raise  # the other ranks wait in a collective; torchrun reports the failure
-                result = {"mode": mode, "status": "failed", "reason": device_adapter.first_line(exc)}
+                result = {
+                    "mode": mode,
+                    "status": "failed",
+                    "reason": device_adapter.first_line(exc),
+                }
                 print(f"  {name:<12} {mode:<14} failed: {result['reason']}", file=sys.stderr)
                 results.append(result)
                 continue
             results.append(result)
             if rank == 0:
-                print(f"  {name:<12} {mode:<14} {result['step_ms_median']:9.2f} ms/step  loss {result['final_loss']:.4f}",
-                      file=sys.stderr)
+                print(
+                    f"  {name:<12} {mode:<14} {result['step_ms_median']:9.2f} ms/step  loss {result['final_loss']:.4f}",
+                    file=sys.stderr,
+                )
         finish(results, args.tolerance)
-        sizes = next((r["sizes"] for r in results if r["status"] == "ok"), None) or models.sizes(name, scale_of(name, args))
+        sizes = next((r["sizes"] for r in results if r["status"] == "ok"), None) or models.sizes(
+            name, scale_of(name, args)
+        )
         for r in results:
             r.pop("sizes", None)
         if device_peak is not None:
@@ -855,7 +1168,11 @@ def run_models(names, args, device: device_adapter.Device, rank: int, device_pea
             out[name]["optimizers"] = run_optimizers(name, args, device)
             if rank == 0:
                 for r in out[name]["optimizers"]:
-                    said = f"{r['step_ms_median']:9.2f} ms/step" if r["status"] == "ok" else f"{r['status']}: {r['reason']}"
+                    said = (
+                        f"{r['step_ms_median']:9.2f} ms/step"
+                        if r["status"] == "ok"
+                        else f"{r['status']}: {r['reason']}"
+                    )
                     print(f"  {name:<12} {r['optimizer']:<20} {said}", file=sys.stderr)
     return out
 
@@ -877,8 +1194,15 @@ def launch_torchrun(args, argv: list[str]) -> int:
     env = dict(os.environ, APEXKIT_BENCH_NPROC=str(args.nproc))
     if args.device in ("cpu", "auto") and args.threads is None:
         env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // args.nproc))
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={args.nproc}",
-           str(Path(__file__).resolve()), *rest]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc_per_node={args.nproc}",
+        str(Path(__file__).resolve()),
+        *rest,
+    ]
     print("+ " + " ".join(cmd), file=sys.stderr)
     return subprocess.call(cmd, env=env)
 
@@ -901,11 +1225,16 @@ def main(argv=None) -> int:
         torch.set_num_threads(args.threads)
     if args.scale is None:
         args.scale = 0.25 if kind == "cpu" else 1.0
-        if kind == "cpu":  # the MoE layer's vocabulary and sequence grow fastest: a 2-core CPU needs it smaller
+        if (
+            kind == "cpu"
+        ):  # the MoE layer's vocabulary and sequence grow fastest: a 2-core CPU needs it smaller
             args.model_scales = {"qwen3-moe": CPU_MOE_SCALE}
     if kind != "npu" and (args.hf32 != "default" or args.jit_compile != "default"):
-        print(f"error: --hf32/--jit-compile set torch_npu switches and the device is {kind}; drop them or run with "
-              "--device npu", file=sys.stderr)
+        print(
+            f"error: --hf32/--jit-compile set torch_npu switches and the device is {kind}; drop them or run with "
+            "--device npu",
+            file=sys.stderr,
+        )
         return 2
     device.set_current()
     if kind == "npu":
@@ -916,33 +1245,67 @@ def main(argv=None) -> int:
     if size > 1:
         dist = device.distributed_support()
         if not dist["ok"]:
-            print(f"error: --nproc {size} needs torch.distributed with {dist['backend']}: {dist['reason']}; "
-                  "run with --nproc 1", file=sys.stderr)
+            print(
+                f"error: --nproc {size} needs torch.distributed with {dist['backend']}: {dist['reason']}; "
+                "run with --nproc 1",
+                file=sys.stderr,
+            )
             return 2
         init_distributed(device)
     names = models.MODELS if args.model == "all" else (args.model,)
-    report = {"schema": SCHEMA, "tool": "apexkit bench/amp_bench.py", "label": args.label or kind,
-              "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-              "device": device.describe(), "versions": versions(),
-              "host": {"machine": platform.machine(), "cpu": device_adapter.cpu_name(), "cores": os.cpu_count(),
-                       "torch_threads": torch.get_num_threads(), "load_avg_start": _loadavg()},
-              "config": {"warmup": args.warmup, "repeats": args.repeats, "steps": args.steps, "seed": args.seed,
-                         "scale": args.scale, "model_scales": getattr(args, "model_scales", {}),
-                         "nproc": size, "modes": args.modes, "tolerance": args.tolerance,
-                         "optimizers": args.optimizers, "peak": args.peak, "hf32": args.hf32,
-                         "jit_compile": args.jit_compile, "combine_grad": args.combine_grad},
-              "capabilities": device.capabilities(), "environment": environment(device, args),
-              "flops_convention": flops.CONVENTION, "models": {}}
+    report = {
+        "schema": SCHEMA,
+        "tool": "apexkit bench/amp_bench.py",
+        "label": args.label or kind,
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "device": device.describe(),
+        "versions": versions(),
+        "host": {
+            "machine": platform.machine(),
+            "cpu": device_adapter.cpu_name(),
+            "cores": os.cpu_count(),
+            "torch_threads": torch.get_num_threads(),
+            "load_avg_start": _loadavg(),
+        },
+        "config": {
+            "warmup": args.warmup,
+            "repeats": args.repeats,
+            "steps": args.steps,
+            "seed": args.seed,
+            "scale": args.scale,
+            "model_scales": getattr(args, "model_scales", {}),
+            "nproc": size,
+            "modes": args.modes,
+            "tolerance": args.tolerance,
+            "optimizers": args.optimizers,
+            "peak": args.peak,
+            "hf32": args.hf32,
+            "jit_compile": args.jit_compile,
+            "combine_grad": args.combine_grad,
+        },
+        "capabilities": device.capabilities(),
+        "environment": environment(device, args),
+        "flops_convention": flops.CONVENTION,
+        "models": {},
+    }
     report["device_peak"] = peaks.device_peak(device, args.peak, fp32_kind(device), args.gemm_sizes)
     if rank == 0:
         for dtype, peak in report["device_peak"]["dtypes"].items():
-            said = f"{peak['flops'] / 1e9:,.1f} GFLOP/s" if peak["flops"] else f"none ({peak.get('reason')})"
+            said = (
+                f"{peak['flops'] / 1e9:,.1f} GFLOP/s"
+                if peak["flops"]
+                else f"none ({peak.get('reason')})"
+            )
             print(f"  peak {dtype:<9} {said}  [{peak['source'][:90]}]", file=sys.stderr)
     report["models"] = run_models(names, args, device, rank, report["device_peak"])
     first = names[0]
-    if size == 1 and any(r["mode"] == "fp32" and r["status"] == "ok" for r in report["models"][first]["results"]):
+    if size == 1 and any(
+        r["mode"] == "fp32" and r["status"] == "ok" for r in report["models"][first]["results"]
+    ):
         report["harness_overhead"] = {"model": first, **harness_overhead(first, args, device)}
-    report["host"]["load_avg_end"] = _loadavg()  # other work on a shared host shows in every number above
+    report["host"]["load_avg_end"] = (
+        _loadavg()
+    )  # other work on a shared host shows in every number above
     report["headline"] = headline(report)
     if size > 1:
         torch.distributed.barrier()
@@ -960,16 +1323,33 @@ def main(argv=None) -> int:
     (out / "results.md").write_text(markdown(report))
     print(markdown(report), file=sys.stderr)
     print(report["headline"])
-    failed_parity = [(n, r["mode"]) for n, e in report["models"].items() for r in e["results"]
-                     if r["status"] == "ok" and r["parity_ok"] is False]
+    failed_parity = [
+        (n, r["mode"])
+        for n, e in report["models"].items()
+        for r in e["results"]
+        if r["status"] == "ok" and r["parity_ok"] is False
+    ]
     if failed_parity:
-        print(f"warning: loss parity beyond {args.tolerance:.0%} for {failed_parity}", file=sys.stderr)
-    failed = [f"{n} {r['mode']}" for n, e in report["models"].items() for r in e["results"] if r["status"] == "failed"]
-    failed += [f"{n} {r['optimizer']}" for n, e in report["models"].items() for r in e.get("optimizers", [])
-               if r["status"] == "failed"]
+        print(
+            f"warning: loss parity beyond {args.tolerance:.0%} for {failed_parity}", file=sys.stderr
+        )
+    failed = [
+        f"{n} {r['mode']}"
+        for n, e in report["models"].items()
+        for r in e["results"]
+        if r["status"] == "failed"
+    ]
+    failed += [
+        f"{n} {r['optimizer']}"
+        for n, e in report["models"].items()
+        for r in e.get("optimizers", [])
+        if r["status"] == "failed"
+    ]
     if failed:
-        print(f"error: {len(failed)} mode(s) failed ({', '.join(failed)}); the reasons are in {out / 'results.md'}",
-              file=sys.stderr)
+        print(
+            f"error: {len(failed)} mode(s) failed ({', '.join(failed)}); the reasons are in {out / 'results.md'}",
+            file=sys.stderr,
+        )
         return 1
     return 0
 

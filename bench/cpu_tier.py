@@ -42,7 +42,9 @@ class Tier:
         self.results: list[dict] = []
 
     def add(self, name: str, status: str, detail: str, seconds: float = 0.0) -> None:
-        self.results.append({"name": name, "status": status, "detail": detail, "seconds": round(seconds, 3)})
+        self.results.append(
+            {"name": name, "status": status, "detail": detail, "seconds": round(seconds, 3)}
+        )
         print(f"  {status.upper():<4} {name}: {detail}", file=sys.stderr)
 
     def run(self, name: str, fn) -> None:
@@ -50,7 +52,10 @@ class Tier:
         try:
             status, detail = fn()
         except Exception as exc:  # a check that crashes is a failure with its reason
-            status, detail = "fail", f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:200]}"
+            status, detail = (
+                "fail",
+                f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:200]}",
+            )
         self.add(name, status, detail, time.monotonic() - started)
 
     def failed(self) -> bool:
@@ -65,7 +70,10 @@ def change_data_ptr_round_trip(torch):
             return "fail", f"import change_data_ptr: {exc}"
         fn = getattr(mod, "change_data_ptr", None)
         if fn is None:
-            return "skip", "this change_data_ptr module has no change_data_ptr() (not Ascend's source)"
+            return (
+                "skip",
+                "this change_data_ptr module has no change_data_ptr() (not Ascend's source)",
+            )
         done = []
         for dtype in (torch.float32, torch.float16):
             src = torch.arange(16, dtype=dtype)
@@ -82,7 +90,11 @@ def change_data_ptr_round_trip(torch):
             return "fail", "a dtype mismatch was accepted"
         except RuntimeError:
             pass
-        return "ok", f"{', '.join(done)}: dst points into src at offset 4, reads and writes match; dtype mismatch refused"
+        return (
+            "ok",
+            f"{', '.join(done)}: dst points into src at offset 4, reads and writes match; dtype mismatch refused",
+        )
+
     return check
 
 
@@ -101,9 +113,12 @@ def flatten_unflatten(torch):
             return "ok", "flatten == torch's (this apex_C has no unflatten)"
         back = apex_C.unflatten(flat, tensors)
         ref = _unflatten_dense_tensors(flat, tensors)
-        if len(back) != len(ref) or not all(torch.equal(a, b) and a.shape == b.shape for a, b in zip(back, ref)):
+        if len(back) != len(ref) or not all(
+            torch.equal(a, b) and a.shape == b.shape for a, b in zip(back, ref)
+        ):
             return "fail", "apex_C.unflatten differs from torch._utils._unflatten_dense_tensors"
         return "ok", f"flatten and unflatten of {len(tensors)} tensors == torch's"
+
     return check
 
 
@@ -125,7 +140,10 @@ def byte_compile():
                     bad.append(f"{os.path.relpath(path, root)}: {exc}")
                 count += 1
     if bad:
-        return "fail", f"{len(bad)} of {count} modules do not compile on Python {sys.version.split()[0]}: {bad[0]}"
+        return (
+            "fail",
+            f"{len(bad)} of {count} modules do not compile on Python {sys.version.split()[0]}: {bad[0]}",
+        )
     return "ok", f"{count} modules compile on Python {sys.version.split()[0]}"
 
 
@@ -135,21 +153,39 @@ def import_as_far_as_it_goes(name: str):
             importlib.import_module(name)
             return "ok", f"import {name}"
         except Exception as exc:
-            frames = [f for f in traceback.extract_tb(exc.__traceback__) if f"{os.sep}apex{os.sep}" in f.filename]
-            where = f"{frames[-1].filename.split(os.sep + 'apex' + os.sep, 1)[-1]}:{frames[-1].lineno}" if frames else "?"
+            frames = [
+                f
+                for f in traceback.extract_tb(exc.__traceback__)
+                if f"{os.sep}apex{os.sep}" in f.filename
+            ]
+            where = (
+                f"{frames[-1].filename.split(os.sep + 'apex' + os.sep, 1)[-1]}:{frames[-1].lineno}"
+                if frames
+                else "?"
+            )
             reason = f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:160]}"
             if "torch_npu" in str(exc) or "libhccl" in str(exc) or "libascendcl" in str(exc):
-                return "skip", f"stops at apex/{where} ({reason}): needs torch_npu + the CANN runtime"
+                return (
+                    "skip",
+                    f"stops at apex/{where} ({reason}): needs torch_npu + the CANN runtime",
+                )
             return "fail", f"stops at apex/{where}: {reason}"
+
     return check
 
 
 def write_junit(path: str, suite: str, results: list[dict]) -> None:
-    root = ET.Element("testsuite", name=suite, tests=str(len(results)),
-                      failures=str(sum(r["status"] == "fail" for r in results)),
-                      skipped=str(sum(r["status"] == "skip" for r in results)))
+    root = ET.Element(
+        "testsuite",
+        name=suite,
+        tests=str(len(results)),
+        failures=str(sum(r["status"] == "fail" for r in results)),
+        skipped=str(sum(r["status"] == "skip" for r in results)),
+    )
     for r in results:
-        case = ET.SubElement(root, "testcase", classname=suite, name=r["name"], time=str(r["seconds"]))
+        case = ET.SubElement(
+            root, "testcase", classname=suite, name=r["name"], time=str(r["seconds"])
+        )
         if r["status"] == "fail":
             ET.SubElement(case, "failure", message=r["detail"])
         elif r["status"] == "skip":
@@ -158,7 +194,9 @@ def write_junit(path: str, suite: str, results: list[dict]) -> None:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description="CPU test tier of an installed Apex for Ascend wheel")
+    parser = argparse.ArgumentParser(
+        description="CPU test tier of an installed Apex for Ascend wheel"
+    )
     parser.add_argument("--json", help="write the results here")
     parser.add_argument("--junit", help="write JUnit XML here")
     args = parser.parse_args(argv)
@@ -170,8 +208,13 @@ def main(argv=None) -> int:
     tier.run("every apex module byte-compiles", byte_compile)
     for name in PYTHON_SIDE:
         tier.run(f"import {name}", import_as_far_as_it_goes(name))
-    report = {"tier": "cpu", "torch": torch.__version__, "python": sys.version.split()[0], "results": tier.results,
-              "ok": not tier.failed()}
+    report = {
+        "tier": "cpu",
+        "torch": torch.__version__,
+        "python": sys.version.split()[0],
+        "results": tier.results,
+        "ok": not tier.failed(),
+    }
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(report, fh, indent=1)

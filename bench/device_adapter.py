@@ -86,7 +86,9 @@ class Device:
         elif kind == "npu":
             npu, why = import_torch_npu()
             if npu is None:
-                raise RuntimeError(f"torch_npu not importable ({why}); source the CANN set_env.sh and install torch_npu")
+                raise RuntimeError(
+                    f"torch_npu not importable ({why}); source the CANN set_env.sh and install torch_npu"
+                )
             self.backend = torch.npu
         elif kind == "cuda":
             self.backend = torch.cuda
@@ -101,7 +103,9 @@ class Device:
     # --- identity ----------------------------------------------------------------------------------------------
     @property
     def torch_device(self) -> torch.device:
-        return torch.device("cpu") if self.kind == "cpu" else torch.device(f"{self.kind}:{self.index}")
+        return (
+            torch.device("cpu") if self.kind == "cpu" else torch.device(f"{self.kind}:{self.index}")
+        )
 
     def set_current(self) -> None:
         if self.backend is not None:
@@ -153,8 +157,12 @@ class Device:
     def _autocast_candidates(self, dtype: torch.dtype) -> list:
         """(name, context factory) in the order tried: the generic API, then the device's own (older torch)."""
         kind = self.kind
-        found = [(f"torch.autocast({kind!r})", lambda: torch.autocast(device_type=kind, dtype=dtype))]
-        own = getattr(getattr(self.backend, "amp", None), "autocast", None)  # torch.cuda.amp / torch.npu.amp
+        found = [
+            (f"torch.autocast({kind!r})", lambda: torch.autocast(device_type=kind, dtype=dtype))
+        ]
+        own = getattr(
+            getattr(self.backend, "amp", None), "autocast", None
+        )  # torch.cuda.amp / torch.npu.amp
         if own is not None:
             found.append((f"torch.{kind}.amp.autocast", lambda: own(dtype=dtype)))
         return found
@@ -180,9 +188,17 @@ class Device:
                 result = {"ok": True, "via": via, "reason": ""}
                 break
             said = [str(w.message).splitlines()[0] for w in caught]
-            errors.append(said[0] if said else f"a Linear ran in {_dtype_name(out.dtype)}, not {_dtype_name(dtype)}")
+            errors.append(
+                said[0]
+                if said
+                else f"a Linear ran in {_dtype_name(out.dtype)}, not {_dtype_name(dtype)}"
+            )
         if result is None:
-            result = {"ok": False, "via": None, "reason": errors[0] if errors else "no autocast API for this device"}
+            result = {
+                "ok": False,
+                "via": None,
+                "reason": errors[0] if errors else "no autocast API for this device",
+            }
         self._autocast_probes[dtype] = result
         return result
 
@@ -196,8 +212,12 @@ class Device:
 
     def unsupported_autocast(self, dtype: torch.dtype) -> str:
         """One line: e.g. 'torch 2.1.0 CPU autocast supports bfloat16 only (RuntimeError: ...)'."""
-        others = [_dtype_name(d) for d in AUTOCAST_DTYPES if d != dtype and self.autocast_support(d)["ok"]]
-        what = f"supports {', '.join(others)} only" if others else f"does not run {_dtype_name(dtype)}"
+        others = [
+            _dtype_name(d) for d in AUTOCAST_DTYPES if d != dtype and self.autocast_support(d)["ok"]
+        ]
+        what = (
+            f"supports {', '.join(others)} only" if others else f"does not run {_dtype_name(dtype)}"
+        )
         return f"torch {torch_version()} {self.kind.upper()} autocast {what} ({self.autocast_support(dtype)['reason']})"
 
     def _scaler_candidates(self) -> list:
@@ -206,7 +226,12 @@ class Device:
         if hasattr(torch, "amp") and hasattr(torch.amp, "GradScaler"):  # torch >= 2.3
             found.append((f"torch.amp.GradScaler({kind!r})", lambda: torch.amp.GradScaler(kind)))
         if kind == "npu":
-            found.append(("torch_npu.npu.amp.GradScaler", lambda: __import__("torch_npu").npu.amp.GradScaler()))
+            found.append(
+                (
+                    "torch_npu.npu.amp.GradScaler",
+                    lambda: __import__("torch_npu").npu.amp.GradScaler(),
+                )
+            )
         elif kind == "cuda":
             found.append(("torch.cuda.amp.GradScaler", lambda: torch.cuda.amp.GradScaler()))
         return found
@@ -238,8 +263,11 @@ class Device:
             break
         if result is None:
             why = errors[0] if errors else "torch.amp.GradScaler(device) is torch 2.3+"
-            result = {"ok": False, "via": None,
-                      "reason": f"torch {torch_version()} has no GradScaler for {self.kind.upper()} ({why})"}
+            result = {
+                "ok": False,
+                "via": None,
+                "reason": f"torch {torch_version()} has no GradScaler for {self.kind.upper()} ({why})",
+            }
         self._scaler_probe = result
         return result
 
@@ -261,23 +289,41 @@ class Device:
         backend = self.distributed_backend
         dist = getattr(torch, "distributed", None)
         if dist is None or not dist.is_available():
-            return {"ok": False, "backend": backend, "reason": f"torch {torch_version()} was built without torch.distributed"}
-        available = {"gloo": getattr(dist, "is_gloo_available", lambda: False),
-                     "nccl": getattr(dist, "is_nccl_available", lambda: False)}.get(backend)
+            return {
+                "ok": False,
+                "backend": backend,
+                "reason": f"torch {torch_version()} was built without torch.distributed",
+            }
+        available = {
+            "gloo": getattr(dist, "is_gloo_available", lambda: False),
+            "nccl": getattr(dist, "is_nccl_available", lambda: False),
+        }.get(backend)
         if available is not None and not available():
-            return {"ok": False, "backend": backend,
-                    "reason": f"torch {torch_version()} was built without the {backend} backend"}
+            return {
+                "ok": False,
+                "backend": backend,
+                "reason": f"torch {torch_version()} was built without the {backend} backend",
+            }
         return {"ok": True, "backend": backend, "reason": ""}
 
     def capabilities(self) -> dict:
         """What this torch on this device can do, for the reports (every entry probed by trying)."""
-        caps = {"torch": torch.__version__,
-                "autocast": {_dtype_name(d): self.autocast_support(d) for d in AUTOCAST_DTYPES},
-                "grad_scaler": self.grad_scaler_support(),
-                "distributed": self.distributed_support(),
-                "scaled_dot_product_attention": hasattr(torch.nn.functional, "scaled_dot_product_attention")}
+        caps = {
+            "torch": torch.__version__,
+            "autocast": {_dtype_name(d): self.autocast_support(d) for d in AUTOCAST_DTYPES},
+            "grad_scaler": self.grad_scaler_support(),
+            "distributed": self.distributed_support(),
+            "scaled_dot_product_attention": hasattr(
+                torch.nn.functional, "scaled_dot_product_attention"
+            ),
+        }
         return caps
 
     def describe(self) -> dict:
-        return {"kind": self.kind, "index": self.index, "name": self.name(), "count": self.count(),
-                "memory": self.memory_kind}
+        return {
+            "kind": self.kind,
+            "index": self.index,
+            "name": self.name(),
+            "count": self.count(),
+            "memory": self.memory_kind,
+        }

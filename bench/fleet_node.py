@@ -51,25 +51,40 @@ class Node:
         self.job = os.environ.get("SLURM_JOB_ID", "")
         self.results = Path(plan["results"])
         self.progress = self.results / ".fleet" / "progress" / f"{self.name}.json"
-        self.result = {"schema": SCHEMA, "node": self.name, "hostname": socket.gethostname(), "job_id": self.job,
-                       "submission": plan.get("submission"), "target": plan["target"], "index": plan["index"],
-                       "device": plan["device"], "started": now(), "stages": [], "verdict": None,
-                       "set_env": os.environ.get("APEXKIT_FLEET_SET_ENV") or None}
+        self.result = {
+            "schema": SCHEMA,
+            "node": self.name,
+            "hostname": socket.gethostname(),
+            "job_id": self.job,
+            "submission": plan.get("submission"),
+            "target": plan["target"],
+            "index": plan["index"],
+            "device": plan["device"],
+            "started": now(),
+            "stages": [],
+            "verdict": None,
+            "set_env": os.environ.get("APEXKIT_FLEET_SET_ENV") or None,
+        }
         self.cleanup = None  # removes the node-local scratch (set by main)
 
     # --- bookkeeping -------------------------------------------------------------------------------------------------
     def mark(self, stage: str) -> None:
         """Where this node is now: `fleet.status` shows it; a job killed mid-run shows the stage it died in."""
-        write_json(self.progress, {"node": self.name, "job_id": self.job, "stage": stage, "time": now()})
+        write_json(
+            self.progress, {"node": self.name, "job_id": self.job, "stage": stage, "time": now()}
+        )
 
     def stage(self, name: str, ok: bool, seconds: float, detail: str = "", fix: str = "") -> bool:
-        self.result["stages"].append({"stage": name, "ok": ok, "seconds": round(seconds, 2), "detail": detail,
-                                      "fix": fix})
+        self.result["stages"].append(
+            {"stage": name, "ok": ok, "seconds": round(seconds, 2), "detail": detail, "fix": fix}
+        )
         if not ok and not self.result.get("first_failure"):
             self.result["first_failure"] = {"check": name, "detail": detail, "fix": fix}
         return ok
 
-    def run(self, name: str, argv: list[str], fix: str, timeout: int = 3600, env: dict | None = None):
+    def run(
+        self, name: str, argv: list[str], fix: str, timeout: int = 3600, env: dict | None = None
+    ):
         self.mark(name)
         start = time.monotonic()
         print(f"+ {' '.join(argv)}", flush=True)
@@ -82,7 +97,9 @@ class Node:
         sys.stdout.write(proc.stderr[-4000:])
         sys.stdout.flush()
         ok = proc.returncode == 0
-        self.stage(name, ok, time.monotonic() - start, "" if ok else tail(proc.stderr or proc.stdout), fix)
+        self.stage(
+            name, ok, time.monotonic() - start, "" if ok else tail(proc.stderr or proc.stdout), fix
+        )
         return proc if ok else None
 
     def finish(self, verdict: str) -> int:
@@ -115,55 +132,107 @@ class Node:
         if entry is None:
             return self.finish("fail")
         venv = work / "venv"
-        if not self.run("venv", [sys.executable, "-m", "venv", str(venv)],
-                        f"make sure {sys.executable} has the venv module (python3-venv) and {work} is writable"):
+        if not self.run(
+            "venv",
+            [sys.executable, "-m", "venv", str(venv)],
+            f"make sure {sys.executable} has the venv module (python3-venv) and {work} is writable",
+        ):
             return self.finish("fail")
         py = str(venv / "bin" / "python")
         pip = [py, "-m", "pip", "--disable-pip-version-check"]
-        self.result["wheel"] = {"filename": entry["filename"], "expected_sha256": entry["sha256"], "sha256": None}
+        self.result["wheel"] = {
+            "filename": entry["filename"],
+            "expected_sha256": entry["sha256"],
+            "sha256": None,
+        }
         version = entry["filename"].split("-")[1]
         downloads = work / "wheel"
-        index_fix = (f"this node cannot reach the index {plan['index']}: put it on storage every node mounts or serve "
-                     "it over http(s) from a host the nodes reach (check from a node: curl -I <index>/simple/apex/)")
-        if not self.run("download wheel", [*pip, "download", "--no-deps", "--retries", "1", "--timeout", "20",
-                                           "--index-url", plan["simple_url"], "-d", str(downloads),
-                                           f"apex=={version}"], index_fix, timeout=600):
+        index_fix = (
+            f"this node cannot reach the index {plan['index']}: put it on storage every node mounts or serve "
+            "it over http(s) from a host the nodes reach (check from a node: curl -I <index>/simple/apex/)"
+        )
+        if not self.run(
+            "download wheel",
+            [
+                *pip,
+                "download",
+                "--no-deps",
+                "--retries",
+                "1",
+                "--timeout",
+                "20",
+                "--index-url",
+                plan["simple_url"],
+                "-d",
+                str(downloads),
+                f"apex=={version}",
+            ],
+            index_fix,
+            timeout=600,
+        ):
             return self.finish("fail")
         wheel = downloads / entry["filename"]
         if not wheel.is_file():
             got = ", ".join(p.name for p in downloads.iterdir())
-            self.stage("wheel sha256", False, 0, f"pip fetched {got}, not {entry['filename']}",
-                       "publish the index again (invoke publish) and resubmit")
+            self.stage(
+                "wheel sha256",
+                False,
+                0,
+                f"pip fetched {got}, not {entry['filename']}",
+                "publish the index again (invoke publish) and resubmit",
+            )
             return self.finish("fail")
         digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
         self.result["wheel"]["sha256"] = digest
-        if not self.stage("wheel sha256", digest == entry["sha256"], 0,
-                          "" if digest == entry["sha256"] else f"{digest[:12]} != index {entry['sha256'][:12]}",
-                          "the index changed under the run or a cache/mirror serves another file: publish again"):
+        if not self.stage(
+            "wheel sha256",
+            digest == entry["sha256"],
+            0,
+            "" if digest == entry["sha256"] else f"{digest[:12]} != index {entry['sha256'][:12]}",
+            "the index changed under the run or a cache/mirror serves another file: publish again",
+        ):
             return self.finish("fail")
         torch_args = [f"--find-links={d}" for d in plan.get("find_links", [])]
         if plan.get("torch_index_url"):
             torch_args += ["--index-url", plan["torch_index_url"]]
         for url in plan.get("extra_index_urls", []):
             torch_args += ["--extra-index-url", url]
-        if not self.run("install torch", [*pip, "install", "-q", *torch_args, f"torch=={plan['torch']}"],
-                        "the node's pip cannot install torch: give it a wheelhouse (--find-links) or a torch index "
-                        "(--torch-index-url), or set its proxy"):
+        if not self.run(
+            "install torch",
+            [*pip, "install", "-q", *torch_args, f"torch=={plan['torch']}"],
+            "the node's pip cannot install torch: give it a wheelhouse (--find-links) or a torch index "
+            "(--torch-index-url), or set its proxy",
+        ):
             return self.finish("fail")
         if plan.get("torch_npu") and not self.run(
-                "install torch_npu", [*pip, "install", "-q", "--no-deps", *torch_args, f"torch-npu=={plan['torch_npu']}"],
-                f"torch-npu {plan['torch_npu']} must be installable on this node (index, proxy or --find-links)"):
+            "install torch_npu",
+            [*pip, "install", "-q", "--no-deps", *torch_args, f"torch-npu=={plan['torch_npu']}"],
+            f"torch-npu {plan['torch_npu']} must be installable on this node (index, proxy or --find-links)",
+        ):
             return self.finish("fail")
-        if not self.run("install wheel", [*pip, "install", "-q", "--no-deps", str(wheel)],
-                        "the wheel does not install into this node's Python: check the target's Python and arch"):
+        if not self.run(
+            "install wheel",
+            [*pip, "install", "-q", "--no-deps", str(wheel)],
+            "the wheel does not install into this node's Python: check the target's Python and arch",
+        ):
             return self.finish("fail")
-        versions = subprocess.run([py, "-c", "import importlib.metadata as m, json\nout = {}\n"
-                                   "for n in ('torch', 'torch-npu'):\n    try: out[n] = m.version(n)\n"
-                                   "    except Exception: out[n] = None\nprint(json.dumps(out))"],
-                                  capture_output=True, text=True)
+        versions = subprocess.run(
+            [
+                py,
+                "-c",
+                "import importlib.metadata as m, json\nout = {}\n"
+                "for n in ('torch', 'torch-npu'):\n    try: out[n] = m.version(n)\n"
+                "    except Exception: out[n] = None\nprint(json.dumps(out))",
+            ],
+            capture_output=True,
+            text=True,
+        )
         if versions.returncode == 0:
             found = json.loads(versions.stdout)
-            self.result["torch"], self.result["torch_npu"] = found.get("torch"), found.get("torch-npu")
+            self.result["torch"], self.result["torch_npu"] = (
+                found.get("torch"),
+                found.get("torch-npu"),
+            )
         verdict = self.validate(py, work)
         if plan.get("bench") is not None:
             verdict = self.bench(py, work) and verdict
@@ -174,36 +243,70 @@ class Node:
         plan = self.plan
         self.mark("index")
         start = time.monotonic()
-        fix = (f"this node cannot read {plan['index_json']}: put the index on storage every node mounts or serve it "
-               "over http(s) from a host the nodes reach")
+        fix = (
+            f"this node cannot read {plan['index_json']}: put the index on storage every node mounts or serve it "
+            "over http(s) from a host the nodes reach"
+        )
         try:
             with urllib.request.urlopen(plan["index_json"], timeout=30) as response:
                 data = json.loads(response.read().decode("utf-8"))
         except Exception as exc:  # any failure to read it is this node's finding, not a crash
-            self.stage("read index", False, time.monotonic() - start, f"{exc.__class__.__name__}: {exc}", fix)
+            self.stage(
+                "read index",
+                False,
+                time.monotonic() - start,
+                f"{exc.__class__.__name__}: {exc}",
+                fix,
+            )
             return None
-        files = [f for f in data.get("files", []) if isinstance(f, dict) and f.get("target") == plan["target"]]
+        files = [
+            f
+            for f in data.get("files", [])
+            if isinstance(f, dict) and f.get("target") == plan["target"]
+        ]
         if not files:
-            self.stage("read index", False, time.monotonic() - start,
-                       f"the index has no target {plan['target']}", "publish that target (invoke publish) or pick "
-                       "another with --target")
+            self.stage(
+                "read index",
+                False,
+                time.monotonic() - start,
+                f"the index has no target {plan['target']}",
+                "publish that target (invoke publish) or pick another with --target",
+            )
             return None
         self.stage("read index", True, time.monotonic() - start)
         return files[0]
 
     def validate(self, py: str, work: Path) -> bool:
         report = work / "validate.json"
-        self.run("validate", [py, str(HERE / "validate_env.py"), "--device", self.plan["device"], "--json",
-                              str(report)], "see the first failing check", timeout=1800)
+        self.run(
+            "validate",
+            [
+                py,
+                str(HERE / "validate_env.py"),
+                "--device",
+                self.plan["device"],
+                "--json",
+                str(report),
+            ],
+            "see the first failing check",
+            timeout=1800,
+        )
         if not report.is_file():
             return False
         data = json.loads(report.read_text())
         self.result["validate"] = {"ok": data.get("ok"), "checks": data.get("checks", [])}
         if data.get("ok"):
             return True
-        first = next((c for c in data.get("checks", []) if c.get("required") and c.get("status") != "ok"), None)
+        first = next(
+            (c for c in data.get("checks", []) if c.get("required") and c.get("status") != "ok"),
+            None,
+        )
         if first is not None:  # the validation's own finding beats the generic stage line
-            failure = {"check": first["check"], "detail": first.get("detail", ""), "fix": first.get("hint", "")}
+            failure = {
+                "check": first["check"],
+                "detail": first.get("detail", ""),
+                "fix": first.get("hint", ""),
+            }
             if self.result.get("first_failure", {}).get("check") == "validate":
                 self.result["first_failure"] = failure
         return False
@@ -211,8 +314,21 @@ class Node:
     def bench(self, py: str, work: Path) -> bool:
         out = work / "bench"
         args = self.plan["bench"]
-        proc = self.run("bench", [py, str(HERE / "amp_bench.py"), "--device", self.plan["device"], "--out", str(out),
-                                  "--no-png", *args], "read the node's log (RESULTS/.fleet/logs/)", timeout=3600)
+        proc = self.run(
+            "bench",
+            [
+                py,
+                str(HERE / "amp_bench.py"),
+                "--device",
+                self.plan["device"],
+                "--out",
+                str(out),
+                "--no-png",
+                *args,
+            ],
+            "read the node's log (RESULTS/.fleet/logs/)",
+            timeout=3600,
+        )
         results = out / "results.json"
         if not results.is_file():
             return False
@@ -220,8 +336,13 @@ class Node:
         for model, entry in data.get("models", {}).items():
             for row in entry.get("results", []):
                 if row.get("status") == "ok":
-                    self.result["bench"] = {"model": model, "mode": row["mode"], "step_ms": row["step_ms_median"],
-                                            "config": data.get("config"), "headline": data.get("headline")}
+                    self.result["bench"] = {
+                        "model": model,
+                        "mode": row["mode"],
+                        "step_ms": row["step_ms_median"],
+                        "config": data.get("config"),
+                        "headline": data.get("headline"),
+                    }
                     return proc is not None
         return False
 
@@ -275,7 +396,9 @@ def main(argv=None) -> int:
     base.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f"{node.name}-{node.job or 'job'}-", dir=base))
 
-    def killed(signum, frame):  # scancel / time limit: no result (the report shows the job's state), no scratch left
+    def killed(
+        signum, frame
+    ):  # scancel / time limit: no result (the report shows the job's state), no scratch left
         raise SystemExit(128 + signum)
 
     signal.signal(signal.SIGTERM, killed)
@@ -284,10 +407,18 @@ def main(argv=None) -> int:
     try:
         return node.main(work)
     except Exception as exc:  # an unexpected crash still leaves this node's row, with its cause
-        node.stage("fleet_node.py", False, 0, f"{exc.__class__.__name__}: {exc}", "report this as an apexkit bug")
+        node.stage(
+            "fleet_node.py",
+            False,
+            0,
+            f"{exc.__class__.__name__}: {exc}",
+            "report this as an apexkit bug",
+        )
         return node.finish("fail")
     finally:
-        if node.cleanup is not None:  # killed before finish(): no result, but no scratch left either
+        if (
+            node.cleanup is not None
+        ):  # killed before finish(): no result, but no scratch left either
             node.cleanup()
 
 

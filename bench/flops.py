@@ -15,8 +15,10 @@ read 2026-11-30 via docs/bench.md):
 
 from __future__ import annotations
 
-CONVENTION = ("6 x activated matmul parameters x tokens (LM head counted, embedding not) + attention "
-              "12 x heads x head_dim x seq per token and layer (causal not halved); norms/softmax/rotary not counted")
+CONVENTION = (
+    "6 x activated matmul parameters x tokens (LM head counted, embedding not) + attention "
+    "12 x heads x head_dim x seq per token and layer (causal not halved); norms/softmax/rotary not counted"
+)
 
 
 def attention_params(hidden: int, heads: int, kv_heads: int, head_dim: int, **_) -> int:

@@ -19,18 +19,32 @@ def _round(value: float, multiple: int) -> int:
 
 
 def mlp_sizes(scale: float) -> dict:
-    return {"batch": _round(256 * scale, 8), "in_features": 1024, "hidden": _round(4096 * scale, 64),
-            "layers": 3, "classes": 1000}
+    return {
+        "batch": _round(256 * scale, 8),
+        "in_features": 1024,
+        "hidden": _round(4096 * scale, 64),
+        "layers": 3,
+        "classes": 1000,
+    }
 
 
 def qwen3_sizes(scale: float) -> dict:
     heads = max(2, _round(16 * scale, 2))
-    kv_heads = max(1, heads // 4)  # grouped-query attention: 4 query heads share one KV head, as in Qwen3
+    kv_heads = max(
+        1, heads // 4
+    )  # grouped-query attention: 4 query heads share one KV head, as in Qwen3
     head_dim = 128 if scale >= 1 else 64
     hidden = heads * head_dim
-    return {"batch": max(1, _round(8 * scale, 1)), "seq": _round(512 * min(scale, 1.0), 16),
-            "hidden": hidden, "heads": heads, "kv_heads": kv_heads, "head_dim": head_dim,
-            "intermediate": _round(hidden * 3, 64), "vocab": _round(8192 * scale, 64)}
+    return {
+        "batch": max(1, _round(8 * scale, 1)),
+        "seq": _round(512 * min(scale, 1.0), 16),
+        "hidden": hidden,
+        "heads": heads,
+        "kv_heads": kv_heads,
+        "head_dim": head_dim,
+        "intermediate": _round(hidden * 3, 64),
+        "vocab": _round(8192 * scale, 64),
+    }
 
 
 def moe_sizes(scale: float) -> dict:
@@ -38,18 +52,28 @@ def moe_sizes(scale: float) -> dict:
     top-8, vocabulary 151,936, sequence 4096 as in MindSpeed-LLM's recipe); smaller scales shrink every width."""
     heads = max(2, _round(32 * scale, 2))
     experts = max(4, _round(128 * scale, 4))
-    return {"batch": max(1, round(scale)), "seq": _round(4096 * min(scale, 1.0), 16),
-            "hidden": _round(2048 * scale, 64), "heads": heads, "kv_heads": max(1, heads // 8),
-            "head_dim": 128 if scale >= 1 else 64, "experts": experts,
-            "top_k": min(experts, max(2, round(8 * min(scale, 1.0)))), "expert_width": _round(768 * scale, 32),
-            "vocab": _round(151936 * scale, 64), "aux_loss_coef": 0.001}
+    return {
+        "batch": max(1, round(scale)),
+        "seq": _round(4096 * min(scale, 1.0), 16),
+        "hidden": _round(2048 * scale, 64),
+        "heads": heads,
+        "kv_heads": max(1, heads // 8),
+        "head_dim": 128 if scale >= 1 else 64,
+        "experts": experts,
+        "top_k": min(experts, max(2, round(8 * min(scale, 1.0)))),
+        "expert_width": _round(768 * scale, 32),
+        "vocab": _round(151936 * scale, 64),
+        "aux_loss_coef": 0.001,
+    }
 
 
 class MLP(nn.Module):
     def __init__(self, in_features: int, hidden: int, layers: int, classes: int, **_: int) -> None:
         super().__init__()
         dims = [in_features] + [hidden] * layers
-        self.body = nn.Sequential(*[m for a, b in zip(dims, dims[1:]) for m in (nn.Linear(a, b), nn.GELU())])
+        self.body = nn.Sequential(
+            *[m for a, b in zip(dims, dims[1:]) for m in (nn.Linear(a, b), nn.GELU())]
+        )
         self.head = nn.Linear(hidden, classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -97,8 +121,16 @@ def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch
 class Qwen3Block(nn.Module):
     """One decoder layer shaped like Qwen3's (pre-norm GQA attention with q/k RMSNorm, SwiGLU MLP) + an LM head."""
 
-    def __init__(self, hidden: int, heads: int, kv_heads: int, head_dim: int, intermediate: int, vocab: int,
-                 **_: int) -> None:
+    def __init__(
+        self,
+        hidden: int,
+        heads: int,
+        kv_heads: int,
+        head_dim: int,
+        intermediate: int,
+        vocab: int,
+        **_: int,
+    ) -> None:
         super().__init__()
         self.heads, self.kv_heads, self.head_dim = heads, kv_heads, head_dim
         self.embed = nn.Embedding(vocab, hidden)
@@ -140,8 +172,18 @@ class Qwen3MoELayer(nn.Module):
     After each forward `aux_loss` holds that loss and `expert_counts` the tokens per expert (top-k slots).
     """
 
-    def __init__(self, hidden: int, heads: int, kv_heads: int, head_dim: int, experts: int, top_k: int,
-                 expert_width: int, vocab: int, **_) -> None:
+    def __init__(
+        self,
+        hidden: int,
+        heads: int,
+        kv_heads: int,
+        head_dim: int,
+        experts: int,
+        top_k: int,
+        expert_width: int,
+        vocab: int,
+        **_,
+    ) -> None:
         super().__init__()
         self.heads, self.kv_heads, self.head_dim, self.top_k = heads, kv_heads, head_dim, top_k
         self.embed = nn.Embedding(vocab, hidden)
@@ -153,9 +195,13 @@ class Qwen3MoELayer(nn.Module):
         self.q_norm, self.k_norm = RMSNorm(head_dim), RMSNorm(head_dim)
         self.post_norm = RMSNorm(hidden)
         self.router = nn.Linear(hidden, experts, bias=False)
-        self.gate = nn.ModuleList(nn.Linear(hidden, expert_width, bias=False) for _ in range(experts))
+        self.gate = nn.ModuleList(
+            nn.Linear(hidden, expert_width, bias=False) for _ in range(experts)
+        )
         self.up = nn.ModuleList(nn.Linear(hidden, expert_width, bias=False) for _ in range(experts))
-        self.down = nn.ModuleList(nn.Linear(expert_width, hidden, bias=False) for _ in range(experts))
+        self.down = nn.ModuleList(
+            nn.Linear(expert_width, hidden, bias=False) for _ in range(experts)
+        )
         self.final_norm = RMSNorm(hidden)
         self.lm_head = nn.Linear(hidden, vocab, bias=False)
         self.aux_loss = None
@@ -164,7 +210,9 @@ class Qwen3MoELayer(nn.Module):
     def moe(self, h: torch.Tensor) -> torch.Tensor:
         tokens = h.reshape(-1, h.shape[-1])
         experts = len(self.gate)
-        probs = torch.softmax(self.router(tokens).float(), dim=-1)  # routing in float32, as Qwen3 does
+        probs = torch.softmax(
+            self.router(tokens).float(), dim=-1
+        )  # routing in float32, as Qwen3 does
         weights, chosen = probs.topk(self.top_k, dim=-1)
         weights = (weights / weights.sum(-1, keepdim=True)).to(tokens.dtype)
         counts = torch.bincount(chosen.flatten(), minlength=experts)
@@ -172,7 +220,9 @@ class Qwen3MoELayer(nn.Module):
         fraction = counts.float() / chosen.numel()
         self.aux_loss = experts * (fraction * probs.mean(0)).sum()
         out = torch.zeros_like(tokens)
-        for e in range(experts):  # each expert on the tokens routed to it (a loop, not grouped GEMM: stated in docs)
+        for e in range(
+            experts
+        ):  # each expert on the tokens routed to it (a loop, not grouped GEMM: stated in docs)
             rows, slot = (chosen == e).nonzero(as_tuple=True)
             if rows.numel() == 0:
                 continue
@@ -229,7 +279,9 @@ def build(name: str, scale: float, seed: int):
             if isinstance(module, nn.Linear):
                 nn.init.normal_(module.weight, std=1 / math.sqrt(module.in_features))
         generator = torch.Generator().manual_seed(seed + 1)
-        tokens = torch.randint(0, sizes["vocab"], (sizes["batch"], sizes["seq"] + 1), generator=generator)
+        tokens = torch.randint(
+            0, sizes["vocab"], (sizes["batch"], sizes["seq"] + 1), generator=generator
+        )
 
         def loss(out, target):
             value = F.cross_entropy(out.float().flatten(0, 1), target.flatten())

@@ -31,8 +31,11 @@ SUITES = {
     "tests/L0 optimizers": "tests/L0/run_optimizers",
     "combine_tensors": "apex/contrib/test/test_combine_tensors.py",
 }
-CASES = [*SUITES, "fused optimizers: apex NpuFusedAdam vs torch.optim.Adam vs torch_npu.optim.NpuFusedAdam",
-         "dynamic loss scaler: injected overflow skips the step and halves the scale"]
+CASES = [
+    *SUITES,
+    "fused optimizers: apex NpuFusedAdam vs torch.optim.Adam vs torch_npu.optim.NpuFusedAdam",
+    "dynamic loss scaler: injected overflow skips the step and halves the scale",
+]
 
 
 def missing(tests_root: str | None) -> list[str]:
@@ -52,7 +55,9 @@ def missing(tests_root: str | None) -> list[str]:
         except Exception as exc:  # an import that needs the runtime
             lacks.append(f"import torch_npu failed: {(str(exc).splitlines() or [''])[0][:160]}")
     if not tests_root or not os.path.isdir(tests_root):
-        lacks.append(f"the source tree the wheel was built from ({tests_root or 'pass --tests build/<target>/tree'})")
+        lacks.append(
+            f"the source tree the wheel was built from ({tests_root or 'pass --tests build/<target>/tree'})"
+        )
     return lacks
 
 
@@ -62,10 +67,15 @@ def run_suite(root: str, rel: str):
         if not os.path.exists(path):
             return "fail", f"{rel} is not in the source tree {root}"
         xml = os.path.join(root, f".npu-tier-{rel.replace('/', '_')}.xml")
-        proc = subprocess.run([sys.executable, "-m", "pytest", "-q", path, f"--junitxml={xml}"], cwd=root,
-                              capture_output=True, text=True)
+        proc = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", path, f"--junitxml={xml}"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+        )
         tail = (proc.stdout.strip().splitlines() or ["no output"])[-1]
         return ("ok" if proc.returncode == 0 else "fail"), f"{rel}: {tail}"
+
     return check
 
 
@@ -78,9 +88,11 @@ def fused_optimizers():
     start = torch.randn(64, 32)
     grads = [torch.randn(64, 32) for _ in range(5)]
     finals = {}
-    makers = {"torch.optim.Adam": lambda p: torch.optim.Adam(p, lr=1e-2),
-              "apex NpuFusedAdam": lambda p: NpuFusedAdam(p, lr=1e-2),
-              "torch_npu NpuFusedAdam": lambda p: torch_npu.optim.NpuFusedAdam(p, lr=1e-2)}
+    makers = {
+        "torch.optim.Adam": lambda p: torch.optim.Adam(p, lr=1e-2),
+        "apex NpuFusedAdam": lambda p: NpuFusedAdam(p, lr=1e-2),
+        "torch_npu NpuFusedAdam": lambda p: torch_npu.optim.NpuFusedAdam(p, lr=1e-2),
+    }
     for name, make in makers.items():
         param = torch.nn.Parameter(start.clone().npu())
         opt = make([param])
@@ -91,8 +103,11 @@ def fused_optimizers():
     ref = finals["torch.optim.Adam"]
     worst = {k: float((v - ref).abs().max()) for k, v in finals.items()}
     bad = {k: d for k, d in worst.items() if d > 1e-4}
-    return ("fail" if bad else "ok"), "max |difference| to torch.optim.Adam after 5 steps: " + ", ".join(
-        f"{k} {d:.2e}" for k, d in worst.items())
+    return (
+        "fail" if bad else "ok"
+    ), "max |difference| to torch.optim.Adam after 5 steps: " + ", ".join(
+        f"{k} {d:.2e}" for k, d in worst.items()
+    )
 
 
 def overflow_injection():
@@ -105,19 +120,27 @@ def overflow_injection():
     model, opt = amp.initialize(model, opt, opt_level="O2", loss_scale="dynamic", verbosity=0)
     before = [p.detach().clone() for p in model.parameters()]
     scale = amp._amp_state.loss_scalers[0].loss_scale()
-    loss = model(torch.randn(4, 8).npu().half()).float().sum() * float("inf")  # an overflow, injected
+    loss = model(torch.randn(4, 8).npu().half()).float().sum() * float(
+        "inf"
+    )  # an overflow, injected
     with amp.scale_loss(loss, opt) as scaled:
         scaled.backward()
     opt.step()
     after = amp._amp_state.loss_scalers[0].loss_scale()
     unchanged = all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
     ok = unchanged and after == scale / 2
-    return ("ok" if ok else "fail"), f"loss scale {scale} -> {after}; parameters {'unchanged' if unchanged else 'CHANGED'}"
+    return (
+        "ok" if ok else "fail"
+    ), f"loss scale {scale} -> {after}; parameters {'unchanged' if unchanged else 'CHANGED'}"
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description="NPU test tier of an installed Apex for Ascend wheel")
-    parser.add_argument("--tests", help="the generated source tree the wheel was built from (build/<target>/tree)")
+    parser = argparse.ArgumentParser(
+        description="NPU test tier of an installed Apex for Ascend wheel"
+    )
+    parser.add_argument(
+        "--tests", help="the generated source tree the wheel was built from (build/<target>/tree)"
+    )
     parser.add_argument("--json", help="write the results here")
     parser.add_argument("--junit", help="write JUnit XML here")
     args = parser.parse_args(argv)
@@ -133,7 +156,13 @@ def main(argv=None) -> int:
             tier.run(name, run_suite(args.tests, rel))
         tier.run(CASES[-2], fused_optimizers)
         tier.run(CASES[-1], overflow_injection)
-    report = {"tier": "npu", "ran": not lacks, "needs": lacks, "results": tier.results, "ok": not lacks and not tier.failed()}
+    report = {
+        "tier": "npu",
+        "ran": not lacks,
+        "needs": lacks,
+        "results": tier.results,
+        "ok": not lacks and not tier.failed(),
+    }
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(report, fh, indent=1)

@@ -35,7 +35,7 @@ def gemm_flops(device, dtype: torch.dtype, n: int, seconds: float = 0.2) -> floa
         for _ in range(reps):
             torch.matmul(a, b)
         best = min(best, (device.now() - start) / reps)
-    return 2 * n ** 3 / best
+    return 2 * n**3 / best
 
 
 def measure(device, dtypes, sizes=SWEEP_SIZES) -> dict:
@@ -45,10 +45,18 @@ def measure(device, dtypes, sizes=SWEEP_SIZES) -> dict:
         try:
             sweep = {str(n): round(gemm_flops(device, DTYPES[name], n), 1) for n in sizes}
         except Exception as exc:  # the device has no kernel for this dtype
-            out[name] = {"flops": None, "source": "measured", "reason": f"{exc.__class__.__name__}: {str(exc)[:120]}"}
+            out[name] = {
+                "flops": None,
+                "source": "measured",
+                "reason": f"{exc.__class__.__name__}: {str(exc)[:120]}",
+            }
             continue
-        out[name] = {"flops": max(sweep.values()), "source": f"measured: best of a GEMM sweep n={list(sizes)}, "
-                                                             "n x n x n torch.matmul, 2n^3 FLOPs", "sweep": sweep}
+        out[name] = {
+            "flops": max(sweep.values()),
+            "source": f"measured: best of a GEMM sweep n={list(sizes)}, "
+            "n x n x n torch.matmul, 2n^3 FLOPs",
+            "sweep": sweep,
+        }
     return out
 
 
@@ -65,14 +73,25 @@ def device_peak(device, how: str, fp32_kind: str, sizes=SWEEP_SIZES) -> dict:
     for dtype in wanted:
         key = fp32_kind if dtype == "float32" else dtype
         if entry and key in entry["peaks"]:
-            dtypes[dtype] = {"flops": entry["peaks"][key], "source": f"table: {entry['name']} {key}: {entry['source']}"}
+            dtypes[dtype] = {
+                "flops": entry["peaks"][key],
+                "source": f"table: {entry['name']} {key}: {entry['source']}",
+            }
     missing = [d for d in wanted if d not in dtypes]
     if missing and how != "table":
         dtypes.update(measure(device, missing, sizes))
     for dtype in missing:
-        dtypes.setdefault(dtype, {"flops": None, "source": "none",
-                                  "reason": f"{name} is not in {TABLE.name} for {dtype}; run with --peak auto to measure"})
-    return {"device": name, "table_entry": entry["name"] if entry else None, "fp32_kind": fp32_kind,
-            "dtypes": {d: dtypes[d] for d in wanted}}
-
-
+        dtypes.setdefault(
+            dtype,
+            {
+                "flops": None,
+                "source": "none",
+                "reason": f"{name} is not in {TABLE.name} for {dtype}; run with --peak auto to measure",
+            },
+        )
+    return {
+        "device": name,
+        "table_entry": entry["name"] if entry else None,
+        "fp32_kind": fp32_kind,
+        "dtypes": {d: dtypes[d] for d in wanted},
+    }

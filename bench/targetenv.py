@@ -16,7 +16,10 @@ import os
 NO_AUTOLOAD = "TORCH_DEVICE_BACKEND_AUTOLOAD"
 
 CANN_VARIABLES = ("ASCEND_HOME_PATH", "ASCEND_TOOLKIT_HOME")  # what a sourced set_env.sh exports
-CANN_HOMES = ("/usr/local/Ascend/ascend-toolkit/latest", "/usr/local/Ascend/cann")  # CANN <= 8.3, 8.5+
+CANN_HOMES = (
+    "/usr/local/Ascend/ascend-toolkit/latest",
+    "/usr/local/Ascend/cann",
+)  # CANN <= 8.3, 8.5+
 CANN_SET_ENV = ("/usr/local/Ascend/ascend-toolkit/set_env.sh", "/usr/local/Ascend/cann/set_env.sh")
 SET_ENV_HINT = f"source {CANN_SET_ENV[0]} (CANN 8.5+: {CANN_SET_ENV[1]})"
 DRIVER_VERSION_INFO = "/usr/local/Ascend/driver/version.info"

@@ -43,9 +43,23 @@ class Report:
         self.device = device
         self.checks: list[dict] = []
 
-    def add(self, name: str, status: str, detail: str, hint: str = "", required_for=("npu", "cuda", "cpu")) -> None:
-        self.checks.append({"check": name, "status": status, "detail": detail, "hint": hint,
-                            "required": self.device in required_for})
+    def add(
+        self,
+        name: str,
+        status: str,
+        detail: str,
+        hint: str = "",
+        required_for=("npu", "cuda", "cpu"),
+    ) -> None:
+        self.checks.append(
+            {
+                "check": name,
+                "status": status,
+                "detail": detail,
+                "hint": hint,
+                "required": self.device in required_for,
+            }
+        )
 
     @property
     def ok(self) -> bool:
@@ -63,8 +77,10 @@ def cann_info(environ=os.environ) -> dict:
     roots = [home] if home else []
     roots += targetenv.CANN_HOMES
     for root in roots:
-        for info in sorted(glob.glob(os.path.join(root, "*-linux", "ascend_toolkit_install.info")) +
-                           glob.glob(os.path.join(root, "ascend_toolkit_install.info"))):
+        for info in sorted(
+            glob.glob(os.path.join(root, "*-linux", "ascend_toolkit_install.info"))
+            + glob.glob(os.path.join(root, "ascend_toolkit_install.info"))
+        ):
             for line in Path(info).read_text(errors="replace").splitlines():
                 if line.startswith("version="):
                     return {"version": line.split("=", 1)[1].strip(), "file": info, "home": home}
@@ -86,8 +102,11 @@ def check_torch_npu(report: Report):
         import torch_npu
     except Exception as exc:
         text = _first_line(exc)
-        hint = SET_ENV_HINT if any(s in text for s in ("libascendcl", "libhccl", "set_env", ".so")) else \
-            "pip install torch-npu matching torch (see matrix.toml), then " + SET_ENV_HINT
+        hint = (
+            SET_ENV_HINT
+            if any(s in text for s in ("libascendcl", "libhccl", "set_env", ".so"))
+            else "pip install torch-npu matching torch (see matrix.toml), then " + SET_ENV_HINT
+        )
         status = "fail" if report.device == "npu" else "skip"
         report.add("torch_npu", status, f"not importable: {text}", hint, required_for=("npu",))
         return None
@@ -103,15 +122,34 @@ def check_cann(report: Report) -> None:
         detail = f"CANN {info['version']} ({info['file']}); set_env.sh {'sourced' if sourced else 'NOT sourced'}"
     else:
         detail = "no CANN toolkit found (ASCEND_HOME_PATH unset, nothing under /usr/local/Ascend)"
-    report.add("CANN", status, detail, "" if status == "ok" else SET_ENV_HINT, required_for=("npu",))
+    report.add(
+        "CANN", status, detail, "" if status == "ok" else SET_ENV_HINT, required_for=("npu",)
+    )
     if shutil.which("npu-smi"):
         result = subprocess.run(["npu-smi", "info"], capture_output=True, text=True, timeout=60)
-        first = next((line.strip("| ").strip() for line in result.stdout.splitlines() if "npu-smi" in line.lower()), "")
+        first = next(
+            (
+                line.strip("| ").strip()
+                for line in result.stdout.splitlines()
+                if "npu-smi" in line.lower()
+            ),
+            "",
+        )
         status = "ok" if result.returncode == 0 else "fail"
-        report.add("driver (npu-smi info)", status, first or result.stderr.strip()[:200], required_for=("npu",))
+        report.add(
+            "driver (npu-smi info)",
+            status,
+            first or result.stderr.strip()[:200],
+            required_for=("npu",),
+        )
     else:
-        report.add("driver (npu-smi info)", "fail" if report.device == "npu" else "skip",
-                   "npu-smi not found", "install the Ascend driver (npu-smi comes with it)", required_for=("npu",))
+        report.add(
+            "driver (npu-smi info)",
+            "fail" if report.device == "npu" else "skip",
+            "npu-smi not found",
+            "install the Ascend driver (npu-smi comes with it)",
+            required_for=("npu",),
+        )
 
 
 def check_apex(report: Report) -> bool:
@@ -122,19 +160,35 @@ def check_apex(report: Report) -> bool:
             compiled.append(module)
         except Exception as exc:
             status = "fail" if report.device == "npu" else "skip"
-            report.add(f"apex compiled module {module}", status, _first_line(exc),
-                       "install the apexkit wheel (nox -s build-3.X) into this venv", required_for=("npu",))
+            report.add(
+                f"apex compiled module {module}",
+                status,
+                _first_line(exc),
+                "install the apexkit wheel (nox -s build-3.X) into this venv",
+                required_for=("npu",),
+            )
     for module in compiled:
         report.add(f"apex compiled module {module}", "ok", "loads", required_for=("npu",))
     try:
         import apex
     except Exception as exc:
         text = _first_line(exc)
-        hint = "install torch_npu + CANN (Ascend apex imports torch_npu)" if "torch_npu" in text else \
-            "install the apexkit wheel into this venv"
-        report.add("import apex", "fail" if report.device == "npu" else "skip", text, hint, required_for=("npu",))
+        hint = (
+            "install torch_npu + CANN (Ascend apex imports torch_npu)"
+            if "torch_npu" in text
+            else "install the apexkit wheel into this venv"
+        )
+        report.add(
+            "import apex",
+            "fail" if report.device == "npu" else "skip",
+            text,
+            hint,
+            required_for=("npu",),
+        )
         return False
-    report.add("import apex", "ok", getattr(apex, "__file__", "") or "importable", required_for=("npu",))
+    report.add(
+        "import apex", "ok", getattr(apex, "__file__", "") or "importable", required_for=("npu",)
+    )
     return True
 
 
@@ -144,31 +198,50 @@ def check_device(report: Report, torch) -> object | None:
     try:
         device = device_adapter.Device(report.device)
     except Exception as exc:
-        report.add(f"device {report.device}", "fail", _first_line(exc), SET_ENV_HINT if report.device == "npu" else "")
+        report.add(
+            f"device {report.device}",
+            "fail",
+            _first_line(exc),
+            SET_ENV_HINT if report.device == "npu" else "",
+        )
         return None
     if device.backend is not None and not device.backend.is_available():
-        report.add(f"device {report.device}", "fail", f"torch.{report.device}.is_available() is False",
-                   "check the driver (npu-smi info / nvidia-smi) and ASCEND_RT_VISIBLE_DEVICES/CUDA_VISIBLE_DEVICES")
+        report.add(
+            f"device {report.device}",
+            "fail",
+            f"torch.{report.device}.is_available() is False",
+            "check the driver (npu-smi info / nvidia-smi) and ASCEND_RT_VISIBLE_DEVICES/CUDA_VISIBLE_DEVICES",
+        )
         return None
     current = "-" if device.index is None else device.index
-    report.add(f"device {report.device}", "ok", f"{device.count()} available, current {current}, {device.name()}")
+    report.add(
+        f"device {report.device}",
+        "ok",
+        f"{device.count()} available, current {current}, {device.name()}",
+    )
     return device
 
 
 def check_capabilities(report: Report, device) -> None:
     """What this torch can do on the device, as probed: informational, the steps below depend on it."""
     caps = device.capabilities()
-    autocast = ", ".join(f"{name} {'yes' if c['ok'] else 'no'}" for name, c in caps["autocast"].items())
+    autocast = ", ".join(
+        f"{name} {'yes' if c['ok'] else 'no'}" for name, c in caps["autocast"].items()
+    )
     scaler = caps["grad_scaler"]["via"] or "none"
     dist = caps["distributed"]
-    detail = (f"torch {caps['torch']} on {device.kind}: autocast {autocast}; GradScaler {scaler}; "
-              f"distributed {dist['backend']} {'yes' if dist['ok'] else 'no'}")
+    detail = (
+        f"torch {caps['torch']} on {device.kind}: autocast {autocast}; GradScaler {scaler}; "
+        f"distributed {dist['backend']} {'yes' if dist['ok'] else 'no'}"
+    )
     report.add("torch capabilities", "ok", detail, required_for=())
 
 
 def autocast_dtype(torch, device) -> tuple[object, str]:
     """The dtype the autocast step uses here (fp16 with a GradScaler where there is one, else bf16), or why none."""
-    preferred = (torch.bfloat16, torch.float16) if device.kind == "cpu" else (torch.float16, torch.bfloat16)
+    preferred = (
+        (torch.bfloat16, torch.float16) if device.kind == "cpu" else (torch.float16, torch.bfloat16)
+    )
     reasons = []
     for dtype in preferred:
         if not device.autocast_support(dtype)["ok"]:
@@ -185,8 +258,13 @@ def check_autocast_step(report: Report, torch, device) -> None:
     dtype, why = autocast_dtype(torch, device)
     if dtype is None:
         status = "fail" if device.kind == "npu" else "skip"
-        report.add("torch.autocast step", status, why, "install a torch (+ torch_npu) whose autocast runs on this device",
-                   required_for=("npu",))
+        report.add(
+            "torch.autocast step",
+            status,
+            why,
+            "install a torch (+ torch_npu) whose autocast runs on this device",
+            required_for=("npu",),
+        )
         return
     try:
         model = torch.nn.Linear(16, 4).to(device.torch_device)
@@ -204,7 +282,9 @@ def check_autocast_step(report: Report, torch, device) -> None:
             optimizer.step()
         device.synchronize()
         name = str(dtype).replace("torch.", "")
-        report.add("torch.autocast step", "ok", f"{name} forward, backward, step; loss {loss.item():.4f}")
+        report.add(
+            "torch.autocast step", "ok", f"{name} forward, backward, step; loss {loss.item():.4f}"
+        )
     except Exception as exc:
         report.add("torch.autocast step", "fail", _first_line(exc))
 
@@ -215,7 +295,11 @@ def check_apex_amp(report: Report, torch, device, apex_ok: bool) -> None:
         if device is None:
             why = f"no usable {report.device} device (see above)"
         else:
-            why = "apex.amp runs on NPU/GPU" if device.kind == "cpu" else "apex not importable (see above)"
+            why = (
+                "apex.amp runs on NPU/GPU"
+                if device.kind == "cpu"
+                else "apex not importable (see above)"
+            )
         status = "fail" if report.device == "npu" else "skip"
         report.add("apex amp O1 step", status, why, required_for=required)
         if report.device == "npu" or device is None or device.kind == "npu":
@@ -232,8 +316,12 @@ def check_apex_amp(report: Report, torch, device, apex_ok: bool) -> None:
             scaled.backward()
         optimizer.step()
         device.synchronize()
-        report.add("apex amp O1 step", "ok", f"initialize(O1) + scaled backward + step; loss {loss.item():.4f}",
-                   required_for=required)
+        report.add(
+            "apex amp O1 step",
+            "ok",
+            f"initialize(O1) + scaled backward + step; loss {loss.item():.4f}",
+            required_for=required,
+        )
     except Exception as exc:
         report.add("apex amp O1 step", "fail", _first_line(exc), required_for=required)
     if device.kind != "npu":
@@ -276,38 +364,69 @@ def render(report: Report) -> str:
         lines.append(f"  {mark}  {c['check']:<{width}}  {c['detail']}{needed}")
         if c["hint"] and c["status"] != "ok":
             lines.append(f"        {'':<{width}}  -> {c['hint']}")
-    verdict = "ready" if report.ok else "NOT ready: " + ", ".join(
-        c["check"] for c in report.checks if c["required"] and c["status"] != "ok")
+    verdict = (
+        "ready"
+        if report.ok
+        else "NOT ready: "
+        + ", ".join(c["check"] for c in report.checks if c["required"] and c["status"] != "ok")
+    )
     lines.append(f"verdict: {verdict}")
     return "\n".join(lines)
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--device", default="npu", choices=("npu", "cuda", "cpu"),
-                   help="the device the environment must be ready for (default npu)")
+    p.add_argument(
+        "--device",
+        default="npu",
+        choices=("npu", "cuda", "cpu"),
+        help="the device the environment must be ready for (default npu)",
+    )
     p.add_argument("--json", metavar="PATH", help="also write the report as JSON ('-' for stdout)")
-    p.add_argument("--tests", metavar="TREE", default=os.environ.get("APEXKIT_APEX_TREE"),
-                   help="--device npu: the source tree the wheel was built from (build/<target>/tree), whose Ascend "
-                        "test suites the NPU tier runs (bench/npu_tier.py)")
-    p.add_argument("--junit", metavar="PATH", help="--device npu: write the NPU tier's JUnit XML here")
+    p.add_argument(
+        "--tests",
+        metavar="TREE",
+        default=os.environ.get("APEXKIT_APEX_TREE"),
+        help="--device npu: the source tree the wheel was built from (build/<target>/tree), whose Ascend "
+        "test suites the NPU tier runs (bench/npu_tier.py)",
+    )
+    p.add_argument(
+        "--junit", metavar="PATH", help="--device npu: write the NPU tier's JUnit XML here"
+    )
     args = p.parse_args(argv)
     report = run(args.device)
-    if args.device == "npu":  # the NPU test tier: Ascend's own suites + equivalence checks, or what it needs
+    if (
+        args.device == "npu"
+    ):  # the NPU test tier: Ascend's own suites + equivalence checks, or what it needs
         import npu_tier
 
         out = io.StringIO()
         with contextlib.redirect_stdout(out):
-            npu_tier.main((["--tests", args.tests] if args.tests else []) + (["--junit", args.junit] if args.junit
-                                                                              else []))
+            npu_tier.main(
+                (["--tests", args.tests] if args.tests else [])
+                + (["--junit", args.junit] if args.junit else [])
+            )
         tier = json.loads(out.getvalue().strip().splitlines()[-1])
         failed = [r["name"] for r in tier["results"] if r["status"] == "fail"]
-        detail = ("needs an NPU: " + "; ".join(tier["needs"]) if tier["needs"] else
-                  f"{len(tier['results']) - len(failed)} of {len(tier['results'])} passed" +
-                  (f"; failed: {', '.join(failed)}" if failed else ""))
-        report.add("NPU test tier (bench/npu_tier.py)", "ok" if tier["ok"] else "fail", detail, required_for=("npu",))
-    data = {"device": report.device, "ok": report.ok, "checks": report.checks,
-            "python": sys.executable, "platform": platform.platform()}
+        detail = (
+            "needs an NPU: " + "; ".join(tier["needs"])
+            if tier["needs"]
+            else f"{len(tier['results']) - len(failed)} of {len(tier['results'])} passed"
+            + (f"; failed: {', '.join(failed)}" if failed else "")
+        )
+        report.add(
+            "NPU test tier (bench/npu_tier.py)",
+            "ok" if tier["ok"] else "fail",
+            detail,
+            required_for=("npu",),
+        )
+    data = {
+        "device": report.device,
+        "ok": report.ok,
+        "checks": report.checks,
+        "python": sys.executable,
+        "platform": platform.platform(),
+    }
     if args.json == "-":
         print(json.dumps(data, indent=2))
         print(render(report), file=sys.stderr)

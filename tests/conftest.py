@@ -61,13 +61,27 @@ class Runner:
         return ["--dist", str(self.dist), "--build-dir", str(self.build)]
 
     def nox(self, python: str, *args: str, **env: str) -> subprocess.CompletedProcess:
-        argv = [sys.executable, "-m", "nox", "-f", str(ROOT / "noxfile.py"), "-s", f"build-{python}", "--",
-                *self._dirs(), *args]
-        return subprocess.run(argv, cwd=ROOT, env=self.env(**env), capture_output=True, text=True, timeout=900)
+        argv = [
+            sys.executable,
+            "-m",
+            "nox",
+            "-f",
+            str(ROOT / "noxfile.py"),
+            "-s",
+            f"build-{python}",
+            "--",
+            *self._dirs(),
+            *args,
+        ]
+        return subprocess.run(
+            argv, cwd=ROOT, env=self.env(**env), capture_output=True, text=True, timeout=900
+        )
 
     def cli(self, python: str, *args: str, **env: str) -> subprocess.CompletedProcess:
         argv = [sys.executable, "-m", "apexkit", "build", python, *self._dirs(), *args]
-        return subprocess.run(argv, cwd=ROOT, env=self.env(**env), capture_output=True, text=True, timeout=900)
+        return subprocess.run(
+            argv, cwd=ROOT, env=self.env(**env), capture_output=True, text=True, timeout=900
+        )
 
 
 @pytest.fixture

@@ -21,9 +21,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 GIT_ENV = {
-    "GIT_AUTHOR_NAME": "fixture", "GIT_AUTHOR_EMAIL": "fixture@example.invalid",
-    "GIT_COMMITTER_NAME": "fixture", "GIT_COMMITTER_EMAIL": "fixture@example.invalid",
-    "GIT_AUTHOR_DATE": "2020-08-14T00:00:00Z", "GIT_COMMITTER_DATE": "2020-08-14T00:00:00Z",
+    "GIT_AUTHOR_NAME": "fixture",
+    "GIT_AUTHOR_EMAIL": "fixture@example.invalid",
+    "GIT_COMMITTER_NAME": "fixture",
+    "GIT_COMMITTER_EMAIL": "fixture@example.invalid",
+    "GIT_AUTHOR_DATE": "2020-08-14T00:00:00Z",
+    "GIT_COMMITTER_DATE": "2020-08-14T00:00:00Z",
 }
 
 C_MODULE = """\
@@ -45,7 +48,7 @@ static struct PyModuleDef module_def = {{PyModuleDef_HEAD_INIT, "{name}", nullpt
 PyMODINIT_FUNC PyInit_{name}(void) {{ return PyModule_Create(&module_def); }}
 """
 
-NVIDIA_SETUP = '''\
+NVIDIA_SETUP = """\
 import torch
 from torch.utils import cpp_extension
 from setuptools import setup, find_packages
@@ -80,9 +83,9 @@ setup(
     ext_modules=ext_modules,
     cmdclass=cmdclass,
 )
-'''
+"""
 
-ASCEND_SETUP = '''\
+ASCEND_SETUP = """\
 import sys
 import warnings
 import os
@@ -173,7 +176,7 @@ setup(
     ext_modules=ext_modules,
     cmdclass=cmdclass,
 )
-'''
+"""
 
 GET_PACKAGE_DIR = """\
     if '--user' in sys.argv:
@@ -230,13 +233,18 @@ class FixtureRepos:
         return f"file://{self.ascend_path}"
 
     def env(self, cache_dir: Path) -> dict[str, str]:
-        return {"APEXKIT_ASCEND_APEX_URL": self.ascend_url, "APEXKIT_NVIDIA_APEX_URL": self.nvidia_url,
-                "APEXKIT_CACHE_DIR": str(cache_dir)}
+        return {
+            "APEXKIT_ASCEND_APEX_URL": self.ascend_url,
+            "APEXKIT_NVIDIA_APEX_URL": self.nvidia_url,
+            "APEXKIT_CACHE_DIR": str(cache_dir),
+        }
 
 
 def git(cwd: Path, *args: str) -> str:
     env = dict(os.environ, **GIT_ENV)
-    return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True).stdout.strip()
+    return subprocess.run(
+        ["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True
+    ).stdout.strip()
 
 
 def write(root: Path, files: dict[str, str]) -> None:
@@ -262,10 +270,14 @@ def nvidia_files() -> dict[str, str]:
 
 def ascend_tree(nvidia: dict[str, str], drifted: bool, bare_rpath: bool) -> dict[str, str]:
     tree = dict(nvidia)
-    setup = ASCEND_SETUP.replace("@GET_PACKAGE_DIR@\n", GET_PACKAGE_DIR_DRIFTED if drifted else GET_PACKAGE_DIR)
+    setup = ASCEND_SETUP.replace(
+        "@GET_PACKAGE_DIR@\n", GET_PACKAGE_DIR_DRIFTED if drifted else GET_PACKAGE_DIR
+    )
     setup = setup.replace("@RPATH@", ", '-Wl,--disable-new-dtags,--rpath'" if bare_rpath else "")
     tree["setup.py"] = setup
-    tree["apex/__init__.py"] = "import torch\nimport torch_npu  # Apex for Ascend needs the NPU runtime\nfrom . import amp\n"
+    tree["apex/__init__.py"] = (
+        "import torch\nimport torch_npu  # Apex for Ascend needs the NPU runtime\nfrom . import amp\n"
+    )
     tree["csrc/flatten_unflatten.cpp"] = C_MODULE.format(name="apex_C", dtype="Half")
     del tree[".gitignore"], tree[".gitmodules"]
     return tree
@@ -278,8 +290,12 @@ def make_npu_patch(work: Path, nvidia: dict[str, str], ascend: dict[str, str]) -
         subprocess.run(["rm", "-rf", str(root)], check=True)
     write(a, nvidia)
     write(b, ascend)
-    proc = subprocess.run(["diff", "-Nur", "--exclude=.git", "apex", "apex-develop"], cwd=work, capture_output=True,
-                          text=True)
+    proc = subprocess.run(
+        ["diff", "-Nur", "--exclude=.git", "apex", "apex-develop"],
+        cwd=work,
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 1, proc.stderr  # 1: differences found
     return proc.stdout
 
@@ -294,7 +310,13 @@ def make(base: Path) -> FixtureRepos:
     git(nv, "add", "-A")
     git(nv, "commit", "-q", "-m", "fixture: upstream at the pinned commit")
     pin = git(nv, "rev-parse", "HEAD")
-    write(nv, {"README.md": "later upstream work\n", "setup.py": NVIDIA_SETUP.replace("version='0.1'", "version='0.2'")})
+    write(
+        nv,
+        {
+            "README.md": "later upstream work\n",
+            "setup.py": NVIDIA_SETUP.replace("version='0.1'", "version='0.2'"),
+        },
+    )
     git(nv, "add", "-A")
     git(nv, "commit", "-q", "-m", "fixture: upstream moves on after the pin")
     head = git(nv, "rev-parse", "HEAD")
@@ -307,7 +329,9 @@ def make(base: Path) -> FixtureRepos:
     common = {
         "src/apex/contrib/combine_tensors/__init__.py": "from .combine_tensors import combine_npu\n",
         "src/apex/contrib/combine_tensors/combine_tensors.py": "def combine_npu(tensors):\n    return tensors\n",
-        "src/csrc/combine_tensors/change_dataptr.cpp": C_MODULE.format(name="change_data_ptr", dtype="BFloat16"),
+        "src/csrc/combine_tensors/change_dataptr.cpp": C_MODULE.format(
+            name="change_data_ptr", dtype="BFloat16"
+        ),
         "tests/L0/device.py": "DEVICE = 'npu'\n",
         "scripts/build.sh": BUILD_SH.format(nvidia_url=f"file://{nv}", pin=pin),
         "scripts/gen.sh": "#!/bin/bash\n# fixture: generation only (patch + copy)\n",
@@ -318,7 +342,9 @@ def make(base: Path) -> FixtureRepos:
         if i:
             git(asc, "checkout", "-q", "-b", branch, "master")
         files_b = dict(common)
-        files_b["patch/npu.patch"] = make_npu_patch(work, files, ascend_tree(files, drifted, bare_rpath))
+        files_b["patch/npu.patch"] = make_npu_patch(
+            work, files, ascend_tree(files, drifted, bare_rpath)
+        )
         write(asc, files_b)
         git(asc, "add", "-A")
         git(asc, "commit", "-q", "--allow-empty", "-m", f"fixture: {branch}")

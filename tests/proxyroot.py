@@ -22,13 +22,21 @@ def invoke(*args: str, env: dict[str, str] | None = None) -> subprocess.Complete
     base.update({"HOME": "/home/alice", "XDG_CONFIG_HOME": "", "DOCKER_CONFIG": ""})
     base = {k: v for k, v in base.items() if v}
     base.update(env or {})
-    return subprocess.run([sys.executable, "-m", "invoke", "-r", str(ROOT), *args], capture_output=True, text=True,
-                          env=base, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "invoke", "-r", str(ROOT), *args],
+        capture_output=True,
+        text=True,
+        env=base,
+        timeout=120,
+    )
 
 
 def snapshot(root: Path) -> dict[str, tuple[bytes, int]]:
-    return {str(p.relative_to(root)): (p.read_bytes(), stat.S_IMODE(p.stat().st_mode))
-            for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(root)): (p.read_bytes(), stat.S_IMODE(p.stat().st_mode))
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
 
 
 def paths(root: Path, **kwargs) -> layers.Paths:

@@ -55,10 +55,14 @@ class TinyProxy:
         self.log = directory / "tinyproxy.log"
         conf = directory / "tinyproxy.conf"
         conf.write_text(
-            f"Port {self.port}\nListen 127.0.0.1\nTimeout 60\nLogFile \"{self.log}\"\nLogLevel Connect\n"
-            f"MaxClients 50\nAllow 127.0.0.1\nBasicAuth {self.USER} {self.PASSWORD}\nConnectPort 443\n")
-        self.process = subprocess.Popen(["tinyproxy", "-d", "-c", str(conf)], stdout=subprocess.DEVNULL,
-                                        stderr=subprocess.STDOUT)
+            f'Port {self.port}\nListen 127.0.0.1\nTimeout 60\nLogFile "{self.log}"\nLogLevel Connect\n'
+            f"MaxClients 50\nAllow 127.0.0.1\nBasicAuth {self.USER} {self.PASSWORD}\nConnectPort 443\n"
+        )
+        self.process = subprocess.Popen(
+            ["tinyproxy", "-d", "-c", str(conf)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.STDOUT,
+        )
         _wait_port(self.port)
 
     @property
@@ -96,30 +100,56 @@ class Dockerd:
         self.log_path = self.base / "dockerd.log"
         env = {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}
         env.update(environment)
-        argv = ["dockerd", "--host", self.host, "--data-root", str(self.data_root), "--exec-root",
-                str(self.base / "exec"), "--pidfile", str(self.base / "dockerd.pid"), "--iptables=false",
-                "--bridge=none", "--ip-masq=false"]
+        argv = [
+            "dockerd",
+            "--host",
+            self.host,
+            "--data-root",
+            str(self.data_root),
+            "--exec-root",
+            str(self.base / "exec"),
+            "--pidfile",
+            str(self.base / "dockerd.pid"),
+            "--iptables=false",
+            "--bridge=none",
+            "--ip-masq=false",
+        ]
         self.log_file = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
-        self.process = subprocess.Popen(argv, env=env, stdout=self.log_file, stderr=subprocess.STDOUT,
-                                        start_new_session=True)
+        self.process = subprocess.Popen(
+            argv, env=env, stdout=self.log_file, stderr=subprocess.STDOUT, start_new_session=True
+        )
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise RuntimeError(f"dockerd exited: {self.log_path.read_text()[-2000:]}")
-            if subprocess.run(["docker", "-H", self.host, "version"], capture_output=True).returncode == 0:
+            if (
+                subprocess.run(
+                    ["docker", "-H", self.host, "version"], capture_output=True
+                ).returncode
+                == 0
+            ):
                 return
             time.sleep(0.5)
         self.stop()
-        raise RuntimeError(f"dockerd did not answer within 90 s: {self.log_path.read_text()[-2000:]}")
+        raise RuntimeError(
+            f"dockerd did not answer within 90 s: {self.log_path.read_text()[-2000:]}"
+        )
 
     def client(self):
         import docker
 
         return docker.DockerClient(base_url=self.host, timeout=120)
 
-    def docker(self, *args: str, env: dict[str, str] | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
-        return subprocess.run(["docker", "-H", self.host, *args], capture_output=True, text=True, timeout=timeout,
-                              env=env)
+    def docker(
+        self, *args: str, env: dict[str, str] | None = None, timeout: int = 300
+    ) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            ["docker", "-H", self.host, *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=env,
+        )
 
     def stop(self) -> None:
         with contextlib.suppress(ProcessLookupError):
@@ -157,7 +187,9 @@ class SlurmCluster:
     `node_env` gives a node its own environment through a TaskProlog (what a site's prolog or a hand-edited node
     does): {"node2": {"PYTHONPATH": "/broken"}}."""
 
-    def __init__(self, nodes: int = 3, cpus: int = 1, node_env: dict[str, dict[str, str]] | None = None) -> None:
+    def __init__(
+        self, nodes: int = 3, cpus: int = 1, node_env: dict[str, dict[str, str]] | None = None
+    ) -> None:
         self.base = Path(tempfile.mkdtemp(prefix="apxs-", dir="/tmp"))  # short: munge's socket path
         self.names = [f"node{i}" for i in range(1, nodes + 1)]
         self.conf = self.base / "slurm.conf"
@@ -170,15 +202,22 @@ class SlurmCluster:
         key.write_bytes(os.urandom(1024))
         key.chmod(0o400)
         prolog = self.base / "task_prolog.sh"
-        cases = "".join(f"  {name})\n" + "".join(f"    echo export {k}={v}\n" for k, v in env.items()) + "    ;;\n"
-                        for name, env in (node_env or {}).items())
+        cases = "".join(
+            f"  {name})\n"
+            + "".join(f"    echo export {k}={v}\n" for k, v in env.items())
+            + "    ;;\n"
+            for name, env in (node_env or {}).items()
+        )
         prolog.write_text(f'#!/bin/sh\ncase "$SLURMD_NODENAME" in\n{cases}esac\nexit 0\n')
         prolog.chmod(0o755)
         ctld, slurmd = free_port(), free_port()
         ports = [free_port() for _ in self.names]
         b = self.base
-        nodes_conf = "".join(f"NodeName={n} NodeHostname=localhost NodeAddr=127.0.0.1 Port={p} CPUs={cpus} "
-                             f"RealMemory=1000 State=UNKNOWN\n" for n, p in zip(self.names, ports))
+        nodes_conf = "".join(
+            f"NodeName={n} NodeHostname=localhost NodeAddr=127.0.0.1 Port={p} CPUs={cpus} "
+            f"RealMemory=1000 State=UNKNOWN\n"
+            for n, p in zip(self.names, ports)
+        )
         self.conf.write_text(
             f"ClusterName=apexkit\nSlurmctldHost=localhost\nSlurmctldPort={ctld}\nSlurmdPort={slurmd}\n"
             f"SlurmUser=root\nAuthType=auth/munge\nAuthInfo=socket={self.munge_socket}\nCredType=cred/munge\n"
@@ -189,22 +228,45 @@ class SlurmCluster:
             "AccountingStorageType=accounting_storage/none\nSwitchType=switch/none\nMpiDefault=none\n"
             "SchedulerType=sched/backfill\nSelectType=select/cons_tres\nSelectTypeParameters=CR_Core\n"
             "ReturnToService=2\nSlurmdTimeout=60\nInactiveLimit=0\nMinJobAge=3600\nKillWait=30\n"
-            f"{nodes_conf}PartitionName=debug Nodes={','.join(self.names)} Default=YES MaxTime=INFINITE State=UP\n")
+            f"{nodes_conf}PartitionName=debug Nodes={','.join(self.names)} Default=YES MaxTime=INFINITE State=UP\n"
+        )
         self.env = dict(os.environ, SLURM_CONF=str(self.conf))
         try:
-            self._start(["munged", "-F", f"--socket={self.munge_socket}", f"--key-file={key}",
-                         f"--pid-file={b}/munged.pid", f"--log-file={b}/log/munged.log", f"--seed-file={b}/munged.seed",
-                         "--force"], "munged")
+            self._start(
+                [
+                    "munged",
+                    "-F",
+                    f"--socket={self.munge_socket}",
+                    f"--key-file={key}",
+                    f"--pid-file={b}/munged.pid",
+                    f"--log-file={b}/log/munged.log",
+                    f"--seed-file={b}/munged.seed",
+                    "--force",
+                ],
+                "munged",
+            )
             self._wait(lambda: self.munge_socket.exists(), "munged socket")
             self._start(["slurmctld", "-D", "-i"], "slurmctld")
-            self._wait(lambda: self.run("scontrol", "ping").returncode == 0 and
-                       "UP" in self.run("scontrol", "ping").stdout, "slurmctld")
+            self._wait(
+                lambda: (
+                    self.run("scontrol", "ping").returncode == 0
+                    and "UP" in self.run("scontrol", "ping").stdout
+                ),
+                "slurmctld",
+            )
             for name in self.names:
                 (b / "spool" / name).mkdir()
                 self._start(["slurmd", "-D", "-N", name], f"slurmd-{name}")
-            self._wait(lambda: self.run("sinfo", "-h", "-o", "%t").stdout.split() and
-                       all(s == "idle" for s in self.run("sinfo", "-h", "-N", "-o", "%t").stdout.split()),
-                       "idle nodes")
+            self._wait(
+                lambda: (
+                    self.run("sinfo", "-h", "-o", "%t").stdout.split()
+                    and all(
+                        s == "idle"
+                        for s in self.run("sinfo", "-h", "-N", "-o", "%t").stdout.split()
+                    )
+                ),
+                "idle nodes",
+            )
         except BaseException:
             self.stop()
             raise
@@ -212,8 +274,11 @@ class SlurmCluster:
     def _start(self, argv: list[str], name: str) -> None:
         out = open(self.base / "log" / f"{name}.out", "wb")  # noqa: SIM115 - closed in stop()
         self.log_files.append(out)
-        self.processes.append(subprocess.Popen(argv, env=self.env, stdout=out, stderr=subprocess.STDOUT,
-                                               start_new_session=True))
+        self.processes.append(
+            subprocess.Popen(
+                argv, env=self.env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        )
 
     def _wait(self, ready, what: str, timeout: float = 60) -> None:
         deadline = time.monotonic() + timeout
@@ -227,10 +292,15 @@ class SlurmCluster:
         raise RuntimeError(f"{what} not ready within {timeout}s: {self.logs()[-2000:]}")
 
     def logs(self) -> str:
-        return "\n".join(f"== {p.name}\n{p.read_text(errors='replace')[-1500:]}" for p in sorted((self.base / "log").iterdir()))
+        return "\n".join(
+            f"== {p.name}\n{p.read_text(errors='replace')[-1500:]}"
+            for p in sorted((self.base / "log").iterdir())
+        )
 
     def run(self, *argv: str, timeout: float = 60) -> subprocess.CompletedProcess:
-        return subprocess.run(list(argv), env=self.env, capture_output=True, text=True, timeout=timeout)
+        return subprocess.run(
+            list(argv), env=self.env, capture_output=True, text=True, timeout=timeout
+        )
 
     def stop(self) -> None:
         """Cancel what is left, then stop the daemons (slurmd first) and remove the directory."""
@@ -252,7 +322,9 @@ class SlurmCluster:
 
 def slurm_available() -> tuple[bool, str]:
     """Root (the daemons run as root here) and Debian's munge + slurmctld + slurmd + the client."""
-    absent = [tool for tool in ("munged", "slurmctld", "slurmd", "sbatch") if shutil.which(tool) is None]
+    absent = [
+        tool for tool in ("munged", "slurmctld", "slurmd", "sbatch") if shutil.which(tool) is None
+    ]
     if absent:
         from tools import testtools
 

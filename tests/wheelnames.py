@@ -17,5 +17,7 @@ def platform_tag(arch: str = "x86_64") -> str:
     return f"manylinux_2_24_{arch}" if TAG_COMPUTED else f"linux_{arch}"
 
 
-def fixture_wheel(version: str = "0.1+ascend.torch2.13.0", py: str = "cp311", arch: str = "x86_64") -> str:
+def fixture_wheel(
+    version: str = "0.1+ascend.torch2.13.0", py: str = "cp311", arch: str = "x86_64"
+) -> str:
     return f"apex-{version}-{py}-{py}-{platform_tag(arch)}.whl"

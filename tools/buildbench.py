@@ -30,17 +30,37 @@ from apexkit.plan.matrix import PROJECT_ROOT
 
 
 def _run(root: Path, python: str, extra: list[str], env: dict, dist: Path, build: Path) -> dict:
-    argv = [sys.executable, "-m", "nox", "-f", str(root / "noxfile.py"), "-s", f"build-{python}", "--",
-            "--dist", str(dist), "--build-dir", str(build), *extra]
+    argv = [
+        sys.executable,
+        "-m",
+        "nox",
+        "-f",
+        str(root / "noxfile.py"),
+        "-s",
+        f"build-{python}",
+        "--",
+        "--dist",
+        str(dist),
+        "--build-dir",
+        str(build),
+        *extra,
+    ]
     start = time.monotonic()
     proc = subprocess.run(argv, env=env, capture_output=True, text=True, cwd=root)
     wall = time.monotonic() - start
     if proc.returncode != 0:
         sys.stderr.write(proc.stdout[-3000:] + proc.stderr[-3000:])
         raise SystemExit(f"build failed: {' '.join(extra)}")
-    manifest = json.loads(max(dist.glob("*/manifest.json"), key=lambda p: p.stat().st_mtime).read_text())
-    return {"wall_s": round(wall, 2), "durations_s": manifest["durations_s"], "wheel": manifest["wheel"],
-            "cache_hit": manifest.get("cache_hit"), "ccache": manifest.get("ccache")}
+    manifest = json.loads(
+        max(dist.glob("*/manifest.json"), key=lambda p: p.stat().st_mtime).read_text()
+    )
+    return {
+        "wall_s": round(wall, 2),
+        "durations_s": manifest["durations_s"],
+        "wheel": manifest["wheel"],
+        "cache_hit": manifest.get("cache_hit"),
+        "ccache": manifest.get("ccache"),
+    }
 
 
 def changed_checkout(tmp: Path) -> Path:
@@ -56,7 +76,9 @@ def _compile_s(result: dict) -> float | None:
     durations = result["durations_s"]
     if "compile" in durations:
         return durations["compile"]
-    return next((v for k, v in durations.items() if k.startswith("compile")), None)  # a manifest before stable keys
+    return next(
+        (v for k, v in durations.items() if k.startswith("compile")), None
+    )  # a manifest before stable keys
 
 
 def _ccache(stats: dict | None) -> str:
@@ -79,7 +101,9 @@ def goals(results: dict[str, dict]) -> list[tuple[str, float, str, bool]]:
         found.append(("changed-input wall ÷ cold wall", round(ratio, 2), "≤ 0.25", ratio <= 0.25))
     comp = _compile_s(results["cold"])
     if comp:
-        found.append(("cold wall ÷ its compile step", round(cold / comp, 2), "≤ 1.3", cold / comp <= 1.3))
+        found.append(
+            ("cold wall ÷ its compile step", round(cold / comp, 2), "≤ 1.3", cold / comp <= 1.3)
+        )
     if "no-op" in results:
         noop = results["no-op"]["wall_s"]
         found.append(("no-op wall (s)", noop, "< 1", noop < 1))
@@ -88,16 +112,20 @@ def goals(results: dict[str, dict]) -> list[tuple[str, float, str, bool]]:
 
 def table(results: dict[str, dict]) -> str:
     cold = results["cold"]["wall_s"]
-    lines = ["| run | wall | vs cold | compile step | ccache | steps (s; other = total − steps) |",
-             "|---|---|---|---|---|---|"]
+    lines = [
+        "| run | wall | vs cold | compile step | ccache | steps (s; other = total − steps) |",
+        "|---|---|---|---|---|---|",
+    ]
     for name, r in results.items():
         comp = _compile_s(r)
         durations = {k: v for k, v in r["durations_s"].items() if k != "total"}
         steps = ", ".join(f"{k.split(' (')[0]} {v:.1f}" for k, v in durations.items())
         if "total" in r["durations_s"]:
             steps += f", other {max(0.0, r['durations_s']['total'] - sum(durations.values())):.1f}"
-        lines.append(f"| {name} | {r['wall_s']:.1f} s | {r['wall_s'] / cold:.2f}× | "
-                     f"{f'{comp:.1f} s' if comp else '-'} | {_ccache(r.get('ccache'))} | {steps} |")
+        lines.append(
+            f"| {name} | {r['wall_s']:.1f} s | {r['wall_s'] / cold:.2f}× | "
+            f"{f'{comp:.1f} s' if comp else '-'} | {_ccache(r.get('ccache'))} | {steps} |"
+        )
     lines.append("")
     for what, value, goal, met in goals(results):
         lines.append(f"{what}: {value} (goal {goal}: {'met' if met else 'NOT met'})")
@@ -105,9 +133,14 @@ def table(results: dict[str, dict]) -> str:
 
 
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="nox -s build-bench --", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--python", default=None, help="target Python (default: matrix.toml [pythons] default)")
+    p = argparse.ArgumentParser(
+        prog="nox -s build-bench --",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--python", default=None, help="target Python (default: matrix.toml [pythons] default)"
+    )
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
     p.add_argument("build_options", nargs="*", help="extra build options (after --)")
     args = p.parse_args(argv)
@@ -115,8 +148,12 @@ def main(argv: list[str]) -> int:
     results: dict[str, dict] = {}
     with tempfile.TemporaryDirectory(prefix="apexkit-bench-") as tmp:
         tmp_path = Path(tmp)
-        env = dict(os.environ, APEXKIT_CACHE_DIR=str(tmp_path / "cache"), CCACHE_DIR=str(tmp_path / "ccache"),
-                   CCACHE_NOHASHDIR="1")
+        env = dict(
+            os.environ,
+            APEXKIT_CACHE_DIR=str(tmp_path / "cache"),
+            CCACHE_DIR=str(tmp_path / "ccache"),
+            CCACHE_NOHASHDIR="1",
+        )
         dist, build = tmp_path / "dist", tmp_path / "build"
         opts = [*args.build_options, "--jobs", str(args.jobs)]
         nocc = dict(env, CCACHE_DISABLE="1")
@@ -124,8 +161,18 @@ def main(argv: list[str]) -> int:
             ("cold", PROJECT_ROOT, opts, env),
             ("no-op", PROJECT_ROOT, opts, env),
             ("changed-input", changed_checkout(tmp_path), opts, env),
-            ("compile -j1", PROJECT_ROOT, [*args.build_options, "--no-cache", "--no-smoke-test", "--jobs", "1"], nocc),
-            (f"compile -j{args.jobs}", PROJECT_ROOT, [*opts, "--no-cache", "--no-smoke-test"], nocc),
+            (
+                "compile -j1",
+                PROJECT_ROOT,
+                [*args.build_options, "--no-cache", "--no-smoke-test", "--jobs", "1"],
+                nocc,
+            ),
+            (
+                f"compile -j{args.jobs}",
+                PROJECT_ROOT,
+                [*opts, "--no-cache", "--no-smoke-test"],
+                nocc,
+            ),
         ]
         for name, root, extra, run_env in runs:
             log.info(f"▸ {name}")
@@ -136,12 +183,23 @@ def main(argv: list[str]) -> int:
     out = paths.build_dir() / "build-bench.json"
     out.parent.mkdir(exist_ok=True)
     ccache = shutil.which("ccache")
-    version = subprocess.run([ccache, "--version"], capture_output=True, text=True).stdout.split("\n")[0] \
-        if ccache else None
-    out.write_text(json.dumps({"machine": f"{platform.machine()} {os.cpu_count()} cores",
-                               "ccache": ccache and f"{ccache} ({version})", "python": args.python,
-                               "results": results, "goals": [dict(zip(("what", "value", "goal", "met"), g))
-                                                             for g in goals(results)],
-                               "table": text}, indent=2))
+    version = (
+        subprocess.run([ccache, "--version"], capture_output=True, text=True).stdout.split("\n")[0]
+        if ccache
+        else None
+    )
+    out.write_text(
+        json.dumps(
+            {
+                "machine": f"{platform.machine()} {os.cpu_count()} cores",
+                "ccache": ccache and f"{ccache} ({version})",
+                "python": args.python,
+                "results": results,
+                "goals": [dict(zip(("what", "value", "goal", "met"), g)) for g in goals(results)],
+                "table": text,
+            },
+            indent=2,
+        )
+    )
     log.info(f"wrote {out}")
     return 0

@@ -38,26 +38,37 @@ class Pin:
     hashes: tuple[str, ...] = ()
 
     def holds(self, python: str) -> bool:
-        return self.marker is None or self.marker.evaluate({"python_version": python,
-                                                            "python_full_version": python + ".0",
-                                                            "sys_platform": "linux", "platform_system": "Linux"})
+        return self.marker is None or self.marker.evaluate(
+            {
+                "python_version": python,
+                "python_full_version": python + ".0",
+                "sys_platform": "linux",
+                "platform_system": "Linux",
+            }
+        )
 
 
 def _pin(text: str, where: str, hashes: tuple[str, ...] = ()) -> Pin:
     try:
         req = Requirement(text)
     except InvalidRequirement as exc:
-        raise ConfigError(f"{where}: {text!r} is not a requirement ({exc})", "write it as name==version") from None
+        raise ConfigError(
+            f"{where}: {text!r} is not a requirement ({exc})", "write it as name==version"
+        ) from None
     specs = list(req.specifier)
     if len(specs) != 1 or specs[0].operator != "==":
-        raise ConfigError(f"{where}: {text!r} is not an exact pin (name==version)", "pin it with ==")
+        raise ConfigError(
+            f"{where}: {text!r} is not an exact pin (name==version)", "pin it with =="
+        )
     return Pin(canonicalize_name(req.name), specs[0].version, req.marker, hashes)
 
 
 def read_in(path: Path, _seen: frozenset = frozenset()) -> list[Pin]:
     """The direct pins of a .in file, following `-r other.in` (a file that includes itself is one line)."""
     if path.resolve() in _seen:
-        raise ConfigError(f"{path} includes itself through -r", "remove the -r line that leads back to it")
+        raise ConfigError(
+            f"{path} includes itself through -r", "remove the -r line that leads back to it"
+        )
     _seen = _seen | {path.resolve()}
     pins: list[Pin] = []
     for raw in _read(path).splitlines():
@@ -69,8 +80,10 @@ def read_in(path: Path, _seen: frozenset = frozenset()) -> list[Pin]:
             pins += read_in(path.parent / words[1].strip(), _seen)
             continue
         if line.startswith("-"):
-            raise ConfigError(f"{path}: {line!r} is not a pin (only name==version and -r other.in)",
-                              "put index options in pip's config (invoke proxy.setup --pip-index), not in the .in")
+            raise ConfigError(
+                f"{path}: {line!r} is not a pin (only name==version and -r other.in)",
+                "put index options in pip's config (invoke proxy.setup --pip-index), not in the .in",
+            )
         pins.append(_pin(line, str(path)))
     return pins
 
@@ -79,8 +92,10 @@ def _read(path: Path) -> str:
     try:
         return path.read_text()
     except OSError as exc:
-        raise ConfigError(f"cannot read {path}: {exc.strerror or exc}", f"restore {path.name} from git, or run "
-                          f"{COMMAND} to write the locks") from None
+        raise ConfigError(
+            f"cannot read {path}: {exc.strerror or exc}",
+            f"restore {path.name} from git, or run {COMMAND} to write the locks",
+        ) from None
 
 
 def read_lock(path: Path) -> list[Pin]:
@@ -92,7 +107,11 @@ def read_lock(path: Path) -> list[Pin]:
         if entry:
             text = " ".join(entry)
             hashes = tuple(re.findall(r"--hash=sha256:([0-9a-f]{64})", text))
-            pins.append(_pin(re.sub(r"\s*--hash=\S+", "", text).replace("\\", " ").strip(), str(path), hashes))
+            pins.append(
+                _pin(
+                    re.sub(r"\s*--hash=\S+", "", text).replace("\\", " ").strip(), str(path), hashes
+                )
+            )
             entry.clear()
 
     for raw in _read(path).splitlines():
@@ -113,7 +132,9 @@ def for_python(pins: list[Pin], python: str) -> dict[str, str]:
     for pin in pins:
         if pin.holds(python):
             if pin.name in out and out[pin.name] != pin.version:
-                raise ConfigError(f"two pins of {pin.name} hold for Python {python}", "fix the markers")
+                raise ConfigError(
+                    f"two pins of {pin.name} hold for Python {python}", "fix the markers"
+                )
             out[pin.name] = pin.version
     return out
 
@@ -130,8 +151,10 @@ def check(lock: Path, source: Path) -> list[str]:
         have = for_python(locked, python)
         for name, version in for_python(wanted, python).items():
             if have.get(name) != version:
-                problems.append(f"Python {python}: {source.name} pins {name}=={version}, {lock.name} has "
-                                f"{have.get(name, 'nothing')}")
+                problems.append(
+                    f"Python {python}: {source.name} pins {name}=={version}, {lock.name} has "
+                    f"{have.get(name, 'nothing')}"
+                )
     return problems
 
 
@@ -141,20 +164,36 @@ def lock(uv: str, only_check: bool = False) -> int:
     bad = 0
     for lock_path, source in LOCKS.items():
         if not only_check:
-            argv = [uv, "pip", "compile", "--universal", "--generate-hashes", "--python-version", FLOOR, "--quiet",
-                    "--custom-compile-command", COMMAND, str(source.relative_to(paths.ROOT)), "-o",
-                    str(lock_path.relative_to(paths.ROOT))]
+            argv = [
+                uv,
+                "pip",
+                "compile",
+                "--universal",
+                "--generate-hashes",
+                "--python-version",
+                FLOOR,
+                "--quiet",
+                "--custom-compile-command",
+                COMMAND,
+                str(source.relative_to(paths.ROOT)),
+                "-o",
+                str(lock_path.relative_to(paths.ROOT)),
+            ]
             log.echo_command(argv)
             proc = subprocess.run(argv, cwd=paths.ROOT, capture_output=True, text=True)
             if proc.returncode != 0:
                 reason = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-                raise EnvironmentSetupError(f"uv pip compile {source.name} failed: {log.mask(reason)[:300]}",
-                                            "check the index (UV_INDEX_URL) and the pins in requirements/*.in")
+                raise EnvironmentSetupError(
+                    f"uv pip compile {source.name} failed: {log.mask(reason)[:300]}",
+                    "check the index (UV_INDEX_URL) and the pins in requirements/*.in",
+                )
         problems = check(lock_path, source)
         for problem in problems:
             log.warn(f"{lock_path.name}: {problem}")
         bad += bool(problems)
         if not problems:
-            log.info(f"✓ {lock_path.relative_to(paths.ROOT)}: {len(read_lock(lock_path))} pins with hashes, "
-                     f"matching {source.relative_to(paths.ROOT)}")
+            log.info(
+                f"✓ {lock_path.relative_to(paths.ROOT)}: {len(read_lock(lock_path))} pins with hashes, "
+                f"matching {source.relative_to(paths.ROOT)}"
+            )
     return 1 if bad else 0

@@ -19,8 +19,15 @@ from apexkit import systools
 
 OPT_IN = "APEXKIT_INSTALL_SYSTEM_TOOLS"
 # command -> Debian package, for every command the build and the tests use (the docker CLI comes with docker.io)
-ALL_TOOLS = {**systools.DEBIAN_PACKAGES, **systools.TEST_PACKAGES, **systools.QEMU_PACKAGES, "docker": "docker.io",
-             "scontrol": "slurm-client", "squeue": "slurm-client", "scancel": "slurm-client"}
+ALL_TOOLS = {
+    **systools.DEBIAN_PACKAGES,
+    **systools.TEST_PACKAGES,
+    **systools.QEMU_PACKAGES,
+    "docker": "docker.io",
+    "scontrol": "slurm-client",
+    "squeue": "slurm-client",
+    "scancel": "slurm-client",
+}
 
 
 def install_requested(environ: Mapping[str, str]) -> bool:
@@ -35,15 +42,22 @@ def install_requested(environ: Mapping[str, str]) -> bool:
 class Plan:
     """What the tests session does to the system before pytest runs."""
 
-    install: tuple[str, ...] = ()  # missing commands whose Debian packages to install (systools.ensure takes these)
+    install: tuple[
+        str, ...
+    ] = ()  # missing commands whose Debian packages to install (systools.ensure takes these)
     register_binfmt: bool = False  # QEMU aarch64 through binfmt_misc
     require_services: bool = False  # a missing service fails its tests instead of skipping them
     not_installed: tuple[str, ...] = ()  # missing test/QEMU tools left alone (their tests skip)
-    missing_build_tools: tuple[str, ...] = ()  # missing git/g++/patch...: the session stops, naming the command
+    missing_build_tools: tuple[
+        str, ...
+    ] = ()  # missing git/g++/patch...: the session stops, naming the command
 
 
-def decide(environ: Mapping[str, str], can_install: bool,
-           missing: Callable[[Sequence[str]], list[str]] = systools.missing) -> Plan:
+def decide(
+    environ: Mapping[str, str],
+    can_install: bool,
+    missing: Callable[[Sequence[str]], list[str]] = systools.missing,
+) -> Plan:
     """The plan for this machine: pure but for `missing` (which commands are not on PATH)."""
     build = tuple(missing(tuple(systools.DEBIAN_PACKAGES)))
     extra = tuple(missing((*systools.TEST_PACKAGES, *systools.QEMU_PACKAGES)))
@@ -65,5 +79,7 @@ def install_command(commands: Sequence[str]) -> str:
 def skip_reason(*commands: str) -> str:
     """Why a test that needs `commands` is skipped, and the exact command that would let it run."""
     absent = [c for c in commands if shutil.which(c) is None] or list(commands)
-    return (f"{', '.join(absent)} not installed -- install: {install_command(absent)} "
-            f"(or let the tests install them, as root: {OPT_IN}=1 nox -s tests)")
+    return (
+        f"{', '.join(absent)} not installed -- install: {install_command(absent)} "
+        f"(or let the tests install them, as root: {OPT_IN}=1 nox -s tests)"
+    )

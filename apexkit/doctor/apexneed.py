@@ -36,16 +36,24 @@ else:  # Python < 3.11
 
 DATA = Path(__file__).with_name("apex_need.toml")
 NEEDED, NOT_NEEDED, UNKNOWN = "needed", "not-needed", "unknown"
-NEEDS, REPLACES, UNCLEAR, INFO = "needs", "replaces", "unclear", "info"  # what one piece of evidence does
+NEEDS, REPLACES, UNCLEAR, INFO = (
+    "needs",
+    "replaces",
+    "unclear",
+    "info",
+)  # what one piece of evidence does
 SHOWN_PER_PATTERN = 3  # file:line locations named in a row; --json has them all (up to MAX_HITS)
 MAX_HITS = 200
-BINARY_SNIFF = 8192  # a NUL byte in a file's first 8 KiB: a binary, not a script (as git and grep -I decide)
+BINARY_SNIFF = (
+    8192  # a NUL byte in a file's first 8 KiB: a binary, not a script (as git and grep -I decide)
+)
 
 # Runs in the target interpreter (any Python 3): lists distributions, imports nothing of the training stack.
 _PROBE = paths.PROBES / "training_env.py"
 
 
 # --- facts -------------------------------------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Pattern:
@@ -75,14 +83,30 @@ class Facts:
 def load(path: Path = DATA) -> Facts:
     with open(path, "rb") as fh:
         data = tomllib.load(fh)
-    patterns = tuple(Pattern(p["id"], re.compile(p["regex"]), p["needs"], p["what"], p["source"], p.get("alternative", ""),
-                             p.get("optional_in_try", False)) for p in data["patterns"])
-    return Facts(data["read"], data["verdict"]["labels"],
-                 {canonicalize_name(k): {**v, "name": k} for k, v in data["distributions"].items()},
-                 tuple(data["torch_npu"]["fused_optimizers"]), patterns, data["scan"])
+    patterns = tuple(
+        Pattern(
+            p["id"],
+            re.compile(p["regex"]),
+            p["needs"],
+            p["what"],
+            p["source"],
+            p.get("alternative", ""),
+            p.get("optional_in_try", False),
+        )
+        for p in data["patterns"]
+    )
+    return Facts(
+        data["read"],
+        data["verdict"]["labels"],
+        {canonicalize_name(k): {**v, "name": k} for k, v in data["distributions"].items()},
+        tuple(data["torch_npu"]["fused_optimizers"]),
+        patterns,
+        data["scan"],
+    )
 
 
 # --- evidence and the verdict ------------------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Evidence:
@@ -114,8 +138,11 @@ class Verdict:
         return f"{self.label}: {first.where} {first.what}{more}; source: {first.source}"
 
     def as_dict(self) -> dict:
-        return {**asdict(self), "reasons": [asdict(e) for e in self.reasons],
-                "evidence": [asdict(e) for e in self.evidence]}
+        return {
+            **asdict(self),
+            "reasons": [asdict(e) for e in self.reasons],
+            "evidence": [asdict(e) for e in self.evidence],
+        }
 
 
 def decide(evidence: list[Evidence], facts: Facts) -> Verdict:
@@ -133,11 +160,14 @@ def decide(evidence: list[Evidence], facts: Facts) -> Verdict:
 
 # --- the target environment ----------------------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class Dist:
     name: str
     version: str
-    source_dir: str | None  # the checkout it was installed from (pip install -e / pip install <dir>), if known
+    source_dir: (
+        str | None
+    )  # the checkout it was installed from (pip install -e / pip install <dir>), if known
 
 
 @dataclass(frozen=True)
@@ -155,22 +185,30 @@ class Environment:
 def resolve_target(venv: str | None, python: str | None) -> str | None:
     """The interpreter of --venv PATH or --interpreter PATH (None: neither given); bad input is one ConfigError."""
     if venv and python:
-        raise ConfigError("--venv and --interpreter both name a training environment", "pass one of them")
+        raise ConfigError(
+            "--venv and --interpreter both name a training environment", "pass one of them"
+        )
     if venv:
         root = Path(venv).expanduser()
         if not root.is_dir():
-            raise ConfigError(f"--venv {venv}: no such directory",
-                              "pass the training environment's directory (the sys.prefix of its python)")
+            raise ConfigError(
+                f"--venv {venv}: no such directory",
+                "pass the training environment's directory (the sys.prefix of its python)",
+            )
         for candidate in (root / "bin" / "python3", root / "bin" / "python"):
             if candidate.is_file() and os.access(candidate, os.X_OK):
                 return str(candidate)
-        raise ConfigError(f"--venv {venv} is not a Python environment (no bin/python3 in it)",
-                          "pass the venv or conda env directory, or its interpreter with --interpreter PATH")
+        raise ConfigError(
+            f"--venv {venv} is not a Python environment (no bin/python3 in it)",
+            "pass the venv or conda env directory, or its interpreter with --interpreter PATH",
+        )
     if python:
         path = shutil.which(python) if os.sep not in python else python
         if not path or not Path(path).is_file() or not os.access(path, os.X_OK):
-            raise ConfigError(f"--interpreter {python}: no such interpreter",
-                              "pass the training environment's python, e.g. --interpreter /opt/venv/bin/python3")
+            raise ConfigError(
+                f"--interpreter {python}: no such interpreter",
+                "pass the training environment's python, e.g. --interpreter /opt/venv/bin/python3",
+            )
         return path
     return None
 
@@ -178,30 +216,50 @@ def resolve_target(venv: str | None, python: str | None) -> str | None:
 def read_environment(python: str, timeout: float = 120) -> Environment:
     """Run `python` once: its version and distributions (importlib.metadata), nothing of the stack imported."""
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONHOME", "PYTHONSTARTUP")}
-    with tempfile.TemporaryDirectory(prefix="apexkit-probe-") as cwd:  # nothing of the caller's cwd is read
+    with tempfile.TemporaryDirectory(
+        prefix="apexkit-probe-"
+    ) as cwd:  # nothing of the caller's cwd is read
         try:
-            proc = subprocess.run([python, str(_PROBE)], capture_output=True, text=True, timeout=timeout, cwd=cwd,
-                                  env=env)
+            proc = subprocess.run(
+                [python, str(_PROBE)],
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                cwd=cwd,
+                env=env,
+            )
         except (OSError, subprocess.TimeoutExpired) as exc:
-            raise ConfigError(f"{python} does not run ({exc.__class__.__name__}: {exc})",
-                              "pass the training environment's python (--venv DIR or --interpreter PATH)") from None
+            raise ConfigError(
+                f"{python} does not run ({exc.__class__.__name__}: {exc})",
+                "pass the training environment's python (--venv DIR or --interpreter PATH)",
+            ) from None
     line = next((x for x in proc.stdout.splitlines() if x.startswith("APEXKIT-PROBE ")), None)
     if proc.returncode != 0 or line is None:
         last = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
-        raise ConfigError(f"{python} cannot list its packages ({last[:160]})",
-                          "pass a Python 3.8+ interpreter of the training environment (--venv DIR or --interpreter PATH)")
+        raise ConfigError(
+            f"{python} cannot list its packages ({last[:160]})",
+            "pass a Python 3.8+ interpreter of the training environment (--venv DIR or --interpreter PATH)",
+        )
     try:
-        data = json.loads(line[len("APEXKIT-PROBE "):])
+        data = json.loads(line[len("APEXKIT-PROBE ") :])
         dists: dict[str, Dist] = {}
         for d in data["dists"]:
             key = canonicalize_name(d["name"])
             if key not in dists:
-                dists[key] = Dist(d["name"], d["version"], _source_dir(d.get("direct_url"), d.get("path") or ""))
+                dists[key] = Dist(
+                    d["name"], d["version"], _source_dir(d.get("direct_url"), d.get("path") or "")
+                )
         return Environment(data["python"], data["executable"], data["prefix"], dists)
-    except (ValueError, KeyError, TypeError, AttributeError) as exc:  # not what _PROBE prints: a wrapper or a fake
-        raise ConfigError(f"{python} printed an unreadable package list ({exc.__class__.__name__}: {str(exc)[:120]})",
-                          "pass the training environment's real Python 3.8+ interpreter (--venv DIR or --interpreter PATH)"
-                          ) from None
+    except (
+        ValueError,
+        KeyError,
+        TypeError,
+        AttributeError,
+    ) as exc:  # not what _PROBE prints: a wrapper or a fake
+        raise ConfigError(
+            f"{python} printed an unreadable package list ({exc.__class__.__name__}: {str(exc)[:120]})",
+            "pass the training environment's real Python 3.8+ interpreter (--venv DIR or --interpreter PATH)",
+        ) from None
 
 
 def _source_dir(direct_url: str | None, dist_path: str) -> str | None:
@@ -226,12 +284,18 @@ def git_refs(checkout: Path) -> list[str]:
     names = []
     for argv in (["rev-parse", "--abbrev-ref", "HEAD"], ["tag", "--points-at", "HEAD"]):
         try:
-            proc = subprocess.run([git, "-c", f"safe.directory={checkout}", "-C", str(checkout), *argv],
-                                  capture_output=True, text=True, timeout=30)
+            proc = subprocess.run(
+                [git, "-c", f"safe.directory={checkout}", "-C", str(checkout), *argv],
+                capture_output=True,
+                text=True,
+                timeout=30,
+            )
         except (OSError, subprocess.TimeoutExpired):
             continue
         if proc.returncode == 0:
-            names += [x.strip() for x in proc.stdout.splitlines() if x.strip() and x.strip() != "HEAD"]
+            names += [
+                x.strip() for x in proc.stdout.splitlines() if x.strip() and x.strip() != "HEAD"
+            ]
     return names
 
 
@@ -261,8 +325,9 @@ class Sighting:
     how: str  # " (from DIR)" / " (checkout DIR)"
 
 
-def stack_evidence(key: str, version: str, checkout: Path | None, facts: Facts, how: str,
-                   paired: str | None = None) -> Evidence:
+def stack_evidence(
+    key: str, version: str, checkout: Path | None, facts: Facts, how: str, paired: str | None = None
+) -> Evidence:
     """What one MindSpeed / MindSpeed-LLM / ModelLink says: by its version, else by its checkout's branch/tag, else by
     the release of the project it is paired with (`paired`)."""
     table = facts.distributions[key]
@@ -287,24 +352,58 @@ def stack_evidence(key: str, version: str, checkout: Path | None, facts: Facts, 
     parsed = [_version(c) for c in candidates]
     release = candidates[0] if len(candidates) == 1 else ""
     if candidates and first is None:
-        return Evidence(NEEDS, name, where, f"= {project}: every release installs and uses apex", source,
-                        f"move to {upgrade}, which needs no apex", release)
+        return Evidence(
+            NEEDS,
+            name,
+            where,
+            f"= {project}: every release installs and uses apex",
+            source,
+            f"move to {upgrade}, which needs no apex",
+            release,
+        )
     threshold = Version(first or "0")
     if not candidates or None in parsed:
-        return Evidence(UNCLEAR, name, where, f"= {project} release unknown (apex_need.toml read {facts.read} has no "
-                        f"{table['name']} {version})", source)
+        return Evidence(
+            UNCLEAR,
+            name,
+            where,
+            f"= {project} release unknown (apex_need.toml read {facts.read} has no "
+            f"{table['name']} {version})",
+            source,
+        )
     releases = " / ".join(candidates)
     versions = [v for v in parsed if v is not None]  # every one: a None returned above
     if all(v >= threshold for v in versions):
-        return Evidence(REPLACES, name, where, f"= {project} {releases}{via}: >= {first} does not install apex (MindSpeed's "
-                        "stand-ins replace it)", source, "", release)
+        return Evidence(
+            REPLACES,
+            name,
+            where,
+            f"= {project} {releases}{via}: >= {first} does not install apex (MindSpeed's "
+            "stand-ins replace it)",
+            source,
+            "",
+            release,
+        )
     if all(v < threshold for v in versions):
-        return Evidence(NEEDS, name, where, f"= {project} {releases}{via}: releases before {first} install and use apex",
-                        source, f"move to {upgrade}, which needs no apex", release)
-    return Evidence(UNCLEAR, name, where, f"could be {project} {releases} (the version does not tell; {first} on replaces "
-                    "apex, older releases need it)", source,
-                    "install it editable from its git checkout (pip install -e DIR) so the release branch shows, or "
-                    "pass the checkout with --scripts DIR")
+        return Evidence(
+            NEEDS,
+            name,
+            where,
+            f"= {project} {releases}{via}: releases before {first} install and use apex",
+            source,
+            f"move to {upgrade}, which needs no apex",
+            release,
+        )
+    return Evidence(
+        UNCLEAR,
+        name,
+        where,
+        f"could be {project} {releases} (the version does not tell; {first} on replaces "
+        "apex, older releases need it)",
+        source,
+        "install it editable from its git checkout (pip install -e DIR) so the release branch shows, or "
+        "pass the checkout with --scripts DIR",
+    )
 
 
 def environment_sightings(env: Environment, facts: Facts) -> list[Sighting]:
@@ -313,7 +412,11 @@ def environment_sightings(env: Environment, facts: Facts) -> list[Sighting]:
         dist = env.dists.get(key)
         if dist is not None:
             checkout = Path(dist.source_dir) if dist.source_dir else None
-            sightings.append(Sighting(key, dist.version, checkout, f" (from {dist.source_dir})" if checkout else ""))
+            sightings.append(
+                Sighting(
+                    key, dist.version, checkout, f" (from {dist.source_dir})" if checkout else ""
+                )
+            )
     return sightings
 
 
@@ -339,7 +442,9 @@ def checkout_sightings(root: Path, facts: Facts, installed: set[str]) -> list[Si
         if key in installed or not table.get("package"):
             continue
         for directory in [start, *start.parents][:6]:
-            if _regular_file(directory / "setup.py") and _regular_file(directory / table["package"] / "__init__.py"):
+            if _regular_file(directory / "setup.py") and _regular_file(
+                directory / table["package"] / "__init__.py"
+            ):
                 version = _setup_py_version(directory) or "?"
                 sightings.append(Sighting(key, version, directory, f" (checkout {directory})"))
                 break
@@ -348,6 +453,7 @@ def checkout_sightings(root: Path, facts: Facts, installed: set[str]) -> list[Si
 
 # --- training scripts ------------------------------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class Hit:
     pattern: str
@@ -355,7 +461,9 @@ class Hit:
     line: int
     text: str
     name: str = ""  # e.g. NpuFusedAdam
-    guarded: bool = False  # an import inside `try: ... except ImportError:`: the code runs without apex
+    guarded: bool = (
+        False  # an import inside `try: ... except ImportError:`: the code runs without apex
+    )
 
 
 GUARDS = {"ImportError", "ModuleNotFoundError", "Exception", "BaseException"}
@@ -375,10 +483,18 @@ def guarded_lines(text: str) -> set[int]:
         caught = set()
         for handler in node.handlers:
             kinds = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]
-            caught |= {"BaseException" if k is None else getattr(k, "id", getattr(k, "attr", "")) for k in kinds}
+            caught |= {
+                "BaseException" if k is None else getattr(k, "id", getattr(k, "attr", ""))
+                for k in kinds
+            }
         if caught & GUARDS:
             for statement in node.body:
-                lines.update(range(statement.lineno, (getattr(statement, "end_lineno", None) or statement.lineno) + 1))
+                lines.update(
+                    range(
+                        statement.lineno,
+                        (getattr(statement, "end_lineno", None) or statement.lineno) + 1,
+                    )
+                )
     return lines
 
 
@@ -395,14 +511,20 @@ def check_scripts_path(root: Path, shown_as: str | None = None) -> None:
     try:
         os.stat(root)
     except FileNotFoundError:
-        raise ConfigError(f"--scripts {shown_as or root}: no such file or directory",
-                          "pass the directory (or the file) holding the training scripts") from None
+        raise ConfigError(
+            f"--scripts {shown_as or root}: no such file or directory",
+            "pass the directory (or the file) holding the training scripts",
+        ) from None
     except OSError as exc:
-        raise ConfigError(f"--scripts {shown_as or root}: cannot read it ({exc.strerror or exc})",
-                          "pass a directory you can read, or run doctor as its owner") from None
+        raise ConfigError(
+            f"--scripts {shown_as or root}: cannot read it ({exc.strerror or exc})",
+            "pass a directory you can read, or run doctor as its owner",
+        ) from None
 
 
-def scan_scripts(root: Path, facts: Facts, shown_as: str | None = None) -> tuple[list[Hit], list[str]]:
+def scan_scripts(
+    root: Path, facts: Facts, shown_as: str | None = None
+) -> tuple[list[Hit], list[str]]:
     """Every line of the *.py under `root` (or the one file `root`) that a pattern names; notes on what was skipped.
     Only regular text files are read: a FIFO or device named *.py is never opened (reading one would block or consume
     it), a file with a NUL byte in its first 8 KiB is a binary; unreadable directories are noted, never fatal."""
@@ -417,10 +539,14 @@ def scan_scripts(root: Path, facts: Facts, shown_as: str | None = None) -> tuple
         skip = set(limits["skip_dirs"])
         suffixes = tuple(limits["suffixes"])
         more = False
-        for dirpath, dirnames, filenames in os.walk(root, onerror=lambda exc: unlistable.append(
-                f"{exc.filename} ({exc.strerror or exc})")):
-            dirnames[:] = sorted(d for d in dirnames if d not in skip
-                                 and not _regular_file(Path(dirpath) / d / "pyvenv.cfg"))  # a venv inside the tree
+        for dirpath, dirnames, filenames in os.walk(
+            root, onerror=lambda exc: unlistable.append(f"{exc.filename} ({exc.strerror or exc})")
+        ):
+            dirnames[:] = sorted(
+                d
+                for d in dirnames
+                if d not in skip and not _regular_file(Path(dirpath) / d / "pyvenv.cfg")
+            )  # a venv inside the tree
             for name in sorted(filenames):
                 if name.endswith(suffixes):
                     if len(files) >= limits["max_files"]:
@@ -439,7 +565,9 @@ def scan_scripts(root: Path, facts: Facts, shown_as: str | None = None) -> tuple
     binary: list[str] = []
     for path in files:
         try:
-            info = os.stat(path)  # follows a symlink to what it names; stat never opens, so a FIFO cannot block it
+            info = os.stat(
+                path
+            )  # follows a symlink to what it names; stat never opens, so a FIFO cannot block it
             if not stat.S_ISREG(info.st_mode):
                 special.append(str(path))
                 continue
@@ -467,16 +595,28 @@ def scan_scripts(root: Path, facts: Facts, shown_as: str | None = None) -> tuple
                     name = next((g for g in m.groups() if g and g.startswith("NpuFused")), "")
                     if pattern.optional_in_try and guarded is None:
                         guarded = guarded_lines(text)
-                    hits.append(Hit(pattern.id, shown, number, line.strip()[:160], name,
-                                    bool(pattern.optional_in_try and number in (guarded or ()))))
+                    hits.append(
+                        Hit(
+                            pattern.id,
+                            shown,
+                            number,
+                            line.strip()[:160],
+                            name,
+                            bool(pattern.optional_in_try and number in (guarded or ())),
+                        )
+                    )
                     break
     if too_big:
         notes.append(f"skipped {too_big} file(s) over {limits['max_file_bytes']} bytes")
     if special:
-        notes.append(f"skipped {len(special)} file(s) that are not regular files (FIFO, device, socket): {_first(special)}")
+        notes.append(
+            f"skipped {len(special)} file(s) that are not regular files (FIFO, device, socket): {_first(special)}"
+        )
     if binary:
-        notes.append(f"skipped {len(binary)} binary file(s) (a NUL byte in the first {BINARY_SNIFF} bytes): "
-                     f"{_first(binary)}")
+        notes.append(
+            f"skipped {len(binary)} binary file(s) (a NUL byte in the first {BINARY_SNIFF} bytes): "
+            f"{_first(binary)}"
+        )
     if unlistable:
         notes.append(f"could not list {len(unlistable)} directory(ies): {_first(unlistable)}")
     notes.insert(0, f"scanned {scanned} file(s) under {base}")
@@ -484,8 +624,9 @@ def scan_scripts(root: Path, facts: Facts, shown_as: str | None = None) -> tuple
 
 
 def _first(paths: list[str]) -> str:
-    return ", ".join(paths[:SHOWN_PER_PATTERN]) + (f" (+{len(paths) - SHOWN_PER_PATTERN} more)"
-                                                  if len(paths) > SHOWN_PER_PATTERN else "")
+    return ", ".join(paths[:SHOWN_PER_PATTERN]) + (
+        f" (+{len(paths) - SHOWN_PER_PATTERN} more)" if len(paths) > SHOWN_PER_PATTERN else ""
+    )
 
 
 def script_evidence(hits: list[Hit], facts: Facts, standins: bool) -> list[Evidence]:
@@ -494,8 +635,15 @@ def script_evidence(hits: list[Hit], facts: Facts, standins: bool) -> list[Evide
     for pattern in facts.patterns:
         optional = [h for h in hits if h.pattern == pattern.id and h.guarded]
         if optional:
-            evidence.append(Evidence(INFO, pattern.id, _where(optional), f"{pattern.what}, inside try/except "
-                                     "ImportError: optional, runs without apex", pattern.source))
+            evidence.append(
+                Evidence(
+                    INFO,
+                    pattern.id,
+                    _where(optional),
+                    f"{pattern.what}, inside try/except ImportError: optional, runs without apex",
+                    pattern.source,
+                )
+            )
         mine = [h for h in hits if h.pattern == pattern.id and not h.guarded]
         if not mine:
             continue
@@ -504,21 +652,37 @@ def script_evidence(hits: list[Hit], facts: Facts, standins: bool) -> list[Evide
         if "{name}" in alternative:
             names = sorted({h.name for h in mine if h.name})
             shipped = [n for n in names if n in facts.torch_npu_optimizers]
-            alternative = alternative.replace("{name}", ", ".join(shipped) or "NpuFused*") if shipped or not names else ""
+            alternative = (
+                alternative.replace("{name}", ", ".join(shipped) or "NpuFused*")
+                if shipped or not names
+                else ""
+            )
         if pattern.needs == "unless-standins" and standins:
-            evidence.append(Evidence(INFO, pattern.id, where, f"{pattern.what}: covered by MindSpeed's stand-in",
-                                     pattern.source))
+            evidence.append(
+                Evidence(
+                    INFO,
+                    pattern.id,
+                    where,
+                    f"{pattern.what}: covered by MindSpeed's stand-in",
+                    pattern.source,
+                )
+            )
         else:
-            evidence.append(Evidence(NEEDS, pattern.id, where, pattern.what, pattern.source, alternative))
+            evidence.append(
+                Evidence(NEEDS, pattern.id, where, pattern.what, pattern.source, alternative)
+            )
     return evidence
 
 
 def _where(hits: list[Hit]) -> str:
     where = ", ".join(f"{h.file}:{h.line}" for h in hits[:SHOWN_PER_PATTERN])
-    return where + (f" (+{len(hits) - SHOWN_PER_PATTERN} more)" if len(hits) > SHOWN_PER_PATTERN else "")
+    return where + (
+        f" (+{len(hits) - SHOWN_PER_PATTERN} more)" if len(hits) > SHOWN_PER_PATTERN else ""
+    )
 
 
 # --- one verdict for one environment (+ scripts) --------------------------------------------------------------------------
+
 
 def build_command(env: Environment | None, stacks: dict) -> str:
     """The apexkit build for that environment: its matrix.toml stack when one matches, else its Python and torch."""
@@ -528,8 +692,11 @@ def build_command(env: Environment | None, stacks: dict) -> str:
     npu = env.dists.get("torch-npu")
     torch_base = torch.version.split("+")[0] if torch else None
     for name, stack in stacks.items():
-        if str(stack.get("python")) == env.minor and stack.get("torch") == torch_base and \
-                (npu is None or stack.get("torch_npu") == npu.version):
+        if (
+            str(stack.get("python")) == env.minor
+            and stack.get("torch") == torch_base
+            and (npu is None or stack.get("torch_npu") == npu.version)
+        ):
             return f"nox -s build-{env.minor} -- --stack {name}"
     command = f"nox -s build-{env.minor}"
     if torch_base:
@@ -537,8 +704,13 @@ def build_command(env: Environment | None, stacks: dict) -> str:
     return command
 
 
-def assess(env: Environment | None, scripts: Path | None, facts: Facts, stacks: dict,
-           scripts_shown: str | None = None) -> Verdict:
+def assess(
+    env: Environment | None,
+    scripts: Path | None,
+    facts: Facts,
+    stacks: dict,
+    scripts_shown: str | None = None,
+) -> Verdict:
     sightings = environment_sightings(env, facts) if env else []
     hits: list[Hit] = []
     notes: list[str] = []
@@ -546,7 +718,11 @@ def assess(env: Environment | None, scripts: Path | None, facts: Facts, stacks: 
         sightings += checkout_sightings(scripts, facts, set(env.dists) if env else set())
         hits, notes = scan_scripts(scripts, facts, scripts_shown)
     evidence = stacks_evidence(sightings, facts)
-    standins = any(facts.distributions[e.name].get("standins") for e in evidence if e.name in facts.distributions)
+    standins = any(
+        facts.distributions[e.name].get("standins")
+        for e in evidence
+        if e.name in facts.distributions
+    )
     evidence += script_evidence(hits, facts, standins)
     verdict = decide(evidence, facts)
     apex = env.dists.get("apex") if env else None
@@ -556,19 +732,25 @@ def assess(env: Environment | None, scripts: Path | None, facts: Facts, stacks: 
     if verdict.verdict == NEEDED:
         ways_off = "; ".join(dict.fromkeys(e.alternative for e in verdict.reasons if e.alternative))
         if apex:
-            verdict.next_step = f"apex {apex.version} is installed" + (f"; to drop it: {ways_off}" if ways_off else "")
+            verdict.next_step = f"apex {apex.version} is installed" + (
+                f"; to drop it: {ways_off}" if ways_off else ""
+            )
         elif ways_off and all(e.alternative for e in verdict.reasons):
             verdict.next_step = f"build it: {build_command(env, stacks)}; or drop apex: {ways_off}"
         else:
             verdict.next_step = f"build it: {build_command(env, stacks)}" + (
-                f" (a way off for some of it: {ways_off})" if ways_off else "")
+                f" (a way off for some of it: {ways_off})" if ways_off else ""
+            )
     elif verdict.verdict == NOT_NEEDED:
-        verdict.next_step = (f"apex {apex.version} is installed but nothing found needs it" if apex else
-                             "nothing to build") + (" (scripts not scanned: add --scripts DIR to be sure)"
-                                                    if scripts is None else "")
+        verdict.next_step = (
+            f"apex {apex.version} is installed but nothing found needs it"
+            if apex
+            else "nothing to build"
+        ) + (" (scripts not scanned: add --scripts DIR to be sure)" if scripts is None else "")
     else:
         verdict.next_step = (f"apex {apex.version} is installed; " if apex else "") + (
-            next((e.alternative for e in verdict.reasons if e.alternative), "") or
-            "apex is optional here: point doctor at the training environment and scripts "
-            "(invoke doctor --venv DIR --scripts DIR)")
+            next((e.alternative for e in verdict.reasons if e.alternative), "")
+            or "apex is optional here: point doctor at the training environment and scripts "
+            "(invoke doctor --venv DIR --scripts DIR)"
+        )
     return verdict

@@ -26,19 +26,35 @@ from apexkit.proxy import layers
 from apexkit.wheel import interpreters, known_failures, sources
 
 OK, WARN, FAIL, SKIP = checks.OK, checks.WARN, checks.FAIL, checks.SKIP
-LOW_DISK_GIB = 10.0  # a build venv with a CPU torch is 1-2 GB, with a CUDA torch 5+ GB; builder images ~1 GB
+LOW_DISK_GIB = (
+    10.0  # a build venv with a CPU torch is 1-2 GB, with a CUDA torch 5+ GB; builder images ~1 GB
+)
 CRITICAL_DISK_GIB = 2.0
-_TORCH_PROBE = paths.PROBES / "torch_facts.py"  # run as `torch_facts.py doctor`: torch, torch_npu or their errors
+_TORCH_PROBE = (
+    paths.PROBES / "torch_facts.py"
+)  # run as `torch_facts.py doctor`: torch, torch_npu or their errors
 
 
-Check = checks.Row  # Check(area, name, status, what was found, fix, data): one row of the shared report
+Check = (
+    checks.Row
+)  # Check(area, name, status, what was found, fix, data): one row of the shared report
 
 
-def _run(argv: list[str], timeout: float = 60, env: Mapping[str, str] | None = None,
-         stdin: str | None = None) -> tuple[int, str]:
+def _run(
+    argv: list[str],
+    timeout: float = 60,
+    env: Mapping[str, str] | None = None,
+    stdin: str | None = None,
+) -> tuple[int, str]:
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, input=stdin,
-                              env=dict(env) if env is not None else None)
+        proc = subprocess.run(
+            argv,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            input=stdin,
+            env=dict(env) if env is not None else None,
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return 127, f"{exc.__class__.__name__}: {exc}"
     return proc.returncode, (proc.stdout + proc.stderr).strip()
@@ -50,19 +66,36 @@ def _first(text: str) -> str:
 
 # --- interpreters ------------------------------------------------------------------------------------------------------
 
+
 def check_python_names(environ: Mapping[str, str]) -> list[Check]:
     rows = []
     for name, required in (("python", False), ("python3", True)):
         path = shutil.which(name, path=environ.get("PATH"))
-        code, text = _run([path, "--version"], env=environ) if path else (127, f"{name}: command not found")
+        code, text = (
+            _run([path, "--version"], env=environ) if path else (127, f"{name}: command not found")
+        )
         if code == 0:
             rows.append(Check("python", name, OK, f"{path}: {_first(text)}"))
         elif required:
-            rows.append(Check("python", name, FAIL, _first(text) or f"{path} fails",
-                              "install python3 (apt-get install python3 / dnf install python3)"))
+            rows.append(
+                Check(
+                    "python",
+                    name,
+                    FAIL,
+                    _first(text) or f"{path} fails",
+                    "install python3 (apt-get install python3 / dnf install python3)",
+                )
+            )
         else:
-            rows.append(Check("python", name, WARN, f"no working `python` ({_first(text) or 'exit ' + str(code)})",
-                              "call python3 / python3.X explicitly (apexkit does; many images ship no `python`)"))
+            rows.append(
+                Check(
+                    "python",
+                    name,
+                    WARN,
+                    f"no working `python` ({_first(text) or 'exit ' + str(code)})",
+                    "call python3 / python3.X explicitly (apexkit does; many images ship no `python`)",
+                )
+            )
     return rows
 
 
@@ -79,66 +112,140 @@ def layout(interp: interpreters.Interpreter) -> str:
     return "+".join(dict.fromkeys(kinds))
 
 
-def check_interpreters(environ: Mapping[str, str], versions: list[str]) -> tuple[list[Check], list[interpreters.Interpreter]]:
+def check_interpreters(
+    environ: Mapping[str, str], versions: list[str]
+) -> tuple[list[Check], list[interpreters.Interpreter]]:
     rows, found = [], []
     for version in versions:
         try:
             interp = interpreters.find(version, environ)
         except Exception as exc:
             why = getattr(exc, "cause", str(exc))
-            rows.append(Check("python", f"python{version}", SKIP, why[:160],
-                              f"only needed to build for {version}: pyenv install {version} or your distro's package"))
+            rows.append(
+                Check(
+                    "python",
+                    f"python{version}",
+                    SKIP,
+                    why[:160],
+                    f"only needed to build for {version}: pyenv install {version} or your distro's package",
+                )
+            )
             continue
         found.append(interp)
         kind = layout(interp)
-        note = "" if kind == "lib" else (f"packages in {kind}: a hand-run setup.py that hard-codes sys.prefix/lib/"
-                                         "pythonX.Y/site-packages misses them (apexkit builds in a venv and patches it)")
-        where = interp.platlib if interp.platlib == interp.purelib else f"{interp.purelib} + {interp.platlib}"
-        rows.append(Check("python", f"python{version}", OK, f"{interp.path} {interp.full_version} ({interp.machine}), "
-                          f"packages: {where}", note, {"layout": kind, "path": interp.path}))
+        note = (
+            ""
+            if kind == "lib"
+            else (
+                f"packages in {kind}: a hand-run setup.py that hard-codes sys.prefix/lib/"
+                "pythonX.Y/site-packages misses them (apexkit builds in a venv and patches it)"
+            )
+        )
+        where = (
+            interp.platlib
+            if interp.platlib == interp.purelib
+            else f"{interp.purelib} + {interp.platlib}"
+        )
+        rows.append(
+            Check(
+                "python",
+                f"python{version}",
+                OK,
+                f"{interp.path} {interp.full_version} ({interp.machine}), packages: {where}",
+                note,
+                {"layout": kind, "path": interp.path},
+            )
+        )
     return rows, found
 
 
-def check_torch(found: list[interpreters.Interpreter], environ: Mapping[str, str], cann: str | None) -> list[Check]:
+def check_torch(
+    found: list[interpreters.Interpreter], environ: Mapping[str, str], cann: str | None
+) -> list[Check]:
     rows: list[Check] = []
     without: list[str] = []
     for interp in found:
         try:
-            proc = subprocess.run([interp.path, str(_TORCH_PROBE), "doctor"], capture_output=True, text=True, timeout=180,
-                                  env=dict(environ))
+            proc = subprocess.run(
+                [interp.path, str(_TORCH_PROBE), "doctor"],
+                capture_output=True,
+                text=True,
+                timeout=180,
+                env=dict(environ),
+            )
             text = proc.stdout + proc.stderr
             data = json.loads(proc.stdout.strip().splitlines()[-1])
         except (OSError, subprocess.TimeoutExpired, ValueError, IndexError) as exc:
             text = locals().get("text") or str(exc)
-            rows.append(Check("torch", f"torch (python{interp.version})", FAIL, _first(text)[:160],
-                              "see the message; reinstall torch for that interpreter"))
+            rows.append(
+                Check(
+                    "torch",
+                    f"torch (python{interp.version})",
+                    FAIL,
+                    _first(text)[:160],
+                    "see the message; reinstall torch for that interpreter",
+                )
+            )
             continue
         name = f"torch (python{interp.version})"
         if data.get("torch_error"):
             hit = known_failures.match(data["torch_error"])
-            rows.append(Check("torch", name, FAIL, data["torch_error"][:160],
-                              hit[0].fix if hit else "reinstall torch for that interpreter"))
+            rows.append(
+                Check(
+                    "torch",
+                    name,
+                    FAIL,
+                    data["torch_error"][:160],
+                    hit[0].fix if hit else "reinstall torch for that interpreter",
+                )
+            )
             continue
         if not data.get("torch"):
             without.append(interp.version)
             continue
         abi = "cxx11 ABI" if data["cxx11_abi"] else "pre-cxx11 ABI"
-        rows.append(Check("torch", name, OK, f"{data['torch']} in {data['torch_dir']} ({abi})", "", data))
+        rows.append(
+            Check("torch", name, OK, f"{data['torch']} in {data['torch_dir']} ({abi})", "", data)
+        )
         npu_name = f"torch_npu (python{interp.version})"
         if data.get("torch_npu_error"):
             hit = known_failures.match(data["torch_npu_error"])
-            rows.append(Check("torch", npu_name, FAIL, data["torch_npu_error"][:160],
-                              hit[0].fix if hit else "install the torch_npu matching torch (matrix.toml) and CANN"))
+            rows.append(
+                Check(
+                    "torch",
+                    npu_name,
+                    FAIL,
+                    data["torch_npu_error"][:160],
+                    hit[0].fix
+                    if hit
+                    else "install the torch_npu matching torch (matrix.toml) and CANN",
+                )
+            )
         elif data.get("torch_npu"):
             rows.append(Check("torch", npu_name, OK, data["torch_npu"]))
         else:
-            rows.append(Check("torch", npu_name, WARN if cann else SKIP, "not installed",
-                              "pip install torch_npu==<matrix.toml pairing>, or build with --npu" if cann else
-                              "only needed on NPU hosts (build with --npu to pair one)"))
+            rows.append(
+                Check(
+                    "torch",
+                    npu_name,
+                    WARN if cann else SKIP,
+                    "not installed",
+                    "pip install torch_npu==<matrix.toml pairing>, or build with --npu"
+                    if cann
+                    else "only needed on NPU hosts (build with --npu to pair one)",
+                )
+            )
     if without:
-        rows.append(Check("torch", "torch (system)", SKIP, f"not installed for python{', '.join(without)}",
-                          "not needed: build venvs install torch (--use-system-torch builds against an installed one)",
-                          {"without": without}))
+        rows.append(
+            Check(
+                "torch",
+                "torch (system)",
+                SKIP,
+                f"not installed for python{', '.join(without)}",
+                "not needed: build venvs install torch (--use-system-torch builds against an installed one)",
+                {"without": without},
+            )
+        )
     return rows
 
 
@@ -152,51 +259,116 @@ def check_compiler(environ: Mapping[str, str]) -> list[Check]:
     for tool in ("gcc", "g++"):
         path = shutil.which(tool, path=environ.get("PATH"))
         if not path:
-            rows.append(Check("compiler", tool, FAIL, "not found", "apt-get install g++ (dnf install gcc-c++)"))
+            rows.append(
+                Check(
+                    "compiler", tool, FAIL, "not found", "apt-get install g++ (dnf install gcc-c++)"
+                )
+            )
             continue
         code, text = _run([path, "-dumpfullversion"], env=environ)
         version = _first(text) if code == 0 else "?"
         major = int(version.split(".")[0]) if version.split(".")[0].isdigit() else 0
-        status, fix = (OK, "") if major >= 9 else (WARN, "torch >= 2.1 needs gcc >= 9 (C++17): use a newer toolchain")
+        status, fix = (
+            (OK, "")
+            if major >= 9
+            else (WARN, "torch >= 2.1 needs gcc >= 9 (C++17): use a newer toolchain")
+        )
         rows.append(Check("compiler", tool, status, f"{path} {version}", fix, {"version": version}))
     gxx = shutil.which("g++", path=environ.get("PATH"))
     if gxx:
-        code, text = _run([gxx, "-std=c++17", "-x", "c++", "-fsyntax-only", "-"], env=environ, stdin=CXX17_PROBE)
-        rows.append(Check("compiler", "C++17", OK if code == 0 else FAIL,
-                          "g++ -std=c++17 compiles <optional>/<string_view>" if code == 0 else _first(text)[:160],
-                          "" if code == 0 else "install a g++ with C++17 (gcc >= 9)"))
-    for tool, package, required in (("git", "git", True), ("patch", "patch", True), ("readelf", "binutils", True),
-                                     ("ccache", "ccache", False)):
+        code, text = _run(
+            [gxx, "-std=c++17", "-x", "c++", "-fsyntax-only", "-"], env=environ, stdin=CXX17_PROBE
+        )
+        rows.append(
+            Check(
+                "compiler",
+                "C++17",
+                OK if code == 0 else FAIL,
+                "g++ -std=c++17 compiles <optional>/<string_view>"
+                if code == 0
+                else _first(text)[:160],
+                "" if code == 0 else "install a g++ with C++17 (gcc >= 9)",
+            )
+        )
+    for tool, package, required in (
+        ("git", "git", True),
+        ("patch", "patch", True),
+        ("readelf", "binutils", True),
+        ("ccache", "ccache", False),
+    ):
         path = shutil.which(tool, path=environ.get("PATH"))
         if path:
             rows.append(Check("compiler", tool, OK, path))
         elif required:
-            rows.append(Check("compiler", tool, FAIL, "not found", f"apt-get install {package} (nox -s tests does)"))
+            rows.append(
+                Check(
+                    "compiler",
+                    tool,
+                    FAIL,
+                    "not found",
+                    f"apt-get install {package} (nox -s tests does)",
+                )
+            )
         else:
-            rows.append(Check("compiler", tool, SKIP, "not installed", "optional: apt-get install ccache speeds rebuilds"))
+            rows.append(
+                Check(
+                    "compiler",
+                    tool,
+                    SKIP,
+                    "not installed",
+                    "optional: apt-get install ccache speeds rebuilds",
+                )
+            )
     return rows
 
 
 def check_build_venvs(cache: Path) -> list[Check]:
     venvs = sorted((cache / "venvs").glob("build-py*/apexkit-ready.json"))
     if not venvs:
-        return [Check("build", "build venvs", SKIP, f"none in {cache / 'venvs'}", "nox -s build-3.X makes one")]
+        return [
+            Check(
+                "build",
+                "build venvs",
+                SKIP,
+                f"none in {cache / 'venvs'}",
+                "nox -s build-3.X makes one",
+            )
+        ]
     rows = []
     for marker in venvs:
         try:
             packages = json.loads(marker.read_text()).get("packages", {})
         except (OSError, ValueError):
-            rows.append(Check("build", marker.parent.name, WARN, "unreadable marker", "--recreate-venv on the next build"))
+            rows.append(
+                Check(
+                    "build",
+                    marker.parent.name,
+                    WARN,
+                    "unreadable marker",
+                    "--recreate-venv on the next build",
+                )
+            )
             continue
-        setuptools, wheel, torch = packages.get("setuptools"), packages.get("wheel"), packages.get("torch")
+        setuptools, wheel, torch = (
+            packages.get("setuptools"),
+            packages.get("wheel"),
+            packages.get("torch"),
+        )
         missing = [n for n, v in (("setuptools", setuptools), ("wheel", wheel)) if not v]
-        rows.append(Check("build", marker.parent.name, WARN if missing else OK,
-                          f"setuptools {setuptools or '-'}, wheel {wheel or '-'}, torch {torch or 'system'}",
-                          f"missing {', '.join(missing)}: build with --recreate-venv" if missing else ""))
+        rows.append(
+            Check(
+                "build",
+                marker.parent.name,
+                WARN if missing else OK,
+                f"setuptools {setuptools or '-'}, wheel {wheel or '-'}, torch {torch or 'system'}",
+                f"missing {', '.join(missing)}: build with --recreate-venv" if missing else "",
+            )
+        )
     return rows
 
 
 # --- Ascend --------------------------------------------------------------------------------------------------------------
+
 
 def cann_home(environ: Mapping[str, str]) -> str | None:
     return cann.home(environ)
@@ -205,11 +377,21 @@ def cann_home(environ: Mapping[str, str]) -> str | None:
 def check_cann(environ: Mapping[str, str]) -> list[Check]:
     home = cann_home(environ)
     if home is None:
-        return [Check("ascend", "CANN toolkit", SKIP, "not installed (no ASCEND_HOME_PATH, no /usr/local/Ascend)",
-                      "only NPU hosts and --npu_float_status refs need it")]
+        return [
+            Check(
+                "ascend",
+                "CANN toolkit",
+                SKIP,
+                "not installed (no ASCEND_HOME_PATH, no /usr/local/Ascend)",
+                "only NPU hosts and --npu_float_status refs need it",
+            )
+        ]
     version = "?"
     # <= 8.3: ascend-toolkit/latest/<arch>-linux/ascend_toolkit_install.info; 8.5+: cann/ascend_toolkit_install.info
-    for info in [*sorted(Path(home).glob("*-linux/ascend_toolkit_install.info")), Path(home) / "ascend_toolkit_install.info"]:
+    for info in [
+        *sorted(Path(home).glob("*-linux/ascend_toolkit_install.info")),
+        Path(home) / "ascend_toolkit_install.info",
+    ]:
         if info.is_file():
             m = re.search(r"^version=(\S+)", info.read_text(errors="replace"), re.M)
             if m:
@@ -217,14 +399,22 @@ def check_cann(environ: Mapping[str, str]) -> list[Check]:
                 break
     sourced = bool(environ.get("ASCEND_HOME_PATH")) and home in environ.get("LD_LIBRARY_PATH", "")
     rows = [Check("ascend", "CANN toolkit", OK, f"{home} (version {version})")]
-    rows.append(Check("ascend", "set_env.sh sourced", OK if sourced else FAIL,
-                      "ASCEND_HOME_PATH and LD_LIBRARY_PATH point at it" if sourced else
-                      "ASCEND_HOME_PATH/LD_LIBRARY_PATH do not point at the toolkit",
-                      "" if sourced else f"source {cann.set_env_for(home)}"))
+    rows.append(
+        Check(
+            "ascend",
+            "set_env.sh sourced",
+            OK if sourced else FAIL,
+            "ASCEND_HOME_PATH and LD_LIBRARY_PATH point at it"
+            if sourced
+            else "ASCEND_HOME_PATH/LD_LIBRARY_PATH do not point at the toolkit",
+            "" if sourced else f"source {cann.set_env_for(home)}",
+        )
+    )
     return rows
 
 
 # --- Docker and emulation ------------------------------------------------------------------------------------------------
+
 
 def check_docker(environ: Mapping[str, str], settings: layers.ProxySettings | None) -> list[Check]:
     path = shutil.which("docker", path=environ.get("PATH"))
@@ -233,21 +423,50 @@ def check_docker(environ: Mapping[str, str], settings: layers.ProxySettings | No
         code, text = _run([path, "--version"], env=environ)
         rows.append(Check("docker", "client", OK if code == 0 else WARN, _first(text)))
     else:
-        rows.append(Check("docker", "client", SKIP, "not installed", "only builder images need it: apt-get install docker.io"))
+        rows.append(
+            Check(
+                "docker",
+                "client",
+                SKIP,
+                "not installed",
+                "only builder images need it: apt-get install docker.io",
+            )
+        )
     try:
         c = dockerclient.client(timeout=15)
     except Exception as exc:
-        rows.append(Check("docker", "daemon", SKIP if not path else WARN, getattr(exc, "cause", str(exc))[:160],
-                          getattr(exc, "hint", "")))
+        rows.append(
+            Check(
+                "docker",
+                "daemon",
+                SKIP if not path else WARN,
+                getattr(exc, "cause", str(exc))[:160],
+                getattr(exc, "hint", ""),
+            )
+        )
         return rows
     version = c.version()
-    rows.append(Check("docker", "daemon", OK, f"{version.get('Version')} ({version.get('Os')}/{version.get('Arch')}), "
-                      f"{environ.get('DOCKER_HOST') or 'unix:///var/run/docker.sock'}"))
+    rows.append(
+        Check(
+            "docker",
+            "daemon",
+            OK,
+            f"{version.get('Version')} ({version.get('Os')}/{version.get('Arch')}), "
+            f"{environ.get('DOCKER_HOST') or 'unix:///var/run/docker.sock'}",
+        )
+    )
     from apexkit.proxy import check
 
     row = check.check_daemon(layers.Paths(), settings, c, "")
-    rows.append(Check("docker", "daemon proxy", row.status, f"{row.data['effective']}; {row.data['probe']}"[:200],
-                      row.fix))
+    rows.append(
+        Check(
+            "docker",
+            "daemon proxy",
+            row.status,
+            f"{row.data['effective']}; {row.data['probe']}"[:200],
+            row.fix,
+        )
+    )
     return rows
 
 
@@ -257,11 +476,20 @@ def check_emulation() -> list[Check]:
         state = builder.emulation(arch)
         if state.native:
             continue
-        rows.append(Check("docker", f"{arch} containers", OK if state.usable else WARN, state.detail, state.hint))
+        rows.append(
+            Check(
+                "docker",
+                f"{arch} containers",
+                OK if state.usable else WARN,
+                state.detail,
+                state.hint,
+            )
+        )
     return rows
 
 
 # --- disk, caches, proxy, CA -----------------------------------------------------------------------------------------------
+
 
 def _existing(path: Path) -> Path:
     while not path.exists() and path != path.parent:
@@ -279,23 +507,41 @@ def check_disk(paths: dict[str, Path]) -> list[Check]:
         seen.add((usage.total, usage.free))
         free = usage.free / 2**30
         status = OK if free >= LOW_DISK_GIB else (WARN if free >= CRITICAL_DISK_GIB else FAIL)
-        rows.append(Check("disk", f"free ({name})", status, f"{free:.1f} GiB free of {usage.total / 2**30:.0f} GiB at {anchor}",
-                          "" if status == OK else "free space: invoke image.prune, rm -r the cache's venvs/ and wheels/",
-                          {"free_gib": round(free, 2)}))
+        rows.append(
+            Check(
+                "disk",
+                f"free ({name})",
+                status,
+                f"{free:.1f} GiB free of {usage.total / 2**30:.0f} GiB at {anchor}",
+                ""
+                if status == OK
+                else "free space: invoke image.prune, rm -r the cache's venvs/ and wheels/",
+                {"free_gib": round(free, 2)},
+            )
+        )
     return rows
 
 
 def _du(path: Path) -> int | None:
     code, text = _run(["du", "-sb", str(path)], timeout=30)
-    return int(text.split()[0]) if code == 0 and text.split() and text.split()[0].isdigit() else None
+    return (
+        int(text.split()[0]) if code == 0 and text.split() and text.split()[0].isdigit() else None
+    )
 
 
 def check_cache(cache: Path) -> list[Check]:
     if not cache.exists():
         return [Check("cache", "cache dir", OK, f"{cache} (not created yet)")]
     if not os.access(cache, os.W_OK):
-        return [Check("cache", "cache dir", FAIL, f"{cache} is not writable",
-                      "fix its owner, or set APEXKIT_CACHE_DIR to a writable directory")]
+        return [
+            Check(
+                "cache",
+                "cache dir",
+                FAIL,
+                f"{cache} is not writable",
+                "fix its owner, or set APEXKIT_CACHE_DIR to a writable directory",
+            )
+        ]
     parts = []
     for sub in ("git", "venvs", "wheels", "base-images", "run-venvs", "containers"):
         if (cache / sub).is_dir():
@@ -311,21 +557,45 @@ def check_proxy_variables(environ: Mapping[str, str]) -> list[Check]:
         lower, upper = netenv.cases(environ, name)
         any_set |= bool(lower or upper)
         if lower and upper and lower != upper:
-            rows.append(Check("proxy", name, WARN, f"{name}={log.mask(lower)} but {name.upper()}={log.mask(upper)}",
-                              "set both cases to one value (invoke proxy.setup writes both)"))
+            rows.append(
+                Check(
+                    "proxy",
+                    name,
+                    WARN,
+                    f"{name}={log.mask(lower)} but {name.upper()}={log.mask(upper)}",
+                    "set both cases to one value (invoke proxy.setup writes both)",
+                )
+            )
         elif bool(lower) != bool(upper):
             have = name if lower else name.upper()
-            rows.append(Check("proxy", name, WARN, f"only {have} is set ({log.mask(lower or upper)})",
-                              "set both cases: curl reads lower case, some tools only upper (invoke proxy.setup)"))
+            rows.append(
+                Check(
+                    "proxy",
+                    name,
+                    WARN,
+                    f"only {have} is set ({log.mask(lower or upper)})",
+                    "set both cases: curl reads lower case, some tools only upper (invoke proxy.setup)",
+                )
+            )
         elif lower:
             rows.append(Check("proxy", name, OK, log.mask(lower)))
     if not any_set:
         rows.append(Check("proxy", "proxy variables", OK, "none set (direct connection)"))
     no_proxy = netenv.proxy(environ, "no_proxy") or ""
-    if (netenv.proxy(environ, "http_proxy") or netenv.proxy(environ, "https_proxy")) \
-            and not {"localhost", "127.0.0.1", "127.0.0.0/8"} & {x.strip() for x in no_proxy.split(",")}:
-        rows.append(Check("proxy", "no_proxy localhost", WARN, f"no_proxy={no_proxy or '(unset)'}",
-                          "add localhost,127.0.0.0/8 so local services bypass the proxy (proxy.setup does)"))
+    if (netenv.proxy(environ, "http_proxy") or netenv.proxy(environ, "https_proxy")) and not {
+        "localhost",
+        "127.0.0.1",
+        "127.0.0.0/8",
+    } & {x.strip() for x in no_proxy.split(",")}:
+        rows.append(
+            Check(
+                "proxy",
+                "no_proxy localhost",
+                WARN,
+                f"no_proxy={no_proxy or '(unset)'}",
+                "add localhost,127.0.0.0/8 so local services bypass the proxy (proxy.setup does)",
+            )
+        )
     return rows
 
 
@@ -337,22 +607,46 @@ def check_ca(environ: Mapping[str, str], settings: layers.ProxySettings | None) 
             continue
         path = Path(value)
         if not path.is_file():
-            rows.append(Check("ca", name, FAIL, f"{value} does not exist",
-                              f"unset {name} or point it at a PEM bundle (invoke proxy.setup --ca-cert FILE)"))
+            rows.append(
+                Check(
+                    "ca",
+                    name,
+                    FAIL,
+                    f"{value} does not exist",
+                    f"unset {name} or point it at a PEM bundle (invoke proxy.setup --ca-cert FILE)",
+                )
+            )
             continue
         count = path.read_bytes().count(b"BEGIN CERTIFICATE")
-        rows.append(Check("ca", name, OK if count else FAIL, f"{value} ({count} certificates)",
-                          "" if count else "it holds no PEM certificate"))
+        rows.append(
+            Check(
+                "ca",
+                name,
+                OK if count else FAIL,
+                f"{value} ({count} certificates)",
+                "" if count else "it holds no PEM certificate",
+            )
+        )
     if settings is not None and settings.ca_bundle:
         ok = Path(settings.ca_bundle).is_file()
-        rows.append(Check("ca", "proxy.setup CA bundle", OK if ok else FAIL, settings.ca_bundle,
-                          "" if ok else "invoke proxy.setup --ca-cert FILE again"))
+        rows.append(
+            Check(
+                "ca",
+                "proxy.setup CA bundle",
+                OK if ok else FAIL,
+                settings.ca_bundle,
+                "" if ok else "invoke proxy.setup --ca-cert FILE again",
+            )
+        )
     if not rows:
-        rows.append(Check("ca", "CA bundle", OK, "system default (no SSL_CERT_FILE/PIP_CERT/... set)"))
+        rows.append(
+            Check("ca", "CA bundle", OK, "system default (no SSL_CERT_FILE/PIP_CERT/... set)")
+        )
     return rows
 
 
 # --- does the training environment need Apex for Ascend at all? ------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class ApexTarget:
@@ -363,34 +657,68 @@ class ApexTarget:
     label: str = ""  # how the user named the environment, e.g. "--venv /opt/train"
 
 
-def apex_target(venv: str | None = None, python: str | None = None, scripts: str | None = None) -> ApexTarget:
+def apex_target(
+    venv: str | None = None, python: str | None = None, scripts: str | None = None
+) -> ApexTarget:
     """Check the options before anything runs: each bad one is a ConfigError (one line, exit 2)."""
     path = apexneed.resolve_target(venv, python)
     if scripts is not None:
         apexneed.check_scripts_path(Path(scripts), scripts)
-    return ApexTarget(path, scripts, f"--venv {venv}" if venv else f"--interpreter {python}" if python else "")
+    return ApexTarget(
+        path, scripts, f"--venv {venv}" if venv else f"--interpreter {python}" if python else ""
+    )
 
 
 VERDICT_STATUS = {apexneed.NOT_NEEDED: OK, apexneed.UNKNOWN: SKIP}
-EVIDENCE_STATUS = {apexneed.NEEDS: WARN, apexneed.REPLACES: OK, apexneed.UNCLEAR: SKIP, apexneed.INFO: OK}
+EVIDENCE_STATUS = {
+    apexneed.NEEDS: WARN,
+    apexneed.REPLACES: OK,
+    apexneed.UNCLEAR: SKIP,
+    apexneed.INFO: OK,
+}
 
 
-def apex_rows(verdict: apexneed.Verdict, name: str, target: str, looked_at: str = "") -> list[Check]:
+def apex_rows(
+    verdict: apexneed.Verdict, name: str, target: str, looked_at: str = ""
+) -> list[Check]:
     """The verdict row (status + next step), then one row per piece of evidence with its source or way off apex."""
     status = VERDICT_STATUS.get(verdict.verdict, OK if verdict.apex_installed else WARN)
-    found = verdict.summary() + (f" (looked at {looked_at})" if looked_at and not verdict.evidence else "")
-    rows = [Check("apex", name, status, found, verdict.next_step, {**verdict.as_dict(), "target": target})]
+    found = verdict.summary() + (
+        f" (looked at {looked_at})" if looked_at and not verdict.evidence else ""
+    )
+    rows = [
+        Check(
+            "apex", name, status, found, verdict.next_step, {**verdict.as_dict(), "target": target}
+        )
+    ]
     for e in verdict.evidence:
-        rows.append(Check("apex", e.name, EVIDENCE_STATUS[e.effect], f"{e.where} {e.what}",
-                          e.alternative or f"source: {e.source}", {"effect": e.effect, "source": e.source}))
+        rows.append(
+            Check(
+                "apex",
+                e.name,
+                EVIDENCE_STATUS[e.effect],
+                f"{e.where} {e.what}",
+                e.alternative or f"source: {e.source}",
+                {"effect": e.effect, "source": e.source},
+            )
+        )
     if verdict.notes:
         # the first note says what was scanned; any further one is a limit hit or a file that could not be read
-        rows.append(Check("apex", "scripts", WARN if len(verdict.notes) > 1 else OK, "; ".join(verdict.notes),
-                          "pass a narrower --scripts" if len(verdict.notes) > 1 else ""))
+        rows.append(
+            Check(
+                "apex",
+                "scripts",
+                WARN if len(verdict.notes) > 1 else OK,
+                "; ".join(verdict.notes),
+                "pass a narrower --scripts" if len(verdict.notes) > 1 else "",
+            )
+        )
     return rows
 
 
-def check_apex_need(found: list[interpreters.Interpreter], target: ApexTarget | None) -> list[Check]:
+def check_apex_need(
+    found: list[interpreters.Interpreter], target: ApexTarget | None
+) -> list[Check]:
     """A verdict for the named environment; without one, for each interpreter doctor found that has a training stack
     (or apex) installed, else one verdict from the scripts alone."""
     facts = apexneed.load()
@@ -415,15 +743,22 @@ def check_apex_need(found: list[interpreters.Interpreter], target: ApexTarget | 
         return apex_rows(verdict, "verdict", "", looked)
     rows = []
     for env in envs:
-        rows += apex_rows(apexneed.assess(env, scripts, facts, stacks, target.scripts), f"verdict (python{env.minor})",
-                          env.executable)
+        rows += apex_rows(
+            apexneed.assess(env, scripts, facts, stacks, target.scripts),
+            f"verdict (python{env.minor})",
+            env.executable,
+        )
     return rows
 
 
 # --- all -----------------------------------------------------------------------------------------------------------------
 
-def run_all(environ: Mapping[str, str] | None = None, progress: Callable[[str], None] | None = None,
-            apex: ApexTarget | None = None) -> list[Check]:
+
+def run_all(
+    environ: Mapping[str, str] | None = None,
+    progress: Callable[[str], None] | None = None,
+    apex: ApexTarget | None = None,
+) -> list[Check]:
     environ = dict(os.environ if environ is None else environ)
     m = matrix.load()
     cache = sources.cache_dir(environ)
@@ -467,10 +802,13 @@ def analyse_log(path: str) -> tuple[list[known_failures.Hit], list[str]]:
     """The known failures in a build log and its last lines, in one streamed pass (logs reach hundreds of MB)."""
     file = Path(path)
     if not file.is_file():
-        raise ConfigError(f"--log {path}: no such file", "pass a build log, e.g. build/<target-id>/build.log")
+        raise ConfigError(
+            f"--log {path}: no such file", "pass a build log, e.g. build/<target-id>/build.log"
+        )
     try:
         with open(file, encoding="utf-8", errors="replace") as fh:
             return known_failures.scan(fh)
     except OSError as exc:
-        raise ConfigError(f"--log {path}: cannot read it ({exc.strerror})", "check the path and its permissions") \
-            from None
+        raise ConfigError(
+            f"--log {path}: cannot read it ({exc.strerror})", "check the path and its permissions"
+        ) from None

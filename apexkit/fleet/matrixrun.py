@@ -40,7 +40,9 @@ def load_combinations(path: Path | None) -> tuple[matrix.Matrix, list[Combinatio
     try:
         data = matrix.tomllib.loads(path.read_text())
     except (OSError, matrix.tomllib.TOMLDecodeError) as exc:
-        raise ConfigError(f"--matrix {path}: {exc}", "pass a TOML file with [[include]] tables") from None
+        raise ConfigError(
+            f"--matrix {path}: {exc}", "pass a TOML file with [[include]] tables"
+        ) from None
     if "images" in data or "image" in data:
         table = dict(m.data.get("matrix", {}))
         table.update({k: data[k] for k in ("images", "image") if k in data})
@@ -48,8 +50,9 @@ def load_combinations(path: Path | None) -> tuple[matrix.Matrix, list[Combinatio
     return m, m.combinations(data.get("include", []))
 
 
-def image_for(m: matrix.Matrix, combo: Combination, host: str | None = None,
-              image: str | None = None) -> str | None:
+def image_for(
+    m: matrix.Matrix, combo: Combination, host: str | None = None, image: str | None = None
+) -> str | None:
     """The builder image this combination builds in: `image` when given, else the one for its Python when its arch
     is not the host's (None: it builds on this host)."""
     if image:
@@ -59,8 +62,9 @@ def image_for(m: matrix.Matrix, combo: Combination, host: str | None = None,
     return builder.choose_image(m.data, combo.python, combo.arch).image
 
 
-def build_options(m: matrix.Matrix, combo: Combination, host: str | None = None,
-                  image: str | None = None) -> dict[str, str]:
+def build_options(
+    m: matrix.Matrix, combo: Combination, host: str | None = None, image: str | None = None
+) -> dict[str, str]:
     """The build options that make this combination here, typed (the builder image for a foreign arch)."""
     given = combo.build_options()
     chosen = image_for(m, combo, host, image)
@@ -69,7 +73,9 @@ def build_options(m: matrix.Matrix, combo: Combination, host: str | None = None,
     return given
 
 
-def build_args(m: matrix.Matrix, combo: Combination, host: str | None = None, image: str | None = None) -> list[str]:
+def build_args(
+    m: matrix.Matrix, combo: Combination, host: str | None = None, image: str | None = None
+) -> list[str]:
     """The same as a command line for `apexkit build <python>` in another process (a local run, a Slurm job)."""
     args = combo.build_args()
     chosen = image_for(m, combo, host, image)
@@ -78,8 +84,13 @@ def build_args(m: matrix.Matrix, combo: Combination, host: str | None = None, im
     return args
 
 
-def check_image(m: matrix.Matrix, combo: Combination, facts: builder.ImageFacts | None, host: str | None = None,
-                image: str | None = None) -> tuple[str, str, str | None]:
+def check_image(
+    m: matrix.Matrix,
+    combo: Combination,
+    facts: builder.ImageFacts | None,
+    host: str | None = None,
+    image: str | None = None,
+) -> tuple[str, str, str | None]:
     """(image, state, refusal): does the combination's builder image exist, have its arch and its Python?
     image '' = builds on this host; refusal is the one line that stops the combination (None: it may run)."""
     chosen = image_for(m, combo, host, image)
@@ -91,11 +102,23 @@ def check_image(m: matrix.Matrix, combo: Combination, facts: builder.ImageFacts 
     if facts.error:
         return chosen, "not checked", f"{combo.id}: cannot check {chosen}: {facts.error}"
     if not exists:
-        return chosen, "missing", (f"{combo.id}: {chosen} is not in the Docker daemon -- next: "
-                                   f"{builder.build_hint(chosen, combo.arch, m.data)}")
+        return (
+            chosen,
+            "missing",
+            (
+                f"{combo.id}: {chosen} is not in the Docker daemon -- next: "
+                f"{builder.build_hint(chosen, combo.arch, m.data)}"
+            ),
+        )
     if info is not None and info.get("arch") and info["arch"] != combo.arch:
-        return chosen, f"is {info['arch']}", (f"{combo.id}: {chosen} is an {info['arch']} image -- next: "
-                                              f"{builder.choose_image(m.data, combo.python, combo.arch).build_command}")
+        return (
+            chosen,
+            f"is {info['arch']}",
+            (
+                f"{combo.id}: {chosen} is an {info['arch']} image -- next: "
+                f"{builder.choose_image(m.data, combo.python, combo.arch).build_command}"
+            ),
+        )
     try:
         builder.require_python(info, chosen, combo.python, combo.arch, m.data, what=combo.id)
     except ApexkitError as exc:
@@ -103,8 +126,12 @@ def check_image(m: matrix.Matrix, combo: Combination, facts: builder.ImageFacts 
     return chosen, "fits" if info is not None else "no builder.json (older recipe)", None
 
 
-def rows(m: matrix.Matrix, combos: list[Combination], facts: builder.ImageFacts | None = None,
-         image: str | None = None) -> list[dict]:
+def rows(
+    m: matrix.Matrix,
+    combos: list[Combination],
+    facts: builder.ImageFacts | None = None,
+    image: str | None = None,
+) -> list[dict]:
     out = []
     for combo in combos:
         try:
@@ -113,27 +140,47 @@ def rows(m: matrix.Matrix, combos: list[Combination], facts: builder.ImageFacts 
         except ConfigError as exc:
             refused = exc.cause
         chosen, state, image_refused = check_image(m, combo, facts, image=image)
-        out.append({"id": combo.id, "python": combo.python, "torch": combo.torch, "torch_npu": combo.torch_npu or "",
-                    "cann": combo.cann or "", "arch": combo.arch, "ref": combo.ref,
-                    "runner": m.runners.get(combo.arch, "ubuntu-24.04"), "session": f"build-{combo.id}",
-                    "refused": refused, "image": chosen, "image_state": state,
-                    "image_refused": image_refused if facts is not None and not facts.error else None})
+        out.append(
+            {
+                "id": combo.id,
+                "python": combo.python,
+                "torch": combo.torch,
+                "torch_npu": combo.torch_npu or "",
+                "cann": combo.cann or "",
+                "arch": combo.arch,
+                "ref": combo.ref,
+                "runner": m.runners.get(combo.arch, "ubuntu-24.04"),
+                "session": f"build-{combo.id}",
+                "refused": refused,
+                "image": chosen,
+                "image_state": state,
+                "image_refused": image_refused if facts is not None and not facts.error else None,
+            }
+        )
     return out
 
 
 def github(table: list[dict]) -> str:
     """The `strategy.matrix` JSON for GitHub Actions (valid combinations only; one line for $GITHUB_OUTPUT)."""
     keys = ("id", "python", "torch", "torch_npu", "arch", "runner", "session")
-    return json.dumps({"include": [{k: r[k] for k in keys} for r in table if not r["refused"]]}, separators=(",", ":"))
+    return json.dumps(
+        {"include": [{k: r[k] for k in keys} for r in table if not r["refused"]]},
+        separators=(",", ":"),
+    )
 
 
 def refusals(table: list[dict]) -> list[tuple[str, str]]:
     """(id, why) of every refused row: by matrix.toml's tables, or by its builder image when images were checked."""
-    return [(r["id"], r["refused"] or r["image_refused"]) for r in table if r["refused"] or r["image_refused"]]
+    return [
+        (r["id"], r["refused"] or r["image_refused"])
+        for r in table
+        if r["refused"] or r["image_refused"]
+    ]
 
 
 def markdown(table: list[dict]) -> str:
     """The matrix for a CI job summary ($GITHUB_STEP_SUMMARY): refused combinations first, then every row."""
+
     def cell(text: str) -> str:
         return log.sanitise(str(text)).replace("|", "\\|")
 
@@ -142,24 +189,34 @@ def markdown(table: list[dict]) -> str:
     if refused:
         lines += [f"### {len(refused)} of {len(table)} combinations refused", ""]
         lines += [f"- `{cell(rid)}`: {cell(why)}" for rid, why in refused] + [""]
-    lines += [f"### Build matrix: {len(table) - len(refused)} of {len(table)} combinations to build", "",
-              "| combination | python | torch | torch_npu | arch | runner | session |", "|---|---|---|---|---|---|---|"]
+    lines += [
+        f"### Build matrix: {len(table) - len(refused)} of {len(table)} combinations to build",
+        "",
+        "| combination | python | torch | torch_npu | arch | runner | session |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for r in table:
         why = r["refused"] or r["image_refused"]
-        lines.append(f"| {cell(r['id'])} | {r['python']} | {r['torch']} | {r['torch_npu'] or '-'} | {r['arch']} | "
-                     f"{r['runner']} | {'REFUSED' if why else cell(r['session'])} |")
+        lines.append(
+            f"| {cell(r['id'])} | {r['python']} | {r['torch']} | {r['torch_npu'] or '-'} | {r['arch']} | "
+            f"{r['runner']} | {'REFUSED' if why else cell(r['session'])} |"
+        )
     return "\n".join(lines)
 
 
 def print_table(table: list[dict], facts: builder.ImageFacts | None = None) -> None:
     wheres = [f"{r['image']} ({r['image_state']})" if r["image"] else "this host" for r in table]
     width = max([len("builds in"), *map(len, wheres)])
-    log.out(f"{'combination':<34} {'python':<7} {'torch':<8} {'torch_npu':<14} {'arch':<8} {'runner':<17} "
-            f"{'builds in':<{width}} note")
+    log.out(
+        f"{'combination':<34} {'python':<7} {'torch':<8} {'torch_npu':<14} {'arch':<8} {'runner':<17} "
+        f"{'builds in':<{width}} note"
+    )
     for r, where in zip(table, wheres):
         note = f"REFUSED: {r['refused']}" if r["refused"] else r["session"]
-        log.out(f"{r['id']:<34} {r['python']:<7} {r['torch']:<8} {r['torch_npu'] or '-':<14} {r['arch']:<8} "
-                f"{r['runner']:<17} {where:<{width}} {note}")
+        log.out(
+            f"{r['id']:<34} {r['python']:<7} {r['torch']:<8} {r['torch_npu'] or '-':<14} {r['arch']:<8} "
+            f"{r['runner']:<17} {where:<{width}} {note}"
+        )
     if facts is not None and facts.error:
         log.info(f"images not checked: {facts.error}")
 
@@ -178,8 +235,17 @@ class Result:
     extra: dict = field(default_factory=dict)
 
 
-def run_one(m: matrix.Matrix, combo: Combination, passthrough: list[str], dist: Path, build_dir: Path,
-            jobs_each: int, logs: Path, facts: builder.ImageFacts | None = None, image: str | None = None) -> Result:
+def run_one(
+    m: matrix.Matrix,
+    combo: Combination,
+    passthrough: list[str],
+    dist: Path,
+    build_dir: Path,
+    jobs_each: int,
+    logs: Path,
+    facts: builder.ImageFacts | None = None,
+    image: str | None = None,
+) -> Result:
     try:
         m.validate(combo)
     except ConfigError as exc:
@@ -189,33 +255,62 @@ def run_one(m: matrix.Matrix, combo: Combination, passthrough: list[str], dist: 
         return Result(combo.id, "refused", detail=refusal)
     log_path = logs / f"{combo.id}.log"
     status_path = logs / f"{combo.id}.status.json"
-    argv = [sys.executable, "-m", "apexkit", "build", combo.python, *build_args(m, combo, image=image), "--dist",
-            str(dist), "--build-dir", str(build_dir), "--jobs", str(jobs_each), *passthrough]
+    argv = [
+        sys.executable,
+        "-m",
+        "apexkit",
+        "build",
+        combo.python,
+        *build_args(m, combo, image=image),
+        "--dist",
+        str(dist),
+        "--build-dir",
+        str(build_dir),
+        "--jobs",
+        str(jobs_each),
+        *passthrough,
+    ]
     started = time.monotonic()
     if os.path.lexists(status_path):
         os.unlink(status_path)
     with open(log_path, "w", encoding="utf-8") as fh:
         fh.write("+ " + log.mask(" ".join(argv)) + "\n")
         fh.flush()
-        proc = subprocess.run(argv, stdout=fh, stderr=subprocess.STDOUT, cwd=matrix.PROJECT_ROOT,
-                              env=dict(os.environ, COLUMNS="160", **{statusfile.VARIABLE: str(status_path)}))
+        proc = subprocess.run(
+            argv,
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            cwd=matrix.PROJECT_ROOT,
+            env=dict(os.environ, COLUMNS="160", **{statusfile.VARIABLE: str(status_path)}),
+        )
     seconds = time.monotonic() - started
     try:
         status = statusfile.read(status_path)
     except untrusted.Untrusted as exc:
         return Result(combo.id, "failed", seconds, f"its status file: {exc}", log=str(log_path))
     if proc.returncode != 0 or status is None or status.exit_code != 0:
-        detail = status.error if status is not None and status.error else \
-            f"exit {proc.returncode}{'' if status else ', no status recorded'} (see {log_path})"
+        detail = (
+            status.error
+            if status is not None and status.error
+            else f"exit {proc.returncode}{'' if status else ', no status recorded'} (see {log_path})"
+        )
         return Result(combo.id, "failed", seconds, detail[:300], log=str(log_path))
     try:
         target, manifest = read_target(dist, status.target_dir)
     except untrusted.Untrusted as exc:
         return Result(combo.id, "failed", seconds, f"the build reported {exc}", log=str(log_path))
     wheel = manifest.get("wheel", {}) if isinstance(manifest.get("wheel"), dict) else {}
-    return Result(combo.id, "cached" if manifest.get("cache_hit") else "built", seconds, str(target),
-                  str(wheel.get("file", "")), int(wheel.get("size", 0) or 0), str(wheel.get("sha256", "")),
-                  bool(manifest.get("cache_hit")), str(log_path))
+    return Result(
+        combo.id,
+        "cached" if manifest.get("cache_hit") else "built",
+        seconds,
+        str(target),
+        str(wheel.get("file", "")),
+        int(wheel.get("size", 0) or 0),
+        str(wheel.get("sha256", "")),
+        bool(manifest.get("cache_hit")),
+        str(log_path),
+    )
 
 
 def read_target(dist: Path, reported: str | None) -> tuple[Path, dict]:
@@ -228,7 +323,9 @@ def read_target(dist: Path, reported: str | None) -> tuple[Path, dict]:
         raise untrusted.Untrusted("no dist/<target>/ in its status file")
     path = Path(reported)
     if path.parent.resolve() != dist.resolve() or not TARGET_NAME.fullmatch(path.name):
-        raise untrusted.Untrusted(f"{untrusted.shown(reported)}, which is not a target directly in {dist}")
+        raise untrusted.Untrusted(
+            f"{untrusted.shown(reported)}, which is not a target directly in {dist}"
+        )
     fd = untrusted.open_dir(dist / path.name)
     try:
         raw = untrusted.read_regular("manifest.json", fd, distdir.MANIFEST_MAX)
@@ -243,22 +340,33 @@ def read_target(dist: Path, reported: str | None) -> tuple[Path, dict]:
     return dist / path.name, manifest
 
 
-def run_all(m: matrix.Matrix, combos: list[Combination], passthrough: list[str], dist: Path, build_dir: Path,
-            jobs: int, image: str | None = None) -> list[Result]:
+def run_all(
+    m: matrix.Matrix,
+    combos: list[Combination],
+    passthrough: list[str],
+    dist: Path,
+    build_dir: Path,
+    jobs: int,
+    image: str | None = None,
+) -> list[Result]:
     cores = os.cpu_count() or 1
     jobs = max(1, min(jobs, cores, len(combos) or 1))
     jobs_each = max(1, cores // jobs)
     logs = build_dir / "matrix"
     logs.mkdir(parents=True, exist_ok=True)
-    log.info(f"▸ {len(combos)} combinations, {jobs} at a time ({jobs_each} compile jobs each); logs in {logs}/")
+    log.info(
+        f"▸ {len(combos)} combinations, {jobs} at a time ({jobs_each} compile jobs each); logs in {logs}/"
+    )
     results: dict[str, Result] = {}
     facts = builder.ImageFacts()  # every image is asked once, before its combinations run
 
     def one(combo: Combination) -> Result:
         result = run_one(m, combo, passthrough, dist, build_dir, jobs_each, logs, facts, image)
         mark = {"built": "✓", "cached": "✓", "refused": "✕", "failed": "✕"}[result.status]
-        log.info(f"  {mark} {combo.id}: {result.status} ({log.format_seconds(result.seconds)})"
-                 + (f" — {result.detail}" if result.status in ("refused", "failed") else ""))
+        log.info(
+            f"  {mark} {combo.id}: {result.status} ({log.format_seconds(result.seconds)})"
+            + (f" — {result.detail}" if result.status in ("refused", "failed") else "")
+        )
         return result
 
     with ThreadPoolExecutor(max_workers=jobs) as pool:
@@ -269,10 +377,14 @@ def run_all(m: matrix.Matrix, combos: list[Combination], passthrough: list[str],
 
 # --- the matrix on a Slurm cluster (--run --slurm) -----------------------------------------------------------------
 
-SLURM_POLL = float(os.environ.get("APEXKIT_SLURM_POLL", "5"))  # seconds between squeue calls while waiting
+SLURM_POLL = float(
+    os.environ.get("APEXKIT_SLURM_POLL", "5")
+)  # seconds between squeue calls while waiting
 
 
-def _per_arch(values: list[str], option: str, default: dict[str, str | None]) -> dict[str, str | None]:
+def _per_arch(
+    values: list[str], option: str, default: dict[str, str | None]
+) -> dict[str, str | None]:
     """`--slurm-partition NAME` (every arch) / `ARCH=NAME` (that arch), repeatable; `none` drops it."""
     chosen = dict(default)
     for value in values:
@@ -280,7 +392,9 @@ def _per_arch(values: list[str], option: str, default: dict[str, str | None]) ->
         if sep and arch in ("x86_64", "aarch64"):
             chosen[arch] = rest
         elif sep and arch and not any(c in arch for c in "|&,[]*"):
-            raise ConfigError(f"{option} {value}: {arch} is not an arch", f"write {option} x86_64=… or aarch64=…")
+            raise ConfigError(
+                f"{option} {value}: {arch} is not an arch", f"write {option} x86_64=… or aarch64=…"
+            )
         else:
             chosen = {a: value for a in ("x86_64", "aarch64")}
     return {a: (None if v in (None, "", "none") else v) for a, v in chosen.items()}
@@ -300,32 +414,71 @@ class SlurmOptions:
 
 def slurm_options(args: argparse.Namespace) -> SlurmOptions:
     if args.image:
-        raise ConfigError("--image with --slurm: on the cluster each combination builds natively on a node of its "
-                          "arch, not in a builder image", "drop --image (or build here without --slurm)")
-    for option in ("slurm_partition", "slurm_constraint", "slurm_sbatch", "slurm_account", "slurm_time"):
+        raise ConfigError(
+            "--image with --slurm: on the cluster each combination builds natively on a node of its "
+            "arch, not in a builder image",
+            "drop --image (or build here without --slurm)",
+        )
+    for option in (
+        "slurm_partition",
+        "slurm_constraint",
+        "slurm_sbatch",
+        "slurm_account",
+        "slurm_time",
+    ):
         values = getattr(args, option)
         for value in values if isinstance(values, list) else [values]:
             if value is not None and ("\n" in value or "\r" in value):
-                raise ConfigError(f"--{option.replace('_', '-')} {value!r}: one line (it becomes an #SBATCH line)",
-                                  f"pass --{option.replace('_', '-')} without line breaks")
+                raise ConfigError(
+                    f"--{option.replace('_', '-')} {value!r}: one line (it becomes an #SBATCH line)",
+                    f"pass --{option.replace('_', '-')} without line breaks",
+                )
     if args.slurm_cpus is not None and args.slurm_cpus < 1:
-        raise ConfigError(f"--slurm-cpus {args.slurm_cpus}: must be at least 1", "pass --slurm-cpus 8, or leave it out")
+        raise ConfigError(
+            f"--slurm-cpus {args.slurm_cpus}: must be at least 1",
+            "pass --slurm-cpus 8, or leave it out",
+        )
     return SlurmOptions(
-        partition=_per_arch(args.slurm_partition, "--slurm-partition", {"x86_64": None, "aarch64": None}),
-        constraint=_per_arch(args.slurm_constraint, "--slurm-constraint", {"x86_64": "x86_64", "aarch64": "aarch64"}),
-        account=args.slurm_account, time_limit=args.slurm_time, cpus=args.slurm_cpus,
-        python=args.slurm_python or sys.executable, node_build_dir=args.slurm_build_dir,
-        extra=tuple(args.slurm_sbatch))
+        partition=_per_arch(
+            args.slurm_partition, "--slurm-partition", {"x86_64": None, "aarch64": None}
+        ),
+        constraint=_per_arch(
+            args.slurm_constraint, "--slurm-constraint", {"x86_64": "x86_64", "aarch64": "aarch64"}
+        ),
+        account=args.slurm_account,
+        time_limit=args.slurm_time,
+        cpus=args.slurm_cpus,
+        python=args.slurm_python or sys.executable,
+        node_build_dir=args.slurm_build_dir,
+        extra=tuple(args.slurm_sbatch),
+    )
 
 
-def batch_script(m: matrix.Matrix, combo: Combination, passthrough: list[str], stage: Path, build_dir: Path,
-                 logs: Path, opts: SlurmOptions) -> str:
+def batch_script(
+    m: matrix.Matrix,
+    combo: Combination,
+    passthrough: list[str],
+    stage: Path,
+    build_dir: Path,
+    logs: Path,
+    opts: SlurmOptions,
+) -> str:
     """The batch script of one combination (pure): one task on one node of its arch, `python -m apexkit build` from
     the checkout into <stage>/dist-<id>; the output is build/matrix/<id>.log, as for a local run."""
     q = shlex.quote
     arch = combo.arch
-    argv = [opts.python, "-m", "apexkit", "build", combo.python, *build_args(m, combo, host=arch), "--dist",
-            str(stage / f"dist-{combo.id}"), "--build-dir", opts.node_build_dir or str(build_dir)]
+    argv = [
+        opts.python,
+        "-m",
+        "apexkit",
+        "build",
+        combo.python,
+        *build_args(m, combo, host=arch),
+        "--dist",
+        str(stage / f"dist-{combo.id}"),
+        "--build-dir",
+        opts.node_build_dir or str(build_dir),
+    ]
     lines = ["#!/bin/bash", f"#SBATCH --job-name=apexkit-{combo.id}"]
     if opts.partition.get(arch):
         lines.append(f"#SBATCH --partition={opts.partition[arch]}")
@@ -336,24 +489,32 @@ def batch_script(m: matrix.Matrix, combo: Combination, passthrough: list[str], s
         lines.append(f"#SBATCH --cpus-per-task={opts.cpus}")
     if opts.account:
         lines.append(f"#SBATCH --account={opts.account}")
-    lines += [f"#SBATCH --time={opts.time_limit}", "#SBATCH --export=ALL",
-              f"#SBATCH --chdir={matrix.PROJECT_ROOT}", f"#SBATCH --output={logs / (combo.id + '.log')}",
-              *(f"#SBATCH {extra}" for extra in opts.extra),
-              f"# apexkit matrix: {combo.id} on one {arch} node, from the checkout {matrix.PROJECT_ROOT} (shared "
-              "storage), into the shared staging directory; the submitting process copies the wheel into dist/",
-              "set -u",
-              f"cd {q(str(matrix.PROJECT_ROOT))} || exit 3",
-              'echo "+ apexkit matrix: ' + combo.id + ' on ${SLURMD_NODENAME:-$(hostname)} ($(uname -m)), job '
-              '${SLURM_JOB_ID:-?}"',
-              f'if [ "$(uname -m)" != {q(arch)} ]; then',
-              f'  echo "error: node ${{SLURMD_NODENAME:-$(hostname)}} is $(uname -m), not {arch} (fix the node\'s '
-              f'features or --slurm-constraint/--slurm-partition)"; exit 3',
-              "fi",
-              f"rm -rf {q(str(stage / ('dist-' + combo.id)))} {q(str(status_path(stage, combo)))}",
-              f"export {statusfile.VARIABLE}={q(str(status_path(stage, combo)))}",
-              "exec " + " ".join(q(a) for a in argv) + ' --jobs "${SLURM_CPUS_PER_TASK:-$(nproc)}"'
-              + "".join(" " + q(a) for a in passthrough),
-              ""]
+    lines += [
+        f"#SBATCH --time={opts.time_limit}",
+        "#SBATCH --export=ALL",
+        f"#SBATCH --chdir={matrix.PROJECT_ROOT}",
+        f"#SBATCH --output={logs / (combo.id + '.log')}",
+        *(f"#SBATCH {extra}" for extra in opts.extra),
+        f"# apexkit matrix: {combo.id} on one {arch} node, from the checkout {matrix.PROJECT_ROOT} (shared "
+        "storage), into the shared staging directory; the submitting process copies the wheel into dist/",
+        "set -u",
+        f"cd {q(str(matrix.PROJECT_ROOT))} || exit 3",
+        'echo "+ apexkit matrix: '
+        + combo.id
+        + " on ${SLURMD_NODENAME:-$(hostname)} ($(uname -m)), job "
+        '${SLURM_JOB_ID:-?}"',
+        f'if [ "$(uname -m)" != {q(arch)} ]; then',
+        f"  echo \"error: node ${{SLURMD_NODENAME:-$(hostname)}} is $(uname -m), not {arch} (fix the node's "
+        f'features or --slurm-constraint/--slurm-partition)"; exit 3',
+        "fi",
+        f"rm -rf {q(str(stage / ('dist-' + combo.id)))} {q(str(status_path(stage, combo)))}",
+        f"export {statusfile.VARIABLE}={q(str(status_path(stage, combo)))}",
+        "exec "
+        + " ".join(q(a) for a in argv)
+        + ' --jobs "${SLURM_CPUS_PER_TASK:-$(nproc)}"'
+        + "".join(" " + q(a) for a in passthrough),
+        "",
+    ]
     return "\n".join(lines)
 
 
@@ -362,8 +523,14 @@ def status_path(stage: Path, combo: Combination) -> Path:
     return stage / f"status-{combo.id}.json"
 
 
-def collect(stage_dist: Path, combo: Combination, dist: Path, job: dict, force: bool,
-            expected: str | None = None) -> tuple[Path, dict]:
+def collect(
+    stage_dist: Path,
+    combo: Combination,
+    dist: Path,
+    job: dict,
+    force: bool,
+    expected: str | None = None,
+) -> tuple[Path, dict]:
     """Copy the one dist/<target>/ a job left in <stage>/dist-<id>/ into dist/, by the rules for what another party
     wrote (untrusted.py): real directories, regular files opened without following links, wheel.file a plain wheel
     name, the wheel copied and re-hashed here and matching its manifest; dist/<target> swapped in whole and never
@@ -377,26 +544,36 @@ def collect(stage_dist: Path, combo: Combination, dist: Path, job: dict, force: 
     try:
         names = sorted(n for n in os.listdir(stage_fd) if not n.startswith("."))
         if len(names) != 1:
-            raise untrusted.Untrusted(f"{len(names)} entries in {stage_dist} ({', '.join(map(untrusted.shown, names[:5]))})"
-                                      f", expected one dist/<target>/")
+            raise untrusted.Untrusted(
+                f"{len(names)} entries in {stage_dist} ({', '.join(map(untrusted.shown, names[:5]))})"
+                f", expected one dist/<target>/"
+            )
         target = names[0]
         if not TARGET_NAME.fullmatch(target):
             raise untrusted.Untrusted(f"{untrusted.shown(target)} is not a target name")
         if expected is not None and target != expected:
-            raise untrusted.Untrusted(f"it left {untrusted.shown(target)}, its status file names "
-                                      f"{untrusted.shown(expected)}")
+            raise untrusted.Untrusted(
+                f"it left {untrusted.shown(target)}, its status file names "
+                f"{untrusted.shown(expected)}"
+            )
         target_fd = untrusted.open_dir(target, stage_fd)
     finally:
         os.close(stage_fd)
     try:
         try:
-            manifest = json.loads(untrusted.read_regular("manifest.json", target_fd, distdir.MANIFEST_MAX).decode())
+            manifest = json.loads(
+                untrusted.read_regular("manifest.json", target_fd, distdir.MANIFEST_MAX).decode()
+            )
         except ValueError as exc:
             raise untrusted.Untrusted(f"manifest.json is not JSON ({exc})") from None
         wheel = manifest.get("wheel") if isinstance(manifest, dict) else None
         if not isinstance(wheel, dict) or not isinstance(wheel.get("sha256"), str):
             raise untrusted.Untrusted("manifest.json has no wheel.file and wheel.sha256")
-        identity = manifest.get("target", {}).get("identity") if isinstance(manifest.get("target"), dict) else None
+        identity = (
+            manifest.get("target", {}).get("identity")
+            if isinstance(manifest.get("target"), dict)
+            else None
+        )
         if identity is not None and not isinstance(identity, dict):
             raise untrusted.Untrusted("manifest.json target.identity is not an object")
         name = untrusted.wheel_name(wheel.get("file"))
@@ -411,8 +588,10 @@ def collect(stage_dist: Path, combo: Combination, dist: Path, job: dict, force: 
         finally:
             os.close(src)
         if sha != wheel["sha256"]:
-            raise untrusted.Untrusted(f"{untrusted.shown(name)} has sha256 {sha[:16]}…, its manifest says "
-                                      f"{untrusted.shown(wheel['sha256'][:16])}")
+            raise untrusted.Untrusted(
+                f"{untrusted.shown(name)} has sha256 {sha[:16]}…, its manifest says "
+                f"{untrusted.shown(wheel['sha256'][:16])}"
+            )
         untrusted.check_zip(tmp / name)
         manifest["wheel"] = {**wheel, "file": name, "sha256": sha, "size": size}
         manifest["slurm"] = job
@@ -425,17 +604,29 @@ def collect(stage_dist: Path, combo: Combination, dist: Path, job: dict, force: 
 def _failure_cause(status: statusfile.Status | None, info: dict) -> str:
     """The build's one-line error from the job's status file, else its state and exit code."""
     state, code = info.get("JobState", "UNKNOWN"), info.get("ExitCode", "")
-    said = {"CANCELLED": "cancelled (scancel, or the node went away)", "TIMEOUT": "killed at its time limit "
-            "(--slurm-time)", "NODE_FAIL": "lost its node", "OUT_OF_MEMORY": "killed: out of memory",
-            "PREEMPTED": "preempted", "UNKNOWN": "no longer known to Slurm"}.get(state.split()[0], state)
+    said = {
+        "CANCELLED": "cancelled (scancel, or the node went away)",
+        "TIMEOUT": "killed at its time limit (--slurm-time)",
+        "NODE_FAIL": "lost its node",
+        "OUT_OF_MEMORY": "killed: out of memory",
+        "PREEMPTED": "preempted",
+        "UNKNOWN": "no longer known to Slurm",
+    }.get(state.split()[0], state)
     where = f" on {info['NodeList']}" if info.get("NodeList") not in (None, "", "(null)") else ""
     head = f"job {info.get('JobId', '')}".strip()
     text = f"{head}{where} {said}" + (f" (exit {code})" if state == "FAILED" and code else "")
     return (f"{text}: {status.error}" if status is not None and status.error else text)[:300]
 
 
-def run_slurm(m: matrix.Matrix, combos: list[Combination], passthrough: list[str], dist: Path, build_dir: Path,
-              opts: SlurmOptions, dry_run: bool = False) -> list[Result]:
+def run_slurm(
+    m: matrix.Matrix,
+    combos: list[Combination],
+    passthrough: list[str],
+    dist: Path,
+    build_dir: Path,
+    opts: SlurmOptions,
+    dry_run: bool = False,
+) -> list[Result]:
     """One sbatch job per valid combination (on a node of its arch), then wait and collect each job's wheel into
     dist/; refused combinations are never submitted; a failed, cancelled or timed-out job is a failed row."""
 
@@ -463,8 +654,10 @@ def run_slurm(m: matrix.Matrix, combos: list[Combination], passthrough: list[str
     force = "--force" in passthrough
     jobs: dict[str, Combination] = {}
     submitted_at: dict[str, float] = {}
-    log.info(f"▸ {len(combos)} combinations: {len(todo)} to submit to Slurm, {len(combos) - len(todo)} refused; "
-             f"logs in {logs}/, batch scripts in {stage}/")
+    log.info(
+        f"▸ {len(combos)} combinations: {len(todo)} to submit to Slurm, {len(combos) - len(todo)} refused; "
+        f"logs in {logs}/, batch scripts in {stage}/"
+    )
     for combo in combos:
         if combo.id in results:
             log.info(f"  ✕ {combo.id}: refused, not submitted — {results[combo.id].detail}")
@@ -472,22 +665,35 @@ def run_slurm(m: matrix.Matrix, combos: list[Combination], passthrough: list[str
         for combo in todo:
             script = stage / f"{combo.id}.sbatch"
             script.write_text(batch_script(m, combo, passthrough, stage, build_dir, logs, opts))
-            (logs / f"{combo.id}.log").unlink(missing_ok=True)  # Slurm appends to an existing --output
+            (logs / f"{combo.id}.log").unlink(
+                missing_ok=True
+            )  # Slurm appends to an existing --output
             job_id, why = slurm.sbatch(script)
             if job_id is None:
-                asked = ", ".join(f"{what} {value}" for what, value in (
-                    ("partition", opts.partition.get(combo.arch)), ("constraint", opts.constraint.get(combo.arch)))
-                    if value)
-                why = (f"{why} (asked for: {asked or 'any node'}; is there a {combo.arch} node? see sinfo -o '%P %f %N'"
-                       f", --slurm-partition/--slurm-constraint)")
-                results[combo.id] = Result(combo.id, "failed", detail=f"not submitted: {why}", log=str(script))
+                asked = ", ".join(
+                    f"{what} {value}"
+                    for what, value in (
+                        ("partition", opts.partition.get(combo.arch)),
+                        ("constraint", opts.constraint.get(combo.arch)),
+                    )
+                    if value
+                )
+                why = (
+                    f"{why} (asked for: {asked or 'any node'}; is there a {combo.arch} node? see sinfo -o '%P %f %N'"
+                    f", --slurm-partition/--slurm-constraint)"
+                )
+                results[combo.id] = Result(
+                    combo.id, "failed", detail=f"not submitted: {why}", log=str(script)
+                )
                 log.info(f"  ✕ {combo.id}: sbatch refused it — {why}")
                 continue
             jobs[job_id] = combo
             submitted_at[job_id] = time.monotonic()
-            log.info(f"  ⋯ {combo.id}: job {job_id} ({combo.arch}"
-                     f"{', partition ' + opts.partition[combo.arch] if opts.partition.get(combo.arch) else ''}"
-                     f"{', constraint ' + opts.constraint[combo.arch] if opts.constraint.get(combo.arch) else ''})")
+            log.info(
+                f"  ⋯ {combo.id}: job {job_id} ({combo.arch}"
+                f"{', partition ' + opts.partition[combo.arch] if opts.partition.get(combo.arch) else ''}"
+                f"{', constraint ' + opts.constraint[combo.arch] if opts.constraint.get(combo.arch) else ''})"
+            )
         seen: dict[str, str] = {}
         waiting = dict(jobs)
         while waiting:
@@ -500,11 +706,14 @@ def run_slurm(m: matrix.Matrix, combos: list[Combination], passthrough: list[str
                         log.info(f"  ⋯ {combo.id}: job {job_id} {state}")
                     continue
                 del waiting[job_id]
-                results[combo.id] = _finish(combo, job_id, stage, dist, logs, force,
-                                            time.monotonic() - submitted_at[job_id])
+                results[combo.id] = _finish(
+                    combo, job_id, stage, dist, logs, force, time.monotonic() - submitted_at[job_id]
+                )
             if waiting:
                 time.sleep(SLURM_POLL)
-    except BaseException:  # Ctrl-C or a lost controller: the jobs this run submitted do not outlive it
+    except (
+        BaseException
+    ):  # Ctrl-C or a lost controller: the jobs this run submitted do not outlive it
         left = [j for j, c in jobs.items() if c.id not in results]
         if left:
             log.warn(f"cancelling job(s) {', '.join(left)}")
@@ -513,8 +722,9 @@ def run_slurm(m: matrix.Matrix, combos: list[Combination], passthrough: list[str
     return [results[c.id] for c in combos]
 
 
-def _finish(combo: Combination, job_id: str, stage: Path, dist: Path, logs: Path, force: bool,
-            waited: float) -> Result:
+def _finish(
+    combo: Combination, job_id: str, stage: Path, dist: Path, logs: Path, force: bool, waited: float
+) -> Result:
     info = dict(slurm.job_info(job_id), JobId=job_id)
     log_path = logs / f"{combo.id}.log"
     seconds = slurm.slurm_seconds(info.get("RunTime")) or waited
@@ -524,93 +734,229 @@ def _finish(combo: Combination, job_id: str, stage: Path, dist: Path, logs: Path
         status_problem = ""
     except untrusted.Untrusted as exc:
         status, status_problem = None, str(exc)
-    if info.get("JobState") != "COMPLETED" or info.get("ExitCode", "0:0") != "0:0" or status_problem:
-        cause = _failure_cause(status, info) + (f"; refusing its status file: {status_problem}" if status_problem else "")
-        result = Result(combo.id, "failed", seconds, cause[:300], log=str(log_path),
-                        extra={"job_id": job_id, "node": node, "state": info.get("JobState")})
+    if (
+        info.get("JobState") != "COMPLETED"
+        or info.get("ExitCode", "0:0") != "0:0"
+        or status_problem
+    ):
+        cause = _failure_cause(status, info) + (
+            f"; refusing its status file: {status_problem}" if status_problem else ""
+        )
+        result = Result(
+            combo.id,
+            "failed",
+            seconds,
+            cause[:300],
+            log=str(log_path),
+            extra={"job_id": job_id, "node": node, "state": info.get("JobState")},
+        )
     else:
         job = {"job_id": job_id, "node": node, "state": "COMPLETED", "run_seconds": seconds}
-        expected = Path(status.target_dir).name if status is not None and status.target_dir else None
+        expected = (
+            Path(status.target_dir).name if status is not None and status.target_dir else None
+        )
         try:
             final, manifest = collect(stage / f"dist-{combo.id}", combo, dist, job, force, expected)
         except untrusted.Untrusted as exc:
-            result = Result(combo.id, "failed", seconds, f"job {job_id} on {node}: refusing what it left in "
-                            f"{stage / ('dist-' + combo.id)}: {exc}"[:300], log=str(log_path), extra=job)
+            result = Result(
+                combo.id,
+                "failed",
+                seconds,
+                f"job {job_id} on {node}: refusing what it left in "
+                f"{stage / ('dist-' + combo.id)}: {exc}"[:300],
+                log=str(log_path),
+                extra=job,
+            )
         except ApexkitError as exc:
-            result = Result(combo.id, "failed", seconds, exc.format()[:300], log=str(log_path), extra=job)
+            result = Result(
+                combo.id, "failed", seconds, exc.format()[:300], log=str(log_path), extra=job
+            )
         else:
             shutil.rmtree(stage / f"dist-{combo.id}", ignore_errors=True)
             status_path(stage, combo).unlink(missing_ok=True)
             wheel = manifest["wheel"]
-            result = Result(combo.id, "cached" if manifest.get("cache_hit") else "built", seconds, str(final),
-                            wheel["file"], wheel["size"], wheel["sha256"], bool(manifest.get("cache_hit")),
-                            str(log_path), extra=job)
+            result = Result(
+                combo.id,
+                "cached" if manifest.get("cache_hit") else "built",
+                seconds,
+                str(final),
+                wheel["file"],
+                wheel["size"],
+                wheel["sha256"],
+                bool(manifest.get("cache_hit")),
+                str(log_path),
+                extra=job,
+            )
     mark = "✓" if result.status in ("built", "cached") else "✕"
-    log.info(f"  {mark} {combo.id}: {result.status} on {node or '?'} (job {job_id}, "
-             f"{log.format_seconds(result.seconds)})" + (f" — {result.detail}" if result.status == "failed" else ""))
+    log.info(
+        f"  {mark} {combo.id}: {result.status} on {node or '?'} (job {job_id}, "
+        f"{log.format_seconds(result.seconds)})"
+        + (f" — {result.detail}" if result.status == "failed" else "")
+    )
     return result
 
 
 def summary(results: list[Result]) -> str:
-    lines = ["| combination | wheel | size | sha256 | build time | cache hit |", "|---|---|---|---|---|---|"]
+    lines = [
+        "| combination | wheel | size | sha256 | build time | cache hit |",
+        "|---|---|---|---|---|---|",
+    ]
     for r in results:
         if r.status in ("refused", "failed"):
-            lines.append(f"| {r.id} | {r.status.upper()}: {r.detail} | | | {log.format_seconds(r.seconds) if r.seconds else ''}"
-                         f" | |")
+            lines.append(
+                f"| {r.id} | {r.status.upper()}: {r.detail} | | | {log.format_seconds(r.seconds) if r.seconds else ''}"
+                f" | |"
+            )
         else:
-            lines.append(f"| {r.id} | {r.wheel} | {r.size / 1024:.0f} KiB | {r.sha256[:12]} | "
-                         f"{log.format_seconds(r.seconds)} | {'yes' if r.cache_hit else 'no'} |")
+            lines.append(
+                f"| {r.id} | {r.wheel} | {r.size / 1024:.0f} KiB | {r.sha256[:12]} | "
+                f"{log.format_seconds(r.seconds)} | {'yes' if r.cache_hit else 'no'} |"
+            )
     return "\n".join(lines)
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="nox -s matrix --", description="the build matrix: list, GitHub JSON, or run it")
-    p.add_argument("--format", choices=("table", "json", "github", "markdown"), default="table",
-                   help="table (default), json (every field, refused ones too), github (strategy.matrix; a refused "
-                   "combination fails it, see --allow-refused), markdown (for $GITHUB_STEP_SUMMARY, refused ones first)")
-    p.add_argument("--allow-refused", action="store_true", help="with --format github: leave refused combinations "
-                   "out of the matrix and exit 0 (default: exit 1 naming them, so CI cannot lose a combination)")
-    p.add_argument("--matrix", type=Path, metavar="FILE", help="a TOML file with [[include]] tables instead of "
-                   "matrix.toml [[matrix.include]]")
-    p.add_argument("--target", dest="only", action="append", default=[], metavar="ID",
-                   help="only this combination (repeat)")
+    p = argparse.ArgumentParser(
+        prog="nox -s matrix --", description="the build matrix: list, GitHub JSON, or run it"
+    )
+    p.add_argument(
+        "--format",
+        choices=("table", "json", "github", "markdown"),
+        default="table",
+        help="table (default), json (every field, refused ones too), github (strategy.matrix; a refused "
+        "combination fails it, see --allow-refused), markdown (for $GITHUB_STEP_SUMMARY, refused ones first)",
+    )
+    p.add_argument(
+        "--allow-refused",
+        action="store_true",
+        help="with --format github: leave refused combinations "
+        "out of the matrix and exit 0 (default: exit 1 naming them, so CI cannot lose a combination)",
+    )
+    p.add_argument(
+        "--matrix",
+        type=Path,
+        metavar="FILE",
+        help="a TOML file with [[include]] tables instead of matrix.toml [[matrix.include]]",
+    )
+    p.add_argument(
+        "--target",
+        dest="only",
+        action="append",
+        default=[],
+        metavar="ID",
+        help="only this combination (repeat)",
+    )
     vocab.alias(p, "--only", "--target", dest="only", metavar="ID")
-    p.add_argument("--run", action="store_true", help="build the combinations here and print a summary")
-    p.add_argument("--image", metavar="IMAGE", help="build every combination in this builder image (default: a "
-                   "combination of another arch builds in the image matrix.toml [matrix.images] names for its Python)")
-    p.add_argument("--parallel", dest="jobs", type=int, default=1, metavar="N", help="with --run: combinations "
-                   "built at the same time (bounded by the CPU count; each build's compile jobs: -- --jobs N)")
+    p.add_argument(
+        "--run", action="store_true", help="build the combinations here and print a summary"
+    )
+    p.add_argument(
+        "--image",
+        metavar="IMAGE",
+        help="build every combination in this builder image (default: a "
+        "combination of another arch builds in the image matrix.toml [matrix.images] names for its Python)",
+    )
+    p.add_argument(
+        "--parallel",
+        dest="jobs",
+        type=int,
+        default=1,
+        metavar="N",
+        help="with --run: combinations "
+        "built at the same time (bounded by the CPU count; each build's compile jobs: -- --jobs N)",
+    )
     vocab.alias(p, "--jobs", "--parallel", dest="jobs", type=int, metavar="N")
-    p.add_argument("--dist", type=Path, help="with --run: output directory (default: $APEXKIT_DIST_DIR, else ./dist)")
-    p.add_argument("--build-dir", type=Path, help="with --run: work directory (default: $APEXKIT_BUILD_DIR, else ./build)")
-    p.add_argument("--refresh", action="store_true", help="compare [torch_npu.versions] with the torch-npu releases "
-                   "on the package index; --write applies it (nox -s matrix -- --refresh --help)")
-    p.add_argument("--slurm", action="store_true", help="with --run: submit each combination to Slurm as one job "
-                   "on a node of its arch (the checkout and --build-dir on shared storage), wait, and collect the "
-                   "wheels into --dist")
-    p.add_argument("--dry-run", action="store_true", help="with --run --slurm: print the batch scripts, submit nothing")
-    p.add_argument("--slurm-partition", action="append", default=[], metavar="[ARCH=]NAME", help="the partition "
-                   "(for every arch, or ARCH=NAME for one; repeat)")
-    p.add_argument("--slurm-constraint", action="append", default=[], metavar="[ARCH=]EXPR", help="the node "
-                   "feature a combination's node must have (default: its arch, x86_64 / aarch64; ARCH=none or none: "
-                   "no constraint, e.g. with a per-arch --slurm-partition)")
+    p.add_argument(
+        "--dist",
+        type=Path,
+        help="with --run: output directory (default: $APEXKIT_DIST_DIR, else ./dist)",
+    )
+    p.add_argument(
+        "--build-dir",
+        type=Path,
+        help="with --run: work directory (default: $APEXKIT_BUILD_DIR, else ./build)",
+    )
+    p.add_argument(
+        "--refresh",
+        action="store_true",
+        help="compare [torch_npu.versions] with the torch-npu releases "
+        "on the package index; --write applies it (nox -s matrix -- --refresh --help)",
+    )
+    p.add_argument(
+        "--slurm",
+        action="store_true",
+        help="with --run: submit each combination to Slurm as one job "
+        "on a node of its arch (the checkout and --build-dir on shared storage), wait, and collect the "
+        "wheels into --dist",
+    )
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="with --run --slurm: print the batch scripts, submit nothing",
+    )
+    p.add_argument(
+        "--slurm-partition",
+        action="append",
+        default=[],
+        metavar="[ARCH=]NAME",
+        help="the partition (for every arch, or ARCH=NAME for one; repeat)",
+    )
+    p.add_argument(
+        "--slurm-constraint",
+        action="append",
+        default=[],
+        metavar="[ARCH=]EXPR",
+        help="the node "
+        "feature a combination's node must have (default: its arch, x86_64 / aarch64; ARCH=none or none: "
+        "no constraint, e.g. with a per-arch --slurm-partition)",
+    )
     p.add_argument("--slurm-account", metavar="A", help="sbatch --account")
-    p.add_argument("--slurm-time", default="02:00:00", metavar="T", help="each job's time limit (default 02:00:00)")
-    p.add_argument("--slurm-cpus", type=int, metavar="N", help="sbatch --cpus-per-task (the build's --jobs); "
-                   "default: the partition's, and the build uses the node's CPU count")
-    p.add_argument("--slurm-interpreter", dest="slurm_python", metavar="PATH", help="the interpreter on the nodes "
-                   "that runs apexkit (default: this one, a venv on shared storage)")
+    p.add_argument(
+        "--slurm-time",
+        default="02:00:00",
+        metavar="T",
+        help="each job's time limit (default 02:00:00)",
+    )
+    p.add_argument(
+        "--slurm-cpus",
+        type=int,
+        metavar="N",
+        help="sbatch --cpus-per-task (the build's --jobs); "
+        "default: the partition's, and the build uses the node's CPU count",
+    )
+    p.add_argument(
+        "--slurm-interpreter",
+        dest="slurm_python",
+        metavar="PATH",
+        help="the interpreter on the nodes "
+        "that runs apexkit (default: this one, a venv on shared storage)",
+    )
     vocab.alias(p, "--slurm-python", "--slurm-interpreter", dest="slurm_python", metavar="PATH")
-    p.add_argument("--slurm-build-dir", metavar="DIR", help="each job's --build-dir (default: --build-dir, shared; "
-                   "a node-local one such as /tmp/apexkit-build avoids the shared filesystem for compiling)")
-    p.add_argument("--slurm-sbatch", action="append", default=[], metavar="OPT", help="another sbatch option for "
-                   "every job, e.g. --slurm-sbatch=--qos=build (repeat)")
-    p.add_argument("build_options", nargs="*", help="after --: passed to every build (e.g. -- --wheelhouse DIR)")
+    p.add_argument(
+        "--slurm-build-dir",
+        metavar="DIR",
+        help="each job's --build-dir (default: --build-dir, shared; "
+        "a node-local one such as /tmp/apexkit-build avoids the shared filesystem for compiling)",
+    )
+    p.add_argument(
+        "--slurm-sbatch",
+        action="append",
+        default=[],
+        metavar="OPT",
+        help="another sbatch option for every job, e.g. --slurm-sbatch=--qos=build (repeat)",
+    )
+    p.add_argument(
+        "build_options",
+        nargs="*",
+        help="after --: passed to every build (e.g. -- --wheelhouse DIR)",
+    )
     return p
 
 
 def main(argv: list[str]) -> int:
-    if "--refresh" in argv:  # its own options (--write, --matrix FILE = the matrix.toml to compare, --index-url)
+    if (
+        "--refresh" in argv
+    ):  # its own options (--write, --matrix FILE = the matrix.toml to compare, --index-url)
         from apexkit.index import refresh
 
         return refresh.main(argv)
@@ -620,12 +966,16 @@ def main(argv: list[str]) -> int:
     if args.only:  # a combination's id (its session name) or the target id its build writes
         unknown = sorted(set(args.only) - {c.id for c in combos} - {c.target_id for c in combos})
         if unknown:
-            raise ConfigError(f"--target {', '.join(unknown)}: not in the matrix",
-                              f"ids: {', '.join(c.id for c in combos)} (or their target ids, as in dist/)")
+            raise ConfigError(
+                f"--target {', '.join(unknown)}: not in the matrix",
+                f"ids: {', '.join(c.id for c in combos)} (or their target ids, as in dist/)",
+            )
         combos = [c for c in combos if c.id in args.only or c.target_id in args.only]
     if (args.slurm or args.dry_run) and not args.run:
-        raise ConfigError(f"{'--slurm' if args.slurm else '--dry-run'} is for --run", "add --run (nox -s matrix -- --run "
-                          "--slurm [--dry-run])")
+        raise ConfigError(
+            f"{'--slurm' if args.slurm else '--dry-run'} is for --run",
+            "add --run (nox -s matrix -- --run --slurm [--dry-run])",
+        )
     if not args.run:
         # the GitHub matrix (and its summary) is for another machine's daemon: only the table and JSON ask this one
         facts = None if args.format in ("github", "markdown") else builder.ImageFacts()
@@ -633,10 +983,12 @@ def main(argv: list[str]) -> int:
         if args.format == "github":
             refused = refusals(table)
             if refused and not args.allow_refused:
-                raise MatrixError(f"{len(refused)} of {len(table)} combinations refused: "
-                                  + "; ".join(f"{rid}: {why}" for rid, why in refused),
-                                  "fix or remove those rows (nox -s matrix shows every row), or pass --allow-refused "
-                                  "to build the others")
+                raise MatrixError(
+                    f"{len(refused)} of {len(table)} combinations refused: "
+                    + "; ".join(f"{rid}: {why}" for rid, why in refused),
+                    "fix or remove those rows (nox -s matrix shows every row), or pass --allow-refused "
+                    "to build the others",
+                )
             print(github(table))
         elif args.format == "markdown":
             print(markdown(table))
@@ -646,28 +998,41 @@ def main(argv: list[str]) -> int:
             print_table(table, facts)
         return 0
     if args.jobs < 1:
-        raise ConfigError(f"--parallel {args.jobs}: must be at least 1", "pass --parallel 1 or more")
+        raise ConfigError(
+            f"--parallel {args.jobs}: must be at least 1", "pass --parallel 1 or more"
+        )
     dist = (args.dist or paths.dist_dir()).resolve()
     build_dir = (args.build_dir or paths.build_dir()).resolve()
     if args.slurm:
         opts = slurm_options(args)
-        results = run_slurm(m, combos, args.build_options, dist, build_dir, opts, dry_run=args.dry_run)
+        results = run_slurm(
+            m, combos, args.build_options, dist, build_dir, opts, dry_run=args.dry_run
+        )
         if args.dry_run:
             return 0
     elif args.dry_run:
-        raise ConfigError("--dry-run is for --run --slurm (it prints the batch scripts)", "add --slurm, or drop --dry-run")
+        raise ConfigError(
+            "--dry-run is for --run --slurm (it prints the batch scripts)",
+            "add --slurm, or drop --dry-run",
+        )
     else:
-        results = run_all(m, combos, args.build_options, dist, build_dir, args.jobs, image=args.image)
+        results = run_all(
+            m, combos, args.build_options, dist, build_dir, args.jobs, image=args.image
+        )
     (build_dir / "matrix").mkdir(parents=True, exist_ok=True)
     report = summary(results)
     (build_dir / "matrix" / "summary.md").write_text(report + "\n")
-    (build_dir / "matrix" / "summary.json").write_text(json.dumps([r.__dict__ for r in results], indent=1) + "\n")
+    (build_dir / "matrix" / "summary.json").write_text(
+        json.dumps([r.__dict__ for r in results], indent=1) + "\n"
+    )
     log.info(report)
     bad = [r for r in results if r.status in ("refused", "failed")]
     if bad:
-        raise MatrixError(f"{len(bad)} of {len(results)} combinations did not build "
-                          f"({', '.join(f'{r.id}: {r.status}' for r in bad)})",
-                          f"see the summary above and {build_dir / 'matrix'}/<id>.log")
+        raise MatrixError(
+            f"{len(bad)} of {len(results)} combinations did not build "
+            f"({', '.join(f'{r.id}: {r.status}' for r in bad)})",
+            f"see the summary above and {build_dir / 'matrix'}/<id>.log",
+        )
     return 0
 
 

@@ -11,8 +11,17 @@ from pathlib import Path
 from apexkit import log
 from apexkit.errors import SchedulerError
 
-ENDED = ("COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL",
-         "DEADLINE")
+ENDED = (
+    "COMPLETED",
+    "CANCELLED",
+    "FAILED",
+    "TIMEOUT",
+    "NODE_FAIL",
+    "OUT_OF_MEMORY",
+    "PREEMPTED",
+    "BOOT_FAIL",
+    "DEADLINE",
+)
 
 
 CHECK_CMD = "scontrol ping && sinfo"
@@ -23,26 +32,34 @@ def run(argv: list[str], timeout: float = 60) -> subprocess.CompletedProcess:
     try:
         return subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
     except FileNotFoundError:
-        raise SchedulerError(f"{argv[0]} not found on PATH (no Slurm client on this host)",
-                             f"run from a Slurm login node, or install the client (Debian: apt-get install slurm-client); "
-                             f"check with: {CHECK_CMD}") from None
+        raise SchedulerError(
+            f"{argv[0]} not found on PATH (no Slurm client on this host)",
+            f"run from a Slurm login node, or install the client (Debian: apt-get install slurm-client); "
+            f"check with: {CHECK_CMD}",
+        ) from None
     except subprocess.TimeoutExpired:
-        raise SchedulerError(f"{argv[0]} did not answer within {timeout:.0f} s (Slurm controller down or unreachable)",
-                             f"check it: {CHECK_CMD}") from None
+        raise SchedulerError(
+            f"{argv[0]} did not answer within {timeout:.0f} s (Slurm controller down or unreachable)",
+            f"check it: {CHECK_CMD}",
+        ) from None
 
 
 def check_slurm() -> None:
     """sbatch on PATH and the controller answering, in one line each when not."""
     for tool in ("sbatch", "scontrol"):
         if shutil.which(tool) is None:
-            raise SchedulerError(f"{tool} not found on PATH (no Slurm client on this host)",
-                                 "run from a Slurm login node, or install the client (Debian: apt-get install "
-                                 f"slurm-client); check with: {CHECK_CMD}")
+            raise SchedulerError(
+                f"{tool} not found on PATH (no Slurm client on this host)",
+                "run from a Slurm login node, or install the client (Debian: apt-get install "
+                f"slurm-client); check with: {CHECK_CMD}",
+            )
     ping = run(["scontrol", "ping"], timeout=60)
     if ping.returncode != 0 or "DOWN" in ping.stdout:
         said = " ".join(re.sub(r"\*{3,}", " ", ping.stdout + ping.stderr).split())[:200]
-        raise SchedulerError(f"the Slurm controller does not answer (scontrol ping: {said})",
-                             f"start slurmctld or ask the cluster's admins; check with: {CHECK_CMD}")
+        raise SchedulerError(
+            f"the Slurm controller does not answer (scontrol ping: {said})",
+            f"start slurmctld or ask the cluster's admins; check with: {CHECK_CMD}",
+        )
 
 
 def job_state(job_id: str | None) -> tuple[str, str]:
@@ -52,16 +69,24 @@ def job_state(job_id: str | None) -> tuple[str, str]:
     if shutil.which("squeue") is None:
         return "UNKNOWN", "no Slurm client on this host"
     try:
-        q = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T"], capture_output=True, text=True, timeout=30)
+        q = subprocess.run(
+            ["squeue", "-h", "-j", job_id, "-o", "%T"], capture_output=True, text=True, timeout=30
+        )
         if q.returncode == 0 and q.stdout.strip():
             return q.stdout.split()[0], "squeue"
-        s = subprocess.run(["scontrol", "show", "job", "-o", job_id], capture_output=True, text=True, timeout=30)
+        s = subprocess.run(
+            ["scontrol", "show", "job", "-o", job_id], capture_output=True, text=True, timeout=30
+        )
         found = re.search(r"\bJobState=(\S+)", s.stdout)
         if s.returncode == 0 and found:
             return found.group(1), "scontrol"
         if shutil.which("sacct"):
-            a = subprocess.run(["sacct", "-n", "-X", "-P", "-j", job_id, "-o", "State"], capture_output=True,
-                               text=True, timeout=30)
+            a = subprocess.run(
+                ["sacct", "-n", "-X", "-P", "-j", job_id, "-o", "State"],
+                capture_output=True,
+                text=True,
+                timeout=30,
+            )
             if a.returncode == 0 and a.stdout.strip():
                 return a.stdout.split()[0].rstrip("+"), "sacct"
     except subprocess.TimeoutExpired:
@@ -74,7 +99,9 @@ def sbatch(script: Path, timeout: float = 120) -> tuple[str | None, str]:
     SchedulerError (check_slurm first to say so before anything is submitted)."""
     proc = run(["sbatch", "--parsable", str(script)], timeout=timeout)
     if proc.returncode != 0:
-        return None, " ".join((proc.stderr or proc.stdout).split())[:300] or f"sbatch exit {proc.returncode}"
+        return None, " ".join((proc.stderr or proc.stdout).split())[
+            :300
+        ] or f"sbatch exit {proc.returncode}"
     return proc.stdout.strip().split(";")[0], ""
 
 
@@ -83,14 +110,22 @@ def queue_states(job_ids: list[str]) -> dict[str, str]:
     if not job_ids:
         return {}
     try:
-        q = subprocess.run(["squeue", "-h", "-j", ",".join(job_ids), "-o", "%i %T"], capture_output=True, text=True,
-                           timeout=60)
+        q = subprocess.run(
+            ["squeue", "-h", "-j", ",".join(job_ids), "-o", "%i %T"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise SchedulerError(f"squeue did not answer ({exc})", f"check it: {CHECK_CMD}") from None
-    if q.returncode != 0:  # every listed job gone (squeue: "Invalid job id specified"): none is queued any more
+    if (
+        q.returncode != 0
+    ):  # every listed job gone (squeue: "Invalid job id specified"): none is queued any more
         if "Invalid job id" in q.stderr:
             return {}
-        raise SchedulerError(f"squeue failed: {' '.join(q.stderr.split())[:200]}", f"check it: {CHECK_CMD}")
+        raise SchedulerError(
+            f"squeue failed: {' '.join(q.stderr.split())[:200]}", f"check it: {CHECK_CMD}"
+        )
     found = {}
     for line in q.stdout.splitlines():
         parts = line.split()
@@ -103,16 +138,34 @@ def job_info(job_id: str) -> dict[str, str]:
     """What scontrol (else sacct) says of a job: JobState, ExitCode (code:signal), NodeList, RunTime, Reason;
     {'JobState': 'UNKNOWN'} when Slurm no longer lists it."""
     try:
-        s = subprocess.run(["scontrol", "show", "job", "-o", job_id], capture_output=True, text=True, timeout=30)
+        s = subprocess.run(
+            ["scontrol", "show", "job", "-o", job_id], capture_output=True, text=True, timeout=30
+        )
         if s.returncode == 0 and "JobState=" in s.stdout:
-            return dict(re.findall(r"\b(JobState|ExitCode|NodeList|RunTime|Reason|BatchHost)=(\S*)", s.stdout))
+            return dict(
+                re.findall(
+                    r"\b(JobState|ExitCode|NodeList|RunTime|Reason|BatchHost)=(\S*)", s.stdout
+                )
+            )
         if shutil.which("sacct"):
-            a = subprocess.run(["sacct", "-n", "-X", "-P", "-j", job_id, "-o", "State,ExitCode,NodeList,Elapsed"],
-                               capture_output=True, text=True, timeout=30)
-            fields = a.stdout.strip().splitlines()[0].split("|") if a.returncode == 0 and a.stdout.strip() else []
+            a = subprocess.run(
+                ["sacct", "-n", "-X", "-P", "-j", job_id, "-o", "State,ExitCode,NodeList,Elapsed"],
+                capture_output=True,
+                text=True,
+                timeout=30,
+            )
+            fields = (
+                a.stdout.strip().splitlines()[0].split("|")
+                if a.returncode == 0 and a.stdout.strip()
+                else []
+            )
             if len(fields) == 4:
-                return {"JobState": fields[0].split()[0].rstrip("+"), "ExitCode": fields[1], "NodeList": fields[2],
-                        "RunTime": fields[3]}
+                return {
+                    "JobState": fields[0].split()[0].rstrip("+"),
+                    "ExitCode": fields[1],
+                    "NodeList": fields[2],
+                    "RunTime": fields[3],
+                }
     except subprocess.TimeoutExpired:
         pass
     return {"JobState": "UNKNOWN"}

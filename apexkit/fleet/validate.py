@@ -39,13 +39,16 @@ from apexkit.plan.target import target_facts
 BENCH = paths.BENCH  # the checkout's bench/, or the installed package's copy
 STATE_FILE = "fleet.json"
 FORMAT = "apexkit-fleet/1"
-SET_ENV = cann.SET_ENV_FILES  # what the node script tries, in order (CANN <= 8.3, then 8.5+); --set-env replaces it
+SET_ENV = (
+    cann.SET_ENV_FILES
+)  # what the node script tries, in order (CANN <= 8.3, then 8.5+); --set-env replaces it
 DEFAULT_THRESHOLD = 0.10  # a node's step time more than 10 % off the fleet median is flagged
 MIN_FOR_OUTLIERS = 3  # ... once at least this many nodes have a step time
 SHORT_BENCH = "--model mlp --modes fp32 --warmup 1 --repeats 3 --steps 2 --peak table"
 
 
 # --- the index -----------------------------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Index:
@@ -66,7 +69,9 @@ class Index:
 def parse_index(raw: str) -> Index:
     text = raw.strip()
     if not text:
-        raise ConfigError("--index is empty", "pass the directory `invoke publish --index` wrote, or its http URL")
+        raise ConfigError(
+            "--index is empty", "pass the directory `invoke publish --index` wrote, or its http URL"
+        )
     text = re.sub(r"/simple/?$", "", text.rstrip("/")) or "/"
     scheme = urllib.parse.urlsplit(text).scheme
     if scheme in ("http", "https"):
@@ -74,14 +79,18 @@ def parse_index(raw: str) -> Index:
     if scheme == "file":
         path = Path(urllib.parse.unquote(urllib.parse.urlsplit(text).path))
     elif scheme:
-        raise ConfigError(f"--index {raw}: {scheme}:// is not an index the nodes' pip can read",
-                          "pass a path on shared storage or an http(s) URL")
+        raise ConfigError(
+            f"--index {raw}: {scheme}:// is not an index the nodes' pip can read",
+            "pass a path on shared storage or an http(s) URL",
+        )
     else:
         path = Path(text)
     path = path.expanduser().resolve()
     if not (path / "index.json").is_file():
-        raise ConfigError(f"--index {raw}: {path} holds no index.json (not an `invoke publish` index)",
-                          f"publish one first: invoke publish --index {path}")
+        raise ConfigError(
+            f"--index {raw}: {path} holds no index.json (not an `invoke publish` index)",
+            f"publish one first: invoke publish --index {path}",
+        )
     return Index(path.as_uri(), path)
 
 
@@ -91,46 +100,66 @@ def read_index(index: Index, timeout: float = 15) -> dict | None:
         try:
             return json.loads((index.path / "index.json").read_text())
         except (OSError, ValueError) as exc:
-            raise ConfigError(f"{index.path}/index.json cannot be read as JSON: {exc}",
-                              f"publish the index again: invoke publish --index {index.path}") from None
+            raise ConfigError(
+                f"{index.path}/index.json cannot be read as JSON: {exc}",
+                f"publish the index again: invoke publish --index {index.path}",
+            ) from None
     try:
         with urllib.request.urlopen(index.index_json, timeout=timeout) as response:
             return json.loads(response.read().decode("utf-8"))
     except (OSError, ValueError, urllib.error.URLError) as exc:
-        log.warn(f"cannot read {index.index_json} from this host ({exc}); the nodes will read it themselves")
+        log.warn(
+            f"cannot read {index.index_json} from this host ({exc}); the nodes will read it themselves"
+        )
         return None
 
 
 def pick_target(data: dict | None, target: str | None, stack: Any = None) -> str:
     """The one target to validate: --target, a stack's build, or the index's only target."""
-    files = [f for f in (data or {}).get("files", []) if isinstance(f, dict) and isinstance(f.get("target"), str)]
+    files = [
+        f
+        for f in (data or {}).get("files", [])
+        if isinstance(f, dict) and isinstance(f.get("target"), str)
+    ]
     targets = sorted({f["target"] for f in files})
     if stack is not None:
         prefix = f"py{stack.python}-torch{stack.torch}-{stack.arch}-"
-        matching = [t for t in targets if t.startswith(prefix) and
-                    (not stack.torch_npu or f"+npu{stack.torch_npu}" in t)]
+        matching = [
+            t
+            for t in targets
+            if t.startswith(prefix) and (not stack.torch_npu or f"+npu{stack.torch_npu}" in t)
+        ]
         if target:
             matching = [t for t in matching if t == target]
         if not matching:
-            raise ConfigError(f"the index has no build of stack {stack.name} ({prefix}*"
-                              f"{'+npu' + stack.torch_npu if stack.torch_npu else ''})",
-                              f"build it (nox -s build-{stack.name}) and publish it (invoke publish)")
+            raise ConfigError(
+                f"the index has no build of stack {stack.name} ({prefix}*"
+                f"{'+npu' + stack.torch_npu if stack.torch_npu else ''})",
+                f"build it (nox -s build-{stack.name}) and publish it (invoke publish)",
+            )
         return matching[0]
     if target:
         if data is not None and target not in targets:
-            raise ConfigError(f"the index has no target {target} (it has: {', '.join(targets) or 'nothing'})",
-                              "pick one of those with --target, or publish that build")
+            raise ConfigError(
+                f"the index has no target {target} (it has: {', '.join(targets) or 'nothing'})",
+                "pick one of those with --target, or publish that build",
+            )
         return target
     if data is None:
-        raise ConfigError("the index cannot be read from this host, so the target must be named",
-                          "pass --target py3.X-torchV-ARCH-REF (as in the index's index.json)")
+        raise ConfigError(
+            "the index cannot be read from this host, so the target must be named",
+            "pass --target py3.X-torchV-ARCH-REF (as in the index's index.json)",
+        )
     if len(targets) != 1:
-        raise ConfigError(f"the index holds {len(targets)} targets ({', '.join(targets) or 'none'})",
-                          "pick one with --target or --stack")
+        raise ConfigError(
+            f"the index holds {len(targets)} targets ({', '.join(targets) or 'none'})",
+            "pick one with --target or --stack",
+        )
     return targets[0]
 
 
 # --- the submission ------------------------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Placement:
@@ -184,13 +213,27 @@ class Plan:
         return self.fleet_dir / f"submit-{self.submission}.sbatch"
 
     def node_plan(self) -> dict:
-        return {"format": FORMAT, "submission": self.submission, "results": str(self.results),
-                "index": self.index.url, "simple_url": self.index.simple, "index_json": self.index.index_json,
-                "target": self.target, "python": self.python, "torch": self.torch, "torch_npu": self.torch_npu,
-                "device": self.device, "bench": list(self.bench) if self.bench is not None else None,
-                "find_links": list(self.find_links), "torch_index_url": self.torch_index_url,
-                "extra_index_urls": list(self.extra_index_urls), "node_dir": self.node_dir,
-                "node_python": self.node_python, "set_env": list(self.set_env), "keep_venv": self.keep_venv}
+        return {
+            "format": FORMAT,
+            "submission": self.submission,
+            "results": str(self.results),
+            "index": self.index.url,
+            "simple_url": self.index.simple,
+            "index_json": self.index.index_json,
+            "target": self.target,
+            "python": self.python,
+            "torch": self.torch,
+            "torch_npu": self.torch_npu,
+            "device": self.device,
+            "bench": list(self.bench) if self.bench is not None else None,
+            "find_links": list(self.find_links),
+            "torch_index_url": self.torch_index_url,
+            "extra_index_urls": list(self.extra_index_urls),
+            "node_dir": self.node_dir,
+            "node_python": self.node_python,
+            "set_env": list(self.set_env),
+            "keep_venv": self.keep_venv,
+        }
 
 
 def _quote_list(items) -> str:
@@ -215,39 +258,41 @@ def render_script(plan: Plan) -> str:
         lines.append(f"#SBATCH --gres={p.gres}")
     if p.account:
         lines.append(f"#SBATCH --account={p.account}")
-    lines += [f"#SBATCH --time={p.time_limit}",
-              "#SBATCH --no-kill",
-              f"#SBATCH --output={fleet}/logs/job-%j.out",
-              *(f"#SBATCH {extra}" for extra in plan.extra_sbatch),
-              f"# apexkit fleet: {plan.target} from {plan.index.url} on every node of the allocation, validated for "
-              f"--device {plan.device}{' and benchmarked' if plan.bench is not None else ''}",
-              "# one srun step per node (not a job array: array tasks cannot be pinned to distinct nodes); each step",
-              "# stands alone (--kill-on-bad-exit=0, --no-kill) and writes <results>/<node>.json",
-              "set -u",
-              f"FLEET={q(str(fleet))}",
-              f"PLAN={q(str(plan.plan_file))}",
-              f"NODE_PYTHON={q(plan.node_python or 'python' + plan.python)}",
-              f"SET_ENV_FILES={q(' '.join(plan.set_env))}",
-              "export FLEET PLAN NODE_PYTHON SET_ENV_FILES",
-              'nodes=$(scontrol show hostnames "$SLURM_JOB_NODELIST")',
-              'printf "%s\\n" $nodes > "$FLEET/jobs/$SLURM_JOB_ID.nodes"',
-              "read -r -d '' NODE_STEP <<'EOF'",
-              "# on each node: CANN's set_env.sh when present, then the node runner",
-              "APEXKIT_FLEET_SET_ENV=",
-              "for f in $SET_ENV_FILES; do",
-              '  if [ -f "$f" ]; then . "$f"; APEXKIT_FLEET_SET_ENV="$f"; break; fi',
-              "done",
-              "export APEXKIT_FLEET_SET_ENV",
-              'exec "$NODE_PYTHON" "$FLEET/bench/fleet_node.py" --plan "$PLAN"',
-              "EOF",
-              "export NODE_STEP",
-              "for node in $nodes; do",
-              "  srun --nodes=1 --ntasks=1 --nodelist=\"$node\" --kill-on-bad-exit=0"
-              + (f" --gres={p.gres}" if p.gres else "")
-              + ' --output="$FLEET/logs/$node.$SLURM_JOB_ID.log" bash -c "$NODE_STEP" &',
-              "done",
-              "wait",
-              ""]
+    lines += [
+        f"#SBATCH --time={p.time_limit}",
+        "#SBATCH --no-kill",
+        f"#SBATCH --output={fleet}/logs/job-%j.out",
+        *(f"#SBATCH {extra}" for extra in plan.extra_sbatch),
+        f"# apexkit fleet: {plan.target} from {plan.index.url} on every node of the allocation, validated for "
+        f"--device {plan.device}{' and benchmarked' if plan.bench is not None else ''}",
+        "# one srun step per node (not a job array: array tasks cannot be pinned to distinct nodes); each step",
+        "# stands alone (--kill-on-bad-exit=0, --no-kill) and writes <results>/<node>.json",
+        "set -u",
+        f"FLEET={q(str(fleet))}",
+        f"PLAN={q(str(plan.plan_file))}",
+        f"NODE_PYTHON={q(plan.node_python or 'python' + plan.python)}",
+        f"SET_ENV_FILES={q(' '.join(plan.set_env))}",
+        "export FLEET PLAN NODE_PYTHON SET_ENV_FILES",
+        'nodes=$(scontrol show hostnames "$SLURM_JOB_NODELIST")',
+        'printf "%s\\n" $nodes > "$FLEET/jobs/$SLURM_JOB_ID.nodes"',
+        "read -r -d '' NODE_STEP <<'EOF'",
+        "# on each node: CANN's set_env.sh when present, then the node runner",
+        "APEXKIT_FLEET_SET_ENV=",
+        "for f in $SET_ENV_FILES; do",
+        '  if [ -f "$f" ]; then . "$f"; APEXKIT_FLEET_SET_ENV="$f"; break; fi',
+        "done",
+        "export APEXKIT_FLEET_SET_ENV",
+        'exec "$NODE_PYTHON" "$FLEET/bench/fleet_node.py" --plan "$PLAN"',
+        "EOF",
+        "export NODE_STEP",
+        "for node in $nodes; do",
+        '  srun --nodes=1 --ntasks=1 --nodelist="$node" --kill-on-bad-exit=0'
+        + (f" --gres={p.gres}" if p.gres else "")
+        + ' --output="$FLEET/logs/$node.$SLURM_JOB_ID.log" bash -c "$NODE_STEP" &',
+        "done",
+        "wait",
+        "",
+    ]
     return "\n".join(lines)
 
 
@@ -258,7 +303,9 @@ def load_state(results: Path) -> dict:
         return {"format": FORMAT, "submissions": []}
     state = fsedit.load_json_object(path, str(path), data)
     if state.get("format") != FORMAT or not isinstance(state.get("submissions"), list):
-        raise ConfigError(f"{path} is not an apexkit fleet record", "use another --results directory")
+        raise ConfigError(
+            f"{path} is not an apexkit fleet record", "use another --results directory"
+        )
     return state
 
 
@@ -308,7 +355,11 @@ def _allocated(results: Path, sub: dict) -> list[str] | None:
 def submit(plan: Plan, dry_run: bool = False, resume: bool = False) -> str | None:
     """Write what the nodes run into <results>/.fleet/ and sbatch the script; returns the job id."""
     results = plan.results
-    state: dict = load_state(results) if (results / STATE_FILE).exists() else {"format": FORMAT, "submissions": []}
+    state: dict = (
+        load_state(results)
+        if (results / STATE_FILE).exists()
+        else {"format": FORMAT, "submissions": []}
+    )
     if resume:
         resumed = resume_plan(plan, state)
         if resumed is None:
@@ -316,8 +367,10 @@ def submit(plan: Plan, dry_run: bool = False, resume: bool = False) -> str | Non
             return None
         plan = resumed
     if not resume and state["submissions"] and not dry_run:
-        raise ConfigError(f"{results} already holds fleet submissions ({len(state['submissions'])})",
-                          "resubmit the nodes without a result with --resume, or use another --results directory")
+        raise ConfigError(
+            f"{results} already holds fleet submissions ({len(state['submissions'])})",
+            "resubmit the nodes without a result with --resume, or use another --results directory",
+        )
     script = render_script(plan)
     if dry_run:
         print(script, end="")
@@ -325,25 +378,49 @@ def submit(plan: Plan, dry_run: bool = False, resume: bool = False) -> str | Non
     slurm.check_slurm()
     for sub in ("bench", "logs", "jobs", "progress"):
         (plan.fleet_dir / sub).mkdir(parents=True, exist_ok=True)
-    for source in sorted(BENCH.iterdir()):  # what the nodes run: bench/'s scripts and data (stdlib + torch only)
-        if source.is_file() and not source.is_symlink() and source.suffix in (".py", ".json", ".toml"):
+    for source in sorted(
+        BENCH.iterdir()
+    ):  # what the nodes run: bench/'s scripts and data (stdlib + torch only)
+        if (
+            source.is_file()
+            and not source.is_symlink()
+            and source.suffix in (".py", ".json", ".toml")
+        ):
             fsedit.atomic_write(plan.fleet_dir / "bench" / source.name, source.read_bytes(), 0o755)
     fsedit.atomic_write(plan.plan_file, fsedit.dump_json(plan.node_plan()), 0o644)
     fsedit.atomic_write(plan.script_file, script.encode(), 0o755)
     proc = slurm.run(["sbatch", "--parsable", str(plan.script_file)], timeout=120)
     if proc.returncode != 0:
-        raise SchedulerError(f"sbatch refused the job: {' '.join(proc.stderr.split())[:300]}",
-                             f"fix the placement (--partition/--nodes/--nodelist/--gres/--account); the script is "
-                             f"{plan.script_file}")
+        raise SchedulerError(
+            f"sbatch refused the job: {' '.join(proc.stderr.split())[:300]}",
+            f"fix the placement (--partition/--nodes/--nodelist/--gres/--account); the script is "
+            f"{plan.script_file}",
+        )
     job_id = proc.stdout.strip().split(";")[0]
     p = plan.placement
-    state["submissions"].append({"submission": plan.submission, "job_id": job_id, "target": plan.target,
-                                 "index": plan.index.url, "device": plan.device, "partition": p.partition,
-                                 "nodes": p.count(), "nodelist": list(p.nodelist), "exclude": list(p.exclude),
-                                 "submitted": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                                 "plan": dict(plan.node_plan(), placement={
-                                     "partition": p.partition, "gres": p.gres, "account": p.account,
-                                     "time_limit": p.time_limit})})
+    state["submissions"].append(
+        {
+            "submission": plan.submission,
+            "job_id": job_id,
+            "target": plan.target,
+            "index": plan.index.url,
+            "device": plan.device,
+            "partition": p.partition,
+            "nodes": p.count(),
+            "nodelist": list(p.nodelist),
+            "exclude": list(p.exclude),
+            "submitted": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "plan": dict(
+                plan.node_plan(),
+                placement={
+                    "partition": p.partition,
+                    "gres": p.gres,
+                    "account": p.account,
+                    "time_limit": p.time_limit,
+                },
+            ),
+        }
+    )
     save_state(results, state)
     where = ",".join(p.nodelist) if p.nodelist else f"{p.count()} node(s)"
     log.info(f"submitted job {job_id}: {plan.target} on {where}; results in {results}")
@@ -356,14 +433,22 @@ def resume_plan(plan: Plan, state: dict) -> Plan | None:
     """The same run for the nodes without a result only: their names when known, else a count with the done ones
     excluded. Jobs still queued or running are left alone (resubmitting them would run those nodes twice)."""
     if not state["submissions"]:
-        raise ConfigError(f"{plan.results} has no earlier submission to resume", "submit without --resume first")
+        raise ConfigError(
+            f"{plan.results} has no earlier submission to resume", "submit without --resume first"
+        )
     results = plan.results
     done = set(results_by_node(results))
-    live = [s for s in state["submissions"] if slurm.job_state(s.get("job_id"))[0] in ("PENDING", "RUNNING", "CONFIGURING",
-                                                                                  "COMPLETING")]
+    live = [
+        s
+        for s in state["submissions"]
+        if slurm.job_state(s.get("job_id"))[0]
+        in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING")
+    ]
     if live:
-        raise ConfigError(f"job {', '.join(s['job_id'] for s in live)} is still queued or running",
-                          f"wait for it (invoke fleet.status {results}) or cancel it (scancel JOBID), then --resume")
+        raise ConfigError(
+            f"job {', '.join(s['job_id'] for s in live)} is still queued or running",
+            f"wait for it (invoke fleet.status {results}) or cancel it (scancel JOBID), then --resume",
+        )
     nodes, unplaced = expected_nodes(results, state)
     missing = [n for n in nodes if n not in done]
     extra = sum(int(s.get("nodes") or 0) for s in unplaced)
@@ -372,16 +457,27 @@ def resume_plan(plan: Plan, state: dict) -> Plan | None:
     last = state["submissions"][-1]
     number = max(int(s.get("submission", 0)) for s in state["submissions"]) + 1
     if extra:
-        placement = Placement(partition=plan.placement.partition or last.get("partition"), nodes=len(missing) + extra,
-                              exclude=tuple(sorted(done)), gres=plan.placement.gres,
-                              account=plan.placement.account, time_limit=plan.placement.time_limit)
+        placement = Placement(
+            partition=plan.placement.partition or last.get("partition"),
+            nodes=len(missing) + extra,
+            exclude=tuple(sorted(done)),
+            gres=plan.placement.gres,
+            account=plan.placement.account,
+            time_limit=plan.placement.time_limit,
+        )
     else:
-        placement = Placement(partition=plan.placement.partition or last.get("partition"), nodelist=tuple(missing),
-                              gres=plan.placement.gres, account=plan.placement.account,
-                              time_limit=plan.placement.time_limit)
-    log.info(f"resume: {len(done)} node(s) have a result; resubmitting "
-             f"{', '.join(missing) if missing else ''}{' + ' if missing and extra else ''}"
-             f"{f'{extra} unplaced node(s)' if extra else ''}")
+        placement = Placement(
+            partition=plan.placement.partition or last.get("partition"),
+            nodelist=tuple(missing),
+            gres=plan.placement.gres,
+            account=plan.placement.account,
+            time_limit=plan.placement.time_limit,
+        )
+    log.info(
+        f"resume: {len(done)} node(s) have a result; resubmitting "
+        f"{', '.join(missing) if missing else ''}{' + ' if missing and extra else ''}"
+        f"{f'{extra} unplaced node(s)' if extra else ''}"
+    )
     return dataclasses.replace(plan, placement=placement, submission=number)
 
 
@@ -389,6 +485,7 @@ def resume_plan(plan: Plan, state: dict) -> Plan | None:
 
 
 # --- the report ----------------------------------------------------------------------------------------------------
+
 
 def _progress(results: Path, node: str) -> dict:
     path = results / ".fleet" / "progress" / f"{node}.json"
@@ -401,30 +498,53 @@ def _progress(results: Path, node: str) -> dict:
 def rows(results: Path, threshold: float = DEFAULT_THRESHOLD) -> tuple[list[dict], dict]:
     """One row per node: its result, or what happened to it (running, dead with the job's state, never placed)."""
     if not results.is_dir():
-        raise ConfigError(f"{results} is not a directory", "pass the --results directory fleet.submit wrote")
+        raise ConfigError(
+            f"{results} is not a directory", "pass the --results directory fleet.submit wrote"
+        )
     state = load_state(results)
     if not state["submissions"]:
-        raise ConfigError(f"{results} holds no fleet submission ({STATE_FILE} missing)",
-                          f"submit first: invoke fleet.submit --results {results} ...")
+        raise ConfigError(
+            f"{results} holds no fleet submission ({STATE_FILE} missing)",
+            f"submit first: invoke fleet.submit --results {results} ...",
+        )
     found = results_by_node(results)
-    jobs = {s["job_id"]: slurm.job_state(s.get("job_id")) for s in state["submissions"] if s.get("job_id")}
+    jobs = {
+        s["job_id"]: slurm.job_state(s.get("job_id"))
+        for s in state["submissions"]
+        if s.get("job_id")
+    }
     nodes, unplaced = expected_nodes(results, state)
     table: list[dict] = []
     for node in nodes + [n for n in found if n not in nodes]:
         data = found.get(node)
         if data is not None:
             failure = data.get("first_failure") or {}
-            table.append({"node": node, "status": data.get("verdict") or "fail", "chip": data.get("chip"),
-                          "driver": data.get("driver"), "cann": data.get("cann"), "torch": data.get("torch"),
-                          "torch_npu": data.get("torch_npu"), "wheel_sha256": (data.get("wheel") or {}).get("sha256"),
-                          "step_ms": (data.get("bench") or {}).get("step_ms"), "job_id": data.get("job_id"),
-                          "set_env": data.get("set_env"), "first_failure": failure or None})
+            table.append(
+                {
+                    "node": node,
+                    "status": data.get("verdict") or "fail",
+                    "chip": data.get("chip"),
+                    "driver": data.get("driver"),
+                    "cann": data.get("cann"),
+                    "torch": data.get("torch"),
+                    "torch_npu": data.get("torch_npu"),
+                    "wheel_sha256": (data.get("wheel") or {}).get("sha256"),
+                    "step_ms": (data.get("bench") or {}).get("step_ms"),
+                    "job_id": data.get("job_id"),
+                    "set_env": data.get("set_env"),
+                    "first_failure": failure or None,
+                }
+            )
             continue
         sub = _last_submission_for(results, state, node)
         job_id = sub.get("job_id") if sub else None
         jstate, source = jobs.get(job_id, ("UNKNOWN", "no job"))
         stage = _progress(results, node)
-        stage_text = f" during {stage['stage']}" if stage.get("stage") and stage.get("job_id") == job_id else ""
+        stage_text = (
+            f" during {stage['stage']}"
+            if stage.get("stage") and stage.get("job_id") == job_id
+            else ""
+        )
         if jstate in ("PENDING", "CONFIGURING"):
             status, detail = "pending", f"job {job_id} {jstate.lower()}"
         elif jstate in ("RUNNING", "COMPLETING"):
@@ -433,30 +553,55 @@ def rows(results: Path, threshold: float = DEFAULT_THRESHOLD) -> tuple[list[dict
             status, detail = "no result", f"job {job_id}: state unknown ({source}); no result file"
         else:
             status, detail = "dead", f"job {job_id} {jstate}{stage_text}, no result"
-        table.append({"node": node, "status": status, "job_id": job_id, "job_state": jstate,
-                      "first_failure": {"check": "job", "detail": detail,
-                                        "fix": f"resubmit the nodes without a result: invoke fleet.submit --results "
-                                               f"{results} --resume" if status in ("dead", "no result") else
-                                               f"wait: invoke fleet.status {results}"}})
+        table.append(
+            {
+                "node": node,
+                "status": status,
+                "job_id": job_id,
+                "job_state": jstate,
+                "first_failure": {
+                    "check": "job",
+                    "detail": detail,
+                    "fix": f"resubmit the nodes without a result: invoke fleet.submit --results "
+                    f"{results} --resume"
+                    if status in ("dead", "no result")
+                    else f"wait: invoke fleet.status {results}",
+                },
+            }
+        )
     for sub in unplaced:
         jstate, source = jobs.get(sub.get("job_id"), ("UNKNOWN", ""))
         status = "pending" if jstate in ("PENDING", "CONFIGURING", "RUNNING") else "dead"
-        table.append({"node": f"({sub.get('nodes')} unplaced)", "status": status, "job_id": sub.get("job_id"),
-                      "job_state": jstate, "first_failure": {
-                          "check": "job", "detail": f"job {sub.get('job_id')} {jstate}: no node was allocated",
-                          "fix": f"invoke fleet.submit --results {results} --resume"}})
+        table.append(
+            {
+                "node": f"({sub.get('nodes')} unplaced)",
+                "status": status,
+                "job_id": sub.get("job_id"),
+                "job_state": jstate,
+                "first_failure": {
+                    "check": "job",
+                    "detail": f"job {sub.get('job_id')} {jstate}: no node was allocated",
+                    "fix": f"invoke fleet.submit --results {results} --resume",
+                },
+            }
+        )
     steps = [r["step_ms"] for r in table if isinstance(r.get("step_ms"), (int, float))]
     median = statistics.median(steps) if steps else None
     for r in table:  # with fewer than 3 step times the median says nothing about which one is off
         if median and len(steps) >= MIN_FOR_OUTLIERS and isinstance(r.get("step_ms"), (int, float)):
             r["deviation"] = round((r["step_ms"] - median) / median, 4)
             r["outlier"] = abs(r["deviation"]) > threshold
-    summary = {"results": str(results), "nodes": len(table), "ok": sum(r["status"] == "ok" for r in table),
-               "failed": sum(r["status"] == "fail" for r in table),
-               "missing": sum(r["status"] in ("dead", "no result", "pending", "running") for r in table),
-               "median_step_ms": median, "outlier_threshold": threshold,
-               "outliers": [r["node"] for r in table if r.get("outlier")],
-               "jobs": {j: {"state": s, "source": src} for j, (s, src) in jobs.items()}}
+    summary = {
+        "results": str(results),
+        "nodes": len(table),
+        "ok": sum(r["status"] == "ok" for r in table),
+        "failed": sum(r["status"] == "fail" for r in table),
+        "missing": sum(r["status"] in ("dead", "no result", "pending", "running") for r in table),
+        "median_step_ms": median,
+        "outlier_threshold": threshold,
+        "outliers": [r["node"] for r in table if r.get("outlier")],
+        "jobs": {j: {"state": s, "source": src} for j, (s, src) in jobs.items()},
+    }
     return table, summary
 
 
@@ -475,33 +620,66 @@ def _short(value: Any, width: int = 0) -> str:
 
 
 def render(table: list[dict], summary: dict) -> str:
-    head = ["node", "status", "chip", "driver", "CANN", "torch", "torch_npu", "wheel sha256", "step ms", "vs median",
-            "first failing check -> fix"]
+    head = [
+        "node",
+        "status",
+        "chip",
+        "driver",
+        "CANN",
+        "torch",
+        "torch_npu",
+        "wheel sha256",
+        "step ms",
+        "vs median",
+        "first failing check -> fix",
+    ]
     body = []
     for r in table:
         dev = r.get("deviation")
         dev_text = "-" if dev is None else f"{dev:+.1%}" + (" OUTLIER" if r.get("outlier") else "")
         failure = r.get("first_failure") or {}
-        fail_text = "-" if not failure else f"{failure.get('check')}: {failure.get('detail')}" + \
-            (f" -> {failure['fix']}" if failure.get("fix") else "")
+        fail_text = (
+            "-"
+            if not failure
+            else f"{failure.get('check')}: {failure.get('detail')}"
+            + (f" -> {failure['fix']}" if failure.get("fix") else "")
+        )
         status = {"ok": "ok", "fail": "FAIL", "dead": "DEAD"}.get(r["status"], r["status"])
-        body.append([r["node"], status, _short(r.get("chip"), 28), _short(r.get("driver")), _short(r.get("cann")),
-                     _short(r.get("torch")), _short(r.get("torch_npu")), _short(r.get("wheel_sha256"), 12),
-                     "-" if r.get("step_ms") is None else f"{r['step_ms']:.2f}", dev_text, fail_text])
-    widths = [max(len(log.sanitise(str(row[i]))) for row in [head, *body]) for i in range(len(head) - 1)]
+        body.append(
+            [
+                r["node"],
+                status,
+                _short(r.get("chip"), 28),
+                _short(r.get("driver")),
+                _short(r.get("cann")),
+                _short(r.get("torch")),
+                _short(r.get("torch_npu")),
+                _short(r.get("wheel_sha256"), 12),
+                "-" if r.get("step_ms") is None else f"{r['step_ms']:.2f}",
+                dev_text,
+                fail_text,
+            ]
+        )
+    widths = [
+        max(len(log.sanitise(str(row[i]))) for row in [head, *body]) for i in range(len(head) - 1)
+    ]
     lines = []
     for row in [head, *body]:
         cells = [log.sanitise(str(c)).ljust(w) for c, w in zip(row[:-1], widths)]
         lines.append("  ".join([*cells, log.sanitise(str(row[-1]))]).rstrip())
     median = summary["median_step_ms"]
-    lines.append(f"{summary['nodes']} node(s): {summary['ok']} ok, {summary['failed']} failed, {summary['missing']} "
-                 f"without a result; step-time median "
-                 f"{'-' if median is None else f'{median:.2f} ms'}, outliers beyond ±{summary['outlier_threshold']:.0%}: "
-                 f"{', '.join(summary['outliers']) or 'none'}")
+    lines.append(
+        f"{summary['nodes']} node(s): {summary['ok']} ok, {summary['failed']} failed, {summary['missing']} "
+        f"without a result; step-time median "
+        f"{'-' if median is None else f'{median:.2f} ms'}, outliers beyond ±{summary['outlier_threshold']:.0%}: "
+        f"{', '.join(summary['outliers']) or 'none'}"
+    )
     return "\n".join(lines)
 
 
-def report(results: Path, as_json: bool = False, threshold: float | None = DEFAULT_THRESHOLD) -> int:
+def report(
+    results: Path, as_json: bool = False, threshold: float | None = DEFAULT_THRESHOLD
+) -> int:
     """Print the per-node table (or JSON); exit 1 when a node failed, died or has not reported."""
     threshold = DEFAULT_THRESHOLD if threshold is None else threshold
     table, summary = rows(results, threshold)
@@ -516,32 +694,58 @@ def status(results: Path, as_json: bool = False) -> int:
     """The submissions' job states and where each node is now; exit 0 (it is a look, not a verdict)."""
     state = load_state(results)
     if not state["submissions"]:
-        raise ConfigError(f"{results} holds no fleet submission", f"submit first: invoke fleet.submit --results {results}")
+        raise ConfigError(
+            f"{results} holds no fleet submission",
+            f"submit first: invoke fleet.submit --results {results}",
+        )
     jobs = []
     for sub in state["submissions"]:
         jstate, source = slurm.job_state(sub.get("job_id"))
         nodes = _allocated(results, sub) or sub.get("nodelist") or []
-        jobs.append({"submission": sub.get("submission"), "job_id": sub.get("job_id"), "state": jstate,
-                     "source": source, "target": sub.get("target"), "nodes": nodes or sub.get("nodes"),
-                     "progress": {n: _progress(results, n).get("stage") for n in nodes}})
+        jobs.append(
+            {
+                "submission": sub.get("submission"),
+                "job_id": sub.get("job_id"),
+                "state": jstate,
+                "source": source,
+                "target": sub.get("target"),
+                "nodes": nodes or sub.get("nodes"),
+                "progress": {n: _progress(results, n).get("stage") for n in nodes},
+            }
+        )
     if as_json:
         print(json.dumps({"results": str(results), "jobs": jobs}, indent=2))
         return 0
     for j in jobs:
-        where = ", ".join(f"{n} ({s or 'not started'})" for n, s in j["progress"].items()) or f"{j['nodes']} node(s)"
-        print(log.sanitise(f"job {j['job_id']} (submission {j['submission']}, {j['target']}): {j['state']} "
-                           f"[{j['source']}]: {where}"))
+        where = (
+            ", ".join(f"{n} ({s or 'not started'})" for n, s in j["progress"].items())
+            or f"{j['nodes']} node(s)"
+        )
+        print(
+            log.sanitise(
+                f"job {j['job_id']} (submission {j['submission']}, {j['target']}): {j['state']} "
+                f"[{j['source']}]: {where}"
+            )
+        )
     return 0
 
 
-def submit_command(*, results: str, index: str | None = None, resume: bool = False, dry_run: bool = False,
-                   **options) -> int:
+def submit_command(
+    *,
+    results: str,
+    index: str | None = None,
+    resume: bool = False,
+    dry_run: bool = False,
+    **options,
+) -> int:
     """`invoke fleet.submit`: a new plan from the options, or with --resume and no --index the last one's."""
     if resume and index is None:
         plan = stored_plan(results)
     else:
         if index is None:
-            raise ConfigError("--index is required", "pass the directory invoke publish wrote, or its URL")
+            raise ConfigError(
+                "--index is required", "pass the directory invoke publish wrote, or its URL"
+            )
         plan = make_plan(results=results, index=index, resume=resume, **options)
     submit(plan, dry_run=dry_run, resume=resume)
     return 0
@@ -552,42 +756,87 @@ def stored_plan(results: str) -> Plan:
     path = Path(results).expanduser().resolve()
     state = load_state(path)
     if not state["submissions"]:
-        raise ConfigError(f"{path} has no earlier submission to resume", "submit without --resume first")
+        raise ConfigError(
+            f"{path} has no earlier submission to resume", "submit without --resume first"
+        )
     last = state["submissions"][-1]
     p, placement = last["plan"], last["plan"].get("placement", {})
-    index = Index(p["index"], Path(urllib.parse.unquote(urllib.parse.urlsplit(p["index"]).path))
-                  if p["index"].startswith("file:") else None)
-    return Plan(results=path, index=index, target=p["target"], python=p["python"], torch=p["torch"],
-                torch_npu=p.get("torch_npu"), device=p["device"],
-                placement=Placement(partition=placement.get("partition"), gres=placement.get("gres"),
-                                    account=placement.get("account"),
-                                    time_limit=placement.get("time_limit") or "01:00:00"),
-                bench=tuple(p["bench"]) if p.get("bench") is not None else None,
-                find_links=tuple(p.get("find_links") or ()), torch_index_url=p.get("torch_index_url"),
-                extra_index_urls=tuple(p.get("extra_index_urls") or ()), node_python=p.get("node_python"),
-                node_dir=p.get("node_dir") or Plan.node_dir, set_env=tuple(p.get("set_env") or SET_ENV),
-                keep_venv=bool(p.get("keep_venv")), submission=int(last.get("submission", 1)))
+    index = Index(
+        p["index"],
+        Path(urllib.parse.unquote(urllib.parse.urlsplit(p["index"]).path))
+        if p["index"].startswith("file:")
+        else None,
+    )
+    return Plan(
+        results=path,
+        index=index,
+        target=p["target"],
+        python=p["python"],
+        torch=p["torch"],
+        torch_npu=p.get("torch_npu"),
+        device=p["device"],
+        placement=Placement(
+            partition=placement.get("partition"),
+            gres=placement.get("gres"),
+            account=placement.get("account"),
+            time_limit=placement.get("time_limit") or "01:00:00",
+        ),
+        bench=tuple(p["bench"]) if p.get("bench") is not None else None,
+        find_links=tuple(p.get("find_links") or ()),
+        torch_index_url=p.get("torch_index_url"),
+        extra_index_urls=tuple(p.get("extra_index_urls") or ()),
+        node_python=p.get("node_python"),
+        node_dir=p.get("node_dir") or Plan.node_dir,
+        set_env=tuple(p.get("set_env") or SET_ENV),
+        keep_venv=bool(p.get("keep_venv")),
+        submission=int(last.get("submission", 1)),
+    )
 
 
-def make_plan(*, results: str, index: str, target: str | None = None, stack: str | None = None,
-              device: str = "npu", partition: str | None = None, nodes: int | None = None, nodelist: str | None = None,
-              gres: str | None = None, account: str | None = None, time_limit: str = "01:00:00",
-              bench: bool = False, bench_args: str | None = None, find_links: list[str] | None = None,
-              torch_index_url: str | None = None, extra_index_url: list[str] | None = None,
-              node_python: str | None = None, node_dir: str | None = None, set_env: str | None = None,
-              keep_venv: bool = False, resume: bool = False) -> Plan:
+def make_plan(
+    *,
+    results: str,
+    index: str,
+    target: str | None = None,
+    stack: str | None = None,
+    device: str = "npu",
+    partition: str | None = None,
+    nodes: int | None = None,
+    nodelist: str | None = None,
+    gres: str | None = None,
+    account: str | None = None,
+    time_limit: str = "01:00:00",
+    bench: bool = False,
+    bench_args: str | None = None,
+    find_links: list[str] | None = None,
+    torch_index_url: str | None = None,
+    extra_index_url: list[str] | None = None,
+    node_python: str | None = None,
+    node_dir: str | None = None,
+    set_env: str | None = None,
+    keep_venv: bool = False,
+    resume: bool = False,
+) -> Plan:
     """Options -> a checked Plan (the command edge calls this; tests too)."""
     if device not in ("npu", "cuda", "cpu"):
-        raise ConfigError(f"--device {device}: not one of npu, cuda, cpu", "pass --device npu (default) or cpu")
+        raise ConfigError(
+            f"--device {device}: not one of npu, cuda, cpu", "pass --device npu (default) or cpu"
+        )
     idx = parse_index(index)
     names = tuple(n for n in re.split(r"[,\s]+", nodelist or "") if n)
     if nodes is not None and nodes < 1:
-        raise ConfigError(f"--nodes {nodes}: must be at least 1", "pass --nodes N or --nodelist a,b,c")
+        raise ConfigError(
+            f"--nodes {nodes}: must be at least 1", "pass --nodes N or --nodelist a,b,c"
+        )
     if not names and not nodes and not resume:
-        raise ConfigError("no placement: neither --nodes nor --nodelist",
-                          "pass --nodes N (with --partition) or --nodelist node1,node2")
+        raise ConfigError(
+            "no placement: neither --nodes nor --nodelist",
+            "pass --nodes N (with --partition) or --nodelist node1,node2",
+        )
     if names and nodes and nodes != len(names):
-        raise ConfigError(f"--nodes {nodes} but --nodelist names {len(names)} node(s)", "pass one of them")
+        raise ConfigError(
+            f"--nodes {nodes} but --nodelist names {len(names)} node(s)", "pass one of them"
+        )
     matrix_stack = None
     if stack:
         from apexkit.plan import matrix
@@ -598,21 +847,41 @@ def make_plan(*, results: str, index: str, target: str | None = None, stack: str
     facts = target_facts(chosen)
     torch = facts["torch"] or ""
     if data is not None:
-        torch = next((str(f.get("torch")) for f in data.get("files", []) if f.get("target") == chosen and
-                      f.get("torch")), torch)
+        torch = next(
+            (
+                str(f.get("torch"))
+                for f in data.get("files", [])
+                if f.get("target") == chosen and f.get("torch")
+            ),
+            torch,
+        )
     torch_npu = facts["torch_npu"] or (matrix_stack.torch_npu if matrix_stack else None)
     extra_args = tuple(shlex.split(bench_args)) if bench_args else ()
-    return Plan(results=Path(results).expanduser().resolve(), index=idx, target=chosen, python=facts["python"] or "3",
-                torch=torch, torch_npu=torch_npu, device=device,
-                placement=Placement(partition=partition, nodes=nodes or (len(names) if names else None),
-                                    nodelist=names, gres=gres, account=account, time_limit=time_limit),
-                bench=(tuple(shlex.split(SHORT_BENCH)) + extra_args) if bench or bench_args else None,
-                find_links=tuple(find_links or ()), torch_index_url=torch_index_url,
-                extra_index_urls=tuple(extra_index_url or ()), node_python=node_python,
-                node_dir=node_dir or Plan.node_dir, set_env=tuple(set_env.split(",")) if set_env else SET_ENV,
-                keep_venv=keep_venv)
+    return Plan(
+        results=Path(results).expanduser().resolve(),
+        index=idx,
+        target=chosen,
+        python=facts["python"] or "3",
+        torch=torch,
+        torch_npu=torch_npu,
+        device=device,
+        placement=Placement(
+            partition=partition,
+            nodes=nodes or (len(names) if names else None),
+            nodelist=names,
+            gres=gres,
+            account=account,
+            time_limit=time_limit,
+        ),
+        bench=(tuple(shlex.split(SHORT_BENCH)) + extra_args) if bench or bench_args else None,
+        find_links=tuple(find_links or ()),
+        torch_index_url=torch_index_url,
+        extra_index_urls=tuple(extra_index_url or ()),
+        node_python=node_python,
+        node_dir=node_dir or Plan.node_dir,
+        set_env=tuple(set_env.split(",")) if set_env else SET_ENV,
+        keep_venv=keep_venv,
+    )
 
 
 # --- helpers for other submitters (nox -s matrix -- --run --slurm) ---------------------------------------------------
-
-

@@ -26,12 +26,19 @@ def cache_dir() -> Path:
 
 
 def tarball_name(suite: str, arch: str, variant: str, include: Sequence[str]) -> str:
-    extra = "-" + hashlib.sha256(",".join(sorted(include)).encode()).hexdigest()[:8] if include else ""
+    extra = (
+        "-" + hashlib.sha256(",".join(sorted(include)).encode()).hexdigest()[:8] if include else ""
+    )
     return f"debian-{suite}-{arch}-{variant}{extra}.tar"
 
 
-def rootfs_tarball(suite: str = "bookworm", arch: str = "amd64", variant: str = "minbase",
-                   include: Sequence[str] = (), mirror: str | None = None) -> Path:
+def rootfs_tarball(
+    suite: str = "bookworm",
+    arch: str = "amd64",
+    variant: str = "minbase",
+    include: Sequence[str] = (),
+    mirror: str | None = None,
+) -> Path:
     """A cached tarball of a debootstrapped root file system (made on first use, about a minute)."""
     target = cache_dir() / tarball_name(suite, arch, variant, include)
     if target.is_file():
@@ -52,19 +59,29 @@ def rootfs_tarball(suite: str = "bookworm", arch: str = "amd64", variant: str = 
             log.echo_command(argv)
             result = subprocess.run(argv, capture_output=True, text=True)
             if result.returncode != 0:
-                tail = log.mask((result.stdout + result.stderr).strip().splitlines()[-1:][0] if
-                                (result.stdout + result.stderr).strip() else "")
-                raise EnvironmentSetupError(f"debootstrap failed: {tail}",
-                                            "check the mirror (APEXKIT_DEBIAN_MIRROR) and the proxy (invoke proxy.check)")
+                tail = log.mask(
+                    (result.stdout + result.stderr).strip().splitlines()[-1:][0]
+                    if (result.stdout + result.stderr).strip()
+                    else ""
+                )
+                raise EnvironmentSetupError(
+                    f"debootstrap failed: {tail}",
+                    "check the mirror (APEXKIT_DEBIAN_MIRROR) and the proxy (invoke proxy.check)",
+                )
             partial = work / "rootfs.tar"
-            subprocess.run(["tar", "--numeric-owner", "-C", str(work / "rootfs"), "-cf", str(partial), "."], check=True)
+            subprocess.run(
+                ["tar", "--numeric-owner", "-C", str(work / "rootfs"), "-cf", str(partial), "."],
+                check=True,
+            )
             os.replace(partial, target)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return target
 
 
-def import_image(client, tarball: Path, repository: str, tag: str = "latest", changes: Sequence[str] = ()) -> str:
+def import_image(
+    client, tarball: Path, repository: str, tag: str = "latest", changes: Sequence[str] = ()
+) -> str:
     """`docker import` the tarball unless the daemon already has repository:tag. Returns the reference.
 
     `changes` are Dockerfile instructions applied on import (e.g. a LABEL with the real architecture)."""
@@ -75,5 +92,7 @@ def import_image(client, tarball: Path, repository: str, tag: str = "latest", ch
     except Exception:  # docker.errors.ImageNotFound; the SDK is imported lazily by callers
         pass
     with log.step(f"docker import {tarball.name} as {reference}"):
-        client.api.import_image_from_file(str(tarball), repository=repository, tag=tag, changes=list(changes) or None)
+        client.api.import_image_from_file(
+            str(tarball), repository=repository, tag=tag, changes=list(changes) or None
+        )
     return reference

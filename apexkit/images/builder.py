@@ -33,12 +33,24 @@ from apexkit.proxy import layers
 DOCKER_DIR = paths.DOCKER
 CONTEXT_FILES = ("Dockerfile", "install-toolchain.sh", "entrypoint.sh")
 # what runs inside the builder; pins (one per Python range, by environment marker) from requirements.txt
-TOOL_REQUIREMENTS = ("nox", "virtualenv", "filelock", "uv", "pyelftools", "auditwheel", "rich", "packaging", "tomli")
+TOOL_REQUIREMENTS = (
+    "nox",
+    "virtualenv",
+    "filelock",
+    "uv",
+    "pyelftools",
+    "auditwheel",
+    "rich",
+    "packaging",
+    "tomli",
+)
 BUILDER_REPO = "apexkit/builder"
 BUILDER_JSON = "/usr/local/share/apexkit/builder.json"
 BASE_REPO = "apexkit/base"
 LABEL = dockerclient.LABEL
-BINFMT_DIR = Path(os.environ.get("APEXKIT_BINFMT_DIR") or "/proc/sys/fs/binfmt_misc")  # env: tests, chroots
+BINFMT_DIR = Path(
+    os.environ.get("APEXKIT_BINFMT_DIR") or "/proc/sys/fs/binfmt_misc"
+)  # env: tests, chroots
 _STEP = re.compile(r"^Step (\d+)/(\d+) : (.*)$")
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")  # the classic builder colours RUN steps' stderr
 
@@ -57,8 +69,14 @@ class Emulation:
 
     def row(self) -> checks.Row:
         """This state as a row of the shared report (image.emulation): ok when usable, else fail."""
-        return checks.Row("emulation", self.arch, checks.OK if self.usable else checks.FAIL, self.detail, self.hint,
-                          {"host": self.host, "native": self.native, "usable": self.usable})
+        return checks.Row(
+            "emulation",
+            self.arch,
+            checks.OK if self.usable else checks.FAIL,
+            self.detail,
+            self.hint,
+            {"host": self.host, "native": self.native, "usable": self.usable},
+        )
 
     @staticmethod
     def legacy_json(row: checks.Row) -> dict:
@@ -66,8 +84,10 @@ class Emulation:
         return {"arch": row.name, **row.data, "hint": row.fix}
 
 
-ENABLE_HINT = ("apt-get install qemu-user-static binfmt-support (dnf install qemu-user-static on openEuler), "
-               "mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc, update-binfmts --enable qemu-{arch}")
+ENABLE_HINT = (
+    "apt-get install qemu-user-static binfmt-support (dnf install qemu-user-static on openEuler), "
+    "mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc, update-binfmts --enable qemu-{arch}"
+)
 
 
 def emulation(arch: str, binfmt_dir: Path = BINFMT_DIR, host: str | None = None) -> Emulation:
@@ -77,29 +97,51 @@ def emulation(arch: str, binfmt_dir: Path = BINFMT_DIR, host: str | None = None)
         return Emulation(arch, host, True, True, "native")
     hint = ENABLE_HINT.format(arch=arch)
     if not (binfmt_dir / "status").exists():
-        return Emulation(arch, host, False, False, f"binfmt_misc is not mounted at {binfmt_dir}", hint)
+        return Emulation(
+            arch, host, False, False, f"binfmt_misc is not mounted at {binfmt_dir}", hint
+        )
     entry = binfmt_dir / f"qemu-{arch}"
     if not entry.exists():
-        return Emulation(arch, host, False, False, f"no QEMU handler for {arch} is registered ({entry} missing)", hint)
+        return Emulation(
+            arch,
+            host,
+            False,
+            False,
+            f"no QEMU handler for {arch} is registered ({entry} missing)",
+            hint,
+        )
     text = entry.read_text(errors="replace")
     fields = dict(line.split(" ", 1) for line in text.splitlines() if " " in line)
     flags = fields.get("flags:", "").strip()
     interpreter = fields.get("interpreter", "?").strip()
     if not text.startswith("enabled"):
-        return Emulation(arch, host, False, False, f"qemu-{arch} is registered but disabled",
-                         f"update-binfmts --enable qemu-{arch}")
+        return Emulation(
+            arch,
+            host,
+            False,
+            False,
+            f"qemu-{arch} is registered but disabled",
+            f"update-binfmts --enable qemu-{arch}",
+        )
     if "F" not in flags:
-        return Emulation(arch, host, False, False,
-                         f"qemu-{arch} is registered without the F (fix-binary) flag, so containers cannot reach "
-                         f"{interpreter}",
-                         "install Debian's qemu-user-static (it registers with F), or re-register the handler with flags F")
+        return Emulation(
+            arch,
+            host,
+            False,
+            False,
+            f"qemu-{arch} is registered without the F (fix-binary) flag, so containers cannot reach "
+            f"{interpreter}",
+            "install Debian's qemu-user-static (it registers with F), or re-register the handler with flags F",
+        )
     return Emulation(arch, host, False, True, f"QEMU {interpreter} (flags {flags})")
 
 
 def require_emulation(arch: str, binfmt_dir: Path = BINFMT_DIR) -> Emulation:
     state = emulation(arch, binfmt_dir)
     if not state.usable:
-        raise ImageError(f"cannot run {arch} containers on this {state.host} host: {state.detail}", state.hint)
+        raise ImageError(
+            f"cannot run {arch} containers on this {state.host} host: {state.detail}", state.hint
+        )
     return state
 
 
@@ -107,6 +149,7 @@ def require_emulation(arch: str, binfmt_dir: Path = BINFMT_DIR) -> Emulation:
 
 
 # --- inputs ----------------------------------------------------------------------------------------------------------
+
 
 def tool_requirements(requirements: Path = paths.RUNTIME_PINS) -> str:
     """The direct pins (requirements/runtime.in) the builder's tool venv needs. Not the hashed lock: the image's pip
@@ -116,10 +159,19 @@ def tool_requirements(requirements: Path = paths.RUNTIME_PINS) -> str:
         name = re.split(r"[=<>!~;\[ ]", line.strip(), maxsplit=1)[0].lower()
         if name in TOOL_REQUIREMENTS:
             lines.append(line.strip())
-    missing = set(TOOL_REQUIREMENTS) - {re.split(r"[=<>!~;\[ ]", x, maxsplit=1)[0].lower() for x in lines}
+    missing = set(TOOL_REQUIREMENTS) - {
+        re.split(r"[=<>!~;\[ ]", x, maxsplit=1)[0].lower() for x in lines
+    }
     if missing:
-        raise ConfigError(f"{requirements.name} lacks {', '.join(sorted(missing))}", f"restore {requirements} from git")
-    return f"# generated by apexkit/images/builder.py from requirements/{requirements.name}\n" + "\n".join(lines) + "\n"
+        raise ConfigError(
+            f"{requirements.name} lacks {', '.join(sorted(missing))}",
+            f"restore {requirements} from git",
+        )
+    return (
+        f"# generated by apexkit/images/builder.py from requirements/{requirements.name}\n"
+        + "\n".join(lines)
+        + "\n"
+    )
 
 
 def recipe_digest() -> str:
@@ -131,8 +183,11 @@ def recipe_digest() -> str:
     return digest.hexdigest()[:16]
 
 
-def resolve_ca_bundle(option: str | None, settings: layers.ProxySettings | None,
-                      environ: Mapping[str, str] | None = None) -> Path | None:
+def resolve_ca_bundle(
+    option: str | None,
+    settings: layers.ProxySettings | None,
+    environ: Mapping[str, str] | None = None,
+) -> Path | None:
     """--ca-cert FILE | none: the system's CAs plus FILE's certificates, as `proxy.setup --ca-cert` combines them (a
     full bundle works too: each certificate is kept once). Default: the bundle of `invoke proxy.setup --ca-cert`, else
     the one this host's tools are told to use (the first of netenv.CA_VARIABLES that is a file), else none."""
@@ -143,8 +198,10 @@ def resolve_ca_bundle(option: str | None, settings: layers.ProxySettings | None,
         try:
             data = layers.build_ca_bundle(option)
         except ConfigError as exc:
-            raise ConfigError(exc.cause, "pass a PEM file of CA certificates (e.g. your proxy's CA), or --ca-cert "
-                              "none") from None
+            raise ConfigError(
+                exc.cause,
+                "pass a PEM file of CA certificates (e.g. your proxy's CA), or --ca-cert none",
+            ) from None
         # CA certificates are public: one combined file per content, readable by the container's user
         folder = paths.cache_dir(environ) / "ca"
         combined = folder / f"ca-{hashlib.sha256(data).hexdigest()[:16]}.pem"
@@ -153,9 +210,11 @@ def resolve_ca_bundle(option: str | None, settings: layers.ProxySettings | None,
             if not combined.is_file() or combined.read_bytes() != data:
                 fsedit.atomic_write(combined, data, 0o644)
         except (OSError, ApexkitError) as exc:
-            raise ConfigError(f"cannot write the combined CA bundle {combined}: "
-                              f"{getattr(exc, 'strerror', None) or exc}",
-                              "set APEXKIT_CACHE_DIR to a directory you can write") from None
+            raise ConfigError(
+                f"cannot write the combined CA bundle {combined}: "
+                f"{getattr(exc, 'strerror', None) or exc}",
+                "set APEXKIT_CACHE_DIR to a directory you can write",
+            ) from None
         return combined
     if settings is not None and settings.ca_bundle and Path(settings.ca_bundle).is_file():
         return Path(settings.ca_bundle)
@@ -179,7 +238,9 @@ def proxy_build_args(settings: layers.ProxySettings | None) -> dict[str, str]:
 def slug(reference: str) -> str:
     """An image reference as a tag fragment: registry.example.com/openeuler/openeuler:22.03 -> openeuler-22.03."""
     name = reference.rsplit("/", 1)[-1]
-    return re.sub(r"[^A-Za-z0-9_.-]+", "-", name.replace(":", "-")).strip("-.").lower()[:100] or "base"
+    return (
+        re.sub(r"[^A-Za-z0-9_.-]+", "-", name.replace(":", "-")).strip("-.").lower()[:100] or "base"
+    )
 
 
 def default_tag(base: str, arch: str) -> str:
@@ -193,12 +254,16 @@ def debootstrap_suite(base: str) -> str | None:
     if base.startswith("debootstrap:"):
         suite = base.split(":", 1)[1]
         if not re.fullmatch(r"[a-z]+", suite):
-            raise ConfigError(f"--base {base}: '{suite}' is not a Debian suite name", "e.g. --base debootstrap:bookworm")
+            raise ConfigError(
+                f"--base {base}: '{suite}' is not a Debian suite name",
+                "e.g. --base debootstrap:bookworm",
+            )
         return suite
     return None
 
 
 # --- building --------------------------------------------------------------------------------------------------------
+
 
 @dataclass
 class ImagePlan:
@@ -219,53 +284,117 @@ class ImagePlan:
         args = {k: log.mask(v) for k, v in self.build_args.items()}
         return [
             ("arch", f"{self.arch} ({self.emulation.detail})"),
-            ("base", self.base if self.base == self.base_ref else f"{self.base} -> {self.base_ref}"),
+            (
+                "base",
+                self.base if self.base == self.base_ref else f"{self.base} -> {self.base_ref}",
+            ),
             ("tag", self.tag),
             ("network", self.network or "daemon default"),
             ("CA bundle", str(self.ca_bundle) if self.ca_bundle else "none"),
             ("build args", ", ".join(f"{k}={v}" for k, v in sorted(args.items())) or "none"),
             ("recipe", f"docker/ ({self.labels[f'{LABEL}.recipe']})"),
-            *([("pythons", f"{', '.join(self.extra['pythons'])} where the base lacks them: uv "
-                           f"{self.build_args['APEXKIT_UV_VERSION']} python install (downloads from github.com)")]
-              if self.extra.get("pythons") else []),
+            *(
+                [
+                    (
+                        "pythons",
+                        f"{', '.join(self.extra['pythons'])} where the base lacks them: uv "
+                        f"{self.build_args['APEXKIT_UV_VERSION']} python install (downloads from github.com)",
+                    )
+                ]
+                if self.extra.get("pythons")
+                else []
+            ),
         ]
 
 
-def plan_image(arch: str, base: str, tag: str | None = None, network: str | None = None, ca_bundle: str | None = None,
-               extra_packages: str = "", uid: int = 1000, gid: int = 1000, pip_index: str | None = None,
-               no_cache: bool = False, environ: Mapping[str, str] | None = None,
-               binfmt_dir: Path = BINFMT_DIR, pythons: str = "") -> ImagePlan:
+def plan_image(
+    arch: str,
+    base: str,
+    tag: str | None = None,
+    network: str | None = None,
+    ca_bundle: str | None = None,
+    extra_packages: str = "",
+    uid: int = 1000,
+    gid: int = 1000,
+    pip_index: str | None = None,
+    no_cache: bool = False,
+    environ: Mapping[str, str] | None = None,
+    binfmt_dir: Path = BINFMT_DIR,
+    pythons: str = "",
+) -> ImagePlan:
     """Every decision of `image.build`, before the daemon is asked anything."""
     environ = os.environ if environ is None else environ
     arch = dockerclient.normalize_arch(arch)
     wanted = parse_pythons(pythons)
     if not base:
-        raise ConfigError("--base is required", "e.g. --base openeuler/openeuler:22.03 or --base debootstrap:bookworm")
+        raise ConfigError(
+            "--base is required",
+            "e.g. --base openeuler/openeuler:22.03 or --base debootstrap:bookworm",
+        )
     suite = debootstrap_suite(base)
     base_ref = f"{BASE_REPO}:debian-{suite}-{arch}" if suite else base
     if uid <= 0 or gid <= 0:
-        raise ConfigError(f"--uid {uid} / --gid {gid}: the build user must not be root", "pass --uid 1000 --gid 1000")
+        raise ConfigError(
+            f"--uid {uid} / --gid {gid}: the build user must not be root",
+            "pass --uid 1000 --gid 1000",
+        )
     settings = proxy_settings(environ)
-    index_from = ("--pip-index" if pip_index else "the pip index of proxy.setup" if settings and settings.pip_index
-                  else "PIP_INDEX_URL")
-    index = pip_index or (settings.pip_index if settings else None) or environ.get("PIP_INDEX_URL") or ""
+    index_from = (
+        "--pip-index"
+        if pip_index
+        else "the pip index of proxy.setup"
+        if settings and settings.pip_index
+        else "PIP_INDEX_URL"
+    )
+    index = (
+        pip_index
+        or (settings.pip_index if settings else None)
+        or environ.get("PIP_INDEX_URL")
+        or ""
+    )
     if index:  # the one URL validator; then no userinfo of any form (user:pw@, :pw@, TOKEN@): `docker history` keeps it
         urls.index_url(index, index_from)
-        urls.no_userinfo(index, index_from, "the pip index URL holds a password or token (user info before '@'), "
-                         "which a build argument would store in the image history",
-                         "use a credential-free mirror for the image build, or the proxy")
-    build_args = {"BASE_IMAGE": base_ref, "APEXKIT_ARCH": arch, "APEXKIT_EXTRA_PACKAGES": extra_packages,
-                  "APEXKIT_PIP_INDEX_URL": index, "BUILD_UID": str(uid), "BUILD_GID": str(gid),
-                  **proxy_build_args(settings)}
+        urls.no_userinfo(
+            index,
+            index_from,
+            "the pip index URL holds a password or token (user info before '@'), "
+            "which a build argument would store in the image history",
+            "use a credential-free mirror for the image build, or the proxy",
+        )
+    build_args = {
+        "BASE_IMAGE": base_ref,
+        "APEXKIT_ARCH": arch,
+        "APEXKIT_EXTRA_PACKAGES": extra_packages,
+        "APEXKIT_PIP_INDEX_URL": index,
+        "BUILD_UID": str(uid),
+        "BUILD_GID": str(gid),
+        **proxy_build_args(settings),
+    }
     if wanted:
         build_args.update(APEXKIT_PYTHONS=" ".join(wanted), APEXKIT_UV_VERSION=uv_version())
     network = network or auto_network(settings)
-    labels = {f"{LABEL}.builder": "1", f"{LABEL}.arch": arch, f"{LABEL}.base": base_ref,
-              f"{LABEL}.recipe": recipe_digest(), f"{LABEL}.uid": str(uid), f"{LABEL}.gid": str(gid)}
+    labels = {
+        f"{LABEL}.builder": "1",
+        f"{LABEL}.arch": arch,
+        f"{LABEL}.base": base_ref,
+        f"{LABEL}.recipe": recipe_digest(),
+        f"{LABEL}.uid": str(uid),
+        f"{LABEL}.gid": str(gid),
+    }
     tag = tag or default_tag(f"debian:{suite}" if suite else base, arch)
-    return ImagePlan(arch=arch, base=base, base_ref=base_ref, tag=tag, network=network,
-                     ca_bundle=resolve_ca_bundle(ca_bundle, settings, environ), build_args=build_args, labels=labels,
-                     emulation=emulation(arch, binfmt_dir), no_cache=no_cache, extra={"suite": suite, "pythons": wanted})
+    return ImagePlan(
+        arch=arch,
+        base=base,
+        base_ref=base_ref,
+        tag=tag,
+        network=network,
+        ca_bundle=resolve_ca_bundle(ca_bundle, settings, environ),
+        build_args=build_args,
+        labels=labels,
+        emulation=emulation(arch, binfmt_dir),
+        no_cache=no_cache,
+        extra={"suite": suite, "pythons": wanted},
+    )
 
 
 def parse_pythons(value: str) -> list[str]:
@@ -276,8 +405,11 @@ def parse_pythons(value: str) -> list[str]:
     supported = matrix.load().supported_pythons
     for v in wanted:
         if v not in supported:
-            raise ConfigError(f"--pythons {value}: '{v}' is not a supported Python (matrix.toml [pythons] supported: "
-                              f"{', '.join(supported)})", "e.g. --pythons 3.8,3.10")
+            raise ConfigError(
+                f"--pythons {value}: '{v}' is not a supported Python (matrix.toml [pythons] supported: "
+                f"{', '.join(supported)})",
+                "e.g. --pythons 3.8,3.10",
+            )
     return list(dict.fromkeys(wanted))
 
 
@@ -303,7 +435,9 @@ def write_context(plan: ImagePlan, dest: Path) -> Path:
         shutil.copy2(DOCKER_DIR / name, dest / name)
     (dest / "requirements-tools.txt").write_text(tool_requirements())
     (dest / "ca").mkdir()
-    (dest / "ca" / "ca-bundle.pem").write_bytes(plan.ca_bundle.read_bytes() if plan.ca_bundle else b"")
+    (dest / "ca" / "ca-bundle.pem").write_bytes(
+        plan.ca_bundle.read_bytes() if plan.ca_bundle else b""
+    )
     return dest
 
 
@@ -315,36 +449,50 @@ def ensure_base(c, plan: ImagePlan) -> None:
         if dockerclient.get_image(c, plan.base_ref) is None:
             tarball = bases.rootfs_tarball(plan.extra["suite"], dockerclient.ARCHES[plan.arch])
             repository, tag = plan.base_ref.split(":", 1)  # f"{BASE_REPO}:debian-{suite}-{arch}"
-            bases.import_image(c, tarball, repository, tag, changes=[f"LABEL {LABEL}.arch={plan.arch}"])
+            bases.import_image(
+                c, tarball, repository, tag, changes=[f"LABEL {LABEL}.arch={plan.arch}"]
+            )
         return
     image = dockerclient.get_image(c, plan.base_ref)
     if image is None:
         image = _pull(c, plan.base_ref, plan.arch)
     found = dockerclient.image_arch(image)
     if found and found != plan.arch:
-        log.warn(f"{plan.base_ref} says it is {found}; building for {plan.arch} anyway (docker import labels "
-                 "everything amd64): the first RUN step checks the real machine")
+        log.warn(
+            f"{plan.base_ref} says it is {found}; building for {plan.arch} anyway (docker import labels "
+            "everything amd64): the first RUN step checks the real machine"
+        )
 
 
 def _pull(c, reference: str, arch: str):
     with log.step(f"pull {reference} ({arch})") as s:
         try:
             last = ""
-            for event in c.api.pull(reference, platform=f"linux/{dockerclient.ARCHES[arch]}", stream=True, decode=True):
+            for event in c.api.pull(
+                reference, platform=f"linux/{dockerclient.ARCHES[arch]}", stream=True, decode=True
+            ):
                 status = event.get("status", "")
-                if status and status != last and "Downloading" not in status and "Extracting" not in status:
+                if (
+                    status
+                    and status != last
+                    and "Downloading" not in status
+                    and "Extracting" not in status
+                ):
                     log.info(f"  {event.get('id', '')} {status}".rstrip())
                     last = status
                 if "error" in event:
                     raise RuntimeError(event["error"])
         except Exception as exc:
-            raise ImageError(f"base image {reference} is not in the daemon and could not be pulled: "
-                             f"{log.mask(str(exc).splitlines()[0][:200])}",
-                             "check the daemon's proxy (invoke proxy.check), docker load it, or use --base debootstrap"
-                             ) from None
+            raise ImageError(
+                f"base image {reference} is not in the daemon and could not be pulled: "
+                f"{log.mask(str(exc).splitlines()[0][:200])}",
+                "check the daemon's proxy (invoke proxy.check), docker load it, or use --base debootstrap",
+            ) from None
         image = dockerclient.get_image(c, reference)
         if image is None:
-            raise ImageError(f"pulled {reference} but the daemon does not list it", "docker images; retry")
+            raise ImageError(
+                f"pulled {reference} but the daemon does not list it", "docker images; retry"
+            )
         s.note(image.short_id)
         return image
 
@@ -352,19 +500,32 @@ def _pull(c, reference: str, arch: str):
 def build(plan: ImagePlan, c=None, verbose: bool = True) -> dict:
     """Build the image, streaming the daemon's output with step progress. Returns builder.json of the image."""
     if not plan.emulation.usable:
-        raise ImageError(f"cannot build an {plan.arch} image on this {plan.emulation.host} host: {plan.emulation.detail}",
-                         plan.emulation.hint)
+        raise ImageError(
+            f"cannot build an {plan.arch} image on this {plan.emulation.host} host: {plan.emulation.detail}",
+            plan.emulation.hint,
+        )
     c = c or dockerclient.client()
     ensure_base(c, plan)
     log_path = plan.log_path or (paths.build_dir() / "images" / f"{slug(plan.tag)}.log")
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="apexkit-image-") as tmp, \
-            open(log_path, "w", encoding="utf-8") as fh, log.step(f"docker build {plan.tag}") as s:
+    with tempfile.TemporaryDirectory(prefix="apexkit-image-") as tmp, open(
+        log_path, "w", encoding="utf-8"
+    ) as fh, log.step(f"docker build {plan.tag}") as s:
         context = write_context(plan, Path(tmp))
         fh.write(f"image.build {plan.tag}\n" + "".join(f"{k}: {v}\n" for k, v in plan.describe()))
-        stream = c.api.build(path=str(context), tag=plan.tag, buildargs=plan.build_args, labels=plan.labels,
-                             network_mode=plan.network, rm=True, forcerm=True, nocache=plan.no_cache, pull=False,
-                             decode=True, use_config_proxy=False)
+        stream = c.api.build(
+            path=str(context),
+            tag=plan.tag,
+            buildargs=plan.build_args,
+            labels=plan.labels,
+            network_mode=plan.network,
+            rm=True,
+            forcerm=True,
+            nocache=plan.no_cache,
+            pull=False,
+            decode=True,
+            use_config_proxy=False,
+        )
         error, lines = _follow_build(stream, fh, verbose)
         if error:
             raise _build_failure(error, lines, log_path)
@@ -391,9 +552,15 @@ def _follow_build(stream: Iterable[dict], fh, verbose: bool) -> tuple[str, list[
             step = _STEP.match(line)
             fh.write(line + (f"  [+{time.monotonic() - started:.0f}s]" if step else "") + "\n")
             if step:
-                log.console.print(f"[bold]  [{step[1]}/{step[2]}][/bold] {log.escape(log.sanitise(step[3][:110]))} "
-                                  f"[dim]({log.format_seconds(time.monotonic() - started)})[/dim]")
-            elif verbose and line.strip() and not line.startswith((" ---> ", "Removing intermediate container")):
+                log.console.print(
+                    f"[bold]  [{step[1]}/{step[2]}][/bold] {log.escape(log.sanitise(step[3][:110]))} "
+                    f"[dim]({log.format_seconds(time.monotonic() - started)})[/dim]"
+                )
+            elif (
+                verbose
+                and line.strip()
+                and not line.startswith((" ---> ", "Removing intermediate container"))
+            ):
                 log.console.print(f"[dim]    {log.escape(log.sanitise(line[:200]))}[/dim]")
     if pending.strip():
         lines.append(log.mask(_ANSI.sub("", pending)))
@@ -404,13 +571,15 @@ def _follow_build(stream: Iterable[dict], fh, verbose: bool) -> tuple[str, list[
 def _build_failure(error: str, lines: list[str], log_path: Path) -> ImageError:
     for line in reversed(lines):
         if line.startswith("apexkit-error: "):
-            cause, _, hint = line[len("apexkit-error: "):].partition(" | ")
+            cause, _, hint = line[len("apexkit-error: ") :].partition(" | ")
             return ImageError(cause, hint or f"full log: {log_path}")
     step = next((m for m in (_STEP.match(x) for x in reversed(lines)) if m), None)
     where = f" at step {step[1]}/{step[2]} ({step[3][:60]})" if step else ""
     hint = f"full log: {log_path}"
-    if re.search(r"timed? ?out|Temporary failure resolving|Could not resolve|Connection refused|i/o timeout", error +
-                 "\n".join(lines[-20:])):
+    if re.search(
+        r"timed? ?out|Temporary failure resolving|Could not resolve|Connection refused|i/o timeout",
+        error + "\n".join(lines[-20:]),
+    ):
         hint += "; downloads failed: check the proxy (invoke proxy.check) and --network host for a loopback proxy"
     return ImageError(f"docker build failed{where}: {log.mask(error.strip()[:200])}", hint)
 
@@ -421,22 +590,29 @@ def read_builder_info(c, tag: str) -> dict:
     try:
         return json.loads(out.decode())
     except ValueError:
-        raise ImageError(f"{tag} was built but does not describe itself (builder.json unreadable: {out[-80:]!r})",
-                         "rebuild with --no-cache") from None
+        raise ImageError(
+            f"{tag} was built but does not describe itself (builder.json unreadable: {out[-80:]!r})",
+            "rebuild with --no-cache",
+        ) from None
 
 
 def summary_lines(info: dict) -> list[str]:
-    rows = [f"  {'user':<16}{info['user']} (uid {info['uid']}, gid {info['gid']})",
-            f"  {'package manager':<16}{info['package_manager']}",
-            f"  {'installed':<16}{' '.join(info.get('installed') or []) or 'nothing (the base has the toolchain)'}",
-            f"  {'tool venv':<16}/opt/apexkit/venv (Python {info['tool_python']})"]
+    rows = [
+        f"  {'user':<16}{info['user']} (uid {info['uid']}, gid {info['gid']})",
+        f"  {'package manager':<16}{info['package_manager']}",
+        f"  {'installed':<16}{' '.join(info.get('installed') or []) or 'nothing (the base has the toolchain)'}",
+        f"  {'tool venv':<16}/opt/apexkit/venv (Python {info['tool_python']})",
+    ]
     for p in info["pythons"]:
         where = p["platlib"] if p["platlib"] == p["purelib"] else f"{p['purelib']} + {p['platlib']}"
-        rows.append(f"  {'python':<16}{p['path']} {p['version']} ({p.get('source', 'distro')})  packages in {where}")
+        rows.append(
+            f"  {'python':<16}{p['path']} {p['version']} ({p.get('source', 'distro')})  packages in {where}"
+        )
     return rows
 
 
 # --- which image has which Python ---------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class ImageChoice:
@@ -464,7 +640,9 @@ def choose_image(data: Mapping, python: str, arch: str) -> ImageChoice:
         row = {"base": row}
     base = row["base"].format(arch=arch)
     suite = debootstrap_suite(base)
-    image = row.get("image", "").format(arch=arch) or default_tag(f"debian:{suite}" if suite else base, arch)
+    image = row.get("image", "").format(arch=arch) or default_tag(
+        f"debian:{suite}" if suite else base, arch
+    )
     return ImageChoice(python, arch, image, base, row.get("note", ""))
 
 
@@ -485,8 +663,11 @@ def build_hint(image: str, arch: str | None = None, data: Mapping | None = None)
     """The command that makes a missing builder image, with its own arch and (where the name or matrix.toml
     [matrix.images] says it) its base."""
     arch = arch or arch_for_tag(image) or dockerclient.host_arch()
-    known = [choose_image(data or {}, python, arch) for python in (data or {}).get("matrix", {}).get("images", {})
-             if python[:1].isdigit()]
+    known = [
+        choose_image(data or {}, python, arch)
+        for python in (data or {}).get("matrix", {}).get("images", {})
+        if python[:1].isdigit()
+    ]
     for choice in known:
         if choice.image == image:
             return choice.build_command
@@ -504,11 +685,15 @@ def builder_json(c, image: str) -> dict | None:
     container = c.containers.create(image, command=["true"], network_mode="none")
     try:
         stream, stat = container.get_archive(BUILDER_JSON)
-        if stat.get("size", 0) > 1 << 20:  # the image is untrusted: a real builder.json is a few KiB
+        if (
+            stat.get("size", 0) > 1 << 20
+        ):  # the image is untrusted: a real builder.json is a few KiB
             return None
         with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
             info = tar.getmembers()[0]
-            member = tar.extractfile(info) if info.isfile() else None  # a link or device: not a builder.json
+            member = (
+                tar.extractfile(info) if info.isfile() else None
+            )  # a link or device: not a builder.json
             data = json.loads(member.read().decode()) if member else None
     except (docker.errors.NotFound, ValueError, tarfile.TarError, IndexError):
         return None
@@ -520,11 +705,16 @@ def builder_json(c, image: str) -> dict | None:
 def python_versions(info: Mapping) -> list[str]:
     """The X.Y of every python3.X in builder.json, in its order."""
     pythons = info.get("pythons")  # from an image: anything may be there
-    return [".".join(p["version"].split(".")[:2]) for p in (pythons if isinstance(pythons, list) else [])
-            if isinstance(p, dict) and isinstance(p.get("version"), str)]
+    return [
+        ".".join(p["version"].split(".")[:2])
+        for p in (pythons if isinstance(pythons, list) else [])
+        if isinstance(p, dict) and isinstance(p.get("version"), str)
+    ]
 
 
-def require_python(info: Mapping | None, image: str, python: str, arch: str, data: Mapping, what: str = "") -> None:
+def require_python(
+    info: Mapping | None, image: str, python: str, arch: str, data: Mapping, what: str = ""
+) -> None:
     """Refuse a build for `python` in an image whose builder.json lacks it, naming the image that has it."""
     if info is None:
         return  # an image from an older recipe: the build inside it finds out (and says so)
@@ -538,7 +728,8 @@ def require_python(info: Mapping | None, image: str, python: str, arch: str, dat
     raise InterpreterNotFoundError(
         f"{prefix}{image} has Python {', '.join(have) or 'none'} only",
         f"Python {python} needs a base that has it: {choice.build_command}{fits}{why}, or --pythons {python} "
-        f"(uv; downloads from github.com)")
+        f"(uv; downloads from github.com)",
+    )
 
 
 class ImageFacts:
@@ -556,7 +747,10 @@ class ImageFacts:
             if c is None:
                 return False, None
             found = dockerclient.get_image(c, image)
-            self._seen[image] = (found is not None, builder_json(c, image) if found is not None else None)
+            self._seen[image] = (
+                found is not None,
+                builder_json(c, image) if found is not None else None,
+            )
         return self._seen[image]
 
     def client(self):
@@ -570,8 +764,11 @@ class ImageFacts:
 
 # --- list and prune --------------------------------------------------------------------------------------------------
 
+
 def our_images(c) -> list:
-    return c.images.list(filters={"label": f"{LABEL}.builder"}) + c.images.list(filters={"reference": f"{BASE_REPO}"})
+    return c.images.list(filters={"label": f"{LABEL}.builder"}) + c.images.list(
+        filters={"reference": f"{BASE_REPO}"}
+    )
 
 
 def list_rows(c) -> list[dict]:
@@ -580,20 +777,24 @@ def list_rows(c) -> list[dict]:
     for image in our_images(c):
         labels = image.attrs.get("Config", {}).get("Labels") or {}
         builder = f"{LABEL}.builder" in labels
-        rows.append({
-            "tags": image.tags or ["<none>"],
-            "id": image.short_id.split(":")[-1],
-            "kind": "builder" if builder else "base",
-            "arch": dockerclient.image_arch(image),
-            "base": labels.get(f"{LABEL}.base", ""),
-            "created": image.attrs.get("Created", "")[:19].replace("T", " "),
-            "size_mb": round(image.attrs.get("Size", 0) / 1e6, 1),
-            "stale": builder and labels.get(f"{LABEL}.recipe") != current,
-        })
+        rows.append(
+            {
+                "tags": image.tags or ["<none>"],
+                "id": image.short_id.split(":")[-1],
+                "kind": "builder" if builder else "base",
+                "arch": dockerclient.image_arch(image),
+                "base": labels.get(f"{LABEL}.base", ""),
+                "created": image.attrs.get("Created", "")[:19].replace("T", " "),
+                "size_mb": round(image.attrs.get("Size", 0) / 1e6, 1),
+                "stale": builder and labels.get(f"{LABEL}.recipe") != current,
+            }
+        )
     return rows
 
 
-def prune(c, everything: bool = False, dry_run: bool = False, kept: list[str] | None = None) -> list[str]:
+def prune(
+    c, everything: bool = False, dry_run: bool = False, kept: list[str] | None = None
+) -> list[str]:
     """Remove stale builder images (recipe changed) and untagged ones; with `everything`, all of ours. An image the
     daemon will not remove (another image is built FROM it, a container uses it) is kept and named in `kept` with
     the daemon's reason; the others are removed all the same."""

@@ -45,11 +45,20 @@ PACKAGE_MOUNT = "/opt/apexkit-package"  # the package of a pip-installed apexkit
 WORKSPACE = "/workspace"
 CACHE = "/cache"
 MNT = "/mnt/apexkit"
-TOOL_PYTHON = "/opt/apexkit/venv/bin/python"  # apexkit itself runs here; builds use the base's python3.X
+TOOL_PYTHON = (
+    "/opt/apexkit/venv/bin/python"  # apexkit itself runs here; builds use the base's python3.X
+)
 OPTIONS_FILE = f"{WORKSPACE}/options.json"  # the parsed options (apexkit.wheel.options.to_json), 0600, removed after
 PASS_ENV_PREFIXES = ("APEXKIT_FETCH_",)
-PASS_ENV = ("APEXKIT_JOBS", "APEXKIT_TORCH_INDEX_URL", "PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_TRUSTED_HOST",
-            "PIP_DEFAULT_TIMEOUT", "PIP_RETRIES")
+PASS_ENV = (
+    "APEXKIT_JOBS",
+    "APEXKIT_TORCH_INDEX_URL",
+    "PIP_INDEX_URL",
+    "PIP_EXTRA_INDEX_URL",
+    "PIP_TRUSTED_HOST",
+    "PIP_DEFAULT_TIMEOUT",
+    "PIP_RETRIES",
+)
 
 
 @dataclass
@@ -73,7 +82,9 @@ class ContainerSpec:
     workspace: Path
     cache: Path
     notes: list[str] = field(default_factory=list)
-    options: dict = field(default_factory=dict)  # the build's options as the container sees them (OPTIONS_FILE)
+    options: dict = field(
+        default_factory=dict
+    )  # the build's options as the container sees them (OPTIONS_FILE)
 
     @property
     def log_path(self) -> Path:
@@ -82,7 +93,10 @@ class ContainerSpec:
         return self.workspace.with_name(f"{self.workspace.name}.log")
 
     def volumes(self) -> dict[str, dict[str, str]]:
-        return {str(m.host): {"bind": m.container, "mode": "ro" if m.read_only else "rw"} for m in self.mounts}
+        return {
+            str(m.host): {"bind": m.container, "mode": "ro" if m.read_only else "rw"}
+            for m in self.mounts
+        }
 
 
 def invoking_user(environ: Mapping[str, str] | None = None) -> tuple[int, int]:
@@ -102,9 +116,15 @@ def _file_url_path(url: str) -> Path | None:
     return None
 
 
-def make_spec(opts: BuildOptions, image: str, labels: Mapping[str, str], arch: str,
-              environ: Mapping[str, str] | None = None, settings: layers.ProxySettings | None = None,
-              euid: int | None = None) -> ContainerSpec:
+def make_spec(
+    opts: BuildOptions,
+    image: str,
+    labels: Mapping[str, str],
+    arch: str,
+    environ: Mapping[str, str] | None = None,
+    settings: layers.ProxySettings | None = None,
+    euid: int | None = None,
+) -> ContainerSpec:
     """Every decision of a container build, from the options, the image's labels and the environment (pure)."""
     environ = os.environ if environ is None else environ
     euid = os.geteuid() if euid is None else euid
@@ -112,38 +132,68 @@ def make_spec(opts: BuildOptions, image: str, labels: Mapping[str, str], arch: s
     tag = builder.slug(image)
     workspace = opts.build_dir / "containers" / f"{tag}-py{opts.python}"
     cache = opts.cache_dir / "containers" / tag
-    mounts = [Mount(root, REPO_MOUNT, True, "the repository"), Mount(workspace, WORKSPACE, False, "workspace"),
-              Mount(cache, CACHE, False, "cache")]
+    mounts = [
+        Mount(root, REPO_MOUNT, True, "the repository"),
+        Mount(workspace, WORKSPACE, False, "workspace"),
+        Mount(cache, CACHE, False, "cache"),
+    ]
     python_path = REPO_MOUNT
     if paths.INSTALLED:  # pip-installed: /apexkit is apexkit/_data (noxfile, matrix.toml, ...), the package beside it
-        mounts.insert(1, Mount(paths.PACKAGE, f"{PACKAGE_MOUNT}/apexkit", True, "the apexkit package"))
+        mounts.insert(
+            1, Mount(paths.PACKAGE, f"{PACKAGE_MOUNT}/apexkit", True, "the apexkit package")
+        )
         python_path = PACKAGE_MOUNT
     # the container gets the host's parsed options with every host path replaced by its mount (no argv to re-parse)
-    inside: dict = {"dist_dir": Path(f"{WORKSPACE}/dist"), "build_dir": Path(f"{WORKSPACE}/build"),
-                    "cache_dir": Path(CACHE), "python_path": None, "image": None, "network": None, "ca_bundle": None}
+    inside: dict = {
+        "dist_dir": Path(f"{WORKSPACE}/dist"),
+        "build_dir": Path(f"{WORKSPACE}/build"),
+        "cache_dir": Path(CACHE),
+        "python_path": None,
+        "image": None,
+        "network": None,
+        "ca_bundle": None,
+    }
     for i, wheelhouse in enumerate(opts.wheelhouses):
         mounts.append(Mount(wheelhouse, f"{MNT}/wheelhouse-{i}", True, "--wheelhouse"))
-    inside["wheelhouses"] = tuple(Path(f"{MNT}/wheelhouse-{i}") for i in range(len(opts.wheelhouses)))
+    inside["wheelhouses"] = tuple(
+        Path(f"{MNT}/wheelhouse-{i}") for i in range(len(opts.wheelhouses))
+    )
     if opts.apex_src:
         mounts.append(Mount(opts.apex_src, f"{MNT}/apex-src", True, "--apex-src"))
         inside["apex_src"] = Path(f"{MNT}/apex-src")
     # TORCH_DEVICE_BACKEND_AUTOLOAD=0: torch >= 2.5 loads torch_npu at `import torch`, which fails without CANN
-    env: dict[str, str] = {"APEXKIT_CACHE_DIR": CACHE, "PIP_CACHE_DIR": f"{CACHE}/pip", "PYTHONPATH": python_path,
-                           "PYTHONDONTWRITEBYTECODE": "1", cann.NO_AUTOLOAD: "0",
-                           sbom.BY_HOST: "1"}  # the SBOM + provenance are the host's to write (_swap_in)
-    for name, url, mount in (("APEXKIT_ASCEND_APEX_URL", opts.ascend_apex_url, "ascend-apex"),
-                             ("APEXKIT_NVIDIA_APEX_URL", opts.nvidia_apex_url, "nvidia-apex")):
-        local = _file_url_path(url)  # the URL reaches the container in the options file only (it may hold a token)
+    env: dict[str, str] = {
+        "APEXKIT_CACHE_DIR": CACHE,
+        "PIP_CACHE_DIR": f"{CACHE}/pip",
+        "PYTHONPATH": python_path,
+        "PYTHONDONTWRITEBYTECODE": "1",
+        cann.NO_AUTOLOAD: "0",
+        sbom.BY_HOST: "1",
+    }  # the SBOM + provenance are the host's to write (_swap_in)
+    for name, url, mount in (
+        ("APEXKIT_ASCEND_APEX_URL", opts.ascend_apex_url, "ascend-apex"),
+        ("APEXKIT_NVIDIA_APEX_URL", opts.nvidia_apex_url, "nvidia-apex"),
+    ):
+        local = _file_url_path(
+            url
+        )  # the URL reaches the container in the options file only (it may hold a token)
         if local is not None:
             mounts.append(Mount(local, f"{MNT}/{mount}", True, name))
         inside["ascend_apex_url" if mount == "ascend-apex" else "nvidia_apex_url"] = (
-            f"file://{MNT}/{mount}" if local is not None else url)
+            f"file://{MNT}/{mount}" if local is not None else url
+        )
     for name, value in environ.items():
-        if (name in PASS_ENV or name.startswith(PASS_ENV_PREFIXES)) and value and "file:" not in value:
+        if (
+            (name in PASS_ENV or name.startswith(PASS_ENV_PREFIXES))
+            and value
+            and "file:" not in value
+        ):
             env[name] = value
     notes = []
     if settings is not None:
-        env.update({k: v for k, v in settings.environment().items() if k not in netenv.CA_VARIABLES})
+        env.update(
+            {k: v for k, v in settings.environment().items() if k not in netenv.CA_VARIABLES}
+        )
     bundle = builder.resolve_ca_bundle(opts.ca_bundle, settings, environ)
     if bundle is not None:
         mounts.append(Mount(bundle, layers.CONTAINER_CA_PATH, True, "CA bundle"))
@@ -153,13 +203,26 @@ def make_spec(opts: BuildOptions, image: str, labels: Mapping[str, str], arch: s
     if euid != 0:
         uid, gid = euid, os.getegid()
     else:
-        uid, gid = int(labels.get(f"{builder.LABEL}.uid", 1000)), int(labels.get(f"{builder.LABEL}.gid", 1000))
+        uid, gid = (
+            int(labels.get(f"{builder.LABEL}.uid", 1000)),
+            int(labels.get(f"{builder.LABEL}.gid", 1000)),
+        )
         notes.append(f"as the image's build user (uid {uid}), not root")
     command = [TOOL_PYTHON, "-m", "apexkit", "build", opts.python, "--options-json", OPTIONS_FILE]
-    return ContainerSpec(image=image, arch=arch, command=command, user=f"{uid}:{gid}", uid=uid, mounts=mounts,
-                         environment=env, network=opts.network or builder.auto_network(settings),
-                         workspace=workspace, cache=cache, notes=notes,
-                         options=options.to_json(dataclasses.replace(opts, **inside)))
+    return ContainerSpec(
+        image=image,
+        arch=arch,
+        command=command,
+        user=f"{uid}:{gid}",
+        uid=uid,
+        mounts=mounts,
+        environment=env,
+        network=opts.network or builder.auto_network(settings),
+        workspace=workspace,
+        cache=cache,
+        notes=notes,
+        options=options.to_json(dataclasses.replace(opts, **inside)),
+    )
 
 
 def preflight(spec: ContainerSpec) -> None:
@@ -169,11 +232,14 @@ def preflight(spec: ContainerSpec) -> None:
             if not m.host.exists():
                 raise ConfigError(f"{m.why} {m.host} does not exist", "fix the path")
             st = m.host.stat()
-            readable = st.st_uid == spec.uid or (st.st_mode & (0o005 if m.host.is_dir() else 0o004)) == \
-                (0o005 if m.host.is_dir() else 0o004)
+            readable = st.st_uid == spec.uid or (
+                st.st_mode & (0o005 if m.host.is_dir() else 0o004)
+            ) == (0o005 if m.host.is_dir() else 0o004)
             if not readable:
-                raise ConfigError(f"{m.why} {m.host} is not readable by the container's build user (uid {spec.uid})",
-                                  f"chmod -R a+rX {m.host}, or build as a non-root user")
+                raise ConfigError(
+                    f"{m.why} {m.host} is not readable by the container's build user (uid {spec.uid})",
+                    f"chmod -R a+rX {m.host}, or build as a non-root user",
+                )
         else:
             m.host.mkdir(parents=True, exist_ok=True)
             if os.geteuid() == 0 and m.host.stat().st_uid != spec.uid:
@@ -183,12 +249,16 @@ def preflight(spec: ContainerSpec) -> None:
 def inspect_image(c, image: str) -> tuple[dict, str]:
     found = dockerclient.get_image(c, image)
     if found is None:
-        raise ImageError(f"image {image} is not in the Docker daemon",
-                         builder.build_hint(image, data=matrix.load().data))
+        raise ImageError(
+            f"image {image} is not in the Docker daemon",
+            builder.build_hint(image, data=matrix.load().data),
+        )
     labels = found.attrs.get("Config", {}).get("Labels") or {}
     if f"{builder.LABEL}.builder" not in labels:
-        raise ImageError(f"{image} is not an apexkit builder image (no {builder.LABEL}.builder label)",
-                         f"invoke image.build --arch {dockerclient.image_arch(found) or dockerclient.host_arch()} --base {image}")
+        raise ImageError(
+            f"{image} is not an apexkit builder image (no {builder.LABEL}.builder label)",
+            f"invoke image.build --arch {dockerclient.image_arch(found) or dockerclient.host_arch()} --base {image}",
+        )
     return labels, dockerclient.image_arch(found)
 
 
@@ -198,20 +268,28 @@ def run(opts: BuildOptions) -> Path | None:
     c = dockerclient.client()
     labels, arch = inspect_image(c, opts.image)
     found = dockerclient.get_image(c, opts.image)
-    image_ref = {"id": getattr(found, "id", None), "repo_digests": (getattr(found, "attrs", None) or {}).get(
-        "RepoDigests") or []}
+    image_ref = {
+        "id": getattr(found, "id", None),
+        "repo_digests": (getattr(found, "attrs", None) or {}).get("RepoDigests") or [],
+    }
     # the Python must be in the image (its builder.json) before a container starts, not found missing inside it
-    builder.require_python(builder.builder_json(c, opts.image), opts.image, opts.python, arch, matrix.load().data)
+    builder.require_python(
+        builder.builder_json(c, opts.image), opts.image, opts.python, arch, matrix.load().data
+    )
     emulated = builder.require_emulation(arch)
     settings = builder.proxy_settings()
     spec = make_spec(opts, opts.image, labels, arch, settings=settings)
     log.info(f"build in container {spec.image} ({arch}, {emulated.detail})")
     log.info(f"  {'user':<15}{spec.user}" + (f" ({'; '.join(spec.notes)})" if spec.notes else ""))
     for m in spec.mounts:
-        log.info(f"  {'mount':<15}{m.host} -> {m.container} ({'ro' if m.read_only else 'rw'}, {m.why})")
+        log.info(
+            f"  {'mount':<15}{m.host} -> {m.container} ({'ro' if m.read_only else 'rw'}, {m.why})"
+        )
     log.info(f"  {'network':<15}{spec.network or 'daemon default'}")
     if labels.get(f"{builder.LABEL}.recipe") != builder.recipe_digest():
-        log.warn(f"{spec.image} was built from an older docker/ recipe: rebuild it with invoke image.build")
+        log.warn(
+            f"{spec.image} was built from an older docker/ recipe: rebuild it with invoke image.build"
+        )
     # one container build per workspace (image + Python) at a time: its dist/ and options file are per workspace
     with locks.hold(spec.workspace, f"container workspace {spec.workspace}"):
         preflight(spec)
@@ -226,10 +304,20 @@ def run(opts: BuildOptions) -> Path | None:
                 s.note("dry run")
                 return None
             if len(produced) != 1:
-                raise BuildError(f"the container build ended without one dist/<target> in {spec.workspace / 'dist'} "
-                                 f"(found {len(produced)})", f"see {spec.log_path}")
-            final = _publish(produced[0], opts.dist_dir, spec, labels, time.monotonic() - started, opts.force,
-                             image_ref=image_ref)
+                raise BuildError(
+                    f"the container build ended without one dist/<target> in {spec.workspace / 'dist'} "
+                    f"(found {len(produced)})",
+                    f"see {spec.log_path}",
+                )
+            final = _publish(
+                produced[0],
+                opts.dist_dir,
+                spec,
+                labels,
+                time.monotonic() - started,
+                opts.force,
+                image_ref=image_ref,
+            )
             s.note(str(final))
         return final
 
@@ -250,14 +338,35 @@ def _options_file(spec: ContainerSpec):
 
 
 def _run_container(c, spec: ContainerSpec) -> int:
-    log.echo_command(["docker", "run", "--rm", "--user", spec.user,
-                      *(f"-v={m.host}:{m.container}:{'ro' if m.read_only else 'rw'}" for m in spec.mounts),
-                      *([f"--network={spec.network}"] if spec.network else []), spec.image, *spec.command])
-    container = c.containers.create(spec.image, spec.command, user=spec.user, volumes=spec.volumes(),
-                                    environment=spec.environment, network_mode=spec.network, working_dir=REPO_MOUNT,
-                                    labels={f"{builder.LABEL}.run": "build"}, init=True, use_config_proxy=False)
+    log.echo_command(
+        [
+            "docker",
+            "run",
+            "--rm",
+            "--user",
+            spec.user,
+            *(f"-v={m.host}:{m.container}:{'ro' if m.read_only else 'rw'}" for m in spec.mounts),
+            *([f"--network={spec.network}"] if spec.network else []),
+            spec.image,
+            *spec.command,
+        ]
+    )
+    container = c.containers.create(
+        spec.image,
+        spec.command,
+        user=spec.user,
+        volumes=spec.volumes(),
+        environment=spec.environment,
+        network_mode=spec.network,
+        working_dir=REPO_MOUNT,
+        labels={f"{builder.LABEL}.run": "build"},
+        init=True,
+        use_config_proxy=False,
+    )
     try:
-        with open_host_log(spec.log_path) as fh:  # before start: a refused log path leaves nothing running
+        with open_host_log(
+            spec.log_path
+        ) as fh:  # before start: a refused log path leaves nothing running
             container.start()
             stream_output(container.logs(stream=True, follow=True), fh)
         return int(container.wait().get("StatusCode", 1))
@@ -294,8 +403,11 @@ def open_host_log(path: Path):
     try:
         fd = untrusted.open_regular(path, write=True, one_link=True)
     except untrusted.Refused as exc:
-        what = {"link": "it is a symbolic link", "type": "it is not a regular file",
-                "links": "it is not a regular file with one link"}.get(exc.kind, (exc.strerror or "unwritable").lower())
+        what = {
+            "link": "it is a symbolic link",
+            "type": "it is not a regular file",
+            "links": "it is not a regular file with one link",
+        }.get(exc.kind, (exc.strerror or "unwritable").lower())
         raise ImageError(f"refusing to write the container log {path}: {what}", hint) from None
     try:
         os.ftruncate(fd, 0)
@@ -309,9 +421,10 @@ def open_host_log(path: Path):
 
 
 def _failure(code: int, spec: ContainerSpec) -> ImageError:
-    error = ImageError(f"the build inside {spec.image} failed (exit {code}; its one-line error is above)",
-                       f"container output: {spec.log_path}; build log under "
-                       f"{spec.workspace / 'build'}")
+    error = ImageError(
+        f"the build inside {spec.image} failed (exit {code}; its one-line error is above)",
+        f"container output: {spec.log_path}; build log under {spec.workspace / 'build'}",
+    )
     if 2 <= code <= 9:  # the inner apexkit error's own exit code (ConfigError … BenchError)
         error.exit_code = code
     return error
@@ -337,8 +450,11 @@ def produced_targets(workspace: Path) -> list[Path]:
     found = []
     for name in names:
         try:
-            if (TARGET_NAME.fullmatch(name) and stat.S_ISDIR((where / name).lstat().st_mode)
-                    and stat.S_ISREG((where / name / "manifest.json").lstat().st_mode)):
+            if (
+                TARGET_NAME.fullmatch(name)
+                and stat.S_ISDIR((where / name).lstat().st_mode)
+                and stat.S_ISREG((where / name / "manifest.json").lstat().st_mode)
+            ):
                 found.append(where / name)
         except OSError:
             continue
@@ -361,14 +477,24 @@ def _read_manifest(target_fd: int) -> dict:
     except ValueError as exc:
         raise _Untrusted(f"manifest.json is not JSON ({exc})") from exc
     wheel = manifest.get("wheel") if isinstance(manifest, dict) else None
-    if not isinstance(wheel, dict) or not isinstance(wheel.get("file"), str) or not isinstance(wheel.get("sha256"),
-                                                                                                 str):
+    if (
+        not isinstance(wheel, dict)
+        or not isinstance(wheel.get("file"), str)
+        or not isinstance(wheel.get("sha256"), str)
+    ):
         raise _Untrusted("manifest.json has no wheel.file and wheel.sha256")
     return manifest
 
 
-def _publish(produced: Path, dist_dir: Path, spec: ContainerSpec, labels: Mapping[str, str], seconds: float,
-             force: bool = False, image_ref: Mapping | None = None) -> Path:
+def _publish(
+    produced: Path,
+    dist_dir: Path,
+    spec: ContainerSpec,
+    labels: Mapping[str, str],
+    seconds: float,
+    force: bool = False,
+    image_ref: Mapping | None = None,
+) -> Path:
     """Copy dist/<target>/ out of the workspace into the host's dist/, atomically, owned by the invoking user.
 
     The workspace is the container's: `produced` must be a real directory directly in <workspace>/dist, its
@@ -380,7 +506,9 @@ def _publish(produced: Path, dist_dir: Path, spec: ContainerSpec, labels: Mappin
     where = spec.workspace / "dist"
     try:
         if produced.parent != where or not TARGET_NAME.fullmatch(produced.name):
-            raise _Untrusted(f"{_shown(produced.name)} is not a target directory directly in {where}")
+            raise _Untrusted(
+                f"{_shown(produced.name)} is not a target directory directly in {where}"
+            )
         dist_fd = untrusted.open_dir(where)
         try:
             target_fd = untrusted.open_dir(produced.name, dist_fd)
@@ -393,31 +521,69 @@ def _publish(produced: Path, dist_dir: Path, spec: ContainerSpec, labels: Mappin
         finally:
             os.close(target_fd)
         try:
-            final = _install(src, name, manifest, dist_dir, produced.name, spec, labels, seconds, force, image_ref)
+            final = _install(
+                src,
+                name,
+                manifest,
+                dist_dir,
+                produced.name,
+                spec,
+                labels,
+                seconds,
+                force,
+                image_ref,
+            )
         finally:
             os.close(src)
     except _Untrusted as exc:
-        left = where / (produced.name if TARGET_NAME.fullmatch(produced.name) else _shown(produced.name))
-        raise ImageError(f"refusing what the container left in {left}: {exc}",
-                         f"nothing was copied to {dist_dir}; inspect {left} and the image {spec.image} "
-                         f"(rebuild it with invoke image.build)") from None
+        left = where / (
+            produced.name if TARGET_NAME.fullmatch(produced.name) else _shown(produced.name)
+        )
+        raise ImageError(
+            f"refusing what the container left in {left}: {exc}",
+            f"nothing was copied to {dist_dir}; inspect {left} and the image {spec.image} "
+            f"(rebuild it with invoke image.build)",
+        ) from None
     uid, gid = invoking_user()
     if os.geteuid() == 0 and uid != 0:
-        locks_dir = dist_dir / ".locks"  # distdir.lock's files: the user's next build must be able to take them
-        for path in (final, *final.iterdir(), locks_dir, *locks_dir.glob(f"{glob.escape(final.name)}.lock*")):
+        locks_dir = (
+            dist_dir / ".locks"
+        )  # distdir.lock's files: the user's next build must be able to take them
+        for path in (
+            final,
+            *final.iterdir(),
+            locks_dir,
+            *locks_dir.glob(f"{glob.escape(final.name)}.lock*"),
+        ):
             with contextlib.suppress(FileNotFoundError):
                 os.chown(path, uid, gid, follow_symlinks=False)
     log.info(f"✓ {final / name}")
-    log.info(f"  sha256 {manifest['wheel']['sha256']}  ({manifest['wheel']['size'] / 1024:.0f} KiB, "
-             f"{spec.arch}, built in {spec.image})")
+    log.info(
+        f"  sha256 {manifest['wheel']['sha256']}  ({manifest['wheel']['size'] / 1024:.0f} KiB, "
+        f"{spec.arch}, built in {spec.image})"
+    )
     return final
 
 
-def _install(src: int, name: str, manifest: dict, dist_dir: Path, target: str, spec: ContainerSpec,
-             labels: Mapping[str, str], seconds: float, force: bool = False, image_ref: Mapping | None = None) -> Path:
+def _install(
+    src: int,
+    name: str,
+    manifest: dict,
+    dist_dir: Path,
+    target: str,
+    spec: ContainerSpec,
+    labels: Mapping[str, str],
+    seconds: float,
+    force: bool = False,
+    image_ref: Mapping | None = None,
+) -> Path:
     """dist/<target>/ from the open wheel `src`: appears complete (verified) or not at all, and never over a target
     built from other inputs (distdir.check_overwrite) unless `force`."""
-    identity = manifest.get("target", {}).get("identity") if isinstance(manifest.get("target"), dict) else None
+    identity = (
+        manifest.get("target", {}).get("identity")
+        if isinstance(manifest.get("target"), dict)
+        else None
+    )
     if identity is not None and not isinstance(identity, dict):
         raise _Untrusted("manifest.json target.identity is not an object")
     with distdir.lock(dist_dir, target):
@@ -425,23 +591,43 @@ def _install(src: int, name: str, manifest: dict, dist_dir: Path, target: str, s
         return _swap_in(src, name, manifest, dist_dir, target, spec, labels, seconds, image_ref)
 
 
-def _swap_in(src: int, name: str, manifest: dict, dist_dir: Path, target: str, spec: ContainerSpec,
-             labels: Mapping[str, str], seconds: float, image_ref: Mapping | None = None) -> Path:
+def _swap_in(
+    src: int,
+    name: str,
+    manifest: dict,
+    dist_dir: Path,
+    target: str,
+    spec: ContainerSpec,
+    labels: Mapping[str, str],
+    seconds: float,
+    image_ref: Mapping | None = None,
+) -> Path:
     tmp = Path(tempfile.mkdtemp(prefix=f".{target}.tmp-", dir=dist_dir))
     try:
         sha, size = untrusted.copy_fd(src, tmp / name)
         claimed = manifest["wheel"]["sha256"]
         if sha != claimed:
-            raise _Untrusted(f"{_shown(name)} has sha256 {sha[:16]}…, its manifest says {_shown(claimed[:16])}")
+            raise _Untrusted(
+                f"{_shown(name)} has sha256 {sha[:16]}…, its manifest says {_shown(claimed[:16])}"
+            )
         untrusted.check_zip(tmp / name)
         manifest["wheel"] = {"file": name, "sha256": sha, "size": size}
-        manifest["builder_image"] = {"image": spec.image, "arch": spec.arch, "base": labels.get(f"{builder.LABEL}.base"),
-                                     "recipe": labels.get(f"{builder.LABEL}.recipe"), "user": spec.user,
-                                     "container_seconds": round(seconds, 1)}
+        manifest["builder_image"] = {
+            "image": spec.image,
+            "arch": spec.arch,
+            "base": labels.get(f"{builder.LABEL}.base"),
+            "recipe": labels.get(f"{builder.LABEL}.recipe"),
+            "user": spec.user,
+            "container_seconds": round(seconds, 1),
+        }
         if image_ref:
-            manifest["builder_image"].update(id=image_ref.get("id"), repo_digests=list(image_ref.get("repo_digests") or []))
+            manifest["builder_image"].update(
+                id=image_ref.get("id"), repo_digests=list(image_ref.get("repo_digests") or [])
+            )
         try:
-            for file_name, data in sbom.documents(manifest, tmp / name).items():  # sets manifest["attestations"]
+            for file_name, data in sbom.documents(
+                manifest, tmp / name
+            ).items():  # sets manifest["attestations"]
                 (tmp / file_name).write_bytes(data)
         except sbom.SbomError as exc:
             raise _Untrusted(str(exc)) from None

@@ -47,8 +47,10 @@ from apexkit.wheel.sources import RetryPolicy
 PROJECT = "torch-npu"
 DEFAULT_INDEX = "https://pypi.org/simple"
 ARCHES = ("x86_64", "aarch64")
-ACCEPT = ("application/vnd.pypi.simple.v1+json, application/vnd.pypi.simple.v1+html;q=0.2, "
-          "text/html;q=0.1")
+ACCEPT = (
+    "application/vnd.pypi.simple.v1+json, application/vnd.pypi.simple.v1+html;q=0.2, "
+    "text/html;q=0.1"
+)
 # The first range request: the zip's end records and the end of its central directory, where wheel builders put the
 # *.dist-info entries. The METADATA member then comes with a second request.
 TAIL_BYTES = 16 * 1024
@@ -60,17 +62,24 @@ INDEX_HINT = "pass --index-url with a PEP 503/691 simple index that serves torch
 # Settings: pip's configuration, resolved once
 # ---------------------------------------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class IndexSettings:
-    urls: tuple[str, ...]          # the index first, then pip's extra indexes
-    origin: str                    # where `urls` came from, for the report
-    cert: str | None = None        # CA bundle (pip's cert or PIP_CERT, else netenv.CA_VARIABLES)
-    proxies: Mapping[str, str] = field(default_factory=dict)  # scheme -> proxy URL; "no" -> NO_PROXY
+    urls: tuple[str, ...]  # the index first, then pip's extra indexes
+    origin: str  # where `urls` came from, for the report
+    cert: str | None = None  # CA bundle (pip's cert or PIP_CERT, else netenv.CA_VARIABLES)
+    proxies: Mapping[str, str] = field(
+        default_factory=dict
+    )  # scheme -> proxy URL; "no" -> NO_PROXY
     timeout: float = 20.0
 
 
-def resolve_settings(index_url: str | None, env: Mapping[str, str], timeout: float = 20.0,
-                     pip_config: Mapping[str, str] | None = None) -> IndexSettings:
+def resolve_settings(
+    index_url: str | None,
+    env: Mapping[str, str],
+    timeout: float = 20.0,
+    pip_config: Mapping[str, str] | None = None,
+) -> IndexSettings:
     """The index URLs, CA bundle, proxies and timeout of `pip install` in `env` (pip's configuration: `pip_config`,
     else read through `pipconfig`), `index_url` replacing pip's indexes when given."""
     conf = pipconfig.read(env) if pip_config is None else pipconfig.PipConfig(pip_config)
@@ -83,29 +92,45 @@ def resolve_settings(index_url: str | None, env: Mapping[str, str], timeout: flo
         if len(urls) > 1:
             origin += " + extra-index-url"
     # pip's cert (PIP_CERT included), else the first CA variable set (proxy.setup --ca-cert sets them all)
-    cert_origin = ("pip's cert option or PIP_CERT", conf["cert"]) if conf.get("cert") else \
-        netenv.ca_variable(env) or (None, None)
+    cert_origin = (
+        ("pip's cert option or PIP_CERT", conf["cert"])
+        if conf.get("cert")
+        else netenv.ca_variable(env) or (None, None)
+    )
     if cert_origin[1] and not os.path.isfile(cert_origin[1]):
-        raise ConfigError(f"the CA bundle {cert_origin[1]} ({cert_origin[0]}) does not exist",
-                          "fix pip's cert setting (pip config list) or the variable")
+        raise ConfigError(
+            f"the CA bundle {cert_origin[1]} ({cert_origin[0]}) does not exist",
+            "fix pip's cert setting (pip config list) or the variable",
+        )
     for url in urls:
-        check_index_url(url.strip(), "--index-url" if index_url else "pip's index-url / extra-index-url")
+        check_index_url(
+            url.strip(), "--index-url" if index_url else "pip's index-url / extra-index-url"
+        )
     if not 0 < timeout < math.inf:
-        raise ConfigError(f"timeout {timeout!r} is not a positive number of seconds", "pass --timeout like 20")
+        raise ConfigError(
+            f"timeout {timeout!r} is not a positive number of seconds", "pass --timeout like 20"
+        )
     proxies = netenv.proxies(env)
     if conf.get("proxy"):  # pip's own proxy option wins over the environment, as in pip
         proxies.update(http=conf["proxy"], https=conf["proxy"])
-    return IndexSettings(tuple(dict.fromkeys(u.strip() for u in urls if u.strip())), origin, cert_origin[1],
-                         proxies, timeout)
+    return IndexSettings(
+        tuple(dict.fromkeys(u.strip() for u in urls if u.strip())),
+        origin,
+        cert_origin[1],
+        proxies,
+        timeout,
+    )
 
 
 def check_index_url(url: str, where: str) -> None:
     """An index is an http://, https:// (with a host) or file:// URL; anything else is one ConfigError."""
     if not url:
         return
-    hint = ("pass --index-url with an http://, https:// or file:// simple index (e.g. https://pypi.org/simple)"
-            if where == "--index-url" else "fix it (pip config list; pip config set global.index-url URL) or pass "
-            "--index-url")
+    hint = (
+        "pass --index-url with an http://, https:// or file:// simple index (e.g. https://pypi.org/simple)"
+        if where == "--index-url"
+        else "fix it (pip config list; pip config set global.index-url URL) or pass --index-url"
+    )
     try:
         parts = urllib.parse.urlsplit(url)
         _ = parts.port  # raises ValueError for a port that is not a number
@@ -113,15 +138,18 @@ def check_index_url(url: str, where: str) -> None:
         raise ConfigError(f"{where} {log.mask(url)} is not a URL ({exc})", hint) from None
     if parts.scheme not in ("http", "https", "file"):
         what = f"a {parts.scheme}:// URL" if parts.scheme else "not a URL (no scheme)"
-        raise ConfigError(f"{where} {log.mask(url)} is {what}; an index is read over http(s) or from file://", hint)
+        raise ConfigError(
+            f"{where} {log.mask(url)} is {what}; an index is read over http(s) or from file://",
+            hint,
+        )
     if parts.scheme != "file" and not parts.hostname:
         raise ConfigError(f"{where} {log.mask(url)} has no host name", hint)
-
 
 
 # ---------------------------------------------------------------------------------------------------------------
 # HTTP: one client, bounded retries, one-line errors
 # ---------------------------------------------------------------------------------------------------------------
+
 
 class Client:
     """urllib with the CA bundle and proxies of `settings`; NO_PROXY honoured per host."""
@@ -129,7 +157,11 @@ class Client:
     def __init__(self, settings: IndexSettings, retry: RetryPolicy | None = None) -> None:
         self.settings = settings
         self.retry = retry or RetryPolicy.from_env()
-        context = ssl.create_default_context(cafile=settings.cert) if settings.cert else ssl.create_default_context()
+        context = (
+            ssl.create_default_context(cafile=settings.cert)
+            if settings.cert
+            else ssl.create_default_context()
+        )
         https = urllib.request.HTTPSHandler(context=context)
         proxies = {k: v for k, v in settings.proxies.items() if k in ("http", "https")}
         self._proxied = urllib.request.build_opener(https, urllib.request.ProxyHandler(proxies))
@@ -140,7 +172,9 @@ class Client:
             parts = urllib.parse.urlsplit(index)
             if parts.username is not None:
                 token = f"{urllib.parse.unquote(parts.username)}:{urllib.parse.unquote(parts.password or '')}"
-                self._auth[parts.hostname or ""] = "Basic " + base64.b64encode(token.encode()).decode()
+                self._auth[parts.hostname or ""] = (
+                    "Basic " + base64.b64encode(token.encode()).decode()
+                )
         self._lock = threading.Lock()
         self.requests = 0
         self.received = 0  # bytes of response bodies read
@@ -169,7 +203,9 @@ class Client:
         Unreachable after the retries -> SourceError."""
         try:
             url = public_url(url)
-            request = urllib.request.Request(url, headers={"User-Agent": "apexkit-refresh", **(headers or {})})
+            request = urllib.request.Request(
+                url, headers={"User-Agent": "apexkit-refresh", **(headers or {})}
+            )
         except ValueError as exc:
             raise ConfigError(f"cannot ask {log.mask(url)}: {exc}", INDEX_HINT) from None
         auth = self._auth.get(urllib.parse.urlsplit(url).hostname or "")
@@ -182,7 +218,9 @@ class Client:
                     self.requests += 1
                 return self._opener(url).open(request, timeout=self.settings.timeout)
             except urllib.error.HTTPError as exc:
-                if exc.code == 407 or (exc.code == 401 and self.via(url)):  # tinyproxy, among others, sends 401
+                if exc.code == 407 or (
+                    exc.code == 401 and self.via(url)
+                ):  # tinyproxy, among others, sends 401
                     self._proxy_refused(url, exc.code)
                 if (exc.code < 500 and exc.code != 429) or attempt == self.retry.attempts:
                     raise
@@ -193,23 +231,38 @@ class Client:
                     self._proxy_refused(url, int(tunnel[1]))
                 if attempt == self.retry.attempts or "certificate" in reason:
                     target = public_url(what) if what else urllib.parse.urlsplit(url).netloc
-                    hint = ("pass your proxy's CA bundle (pip config set global.cert FILE, or PIP_CERT)"
-                            if "certificate" in reason else UNREACHABLE_HINT)
+                    hint = (
+                        "pass your proxy's CA bundle (pip config set global.cert FILE, or PIP_CERT)"
+                        if "certificate" in reason
+                        else UNREACHABLE_HINT
+                    )
                     if self.via(url) and reason == "connection refused":
-                        raise SourceError(f"cannot reach the proxy{self.via(url)[10:]} for {target}: connection "
-                                          f"refused", "is the proxy running? check it with invoke proxy.check") from None
-                    raise SourceError(f"cannot reach {target}{self.via(url)}: {reason}", hint) from None
-            except ValueError as exc:  # a URL, proxy or timeout urllib/socket refuse: no retry helps
-                raise ConfigError(f"cannot ask {log.mask(url)}: {exc}",
-                                  "check --index-url, --timeout and the proxy variables") from None
+                        raise SourceError(
+                            f"cannot reach the proxy{self.via(url)[10:]} for {target}: connection "
+                            f"refused",
+                            "is the proxy running? check it with invoke proxy.check",
+                        ) from None
+                    raise SourceError(
+                        f"cannot reach {target}{self.via(url)}: {reason}", hint
+                    ) from None
+            except (
+                ValueError
+            ) as exc:  # a URL, proxy or timeout urllib/socket refuse: no retry helps
+                raise ConfigError(
+                    f"cannot ask {log.mask(url)}: {exc}",
+                    "check --index-url, --timeout and the proxy variables",
+                ) from None
             time.sleep(delay)
             delay *= 2
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _proxy_refused(self, url: str, code: int) -> None:
-        raise SourceError(f"the proxy{self.via(url)[10:]} refused the credentials (HTTP {code}) for "
-                          f"{log.mask(url)}", "check user:password in the proxy URL (percent-encode @ : / in them), "
-                          "then invoke proxy.check") from None
+        raise SourceError(
+            f"the proxy{self.via(url)[10:]} refused the credentials (HTTP {code}) for "
+            f"{log.mask(url)}",
+            "check user:password in the proxy URL (percent-encode @ : / in them), "
+            "then invoke proxy.check",
+        ) from None
 
 
 def public_url(url: str) -> str:
@@ -224,7 +277,9 @@ def public_url(url: str) -> str:
 
 def failure_reason(exc: BaseException, timeout: float) -> str:
     reason = getattr(exc, "reason", exc)
-    if isinstance(reason, ssl.SSLCertVerificationError) or "CERTIFICATE_VERIFY_FAILED" in str(reason):
+    if isinstance(reason, ssl.SSLCertVerificationError) or "CERTIFICATE_VERIFY_FAILED" in str(
+        reason
+    ):
         return "TLS certificate verification failed"
     if isinstance(reason, socket.gaierror):
         return f"DNS lookup failed ({reason.strerror or reason})"
@@ -240,13 +295,14 @@ def failure_reason(exc: BaseException, timeout: float) -> str:
 # The index: PEP 691 JSON or PEP 503 HTML -> wheel files
 # ---------------------------------------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class WheelFile:
     filename: str
     url: str
     version: str
-    arch: str              # x86_64 | aarch64 | other
-    metadata: object       # PEP 658/714: False, True, or {"sha256": ...}
+    arch: str  # x86_64 | aarch64 | other
+    metadata: object  # PEP 658/714: False, True, or {"sha256": ...}
     yanked: bool = False
     index: str = ""
 
@@ -264,7 +320,10 @@ class _Anchors(html.parser.HTMLParser):
 
 
 def _wheel(filename: str, url: str, metadata: object, yanked: bool, index: str) -> WheelFile | None:
-    match = re.match(r"^(?P<name>[^-]+)-(?P<version>[^-]+)(-\d[^-]*)?-[^-]+-[^-]+-(?P<plat>[^-]+)\.whl$", filename)
+    match = re.match(
+        r"^(?P<name>[^-]+)-(?P<version>[^-]+)(-\d[^-]*)?-[^-]+-[^-]+-(?P<plat>[^-]+)\.whl$",
+        filename,
+    )
     if not match or canonicalize_name(match["name"]) != PROJECT:
         return None
     plat = match["plat"]
@@ -295,30 +354,48 @@ def parse_index_page(body: bytes, content_type: str, base_url: str, index: str) 
                 raise TypeError("files is not a list")
             for entry in files:
                 metadata = entry.get("core-metadata", entry.get("data-dist-info-metadata", False))
-                wheel = _wheel(entry["filename"], urllib.parse.urljoin(base_url, entry["url"]),
-                               _metadata_flag(metadata), bool(entry.get("yanked")), index)
+                wheel = _wheel(
+                    entry["filename"],
+                    urllib.parse.urljoin(base_url, entry["url"]),
+                    _metadata_flag(metadata),
+                    bool(entry.get("yanked")),
+                    index,
+                )
                 if wheel:
                     wheels.append(wheel)
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            raise SourceError(f"{log.mask(base_url)} is not a PEP 691 simple index page ({type(exc).__name__}: "
-                              f"{str(exc)[:80]})", INDEX_HINT) from None
+            raise SourceError(
+                f"{log.mask(base_url)} is not a PEP 691 simple index page ({type(exc).__name__}: "
+                f"{str(exc)[:80]})",
+                INDEX_HINT,
+            ) from None
         return wheels
     parser = _Anchors()
     parser.feed(text)
     if "html" not in content_type and not parser.tags:
-        raise SourceError(f"{log.mask(base_url)} is not a simple index page (Content-Type {content_type or 'none'}, "
-                          f"no HTML)", INDEX_HINT)
+        raise SourceError(
+            f"{log.mask(base_url)} is not a simple index page (Content-Type {content_type or 'none'}, "
+            f"no HTML)",
+            INDEX_HINT,
+        )
     for attrs in parser.anchors:
         href = attrs.get("href") or ""
         url = urllib.parse.urljoin(base_url, href).split("#", 1)[0]
         filename = urllib.parse.unquote(url.rsplit("/", 1)[-1])
         metadata = attrs.get("data-core-metadata", attrs.get("data-dist-info-metadata"))
-        wheel = _wheel(filename, url, _metadata_flag(metadata) if metadata is not None else False,
-                       "data-yanked" in attrs, index)
+        wheel = _wheel(
+            filename,
+            url,
+            _metadata_flag(metadata) if metadata is not None else False,
+            "data-yanked" in attrs,
+            index,
+        )
         if wheel:
             wheels.append(wheel)
     if not parser.anchors:
-        raise SourceError(f"{log.mask(base_url)} is not a simple index page (no links in it)", INDEX_HINT)
+        raise SourceError(
+            f"{log.mask(base_url)} is not a simple index page (no links in it)", INDEX_HINT
+        )
     return wheels
 
 
@@ -344,21 +421,29 @@ def fetch_index(client: Client, index: str) -> list[WheelFile] | None:
             try:
                 body = response.read()
             except (OSError, http.client.HTTPException) as exc:
-                raise SourceError(f"cannot read {public_url(url)}: {failure_reason(exc, client.settings.timeout)}",
-                                  UNREACHABLE_HINT) from None
+                raise SourceError(
+                    f"cannot read {public_url(url)}: {failure_reason(exc, client.settings.timeout)}",
+                    UNREACHABLE_HINT,
+                ) from None
             client.count(len(body))
-            return parse_index_page(body, response.headers.get("Content-Type", ""), response.geturl(), index)
+            return parse_index_page(
+                body, response.headers.get("Content-Type", ""), response.geturl(), index
+            )
     except urllib.error.HTTPError as exc:
         if exc.code in (404, 410):
             return None
-        hint = ("the index wants a login: put user:password@ in its URL (--index-url or pip's index-url), as for pip"
-                if exc.code in (401, 403) else INDEX_HINT)
+        hint = (
+            "the index wants a login: put user:password@ in its URL (--index-url or pip's index-url), as for pip"
+            if exc.code in (401, 403)
+            else INDEX_HINT
+        )
         raise SourceError(f"{public_url(url)}: HTTP {exc.code} {exc.reason}", hint) from None
 
 
 # ---------------------------------------------------------------------------------------------------------------
 # Metadata: .metadata file, else the METADATA member through HTTP range requests
 # ---------------------------------------------------------------------------------------------------------------
+
 
 class NoMetadata(Exception):
     """This wheel's metadata could not be read without downloading it (the reason is the message)."""
@@ -385,7 +470,9 @@ class RangeFile:
         with response:
             match = re.match(r"bytes (\d+)-(\d+)/(\d+)", response.headers.get("Content-Range", ""))
             if response.status != 206 or not match:
-                raise NoMetadata("the server ignores HTTP range requests (no .metadata file either)")
+                raise NoMetadata(
+                    "the server ignores HTTP range requests (no .metadata file either)"
+                )
             data = response.read(int(match[2]) - int(match[1]) + 1)
             self.client.count(len(data))
         return int(match[1]), data, int(match[3])
@@ -413,7 +500,7 @@ class RangeFile:
             return b""
         for start, data in self.blocks:
             if start <= self.pos and end <= start + len(data):
-                out = data[self.pos - start:end - start]
+                out = data[self.pos - start : end - start]
                 self.pos = end
                 return out
         self._fetch(self.pos, end)
@@ -448,11 +535,15 @@ def read_metadata(client: Client, wheel: WheelFile) -> tuple[bytes, str]:
         if data is not None:
             digest = wheel.metadata.get("sha256") if isinstance(wheel.metadata, dict) else None
             if digest and hashlib.sha256(data).hexdigest() != digest:
-                raise NoMetadata(f"{wheel.filename}.metadata does not match its sha256 on the index")
+                raise NoMetadata(
+                    f"{wheel.filename}.metadata does not match its sha256 on the index"
+                )
             return data, "metadata file"
     remote = RangeFile(client, wheel.url)
     data = _metadata_from_tail(remote)
-    if data is None:  # not in the tail (or zip64): let zipfile walk the whole central directory, range by range
+    if (
+        data is None
+    ):  # not in the tail (or zip64): let zipfile walk the whole central directory, range by range
         try:
             with zipfile.ZipFile(remote) as archive:
                 data = _metadata_from_zip(archive)
@@ -471,7 +562,7 @@ def _metadata_from_tail(remote: RangeFile) -> bytes | None:
         eocd = tail.rfind(b"PK\x05\x06")
         if eocd < 0 or len(tail) < eocd + 22:
             return None
-        cd_size, cd_offset = struct.unpack("<II", tail[eocd + 12:eocd + 20])
+        cd_size, cd_offset = struct.unpack("<II", tail[eocd + 12 : eocd + 20])
         if 0xFFFFFFFF in (cd_size, cd_offset):
             return None
         remote.seek(cd_offset)
@@ -479,7 +570,9 @@ def _metadata_from_tail(remote: RangeFile) -> bytes | None:
     if entry is None:
         return None
     method, crc, size, offset, name_len = entry
-    remote._fetch(offset, offset + 30 + name_len + 1024 + size)  # the member and its local header in one request
+    remote._fetch(
+        offset, offset + 30 + name_len + 1024 + size
+    )  # the member and its local header in one request
     remote.seek(offset)
     local = remote.read(30)
     if local[:4] != b"PK\x03\x04":
@@ -496,12 +589,14 @@ def _metadata_entry(block: bytes) -> tuple[int, int, int, int, int] | None:
     """(method, crc, compressed size, local header offset, name length) of `*.dist-info/METADATA` in a piece of a
     zip central directory; None when it is not in it, or is zip64 or compressed other than stored/deflated."""
     for match in re.finditer(rb"PK\x01\x02", block):
-        head = block[match.start():match.start() + 46]
+        head = block[match.start() : match.start() + 46]
         if len(head) < 46:
             break
         method, crc, size, _, name_len, _, _ = struct.unpack("<HxxxxIIIHHH", head[10:34])
         offset = struct.unpack("<I", head[42:46])[0]
-        if re.fullmatch(rb"[^/]+\.dist-info/METADATA", block[match.start() + 46:match.start() + 46 + name_len]):
+        if re.fullmatch(
+            rb"[^/]+\.dist-info/METADATA", block[match.start() + 46 : match.start() + 46 + name_len]
+        ):
             if 0xFFFFFFFF in (size, offset) or method not in (0, 8):
                 return None
             return method, crc, size, offset, name_len
@@ -513,7 +608,7 @@ class Metadata:
     name: str
     version: str
     requires_python: str
-    torch: str               # the Requires-Dist on torch as written ("torch==2.13.0.*"), "" when none
+    torch: str  # the Requires-Dist on torch as written ("torch==2.13.0.*"), "" when none
     torch_version: str | None  # the torch release it pins (public part), None when it pins none
 
 
@@ -531,12 +626,19 @@ def parse_metadata(data: bytes) -> Metadata:
         for spec in req.specifier:
             if spec.operator in ("==", "==="):
                 try:
-                    torch_version = _public(spec.version[:-2] if spec.version.endswith(".*") else spec.version)
+                    torch_version = _public(
+                        spec.version[:-2] if spec.version.endswith(".*") else spec.version
+                    )
                 except InvalidVersion:
                     continue
         break
-    return Metadata(msg.get("Name", ""), msg.get("Version", ""), msg.get("Requires-Python", "") or "", torch_req,
-                    torch_version)
+    return Metadata(
+        msg.get("Name", ""),
+        msg.get("Version", ""),
+        msg.get("Requires-Python", "") or "",
+        torch_req,
+        torch_version,
+    )
 
 
 def _public(version: str) -> str:

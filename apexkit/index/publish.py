@@ -53,7 +53,10 @@ from apexkit.wheel import distdir, sbom
 
 FORMAT = "apexkit-index/1"  # index.json's marker: this directory is an index apexkit wrote
 # manifest["attestations"] kind -> (its file in dist/<target>/, the suffix it gets after the wheel's name in the index)
-ATTESTATIONS = {"sbom": (sbom.SBOM_FILE, ".cdx.json"), "provenance": (sbom.PROVENANCE_FILE, ".provenance.json")}
+ATTESTATIONS = {
+    "sbom": (sbom.SBOM_FILE, ".cdx.json"),
+    "provenance": (sbom.PROVENANCE_FILE, ".provenance.json"),
+}
 ATTESTATION_MAX = 16 << 20  # bytes; a torch build venv's SBOM is ~100 KiB
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
@@ -87,7 +90,10 @@ def _field(data: Any, dotted: str, where: Path) -> Any:
     value = data
     for key in dotted.split("."):
         if not isinstance(value, dict) or key not in value:
-            raise ConfigError(f"{where}: no {dotted}", "rebuild that target (or remove it from the dist directory)")
+            raise ConfigError(
+                f"{where}: no {dotted}",
+                "rebuild that target (or remove it from the dist directory)",
+            )
         value = value[key]
     return value
 
@@ -109,14 +115,17 @@ def _wheel_name(name: Any) -> str | None:
 
 def torch_version(raw: Any, where: Path, field: str) -> str:
     """The public PEP 440 version (2.13.0 for 2.13.0+cpu) a torch field names, checked before it becomes a path."""
-    version = target.check_version(raw, f"{where}: {field}", "rebuild that target (or remove it from the dist "
-                                   "directory)")
+    version = target.check_version(
+        raw, f"{where}: {field}", "rebuild that target (or remove it from the dist directory)"
+    )
     return Version(version).public
 
 
 def _why(exc: untrusted.Refused) -> str:
     """What publish says of a file `untrusted` refused to open."""
-    return {"link": "is a symlink", "type": "is not a regular file"}.get(exc.kind) or str(exc.error or exc.why)
+    return {"link": "is a symlink", "type": "is not a regular file"}.get(exc.kind) or str(
+        exc.error or exc.why
+    )
 
 
 def _copy_hashed(src: Path, dst: Path | None) -> str:
@@ -128,7 +137,7 @@ def _copy_hashed(src: Path, dst: Path | None) -> str:
         if isinstance(exc.error, FileNotFoundError):
             raise exc.error from None
         raise ValueError(_why(exc)) from None
-    with os.fdopen(fd, "rb") as fh, (open(dst, "xb") if dst else open(os.devnull, "wb")) as out:
+    with os.fdopen(fd, "rb") as fh, open(dst, "xb") if dst else open(os.devnull, "wb") as out:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
             digest.update(chunk)
             out.write(chunk)
@@ -143,7 +152,9 @@ def _inside(path: Path, root: Path) -> bool:
 def collect(dist: Path, targets: list[str] | None = None) -> list[Entry]:
     """Every dist/<target>/ with a manifest and its wheel (checked against the manifest's sha256)."""
     if not dist.is_dir():
-        raise ConfigError(f"{dist} does not exist", "build first: nox -s build-3.11 (or pass --dist DIR)")
+        raise ConfigError(
+            f"{dist} does not exist", "build first: nox -s build-3.11 (or pass --dist DIR)"
+        )
     hint = "rebuild that target (or remove it from the dist directory)"
     entries = []
     for manifest_path in sorted(dist.glob("*/manifest.json")):
@@ -152,17 +163,32 @@ def collect(dist: Path, targets: list[str] | None = None) -> list[Entry]:
         if targets and target not in targets:
             continue
         if folder.is_symlink() or not _inside(folder, dist) or manifest_path.is_symlink():
-            raise ConfigError(f"{folder if folder.is_symlink() else manifest_path} is a symlink: publish takes only "
-                              f"what was built inside {dist}", "replace it with the directory itself, or remove it")
+            raise ConfigError(
+                f"{folder if folder.is_symlink() else manifest_path} is a symlink: publish takes only "
+                f"what was built inside {dist}",
+                "replace it with the directory itself, or remove it",
+            )
         try:
-            manifest = json.loads(untrusted.read_regular(manifest_path, None, distdir.MANIFEST_MAX).decode("utf-8"))
+            manifest = json.loads(
+                untrusted.read_regular(manifest_path, None, distdir.MANIFEST_MAX).decode("utf-8")
+            )
         except untrusted.Refused as exc:  # not a FIFO (a blocked read), device or link
-            raise ConfigError(f"{manifest_path} is not a readable JSON manifest ({_why(exc)})", hint) from None
+            raise ConfigError(
+                f"{manifest_path} is not a readable JSON manifest ({_why(exc)})", hint
+            ) from None
         except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-            raise ConfigError(f"{manifest_path} is not a readable JSON manifest ({exc})", hint) from None
-        identity = manifest.get("target", {}).get("identity") if isinstance(manifest.get("target"), dict) else None
+            raise ConfigError(
+                f"{manifest_path} is not a readable JSON manifest ({exc})", hint
+            ) from None
+        identity = (
+            manifest.get("target", {}).get("identity")
+            if isinstance(manifest.get("target"), dict)
+            else None
+        )
         if isinstance(identity, dict) and identity.get("skip_patches") and not targets:
-            log.info(f"  skipping {target}: a diagnosis build (--skip-patch); name it with --target to publish it")
+            log.info(
+                f"  skipping {target}: a diagnosis build (--skip-patch); name it with --target to publish it"
+            )
             continue
         file = _field(manifest, "wheel.file", manifest_path)
         why = _wheel_name(file)
@@ -170,33 +196,58 @@ def collect(dist: Path, targets: list[str] | None = None) -> list[Entry]:
             raise ConfigError(f"{manifest_path}: wheel.file {file!r} {why}", hint)
         expected = _field(manifest, "wheel.sha256", manifest_path)
         if not isinstance(expected, str) or not _SHA256.fullmatch(expected):
-            raise ConfigError(f"{manifest_path}: wheel.sha256 {expected!r} is not a sha256 hex digest", hint)
-        torch = torch_version(_field(manifest, "target.torch", manifest_path), manifest_path, "target.torch")
+            raise ConfigError(
+                f"{manifest_path}: wheel.sha256 {expected!r} is not a sha256 hex digest", hint
+            )
+        torch = torch_version(
+            _field(manifest, "target.torch", manifest_path), manifest_path, "target.torch"
+        )
         wheel = folder / file
         try:
             digest = _copy_hashed(wheel, None)
         except FileNotFoundError:
-            raise ConfigError(f"{manifest_path}: wheel.file {file} does not exist in {folder}", hint) from None
+            raise ConfigError(
+                f"{manifest_path}: wheel.file {file} does not exist in {folder}", hint
+            ) from None
         except (OSError, ValueError) as exc:
             raise ConfigError(f"{manifest_path}: wheel.file {file} {exc}", hint) from None
         if digest != expected:
-            raise ConfigError(f"{wheel} does not match the sha256 in its manifest", f"rebuild {target}")
+            raise ConfigError(
+                f"{wheel} does not match the sha256 in its manifest", f"rebuild {target}"
+            )
         attestations = _attestations(manifest, manifest_path, file, digest)
         if not attestations:
-            log.info(f"  {target}: no SBOM or provenance recorded in its manifest (built before apexkit wrote them): "
-                     "the wheel goes without them")
-        entries.append(Entry(normalize(parse_wheel_filename(file)[0]), file, wheel, digest, target, torch,
-                             attestations=attestations))
+            log.info(
+                f"  {target}: no SBOM or provenance recorded in its manifest (built before apexkit wrote them): "
+                "the wheel goes without them"
+            )
+        entries.append(
+            Entry(
+                normalize(parse_wheel_filename(file)[0]),
+                file,
+                wheel,
+                digest,
+                target,
+                torch,
+                attestations=attestations,
+            )
+        )
     missing = sorted(set(targets or ()) - {e.target for e in entries})
     if missing:
-        raise ConfigError(f"no built target {', '.join(missing)} in {dist}",
-                          f"choose from {', '.join(p.parent.name for p in sorted(dist.glob('*/manifest.json')))}")
+        raise ConfigError(
+            f"no built target {', '.join(missing)} in {dist}",
+            f"choose from {', '.join(p.parent.name for p in sorted(dist.glob('*/manifest.json')))}",
+        )
     if not entries:
-        raise ConfigError(f"no built wheel in {dist} (no */manifest.json)", "build first: nox -s build-3.11")
+        raise ConfigError(
+            f"no built wheel in {dist} (no */manifest.json)", "build first: nox -s build-3.11"
+        )
     return entries
 
 
-def _attestations(manifest: dict, manifest_path: Path, wheel: str, wheel_sha256: str) -> tuple[Attestation, ...]:
+def _attestations(
+    manifest: dict, manifest_path: Path, wheel: str, wheel_sha256: str
+) -> tuple[Attestation, ...]:
     """The SBOM and provenance of dist/<target>/ that its manifest records (attestations.<kind>.file and .sha256),
     each read once without following links, matched against that sha256 and checked to describe this wheel."""
     recorded = manifest.get("attestations")
@@ -207,23 +258,31 @@ def _attestations(manifest: dict, manifest_path: Path, wheel: str, wheel_sha256:
     out = []
     for kind, (source, suffix) in ATTESTATIONS.items():
         record = recorded.get(kind)
-        if record is None:  # no SBOM without cyclonedx-python-lib (attestations.sbom_missing says why)
+        if (
+            record is None
+        ):  # no SBOM without cyclonedx-python-lib (attestations.sbom_missing says why)
             continue
         if not isinstance(record, dict) or record.get("file") != source:
             raise ConfigError(f"{manifest_path}: attestations.{kind}.file is not {source}", hint)
         expected = record.get("sha256")
         if not isinstance(expected, str) or not _SHA256.fullmatch(expected):
-            raise ConfigError(f"{manifest_path}: attestations.{kind}.sha256 {expected!r} is not a sha256 hex digest",
-                              hint)
+            raise ConfigError(
+                f"{manifest_path}: attestations.{kind}.sha256 {expected!r} is not a sha256 hex digest",
+                hint,
+            )
         path = folder / source
         try:
             data = untrusted.read_regular(path, None, ATTESTATION_MAX)
         except untrusted.Refused as exc:
             if isinstance(exc.error, FileNotFoundError):
-                raise ConfigError(f"{manifest_path}: attestations.{kind} {source} does not exist in {folder}",
-                                  hint) from None
+                raise ConfigError(
+                    f"{manifest_path}: attestations.{kind} {source} does not exist in {folder}",
+                    hint,
+                ) from None
             if exc.kind == "size":  # larger than any we write: not the one its manifest names
-                raise ConfigError(f"{path} does not match the sha256 in its manifest", hint) from None
+                raise ConfigError(
+                    f"{path} does not match the sha256 in its manifest", hint
+                ) from None
             raise ConfigError(f"{path} {_why(exc)}", hint) from None
         if hashlib.sha256(data).hexdigest() != expected:
             raise ConfigError(f"{path} does not match the sha256 in its manifest", hint)
@@ -247,7 +306,9 @@ def _not_about(kind: str, data: bytes, wheel: str, wheel_sha256: str) -> str | N
         if {"name": wheel, "digest": {"sha256": wheel_sha256}} not in subjects:
             return f"has no subject {wheel} with the wheel's sha256"
         return None
-    component = doc.get("metadata", {}).get("component") if isinstance(doc.get("metadata"), dict) else None
+    component = (
+        doc.get("metadata", {}).get("component") if isinstance(doc.get("metadata"), dict) else None
+    )
     hashes = component.get("hashes") if isinstance(component, dict) else None
     if not isinstance(hashes, list) or {"alg": "SHA-256", "content": wheel_sha256} not in hashes:
         return "does not describe the wheel (metadata.component has not its sha256)"
@@ -255,17 +316,24 @@ def _not_about(kind: str, data: bytes, wheel: str, wheel_sha256: str) -> str | N
 
 
 def _foreign(root: Path, hint: str, what: str) -> ConfigError:
-    return ConfigError(f"{root} is not an apexkit index: {what}; publish replaces the whole directory and would "
-                       "delete it", hint)
+    return ConfigError(
+        f"{root} is not an apexkit index: {what}; publish replaces the whole directory and would "
+        "delete it",
+        hint,
+    )
 
 
 def _existing(root: Path) -> list[Entry]:
     """What an index already holds (from its index.json), after making sure that replacing `root` loses nothing
     apexkit did not write: a missing or empty directory, or an apexkit index whose tree holds only its own files."""
-    hint = ("publish into a new or empty directory (e.g. --index ./index), or move the other files out of "
-            f"{root}")
+    hint = (
+        "publish into a new or empty directory (e.g. --index ./index), or move the other files out of "
+        f"{root}"
+    )
     if root.is_symlink():
-        raise ConfigError(f"{root} is a symlink", f"pass the directory it points to ({root.resolve()}) as --index")
+        raise ConfigError(
+            f"{root} is a symlink", f"pass the directory it points to ({root.resolve()}) as --index"
+        )
     if not root.exists():
         return []
     if not root.is_dir():
@@ -274,15 +342,22 @@ def _existing(root: Path) -> list[Entry]:
         return []
     data_file = root / "index.json"
     if data_file.is_symlink() or not data_file.is_file():
-        raise _foreign(root, hint, f"it holds {_list(sorted(p.name for p in root.iterdir()))} and no index.json")
+        raise _foreign(
+            root,
+            hint,
+            f"it holds {_list(sorted(p.name for p in root.iterdir()))} and no index.json",
+        )
     try:
         data = json.loads(data_file.read_text())
     except (OSError, UnicodeDecodeError, ValueError):
         raise _foreign(root, hint, "its index.json is not JSON") from None
     legacy = isinstance(data, dict) and "format" not in data and set(data) == {"generated", "files"}
-    if not isinstance(data, dict) or not (data.get("format") == FORMAT or legacy) \
-            or not isinstance(data.get("files"), list):
-        raise _foreign(root, hint, f"its index.json has no \"format\": \"{FORMAT}\"")
+    if (
+        not isinstance(data, dict)
+        or not (data.get("format") == FORMAT or legacy)
+        or not isinstance(data.get("files"), list)
+    ):
+        raise _foreign(root, hint, f'its index.json has no "format": "{FORMAT}"')
     fix = f"restore {data_file} from the index's last publish, or publish into a new directory"
     entries = []
     for n, f in enumerate(data["files"]):
@@ -304,23 +379,45 @@ def _existing(root: Path) -> list[Entry]:
         attestations = []
         recorded = f.get("attestations", {})
         if not isinstance(recorded, dict) or set(recorded) - set(ATTESTATIONS):
-            raise ConfigError(f"{where}.attestations is not an object of {', '.join(ATTESTATIONS)}", fix)
+            raise ConfigError(
+                f"{where}.attestations is not an object of {', '.join(ATTESTATIONS)}", fix
+            )
         for kind, record in sorted(recorded.items()):
             name = f["filename"] + ATTESTATIONS[kind][1]
             if not isinstance(record, dict) or record.get("filename") != name:
                 raise ConfigError(f"{where}.attestations.{kind}.filename is not {name}", fix)
             if not isinstance(record.get("sha256"), str) or not _SHA256.fullmatch(record["sha256"]):
-                raise ConfigError(f"{where}.attestations.{kind}.sha256 is not a sha256 hex digest", fix)
-            attestations.append(Attestation(kind, name, root / "simple" / project / name, record["sha256"]))
-        entries.append(Entry(project, f["filename"], root / "simple" / project / f["filename"], f["sha256"],
-                             target if isinstance(target, str) else "?", torch, in_index=True,
-                             attestations=tuple(attestations)))
+                raise ConfigError(
+                    f"{where}.attestations.{kind}.sha256 is not a sha256 hex digest", fix
+                )
+            attestations.append(
+                Attestation(kind, name, root / "simple" / project / name, record["sha256"])
+            )
+        entries.append(
+            Entry(
+                project,
+                f["filename"],
+                root / "simple" / project / f["filename"],
+                f["sha256"],
+                target if isinstance(target, str) else "?",
+                torch,
+                in_index=True,
+                attestations=tuple(attestations),
+            )
+        )
     ours = {Path("index.json"), Path("simple"), Path("simple/index.html")}
     for e in entries:
-        ours |= {Path("simple", e.project), Path("simple", e.project, "index.html"), Path("simple", e.project, e.filename),
-                 *(Path("simple", e.project, a.filename) for a in e.attestations)}
-    others = sorted(f"{p.relative_to(root)}{' (a symlink)' if p.is_symlink() else ''}" for p in root.rglob("*")
-                    if p.relative_to(root) not in ours or p.is_symlink())  # rglob does not descend into links
+        ours |= {
+            Path("simple", e.project),
+            Path("simple", e.project, "index.html"),
+            Path("simple", e.project, e.filename),
+            *(Path("simple", e.project, a.filename) for a in e.attestations),
+        }
+    others = sorted(
+        f"{p.relative_to(root)}{' (a symlink)' if p.is_symlink() else ''}"
+        for p in root.rglob("*")
+        if p.relative_to(root) not in ours or p.is_symlink()
+    )  # rglob does not descend into links
     if others:
         raise _foreign(root, hint, f"it holds {_list(others)}, which its index.json does not list")
     return entries
@@ -332,14 +429,24 @@ def _list(names: list[str]) -> str:
     return ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
 
 
-def plan(entries: list[Entry], index: Path, split_by_torch: bool = False) -> dict[Path, list[Entry]]:
+def plan(
+    entries: list[Entry], index: Path, split_by_torch: bool = False
+) -> dict[Path, list[Entry]]:
     """index root -> its files (old and new), refusing two different wheels under one filename."""
     groups: dict[Path, list[Entry]] = {}
     for entry in entries:
-        root = index / f"torch{torch_version(entry.torch, entry.path, 'torch')}" if split_by_torch else index
-        if split_by_torch and root.parent != index:  # a checked version is one path component; keep it that way
-            raise ConfigError(f"{entry.target}: torch {entry.torch!r} does not name a folder inside {index}",
-                              f"rebuild {entry.target}")
+        root = (
+            index / f"torch{torch_version(entry.torch, entry.path, 'torch')}"
+            if split_by_torch
+            else index
+        )
+        if (
+            split_by_torch and root.parent != index
+        ):  # a checked version is one path component; keep it that way
+            raise ConfigError(
+                f"{entry.target}: torch {entry.torch!r} does not name a folder inside {index}",
+                f"rebuild {entry.target}",
+            )
         if root not in groups:
             groups[root] = _existing(root)
         groups[root].append(entry)
@@ -348,21 +455,30 @@ def plan(entries: list[Entry], index: Path, split_by_torch: bool = False) -> dic
         for entry in files:
             other = by_name.get(entry.filename)
             if other is not None and other.sha256 != entry.sha256:
-                where = f"the index already holds (from {other.target})" if other.in_index else f"{other.target} has"
+                where = (
+                    f"the index already holds (from {other.target})"
+                    if other.in_index
+                    else f"{other.target} has"
+                )
                 raise ConfigError(
                     f"{entry.filename}: {where} another wheel under this name (sha256 {other.sha256[:12]}) than "
                     f"{entry.target} (sha256 {entry.sha256[:12]}) in {root}",
                     "rebuild both (a diagnosis build and a good one share a name), pick one with --target, or use "
-                    "another --index")
+                    "another --index",
+                )
             by_name[entry.filename] = entry
         groups[root] = sorted(by_name.values(), key=lambda e: (e.project, e.filename))
     return groups
 
 
 def _page(title: str, links: list[tuple[str, str]]) -> str:
-    body = "\n".join(f'    <a href="{html.escape(href)}">{html.escape(text)}</a><br/>' for href, text in links)
-    return (f'<!DOCTYPE html>\n<html>\n  <head>\n    <meta name="pypi:repository-version" content="1.0">\n'
-            f"    <title>{html.escape(title)}</title>\n  </head>\n  <body>\n{body}\n  </body>\n</html>\n")
+    body = "\n".join(
+        f'    <a href="{html.escape(href)}">{html.escape(text)}</a><br/>' for href, text in links
+    )
+    return (
+        f'<!DOCTYPE html>\n<html>\n  <head>\n    <meta name="pypi:repository-version" content="1.0">\n'
+        f"    <title>{html.escape(title)}</title>\n  </head>\n  <body>\n{body}\n  </body>\n</html>\n"
+    )
 
 
 def write(root: Path, files: list[Entry]) -> None:
@@ -372,7 +488,9 @@ def write(root: Path, files: list[Entry]) -> None:
     try:
         projects = sorted({e.project for e in files})
         (tmp / "simple").mkdir()
-        (tmp / "simple" / "index.html").write_text(_page("Simple index", [(f"{p}/", p) for p in projects]))
+        (tmp / "simple" / "index.html").write_text(
+            _page("Simple index", [(f"{p}/", p) for p in projects])
+        )
         for project in projects:
             folder = tmp / "simple" / project
             folder.mkdir()
@@ -381,31 +499,68 @@ def write(root: Path, files: list[Entry]) -> None:
                 try:
                     digest = _copy_hashed(e.path, folder / e.filename)
                 except (OSError, ValueError) as exc:
-                    raise ConfigError(f"{e.path} ({'already in the index' if e.in_index else e.target}) cannot be "
-                                      f"read as a regular file: {exc}", f"rebuild {e.target} or restore the file") \
-                        from None
+                    raise ConfigError(
+                        f"{e.path} ({'already in the index' if e.in_index else e.target}) cannot be "
+                        f"read as a regular file: {exc}",
+                        f"rebuild {e.target} or restore the file",
+                    ) from None
                 if digest != e.sha256:
-                    raise ConfigError(f"{e.path} changed since it was checked (sha256 {digest[:12]}, expected "
-                                      f"{e.sha256[:12]})", f"rebuild {e.target} and publish again")
+                    raise ConfigError(
+                        f"{e.path} changed since it was checked (sha256 {digest[:12]}, expected "
+                        f"{e.sha256[:12]})",
+                        f"rebuild {e.target} and publish again",
+                    )
                 for a in e.attestations:  # the SBOM and provenance beside it, the same way
                     try:
                         digest = _copy_hashed(a.path, folder / a.filename)
                     except (OSError, ValueError) as exc:
-                        raise ConfigError(f"{a.path} ({'already in the index' if e.in_index else e.target}) cannot "
-                                          f"be read as a regular file: {exc}", f"rebuild {e.target} or restore the "
-                                          "file") from None
+                        raise ConfigError(
+                            f"{a.path} ({'already in the index' if e.in_index else e.target}) cannot "
+                            f"be read as a regular file: {exc}",
+                            f"rebuild {e.target} or restore the file",
+                        ) from None
                     if digest != a.sha256:
-                        raise ConfigError(f"{a.path} changed since it was checked (sha256 {digest[:12]}, expected "
-                                          f"{a.sha256[:12]})", f"rebuild {e.target} and publish again")
-            (folder / "index.html").write_text(_page(f"Links for {project}",
-                                                     [(f"{e.filename}#sha256={e.sha256}", e.filename) for e in mine]))
-        (tmp / "index.json").write_text(json.dumps({
-            "format": FORMAT,
-            "generated": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "files": [{"project": e.project, "filename": e.filename, "sha256": e.sha256, "target": e.target,
-                       "torch": e.torch, **({"attestations": {a.kind: {"filename": a.filename, "sha256": a.sha256}
-                                                               for a in e.attestations}} if e.attestations else {})}
-                      for e in files]}, indent=1) + "\n")
+                        raise ConfigError(
+                            f"{a.path} changed since it was checked (sha256 {digest[:12]}, expected "
+                            f"{a.sha256[:12]})",
+                            f"rebuild {e.target} and publish again",
+                        )
+            (folder / "index.html").write_text(
+                _page(
+                    f"Links for {project}",
+                    [(f"{e.filename}#sha256={e.sha256}", e.filename) for e in mine],
+                )
+            )
+        (tmp / "index.json").write_text(
+            json.dumps(
+                {
+                    "format": FORMAT,
+                    "generated": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                    "files": [
+                        {
+                            "project": e.project,
+                            "filename": e.filename,
+                            "sha256": e.sha256,
+                            "target": e.target,
+                            "torch": e.torch,
+                            **(
+                                {
+                                    "attestations": {
+                                        a.kind: {"filename": a.filename, "sha256": a.sha256}
+                                        for a in e.attestations
+                                    }
+                                }
+                                if e.attestations
+                                else {}
+                            ),
+                        }
+                        for e in files
+                    ],
+                },
+                indent=1,
+            )
+            + "\n"
+        )
         for path in (tmp, *tmp.rglob("*")):
             os.chmod(path, 0o755 if path.is_dir() else 0o644)  # served by any web server
         fsedit.swap_directory(tmp, root)
@@ -427,25 +582,47 @@ def _replaced(root: Path, files: list[Entry]) -> str:
     wheels = [name for name in old if name in names]
     documents = [name for name in old if name in attached]
     pages = [name for name in old if name not in names and name not in attached]
-    return (f"replace {root}/ (an apexkit index): rewrite {', '.join(pages)}; keep {len(wheels)} published "
-            f"wheel{'' if len(wheels) == 1 else 's'}" + (f" and {len(documents)} SBOM/provenance file"
-                                                          f"{'' if len(documents) == 1 else 's'}" if documents else "")
-            + "; remove nothing else")
+    return (
+        f"replace {root}/ (an apexkit index): rewrite {', '.join(pages)}; keep {len(wheels)} published "
+        f"wheel{'' if len(wheels) == 1 else 's'}"
+        + (
+            f" and {len(documents)} SBOM/provenance file{'' if len(documents) == 1 else 's'}"
+            if documents
+            else ""
+        )
+        + "; remove nothing else"
+    )
 
 
-def publish(dist: Path, index: Path, targets: list[str] | None = None, split_by_torch: bool = False,
-            dry_run: bool = False) -> dict[Path, list[Entry]]:
-    groups = plan(collect(dist, targets), index.resolve(), split_by_torch)  # refuses before anything is written
+def publish(
+    dist: Path,
+    index: Path,
+    targets: list[str] | None = None,
+    split_by_torch: bool = False,
+    dry_run: bool = False,
+) -> dict[Path, list[Entry]]:
+    groups = plan(
+        collect(dist, targets), index.resolve(), split_by_torch
+    )  # refuses before anything is written
     for root, files in groups.items():
         log.info(f"{'would ' if dry_run else ''}{_replaced(root, files)}")
-        log.info(f"{'would write' if dry_run else 'index'} {root}/simple/ ({len(files)} wheel"
-                 f"{'' if len(files) == 1 else 's'})")
+        log.info(
+            f"{'would write' if dry_run else 'index'} {root}/simple/ ({len(files)} wheel"
+            f"{'' if len(files) == 1 else 's'})"
+        )
         for e in files:
-            log.info(f"  {e.filename}  sha256 {e.sha256[:12]}  ({e.target})"
-                     + (f" + {', '.join(a.filename[len(e.filename):] for a in e.attestations)}" if e.attestations
-                        else ""))
+            log.info(
+                f"  {e.filename}  sha256 {e.sha256[:12]}  ({e.target})"
+                + (
+                    f" + {', '.join(a.filename[len(e.filename) :] for a in e.attestations)}"
+                    if e.attestations
+                    else ""
+                )
+            )
         if not dry_run:
             write(root, files)
-            log.info(f"  pip install apex --index-url {root.as_uri()}/simple/  "
-                     "(or serve the folder: python3 -m http.server)")
+            log.info(
+                f"  pip install apex --index-url {root.as_uri()}/simple/  "
+                "(or serve the folder: python3 -m http.server)"
+            )
     return groups

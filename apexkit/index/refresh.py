@@ -48,7 +48,9 @@ def positive_seconds(value: str) -> float:
     except ValueError:
         seconds = math.nan
     if not 0 < seconds < math.inf:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a positive number of seconds (e.g. --timeout 20)")
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not a positive number of seconds (e.g. --timeout 20)"
+        )
     return seconds
 
 
@@ -56,26 +58,31 @@ def positive_seconds(value: str) -> float:
 # Releases
 # ---------------------------------------------------------------------------------------------------------------
 
+
 @dataclass
 class Release:
-    version: str                                   # torch_npu
-    platforms: list[str]                           # arches of its wheels
-    requires: dict[str, str] = field(default_factory=dict)   # arch -> Requires-Dist on torch
-    torch: str | None = None                       # the torch release it pins
-    inferred: bool = False                         # torch taken from the torch_npu version (no == pin)
-    skipped: str = ""                              # why its metadata could not be read
-    how: str = ""                                  # how the metadata was read
+    version: str  # torch_npu
+    platforms: list[str]  # arches of its wheels
+    requires: dict[str, str] = field(default_factory=dict)  # arch -> Requires-Dist on torch
+    torch: str | None = None  # the torch release it pins
+    inferred: bool = False  # torch taken from the torch_npu version (no == pin)
+    skipped: str = ""  # why its metadata could not be read
+    how: str = ""  # how the metadata was read
 
     @property
     def local(self) -> dict[str, str]:
-        return {arch: label for arch, req in sorted(self.requires.items()) if (label := client.local_label(req))}
+        return {
+            arch: label
+            for arch, req in sorted(self.requires.items())
+            if (label := client.local_label(req))
+        }
 
 
 @dataclass
 class Survey:
-    releases: list[Release]                        # >= 2.1, final, newest first
-    ignored: dict[str, list[str]]                  # reason -> versions
-    indexes: dict[str, str]                        # index -> what it gave
+    releases: list[Release]  # >= 2.1, final, newest first
+    ignored: dict[str, list[str]]  # reason -> versions
+    indexes: dict[str, str]  # index -> what it gave
 
 
 def survey(session: client.Client, settings: client.IndexSettings, workers: int = 8) -> Survey:
@@ -83,11 +90,16 @@ def survey(session: client.Client, settings: client.IndexSettings, workers: int 
     indexes: dict[str, str] = {}
     for index in settings.urls:
         found = client.fetch_index(session, index)
-        indexes[client.public_url(index)] = "no torch-npu project" if found is None else f"{len(found)} torch-npu wheels"
+        indexes[client.public_url(index)] = (
+            "no torch-npu project" if found is None else f"{len(found)} torch-npu wheels"
+        )
         wheels += found or []
     if not wheels:
-        raise SourceError(f"no torch-npu wheels on {', '.join(client.public_url(u) for u in settings.urls)} (HTTP 404 or an "
-                          f"empty project page)", client.INDEX_HINT)
+        raise SourceError(
+            f"no torch-npu wheels on {', '.join(client.public_url(u) for u in settings.urls)} (HTTP 404 or an "
+            f"empty project page)",
+            client.INDEX_HINT,
+        )
     by_version: dict[Version, list[client.WheelFile]] = {}
     ignored: dict[str, list[str]] = {}
     for wheel in wheels:
@@ -100,8 +112,15 @@ def survey(session: client.Client, settings: client.IndexSettings, workers: int 
     chosen: dict[Version, list[client.WheelFile]] = {}
     for version, files in sorted(by_version.items(), reverse=True):
         live = [f for f in files if not f.yanked]
-        reason = ("older than 2.1" if version < OLDEST else "pre-release" if version.is_prerelease
-                  else "yanked" if not live else "")
+        reason = (
+            "older than 2.1"
+            if version < OLDEST
+            else "pre-release"
+            if version.is_prerelease
+            else "yanked"
+            if not live
+            else ""
+        )
         if reason:
             ignored.setdefault(reason, []).append(str(version))
             continue
@@ -113,7 +132,9 @@ def survey(session: client.Client, settings: client.IndexSettings, workers: int 
     jobs = [(version, wheel) for version, files in chosen.items() for wheel in files]
     with ThreadPoolExecutor(max_workers=workers) as pool:
         results = list(pool.map(lambda job: _read_one(session, job[1]), jobs))
-    releases = {v: Release(str(v), sorted({w.arch for w in by_version[v]} - {"other"})) for v in chosen}
+    releases = {
+        v: Release(str(v), sorted({w.arch for w in by_version[v]} - {"other"})) for v in chosen
+    }
     for (version, wheel), result in zip(jobs, results):
         release = releases[version]
         if isinstance(result, str):
@@ -125,15 +146,20 @@ def survey(session: client.Client, settings: client.IndexSettings, workers: int 
         if meta.torch_version and not release.torch:
             release.torch = meta.torch_version
     for version, release in releases.items():
-        if release.torch is None:  # no == pin on torch (or unread): torch_npu X.Y.Z[.postN] belongs to torch X.Y.Z
+        if (
+            release.torch is None
+        ):  # no == pin on torch (or unread): torch_npu X.Y.Z[.postN] belongs to torch X.Y.Z
             release.torch, release.inferred = matrix.torch_npu_torch(str(version)), True
         if release.requires:
             release.skipped = ""  # one readable wheel is enough
     if releases and all(r.skipped for r in releases.values()):
         first = next(iter(releases.values()))
-        raise SourceError(f"could not read the metadata of any torch-npu release on {', '.join(indexes)} (e.g. "
-                          f"{first.skipped})", "pass --index-url with an index that serves PEP 658 .metadata files "
-                          "or answers HTTP range requests (e.g. https://pypi.org/simple)")
+        raise SourceError(
+            f"could not read the metadata of any torch-npu release on {', '.join(indexes)} (e.g. "
+            f"{first.skipped})",
+            "pass --index-url with an index that serves PEP 658 .metadata files "
+            "or answers HTTP range requests (e.g. https://pypi.org/simple)",
+        )
     return Survey(list(releases.values()), ignored, indexes)
 
 
@@ -142,7 +168,14 @@ def _read_one(session: client.Client, wheel: client.WheelFile) -> tuple[client.M
         data, how = client.read_metadata(session, wheel)
     except client.NoMetadata as exc:
         return str(exc)
-    except (OSError, http.client.HTTPException, zipfile.BadZipFile, zlib.error, struct.error, EOFError) as exc:
+    except (
+        OSError,
+        http.client.HTTPException,
+        zipfile.BadZipFile,
+        zlib.error,
+        struct.error,
+        EOFError,
+    ) as exc:
         return f"unreadable ({type(exc).__name__}: {client.failure_reason(exc, session.settings.timeout)})"
     return client.parse_metadata(data), how
 
@@ -151,15 +184,16 @@ def _read_one(session: client.Client, wheel: client.WheelFile) -> tuple[client.M
 # Plan (pure): the table against the releases
 # ---------------------------------------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class RowChange:
     torch: str
-    kind: str            # add | update | same | absent (no release for the row's torch) | unread | older (< 2.1)
-    old: str | None      # the row's torch_npu
-    new: str | None      # the newest torch_npu for this torch on the index
-    local: tuple[tuple[str, str], ...] = ()     # (arch, label) the newest release pins torch with
+    kind: str  # add | update | same | absent (no release for the row's torch) | unread | older (< 2.1)
+    old: str | None  # the row's torch_npu
+    new: str | None  # the newest torch_npu for this torch on the index
+    local: tuple[tuple[str, str], ...] = ()  # (arch, label) the newest release pins torch with
     old_local: tuple[tuple[str, str], ...] = ()
-    requires: str = ""   # the newest release's Requires-Dist, for the report
+    requires: str = ""  # the newest release's Requires-Dist, for the report
 
     @property
     def changes_file(self) -> bool:
@@ -181,13 +215,18 @@ def plan(rows: Mapping[str, Mapping], releases: Sequence[Release]) -> list[RowCh
     for release in releases:
         if release.skipped:
             continue
-        if release.torch and (release.torch not in newest or _key(release.version) > _key(newest[release.torch].version)):
+        if release.torch and (
+            release.torch not in newest
+            or _key(release.version) > _key(newest[release.torch].version)
+        ):
             newest[release.torch] = release
     out = []
     for torch in sorted(set(rows) | set(newest), key=_key, reverse=True):
         row, release = rows.get(torch), newest.get(torch)
         old = str(row["torch_npu"]) if row else None
-        old_local = tuple(sorted((str(k), str(v)) for k, v in (row or {}).get("torch_local", {}).items()))
+        old_local = tuple(
+            sorted((str(k), str(v)) for k, v in (row or {}).get("torch_local", {}).items())
+        )
         if release is None:
             kind = "older" if _key(torch) < OLDEST else "unread" if torch in unread else "absent"
             out.append(RowChange(torch, kind, old, unread.get(torch), old_local, old_local))
@@ -210,15 +249,17 @@ def plan(rows: Mapping[str, Mapping], releases: Sequence[Release]) -> list[RowCh
 def describe(change: RowChange) -> str:
     """One line of the difference."""
     t = change.torch
-    local = ", ".join(f"{arch} = \"{label}\"" for arch, label in change.local)
+    local = ", ".join(f'{arch} = "{label}"' for arch, label in change.local)
     if change.kind == "add":
         extra = f", torch_local = {{ {local} }}" if local else ""
         text = f'+ "{t}" = {{ torch_npu = "{change.new}", cann = []{extra} }}   new: {change.requires}; CANN: fill in by hand'
     elif change.kind == "update":
         parts = []
         if change.new != change.old:
-            parts.append(f"torch_npu {change.old} -> {change.new} ({change.requires}; CANN list kept: check it for "
-                         f"{change.new})")
+            parts.append(
+                f"torch_npu {change.old} -> {change.new} ({change.requires}; CANN list kept: check it for "
+                f"{change.new})"
+            )
         if change.local != change.old_local:
             parts.append(f"torch_local = {{ {local} }}" if local else "torch_local removed")
         text = f'~ "{t}": ' + "; ".join(parts)
@@ -240,12 +281,15 @@ def describe(change: RowChange) -> str:
 # Render (pure): matrix.toml with the plan applied, through tomlkit
 # ---------------------------------------------------------------------------------------------------------------
 
+
 def _row_item(torch_npu: str, cann: str, local: Sequence[tuple[str, str]], comment: str):
     import tomlkit
 
     text = f'torch_npu = "{torch_npu}", cann = {cann}'
     if local:
-        text += ", torch_local = { " + ", ".join(f'{arch} = "{label}"' for arch, label in local) + " }"
+        text += (
+            ", torch_local = { " + ", ".join(f'{arch} = "{label}"' for arch, label in local) + " }"
+        )
     line = f"x = {{ {text} }}" + (f"  # {comment}" if comment else "")
     return tomlkit.parse(line + "\n").item("x")
 
@@ -264,12 +308,18 @@ def _versions_table(doc, name: str):
     versions = table.get("versions") if hasattr(table, "get") else None
     if isinstance(versions, Table) and not versions.is_super_table():
         return table, versions
-    how = ("an inline table (versions = { ... })" if isinstance(versions, InlineTable) else
-           "dotted keys (versions.\"X\" = ...)" if isinstance(versions, (Table, OutOfOrderTableProxy)) else
-           "not a table")
-    raise ConfigError(f"{name}: [torch_npu.versions] is written as {how}; --write edits only a "
-                      f"[torch_npu.versions] table with one row per line",
-                      "rewrite it as a [torch_npu.versions] table, or apply the difference above by hand")
+    how = (
+        "an inline table (versions = { ... })"
+        if isinstance(versions, InlineTable)
+        else 'dotted keys (versions."X" = ...)'
+        if isinstance(versions, (Table, OutOfOrderTableProxy))
+        else "not a table"
+    )
+    raise ConfigError(
+        f"{name}: [torch_npu.versions] is written as {how}; --write edits only a "
+        f"[torch_npu.versions] table with one row per line",
+        "rewrite it as a [torch_npu.versions] table, or apply the difference above by hand",
+    )
 
 
 def expected_rows(rows: Mapping[str, Mapping], changes: Sequence[RowChange]) -> dict[str, dict]:
@@ -293,21 +343,30 @@ def check_rendered(out: str, want: Mapping[str, Mapping], name: str) -> None:
     try:
         got = matrix.tomllib.loads(out)["torch_npu"]["versions"]
     except (matrix.tomllib.TOMLDecodeError, KeyError, TypeError) as exc:
-        raise ConfigError(f"{name}: the refreshed file would not be valid TOML ({exc})", hint) from None
+        raise ConfigError(
+            f"{name}: the refreshed file would not be valid TOML ({exc})", hint
+        ) from None
     if got != want:
         wrong = sorted(set(got) ^ set(want)) or [k for k in want if got.get(k) != want[k]]
-        raise ConfigError(f"{name}: the refreshed [torch_npu.versions] would not read back as planned "
-                          f"(rows {', '.join(wrong)})", hint)
+        raise ConfigError(
+            f"{name}: the refreshed [torch_npu.versions] would not read back as planned "
+            f"(rows {', '.join(wrong)})",
+            hint,
+        )
 
 
-def render(text: str, changes: Sequence[RowChange], today: str, index: str, name: str = "matrix.toml") -> str:
+def render(
+    text: str, changes: Sequence[RowChange], today: str, index: str, name: str = "matrix.toml"
+) -> str:
     """`text` (matrix.toml) with every add/update applied; everything else as it was, line endings included.
     Raises ConfigError when [torch_npu.versions] is not a table of its own, or the result would not read back."""
     try:
         import tomlkit
     except ImportError:
-        raise ConfigError("tomlkit (the comment-keeping TOML writer) is not installed",
-                          "pip install -r requirements.txt") from None
+        raise ConfigError(
+            "tomlkit (the comment-keeping TOML writer) is not installed",
+            "pip install -r requirements.txt",
+        ) from None
 
     todo = [c for c in changes if c.changes_file]
     if not todo:
@@ -322,12 +381,18 @@ def render(text: str, changes: Sequence[RowChange], today: str, index: str, name
         if change.kind == "update":
             old = versions[change.torch]
             comment = old.trivia.comment.lstrip("#").strip() if old.trivia.comment else ""
-            versions[change.torch] = _row_item(change.new or "", old["cann"].as_string(), change.local, comment)
+            versions[change.torch] = _row_item(
+                change.new or "", old["cann"].as_string(), change.local, comment
+            )
             continue
         item = _row_item(change.new or "", "[]", change.local, CANN_COMMENT)
         older = [k for k in _row_keys(versions) if _key(k) < _key(change.torch)]
         if older:
-            position = next(i for i, (k, _) in enumerate(versions.value.body) if k is not None and k.key == older[0])
+            position = next(
+                i
+                for i, (k, _) in enumerate(versions.value.body)
+                if k is not None and k.key == older[0]
+            )
             versions.value._insert_at(position, change.torch, item)
         else:
             newer = [k for k in _row_keys(versions) if _key(k) > _key(change.torch)]
@@ -338,8 +403,10 @@ def render(text: str, changes: Sequence[RowChange], today: str, index: str, name
     table["read"] = today
     source = str(table.get("source", ""))
     if "package index" not in source:
-        table["source"] = (f"{source}; " if source else "") + (f"torch_npu releases and their torch: package index "
-                                                                f"{client.public_url(index)} (Requires-Dist)")
+        table["source"] = (f"{source}; " if source else "") + (
+            f"torch_npu releases and their torch: package index "
+            f"{client.public_url(index)} (Requires-Dist)"
+        )
     out = tomlkit.dumps(doc)
     check_rendered(out, want, name)
     return out.replace("\n", "\r\n") if crlf else out
@@ -349,70 +416,116 @@ def render(text: str, changes: Sequence[RowChange], today: str, index: str, name
 # The command
 # ---------------------------------------------------------------------------------------------------------------
 
+
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="nox -s matrix -- --refresh",
-                                description="compare matrix.toml [torch_npu.versions] with the torch-npu releases "
-                                            "on the package index (through pip's index, proxy and CA bundle)")
+    p = argparse.ArgumentParser(
+        prog="nox -s matrix -- --refresh",
+        description="compare matrix.toml [torch_npu.versions] with the torch-npu releases "
+        "on the package index (through pip's index, proxy and CA bundle)",
+    )
     p.add_argument("--refresh", action="store_true", help=argparse.SUPPRESS)
-    p.add_argument("--write", action="store_true", help="apply the difference to the matrix file (atomic; comments, "
-                   "order and the other tables kept)")
-    p.add_argument("--matrix", type=Path, default=matrix.MATRIX_PATH, metavar="FILE",
-                   help="the matrix file to compare and write (default: the repository's matrix.toml)")
-    p.add_argument("--index-url", metavar="URL", help="ask this simple index only (default: pip's index-url and "
-                   "extra-index-url; https://pypi.org/simple when pip sets none)")
-    p.add_argument("--timeout", type=positive_seconds, default=20.0, metavar="S", help="per request (default 20 s; 3 tries)")
+    p.add_argument(
+        "--write",
+        action="store_true",
+        help="apply the difference to the matrix file (atomic; comments, "
+        "order and the other tables kept)",
+    )
+    p.add_argument(
+        "--matrix",
+        type=Path,
+        default=matrix.MATRIX_PATH,
+        metavar="FILE",
+        help="the matrix file to compare and write (default: the repository's matrix.toml)",
+    )
+    p.add_argument(
+        "--index-url",
+        metavar="URL",
+        help="ask this simple index only (default: pip's index-url and "
+        "extra-index-url; https://pypi.org/simple when pip sets none)",
+    )
+    p.add_argument(
+        "--timeout",
+        type=positive_seconds,
+        default=20.0,
+        metavar="S",
+        help="per request (default 20 s; 3 tries)",
+    )
     return p
 
 
-def main(argv: Sequence[str], env: Mapping[str, str] | None = None, today: str | None = None) -> int:
+def main(
+    argv: Sequence[str], env: Mapping[str, str] | None = None, today: str | None = None
+) -> int:
     """Print the difference; with --write apply it. Raises ApexkitError (one line) on failure; nothing written then."""
     args = parser().parse_args(list(argv))
     env = os.environ if env is None else env
     path: Path = args.matrix
     try:
-        raw = path.read_bytes()  # bytes: read_text would turn \r\n into \n, and the file would never match again
+        raw = (
+            path.read_bytes()
+        )  # bytes: read_text would turn \r\n into \n, and the file would never match again
         text = raw.decode("utf-8")
         rows = matrix.tomllib.loads(text)["torch_npu"]["versions"]
     except OSError as exc:
-        raise ConfigError(f"cannot read {path}: {exc.strerror or exc}", "pass --matrix with an existing file") from None
+        raise ConfigError(
+            f"cannot read {path}: {exc.strerror or exc}", "pass --matrix with an existing file"
+        ) from None
     except UnicodeDecodeError as exc:
-        raise ConfigError(f"{path} is not UTF-8 text (byte {exc.start}: {exc.reason})",
-                          "save it as UTF-8, or pass --matrix with a UTF-8 copy") from None
+        raise ConfigError(
+            f"{path} is not UTF-8 text (byte {exc.start}: {exc.reason})",
+            "save it as UTF-8, or pass --matrix with a UTF-8 copy",
+        ) from None
     except (matrix.tomllib.TOMLDecodeError, KeyError, TypeError) as exc:
-        raise ConfigError(f"{path} has no readable [torch_npu.versions] table ({exc})",
-                          "fix the file (git diff matrix.toml) or pass --matrix") from None
+        raise ConfigError(
+            f"{path} has no readable [torch_npu.versions] table ({exc})",
+            "fix the file (git diff matrix.toml) or pass --matrix",
+        ) from None
     check_rows(rows, path)
     settings = client.resolve_settings(args.index_url, env, args.timeout)
     session = client.Client(settings)
-    log.info(f"▸ torch-npu on {', '.join(client.public_url(u) for u in settings.urls)} ({settings.origin}"
-             f"{session.via(settings.urls[0])}); releases >= 2.1 only")
+    log.info(
+        f"▸ torch-npu on {', '.join(client.public_url(u) for u in settings.urls)} ({settings.origin}"
+        f"{session.via(settings.urls[0])}); releases >= 2.1 only"
+    )
     started = time.monotonic()
     result = survey(session, settings)
-    log.info(f"✓ {sum(1 for r in result.releases if r.requires)} releases' metadata read with {session.requests} "
-             f"requests, {session.received / 1024:.0f} KiB, no wheel downloaded "
-             f"({log.format_seconds(time.monotonic() - started)})")
+    log.info(
+        f"✓ {sum(1 for r in result.releases if r.requires)} releases' metadata read with {session.requests} "
+        f"requests, {session.received / 1024:.0f} KiB, no wheel downloaded "
+        f"({log.format_seconds(time.monotonic() - started)})"
+    )
     changes = plan(rows, result.releases)
     print(report(result, changes, path))
-    new_text = render(text, changes, today or datetime.date.today().isoformat(), settings.urls[0], str(path))
+    new_text = render(
+        text, changes, today or datetime.date.today().isoformat(), settings.urls[0], str(path)
+    )
     if new_text == text:
         print(f"{path}: up to date with the index")
         return 0
     target = path.resolve()  # a symlinked matrix: write its target, keep the link
-    change = fsedit.Change(str(path), target, new_text.encode("utf-8"), mode=fsedit.file_mode(target) or 0o644)
+    change = fsedit.Change(
+        str(path), target, new_text.encode("utf-8"), mode=fsedit.file_mode(target) or 0o644
+    )
     print(change.diff(), end="")
     if not args.write:
         print(f"nothing written; run again with --write to apply it to {path}")
         return 0
     fsedit.preflight([change], f"make {path} writable, or pass --matrix with a copy")
     if fsedit.read_bytes(target) != raw:
-        raise ConfigError(f"{path} changed while the index was read; nothing was written", "run the refresh again")
+        raise ConfigError(
+            f"{path} changed while the index was read; nothing was written", "run the refresh again"
+        )
     try:
         fsedit.atomic_write(target, change.new or b"", change.mode)
     except OSError as exc:
-        raise EnvironmentSetupError(f"cannot write {path}: {exc.strerror or exc}; nothing was changed",
-                                    "free space or fix the permissions, then run again") from None
-    print(f"wrote {path} ({sum(c.changes_file for c in changes)} rows changed; [torch_npu] read = "
-          f"{today or datetime.date.today().isoformat()})")
+        raise EnvironmentSetupError(
+            f"cannot write {path}: {exc.strerror or exc}; nothing was changed",
+            "free space or fix the permissions, then run again",
+        ) from None
+    print(
+        f"wrote {path} ({sum(c.changes_file for c in changes)} rows changed; [torch_npu] read = "
+        f"{today or datetime.date.today().isoformat()})"
+    )
     return 0
 
 
@@ -420,13 +533,22 @@ def check_rows(rows: object, path: Path) -> None:
     """[torch_npu.versions] is a table of rows `"X.Y.Z" = { torch_npu = "...", cann = [...] }`: one line otherwise."""
     shape = '"2.1.0" = { torch_npu = "2.1.0.post17", cann = ["8.0.0"] }'
     if not isinstance(rows, dict):
-        raise ConfigError(f"{path}: [torch_npu.versions] is {json.dumps(rows, default=str)[:60]}, not a table",
-                          f"write it as a [torch_npu.versions] table of rows like {shape}")
+        raise ConfigError(
+            f"{path}: [torch_npu.versions] is {json.dumps(rows, default=str)[:60]}, not a table",
+            f"write it as a [torch_npu.versions] table of rows like {shape}",
+        )
     for torch, row in rows.items():
-        if not (isinstance(row, dict) and isinstance(row.get("torch_npu"), str) and isinstance(row.get("cann"), list)
-                and isinstance(row.get("torch_local", {}), dict)):
-            raise ConfigError(f'{path}: [torch_npu.versions] row "{torch}" = {json.dumps(row, default=str)[:80]} is '
-                              f"not a table with torch_npu (a string) and cann (a list)", f"write it like {shape}")
+        if not (
+            isinstance(row, dict)
+            and isinstance(row.get("torch_npu"), str)
+            and isinstance(row.get("cann"), list)
+            and isinstance(row.get("torch_local", {}), dict)
+        ):
+            raise ConfigError(
+                f'{path}: [torch_npu.versions] row "{torch}" = {json.dumps(row, default=str)[:80]} is '
+                f"not a table with torch_npu (a string) and cann (a list)",
+                f"write it like {shape}",
+            )
 
 
 def report(result: Survey, changes: Sequence[RowChange], path: Path) -> str:
@@ -437,7 +559,11 @@ def report(result: Survey, changes: Sequence[RowChange], path: Path) -> str:
             lines.append(f"{release.version:<16} {'SKIPPED: ' + release.skipped}")
             continue
         reqs = sorted(set(release.requires.values()))
-        req = reqs[0] if len(reqs) == 1 else "; ".join(f"{a}: {r}" for a, r in sorted(release.requires.items()))
+        req = (
+            reqs[0]
+            if len(reqs) == 1
+            else "; ".join(f"{a}: {r}" for a, r in sorted(release.requires.items()))
+        )
         req = req or "(no torch requirement)"
         if release.inferred:
             req += f" (torch {release.torch} from the version)"

@@ -89,8 +89,10 @@ class Matrix:
     def check_python(self, version: str) -> None:
         refused = self.data["pythons"].get("refused", {})
         if version in refused:
-            raise ConfigError(f"Python {version} is refused: {refused[version]}",
-                              f"build for Python {self.supported_pythons[0]} or newer, e.g. nox -s build-3.10")
+            raise ConfigError(
+                f"Python {version} is refused: {refused[version]}",
+                f"build for Python {self.supported_pythons[0]} or newer, e.g. nox -s build-3.10",
+            )
         if version not in self.supported_pythons:
             raise ConfigError(
                 f"Python {version} is not supported (matrix.toml [pythons] supported: "
@@ -121,7 +123,9 @@ class Matrix:
             )
 
     def newest_torch_for(self, python: str) -> str | None:
-        series = [k for k, v in self.data["torch_python"].items() if isinstance(v, list) and python in v]
+        series = [
+            k for k, v in self.data["torch_python"].items() if isinstance(v, list) and python in v
+        ]
         if not series:
             return None
         best = max(series, key=lambda s: tuple(int(p) for p in s.split(".")))
@@ -150,8 +154,10 @@ class Matrix:
             raise ConfigError(
                 f"torch_npu {torch_npu} is built for torch {npu_base}, not torch {base} (Ascend/pytorch pairs "
                 f"torch_npu X.Y.Z[.postN] with torch X.Y.Z)",
-                f"use --torch-npu {row['torch_npu']}" if row else
-                f"use --torch {npu_base}, or pick a torch with a row in matrix.toml [torch_npu.versions]")
+                f"use --torch-npu {row['torch_npu']}"
+                if row
+                else f"use --torch {npu_base}, or pick a torch with a row in matrix.toml [torch_npu.versions]",
+            )
 
     # --- named training stacks --------------------------------------------------------------------------------
     def stack_names(self) -> list[str]:
@@ -162,46 +168,89 @@ class Matrix:
         so it is plain, and it must not take over another session; each entry is a table of known string keys."""
         stacks = self.data.get("stacks", {})
         if not isinstance(stacks, dict):
-            raise ConfigError("matrix.toml [stacks] is not a table", "write each stack as [stacks.NAME] with its keys")
-        include_ids = {Combination(python=str(e.get("python")), torch=str(e.get("torch")), arch=str(e.get("arch")),
-                                   ref=str(e.get("ref") or self.default_ref), default_ref=self.default_ref).id
-                       for e in self.data.get("matrix", {}).get("include", []) if isinstance(e, dict)}
+            raise ConfigError(
+                "matrix.toml [stacks] is not a table",
+                "write each stack as [stacks.NAME] with its keys",
+            )
+        include_ids = {
+            Combination(
+                python=str(e.get("python")),
+                torch=str(e.get("torch")),
+                arch=str(e.get("arch")),
+                ref=str(e.get("ref") or self.default_ref),
+                default_ref=self.default_ref,
+            ).id
+            for e in self.data.get("matrix", {}).get("include", [])
+            if isinstance(e, dict)
+        }
         reserved = {*self.session_pythons, *self.supported_pythons, "bench", *include_ids}
         for name, entry in stacks.items():
-            where = f"matrix.toml [stacks.{name}]" if _STACK_NAME.match(name) else f"matrix.toml [stacks] {name!r}"
+            where = (
+                f"matrix.toml [stacks.{name}]"
+                if _STACK_NAME.match(name)
+                else f"matrix.toml [stacks] {name!r}"
+            )
             if not _STACK_NAME.match(name) or name in reserved:
-                raise ConfigError(f"{where}: a stack name must be lower-case letters, digits, '.', '_' or '-' and not "
-                                  f"a Python version, 'bench' or a [[matrix.include]] id (its session is build-<name>)",
-                                  "rename the stack, e.g. mindspeed-llm-2.3.0")
+                raise ConfigError(
+                    f"{where}: a stack name must be lower-case letters, digits, '.', '_' or '-' and not "
+                    f"a Python version, 'bench' or a [[matrix.include]] id (its session is build-<name>)",
+                    "rename the stack, e.g. mindspeed-llm-2.3.0",
+                )
             if not isinstance(entry, dict):
-                raise ConfigError(f"{where} is not a table", "write it as [stacks.NAME] with python, torch, arch, ...")
+                raise ConfigError(
+                    f"{where} is not a table",
+                    "write it as [stacks.NAME] with python, torch, arch, ...",
+                )
             unknown = set(entry) - _STACK_KEYS
             if unknown:
-                raise ConfigError(f"{where}: unknown keys {', '.join(sorted(unknown))}",
-                                  f"keys: {', '.join(sorted(_STACK_KEYS))}")
+                raise ConfigError(
+                    f"{where}: unknown keys {', '.join(sorted(unknown))}",
+                    f"keys: {', '.join(sorted(_STACK_KEYS))}",
+                )
             missing = {"python", "torch", "arch", "source", "read"} - set(entry)
             if missing:
-                raise ConfigError(f"{where} lacks {', '.join(sorted(missing))}",
-                                  "every stack names python, torch, arch, its source and the date it was read")
+                raise ConfigError(
+                    f"{where} lacks {', '.join(sorted(missing))}",
+                    "every stack names python, torch, arch, its source and the date it was read",
+                )
             not_text = sorted(k for k, v in entry.items() if not isinstance(v, str))
             if not_text:
-                raise ConfigError(f"{where}: {', '.join(not_text)} must be quoted strings (python = 3.10 is the "
-                                  "number 3.1 in TOML)", 'write python = "3.10", torch = "2.7.1"')
-            for key in ("torch", "torch_npu"):  # they become parts of paths (build/<target>, dist/<target>)
+                raise ConfigError(
+                    f"{where}: {', '.join(not_text)} must be quoted strings (python = 3.10 is the "
+                    "number 3.1 in TOML)",
+                    'write python = "3.10", torch = "2.7.1"',
+                )
+            for key in (
+                "torch",
+                "torch_npu",
+            ):  # they become parts of paths (build/<target>, dist/<target>)
                 if key in entry:
-                    target.check_version(entry[key], f"{where}: {key}", f'write {key} = "2.7.1" (torch_npu may end in '
-                                         '.postN)')
+                    target.check_version(
+                        entry[key],
+                        f"{where}: {key}",
+                        f'write {key} = "2.7.1" (torch_npu may end in .postN)',
+                    )
         return stacks
 
     def stack(self, name: str) -> Stack:
         stacks = self._stack_entries()
         if name not in stacks:
-            raise ConfigError(f"unknown stack '{name}' (matrix.toml [stacks]: {', '.join(stacks) or 'none'})",
-                              "pick one of those, or add a [stacks.NAME] table with its source and date")
+            raise ConfigError(
+                f"unknown stack '{name}' (matrix.toml [stacks]: {', '.join(stacks) or 'none'})",
+                "pick one of those, or add a [stacks.NAME] table with its source and date",
+            )
         entry = stacks[name]
-        stack = Stack(name=name, python=entry["python"], torch=entry["torch"], arch=entry["arch"],
-                      torch_npu=entry.get("torch_npu") or None, cann=entry.get("cann") or None,
-                      description=entry.get("description", ""), source=entry["source"], read=entry["read"])
+        stack = Stack(
+            name=name,
+            python=entry["python"],
+            torch=entry["torch"],
+            arch=entry["arch"],
+            torch_npu=entry.get("torch_npu") or None,
+            cann=entry.get("cann") or None,
+            description=entry.get("description", ""),
+            source=entry["source"],
+            read=entry["read"],
+        )
         try:
             self.validate(stack.combination(self.default_ref))
         except ConfigError as exc:
@@ -221,14 +270,17 @@ class Matrix:
     def npu_requires(self) -> list[str]:
         return list(self.data["build"]["npu_requires"])
 
-
     # --- the build matrix ---------------------------------------------------------------------------------------
     @property
     def runners(self) -> dict[str, str]:
         return dict(self.data.get("matrix", {}).get("runners", {}))
 
     def image_for(self, arch: str) -> str:
-        return self.data.get("matrix", {}).get("image", "apexkit/builder:debian-bookworm-{arch}").format(arch=arch)
+        return (
+            self.data.get("matrix", {})
+            .get("image", "apexkit/builder:debian-bookworm-{arch}")
+            .format(arch=arch)
+        )
 
     def combinations(self, entries: list[dict] | None = None) -> list[Combination]:
         """matrix.toml [[matrix.include]] then every [stacks] entry (or only `entries`) as Combinations, not yet
@@ -237,30 +289,48 @@ class Matrix:
         entries = self.data.get("matrix", {}).get("include", []) if defaults else entries
         combos = []
         if not isinstance(entries, list):
-            raise ConfigError("matrix.toml [matrix] include is not a list of tables", "write each as [[matrix.include]]")
+            raise ConfigError(
+                "matrix.toml [matrix] include is not a list of tables",
+                "write each as [[matrix.include]]",
+            )
         for i, entry in enumerate(entries):
             if not isinstance(entry, dict):
-                raise ConfigError(f"matrix entry {i + 1} is not a table", "write each as [[matrix.include]]")
+                raise ConfigError(
+                    f"matrix entry {i + 1} is not a table", "write each as [[matrix.include]]"
+                )
             unknown = set(entry) - {"python", "torch", "torch_npu", "cann", "arch", "ref"}
             if unknown or not {"python", "torch", "arch"} <= set(entry):
-                raise ConfigError(f"matrix entry {i + 1} {entry}: needs python, torch, arch"
-                                  + (f"; unknown keys {', '.join(sorted(unknown))}" if unknown else ""),
-                                  "keys: python, torch, arch, and optionally torch_npu, cann, ref")
+                raise ConfigError(
+                    f"matrix entry {i + 1} {entry}: needs python, torch, arch"
+                    + (f"; unknown keys {', '.join(sorted(unknown))}" if unknown else ""),
+                    "keys: python, torch, arch, and optionally torch_npu, cann, ref",
+                )
             for key in ("torch", "torch_npu"):  # part of the id: a session name and a log file name
                 if key in entry:
-                    target.check_version(str(entry[key]), f"matrix entry {i + 1}: {key}",
-                                         f'write {key} = "2.7.1" (torch_npu may end in .postN)')
+                    target.check_version(
+                        str(entry[key]),
+                        f"matrix entry {i + 1}: {key}",
+                        f'write {key} = "2.7.1" (torch_npu may end in .postN)',
+                    )
             combos.append(self._combination(entry, ref=str(entry.get("ref") or self.default_ref)))
         if defaults:
-            combos += [self._combination(entry, ref=self.default_ref, stack=name)
-                       for name, entry in self._stack_entries().items()]
+            combos += [
+                self._combination(entry, ref=self.default_ref, stack=name)
+                for name, entry in self._stack_entries().items()
+            ]
         return combos
 
     def _combination(self, entry: dict, ref: str, stack: str | None = None) -> Combination:
-        return Combination(python=str(entry.get("python")), torch=str(entry.get("torch")), arch=str(entry.get("arch")),
-                           ref=ref, torch_npu=str(entry["torch_npu"]) if entry.get("torch_npu") else None,
-                           cann=str(entry["cann"]) if entry.get("cann") else None, default_ref=self.default_ref,
-                           stack=stack)
+        return Combination(
+            python=str(entry.get("python")),
+            torch=str(entry.get("torch")),
+            arch=str(entry.get("arch")),
+            ref=ref,
+            torch_npu=str(entry["torch_npu"]) if entry.get("torch_npu") else None,
+            cann=str(entry["cann"]) if entry.get("cann") else None,
+            default_ref=self.default_ref,
+            stack=stack,
+        )
 
     def validate(self, combo: Combination) -> None:
         """Refuse a combination the tables rule out, naming the row."""
@@ -269,24 +339,33 @@ class Matrix:
         if combo.arch not in ("x86_64", "aarch64"):
             raise ConfigError(f"{combo.id}: unknown arch '{combo.arch}'", "use x86_64 or aarch64")
         if self.ref(combo.ref) is None:
-            raise ConfigError(f"{combo.id}: unknown Ascend apex ref '{combo.ref}' (matrix.toml [[refs]])",
-                              f"known: {', '.join(self.known_refs())}")
+            raise ConfigError(
+                f"{combo.id}: unknown Ascend apex ref '{combo.ref}' (matrix.toml [[refs]])",
+                f"known: {', '.join(self.known_refs())}",
+            )
         if combo.torch_npu is None and combo.cann is None:
             return
         base = combo.torch.split("+", 1)[0]
         rows = self.data["torch_npu"]["versions"]
         if base not in rows:
-            raise ConfigError(f"{combo.id}: no torch_npu release pairs with torch {base} (matrix.toml "
-                              f"[torch_npu.versions] has rows {', '.join(rows)})", "pick a torch with a row")
+            raise ConfigError(
+                f"{combo.id}: no torch_npu release pairs with torch {base} (matrix.toml "
+                f"[torch_npu.versions] has rows {', '.join(rows)})",
+                "pick a torch with a row",
+            )
         row = rows[base]
         if combo.torch_npu is not None and torch_npu_torch(combo.torch_npu) != base:
-            raise ConfigError(f"{combo.id}: torch_npu {combo.torch_npu} does not pair with torch {base} "
-                              f"(matrix.toml [torch_npu.versions] row {base}: torch_npu {row['torch_npu']})",
-                              f"use torch_npu = \"{row['torch_npu']}\"")
+            raise ConfigError(
+                f"{combo.id}: torch_npu {combo.torch_npu} does not pair with torch {base} "
+                f"(matrix.toml [torch_npu.versions] row {base}: torch_npu {row['torch_npu']})",
+                f'use torch_npu = "{row["torch_npu"]}"',
+            )
         if combo.cann is not None and combo.cann not in row["cann"]:
-            raise ConfigError(f"{combo.id}: CANN {combo.cann} is not listed for torch {base} (matrix.toml "
-                              f"[torch_npu.versions] row {base}: CANN {', '.join(row['cann'])})",
-                              "pick one of those CANN versions, or another torch")
+            raise ConfigError(
+                f"{combo.id}: CANN {combo.cann} is not listed for torch {base} (matrix.toml "
+                f"[torch_npu.versions] row {base}: CANN {', '.join(row['cann'])})",
+                "pick one of those CANN versions, or another torch",
+            )
 
 
 @dataclass(frozen=True)
@@ -304,16 +383,24 @@ class Combination:
     def id(self) -> str:
         if self.stack:
             return self.stack
-        suffix = "" if self.ref == self.default_ref else "-" + "".join(c if c.isalnum() or c in "._" else "_"
-                                                                         for c in self.ref)
+        suffix = (
+            ""
+            if self.ref == self.default_ref
+            else "-" + "".join(c if c.isalnum() or c in "._" else "_" for c in self.ref)
+        )
         return f"py{self.python}-torch{self.torch}-{self.arch}{suffix}"
 
     @property
     def target_id(self) -> str:
         """The dist/<target-id>/ its build writes (apexkit.plan.target), e.g. py3.11-torch2.13.0-x86_64-master+npu2.7.1;
         `--target` of every command takes this id, and the matrix's also takes the combination's own `id`."""
-        return target.target_id(self.python, self.torch, self.arch, self.ref,
-                                {"torch_npu": self.torch_npu} if self.torch_npu else {})
+        return target.target_id(
+            self.python,
+            self.torch,
+            self.arch,
+            self.ref,
+            {"torch_npu": self.torch_npu} if self.torch_npu else {},
+        )
 
     def build_options(self) -> dict[str, str]:
         """The build options that make this combination, by their option names (apexkit.wheel.options)."""
@@ -328,7 +415,12 @@ class Combination:
 
     def build_args(self) -> list[str]:
         """The same options as a command line, for a build in another process (a local matrix run, a Slurm job)."""
-        flags = {"stack": "--stack", "torch": "--torch", "torch_npu": "--torch-npu", "apex_ref": "--apex-ref"}
+        flags = {
+            "stack": "--stack",
+            "torch": "--torch",
+            "torch_npu": "--torch-npu",
+            "apex_ref": "--apex-ref",
+        }
         return [arg for name, value in self.build_options().items() for arg in (flags[name], value)]
 
 
@@ -351,15 +443,25 @@ class Stack:
     read: str
 
     def combination(self, default_ref: str) -> Combination:
-        return Combination(python=self.python, torch=self.torch, arch=self.arch, ref=default_ref,
-                           torch_npu=self.torch_npu, cann=self.cann, default_ref=default_ref, stack=self.name)
+        return Combination(
+            python=self.python,
+            torch=self.torch,
+            arch=self.arch,
+            ref=default_ref,
+            torch_npu=self.torch_npu,
+            cann=self.cann,
+            default_ref=default_ref,
+            stack=self.name,
+        )
 
 
 def torch_npu_torch(torch_npu: str) -> str:
     """The torch release a torch_npu version belongs to: 2.1.0.post17 -> 2.1.0, 2.7.1rc1 -> 2.7.1."""
     m = re.match(r"^(\d+\.\d+\.\d+)", torch_npu)
     if not m:
-        raise ConfigError(f"'{torch_npu}' is not a torch_npu version", "pass --torch-npu like 2.1.0.post10")
+        raise ConfigError(
+            f"'{torch_npu}' is not a torch_npu version", "pass --torch-npu like 2.1.0.post10"
+        )
     return m.group(1)
 
 
@@ -376,7 +478,9 @@ def _load(path: str) -> dict:
         with open(path, "rb") as fh:
             return tomllib.load(fh)
     except FileNotFoundError:
-        raise ConfigError(f"matrix file {path} is missing", "run from an apexkit checkout") from None
+        raise ConfigError(
+            f"matrix file {path} is missing", "run from an apexkit checkout"
+        ) from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"matrix file {path} is not valid TOML: {exc}", "fix the file") from None
 

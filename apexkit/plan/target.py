@@ -19,15 +19,23 @@ def check_version(value: object, what: str, hint: str) -> str:
     has one, and `!` does not belong in a path). Pre-, post- and dev-releases and a local label (+cpu) pass.
     Returns `value`; anything else is one ConfigError whose cause starts with `what`."""
     try:
-        if not isinstance(value, str) or value != value.strip():  # packaging strips what a path would keep
+        if (
+            not isinstance(value, str) or value != value.strip()
+        ):  # packaging strips what a path would keep
             raise InvalidVersion(repr(value))
         version = Version(value)
     except InvalidVersion:
         raise ConfigError(f"{what} {value!r} is not a version (PEP 440)", hint) from None
     if version.epoch:
-        raise ConfigError(f"{what} {value!r} has an epoch ({version.epoch}!), which no torch release has", hint)
-    if str(version) != value:  # v2.13, 2.13.0.RC1, 2.1-post1: valid, but not the spelling a directory gets
-        raise ConfigError(f"{what} {value!r} is not a normalised version (PEP 440: {version})", hint)
+        raise ConfigError(
+            f"{what} {value!r} has an epoch ({version.epoch}!), which no torch release has", hint
+        )
+    if (
+        str(version) != value
+    ):  # v2.13, 2.13.0.RC1, 2.1-post1: valid, but not the spelling a directory gets
+        raise ConfigError(
+            f"{what} {value!r} is not a normalised version (PEP 440: {version})", hint
+        )
     return value
 
 
@@ -51,14 +59,22 @@ def target_id(python: str, torch: str, arch: str, ref: str, identity: dict | Non
         parts.append(f"nvidia-{_id_text(identity['nvidia_commit'][:12])}")
     if identity.get("setup_flags") is not None:
         flags = ".".join(_id_text(f.lstrip("-")) for f in identity["setup_flags"]) or "none"
-        parts.append("flags-" + (flags if len(flags) <= 40 else hashlib.sha256(
-            " ".join(identity["setup_flags"]).encode()).hexdigest()[:12]))
+        parts.append(
+            "flags-"
+            + (
+                flags
+                if len(flags) <= 40
+                else hashlib.sha256(" ".join(identity["setup_flags"]).encode()).hexdigest()[:12]
+            )
+        )
     if identity.get("system_torch"):
         parts.append("system-torch")
     return "+".join([base, *parts])
 
 
-BASE_VERSION = "0.1+ascend"  # what the pep440-version patch makes of upstream's 0.1-ascend / 0.1+ascend
+BASE_VERSION = (
+    "0.1+ascend"  # what the pep440-version patch makes of upstream's 0.1-ascend / 0.1+ascend
+)
 
 
 def version_label(torch: str, torch_npu: str | None = None) -> str:
@@ -71,7 +87,9 @@ def version_label(torch: str, torch_npu: str | None = None) -> str:
     if torch_npu:
         label += f".npu{Version(torch_npu).public}"
     full = BASE_VERSION + label
-    if str(Version(full)) != full:  # cannot happen for parsed versions; the guard keeps the scheme honest
+    if (
+        str(Version(full)) != full
+    ):  # cannot happen for parsed versions; the guard keeps the scheme honest
         raise ConfigError(f"version {full} is not a normalised PEP 440 version", "report this")
     return label
 
@@ -96,7 +114,14 @@ def target_facts(target: str) -> dict[str, str | None]:
     """python, torch, arch and torch_npu read off a target id (py3.11-torch2.13.0-x86_64-master+npu2.13.0)."""
     found = _TARGET.match(target)
     if not found:
-        raise ConfigError(f"target {target!r} is not an apexkit target id (py3.X-torchV-ARCH-REF[+...])",
-                          "copy one from the index's index.json (invoke publish prints them)")
+        raise ConfigError(
+            f"target {target!r} is not an apexkit target id (py3.X-torchV-ARCH-REF[+...])",
+            "copy one from the index's index.json (invoke publish prints them)",
+        )
     npu = next((part[3:] for part in target.split("+")[1:] if part.startswith("npu")), None)
-    return {"python": found["python"], "torch": found["torch"], "arch": found["arch"], "torch_npu": npu}
+    return {
+        "python": found["python"],
+        "torch": found["torch"],
+        "arch": found["arch"],
+        "torch_npu": npu,
+    }

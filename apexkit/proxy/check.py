@@ -30,10 +30,14 @@ DEFAULT_INDEX = "https://pypi.org/simple/"
 # Runs inside the probe container with nothing but bash and coreutils: print the proxy variables (passwords
 # masked), then ask the proxy from https_proxy (or http_proxy; lower case first, as netenv.proxy) for a CONNECT
 # tunnel to $APEXKIT_PROBE_TARGET.
-_SHOWN = " ".join([*(n for name in netenv.PROXY_VARIABLES for n in (name, name.upper())), netenv.CA_VARIABLES[0]])
-CONTAINER_PROBE = f"""
+_SHOWN = " ".join(
+    [*(n for name in netenv.PROXY_VARIABLES for n in (name, name.upper())), netenv.CA_VARIABLES[0]]
+)
+CONTAINER_PROBE = (
+    f"""
 for v in {_SHOWN}; do
-""" + r"""  eval "val=\${$v-}"
+"""
+    + r"""  eval "val=\${$v-}"
   [ -n "$val" ] && printf 'env %s=%s\n' "$v" "$(printf '%s' "$val" | sed -E 's#(://[^/:[:space:]]*):[^/[:space:]]*@#\1:***@#; s#://[^/:[:space:]]+@#://***@#')"
 done
 p="${https_proxy:-${HTTPS_PROXY:-${http_proxy:-${HTTP_PROXY:-}}}}"
@@ -50,22 +54,35 @@ printf 'CONNECT %s HTTP/1.1\r\nHost: %s\r\n%s\r\n' "$APEXKIT_PROBE_TARGET" "$APE
 IFS= read -r -t 20 status <&3 || status="no answer within 20 s"
 echo "result ${status%$'\r'}"
 """
+)
 
 
-def layer_row(layer: str, configured: str, effective: str, probe: str, status: str, hint: str = "") -> checks.Row:
+def layer_row(
+    layer: str, configured: str, effective: str, probe: str, status: str, hint: str = ""
+) -> checks.Row:
     """One layer's row of the shared report: the three findings in its detail (and in data), the hint as its fix."""
     detail = f"configured: {configured}\neffective: {effective}\nprobe: {probe}"
-    return checks.Row("proxy layers", layer, status, detail, hint,
-                      {"configured": configured, "effective": effective, "probe": probe})
+    return checks.Row(
+        "proxy layers",
+        layer,
+        status,
+        detail,
+        hint,
+        {"configured": configured, "effective": effective, "probe": probe},
+    )
 
 
 def _proxy_for_requests(settings: ProxySettings) -> str | None:
     return settings.https or settings.http
 
 
-def probe_https(url: str, proxy: str | None, ca_bundle: str | None, timeout: float = 20.0) -> tuple[bool, str, str]:
+def probe_https(
+    url: str, proxy: str | None, ca_bundle: str | None, timeout: float = 20.0
+) -> tuple[bool, str, str]:
     """One HTTPS GET through `proxy`. Returns (ok, what happened, hint)."""
-    context = ssl.create_default_context(cafile=ca_bundle) if ca_bundle else ssl.create_default_context()
+    context = (
+        ssl.create_default_context(cafile=ca_bundle) if ca_bundle else ssl.create_default_context()
+    )
     handlers: list[urllib.request.BaseHandler] = [urllib.request.HTTPSHandler(context=context)]
     handlers.append(urllib.request.ProxyHandler({"https": proxy, "http": proxy} if proxy else {}))
     opener = urllib.request.build_opener(*handlers)
@@ -81,17 +98,36 @@ def probe_https(url: str, proxy: str | None, ca_bundle: str | None, timeout: flo
         reason = getattr(exc, "reason", exc)
         text = log.mask(str(reason))
         if isinstance(reason, ssl.SSLCertVerificationError) or "CERTIFICATE_VERIFY_FAILED" in text:
-            return False, f"GET {url}{via}: TLS verify failed", "pass --ca-cert with your proxy's CA (a TLS-intercepting proxy)"
+            return (
+                False,
+                f"GET {url}{via}: TLS verify failed",
+                "pass --ca-cert with your proxy's CA (a TLS-intercepting proxy)",
+            )
         status = re.search(r"Tunnel connection failed: (40[17])", text)
         if status:  # 407 is the standard answer; tinyproxy, among others, sends 401
-            return (False, f"GET {url}{via}: the proxy refused the credentials ({status[1]})",
-                    "check user:password in the proxy URL (percent-encode @ : / in them)")
+            return (
+                False,
+                f"GET {url}{via}: the proxy refused the credentials ({status[1]})",
+                "check user:password in the proxy URL (percent-encode @ : / in them)",
+            )
         if isinstance(reason, ConnectionRefusedError) or "refused" in text.lower():
-            return False, f"GET {url}{via}: connection refused", f"is the proxy running on {host_port(proxy)}?"
-        return False, f"GET {url}{via}: {text}", "check the proxy URL and that the index is allowed through it"
+            return (
+                False,
+                f"GET {url}{via}: connection refused",
+                f"is the proxy running on {host_port(proxy)}?",
+            )
+        return (
+            False,
+            f"GET {url}{via}: {text}",
+            "check the proxy URL and that the index is allowed through it",
+        )
     seconds = time.monotonic() - start
     ok = code < 400
-    return ok, f"GET {url}{via}: HTTP {code} in {seconds:.1f}s", "" if ok else "the proxy or index answered with an error"
+    return (
+        ok,
+        f"GET {url}{via}: HTTP {code} in {seconds:.1f}s",
+        "" if ok else "the proxy or index answered with an error",
+    )
 
 
 def _env_matches(environ, settings: ProxySettings) -> bool:
@@ -100,19 +136,35 @@ def _env_matches(environ, settings: ProxySettings) -> bool:
     return bool(want) and host_port(have) == want
 
 
-def check_shell(paths: Paths, settings: ProxySettings | None, index_url: str, environ=None) -> checks.Row:
+def check_shell(
+    paths: Paths, settings: ProxySettings | None, index_url: str, environ=None
+) -> checks.Row:
     environ = os.environ if environ is None else environ
     state = read_state(paths)["shell"]
-    configured = f"block in {paths.shell_profile}" if state.configured else f"no block in {paths.shell_profile}"
+    configured = (
+        f"block in {paths.shell_profile}"
+        if state.configured
+        else f"no block in {paths.shell_profile}"
+    )
     if settings is None or not _proxy_for_requests(settings):
-        return layer_row("shell", configured, "-", "-", "skip", "no proxy configured: invoke proxy.setup --http http://proxy:port")
+        return layer_row(
+            "shell",
+            configured,
+            "-",
+            "-",
+            "skip",
+            "no proxy configured: invoke proxy.setup --http http://proxy:port",
+        )
     effective = "this shell has it" if _env_matches(environ, settings) else "not in this shell"
     ok, probe, hint = probe_https(index_url, _proxy_for_requests(settings), settings.ca_bundle)
     status = "ok" if ok else "fail"
     if ok and not _env_matches(environ, settings):
         status, hint = "warn", 'open a new shell, or: eval "$(invoke proxy.env)"'
     if ok and not state.configured:
-        status, hint = "warn", "invoke proxy.setup writes the block, so new shells get the variables"
+        status, hint = (
+            "warn",
+            "invoke proxy.setup writes the block, so new shells get the variables",
+        )
     return layer_row("shell", configured, effective, probe, status, hint)
 
 
@@ -144,32 +196,65 @@ def docker_client(paths: Paths, timeout: int = 30):
 def _systemd_environment() -> str | None:
     if not (systemd_running() and shutil.which("systemctl")):
         return None
-    result = subprocess.run(["systemctl", "show", "--property=Environment", "docker"], capture_output=True, text=True)
+    result = subprocess.run(
+        ["systemctl", "show", "--property=Environment", "docker"], capture_output=True, text=True
+    )
     return result.stdout.strip() if result.returncode == 0 else None
 
 
 def check_daemon(paths: Paths, settings: ProxySettings | None, client, why: str) -> checks.Row:
     state = read_state(paths)["daemon"]
-    configured = ", ".join(state.files) if state.configured else "no drop-in and no daemon.json proxies"
+    configured = (
+        ", ".join(state.files) if state.configured else "no drop-in and no daemon.json proxies"
+    )
     want = host_port(_proxy_for_requests(settings)) if settings else ""
     parts = []
     systemd_env = _systemd_environment()
     if systemd_env is not None:
         parts.append(f"systemctl: {log.mask(systemd_env) or 'Environment='}")
     if client is None:
-        return layer_row("daemon", configured, "; ".join(parts) or "-", why, "skip",
-                   "start dockerd (or set DOCKER_HOST) and run the check again")
+        return layer_row(
+            "daemon",
+            configured,
+            "; ".join(parts) or "-",
+            why,
+            "skip",
+            "start dockerd (or set DOCKER_HOST) and run the check again",
+        )
     info = client.info()
-    https, http, no_proxy = info.get("HttpsProxy") or "", info.get("HttpProxy") or "", info.get("NoProxy") or ""
+    https, http, no_proxy = (
+        info.get("HttpsProxy") or "",
+        info.get("HttpProxy") or "",
+        info.get("NoProxy") or "",
+    )
     probe = f"docker info: HTTPS Proxy {https or '-'}, HTTP Proxy {http or '-'}, No Proxy {no_proxy or '-'}"
     have = host_port(https or http)
     if not want:
-        return layer_row("daemon", configured, "; ".join(parts) or "-", log.mask(probe), "skip", "no proxy configured")
+        return layer_row(
+            "daemon",
+            configured,
+            "; ".join(parts) or "-",
+            log.mask(probe),
+            "skip",
+            "no proxy configured",
+        )
     if have == want:
-        return layer_row("daemon", configured, "; ".join(parts) or "daemon uses it", log.mask(probe), "ok")
-    hint = ("restart the daemon so it reads the drop-ins: sudo systemctl daemon-reload && sudo systemctl restart docker"
-            if state.configured else "invoke proxy.setup (the daemon never sees the shell's variables)")
-    return layer_row("daemon", configured, "; ".join(parts) or "daemon does not use it", log.mask(probe), "fail", hint)
+        return layer_row(
+            "daemon", configured, "; ".join(parts) or "daemon uses it", log.mask(probe), "ok"
+        )
+    hint = (
+        "restart the daemon so it reads the drop-ins: sudo systemctl daemon-reload && sudo systemctl restart docker"
+        if state.configured
+        else "invoke proxy.setup (the daemon never sees the shell's variables)"
+    )
+    return layer_row(
+        "daemon",
+        configured,
+        "; ".join(parts) or "daemon does not use it",
+        log.mask(probe),
+        "fail",
+        hint,
+    )
 
 
 def _probe_image(client, image: str | None) -> str | None:
@@ -182,51 +267,104 @@ def _probe_image(client, image: str | None) -> str | None:
     return None
 
 
-def run_container_probe(client, image: str, target: str, extra_env: dict[str, str] | None = None) -> str:
+def run_container_probe(
+    client, image: str, target: str, extra_env: dict[str, str] | None = None
+) -> str:
     """Output of the probe script in a throwaway container on the host network (the SDK adds config.json's
     proxies, as the docker CLI does)."""
-    output = client.containers.run(image, ["bash", "-c", CONTAINER_PROBE], network_mode="host", remove=True,
-                                   environment={"APEXKIT_PROBE_TARGET": target, **(extra_env or {})},
-                                   stdout=True, stderr=True)
+    output = client.containers.run(
+        image,
+        ["bash", "-c", CONTAINER_PROBE],
+        network_mode="host",
+        remove=True,
+        environment={"APEXKIT_PROBE_TARGET": target, **(extra_env or {})},
+        stdout=True,
+        stderr=True,
+    )
     return output.decode("utf-8", "replace")
 
 
-def check_container(paths: Paths, settings: ProxySettings | None, client, why: str, index_url: str,
-                    image: str | None) -> checks.Row:
+def check_container(
+    paths: Paths,
+    settings: ProxySettings | None,
+    client,
+    why: str,
+    index_url: str,
+    image: str | None,
+) -> checks.Row:
     state = read_state(paths)["container"]
-    configured = f"{paths.docker_config} proxies.default" if state.configured else f"no proxies in {paths.docker_config}"
+    configured = (
+        f"{paths.docker_config} proxies.default"
+        if state.configured
+        else f"no proxies in {paths.docker_config}"
+    )
     if client is None:
-        return layer_row("container", configured, "-", why, "skip", "start dockerd (or set DOCKER_HOST) and run the check again")
+        return layer_row(
+            "container",
+            configured,
+            "-",
+            why,
+            "skip",
+            "start dockerd (or set DOCKER_HOST) and run the check again",
+        )
     chosen = _probe_image(client, image)
     if chosen is None:
-        return layer_row("container", configured, "-", "no local image to start a probe container", "skip",
-                   "pass --image IMAGE (any local image with bash), or build one: invoke image.build")
+        return layer_row(
+            "container",
+            configured,
+            "-",
+            "no local image to start a probe container",
+            "skip",
+            "pass --image IMAGE (any local image with bash), or build one: invoke image.build",
+        )
     parts = urlsplit(index_url)
     target = f"{parts.hostname}:{parts.port or 443}"
     try:
         output = run_container_probe(client, chosen, target)
     except Exception as exc:  # ContainerError (probe exit != 0) carries the output in stderr
-        output = (getattr(exc, "stderr", None) or b"").decode("utf-8", "replace") or str(exc).splitlines()[0]
+        output = (getattr(exc, "stderr", None) or b"").decode("utf-8", "replace") or str(
+            exc
+        ).splitlines()[0]
     env_lines = [line[4:] for line in output.splitlines() if line.startswith("env ")]
-    result = next((line[7:] for line in output.splitlines() if line.startswith("result ")), log.mask(output.strip())[:200])
+    result = next(
+        (line[7:] for line in output.splitlines() if line.startswith("result ")),
+        log.mask(output.strip())[:200],
+    )
     names = sorted({line.split("=", 1)[0] for line in env_lines})
     effective = f"container has {', '.join(names)}" if names else "container has no proxy variables"
     want = host_port(_proxy_for_requests(settings)) if settings else ""
-    seen = next((line.split("=", 1)[1] for line in env_lines if line.lower().startswith("https_proxy=")), "")
+    seen = next(
+        (line.split("=", 1)[1] for line in env_lines if line.lower().startswith("https_proxy=")), ""
+    )
     ok = bool(re.match(r"HTTP/1\.[01] 200", result)) and (not want or host_port(seen) == want)
     hint = ""
     if not names:
         hint = "invoke proxy.setup writes proxies.default into ~/.docker/config.json"
     elif not ok:
         hint = "the proxy refused or is unreachable from the container; check its ACL and that --network host reaches it"
-    return layer_row("container", configured, effective, log.mask(f"CONNECT {target} from {chosen}: {result}"),
-               "ok" if ok else "fail", hint)
+    return layer_row(
+        "container",
+        configured,
+        effective,
+        log.mask(f"CONNECT {target} from {chosen}: {result}"),
+        "ok" if ok else "fail",
+        hint,
+    )
 
 
-def check(paths: Paths, settings: ProxySettings | None, index_url: str | None = None, image: str | None = None,
-          layers=("shell", "daemon", "container")) -> list[checks.Row]:
-    index = index_url or (settings.pip_index if settings and settings.pip_index else None) or \
-        os.environ.get("PIP_INDEX_URL") or DEFAULT_INDEX
+def check(
+    paths: Paths,
+    settings: ProxySettings | None,
+    index_url: str | None = None,
+    image: str | None = None,
+    layers=("shell", "daemon", "container"),
+) -> list[checks.Row]:
+    index = (
+        index_url
+        or (settings.pip_index if settings and settings.pip_index else None)
+        or os.environ.get("PIP_INDEX_URL")
+        or DEFAULT_INDEX
+    )
     rows = []
     if "shell" in layers:
         rows.append(check_shell(paths, settings, index))

@@ -28,22 +28,54 @@ def _layers(only: str | None) -> tuple[str, ...]:
     layers = tuple(item.strip() for item in only.split(",") if item.strip())
     for layer in layers:
         if layer not in proxy.LAYERS:
-            raise ConfigError(f"--layers {layer!r} is not a layer", f"choose from {','.join(proxy.LAYERS)}")
+            raise ConfigError(
+                f"--layers {layer!r} is not a layer", f"choose from {','.join(proxy.LAYERS)}"
+            )
     return layers
 
 
-def setup(http=None, https=None, no_proxy=None, ca_cert=None, pip_index=None, registry_mirror: Sequence[str] = (),
-          only=None, profile=None, system=False, daemon_mode="auto", root=None, dry_run=False, restart=True) -> int:
+def setup(
+    http=None,
+    https=None,
+    no_proxy=None,
+    ca_cert=None,
+    pip_index=None,
+    registry_mirror: Sequence[str] = (),
+    only=None,
+    profile=None,
+    system=False,
+    daemon_mode="auto",
+    root=None,
+    dry_run=False,
+    restart=True,
+) -> int:
     paths = _paths(root, profile, system)
-    settings = proxy.make_settings(http=http, https=https, no_proxy=no_proxy, pip_index=pip_index,
-                                   registry_mirrors=list(registry_mirror or ()))
+    settings = proxy.make_settings(
+        http=http,
+        https=https,
+        no_proxy=no_proxy,
+        pip_index=pip_index,
+        registry_mirrors=list(registry_mirror or ()),
+    )
     saved = proxy.load_saved(paths) if not ca_cert else {}
-    if any(entry.settings.ca_bundle == paths.ca_bundle for name, entry in saved.items() if name in _layers(only)):
-        settings = dataclasses.replace(settings, ca_bundle=paths.ca_bundle)  # keep the earlier --ca-cert
+    if any(
+        entry.settings.ca_bundle == paths.ca_bundle
+        for name, entry in saved.items()
+        if name in _layers(only)
+    ):
+        settings = dataclasses.replace(
+            settings, ca_bundle=paths.ca_bundle
+        )  # keep the earlier --ca-cert
     plan = proxy.make_plan(settings, paths, _layers(only), daemon_mode, ca_cert)
     before = proxy.read_state(paths)
-    log.info("now: " + ", ".join(f"{name} {'configured' if s.configured else 'not configured'}"
-                                 for name, s in before.items() if name in plan.layers))
+    log.info(
+        "now: "
+        + ", ".join(
+            f"{name} {'configured' if s.configured else 'not configured'}"
+            for name, s in before.items()
+            if name in plan.layers
+        )
+    )
     proxy.setup(plan, dry_run=dry_run, restart=restart)
     if not dry_run:
         log.info("check every layer with: invoke proxy.check")
@@ -56,15 +88,21 @@ def remove(only=None, profile=None, system=False, root=None, dry_run=False) -> i
         results = proxy.remove(paths, dry_run=dry_run, layers=_layers(only))
     except proxy.fsedit.UndoError as exc:
         for item in exc.results:  # what happened to the other files, then the one error line
-            log.info(f"{item.how}: {item.display}" if not item.how.startswith("failed") else f"not undone: {item.display}")
+            log.info(
+                f"{item.how}: {item.display}"
+                if not item.how.startswith("failed")
+                else f"not undone: {item.display}"
+            )
         raise
     if not results:
         log.info("nothing to remove: apexkit has not written any proxy file here")
     for item in results:
         log.info(f"{'would be ' if dry_run else ''}{item.how}: {item.display}")
     if results and not dry_run:
-        log.info("shells that already ran the block keep the variables until they exit; "
-                 "the Docker daemon keeps its proxy until it is restarted")
+        log.info(
+            "shells that already ran the block keep the variables until they exit; "
+            "the Docker daemon keeps its proxy until it is restarted"
+        )
     return 0
 
 
@@ -103,8 +141,10 @@ def env(profile=None, system=False, root=None, reveal=False, unset=False) -> int
     paths = _paths(root, profile, system)
     settings = proxy.current_settings(paths)
     if settings is None:
-        raise ConfigError("no proxy settings saved and none in the environment",
-                          "run invoke proxy.setup --http http://proxy:port first")
+        raise ConfigError(
+            "no proxy settings saved and none in the environment",
+            "run invoke proxy.setup --http http://proxy:port first",
+        )
     variables = settings.environment()
     if unset:
         sys.stdout.write("".join(f"unset {name}\n" for name in variables))
@@ -112,12 +152,16 @@ def env(profile=None, system=False, root=None, reveal=False, unset=False) -> int
     text = proxy.shell_exports(variables)
     if sys.stdout.isatty() and not reveal:
         text = log.mask(text)
-        log.info('(passwords masked on a terminal; eval "$(invoke proxy.env)" gets the real values)')
+        log.info(
+            '(passwords masked on a terminal; eval "$(invoke proxy.env)" gets the real values)'
+        )
     sys.stdout.write(text)
     return 0
 
 
-def check(profile=None, system=False, root=None, index_url=None, image=None, only=None, as_json=False) -> int:
+def check(
+    profile=None, system=False, root=None, index_url=None, image=None, only=None, as_json=False
+) -> int:
     from apexkit import checks
 
     paths = _paths(root, profile, system)

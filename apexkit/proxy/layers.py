@@ -34,8 +34,12 @@ LAYERS = ("shell", "daemon", "container", "pip")
 DEFAULT_NO_PROXY = ("localhost", "127.0.0.0/8", "::1")
 PROXY_SCHEMES = ("http", "https", "socks5", "socks5h", "socks4")
 DAEMON_MODES = ("auto", "systemd", "daemon-json")
-SYSTEM_CA_BUNDLES = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt",
-                     "/etc/ssl/ca-bundle.pem", "/etc/ssl/cert.pem")
+SYSTEM_CA_BUNDLES = (
+    "/etc/ssl/certs/ca-certificates.crt",
+    "/etc/pki/tls/certs/ca-bundle.crt",
+    "/etc/ssl/ca-bundle.pem",
+    "/etc/ssl/cert.pem",
+)
 CONTAINER_CA_PATH = "/etc/ssl/certs/apexkit-ca-bundle.pem"
 BLOCK = fsedit.Block("apexkit proxy")
 BLOCK_COMMENT = "managed by `invoke proxy.setup`; `invoke proxy.remove` takes it out again"
@@ -45,6 +49,7 @@ DAEMON_JSON_MIN_VERSION = (23, 0)
 # ---------------------------------------------------------------------------------------------------------------
 # Settings
 # ---------------------------------------------------------------------------------------------------------------
+
 
 def parse_proxy_url(value: str, option: str) -> str:
     """Validate and normalise a proxy URL: scheme (http:// added when missing), host, port; credentials kept.
@@ -63,11 +68,15 @@ def merge_no_proxy(*sources: str | Sequence[str] | None) -> tuple[str, ...]:
             item = item.strip()
             if item and item.lower() not in seen:
                 if re.search(r"[\x00-\x1f\x7f-\x9f\"'\\]", item):
-                    raise ConfigError(f"--no-proxy entry {log.sanitise(item)!r} holds a control character or a quote",
-                                      "use entries like .corp.example.com,10.0.0.0/8")
+                    raise ConfigError(
+                        f"--no-proxy entry {log.sanitise(item)!r} holds a control character or a quote",
+                        "use entries like .corp.example.com,10.0.0.0/8",
+                    )
                 if "://" in item or ("/" in item and not _is_cidr(item)):
-                    raise ConfigError(f"--no-proxy entry {item!r} is not a host, domain, IP or CIDR",
-                                      "use entries like .corp.example.com,10.0.0.0/8")
+                    raise ConfigError(
+                        f"--no-proxy entry {item!r} is not a host, domain, IP or CIDR",
+                        "use entries like .corp.example.com,10.0.0.0/8",
+                    )
                 seen[item.lower()] = item
     return tuple(seen.values())
 
@@ -96,7 +105,7 @@ class ProxySettings:
     http: str | None = None
     https: str | None = None
     no_proxy: tuple[str, ...] = DEFAULT_NO_PROXY
-    ca_bundle: str | None = None          # the bundle apexkit exports (system CAs + the corporate CA)
+    ca_bundle: str | None = None  # the bundle apexkit exports (system CAs + the corporate CA)
     pip_index: str | None = None
     registry_mirrors: tuple[str, ...] = ()
 
@@ -110,7 +119,9 @@ class ProxySettings:
 
     def environment(self) -> dict[str, str]:
         """The variables for a shell or a container, lower and upper case (tools disagree on which they read)."""
-        env = netenv.proxy_environment(self.http, self.https, self.no_proxy_text if self.http or self.https else None)
+        env = netenv.proxy_environment(
+            self.http, self.https, self.no_proxy_text if self.http or self.https else None
+        )
         if self.ca_bundle:
             env.update(dict.fromkeys(netenv.CA_VARIABLES, self.ca_bundle))
         return env
@@ -123,43 +134,73 @@ class ProxySettings:
 
     def validated(self) -> ProxySettings:
         """The same settings, each URL through the one validator (saved settings are read back from a file)."""
-        return make_settings(http=self.http, https=self.https, no_proxy=",".join(self.no_proxy),
-                             ca_bundle=self.ca_bundle, pip_index=self.pip_index,
-                             registry_mirrors=self.registry_mirrors, environ={})
+        return make_settings(
+            http=self.http,
+            https=self.https,
+            no_proxy=",".join(self.no_proxy),
+            ca_bundle=self.ca_bundle,
+            pip_index=self.pip_index,
+            registry_mirrors=self.registry_mirrors,
+            environ={},
+        )
 
     @classmethod
     def from_json(cls, data: Mapping) -> ProxySettings:
-        return cls(http=data.get("http"), https=data.get("https"), no_proxy=tuple(data.get("no_proxy") or DEFAULT_NO_PROXY),
-                   ca_bundle=data.get("ca_bundle"), pip_index=data.get("pip_index"),
-                   registry_mirrors=tuple(data.get("registry_mirrors") or ()))
+        return cls(
+            http=data.get("http"),
+            https=data.get("https"),
+            no_proxy=tuple(data.get("no_proxy") or DEFAULT_NO_PROXY),
+            ca_bundle=data.get("ca_bundle"),
+            pip_index=data.get("pip_index"),
+            registry_mirrors=tuple(data.get("registry_mirrors") or ()),
+        )
 
 
 def _from_environment(environ: Mapping[str, str], name: str) -> str | None:
     lower, upper = netenv.cases(environ, name)
     if lower and upper and lower != upper:
-        log.warn(f"{name} and {name.upper()} differ in this environment; using {name} (lower case, as curl does)")
+        log.warn(
+            f"{name} and {name.upper()} differ in this environment; using {name} (lower case, as curl does)"
+        )
     return netenv.proxy(environ, name)
 
 
-def make_settings(http: str | None = None, https: str | None = None, no_proxy: str | None = None,
-                  ca_bundle: str | None = None, pip_index: str | None = None,
-                  registry_mirrors: Sequence[str] = (), environ: Mapping[str, str] | None = None) -> ProxySettings:
+def make_settings(
+    http: str | None = None,
+    https: str | None = None,
+    no_proxy: str | None = None,
+    ca_bundle: str | None = None,
+    pip_index: str | None = None,
+    registry_mirrors: Sequence[str] = (),
+    environ: Mapping[str, str] | None = None,
+) -> ProxySettings:
     """Options first, then the current environment (lower case wins, as in curl); https defaults to http."""
     environ = os.environ if environ is None else environ
     http_value = http or _from_environment(environ, "http_proxy")
     env_https = None if https else _from_environment(environ, "https_proxy")
     https_value = https or env_https or http_value
     http_option = "--http" if http else "http_proxy (from the environment)"
-    https_option = "--https" if https else "https_proxy (from the environment)" if env_https else http_option
+    https_option = (
+        "--https" if https else "https_proxy (from the environment)" if env_https else http_option
+    )
     http_url = parse_proxy_url(http_value, http_option) if http_value else None
     https_url = parse_proxy_url(https_value, https_option) if https_value else None
     if not http_url and not https_url and not pip_index and not registry_mirrors:
-        raise ConfigError("no proxy given and none set in this environment (http_proxy/https_proxy)",
-                          "pass --http http://proxy:3128 (or --pip-index / --registry-mirror for the no-proxy path)")
+        raise ConfigError(
+            "no proxy given and none set in this environment (http_proxy/https_proxy)",
+            "pass --http http://proxy:3128 (or --pip-index / --registry-mirror for the no-proxy path)",
+        )
     user_no_proxy = no_proxy if no_proxy is not None else _from_environment(environ, "no_proxy")
-    return ProxySettings(http=http_url, https=https_url, no_proxy=merge_no_proxy(user_no_proxy), ca_bundle=ca_bundle,
-                         pip_index=urls.index_url(pip_index, "--pip-index") if pip_index else None,
-                         registry_mirrors=tuple(urls.registry_mirror(m, "--registry-mirror") for m in registry_mirrors))
+    return ProxySettings(
+        http=http_url,
+        https=https_url,
+        no_proxy=merge_no_proxy(user_no_proxy),
+        ca_bundle=ca_bundle,
+        pip_index=urls.index_url(pip_index, "--pip-index") if pip_index else None,
+        registry_mirrors=tuple(
+            urls.registry_mirror(m, "--registry-mirror") for m in registry_mirrors
+        ),
+    )
 
 
 def shell_exports(env: Mapping[str, str]) -> str:
@@ -169,6 +210,7 @@ def shell_exports(env: Mapping[str, str]) -> str:
 # ---------------------------------------------------------------------------------------------------------------
 # Where things live
 # ---------------------------------------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Paths:
@@ -192,7 +234,11 @@ class Paths:
     @property
     def shell_profile(self) -> str:
         if self.profile:
-            return str(Path(self.profile).expanduser().absolute()) if str(self.root) == "/" else self.profile
+            return (
+                str(Path(self.profile).expanduser().absolute())
+                if str(self.root) == "/"
+                else self.profile
+            )
         return "/etc/profile.d/apexkit-proxy.sh" if self.system else f"{self.home}/.bashrc"
 
     dropin_dir = "/etc/systemd/system/docker.service.d"
@@ -200,7 +246,10 @@ class Paths:
 
     @property
     def dropins(self) -> dict[str, str]:
-        return {"http": f"{self.dropin_dir}/http-proxy.conf", "https": f"{self.dropin_dir}/https-proxy.conf"}
+        return {
+            "http": f"{self.dropin_dir}/http-proxy.conf",
+            "https": f"{self.dropin_dir}/https-proxy.conf",
+        }
 
     @property
     def docker_config(self) -> str:
@@ -225,8 +274,13 @@ class Paths:
     def managed(self) -> dict[str, str]:
         """Every file a layer may write, as the user knows it -> its layer. Undo records name files by these display
         names; the real path is always derived from here (and --root), never read back from a record."""
-        files = {self.shell_profile: "shell", **dict.fromkeys(self.dropins.values(), "daemon"),
-                 self.daemon_json: "daemon", self.docker_config: "container", self.pip_conf: "pip"}
+        files = {
+            self.shell_profile: "shell",
+            **dict.fromkeys(self.dropins.values(), "daemon"),
+            self.daemon_json: "daemon",
+            self.docker_config: "container",
+            self.pip_conf: "pip",
+        }
         files.update({self.settings_file: "state", self.ca_bundle: "state"})
         return files
 
@@ -266,12 +320,18 @@ class Paths:
 
     def backups(self) -> fsedit.BackupStore:
         managed = self.managed()
-        private = {self.docker_config, self.settings_file}  # they hold credentials whatever the settings
-        return fsedit.BackupStore(self.real(f"{self.state_dir}/backups"),
-                                  resolve=lambda display: self.real(display) if display in managed else None,
-                                  private=lambda display: display in private,
-                                  home_owner=self.home_owner() if self.in_home(self.state_dir) else None,
-                                  in_home=self.in_home, within=self.within)
+        private = {
+            self.docker_config,
+            self.settings_file,
+        }  # they hold credentials whatever the settings
+        return fsedit.BackupStore(
+            self.real(f"{self.state_dir}/backups"),
+            resolve=lambda display: self.real(display) if display in managed else None,
+            private=lambda display: display in private,
+            home_owner=self.home_owner() if self.in_home(self.state_dir) else None,
+            in_home=self.in_home,
+            within=self.within,
+        )
 
     def layer_of(self, display: str) -> str:
         """The layer that writes `display`; "" for a file no layer manages."""
@@ -282,9 +342,13 @@ class Paths:
 # Docker daemon specifics
 # ---------------------------------------------------------------------------------------------------------------
 
+
 def engine_version() -> tuple[int, int] | None:
     """The installed Docker engine's version (dockerd --version works while the daemon is down)."""
-    for command in (["dockerd", "--version"], ["docker", "version", "--format", "{{.Server.Version}}"]):
+    for command in (
+        ["dockerd", "--version"],
+        ["docker", "version", "--format", "{{.Server.Version}}"],
+    ):
         if shutil.which(command[0]) is None:
             continue
         try:
@@ -300,17 +364,25 @@ def engine_version() -> tuple[int, int] | None:
 def resolve_daemon_mode(mode: str, version: tuple[int, int] | None) -> tuple[str, str]:
     """(mode, why). daemon.json "proxies" needs Docker >= 23; drop-ins work with any version under systemd."""
     if mode not in DAEMON_MODES:
-        raise ConfigError(f"--daemon-mode {mode!r} is not one of {', '.join(DAEMON_MODES)}", "use auto, systemd or daemon-json")
+        raise ConfigError(
+            f"--daemon-mode {mode!r} is not one of {', '.join(DAEMON_MODES)}",
+            "use auto, systemd or daemon-json",
+        )
     if mode != "auto":
         if mode == "daemon-json" and version and version < DAEMON_JSON_MIN_VERSION:
-            raise ConfigError(f"daemon.json \"proxies\" needs Docker >= 23; this engine is {version[0]}.{version[1]}",
-                              "use --daemon-mode systemd (drop-ins) or upgrade Docker")
+            raise ConfigError(
+                f'daemon.json "proxies" needs Docker >= 23; this engine is {version[0]}.{version[1]}',
+                "use --daemon-mode systemd (drop-ins) or upgrade Docker",
+            )
         return mode, "chosen with --daemon-mode"
     if version is None:
         return "systemd", "no Docker engine found: systemd drop-ins work with every version"
     if version >= DAEMON_JSON_MIN_VERSION:
         return "daemon-json", f"Docker {version[0]}.{version[1]} reads proxies from daemon.json"
-    return "systemd", f"Docker {version[0]}.{version[1]} < 23 takes proxies only from its environment"
+    return (
+        "systemd",
+        f"Docker {version[0]}.{version[1]} < 23 takes proxies only from its environment",
+    )
 
 
 def systemd_running() -> bool:
@@ -337,7 +409,7 @@ def dropin_environment(text: str) -> dict[str, str]:
     """The environment a systemd drop-in gives the service (what dockerd will see)."""
     env: dict[str, str] = {}
     for line in text.splitlines():
-        match = re.match(r'^\s*Environment\s*=\s*(.*)$', line)
+        match = re.match(r"^\s*Environment\s*=\s*(.*)$", line)
         if not match:
             continue
         for item in re.findall(r'"((?:[^"\\]|\\.)*)"|(\S+)', match[1]):
@@ -360,6 +432,7 @@ def daemon_environment(paths: Paths) -> dict[str, str]:
 # ---------------------------------------------------------------------------------------------------------------
 # Planning: the wanted content of every file
 # ---------------------------------------------------------------------------------------------------------------
+
 
 def _secret_mode(holds_secret: bool, current: int | None, default: int = 0o644) -> int:
     if holds_secret:
@@ -421,7 +494,9 @@ def _set_path(data: dict, key_path: tuple[str, ...], value) -> None:
 
 
 def _shell_undo(display: str, current: bytes, original: bytes | None, record: dict) -> bytes | None:
-    text = BLOCK.strip(fsedit.decode(current), added_newline=record.get("added_newline", False), display=display)
+    text = BLOCK.strip(
+        fsedit.decode(current), added_newline=record.get("added_newline", False), display=display
+    )
     return None if not text and original is None else fsedit.encode(text)
 
 
@@ -438,13 +513,26 @@ def _ini_undo(keys: Sequence[str]):
     return undo
 
 
-def _whole_file_undo(display: str, current: bytes, original: bytes | None, record: dict) -> bytes | None:
+def _whole_file_undo(
+    display: str, current: bytes, original: bytes | None, record: dict
+) -> bytes | None:
     return original
 
 
-def _change(paths: Paths, display: str, new: bytes | None, mode: int, undo, note: str = "", **extra) -> fsedit.Change:
-    return fsedit.Change(display, paths.real(display), new, mode=mode, note=note, undo=undo, extra=extra,
-                         within=paths.within, new_owner=paths.owner_for(display))
+def _change(
+    paths: Paths, display: str, new: bytes | None, mode: int, undo, note: str = "", **extra
+) -> fsedit.Change:
+    return fsedit.Change(
+        display,
+        paths.real(display),
+        new,
+        mode=mode,
+        note=note,
+        undo=undo,
+        extra=extra,
+        within=paths.within,
+        new_owner=paths.owner_for(display),
+    )
 
 
 def _read(paths: Paths, display: str) -> bytes | None:
@@ -470,8 +558,17 @@ def plan_shell(settings: ProxySettings, paths: Paths) -> list[fsedit.Change]:
     # whether a newline was added before the block is known only when it is appended: a block replaced in place
     # keeps what the record says
     extra = {"added_newline": added_newline} if appended else {}
-    return [_change(paths, display, fsedit.encode(text), _secret_mode(secret, fsedit.file_mode(real)), _shell_undo, note,
-                    **extra)]
+    return [
+        _change(
+            paths,
+            display,
+            fsedit.encode(text),
+            _secret_mode(secret, fsedit.file_mode(real)),
+            _shell_undo,
+            note,
+            **extra,
+        )
+    ]
 
 
 def plan_daemon(settings: ProxySettings, paths: Paths, mode: str) -> list[fsedit.Change]:
@@ -482,8 +579,12 @@ def plan_daemon(settings: ProxySettings, paths: Paths, mode: str) -> list[fsedit
     for kind, display in paths.dropins.items():
         url = settings.http if kind == "http" else settings.https
         if mode == "systemd" and proxied and url:
-            content = render_dropin({f"{kind.upper()}_PROXY": url, "NO_PROXY": settings.no_proxy_text})
-            changes.append(_change(paths, display, content, 0o600 if secret else 0o644, _whole_file_undo, note))
+            content = render_dropin(
+                {f"{kind.upper()}_PROXY": url, "NO_PROXY": settings.no_proxy_text}
+            )
+            changes.append(
+                _change(paths, display, content, 0o600 if secret else 0o644, _whole_file_undo, note)
+            )
     json_keys: list[tuple[str, ...]] = []
     if mode == "daemon-json" and proxied:
         json_keys.append(("proxies",))
@@ -494,14 +595,25 @@ def plan_daemon(settings: ProxySettings, paths: Paths, mode: str) -> list[fsedit
         old = _read(paths, paths.daemon_json)
         data = fsedit.load_json_object(real, paths.daemon_json, old)
         if ("proxies",) in json_keys:
-            proxies = {k: v for k, v in (("http-proxy", settings.http), ("https-proxy", settings.https)) if v}
+            proxies = {
+                k: v
+                for k, v in (("http-proxy", settings.http), ("https-proxy", settings.https))
+                if v
+            }
             data["proxies"] = {**proxies, "no-proxy": settings.no_proxy_text}
         if settings.registry_mirrors:
             data["registry-mirrors"] = list(settings.registry_mirrors)
         json_secret = secret and ("proxies",) in json_keys
-        changes.append(_change(paths, paths.daemon_json, fsedit.dump_json(data),
-                               _secret_mode(json_secret, fsedit.file_mode(real)), _json_undo(json_keys, 2),
-                               note if json_secret else ""))
+        changes.append(
+            _change(
+                paths,
+                paths.daemon_json,
+                fsedit.dump_json(data),
+                _secret_mode(json_secret, fsedit.file_mode(real)),
+                _json_undo(json_keys, 2),
+                note if json_secret else "",
+            )
+        )
     return changes
 
 
@@ -515,8 +627,16 @@ def plan_container(settings: ProxySettings, paths: Paths) -> list[fsedit.Change]
     proxies = found if isinstance(found := data.get("proxies"), dict) else {}
     data["proxies"] = {**proxies, "default": default}
     # the docker CLI writes config.json 0600 with tab indentation; keep both
-    return [_change(paths, paths.docker_config, fsedit.dump_json(data, "\t"), 0o600, _json_undo([("proxies", "default")], "\t"),
-                    "0600, like the docker CLI's own")]
+    return [
+        _change(
+            paths,
+            paths.docker_config,
+            fsedit.dump_json(data, "\t"),
+            0o600,
+            _json_undo([("proxies", "default")], "\t"),
+            "0600, like the docker CLI's own",
+        )
+    ]
 
 
 def plan_pip(settings: ProxySettings, paths: Paths) -> list[fsedit.Change]:
@@ -531,8 +651,16 @@ def plan_pip(settings: ProxySettings, paths: Paths) -> list[fsedit.Change]:
         text = fsedit.ini_set(text, "global", "trusted-host", parts.hostname)
         keys.append("trusted-host")
     secret = _has_userinfo(settings.pip_index)
-    return [_change(paths, paths.pip_conf, fsedit.encode(text), _secret_mode(secret, fsedit.file_mode(real)), _ini_undo(keys),
-                    "holds credentials: 0600" if secret else "")]
+    return [
+        _change(
+            paths,
+            paths.pip_conf,
+            fsedit.encode(text),
+            _secret_mode(secret, fsedit.file_mode(real)),
+            _ini_undo(keys),
+            "holds credentials: 0600" if secret else "",
+        )
+    ]
 
 
 def layer_uses(layer: str, settings: ProxySettings) -> bool:
@@ -546,29 +674,48 @@ def layer_uses(layer: str, settings: ProxySettings) -> bool:
     return layer == "pip" and bool(settings.pip_index)
 
 
-def state_layers(settings: ProxySettings, paths: Paths, layers: Sequence[str], daemon_mode: str) -> dict[str, SavedLayer]:
+def state_layers(
+    settings: ProxySettings, paths: Paths, layers: Sequence[str], daemon_mode: str
+) -> dict[str, SavedLayer]:
     """The settings of every layer after this run: the layers it is given get these settings (or none, when the
     settings give them nothing to write), every other layer keeps the settings of the run that set it up."""
     saved = {name: entry for name, entry in load_saved(paths).items() if name not in layers}
     for layer in layers:
         if layer_uses(layer, settings):
-            saved[layer] = SavedLayer(settings, daemon_mode if layer == "daemon" else None,
-                                      paths.shell_profile if layer == "shell" else None)
+            saved[layer] = SavedLayer(
+                settings,
+                daemon_mode if layer == "daemon" else None,
+                paths.shell_profile if layer == "shell" else None,
+            )
     return {name: saved[name] for name in LAYERS if name in saved}
 
 
 def _settings_change(paths: Paths, saved: Mapping[str, SavedLayer]) -> fsedit.Change:
     state = {"version": 2, "layers": {name: entry.to_json() for name, entry in saved.items()}}
-    return _change(paths, paths.settings_file, fsedit.dump_json(state), 0o600, _whole_file_undo, "holds the settings: 0600")
+    return _change(
+        paths,
+        paths.settings_file,
+        fsedit.dump_json(state),
+        0o600,
+        _whole_file_undo,
+        "holds the settings: 0600",
+    )
 
 
-def plan_state(settings: ProxySettings, paths: Paths, layers: Sequence[str], daemon_mode: str,
-               ca_bytes: bytes | None) -> list[fsedit.Change]:
+def plan_state(
+    settings: ProxySettings,
+    paths: Paths,
+    layers: Sequence[str],
+    daemon_mode: str,
+    ca_bytes: bytes | None,
+) -> list[fsedit.Change]:
     saved = state_layers(settings, paths, layers, daemon_mode)
     changes = [_settings_change(paths, saved)] if saved else []
     if ca_bytes is not None:
         count = ca_bytes.count(b"-----BEGIN CERTIFICATE-----")
-        change = _change(paths, paths.ca_bundle, ca_bytes, 0o644, _whole_file_undo, "system CAs + the given CA")
+        change = _change(
+            paths, paths.ca_bundle, ca_bytes, 0o644, _whole_file_undo, "system CAs + the given CA"
+        )
         change.summary = f"{count} certificates (the system bundle plus --ca-cert)"
         changes.append(change)
     return changes
@@ -578,18 +725,24 @@ def build_ca_bundle(ca_cert: str, system_bundles: Sequence[str] = SYSTEM_CA_BUND
     """The system's CA bundle plus the given certificate(s), each certificate once."""
     path = Path(ca_cert).expanduser()
     try:  # a regular file of at most 16 MiB, read without blocking (not a named pipe, not /dev/zero)
-        data = fsedit.read_regular(path, f"--ca-cert {ca_cert}", ConfigError, "pass the PEM file of your proxy's CA")
+        data = fsedit.read_regular(
+            path, f"--ca-cert {ca_cert}", ConfigError, "pass the PEM file of your proxy's CA"
+        )
         if data is None:
             raise FileNotFoundError(ca_cert)
         extra = data.decode()
     except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"--ca-cert {ca_cert}: cannot read it ({exc.__class__.__name__})",
-                          "pass the PEM file of your proxy's CA") from None
+        raise ConfigError(
+            f"--ca-cert {ca_cert}: cannot read it ({exc.__class__.__name__})",
+            "pass the PEM file of your proxy's CA",
+        ) from None
     pem = re.compile(r"-----BEGIN CERTIFICATE-----\s.*?-----END CERTIFICATE-----", re.S)
     certificates = pem.findall(extra)
     if not certificates:
-        raise ConfigError(f"--ca-cert {ca_cert} holds no PEM certificate (-----BEGIN CERTIFICATE-----)",
-                          "export the CA as PEM (openssl x509 -inform der -in ca.cer -out ca.pem)")
+        raise ConfigError(
+            f"--ca-cert {ca_cert} holds no PEM certificate (-----BEGIN CERTIFICATE-----)",
+            "export the CA as PEM (openssl x509 -inform der -in ca.cer -out ca.pem)",
+        )
     system = next((Path(b) for b in system_bundles if Path(b).is_file()), None)
     existing = pem.findall(system.read_text()) if system else []
     unique = list(dict.fromkeys([*existing, *certificates]))
@@ -604,7 +757,7 @@ class Plan:
     daemon_mode: str
     daemon_mode_why: str
     changes: list[fsedit.Change]
-    stale: list[fsedit.Change]      # files apexkit wrote before that these settings no longer need
+    stale: list[fsedit.Change]  # files apexkit wrote before that these settings no longer need
 
     @property
     def all_changes(self) -> list[fsedit.Change]:
@@ -616,9 +769,15 @@ def _stale_changes(paths: Paths, layers: Sequence[str], wanted: set[str]) -> lis
     store = paths.backups()
     stale = []
     for display, path, record in store.managed(store.load()):
-        if record.get("owner") != OWNER or display in wanted or paths.layer_of(display) not in layers:
+        if (
+            record.get("owner") != OWNER
+            or display in wanted
+            or paths.layer_of(display) not in layers
+        ):
             continue
-        change, _ = fsedit.undo_change(store, display, path, record, _undo_for(paths, display), paths.within)
+        change, _ = fsedit.undo_change(
+            store, display, path, record, _undo_for(paths, display), paths.within
+        )
         change.note = "no longer needed"
         stale.append(change)
     return stale
@@ -637,12 +796,20 @@ def _undo_for(paths: Paths, display: str):
     return _whole_file_undo
 
 
-def make_plan(settings: ProxySettings, paths: Paths, layers: Sequence[str] = LAYERS, daemon_mode: str = "auto",
-              ca_cert: str | None = None, version: tuple[int, int] | Literal[False] | None = False) -> Plan:
+def make_plan(
+    settings: ProxySettings,
+    paths: Paths,
+    layers: Sequence[str] = LAYERS,
+    daemon_mode: str = "auto",
+    ca_cert: str | None = None,
+    version: tuple[int, int] | Literal[False] | None = False,
+) -> Plan:
     unknown = [layer for layer in layers if layer not in LAYERS]
     if unknown:
         raise ConfigError(f"unknown layer {unknown[0]!r}", f"choose from {', '.join(LAYERS)}")
-    if version is False:  # under --root the local engine says nothing about the system being prepared
+    if (
+        version is False
+    ):  # under --root the local engine says nothing about the system being prepared
         version = engine_version() if str(paths.root) == "/" else None
     mode, why = resolve_daemon_mode(daemon_mode, version)
     ca_bytes = build_ca_bundle(ca_cert) if ca_cert else None
@@ -658,8 +825,10 @@ def make_plan(settings: ProxySettings, paths: Paths, layers: Sequence[str] = LAY
     if "pip" in layers:
         changes += plan_pip(settings, paths)
     wanted = {c.display for c in changes}
-    if ca_bytes is None and any(entry.settings.ca_bundle == paths.ca_bundle
-                                for entry in state_layers(settings, paths, layers, mode).values()):
+    if ca_bytes is None and any(
+        entry.settings.ca_bundle == paths.ca_bundle
+        for entry in state_layers(settings, paths, layers, mode).values()
+    ):
         wanted.add(paths.ca_bundle)  # a layer (set up now or earlier) still exports the bundle
     changes += plan_state(settings, paths, layers, mode, ca_bytes)
     wanted |= {c.display for c in changes}
@@ -671,11 +840,14 @@ def make_plan(settings: ProxySettings, paths: Paths, layers: Sequence[str] = LAY
 # Reading back: what each layer holds now
 # ---------------------------------------------------------------------------------------------------------------
 
+
 @dataclass
 class LayerState:
     layer: str
     files: list[str]
-    values: dict[str, str]          # variable -> value, as found in the files (unmasked: mask when printing)
+    values: dict[
+        str, str
+    ]  # variable -> value, as found in the files (unmasked: mask when printing)
 
     @property
     def configured(self) -> bool:
@@ -709,30 +881,41 @@ def read_state(paths: Paths) -> dict[str, LayerState]:
     daemon_values = daemon_environment(paths)
     daemon_files = [d for d in paths.dropins.values() if paths.real(d).exists()]
     try:
-        daemon_json = fsedit.load_json_object(paths.real(paths.daemon_json), paths.daemon_json,
-                                              _peek(paths, paths.daemon_json))
+        daemon_json = fsedit.load_json_object(
+            paths.real(paths.daemon_json), paths.daemon_json, _peek(paths, paths.daemon_json)
+        )
     except fsedit.CorruptFileError:
         daemon_json = {}
     proxies = found if isinstance(found := daemon_json.get("proxies"), dict) else {}
-    for key, name in (("http-proxy", "HTTP_PROXY"), ("https-proxy", "HTTPS_PROXY"), ("no-proxy", "NO_PROXY")):
+    for key, name in (
+        ("http-proxy", "HTTP_PROXY"),
+        ("https-proxy", "HTTPS_PROXY"),
+        ("no-proxy", "NO_PROXY"),
+    ):
         if proxies.get(key):
             daemon_values[f"daemon.json {name}"] = proxies[key]
     mirrors = daemon_json.get("registry-mirrors")
     if mirrors:
-        daemon_values["registry-mirrors"] = ",".join(map(str, mirrors)) if isinstance(mirrors, list) else str(mirrors)
+        daemon_values["registry-mirrors"] = (
+            ",".join(map(str, mirrors)) if isinstance(mirrors, list) else str(mirrors)
+        )
     if proxies or daemon_json.get("registry-mirrors"):
         daemon_files.append(paths.daemon_json)
     states["daemon"] = LayerState("daemon", daemon_files, daemon_values)
     try:
-        config = fsedit.load_json_object(paths.real(paths.docker_config), paths.docker_config,
-                                         _peek(paths, paths.docker_config))
+        config = fsedit.load_json_object(
+            paths.real(paths.docker_config), paths.docker_config, _peek(paths, paths.docker_config)
+        )
     except fsedit.CorruptFileError:
         config = {}
     default = _get_path(config, ("proxies", "default"))
-    states["container"] = LayerState("container", [paths.docker_config],
-                                     dict(default) if isinstance(default, dict) else {})
+    states["container"] = LayerState(
+        "container", [paths.docker_config], dict(default) if isinstance(default, dict) else {}
+    )
     pip_text = fsedit.decode(_peek(paths, paths.pip_conf))
-    pip_values = {k: v for k in ("index-url", "trusted-host") if (v := fsedit.ini_get(pip_text, "global", k))}
+    pip_values = {
+        k: v for k in ("index-url", "trusted-host") if (v := fsedit.ini_get(pip_text, "global", k))
+    }
     states["pip"] = LayerState("pip", [paths.pip_conf], pip_values)
     return states
 
@@ -742,8 +925,8 @@ class SavedLayer:
     """One layer's settings as the run that set it up gave them (proxy.json keeps one per layer)."""
 
     settings: ProxySettings
-    daemon_mode: str | None = None   # daemon layer: systemd or daemon-json
-    profile: str | None = None       # shell layer: the file holding the block
+    daemon_mode: str | None = None  # daemon layer: systemd or daemon-json
+    profile: str | None = None  # shell layer: the file holding the block
 
     def to_json(self) -> dict:
         data: dict = {"settings": self.settings.to_json()}
@@ -755,14 +938,23 @@ class SavedLayer:
 
 
 def _json_kind(value: object) -> str:
-    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean", int: "a number",
-            float: "a number", type(None): "null"}.get(type(value), type(value).__name__)
+    return {
+        dict: "an object",
+        list: "a list",
+        str: "a string",
+        bool: "a boolean",
+        int: "a number",
+        float: "a number",
+        type(None): "null",
+    }.get(type(value), type(value).__name__)
 
 
 def _bad_state(paths: Paths, where: str, what: str) -> ConfigError:
-    return ConfigError(f"{paths.settings_file} is not what apexkit writes: {where} {what}; nothing was changed",
-                       f"fix it, or move it away (mv {paths.settings_file} {paths.settings_file}.bad) "
-                       "and run invoke proxy.setup again")
+    return ConfigError(
+        f"{paths.settings_file} is not what apexkit writes: {where} {what}; nothing was changed",
+        f"fix it, or move it away (mv {paths.settings_file} {paths.settings_file}.bad) "
+        "and run invoke proxy.setup again",
+    )
 
 
 def _settings_from_json(paths: Paths, data: object, where: str) -> ProxySettings:
@@ -774,8 +966,12 @@ def _settings_from_json(paths: Paths, data: object, where: str) -> ProxySettings
             raise _bad_state(paths, f"{where}.{key}", f"is {_json_kind(value)}, not a string")
     for key in ("no_proxy", "registry_mirrors"):
         value = data.get(key)
-        if value is not None and not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
-            raise _bad_state(paths, f"{where}.{key}", f"is {_json_kind(value)}, not a list of strings")
+        if value is not None and not (
+            isinstance(value, list) and all(isinstance(v, str) for v in value)
+        ):
+            raise _bad_state(
+                paths, f"{where}.{key}", f"is {_json_kind(value)}, not a list of strings"
+            )
     return ProxySettings.from_json(data)
 
 
@@ -784,33 +980,47 @@ def load_saved(paths: Paths) -> dict[str, SavedLayer]:
     following a link, and anything not shaped as apexkit writes it is one line naming the field. The first format
     (one "settings" for the "layers" list of the last run) is read too."""
     real = paths.real(paths.settings_file)
-    fsedit.check_links(real, paths.settings_file)  # as root: not root's own settings through a user's ~/.config link
+    fsedit.check_links(
+        real, paths.settings_file
+    )  # as root: not root's own settings through a user's ~/.config link
     data = fsedit.read_private(real, "the saved proxy settings")
     if not data or not data.strip():
         return {}
     raw = fsedit.load_json_object(real, paths.settings_file, data)
     layers = raw.get("layers")
     if layers is None and "settings" in raw:
-        layers = list(LAYERS)  # the first format, without its list of layers: the settings stood for all
+        layers = list(
+            LAYERS
+        )  # the first format, without its list of layers: the settings stood for all
     if isinstance(layers, list):
         if not all(isinstance(name, str) for name in layers):
             raise _bad_state(paths, "layers", "holds something that is not a layer name")
-        layers = {name: {k: raw.get(k) for k in ("settings", "daemon_mode", "profile")} for name in layers}
+        layers = {
+            name: {k: raw.get(k) for k in ("settings", "daemon_mode", "profile")} for name in layers
+        }
     if not isinstance(layers, dict):
         raise _bad_state(paths, "layers", f"is {_json_kind(layers)}, not an object")
     saved: dict[str, SavedLayer] = {}
     for name, entry in layers.items():
         if name not in LAYERS:
-            raise _bad_state(paths, f"layers.{name}", f"is not a layer (one of {', '.join(LAYERS)})")
+            raise _bad_state(
+                paths, f"layers.{name}", f"is not a layer (one of {', '.join(LAYERS)})"
+            )
         if not isinstance(entry, dict):
             raise _bad_state(paths, f"layers.{name}", f"is {_json_kind(entry)}, not an object")
         settings = _settings_from_json(paths, entry.get("settings"), f"layers.{name}.settings")
         mode, profile = entry.get("daemon_mode"), entry.get("profile")
         if mode is not None and mode not in DAEMON_MODES:
-            raise _bad_state(paths, f"layers.{name}.daemon_mode", f"is not one of {', '.join(DAEMON_MODES)}")
+            raise _bad_state(
+                paths, f"layers.{name}.daemon_mode", f"is not one of {', '.join(DAEMON_MODES)}"
+            )
         if profile is not None and not isinstance(profile, str):
-            raise _bad_state(paths, f"layers.{name}.profile", f"is {_json_kind(profile)}, not a string")
-        saved[name] = SavedLayer(settings, mode if name == "daemon" else None, profile if name == "shell" else None)
+            raise _bad_state(
+                paths, f"layers.{name}.profile", f"is {_json_kind(profile)}, not a string"
+            )
+        saved[name] = SavedLayer(
+            settings, mode if name == "daemon" else None, profile if name == "shell" else None
+        )
     return {name: saved[name] for name in LAYERS if name in saved}
 
 
@@ -828,9 +1038,12 @@ def combined_settings(saved: Mapping[str, SavedLayer]) -> ProxySettings | None:
                 return getattr(saved[name].settings, attribute)
         return getattr(base, attribute)
 
-    return dataclasses.replace(base, ca_bundle=first("ca_bundle", order),
-                               pip_index=first("pip_index", ["pip", *order]),
-                               registry_mirrors=first("registry_mirrors", ["daemon", *order]))
+    return dataclasses.replace(
+        base,
+        ca_bundle=first("ca_bundle", order),
+        pip_index=first("pip_index", ["pip", *order]),
+        registry_mirrors=first("registry_mirrors", ["daemon", *order]),
+    )
 
 
 def verify(plan: Plan) -> list[str]:
@@ -840,7 +1053,11 @@ def verify(plan: Plan) -> list[str]:
     s = plan.settings
     if "shell" in plan.layers and s.environment():
         got = states["shell"].values
-        problems += [f"{plan.paths.shell_profile}: {k}" for k, v in s.environment().items() if got.get(k) != v]
+        problems += [
+            f"{plan.paths.shell_profile}: {k}"
+            for k, v in s.environment().items()
+            if got.get(k) != v
+        ]
     if "daemon" in plan.layers and (s.http or s.https):
         got = states["daemon"].values
         prefix = "daemon.json " if plan.daemon_mode == "daemon-json" else ""
@@ -851,7 +1068,11 @@ def verify(plan: Plan) -> list[str]:
         got = states["container"].values
         if got.get("httpsProxy", got.get("httpProxy")) != (s.https or s.http):
             problems.append(f"{plan.paths.docker_config}: proxies.default")
-    if "pip" in plan.layers and s.pip_index and states["pip"].values.get("index-url") != s.pip_index:
+    if (
+        "pip" in plan.layers
+        and s.pip_index
+        and states["pip"].values.get("index-url") != s.pip_index
+    ):
         problems.append(f"{plan.paths.pip_conf}: index-url")
     return problems
 
@@ -859,6 +1080,7 @@ def verify(plan: Plan) -> list[str]:
 # ---------------------------------------------------------------------------------------------------------------
 # Acting
 # ---------------------------------------------------------------------------------------------------------------
+
 
 def daemon_next_steps(plan: Plan, restart: bool) -> list[list[str]]:
     """The commands that make dockerd read the new settings; run here when systemd manages docker."""
@@ -872,8 +1094,10 @@ def daemon_next_steps(plan: Plan, restart: bool) -> list[list[str]]:
             log.echo_command(argv)
             result = subprocess.run(argv, capture_output=True, text=True)
             if result.returncode != 0:
-                raise EnvironmentSetupError(f"{shlex.join(argv)} failed: {log.mask(result.stderr.strip()[:300])}",
-                                            "check `systemctl status docker` and `journalctl -u docker`")
+                raise EnvironmentSetupError(
+                    f"{shlex.join(argv)} failed: {log.mask(result.stderr.strip()[:300])}",
+                    "check `systemctl status docker` and `journalctl -u docker`",
+                )
         return []
     return commands
 
@@ -883,12 +1107,19 @@ def _check_written(plan: Plan, after_write: Callable[[], None] | None = None) ->
         after_write()
     problems = verify(plan)
     if problems:
-        raise EnvironmentSetupError(f"read-back after writing found differences: {'; '.join(problems)}; "
-                                    "every file was put back as it was",
-                                    "run `invoke proxy.setup --dry-run` to see the plan, and report this as a bug")
+        raise EnvironmentSetupError(
+            f"read-back after writing found differences: {'; '.join(problems)}; "
+            "every file was put back as it was",
+            "run `invoke proxy.setup --dry-run` to see the plan, and report this as a bug",
+        )
 
 
-def setup(plan: Plan, dry_run: bool = False, restart: bool = True, after_write: Callable[[], None] | None = None) -> int:
+def setup(
+    plan: Plan,
+    dry_run: bool = False,
+    restart: bool = True,
+    after_write: Callable[[], None] | None = None,
+) -> int:
     """status -> act -> check again. Returns the number of files written (or that would be). A failed read-back puts
     every file back as it was. `after_write` runs between the writes and the read-back (tests use it to change a
     file in that window, as another process could)."""
@@ -900,11 +1131,19 @@ def setup(plan: Plan, dry_run: bool = False, restart: bool = True, after_write: 
             log.info(f"=== {change.display}{note}")
             log.console.print(change.diff(), markup=False, highlight=False, end="")
         unchanged = len(plan.all_changes) - len(changed)
-        log.info(f"dry run: {len(changed)} file(s) would change, {unchanged} already up to date; nothing written")
+        log.info(
+            f"dry run: {len(changed)} file(s) would change, {unchanged} already up to date; nothing written"
+        )
         return len(changed)
-    fsedit.preflight(changed, "run with sudo for the daemon layer, or limit the layers: --layers shell,container")
-    written = fsedit.apply(plan.all_changes, plan.paths.backups(), OWNER,
-                           check=lambda: _check_written(plan, after_write))
+    fsedit.preflight(
+        changed, "run with sudo for the daemon layer, or limit the layers: --layers shell,container"
+    )
+    written = fsedit.apply(
+        plan.all_changes,
+        plan.paths.backups(),
+        OWNER,
+        check=lambda: _check_written(plan, after_write),
+    )
     for change in written:
         note = f" ({change.note})" if change.note else ""
         verb = "removed" if change.new is None else "wrote"
@@ -913,20 +1152,28 @@ def setup(plan: Plan, dry_run: bool = False, restart: bool = True, after_write: 
         log.info("every layer already holds these settings; nothing written")
         problems = verify(plan)
         if problems:
-            raise EnvironmentSetupError(f"read-back found differences: {'; '.join(problems)}",
-                                        "run `invoke proxy.show` and report this as a bug")
+            raise EnvironmentSetupError(
+                f"read-back found differences: {'; '.join(problems)}",
+                "run `invoke proxy.show` and report this as a bug",
+            )
     commands = daemon_next_steps(plan, restart)
     if commands:
-        why = "systemd is not running here" if not systemd_running() else "--no-restart/--root given"
+        why = (
+            "systemd is not running here" if not systemd_running() else "--no-restart/--root given"
+        )
         log.warn(f"the Docker daemon reads the new settings only after a restart ({why}); run:")
         for argv in commands:
             log.info(f"    sudo {shlex.join(argv)}")
         if not systemd_running():
-            log.info("    (no systemd: restart dockerd the way it was started, e.g. `sudo service docker restart`)")
+            log.info(
+                "    (no systemd: restart dockerd the way it was started, e.g. `sudo service docker restart`)"
+            )
     return len(written)
 
 
-def remove(paths: Paths, dry_run: bool = False, layers: Sequence[str] = LAYERS) -> list[fsedit.Restore]:
+def remove(
+    paths: Paths, dry_run: bool = False, layers: Sequence[str] = LAYERS
+) -> list[fsedit.Restore]:
     """Undo the files of `layers`, each on its own (one broken file does not stop the others), then the saved
     settings: proxy.json keeps the layers still set up (those not removed, and those whose undo failed), and goes
     away with the CA bundle -- and the state folders apexkit made -- once none is left. A failure is raised at
@@ -939,26 +1186,45 @@ def remove(paths: Paths, dry_run: bool = False, layers: Sequence[str] = LAYERS) 
     try:
         saved: dict[str, SavedLayer] | None = load_saved(paths)
     except ApexkitError as exc:
-        log.warn(f"{exc.cause}; the saved settings are left as they are until every layer is removed")
+        log.warn(
+            f"{exc.cause}; the saved settings are left as they are until every layer is removed"
+        )
         saved = None
     failure: fsedit.UndoError | None = None
     try:
-        results, changes = fsedit.undo_all(store, OWNER, undo, only=lambda d: paths.layer_of(d) in layers,
-                                           dry_run=dry_run, within=paths.within)
+        results, changes = fsedit.undo_all(
+            store,
+            OWNER,
+            undo,
+            only=lambda d: paths.layer_of(d) in layers,
+            dry_run=dry_run,
+            within=paths.within,
+        )
     except fsedit.UndoError as exc:
         failure, results, changes = exc, exc.results, []
     failed = {paths.layer_of(r.display) for r in results if r.how.startswith("failed")}
-    remaining = {} if saved is None else {n: s for n, s in saved.items() if n not in layers or n in failed}
+    remaining = (
+        {} if saved is None else {n: s for n, s in saved.items() if n not in layers or n in failed}
+    )
     if not remaining and not failed and (saved is not None or set(layers) == set(LAYERS)):
-        more, more_changes = fsedit.undo_all(store, OWNER, undo, only=lambda d: paths.layer_of(d) == "state",
-                                             dry_run=dry_run, within=paths.within)
+        more, more_changes = fsedit.undo_all(
+            store,
+            OWNER,
+            undo,
+            only=lambda d: paths.layer_of(d) == "state",
+            dry_run=dry_run,
+            within=paths.within,
+        )
         results, changes = [*results, *more], [*changes, *more_changes]
     elif saved is not None and remaining != saved:
         change = _settings_change(paths, remaining)
         if not dry_run:
             fsedit.apply([change], store, OWNER)
-        results.append(fsedit.Restore(paths.settings_file, "kept for the layers still set up: "
-                                      + ", ".join(remaining)))
+        results.append(
+            fsedit.Restore(
+                paths.settings_file, "kept for the layers still set up: " + ", ".join(remaining)
+            )
+        )
         changes.append(change)
     for change in changes:
         if dry_run and change.changed:
@@ -977,8 +1243,10 @@ def describe(paths: Paths) -> dict:
     return {
         "settings_file": paths.settings_file if saved else None,
         "saved": {name: _mask_tree(entry.to_json()) for name, entry in saved.items()} or None,
-        "layers": {name: {"files": s.files, "configured": s.configured, "values": _mask_tree(s.values)}
-                   for name, s in states.items()},
+        "layers": {
+            name: {"files": s.files, "configured": s.configured, "values": _mask_tree(s.values)}
+            for name, s in states.items()
+        },
     }
 
 
@@ -992,14 +1260,18 @@ def _mask_tree(value):
     return value
 
 
-def current_settings(paths: Paths, environ: Mapping[str, str] | None = None) -> ProxySettings | None:
+def current_settings(
+    paths: Paths, environ: Mapping[str, str] | None = None
+) -> ProxySettings | None:
     """The saved settings, else the ones in the environment, else None."""
     saved = combined_settings(load_saved(paths))
     if saved is not None:
         try:
             return saved.validated()
         except ConfigError as exc:
-            log.warn(f"saved proxy settings ({paths.settings_file}) ignored: {exc.cause}; run invoke proxy.setup again")
+            log.warn(
+                f"saved proxy settings ({paths.settings_file}) ignored: {exc.cause}; run invoke proxy.setup again"
+            )
     try:
         return make_settings(environ=environ)
     except ConfigError:

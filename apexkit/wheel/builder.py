@@ -53,6 +53,7 @@ SMOKE_MARK = "APEXKIT-SMOKE "
 
 # --- doing -------------------------------------------------------------------------------------------------------
 
+
 @dataclass
 class BuildState:
     """What one build learns as its steps run, declared in one place: filled in step order, read by the manifest."""
@@ -60,9 +61,13 @@ class BuildState:
     started: float = field(default_factory=time.monotonic)
     timings: dict[str, float] = field(default_factory=dict)  # seconds per step, under stable keys
     log_path: Path | None = None  # build/<target-id>/build.log, once the build directory is held
-    source_epoch: int = ZIP_EPOCH  # SOURCE_DATE_EPOCH: the Ascend commit's time once the sources are known
+    source_epoch: int = (
+        ZIP_EPOCH  # SOURCE_DATE_EPOCH: the Ascend commit's time once the sources are known
+    )
     cache_key: str | None = None  # the wheel's content address, once the sources are known
-    use_cache: bool = False  # whether the wheel cache may be read and written (ours, and a clean --apex-src)
+    use_cache: bool = (
+        False  # whether the wheel cache may be read and written (ours, and a clean --apex-src)
+    )
     ccache: dict | None = None  # ccache's hits and misses for the compile
 
 
@@ -77,8 +82,13 @@ class Builder:
         self.m = matrix.load()
         self.state = BuildState()
         self.cache = WheelCache(opts.cache_dir / "wheels")
-        self.index = venvs.IndexOptions(opts.index_url, opts.extra_index_urls, opts.torch_index_url,
-                                        opts.wheelhouses, opts.offline)
+        self.index = venvs.IndexOptions(
+            opts.index_url,
+            opts.extra_index_urls,
+            opts.torch_index_url,
+            opts.wheelhouses,
+            opts.offline,
+        )
 
     @property
     def log_path(self) -> Path:
@@ -96,19 +106,36 @@ class Builder:
             s.note(f"{interp.path} ({interp.full_version}, {interp.machine})")
         system_torch = self._system_torch(interp) if opts.use_system_torch else None
         detected = None
-        if opts.apex_src is not None and opts.setup_flags is None and self.m.ref(opts.apex_ref or "local") is None:
-            detected = sources.flags_of(opts.apex_src)  # a ref matrix.toml does not know: its npu.patch says
-        plan = buildplan.make_plan(opts, self.m, interp, system_torch["version"] if system_torch else None, self.env, detected)
+        if (
+            opts.apex_src is not None
+            and opts.setup_flags is None
+            and self.m.ref(opts.apex_ref or "local") is None
+        ):
+            detected = sources.flags_of(
+                opts.apex_src
+            )  # a ref matrix.toml does not know: its npu.patch says
+        plan = buildplan.make_plan(
+            opts,
+            self.m,
+            interp,
+            system_torch["version"] if system_torch else None,
+            self.env,
+            detected,
+        )
         if detected is not None:
             log.info(f"  flags detected from npu.patch: {' '.join(detected)}")
         self._summary(plan)
         arch = self.m.stack(plan.stack).arch if plan.stack else plan.arch
         if arch != plan.arch:
-            log.warn(f"stack {plan.stack} trains on {arch}; this wheel is for {plan.arch} (this machine). For {arch}: "
-                     f"nox -s build-{plan.stack} (a builder image under QEMU) or build on an {arch} host")
+            log.warn(
+                f"stack {plan.stack} trains on {arch}; this wheel is for {plan.arch} (this machine). For {arch}: "
+                f"nox -s build-{plan.stack} (a builder image under QEMU) or build on an {arch} host"
+            )
         patch_list = patches.load_all()
         patches.check_skips(patch_list, opts.skip_patches)
-        check_overwrite(opts.dist_dir, plan.target_id, plan.identity, opts.force)  # before hours of compiling
+        check_overwrite(
+            opts.dist_dir, plan.target_id, plan.identity, opts.force
+        )  # before hours of compiling
         if opts.dry_run:
             log.info("dry run: nothing fetched, built or written")
             return opts.dist_dir / plan.target_id
@@ -120,8 +147,14 @@ class Builder:
         with locks.hold(work, f"build directory {work}"), contextlib.ExitStack() as held:
             return self._run_in(work, plan, interp, patch_list, held)
 
-    def _run_in(self, work: Path, plan: buildplan.Plan, interp: interpreters.Interpreter, patch_list: list[patches.Patch],
-                held: contextlib.ExitStack) -> Path:
+    def _run_in(
+        self,
+        work: Path,
+        plan: buildplan.Plan,
+        interp: interpreters.Interpreter,
+        patch_list: list[patches.Patch],
+        held: contextlib.ExitStack,
+    ) -> Path:
         opts = self.opts
         work.mkdir(parents=True, exist_ok=True)
         self.state.log_path = work / "build.log"
@@ -129,18 +162,30 @@ class Builder:
 
         with tempfile.TemporaryDirectory(prefix="ascend-", dir=work) as tmp:
             ascend, nvidia, nvidia_sha = self._sources(plan, Path(tmp) / "ascend")
-            key = self.state.cache_key = buildplan.cache_key(plan, opts, ascend.commit, nvidia_sha, patch_list, self.m)
-            self.state.use_cache = self.cache.usable() and not ascend.dirty  # a dirty checkout is never cached
+            key = self.state.cache_key = buildplan.cache_key(
+                plan, opts, ascend.commit, nvidia_sha, patch_list, self.m
+            )
+            self.state.use_cache = (
+                self.cache.usable() and not ascend.dirty
+            )  # a dirty checkout is never cached
             if self.state.use_cache:
-                held.enter_context(locks.hold(self.cache.entry(key), f"wheel cache entry {key[:12]}"))
-            cached = self.cache.lookup(key, work) if (self.state.use_cache and opts.use_cache) else None
+                held.enter_context(
+                    locks.hold(self.cache.entry(key), f"wheel cache entry {key[:12]}")
+                )
+            cached = (
+                self.cache.lookup(key, work) if (self.state.use_cache and opts.use_cache) else None
+            )
             if cached is not None:
                 return self._publish_cached(plan, cached, interp, work)
             if plan.needs_npu_headers:
                 self._check_npu_headers(plan)
             venv = self._build_venv(plan, interp)
             tree = work / "tree"
-            with log.step("generate tree (NVIDIA apex + npu.patch + src/ + tests/)", self.state.timings, key="tree") as s:
+            with log.step(
+                "generate tree (NVIDIA apex + npu.patch + src/ + tests/)",
+                self.state.timings,
+                key="tree",
+            ) as s:
                 sources.generate_tree(ascend, nvidia, nvidia_sha, tree)
                 s.note(f"{tree} (NVIDIA apex {nvidia_sha[:12]}, Ascend {ascend.commit[:19]})")
         with log.step("apply our patches", self.state.timings, key="patches") as s:
@@ -148,12 +193,20 @@ class Builder:
             for r in results:
                 log.info(f"  {r.id:<18} {r.status}")
             s.note(", ".join(f"{r.id}: {r.status}" for r in results))
-        threading.Thread(target=sbom.warm_up, name="sbom-warm-up", daemon=True).start()  # overlaps the compile
+        threading.Thread(
+            target=sbom.warm_up, name="sbom-warm-up", daemon=True
+        ).start()  # overlaps the compile
         wheel = self._compile(plan, venv, tree, work)
         checks = self._binary_checks(plan, venv, tree, wheel, results)
         wheel = self._retag(plan, venv, wheel, checks)
-        smoke = self._smoke_test(plan, interp, wheel, work) if opts.smoke_test else {"skipped": "--no-smoke-test"}
-        manifest = self._manifest(plan, ascend, nvidia_sha, results, wheel, venv, key, smoke, checks)
+        smoke = (
+            self._smoke_test(plan, interp, wheel, work)
+            if opts.smoke_test
+            else {"skipped": "--no-smoke-test"}
+        )
+        manifest = self._manifest(
+            plan, ascend, nvidia_sha, results, wheel, venv, key, smoke, checks
+        )
         if self.state.use_cache:
             self.cache.store(key, wheel, manifest)
         return self._publish(plan, wheel, manifest)
@@ -164,27 +217,56 @@ class Builder:
         rows = [
             ("target", plan.target_id),
             ("interpreter", f"{plan.interpreter} ({plan.interpreter_version})"),
-            *([("stack", f"{plan.stack}" + (f" (CANN {plan.cann} on the NPU nodes)" if plan.cann else ""))]
-              if plan.stack else []),
-            ("torch", f"{plan.torch}" + (" (system)" if o.use_system_torch else "")
-             + (f" + torch_npu {plan.torch_npu}" if plan.torch_npu else "")),
+            *(
+                [
+                    (
+                        "stack",
+                        f"{plan.stack}"
+                        + (f" (CANN {plan.cann} on the NPU nodes)" if plan.cann else ""),
+                    )
+                ]
+                if plan.stack
+                else []
+            ),
+            (
+                "torch",
+                f"{plan.torch}"
+                + (" (system)" if o.use_system_torch else "")
+                + (f" + torch_npu {plan.torch_npu}" if plan.torch_npu else ""),
+            ),
             ("torch build", plan.torch_build),
-            ("Ascend apex", f"{o.apex_src} (copy)" if o.apex_src else f"{log.mask(o.ascend_apex_url)} @ {plan.apex_ref}"),
+            (
+                "Ascend apex",
+                f"{o.apex_src} (copy)"
+                if o.apex_src
+                else f"{log.mask(o.ascend_apex_url)} @ {plan.apex_ref}",
+            ),
             ("NVIDIA apex", log.mask(o.nvidia_apex_url)),
             ("setup.py flags", " ".join(plan.flags) or "(detected from npu.patch)"),
             ("jobs", str(o.jobs)),
-            ("index", "offline" if o.offline else (log.mask(o.index_url or "") or "pip config")
-             + (f", torch from {log.mask(o.torch_index_url)}" if o.torch_index_url else "")),
+            (
+                "index",
+                "offline"
+                if o.offline
+                else (log.mask(o.index_url or "") or "pip config")
+                + (f", torch from {log.mask(o.torch_index_url)}" if o.torch_index_url else ""),
+            ),
             ("cache", f"{o.cache_dir}" + ("" if o.use_cache else " (--no-cache)")),
-            ("ccache", "CC/CXX from the environment, used as they are" if "CC" in self.env or "CXX" in self.env
-             else shutil.which("ccache") or "not on PATH (every compile from scratch)"),
+            (
+                "ccache",
+                "CC/CXX from the environment, used as they are"
+                if "CC" in self.env or "CXX" in self.env
+                else shutil.which("ccache") or "not on PATH (every compile from scratch)",
+            ),
             ("dist", str(o.dist_dir / plan.target_id)),
         ]
         for name, value in rows:
             log.info(f"  {name:<15} {value}")
 
     def _system_torch(self, interp: interpreters.Interpreter) -> dict:
-        proc = subprocess.run([interp.path, str(TORCH_FACTS), "system"], capture_output=True, text=True, env=self.env)
+        proc = subprocess.run(
+            [interp.path, str(TORCH_FACTS), "system"], capture_output=True, text=True, env=self.env
+        )
         if proc.returncode != 0:
             raise ConfigError(
                 f"--use-system-torch: {interp.path} cannot import torch "
@@ -200,7 +282,9 @@ class Builder:
             if opts.apex_src:
                 ascend = sources.copy_ascend(opts.apex_src, dest)
                 if ascend.dirty:
-                    log.warn(f"{opts.apex_src} has uncommitted changes: the wheel cache is bypassed")
+                    log.warn(
+                        f"{opts.apex_src} has uncommitted changes: the wheel cache is bypassed"
+                    )
             else:
                 mirror = sources.Mirror(opts.ascend_apex_url, opts.cache_dir, retry)
                 sha = mirror.resolve(plan.apex_ref, opts.offline)
@@ -209,8 +293,10 @@ class Builder:
             pinned = ascend.pinned_nvidia_commit()
             nvidia_sha = opts.nvidia_commit or pinned or self.m.nvidia_apex_commit
             if pinned and not opts.nvidia_commit and pinned != self.m.nvidia_apex_commit:
-                log.warn(f"scripts/build.sh pins NVIDIA apex {pinned[:12]}, matrix.toml says "
-                         f"{self.m.nvidia_apex_commit[:12]}: using build.sh's")
+                log.warn(
+                    f"scripts/build.sh pins NVIDIA apex {pinned[:12]}, matrix.toml says "
+                    f"{self.m.nvidia_apex_commit[:12]}: using build.sh's"
+                )
             nvidia = sources.Mirror(opts.nvidia_apex_url, opts.cache_dir, retry)
             nvidia.ensure_commit(nvidia_sha, opts.offline)
             s.note(f"Ascend {ascend.commit[:19]}, NVIDIA {nvidia_sha[:12]} (verified)")
@@ -218,7 +304,9 @@ class Builder:
 
     def _check_npu_headers(self, plan: buildplan.Plan) -> None:
         cann = buildplan.detect_cann(self.env)
-        if cann and any((Path(cann) / sub / "acl" / "acl.h").is_file() for sub in ("include", "runtime/include")):
+        if cann and any(
+            (Path(cann) / sub / "acl" / "acl.h").is_file() for sub in ("include", "runtime/include")
+        ):
             return
         raise ConfigError(
             f"ref {plan.apex_ref} builds npu_float_status ({' '.join(plan.flags)}), which needs the ACL headers of "
@@ -227,9 +315,15 @@ class Builder:
         )
 
     def _venv_dir(self, plan: buildplan.Plan, interp: interpreters.Interpreter) -> Path:
-        inputs = {"interp": interp.path, "version": interp.full_version, "torch": plan.torch,
-                  "torch_npu": plan.torch_npu, "system": self.opts.use_system_torch, "requires": self.m.build_requires,
-                  "index": self.index.key()}
+        inputs = {
+            "interp": interp.path,
+            "version": interp.full_version,
+            "torch": plan.torch,
+            "torch_npu": plan.torch_npu,
+            "system": self.opts.use_system_torch,
+            "requires": self.m.build_requires,
+            "index": self.index.key(),
+        }
         digest = hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:16]
         return self.opts.cache_dir / "venvs" / f"build-py{plan.python}-{digest}"
 
@@ -241,43 +335,92 @@ class Builder:
         with contextlib.ExitStack() as held:
             with log.step("build venv", self.state.timings, key="venv") as s:
                 held.enter_context(venvs.lock(path))
-                if marker.is_file() and not self.opts.recreate_venv:  # checked under the lock: another build may
+                if (
+                    marker.is_file() and not self.opts.recreate_venv
+                ):  # checked under the lock: another build may
                     # have made it while this one waited
                     s.note(f"reused {path}")
                     return venvs.Venv(path)
-                venv = venvs.create(interp.path, path, self.log_path, system_site_packages=self.opts.use_system_torch,
-                                    index=self.index)
+                venv = venvs.create(
+                    interp.path,
+                    path,
+                    self.log_path,
+                    system_site_packages=self.opts.use_system_torch,
+                    index=self.index,
+                )
                 s.note(f"{path}")
-            what = ("the system torch" if self.opts.use_system_torch else f"torch {plan.torch}"
-                    + (f" + torch_npu {plan.torch_npu}" if plan.torch_npu else ""))
-            with log.step(f"install {what} and the build requirements", self.state.timings, key="torch_install") as s:
+            what = (
+                "the system torch"
+                if self.opts.use_system_torch
+                else f"torch {plan.torch}"
+                + (f" + torch_npu {plan.torch_npu}" if plan.torch_npu else "")
+            )
+            with log.step(
+                f"install {what} and the build requirements",
+                self.state.timings,
+                key="torch_install",
+            ) as s:
                 self._install_torch(venv, plan)
-                venvs.pip_install(venv, self.m.build_requires, self.index, self.log_path, verbose=self.opts.verbose)
+                venvs.pip_install(
+                    venv,
+                    self.m.build_requires,
+                    self.index,
+                    self.log_path,
+                    verbose=self.opts.verbose,
+                )
                 if self.opts.use_system_torch:
                     self._ensure_system_torch_visible(venv, interp)
                 packages = venvs.freeze(venv)
-                marker.write_text(json.dumps({"packages": packages, "created": time.time()}, indent=1))
-                s.note(", ".join(f"{n} {packages[n]}" for n in ("torch", "torch-npu", "torch_npu", "setuptools")
-                                 if isinstance(packages, dict) and packages.get(n)))
+                marker.write_text(
+                    json.dumps({"packages": packages, "created": time.time()}, indent=1)
+                )
+                s.note(
+                    ", ".join(
+                        f"{n} {packages[n]}"
+                        for n in ("torch", "torch-npu", "torch_npu", "setuptools")
+                        if isinstance(packages, dict) and packages.get(n)
+                    )
+                )
             return venv
 
     def _install_torch(self, venv: venvs.Venv, plan: buildplan.Plan, record: bool = True) -> None:
         """torch (+ torch_npu); `record`: note the wheels' digests for the SBOM (the build venv, not the smoke one)."""
         if self.opts.use_system_torch:
             return
-        venvs.pip_install(venv, [f"torch=={plan.torch}"], self.index, self.log_path, for_torch=True,
-                          verbose=self.opts.verbose, record=record)
+        venvs.pip_install(
+            venv,
+            [f"torch=={plan.torch}"],
+            self.index,
+            self.log_path,
+            for_torch=True,
+            verbose=self.opts.verbose,
+            record=record,
+        )
         if plan.torch_npu:
-            venvs.install_torch_npu(venv, plan.torch_npu, self.m.npu_requires, self.index, self.log_path, self.env,
-                                    verbose=self.opts.verbose, record=record)
+            venvs.install_torch_npu(
+                venv,
+                plan.torch_npu,
+                self.m.npu_requires,
+                self.index,
+                self.log_path,
+                self.env,
+                verbose=self.opts.verbose,
+                record=record,
+            )
 
-    def _ensure_system_torch_visible(self, venv: venvs.Venv, interp: interpreters.Interpreter) -> None:
+    def _ensure_system_torch_visible(
+        self, venv: venvs.Venv, interp: interpreters.Interpreter
+    ) -> None:
         """A venv made from a venv does not see the parent's packages: point a .pth at the system torch's dir."""
-        probe = subprocess.run([str(venv.python), "-c", "import torch"], capture_output=True, env=self.env)
+        probe = subprocess.run(
+            [str(venv.python), "-c", "import torch"], capture_output=True, env=self.env
+        )
         if probe.returncode == 0:
             return
         torch_dir = self._system_torch(interp)["dir"]
-        site = venv.run_json("import json, sysconfig; print(json.dumps(sysconfig.get_paths()['purelib']))")
+        site = venv.run_json(
+            "import json, sysconfig; print(json.dumps(sysconfig.get_paths()['purelib']))"
+        )
         Path(site, "apexkit-system-torch.pth").write_text(torch_dir + "\n")
 
     def _compile(self, plan: buildplan.Plan, venv: venvs.Venv, tree: Path, work: Path) -> Path:
@@ -294,43 +437,83 @@ class Builder:
             env["CC"], env["CXX"] = f"{ccache} gcc", f"{ccache} g++"
         # ccache's hits and misses for this compile alone (its counters before and after; the user's stats stay),
         # whether we put it in CC/CXX or the user did; None in the manifest when no ccache wraps the compiler
-        wrapper = next((shutil.which(w) or w for w in (v.split()[0] for v in (env.get("CXX"), env.get("CC")) if v
-                                                        and v.split()) if Path(w).name == "ccache"), None)
+        wrapper = next(
+            (
+                shutil.which(w) or w
+                for w in (v.split()[0] for v in (env.get("CXX"), env.get("CC")) if v and v.split())
+                if Path(w).name == "ccache"
+            ),
+            None,
+        )
         self.state.ccache = None
-        argv = [str(venv.python), "setup.py", *plan.flags, "build_ext", "-j", str(self.opts.jobs),
-                "bdist_wheel", "-d", str(out)]
-        with log.step(f"compile ({' '.join(plan.flags)}, -j{self.opts.jobs}{', ccache' if wrapper else ''})",
-                      self.state.timings, key="compile") as s:
+        argv = [
+            str(venv.python),
+            "setup.py",
+            *plan.flags,
+            "build_ext",
+            "-j",
+            str(self.opts.jobs),
+            "bdist_wheel",
+            "-d",
+            str(out),
+        ]
+        with log.step(
+            f"compile ({' '.join(plan.flags)}, -j{self.opts.jobs}{', ccache' if wrapper else ''})",
+            self.state.timings,
+            key="compile",
+        ) as s:
             before = ccachestats.snapshot(wrapper, env) if wrapper else None
-            code, tail = run_logged(argv, self.log_path, cwd=tree, env=env, verbose=self.opts.verbose,
-                                    progress=_compile_progress)
+            code, tail = run_logged(
+                argv,
+                self.log_path,
+                cwd=tree,
+                env=env,
+                verbose=self.opts.verbose,
+                progress=_compile_progress,
+            )
             if wrapper and before is not None:
                 self.state.ccache = ccachestats.diff(before, ccachestats.snapshot(wrapper, env))
             if code != 0:
                 hint = self._explain_failure(tail)
-                raise BuildError(f"setup.py failed for {plan.target_id}: {_first_error(tail)}",
-                                 f"full log: {self.log_path}" + (f"; {hint}" if hint else ""))
+                raise BuildError(
+                    f"setup.py failed for {plan.target_id}: {_first_error(tail)}",
+                    f"full log: {self.log_path}" + (f"; {hint}" if hint else ""),
+                )
             wheels = sorted(out.glob("*.whl"))
             if len(wheels) != 1:
-                raise BuildError(f"setup.py produced {len(wheels)} wheels in {out}", f"see {self.log_path}")
-            s.note(wheels[0].name + (f"; {ccachestats.describe(self.state.ccache)}" if wrapper else ""))
+                raise BuildError(
+                    f"setup.py produced {len(wheels)} wheels in {out}", f"see {self.log_path}"
+                )
+            s.note(
+                wheels[0].name + (f"; {ccachestats.describe(self.state.ccache)}" if wrapper else "")
+            )
         return wheels[0]
 
-    def expectations(self, plan: buildplan.Plan, venv: venvs.Venv, tree: Path, results: list[patches.PatchResult]
-                     ) -> wheelcheck.Expect:
+    def expectations(
+        self, plan: buildplan.Plan, venv: venvs.Venv, tree: Path, results: list[patches.PatchResult]
+    ) -> wheelcheck.Expect:
         """What the binaries must show, from this build's own inputs: the target arch, the build venv's torch (its
         lib/ folder, its C++ ABI), the patched setup.py (hardening flags, declared libraries) and whether our
         rpath patch applied."""
         torch = self._torch_facts(venv)
         setup_py = (tree / "setup.py").read_text(errors="replace")
         rpath_status = next((r.status for r in results if r.id == "rpath-link-flag"), None)
-        extra = [d for d in (torch.get("npu_lib"), *(f"{c}/lib64" for c in [buildplan.detect_cann(self.env)] if c)) if d]
+        extra = [
+            d
+            for d in (
+                torch.get("npu_lib"),
+                *(f"{c}/lib64" for c in [buildplan.detect_cann(self.env)] if c),
+            )
+            if d
+        ]
         return wheelcheck.Expect(
             arch=plan.arch,
             torch_lib=torch["lib"],
             extra_lib_dirs=tuple(extra),
             declared_libs=wheelcheck.declared_libs(setup_py),
-            rpath=("$ORIGIN/torch/lib",) if rpath_status in (patches.APPLIED, patches.ALREADY) else (),
+            rpath=("$ORIGIN/torch/lib",)
+            if rpath_status in (patches.APPLIED, patches.ALREADY)
+            else (),
             site_dir=torch["site"],
             cxx11_abi=torch["cxx11_abi"],
             hardening=wheelcheck.hardening_asked(setup_py),
@@ -343,49 +526,92 @@ class Builder:
         kept = venv.path / "apexkit-torch-facts.json"
         with contextlib.suppress(OSError, ValueError):
             facts = json.loads(kept.read_text())
-            if isinstance(facts, dict) and {"lib", "site", "cxx11_abi", "npu_lib", "interpreter"} <= set(facts):
+            if isinstance(facts, dict) and {
+                "lib",
+                "site",
+                "cxx11_abi",
+                "npu_lib",
+                "interpreter",
+            } <= set(facts):
                 return facts
-        proc = subprocess.run([str(venv.python), str(TORCH_FACTS), "build"], capture_output=True, text=True,
-                              env=self.env)
+        proc = subprocess.run(
+            [str(venv.python), str(TORCH_FACTS), "build"],
+            capture_output=True,
+            text=True,
+            env=self.env,
+        )
         if proc.returncode != 0:
-            raise BuildError(f"the build venv's torch cannot be probed for the binary checks: "
-                             f"{(proc.stderr.strip().splitlines() or ['?'])[-1]}", f"see {self.log_path}")
+            raise BuildError(
+                f"the build venv's torch cannot be probed for the binary checks: "
+                f"{(proc.stderr.strip().splitlines() or ['?'])[-1]}",
+                f"see {self.log_path}",
+            )
         facts = json.loads(proc.stdout.strip().splitlines()[-1])
         with contextlib.suppress(OSError, ApexkitError):  # not kept: the next build probes again
             fsedit.atomic_write(kept, json.dumps(facts).encode(), 0o644)
         return facts
 
-    def _binary_checks(self, plan: buildplan.Plan, venv: venvs.Venv, tree: Path, wheel: Path,
-                       results: list[patches.PatchResult]) -> dict:
+    def _binary_checks(
+        self,
+        plan: buildplan.Plan,
+        venv: venvs.Venv,
+        tree: Path,
+        wheel: Path,
+        results: list[patches.PatchResult],
+    ) -> dict:
         """The wheel's identity and its modules' ELF facts (apexkit.wheel.wheelcheck). A failure stops the build before
         anything is published, one line naming the file and the check; a diagnosis build (--skip-patch) keeps its
         wheel, with the failures printed and recorded in its manifest."""
-        with log.step("binary checks (identity, ELF machine, NEEDED, RPATH, symbols, C++ ABI, hardening)",
-                      self.state.timings, key="binary_checks") as s:
+        with log.step(
+            "binary checks (identity, ELF machine, NEEDED, RPATH, symbols, C++ ABI, hardening)",
+            self.state.timings,
+            key="binary_checks",
+        ) as s:
             expect = self.expectations(plan, venv, tree, results)
             env = identity_env(plan)
-            report = wheelcheck.check_wheel(wheel, expect, version=target.BASE_VERSION + env["APEXKIT_VERSION_LABEL"],
-                                            requires=env["APEXKIT_REQUIRES"].split())
+            report = wheelcheck.check_wheel(
+                wheel,
+                expect,
+                version=target.BASE_VERSION + env["APEXKIT_VERSION_LABEL"],
+                requires=env["APEXKIT_REQUIRES"].split(),
+            )
             for module in report["modules"]:
-                log.info(f"  {module['file']}: {module['machine']}, NEEDED {', '.join(module['needed'])}; RPATH "
-                         f"{':'.join(module['rpath']) or '(none)'}; {module['glibc']}, {module['glibcxx']}")
+                log.info(
+                    f"  {module['file']}: {module['machine']}, NEEDED {', '.join(module['needed'])}; RPATH "
+                    f"{':'.join(module['rpath']) or '(none)'}; {module['glibc']}, {module['glibcxx']}"
+                )
                 for note in module["notes"]:
                     log.info(f"    {note}")
             report["platform"] = wheelcheck.platform_tag(wheel, plan.arch)
             failures = report["failures"]
             with open(self.log_path, "a") as fh:
-                fh.write("binary checks:\n" + "".join(f"  FAIL {f}\n" for f in failures) + json.dumps(
-                    report, indent=1) + "\n")
+                fh.write(
+                    "binary checks:\n"
+                    + "".join(f"  FAIL {f}\n" for f in failures)
+                    + json.dumps(report, indent=1)
+                    + "\n"
+                )
             if failures and not self.opts.skip_patches:
                 more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
-                raise BuildError(f"binary check failed: {failures[0]}{more}; nothing was published",
-                                 f"every failure is in {self.log_path}; compare with the ref's setup.py flags")
+                raise BuildError(
+                    f"binary check failed: {failures[0]}{more}; nothing was published",
+                    f"every failure is in {self.log_path}; compare with the ref's setup.py flags",
+                )
             for failure in failures:
                 log.warn(f"binary check (diagnosis build, --skip-patch): {failure}")
-            s.note(f"{report['version']}; requires {', '.join(report['requires_dist']) or 'nothing'}; "
-                   + (f"{len(failures)} failure(s) kept for diagnosis" if failures else
-                      f"{len(report['modules'])} module(s) pass; max {report['max_glibc']}, {report['max_glibcxx']}"
-                      + (f" -> {report['platform']['tag']}" if report["platform"].get("computed") else "")))
+            s.note(
+                f"{report['version']}; requires {', '.join(report['requires_dist']) or 'nothing'}; "
+                + (
+                    f"{len(failures)} failure(s) kept for diagnosis"
+                    if failures
+                    else f"{len(report['modules'])} module(s) pass; max {report['max_glibc']}, {report['max_glibcxx']}"
+                    + (
+                        f" -> {report['platform']['tag']}"
+                        if report["platform"].get("computed")
+                        else ""
+                    )
+                )
+            )
             if not report["platform"].get("computed"):
                 log.info(f"  manylinux tag not computed: {report['platform']['why']}")
             return report
@@ -400,14 +626,26 @@ class Builder:
         platform_report = checks["platform"]
         with log.step("platform tag (wheel tags)", self.state.timings, key="platform_tag") as s:
             try:
-                new = wheelcheck.retag(wheel, platform_report, plan.arch, venv.python, self.state.source_epoch, self.env)
+                new = wheelcheck.retag(
+                    wheel,
+                    platform_report,
+                    plan.arch,
+                    venv.python,
+                    self.state.source_epoch,
+                    self.env,
+                )
             except wheelcheck.RetagError as exc:
-                raise BuildError(f"cannot retag the wheel: {exc}; nothing was published",
-                                 f"see {self.log_path}; report it (apexkit/wheel/wheelcheck.py retag)") from None
+                raise BuildError(
+                    f"cannot retag the wheel: {exc}; nothing was published",
+                    f"see {self.log_path}; report it (apexkit/wheel/wheelcheck.py retag)",
+                ) from None
             with open(self.log_path, "a") as fh:
                 fh.write(f"platform tag: {json.dumps(platform_report)}\n")
-            s.note(f"{wheel.name} -> {new.name}" if new != wheel else
-                   f"{new.name} keeps {platform_report['wheel_tag']}: {platform_report.get('kept_because', 'already')}")
+            s.note(
+                f"{wheel.name} -> {new.name}"
+                if new != wheel
+                else f"{new.name} keeps {platform_report['wheel_tag']}: {platform_report.get('kept_because', 'already')}"
+            )
         return new
 
     def _explain_failure(self, tail: list[str]) -> str | None:
@@ -416,30 +654,61 @@ class Builder:
             log.foreign(line, "    ")
         return known_failures.announce(self.log_path.read_text(errors="replace"))
 
-    def _smoke_test(self, plan: buildplan.Plan, interp: interpreters.Interpreter, wheel: Path, work: Path) -> dict:
+    def _smoke_test(
+        self, plan: buildplan.Plan, interp: interpreters.Interpreter, wheel: Path, work: Path
+    ) -> dict:
         modules = [e for e in plan.extensions if e != "npu_float_status" or plan.torch_npu]
-        with log.step("smoke test (fresh venv: install the wheel, import its compiled modules)", self.state.timings,
-                      key="smoke_test") as s:
+        with log.step(
+            "smoke test (fresh venv: install the wheel, import its compiled modules)",
+            self.state.timings,
+            key="smoke_test",
+        ) as s:
             venv_path = work / "smoke-venv"
             try:
-                venv = venvs.create(plan.interpreter, venv_path, self.log_path,
-                                    system_site_packages=self.opts.use_system_torch, index=self.index)
+                venv = venvs.create(
+                    plan.interpreter,
+                    venv_path,
+                    self.log_path,
+                    system_site_packages=self.opts.use_system_torch,
+                    index=self.index,
+                )
                 if self.opts.use_system_torch:
                     self._ensure_system_torch_visible(venv, interp)
                 else:
                     self._install_torch(venv, plan, record=False)
-                venvs.pip_install(venv, [str(wheel)], self.index, self.log_path, extra=["--no-deps"], record=False)
-                with tempfile.TemporaryDirectory() as cwd:  # not the tree: import what the wheel installed
+                venvs.pip_install(
+                    venv, [str(wheel)], self.index, self.log_path, extra=["--no-deps"], record=False
+                )
+                with (
+                    tempfile.TemporaryDirectory()
+                ) as cwd:  # not the tree: import what the wheel installed
                     # LD_BIND_NOW: every undefined symbol resolved at import, not at first call; then the CPU tier
                     # (bench/cpu_tier.py) in the same interpreter
-                    proc = subprocess.run([str(venv.python), str(SMOKE_SCRIPT), ",".join(modules),
-                                           str(paths.BENCH / "cpu_tier.py")], cwd=cwd, capture_output=True, text=True,
-                                          env=dict(self.env, LD_BIND_NOW="1"))
-                smoke = next((line[len(SMOKE_MARK):] for line in proc.stdout.splitlines()
-                              if line.startswith(SMOKE_MARK)), None)
+                    proc = subprocess.run(
+                        [
+                            str(venv.python),
+                            str(SMOKE_SCRIPT),
+                            ",".join(modules),
+                            str(paths.BENCH / "cpu_tier.py"),
+                        ],
+                        cwd=cwd,
+                        capture_output=True,
+                        text=True,
+                        env=dict(self.env, LD_BIND_NOW="1"),
+                    )
+                smoke = next(
+                    (
+                        line[len(SMOKE_MARK) :]
+                        for line in proc.stdout.splitlines()
+                        if line.startswith(SMOKE_MARK)
+                    ),
+                    None,
+                )
                 if smoke is None:
-                    raise SmokeTestError(f"smoke test crashed: {(proc.stderr.strip().splitlines() or ['?'])[-1]}",
-                                         f"see {self.log_path}")
+                    raise SmokeTestError(
+                        f"smoke test crashed: {(proc.stderr.strip().splitlines() or ['?'])[-1]}",
+                        f"see {self.log_path}",
+                    )
                 result = json.loads(smoke)
                 result["cpu_tier"] = self._cpu_tier(proc)
             finally:
@@ -447,39 +716,69 @@ class Builder:
             failed = {k: v["error"] for k, v in result["modules"].items() if not v["ok"]}
             if failed:
                 name, err = next(iter(failed.items()))
-                hint = known_failures.announce(err) or "check the link flags (readelf -d) and the torch version"
-                raise SmokeTestError(f"the wheel installs but {name} does not import in a fresh venv: {err}",
-                                     f"see {self.log_path}; {hint}")
-            failed_tier = [r for r in result["cpu_tier"].get("results", []) if r["status"] == "fail"]
+                hint = (
+                    known_failures.announce(err)
+                    or "check the link flags (readelf -d) and the torch version"
+                )
+                raise SmokeTestError(
+                    f"the wheel installs but {name} does not import in a fresh venv: {err}",
+                    f"see {self.log_path}; {hint}",
+                )
+            failed_tier = [
+                r for r in result["cpu_tier"].get("results", []) if r["status"] == "fail"
+            ]
             if failed_tier or result["cpu_tier"].get("error"):
-                what = (f"{failed_tier[0]['name']}: {failed_tier[0]['detail']}" if failed_tier
-                        else result["cpu_tier"]["error"])
-                raise SmokeTestError(f"the CPU test tier failed in the clean venv: {what}", f"see {self.log_path}")
+                what = (
+                    f"{failed_tier[0]['name']}: {failed_tier[0]['detail']}"
+                    if failed_tier
+                    else result["cpu_tier"]["error"]
+                )
+                raise SmokeTestError(
+                    f"the CPU test tier failed in the clean venv: {what}", f"see {self.log_path}"
+                )
             for r in result["cpu_tier"].get("results", []):
                 log.info(f"  cpu tier {r['status']:<4} {r['name']}: {r['detail']}")
-            s.note(f"{', '.join(result['modules'])} import; apex: {result['apex']}"
-                   + (f"; {result['op']}" if result.get("op") else ""))
+            s.note(
+                f"{', '.join(result['modules'])} import; apex: {result['apex']}"
+                + (f"; {result['op']}" if result.get("op") else "")
+            )
             log.info(f"  checked: {'; '.join(result['checked'])}")
             if result.get("torch_npu"):
                 log.info(f"  torch_npu: {result['torch_npu']}")
             if result["needs_cann"]:
-                log.info(f"  needs the CANN runtime (not checked here): {'; '.join(result['needs_cann'])}")
+                log.info(
+                    f"  needs the CANN runtime (not checked here): {'; '.join(result['needs_cann'])}"
+                )
             return result
 
     def _cpu_tier(self, proc: subprocess.CompletedProcess) -> dict:
         """bench/cpu_tier.py's report, run after the smoke script in its interpreter (the smoke venv: the wheel,
         torch, nothing else): change_data_ptr round trip, flatten/unflatten against torch, byte-compiling apex, the
         Python side as far as it imports without CANN. Its output goes to the build log."""
-        lines = [line for line in proc.stdout.strip().splitlines() if not line.startswith(SMOKE_MARK)]
+        lines = [
+            line for line in proc.stdout.strip().splitlines() if not line.startswith(SMOKE_MARK)
+        ]
         with open(self.log_path, "a") as fh:
             fh.write(f"cpu tier (exit {proc.returncode}):\n{proc.stderr}{chr(10).join(lines)}\n")
         try:
             return json.loads(lines[-1])
         except (ValueError, IndexError):
-            return {"error": f"bench/cpu_tier.py crashed: {(proc.stderr.strip().splitlines() or ['?'])[-1][:200]}"}
+            return {
+                "error": f"bench/cpu_tier.py crashed: {(proc.stderr.strip().splitlines() or ['?'])[-1][:200]}"
+            }
 
-    def _manifest(self, plan: buildplan.Plan, ascend: sources.AscendSource, nvidia_sha: str, results: list[patches.PatchResult],
-                  wheel: Path, venv: venvs.Venv, key: str, smoke: dict, checks: dict) -> dict:
+    def _manifest(
+        self,
+        plan: buildplan.Plan,
+        ascend: sources.AscendSource,
+        nvidia_sha: str,
+        results: list[patches.PatchResult],
+        wheel: Path,
+        venv: venvs.Venv,
+        key: str,
+        smoke: dict,
+        checks: dict,
+    ) -> dict:
         """manifest.json of a fresh build, whole: what was built from what, how, and what its checks found (a cache
         hit republishes its entry's manifest; `_publish` adds the publish step's time to durations_s)."""
         opts = self.opts
@@ -488,7 +787,11 @@ class Builder:
             "apexkit": apexkit.__version__,
             "target": asdict(plan),
             "sources": {
-                "ascend_apex": {"origin": log.mask(ascend.origin), "ref": plan.apex_ref, "commit": ascend.commit},
+                "ascend_apex": {
+                    "origin": log.mask(ascend.origin),
+                    "ref": plan.apex_ref,
+                    "commit": ascend.commit,
+                },
                 "nvidia_apex": {"url": log.mask(opts.nvidia_apex_url), "commit": nvidia_sha},
             },
             "patches": [asdict(r) for r in results],
@@ -496,17 +799,24 @@ class Builder:
             "tools": {
                 "python": plan.interpreter_version,
                 "gcc": _first_line([os.environ.get("CXX", "g++").split()[-1], "--version"]),
-                "pip": packages.get("pip"), "setuptools": packages.get("setuptools"), "wheel": packages.get("wheel"),
-                "torch": packages.get("torch") or plan.torch, "torch_npu": packages.get("torch-npu") or packages.get(
-                    "torch_npu"),
+                "pip": packages.get("pip"),
+                "setuptools": packages.get("setuptools"),
+                "wheel": packages.get("wheel"),
+                "torch": packages.get("torch") or plan.torch,
+                "torch_npu": packages.get("torch-npu") or packages.get("torch_npu"),
                 "host": f"{platform.system()} {platform.machine()} python {platform.python_version()}",
                 # for the provenance (apexkit.wheel.sbom): the binaries that built it, by sha256 (the interpreter through
                 # the venv's link to the real binary: plan.interpreter may be a pyenv shim)
-                "compiler": sbom.compiler(self.env.get("CXX")), "interpreter": sbom.interpreter(str(venv.python)),
+                "compiler": sbom.compiler(self.env.get("CXX")),
+                "interpreter": sbom.interpreter(str(venv.python)),
             },
             # the build venv's packages for the SBOM and the provenance (apexkit.wheel.sbom), kept with a cached wheel
             "build_venv": sbom.inventory(venv.python, opts.wheelhouses, self.env),
-            "wheel": {"file": wheel.name, "sha256": untrusted.sha256_file(wheel), "size": wheel.stat().st_size},
+            "wheel": {
+                "file": wheel.name,
+                "sha256": untrusted.sha256_file(wheel),
+                "size": wheel.stat().st_size,
+            },
             "cache_key": key,
             "cache_hit": False,
             "source_date_epoch": self.state.source_epoch,
@@ -516,31 +826,45 @@ class Builder:
             "ccache": self.state.ccache,
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "binary_checks": checks,
-            "identity": {"version": checks["version"], "requires_dist": checks["requires_dist"],
-                         "max_glibc": checks["max_glibc"], "max_glibcxx": checks["max_glibcxx"],
-                         "manylinux_tag": checks["platform"].get("tag")},
+            "identity": {
+                "version": checks["version"],
+                "requires_dist": checks["requires_dist"],
+                "max_glibc": checks["max_glibc"],
+                "max_glibcxx": checks["max_glibcxx"],
+                "manylinux_tag": checks["platform"].get("tag"),
+            },
         }
 
     def _durations(self, **more: float) -> dict[str, float]:
         """Seconds per step that ran (and `more`), and the total since the build started: the steps' sum <= total."""
-        return dict(self.state.timings, **more, total=round(time.monotonic() - self.state.started, 3))
+        return dict(
+            self.state.timings, **more, total=round(time.monotonic() - self.state.started, 3)
+        )
 
-
-    def _publish_cached(self, plan: buildplan.Plan, cached: tuple[Path, dict, dict[str, bytes] | None],
-                        interp: interpreters.Interpreter,
-                        work: Path) -> Path:
+    def _publish_cached(
+        self,
+        plan: buildplan.Plan,
+        cached: tuple[Path, dict, dict[str, bytes] | None],
+        interp: interpreters.Interpreter,
+        work: Path,
+    ) -> Path:
         wheel, old, documents = cached
         manifest = dict(old)
         manifest["cache_hit"] = True
         manifest["built"] = old.get("created")
         manifest["target"] = asdict(plan)  # this build's plan (same inputs, by the cache key)
-        log.info(f"✓ wheel cache hit: {wheel.name} sha256 {old['wheel']['sha256'][:12]} (built {old.get('created')}); "
-                 "re-hashed and zip-checked, no compile (--no-cache forces a build)")
+        log.info(
+            f"✓ wheel cache hit: {wheel.name} sha256 {old['wheel']['sha256'][:12]} (built {old.get('created')}); "
+            "re-hashed and zip-checked, no compile (--no-cache forces a build)"
+        )
         if self.opts.test_cached and self.opts.smoke_test:
             manifest["smoke_test"] = self._smoke_test(plan, interp, wheel, work)
             manifest["smoke_test"]["on_cache_hit"] = True
         # durations_s: the steps this run ran (no venv, no compile); the build's own, and its ccache figures, kept
-        manifest["built_durations_s"], manifest["built_ccache"] = old.get("durations_s"), old.get("ccache")
+        manifest["built_durations_s"], manifest["built_ccache"] = (
+            old.get("durations_s"),
+            old.get("ccache"),
+        )
         manifest["ccache"] = None
         manifest["durations_s"] = self._durations()
         manifest["created"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
@@ -549,35 +873,74 @@ class Builder:
         finally:
             shutil.rmtree(wheel.parent, ignore_errors=True)
 
-
-    def _publish(self, plan: buildplan.Plan, wheel: Path, manifest: dict, documents: dict[str, bytes] | None = None) -> Path:
+    def _publish(
+        self,
+        plan: buildplan.Plan,
+        wheel: Path,
+        manifest: dict,
+        documents: dict[str, bytes] | None = None,
+    ) -> Path:
         """dist/<target>: the wheel, manifest, SBOM and provenance -- `documents` when a cache hit brings the build's
         own (manifest["attestations"] records them), else written now and kept in the cache entry for the next hit."""
         from apexkit.wheel import ccachestats
 
-        with log.step(f"publish (dist/{plan.target_id}: wheel, manifest, SBOM, provenance)", self.state.timings,
-                      key="publish") as s:
+        with log.step(
+            f"publish (dist/{plan.target_id}: wheel, manifest, SBOM, provenance)",
+            self.state.timings,
+            key="publish",
+        ) as s:
             begun = time.monotonic()
-            files: dict[str, Path | bytes] = {wheel.name: wheel, **documents} if documents else dist_files(wheel, manifest)
+            files: dict[str, Path | bytes] = (
+                {wheel.name: wheel, **documents} if documents else dist_files(wheel, manifest)
+            )
             # publish: the SBOM and provenance up to writing the manifest (the copy and the rename after it take
             # milliseconds); total: since the build started, so the steps' sum stays <= total
             manifest["durations_s"] = self._durations(publish=round(time.monotonic() - begun, 3))
-            final = replace_dir(self.opts.dist_dir, plan.target_id, files, manifest, self.opts.force)
-            s.note(str(final) + (" (SBOM and provenance from the cache entry)" if documents else ""))
-        if not documents and not manifest.get("cache_hit") and self.state.use_cache and self.state.cache_key:
-            self.cache.attach(self.state.cache_key, {k: v for k, v in files.items() if isinstance(v, bytes)}, manifest)
+            final = replace_dir(
+                self.opts.dist_dir, plan.target_id, files, manifest, self.opts.force
+            )
+            s.note(
+                str(final) + (" (SBOM and provenance from the cache entry)" if documents else "")
+            )
+        if (
+            not documents
+            and not manifest.get("cache_hit")
+            and self.state.use_cache
+            and self.state.cache_key
+        ):
+            self.cache.attach(
+                self.state.cache_key,
+                {k: v for k, v in files.items() if isinstance(v, bytes)},
+                manifest,
+            )
         log.info(f"✓ {final / wheel.name}")
-        log.info(f"  sha256 {manifest['wheel']['sha256']}  ({manifest['wheel']['size'] / 1024:.0f} KiB, "
-                 f"total {log.format_seconds(manifest['durations_s']['total'])})")
-        log.info("  steps: " + ", ".join(f"{k} {log.format_seconds(v)}" for k, v in manifest["durations_s"].items()
-                                         if k != "total")
-                 + (f"; {ccachestats.describe(manifest['ccache'])}" if manifest.get("ccache") else ""))
+        log.info(
+            f"  sha256 {manifest['wheel']['sha256']}  ({manifest['wheel']['size'] / 1024:.0f} KiB, "
+            f"total {log.format_seconds(manifest['durations_s']['total'])})"
+        )
+        log.info(
+            "  steps: "
+            + ", ".join(
+                f"{k} {log.format_seconds(v)}"
+                for k, v in manifest["durations_s"].items()
+                if k != "total"
+            )
+            + (f"; {ccachestats.describe(manifest['ccache'])}" if manifest.get("ccache") else "")
+        )
         log.info(f"  manifest: {final / 'manifest.json'}")
-        written = [a["file"] for a in (manifest["attestations"].get(k) for k in ("sbom", "provenance")) if a]
+        written = [
+            a["file"]
+            for a in (manifest["attestations"].get(k) for k in ("sbom", "provenance"))
+            if a
+        ]
         log.info(f"  sbom/provenance: {', '.join(str(final / f) for f in written)} (unsigned)")
         if manifest["attestations"].get("sbom_missing"):
-            if self.env.get(sbom.BY_HOST):  # in a builder container: the host writes them from this manifest
-                log.info("  the host writes the SBOM and the provenance (with the builder image's id)")
+            if self.env.get(
+                sbom.BY_HOST
+            ):  # in a builder container: the host writes them from this manifest
+                log.info(
+                    "  the host writes the SBOM and the provenance (with the builder image's id)"
+                )
             else:
                 log.warn(f"no SBOM written: {manifest['attestations']['sbom_missing']}")
         log.info(f"  install:  {install_command(plan, final / wheel.name)}")
@@ -591,7 +954,10 @@ def dist_files(wheel: Path, manifest: dict) -> dict[str, Path | bytes]:
     try:
         documents = sbom.documents(manifest, wheel)
     except sbom.SbomError as exc:
-        raise BuildError(f"{exc}; nothing was published", "report it: the SBOM is written by apexkit/wheel/sbom.py") from None
+        raise BuildError(
+            f"{exc}; nothing was published",
+            "report it: the SBOM is written by apexkit/wheel/sbom.py",
+        ) from None
     return {wheel.name: wheel, **documents}
 
 
@@ -600,7 +966,9 @@ def install_command(plan: buildplan.Plan, wheel: Path) -> str:
     against (the wheel's METADATA pins them too, so pip refuses another)."""
     if plan.torch_build.startswith("the interpreter's own torch"):
         return f"pip install {shlex.quote(str(wheel))}   (into the interpreter that has torch {plan.torch})"
-    pins = [f"torch=={plan.torch.split('+')[0]}"] + ([f"torch_npu=={plan.torch_npu}"] if plan.torch_npu else [])
+    pins = [f"torch=={plan.torch.split('+')[0]}"] + (
+        [f"torch_npu=={plan.torch_npu}"] if plan.torch_npu else []
+    )
     return f"pip install {' '.join(pins)} {shlex.quote(str(wheel))}"
 
 
@@ -610,8 +978,10 @@ def identity_env(plan: buildplan.Plan) -> dict[str, str]:
         label = target.version_label(plan.torch, plan.torch_npu)
         requires = target.runtime_requires(plan.torch, plan.torch_npu, plan.needs_npu_headers)
     except InvalidVersion as exc:
-        raise ConfigError(f"cannot name the wheel after torch {plan.torch!r} / torch_npu {plan.torch_npu!r}: {exc}",
-                          "use a torch (and torch_npu) with a PEP 440 version") from None
+        raise ConfigError(
+            f"cannot name the wheel after torch {plan.torch!r} / torch_npu {plan.torch_npu!r}: {exc}",
+            "use a torch (and torch_npu) with a PEP 440 version",
+        ) from None
     return {"APEXKIT_VERSION_LABEL": label, "APEXKIT_REQUIRES": " ".join(requires)}
 
 
@@ -621,9 +991,11 @@ def reproducible_env(epoch: int, tree: Path, venv: Path, env) -> dict[str, str]:
     The tree and the build venv differ per build directory/cache; their paths reach the objects through __FILE__
     (torch's headers use it in checks) and debug info, so both are mapped to fixed names."""
     maps = f"-ffile-prefix-map={tree}=/apex -ffile-prefix-map={venv}=/venv"
-    return {"SOURCE_DATE_EPOCH": str(epoch),
-            "CFLAGS": f"{env.get('CFLAGS', '')} {maps}".strip(),
-            "CXXFLAGS": f"{env.get('CXXFLAGS', '')} {maps}".strip()}
+    return {
+        "SOURCE_DATE_EPOCH": str(epoch),
+        "CFLAGS": f"{env.get('CFLAGS', '')} {maps}".strip(),
+        "CXXFLAGS": f"{env.get('CXXFLAGS', '')} {maps}".strip(),
+    }
 
 
 def _mkdir(path: Path) -> Path:
@@ -662,7 +1034,10 @@ def build(opts: BuildOptions) -> Path:
     """Build the wheel `opts` describe on this machine and return dist/<target-id>/. `--image` never reaches here:
     the command edge (apexkit.commands.build_wheel) hands those options to apexkit.images.container instead."""
     if opts.image:
-        raise ConfigError("a build for an image reached the host build", "report this: the command edge dispatches --image")
+        raise ConfigError(
+            "a build for an image reached the host build",
+            "report this: the command edge dispatches --image",
+        )
     if opts.verify_reproducible and not opts.dry_run:
         return verify_reproducible(opts)
     return Builder(opts).run()
@@ -677,10 +1052,17 @@ def verify_reproducible(opts: BuildOptions) -> Path:
     runs = []
     with tempfile.TemporaryDirectory(prefix=".reproducible-", dir=_mkdir(opts.build_dir)) as tmp:
         for name in ("a", "b"):
-            log.info(f"▸ reproducibility build {name}/2 in {opts.build_dir / f'reproducible-{name}'}")
-            one = dataclasses.replace(opts, use_cache=False, verify_reproducible=False, dist_dir=Path(tmp) / name,
-                                      build_dir=opts.build_dir / f"reproducible-{name}",
-                                      smoke_test=opts.smoke_test and name == "a")
+            log.info(
+                f"▸ reproducibility build {name}/2 in {opts.build_dir / f'reproducible-{name}'}"
+            )
+            one = dataclasses.replace(
+                opts,
+                use_cache=False,
+                verify_reproducible=False,
+                dist_dir=Path(tmp) / name,
+                build_dir=opts.build_dir / f"reproducible-{name}",
+                smoke_test=opts.smoke_test and name == "a",
+            )
             runs.append(Builder(one).run())
         (a_dir, b_dir) = runs
         manifest = json.loads((a_dir / "manifest.json").read_text())
@@ -688,14 +1070,27 @@ def verify_reproducible(opts: BuildOptions) -> Path:
         a_sha, b_sha = untrusted.sha256_file(a_wheel), untrusted.sha256_file(b_wheel)
         if a_sha != b_sha:
             with zipfile.ZipFile(a_wheel) as za, zipfile.ZipFile(b_wheel) as zb:
-                a_info, b_info = {i.filename: i for i in za.infolist()}, {i.filename: i for i in zb.infolist()}
-                differ = sorted(n for n in set(a_info) | set(b_info) if n not in a_info or n not in b_info
-                                or za.read(n) != zb.read(n) or a_info[n].date_time != b_info[n].date_time)
-            raise BuildError(f"not reproducible: {a_wheel.name} sha256 {a_sha[:12]} vs {b_sha[:12]}; differing members: "
-                             f"{', '.join(differ[:6]) or 'zip metadata only'}",
-                             f"compare {opts.build_dir / 'reproducible-a'} and {opts.build_dir / 'reproducible-b'}")
+                a_info, b_info = (
+                    {i.filename: i for i in za.infolist()},
+                    {i.filename: i for i in zb.infolist()},
+                )
+                differ = sorted(
+                    n
+                    for n in set(a_info) | set(b_info)
+                    if n not in a_info
+                    or n not in b_info
+                    or za.read(n) != zb.read(n)
+                    or a_info[n].date_time != b_info[n].date_time
+                )
+            raise BuildError(
+                f"not reproducible: {a_wheel.name} sha256 {a_sha[:12]} vs {b_sha[:12]}; differing members: "
+                f"{', '.join(differ[:6]) or 'zip metadata only'}",
+                f"compare {opts.build_dir / 'reproducible-a'} and {opts.build_dir / 'reproducible-b'}",
+            )
         manifest["reproducible"] = {"verified": True, "builds": 2, "sha256": a_sha}
-        final = replace_dir(opts.dist_dir, a_dir.name, dist_files(a_wheel, manifest), manifest, opts.force)
+        final = replace_dir(
+            opts.dist_dir, a_dir.name, dist_files(a_wheel, manifest), manifest, opts.force
+        )
     log.info(f"✓ reproducible: two builds, one sha256 {a_sha}")
     log.info(f"✓ {final / a_wheel.name}")
     return final

@@ -38,8 +38,12 @@ class Plan:
     ref_known: bool
     target_id: str
     stack: str | None = None
-    cann: str | None = None  # the stack's CANN (runtime on the NPU nodes; the build itself needs none)
-    identity: dict = field(default_factory=dict)  # the non-default inputs (see `identity`); {} for a default build
+    cann: str | None = (
+        None  # the stack's CANN (runtime on the NPU nodes; the build itself needs none)
+    )
+    identity: dict = field(
+        default_factory=dict
+    )  # the non-default inputs (see `identity`); {} for a default build
 
 
 def identity(opts: BuildOptions, torch_npu: str | None, ref_flags: tuple[str, ...] | None) -> dict:
@@ -66,8 +70,14 @@ def detect_cann(env: dict | os._Environ) -> str | None:
     return cann.home(env)
 
 
-def make_plan(opts: BuildOptions, m: matrix.Matrix, interp: interpreters.Interpreter,
-              system_torch: str | None, env, detected_flags: tuple[str, ...] | None = None) -> Plan:
+def make_plan(
+    opts: BuildOptions,
+    m: matrix.Matrix,
+    interp: interpreters.Interpreter,
+    system_torch: str | None,
+    env,
+    detected_flags: tuple[str, ...] | None = None,
+) -> Plan:
     """Pure decisions: torch, torch_npu, ref flags, target id. Refuses invalid combinations before any work.
     `detected_flags`: the flags read off an --apex-src checkout's npu.patch when its ref is not in matrix.toml."""
     ref = opts.apex_ref or ("local" if opts.apex_src else m.default_ref)
@@ -81,20 +91,35 @@ def make_plan(opts: BuildOptions, m: matrix.Matrix, interp: interpreters.Interpr
         if opts.npu:
             torch_npu = opts.torch_npu or m.torch_npu_for(torch)
             m.check_torch_npu(torch, torch_npu)
-        elif detect_cann(env) is not None:  # a toolkit is installed: pair torch_npu when the table knows one
+        elif (
+            detect_cann(env) is not None
+        ):  # a toolkit is installed: pair torch_npu when the table knows one
             try:
                 torch_npu = m.torch_npu_for(torch)
             except ConfigError as exc:
                 log.warn(f"CANN toolkit found but torch_npu is not installed: {exc.cause}")
     spec = m.ref(ref)
     if opts.setup_flags is not None:
-        flags, extensions, needs_headers, known = opts.setup_flags, _extensions_for(opts.setup_flags), \
-            "--npu_float_status" in opts.setup_flags, spec is not None
+        flags, extensions, needs_headers, known = (
+            opts.setup_flags,
+            _extensions_for(opts.setup_flags),
+            "--npu_float_status" in opts.setup_flags,
+            spec is not None,
+        )
     elif spec is not None:
-        flags, extensions, needs_headers, known = spec.flags, spec.extensions, spec.needs_npu_headers, True
+        flags, extensions, needs_headers, known = (
+            spec.flags,
+            spec.extensions,
+            spec.needs_npu_headers,
+            True,
+        )
     elif opts.apex_src is not None:
         flags = detected_flags if detected_flags is not None else ()
-        extensions, needs_headers, known = _extensions_for(flags), "--npu_float_status" in flags, False
+        extensions, needs_headers, known = (
+            _extensions_for(flags),
+            "--npu_float_status" in flags,
+            False,
+        )
     else:
         raise ConfigError(
             f"unknown Ascend apex ref '{ref}': not in matrix.toml [[refs]] (known: {', '.join(m.known_refs())})",
@@ -122,7 +147,9 @@ def make_plan(opts: BuildOptions, m: matrix.Matrix, interp: interpreters.Interpr
     )
 
 
-def torch_build(m: matrix.Matrix, torch: str, arch: str, opts: BuildOptions, env, system: bool = False) -> str:
+def torch_build(
+    m: matrix.Matrix, torch: str, arch: str, opts: BuildOptions, env, system: bool = False
+) -> str:
     """Which torch build pip will install, in words, with its download size (matrix.toml [index.torch_builds])."""
     if system:
         return "the interpreter's own torch (nothing downloaded)"
@@ -130,17 +157,27 @@ def torch_build(m: matrix.Matrix, torch: str, arch: str, opts: BuildOptions, env
     if opts.torch_index_url:
         kind = "CPU build" if "cpu" in opts.torch_index_url or local == "cpu" else "build"
         return f"{kind} from {log.mask(opts.torch_index_url)}"
-    houses = [*opts.wheelhouses, *(Path(p) for p in env.get("PIP_FIND_LINKS", "").split() if "://" not in p)]
+    houses = [
+        *opts.wheelhouses,
+        *(Path(p) for p in env.get("PIP_FIND_LINKS", "").split() if "://" not in p),
+    ]
     for house in houses:
-        wheels = sorted(house.glob(f"torch-{torch.split('+')[0]}*{arch}.whl")) if house.is_dir() else []
+        wheels = (
+            sorted(house.glob(f"torch-{torch.split('+')[0]}*{arch}.whl")) if house.is_dir() else []
+        )
         if wheels:
             return f"{wheels[0].name} from --wheelhouse {house} ({wheels[0].stat().st_size / 2**20:.0f} MiB)"
     if local:
-        return (f"the {local} build torch {torch}, if the package index serves it (the default index serves none with a "
-                "local label: use --torch-index-url or --wheelhouse)")
+        return (
+            f"the {local} build torch {torch}, if the package index serves it (the default index serves none with a "
+            "local label: use --torch-index-url or --wheelhouse)"
+        )
     facts = m.torch_build(arch)
-    return (f"{facts['kind']} from the package index (~{facts['download']}); {facts['hint']}" if facts else
-            "from the package index")
+    return (
+        f"{facts['kind']} from the package index (~{facts['download']}); {facts['hint']}"
+        if facts
+        else "from the package index"
+    )
 
 
 def _extensions_for(flags) -> tuple[str, ...]:
@@ -148,8 +185,14 @@ def _extensions_for(flags) -> tuple[str, ...]:
     return ext + (("npu_float_status",) if "--npu_float_status" in flags else ())
 
 
-def cache_key(plan: Plan, opts: BuildOptions, ascend_commit: str, nvidia_sha: str,
-              patch_list: list[patches.Patch], m: matrix.Matrix) -> str:
+def cache_key(
+    plan: Plan,
+    opts: BuildOptions,
+    ascend_commit: str,
+    nvidia_sha: str,
+    patch_list: list[patches.Patch],
+    m: matrix.Matrix,
+) -> str:
     """Content address of a wheel: every input that changes its bytes."""
     inputs = {
         "recipe": RECIPE_VERSION,

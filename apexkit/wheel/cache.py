@@ -39,11 +39,17 @@ class WheelCache:
             except OSError as exc:
                 reason: str | None = f"unreadable ({exc.strerror})"
             else:
-                reason = untrusted.others_can_write(st) if stat.S_ISDIR(st.st_mode) else "not a directory"
+                reason = (
+                    untrusted.others_can_write(st)
+                    if stat.S_ISDIR(st.st_mode)
+                    else "not a directory"
+                )
             if reason:
-                log.warn(f"wheel cache {path} is {reason}: not using it (whoever can write it could swap the wheel this "
-                         f"build publishes); chmod -R go-w {path}, or set APEXKIT_CACHE_DIR to a directory only you "
-                         "can write")
+                log.warn(
+                    f"wheel cache {path} is {reason}: not using it (whoever can write it could swap the wheel this "
+                    f"build publishes); chmod -R go-w {path}, or set APEXKIT_CACHE_DIR to a directory only you "
+                    "can write"
+                )
                 return False
         return True
 
@@ -65,7 +71,9 @@ class WheelCache:
             fd = untrusted.open_dir(entry)
             try:
                 _ours(os.fstat(fd), "the entry")
-                manifest = json.loads(untrusted.read_regular("manifest.json", fd, distdir.MANIFEST_MAX))
+                manifest = json.loads(
+                    untrusted.read_regular("manifest.json", fd, distdir.MANIFEST_MAX)
+                )
                 wheel = manifest.get("wheel") if isinstance(manifest, dict) else None
                 if not isinstance(wheel, dict) or not isinstance(wheel.get("sha256"), str):
                     raise untrusted.Untrusted("manifest.json has no wheel.file and wheel.sha256")
@@ -80,7 +88,9 @@ class WheelCache:
             finally:
                 os.close(src)
             if sha != wheel["sha256"]:
-                raise untrusted.Untrusted(f"{untrusted.shown(name)} does not match its recorded sha256")
+                raise untrusted.Untrusted(
+                    f"{untrusted.shown(name)} does not match its recorded sha256"
+                )
             untrusted.check_zip(dest / name)
         except (untrusted.Untrusted, OSError, ValueError) as exc:
             shutil.rmtree(dest, ignore_errors=True)
@@ -100,8 +110,12 @@ class WheelCache:
             else:
                 shutil.rmtree(entry, ignore_errors=True)
             os.replace(tmp, entry)
-        except OSError as exc:  # the wheel is built; a cache that cannot take it is not a failed build
-            log.warn(f"could not store the wheel in the cache {entry.parent}: {exc.strerror or exc}")
+        except (
+            OSError
+        ) as exc:  # the wheel is built; a cache that cannot take it is not a failed build
+            log.warn(
+                f"could not store the wheel in the cache {entry.parent}: {exc.strerror or exc}"
+            )
 
     def attach(self, key: str, documents: dict[str, bytes], manifest: dict) -> None:
         """Keep the SBOM and provenance beside the cached wheel (the entry's manifest then records them): a hit
@@ -117,8 +131,14 @@ class WheelCache:
             for name, data in documents.items():
                 fsedit.atomic_write(entry / name, data, 0o644)
             stored["attestations"] = record
-            fsedit.atomic_write(entry / "manifest.json", (json.dumps(stored, indent=2) + "\n").encode(), 0o644)
-        except (OSError, ValueError, ApexkitError) as exc:  # the build is published; the next hit writes them again
+            fsedit.atomic_write(
+                entry / "manifest.json", (json.dumps(stored, indent=2) + "\n").encode(), 0o644
+            )
+        except (
+            OSError,
+            ValueError,
+            ApexkitError,
+        ) as exc:  # the build is published; the next hit writes them again
             log.warn(f"could not keep the SBOM/provenance in the cache entry {entry}: {exc}")
 
 

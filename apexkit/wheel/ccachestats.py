@@ -27,11 +27,15 @@ def parse(text: str) -> dict[str, int]:
 def snapshot(ccache: str, env: dict) -> dict[str, int] | str:
     """The counters now, or why they cannot be read (a str)."""
     try:
-        proc = subprocess.run([ccache, "--print-stats"], capture_output=True, text=True, env=env, timeout=60)
+        proc = subprocess.run(
+            [ccache, "--print-stats"], capture_output=True, text=True, env=env, timeout=60
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"`ccache --print-stats` could not run ({exc})"
     if proc.returncode != 0:
-        first = (proc.stderr.strip().splitlines() or proc.stdout.strip().splitlines() or ["no output"])[0][:160]
+        first = (
+            proc.stderr.strip().splitlines() or proc.stdout.strip().splitlines() or ["no output"]
+        )[0][:160]
         return f"`ccache --print-stats` failed (exit {proc.returncode}: {first}; it needs ccache >= 3.7)"
     counters = parse(proc.stdout)
     missing = [c for c in (*HIT_COUNTERS, *MISS_COUNTERS) if c not in counters]
@@ -65,5 +69,6 @@ def describe(stats: dict | None) -> str:
     if stats.get("hit_rate") == "unknown":
         return f"ccache hit rate unknown: {stats.get('reason')}"
     rate = stats["hit_rate"]
-    return (f"ccache {stats['hits']} hits, {stats['misses']} misses"
-            + (f" ({rate:.0%} hits)" if rate is not None else " (nothing cacheable)"))
+    return f"ccache {stats['hits']} hits, {stats['misses']} misses" + (
+        f" ({rate:.0%} hits)" if rate is not None else " (nothing cacheable)"
+    )

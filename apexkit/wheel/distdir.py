@@ -56,25 +56,38 @@ def check_overwrite(dist_dir: Path, name: str, wanted: dict, force: bool) -> Non
         what = "is not a target apexkit wrote (a symlink, or no readable manifest.json)"
     else:
         keys = sorted(set(recorded) | set(wanted), key=str)
-        what = "holds a wheel built from other inputs (" + "; ".join(
-            f"{k}: {_shown_value(recorded.get(k))} there, {_shown_value(wanted.get(k))} now" for k in keys
-            if recorded.get(k) != wanted.get(k)) + ")"
-    raise ConfigError(f"{final} {what}; nothing was replaced",
-                      "pass --force to replace it, or --dist DIR to keep both")
+        what = (
+            "holds a wheel built from other inputs ("
+            + "; ".join(
+                f"{k}: {_shown_value(recorded.get(k))} there, {_shown_value(wanted.get(k))} now"
+                for k in keys
+                if recorded.get(k) != wanted.get(k)
+            )
+            + ")"
+        )
+    raise ConfigError(
+        f"{final} {what}; nothing was replaced",
+        "pass --force to replace it, or --dist DIR to keep both",
+    )
 
 
-def replace_dir(dist_dir: Path, name: str, files: dict[str, Path | bytes], manifest: dict,
-                force: bool = False) -> Path:
+def replace_dir(
+    dist_dir: Path, name: str, files: dict[str, Path | bytes], manifest: dict, force: bool = False
+) -> Path:
     """dist/<name>/ (the files + manifest.json) appears complete or not at all; never over a target built from
     other inputs (check_overwrite) unless `force`. A file given as bytes (sbom.cdx.json, provenance.json: apexkit.wheel.sbom)
     is written, a Path copied. Given one wheel and neither document, the SBOM and the provenance are written here
     from the manifest and that wheel (a Slurm job's target collected by matrixrun, for one)."""
-    wheels = [source for n, source in files.items() if n.endswith(".whl") and isinstance(source, Path)]
+    wheels = [
+        source for n, source in files.items() if n.endswith(".whl") and isinstance(source, Path)
+    ]
     if len(wheels) == 1 and not {sbom.SBOM_FILE, sbom.PROVENANCE_FILE} & set(files):
         try:
             files = {**files, **sbom.documents(manifest, wheels[0])}
         except sbom.SbomError as exc:
-            raise BuildError(f"{exc}; nothing was published", "report it: apexkit/wheel/sbom.py writes the SBOM") from None
+            raise BuildError(
+                f"{exc}; nothing was published", "report it: apexkit/wheel/sbom.py writes the SBOM"
+            ) from None
     final = dist_dir / name
     with lock(dist_dir, name):
         check_overwrite(dist_dir, name, manifest.get("target", {}).get("identity") or {}, force)

@@ -16,7 +16,9 @@ from pathlib import Path
 from apexkit import paths
 from apexkit.errors import InterpreterNotFoundError
 
-_PROBE = paths.PROBES / "interpreter.py"  # plain Python 3: it runs in every candidate, the oldest included
+_PROBE = (
+    paths.PROBES / "interpreter.py"
+)  # plain Python 3: it runs in every candidate, the oldest included
 
 
 @dataclass(frozen=True)
@@ -91,13 +93,17 @@ def candidates(version: str, env: Mapping[str, str]) -> list[str]:
             found.append(os.path.join(directory, name))
     root = pyenv_root(env)
     if root:
-        found += sorted(glob.glob(str(root / "versions" / f"{version}.*" / "bin" / name)), reverse=True)
+        found += sorted(
+            glob.glob(str(root / "versions" / f"{version}.*" / "bin" / name)), reverse=True
+        )
     nodot = version.replace(".", "")
     # manylinux images (the official Ascend builder is one), distro and conda locations.
     found += sorted(glob.glob(f"/opt/python/cp{nodot}-cp{nodot}*/bin/{name}"))
     found += sorted(glob.glob(f"/opt/_internal/cpython-{version}.*/bin/{name}"), reverse=True)
     found += [f"/usr/local/bin/{name}", f"/usr/bin/{name}"]
-    found += sorted(glob.glob(os.path.join(env.get("HOME", "/nonexistent"), f"*conda*/envs/*/bin/{name}")))
+    found += sorted(
+        glob.glob(os.path.join(env.get("HOME", "/nonexistent"), f"*conda*/envs/*/bin/{name}"))
+    )
     seen: set[str] = set()
     unique = []
     for path in found:
@@ -108,7 +114,9 @@ def candidates(version: str, env: Mapping[str, str]) -> list[str]:
     return unique
 
 
-def find(version: str, env: Mapping[str, str] | None = None, explicit: str | None = None) -> Interpreter:
+def find(
+    version: str, env: Mapping[str, str] | None = None, explicit: str | None = None
+) -> Interpreter:
     """The first candidate that runs and reports `version`; `explicit` (--interpreter PATH) is checked, not searched."""
     env = os.environ if env is None else env
     tried: list[str] = []
@@ -132,7 +140,8 @@ def find(version: str, env: Mapping[str, str] | None = None, explicit: str | Non
             f"pass the path of a python{version} executable",
         )
     raise InterpreterNotFoundError(
-        f"no working python{version} found" + (f" (tried {detail})" if detail else " on PATH, pyenv or /opt/python"),
+        f"no working python{version} found"
+        + (f" (tried {detail})" if detail else " on PATH, pyenv or /opt/python"),
         f"install it (pyenv install {version}, or your distro's python{version} package) "
         f"or pass --interpreter /path/to/python{version}",
     )

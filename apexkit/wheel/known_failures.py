@@ -25,15 +25,21 @@ class KnownFailure:
     pattern: re.Pattern
     cause: str
     fix: str
-    supersedes: tuple[str, ...] = ()  # ids this one explains better when both match (same log, narrower cause)
+    supersedes: tuple[
+        str, ...
+    ] = ()  # ids this one explains better when both match (same log, narrower cause)
 
 
 @functools.lru_cache(maxsize=1)
 def load() -> tuple[KnownFailure, ...]:
     with open(DATA, "rb") as fh:
         data = tomllib.load(fh)
-    return tuple(KnownFailure(f["id"], re.compile(f["pattern"]), f["cause"], f["fix"], tuple(f.get("supersedes", ())))
-                 for f in data["failure"])
+    return tuple(
+        KnownFailure(
+            f["id"], re.compile(f["pattern"]), f["cause"], f["fix"], tuple(f.get("supersedes", ()))
+        )
+        for f in data["failure"]
+    )
 
 
 def match(text: str) -> list[KnownFailure]:
@@ -80,7 +86,9 @@ def scan(fh: TextIO, tail: int = 10, block: int = 8 << 20) -> tuple[list[Hit], l
         text = carry + data
         carry = ""
         if data:
-            cut = text.rfind("\n") + 1 or len(text)  # a line longer than a block is cut, not held whole
+            cut = text.rfind("\n") + 1 or len(
+                text
+            )  # a line longer than a block is cut, not held whole
             text, carry = text[:cut], text[cut:]
         if text:
             for failure in failures:
@@ -88,8 +96,10 @@ def scan(fh: TextIO, tail: int = 10, block: int = 8 << 20) -> tuple[list[Hit], l
                 if found:
                     start = text.rfind("\n", 0, found.start()) + 1
                     end = text.find("\n", found.start())
-                    line = text[start:len(text) if end < 0 else end].strip()
-                    first[failure.id] = Hit(failure, lines_before + text.count("\n", 0, found.start()) + 1, line)
+                    line = text[start : len(text) if end < 0 else end].strip()
+                    first[failure.id] = Hit(
+                        failure, lines_before + text.count("\n", 0, found.start()) + 1, line
+                    )
             last.extend(text.rstrip("\n").rsplit("\n", tail)[-tail:])
             lines_before += text.count("\n")
         if not data:

@@ -65,52 +65,171 @@ def parser(prog: str = "nox -s build-3.X --") -> argparse.ArgumentParser:
         "generate a fresh tree, apply our patches, compile, smoke-test the wheel in a fresh venv.",
     )
     add = p.add_argument
-    add("--interpreter", dest="python_path", metavar="PATH", help="interpreter to build with (default: find python3.X)")
+    add(
+        "--interpreter",
+        dest="python_path",
+        metavar="PATH",
+        help="interpreter to build with (default: find python3.X)",
+    )
     vocab.alias(p, "--python", "--interpreter", dest="python_path", metavar="PATH")
-    add("--stack", metavar="NAME", help="a training stack of matrix.toml [stacks] (its torch + torch_npu), e.g. "
-        "mindspeed-llm-2.3.0 or field-report")
-    add("--torch", metavar="VERSION", help="torch release to build against (default: matrix.toml per Python)")
-    add("--npu", action="store_true", help="also install torch_npu (automatic when a CANN toolkit is detected)")
-    add("--torch-npu", metavar="VERSION", help="torch_npu release (default: matrix.toml for the torch)")
-    add("--apex-ref", metavar="REF", help="Ascend apex branch, tag or commit (default: matrix.toml, master)")
-    add("--apex-src", metavar="PATH", type=Path, help="build from your own Ascend apex checkout (copied, never modified)")
-    add("--ascend-apex-url", metavar="URL", help="Ascend apex git URL or mirror (env APEXKIT_ASCEND_APEX_URL)")
-    add("--nvidia-apex-url", metavar="URL", help="NVIDIA apex git URL or mirror (env APEXKIT_NVIDIA_APEX_URL)")
-    add("--nvidia-commit", metavar="SHA", help="override the NVIDIA apex commit the Ascend ref pins")
-    add("--index-url", metavar="URL", help="package index for torch and build deps (default: pip's config)")
-    add("--extra-index-url", metavar="URL", action="append", default=[], help="additional package index")
-    add("--torch-index-url", metavar="URL",
-        help="index for torch only, e.g. https://download.pytorch.org/whl/cpu (env APEXKIT_TORCH_INDEX_URL)")
-    add("--wheelhouse", metavar="DIR", action="append", default=[], type=Path, help="local wheels (pip --find-links)")
-    add("--offline", action="store_true", help="no package index and no git fetch: wheelhouse and cache only")
-    add("--jobs", "-j", type=int, default=None, metavar="N", help="parallel compile jobs (default: CPU count)")
-    add("--no-cache", action="store_true", help="rebuild even if the wheel cache has these exact inputs")
+    add(
+        "--stack",
+        metavar="NAME",
+        help="a training stack of matrix.toml [stacks] (its torch + torch_npu), e.g. "
+        "mindspeed-llm-2.3.0 or field-report",
+    )
+    add(
+        "--torch",
+        metavar="VERSION",
+        help="torch release to build against (default: matrix.toml per Python)",
+    )
+    add(
+        "--npu",
+        action="store_true",
+        help="also install torch_npu (automatic when a CANN toolkit is detected)",
+    )
+    add(
+        "--torch-npu",
+        metavar="VERSION",
+        help="torch_npu release (default: matrix.toml for the torch)",
+    )
+    add(
+        "--apex-ref",
+        metavar="REF",
+        help="Ascend apex branch, tag or commit (default: matrix.toml, master)",
+    )
+    add(
+        "--apex-src",
+        metavar="PATH",
+        type=Path,
+        help="build from your own Ascend apex checkout (copied, never modified)",
+    )
+    add(
+        "--ascend-apex-url",
+        metavar="URL",
+        help="Ascend apex git URL or mirror (env APEXKIT_ASCEND_APEX_URL)",
+    )
+    add(
+        "--nvidia-apex-url",
+        metavar="URL",
+        help="NVIDIA apex git URL or mirror (env APEXKIT_NVIDIA_APEX_URL)",
+    )
+    add(
+        "--nvidia-commit", metavar="SHA", help="override the NVIDIA apex commit the Ascend ref pins"
+    )
+    add(
+        "--index-url",
+        metavar="URL",
+        help="package index for torch and build deps (default: pip's config)",
+    )
+    add(
+        "--extra-index-url",
+        metavar="URL",
+        action="append",
+        default=[],
+        help="additional package index",
+    )
+    add(
+        "--torch-index-url",
+        metavar="URL",
+        help="index for torch only, e.g. https://download.pytorch.org/whl/cpu (env APEXKIT_TORCH_INDEX_URL)",
+    )
+    add(
+        "--wheelhouse",
+        metavar="DIR",
+        action="append",
+        default=[],
+        type=Path,
+        help="local wheels (pip --find-links)",
+    )
+    add(
+        "--offline",
+        action="store_true",
+        help="no package index and no git fetch: wheelhouse and cache only",
+    )
+    add(
+        "--jobs",
+        "-j",
+        type=int,
+        default=None,
+        metavar="N",
+        help="parallel compile jobs (default: CPU count)",
+    )
+    add(
+        "--no-cache",
+        action="store_true",
+        help="rebuild even if the wheel cache has these exact inputs",
+    )
     add("--recreate-venv", action="store_true", help="recreate the cached build venv")
-    add("--use-system-torch", action="store_true",
-        help="build against the torch the interpreter already has (MindIE, lib64 installs) instead of installing one")
-    add("--skip-patch", metavar="ID", action="append", default=[], help="do not apply one of our patches (diagnosis)")
-    add("--setup-flags", metavar="FLAGS",
-        help='setup.py flags for a ref not in matrix.toml, written with =: --setup-flags="--cpp_ext"')
-    add("--dist", metavar="DIR", type=Path, help="output directory (default: $APEXKIT_DIST_DIR, else ./dist)")
-    add("--build-dir", metavar="DIR", type=Path, help="work directory (default: $APEXKIT_BUILD_DIR, else ./build)")
+    add(
+        "--use-system-torch",
+        action="store_true",
+        help="build against the torch the interpreter already has (MindIE, lib64 installs) instead of installing one",
+    )
+    add(
+        "--skip-patch",
+        metavar="ID",
+        action="append",
+        default=[],
+        help="do not apply one of our patches (diagnosis)",
+    )
+    add(
+        "--setup-flags",
+        metavar="FLAGS",
+        help='setup.py flags for a ref not in matrix.toml, written with =: --setup-flags="--cpp_ext"',
+    )
+    add(
+        "--dist",
+        metavar="DIR",
+        type=Path,
+        help="output directory (default: $APEXKIT_DIST_DIR, else ./dist)",
+    )
+    add(
+        "--build-dir",
+        metavar="DIR",
+        type=Path,
+        help="work directory (default: $APEXKIT_BUILD_DIR, else ./build)",
+    )
     add("--no-smoke-test", action="store_true", help="skip importing the wheel in a fresh venv")
-    add("--verify-reproducible", action="store_true",
-        help="build twice (no wheel cache, two build directories) and require byte-identical wheels")
-    add("--test-cached", action="store_true",
-        help="smoke-test a wheel cache hit as well (a hit is always re-hashed and zip-checked; env APEXKIT_TEST_CACHED=1)")
-    add("--force", action="store_true",
-        help="replace a dist/<target> that was built from other inputs (default: refuse, say which inputs differ)")
+    add(
+        "--verify-reproducible",
+        action="store_true",
+        help="build twice (no wheel cache, two build directories) and require byte-identical wheels",
+    )
+    add(
+        "--test-cached",
+        action="store_true",
+        help="smoke-test a wheel cache hit as well (a hit is always re-hashed and zip-checked; env APEXKIT_TEST_CACHED=1)",
+    )
+    add(
+        "--force",
+        action="store_true",
+        help="replace a dist/<target> that was built from other inputs (default: refuse, say which inputs differ)",
+    )
     add("--dry-run", action="store_true", help="print the plan and change nothing")
     add("--verbose", "-v", action="store_true", help="stream compiler and pip output")
-    add("--options-json", metavar="FILE", type=Path, help=argparse.SUPPRESS)  # a container build's parsed options
+    add(
+        "--options-json", metavar="FILE", type=Path, help=argparse.SUPPRESS
+    )  # a container build's parsed options
     box = p.add_argument_group("in a builder image (invoke image.build makes one)")
-    box.add_argument("--image", metavar="IMAGE", help="run this same build inside IMAGE; the wheel lands in the "
-                     "host's dist/ (repository read-only, only the workspace and cache writable, no --privileged)")
-    box.add_argument("--network", metavar="NAME",
-                     help="container network, e.g. host (automatic when the proxy listens on this host's loopback)")
-    box.add_argument("--ca-cert", dest="ca_bundle", metavar="FILE",
-                     help="CA certificates the container trusts besides its system's (a PEM file; a full bundle works "
-                     "too), or 'none' (default: proxy.setup's bundle, else $SSL_CERT_FILE)")
+    box.add_argument(
+        "--image",
+        metavar="IMAGE",
+        help="run this same build inside IMAGE; the wheel lands in the "
+        "host's dist/ (repository read-only, only the workspace and cache writable, no --privileged)",
+    )
+    box.add_argument(
+        "--network",
+        metavar="NAME",
+        help="container network, e.g. host (automatic when the proxy listens on this host's loopback)",
+    )
+    box.add_argument(
+        "--ca-cert",
+        dest="ca_bundle",
+        metavar="FILE",
+        help="CA certificates the container trusts besides its system's (a PEM file; a full bundle works "
+        "too), or 'none' (default: proxy.setup's bundle, else $SSL_CERT_FILE)",
+    )
     vocab.alias(box, "--ca-bundle", "--ca-cert", dest="ca_bundle", metavar="FILE")
     return p
 
@@ -129,12 +248,20 @@ def _index(value: str | None, what: str) -> str | None:
     return urls.index_url(value, what)
 
 
-def _source_url(option: str | None, flag: str, env: Mapping[str, str], variable: str, default: str) -> str:
+def _source_url(
+    option: str | None, flag: str, env: Mapping[str, str], variable: str, default: str
+) -> str:
     """A git source URL: an http(s) URL is checked like an index (its credentials must parse, or it is refused without
     being echoed); file://, ssh:// and scp-like URLs only for whitespace and control characters."""
     from apexkit import urls
 
-    value, what = (option, flag) if option else (env[variable], variable) if env.get(variable) else (default, "")
+    value, what = (
+        (option, flag)
+        if option
+        else (env[variable], variable)
+        if env.get(variable)
+        else (default, "")
+    )
     if not what:
         return value
     urls.check_chars(value.strip(), what)
@@ -143,8 +270,13 @@ def _source_url(option: str | None, flag: str, env: Mapping[str, str], variable:
     return value.strip()
 
 
-def resolve(python: str, argv: Sequence[str], env: Mapping[str, str] | None = None,
-            prog: str = "nox -s build-3.X --", given: Mapping[str, object] | None = None) -> BuildOptions:
+def resolve(
+    python: str,
+    argv: Sequence[str],
+    env: Mapping[str, str] | None = None,
+    prog: str = "nox -s build-3.X --",
+    given: Mapping[str, object] | None = None,
+) -> BuildOptions:
     """argv (session posargs) + env -> BuildOptions. `given`: typed option values by option name (a matrix
     combination's torch, torch_npu, ref or stack), which argv may still override. --help prints and raises
     SystemExit(0)."""
@@ -158,7 +290,9 @@ def resolve(python: str, argv: Sequence[str], env: Mapping[str, str] | None = No
         known = {action.dest for action in p._actions}
         unknown = sorted(set(given) - known)
         if unknown:
-            raise ConfigError(f"unknown build option(s) {', '.join(unknown)}", "report this: a caller passed them")
+            raise ConfigError(
+                f"unknown build option(s) {', '.join(unknown)}", "report this: a caller passed them"
+            )
         p.set_defaults(**given)
     args = p.parse_args(list(argv))
     vocab.finish(args)
@@ -167,14 +301,21 @@ def resolve(python: str, argv: Sequence[str], env: Mapping[str, str] | None = No
             raise ConfigError("--options-json carries every option of the build", "pass it alone")
         return load_json(args.options_json, python)
     if args.python_path and args.image:
-        raise ConfigError(f"--interpreter {args.python_path} is a host path; a build in an image uses the image's "
-                          f"python{python}", "drop --interpreter (invoke image.build --pythons adds Pythons to an image)")
-    jobs = args.jobs if args.jobs is not None else int(env.get("APEXKIT_JOBS") or os.cpu_count() or 1)
+        raise ConfigError(
+            f"--interpreter {args.python_path} is a host path; a build in an image uses the image's "
+            f"python{python}",
+            "drop --interpreter (invoke image.build --pythons adds Pythons to an image)",
+        )
+    jobs = (
+        args.jobs if args.jobs is not None else int(env.get("APEXKIT_JOBS") or os.cpu_count() or 1)
+    )
     if jobs < 1:
         raise ConfigError(f"--jobs {jobs}: must be at least 1", "pass --jobs 1 or more")
     if args.torch and args.use_system_torch:
-        raise ConfigError("--torch and --use-system-torch contradict each other",
-                          "drop --torch to build against the installed torch")
+        raise ConfigError(
+            "--torch and --use-system-torch contradict each other",
+            "drop --torch to build against the installed torch",
+        )
     for flag, value in (("--torch", args.torch), ("--torch-npu", args.torch_npu)):
         if value is not None:
             target.check_version(value, flag, f"pass {flag} like 2.1.0 or 2.1.0.post10")
@@ -182,42 +323,75 @@ def resolve(python: str, argv: Sequence[str], env: Mapping[str, str] | None = No
     if args.stack is not None and not args.stack.strip():
         raise ConfigError("--stack is empty", f"pass a stack name: {', '.join(m.stack_names())}")
     if args.stack:
-        clash = [flag for flag, value in (("--torch", args.torch), ("--torch-npu", args.torch_npu),
-                                          ("--use-system-torch", args.use_system_torch)) if value]
+        clash = [
+            flag
+            for flag, value in (
+                ("--torch", args.torch),
+                ("--torch-npu", args.torch_npu),
+                ("--use-system-torch", args.use_system_torch),
+            )
+            if value
+        ]
         if clash:
-            raise ConfigError(f"--stack {args.stack} sets torch and torch_npu itself; {' and '.join(clash)} "
-                              "contradict it", f"drop {' '.join(clash)}, or drop --stack")
+            raise ConfigError(
+                f"--stack {args.stack} sets torch and torch_npu itself; {' and '.join(clash)} "
+                "contradict it",
+                f"drop {' '.join(clash)}, or drop --stack",
+            )
         stack = m.stack(args.stack)
         if stack.python != python:
-            raise ConfigError(f"stack {stack.name} is Python {stack.python}, this session builds for Python {python}",
-                              f"nox -s build-{stack.python} -- --stack {stack.name} (or nox -s build-{stack.name})")
+            raise ConfigError(
+                f"stack {stack.name} is Python {stack.python}, this session builds for Python {python}",
+                f"nox -s build-{stack.python} -- --stack {stack.name} (or nox -s build-{stack.name})",
+            )
     if args.offline and not args.wheelhouse and not args.use_system_torch:
-        raise ConfigError("--offline needs --wheelhouse DIR holding torch and the build deps",
-                          "add --wheelhouse DIR, or drop --offline")
+        raise ConfigError(
+            "--offline needs --wheelhouse DIR holding torch and the build deps",
+            "add --wheelhouse DIR, or drop --offline",
+        )
     for w in args.wheelhouse:
         if not w.is_dir():
-            raise ConfigError(f"--wheelhouse {w} is not a directory", "pass a directory of .whl files")
+            raise ConfigError(
+                f"--wheelhouse {w} is not a directory", "pass a directory of .whl files"
+            )
     if (args.network or args.ca_bundle) and not args.image:
-        raise ConfigError("--network and --ca-cert apply to container builds only", "add --image IMAGE, or drop them")
+        raise ConfigError(
+            "--network and --ca-cert apply to container builds only",
+            "add --image IMAGE, or drop them",
+        )
     dist_dir = (args.dist or paths.dist_dir()).resolve()
     build_dir = (args.build_dir or paths.build_dir()).resolve()
-    for flag, env_name, folder in (("--dist", "APEXKIT_DIST_DIR", dist_dir), ("--build-dir", "APEXKIT_BUILD_DIR",
-                                                                           build_dir)):
+    for flag, env_name, folder in (
+        ("--dist", "APEXKIT_DIST_DIR", dist_dir),
+        ("--build-dir", "APEXKIT_BUILD_DIR", build_dir),
+    ):
         existing = next(p for p in (folder, *folder.parents) if os.path.lexists(p))
         if not existing.is_dir():
-            where = "is not a directory" if existing == folder else f"lies under {existing}, which is not a directory"
-            raise ConfigError(f"{flag} {folder} {where}", f"pass {flag} DIR (or set {env_name}) to a "
-                              "directory; it is made when missing")
+            where = (
+                "is not a directory"
+                if existing == folder
+                else f"lies under {existing}, which is not a directory"
+            )
+            raise ConfigError(
+                f"{flag} {folder} {where}",
+                f"pass {flag} DIR (or set {env_name}) to a directory; it is made when missing",
+            )
     if args.apex_src is not None and not args.apex_src.expanduser().is_dir():
-        raise ConfigError(f"--apex-src {args.apex_src} is not a directory", "pass your Ascend apex checkout")
+        raise ConfigError(
+            f"--apex-src {args.apex_src} is not a directory", "pass your Ascend apex checkout"
+        )
     index_url = _index(args.index_url, "--index-url")
     extra_index_urls = tuple(_index(u, "--extra-index-url") for u in args.extra_index_url)
-    torch_index_url = _index(args.torch_index_url or env.get("APEXKIT_TORCH_INDEX_URL") or None,
-                             "--torch-index-url" if args.torch_index_url else "APEXKIT_TORCH_INDEX_URL")
-    ascend_url = _source_url(args.ascend_apex_url, "--ascend-apex-url", env, "APEXKIT_ASCEND_APEX_URL",
-                             m.ascend_apex_url)
-    nvidia_url = _source_url(args.nvidia_apex_url, "--nvidia-apex-url", env, "APEXKIT_NVIDIA_APEX_URL",
-                             m.nvidia_apex_url)
+    torch_index_url = _index(
+        args.torch_index_url or env.get("APEXKIT_TORCH_INDEX_URL") or None,
+        "--torch-index-url" if args.torch_index_url else "APEXKIT_TORCH_INDEX_URL",
+    )
+    ascend_url = _source_url(
+        args.ascend_apex_url, "--ascend-apex-url", env, "APEXKIT_ASCEND_APEX_URL", m.ascend_apex_url
+    )
+    nvidia_url = _source_url(
+        args.nvidia_apex_url, "--nvidia-apex-url", env, "APEXKIT_NVIDIA_APEX_URL", m.nvidia_apex_url
+    )
     return BuildOptions(
         python=python,
         python_path=args.python_path,
@@ -257,7 +431,12 @@ def resolve(python: str, argv: Sequence[str], env: Mapping[str, str] | None = No
 
 
 _PATH_FIELDS = ("apex_src", "dist_dir", "build_dir", "cache_dir")
-HOST_ONLY = ("image", "network", "ca_bundle", "python_path")  # what the host consumes: null in a container's options
+HOST_ONLY = (
+    "image",
+    "network",
+    "ca_bundle",
+    "python_path",
+)  # what the host consumes: null in a container's options
 _JSON_KINDS = {"str": (str,), "bool": (bool,), "int": (int,), "Path": (str,)}
 
 
@@ -267,13 +446,18 @@ def _of_kind(annotation: str, value) -> bool:
         if kind == "None" and value is None:
             return True
         if kind.startswith("tuple[") and isinstance(value, list):
-            inner = _JSON_KINDS.get(kind[len("tuple["):].split(",")[0].strip(), ())
+            inner = _JSON_KINDS.get(kind[len("tuple[") :].split(",")[0].strip(), ())
             if all(isinstance(v, inner) for v in value):
                 return True
-        elif kind in _JSON_KINDS and isinstance(value, _JSON_KINDS[kind]) and not (
-                kind == "int" and isinstance(value, bool)):
+        elif (
+            kind in _JSON_KINDS
+            and isinstance(value, _JSON_KINDS[kind])
+            and not (kind == "int" and isinstance(value, bool))
+        ):
             return True
     return False
+
+
 _TUPLE_FIELDS = ("extra_index_urls", "wheelhouses", "skip_patches", "setup_flags")
 
 
@@ -296,25 +480,37 @@ def from_json(data: Mapping, python: str) -> BuildOptions:
     known = {f.name: f for f in fields(BuildOptions)}
     unknown = sorted(set(data) - set(known))
     if unknown or data.get("python") != python:
-        raise ConfigError(f"options file: {'unknown fields ' + ', '.join(unknown) if unknown else 'another Python'}",
-                          "it is written by the host's container build (invoke build --image ...); run that")
+        raise ConfigError(
+            f"options file: {'unknown fields ' + ', '.join(unknown) if unknown else 'another Python'}",
+            "it is written by the host's container build (invoke build --image ...); run that",
+        )
     for name, value in data.items():
         if not _of_kind(str(known[name].type), value):
-            raise ConfigError(f"options file: {name} is not a {known[name].type}",
-                              "it is written by the host's container build (invoke build --image ...); run that")
+            raise ConfigError(
+                f"options file: {name} is not a {known[name].type}",
+                "it is written by the host's container build (invoke build --image ...); run that",
+            )
     host_only = [n for n in HOST_ONLY if data.get(n) is not None]
     if host_only:
-        raise ConfigError(f"options file: {', '.join(host_only)} cannot be set inside a container build",
-                          "it is written by the host's container build (invoke build --image ...); run that")
+        raise ConfigError(
+            f"options file: {', '.join(host_only)} cannot be set inside a container build",
+            "it is written by the host's container build (invoke build --image ...); run that",
+        )
     if data.get("jobs", 1) < 1:
-        raise ConfigError(f"options file: jobs {data['jobs']} is not at least 1", "pass --jobs 1 or more on the host")
+        raise ConfigError(
+            f"options file: jobs {data['jobs']} is not at least 1",
+            "pass --jobs 1 or more on the host",
+        )
     values = {}
     for name, value in data.items():
         if name in _PATH_FIELDS:
             value = Path(value) if value is not None else None
         elif name in _TUPLE_FIELDS:
-            value = tuple(Path(v) for v in value) if name == "wheelhouses" else (
-                tuple(value) if value is not None else None)
+            value = (
+                tuple(Path(v) for v in value)
+                if name == "wheelhouses"
+                else (tuple(value) if value is not None else None)
+            )
         values[name] = value
     for flag, name in (("--torch", "torch"), ("--torch-npu", "torch_npu")):
         if values.get(name) is not None:
@@ -328,8 +524,13 @@ def load_json(path: Path, python: str) -> BuildOptions:
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
-        raise ConfigError(f"--options-json {path}: {exc.__class__.__name__}", "it is written by the host's "
-                          "container build; run the build with --image from the host") from None
+        raise ConfigError(
+            f"--options-json {path}: {exc.__class__.__name__}",
+            "it is written by the host's container build; run the build with --image from the host",
+        ) from None
     if not isinstance(data, dict):
-        raise ConfigError(f"--options-json {path} is not a JSON object", "run the build with --image from the host")
+        raise ConfigError(
+            f"--options-json {path} is not a JSON object",
+            "run the build with --image from the host",
+        )
     return from_json(data, python)

@@ -70,10 +70,14 @@ def load_all(directory: Path = PATCHES_DIR) -> list[Patch]:
                 sha256=hashlib.sha256(raw).hexdigest(),
                 path=path,
             )
-            for regex in [patch.applies_when] + [r for e in patch.edits for r in (e.find, e.applied)]:
+            for regex in [patch.applies_when] + [
+                r for e in patch.edits for r in (e.find, e.applied)
+            ]:
                 re.compile(regex)
         except (KeyError, tomllib.TOMLDecodeError, re.error) as exc:
-            raise ConfigError(f"patch file {path.name} is malformed: {exc}", "fix the patch file") from None
+            raise ConfigError(
+                f"patch file {path.name} is malformed: {exc}", "fix the patch file"
+            ) from None
         patches.append(patch)
     ids = [p.id for p in patches]
     if len(set(ids)) != len(ids):
@@ -85,7 +89,10 @@ def check_skips(patches: Iterable[Patch], skip: Iterable[str]) -> None:
     known = {p.id for p in patches}
     unknown = sorted(set(skip) - known)
     if unknown:
-        raise ConfigError(f"--skip-patch {', '.join(unknown)}: no such patch", f"known: {', '.join(sorted(known))}")
+        raise ConfigError(
+            f"--skip-patch {', '.join(unknown)}: no such patch",
+            f"known: {', '.join(sorted(known))}",
+        )
 
 
 def apply_one(patch: Patch, tree: Path) -> str:
@@ -110,15 +117,19 @@ def apply_one(patch: Patch, tree: Path) -> str:
                 f"update {patch.path.relative_to(patch.path.parent.parent)}, or --skip-patch {patch.id} to build without it",
             )
         if not re.search(edit.applied, new):
-            raise PatchError(f"patch {patch.id} edit {number} did not leave its marker in {patch.file}",
-                             f"fix 'applied' in {patch.path.name}")
+            raise PatchError(
+                f"patch {patch.id} edit {number} did not leave its marker in {patch.file}",
+                f"fix 'applied' in {patch.path.name}",
+            )
     tmp = target.with_name(target.name + ".apexkit-tmp")
     tmp.write_text(new)
     tmp.replace(target)
     return APPLIED
 
 
-def apply_all(tree: Path, skip: Iterable[str] = (), patches: list[Patch] | None = None) -> list[PatchResult]:
+def apply_all(
+    tree: Path, skip: Iterable[str] = (), patches: list[Patch] | None = None
+) -> list[PatchResult]:
     patches = load_all() if patches is None else patches
     skip = set(skip)
     check_skips(patches, skip)

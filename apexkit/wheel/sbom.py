@@ -40,7 +40,9 @@ SPEC_VERSION = "1.6"
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE = "https://slsa.dev/provenance/v1"
 BUILD_TYPE = "urn:apexkit:build:wheel:v1"  # apexkit has no public home to point at: a URN names the build recipe
-_NAMESPACE = uuid.UUID("6f1d2b52-7d3c-4e8a-9a43-0b5c7c1a9e61")  # serial numbers: uuid5(this, wheel sha256 + inputs)
+_NAMESPACE = uuid.UUID(
+    "6f1d2b52-7d3c-4e8a-9a43-0b5c7c1a9e61"
+)  # serial numbers: uuid5(this, wheel sha256 + inputs)
 BY_HOST = "APEXKIT_ATTESTATIONS_BY_HOST"  # set in a builder container: the host writes the SBOM + provenance
 _MAX_STR = 512  # strings taken from a manifest (a container's is untrusted) are cut to this
 
@@ -58,31 +60,56 @@ def _canonical(name: str) -> str:
 
 # --- what the build records in its manifest ----------------------------------------------------------------------
 
-def inventory(python: Path, wheelhouses: Sequence[Path] = (), env: Mapping[str, str] | None = None) -> dict:
+
+def inventory(
+    python: Path, wheelhouses: Sequence[Path] = (), env: Mapping[str, str] | None = None
+) -> dict:
     """The build venv's packages (name, version, RECORD sha256, wheel tags, installer), read by its own Python, plus
     the sha256 of the wheel file for each one found in a --wheelhouse (same name, version and a shared tag)."""
     try:
-        proc = subprocess.run([str(python), str(INVENTORY_PROBE)], capture_output=True, text=True, timeout=120,
-                              env=None if env is None else dict(env))
+        proc = subprocess.run(
+            [str(python), str(INVENTORY_PROBE)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=None if env is None else dict(env),
+        )
         data = json.loads(proc.stdout.strip().splitlines()[-1]) if proc.returncode == 0 else None
     except (OSError, subprocess.TimeoutExpired, ValueError, IndexError):
         data = None
     if not isinstance(data, dict):
-        return {"packages": [], "error": f"the build venv's Python ({python}) could not list its packages"}
+        return {
+            "packages": [],
+            "error": f"the build venv's Python ({python}) could not list its packages",
+        }
     from apexkit.wheel.venvs import installed_digests
 
-    vouched = installed_digests(Path(python).parent.parent)  # <venv>/bin/python -> <venv>/apexkit-installed.json
+    vouched = installed_digests(
+        Path(python).parent.parent
+    )  # <venv>/bin/python -> <venv>/apexkit-installed.json
     files = _wheelhouse_files(wheelhouses)
     for package in data["packages"]:
         said = vouched.get(_canonical(package["name"]))
-        if isinstance(said, dict) and said.get("version") == package["version"] and _hex(said.get("sha256"), 64):
-            package["wheel"] = {"file": _s(said.get("file")), "sha256": _hex(said.get("sha256"), 64),
-                                "from": _s(said.get("from")), "url": _s(said.get("url"))}
+        if (
+            isinstance(said, dict)
+            and said.get("version") == package["version"]
+            and _hex(said.get("sha256"), 64)
+        ):
+            package["wheel"] = {
+                "file": _s(said.get("file")),
+                "sha256": _hex(said.get("sha256"), 64),
+                "from": _s(said.get("from")),
+                "url": _s(said.get("url")),
+            }
             continue
         found = files.get((_canonical(package["name"]), package["version"]))
         for path, tags in found or ():
             if not package["tags"] or tags & set(package["tags"]):
-                package["wheel"] = {"file": path.name, "sha256": untrusted.sha256_file(path), "from": "wheelhouse"}
+                package["wheel"] = {
+                    "file": path.name,
+                    "sha256": untrusted.sha256_file(path),
+                    "from": "wheelhouse",
+                }
                 break
     return data
 
@@ -141,6 +168,7 @@ def _digest_or_none(path: str) -> str | None:
 
 # --- reading a manifest (possibly a container's: every field checked) --------------------------------------------
 
+
 def _s(value, default: str | None = None) -> str | None:
     if value is None or isinstance(value, (dict, list)):
         return default
@@ -162,11 +190,18 @@ def _packages(manifest: dict) -> list[dict]:
     for p in raw if isinstance(raw, list) else []:
         if isinstance(p, dict) and _s(p.get("name")) and _s(p.get("version")):
             wheel = _dict(p.get("wheel"))
-            out.append({"name": _s(p["name"]), "version": _s(p["version"]),
-                        "record_sha256": _hex(p.get("record_sha256"), 64),
-                        "wheel_file": _s(wheel.get("file")), "wheel_sha256": _hex(wheel.get("sha256"), 64),
-                        "wheel_from": _s(wheel.get("from")), "wheel_url": _s(wheel.get("url")),
-                        "installer": _s(p.get("installer"))})
+            out.append(
+                {
+                    "name": _s(p["name"]),
+                    "version": _s(p["version"]),
+                    "record_sha256": _hex(p.get("record_sha256"), 64),
+                    "wheel_file": _s(wheel.get("file")),
+                    "wheel_sha256": _hex(wheel.get("sha256"), 64),
+                    "wheel_from": _s(wheel.get("from")),
+                    "wheel_url": _s(wheel.get("url")),
+                    "installer": _s(p.get("installer")),
+                }
+            )
     return out
 
 
@@ -175,13 +210,20 @@ def _wheel_facts(wheel: Path) -> dict:
     try:
         with zipfile.ZipFile(wheel) as zf:
             names = zf.namelist()
-            meta_name = next((n for n in names if n.count("/") == 1 and n.endswith(".dist-info/METADATA")), None)
+            meta_name = next(
+                (n for n in names if n.count("/") == 1 and n.endswith(".dist-info/METADATA")), None
+            )
             meta = zf.read(meta_name).decode("utf-8", "replace") if meta_name else ""
             modules = []
             for n in sorted(names):
                 if n.endswith(".so") or ".so." in n.rsplit("/", 1)[-1]:
-                    modules.append({"file": n, "sha256": hashlib.sha256(zf.read(n)).hexdigest(),
-                                    "size": zf.getinfo(n).file_size})
+                    modules.append(
+                        {
+                            "file": n,
+                            "sha256": hashlib.sha256(zf.read(n)).hexdigest(),
+                            "size": zf.getinfo(n).file_size,
+                        }
+                    )
     except (zipfile.BadZipFile, OSError, KeyError) as exc:
         raise SbomError(f"{wheel.name} cannot be read ({exc})") from None
     headers: dict[str, list[str]] = {}
@@ -189,10 +231,15 @@ def _wheel_facts(wheel: Path) -> dict:
         if ":" in line and not line.startswith((" ", "\t")):
             key, value = line.split(":", 1)
             headers.setdefault(key.strip().lower(), []).append(value.strip())
-    parts = wheel.name.split("-")  # no METADATA (not a wheel we made): name and version from the file name
-    return {"name": (headers.get("name") or [parts[0]])[0][:_MAX_STR],
-            "version": (headers.get("version") or [parts[1] if len(parts) > 1 else "0"])[0][:_MAX_STR],
-            "requires": headers.get("requires-dist", []), "modules": modules}
+    parts = wheel.name.split(
+        "-"
+    )  # no METADATA (not a wheel we made): name and version from the file name
+    return {
+        "name": (headers.get("name") or [parts[0]])[0][:_MAX_STR],
+        "version": (headers.get("version") or [parts[1] if len(parts) > 1 else "0"])[0][:_MAX_STR],
+        "requires": headers.get("requires-dist", []),
+        "modules": modules,
+    }
 
 
 def _runtime_names(requires: list[str]) -> set[str]:
@@ -200,6 +247,7 @@ def _runtime_names(requires: list[str]) -> set[str]:
 
 
 # --- the SBOM ------------------------------------------------------------------------------------------------------
+
 
 def sbom_text(manifest: dict, wheel: Path, wheel_sha256: str) -> str:
     """The CycloneDX 1.6 JSON SBOM (validated against the schema), or SbomError."""
@@ -211,8 +259,10 @@ def sbom_text(manifest: dict, wheel: Path, wheel_sha256: str) -> str:
         from cyclonedx.output.json import JsonV1Dot6
         from packageurl import PackageURL
     except ImportError as exc:
-        raise SbomError(f"cyclonedx-python-lib is not installed ({exc.name or exc}): "
-                        "pip install -r requirements.txt") from None
+        raise SbomError(
+            f"cyclonedx-python-lib is not installed ({exc.name or exc}): "
+            "pip install -r requirements.txt"
+        ) from None
     facts = _wheel_facts(wheel)
     identity, sources, tools = (_dict(manifest.get(k)) for k in ("identity", "sources", "tools"))
     packages = _packages(manifest)
@@ -227,53 +277,111 @@ def sbom_text(manifest: dict, wheel: Path, wheel_sha256: str) -> str:
         src = _dict(sources.get(key))
         commit = _hex(src.get("commit"), 40) or _s(src.get("commit"))
         if commit:
-            ancestors.append(Component(
-                name=label, version=commit, type=ComponentType.LIBRARY, bom_ref=f"source:{key}",
-                properties=[Property(name="apexkit:git_commit", value=commit),
-                            *[Property(name="apexkit:origin", value=o) for o in
-                              [_s(src.get("origin")) or _s(src.get("url"))] if o],
-                            *[Property(name="apexkit:ref", value=r) for r in [_s(src.get("ref"))] if r]]))
-    patches = [p for p in manifest.get("patches", []) if isinstance(p, dict)] if isinstance(
-        manifest.get("patches"), list) else []
-    root_props = [Property(name="apexkit:wheel_file", value=wheel.name),
-                  *[Property(name="apexkit:requires_dist", value=r[:_MAX_STR]) for r in facts["requires"]],
-                  *[Property(name="apexkit:patch", value=f"{_s(p.get('id'))} {_s(p.get('status'))} "
-                             f"sha256:{_hex(p.get('sha256'), 64)}") for p in patches],
-                  *[Property(name=f"apexkit:{k}", value=v) for k in ("manylinux_tag", "max_glibc", "max_glibcxx")
-                    for v in [_s(identity.get(k))] if v]]
+            ancestors.append(
+                Component(
+                    name=label,
+                    version=commit,
+                    type=ComponentType.LIBRARY,
+                    bom_ref=f"source:{key}",
+                    properties=[
+                        Property(name="apexkit:git_commit", value=commit),
+                        *[
+                            Property(name="apexkit:origin", value=o)
+                            for o in [_s(src.get("origin")) or _s(src.get("url"))]
+                            if o
+                        ],
+                        *[Property(name="apexkit:ref", value=r) for r in [_s(src.get("ref"))] if r],
+                    ],
+                )
+            )
+    patches = (
+        [p for p in manifest.get("patches", []) if isinstance(p, dict)]
+        if isinstance(manifest.get("patches"), list)
+        else []
+    )
+    root_props = [
+        Property(name="apexkit:wheel_file", value=wheel.name),
+        *[Property(name="apexkit:requires_dist", value=r[:_MAX_STR]) for r in facts["requires"]],
+        *[
+            Property(
+                name="apexkit:patch",
+                value=f"{_s(p.get('id'))} {_s(p.get('status'))} sha256:{_hex(p.get('sha256'), 64)}",
+            )
+            for p in patches
+        ],
+        *[
+            Property(name=f"apexkit:{k}", value=v)
+            for k in ("manylinux_tag", "max_glibc", "max_glibcxx")
+            for v in [_s(identity.get(k))]
+            if v
+        ],
+    ]
     root = Component(
-        name=facts["name"], version=facts["version"], type=ComponentType.LIBRARY, bom_ref=f"wheel:{wheel.name}",
-        description="Apex for Ascend, built by apexkit", hashes=[sha(wheel_sha256)],
-        purl=PackageURL(type="pypi", name=_canonical(facts["name"]), version=facts["version"],
-                        qualifiers={"file_name": wheel.name}),
-        pedigree=Pedigree(ancestors=ancestors) if ancestors else None, properties=root_props)
+        name=facts["name"],
+        version=facts["version"],
+        type=ComponentType.LIBRARY,
+        bom_ref=f"wheel:{wheel.name}",
+        description="Apex for Ascend, built by apexkit",
+        hashes=[sha(wheel_sha256)],
+        purl=PackageURL(
+            type="pypi",
+            name=_canonical(facts["name"]),
+            version=facts["version"],
+            qualifiers={"file_name": wheel.name},
+        ),
+        pedigree=Pedigree(ancestors=ancestors) if ancestors else None,
+        properties=root_props,
+    )
     bom = Bom(serial_number=serial)
     bom.metadata.component = root
     bom.metadata.timestamp = created
     bom.metadata.lifecycles.add(PredefinedLifecycle(LifecyclePhase.BUILD))
-    bom.metadata.tools.components.add(Component(name="apexkit", version=_s(manifest.get("apexkit"), "unknown"),
-                                                type=ComponentType.APPLICATION))
-    bom.metadata.properties.add(Property(name="apexkit:target", value=_s(
-        _dict(manifest.get("target")).get("target_id"), "unknown")))
+    bom.metadata.tools.components.add(
+        Component(
+            name="apexkit",
+            version=_s(manifest.get("apexkit"), "unknown"),
+            type=ComponentType.APPLICATION,
+        )
+    )
+    bom.metadata.properties.add(
+        Property(
+            name="apexkit:target",
+            value=_s(_dict(manifest.get("target")).get("target_id"), "unknown"),
+        )
+    )
     for k in ("python", "host"):
         if _s(tools.get(k)):
             bom.metadata.properties.add(Property(name=f"apexkit:build_{k}", value=_s(tools.get(k))))
     runtime = _runtime_names(facts["requires"])
     depends = []
     for module in facts["modules"]:
-        c = Component(name=module["file"], type=ComponentType.FILE, bom_ref=f"file:{module['file']}",
-                      hashes=[sha(module["sha256"])],
-                      properties=[Property(name="apexkit:size", value=str(module["size"]))])
+        c = Component(
+            name=module["file"],
+            type=ComponentType.FILE,
+            bom_ref=f"file:{module['file']}",
+            hashes=[sha(module["sha256"])],
+            properties=[Property(name="apexkit:size", value=str(module["size"]))],
+        )
         bom.components.add(c)
         depends.append(c)
     for p in packages:
-        props = [Property(name=f"apexkit:{k}", value=p[k]) for k in ("record_sha256", "installer", "wheel_file",
-                                                                     "wheel_from", "wheel_url") if p[k]]
-        c = Component(name=p["name"], version=p["version"], type=ComponentType.LIBRARY,
-                      bom_ref=f"build-venv:{_canonical(p['name'])}@{p['version']}",
-                      scope=ComponentScope.REQUIRED if _canonical(p["name"]) in runtime else ComponentScope.EXCLUDED,
-                      purl=PackageURL(type="pypi", name=_canonical(p["name"]), version=p["version"]),
-                      hashes=[sha(p["wheel_sha256"])] if p["wheel_sha256"] else None, properties=props)
+        props = [
+            Property(name=f"apexkit:{k}", value=p[k])
+            for k in ("record_sha256", "installer", "wheel_file", "wheel_from", "wheel_url")
+            if p[k]
+        ]
+        c = Component(
+            name=p["name"],
+            version=p["version"],
+            type=ComponentType.LIBRARY,
+            bom_ref=f"build-venv:{_canonical(p['name'])}@{p['version']}",
+            scope=ComponentScope.REQUIRED
+            if _canonical(p["name"]) in runtime
+            else ComponentScope.EXCLUDED,
+            purl=PackageURL(type="pypi", name=_canonical(p["name"]), version=p["version"]),
+            hashes=[sha(p["wheel_sha256"])] if p["wheel_sha256"] else None,
+            properties=props,
+        )
         bom.components.add(c)
         if _canonical(p["name"]) in runtime:
             depends.append(c)
@@ -311,8 +419,10 @@ def validate(text: str) -> None:
     except Exception as exc:  # MissingOptionalDependencyException: jsonschema absent
         raise SbomError(f"the SBOM cannot be validated: {str(exc).splitlines()[0][:200]}") from None
     if error is not None:
-        raise SbomError(f"the SBOM fails the CycloneDX {SPEC_VERSION} schema: "
-                        f"{str(getattr(error, 'data', error)).splitlines()[0][:300]}")
+        raise SbomError(
+            f"the SBOM fails the CycloneDX {SPEC_VERSION} schema: "
+            f"{str(getattr(error, 'data', error)).splitlines()[0][:300]}"
+        )
 
 
 def _timestamp(value) -> datetime:
@@ -324,54 +434,112 @@ def _timestamp(value) -> datetime:
 
 # --- the provenance --------------------------------------------------------------------------------------------------
 
-def provenance(manifest: dict, wheel_name: str, wheel_sha256: str, byproducts: Sequence[dict] = ()) -> dict:
+
+def provenance(
+    manifest: dict, wheel_name: str, wheel_sha256: str, byproducts: Sequence[dict] = ()
+) -> dict:
     """An in-toto Statement v1 / SLSA provenance v1 for the wheel, from the manifest (plain JSON, no library)."""
     target, sources, tools = (_dict(manifest.get(k)) for k in ("target", "sources", "tools"))
     deps: list[dict] = []
     for key in ("ascend_apex", "nvidia_apex"):
         src = _dict(sources.get(key))
         commit = _hex(src.get("commit"), 40)
-        entry: dict = {"name": key.replace("_", "-"), "uri": _s(src.get("origin")) or _s(src.get("url")) or "unknown"}
+        entry: dict = {
+            "name": key.replace("_", "-"),
+            "uri": _s(src.get("origin")) or _s(src.get("url")) or "unknown",
+        }
         entry["digest"] = {"gitCommit": commit} if commit else {}
         if not commit and _s(src.get("commit")):
-            entry["annotations"] = {"commit": _s(src.get("commit"))}  # a --apex-src copy: not a plain commit
+            entry["annotations"] = {
+                "commit": _s(src.get("commit"))
+            }  # a --apex-src copy: not a plain commit
         if _s(src.get("ref")):
             entry.setdefault("annotations", {})["ref"] = _s(src.get("ref"))
         deps.append(entry)
     for p in manifest.get("patches") or []:
-        if isinstance(p, dict) and _s(p.get("id")):  # the patch file's sha256 (patches/*.toml), as in the cache key
-            deps.append({"name": f"patch:{_s(p.get('id'))}", "digest": _only({"sha256": _hex(p.get("sha256"), 64)}),
-                         "annotations": {"edits": _s(p.get("file")), "status": _s(p.get("status"))}})
+        if isinstance(p, dict) and _s(
+            p.get("id")
+        ):  # the patch file's sha256 (patches/*.toml), as in the cache key
+            deps.append(
+                {
+                    "name": f"patch:{_s(p.get('id'))}",
+                    "digest": _only({"sha256": _hex(p.get("sha256"), 64)}),
+                    "annotations": {"edits": _s(p.get("file")), "status": _s(p.get("status"))},
+                }
+            )
     for p in _packages(manifest):
         notes = {}
         if p["wheel_sha256"]:
             digest, of = {"sha256": p["wheel_sha256"]}, f"the wheel file {p['wheel_file']}"
-            notes = {k: v for k, v in (("digest_from", p["wheel_from"] or "wheelhouse"),
-                                       ("download_location", p["wheel_url"])) if v}
+            notes = {
+                k: v
+                for k, v in (
+                    ("digest_from", p["wheel_from"] or "wheelhouse"),
+                    ("download_location", p["wheel_url"]),
+                )
+                if v
+            }
         else:
             digest, of = _only({"sha256": p["record_sha256"]}), "its installed dist-info/RECORD"
-        deps.append({"name": p["name"], "uri": f"pkg:pypi/{_canonical(p['name'])}@{p['version']}", "digest": digest,
-                     "annotations": {"digest_of": of, **notes, "role": "build venv"}})
+        deps.append(
+            {
+                "name": p["name"],
+                "uri": f"pkg:pypi/{_canonical(p['name'])}@{p['version']}",
+                "digest": digest,
+                "annotations": {"digest_of": of, **notes, "role": "build venv"},
+            }
+        )
     cxx = _dict(tools.get("compiler"))
     if cxx:
-        deps.append({"name": "compiler", "uri": f"file://{_s(cxx.get('path'), '')}",
-                     "digest": _only({"sha256": _hex(cxx.get("sha256"), 64)}),
-                     "annotations": {"version": _s(cxx.get("version"))}})
+        deps.append(
+            {
+                "name": "compiler",
+                "uri": f"file://{_s(cxx.get('path'), '')}",
+                "digest": _only({"sha256": _hex(cxx.get("sha256"), 64)}),
+                "annotations": {"version": _s(cxx.get("version"))},
+            }
+        )
     interp = _dict(tools.get("interpreter"))
     if interp:
-        deps.append({"name": "python", "uri": f"file://{_s(interp.get('path'), '')}",
-                     "digest": _only({"sha256": _hex(interp.get("sha256"), 64)}),
-                     "annotations": {"version": _s(tools.get("python"))}})
+        deps.append(
+            {
+                "name": "python",
+                "uri": f"file://{_s(interp.get('path'), '')}",
+                "digest": _only({"sha256": _hex(interp.get("sha256"), 64)}),
+                "annotations": {"version": _s(tools.get("python"))},
+            }
+        )
     image = _dict(manifest.get("builder_image"))
     if image:
         image_id = _s(image.get("id")) or ""
-        deps.append({"name": "builder image", "uri": f"docker-image://{_s(image.get('image'), '')}",
-                     "digest": _only({"sha256": _hex(image_id.split(":", 1)[-1], 64)}),
-                     "annotations": {"repo_digests": [_s(d) for d in image.get("repo_digests") or [] if _s(d)][:8]
-                                     if isinstance(image.get("repo_digests"), list) else [],
-                                     "recipe": _s(image.get("recipe")), "base": _s(image.get("base"))}})
-    external = {k: target.get(k) for k in ("target_id", "python", "torch", "torch_npu", "arch", "apex_ref", "flags",
-                                           "identity") if k in target}
+        deps.append(
+            {
+                "name": "builder image",
+                "uri": f"docker-image://{_s(image.get('image'), '')}",
+                "digest": _only({"sha256": _hex(image_id.split(":", 1)[-1], 64)}),
+                "annotations": {
+                    "repo_digests": [_s(d) for d in image.get("repo_digests") or [] if _s(d)][:8]
+                    if isinstance(image.get("repo_digests"), list)
+                    else [],
+                    "recipe": _s(image.get("recipe")),
+                    "base": _s(image.get("base")),
+                },
+            }
+        )
+    external = {
+        k: target.get(k)
+        for k in (
+            "target_id",
+            "python",
+            "torch",
+            "torch_npu",
+            "arch",
+            "apex_ref",
+            "flags",
+            "identity",
+        )
+        if k in target
+    }
     created = _s(manifest.get("created"))
     built = _s(manifest.get("built")) or created
     return {
@@ -382,17 +550,27 @@ def provenance(manifest: dict, wheel_name: str, wheel_sha256: str, byproducts: S
             "buildDefinition": {
                 "buildType": BUILD_TYPE,
                 "externalParameters": json.loads(json.dumps(external, default=str)),
-                "internalParameters": {"apexkit": _s(manifest.get("apexkit")), "cache_key": _s(manifest.get("cache_key")),
-                                       "source_date_epoch": manifest.get("source_date_epoch")
-                                       if isinstance(manifest.get("source_date_epoch"), int) else None,
-                                       "setup_flags": [_s(f) for f in manifest.get("setup_flags") or []
-                                                       if isinstance(f, str)]},
+                "internalParameters": {
+                    "apexkit": _s(manifest.get("apexkit")),
+                    "cache_key": _s(manifest.get("cache_key")),
+                    "source_date_epoch": manifest.get("source_date_epoch")
+                    if isinstance(manifest.get("source_date_epoch"), int)
+                    else None,
+                    "setup_flags": [
+                        _s(f) for f in manifest.get("setup_flags") or [] if isinstance(f, str)
+                    ],
+                },
                 "resolvedDependencies": deps,
             },
             "runDetails": {
-                "builder": {"id": f"urn:apexkit:builder:{'image' if image else 'host'}",
-                            "version": {"apexkit": _s(manifest.get("apexkit"), "unknown")}},
-                "metadata": {"invocationId": _s(manifest.get("cache_key"), ""), "finishedOn": built},
+                "builder": {
+                    "id": f"urn:apexkit:builder:{'image' if image else 'host'}",
+                    "version": {"apexkit": _s(manifest.get("apexkit"), "unknown")},
+                },
+                "metadata": {
+                    "invocationId": _s(manifest.get("cache_key"), ""),
+                    "finishedOn": built,
+                },
                 "byproducts": list(byproducts),
             },
         },
@@ -404,6 +582,7 @@ def _only(digest: dict) -> dict:
 
 
 # --- dist/<target>/ -------------------------------------------------------------------------------------------------
+
 
 def documents(manifest: dict, wheel: Path) -> dict[str, bytes]:
     """The SBOM and the provenance for dist/<target>/ (file name -> bytes), and manifest["attestations"] saying what
@@ -423,12 +602,26 @@ def documents(manifest: dict, wheel: Path) -> dict[str, bytes]:
     else:
         out[SBOM_FILE] = text
         digest = hashlib.sha256(text).hexdigest()
-        record["sbom"] = {"file": SBOM_FILE, "format": f"CycloneDX {SPEC_VERSION} JSON", "sha256": digest}
-        byproducts.append({"name": SBOM_FILE, "digest": {"sha256": digest},
-                           "mediaType": "application/vnd.cyclonedx+json"})
-    statement = (json.dumps(provenance(manifest, wheel.name, wheel_sha, byproducts), indent=2) + "\n").encode()
+        record["sbom"] = {
+            "file": SBOM_FILE,
+            "format": f"CycloneDX {SPEC_VERSION} JSON",
+            "sha256": digest,
+        }
+        byproducts.append(
+            {
+                "name": SBOM_FILE,
+                "digest": {"sha256": digest},
+                "mediaType": "application/vnd.cyclonedx+json",
+            }
+        )
+    statement = (
+        json.dumps(provenance(manifest, wheel.name, wheel_sha, byproducts), indent=2) + "\n"
+    ).encode()
     out[PROVENANCE_FILE] = statement
-    record["provenance"] = {"file": PROVENANCE_FILE, "format": f"in-toto Statement v1, {PREDICATE_TYPE}",
-                            "sha256": hashlib.sha256(statement).hexdigest()}
+    record["provenance"] = {
+        "file": PROVENANCE_FILE,
+        "format": f"in-toto Statement v1, {PREDICATE_TYPE}",
+        "sha256": hashlib.sha256(statement).hexdigest(),
+    }
     manifest["attestations"] = record
     return out

@@ -40,8 +40,10 @@ def _git_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
 # A credential helper given on git's command line for one fetch: it answers from the environment of that git process
 # (readable only by its user, unlike the command line or the mirror's config file). The empty helper first drops the
 # helpers of the user's own git config, so none of them is asked for, or stores, these credentials.
-_ENV_CREDENTIAL_HELPER = ("!f() { test \"$1\" = get || return 0; "
-                          "printf 'username=%s\\npassword=%s\\n' \"$APEXKIT_GIT_USERNAME\" \"$APEXKIT_GIT_PASSWORD\"; }; f")
+_ENV_CREDENTIAL_HELPER = (
+    '!f() { test "$1" = get || return 0; '
+    'printf \'username=%s\\npassword=%s\\n\' "$APEXKIT_GIT_USERNAME" "$APEXKIT_GIT_PASSWORD"; }; f'
+)
 
 
 def split_credentials(url: str) -> tuple[str, tuple[str, str] | None]:
@@ -52,12 +54,21 @@ def split_credentials(url: str) -> tuple[str, tuple[str, str] | None]:
         return url, None
     userinfo, _, hostport = parts.netloc.rpartition("@")
     user, _, password = userinfo.partition(":")
-    public = urllib.parse.urlunsplit((parts.scheme, hostport, parts.path, parts.query, parts.fragment))
+    public = urllib.parse.urlunsplit(
+        (parts.scheme, hostport, parts.path, parts.query, parts.fragment)
+    )
     return public, (urllib.parse.unquote(user), urllib.parse.unquote(password))
 
 
-def git(args: Sequence[str], *, git_dir: Path | None = None, check: bool = True, echo: bool = True,
-        stdout_bytes: bool = False, credentials: tuple[str, str] | None = None) -> subprocess.CompletedProcess:
+def git(
+    args: Sequence[str],
+    *,
+    git_dir: Path | None = None,
+    check: bool = True,
+    echo: bool = True,
+    stdout_bytes: bool = False,
+    credentials: tuple[str, str] | None = None,
+) -> subprocess.CompletedProcess:
     """Run git (echoed, secrets masked). `credentials` reach git through the environment and a helper, never through
     its command line or a file."""
     argv = ["git"] + ([f"--git-dir={git_dir}"] if git_dir else []) + list(args)
@@ -65,12 +76,19 @@ def git(args: Sequence[str], *, git_dir: Path | None = None, check: bool = True,
         log.echo_command(argv)
     extra: dict[str, str] = {}
     if credentials is not None:
-        argv[1:1] = ["-c", "credential.helper=", "-c", f"credential.helper={_ENV_CREDENTIAL_HELPER}"]
+        argv[1:1] = [
+            "-c",
+            "credential.helper=",
+            "-c",
+            f"credential.helper={_ENV_CREDENTIAL_HELPER}",
+        ]
         extra = {"APEXKIT_GIT_USERNAME": credentials[0], "APEXKIT_GIT_PASSWORD": credentials[1]}
     proc = subprocess.run(argv, capture_output=True, text=not stdout_bytes, env=_git_env(extra))
     if check and proc.returncode != 0:
         err = proc.stderr.decode() if isinstance(proc.stderr, bytes) else proc.stderr
-        raise SourceError(f"git {args[0]} failed: {log.mask(_last_line(err))}", "see the git message above")
+        raise SourceError(
+            f"git {args[0]} failed: {log.mask(_last_line(err))}", "see the git message above"
+        )
     return proc
 
 
@@ -87,7 +105,9 @@ class RetryPolicy:
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> RetryPolicy:
         env = os.environ if env is None else env
-        return cls(int(env.get("APEXKIT_FETCH_RETRIES", "3")), float(env.get("APEXKIT_FETCH_BACKOFF", "2")))
+        return cls(
+            int(env.get("APEXKIT_FETCH_RETRIES", "3")), float(env.get("APEXKIT_FETCH_BACKOFF", "2"))
+        )
 
 
 class Mirror:
@@ -100,8 +120,13 @@ class Mirror:
     def __init__(self, url: str, cache: Path, retry: RetryPolicy | None = None) -> None:
         self.url, self._credentials = split_credentials(url)
         # keyed by the URL without credentials: a rotated token keeps its mirror
-        slug = re.sub(r"[^A-Za-z0-9]+", "-", self.url.rstrip("/").rsplit("/", 1)[-1]).strip("-") or "repo"
-        self.path = cache / "git" / f"{slug}-{hashlib.sha256(self.url.encode()).hexdigest()[:12]}.git"
+        slug = (
+            re.sub(r"[^A-Za-z0-9]+", "-", self.url.rstrip("/").rsplit("/", 1)[-1]).strip("-")
+            or "repo"
+        )
+        self.path = (
+            cache / "git" / f"{slug}-{hashlib.sha256(self.url.encode()).hexdigest()[:12]}.git"
+        )
         self.retry = retry or RetryPolicy.from_env()
 
     def _lock(self):
@@ -119,13 +144,20 @@ class Mirror:
         os.replace(tmp, self.path)
 
     def commit_time(self, sha: str) -> int | None:
-        out = git(["log", "-1", "--format=%ct", sha], git_dir=self.path, check=False, echo=False).stdout.strip()
+        out = git(
+            ["log", "-1", "--format=%ct", sha], git_dir=self.path, check=False, echo=False
+        ).stdout.strip()
         return int(out) if out.isdigit() else None
 
     def has_commit(self, rev: str) -> bool:
         if not (self.path / "HEAD").exists():
             return False
-        return git(["cat-file", "-e", f"{rev}^{{commit}}"], git_dir=self.path, check=False, echo=False).returncode == 0
+        return (
+            git(
+                ["cat-file", "-e", f"{rev}^{{commit}}"], git_dir=self.path, check=False, echo=False
+            ).returncode
+            == 0
+        )
 
     def fetch(self, refspecs: Sequence[str]) -> None:
         """git fetch (holding the mirror's lock) with retries and exponential backoff; then one clear error."""
@@ -139,17 +171,25 @@ class Mirror:
         delay = self.retry.backoff
         last = ""
         for attempt in range(1, self.retry.attempts + 1):
-            proc = git(["fetch", "--quiet", "--prune", "origin", *refspecs], git_dir=self.path, check=False,
-                       credentials=self._credentials)
+            proc = git(
+                ["fetch", "--quiet", "--prune", "origin", *refspecs],
+                git_dir=self.path,
+                check=False,
+                credentials=self._credentials,
+            )
             if proc.returncode == 0:
                 return
             last = _last_line(proc.stderr)
             if _is_missing_ref(last):
-                raise SourceError(f"{log.mask(self.url)} has no {' '.join(refspecs)}: {log.mask(last)}",
-                                  "check the ref name or commit")
+                raise SourceError(
+                    f"{log.mask(self.url)} has no {' '.join(refspecs)}: {log.mask(last)}",
+                    "check the ref name or commit",
+                )
             if attempt < self.retry.attempts:
-                log.warn(f"fetch from {self.url} failed (attempt {attempt}/{self.retry.attempts}): {last}; "
-                         f"retrying in {delay:g}s")
+                log.warn(
+                    f"fetch from {self.url} failed (attempt {attempt}/{self.retry.attempts}): {last}; "
+                    f"retrying in {delay:g}s"
+                )
                 time.sleep(delay)
                 delay *= 2
         from apexkit.wheel import known_failures
@@ -158,7 +198,7 @@ class Mirror:
             f"could not fetch {log.mask(self.url)} after {self.retry.attempts} attempts: {log.mask(last)}",
             known_failures.announce(proc.stderr)
             or "check the URL and your proxy (invoke proxy.check), or point APEXKIT_ASCEND_APEX_URL / "
-               "APEXKIT_NVIDIA_APEX_URL at a reachable mirror",
+            "APEXKIT_NVIDIA_APEX_URL at a reachable mirror",
         )
 
     def resolve(self, ref: str, offline: bool) -> str:
@@ -168,15 +208,25 @@ class Mirror:
         if not offline:
             self.fetch(["+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*"])
         elif not (self.path / "HEAD").exists():
-            raise SourceError(f"--offline, and {log.mask(self.url)} is not in the cache ({self.path})",
-                              "run once without --offline to fill the cache")
+            raise SourceError(
+                f"--offline, and {log.mask(self.url)} is not in the cache ({self.path})",
+                "run once without --offline to fill the cache",
+            )
         for candidate in (f"refs/heads/{ref}", f"refs/tags/{ref}", ref):
-            proc = git(["rev-parse", "--verify", "--quiet", f"{candidate}^{{commit}}"], git_dir=self.path,
-                       check=False, echo=False)
+            proc = git(
+                ["rev-parse", "--verify", "--quiet", f"{candidate}^{{commit}}"],
+                git_dir=self.path,
+                check=False,
+                echo=False,
+            )
             if proc.returncode == 0:
                 return proc.stdout.strip()
-        branches = git(["for-each-ref", "--format=%(refname:short)", "refs/heads"], git_dir=self.path,
-                       check=False, echo=False).stdout.split()
+        branches = git(
+            ["for-each-ref", "--format=%(refname:short)", "refs/heads"],
+            git_dir=self.path,
+            check=False,
+            echo=False,
+        ).stdout.split()
         raise SourceError(
             f"ref '{ref}' not found in {log.mask(self.url)}"
             + (f" (branches: {', '.join(sorted(branches)[:12])})" if branches else ""),
@@ -186,30 +236,46 @@ class Mirror:
     def ensure_commit(self, sha: str, offline: bool) -> str:
         """Make sure the pinned commit is present, fetching it only when missing, and verify it."""
         if not SHA_RE.match(sha):
-            raise SourceError(f"pin '{sha}' is not a full 40-hex commit SHA", "pin NVIDIA apex by its full SHA")
+            raise SourceError(
+                f"pin '{sha}' is not a full 40-hex commit SHA", "pin NVIDIA apex by its full SHA"
+            )
         if not self.has_commit(sha):
             if offline:
-                raise SourceError(f"--offline, and commit {sha[:12]} of {log.mask(self.url)} is not in the cache",
-                                  "run once without --offline to fill the cache")
+                raise SourceError(
+                    f"--offline, and commit {sha[:12]} of {log.mask(self.url)} is not in the cache",
+                    "run once without --offline to fill the cache",
+                )
             with self._lock():
-                if not self.has_commit(sha):  # another build may have fetched it while this one waited
+                if not self.has_commit(
+                    sha
+                ):  # another build may have fetched it while this one waited
                     try:
                         self.fetch([sha])  # servers with protocol v2 / allowReachableSHA1InWant
                     except SourceError:
                         self.fetch(["+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*"])
-        proc = git(["rev-parse", "--verify", "--quiet", f"{sha}^{{commit}}"], git_dir=self.path, check=False,
-                   echo=False)
+        proc = git(
+            ["rev-parse", "--verify", "--quiet", f"{sha}^{{commit}}"],
+            git_dir=self.path,
+            check=False,
+            echo=False,
+        )
         got = proc.stdout.strip()
         if proc.returncode != 0 or got != sha:
             raise SourceError(
-                f"pinned commit {sha} is not in {log.mask(self.url)}" + (f" (resolved to {got})" if got else ""),
+                f"pinned commit {sha} is not in {log.mask(self.url)}"
+                + (f" (resolved to {got})" if got else ""),
                 "the mirror may be incomplete or point at another repository; check APEXKIT_NVIDIA_APEX_URL",
             )
         return sha
 
     def export(self, sha: str, dest: Path, paths: Sequence[str] = ()) -> None:
         """Write the files of `sha` (optionally only `paths`) into `dest`, without .git."""
-        proc = git(["archive", "--format=tar", sha, *paths], git_dir=self.path, stdout_bytes=True, echo=False)
+        proc = git(
+            ["archive", "--format=tar", sha, *paths],
+            git_dir=self.path,
+            stdout_bytes=True,
+            echo=False,
+        )
         dest.mkdir(parents=True, exist_ok=True)
         with tarfile.open(fileobj=io.BytesIO(proc.stdout)) as tar:
             _extract(tar, dest)
@@ -223,7 +289,9 @@ def _extract(tar: tarfile.TarFile, dest: Path) -> None:
 
 
 def _is_missing_ref(message: str) -> bool:
-    return any(s in message for s in ("couldn't find remote ref", "not our ref", "no such remote ref"))
+    return any(
+        s in message for s in ("couldn't find remote ref", "not our ref", "no such remote ref")
+    )
 
 
 # --- the Ascend side -------------------------------------------------------------------------------------------
@@ -239,7 +307,9 @@ class AscendSource:
     origin: str  # URL or local path
     commit: str  # commit SHA, or "local:<content hash>" for --apex-src
     dirty: bool = False
-    commit_time: int | None = None  # committer time (Unix seconds): SOURCE_DATE_EPOCH for reproducible wheels
+    commit_time: int | None = (
+        None  # committer time (Unix seconds): SOURCE_DATE_EPOCH for reproducible wheels
+    )
 
     @property
     def npu_patch(self) -> Path:
@@ -265,29 +335,39 @@ def flags_of(root: Path) -> tuple[str, ...]:
     try:
         text = npu_patch.read_text(errors="replace")
     except OSError as exc:
-        raise SourceError(f"cannot read {npu_patch} ({exc.strerror or exc})",
-                          "point --apex-src at an Ascend apex checkout (it has patch/npu.patch)") from None
+        raise SourceError(
+            f"cannot read {npu_patch} ({exc.strerror or exc})",
+            "point --apex-src at an Ascend apex checkout (it has patch/npu.patch)",
+        ) from None
     return ("--cpp_ext", "--npu_float_status") if '"--npu_float_status"' in text else ("--cpp_ext",)
 
 
 def checkout_ascend(mirror: Mirror, sha: str, dest: Path) -> AscendSource:
     mirror.export(sha, dest)
     _require_npu_patch(dest, mirror.url)
-    return AscendSource(root=dest, origin=mirror.url, commit=sha, commit_time=mirror.commit_time(sha))
+    return AscendSource(
+        root=dest, origin=mirror.url, commit=sha, commit_time=mirror.commit_time(sha)
+    )
 
 
 def copy_ascend(src: Path, dest: Path) -> AscendSource:
     """--apex-src: copy the user's checkout (never modified); apex/ is build.sh's clone, left out."""
     src = src.expanduser().resolve()
     if not (src / "patch" / "npu.patch").is_file():
-        raise SourceError(f"--apex-src {src} has no patch/npu.patch", "point it at an Ascend apex checkout")
+        raise SourceError(
+            f"--apex-src {src} has no patch/npu.patch", "point it at an Ascend apex checkout"
+        )
     dest.mkdir(parents=True, exist_ok=True)
     for part in ASCEND_PARTS:
         if (src / part).is_dir():
             shutil.copytree(src / part, dest / part, symlinks=True)
     commit, dirty = _local_state(src)
-    head = subprocess.run(["git", "-C", str(src), "log", "-1", "--format=%ct"], capture_output=True, text=True)
-    when = int(head.stdout.strip()) if head.returncode == 0 and head.stdout.strip().isdigit() else None
+    head = subprocess.run(
+        ["git", "-C", str(src), "log", "-1", "--format=%ct"], capture_output=True, text=True
+    )
+    when = (
+        int(head.stdout.strip()) if head.returncode == 0 and head.stdout.strip().isdigit() else None
+    )
     return AscendSource(root=dest, origin=str(src), commit=commit, dirty=dirty, commit_time=when)
 
 
@@ -298,8 +378,12 @@ def _local_state(src: Path) -> tuple[str, bool]:
         base = src / part
         for path in sorted(p for p in base.rglob("*") if p.is_file()) if base.is_dir() else []:
             digest.update(str(path.relative_to(src)).encode() + b"\0" + path.read_bytes() + b"\0")
-    head = subprocess.run(["git", "-C", str(src), "rev-parse", "HEAD"], capture_output=True, text=True)
-    status = subprocess.run(["git", "-C", str(src), "status", "--porcelain"], capture_output=True, text=True)
+    head = subprocess.run(
+        ["git", "-C", str(src), "rev-parse", "HEAD"], capture_output=True, text=True
+    )
+    status = subprocess.run(
+        ["git", "-C", str(src), "status", "--porcelain"], capture_output=True, text=True
+    )
     dirty = head.returncode != 0 or bool(status.stdout.strip())
     prefix = head.stdout.strip()[:12] + "-" if head.returncode == 0 else ""
     return f"local:{prefix}{digest.hexdigest()[:16]}", dirty
@@ -307,8 +391,10 @@ def _local_state(src: Path) -> tuple[str, bool]:
 
 def _require_npu_patch(root: Path, origin: str) -> None:
     if not (root / "patch" / "npu.patch").is_file():
-        raise SourceError(f"{log.mask(origin)} has no patch/npu.patch at this ref",
-                          "is this the Ascend apex repository? check --ascend-apex-url and --apex-ref")
+        raise SourceError(
+            f"{log.mask(origin)} has no patch/npu.patch at this ref",
+            "is this the Ascend apex repository? check --ascend-apex-url and --apex-ref",
+        )
 
 
 def generate_tree(ascend: AscendSource, nvidia: Mirror, nvidia_sha: str, dest: Path) -> None:
@@ -317,12 +403,22 @@ def generate_tree(ascend: AscendSource, nvidia: Mirror, nvidia_sha: str, dest: P
         shutil.rmtree(dest)
     nvidia.export(nvidia_sha, dest)
     if shutil.which("patch") is None:
-        raise PatchError("the 'patch' program is missing (npu.patch is applied with patch -p1)",
-                         "install it: apt-get install patch / dnf install patch")
-    proc = subprocess.run(["patch", "-p1", "--batch", "--forward", "-i", str(ascend.npu_patch)], cwd=dest,
-                          capture_output=True, text=True)
+        raise PatchError(
+            "the 'patch' program is missing (npu.patch is applied with patch -p1)",
+            "install it: apt-get install patch / dnf install patch",
+        )
+    proc = subprocess.run(
+        ["patch", "-p1", "--batch", "--forward", "-i", str(ascend.npu_patch)],
+        cwd=dest,
+        capture_output=True,
+        text=True,
+    )
     if proc.returncode != 0:
-        failed = [line for line in proc.stdout.splitlines() if "FAILED" in line or "can't find" in line.lower()]
+        failed = [
+            line
+            for line in proc.stdout.splitlines()
+            if "FAILED" in line or "can't find" in line.lower()
+        ]
         raise PatchError(
             f"Ascend's patch/npu.patch does not apply to NVIDIA apex {nvidia_sha[:12]}: "
             f"{(failed or [_last_line(proc.stdout + proc.stderr)])[0]}",

@@ -46,7 +46,9 @@ def choice(environ: Mapping[str, str] | None = None) -> str:
 
 def _version(binary: str) -> tuple[int, ...] | None:
     try:
-        out = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=30).stdout
+        out = subprocess.run(
+            [binary, "--version"], capture_output=True, text=True, timeout=30
+        ).stdout
     except (OSError, subprocess.TimeoutExpired):
         return None
     match = re.match(r"uv (\d+)\.(\d+)\.(\d+)", out.strip())
@@ -89,7 +91,9 @@ def find(environ: Mapping[str, str] | None = None) -> Uv | None:
 @functools.lru_cache(maxsize=8)
 def _find(candidates: tuple[str, ...]) -> Uv | None:
     if not candidates:
-        _once("uv not found: making venvs with virtualenv + pip (pip install -r requirements.txt brings uv)")
+        _once(
+            "uv not found: making venvs with virtualenv + pip (pip install -r requirements.txt brings uv)"
+        )
         return None
     for binary in candidates:
         version = _version(binary)
@@ -97,8 +101,10 @@ def _find(candidates: tuple[str, ...]) -> Uv | None:
             _once(f"uv at {binary} does not run: making venvs with virtualenv + pip")
             continue
         if version < MIN_VERSION:
-            _once(f"uv {'.'.join(map(str, version))} at {binary} is older than "
-                  f"{'.'.join(map(str, MIN_VERSION))}: making venvs with virtualenv + pip")
+            _once(
+                f"uv {'.'.join(map(str, version))} at {binary} is older than "
+                f"{'.'.join(map(str, MIN_VERSION))}: making venvs with virtualenv + pip"
+            )
             continue
         return Uv(binary, version)
     return None
@@ -106,10 +112,16 @@ def _find(candidates: tuple[str, ...]) -> Uv | None:
 
 # --- pip's configuration, for uv -----------------------------------------------------------------------------------
 
-def install_options(config: pipconfig.PipConfig, pip_args: list[str]) -> tuple[list[str], dict[str, str]]:
+
+def install_options(
+    config: pipconfig.PipConfig, pip_args: list[str]
+) -> tuple[list[str], dict[str, str]]:
     """uv pip install options and environment for pip's config plus apexkit's own index arguments (`pip_args`, as
     IndexOptions.pip_args gives them to pip). apexkit's arguments win where both name a primary index."""
-    args: list[str] = ["--index-strategy", "unsafe-best-match"]  # pip picks the best version across all indexes
+    args: list[str] = [
+        "--index-strategy",
+        "unsafe-best-match",
+    ]  # pip picks the best version across all indexes
     env: dict[str, str] = {}
     offline = "--no-index" in pip_args or config.get("no-index") in ("1", "true", "yes", "on")
     if offline:
@@ -181,10 +193,17 @@ def pylock_wheels(text: str) -> list[dict]:
             url = str(wheel.get("url") or wheel.get("path") or "")
             digest = str((wheel.get("hashes") or {}).get("sha256", ""))
             try:
-                tags = {str(t) for t in parse_wheel_filename(unquote(str(wheel.get("name") or url.rsplit("/", 1)[-1])))[3]}
+                tags = {
+                    str(t)
+                    for t in parse_wheel_filename(
+                        unquote(str(wheel.get("name") or url.rsplit("/", 1)[-1]))
+                    )[3]
+                }
             except (InvalidWheelFilename, ValueError):
                 continue
             if re.fullmatch(r"[0-9a-f]{64}", digest):
                 wheels.append({"url": url, "sha256": digest, "tags": tags})
-        out.append({"name": str(package["name"]), "version": str(package["version"]), "wheels": wheels})
+        out.append(
+            {"name": str(package["name"]), "version": str(package["version"]), "wheels": wheels}
+        )
     return out

@@ -58,7 +58,9 @@ class IndexOptions:
         if self.offline:
             args.append("--no-index")
         else:
-            primary = self.torch_index_url if (for_torch and self.torch_index_url) else self.index_url
+            primary = (
+                self.torch_index_url if (for_torch and self.torch_index_url) else self.index_url
+            )
             if primary:
                 args += ["--index-url", primary]
             extras = list(self.extra_index_urls)
@@ -71,8 +73,13 @@ class IndexOptions:
         return args
 
     def key(self) -> dict:
-        return {"index": self.index_url, "extra": list(self.extra_index_urls), "torch_index": self.torch_index_url,
-                "wheelhouses": [str(w) for w in self.wheelhouses], "offline": self.offline}
+        return {
+            "index": self.index_url,
+            "extra": list(self.extra_index_urls),
+            "torch_index": self.torch_index_url,
+            "wheelhouses": [str(w) for w in self.wheelhouses],
+            "offline": self.offline,
+        }
 
 
 @dataclass(frozen=True)
@@ -86,9 +93,13 @@ class Venv:
     def run_json(self, code: str | Path, env: dict | None = None, cwd: Path | None = None) -> Any:
         """The JSON last line of a probe file (a Path: bench/probes) or of a one-line program, run by this venv."""
         argv = [str(code)] if isinstance(code, Path) else ["-c", code]
-        proc = subprocess.run([str(self.python), *argv], capture_output=True, text=True, env=env, cwd=cwd)
+        proc = subprocess.run(
+            [str(self.python), *argv], capture_output=True, text=True, env=env, cwd=cwd
+        )
         if proc.returncode != 0:
-            raise EnvironmentSetupError(f"{self.python} failed: {_last(proc.stderr)}", "see the message above")
+            raise EnvironmentSetupError(
+                f"{self.python} failed: {_last(proc.stderr)}", "see the message above"
+            )
         return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
@@ -102,8 +113,13 @@ def lock(path: Path) -> contextlib.AbstractContextManager:
     return locks.hold(path, f"venv {path}")
 
 
-def create(interpreter: str, path: Path, log_path: Path, system_site_packages: bool = False,
-           index: IndexOptions | None = None) -> Venv:
+def create(
+    interpreter: str,
+    path: Path,
+    log_path: Path,
+    system_site_packages: bool = False,
+    index: IndexOptions | None = None,
+) -> Venv:
     """A fresh venv at `path` (whatever was there is removed), made under the venv's lock: with uv where it serves
     (`uv venv --seed`: the lib/ layout, pip seeded from uv's cache or the configured index; when seeding cannot reach
     an index, a venv without pip, which gets one from the interpreter's ensurepip only if an install falls back to
@@ -114,29 +130,49 @@ def create(interpreter: str, path: Path, log_path: Path, system_site_packages: b
         path.parent.mkdir(parents=True, exist_ok=True)
         uv = uvtools.find()
         if uv is not None:
-            made = _create_uv(uv, interpreter, path, log_path, system_site_packages, index or IndexOptions())
+            made = _create_uv(
+                uv, interpreter, path, log_path, system_site_packages, index or IndexOptions()
+            )
             if made is not None:
                 return made
         return _create(interpreter, path, log_path, system_site_packages)
 
 
-def _create_uv(uv: uvtools.Uv, interpreter: str, path: Path, log_path: Path, system_site_packages: bool,
-               index: IndexOptions) -> Venv | None:
-    base = [uv.binary, "venv", "--quiet", "--python", interpreter, *(["--system-site-packages"] if
-                                                                      system_site_packages else [])]
+def _create_uv(
+    uv: uvtools.Uv,
+    interpreter: str,
+    path: Path,
+    log_path: Path,
+    system_site_packages: bool,
+    index: IndexOptions,
+) -> Venv | None:
+    base = [
+        uv.binary,
+        "venv",
+        "--quiet",
+        "--python",
+        interpreter,
+        *(["--system-site-packages"] if system_site_packages else []),
+    ]
     args, env = uvtools.install_options(pipconfig.read(), index.pip_args())
-    seed = _without(args, "--constraint")  # uv venv takes the index options (for the seed), not constraints
+    seed = _without(
+        args, "--constraint"
+    )  # uv venv takes the index options (for the seed), not constraints
     env = uvtools.environment(cache_dir(), env)
     code, tail = run_logged([*base, "--seed", *seed, str(path)], log_path, env=env)
-    if code != 0 or not (path / "bin" / "python").exists():  # no index for pip (an index serving only a mirror
-        shutil.rmtree(path, ignore_errors=True)             # of some projects, offline without uv's cache)
+    if (
+        code != 0 or not (path / "bin" / "python").exists()
+    ):  # no index for pip (an index serving only a mirror
+        shutil.rmtree(path, ignore_errors=True)  # of some projects, offline without uv's cache)
         code, tail = run_logged([*base, str(path)], log_path, env=env)
     if code == 0 and (path / "bin" / "python").exists():
         return Venv(path)
     reason = log.mask(_last("\n".join(tail)))
     if uvtools.choice() == "uv":
-        raise EnvironmentSetupError(f"uv could not create a venv with {interpreter}: {reason}",
-                                    f"see {log_path}; unset APEXKIT_INSTALLER to fall back to virtualenv")
+        raise EnvironmentSetupError(
+            f"uv could not create a venv with {interpreter}: {reason}",
+            f"see {log_path}; unset APEXKIT_INSTALLER to fall back to virtualenv",
+        )
     log.info(f"  uv venv failed ({reason}): making it with virtualenv instead")
     shutil.rmtree(path, ignore_errors=True)
     return None
@@ -162,18 +198,30 @@ def _ensure_pip(venv: Venv, log_path: Path) -> None:
         return
     code, tail = run_logged([str(venv.python), "-m", "ensurepip", "--default-pip"], log_path)
     if code != 0:
-        raise EnvironmentSetupError(f"{venv.path} has no pip and {venv.python} cannot add one (ensurepip: "
-                                    f"{log.mask(_last(chr(10).join(tail)))})",
-                                    "install the interpreter's venv module (Debian/Ubuntu: apt-get install "
-                                    "python3-venv), or set APEXKIT_INSTALLER=pip")
+        raise EnvironmentSetupError(
+            f"{venv.path} has no pip and {venv.python} cannot add one (ensurepip: "
+            f"{log.mask(_last(chr(10).join(tail)))})",
+            "install the interpreter's venv module (Debian/Ubuntu: apt-get install "
+            "python3-venv), or set APEXKIT_INSTALLER=pip",
+        )
 
 
 def _create(interpreter: str, path: Path, log_path: Path, system_site_packages: bool) -> Venv:
     # virtualenv runs on the host Python (pinned in requirements.txt); -p picks the target interpreter. Its own app
     # data (seed wheels) lives in apexkit's cache: the user's may hold wheels a periodic update fetched for the host's
     # Python (seen here: pip 26.2.1 filed under 3.8, a SyntaxError-class failure in every 3.8 venv seeded from it).
-    argv = [sys.executable, "-m", "virtualenv", "--quiet", "--no-periodic-update", "--app-data",
-            str(cache_dir() / "virtualenv"), "-p", interpreter, str(path)]
+    argv = [
+        sys.executable,
+        "-m",
+        "virtualenv",
+        "--quiet",
+        "--no-periodic-update",
+        "--app-data",
+        str(cache_dir() / "virtualenv"),
+        "-p",
+        interpreter,
+        str(path),
+    ]
     if system_site_packages:
         argv.append("--system-site-packages")
     code, tail = run_logged(argv, log_path)
@@ -185,35 +233,75 @@ def _create(interpreter: str, path: Path, log_path: Path, system_site_packages: 
     return Venv(path)
 
 
-def pip_install(venv: Venv, requirements: Sequence[str], index: IndexOptions, log_path: Path, *,
-                for_torch: bool = False, extra: Sequence[str] = (), verbose: bool = False, record: bool = True) -> None:
+def pip_install(
+    venv: Venv,
+    requirements: Sequence[str],
+    index: IndexOptions,
+    log_path: Path,
+    *,
+    for_torch: bool = False,
+    extra: Sequence[str] = (),
+    verbose: bool = False,
+    record: bool = True,
+) -> None:
     """Install into the venv with uv (pip as the fallback); `record`: note each wheel's digest in the venv for the
     SBOM/provenance (the build venv; a smoke-test venv does not need it)."""
     if not requirements:
         return
     uv = uvtools.find()
-    if uv is not None and _uv_install(uv, venv, requirements, index, log_path, for_torch, extra, verbose, record):
+    if uv is not None and _uv_install(
+        uv, venv, requirements, index, log_path, for_torch, extra, verbose, record
+    ):
         return
     _ensure_pip(venv, log_path)
-    argv = [str(venv.python), "-m", "pip", "install", "--no-compile", "--disable-pip-version-check",
-            "--progress-bar", "off", *index.pip_args(for_torch=for_torch), *extra, *requirements]
+    argv = [
+        str(venv.python),
+        "-m",
+        "pip",
+        "install",
+        "--no-compile",
+        "--disable-pip-version-check",
+        "--progress-bar",
+        "off",
+        *index.pip_args(for_torch=for_torch),
+        *extra,
+        *requirements,
+    ]
     with lock(venv.path), tempfile.TemporaryDirectory(prefix="apexkit-pip-report-") as tmp:
         report = Path(tmp) / "report.json"
-        if record and _pip_version(venv) >= (22, 2):  # --report: pip 22.2+ (an older pip records nothing)
+        if record and _pip_version(venv) >= (
+            22,
+            2,
+        ):  # --report: pip 22.2+ (an older pip records nothing)
             argv[4:4] = ["--report", str(report)]
         code, tail = run_logged(argv, log_path, verbose=verbose, progress=_pip_progress)
         if code == 0 and report.is_file():
             _record(venv, _from_pip_report(report))
     if code != 0:
-        reason = next((line for line in reversed(tail) if line.startswith("ERROR")), tail[-1] if tail else "")
-        hint = (known_failures.announce("\n".join(tail))
-                or "check --torch / --index-url / --wheelhouse (or the proxy: invoke proxy.check)")
-        raise EnvironmentSetupError(f"pip could not install {' '.join(requirements)}: {log.mask(reason)}",
-                                    f"see {log_path}; {hint}")
+        reason = next(
+            (line for line in reversed(tail) if line.startswith("ERROR")), tail[-1] if tail else ""
+        )
+        hint = (
+            known_failures.announce("\n".join(tail))
+            or "check --torch / --index-url / --wheelhouse (or the proxy: invoke proxy.check)"
+        )
+        raise EnvironmentSetupError(
+            f"pip could not install {' '.join(requirements)}: {log.mask(reason)}",
+            f"see {log_path}; {hint}",
+        )
 
 
-def _uv_install(uv: uvtools.Uv, venv: Venv, requirements: Sequence[str], index: IndexOptions, log_path: Path,
-                for_torch: bool, extra: Sequence[str], verbose: bool, record: bool = True) -> bool:
+def _uv_install(
+    uv: uvtools.Uv,
+    venv: Venv,
+    requirements: Sequence[str],
+    index: IndexOptions,
+    log_path: Path,
+    for_torch: bool,
+    extra: Sequence[str],
+    verbose: bool,
+    record: bool = True,
+) -> bool:
     """uv pip install with pip's configuration carried over; False (after one line) when pip should try instead."""
     args, env = uvtools.install_options(pipconfig.read(), index.pip_args(for_torch=for_torch))
     argv = [uv.binary, "pip", "install", "--python", str(venv.python), *args, *extra, *requirements]
@@ -222,16 +310,25 @@ def _uv_install(uv: uvtools.Uv, venv: Venv, requirements: Sequence[str], index: 
         before = _dist_infos(venv)
         code, tail = run_logged(argv, log_path, env=uv_env, verbose=verbose, progress=_pip_progress)
         if code == 0:
-            code, tail = _verified(uv, venv, argv, uv_env, before, log_path, verbose) or (code, tail)
+            code, tail = _verified(uv, venv, argv, uv_env, before, log_path, verbose) or (
+                code,
+                tail,
+            )
         if code == 0 and record:
             _record(venv, _from_uv(uv, venv, requirements, args, env, log_path))
     if code == 0:
         return True
-    reason = log.mask(next((line for line in reversed(tail) if "error" in line.lower()), _last("\n".join(tail))))
+    reason = log.mask(
+        next((line for line in reversed(tail) if "error" in line.lower()), _last("\n".join(tail)))
+    )
     if uvtools.choice() == "uv":
-        raise EnvironmentSetupError(f"uv could not install {' '.join(requirements)}: {reason}",
-                                    f"see {log_path}; unset APEXKIT_INSTALLER to let pip try")
-    log.info(f"  uv could not install {' '.join(requirements)} ({reason.strip()[:160]}): trying pip")
+        raise EnvironmentSetupError(
+            f"uv could not install {' '.join(requirements)}: {reason}",
+            f"see {log_path}; unset APEXKIT_INSTALLER to let pip try",
+        )
+    log.info(
+        f"  uv could not install {' '.join(requirements)} ({reason.strip()[:160]}): trying pip"
+    )
     return False
 
 
@@ -240,7 +337,9 @@ def _dist_infos(venv: Venv) -> set[Path]:
     return {p.resolve() for p in venv.path.glob("lib*/python*/site-packages/*.dist-info")}
 
 
-RECORD_HASH_LIMIT = 4 << 20  # larger files (torch's libraries) are checked by size: hashing them all costs seconds,
+RECORD_HASH_LIMIT = (
+    4 << 20
+)  # larger files (torch's libraries) are checked by size: hashing them all costs seconds,
 # and a damaged library fails the build's own import of torch anyway
 
 
@@ -271,7 +370,11 @@ def record_problems(dist_info: Path, hash_limit: int = RECORD_HASH_LIMIT) -> lis
                 continue
             if size > hash_limit:
                 continue
-            digest = base64.urlsafe_b64encode(bytes.fromhex(untrusted.sha256_file(path))).rstrip(b"=").decode()
+            digest = (
+                base64.urlsafe_b64encode(bytes.fromhex(untrusted.sha256_file(path)))
+                .rstrip(b"=")
+                .decode()
+            )
         except (OSError, ValueError):
             problems.append(f"{row[0]} (missing)")
             continue
@@ -280,8 +383,15 @@ def record_problems(dist_info: Path, hash_limit: int = RECORD_HASH_LIMIT) -> lis
     return problems
 
 
-def _verified(uv: uvtools.Uv, venv: Venv, argv: list[str], env: dict[str, str], before: set[Path], log_path: Path,
-              verbose: bool) -> tuple[int, list[str]] | None:
+def _verified(
+    uv: uvtools.Uv,
+    venv: Venv,
+    argv: list[str],
+    env: dict[str, str],
+    before: set[Path],
+    log_path: Path,
+    verbose: bool,
+) -> tuple[int, list[str]] | None:
     """What uv just installed checked against each wheel's RECORD (uv links files out of its cache, and a cache entry
     can be damaged after it was written): a mismatch cleans those packages' cache entries and installs them again,
     once, with one line; None when all was well."""
@@ -290,17 +400,25 @@ def _verified(uv: uvtools.Uv, venv: Venv, argv: list[str], env: dict[str, str], 
         return None
     names = [d.name.split("-", 1)[0] for d in bad]
     first = next(iter(bad.values()))[0]
-    log.info(f"  uv installed {', '.join(names)} with files that differ from their RECORD ({first}): cleaning those "
-             "uv cache entries and installing again")
+    log.info(
+        f"  uv installed {', '.join(names)} with files that differ from their RECORD ({first}): cleaning those "
+        "uv cache entries and installing again"
+    )
     with open(log_path, "a") as fh:
-        fh.write(f"apexkit: RECORD mismatches after uv install: {json.dumps({d.name: p for d, p in bad.items()})}\n")
+        fh.write(
+            f"apexkit: RECORD mismatches after uv install: {json.dumps({d.name: p for d, p in bad.items()})}\n"
+        )
     subprocess.run([uv.binary, "cache", "clean", *names], env=env, capture_output=True, timeout=600)
     again = [*argv[:3], *(f"--reinstall-package={n}" for n in names), *argv[3:]]
     code, tail = run_logged(again, log_path, env=env, verbose=verbose, progress=_pip_progress)
     still = {d.name: p for d in bad if (p := record_problems(d))}
-    if code == 0 and still:  # fresh from the wheel and still different: the wheel disagrees with its own RECORD
-        log.info(f"  {', '.join(still)}: the wheel's own RECORD disagrees with its files ({next(iter(still.values()))[0]});"
-                 " installed from a clean cache, as pip would")
+    if (
+        code == 0 and still
+    ):  # fresh from the wheel and still different: the wheel disagrees with its own RECORD
+        log.info(
+            f"  {', '.join(still)}: the wheel's own RECORD disagrees with its files ({next(iter(still.values()))[0]});"
+            " installed from a clean cache, as pip would"
+        )
     return code, tail
 
 
@@ -320,7 +438,11 @@ def installed_digests(venv_path: Path) -> dict[str, dict]:
         data = json.loads((venv_path / INSTALLED_FILE).read_text())
     except (OSError, ValueError):
         return {}
-    packages = data.get("packages") if isinstance(data, dict) and data.get("format") == INSTALLED_FORMAT else None
+    packages = (
+        data.get("packages")
+        if isinstance(data, dict) and data.get("format") == INSTALLED_FORMAT
+        else None
+    )
     return packages if isinstance(packages, dict) else {}
 
 
@@ -334,11 +456,17 @@ def _record(venv: Venv, entries: list[dict]) -> None:
     path = venv.path / INSTALLED_FILE
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
-        tmp.write_text(json.dumps({"format": INSTALLED_FORMAT, "packages": dict(sorted(packages.items()))},
-                                  indent=1) + "\n")
+        tmp.write_text(
+            json.dumps(
+                {"format": INSTALLED_FORMAT, "packages": dict(sorted(packages.items()))}, indent=1
+            )
+            + "\n"
+        )
         os.replace(tmp, path)
     except OSError as exc:  # the install worked; the SBOM then falls back to RECORD digests
-        log.info(f"  could not record the installed wheels' digests in {path}: {exc.strerror or exc}")
+        log.info(
+            f"  could not record the installed wheels' digests in {path}: {exc.strerror or exc}"
+        )
         tmp.unlink(missing_ok=True)
 
 
@@ -370,21 +498,42 @@ def _from_pip_report(report: Path) -> list[dict]:
         if not digest and str(archive.get("hash", "")).startswith("sha256="):
             digest = archive["hash"].split("=", 1)[1]
         url = info.get("url") or ""
-        if meta.get("name") and meta.get("version") and digest and re.fullmatch(r"[0-9a-f]{64}", digest):
-            out.append({"name": meta["name"], "version": meta["version"], "sha256": digest, "file": _file_of(url),
-                        "url": log.mask(url), "from": f"pip {data.get('pip_version', '?')} install --report"})
+        if (
+            meta.get("name")
+            and meta.get("version")
+            and digest
+            and re.fullmatch(r"[0-9a-f]{64}", digest)
+        ):
+            out.append(
+                {
+                    "name": meta["name"],
+                    "version": meta["version"],
+                    "sha256": digest,
+                    "file": _file_of(url),
+                    "url": log.mask(url),
+                    "from": f"pip {data.get('pip_version', '?')} install --report",
+                }
+            )
     return out
 
 
-def _from_uv(uv: uvtools.Uv, venv: Venv, requirements: Sequence[str], args: list[str], env: dict[str, str],
-             log_path: Path) -> list[dict]:
+def _from_uv(
+    uv: uvtools.Uv,
+    venv: Venv,
+    requirements: Sequence[str],
+    args: list[str],
+    env: dict[str, str],
+    log_path: Path,
+) -> list[dict]:
     """What uv installed, with the sha256 of each wheel file: uv pip install reports no digests, so the venv's new
     distributions (name==version, not yet recorded) are resolved again by uv with the same index options (`uv pip
     compile --no-deps --format pylock.toml`: PEP 751, one sha256 per file) and the one wheel whose tags the installed
     WHEEL carries is taken; a file:// wheel is re-hashed here and must agree. A wheel named on the command line is
     hashed directly. Whatever cannot be matched this way gets no entry."""
     try:
-        proc = subprocess.run([str(venv.python), str(_PROBE_OWN)], capture_output=True, text=True, timeout=120)
+        proc = subprocess.run(
+            [str(venv.python), str(_PROBE_OWN)], capture_output=True, text=True, timeout=120
+        )
         own = json.loads(proc.stdout.strip().splitlines()[-1]) if proc.returncode == 0 else {}
     except (OSError, subprocess.TimeoutExpired, ValueError, IndexError):
         own = {}
@@ -401,24 +550,54 @@ def _from_uv(uv: uvtools.Uv, venv: Venv, requirements: Sequence[str], args: list
             continue  # recorded by an earlier install of this venv
         if key in given:
             path = given[key]
-            out.append({"name": name, "version": facts["version"], "sha256": untrusted.sha256_file(path), "file": path.name,
-                        "url": path.resolve().as_uri(), "from": "the wheel file given to uv pip install"})
+            out.append(
+                {
+                    "name": name,
+                    "version": facts["version"],
+                    "sha256": untrusted.sha256_file(path),
+                    "file": path.name,
+                    "url": path.resolve().as_uri(),
+                    "from": "the wheel file given to uv pip install",
+                }
+            )
         else:
             pins.append(f"{name}=={facts['version']}")
             tags[key] = set(facts["tags"])
     if not pins:
         return out
-    argv = [uv.binary, "pip", "compile", "-", "--quiet", "--no-header", "--no-deps", "--format", "pylock.toml",
-            "--python", str(venv.python), *args]
+    argv = [
+        uv.binary,
+        "pip",
+        "compile",
+        "-",
+        "--quiet",
+        "--no-header",
+        "--no-deps",
+        "--format",
+        "pylock.toml",
+        "--python",
+        str(venv.python),
+        *args,
+    ]
     try:
-        proc = subprocess.run(argv, input="\n".join(sorted(pins)) + "\n", capture_output=True, text=True,
-                              env=uvtools.environment(cache_dir(), env), timeout=300)
+        proc = subprocess.run(
+            argv,
+            input="\n".join(sorted(pins)) + "\n",
+            capture_output=True,
+            text=True,
+            env=uvtools.environment(cache_dir(), env),
+            timeout=300,
+        )
         why = _last(proc.stderr) if proc.returncode != 0 else ""
     except (OSError, subprocess.TimeoutExpired) as exc:
         why = str(exc)
     if why:
-        with open(log_path, "a") as fh:  # the SBOM falls back to RECORD digests for these; not a failed install
-            fh.write(f"apexkit: no wheel digests from uv pip compile for {' '.join(pins)}: {log.mask(why)}\n")
+        with open(
+            log_path, "a"
+        ) as fh:  # the SBOM falls back to RECORD digests for these; not a failed install
+            fh.write(
+                f"apexkit: no wheel digests from uv pip compile for {' '.join(pins)}: {log.mask(why)}\n"
+            )
         return out
     for package in uvtools.pylock_wheels(proc.stdout):
         key = canonicalize_name(package["name"])
@@ -428,16 +607,25 @@ def _from_uv(uv: uvtools.Uv, venv: Venv, requirements: Sequence[str], args: list
         if len(matches) != 1:
             continue
         wheel = matches[0]
-        if wheel["url"].startswith("file://"):  # a local file: what is on disk must be what uv vouched for
+        if wheel["url"].startswith(
+            "file://"
+        ):  # a local file: what is on disk must be what uv vouched for
             local = Path(urllib.request.url2pathname(urllib.parse.urlsplit(wheel["url"]).path))
             try:
                 if untrusted.sha256_file(local) != wheel["sha256"]:
                     continue
             except OSError:
                 continue
-        out.append({"name": package["name"], "version": package["version"], "sha256": wheel["sha256"],
-                    "file": _file_of(wheel["url"]), "url": log.mask(wheel["url"]),
-                    "from": f"uv {uv.version_text} pip compile --format pylock.toml (same name==version and options)"})
+        out.append(
+            {
+                "name": package["name"],
+                "version": package["version"],
+                "sha256": wheel["sha256"],
+                "file": _file_of(wheel["url"]),
+                "url": log.mask(wheel["url"]),
+                "from": f"uv {uv.version_text} pip compile --format pylock.toml (same name==version and options)",
+            }
+        )
     return out
 
 
@@ -459,16 +647,34 @@ def freeze(venv: Venv) -> dict[str, str]:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-_PROBE_NPU_REQUIRES = paths.PROBES / "npu_requires.py"  # torch_npu's Requires-Dist, the installed torch
+_PROBE_NPU_REQUIRES = (
+    paths.PROBES / "npu_requires.py"
+)  # torch_npu's Requires-Dist, the installed torch
 
 
-def install_torch_npu(venv: Venv, version: str, also: Sequence[str], index: IndexOptions, log_path: Path,
-                      env: dict | None = None, verbose: bool = False, record: bool = True) -> None:
+def install_torch_npu(
+    venv: Venv,
+    version: str,
+    also: Sequence[str],
+    index: IndexOptions,
+    log_path: Path,
+    env: dict | None = None,
+    verbose: bool = False,
+    record: bool = True,
+) -> None:
     """torch_npu next to the torch already in the venv, without letting pip swap that torch: the x86_64 wheels for
     torch 2.1-2.11 pin a local build (`torch==2.1.0+cpu`) that the default index does not serve, so pip would refuse
     them. Installed with --no-deps; its torch pin is checked against the installed torch's release; then its other
     requirements (and `also`) are installed."""
-    pip_install(venv, [f"torch_npu=={version}"], index, log_path, extra=["--no-deps"], verbose=verbose, record=record)
+    pip_install(
+        venv,
+        [f"torch_npu=={version}"],
+        index,
+        log_path,
+        extra=["--no-deps"],
+        verbose=verbose,
+        record=record,
+    )
     meta = venv.run_json(_PROBE_NPU_REQUIRES, env=env)
     others = []
     for line in meta["requires"]:
@@ -476,13 +682,20 @@ def install_torch_npu(venv: Venv, version: str, also: Sequence[str], index: Inde
         if canonicalize_name(req.name) != "torch":
             others.append(line)
             continue
-        if not (req.specifier.contains(meta["torch"], prereleases=True) or same_release(req, meta["torch"])):
-            raise EnvironmentSetupError(f"torch_npu {version} requires {line}, the venv has torch {meta['torch']}",
-                                        f"use the torch_npu for torch {meta['torch'].split('+')[0]} "
-                                        "(matrix.toml [torch_npu.versions])")
+        if not (
+            req.specifier.contains(meta["torch"], prereleases=True)
+            or same_release(req, meta["torch"])
+        ):
+            raise EnvironmentSetupError(
+                f"torch_npu {version} requires {line}, the venv has torch {meta['torch']}",
+                f"use the torch_npu for torch {meta['torch'].split('+')[0]} "
+                "(matrix.toml [torch_npu.versions])",
+            )
         if "+" in str(req.specifier) and "+" not in meta["torch"]:
-            log.info(f"  torch_npu {version} asks for {line.strip()}; torch {meta['torch']} is the same release from "
-                     "another index (local label differs): accepted")
+            log.info(
+                f"  torch_npu {version} asks for {line.strip()}; torch {meta['torch']} is the same release from "
+                "another index (local label differs): accepted"
+            )
     names = {canonicalize_name(Requirement(r).name) for r in others}
     others += [r for r in also if canonicalize_name(Requirement(r).name) not in names]
     pip_install(venv, others, index, log_path, verbose=verbose, record=record)

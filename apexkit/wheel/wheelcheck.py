@@ -39,8 +39,11 @@ try:
     from elftools.elf.gnuversions import GNUVerNeedSection
     from elftools.elf.hash import ELFHashSection, GNUHashSection
     from elftools.elf.sections import SymbolTableSection
+
     HAVE_ELFTOOLS = True
-except ImportError:  # a tool venv made before requirements.txt had it (an old builder image): one line, below
+except (
+    ImportError
+):  # a tool venv made before requirements.txt had it (an old builder image): one line, below
     HAVE_ELFTOOLS = False
 
 # e_machine per target arch (the `machine` of interpreters.Interpreter)
@@ -48,10 +51,19 @@ MACHINES = {"x86_64": "EM_X86_64", "aarch64": "EM_AARCH64"}
 
 # The system libraries a torch extension may link: glibc's and the GCC runtime's. Anything else must come from torch
 # (its lib/ folder), torch_npu (its lib/), or be declared by the ref's setup.py (libraries=...).
-SYSTEM_LIBS = frozenset({
-    "libc.so.6", "libm.so.6", "libstdc++.so.6", "libgcc_s.so.1", "libpthread.so.0", "libdl.so.2", "librt.so.1",
-    "ld-linux-x86-64.so.2", "ld-linux-aarch64.so.1",
-})
+SYSTEM_LIBS = frozenset(
+    {
+        "libc.so.6",
+        "libm.so.6",
+        "libstdc++.so.6",
+        "libgcc_s.so.1",
+        "libpthread.so.0",
+        "libdl.so.2",
+        "librt.so.1",
+        "ld-linux-x86-64.so.2",
+        "ld-linux-aarch64.so.1",
+    }
+)
 
 # What Ascend's npu.patch asks for in secure_compile_args / secure_link_args (read from Ascend apex master and 5.0.0
 # patch/npu.patch on 2026-11-30): flag -> the hardening property the .so must then show.
@@ -76,7 +88,9 @@ DF_BIND_NOW = 0x8
 DF_1_NOW = 0x1
 PF_X = 0x1
 
-_OLD_STRING = re.compile(r"std::(?:string|wstring|basic_string<|list<)")  # the pre-C++11 ABI, as c++filt prints it
+_OLD_STRING = re.compile(
+    r"std::(?:string|wstring|basic_string<|list<)"
+)  # the pre-C++11 ABI, as c++filt prints it
 
 
 @dataclass(frozen=True)
@@ -84,14 +98,24 @@ class Expect:
     """What the build asked for, decided before looking at the binaries."""
 
     arch: str
-    torch_lib: str | None = None  # the build venv's torch/lib: the allowed libraries and where they are found
+    torch_lib: str | None = (
+        None  # the build venv's torch/lib: the allowed libraries and where they are found
+    )
     extra_lib_dirs: tuple[str, ...] = ()  # torch_npu/lib, CANN lib64 when present
-    declared_libs: tuple[str, ...] = ()  # library names the setup.py declares (libraries.append('X') -> libX.so)
-    rpath: tuple[str, ...] | None = None  # exact RPATH/RUNPATH entries; () = none; None = not checked
-    site_dir: str | None = None  # what $ORIGIN means once installed (site-packages of the build venv)
+    declared_libs: tuple[
+        str, ...
+    ] = ()  # library names the setup.py declares (libraries.append('X') -> libX.so)
+    rpath: tuple[str, ...] | None = (
+        None  # exact RPATH/RUNPATH entries; () = none; None = not checked
+    )
+    site_dir: str | None = (
+        None  # what $ORIGIN means once installed (site-packages of the build venv)
+    )
     cxx11_abi: int | None = None  # torch._C._GLIBCXX_USE_CXX11_ABI; None = not checked
     hardening: tuple[str, ...] = ()  # properties from HARDENING_FLAGS the setup.py asks for
-    interpreter_files: tuple[str, ...] = ()  # the Python executable (+ libpython): Py* symbols come from there
+    interpreter_files: tuple[
+        str, ...
+    ] = ()  # the Python executable (+ libpython): Py* symbols come from there
     system_dirs: tuple[str, ...] = ()  # () = the usual ones for `arch`
 
 
@@ -123,14 +147,29 @@ def hardening_asked(setup_py: str) -> tuple[str, ...]:
     flags: list[str] = []
     names = {"secure_compile_args", "secure_link_args"}
     for node in ast.walk(tree):
-        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id in names for t in node.targets):
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id in names for t in node.targets
+        ):
             if isinstance(node.value, ast.List):
-                flags += [e.value for e in node.value.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
-        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in (
-                "append", "extend") and isinstance(node.func.value, ast.Name) and node.func.value.id in names:
+                flags += [
+                    e.value
+                    for e in node.value.elts
+                    if isinstance(e, ast.Constant) and isinstance(e.value, str)
+                ]
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in ("append", "extend")
+            and isinstance(node.func.value, ast.Name)
+            and node.func.value.id in names
+        ):
             for arg in node.args:
                 items = arg.elts if isinstance(arg, (ast.List, ast.Tuple)) else [arg]
-                flags += [e.value for e in items if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+                flags += [
+                    e.value
+                    for e in items
+                    if isinstance(e, ast.Constant) and isinstance(e.value, str)
+                ]
     return tuple(sorted({HARDENING_FLAGS[f] for f in flags if f in HARDENING_FLAGS}))
 
 
@@ -159,7 +198,9 @@ def exports(path: str) -> frozenset[str]:
         names = set()
         with open(real, "rb") as fh:
             elf = ELFFile(fh)
-            dynsym = cast("SymbolTableSection | None", elf.get_section_by_name(".dynsym"))  # SHT_DYNSYM: a symbol table
+            dynsym = cast(
+                "SymbolTableSection | None", elf.get_section_by_name(".dynsym")
+            )  # SHT_DYNSYM: a symbol table
             if dynsym is not None:
                 for sym in dynsym.iter_symbols():
                     if sym["st_shndx"] != "SHN_UNDEF" and sym.name:
@@ -173,7 +214,10 @@ def defined_in(path: str, names: set[str]) -> set[str]:
     ~75k dynamic symbols; reading them all takes seconds, a lookup per name does not), all exports otherwise."""
     with open(os.path.realpath(path), "rb") as fh:
         elf = ELFFile(fh)
-        table = next((s for s in elf.iter_sections() if isinstance(s, (GNUHashSection, ELFHashSection))), None)
+        table = next(
+            (s for s in elf.iter_sections() if isinstance(s, (GNUHashSection, ELFHashSection))),
+            None,
+        )
         if table is None:
             return names & exports(path)
         found = set()
@@ -234,7 +278,9 @@ def _check_open(fh, report: ModuleReport, expect: Expect, fail) -> None:
         fail("machine", f"ELF machine {report.machine}, the target is {expect.arch} ({wanted})")
         return  # the rest would read another architecture's conventions
     dyn = _dynamic(elf)
-    tags: list[Any] = list(dyn.iter_tags()) if dyn is not None else []  # .needed/.rpath/.runpath: set by setattr
+    tags: list[Any] = (
+        list(dyn.iter_tags()) if dyn is not None else []
+    )  # .needed/.rpath/.runpath: set by setattr
     report.needed = [t.needed for t in tags if t.entry.d_tag == "DT_NEEDED"]
     for t in tags:
         if t.entry.d_tag == "DT_RPATH":
@@ -243,19 +289,30 @@ def _check_open(fh, report: ModuleReport, expect: Expect, fail) -> None:
             report.rpath += t.runpath.split(":")
     _check_needed(report, expect, fail)
     if expect.rpath is not None and tuple(report.rpath) != tuple(expect.rpath):
-        fail("rpath", f"RPATH {':'.join(report.rpath) or '(none)'}, expected "
-                      f"{':'.join(expect.rpath) or '(none)'}")
+        fail(
+            "rpath",
+            f"RPATH {':'.join(report.rpath) or '(none)'}, expected "
+            f"{':'.join(expect.rpath) or '(none)'}",
+        )
     undefined, weak = [], set()
-    dynsym = cast("SymbolTableSection | None", elf.get_section_by_name(".dynsym"))  # SHT_DYNSYM: a symbol table
-    for sym in (dynsym.iter_symbols() if dynsym is not None else ()):
+    dynsym = cast(
+        "SymbolTableSection | None", elf.get_section_by_name(".dynsym")
+    )  # SHT_DYNSYM: a symbol table
+    for sym in dynsym.iter_symbols() if dynsym is not None else ():
         if not sym.name:
             continue
         if sym["st_shndx"] == "SHN_UNDEF":
-            (weak.add(sym.name) if sym["st_info"]["bind"] == "STB_WEAK" else undefined.append(sym.name))
+            (
+                weak.add(sym.name)
+                if sym["st_info"]["bind"] == "STB_WEAK"
+                else undefined.append(sym.name)
+            )
     report.undefined = len(undefined)
     # the ABI first: a mismatch also leaves std::string symbols unresolved, and the ABI is the cause to name
     symbols = [s for s in (dynsym.iter_symbols() if dynsym is not None else ()) if s.name]
-    _check_abi(expect, [s.name for s in sorted(symbols, key=lambda s: s["st_shndx"] == "SHN_UNDEF")], fail)  # ours first
+    _check_abi(
+        expect, [s.name for s in sorted(symbols, key=lambda s: s["st_shndx"] == "SHN_UNDEF")], fail
+    )  # ours first
     _check_symbols(report, expect, undefined, fail)
     _check_hardening(elf, tags, undefined + sorted(weak), expect, fail)
     _symbol_versions(elf, report)
@@ -268,8 +325,11 @@ def _check_needed(report: ModuleReport, expect: Expect, fail) -> None:
             allowed |= set(os.listdir(folder))
     extra = [n for n in report.needed if n not in allowed]
     if extra:
-        fail("needed", f"links {', '.join(extra)}, outside torch's libraries, the system's (libc, libm, "
-                       "libstdc++, libgcc_s) and what setup.py declares")
+        fail(
+            "needed",
+            f"links {', '.join(extra)}, outside torch's libraries, the system's (libc, libm, "
+            "libstdc++, libgcc_s) and what setup.py declares",
+        )
 
 
 def _search_dirs(report: ModuleReport, expect: Expect) -> list[str]:
@@ -303,13 +363,18 @@ def _check_symbols(report: ModuleReport, expect: Expect, undefined: list[str], f
             left -= defined_in(path, left)
     unresolved = sorted(left)
     if missing:
-        report.notes.append(f"not found to check statically: {', '.join(missing)} (the import in the clean venv "
-                            "checks them)")
+        report.notes.append(
+            f"not found to check statically: {', '.join(missing)} (the import in the clean venv "
+            "checks them)"
+        )
         return
     if unresolved:
         shown = demangle(unresolved[:3])
-        fail("symbols", f"{len(unresolved)} undefined symbol(s) no NEEDED library or the interpreter defines, e.g. "
-                        + "; ".join(shown))
+        fail(
+            "symbols",
+            f"{len(unresolved)} undefined symbol(s) no NEEDED library or the interpreter defines, e.g. "
+            + "; ".join(shown),
+        )
 
 
 def _check_abi(expect: Expect, names: list[str], fail) -> None:
@@ -319,13 +384,19 @@ def _check_abi(expect: Expect, names: list[str], fail) -> None:
     if expect.cxx11_abi:
         old = [d for d in demangle(candidates) if _OLD_STRING.search(d)]
         if old:
-            fail("cxx11-abi", f"{len(old)} symbol(s) use the pre-C++11 std::string ABI while torch is built with "
-                              f"_GLIBCXX_USE_CXX11_ABI=1, e.g. {old[0][:160]}")
+            fail(
+                "cxx11-abi",
+                f"{len(old)} symbol(s) use the pre-C++11 std::string ABI while torch is built with "
+                f"_GLIBCXX_USE_CXX11_ABI=1, e.g. {old[0][:160]}",
+            )
     else:
         new = [n for n in candidates if "__cxx11" in n]
         if new:
-            fail("cxx11-abi", f"{len(new)} symbol(s) use the C++11 std::__cxx11 ABI while torch is built with "
-                              f"_GLIBCXX_USE_CXX11_ABI=0, e.g. {demangle(new[:1])[0][:160]}")
+            fail(
+                "cxx11-abi",
+                f"{len(new)} symbol(s) use the C++11 std::__cxx11 ABI while torch is built with "
+                f"_GLIBCXX_USE_CXX11_ABI=0, e.g. {demangle(new[:1])[0][:160]}",
+            )
 
 
 def _check_hardening(elf: ELFFile, tags, symbols: list[str], expect: Expect, fail) -> None:
@@ -335,8 +406,16 @@ def _check_hardening(elf: ELFFile, tags, symbols: list[str], expect: Expect, fai
     have = set()
     if any(s["p_type"] == "PT_GNU_RELRO" for s in segments):
         have.add("relro")
-    flags = {t.entry.d_tag: t.entry.d_val for t in tags if t.entry.d_tag in ("DT_FLAGS", "DT_FLAGS_1", "DT_BIND_NOW")}
-    if "DT_BIND_NOW" in flags or flags.get("DT_FLAGS", 0) & DF_BIND_NOW or flags.get("DT_FLAGS_1", 0) & DF_1_NOW:
+    flags = {
+        t.entry.d_tag: t.entry.d_val
+        for t in tags
+        if t.entry.d_tag in ("DT_FLAGS", "DT_FLAGS_1", "DT_BIND_NOW")
+    }
+    if (
+        "DT_BIND_NOW" in flags
+        or flags.get("DT_FLAGS", 0) & DF_BIND_NOW
+        or flags.get("DT_FLAGS_1", 0) & DF_1_NOW
+    ):
         have.add("bind_now")
     stack = [s for s in segments if s["p_type"] == "PT_GNU_STACK"]
     if stack and not stack[0]["p_flags"] & PF_X:
@@ -360,7 +439,7 @@ def _symbol_versions(elf: ELFFile, report: ModuleReport) -> None:
             for aux in auxes:
                 name = aux.name
                 for prefix in ("GLIBC_", "GLIBCXX_"):
-                    if name.startswith(prefix) and re.fullmatch(r"[\d.]+", name[len(prefix):]):
+                    if name.startswith(prefix) and re.fullmatch(r"[\d.]+", name[len(prefix) :]):
                         key = prefix.rstrip("_")
                         if key not in best or _version_key(name) > _version_key(best[key]):
                             best[key] = name
@@ -380,18 +459,34 @@ def platform_tag(wheel: Path, arch: str, ld_paths: tuple[str, ...] = ()) -> dict
     import importlib.util
 
     if importlib.util.find_spec("auditwheel") is None:
-        return {"computed": False, "why": "auditwheel is not installed (auditwheel >= 6.5 with `show --json` needs "
-                                          "Python >= 3.10: pip install -r requirements.txt there)"}
-    argv = [sys.executable, "-m", "auditwheel", "show", "--json", "--ldpaths",
-            ":".join(ld_paths or system_dirs(arch)), str(wheel)]
+        return {
+            "computed": False,
+            "why": "auditwheel is not installed (auditwheel >= 6.5 with `show --json` needs "
+            "Python >= 3.10: pip install -r requirements.txt there)",
+        }
+    argv = [
+        sys.executable,
+        "-m",
+        "auditwheel",
+        "show",
+        "--json",
+        "--ldpaths",
+        ":".join(ld_paths or system_dirs(arch)),
+        str(wheel),
+    ]
     proc = subprocess.run(argv, capture_output=True, text=True)
     try:
         data = json.loads(proc.stdout)
     except ValueError:
         tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
         return {"computed": False, "why": f"auditwheel show failed: {tail[:200]}"}
-    return {"computed": True, "tag": data.get("sym_tag"), "overall_tag": data.get("overall_tag"),
-            "external_libs": sorted(data.get("external_libs") or {}), "tool": f"auditwheel {_dist_version('auditwheel')}"}
+    return {
+        "computed": True,
+        "tag": data.get("sym_tag"),
+        "overall_tag": data.get("overall_tag"),
+        "external_libs": sorted(data.get("external_libs") or {}),
+        "tool": f"auditwheel {_dist_version('auditwheel')}",
+    }
 
 
 def _dist_version(name: str) -> str:
@@ -406,27 +501,40 @@ def _dist_version(name: str) -> str:
 def read_metadata(wheel: Path) -> tuple[str, list[str]]:
     """(Version, Requires-Dist lines) of the wheel's *.dist-info/METADATA."""
     with zipfile.ZipFile(wheel) as zf:
-        name = next(n for n in zf.namelist() if n.count("/") == 1 and n.endswith(".dist-info/METADATA"))
+        name = next(
+            n for n in zf.namelist() if n.count("/") == 1 and n.endswith(".dist-info/METADATA")
+        )
         msg = email.parser.Parser().parsestr(zf.read(name).decode("utf-8"))
     return msg["Version"], list(msg.get_all("Requires-Dist") or [])
 
 
-def check_wheel(wheel: Path, expect: Expect, version: str | None = None, requires: list[str] | None = None) -> dict:
+def check_wheel(
+    wheel: Path, expect: Expect, version: str | None = None, requires: list[str] | None = None
+) -> dict:
     """The report of one wheel: identity (version, Requires-Dist) and every compiled module."""
     if not HAVE_ELFTOOLS:
-        raise EnvironmentSetupError("the binary checks need pyelftools, which this Python lacks",
-                                    "pip install -r requirements.txt (a builder image: rebuild it with invoke "
-                                    "image.build)")
+        raise EnvironmentSetupError(
+            "the binary checks need pyelftools, which this Python lacks",
+            "pip install -r requirements.txt (a builder image: rebuild it with invoke image.build)",
+        )
     failures: list[str] = []
     found_version, found_requires = read_metadata(wheel)
     if version is not None and found_version != version:
-        failures.append(f"{wheel.name}: identity: METADATA Version {found_version}, expected {version}")
+        failures.append(
+            f"{wheel.name}: identity: METADATA Version {found_version}, expected {version}"
+        )
     if requires is not None and sorted(found_requires) != sorted(requires):
-        failures.append(f"{wheel.name}: identity: Requires-Dist {', '.join(found_requires) or '(none)'}, expected "
-                        f"{', '.join(requires) or '(none)'}")
+        failures.append(
+            f"{wheel.name}: identity: Requires-Dist {', '.join(found_requires) or '(none)'}, expected "
+            f"{', '.join(requires) or '(none)'}"
+        )
     modules: list[ModuleReport] = []
-    with tempfile.TemporaryDirectory(prefix="apexkit-wheelcheck-") as tmp, zipfile.ZipFile(wheel) as zf:
-        for name in sorted(n for n in zf.namelist() if n.endswith(".so") or ".so." in n.rsplit("/", 1)[-1]):
+    with tempfile.TemporaryDirectory(prefix="apexkit-wheelcheck-") as tmp, zipfile.ZipFile(
+        wheel
+    ) as zf:
+        for name in sorted(
+            n for n in zf.namelist() if n.endswith(".so") or ".so." in n.rsplit("/", 1)[-1]
+        ):
             target = Path(tmp) / f"{len(modules)}-{os.path.basename(name)}"
             target.write_bytes(zf.read(name))
             modules.append(check_module(target, expect, shown=name))
@@ -452,11 +560,13 @@ _MANYLINUX = re.compile(r"manylinux_(\d+)_(\d+)_(x86_64|aarch64)")
 
 def file_tags(name: str) -> tuple[str, str, str]:
     """(python, abi, platform) tags of a wheel file name (compressed tag sets kept as they are)."""
-    parts = name[:-len(".whl")].split("-")
+    parts = name[: -len(".whl")].split("-")
     return parts[-3], parts[-2], parts[-1]
 
 
-def retag(wheel: Path, platform: dict, arch: str, python: Path, epoch: int, env: dict | None = None) -> Path:
+def retag(
+    wheel: Path, platform: dict, arch: str, python: Path, epoch: int, env: dict | None = None
+) -> Path:
     """Give the wheel file the manylinux tag auditwheel computed (platform["tag"]), in its name and in its WHEEL's
     Tag lines and RECORD; returns the new path (the old file is gone) or `wheel` itself when the tag stays. Records
     in `platform` what the file carries (`wheel_tag`) and, when it stays linux_<arch>, why (`kept_because`).
@@ -481,12 +591,21 @@ def retag(wheel: Path, platform: dict, arch: str, python: Path, epoch: int, env:
     if current == tag:
         return wheel
     argv = [str(python), "-m", "wheel", "tags", "--remove", "--platform-tag", tag, wheel.name]
-    proc = subprocess.run(argv, cwd=wheel.parent, capture_output=True, text=True,
-                          env={**(os.environ if env is None else env), "SOURCE_DATE_EPOCH": str(epoch)})
-    new = wheel.parent / (wheel.name[:-len(current) - len(".whl")] + tag + ".whl")
+    proc = subprocess.run(
+        argv,
+        cwd=wheel.parent,
+        capture_output=True,
+        text=True,
+        env={**(os.environ if env is None else env), "SOURCE_DATE_EPOCH": str(epoch)},
+    )
+    new = wheel.parent / (wheel.name[: -len(current) - len(".whl")] + tag + ".whl")
     if proc.returncode != 0 or not new.is_file():
-        why = (proc.stderr.strip().splitlines() or proc.stdout.strip().splitlines() or ["no output"])[-1][:200]
-        if "invalid choice" in why or "No module named wheel" in why:  # a `wheel` older than 0.40 (no `tags`)
+        why = (
+            proc.stderr.strip().splitlines() or proc.stdout.strip().splitlines() or ["no output"]
+        )[-1][:200]
+        if (
+            "invalid choice" in why or "No module named wheel" in why
+        ):  # a `wheel` older than 0.40 (no `tags`)
             platform["kept_because"] = f"the build venv's `wheel` cannot retag ({why})"
             return wheel
         raise RetagError(f"wheel tags --platform-tag {tag} failed on {wheel.name}: {why}")
@@ -507,28 +626,47 @@ def wheel_problems(wheel: Path) -> list[str]:
     sha256/size differs from its RECORD row (or is missing from RECORD). [] for a consistent wheel."""
     problems = []
     py, abi, plat = file_tags(wheel.name)
-    expected = {f"{a}-{b}-{c}" for a in py.split(".") for b in abi.split(".") for c in plat.split(".")}
+    expected = {
+        f"{a}-{b}-{c}" for a in py.split(".") for b in abi.split(".") for c in plat.split(".")
+    }
     try:
         with zipfile.ZipFile(wheel) as zf:
             names = zf.namelist()
-            info = next((n for n in names if n.count("/") == 1 and n.endswith(".dist-info/WHEEL")), None)
-            record = next((n for n in names if n.count("/") == 1 and n.endswith(".dist-info/RECORD")), None)
+            info = next(
+                (n for n in names if n.count("/") == 1 and n.endswith(".dist-info/WHEEL")), None
+            )
+            record = next(
+                (n for n in names if n.count("/") == 1 and n.endswith(".dist-info/RECORD")), None
+            )
             if info is None or record is None:
                 return ["no .dist-info/WHEEL or RECORD"]
-            tags = {line.split(":", 1)[1].strip() for line in zf.read(info).decode("utf-8").splitlines()
-                    if line.startswith("Tag:")}
+            tags = {
+                line.split(":", 1)[1].strip()
+                for line in zf.read(info).decode("utf-8").splitlines()
+                if line.startswith("Tag:")
+            }
             if tags != expected:
-                problems.append(f"WHEEL says Tag {', '.join(sorted(tags)) or '(none)'}, the file name "
-                                f"{', '.join(sorted(expected))}")
-            rows = {row[0]: (row[1], row[2]) for row in csv.reader(zf.read(record).decode("utf-8").splitlines())
-                    if len(row) == 3}
+                problems.append(
+                    f"WHEEL says Tag {', '.join(sorted(tags)) or '(none)'}, the file name "
+                    f"{', '.join(sorted(expected))}"
+                )
+            rows = {
+                row[0]: (row[1], row[2])
+                for row in csv.reader(zf.read(record).decode("utf-8").splitlines())
+                if len(row) == 3
+            }
             for name in names:
                 if name.endswith("/") or name == record:
                     continue
                 data = zf.read(name)
-                want = "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+                want = (
+                    "sha256="
+                    + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+                )
                 if rows.get(name) != (want, str(len(data))):
-                    problems.append(f"{name}: {'not in RECORD' if name not in rows else 'differs from its RECORD row'}")
+                    problems.append(
+                        f"{name}: {'not in RECORD' if name not in rows else 'differs from its RECORD row'}"
+                    )
     except (zipfile.BadZipFile, OSError, UnicodeDecodeError, ValueError) as exc:
         return [f"not a readable wheel ({exc})"]
     return problems

@@ -11,7 +11,18 @@ import platform
 import sys
 import sysconfig
 
-print(json.dumps({"version": "%d.%d" % sys.version_info[:2], "full": platform.python_version(),
-                  "implementation": sys.implementation.name, "machine": platform.machine(), "prefix": sys.prefix,
-                  "base_prefix": getattr(sys, "base_prefix", sys.prefix), "executable": sys.executable,
-                  "purelib": sysconfig.get_paths()["purelib"], "platlib": sysconfig.get_paths()["platlib"]}))
+print(
+    json.dumps(
+        {
+            "version": "%d.%d" % sys.version_info[:2],
+            "full": platform.python_version(),
+            "implementation": sys.implementation.name,
+            "machine": platform.machine(),
+            "prefix": sys.prefix,
+            "base_prefix": getattr(sys, "base_prefix", sys.prefix),
+            "executable": sys.executable,
+            "purelib": sysconfig.get_paths()["purelib"],
+            "platlib": sysconfig.get_paths()["platlib"],
+        }
+    )
+)

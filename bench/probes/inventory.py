@@ -14,7 +14,11 @@ for dist in metadata.distributions():
     name = dist.metadata["Name"]
     if not name:
         continue
-    files = {str(f).replace("\\", "/").rsplit("/", 1)[-1]: f for f in (dist.files or []) if ".dist-info/" in str(f)}
+    files = {
+        str(f).replace("\\", "/").rsplit("/", 1)[-1]: f
+        for f in (dist.files or [])
+        if ".dist-info/" in str(f)
+    }
 
     def read(base):
         f = files.get(base)  # noqa: B023 (called at once, in this iteration)
@@ -24,10 +28,27 @@ for dist in metadata.distributions():
             return None
 
     record, wheel, installer = read("RECORD"), read("WHEEL"), read("INSTALLER")
-    tags = [line.split(":", 1)[1].strip() for line in (wheel or b"").decode("utf-8", "replace").splitlines()
-            if line.startswith("Tag:")]
-    out.append({"name": name, "version": dist.version,
-                "record_sha256": hashlib.sha256(record).hexdigest() if record is not None else None,
-                "tags": tags, "installer": (installer or b"").decode("utf-8", "replace").strip() or None})
+    tags = [
+        line.split(":", 1)[1].strip()
+        for line in (wheel or b"").decode("utf-8", "replace").splitlines()
+        if line.startswith("Tag:")
+    ]
+    out.append(
+        {
+            "name": name,
+            "version": dist.version,
+            "record_sha256": hashlib.sha256(record).hexdigest() if record is not None else None,
+            "tags": tags,
+            "installer": (installer or b"").decode("utf-8", "replace").strip() or None,
+        }
+    )
 out.sort(key=lambda p: p["name"].lower())
-print(json.dumps({"python": sys.version.split()[0], "implementation": sys.implementation.name, "packages": out}))
+print(
+    json.dumps(
+        {
+            "python": sys.version.split()[0],
+            "implementation": sys.implementation.name,
+            "packages": out,
+        }
+    )
+)

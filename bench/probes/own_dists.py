@@ -20,7 +20,10 @@ for dist in metadata.distributions():
         continue
     tags = []
     with contextlib.suppress(OSError):
-        tags = [line.split(":", 1)[1].strip() for line in (dist.read_text("WHEEL") or "").splitlines()
-                if line.startswith("Tag:")]
+        tags = [
+            line.split(":", 1)[1].strip()
+            for line in (dist.read_text("WHEEL") or "").splitlines()
+            if line.startswith("Tag:")
+        ]
     out[name] = {"version": dist.version, "tags": tags}
 print(json.dumps(out))

@@ -19,9 +19,24 @@ import sys
 import warnings
 
 warnings.simplefilter("ignore")
-CANN_LIBS = ("libhccl", "libascendcl", "libascend_hal", "libge_runner", "libacl_op_compiler", "set_env.sh")
-out = {"python": sys.version.split()[0], "modules": {}, "apex": None, "op": None, "torch_npu": None,
-       "autoload": os.environ.get("TORCH_DEVICE_BACKEND_AUTOLOAD"), "checked": [], "needs_cann": []}
+CANN_LIBS = (
+    "libhccl",
+    "libascendcl",
+    "libascend_hal",
+    "libge_runner",
+    "libacl_op_compiler",
+    "set_env.sh",
+)
+out = {
+    "python": sys.version.split()[0],
+    "modules": {},
+    "apex": None,
+    "op": None,
+    "torch_npu": None,
+    "autoload": os.environ.get("TORCH_DEVICE_BACKEND_AUTOLOAD"),
+    "checked": [],
+    "needs_cann": [],
+}
 import torch  # noqa: E402 (after the warnings filter)
 
 out["torch"] = torch.__version__
@@ -37,7 +52,11 @@ apex_C = sys.modules.get("apex_C")
 if apex_C is not None and hasattr(apex_C, "flatten"):
     ts = [torch.arange(3.0), torch.ones(2, 2)]
     flat = apex_C.flatten(ts)
-    out["op"] = "apex_C.flatten ok" if torch.equal(flat, torch.cat([t.reshape(-1) for t in ts])) else "apex_C.flatten WRONG"
+    out["op"] = (
+        "apex_C.flatten ok"
+        if torch.equal(flat, torch.cat([t.reshape(-1) for t in ts]))
+        else "apex_C.flatten WRONG"
+    )
     out["checked"].append("apex_C.flatten == torch.cat on CPU tensors")
 
 
@@ -64,19 +83,27 @@ try:
     out["apex"] = "imported"
     out["checked"].append("import apex")
 except ModuleNotFoundError as exc:
-    out["apex"] = "needs NPU runtime (torch_npu + CANN): %s" % exc if "torch_npu" in str(exc) else "error: %s" % exc
+    out["apex"] = (
+        "needs NPU runtime (torch_npu + CANN): %s" % exc
+        if "torch_npu" in str(exc)
+        else "error: %s" % exc
+    )
     if "torch_npu" in str(exc):
         out["needs_cann"].append("import apex (imports torch_npu)")
 except Exception as exc:
     if needs_cann(exc):
-        out["apex"] = "needs NPU runtime (torch_npu + CANN): %s" % (str(exc).splitlines() or [""])[0][:160]
+        out["apex"] = (
+            "needs NPU runtime (torch_npu + CANN): %s" % (str(exc).splitlines() or [""])[0][:160]
+        )
         out["needs_cann"].append("import apex (imports torch_npu)")
     else:
         out["apex"] = "error: %s: %s" % (type(exc).__name__, exc)
 if out["needs_cann"]:
     out["needs_cann"].append("NPU kernels (nox -s validate -- --device npu, on a node with CANN)")
 print("APEXKIT-SMOKE " + json.dumps(out), flush=True)
-if len(sys.argv) > 2:  # the CPU test tier in the same process: one `import torch` (seconds) instead of two
+if (
+    len(sys.argv) > 2
+):  # the CPU test tier in the same process: one `import torch` (seconds) instead of two
     import runpy
 
     sys.argv = [sys.argv[2]]

@@ -31,13 +31,19 @@ def build():
     import torch
 
     spec = importlib.util.find_spec("torch_npu")
-    libpy = os.path.join(sysconfig.get_config_var("LIBDIR") or "", sysconfig.get_config_var("LDLIBRARY") or "")
-    return {"lib": os.path.join(os.path.dirname(os.path.abspath(torch.__file__)), "lib"),
-            "site": _site(torch),
-            "cxx11_abi": int(getattr(torch._C, "_GLIBCXX_USE_CXX11_ABI", 1)),
-            "npu_lib": os.path.join(next(iter(spec.submodule_search_locations)), "lib") if spec else None,
-            "interpreter": [os.path.realpath(sys.executable)]
-            + ([libpy] if sysconfig.get_config_var("Py_ENABLE_SHARED") else [])}
+    libpy = os.path.join(
+        sysconfig.get_config_var("LIBDIR") or "", sysconfig.get_config_var("LDLIBRARY") or ""
+    )
+    return {
+        "lib": os.path.join(os.path.dirname(os.path.abspath(torch.__file__)), "lib"),
+        "site": _site(torch),
+        "cxx11_abi": int(getattr(torch._C, "_GLIBCXX_USE_CXX11_ABI", 1)),
+        "npu_lib": os.path.join(next(iter(spec.submodule_search_locations)), "lib")
+        if spec
+        else None,
+        "interpreter": [os.path.realpath(sys.executable)]
+        + ([libpy] if sysconfig.get_config_var("Py_ENABLE_SHARED") else []),
+    }
 
 
 def system():

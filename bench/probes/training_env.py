@@ -9,8 +9,12 @@ plain Python 3 (no f-strings, no annotations).
 import json
 import sys
 
-out = {"python": "%d.%d.%d" % tuple(sys.version_info[:3]), "executable": sys.executable, "prefix": sys.prefix,
-       "dists": []}
+out = {
+    "python": "%d.%d.%d" % tuple(sys.version_info[:3]),
+    "executable": sys.executable,
+    "prefix": sys.prefix,
+    "dists": [],
+}
 try:
     from importlib import metadata
 except ImportError:
@@ -24,12 +28,24 @@ if metadata is not None:
             direct = d.read_text("direct_url.json")
         except Exception:
             direct = None
-        out["dists"].append({"name": name, "version": d.version, "direct_url": direct,
-                             "path": str(getattr(d, "_path", "") or "")})
+        out["dists"].append(
+            {
+                "name": name,
+                "version": d.version,
+                "direct_url": direct,
+                "path": str(getattr(d, "_path", "") or ""),
+            }
+        )
 else:
     import pkg_resources
 
     for d in pkg_resources.working_set:
-        out["dists"].append({"name": d.project_name, "version": d.version, "direct_url": None,
-                             "path": d.location or ""})
+        out["dists"].append(
+            {
+                "name": d.project_name,
+                "version": d.version,
+                "direct_url": None,
+                "path": d.location or "",
+            }
+        )
 print("APEXKIT-PROBE " + json.dumps(out))

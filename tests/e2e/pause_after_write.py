@@ -21,7 +21,9 @@ def main(argv: list[str]) -> None:
     if len(argv) < 3 or not argv[0].isdigit() or argv[1] != "-m":
         sys.exit("usage: pause_after_write.py N -m MODULE [ARGS...]")
     wanted, module, args = int(argv[0]), argv[2], argv[3:]
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout's apexkit, as `invoke -r ROOT` uses
+    sys.path.insert(
+        0, str(Path(__file__).resolve().parents[2])
+    )  # the checkout's apexkit, as `invoke -r ROOT` uses
     from apexkit import fsedit
 
     write = fsedit._write

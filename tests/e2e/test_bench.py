@@ -14,7 +14,18 @@ import pytest
 from conftest import ROOT
 
 BENCH = ROOT / "bench"
-SMALL = ["--scale", "0.05", "--warmup", "1", "--repeats", "3", "--steps", "2", "--gemm-sizes", "64,128"]
+SMALL = [
+    "--scale",
+    "0.05",
+    "--warmup",
+    "1",
+    "--repeats",
+    "3",
+    "--steps",
+    "2",
+    "--gemm-sizes",
+    "64,128",
+]
 
 
 @pytest.fixture(scope="session")
@@ -23,19 +34,29 @@ def bench_python(tmp_path_factory) -> str:
     venv = tmp_path_factory.mktemp("bench-venv") / "venv"
     subprocess.run([sys.executable, "-m", "virtualenv", "-q", str(venv)], check=True)
     python = str(venv / "bin" / "python")
-    subprocess.run([python, "-m", "pip", "install", "-q", "--no-compile", "torch==2.13.0", "matplotlib"], check=True,
-                   timeout=900)
+    subprocess.run(
+        [python, "-m", "pip", "install", "-q", "--no-compile", "torch==2.13.0", "matplotlib"],
+        check=True,
+        timeout=900,
+    )
     return python
 
 
-def run(python: str, script: str, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([python, str(BENCH / script), *args], capture_output=True, text=True, timeout=900, cwd=cwd)
+def run(
+    python: str, script: str, *args: str, cwd: Path | None = None
+) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [python, str(BENCH / script), *args], capture_output=True, text=True, timeout=900, cwd=cwd
+    )
 
 
 # --- validate_env ----------------------------------------------------------------------------------------------------
 
+
 def test_validate_on_cpu_skips_the_npu_checks_with_reasons_and_passes(bench_python, tmp_path):
-    result = run(bench_python, "validate_env.py", "--device", "cpu", "--json", str(tmp_path / "v.json"))
+    result = run(
+        bench_python, "validate_env.py", "--device", "cpu", "--json", str(tmp_path / "v.json")
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     data = json.loads((tmp_path / "v.json").read_text())
     checks = {c["check"]: c for c in data["checks"]}
@@ -54,17 +75,32 @@ def test_validate_for_npu_fails_here_with_the_reason(bench_python):
     data = json.loads(result.stdout)
     checks = {c["check"]: c for c in data["checks"]}
     assert data["ok"] is False
-    assert checks["torch_npu"]["status"] == "fail" and "No module named 'torch_npu'" in checks["torch_npu"]["detail"]
+    assert (
+        checks["torch_npu"]["status"] == "fail"
+        and "No module named 'torch_npu'" in checks["torch_npu"]["detail"]
+    )
     assert checks["device npu"]["status"] == "fail"
     assert "NOT ready: torch_npu" in result.stderr
 
 
 # --- amp_bench --------------------------------------------------------------------------------------------------------
 
+
 def test_bench_fp32_vs_bf16_both_models_writes_json_md_png(bench_python, tmp_path):
     out = tmp_path / "out"
-    result = run(bench_python, "amp_bench.py", "--device", "cpu", "--modes", "fp32,autocast-bf16,apex-O1,apex-O2",
-                 "--optimizers", "none", "--out", str(out), *SMALL)
+    result = run(
+        bench_python,
+        "amp_bench.py",
+        "--device",
+        "cpu",
+        "--modes",
+        "fp32,autocast-bf16,apex-O1,apex-O2",
+        "--optimizers",
+        "none",
+        "--out",
+        str(out),
+        *SMALL,
+    )
     assert result.returncode == 0, result.stderr
     report = json.loads((out / "results.json").read_text())
     assert report["schema"] == 1 and report["device"]["kind"] == "cpu"
@@ -73,14 +109,30 @@ def test_bench_fp32_vs_bf16_both_models_writes_json_md_png(bench_python, tmp_pat
         rows = {r["mode"]: r for r in entry["results"]}
         fp32, bf16 = rows["fp32"], rows["autocast-bf16"]
         for row in (fp32, bf16):
-            assert row["status"] == "ok" and row["step_ms_min"] <= row["step_ms_median"] <= row["step_ms_max"]
-            assert row["samples_per_s"] > 0 and row["peak_memory_bytes"] > 0 and row["timed_steps"] == 6
+            assert (
+                row["status"] == "ok"
+                and row["step_ms_min"] <= row["step_ms_median"] <= row["step_ms_max"]
+            )
+            assert (
+                row["samples_per_s"] > 0
+                and row["peak_memory_bytes"] > 0
+                and row["timed_steps"] == 6
+            )
         # ratios come from this run's own fp32 row
         assert bf16["speedup_vs_fp32"] == round(fp32["step_ms_median"] / bf16["step_ms_median"], 3)
-        assert bf16["memory_ratio_vs_fp32"] == round(bf16["peak_memory_bytes"] / fp32["peak_memory_bytes"], 3)
+        assert bf16["memory_ratio_vs_fp32"] == round(
+            bf16["peak_memory_bytes"] / fp32["peak_memory_bytes"], 3
+        )
         # parity: the same weights and data, 8 steps; bf16's loss within the stated tolerance of fp32's
-        assert bf16["loss_rel_diff_vs_fp32"] <= report["config"]["tolerance"] == 0.05 and bf16["parity_ok"]
-        assert bf16["mfu"] > 0 and fp32["mfu"] > 0 and bf16["flops_per_step"] == fp32["flops_per_step"] > 0
+        assert (
+            bf16["loss_rel_diff_vs_fp32"] <= report["config"]["tolerance"] == 0.05
+            and bf16["parity_ok"]
+        )
+        assert (
+            bf16["mfu"] > 0
+            and fp32["mfu"] > 0
+            and bf16["flops_per_step"] == fp32["flops_per_step"] > 0
+        )
         for mode in ("apex-O1", "apex-O2"):
             assert rows[mode]["status"] == "skipped" and "NPU/GPU" in rows[mode]["reason"]
     assert report["models"]["qwen3-block"]["results"][0]["tokens_per_s"] > 0
@@ -88,7 +140,10 @@ def test_bench_fp32_vs_bf16_both_models_writes_json_md_png(bench_python, tmp_pat
     assert sizes["heads"] > sizes["kv_heads"]  # grouped KV heads
     assert report["harness_overhead"]["bare_s"] > 0
     markdown = (out / "results.md").read_text()
-    assert "| model | mode | step (median)" in markdown and "| qwen3-block | autocast-bf16 |" in markdown
+    assert (
+        "| model | mode | step (median)" in markdown
+        and "| qwen3-block | autocast-bf16 |" in markdown
+    )
     assert (out / "results.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert report["png"] == "results.png"
     assert result.stdout.strip() == report["headline"] and "×" in report["headline"]
@@ -98,8 +153,20 @@ def test_bench_runs_fp16_where_this_torchs_cpu_autocast_has_it(bench_python, tmp
     """torch 2.13's CPU autocast takes float16 and torch.amp.GradScaler('cpu') exists: the mode runs (on torch 2.1
     the same mode is skipped with its reason: tests/e2e/test_bench_stacks.py)."""
     out = tmp_path / "fp16"
-    result = run(bench_python, "amp_bench.py", "--device", "cpu", "--model", "mlp", "--modes", "fp32,autocast-fp16",
-                 "--no-png", "--out", str(out), *SMALL)
+    result = run(
+        bench_python,
+        "amp_bench.py",
+        "--device",
+        "cpu",
+        "--model",
+        "mlp",
+        "--modes",
+        "fp32,autocast-fp16",
+        "--no-png",
+        "--out",
+        str(out),
+        *SMALL,
+    )
     assert result.returncode == 0, result.stderr
     report = json.loads((out / "results.json").read_text())
     caps = report["capabilities"]
@@ -108,7 +175,10 @@ def test_bench_runs_fp16_where_this_torchs_cpu_autocast_has_it(bench_python, tmp
     assert caps["distributed"] == {"ok": True, "backend": "gloo", "reason": ""}
     fp16 = report["models"]["mlp"]["results"][1]
     assert fp16["mode"] == "autocast-fp16" and fp16["status"] == "ok" and fp16["parity_ok"], fp16
-    assert "autocast float16 yes, bfloat16 yes; GradScaler torch.amp.GradScaler('cpu')" in (out / "results.md").read_text()
+    assert (
+        "autocast float16 yes, bfloat16 yes; GradScaler torch.amp.GradScaler('cpu')"
+        in (out / "results.md").read_text()
+    )
 
 
 def test_a_mode_that_fails_is_a_row_not_a_traceback(bench_python):
@@ -135,7 +205,9 @@ print(row["reason"])
 """
     result = subprocess.run([bench_python, "-c", code], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
-    assert "mlp          fp32           failed: " in result.stderr and "Traceback" not in result.stderr
+    assert (
+        "mlp          fp32           failed: " in result.stderr and "Traceback" not in result.stderr
+    )
     assert "npu" in result.stdout.lower()
 
 
@@ -145,24 +217,58 @@ def npu_python(tmp_path_factory) -> str:
     venv = tmp_path_factory.mktemp("npu-venv") / "venv"
     subprocess.run([sys.executable, "-m", "virtualenv", "-q", str(venv)], check=True)
     python = str(venv / "bin" / "python")
-    proc = subprocess.run([python, "-m", "pip", "install", "-q", "--no-compile", "torch==2.13.0", "torch-npu==2.13.0"],
-                          capture_output=True, text=True, timeout=900)
+    proc = subprocess.run(
+        [
+            python,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-compile",
+            "torch==2.13.0",
+            "torch-npu==2.13.0",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return python
 
 
 @pytest.mark.network
 def test_bench_and_validate_run_on_cpu_with_torch_npu_installed_and_no_cann(npu_python, tmp_path):
-    plain = subprocess.run([npu_python, "-c", "import torch"], capture_output=True, text=True, timeout=300,
-                           env={k: v for k, v in os.environ.items() if k != "TORCH_DEVICE_BACKEND_AUTOLOAD"})
-    assert plain.returncode != 0 and "Failed to load the backend extension: torch_npu" in plain.stderr  # the trap
+    plain = subprocess.run(
+        [npu_python, "-c", "import torch"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={k: v for k, v in os.environ.items() if k != "TORCH_DEVICE_BACKEND_AUTOLOAD"},
+    )
+    assert (
+        plain.returncode != 0 and "Failed to load the backend extension: torch_npu" in plain.stderr
+    )  # the trap
     out = tmp_path / "out"
-    result = run(npu_python, "amp_bench.py", "--device", "auto", "--model", "mlp", "--modes", "fp32,autocast-bf16",
-                 "--no-png", "--out", str(out), *SMALL)
+    result = run(
+        npu_python,
+        "amp_bench.py",
+        "--device",
+        "auto",
+        "--model",
+        "mlp",
+        "--modes",
+        "fp32,autocast-bf16",
+        "--no-png",
+        "--out",
+        str(out),
+        *SMALL,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads((out / "results.json").read_text())
     assert report["device"]["kind"] == "cpu" and report["versions"]["torch_npu"] == "2.13.0"
-    validate = run(npu_python, "validate_env.py", "--device", "cpu", "--json", str(tmp_path / "v.json"))
+    validate = run(
+        npu_python, "validate_env.py", "--device", "cpu", "--json", str(tmp_path / "v.json")
+    )
     assert validate.returncode == 0, validate.stdout + validate.stderr
     checks = {c["check"]: c for c in json.loads((tmp_path / "v.json").read_text())["checks"]}
     assert checks["torch_npu"]["status"] == "skip" and "libhccl.so" in checks["torch_npu"]["detail"]
@@ -171,9 +277,11 @@ def test_bench_and_validate_run_on_cpu_with_torch_npu_installed_and_no_cann(npu_
 
 
 def test_bench_reports_apex_as_skipped_when_apex_cannot_import_on_an_accelerator(bench_python):
-    code = (f"import sys; sys.path.insert(0, {str(BENCH)!r}); import amp_bench, device_adapter;"
-            "d = device_adapter.Device('cuda', index=0, backend=object());"
-            "print(amp_bench.mode_status('apex-O1', d))")
+    code = (
+        f"import sys; sys.path.insert(0, {str(BENCH)!r}); import amp_bench, device_adapter;"
+        "d = device_adapter.Device('cuda', index=0, backend=object());"
+        "print(amp_bench.mode_status('apex-O1', d))"
+    )
     result = subprocess.run([bench_python, "-c", code], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     assert "apex not importable" in result.stdout and "install the apexkit wheel" in result.stdout
@@ -224,8 +332,21 @@ print("ok")
 
 def test_nproc_2_runs_ddp_on_cpu_with_gloo(bench_python, tmp_path):
     out = tmp_path / "ddp"
-    result = run(bench_python, "amp_bench.py", "--device", "cpu", "--nproc", "2", "--model", "mlp",
-                 "--modes", "fp32,autocast-bf16,bf16", "--out", str(out), *SMALL)
+    result = run(
+        bench_python,
+        "amp_bench.py",
+        "--device",
+        "cpu",
+        "--nproc",
+        "2",
+        "--model",
+        "mlp",
+        "--modes",
+        "fp32,autocast-bf16,bf16",
+        "--out",
+        str(out),
+        *SMALL,
+    )
     assert result.returncode == 0, result.stderr
     assert "torch.distributed.run" in result.stderr
     report = json.loads((out / "results.json").read_text())
@@ -233,24 +354,42 @@ def test_nproc_2_runs_ddp_on_cpu_with_gloo(bench_python, tmp_path):
     fp32 = report["models"]["mlp"]["results"][0]
     # aggregate throughput: both ranks' batches per (slowest rank's) median step
     batch = report["models"]["mlp"]["sizes"]["batch"]
-    assert fp32["samples_per_s"] == pytest.approx(2 * batch / (fp32["step_ms_median"] / 1000), rel=1e-4)
+    assert fp32["samples_per_s"] == pytest.approx(
+        2 * batch / (fp32["step_ms_median"] / 1000), rel=1e-4
+    )
     # bf16 all-reduces its fp32 master gradients itself (not DDP's bf16 all-reduce): it runs and keeps parity
     bf16 = report["models"]["mlp"]["results"][2]
-    assert bf16["status"] == "ok" and bf16["master_weights"] == "float32" and bf16["parity_ok"], bf16
+    assert bf16["status"] == "ok" and bf16["master_weights"] == "float32" and bf16["parity_ok"], (
+        bf16
+    )
 
 
 def test_compare_renders_runs_side_by_side_and_refuses_different_sizes(bench_python, tmp_path):
     a, b, c = tmp_path / "a", tmp_path / "b", tmp_path / "c"
     common = ["--device", "cpu", "--model", "mlp", "--modes", "fp32,autocast-bf16", "--no-png"]
-    assert run(bench_python, "amp_bench.py", *common, "--label", "run-a", "--out", str(a), *SMALL).returncode == 0
-    assert run(bench_python, "amp_bench.py", *common, "--label", "run-b", "--out", str(b), *SMALL).returncode == 0
-    table = run(bench_python, "amp_bench.py", "--compare", str(a / "results.json"), str(b / "results.json"))
+    assert (
+        run(
+            bench_python, "amp_bench.py", *common, "--label", "run-a", "--out", str(a), *SMALL
+        ).returncode
+        == 0
+    )
+    assert (
+        run(
+            bench_python, "amp_bench.py", *common, "--label", "run-b", "--out", str(b), *SMALL
+        ).returncode
+        == 0
+    )
+    table = run(
+        bench_python, "amp_bench.py", "--compare", str(a / "results.json"), str(b / "results.json")
+    )
     assert table.returncode == 0, table.stderr
     assert "run-a step (speedup)" in table.stdout and "run-b step (speedup)" in table.stdout
     assert "| mlp | autocast-bf16 |" in table.stdout
     bigger = [x if x != "0.05" else "0.1" for x in SMALL]
     assert run(bench_python, "amp_bench.py", *common, "--out", str(c), *bigger).returncode == 0
-    refused = run(bench_python, "amp_bench.py", "--compare", str(a / "results.json"), str(c / "results.json"))
+    refused = run(
+        bench_python, "amp_bench.py", "--compare", str(a / "results.json"), str(c / "results.json")
+    )
     assert refused.returncode == 2 and "sizes differ" in refused.stderr
 
 
@@ -261,38 +400,98 @@ def test_bad_mode_is_a_usage_error(bench_python):
 
 # --- nox sessions -----------------------------------------------------------------------------------------------------
 
+
 def test_build_then_bench_and_validate_in_the_wheels_venv(repos, tmp_path):
     from conftest import Runner
 
-    runner = Runner(repos, tmp_path / "cache", tmp_path)  # its own cache: test_build expects a cold one
+    runner = Runner(
+        repos, tmp_path / "cache", tmp_path
+    )  # its own cache: test_build expects a cold one
     reports = tmp_path / "reports"
-    env = {"APEXKIT_DIST_DIR": str(runner.dist), "APEXKIT_BUILD_DIR": str(runner.build),
-           "APEXKIT_REPORTS_DIR": str(reports),
-           "APEXKIT_BENCH_ARGS": "--device cpu --model mlp --modes fp32,autocast-bf16 " + " ".join(SMALL)}
-    argv = [sys.executable, "-m", "nox", "-f", str(ROOT / "noxfile.py"), "-s", "build-3.11", "bench"]
-    result = subprocess.run(argv, cwd=ROOT, env=runner.env(**env), capture_output=True, text=True, timeout=1500)
+    env = {
+        "APEXKIT_DIST_DIR": str(runner.dist),
+        "APEXKIT_BUILD_DIR": str(runner.build),
+        "APEXKIT_REPORTS_DIR": str(reports),
+        "APEXKIT_BENCH_ARGS": "--device cpu --model mlp --modes fp32,autocast-bf16 "
+        + " ".join(SMALL),
+    }
+    argv = [
+        sys.executable,
+        "-m",
+        "nox",
+        "-f",
+        str(ROOT / "noxfile.py"),
+        "-s",
+        "build-3.11",
+        "bench",
+    ]
+    result = subprocess.run(
+        argv, cwd=ROOT, env=runner.env(**env), capture_output=True, text=True, timeout=1500
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    target = next(p for p in runner.dist.iterdir() if not p.name.startswith(".")).name  # not dist/.locks
+    target = next(
+        p for p in runner.dist.iterdir() if not p.name.startswith(".")
+    ).name  # not dist/.locks
     report = json.loads((reports / target / "bench" / "results.json").read_text())
     assert [r["mode"] for r in report["models"]["mlp"]["results"]] == ["fp32", "autocast-bf16"]
 
     env.pop("APEXKIT_BENCH_ARGS")
-    validate = subprocess.run([sys.executable, "-m", "nox", "-f", str(ROOT / "noxfile.py"), "-s", "validate", "--",
-                               "--device", "cpu"], cwd=ROOT, env=runner.env(**env), capture_output=True, text=True,
-                              timeout=600)
+    validate = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "nox",
+            "-f",
+            str(ROOT / "noxfile.py"),
+            "-s",
+            "validate",
+            "--",
+            "--device",
+            "cpu",
+        ],
+        cwd=ROOT,
+        env=runner.env(**env),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert validate.returncode == 0, validate.stdout[-3000:] + validate.stderr[-3000:]
     data = json.loads((reports / target / "validate.json").read_text())
     assert data["ok"] is True
-    assert "run-venvs" in data["python"]  # it ran inside the wheel's venv, not in this process's environment
-    failing = subprocess.run([sys.executable, "-m", "nox", "-f", str(ROOT / "noxfile.py"), "-s", "validate", "--",
-                              "--device", "npu"], cwd=ROOT, env=runner.env(**env), capture_output=True, text=True,
-                             timeout=600)
+    assert (
+        "run-venvs" in data["python"]
+    )  # it ran inside the wheel's venv, not in this process's environment
+    failing = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "nox",
+            "-f",
+            str(ROOT / "noxfile.py"),
+            "-s",
+            "validate",
+            "--",
+            "--device",
+            "npu",
+        ],
+        cwd=ROOT,
+        env=runner.env(**env),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert failing.returncode != 0 and "not ready" in failing.stdout + failing.stderr
 
 
 def test_bench_without_a_build_says_what_to_do(runner, tmp_path):
     env = {"APEXKIT_DIST_DIR": str(tmp_path / "empty")}
-    result = subprocess.run([sys.executable, "-m", "nox", "-f", str(ROOT / "noxfile.py"), "-s", "bench"], cwd=ROOT,
-                            env=runner.env(**env), capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-m", "nox", "-f", str(ROOT / "noxfile.py"), "-s", "bench"],
+        cwd=ROOT,
+        env=runner.env(**env),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode != 0
     assert "no built wheel" in result.stderr and "nox -s build-3.11" in result.stderr

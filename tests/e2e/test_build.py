@@ -19,38 +19,73 @@ def dynamic_section(wheel: Path, module: str, tmp: Path) -> str:
     with zipfile.ZipFile(wheel) as zf:
         name = next(n for n in zf.namelist() if n.startswith(module) and n.endswith(".so"))
         zf.extract(name, tmp)
-    return subprocess.run(["readelf", "-d", str(tmp / name)], capture_output=True, text=True, check=True).stdout
+    return subprocess.run(
+        ["readelf", "-d", str(tmp / name)], capture_output=True, text=True, check=True
+    ).stdout
 
 
 def test_nox_lists_one_build_session_per_python():
-    out = subprocess.run([sys.executable, "-m", "nox", "-l", "-f", str(ROOT / "noxfile.py")], capture_output=True,
-                         text=True, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "nox", "-l", "-f", str(ROOT / "noxfile.py")],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     for python in ("3.8", "3.9", "3.10", "3.11"):
-        assert f"build-{python} [build] -> Build the Apex for Ascend wheel for Python {python}" in out
+        assert (
+            f"build-{python} [build] -> Build the Apex for Ascend wheel for Python {python}" in out
+        )
 
 
 def test_build_311_end_to_end_then_wheel_cache_hit(runner, repos, tmp_path):
-    proc = runner.nox("3.11", "--no-cache")  # a compile, whatever ran before: --no-cache skips the lookup, not the store
+    proc = runner.nox(
+        "3.11", "--no-cache"
+    )  # a compile, whatever ran before: --no-cache skips the lookup, not the store
     assert proc.returncode == 0, output(proc)[-3000:]
     dist = runner.dist / TARGET
-    assert sorted(p.name for p in dist.iterdir()) == [WHEEL, "manifest.json", "provenance.json", "sbom.cdx.json"]
+    assert sorted(p.name for p in dist.iterdir()) == [
+        WHEEL,
+        "manifest.json",
+        "provenance.json",
+        "sbom.cdx.json",
+    ]
     manifest = json.loads((dist / "manifest.json").read_text())
     assert manifest["sources"]["nvidia_apex"]["commit"] == repos.nvidia_pin
-    assert manifest["sources"]["ascend_apex"]["commit"] == subprocess.run(
-        ["git", "-C", str(repos.ascend_path), "rev-parse", "master"], capture_output=True, text=True).stdout.strip()
+    assert (
+        manifest["sources"]["ascend_apex"]["commit"]
+        == subprocess.run(
+            ["git", "-C", str(repos.ascend_path), "rev-parse", "master"],
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+    )
     assert {p["id"]: p["status"] for p in manifest["patches"]} == {
-        "torch-location": "applied", "pep440-version": "applied", "rpath-link-flag": "applied", "cxx11-abi": "applied"}
+        "torch-location": "applied",
+        "pep440-version": "applied",
+        "rpath-link-flag": "applied",
+        "cxx11-abi": "applied",
+    }
     build_log = (runner.build / TARGET / "build.log").read_text()
-    assert "-D_GLIBCXX_USE_CXX11_ABI=1" in build_log  # torch 2.13.0's ABI, passed by the cxx11-abi patch
-    assert manifest["wheel"]["sha256"] == __import__("hashlib").sha256((dist / WHEEL).read_bytes()).hexdigest()
+    assert (
+        "-D_GLIBCXX_USE_CXX11_ABI=1" in build_log
+    )  # torch 2.13.0's ABI, passed by the cxx11-abi patch
+    assert (
+        manifest["wheel"]["sha256"]
+        == __import__("hashlib").sha256((dist / WHEEL).read_bytes()).hexdigest()
+    )
     assert manifest["tools"]["torch"].startswith("2.13.0") and manifest["tools"]["setuptools"]
     assert manifest["cache_hit"] is False and manifest["durations_s"]["total"] > 0
     smoke = manifest["smoke_test"]
     assert smoke["modules"]["apex_C"]["ok"] and smoke["modules"]["change_data_ptr"]["ok"]
     assert smoke["apex"].startswith("needs NPU runtime")  # reported, not a failure
-    tier = {r["name"]: r for r in smoke["cpu_tier"]["results"]}  # bench/cpu_tier.py in the clean venv
+    tier = {
+        r["name"]: r for r in smoke["cpu_tier"]["results"]
+    }  # bench/cpu_tier.py in the clean venv
     assert tier["every apex module byte-compiles"]["status"] == "ok"
-    assert tier["import apex"]["status"] == "skip" and "stops at apex/__init__.py:2" in tier["import apex"]["detail"]
+    assert (
+        tier["import apex"]["status"] == "skip"
+        and "stops at apex/__init__.py:2" in tier["import apex"]["detail"]
+    )
     assert "needs torch_npu + the CANN runtime" in tier["import apex"]["detail"]
     # the fixture's modules are not Ascend's: the round trip and flatten say so instead of passing silently
     assert tier["change_data_ptr round trip (fp32, fp16)"]["status"] == "skip"
@@ -58,13 +93,23 @@ def test_build_311_end_to_end_then_wheel_cache_hit(runner, repos, tmp_path):
 
     # Identity: the local label carries the build tuple, METADATA pins the torch it was built against.
     assert manifest["identity"]["version"] == "0.1+ascend.torch2.13.0"
-    metadata = subprocess.run(["unzip", "-p", str(dist / WHEEL), "*/METADATA"], capture_output=True, text=True,
-                              check=True).stdout
-    assert "Version: 0.1+ascend.torch2.13.0\n" in metadata and "Requires-Dist: torch==2.13.0\n" in metadata
+    metadata = subprocess.run(
+        ["unzip", "-p", str(dist / WHEEL), "*/METADATA"], capture_output=True, text=True, check=True
+    ).stdout
+    assert (
+        "Version: 0.1+ascend.torch2.13.0\n" in metadata
+        and "Requires-Dist: torch==2.13.0\n" in metadata
+    )
     # The binary checks passed and say what they saw; the glibc figures are the modules' own symbol versions.
     checks = manifest["binary_checks"]
     assert checks["failures"] == [] and len(checks["modules"]) == 2
-    assert checks["expect"]["hardening"] == ["bind_now", "nx_stack", "relro", "stack_protector", "stripped"]
+    assert checks["expect"]["hardening"] == [
+        "bind_now",
+        "nx_stack",
+        "relro",
+        "stack_protector",
+        "stripped",
+    ]
     assert checks["expect"]["cxx11_abi"] == 1 and checks["expect"]["rpath"] == ["$ORIGIN/torch/lib"]
     assert manifest["identity"]["max_glibc"].startswith("GLIBC_2.")
     assert manifest["identity"]["max_glibcxx"].startswith("GLIBCXX_3.4")
@@ -82,11 +127,16 @@ def test_build_311_end_to_end_then_wheel_cache_hit(runner, repos, tmp_path):
     assert f"  manifest: {dist / 'manifest.json'}" in output(again)
     assert f"  install:  pip install torch==2.13.0 {dist / WHEEL}" in output(again)
     manifest2 = json.loads((dist / "manifest.json").read_text())
-    assert manifest2["cache_hit"] is True and manifest2["wheel"]["sha256"] == manifest["wheel"]["sha256"]
+    assert (
+        manifest2["cache_hit"] is True
+        and manifest2["wheel"]["sha256"] == manifest["wheel"]["sha256"]
+    )
 
 
 def test_bare_rpath_trap_is_real_without_our_patch(runner, tmp_path):
-    good = runner.nox("3.11", "--no-smoke-test")  # the good wheel first (a cache hit after the end-to-end test)
+    good = runner.nox(
+        "3.11", "--no-smoke-test"
+    )  # the good wheel first (a cache hit after the end-to-end test)
     assert good.returncode == 0, output(good)[-3000:]
     good_bytes = (runner.dist / TARGET / WHEEL).read_bytes()
     proc = runner.nox("3.11", "--skip-patch", "rpath-link-flag", "--no-smoke-test")
@@ -95,7 +145,8 @@ def test_bare_rpath_trap_is_real_without_our_patch(runner, tmp_path):
     assert (runner.dist / TARGET / WHEEL).read_bytes() == good_bytes
     trap = runner.dist / f"{TARGET}+skip-rpath-link-flag"
     assert json.loads((trap / "manifest.json").read_text())["target"]["identity"] == {
-        "skip_patches": ["rpath-link-flag"]}
+        "skip_patches": ["rpath-link-flag"]
+    }
     # the binary checks name what is wrong; a diagnosis build keeps its wheel, with the verdict in its manifest
     failures = json.loads((trap / "manifest.json").read_text())["binary_checks"]["failures"]
     assert any(": rpath: RPATH " in f and "expected (none)" in f for f in failures), failures
@@ -104,7 +155,8 @@ def test_bare_rpath_trap_is_real_without_our_patch(runner, tmp_path):
     trap_manifest = json.loads((trap / "manifest.json").read_text())
     trap_wheel = trap / trap_manifest["wheel"]["file"]
     assert trap_wheel.is_file() and trap_wheel.name.endswith(
-        f"-{trap_manifest['binary_checks']['platform'].get('wheel_tag') or 'linux_x86_64'}.whl")
+        f"-{trap_manifest['binary_checks']['platform'].get('wheel_tag') or 'linux_x86_64'}.whl"
+    )
     dyn = dynamic_section(trap_wheel, "apex_C", tmp_path)
     assert "$ORIGIN/torch/lib" not in dyn
     assert "Library rpath: [" in dyn  # the linker swallowed the next argument as the rpath ...
@@ -115,21 +167,44 @@ def test_bare_rpath_trap_is_real_without_our_patch(runner, tmp_path):
 def lib64_torch(tmp_path_factory) -> Path:
     """torch installed where openEuler keeps it: <prefix>/lib64/python3.11/site-packages, outside sys.prefix/lib."""
     site = tmp_path_factory.mktemp("system") / "lib64" / "python3.11" / "site-packages"
-    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-compile", "--target", str(site),
-                    "torch==2.13.0"], check=True, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-compile",
+            "--target",
+            str(site),
+            "torch==2.13.0",
+        ],
+        check=True,
+        capture_output=True,
+    )
     return site
 
 
 def test_lib64_torch_fails_without_our_patch_and_builds_with_it(runner, lib64_torch):
-    broken = runner.nox("3.11", "--use-system-torch", "--skip-patch", "torch-location", "--no-smoke-test",
-                        PYTHONPATH=str(lib64_torch))
+    broken = runner.nox(
+        "3.11",
+        "--use-system-torch",
+        "--skip-patch",
+        "torch-location",
+        "--no-smoke-test",
+        PYTHONPATH=str(lib64_torch),
+    )
     text = output(broken)
     assert broken.returncode != 0
-    assert "No such file or directory" in text and ("c10/core/Device.h" in text or "cannot find -lc10" in text)
+    assert "No such file or directory" in text and (
+        "c10/core/Device.h" in text or "cannot find -lc10" in text
+    )
     assert "known failure 'hardcoded-site-packages'" in text  # the hint is printed
     assert not runner.dist.exists() or not any(runner.dist.iterdir())  # nothing half-written
     assert not runner.dist.exists() or not [p for p in runner.dist.iterdir() if ".tmp-" in p.name]
-    assert (runner.build / f"{TARGET}+skip-torch-location+system-torch" / "build.log").is_file()  # the full log is kept
+    assert (
+        runner.build / f"{TARGET}+skip-torch-location+system-torch" / "build.log"
+    ).is_file()  # the full log is kept
 
     fixed = runner.nox("3.11", "--use-system-torch", PYTHONPATH=str(lib64_torch))
     assert fixed.returncode == 0, output(fixed)[-3000:]
@@ -156,7 +231,10 @@ def test_apex_src_builds_the_users_checkout_with_local_fixes(runner, repos, tmp_
     assert proc.returncode == 0, output(proc)[-3000:]
     wheel = runner.dist / "py3.11-torch2.13.0-x86_64-local" / WHEEL
     with zipfile.ZipFile(wheel) as zf:
-        assert "LOCAL_FIX = 'kept'" in zf.read("apex/contrib/combine_tensors/combine_tensors.py").decode()
+        assert (
+            "LOCAL_FIX = 'kept'"
+            in zf.read("apex/contrib/combine_tensors/combine_tensors.py").decode()
+        )
     assert not (checkout / "apex").exists()  # no build.sh-style clone inside the user's checkout
     assert "flags detected from npu.patch: --cpp_ext" in output(proc)
 
@@ -171,8 +249,21 @@ def broken_checkout(repos, tmp: Path, edit) -> Path:
     assert broken != setup
     (checkout / "src" / "setup.py").write_text(broken)
     subprocess.run(["git", "-C", str(checkout), "add", "-A"], check=True)
-    subprocess.run(["git", "-C", str(checkout), "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "fault"],
-                   check=True)
+    subprocess.run(
+        [
+            "git",
+            "-C",
+            str(checkout),
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t",
+            "commit",
+            "-qm",
+            "fault",
+        ],
+        check=True,
+    )
     return checkout
 
 
@@ -182,10 +273,14 @@ FAULTS = {
         "        return super(BuildExtension, self).build_extensions()",
         "        for ext in self.extensions:\n"
         "            ext.extra_link_args = [a for a in ext.extra_link_args if a != '-Wl,-z,now']\n"
-        "        return super(BuildExtension, self).build_extensions()"),
+        "        return super(BuildExtension, self).build_extensions()",
+    ),
     # the old std::string ABI against torch 2.13 (built with the C++11 ABI): the define after ours wins
-    "cxx11-abi": lambda s: s.replace("secure_link_args = [", "secure_compile_args.append('-D_GLIBCXX_USE_CXX11_ABI=0')\n"
-                                                          "secure_link_args = [", 1),
+    "cxx11-abi": lambda s: s.replace(
+        "secure_link_args = [",
+        "secure_compile_args.append('-D_GLIBCXX_USE_CXX11_ABI=0')\nsecure_link_args = [",
+        1,
+    ),
     # a library outside torch's, the system's and what setup.py declares (libz: zlib1g-dev)
     "needed": lambda s: s.replace("'-Wl,-z,now',", "'-Wl,-z,now', '-Wl,--no-as-needed,-lz',", 1),
 }
@@ -203,7 +298,9 @@ def test_each_binary_check_fails_a_deliberately_broken_build(runner, repos, tmp_
     assert errors and f": {check}: " in errors[0], text[-3000:]
     assert ".so" in errors[0] and "nothing was published" in errors[0] and "Traceback" not in text
     assert "▸ smoke test" not in text  # stopped before: nothing installed anywhere
-    assert not runner.dist.exists() or not any(p for p in runner.dist.iterdir() if not p.name.startswith("."))
+    assert not runner.dist.exists() or not any(
+        p for p in runner.dist.iterdir() if not p.name.startswith(".")
+    )
     assert "FAIL " in (runner.build / "py3.11-torch2.13.0-x86_64-local" / "build.log").read_text()
 
 
@@ -213,35 +310,71 @@ def test_pip_refuses_a_wheel_pinned_to_another_torch(runner, tmp_path):
     proc = runner.nox("3.11", "--no-smoke-test")
     assert proc.returncode == 0, output(proc)[-3000:]
     good = runner.dist / TARGET / WHEEL
-    venv = next(p for p in (runner.cache / "venvs").glob("build-py3.11-*") if (p / "apexkit-ready.json").is_file()
-                and (p / "lib" / "python3.11" / "site-packages" / "torch").is_dir())
+    venv = next(
+        p
+        for p in (runner.cache / "venvs").glob("build-py3.11-*")
+        if (p / "apexkit-ready.json").is_file()
+        and (p / "lib" / "python3.11" / "site-packages" / "torch").is_dir()
+    )
     # ^ the build venv with torch 2.13.0 and `wheel` installed in it (not a --use-system-torch one from another test)
     python = str(venv / "bin" / "python")
     unpacked = tmp_path / "unpacked"
-    subprocess.run([python, "-m", "wheel", "unpack", "-d", str(unpacked), str(good)], check=True, capture_output=True)
+    subprocess.run(
+        [python, "-m", "wheel", "unpack", "-d", str(unpacked), str(good)],
+        check=True,
+        capture_output=True,
+    )
     root = next(unpacked.iterdir())
     info = next(root.glob("*.dist-info"))
-    meta = (info / "METADATA").read_text().replace("0.1+ascend.torch2.13.0", "0.1+ascend.torch2.1.0").replace(
-        "Requires-Dist: torch==2.13.0", "Requires-Dist: torch==2.1.0")
+    meta = (
+        (info / "METADATA")
+        .read_text()
+        .replace("0.1+ascend.torch2.13.0", "0.1+ascend.torch2.1.0")
+        .replace("Requires-Dist: torch==2.13.0", "Requires-Dist: torch==2.1.0")
+    )
     (info / "METADATA").write_text(meta)
     info.rename(info.with_name("apex-0.1+ascend.torch2.1.0.dist-info"))
     out = tmp_path / "other"
     out.mkdir()
-    subprocess.run([python, "-m", "wheel", "pack", "--dest-dir", str(out), str(root)], check=True, capture_output=True)
+    subprocess.run(
+        [python, "-m", "wheel", "pack", "--dest-dir", str(out), str(root)],
+        check=True,
+        capture_output=True,
+    )
     other = next(out.glob("*.whl"))
     assert other.name == wheelnames.fixture_wheel("0.1+ascend.torch2.1.0")
 
-    def dry_run(wheel: Path) -> subprocess.CompletedProcess:  # --dry-run: the shared build venv is not changed
-        return subprocess.run([sys.executable, "-m", "pip", "--python", python, "install", "--isolated", "--dry-run",
-                               "--no-index", "--no-cache-dir", str(wheel)], capture_output=True, text=True)
+    def dry_run(
+        wheel: Path,
+    ) -> subprocess.CompletedProcess:  # --dry-run: the shared build venv is not changed
+        return subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "--python",
+                python,
+                "install",
+                "--isolated",
+                "--dry-run",
+                "--no-index",
+                "--no-cache-dir",
+                str(wheel),
+            ],
+            capture_output=True,
+            text=True,
+        )
 
     ok = dry_run(good)
-    assert ok.returncode == 0 and "Would install apex-0.1+ascend.torch2.13.0" in ok.stdout, ok.stdout + ok.stderr
+    assert ok.returncode == 0 and "Would install apex-0.1+ascend.torch2.13.0" in ok.stdout, (
+        ok.stdout + ok.stderr
+    )
     refused = dry_run(other)
     assert refused.returncode != 0
     said = refused.stdout + refused.stderr
     assert "apex 0.1+ascend.torch2.1.0 depends on torch==2.1.0" in said or (
-        "Cannot install apex==0.1+ascend.torch2.1.0" in said and "torch==2.1.0" in said), said
+        "Cannot install apex==0.1+ascend.torch2.1.0" in said and "torch==2.1.0" in said
+    ), said
 
 
 @pytest.mark.parametrize(
@@ -251,12 +384,22 @@ def test_pip_refuses_a_wheel_pinned_to_another_torch(runner, tmp_path):
         (["--apex-ref", "5.0.rc2"], {}, 4, "ref '5.0.rc2' not found"),
         (["--nvidia-commit", "0" * 40], {}, 4, f"pinned commit {'0' * 40} is not in"),
         ([], {"APEXKIT_ASCEND_APEX_URL": "file:///nonexistent/ascend-apex"}, 4, "after 3 attempts"),
-        (["--interpreter", "/nonexistent/python3.11"], {}, 3, "--interpreter /nonexistent/python3.11 is not a working Python"),
+        (
+            ["--interpreter", "/nonexistent/python3.11"],
+            {},
+            3,
+            "--interpreter /nonexistent/python3.11 is not a working Python",
+        ),
         (["--torch", "2.5.0", "--npu"], {}, 2, "no torch_npu release is known for torch 2.5.0"),
         (["--jobs", "0"], {}, 2, "--jobs 0: must be at least 1"),
         (["--dist", "/etc/hostname"], {}, 2, "--dist /etc/hostname is not a directory"),
         (["--build-dir", "/etc/hostname"], {}, 2, "--build-dir /etc/hostname is not a directory"),
-        (["--dist", "/etc/hostname/sub"], {}, 2, "--dist /etc/hostname/sub lies under /etc/hostname, which is not a"),
+        (
+            ["--dist", "/etc/hostname/sub"],
+            {},
+            2,
+            "--dist /etc/hostname/sub lies under /etc/hostname, which is not a",
+        ),
     ],
 )
 def test_bad_inputs_are_one_line_errors(runner, args, env, code, message):
@@ -270,14 +413,20 @@ def test_bad_inputs_are_one_line_errors(runner, args, env, code, message):
 
 def test_unknown_python_is_refused(runner):
     proc = runner.cli("3.5")
-    assert proc.returncode == 2 and "Python 3.5 is not supported" in proc.stderr and "Traceback" not in proc.stderr
+    assert (
+        proc.returncode == 2
+        and "Python 3.5 is not supported" in proc.stderr
+        and "Traceback" not in proc.stderr
+    )
 
 
 def test_nox_session_reports_the_error_line_and_the_real_exit_code(runner, tmp_path):
     status = tmp_path / "status.json"
     proc = runner.nox("3.11", "--apex-ref", "nosuch", APEXKIT_STATUS_FILE=str(status))
     assert proc.returncode == 1  # nox maps every failed session to 1 ...
-    assert "aborted: unknown Ascend apex ref 'nosuch'" in output(proc) and "Traceback" not in output(proc)
+    assert "aborted: unknown Ascend apex ref 'nosuch'" in output(
+        proc
+    ) and "Traceback" not in output(proc)
     recorded = json.loads(status.read_text())  # ... the status file keeps apexkit's own code
     assert recorded["exit_code"] == 2 and "unknown Ascend apex ref 'nosuch'" in recorded["error"]
     ok = runner.cli("3.11", "--dry-run", APEXKIT_STATUS_FILE=str(status))
@@ -293,12 +442,15 @@ def test_full_build_other_pythons(runner, python):
     assert proc.returncode == 0, output(proc)[-3000:]
 
 
-@pytest.mark.parametrize(("args", "env"), [
-    (["--index-url=https://u:Tok3n/Secret@m.corp/simple"], {}),
-    (["--torch-index-url=https://u:Tok3n#Secret@m.corp/whl/cpu"], {}),
-    ([], {"APEXKIT_ASCEND_APEX_URL": "https://user:Tok3n/Secret@git.corp/apex.git"}),
-    ([], {"APEXKIT_NVIDIA_APEX_URL": "https://Tok3n?Secret@git.corp/apex.git"}),
-])
+@pytest.mark.parametrize(
+    ("args", "env"),
+    [
+        (["--index-url=https://u:Tok3n/Secret@m.corp/simple"], {}),
+        (["--torch-index-url=https://u:Tok3n#Secret@m.corp/whl/cpu"], {}),
+        ([], {"APEXKIT_ASCEND_APEX_URL": "https://user:Tok3n/Secret@git.corp/apex.git"}),
+        ([], {"APEXKIT_NVIDIA_APEX_URL": "https://Tok3n?Secret@git.corp/apex.git"}),
+    ],
+)
 def test_a_url_whose_password_does_not_parse_is_refused_without_echoing_it(runner, args, env):
     """Issue 14: a password holding '/', '#', '?' must be percent-encoded; the one-line error quotes only scheme and
     host, and no part of the password reaches the output."""

@@ -21,10 +21,28 @@ TARGET = "py3.11-torch2.13.0-x86_64-master"
 
 def start(repos, cache: Path, tmp: Path, name: str, *args: str) -> subprocess.Popen:
     env = dict(os.environ, **repos.env(cache), APEXKIT_FETCH_BACKOFF="0.05")
-    argv = [sys.executable, "-m", "apexkit", "build", "3.11", "--dist", str(tmp / name / "dist"), "--build-dir",
-            str(tmp / name / "build"), "--no-smoke-test", *args]
-    return subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+    argv = [
+        sys.executable,
+        "-m",
+        "apexkit",
+        "build",
+        "3.11",
+        "--dist",
+        str(tmp / name / "dist"),
+        "--build-dir",
+        str(tmp / name / "build"),
+        "--no-smoke-test",
+        *args,
+    ]
+    return subprocess.Popen(
+        argv,
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
 
 
 def finish(proc: subprocess.Popen) -> str:
@@ -38,7 +56,11 @@ def manifest(tmp: Path, name: str) -> dict:
 
 
 def entries(folder: Path) -> list[Path]:
-    return sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith(".")) if folder.is_dir() else []
+    return (
+        sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith("."))
+        if folder.is_dir()
+        else []
+    )
 
 
 def test_two_builds_on_one_cold_cache_then_a_killed_lock_holder(repos, tmp_path):
@@ -48,7 +70,10 @@ def test_two_builds_on_one_cold_cache_then_a_killed_lock_holder(repos, tmp_path)
     assert any("waiting for the lock on" in out for out in outputs), outputs
     assert all("Traceback" not in out for out in outputs)
     results = [manifest(tmp_path, "one"), manifest(tmp_path, "two")]
-    assert sorted(r["cache_hit"] for r in results) == [False, True]  # one compiled, the other took its wheel
+    assert sorted(r["cache_hit"] for r in results) == [
+        False,
+        True,
+    ]  # one compiled, the other took its wheel
     assert results[0]["wheel"]["sha256"] == results[1]["wheel"]["sha256"]
     assert len(entries(cache / "git")) == 2  # one mirror per URL (Ascend apex, NVIDIA apex)
     assert len(entries(cache / "venvs")) == 1
@@ -58,7 +83,9 @@ def test_two_builds_on_one_cold_cache_then_a_killed_lock_holder(repos, tmp_path)
     killed = start(repos, cache, tmp_path, "killed", "--no-cache")
     deadline = time.monotonic() + 600
     while not list((cache / "wheels").glob("*/*.lock.pid")):
-        assert killed.poll() is None and time.monotonic() < deadline, "the build never took the cache-entry lock"
+        assert killed.poll() is None and time.monotonic() < deadline, (
+            "the build never took the cache-entry lock"
+        )
         time.sleep(0.2)
     os.killpg(killed.pid, signal.SIGKILL)
     killed.wait(timeout=60)

@@ -21,33 +21,72 @@ STACK_TARGET = "py3.10-torch2.7.1-aarch64-master+npu2.7.1.post2"
 
 
 def invoke(*args: str, env: dict | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "invoke", "-r", str(ROOT), *args], capture_output=True, text=True,
-                          timeout=timeout, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "invoke", "-r", str(ROOT), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+    )
 
 
 def fake_index(root: Path, *targets: tuple[str, str]) -> Path:
     """An index.json as `invoke publish` writes it (the wheels are not needed to plan or dry-run)."""
     root.mkdir(parents=True, exist_ok=True)
-    files = [{"project": "apex", "filename": f"apex-0.1+ascend-cp{t[2:6].replace('.', '')}-x.whl", "sha256": "0" * 64,
-              "target": t, "torch": torch} for t, torch in targets]
+    files = [
+        {
+            "project": "apex",
+            "filename": f"apex-0.1+ascend-cp{t[2:6].replace('.', '')}-x.whl",
+            "sha256": "0" * 64,
+            "target": t,
+            "torch": torch,
+        }
+        for t, torch in targets
+    ]
     (root / "index.json").write_text(json.dumps({"format": "apexkit-index/1", "files": files}))
     return root
 
 
 # --- pure: plan and batch script ------------------------------------------------------------------------------------
 
+
 def test_dry_run_prints_the_batch_script_for_a_16_node_ascend_partition(tmp_path):
     index = fake_index(tmp_path / "index", (STACK_TARGET, "2.7.1"), (TARGET, "2.13.0"))
     results = tmp_path / "results"
-    proc = invoke("fleet.submit", "--index", str(index), "--results", str(results), "--stack", "mindspeed-llm-2.3.0",
-                  "--partition", "ascend", "--nodes", "16", "--gres", "npu:8", "--account", "llm", "--bench",
-                  "--dry-run", env=dict(os.environ, PATH=str(Path(sys.executable).parent)))  # no Slurm needed
+    proc = invoke(
+        "fleet.submit",
+        "--index",
+        str(index),
+        "--results",
+        str(results),
+        "--stack",
+        "mindspeed-llm-2.3.0",
+        "--partition",
+        "ascend",
+        "--nodes",
+        "16",
+        "--gres",
+        "npu:8",
+        "--account",
+        "llm",
+        "--bench",
+        "--dry-run",
+        env=dict(os.environ, PATH=str(Path(sys.executable).parent)),
+    )  # no Slurm needed
     assert proc.returncode == 0, output(proc)
     script = proc.stdout
-    for line in ("#!/bin/bash", "#SBATCH --partition=ascend", "#SBATCH --nodes=16", "#SBATCH --ntasks-per-node=1",
-                 "#SBATCH --gres=npu:8", "#SBATCH --account=llm", "#SBATCH --no-kill", "NODE_PYTHON=python3.10",
-                 f"SET_ENV_FILES={shlex.quote(' '.join(validate.SET_ENV))}",
-                 'nodes=$(scontrol show hostnames "$SLURM_JOB_NODELIST")'):
+    for line in (
+        "#!/bin/bash",
+        "#SBATCH --partition=ascend",
+        "#SBATCH --nodes=16",
+        "#SBATCH --ntasks-per-node=1",
+        "#SBATCH --gres=npu:8",
+        "#SBATCH --account=llm",
+        "#SBATCH --no-kill",
+        "NODE_PYTHON=python3.10",
+        f"SET_ENV_FILES={shlex.quote(' '.join(validate.SET_ENV))}",
+        'nodes=$(scontrol show hostnames "$SLURM_JOB_NODELIST")',
+    ):
         assert line in script.splitlines(), line
     srun = next(line for line in script.splitlines() if line.strip().startswith("srun "))
     assert '--nodes=1 --ntasks=1 --nodelist="$node" --kill-on-bad-exit=0 --gres=npu:8' in srun
@@ -60,18 +99,31 @@ def test_dry_run_prints_the_batch_script_for_a_16_node_ascend_partition(tmp_path
 def test_an_index_without_index_json_is_refused(tmp_path):
     proc = invoke("fleet.submit", "--index", str(tmp_path), "--nodes", "2", "--dry-run")
     assert proc.returncode == 2
-    assert proc.stderr.strip().splitlines() == [f"error: --index {tmp_path}: {tmp_path} holds no index.json (not an "
-                                                f"`invoke publish` index) -- next: publish one first: invoke publish "
-                                                f"--index {tmp_path}"]
+    assert proc.stderr.strip().splitlines() == [
+        f"error: --index {tmp_path}: {tmp_path} holds no index.json (not an "
+        f"`invoke publish` index) -- next: publish one first: invoke publish "
+        f"--index {tmp_path}"
+    ]
 
 
 def test_no_slurm_on_path_is_one_line_with_the_check(tmp_path):
     index = fake_index(tmp_path / "index", (TARGET, "2.13.0"))
     env = dict(os.environ, PATH=str(Path(sys.executable).parent) + ":/nonexistent")
-    proc = invoke("fleet.submit", "--index", str(index), "--results", str(tmp_path / "r"), "--nodes", "2", env=env)
+    proc = invoke(
+        "fleet.submit",
+        "--index",
+        str(index),
+        "--results",
+        str(tmp_path / "r"),
+        "--nodes",
+        "2",
+        env=env,
+    )
     assert proc.returncode == validate.SchedulerError.exit_code, output(proc)
     lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and "sbatch not found on PATH" in lines[0] and slurm.CHECK_CMD in lines[0]
+    assert (
+        len(lines) == 1 and "sbatch not found on PATH" in lines[0] and slurm.CHECK_CMD in lines[0]
+    )
     assert "Traceback" not in output(proc)
 
 
@@ -89,11 +141,20 @@ def cluster(tmp_path_factory):
     services.require(ok, why)
     faults = tmp_path_factory.mktemp("faults")
     (faults / "broken" / "torch").mkdir(parents=True)
-    (faults / "broken" / "torch" / "__init__.py").write_text(BROKEN)  # node2: a hand-installed torch shadows the venv's
+    (faults / "broken" / "torch" / "__init__.py").write_text(
+        BROKEN
+    )  # node2: a hand-installed torch shadows the venv's
     (faults / "hang").mkdir()
-    (faults / "hang" / "sitecustomize.py").write_text(HANG)  # node3: validation hangs (until scancel)
-    started = services.SlurmCluster(nodes=3, node_env={"node2": {"PYTHONPATH": str(faults / "broken")},
-                                                       "node3": {"PYTHONPATH": str(faults / "hang")}})
+    (faults / "hang" / "sitecustomize.py").write_text(
+        HANG
+    )  # node3: validation hangs (until scancel)
+    started = services.SlurmCluster(
+        nodes=3,
+        node_env={
+            "node2": {"PYTHONPATH": str(faults / "broken")},
+            "node3": {"PYTHONPATH": str(faults / "hang")},
+        },
+    )
     started.faults = faults
     yield started
     started.stop()
@@ -105,7 +166,9 @@ def _wait_for(condition, what: str, cluster, timeout: float = 400) -> None:
         if condition():
             return
         time.sleep(1)
-    raise AssertionError(f"{what} after {timeout}s\n{cluster.run('squeue').stdout}\n{cluster.logs()}")
+    raise AssertionError(
+        f"{what} after {timeout}s\n{cluster.run('squeue').stdout}\n{cluster.logs()}"
+    )
 
 
 def _job_done(cluster, job: str) -> bool:
@@ -121,21 +184,49 @@ def test_fleet_end_to_end_with_a_failing_node_scancel_and_resume(cluster, runner
     assert published.returncode == 0, output(published)
     wheel_sha = json.loads((index / "index.json").read_text())["files"][0]["sha256"]
 
-    submitted = invoke("fleet.submit", "--index", str(index), "--results", str(results), "--nodelist",
-                       "node1,node2,node3", "--device", "cpu", "--bench", "--bench-args", "--scale 0.05",
-                       "--find-links", "/opt/wheels", "--node-dir", str(tmp_path / "scratch"), env=cluster.env)
+    submitted = invoke(
+        "fleet.submit",
+        "--index",
+        str(index),
+        "--results",
+        str(results),
+        "--nodelist",
+        "node1,node2,node3",
+        "--device",
+        "cpu",
+        "--bench",
+        "--bench-args",
+        "--scale 0.05",
+        "--find-links",
+        "/opt/wheels",
+        "--node-dir",
+        str(tmp_path / "scratch"),
+        env=cluster.env,
+    )
     assert submitted.returncode == 0, output(submitted)
     job = json.loads((results / "fleet.json").read_text())["submissions"][0]["job_id"]
-    assert f"submitted job {job}" in submitted.stderr and submitted.stdout == f"{job}\n"  # the id alone on stdout
+    assert (
+        f"submitted job {job}" in submitted.stderr and submitted.stdout == f"{job}\n"
+    )  # the id alone on stdout
 
     # node1 and node2 report; node3 hangs in validation: cancel the job mid-run
     def node3_validating() -> bool:
         progress = results / ".fleet" / "progress" / "node3.json"
         return progress.is_file() and json.loads(progress.read_text())["stage"] == "validate"
-    _wait_for(lambda: (results / "node1.json").is_file() and (results / "node2.json").is_file() and node3_validating(),
-              "node1/node2 results and node3 in validation", cluster)
+
+    _wait_for(
+        lambda: (
+            (results / "node1.json").is_file()
+            and (results / "node2.json").is_file()
+            and node3_validating()
+        ),
+        "node1/node2 results and node3 in validation",
+        cluster,
+    )
     status = invoke("fleet.status", str(results), env=cluster.env)
-    assert status.returncode == 0 and f"job {job}" in status.stdout and "RUNNING" in status.stdout, output(status)
+    assert (
+        status.returncode == 0 and f"job {job}" in status.stdout and "RUNNING" in status.stdout
+    ), output(status)
     assert "node3 (validate)" in status.stdout
     assert cluster.run("scancel", job).returncode == 0
     _wait_for(lambda: _job_done(cluster, job), "the cancelled job to end", cluster, timeout=60)
@@ -155,8 +246,13 @@ def test_fleet_end_to_end_with_a_failing_node_scancel_and_resume(cluster, runner
     assert table.returncode == 1
     lines = table.stdout.splitlines()
     assert any(line.startswith("node1 ") and " ok " in line for line in lines), table.stdout
-    assert any(line.startswith("node2 ") and "FAIL" in line and "torch: ImportError" in line for line in lines)
-    assert any(line.startswith("node3 ") and "DEAD" in line and "--resume" in line for line in lines)
+    assert any(
+        line.startswith("node2 ") and "FAIL" in line and "torch: ImportError" in line
+        for line in lines
+    )
+    assert any(
+        line.startswith("node3 ") and "DEAD" in line and "--resume" in line for line in lines
+    )
     node1_before = (results / "node1.json").read_bytes()
 
     # node3 is fixed; --resume resubmits node3 only
@@ -170,7 +266,9 @@ def test_fleet_end_to_end_with_a_failing_node_scancel_and_resume(cluster, runner
     final = invoke("fleet.report", str(results), "--json", env=cluster.env)
     rows = {r["node"]: r for r in json.loads(final.stdout)["nodes"]}
     assert rows["node3"]["status"] == "ok" and rows["node3"]["job_id"] == second["job_id"]
-    assert (results / "node1.json").read_bytes() == node1_before  # nothing lost from the other nodes
+    assert (
+        results / "node1.json"
+    ).read_bytes() == node1_before  # nothing lost from the other nodes
     assert final.returncode == 1  # node2 still fails
     again = invoke("fleet.submit", "--results", str(results), "--resume", env=cluster.env)
     assert again.returncode == 0 and "nothing to resubmit" in output(again)
@@ -184,8 +282,22 @@ def test_an_index_the_nodes_cannot_reach_is_each_nodes_first_failure(cluster, tm
 
     url = f"http://127.0.0.1:{services.free_port()}/apex-index"  # nothing listens there
     results = tmp_path / "results"
-    proc = invoke("fleet.submit", "--index", url, "--target", TARGET, "--results", str(results), "--nodes", "2",
-                  "--device", "cpu", "--node-dir", str(tmp_path / "scratch"), env=cluster.env)
+    proc = invoke(
+        "fleet.submit",
+        "--index",
+        url,
+        "--target",
+        TARGET,
+        "--results",
+        str(results),
+        "--nodes",
+        "2",
+        "--device",
+        "cpu",
+        "--node-dir",
+        str(tmp_path / "scratch"),
+        env=cluster.env,
+    )
     assert proc.returncode == 0, output(proc)
     assert "cannot read" in output(proc)  # the submit host cannot read it either: said, not fatal
     job = json.loads((results / "fleet.json").read_text())["submissions"][0]["job_id"]
@@ -206,14 +318,37 @@ def test_controller_down_is_one_line(cluster, tmp_path):
 
     port = services.free_port()
     text = cluster.conf.read_text()
-    conf.write_text("\n".join(f"SlurmctldPort={port}" if line.startswith("SlurmctldPort=") else line
-                              for line in text.splitlines()) + "\nMessageTimeout=2\n")
+    conf.write_text(
+        "\n".join(
+            f"SlurmctldPort={port}" if line.startswith("SlurmctldPort=") else line
+            for line in text.splitlines()
+        )
+        + "\nMessageTimeout=2\n"
+    )
     index = fake_index(tmp_path / "index", (TARGET, "2.13.0"))
     env = dict(cluster.env, SLURM_CONF=str(conf))
-    proc = invoke("fleet.submit", "--index", str(index), "--results", str(tmp_path / "r"), "--nodes", "2", env=env)
+    proc = invoke(
+        "fleet.submit",
+        "--index",
+        str(index),
+        "--results",
+        str(tmp_path / "r"),
+        "--nodes",
+        "2",
+        env=env,
+    )
     assert proc.returncode == validate.SchedulerError.exit_code, output(proc)
-    lines = [line for line in proc.stderr.splitlines() if not line.startswith("+ ")]  # the echoed commands
-    assert len(lines) == 1 and "the Slurm controller does not answer (scontrol ping: Slurmctld(primary) at" in lines[0]
-    assert "is DOWN" in lines[0] and "-- next: start slurmctld" in lines[0] and slurm.CHECK_CMD in lines[0]
+    lines = [
+        line for line in proc.stderr.splitlines() if not line.startswith("+ ")
+    ]  # the echoed commands
+    assert (
+        len(lines) == 1
+        and "the Slurm controller does not answer (scontrol ping: Slurmctld(primary) at" in lines[0]
+    )
+    assert (
+        "is DOWN" in lines[0]
+        and "-- next: start slurmctld" in lines[0]
+        and slurm.CHECK_CMD in lines[0]
+    )
     assert "Traceback" not in output(proc)
     assert not (tmp_path / "r" / "fleet.json").exists()

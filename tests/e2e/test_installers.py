@@ -31,7 +31,7 @@ def _wheel(directory: Path) -> Path:
         "apexkit_probe/__init__.py": b"VALUE = 'probe 1.0'\n",
         "apexkit_probe-1.0.dist-info/METADATA": b"Metadata-Version: 2.1\nName: apexkit-probe\nVersion: 1.0\n",
         "apexkit_probe-1.0.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
-                                              b"Tag: py3-none-any\n",
+        b"Tag: py3-none-any\n",
     }
     record = []
     for name, data in files.items():
@@ -73,8 +73,12 @@ def index(tmp_path_factory):
 def clean_env(monkeypatch, tmp_path):
     """Only the pip configuration the test writes: no machine-wide pip.conf, PIP_* or proxy variables."""
     for name in list(os.environ):
-        if name.startswith(("PIP_", "UV_")) or name.lower() in ("http_proxy", "https_proxy", "no_proxy",
-                                                                  "all_proxy"):
+        if name.startswith(("PIP_", "UV_")) or name.lower() in (
+            "http_proxy",
+            "https_proxy",
+            "no_proxy",
+            "all_proxy",
+        ):
             monkeypatch.delenv(name)
     monkeypatch.setenv("PIP_CONFIG_FILE", str(tmp_path / "pip.conf"))
     monkeypatch.setenv("XDG_CONFIG_DIRS", str(tmp_path / "no-xdg"))  # hides /etc/xdg/pip/pip.conf
@@ -87,8 +91,12 @@ def python311() -> str:
 
 
 def probe(venv: venvs.Venv) -> str:
-    return subprocess.run([str(venv.python), "-c", "import apexkit_probe; print(apexkit_probe.VALUE)"],
-                          capture_output=True, text=True, check=True).stdout.strip()
+    return subprocess.run(
+        [str(venv.python), "-c", "import apexkit_probe; print(apexkit_probe.VALUE)"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
 
 
 def made_by(venv: venvs.Venv) -> str:
@@ -97,13 +105,15 @@ def made_by(venv: venvs.Venv) -> str:
 
 
 @pytest.mark.parametrize("installer", ["uv", "pip"])
-def test_pip_conf_index_trusted_host_and_proxy_reach_either_installer(installer, index, tinyproxy, clean_env,
-                                                                      monkeypatch):
+def test_pip_conf_index_trusted_host_and_proxy_reach_either_installer(
+    installer, index, tinyproxy, clean_env, monkeypatch
+):
     """The only way to the index is what pip.conf says (index-url, trusted-host, proxy with credentials): the
     install works with uv as with pip, and tinyproxy saw the request."""
     monkeypatch.setenv("APEXKIT_INSTALLER", installer)
-    (clean_env / "pip.conf").write_text(f"[global]\nindex-url = {index}\ntrusted-host = 127.0.0.1\n"
-                                        f"proxy = {tinyproxy.url}\n")
+    (clean_env / "pip.conf").write_text(
+        f"[global]\nindex-url = {index}\ntrusted-host = 127.0.0.1\nproxy = {tinyproxy.url}\n"
+    )
     mark = tinyproxy.log_size()
     log = clean_env / "install.log"
     venv = venvs.create(python311(), clean_env / "venv", log)
@@ -139,13 +149,17 @@ def _offline(clean_env: Path) -> tuple[venvs.IndexOptions, Path]:
 def _fake_uv(directory: Path, version: str, works: bool) -> str:
     """A uv binary that reports `version` and then fails every command: a broken or half-installed uv."""
     script = directory / f"uv-{version}-{'ok' if works else 'broken'}"
-    script.write_text(f"#!/bin/sh\nif [ \"$1\" = --version ]; then echo 'uv {version}'; exit 0; fi\n"
-                      "echo 'error: this uv is broken' >&2; exit 2\n")
+    script.write_text(
+        f"#!/bin/sh\nif [ \"$1\" = --version ]; then echo 'uv {version}'; exit 0; fi\n"
+        "echo 'error: this uv is broken' >&2; exit 2\n"
+    )
     script.chmod(script.stat().st_mode | stat.S_IXUSR)
     return str(script)
 
 
-def test_a_uv_that_fails_falls_back_to_virtualenv_and_pip_with_one_line(clean_env, monkeypatch, capfd):
+def test_a_uv_that_fails_falls_back_to_virtualenv_and_pip_with_one_line(
+    clean_env, monkeypatch, capfd
+):
     options, log = _offline(clean_env)
     monkeypatch.setenv("APEXKIT_UV", _fake_uv(clean_env, "0.13.9", works=False))
     venv = venvs.create(python311(), clean_env / "venv", log)
@@ -172,7 +186,9 @@ def test_a_uv_too_old_or_missing_means_virtualenv(clean_env, monkeypatch, capfd)
     assert uvtools.find() is None
 
 
-def test_a_damaged_uv_cache_entry_is_found_by_record_and_installed_again(clean_env, monkeypatch, capfd):
+def test_a_damaged_uv_cache_entry_is_found_by_record_and_installed_again(
+    clean_env, monkeypatch, capfd
+):
     """uv links installed files out of its cache: a cache entry damaged after it was written would be installed as
     it is. The install is checked against each wheel's RECORD; a mismatch cleans that entry and installs again."""
     monkeypatch.setenv("APEXKIT_INSTALLER", "uv")
@@ -182,7 +198,9 @@ def test_a_damaged_uv_cache_entry_is_found_by_record_and_installed_again(clean_e
     venvs.pip_install(first, ["apexkit-probe"], options, log)
     cached = [p for p in (clean_env / "cache" / "uv").rglob("apexkit_probe/__init__.py")]
     assert cached, "uv keeps the unpacked wheel in its cache"
-    for path in cached:  # damage it in place (a hard link shares it with venv-a: that one is damaged too)
+    for (
+        path
+    ) in cached:  # damage it in place (a hard link shares it with venv-a: that one is damaged too)
         path.chmod(0o644)
         path.write_bytes(b"VALUE = 'damaged'\n")
     capfd.readouterr()
@@ -190,10 +208,16 @@ def test_a_damaged_uv_cache_entry_is_found_by_record_and_installed_again(clean_e
     venvs.pip_install(second, ["apexkit-probe"], options, log)
     assert probe(second) == "probe 1.0"
     err = " ".join(capfd.readouterr().err.split())  # the terminal may wrap the line
-    assert "uv installed apexkit_probe with files that differ from their RECORD (apexkit_probe/__init__.py (" in err
+    assert (
+        "uv installed apexkit_probe with files that differ from their RECORD (apexkit_probe/__init__.py ("
+        in err
+    )
     assert "cleaning those uv cache entries and installing again" in err
     text = log.read_text()
-    assert 'RECORD mismatches after uv install: {"apexkit_probe-1.0.dist-info": ["apexkit_probe/__init__.py' in text
+    assert (
+        'RECORD mismatches after uv install: {"apexkit_probe-1.0.dist-info": ["apexkit_probe/__init__.py'
+        in text
+    )
     assert text.count("--reinstall-package=apexkit_probe") == 1
     dist = next((second.path).glob("lib/python*/site-packages/apexkit_probe-1.0.dist-info"))
     assert venvs.record_problems(dist) == []
@@ -237,11 +261,16 @@ def test_a_wheel_whose_own_record_disagrees_installs_as_pip_would(clean_env, mon
     assert "RECORD" not in capfd.readouterr().err
     venvs.pip_install(venv, ["odd-module"], options, log)
     err = " ".join(capfd.readouterr().err.split())
-    assert "odd_module-1.0.dist-info: the wheel's own RECORD disagrees with its files (odd_module/__init__.py (size))" in err
+    assert (
+        "odd_module-1.0.dist-info: the wheel's own RECORD disagrees with its files (odd_module/__init__.py (size))"
+        in err
+    )
     assert "installed from a clean cache, as pip would" in err
 
 
-def test_pips_proxy_option_wins_over_the_exported_variables_and_the_users_ca_wins(monkeypatch, tmp_path):
+def test_pips_proxy_option_wins_over_the_exported_variables_and_the_users_ca_wins(
+    monkeypatch, tmp_path
+):
     """As in pip: PipSession passes its proxy option with every request (the environment fills in only what is
     unset), so uv gets pip.conf's proxy in both cases even where the user exported another; a CA bundle the user
     exported stays theirs."""
@@ -253,9 +282,15 @@ def test_pips_proxy_option_wins_over_the_exported_variables_and_the_users_ca_win
     config = pipconfig.parse("global.proxy='http://pip-conf:3128'\nglobal.cert='/pip-conf/ca.pem'")
     _, extra = uvtools.install_options(config, [])
     env = uvtools.environment(tmp_path, extra)
-    assert {name: env[name] for name in ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY")} == dict.fromkeys(
-        ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY"), "http://pip-conf:3128")
+    assert {
+        name: env[name] for name in ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY")
+    } == dict.fromkeys(
+        ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY"), "http://pip-conf:3128"
+    )
     assert env["SSL_CERT_FILE"] == "/exported/ca.pem"
     # without a proxy in pip's config, the exported ones are what uv gets
     env = uvtools.environment(tmp_path, uvtools.install_options(pipconfig.parse(""), [])[1])
-    assert env["https_proxy"] == env["HTTP_PROXY"] == "http://exported:3128" and "HTTPS_PROXY" not in env
+    assert (
+        env["https_proxy"] == env["HTTP_PROXY"] == "http://exported:3128"
+        and "HTTPS_PROXY" not in env
+    )

@@ -45,10 +45,21 @@ def test_each_session_python_is_found_and_gets_a_lib_layout_venv(version, tmp_pa
     interp = interpreters.find(version)
     assert interp.version == version
     venv = venvs.create(interp.path, tmp_path / "venv", tmp_path / "log")
-    out = subprocess.run([str(venv.python), "-c", "import sys, sysconfig; print(sys.version_info[:2]);"
-                          "print(sysconfig.get_paths()['purelib'])"], capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [
+            str(venv.python),
+            "-c",
+            "import sys, sysconfig; print(sys.version_info[:2]);"
+            "print(sysconfig.get_paths()['purelib'])",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     version_line, purelib = out.stdout.split("\n")[:2]
     assert version_line == str(tuple(int(p) for p in version.split(".")))
     assert purelib == str(tmp_path / "venv" / "lib" / f"python{version}" / "site-packages")
-    pip = subprocess.run([str(venv.python), "-m", "pip", "--version"], capture_output=True, text=True)
+    pip = subprocess.run(
+        [str(venv.python), "-m", "pip", "--version"], capture_output=True, text=True
+    )
     assert pip.returncode == 0

@@ -48,31 +48,53 @@ def _wait_for_output(proc: subprocess.Popen, expected: str) -> None:
 
 def test_second_process_waits_naming_the_holder_then_runs_after_it(tmp_path):
     thing, journal = tmp_path / "thing", tmp_path / "journal"
-    holder = _python(HOLDER, str(thing), str(journal), stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    holder = _python(
+        HOLDER, str(thing), str(journal), stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
     _wait_for_output(holder, "held")
     waiter = _python(WAITER, str(thing), str(journal), stderr=subprocess.PIPE)
     first = waiter.stderr.readline()  # the one visible line, before it blocks
-    assert first.startswith(f"waiting for the lock on the test thing held by pid {holder.pid} ("), first
-    assert waiter.poll() is None and not journal.exists()  # still waiting: the holder has not let go
+    assert first.startswith(f"waiting for the lock on the test thing held by pid {holder.pid} ("), (
+        first
+    )
+    assert (
+        waiter.poll() is None and not journal.exists()
+    )  # still waiting: the holder has not let go
     holder.stdin.close()
     assert holder.wait(60) == 0
     assert waiter.wait(60) == 0, waiter.stderr.read()
     assert journal.read_text() == "holder done\nwaiter got it\n"
-    assert locks.lock_file(thing).is_file() and not thing.exists()  # the lock sits beside the thing it guards
+    assert (
+        locks.lock_file(thing).is_file() and not thing.exists()
+    )  # the lock sits beside the thing it guards
 
 
 def test_a_sigkilled_holder_never_blocks_the_next_one(tmp_path):
     thing = tmp_path / "mirror.git"
-    holder = _python(HOLDER, str(thing), str(tmp_path / "journal"), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                     start_new_session=True)
+    holder = _python(
+        HOLDER,
+        str(thing),
+        str(tmp_path / "journal"),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        start_new_session=True,
+    )
     _wait_for_output(holder, "held")
-    with pytest.raises(locks.LockError) as exc, locks.hold(thing, "the mirror", timeout=0.2):  # it really is held
+    with pytest.raises(locks.LockError) as exc, locks.hold(
+        thing, "the mirror", timeout=0.2
+    ):  # it really is held
         pass
-    assert exc.value.format().startswith(f"the lock on the mirror is still held by pid {holder.pid} after 0.2s")
+    assert exc.value.format().startswith(
+        f"the lock on the mirror is still held by pid {holder.pid} after 0.2s"
+    )
     os.kill(holder.pid, signal.SIGKILL)
     holder.wait(30)
-    assert locks.holder(thing) == holder.pid  # the pid file outlived its writer: only the kernel lock is trusted
-    with locks.hold(thing, "the mirror", timeout=10):  # not a second of waiting on the dead holder's file
+    assert (
+        locks.holder(thing) == holder.pid
+    )  # the pid file outlived its writer: only the kernel lock is trusted
+    with locks.hold(
+        thing, "the mirror", timeout=10
+    ):  # not a second of waiting on the dead holder's file
         assert locks.holder(thing) == os.getpid()
     assert locks.holder(thing) is None
 
@@ -99,18 +121,26 @@ def test_two_builds_share_one_venv_the_second_reuses_it(tmp_path):
 
     path = tmp_path / "venvs" / "build-py3.11-x"
     with venvs.lock(path):  # a third build holds it: both of these must wait, then take turns
-        procs = [_python(VENV_STEP, str(path), stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(2)]
+        procs = [
+            _python(VENV_STEP, str(path), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            for _ in range(2)
+        ]
         for proc in procs:
             assert proc.stdout.readline() == "ready\n"
             line = proc.stderr.readline()
-            assert line.startswith(f"waiting for the lock on venv {path} held by pid {os.getpid()}"), line
+            assert line.startswith(
+                f"waiting for the lock on venv {path} held by pid {os.getpid()}"
+            ), line
     results = []
     for proc in procs:
         out, err = proc.communicate(timeout=300)
         assert proc.returncode == 0, err[-2000:]
         results.append(out.strip())
     assert sorted(results) == ["created", "reused"]
-    probe = subprocess.run([str(path / "bin" / "python"), "-c", "import sys; print(sys.prefix)"], capture_output=True,
-                           text=True)
+    probe = subprocess.run(
+        [str(path / "bin" / "python"), "-c", "import sys; print(sys.prefix)"],
+        capture_output=True,
+        text=True,
+    )
     assert probe.stdout.strip() == str(path)
     assert sorted(p.name for p in path.parent.iterdir() if p.is_dir()) == ["build-py3.11-x"]

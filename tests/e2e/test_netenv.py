@@ -21,11 +21,16 @@ def test_the_entrypoint_exports_exactly_the_ca_variables(tmp_path):
     copy = tmp_path / "entrypoint.sh"
     copy.write_text(script.replace(layers.CONTAINER_CA_PATH, str(bundle)))
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PIP_CERT": "/mine.pem"}
-    out = subprocess.run(["sh", str(copy), "env", "-0"], capture_output=True, env=env, check=True, timeout=60).stdout
+    out = subprocess.run(
+        ["sh", str(copy), "env", "-0"], capture_output=True, env=env, check=True, timeout=60
+    ).stdout
     seen = dict(item.split("=", 1) for item in out.decode().split("\0") if "=" in item)
     exported = {name for name, value in seen.items() if value == str(bundle)}
     assert exported | {"PIP_CERT"} == set(netenv.CA_VARIABLES) and seen["PIP_CERT"] == "/mine.pem"
     # and the same names in the same order, as the shell writes them
-    names = next(line.split(" in ", 1)[1].split(";")[0].split() for line in script.splitlines()
-                 if line.strip().startswith("for var in "))
+    names = next(
+        line.split(" in ", 1)[1].split(";")[0].split()
+        for line in script.splitlines()
+        if line.strip().startswith("for var in ")
+    )
     assert tuple(names) == netenv.CA_VARIABLES

@@ -10,7 +10,22 @@ from conftest import ROOT
 
 
 def test_nox_lock_check_passes_without_network():
-    proc = subprocess.run([sys.executable, "-m", "nox", "-f", str(ROOT / "noxfile.py"), "-s", "lock", "--", "--check"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "nox",
+            "-f",
+            str(ROOT / "noxfile.py"),
+            "-s",
+            "lock",
+            "--",
+            "--check",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "requirements.txt: " in proc.stderr and "pins with hashes" in proc.stderr

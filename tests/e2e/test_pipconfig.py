@@ -17,16 +17,26 @@ def test_real_pip_files_global_user_and_environment(tmp_path, monkeypatch):
     (user / "pip").mkdir(parents=True)
     (system / "pip" / "pip.conf").write_text(
         "[global]\nindex-url = https://global-file.example/simple\ntimeout = 30\ntrusted-host = g.example\n"
-        "[install]\nfind-links = /global-file/install-wheels\n")
+        "[install]\nfind-links = /global-file/install-wheels\n"
+    )
     (user / "pip" / "pip.conf").write_text(
         "[global]\nindex-url = https://user-file.example/simple\nfind-links = /user-file/wheels\ntimeout =\n"
-        "[download]\nindex-url = https://download.example/simple\n")
-    env = {"HOME": str(tmp_path / "home"), "XDG_CONFIG_DIRS": str(system), "XDG_CONFIG_HOME": str(user)}
+        "[download]\nindex-url = https://download.example/simple\n"
+    )
+    env = {
+        "HOME": str(tmp_path / "home"),
+        "XDG_CONFIG_DIRS": str(system),
+        "XDG_CONFIG_HOME": str(user),
+    }
     conf = pipconfig.read(env)
     assert conf["index-url"] == "https://user-file.example/simple"  # user file > global file
-    assert conf["find-links"] == "/global-file/install-wheels"  # [install] > [global], whichever file
+    assert (
+        conf["find-links"] == "/global-file/install-wheels"
+    )  # [install] > [global], whichever file
     assert conf["trusted-host"] == "g.example" and "timeout" not in conf
-    conf = pipconfig.read({**env, "PIP_INDEX_URL": "https://env.example/simple", "PIP_FIND_LINKS": ""})
+    conf = pipconfig.read(
+        {**env, "PIP_INDEX_URL": "https://env.example/simple", "PIP_FIND_LINKS": ""}
+    )
     assert conf["index-url"] == "https://env.example/simple"  # PIP_* > every file
     assert conf["find-links"] == "/global-file/install-wheels"  # an empty variable is ignored
     # this process's own PIP_* variables are not pip's configuration for `env`
@@ -35,9 +45,17 @@ def test_real_pip_files_global_user_and_environment(tmp_path, monkeypatch):
 
 
 def test_without_a_pip_the_variables_alone_are_read():
-    env = {"PIP_INDEX_URL": "https://env.example/simple", "PIP_EXTRA_INDEX_URL": "https://a.example https://b.example",
-           "PIP_TRUSTED_HOST": "", "PIP_VERSION": "1", "HOME": "/nonexistent", "https_proxy": "http://p:3128"}
+    env = {
+        "PIP_INDEX_URL": "https://env.example/simple",
+        "PIP_EXTRA_INDEX_URL": "https://a.example https://b.example",
+        "PIP_TRUSTED_HOST": "",
+        "PIP_VERSION": "1",
+        "HOME": "/nonexistent",
+        "https_proxy": "http://p:3128",
+    }
     conf = pipconfig.read(env, python=sys.executable + "-no-such-python")
-    assert dict(conf) == {"index-url": "https://env.example/simple",
-                          "extra-index-url": "https://a.example https://b.example"}
+    assert dict(conf) == {
+        "index-url": "https://env.example/simple",
+        "extra-index-url": "https://a.example https://b.example",
+    }
     assert pipconfig.from_environment(env) == conf

@@ -33,11 +33,16 @@ def test_every_probe_compiles_with_the_oldest_python_here(tmp_path):
     pythons = [p for p in pyenv_pythons() if p.parent.parent.name.startswith("3.7")]
     if not pythons:
         pytest.skip("no pyenv Python 3.7 here")
-    code = ("import py_compile, sys\n"
-            "for i, f in enumerate(sys.argv[2:]):\n"
-            "    py_compile.compile(f, cfile='%s/%d.pyc' % (sys.argv[1], i), doraise=True)\n")
-    proc = subprocess.run([str(pythons[0]), "-c", code, str(tmp_path), *map(str, PROBES)], capture_output=True,
-                          text=True)
+    code = (
+        "import py_compile, sys\n"
+        "for i, f in enumerate(sys.argv[2:]):\n"
+        "    py_compile.compile(f, cfile='%s/%d.pyc' % (sys.argv[1], i), doraise=True)\n"
+    )
+    proc = subprocess.run(
+        [str(pythons[0]), "-c", code, str(tmp_path), *map(str, PROBES)],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
 
 

@@ -30,7 +30,9 @@ NOBODY = 65534
 STATE = "home/alice/.config/apexkit"
 AUTHS = {"auths": {"registry.corp": {"auth": "cm9vdDpzM2NyZXQ="}}}
 
-needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root: the home belongs to another uid (chown)")
+needs_root = pytest.mark.skipif(
+    os.geteuid() != 0, reason="needs root: the home belongs to another uid (chown)"
+)
 
 
 def users_home(root: Path) -> Path:
@@ -57,18 +59,27 @@ def roots_docker_config(root: Path) -> Path:
 
 # --- 1: a user's folder link into root's files ------------------------------------------------------------------------
 
+
 @needs_root
 def test_root_does_not_follow_a_users_folder_link_into_roots_docker_config(fsroot):
     home = users_home(fsroot)
     config = roots_docker_config(fsroot)
     users_link(home / ".docker", "../../root/.docker")
     before = tree(fsroot)
-    for args in (["proxy.setup", "--http", "http://a:b@p.corp:3128", "--layers", "shell,container"],
-                 ["proxy.setup", "--http", "http://a:b@p.corp:3128", "--layers", "container", "--dry-run"]):
+    for args in (
+        ["proxy.setup", "--http", "http://a:b@p.corp:3128", "--layers", "shell,container"],
+        ["proxy.setup", "--http", "http://a:b@p.corp:3128", "--layers", "container", "--dry-run"],
+    ):
         text = one_line_error(invoke(*args, "--root", str(fsroot)), 6)
         assert "/home/alice/.docker/config.json lies under" in text and "a symbolic link of" in text
-        assert f"uid {NOBODY}" in text and "root does not follow it" in text and "nothing was changed" in text
-        assert tree(fsroot) == before  # root's logins untouched, no backup copy of them, no state made
+        assert (
+            f"uid {NOBODY}" in text
+            and "root does not follow it" in text
+            and "nothing was changed" in text
+        )
+        assert (
+            tree(fsroot) == before
+        )  # root's logins untouched, no backup copy of them, no state made
     assert json.loads(config.read_text()) == AUTHS
     # the same link pointed at a folder of the user's own is followed, and remove puts everything back
     mine = home / "dotfiles/docker"
@@ -93,10 +104,17 @@ def test_root_does_not_follow_a_users_config_link_nor_give_roots_state_away(fsro
     roots_state.chmod(0o700)
     users_link(home / ".config", "../../root/.config")
     before = tree(fsroot)
-    for args in (["proxy.setup", "--pip-index", "https://mirror.corp/simple", "--layers", "pip"],
-                 ["proxy.remove"], ["proxy.show"]):
+    for args in (
+        ["proxy.setup", "--pip-index", "https://mirror.corp/simple", "--layers", "pip"],
+        ["proxy.remove"],
+        ["proxy.show"],
+    ):
         text = one_line_error(invoke(*args, "--root", str(fsroot)), 6)
-        assert "lies under" in text and f"{fsroot}/home/alice/.config" in text and "root does not follow it" in text
+        assert (
+            "lies under" in text
+            and f"{fsroot}/home/alice/.config" in text
+            and "root does not follow it" in text
+        )
         assert tree(fsroot) == before
     assert os.lstat(roots_state).st_uid == 0
     assert not (fsroot / "root/.config/pip").exists()
@@ -104,13 +122,16 @@ def test_root_does_not_follow_a_users_config_link_nor_give_roots_state_away(fsro
 
 # --- 2: edits between two setups --------------------------------------------------------------------------------------
 
+
 def test_edits_made_between_two_setups_survive_remove(fsroot):
     home = fsroot / "home/alice"
     (home / ".bashrc").write_bytes(b"# mine\n")
     (home / ".bashrc").chmod(0o644)
     setup_ok(fsroot, "--http", "http://alice:old@p.corp:3128", "--layers", "shell,container")
     config = home / ".docker/config.json"
-    config.write_text(json.dumps({**json.loads(config.read_text()), **AUTHS}))  # what `docker login` does
+    config.write_text(
+        json.dumps({**json.loads(config.read_text()), **AUTHS})
+    )  # what `docker login` does
     with open(home / ".bashrc", "a") as handle:
         handle.write("alias ll='ls -l'\n")
     setup_ok(fsroot, "--http", "http://alice:new@p.corp:3128", "--layers", "shell,container")
@@ -136,17 +157,32 @@ def test_two_setups_without_edits_still_restore_the_original_exactly(fsroot):
 
 # --- 5: only regular files are read ------------------------------------------------------------------------------------
 
+
 def run(*args: str, timeout: int = 60) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if "proxy" not in k.lower() and k not in ("XDG_CONFIG_HOME", "DOCKER_CONFIG")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if "proxy" not in k.lower() and k not in ("XDG_CONFIG_HOME", "DOCKER_CONFIG")
+    }
     env["HOME"] = "/home/alice"
-    return subprocess.run([sys.executable, "-m", "invoke", "-r", str(ROOT), *args], capture_output=True, text=True,
-                          env=env, timeout=timeout)  # a hang fails here, after `timeout` seconds
+    return subprocess.run(
+        [sys.executable, "-m", "invoke", "-r", str(ROOT), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+    )  # a hang fails here, after `timeout` seconds
 
 
 def test_a_named_pipe_is_one_line_not_a_hang(fsroot):
     os.mkfifo(fsroot / "home/alice/.bashrc")
-    text = one_line_error(run("proxy.setup", "--http", PROXY, "--layers", "shell", "--root", str(fsroot)), 6)
-    assert "/home/alice/.bashrc is a named pipe, not a regular file" in text and "nothing was changed" in text
+    text = one_line_error(
+        run("proxy.setup", "--http", PROXY, "--layers", "shell", "--root", str(fsroot)), 6
+    )
+    assert (
+        "/home/alice/.bashrc is a named pipe, not a regular file" in text
+        and "nothing was changed" in text
+    )
     shown = run("proxy.show", "--root", str(fsroot))
     assert shown.returncode == 0 and "shell: not configured" in shown.stdout, shown.stderr
     assert not (fsroot / STATE).exists()
@@ -154,15 +190,20 @@ def test_a_named_pipe_is_one_line_not_a_hang(fsroot):
 
 def test_a_device_or_a_huge_file_is_one_line_not_a_memory_error(fsroot, tmp_path):
     bashrc = fsroot / "home/alice/.bashrc"
-    bashrc.symlink_to("/dev/zero")   # out of --root: refused before anything is read
-    text = one_line_error(run("proxy.setup", "--http", PROXY, "--layers", "shell", "--root", str(fsroot)), 6)
+    bashrc.symlink_to("/dev/zero")  # out of --root: refused before anything is read
+    text = one_line_error(
+        run("proxy.setup", "--http", PROXY, "--layers", "shell", "--root", str(fsroot)), 6
+    )
     assert "outside" in text
     bashrc.unlink()
-    with open(bashrc, "wb") as handle:   # sparse: 17 MiB that take no room
+    with open(bashrc, "wb") as handle:  # sparse: 17 MiB that take no room
         handle.truncate(17 * 1024 * 1024)
-    text = one_line_error(run("proxy.setup", "--http", PROXY, "--layers", "shell", "--root", str(fsroot)), 6)
+    text = one_line_error(
+        run("proxy.setup", "--http", PROXY, "--layers", "shell", "--root", str(fsroot)), 6
+    )
     assert "/home/alice/.bashrc is larger than 16 MiB" in text
     from apexkit import fsedit
+
     with pytest.raises(fsedit.TargetError, match="a character device, not a regular file"):
         fsedit.read_target(Path("/dev/zero"), "/dev/zero")
     assert not (fsroot / STATE).exists()
@@ -170,33 +211,57 @@ def test_a_device_or_a_huge_file_is_one_line_not_a_memory_error(fsroot, tmp_path
 
 # --- 6: deeply nested JSON -----------------------------------------------------------------------------------------
 
+
 def test_deeply_nested_json_is_one_line(fsroot):
     config = fsroot / "home/alice/.docker/config.json"
     config.parent.mkdir()
     config.write_text("[" * 100000)
-    text = one_line_error(invoke("proxy.setup", "--http", PROXY, "--layers", "container", "--root", str(fsroot)), 2)
+    text = one_line_error(
+        invoke("proxy.setup", "--http", PROXY, "--layers", "container", "--root", str(fsroot)), 2
+    )
     assert "nests JSON more than" in text
     config.write_text('{"a": ' * 70 + "1" + "}" * 70)  # valid, but deeper than any docker config
-    text = one_line_error(invoke("proxy.setup", "--http", PROXY, "--layers", "container", "--root", str(fsroot)), 2)
+    text = one_line_error(
+        invoke("proxy.setup", "--http", PROXY, "--layers", "container", "--root", str(fsroot)), 2
+    )
     assert "nests JSON more than" in text
     config.unlink()
     setup_ok(fsroot, "--http", PROXY, "--layers", "shell,container")
     config.write_text("[" * 100000)
     (fsroot / STATE / "proxy.json").write_text('{"a":' * 100000)
-    for args in (["proxy.show"], ["proxy.env"], ["proxy.setup", "--http", PROXY, "--layers", "shell"]):
+    for args in (
+        ["proxy.show"],
+        ["proxy.env"],
+        ["proxy.setup", "--http", PROXY, "--layers", "shell"],
+    ):
         text = one_line_error(invoke(*args, "--root", str(fsroot)), 2)
         assert "proxy.json nests JSON more than" in text, text
     text = one_line_error(invoke("proxy.remove", "--root", str(fsroot)), 2)
     assert "could not undo /home/alice/.docker/config.json" in text and "nests JSON" in text
-    assert not (fsroot / "home/alice/.bashrc").exists()  # the other layer was undone (setup had made the file)
+    assert not (
+        fsroot / "home/alice/.bashrc"
+    ).exists()  # the other layer was undone (setup had made the file)
 
 
 # --- 9b: '..' out of --root ------------------------------------------------------------------------------------------
 
+
 def test_a_profile_climbing_out_of_the_root_says_so(fsroot):
     before = tree(fsroot)
-    text = one_line_error(invoke("proxy.setup", "--http", PROXY, "--layers", "shell", "--profile", "/../../../x",
-                                 "--root", str(fsroot)), 6)
+    text = one_line_error(
+        invoke(
+            "proxy.setup",
+            "--http",
+            PROXY,
+            "--layers",
+            "shell",
+            "--profile",
+            "/../../../x",
+            "--root",
+            str(fsroot),
+        ),
+        6,
+    )
     assert "/../../../x lies outside" in text and "'..'" in text and "symbolic link" not in text
     assert tree(fsroot) == before
     assert stat.S_ISDIR(os.lstat(fsroot).st_mode)

@@ -26,7 +26,9 @@ def set_up(root: Path, *args: str) -> None:
     if not bashrc.exists():
         bashrc.write_bytes(b"# mine\n")
         bashrc.chmod(0o644)
-    result = invoke("proxy.setup", "--http", PROXY, "--daemon-mode", "systemd", *args, "--root", str(root))
+    result = invoke(
+        "proxy.setup", "--http", PROXY, "--daemon-mode", "systemd", *args, "--root", str(root)
+    )
     assert result.returncode == 0, result.stderr
 
 
@@ -46,10 +48,10 @@ def one_line_error(result, code: int = 6) -> str:
 
 def test_a_manifest_entry_outside_the_managed_set_is_never_written(fsroot, tmp_path):
     set_up(fsroot, "--layers", "shell")
-    victim = tmp_path / "victim.conf"            # outside --root altogether
+    victim = tmp_path / "victim.conf"  # outside --root altogether
     victim.write_bytes(b"precious\n")
     victim.chmod(0o644)
-    inside = fsroot / "etc/cron.d/job"           # inside --root, but no layer's file
+    inside = fsroot / "etc/cron.d/job"  # inside --root, but no layer's file
     inside.parent.mkdir(parents=True)
     inside.write_bytes(b"* * * * * root true\n")
 
@@ -58,8 +60,13 @@ def test_a_manifest_entry_outside_the_managed_set_is_never_written(fsroot, tmp_p
         manifest["/home/alice/.bashrc"].update(path=str(victim), mode=0o4755)
         # ... and whole records name files no layer manages, "written" by us, so that removal would delete them
         for display, target in ((str(victim), victim), ("/etc/cron.d/job", inside)):
-            manifest[display] = {"path": str(target), "existed": False, "mode": 0o4777, "owner": "proxy",
-                                 "written_sha256": hashlib.sha256(target.read_bytes()).hexdigest()}
+            manifest[display] = {
+                "path": str(target),
+                "existed": False,
+                "mode": 0o4777,
+                "owner": "proxy",
+                "written_sha256": hashlib.sha256(target.read_bytes()).hexdigest(),
+            }
 
     edit_manifest(fsroot, poison)
     result = invoke("proxy.remove", "--root", str(fsroot))
@@ -73,7 +80,9 @@ def test_a_manifest_entry_outside_the_managed_set_is_never_written(fsroot, tmp_p
     assert bashrc.read_bytes() == b"# mine\n"
     assert stat.S_IMODE(bashrc.stat().st_mode) == 0o755
     # the poisoned records stay where they were, untouched, for a human to look at
-    kept = {k for k in json.loads((fsroot / MANIFEST).read_text()) if not k.startswith("@")}  # "@state": the store's own
+    kept = {
+        k for k in json.loads((fsroot / MANIFEST).read_text()) if not k.startswith("@")
+    }  # "@state": the store's own
     assert kept == {str(victim), "/etc/cron.d/job"}
 
 
@@ -85,8 +94,11 @@ def test_restored_modes_are_clamped_and_credential_files_stay_0600(fsroot):
     set_up(fsroot, "--layers", "shell,container")
 
     def widen(manifest):
-        manifest["/home/alice/.bashrc"]["mode"] = 0o6755          # setuid + setgid
-        manifest["/home/alice/.docker/config.json"]["mode"] = 0o1666  # sticky, world-writable: its auths readable
+        manifest["/home/alice/.bashrc"]["mode"] = 0o6755  # setuid + setgid
+        manifest["/home/alice/.docker/config.json"]["mode"] = (
+            0o1666  # sticky, world-writable: its auths readable
+        )
+
     edit_manifest(fsroot, widen)
     assert invoke("proxy.remove", "--root", str(fsroot)).returncode == 0
     assert stat.S_IMODE((fsroot / "home/alice/.bashrc").stat().st_mode) == 0o755
@@ -99,7 +111,10 @@ def test_group_writable_state_is_refused_and_nothing_is_written(fsroot):
     backups = fsroot / STATE / "backups"
     backups.chmod(0o770)
     before = snapshot(fsroot)
-    for args in (["proxy.remove"], ["proxy.setup", "--http", "http://other:3128", "--layers", "shell"]):
+    for args in (
+        ["proxy.remove"],
+        ["proxy.setup", "--http", "http://other:3128", "--layers", "shell"],
+    ):
         text = one_line_error(invoke(*args, "--root", str(fsroot)))
         assert f"{backups} is writable by its group or by everyone (mode 0o770)" in text
         assert "chmod -R go-w" in text
@@ -112,24 +127,37 @@ def test_a_symlinked_state_directory_is_refused(fsroot, tmp_path):
     state = fsroot / STATE
     state.parent.mkdir(parents=True)
     state.symlink_to(elsewhere)
-    text = one_line_error(invoke("proxy.setup", "--http", PROXY, "--layers", "shell", "--root", str(fsroot)))
+    text = one_line_error(
+        invoke("proxy.setup", "--http", PROXY, "--layers", "shell", "--root", str(fsroot))
+    )
     assert "is a symbolic link" in text
     assert list(elsewhere.iterdir()) == []
     assert not (fsroot / "home/alice/.bashrc").exists()
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="needs root: the test gives the state directory to another uid (chown)")
+@pytest.mark.skipif(
+    os.geteuid() != 0,
+    reason="needs root: the test gives the state directory to another uid (chown)",
+)
 @pytest.mark.parametrize("which", [STATE, f"{STATE}/backups", MANIFEST])
 def test_state_owned_by_another_user_is_refused_when_running_as_root(fsroot, which):
     set_up(fsroot, "--layers", "shell")
-    os.chown(fsroot / which, 4321, 4321)   # as if a user's process had made it (the sudo -E case)
+    os.chown(fsroot / which, 4321, 4321)  # as if a user's process had made it (the sudo -E case)
     before = snapshot(fsroot)
-    for args in (["proxy.remove"], ["proxy.setup", "--http", "http://other:3128", "--layers", "shell"]):
+    for args in (
+        ["proxy.remove"],
+        ["proxy.setup", "--http", "http://other:3128", "--layers", "shell"],
+    ):
         text = one_line_error(invoke(*args, "--root", str(fsroot)))
-        assert f"{fsroot / which} belongs to uid 4321, not to" in text and "nothing was changed" in text
+        assert (
+            f"{fsroot / which} belongs to uid 4321, not to" in text
+            and "nothing was changed" in text
+        )
         assert "without sudo" in text
         assert snapshot(fsroot) == before
-    assert PASSWORD.encode() in (fsroot / "home/alice/.bashrc").read_bytes()  # still set up: nothing undone
+    assert (
+        PASSWORD.encode() in (fsroot / "home/alice/.bashrc").read_bytes()
+    )  # still set up: nothing undone
 
 
 def test_a_symlinked_backup_copy_is_not_followed(fsroot, tmp_path):
@@ -167,4 +195,6 @@ def test_state_is_created_closed_to_others_whatever_the_umask(fsroot):
         os.umask(old)
     for directory in (fsroot / STATE, fsroot / STATE / "backups"):
         assert stat.S_IMODE(directory.stat().st_mode) == 0o700
-    assert invoke("proxy.remove", "--root", str(fsroot)).returncode == 0  # and so it is trusted next time
+    assert (
+        invoke("proxy.remove", "--root", str(fsroot)).returncode == 0
+    )  # and so it is trusted next time

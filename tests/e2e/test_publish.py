@@ -21,24 +21,36 @@ WHEEL = wheelnames.fixture_wheel()  # manylinux_2_24 where auditwheel computes i
 
 
 def invoke(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "invoke", "-r", str(ROOT), *args], capture_output=True, text=True,
-                          timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "invoke", "-r", str(ROOT), *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 def sha(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def test_two_builds_in_different_directories_and_caches_are_byte_identical(repos, shared_cache, tmp_path):
+def test_two_builds_in_different_directories_and_caches_are_byte_identical(
+    repos, shared_cache, tmp_path
+):
     wheels = []
-    for name, cache in (("one", shared_cache), ("two", tmp_path / "two" / "cache")):  # two caches: two venv paths
+    for name, cache in (
+        ("one", shared_cache),
+        ("two", tmp_path / "two" / "cache"),
+    ):  # two caches: two venv paths
         runner = Runner(repos, cache, tmp_path / name)
         proc = runner.nox("3.11", "--no-cache", "--no-smoke-test")
         assert proc.returncode == 0, output(proc)[-3000:]
         wheels.append(runner.dist / TARGET / WHEEL)
         manifest = json.loads((runner.dist / TARGET / "manifest.json").read_text())
-        commit_time = subprocess.run(["git", "-C", str(repos.ascend_path), "log", "-1", "--format=%ct", "master"],
-                                     capture_output=True, text=True).stdout.strip()
+        commit_time = subprocess.run(
+            ["git", "-C", str(repos.ascend_path), "log", "-1", "--format=%ct", "master"],
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
         assert manifest["source_date_epoch"] == int(commit_time)
     assert sha(wheels[0]) == sha(wheels[1])
 
@@ -49,10 +61,18 @@ def test_verify_reproducible_builds_twice_and_records_it(runner):
     text = output(proc)
     assert "reproducibility build a/2" in text and "reproducibility build b/2" in text
     manifest = json.loads((runner.dist / TARGET / "manifest.json").read_text())
-    assert manifest["reproducible"] == {"verified": True, "builds": 2, "sha256": manifest["wheel"]["sha256"]}
+    assert manifest["reproducible"] == {
+        "verified": True,
+        "builds": 2,
+        "sha256": manifest["wheel"]["sha256"],
+    }
     assert (runner.build / "reproducible-a").is_dir() and (runner.build / "reproducible-b").is_dir()
-    assert sorted(p.name for p in (runner.dist / TARGET).iterdir()) == [WHEEL, "manifest.json", "provenance.json",
-                                                                         "sbom.cdx.json"]
+    assert sorted(p.name for p in (runner.dist / TARGET).iterdir()) == [
+        WHEEL,
+        "manifest.json",
+        "provenance.json",
+        "sbom.cdx.json",
+    ]
 
 
 def test_index_installs_with_pip_and_refuses_a_second_wheel_under_one_name(runner, repos, tmp_path):
@@ -68,16 +88,35 @@ def test_index_installs_with_pip_and_refuses_a_second_wheel_under_one_name(runne
     assert sha(index / "simple" / "apex" / WHEEL) == digest
 
     venv = tmp_path / "venv"
-    python311 = interpreters.find("3.11", os.environ).path  # the wheel is cp311, whatever Python runs the tests
-    subprocess.run([sys.executable, "-m", "virtualenv", "-q", "-p", python311, str(venv)], check=True)
-    install = subprocess.run([str(venv / "bin" / "pip"), "install", "--no-deps", "--no-cache-dir", "--isolated",
-                              "--index-url", index.joinpath("simple").as_uri() + "/", "apex"],
-                             capture_output=True, text=True)
+    python311 = interpreters.find(
+        "3.11", os.environ
+    ).path  # the wheel is cp311, whatever Python runs the tests
+    subprocess.run(
+        [sys.executable, "-m", "virtualenv", "-q", "-p", python311, str(venv)], check=True
+    )
+    install = subprocess.run(
+        [
+            str(venv / "bin" / "pip"),
+            "install",
+            "--no-deps",
+            "--no-cache-dir",
+            "--isolated",
+            "--index-url",
+            index.joinpath("simple").as_uri() + "/",
+            "apex",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert install.returncode == 0, install.stdout + install.stderr
-    listed = subprocess.run([str(venv / "bin" / "pip"), "list", "--format=json"], capture_output=True, text=True)
+    listed = subprocess.run(
+        [str(venv / "bin" / "pip"), "list", "--format=json"], capture_output=True, text=True
+    )
     assert {"name": "apex", "version": "0.1+ascend.torch2.13.0"} in json.loads(listed.stdout)
 
-    again = invoke("publish", "--dist", str(runner.dist), "--index", str(index))  # same bytes: idempotent
+    again = invoke(
+        "publish", "--dist", str(runner.dist), "--index", str(index)
+    )  # same bytes: idempotent
     assert again.returncode == 0 and (index / "simple" / "apex" / "index.html").read_text() == page
 
     # another build, same filename, other bytes (without the rpath fix): never two wheels for one name
@@ -93,18 +132,38 @@ def test_index_installs_with_pip_and_refuses_a_second_wheel_under_one_name(runne
         work = tmp_path / "retag"
         work.mkdir()
         copy = Path(shutil.copy(other.dist / trap / trap_manifest["wheel"]["file"], work))
-        renamed = wheelcheck.retag(copy, {"computed": True, "tag": wheelnames.platform_tag()}, "x86_64", tool, 0)
-        trap_manifest["wheel"] = {"file": renamed.name, "sha256": sha(renamed), "size": renamed.stat().st_size}
+        renamed = wheelcheck.retag(
+            copy, {"computed": True, "tag": wheelnames.platform_tag()}, "x86_64", tool, 0
+        )
+        trap_manifest["wheel"] = {
+            "file": renamed.name,
+            "sha256": sha(renamed),
+            "size": renamed.stat().st_size,
+        }
         distdir.replace_dir(other.dist, trap, {renamed.name: renamed}, trap_manifest, force=True)
     assert sha(other.dist / trap / WHEEL) != digest
     refused = invoke("publish", "--dist", str(other.dist), "--index", str(index), "--target", trap)
     assert refused.returncode == 2
     error = [x for x in refused.stderr.splitlines() if x.startswith("error: ")]
-    assert len(error) == 1 and f"the index already holds (from {TARGET}) another wheel under this name" in error[0]
+    assert (
+        len(error) == 1
+        and f"the index already holds (from {TARGET}) another wheel under this name" in error[0]
+    )
     assert (index / "simple" / "apex" / "index.html").read_text() == page  # untouched
-    split = invoke("publish", "--dist", str(other.dist), "--index", str(tmp_path / "split"), "--split-by-torch",
-                   "--target", trap)
-    assert split.returncode == 0 and (tmp_path / "split" / "torch2.13.0" / "simple" / "apex" / WHEEL).is_file()
+    split = invoke(
+        "publish",
+        "--dist",
+        str(other.dist),
+        "--index",
+        str(tmp_path / "split"),
+        "--split-by-torch",
+        "--target",
+        trap,
+    )
+    assert (
+        split.returncode == 0
+        and (tmp_path / "split" / "torch2.13.0" / "simple" / "apex" / WHEEL).is_file()
+    )
 
 
 def test_publish_with_nothing_built(tmp_path):
@@ -115,16 +174,26 @@ def test_publish_with_nothing_built(tmp_path):
 # --- trust boundaries (issue 13, items 3 and 4): fake dists and index directories laid out as an attacker or an
 # unlucky user would leave them; no build needed. The wheel bytes are never opened as a zip by publish.
 
-def fake_dist(tmp: Path, *, file: str = WHEEL, torch: str = "2.13.0", data: bytes = b"wheel bytes",
-              sha256: str | None = None, target: str = TARGET) -> Path:
+
+def fake_dist(
+    tmp: Path,
+    *,
+    file: str = WHEEL,
+    torch: str = "2.13.0",
+    data: bytes = b"wheel bytes",
+    sha256: str | None = None,
+    target: str = TARGET,
+) -> Path:
     """dist/<target>/ with a manifest and (when `file` is a plain name) the wheel beside it."""
     dist = tmp / "dist"
     folder = dist / target
     folder.mkdir(parents=True, exist_ok=True)
     if "/" not in file and not (folder / file).exists():
         (folder / file).write_bytes(data)
-    manifest = {"wheel": {"file": file, "sha256": sha256 or hashlib.sha256(data).hexdigest()},
-                "target": {"torch": torch}}
+    manifest = {
+        "wheel": {"file": file, "sha256": sha256 or hashlib.sha256(data).hexdigest()},
+        "target": {"torch": torch},
+    }
     (folder / "manifest.json").write_text(json.dumps(manifest))
     return dist
 
@@ -141,7 +210,10 @@ def refused(proc: subprocess.CompletedProcess, *needles: str) -> str:
 
 
 def tree(path: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(path)): (b"<dir>" if p.is_dir() else p.read_bytes()) for p in sorted(path.rglob("*"))}
+    return {
+        str(p.relative_to(path)): (b"<dir>" if p.is_dir() else p.read_bytes())
+        for p in sorted(path.rglob("*"))
+    }
 
 
 def no_leftovers(parent: Path) -> None:
@@ -167,8 +239,24 @@ def test_publish_index_dot_in_a_project_is_refused(tmp_path):
     project = tmp_path / "project"
     project.mkdir()
     (project / "setup.py").write_text("print('mine')\n")
-    proc = subprocess.run([sys.executable, "-m", "invoke", "-r", str(ROOT), "publish", "--dist", str(dist),
-                           "--index", "."], cwd=project, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "invoke",
+            "-r",
+            str(ROOT),
+            "publish",
+            "--dist",
+            str(dist),
+            "--index",
+            ".",
+        ],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     refused(proc, "not an apexkit index")
     assert tree(project) == {"setup.py": b"print('mine')\n"}
     no_leftovers(tmp_path)
@@ -181,7 +269,9 @@ def test_publish_keeps_an_apexkit_index_and_refuses_files_it_did_not_write(tmp_p
     assert invoke("publish", "--dist", str(dist), "--index", str(index)).returncode == 0
     data = json.loads((index / "index.json").read_text())
     assert data["format"] == "apexkit-index/1"  # the marker that says: apexkit wrote this directory
-    assert invoke("publish", "--dist", str(dist), "--index", str(index)).returncode == 0  # ours: replaced
+    assert (
+        invoke("publish", "--dist", str(dist), "--index", str(index)).returncode == 0
+    )  # ours: replaced
     (index / "simple" / "apex" / "notes.txt").write_text("someone else's")
     before = tree(index)
     refused(invoke("publish", "--dist", str(dist), "--index", str(index)), "simple/apex/notes.txt")
@@ -230,8 +320,15 @@ def test_publish_refuses_a_poisoned_index_json(tmp_path):
     index = tmp_path / "index"
     assert invoke("publish", "--dist", str(dist), "--index", str(index)).returncode == 0
     data = json.loads((index / "index.json").read_text())
-    data["files"].append({"project": "apex", "filename": "../../../secret",
-                          "sha256": hashlib.sha256(b"KEY").hexdigest(), "target": "x", "torch": "2.13.0"})
+    data["files"].append(
+        {
+            "project": "apex",
+            "filename": "../../../secret",
+            "sha256": hashlib.sha256(b"KEY").hexdigest(),
+            "target": "x",
+            "torch": "2.13.0",
+        }
+    )
     (index / "index.json").write_text(json.dumps(data))
     before = tree(index)
     refused(invoke("publish", "--dist", str(dist), "--index", str(index)), "index.json", "filename")
@@ -247,7 +344,9 @@ def test_publish_refuses_a_torch_that_is_not_a_version(tmp_path):
         dist = fake_dist(tmp_path, torch=torch)
         proc = invoke("publish", "--dist", str(dist), "--index", str(index), "--split-by-torch")
         refused(proc, str(dist / TARGET / "manifest.json"), "target.torch")
-        assert (victim / "data").read_text() == "precious" and sorted(os.listdir(victim)) == ["data"]
+        assert (victim / "data").read_text() == "precious" and sorted(os.listdir(victim)) == [
+            "data"
+        ]
         assert not index.exists()
     no_leftovers(tmp_path)
 
@@ -274,7 +373,9 @@ def test_publish_refuses_a_wheel_file_outside_its_target(tmp_path):
 def test_publish_refuses_a_symlinked_wheel_and_a_file_that_is_not_a_wheel(tmp_path):
     key = secret_key(tmp_path)
     index = tmp_path / "index"
-    dist = fake_dist(tmp_path, file="id_rsa", data=key.read_bytes())  # a plain name, but not a wheel's
+    dist = fake_dist(
+        tmp_path, file="id_rsa", data=key.read_bytes()
+    )  # a plain name, but not a wheel's
     refused(invoke("publish", "--dist", str(dist), "--index", str(index)), "wheel.file", "id_rsa")
     (dist / TARGET / "id_rsa").unlink()
     (dist / TARGET / WHEEL).symlink_to(key)  # a wheel's name, but a link to the key
@@ -287,8 +388,14 @@ def test_publish_refuses_a_target_folder_that_leads_out_of_dist(tmp_path):
     outside = tmp_path / "outside"
     outside.mkdir()
     (outside / WHEEL).write_bytes(b"elsewhere")
-    (outside / "manifest.json").write_text(json.dumps({"wheel": {"file": WHEEL, "sha256": sha(outside / WHEEL)},
-                                                       "target": {"torch": "2.13.0"}}))
+    (outside / "manifest.json").write_text(
+        json.dumps(
+            {
+                "wheel": {"file": WHEEL, "sha256": sha(outside / WHEEL)},
+                "target": {"torch": "2.13.0"},
+            }
+        )
+    )
     dist = tmp_path / "dist"
     dist.mkdir()
     (dist / TARGET).symlink_to(outside)
@@ -303,7 +410,11 @@ def test_publish_refuses_a_manifest_that_is_not_json_or_lacks_a_field(tmp_path):
     manifest.write_text("{not json")
     refused(invoke("publish", "--dist", str(dist), "--index", str(tmp_path / "i")), str(manifest))
     manifest.write_text(json.dumps({"wheel": {"file": WHEEL}, "target": {"torch": "2.13.0"}}))
-    refused(invoke("publish", "--dist", str(dist), "--index", str(tmp_path / "i")), str(manifest), "wheel.sha256")
+    refused(
+        invoke("publish", "--dist", str(dist), "--index", str(tmp_path / "i")),
+        str(manifest),
+        "wheel.sha256",
+    )
     assert not (tmp_path / "i").exists()
 
 
@@ -315,8 +426,12 @@ def test_publish_refuses_a_symlink_planted_in_an_index(tmp_path):
     index = tmp_path / "index"
     assert invoke("publish", "--dist", str(dist), "--index", str(index)).returncode == 0
     shutil.rmtree(index / "simple" / "apex")
-    (index / "simple" / "apex").symlink_to(secret)  # the next publish would read (and rmtree) through it
-    refused(invoke("publish", "--dist", str(dist), "--index", str(index)), "simple/apex (a symlink)")
+    (index / "simple" / "apex").symlink_to(
+        secret
+    )  # the next publish would read (and rmtree) through it
+    refused(
+        invoke("publish", "--dist", str(dist), "--index", str(index)), "simple/apex (a symlink)"
+    )
     assert (secret / WHEEL).read_bytes() == b"KEY" and (index / "simple" / "apex").is_symlink()
 
 
@@ -327,14 +442,22 @@ def test_publish_leaves_a_diagnosis_build_out_unless_named(tmp_path):
     trap = f"{TARGET}+skip-rpath-link-flag"
     fake_dist(tmp_path, data=b"the trap", target=trap)
     manifest = dist / trap / "manifest.json"
-    manifest.write_text(json.dumps({**json.loads(manifest.read_text()),
-                                    "target": {"torch": "2.13.0", "identity": {"skip_patches": ["rpath-link-flag"]}}}))
+    manifest.write_text(
+        json.dumps(
+            {
+                **json.loads(manifest.read_text()),
+                "target": {"torch": "2.13.0", "identity": {"skip_patches": ["rpath-link-flag"]}},
+            }
+        )
+    )
     index = tmp_path / "index"
     proc = invoke("publish", "--dist", str(dist), "--index", str(index))
     assert proc.returncode == 0, output(proc)
     assert f"skipping {trap}: a diagnosis build (--skip-patch)" in proc.stderr
     assert [p.read_bytes() for p in index.rglob("*.whl")] == [b"the good wheel"]
-    named = invoke("publish", "--dist", str(dist), "--index", str(tmp_path / "trap-index"), "--target", trap)
+    named = invoke(
+        "publish", "--dist", str(dist), "--index", str(tmp_path / "trap-index"), "--target", trap
+    )
     assert named.returncode == 0, output(named)
     assert [p.read_bytes() for p in (tmp_path / "trap-index").rglob("*.whl")] == [b"the trap"]
 
@@ -344,8 +467,13 @@ def test_wheels_for_two_torches_share_one_index(tmp_path):
     no per-torch directories."""
     npu_wheel = "apex-0.1+ascend.torch2.7.1.npu2.7.1.post8-cp311-cp311-linux_x86_64.whl"
     dist = fake_dist(tmp_path, data=b"for torch 2.13.0")
-    fake_dist(tmp_path, file=npu_wheel, torch="2.7.1", data=b"for torch 2.7.1",
-              target="py3.11-torch2.7.1-x86_64-master+npu2.7.1.post8")
+    fake_dist(
+        tmp_path,
+        file=npu_wheel,
+        torch="2.7.1",
+        data=b"for torch 2.7.1",
+        target="py3.11-torch2.7.1-x86_64-master+npu2.7.1.post8",
+    )
     index = tmp_path / "index"
     proc = invoke("publish", "--dist", str(dist), "--index", str(index))
     assert proc.returncode == 0, output(proc)
@@ -361,13 +489,29 @@ def test_publish_refuses_a_fifo_manifest_without_blocking(tmp_path):
     folder = dist / "t2"
     folder.mkdir()
     os.mkfifo(folder / "manifest.json")
-    proc = subprocess.run([sys.executable, "-m", "invoke", "-r", str(ROOT), "publish", "--dist", str(dist), "--index",
-                           str(tmp_path / "index")], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "invoke",
+            "-r",
+            str(ROOT),
+            "publish",
+            "--dist",
+            str(dist),
+            "--index",
+            str(tmp_path / "index"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     refused(proc, "manifest.json is not a readable JSON manifest", "is not a regular file")
     assert not (tmp_path / "index").exists()
 
 
 # --- issue 16: the SBOM and provenance go into the index beside their wheel ------------------------------------------
+
 
 def wheel_zip(version: str = "0.1+ascend.torch2.13.0") -> bytes:
     import io
@@ -375,7 +519,10 @@ def wheel_zip(version: str = "0.1+ascend.torch2.13.0") -> bytes:
 
     out = io.BytesIO()
     with zipfile.ZipFile(out, "w") as zf:
-        zf.writestr(f"apex-{version}.dist-info/METADATA", f"Metadata-Version: 2.1\nName: apex\nVersion: {version}\n\n")
+        zf.writestr(
+            f"apex-{version}.dist-info/METADATA",
+            f"Metadata-Version: 2.1\nName: apex\nVersion: {version}\n\n",
+        )
     return out.getvalue()
 
 
@@ -401,33 +548,50 @@ def test_publish_copies_sbom_and_provenance_beside_each_wheel(tmp_path):
     assert "+ .cdx.json, .provenance.json" in proc.stderr
     folder = index / "simple" / "apex"
     assert sorted(p.name for p in folder.iterdir()) == sorted(
-        [WHEEL, f"{WHEEL}.cdx.json", f"{WHEEL}.provenance.json", "index.html"])
-    assert (folder / f"{WHEEL}.cdx.json").read_bytes() == (dist / TARGET / "sbom.cdx.json").read_bytes()
-    assert (folder / f"{WHEEL}.provenance.json").read_bytes() == (dist / TARGET / "provenance.json").read_bytes()
+        [WHEEL, f"{WHEEL}.cdx.json", f"{WHEEL}.provenance.json", "index.html"]
+    )
+    assert (folder / f"{WHEEL}.cdx.json").read_bytes() == (
+        dist / TARGET / "sbom.cdx.json"
+    ).read_bytes()
+    assert (folder / f"{WHEEL}.provenance.json").read_bytes() == (
+        dist / TARGET / "provenance.json"
+    ).read_bytes()
     entry = json.loads((index / "index.json").read_text())["files"][0]
     assert entry["attestations"] == {
         "sbom": {"filename": f"{WHEEL}.cdx.json", "sha256": sha(folder / f"{WHEEL}.cdx.json")},
-        "provenance": {"filename": f"{WHEEL}.provenance.json", "sha256": sha(folder / f"{WHEEL}.provenance.json")}}
-    assert ".json" not in (folder / "index.html").read_text()  # the PEP 503 page lists distributions only
+        "provenance": {
+            "filename": f"{WHEEL}.provenance.json",
+            "sha256": sha(folder / f"{WHEEL}.provenance.json"),
+        },
+    }
+    assert (
+        ".json" not in (folder / "index.html").read_text()
+    )  # the PEP 503 page lists distributions only
 
     # a second wheel (another target) gets its own pair; the first pair stays, re-checked from the index
     second = "apex-0.1+ascend.torch2.7.1-cp311-cp311-manylinux_2_24_x86_64.whl"
     other = tmp_path / "other"
     attested_dist(other, target="py3.11-torch2.7.1-x86_64-master")
     (other / "dist" / "py3.11-torch2.7.1-x86_64-master" / WHEEL).rename(
-        other / "dist" / "py3.11-torch2.7.1-x86_64-master" / second)
+        other / "dist" / "py3.11-torch2.7.1-x86_64-master" / second
+    )
     folder2 = other / "dist" / "py3.11-torch2.7.1-x86_64-master"
     manifest = json.loads((folder2 / "manifest.json").read_text())
     manifest["wheel"]["file"] = second
     from apexkit.wheel import sbom
+
     for name, text in sbom.documents(manifest, folder2 / second).items():
         (folder2 / name).write_bytes(text)
     (folder2 / "manifest.json").write_text(json.dumps(manifest))
     proc = invoke("publish", "--dist", str(other / "dist"), "--index", str(index))
     assert proc.returncode == 0, output(proc)
     assert "keep 1 published wheel and 2 SBOM/provenance files" in proc.stderr
-    assert {p.name for p in folder.iterdir()} >= {f"{second}.cdx.json", f"{second}.provenance.json",
-                                                  f"{WHEEL}.cdx.json", f"{WHEEL}.provenance.json"}
+    assert {p.name for p in folder.iterdir()} >= {
+        f"{second}.cdx.json",
+        f"{second}.provenance.json",
+        f"{WHEEL}.cdx.json",
+        f"{WHEEL}.provenance.json",
+    }
 
 
 @pytest.mark.parametrize("fault", ["tampered", "missing", "other wheel", "symlink"])
@@ -462,6 +626,13 @@ def test_publish_refuses_an_sbom_or_provenance_that_is_not_the_recorded_one(tmp_
 
 def test_publish_refuses_an_index_json_whose_attestation_names_leave_the_index(tmp_path):
     dist = attested_dist(tmp_path)
-    index = published_then_edited(dist, tmp_path, lambda data: data["files"][0]["attestations"]["sbom"].update(
-        filename="../../../etc/cron.d/x"))
-    refused(invoke("publish", "--dist", str(dist), "--index", str(index)), "attestations.sbom.filename")
+    index = published_then_edited(
+        dist,
+        tmp_path,
+        lambda data: data["files"][0]["attestations"]["sbom"].update(
+            filename="../../../etc/cron.d/x"
+        ),
+    )
+    refused(
+        invoke("publish", "--dist", str(dist), "--index", str(index)), "attestations.sbom.filename"
+    )

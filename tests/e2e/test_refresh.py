@@ -32,8 +32,10 @@ from apexkit.wheel import sources
 DATA = conftest.DATA / "torch-npu-metadata"
 # listed on the index but never read: a pre-release and a release older than 2.1
 PRIVATE_AUTH = "Basic " + base64.b64encode(b"reader:p@ss:word").decode()  # a private mirror's login
-LISTED_ONLY = ["torch_npu-2.13.0rc1-cp311-cp311-manylinux_2_28_x86_64.whl",
-               "torch_npu-2.0.1-cp39-cp39-manylinux_2_17_aarch64.manylinux2014_aarch64.whl"]
+LISTED_ONLY = [
+    "torch_npu-2.13.0rc1-cp311-cp311-manylinux_2_28_x86_64.whl",
+    "torch_npu-2.0.1-cp39-cp39-manylinux_2_17_aarch64.manylinux2014_aarch64.whl",
+]
 
 
 def fake_wheel(filename: str, metadata: bytes) -> bytes:
@@ -42,11 +44,18 @@ def fake_wheel(filename: str, metadata: bytes) -> bytes:
     block), last (in the tail of the file), or, for one wheel, in the middle of a large central directory (neither:
     zipfile walks the directory through range requests)."""
     version = filename.split("-")[1]
-    where = "middle" if "2.7.1" in filename and "aarch64" in filename else "first" if "x86_64" in filename else "last"
+    where = (
+        "middle"
+        if "2.7.1" in filename and "aarch64" in filename
+        else "first"
+        if "x86_64" in filename
+        else "last"
+    )
     payload = b"".join(hashlib.sha256(str(i).encode()).digest() for i in range(8192))  # 256 KiB
     headers = 1200 if where == "middle" else 300
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+
         def dist_info() -> None:
             archive.writestr(f"torch_npu-{version}.dist-info/METADATA", metadata)
             archive.writestr(f"torch_npu-{version}.dist-info/RECORD", "")
@@ -54,7 +63,9 @@ def fake_wheel(filename: str, metadata: bytes) -> bytes:
         if where == "first":
             dist_info()
         archive.writestr("torch_npu/_C.so", payload)
-        for i in range(headers):  # a central directory of some size, as real wheels have thousands of members
+        for i in range(
+            headers
+        ):  # a central directory of some size, as real wheels have thousands of members
             archive.writestr(f"torch_npu/include/header_{i:04d}.h", f"// {i}\n")
             if where == "middle" and i == headers // 2:
                 dist_info()
@@ -67,7 +78,9 @@ class Index:
     """The files, and every request the server saw (path, Range header, Accept header)."""
 
     def __init__(self) -> None:
-        self.metadata = {p.name[:-len(".METADATA")]: p.read_bytes() for p in sorted(DATA.glob("*.METADATA"))}
+        self.metadata = {
+            p.name[: -len(".METADATA")]: p.read_bytes() for p in sorted(DATA.glob("*.METADATA"))
+        }
         self.wheels = {name: fake_wheel(name, data) for name, data in self.metadata.items()}
         self.requests: list[tuple[str, str, str]] = []
         self.lock = threading.Lock()
@@ -75,11 +88,22 @@ class Index:
     def page(self, mode: str, base: str) -> tuple[bytes, str]:
         names = [*self.metadata, *LISTED_ONLY]
         if mode == "json":
-            files = [{"filename": n, "url": f"{base}/files/{n}", "hashes": {},
-                      "core-metadata": ({"sha256": hashlib.sha256(self.metadata[n]).hexdigest()}
-                                        if n in self.metadata else False)} for n in names]
-            return json.dumps({"meta": {"api-version": "1.1"}, "name": "torch-npu", "files": files}).encode(), \
-                "application/vnd.pypi.simple.v1+json"
+            files = [
+                {
+                    "filename": n,
+                    "url": f"{base}/files/{n}",
+                    "hashes": {},
+                    "core-metadata": (
+                        {"sha256": hashlib.sha256(self.metadata[n]).hexdigest()}
+                        if n in self.metadata
+                        else False
+                    ),
+                }
+                for n in names
+            ]
+            return json.dumps(
+                {"meta": {"api-version": "1.1"}, "name": "torch-npu", "files": files}
+            ).encode(), "application/vnd.pypi.simple.v1+json"
         if mode == "garbage-json":
             return b'{"files": [{"filename": ', "application/vnd.pypi.simple.v1+json"
         if mode == "garbage-html":
@@ -88,9 +112,17 @@ class Index:
         for n in names:
             attr = ""
             if mode == "html" and n in self.metadata:
-                attr = f' data-core-metadata="sha256={hashlib.sha256(self.metadata[n]).hexdigest()}"'
-            links.append(f'<a href="/files/{html.escape(n)}#sha256=00"{attr}>{html.escape(n)}</a><br/>')
-        body = "<!DOCTYPE html><html><body><h1>Links for torch-npu</h1>" + "\n".join(links) + "</body></html>"
+                attr = (
+                    f' data-core-metadata="sha256={hashlib.sha256(self.metadata[n]).hexdigest()}"'
+                )
+            links.append(
+                f'<a href="/files/{html.escape(n)}#sha256=00"{attr}>{html.escape(n)}</a><br/>'
+            )
+        body = (
+            "<!DOCTYPE html><html><body><h1>Links for torch-npu</h1>"
+            + "\n".join(links)
+            + "</body></html>"
+        )
         return body.encode(), "text/html"
 
 
@@ -99,8 +131,13 @@ def make_handler(index: Index):
         def log_message(self, *args) -> None:
             pass
 
-        def send(self, code: int, body: bytes, content_type: str = "application/octet-stream",
-                 headers: dict[str, str] | None = None) -> None:
+        def send(
+            self,
+            code: int,
+            body: bytes,
+            content_type: str = "application/octet-stream",
+            headers: dict[str, str] | None = None,
+        ) -> None:
             self.send_response(code)
             self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(body)))
@@ -114,15 +151,27 @@ def make_handler(index: Index):
             if "://" in path:  # absolute-form through a proxy
                 path = "/" + path.split("://", 1)[1].split("/", 1)[1]
             with index.lock:
-                index.requests.append((path, self.headers.get("Range", ""), self.headers.get("Accept", "")))
+                index.requests.append(
+                    (path, self.headers.get("Range", ""), self.headers.get("Accept", ""))
+                )
             match = re.match(r"^/(?P<mode>[a-z-]+)/simple/torch-npu/$", path)
-            if match and match["mode"] == "private" and self.headers.get("Authorization") != PRIVATE_AUTH:
-                return self.send(401, b"login first", "text/plain", {"WWW-Authenticate": 'Basic realm="index"'})
+            if (
+                match
+                and match["mode"] == "private"
+                and self.headers.get("Authorization") != PRIVATE_AUTH
+            ):
+                return self.send(
+                    401, b"login first", "text/plain", {"WWW-Authenticate": 'Basic realm="index"'}
+                )
             if match and match["mode"] != "missing":
                 body, content_type = index.page(match["mode"], f"http://{self.headers['Host']}")
                 return self.send(200, body, content_type)
             name = path.rsplit("/", 1)[-1]
-            if path.startswith("/files/") and name.endswith(".metadata") and name[:-9] in index.metadata:
+            if (
+                path.startswith("/files/")
+                and name.endswith(".metadata")
+                and name[:-9] in index.metadata
+            ):
                 return self.send(200, index.metadata[name[:-9]], "text/plain")
             if path.startswith("/files/") and name in index.wheels:
                 return self.send_range(index.wheels[name])
@@ -135,8 +184,15 @@ def make_handler(index: Index):
             if spec[1] == "":
                 start, end = max(0, len(data) - int(spec[2])), len(data) - 1
             else:
-                start, end = int(spec[1]), min(len(data) - 1, int(spec[2]) if spec[2] else len(data) - 1)
-            self.send(206, data[start:end + 1], headers={"Content-Range": f"bytes {start}-{end}/{len(data)}"})
+                start, end = (
+                    int(spec[1]),
+                    min(len(data) - 1, int(spec[2]) if spec[2] else len(data) - 1),
+                )
+            self.send(
+                206,
+                data[start : end + 1],
+                headers={"Content-Range": f"bytes {start}-{end}/{len(data)}"},
+            )
 
     return Handler
 
@@ -160,7 +216,7 @@ def aged_matrix(tmp_path: Path, source: Path = ROOT / "matrix.toml") -> Path:
     for line in source.read_text().splitlines(keepends=True):
         if re.match(r'^"2\.1[3-9]\.\d+" = \{ torch_npu', line):
             continue
-        line = re.sub(r', torch_local = \{[^}]*\}', "", line)
+        line = re.sub(r", torch_local = \{[^}]*\}", "", line)
         if line.startswith('"2.7.1" = { torch_npu'):
             line = re.sub(r'torch_npu = "[^"]+"', 'torch_npu = "2.7.1.post8"', line)
         if line.startswith("source = "):  # the provenance a --write adds
@@ -172,15 +228,26 @@ def aged_matrix(tmp_path: Path, source: Path = ROOT / "matrix.toml") -> Path:
 
 
 def clean_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if "proxy" not in k.lower() and not k.startswith("PIP_INDEX")
-           and not k.startswith("PIP_EXTRA")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if "proxy" not in k.lower()
+        and not k.startswith("PIP_INDEX")
+        and not k.startswith("PIP_EXTRA")
+    }
     env.update(APEXKIT_FETCH_RETRIES="2", APEXKIT_FETCH_BACKOFF="0.05", COLUMNS="200", **extra)
     return env
 
 
 def run_refresh(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "apexkit", "matrix", "--refresh", *args], cwd=ROOT, env=env or clean_env(),
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "apexkit", "matrix", "--refresh", *args],
+        cwd=ROOT,
+        env=env or clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def versions_keys(text: str) -> list[str]:
@@ -205,24 +272,36 @@ def test_the_difference_against_a_stale_table_is_printed_and_nothing_written(ser
     assert '+ "2.13.0" = { torch_npu = "2.13.0", cann = [] }   new: torch==2.13.0.*' in out
     assert '~ "2.7.1": torch_npu 2.7.1.post8 -> 2.7.1.post11' in out
     assert "x86_64 wheels pin torch==2.1.0+cpu; pip refuses PyPI's plain torch 2.1.0" in out
-    assert "2.1.0.post17     aarch64: torch ==2.1.0; x86_64: torch (==2.1.0+cpu) aarch64 x86_64" in out
+    assert (
+        "2.1.0.post17     aarch64: torch ==2.1.0; x86_64: torch (==2.1.0+cpu) aarch64 x86_64" in out
+    )
     assert "ignored (pre-release): 2.13.0rc1" in out and "ignored (older than 2.1): 2.0.1" in out
-    assert re.search(r'\? "2\.12\.0": torch_npu 2\.12\.0\S*: no release for torch 2\.12\.0 on the index \(row kept\)', out)
+    assert re.search(
+        r'\? "2\.12\.0": torch_npu 2\.12\.0\S*: no release for torch 2\.12\.0 on the index \(row kept\)',
+        out,
+    )
     assert "nothing written; run again with --write" in out
     assert matrix.read_bytes() == before
     # PEP 691 JSON asked for, metadata from the .metadata files: not one byte of a wheel
-    assert any(p == "/json/simple/torch-npu/" and "vnd.pypi.simple.v1+json" in a for p, _, a in served.requests)
+    assert any(
+        p == "/json/simple/torch-npu/" and "vnd.pypi.simple.v1+json" in a
+        for p, _, a in served.requests
+    )
     assert not [p for p, _, _ in served.requests if p.endswith(".whl")]
     assert "no wheel downloaded" in proc.stderr
 
 
-def test_write_keeps_comments_order_and_other_tables_and_a_second_run_changes_nothing(served, tmp_path):
+def test_write_keeps_comments_order_and_other_tables_and_a_second_run_changes_nothing(
+    served, tmp_path
+):
     matrix = aged_matrix(tmp_path)
     matrix.chmod(0o640)
     old = matrix.read_text()
     mark = len(served.requests)
     # HTML without .metadata files: each METADATA comes out of its wheel through range requests
-    proc = run_refresh("--matrix", str(matrix), "--index-url", f"{served.url}/range/simple", "--write")
+    proc = run_refresh(
+        "--matrix", str(matrix), "--index-url", f"{served.url}/range/simple", "--write"
+    )
     assert proc.returncode == 0, proc.stderr
     new = matrix.read_text()
     assert stat.S_IMODE(matrix.stat().st_mode) == 0o640
@@ -233,19 +312,30 @@ def test_write_keeps_comments_order_and_other_tables_and_a_second_run_changes_no
     assert keys[:2] == ["2.14.0", "2.13.0"] and keys[2:] == versions_keys(old)
     data = refresh.matrix.tomllib.loads(new)["torch_npu"]
     assert data["read"] == datetime.date.today().isoformat()
-    assert "package index" in data["source"] and data["source"].startswith("Ascend/pytorch COMPATIBILITY.md")
+    assert "package index" in data["source"] and data["source"].startswith(
+        "Ascend/pytorch COMPATIBILITY.md"
+    )
     rows = data["versions"]
     old_rows = refresh.matrix.tomllib.loads(old)["torch_npu"]["versions"]
     assert rows["2.14.0"] == {"torch_npu": "2.14.0", "cann": []}
-    assert rows["2.7.1"] == {**old_rows["2.7.1"], "torch_npu": "2.7.1.post11", "torch_local": {"x86_64": "cpu"}}
+    assert rows["2.7.1"] == {
+        **old_rows["2.7.1"],
+        "torch_npu": "2.7.1.post11",
+        "torch_local": {"x86_64": "cpu"},
+    }
     assert rows["2.1.0"] == {**old_rows["2.1.0"], "torch_local": {"x86_64": "cpu"}}
     assert all(rows[k] == old_rows[k] for k in old_rows if k not in ("2.7.1", "2.1.0"))
-    assert f'"2.13.0" = {{ torch_npu = "2.13.0", cann = [] }}  # {refresh.CANN_COMMENT}' in new.splitlines()
+    assert (
+        f'"2.13.0" = {{ torch_npu = "2.13.0", cann = [] }}  # {refresh.CANN_COMMENT}'
+        in new.splitlines()
+    )
     wheel_gets = [(p, r) for p, r, _ in served.requests[mark:] if p.endswith(".whl")]
     assert wheel_gets and all(r.startswith("bytes=") for _, r in wheel_gets)
     assert not [p for p, _, _ in served.requests[mark:] if p.endswith(".metadata")]
 
-    again = run_refresh("--matrix", str(matrix), "--index-url", f"{served.url}/html/simple", "--write")
+    again = run_refresh(
+        "--matrix", str(matrix), "--index-url", f"{served.url}/html/simple", "--write"
+    )
     assert again.returncode == 0, again.stderr
     assert f"{matrix}: up to date with the index" in again.stdout
     assert matrix.read_text() == new
@@ -257,7 +347,9 @@ def closed_port() -> int:
         return s.getsockname()[1]
 
 
-def assert_one_line_error(proc: subprocess.CompletedProcess, *fragments: str, code: int = SourceError.exit_code) -> None:
+def assert_one_line_error(
+    proc: subprocess.CompletedProcess, *fragments: str, code: int = SourceError.exit_code
+) -> None:
     assert proc.returncode == code, proc.stdout + proc.stderr
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "Traceback" not in proc.stderr, proc.stderr
@@ -270,17 +362,27 @@ def test_no_network_is_one_line_and_nothing_is_written(tmp_path):
     before = matrix.read_bytes()
     url = f"http://127.0.0.1:{closed_port()}/simple"
     proc = run_refresh("--matrix", str(matrix), "--index-url", url, "--write")
-    assert_one_line_error(proc, f"cannot reach {url}: connection refused", "invoke proxy.check", "--index-url")
+    assert_one_line_error(
+        proc, f"cannot reach {url}: connection refused", "invoke proxy.check", "--index-url"
+    )
     assert matrix.read_bytes() == before
     assert [p.name for p in tmp_path.iterdir()] == ["matrix.toml"]  # no temp file left behind
 
 
 def test_a_proxy_that_is_down_is_named(tmp_path):
     proxy_port = closed_port()
-    proc = run_refresh("--matrix", str(aged_matrix(tmp_path)), "--index-url", "http://127.0.0.1:9/simple",
-                       env=clean_env(HTTP_PROXY=f"http://127.0.0.1:{proxy_port}"))
-    assert_one_line_error(proc, f"cannot reach the proxy 127.0.0.1:{proxy_port} for http://127.0.0.1:9/simple: "
-                          "connection refused")
+    proc = run_refresh(
+        "--matrix",
+        str(aged_matrix(tmp_path)),
+        "--index-url",
+        "http://127.0.0.1:9/simple",
+        env=clean_env(HTTP_PROXY=f"http://127.0.0.1:{proxy_port}"),
+    )
+    assert_one_line_error(
+        proc,
+        f"cannot reach the proxy 127.0.0.1:{proxy_port} for http://127.0.0.1:9/simple: "
+        "connection refused",
+    )
 
 
 def test_an_index_that_never_answers_times_out_in_one_line(tmp_path):
@@ -288,24 +390,33 @@ def test_an_index_that_never_answers_times_out_in_one_line(tmp_path):
         listener.bind(("127.0.0.1", 0))
         listener.listen(8)
         url = f"http://127.0.0.1:{listener.getsockname()[1]}/simple"
-        proc = run_refresh("--matrix", str(aged_matrix(tmp_path)), "--index-url", url, "--timeout", "1")
+        proc = run_refresh(
+            "--matrix", str(aged_matrix(tmp_path)), "--index-url", url, "--timeout", "1"
+        )
     assert_one_line_error(proc, f"cannot reach {url}: no answer within 1 s")
 
 
-@pytest.mark.parametrize(("mode", "fragment"), [
-    ("garbage-json", "/garbage-json/simple/torch-npu/ is not a PEP 691 simple index page"),
-    ("garbage-html", "/garbage-html/simple/torch-npu/ is not a simple index page"),
-    ("missing", "no torch-npu wheels on"),
-])
+@pytest.mark.parametrize(
+    ("mode", "fragment"),
+    [
+        ("garbage-json", "/garbage-json/simple/torch-npu/ is not a PEP 691 simple index page"),
+        ("garbage-html", "/garbage-html/simple/torch-npu/ is not a simple index page"),
+        ("missing", "no torch-npu wheels on"),
+    ],
+)
 def test_a_broken_or_wrong_index_is_one_line(served, tmp_path, mode, fragment):
     matrix = aged_matrix(tmp_path)
     before = matrix.read_bytes()
-    proc = run_refresh("--matrix", str(matrix), "--index-url", f"{served.url}/{mode}/simple", "--write")
+    proc = run_refresh(
+        "--matrix", str(matrix), "--index-url", f"{served.url}/{mode}/simple", "--write"
+    )
     assert_one_line_error(proc, fragment, "--index-url")
     assert matrix.read_bytes() == before
 
 
-def test_a_private_mirror_gets_the_credentials_of_its_url_and_they_are_never_printed(served, tmp_path):
+def test_a_private_mirror_gets_the_credentials_of_its_url_and_they_are_never_printed(
+    served, tmp_path
+):
     matrix = aged_matrix(tmp_path)
     url = served.url.replace("http://", "http://reader:p%40ss%3Aword@") + "/private/simple"
     proc = run_refresh("--matrix", str(matrix), "--index-url", url, "--write")
@@ -325,13 +436,19 @@ def test_pip_config_gives_the_index_and_a_file_index_is_read_from_disk(served, t
     (files / local_name).write_bytes(served.wheels[name])
     project = tmp_path / "local" / "simple" / "torch-npu"
     project.mkdir(parents=True)
-    (project / "index.html").write_text(f'<html><body><a href="../../files/{local_name}">{local_name}</a></body></html>')
+    (project / "index.html").write_text(
+        f'<html><body><a href="../../files/{local_name}">{local_name}</a></body></html>'
+    )
     (tmp_path / "empty" / "simple").mkdir(parents=True)
     conf = tmp_path / "pip.conf"
-    conf.write_text(f"[global]\nindex-url = {served.url}/html/simple\n"
-                    f"extra-index-url = {(tmp_path / 'empty' / 'simple').as_uri()} "
-                    f"{(tmp_path / 'local' / 'simple').as_uri()}\n")
-    proc = run_refresh("--matrix", str(aged_matrix(tmp_path)), env=clean_env(PIP_CONFIG_FILE=str(conf)))
+    conf.write_text(
+        f"[global]\nindex-url = {served.url}/html/simple\n"
+        f"extra-index-url = {(tmp_path / 'empty' / 'simple').as_uri()} "
+        f"{(tmp_path / 'local' / 'simple').as_uri()}\n"
+    )
+    proc = run_refresh(
+        "--matrix", str(aged_matrix(tmp_path)), env=clean_env(PIP_CONFIG_FILE=str(conf))
+    )
     assert proc.returncode == 0, proc.stderr
     assert "(pip config index-url + extra-index-url)" in proc.stderr
     assert f"{(tmp_path / 'empty' / 'simple').as_uri()}: no torch-npu project" in proc.stdout
@@ -342,31 +459,44 @@ def test_pip_config_gives_the_index_and_a_file_index_is_read_from_disk(served, t
 def test_through_tinyproxy_the_proxy_log_shows_the_requests(served, tinyproxy, tmp_path):
     mark = tinyproxy.log_size()
     env = clean_env(HTTP_PROXY=tinyproxy.url)
-    proc = run_refresh("--matrix", str(aged_matrix(tmp_path)), "--index-url", f"{served.url}/html/simple", env=env)
+    proc = run_refresh(
+        "--matrix", str(aged_matrix(tmp_path)), "--index-url", f"{served.url}/html/simple", env=env
+    )
     assert proc.returncode == 0, proc.stderr
     assert f"via proxy 127.0.0.1:{tinyproxy.port}" in proc.stderr
     assert tinyproxy.PASSWORD not in proc.stdout + proc.stderr
     seen = tinyproxy.log_since(mark)
     assert f"GET {served.url}/html/simple/torch-npu/" in seen
-    assert re.search(rf"GET {re.escape(served.url)}/files/torch_npu-2\.14\.0-[^ ]+\.whl\.metadata", seen)
+    assert re.search(
+        rf"GET {re.escape(served.url)}/files/torch_npu-2\.14\.0-[^ ]+\.whl\.metadata", seen
+    )
     assert '~ "2.7.1": torch_npu 2.7.1.post8 -> 2.7.1.post11' in proc.stdout
 
     # the same proxy with a wrong password: one line, no traceback
     wrong = tinyproxy.url.replace(tinyproxy.PASSWORD, "wrong-password")
-    bad = run_refresh("--matrix", str(aged_matrix(tmp_path)), "--index-url", f"{served.url}/html/simple",
-                      env=clean_env(HTTP_PROXY=wrong))
-    assert_one_line_error(bad, f"the proxy 127.0.0.1:{tinyproxy.port} refused the credentials (HTTP 401)",
-                          "invoke proxy.check")
+    bad = run_refresh(
+        "--matrix",
+        str(aged_matrix(tmp_path)),
+        "--index-url",
+        f"{served.url}/html/simple",
+        env=clean_env(HTTP_PROXY=wrong),
+    )
+    assert_one_line_error(
+        bad,
+        f"the proxy 127.0.0.1:{tinyproxy.port} refused the credentials (HTTP 401)",
+        "invoke proxy.check",
+    )
     assert "wrong-password" not in bad.stderr
 
 
 # --- what a reviewer broke: odd matrix files, odd options ---------------------------------------------------------
 
+
 def rows_text(matrix: Path) -> str:
     """The [torch_npu.versions] rows of `matrix` (header and body up to the next table)."""
     text = matrix.read_text()
     start = text.index("[torch_npu.versions]\n")
-    return text[start:text.index("\n[", start + 1) + 1]
+    return text[start : text.index("\n[", start + 1) + 1]
 
 
 @pytest.mark.parametrize("layout", ["inline", "dotted"])
@@ -377,16 +507,27 @@ def test_write_refuses_a_versions_table_that_is_not_a_table_of_its_own(served, t
     text = matrix.read_text()
     block = rows_text(matrix)
     rows = [line.split("  #")[0] for line in block.splitlines()[1:] if line.startswith('"')]
-    new = ("versions = { " + ", ".join(rows) + " }\n" if layout == "inline" else
-           "".join(f"versions.{row}\n" for row in rows))
+    new = (
+        "versions = { " + ", ".join(rows) + " }\n"
+        if layout == "inline"
+        else "".join(f"versions.{row}\n" for row in rows)
+    )
     matrix.write_text(text.replace("\n" + block, new))
-    assert refresh.matrix.tomllib.loads(matrix.read_text())["torch_npu"]["versions"] == \
-        refresh.matrix.tomllib.loads(text)["torch_npu"]["versions"]
+    assert (
+        refresh.matrix.tomllib.loads(matrix.read_text())["torch_npu"]["versions"]
+        == refresh.matrix.tomllib.loads(text)["torch_npu"]["versions"]
+    )
     before = matrix.read_bytes()
-    proc = run_refresh("--matrix", str(matrix), "--index-url", f"{served.url}/json/simple", "--write")
+    proc = run_refresh(
+        "--matrix", str(matrix), "--index-url", f"{served.url}/json/simple", "--write"
+    )
     how = "an inline table" if layout == "inline" else "dotted keys"
-    assert_one_line_error(proc, f"{matrix}: [torch_npu.versions] is written as {how}", "by hand",
-                          code=ConfigError.exit_code)
+    assert_one_line_error(
+        proc,
+        f"{matrix}: [torch_npu.versions] is written as {how}",
+        "by hand",
+        code=ConfigError.exit_code,
+    )
     assert matrix.read_bytes() == before
     assert [p.name for p in tmp_path.iterdir()] == ["matrix.toml"]
 
@@ -402,33 +543,51 @@ def test_write_through_a_symlink_writes_its_target_and_keeps_the_link(served, tm
     assert sorted(p.name for p in tmp_path.iterdir()) == ["link.toml", "matrix.toml"]
 
 
-@pytest.mark.parametrize(("url", "fragment"), [
-    ("notaurl", "--index-url notaurl is not a URL (no scheme)"),
-    ("http://[::1", "--index-url http://[::1 is not a URL (Invalid IPv6 URL)"),
-    ("ftp://x/simple", "--index-url ftp://x/simple is a ftp:// URL"),
-    ("http:///simple", "--index-url http:///simple has no host name"),
-    ("http://127.0.0.1:port/simple", "is not a URL (Port could not be cast"),
-])
+@pytest.mark.parametrize(
+    ("url", "fragment"),
+    [
+        ("notaurl", "--index-url notaurl is not a URL (no scheme)"),
+        ("http://[::1", "--index-url http://[::1 is not a URL (Invalid IPv6 URL)"),
+        ("ftp://x/simple", "--index-url ftp://x/simple is a ftp:// URL"),
+        ("http:///simple", "--index-url http:///simple has no host name"),
+        ("http://127.0.0.1:port/simple", "is not a URL (Port could not be cast"),
+    ],
+)
 def test_an_index_url_that_is_not_an_http_or_file_url_is_one_line(tmp_path, url, fragment):
     matrix = aged_matrix(tmp_path)
     proc = run_refresh("--matrix", str(matrix), "--index-url", url, "--write")
-    assert_one_line_error(proc, fragment, "--index-url with an http://, https:// or file://", code=ConfigError.exit_code)
+    assert_one_line_error(
+        proc,
+        fragment,
+        "--index-url with an http://, https:// or file://",
+        code=ConfigError.exit_code,
+    )
     assert "DNS" not in proc.stderr
 
 
 @pytest.mark.parametrize("timeout", ["-1", "0", "nan", "inf", "soon"])
 def test_a_timeout_that_is_not_a_positive_number_is_one_line(tmp_path, timeout):
-    proc = run_refresh("--matrix", str(aged_matrix(tmp_path)), "--index-url", "http://127.0.0.1:9/simple",
-                       "--timeout", timeout)
+    proc = run_refresh(
+        "--matrix",
+        str(aged_matrix(tmp_path)),
+        "--index-url",
+        "http://127.0.0.1:9/simple",
+        "--timeout",
+        timeout,
+    )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     errors = [line for line in proc.stderr.splitlines() if "error:" in line]
-    assert errors == [f"nox -s matrix -- --refresh: error: argument --timeout: {timeout!r} is not a positive number of "
-                      "seconds (e.g. --timeout 20)"], proc.stderr
+    assert errors == [
+        f"nox -s matrix -- --refresh: error: argument --timeout: {timeout!r} is not a positive number of "
+        "seconds (e.g. --timeout 20)"
+    ], proc.stderr
 
 
 def test_a_value_urllib_refuses_is_a_config_error_not_a_traceback():
     """Client.open: the ValueErrors of urllib and the socket (here a timeout set through the API) -> one line."""
-    settings = client.IndexSettings((f"http://127.0.0.1:{closed_port()}/simple",), "test", timeout=-1.0)
+    settings = client.IndexSettings(
+        (f"http://127.0.0.1:{closed_port()}/simple",), "test", timeout=-1.0
+    )
     session = client.Client(settings, sources.RetryPolicy(attempts=1, backoff=0))
     with pytest.raises(ConfigError, match="cannot ask http://127.0.0.1:.*timeout"):
         session.open(settings.urls[0] + "/torch-npu/")
@@ -438,18 +597,29 @@ def test_a_value_urllib_refuses_is_a_config_error_not_a_traceback():
         client.resolve_settings("http://i/simple", {}, timeout=float("nan"), pip_config={})
 
 
-@pytest.mark.parametrize(("content", "fragment"), [
-    (b"\xff\xfe[torch_npu]\n", "is not UTF-8 text (byte 0: invalid start byte)"),
-    (b"[torch_npu]\nversions = 3\n", "[torch_npu.versions] is 3, not a table"),
-    (b'[torch_npu.versions]\n"2.1.0" = "2.1.0.post17"\n"2.13.0" = { torch_npu = "2.13.0", cann = [] }\n',
-     '[torch_npu.versions] row "2.1.0" = "2.1.0.post17" is not a table with torch_npu'),
-    (b'[torch_npu.versions]\n"2.13.0" = { torch_npu = "2.13.0" }\n',
-     '[torch_npu.versions] row "2.13.0" = {"torch_npu": "2.13.0"} is not a table'),
-])
-def test_a_broken_matrix_file_is_one_line_naming_the_file_and_the_row(served, tmp_path, content, fragment):
+@pytest.mark.parametrize(
+    ("content", "fragment"),
+    [
+        (b"\xff\xfe[torch_npu]\n", "is not UTF-8 text (byte 0: invalid start byte)"),
+        (b"[torch_npu]\nversions = 3\n", "[torch_npu.versions] is 3, not a table"),
+        (
+            b'[torch_npu.versions]\n"2.1.0" = "2.1.0.post17"\n"2.13.0" = { torch_npu = "2.13.0", cann = [] }\n',
+            '[torch_npu.versions] row "2.1.0" = "2.1.0.post17" is not a table with torch_npu',
+        ),
+        (
+            b'[torch_npu.versions]\n"2.13.0" = { torch_npu = "2.13.0" }\n',
+            '[torch_npu.versions] row "2.13.0" = {"torch_npu": "2.13.0"} is not a table',
+        ),
+    ],
+)
+def test_a_broken_matrix_file_is_one_line_naming_the_file_and_the_row(
+    served, tmp_path, content, fragment
+):
     matrix = tmp_path / "matrix.toml"
     matrix.write_bytes(content)
-    proc = run_refresh("--matrix", str(matrix), "--index-url", f"{served.url}/json/simple", "--write")
+    proc = run_refresh(
+        "--matrix", str(matrix), "--index-url", f"{served.url}/json/simple", "--write"
+    )
     assert_one_line_error(proc, f"{matrix}", fragment, code=ConfigError.exit_code)
     assert matrix.read_bytes() == content
 
@@ -458,16 +628,24 @@ def test_write_keeps_crlf_line_endings(served, tmp_path):
     matrix = aged_matrix(tmp_path)
     lf = matrix.read_bytes()
     matrix.write_bytes(lf.replace(b"\n", b"\r\n"))
-    proc = run_refresh("--matrix", str(matrix), "--index-url", f"{served.url}/json/simple", "--write")
+    proc = run_refresh(
+        "--matrix", str(matrix), "--index-url", f"{served.url}/json/simple", "--write"
+    )
     assert proc.returncode == 0, proc.stderr
     assert "changed while the index was read" not in proc.stderr
     new = matrix.read_bytes()
     assert new.count(b"\n") == new.count(b"\r\n") > lf.count(b"\n")
     text = new.decode().replace("\r\n", "\n")
     assert outside_torch_npu(text) == outside_torch_npu(lf.decode())
-    assert versions_keys(text)[:2] == ["2.14.0", "2.13.0"] and versions_keys(text)[2:] == versions_keys(lf.decode())
-    again = run_refresh("--matrix", str(matrix), "--index-url", f"{served.url}/json/simple", "--write")
-    assert again.returncode == 0 and f"{matrix}: up to date with the index" in again.stdout, again.stderr
+    assert versions_keys(text)[:2] == ["2.14.0", "2.13.0"] and versions_keys(text)[
+        2:
+    ] == versions_keys(lf.decode())
+    again = run_refresh(
+        "--matrix", str(matrix), "--index-url", f"{served.url}/json/simple", "--write"
+    )
+    assert again.returncode == 0 and f"{matrix}: up to date with the index" in again.stdout, (
+        again.stderr
+    )
     assert matrix.read_bytes() == new
 
 
@@ -477,12 +655,25 @@ def test_the_ca_bundle_is_pips_cert_else_the_first_ca_variable_and_pips_proxy_wi
     git_ca, ssl_ca, pip_ca = (tmp_path / f"{name}.pem" for name in ("git", "ssl", "pip"))
     for path in (git_ca, ssl_ca, pip_ca):
         path.write_text("")
-    env = {"GIT_SSL_CAINFO": str(git_ca), "https_proxy": "http://lower:3128", "HTTPS_PROXY": "http://upper:3128"}
+    env = {
+        "GIT_SSL_CAINFO": str(git_ca),
+        "https_proxy": "http://lower:3128",
+        "HTTPS_PROXY": "http://upper:3128",
+    }
     settings = client.resolve_settings("http://i/simple", env, pip_config={})
     assert settings.cert == str(git_ca) and settings.proxies == {"https": "http://lower:3128"}
-    settings = client.resolve_settings("http://i/simple", {**env, "SSL_CERT_FILE": str(ssl_ca)}, pip_config={})
+    settings = client.resolve_settings(
+        "http://i/simple", {**env, "SSL_CERT_FILE": str(ssl_ca)}, pip_config={}
+    )
     assert settings.cert == str(ssl_ca)
-    settings = client.resolve_settings("http://i/simple", env, pip_config={"cert": str(pip_ca), "proxy": "http://p:1"})
-    assert settings.cert == str(pip_ca) and settings.proxies == {"http": "http://p:1", "https": "http://p:1"}
+    settings = client.resolve_settings(
+        "http://i/simple", env, pip_config={"cert": str(pip_ca), "proxy": "http://p:1"}
+    )
+    assert settings.cert == str(pip_ca) and settings.proxies == {
+        "http": "http://p:1",
+        "https": "http://p:1",
+    }
     with pytest.raises(ConfigError, match=r"\(CURL_CA_BUNDLE\) does not exist"):
-        client.resolve_settings("http://i/simple", {"CURL_CA_BUNDLE": str(tmp_path / "gone.pem")}, pip_config={})
+        client.resolve_settings(
+            "http://i/simple", {"CURL_CA_BUNDLE": str(tmp_path / "gone.pem")}, pip_config={}
+        )

@@ -30,15 +30,20 @@ def _row(name: str, data: bytes) -> str:
 
 
 def make_wheel(folder: Path, name: str = LINUX, tag: str = "cp311-cp311-linux_x86_64") -> Path:
-    members = {"apex_C.cpython-311-x86_64-linux-gnu.so": b"\x7fELF module", "apex/__init__.py": b"",
-               f"{INFO}/METADATA": b"Metadata-Version: 2.1\nName: apex\nVersion: 0.1+ascend.torch2.13.0\n\n",
-               f"{INFO}/WHEEL": f"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: false\nTag: {tag}\n\n".encode()}
+    members = {
+        "apex_C.cpython-311-x86_64-linux-gnu.so": b"\x7fELF module",
+        "apex/__init__.py": b"",
+        f"{INFO}/METADATA": b"Metadata-Version: 2.1\nName: apex\nVersion: 0.1+ascend.torch2.13.0\n\n",
+        f"{INFO}/WHEEL": f"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: false\nTag: {tag}\n\n".encode(),
+    }
     path = folder / name
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
         for member, data in members.items():
             zf.writestr(zipfile.ZipInfo(member, date_time=(2020, 8, 14, 0, 0, 0)), data)
-        zf.writestr(zipfile.ZipInfo(f"{INFO}/RECORD", date_time=(2020, 8, 14, 0, 0, 0)),
-                    "".join(_row(m, d) for m, d in members.items()) + f"{INFO}/RECORD,,\n")
+        zf.writestr(
+            zipfile.ZipInfo(f"{INFO}/RECORD", date_time=(2020, 8, 14, 0, 0, 0)),
+            "".join(_row(m, d) for m, d in members.items()) + f"{INFO}/RECORD,,\n",
+        )
     return path
 
 
@@ -60,34 +65,53 @@ def test_retag_names_the_wheel_after_the_computed_tag_reproducibly(tool_venv, tm
         new = wheelcheck.retag(make_wheel(folder), platform, "x86_64", tool_venv.python, 1597363200)
         assert new.name == "apex-0.1+ascend.torch2.13.0-cp311-cp311-manylinux_2_24_x86_64.whl"
         assert sorted(p.name for p in folder.iterdir()) == [new.name]  # the linux_ file is gone
-        assert platform["wheel_tag"] == "manylinux_2_24_x86_64" and platform["retagged_from"] == "linux_x86_64"
+        assert (
+            platform["wheel_tag"] == "manylinux_2_24_x86_64"
+            and platform["retagged_from"] == "linux_x86_64"
+        )
         outs.append(new)
     assert sha(outs[0]) == sha(outs[1])  # same input, same bytes
     assert wheelcheck.wheel_problems(outs[0]) == []  # WHEEL Tag = the name, every RECORD row right
     with zipfile.ZipFile(outs[0]) as zf, zipfile.ZipFile(make_wheel(tmp_path)) as old:
         assert "Tag: cp311-cp311-manylinux_2_24_x86_64" in zf.read(f"{INFO}/WHEEL").decode()
-        assert [(i.filename, i.date_time) for i in zf.infolist()] == [(i.filename, i.date_time)
-                                                                     for i in old.infolist()]
+        assert [(i.filename, i.date_time) for i in zf.infolist()] == [
+            (i.filename, i.date_time) for i in old.infolist()
+        ]
 
 
 def test_retag_keeps_linux_when_no_tag_was_computed_and_refuses_another_arch(tool_venv, tmp_path):
     wheel = make_wheel(tmp_path)
     platform = {"computed": False, "why": "auditwheel is not installed"}
     assert wheelcheck.retag(wheel, platform, "x86_64", tool_venv.python, 0) == wheel
-    assert platform["wheel_tag"] == "linux_x86_64" and "auditwheel is not installed" in platform["kept_because"]
+    assert (
+        platform["wheel_tag"] == "linux_x86_64"
+        and "auditwheel is not installed" in platform["kept_because"]
+    )
     platform = {"computed": True, "tag": "linux_x86_64"}
     assert wheelcheck.retag(wheel, platform, "x86_64", tool_venv.python, 0) == wheel
     assert "no manylinux policy" in platform["kept_because"]
     with pytest.raises(wheelcheck.RetagError):
-        wheelcheck.retag(wheel, {"computed": True, "tag": "manylinux_2_17_aarch64"}, "x86_64", tool_venv.python, 0)
+        wheelcheck.retag(
+            wheel,
+            {"computed": True, "tag": "manylinux_2_17_aarch64"},
+            "x86_64",
+            tool_venv.python,
+            0,
+        )
 
 
 def _check_recorded(venv: venvs.Venv, name: str, source: str) -> dict:
     recorded = json.loads((venv.path / venvs.INSTALLED_FILE).read_text())
     assert recorded["format"] == "apexkit-installed/1"
     entry = recorded["packages"][name]
-    assert len(entry["sha256"]) == 64 and entry["file"].endswith(".whl") and entry["from"].startswith(source)
-    if entry["url"].startswith("file://"):  # a local index or find-links: the file on disk is the one vouched for
+    assert (
+        len(entry["sha256"]) == 64
+        and entry["file"].endswith(".whl")
+        and entry["from"].startswith(source)
+    )
+    if entry["url"].startswith(
+        "file://"
+    ):  # a local index or find-links: the file on disk is the one vouched for
         assert sha(Path(unquote(urlsplit(entry["url"]).path))) == entry["sha256"]
     assert venvs.installed_digests(venv.path)[name] == entry
     return entry

@@ -20,17 +20,27 @@ NOX = [sys.executable, "-m", "nox", "-f", str(ROOT / "noxfile.py")]
 
 
 def _without_opt_in(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("CI", testtools.OPT_IN, "APEXKIT_REQUIRE_SERVICES")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("CI", testtools.OPT_IN, "APEXKIT_REQUIRE_SERVICES")
+    }
     env.update(extra)
     return env
 
 
 def test_bare_nox_selects_only_lint():
-    proc = subprocess.run([*NOX, "-l"], cwd=ROOT, capture_output=True, text=True, env=_without_opt_in())
+    proc = subprocess.run(
+        [*NOX, "-l"], cwd=ROOT, capture_output=True, text=True, env=_without_opt_in()
+    )
     assert proc.returncode == 0, proc.stderr
-    selected = re.findall(r"^\* (\S+)", proc.stdout, re.M)  # nox -l marks the sessions a bare `nox` runs with '*'
+    selected = re.findall(
+        r"^\* (\S+)", proc.stdout, re.M
+    )  # nox -l marks the sessions a bare `nox` runs with '*'
     assert selected == ["lint"]
-    assert re.search(r"^- tests ->", proc.stdout, re.M) and re.search(r"^- tests-aarch64 ->", proc.stdout, re.M)
+    assert re.search(r"^- tests ->", proc.stdout, re.M) and re.search(
+        r"^- tests-aarch64 ->", proc.stdout, re.M
+    )
 
 
 @pytest.fixture
@@ -55,8 +65,10 @@ def test_probe():
 """
 
 
-@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("apt-get") is None,
-                    reason="the case that matters is root + apt-get, where the session could install")
+@pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("apt-get") is None,
+    reason="the case that matters is root + apt-get, where the session could install",
+)
 def test_tests_session_without_opt_in_installs_nothing(bare_path, tmp_path):
     probe, probe_test = tmp_path / "probe", tmp_path / "test_probe.py"
     probe_test.write_text(PROBE)
@@ -66,7 +78,9 @@ def test_tests_session_without_opt_in_installs_nothing(bare_path, tmp_path):
     text = output(proc)
     assert proc.returncode == 0, text[-3000:]
     assert probe.read_text() == "unset"  # services may skip: nothing was promised
-    assert "apt-get update" not in text and "update-binfmts" not in text and "installed " not in text
+    assert (
+        "apt-get update" not in text and "update-binfmts" not in text and "installed " not in text
+    )
     said = next(line for line in text.splitlines() if "not installing" in line)
     for package in ("docker.io", "tinyproxy", "debootstrap", "qemu-user-static"):
         assert package in said

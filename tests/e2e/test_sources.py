@@ -29,8 +29,14 @@ def test_mirror_resolves_refs_and_fetches_only_what_is_missing(repos, tmp_path):
     assert gone.ensure_commit(repos.nvidia_pin, offline=True) == repos.nvidia_pin
     ascend = sources.Mirror(repos.ascend_url, tmp_path, FAST)
     master = ascend.resolve("master", offline=False)
-    assert master == subprocess.run(["git", "-C", str(repos.ascend_path), "rev-parse", "master"],
-                                    capture_output=True, text=True).stdout.strip()
+    assert (
+        master
+        == subprocess.run(
+            ["git", "-C", str(repos.ascend_path), "rev-parse", "master"],
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+    )
     assert ascend.resolve("5.0.rc3", offline=True) != master
 
 
@@ -73,23 +79,33 @@ def test_generated_tree_reproduces_build_sh_without_running_it(repos, tmp_path, 
     sources.generate_tree(ascend, nvidia, repos.nvidia_pin, tree)
     assert not (tree / "stale").exists()  # a fresh tree every time
     setup = (tree / "setup.py").read_text()
-    assert "def get_package_dir():" in setup and "version='0.1-ascend'" in setup  # npu.patch applied to the pin
+    assert (
+        "def get_package_dir():" in setup and "version='0.1-ascend'" in setup
+    )  # npu.patch applied to the pin
     assert (tree / "csrc/combine_tensors/change_dataptr.cpp").is_file()  # src/ copied over the root
     assert (tree / "apex/contrib/combine_tensors/combine_tensors.py").is_file()
     assert (tree / "tests/L0/device.py").is_file() and (tree / "tests/L0/run_test.py").is_file()
-    assert not (tree / ".git").exists() and not (tree / "README.md").exists()  # the pin, not the branch head
+    assert (
+        not (tree / ".git").exists() and not (tree / "README.md").exists()
+    )  # the pin, not the branch head
     assert not marker.exists()
 
 
 def test_apex_src_is_copied_never_modified(repos, tmp_path):
     checkout = tmp_path / "my-apex"
     subprocess.run(["git", "clone", "-q", str(repos.ascend_path), str(checkout)], check=True)
-    (checkout / "src/apex/contrib/combine_tensors/combine_tensors.py").write_text("LOCAL_FIX = True\n")
-    before = {p: p.read_bytes() for p in checkout.rglob("*") if p.is_file() and ".git" not in p.parts}
+    (checkout / "src/apex/contrib/combine_tensors/combine_tensors.py").write_text(
+        "LOCAL_FIX = True\n"
+    )
+    before = {
+        p: p.read_bytes() for p in checkout.rglob("*") if p.is_file() and ".git" not in p.parts
+    }
     copy = sources.copy_ascend(checkout, tmp_path / "copy")
     assert copy.dirty and copy.commit.startswith("local:")
     (copy.root / "patch" / "npu.patch").write_text("changed in the copy")
-    after = {p: p.read_bytes() for p in checkout.rglob("*") if p.is_file() and ".git" not in p.parts}
+    after = {
+        p: p.read_bytes() for p in checkout.rglob("*") if p.is_file() and ".git" not in p.parts
+    }
     assert before == after
 
 
@@ -112,8 +128,16 @@ print(mirror.ensure_commit(pin, offline=False), flush=True)
 
 def _fetchers(repos, cache, go, n=2):
     """n processes, each imported and polling for `go` (touch it to start them together)."""
-    procs = [subprocess.Popen([sys.executable, "-c", FETCH, repos.nvidia_url, str(cache), str(go), repos.nvidia_pin],
-                              cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(n)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", FETCH, repos.nvidia_url, str(cache), str(go), repos.nvidia_pin],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(n)
+    ]
     for proc in procs:
         assert proc.stdout.readline() == "ready\n", proc.communicate()
     return procs
@@ -140,14 +164,20 @@ def test_a_fetch_waits_for_the_mirror_lock_then_reuses_what_the_holder_fetched(r
     with locks.hold(mirror.path, "held by the test"):  # the first build, on an empty cache
         (proc,) = _fetchers(repos, cache, go, n=1)
         line = proc.stderr.readline()
-        assert line.startswith(f"waiting for the lock on git mirror {mirror.path.name} held by pid {os.getpid()}"), line
-        mirror.ensure_commit(repos.nvidia_pin, offline=False)  # re-entrant: this thread holds the lock already
+        assert line.startswith(
+            f"waiting for the lock on git mirror {mirror.path.name} held by pid {os.getpid()}"
+        ), line
+        mirror.ensure_commit(
+            repos.nvidia_pin, offline=False
+        )  # re-entrant: this thread holds the lock already
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0 and out.strip() == repos.nvidia_pin, err
     assert "+ git" not in err  # the commit was there once the lock came free: no fetch of its own
 
 
-TOKEN = "glpat-Zq8/secret#tok@en"  # reserved characters: percent-encoded in the URL, decoded for git
+TOKEN = (
+    "glpat-Zq8/secret#tok@en"  # reserved characters: percent-encoded in the URL, decoded for git
+)
 
 
 class _AuthGitHandler(http.server.SimpleHTTPRequestHandler):
@@ -171,13 +201,23 @@ class _AuthGitHandler(http.server.SimpleHTTPRequestHandler):
 @pytest.fixture
 def private_http_repo(repos, tmp_path, monkeypatch):
     served = tmp_path / "served"
-    subprocess.run(["git", "clone", "-q", "--bare", str(repos.ascend_path), str(served / "ascend.git")], check=True)
+    subprocess.run(
+        ["git", "clone", "-q", "--bare", str(repos.ascend_path), str(served / "ascend.git")],
+        check=True,
+    )
     subprocess.run(["git", "-C", str(served / "ascend.git"), "update-server-info"], check=True)
     handler = functools.partial(_AuthGitHandler, directory=str(served))
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
-    for name in ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY"):
+    for name in (
+        "http_proxy",
+        "HTTP_PROXY",
+        "https_proxy",
+        "HTTPS_PROXY",
+        "all_proxy",
+        "ALL_PROXY",
+    ):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("no_proxy", "127.0.0.1")
     yield f"http://127.0.0.1:{server.server_address[1]}/ascend.git"
@@ -189,7 +229,9 @@ def _files_holding(root, secret: bytes) -> list[str]:
     return [str(p) for p in root.rglob("*") if p.is_file() and secret in p.read_bytes()]
 
 
-def test_credentials_in_the_url_never_reach_the_mirror_or_the_output(repos, private_http_repo, tmp_path, capsys):
+def test_credentials_in_the_url_never_reach_the_mirror_or_the_output(
+    repos, private_http_repo, tmp_path, capsys
+):
     public = private_http_repo
     url = public.replace("http://", f"http://ci-bot:{urllib.parse.quote(TOKEN, safe='')}@")
     cache = tmp_path / "cache"
@@ -197,17 +239,30 @@ def test_credentials_in_the_url_never_reach_the_mirror_or_the_output(repos, priv
         sources.Mirror(public, cache, FAST).resolve("master", offline=False)
     mirror = sources.Mirror(url, cache, FAST)
     assert mirror.url == public
-    master = mirror.resolve("master", offline=False)  # the token travelled through git's environment only
-    assert master == subprocess.run(["git", "-C", str(repos.ascend_path), "rev-parse", "master"],
-                                    capture_output=True, text=True).stdout.strip()
-    config = subprocess.run(["git", "--git-dir", str(mirror.path), "config", "remote.origin.url"],
-                            capture_output=True, text=True).stdout.strip()
+    master = mirror.resolve(
+        "master", offline=False
+    )  # the token travelled through git's environment only
+    assert (
+        master
+        == subprocess.run(
+            ["git", "-C", str(repos.ascend_path), "rev-parse", "master"],
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+    )
+    config = subprocess.run(
+        ["git", "--git-dir", str(mirror.path), "config", "remote.origin.url"],
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     assert config == public
     secrets = (TOKEN.encode(), urllib.parse.quote(TOKEN, safe="").encode(), b"Zq8")
     for secret in secrets:
         assert _files_holding(cache, secret) == []
     # a mirror an older apexkit made with the credentialed URL in its config is cleaned by the next fetch
-    subprocess.run(["git", "--git-dir", str(mirror.path), "remote", "set-url", "origin", url], check=True)
+    subprocess.run(
+        ["git", "--git-dir", str(mirror.path), "remote", "set-url", "origin", url], check=True
+    )
     assert _files_holding(cache, b"Zq8")
     sources.Mirror(url, cache, FAST).resolve("master", offline=False)
     assert _files_holding(cache, b"Zq8") == []
@@ -222,15 +277,28 @@ def test_credentials_in_the_url_never_reach_the_mirror_or_the_output(repos, priv
 def test_cache_dir_naming_a_file_is_one_line(tmp_path):
     afile = tmp_path / "cache-file"
     afile.write_text("")
-    assert sources.cache_dir({"APEXKIT_CACHE_DIR": str(tmp_path / "new" / "cache")}) == tmp_path / "new" / "cache"
-    for value, says in ((afile, "is not a directory"), (afile / "sub", f"lies under {afile}, which is not a directory")):
+    assert (
+        sources.cache_dir({"APEXKIT_CACHE_DIR": str(tmp_path / "new" / "cache")})
+        == tmp_path / "new" / "cache"
+    )
+    for value, says in (
+        (afile, "is not a directory"),
+        (afile / "sub", f"lies under {afile}, which is not a directory"),
+    ):
         with pytest.raises(ConfigError) as exc:
             sources.cache_dir({"APEXKIT_CACHE_DIR": str(value)})
         assert says in exc.value.cause and "APEXKIT_CACHE_DIR" in exc.value.format()
     env = dict(os.environ, APEXKIT_CACHE_DIR=str(afile))
-    proc = subprocess.run([sys.executable, "-m", "apexkit", "build", "3.11", "--dry-run"], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "apexkit", "build", "3.11", "--dry-run"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip().splitlines() == [
         f"error: the apexkit cache {afile} (APEXKIT_CACHE_DIR) is not a directory -- next: point APEXKIT_CACHE_DIR "
-        "at a directory (or unset it: ~/.cache/apexkit)"]
+        "at a directory (or unset it: ~/.cache/apexkit)"
+    ]

@@ -34,7 +34,11 @@ def test_a_second_local_checkout_does_not_replace_the_first_without_force(runner
     proc = runner.cli("3.11", "--apex-src", str(second))
     assert proc.returncode == 2, output(proc)[-2000:]
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1 and f"apex_src: {first} there, {second} now" in errors[0] and "--force" in errors[0]
+    assert (
+        len(errors) == 1
+        and f"apex_src: {first} there, {second} now" in errors[0]
+        and "--force" in errors[0]
+    )
     assert "▸ sources" not in output(proc)  # refused before any work
     assert (target / WHEEL).read_bytes() == b"the first checkout's wheel"
     assert runner.cli("3.11", "--apex-src", str(second), "--dry-run", "--force").returncode == 0
@@ -64,7 +68,11 @@ def test_a_poisoned_hit_rebuilds_and_test_cached_smoke_tests_a_hit(runner):
 
     hit = runner.nox("3.11", "--test-cached")
     assert hit.returncode == 0, output(hit)[-3000:]
-    assert "wheel cache hit" in output(hit) and "▸ compile" not in output(hit) and "▸ smoke test" in output(hit)
+    assert (
+        "wheel cache hit" in output(hit)
+        and "▸ compile" not in output(hit)
+        and "▸ smoke test" in output(hit)
+    )
     manifest = json.loads((runner.dist / BASE / "manifest.json").read_text())
     assert manifest["cache_hit"] is True and manifest["smoke_test"]["on_cache_hit"] is True
     assert manifest["smoke_test"]["modules"]["apex_C"]["ok"]

@@ -17,8 +17,11 @@ def _in_process(monkeypatch):
     def refuse(what: str):
         def refused(*args, **kwargs):
             attempts.append(what)
-            raise AssertionError(f"tests/unit runs in-process, and this test {what}: it belongs in tests/e2e "
-                                 "(docs/testing.md)")
+            raise AssertionError(
+                f"tests/unit runs in-process, and this test {what}: it belongs in tests/e2e "
+                "(docs/testing.md)"
+            )
+
         return refused
 
     monkeypatch.setattr(subprocess.Popen, "__init__", refuse("starts a process"))
@@ -30,5 +33,8 @@ def _in_process(monkeypatch):
     monkeypatch.setattr(socket.socket, "bind", refuse("binds a socket"))
     yield
     if attempts:  # also when the code under test caught the refusal and the test passed anyway
-        pytest.fail(f"tests/unit runs in-process, and this test {attempts[0]}: it belongs in tests/e2e "
-                    "(docs/testing.md)", pytrace=False)
+        pytest.fail(
+            f"tests/unit runs in-process, and this test {attempts[0]}: it belongs in tests/e2e "
+            "(docs/testing.md)",
+            pytrace=False,
+        )

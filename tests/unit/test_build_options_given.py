@@ -17,13 +17,26 @@ def m():
 
 
 def test_a_combination_is_the_same_build_typed_or_as_a_command_line(m, tmp_path):
-    combos = m.combinations([{"python": "3.11", "torch": "2.13.0", "arch": "x86_64"},
-                             {"python": "3.11", "torch": "2.7.1", "torch_npu": "2.7.1.post8", "arch": "x86_64",
-                              "ref": "v2.7.1"}])
+    combos = m.combinations(
+        [
+            {"python": "3.11", "torch": "2.13.0", "arch": "x86_64"},
+            {
+                "python": "3.11",
+                "torch": "2.7.1",
+                "torch_npu": "2.7.1.post8",
+                "arch": "x86_64",
+                "ref": "v2.7.1",
+            },
+        ]
+    )
     common = ["--dist", str(tmp_path / "dist"), "--dry-run"]
     for combo in combos:
-        typed = options.resolve("3.11", common, env={}, given=matrixrun.build_options(m, combo, host="x86_64"))
-        parsed = options.resolve("3.11", [*matrixrun.build_args(m, combo, host="x86_64"), *common], env={})
+        typed = options.resolve(
+            "3.11", common, env={}, given=matrixrun.build_options(m, combo, host="x86_64")
+        )
+        parsed = options.resolve(
+            "3.11", [*matrixrun.build_args(m, combo, host="x86_64"), *common], env={}
+        )
         assert typed == parsed
         assert typed.torch == combo.torch and typed.torch_npu == combo.torch_npu
 

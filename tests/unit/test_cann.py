@@ -16,7 +16,10 @@ def test_a_sourced_set_env_wins_and_every_user_agrees(tmp_path):
     for key in cann.VARIABLES:
         env = {key: str(home)}
         assert cann.home(env) == buildplan.detect_cann(env) == machine.cann_home(env) == str(home)
-    assert cann.home({"ASCEND_HOME_PATH": str(tmp_path / "gone")}) in (None, *cann.HOMES)  # a stale variable: ignored
+    assert cann.home({"ASCEND_HOME_PATH": str(tmp_path / "gone")}) in (
+        None,
+        *cann.HOMES,
+    )  # a stale variable: ignored
     assert cann.set_env_for(str(home)) == str(tmp_path / "ascend-toolkit" / "set_env.sh")
     assert cann.set_env_for("/usr/local/Ascend/cann") == "/usr/local/Ascend/cann/set_env.sh"
 
@@ -33,7 +36,9 @@ def test_the_bench_side_names_the_same_locations_and_variable():
 
     from conftest import ROOT
 
-    spec = importlib.util.spec_from_file_location("bench_targetenv", ROOT / "bench" / "targetenv.py")
+    spec = importlib.util.spec_from_file_location(
+        "bench_targetenv", ROOT / "bench" / "targetenv.py"
+    )
     targetenv = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(targetenv)
     assert targetenv.CANN_HOMES == cann.HOMES
@@ -45,4 +50,6 @@ def test_the_bench_side_names_the_same_locations_and_variable():
         text = path.read_text()
         assert set(re.findall(r"TORCH_\w*AUTOLOAD\w*", text)) <= {cann.NO_AUTOLOAD}, path.name
         if path.parent.name == "bench" and path.name != "targetenv.py":
-            assert cann.NO_AUTOLOAD not in text and "/usr/local/Ascend/" not in text, f"{path.name}: use targetenv"
+            assert cann.NO_AUTOLOAD not in text and "/usr/local/Ascend/" not in text, (
+                f"{path.name}: use targetenv"
+            )

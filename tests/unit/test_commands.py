@@ -15,7 +15,10 @@ from apexkit import commands
 @pytest.mark.parametrize("command", commands.COMMANDS, ids=lambda c: c.name)
 def test_each_declaration_fits_its_function(command):
     func = commands._resolve(command.target)
-    keywords = {(o.to or o.name): (None if o.default is commands.REQUIRED else o.default) for o in command.options}
+    keywords = {
+        (o.to or o.name): (None if o.default is commands.REQUIRED else o.default)
+        for o in command.options
+    }
     keywords.update(command.extra)
     if command.name == "build":
         keywords["remainder"] = ""
@@ -25,6 +28,9 @@ def test_each_declaration_fits_its_function(command):
 
 
 def test_tasks_py_only_hands_over():
-    code = [line for line in (ROOT / "tasks.py").read_text().split('"""', 2)[2].splitlines()
-            if line.strip() and not line.startswith("#")]
+    code = [
+        line
+        for line in (ROOT / "tasks.py").read_text().split('"""', 2)[2].splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
     assert len(code) <= 6 and code[-1] == "ns = commands.namespace()"

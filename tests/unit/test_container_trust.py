@@ -39,9 +39,17 @@ class Layout:
         self.produced = self.workspace / "dist" / TARGET
         self.produced.mkdir(parents=True)
         self.spec = container.ContainerSpec(
-            image=IMAGE, arch="x86_64", command=[], user="1000:1000", uid=1000,
+            image=IMAGE,
+            arch="x86_64",
+            command=[],
+            user="1000:1000",
+            uid=1000,
             mounts=[container.Mount(self.workspace, container.WORKSPACE, False, "workspace")],
-            environment={}, network=None, workspace=self.workspace, cache=tmp / "cache")
+            environment={},
+            network=None,
+            workspace=self.workspace,
+            cache=tmp / "cache",
+        )
 
     def wheel(self, name: str = WHEEL) -> bytes:
         path = self.produced / name
@@ -50,18 +58,29 @@ class Layout:
         return path.read_bytes()
 
     def manifest(self, file: str, sha256: str, size: int = 1) -> None:
-        (self.produced / "manifest.json").write_text(json.dumps(
-            {"target": {"target_id": TARGET}, "wheel": {"file": file, "sha256": sha256, "size": size}}))
+        (self.produced / "manifest.json").write_text(
+            json.dumps(
+                {
+                    "target": {"target_id": TARGET},
+                    "wheel": {"file": file, "sha256": sha256, "size": size},
+                }
+            )
+        )
 
     def publish(self) -> Path:
-        return container._publish(self.produced, self.dist, self.spec, {"org.apexkit.base": "debian"}, 1.0)
+        return container._publish(
+            self.produced, self.dist, self.spec, {"org.apexkit.base": "debian"}, 1.0
+        )
 
     def refused(self) -> ImageError:
         with pytest.raises(ImageError) as info:
             self.publish()
         error = info.value
         assert error.exit_code == 10 and "\n" not in error.format() and "refusing" in error.format()
-        assert self.secret.read_bytes() == SECRET and self.victim.read_text() == "# the host's own file\n"
+        assert (
+            self.secret.read_bytes() == SECRET
+            and self.victim.read_text() == "# the host's own file\n"
+        )
         assert not self.dist.exists() or targets(self.dist) == [], "nothing may reach dist/"
         return error
 
@@ -82,6 +101,7 @@ def host(tmp_path) -> Layout:
 
 # --- item 2: the wheel taken back from the workspace ---------------------------------------------------------------
 
+
 def test_a_plain_wheel_is_copied_and_its_manifest_rewritten_from_the_host_copy(host):
     data = host.wheel()
     host.manifest(WHEEL, sha(data), size=12345)  # the container's size is not taken over
@@ -90,7 +110,10 @@ def test_a_plain_wheel_is_copied_and_its_manifest_rewritten_from_the_host_copy(h
     assert (final / WHEEL).read_bytes() == data and not (final / WHEEL).is_symlink()
     manifest = json.loads((final / "manifest.json").read_text())
     assert manifest["wheel"] == {"file": WHEEL, "sha256": sha(data), "size": len(data)}
-    assert manifest["builder_image"]["image"] == IMAGE and manifest["builder_image"]["base"] == "debian"
+    assert (
+        manifest["builder_image"]["image"] == IMAGE
+        and manifest["builder_image"]["base"] == "debian"
+    )
     assert targets(host.dist) == [TARGET]  # no temporary directory left
 
 
@@ -106,8 +129,16 @@ def test_absolute_whl_path_is_refused(host):
     assert "is not a plain *.whl file name" in host.refused().format()
 
 
-@pytest.mark.parametrize("name", ["../../../../../home/.ssh/id_rsa", "../x-1.0-py3-none-any.whl", "..", "",
-                                  "sub/apex-0.1-py3-none-any.whl"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "../../../../../home/.ssh/id_rsa",
+        "../x-1.0-py3-none-any.whl",
+        "..",
+        "",
+        "sub/apex-0.1-py3-none-any.whl",
+    ],
+)
 def test_names_that_leave_the_target_directory_are_refused(host, name):
     (host.workspace / "dist" / "x-1.0-py3-none-any.whl").write_bytes(SECRET)
     host.manifest(name, sha(SECRET))
@@ -147,7 +178,9 @@ def test_a_fifo_named_like_a_wheel_is_refused_without_blocking(host):
 def test_a_symlinked_manifest_is_refused(host):
     data = host.wheel()
     elsewhere = host.tmp / "home" / "settings.json"
-    elsewhere.write_text(json.dumps({"wheel": {"file": WHEEL, "sha256": sha(data)}, "token": "s3cret"}))
+    elsewhere.write_text(
+        json.dumps({"wheel": {"file": WHEEL, "sha256": sha(data)}, "token": "s3cret"})
+    )
     (host.produced / "manifest.json").symlink_to(elsewhere)
     assert "is a symbolic link" in host.refused().format()
 
@@ -164,7 +197,9 @@ def test_a_symlinked_target_directory_is_neither_listed_nor_copied(host):
     loot.mkdir()
     with zipfile.ZipFile(loot / WHEEL, "w") as zf:
         zf.writestr("id_rsa", SECRET)
-    (loot / "manifest.json").write_text(json.dumps({"wheel": {"file": WHEEL, "sha256": sha((loot / WHEEL).read_bytes())}}))
+    (loot / "manifest.json").write_text(
+        json.dumps({"wheel": {"file": WHEEL, "sha256": sha((loot / WHEEL).read_bytes())}})
+    )
     os.rmdir(host.produced)
     host.produced.symlink_to(loot)
     assert container.produced_targets(host.workspace) == []
@@ -177,7 +212,9 @@ def test_a_symlinked_workspace_dist_is_neither_listed_nor_copied_nor_emptied(hos
     with zipfile.ZipFile(loot / TARGET / WHEEL, "w") as zf:
         zf.writestr("id_rsa", SECRET)
     data = (loot / TARGET / WHEEL).read_bytes()
-    (loot / TARGET / "manifest.json").write_text(json.dumps({"wheel": {"file": WHEEL, "sha256": sha(data)}}))
+    (loot / TARGET / "manifest.json").write_text(
+        json.dumps({"wheel": {"file": WHEEL, "sha256": sha(data)}})
+    )
     os.rmdir(host.produced)
     os.rmdir(host.workspace / "dist")
     (host.workspace / "dist").symlink_to(loot)
@@ -212,6 +249,7 @@ def test_only_real_target_directories_are_listed(host):
 
 # --- item 1: the container's output as the host writes it ----------------------------------------------------------
 
+
 def test_the_host_log_lives_outside_every_mount_the_container_can_write(tmp_path):
     argv = ["--image", IMAGE, "--dist", str(tmp_path / "dist"), f"--build-dir={tmp_path / 'build'}"]
     opts = options.resolve("3.11", argv, env={"APEXKIT_CACHE_DIR": str(tmp_path / "cache")})
@@ -220,7 +258,10 @@ def test_the_host_log_lives_outside_every_mount_the_container_can_write(tmp_path
     assert spec.workspace in writable
     for mount in writable:
         assert mount not in spec.log_path.parents, f"{spec.log_path} is inside the rw mount {mount}"
-    assert spec.log_path == tmp_path / "build" / "containers" / "builder-debian-bookworm-x86_64-py3.11.log"
+    assert (
+        spec.log_path
+        == tmp_path / "build" / "containers" / "builder-debian-bookworm-x86_64-py3.11.log"
+    )
 
 
 def test_a_container_log_symlink_left_in_the_workspace_is_not_written_through(host):
@@ -255,4 +296,3 @@ def test_the_host_log_is_truncated_and_rewritten(host):
     with container.open_host_log(host.spec.log_path) as fh:
         container.stream_output([b"new\n"], fh)
     assert host.spec.log_path.read_text() == "new\n"
-

@@ -16,6 +16,7 @@ VERBATIM_ELSEWHERE = {"cxx11-abi-mismatch"}  # tests/unit/test_log_and_failures.
 
 # --- known failures against real logs ------------------------------------------------------------------------------------
 
+
 def test_every_signature_has_a_real_log_that_matches_only_it():
     ids = [f.id for f in known_failures.load()]
     assert len(ids) == len(set(ids))
@@ -24,7 +25,9 @@ def test_every_signature_has_a_real_log_that_matches_only_it():
             continue
         log = LOGS / f"{failure_id}.log"
         assert log.is_file(), f"no real log for {failure_id}"
-        assert [h.failure.id for h in known_failures.find(log.read_text())] == [failure_id], failure_id
+        assert [h.failure.id for h in known_failures.find(log.read_text())] == [failure_id], (
+            failure_id
+        )
     assert sorted(p.stem for p in LOGS.glob("*.log")) == sorted(set(ids) - VERBATIM_ELSEWHERE)
 
 
@@ -60,15 +63,26 @@ def test_apex_scan_is_bounded(tmp_path):
     facts = dataclasses.replace(facts, scan={**facts.scan, "max_files": 3})
     hits, notes = apexneed.scan_scripts(tmp_path, facts)
     assert [h.file for h in hits] == [f"{tmp_path}/s{i}.py" for i in range(3)]
-    assert notes == ["scanned 3 file(s) under " + str(tmp_path), "scanned the first 3 .py files only"]
+    assert notes == [
+        "scanned 3 file(s) under " + str(tmp_path),
+        "scanned the first 3 .py files only",
+    ]
 
 
 def test_apex_scan_skips_binary_files(tmp_path):
     """A *.py with a NUL byte in its first 8 KiB is a binary: its bytes are no evidence, in the text or in --json."""
-    (tmp_path / "blob.py").write_bytes(b"import apex\n\0\x89PNG\r\n amp.initialize(m, o, combine_grad=True)\n")
+    (tmp_path / "blob.py").write_bytes(
+        b"import apex\n\0\x89PNG\r\n amp.initialize(m, o, combine_grad=True)\n"
+    )
     (tmp_path / "train.py").write_text("import torch\nimport apex\n")
     verdict = assess(None, tmp_path)
-    assert [(h["file"], h["line"]) for h in verdict.as_dict()["hits"]] == [(f"{tmp_path}/train.py", 2)]
-    assert [e.name for e in verdict.evidence] == ["import-apex"] and "blob.py" not in verdict.summary()
-    assert verdict.notes == [f"scanned 1 file(s) under {tmp_path}", "skipped 1 binary file(s) (a NUL byte in the "
-                             f"first 8192 bytes): {tmp_path}/blob.py"]
+    assert [(h["file"], h["line"]) for h in verdict.as_dict()["hits"]] == [
+        (f"{tmp_path}/train.py", 2)
+    ]
+    assert [e.name for e in verdict.evidence] == [
+        "import-apex"
+    ] and "blob.py" not in verdict.summary()
+    assert verdict.notes == [
+        f"scanned 1 file(s) under {tmp_path}",
+        f"skipped 1 binary file(s) (a NUL byte in the first 8192 bytes): {tmp_path}/blob.py",
+    ]

@@ -19,31 +19,61 @@ STACK_TARGET = "py3.10-torch2.7.1-aarch64-master+npu2.7.1.post2"
 def fake_index(root: Path, *targets: tuple[str, str]) -> Path:
     """An index.json as `invoke publish` writes it (the wheels are not needed to plan or dry-run)."""
     root.mkdir(parents=True, exist_ok=True)
-    files = [{"project": "apex", "filename": f"apex-0.1+ascend-cp{t[2:6].replace('.', '')}-x.whl", "sha256": "0" * 64,
-              "target": t, "torch": torch} for t, torch in targets]
+    files = [
+        {
+            "project": "apex",
+            "filename": f"apex-0.1+ascend-cp{t[2:6].replace('.', '')}-x.whl",
+            "sha256": "0" * 64,
+            "target": t,
+            "torch": torch,
+        }
+        for t, torch in targets
+    ]
     (root / "index.json").write_text(json.dumps({"format": "apexkit-index/1", "files": files}))
     return root
 
 
 def test_plan_reads_the_stack_build_and_its_torch_npu(tmp_path):
     index = fake_index(tmp_path / "index", (STACK_TARGET, "2.7.1"), (TARGET, "2.13.0"))
-    plan = validate.make_plan(results=str(tmp_path / "r"), index=str(index) + "/simple/", stack="mindspeed-llm-2.3.0",
-                           nodelist="a1,a2", bench_args="--scale 0.5")
-    assert (plan.target, plan.python, plan.torch, plan.torch_npu) == (STACK_TARGET, "3.10", "2.7.1", "2.7.1.post2")
+    plan = validate.make_plan(
+        results=str(tmp_path / "r"),
+        index=str(index) + "/simple/",
+        stack="mindspeed-llm-2.3.0",
+        nodelist="a1,a2",
+        bench_args="--scale 0.5",
+    )
+    assert (plan.target, plan.python, plan.torch, plan.torch_npu) == (
+        STACK_TARGET,
+        "3.10",
+        "2.7.1",
+        "2.7.1.post2",
+    )
     assert plan.placement.count() == 2 and plan.placement.nodelist == ("a1", "a2")
     assert plan.bench[-2:] == ("--scale", "0.5")
     assert plan.node_plan()["simple_url"] == index.resolve().as_uri() + "/simple/"
 
 
-@pytest.mark.parametrize(("kwargs", "message"), [
-    ({"nodes": None}, "no placement"),
-    ({"target": "py3.9-torch2.1.0-x86_64-master"}, "the index has no target py3.9-torch2.1.0-x86_64-master"),
-    ({"nodelist": "a,b", "nodes": 3}, "--nodes 3 but --nodelist names 2"),
-    ({"target": None}, "the index holds 2 targets"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"nodes": None}, "no placement"),
+        (
+            {"target": "py3.9-torch2.1.0-x86_64-master"},
+            "the index has no target py3.9-torch2.1.0-x86_64-master",
+        ),
+        ({"nodelist": "a,b", "nodes": 3}, "--nodes 3 but --nodelist names 2"),
+        ({"target": None}, "the index holds 2 targets"),
+    ],
+)
 def test_bad_options_are_refused_in_one_line(tmp_path, kwargs, message):
     index = fake_index(tmp_path / "index", (STACK_TARGET, "2.7.1"), (TARGET, "2.13.0"))
-    options = {"results": str(tmp_path / "r"), "index": str(index), "target": TARGET, "nodes": 2, **kwargs}
+    options = {
+        "results": str(tmp_path / "r"),
+        "index": str(index),
+        "target": TARGET,
+        "nodes": 2,
+        **kwargs,
+    }
     with pytest.raises(ApexkitError) as info:
         validate.make_plan(**options)
     assert message in info.value.format() and "-- next:" in info.value.format()
@@ -51,19 +81,46 @@ def test_bad_options_are_refused_in_one_line(tmp_path, kwargs, message):
 
 # --- pure: the report from result files ---------------------------------------------------------------------------
 
+
 def _result(node: str, verdict: str, step: float | None, failure: dict | None = None) -> dict:
-    return {"schema": "apexkit-fleet-node/1", "node": node, "job_id": "7", "verdict": verdict, "chip": "910B3",
-            "driver": "24.1.0", "cann": "8.5.0", "torch": "2.7.1", "torch_npu": "2.7.1.post2",
-            "wheel": {"sha256": "ab" * 32}, "bench": {"step_ms": step} if step else None, "first_failure": failure}
+    return {
+        "schema": "apexkit-fleet-node/1",
+        "node": node,
+        "job_id": "7",
+        "verdict": verdict,
+        "chip": "910B3",
+        "driver": "24.1.0",
+        "cann": "8.5.0",
+        "torch": "2.7.1",
+        "torch_npu": "2.7.1.post2",
+        "wheel": {"sha256": "ab" * 32},
+        "bench": {"step_ms": step} if step else None,
+        "first_failure": failure,
+    }
 
 
 def test_report_flags_outliers_beyond_the_threshold_and_fails_on_a_failed_node(tmp_path):
-    validate.save_state(tmp_path, {"format": validate.FORMAT, "submissions": [
-        {"submission": 1, "job_id": None, "nodelist": ["n1", "n2", "n3", "n4"], "nodes": 4}]})
+    validate.save_state(
+        tmp_path,
+        {
+            "format": validate.FORMAT,
+            "submissions": [
+                {"submission": 1, "job_id": None, "nodelist": ["n1", "n2", "n3", "n4"], "nodes": 4}
+            ],
+        },
+    )
     for node, step in (("n1", 100.0), ("n2", 102.0), ("n3", 125.0)):
         (tmp_path / f"{node}.json").write_text(json.dumps(_result(node, "ok", step)))
-    (tmp_path / "n4.json").write_text(json.dumps(_result("n4", "fail", None, {
-        "check": "CANN", "detail": "set_env.sh NOT sourced", "fix": "source set_env.sh"})))
+    (tmp_path / "n4.json").write_text(
+        json.dumps(
+            _result(
+                "n4",
+                "fail",
+                None,
+                {"check": "CANN", "detail": "set_env.sh NOT sourced", "fix": "source set_env.sh"},
+            )
+        )
+    )
     table, summary = validate.rows(tmp_path)
     by_node = {r["node"]: r for r in table}
     assert summary["median_step_ms"] == 102.0
@@ -82,5 +139,8 @@ def test_slurm_tests_skip_with_the_install_command_when_missing(monkeypatch):
 
     monkeypatch.setenv("PATH", "/nonexistent")
     ok, why = services.slurm_available()
-    assert not ok and "apt-get install -y --no-install-recommends munge slurm-client slurmctld slurmd" in why
+    assert (
+        not ok
+        and "apt-get install -y --no-install-recommends munge slurm-client slurmctld slurmd" in why
+    )
     assert shutil.which("sbatch") is None

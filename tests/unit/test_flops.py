@@ -19,8 +19,18 @@ def load_flops():
     return module
 
 
-SMALL = {"batch": 3, "seq": 10, "hidden": 64, "heads": 4, "kv_heads": 2, "head_dim": 16, "experts": 8, "top_k": 2,
-         "expert_width": 32, "vocab": 100}
+SMALL = {
+    "batch": 3,
+    "seq": 10,
+    "hidden": 64,
+    "heads": 4,
+    "kv_heads": 2,
+    "head_dim": 16,
+    "experts": 8,
+    "top_k": 2,
+    "expert_width": 32,
+    "vocab": 100,
+}
 
 
 def test_flops_convention_matches_a_hand_computation():
@@ -45,8 +55,18 @@ def test_flops_convention_reproduces_mindspeeds_figure_for_qwen3_30b_a3b():
     """48 layers at the real shape, seq 4096, the embedding counted as MindSpeed-LLM does: about 2.98e10 per token
     (reference/FIELD.md); the bench's own convention leaves the embedding lookup out."""
     flops = load_flops()
-    real = {"batch": 1, "seq": 4096, "hidden": 2048, "heads": 32, "kv_heads": 4, "head_dim": 128, "experts": 128,
-            "top_k": 8, "expert_width": 768, "vocab": 151936}
+    real = {
+        "batch": 1,
+        "seq": 4096,
+        "hidden": 2048,
+        "heads": 32,
+        "kv_heads": 4,
+        "head_dim": 128,
+        "experts": 128,
+        "top_k": 8,
+        "expert_width": 768,
+        "vocab": 151936,
+    }
     per_token = flops.flops_per_token("qwen3-moe", real, count_embedding=True, layers=48)
     assert abs(per_token / 2.98e10 - 1) < 0.005
     assert flops.flops_per_token("qwen3-moe", real, layers=48) == per_token - 6 * 2048 * 151936

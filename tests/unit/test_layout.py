@@ -17,10 +17,32 @@ from conftest import ROOT
 PACKAGE = ROOT / "apexkit"
 PACKAGES = {"plan", "wheel", "images", "proxy", "index", "fleet", "doctor"}
 # the small shared modules everything may use; they import only each other
-SHARED = {"errors", "log", "proc", "fsedit", "paths", "locks", "urls", "untrusted", "checks", "vocab", "cann",
-          "systools", "dockerclient", "statusfile", "pipconfig", "netenv"}
+SHARED = {
+    "errors",
+    "log",
+    "proc",
+    "fsedit",
+    "paths",
+    "locks",
+    "urls",
+    "untrusted",
+    "checks",
+    "vocab",
+    "cann",
+    "systools",
+    "dockerclient",
+    "statusfile",
+    "pipconfig",
+    "netenv",
+}
 CONCERNS = {"venvrun"}  # a concern that is one module (validate/bench in the wheel's venv)
-EDGE = {"cli", "commands", "exits", "__main__", "__init__"}  # the command edge: dispatches to every package
+EDGE = {
+    "cli",
+    "commands",
+    "exits",
+    "__main__",
+    "__init__",
+}  # the command edge: dispatches to every package
 # what each unit must never import (DESIGN.md, Boundaries)
 NEVER = {
     "plan": PACKAGES - {"plan"} | CONCERNS | EDGE,
@@ -55,7 +77,10 @@ def imported(path: Path) -> set[str]:
 
 def graph() -> dict[str, set[str]]:
     mods = modules()
-    return {name: {i for i in imported(path) if i in mods and i not in (name, "apexkit")} for name, path in mods.items()}
+    return {
+        name: {i for i in imported(path) if i in mods and i not in (name, "apexkit")}
+        for name, path in mods.items()
+    }
 
 
 def unit(module: str) -> str:
@@ -66,12 +91,16 @@ def unit(module: str) -> str:
 def unit_graph(g: dict[str, set[str]]) -> dict[str, set[str]]:
     units: dict[str, set[str]] = {}
     for name, targets in g.items():
-        units.setdefault(unit(name), set()).update(unit(t) for t in targets if unit(t) != unit(name))
+        units.setdefault(unit(name), set()).update(
+            unit(t) for t in targets if unit(t) != unit(name)
+        )
     return units
 
 
 def two_way_ties(g: dict[str, set[str]]) -> list[tuple[str, str]]:
-    return sorted({tuple(sorted((a, b))) for a, targets in g.items() for b in targets if a in g.get(b, set())})
+    return sorted(
+        {tuple(sorted((a, b))) for a, targets in g.items() for b in targets if a in g.get(b, set())}
+    )
 
 
 def cycles(g: dict[str, set[str]]) -> list[list[str]]:
@@ -82,7 +111,7 @@ def cycles(g: dict[str, set[str]]) -> list[list[str]]:
         stack.append(node)
         for nxt in sorted(g.get(node, ())):
             if state.get(nxt) == "open":
-                found.append([*stack[stack.index(nxt):], nxt])
+                found.append([*stack[stack.index(nxt) :], nxt])
             elif nxt not in state:
                 visit(nxt)
         stack.pop()
@@ -104,7 +133,9 @@ def test_no_two_packages_import_each_other_and_the_packages_form_no_cycle():
     units = unit_graph(graph())
     assert set(units) >= PACKAGES
     assert two_way_ties(units) == []
-    assert cycles(units) == [], "package cycles: " + "; ".join(" -> ".join(c) for c in cycles(units))
+    assert cycles(units) == [], "package cycles: " + "; ".join(
+        " -> ".join(c) for c in cycles(units)
+    )
 
 
 def test_the_finders_find_what_they_look_for():
@@ -112,14 +143,19 @@ def test_the_finders_find_what_they_look_for():
     assert cycles({"a": {"b"}, "b": set()}) == []
     assert two_way_ties({"a": {"b"}, "b": {"a", "c"}, "c": set()}) == [("a", "b")]
     # a lazy import inside a function ties two packages as a module-level one does
-    assert unit_graph({"apexkit.wheel.builder": {"apexkit.images.container"},
-                       "apexkit.images.container": {"apexkit.wheel.options"}}) == {"wheel": {"images"},
-                                                                                  "images": {"wheel"}}
+    assert unit_graph(
+        {
+            "apexkit.wheel.builder": {"apexkit.images.container"},
+            "apexkit.images.container": {"apexkit.wheel.options"},
+        }
+    ) == {"wheel": {"images"}, "images": {"wheel"}}
 
 
 def test_flat_modules_are_the_shared_ones_the_edge_or_a_named_concern():
     flat = {p.stem for p in PACKAGE.glob("*.py")}
-    assert flat == SHARED | EDGE | CONCERNS, f"a flat module that belongs in a package: {sorted(flat - SHARED - EDGE)}"
+    assert flat == SHARED | EDGE | CONCERNS, (
+        f"a flat module that belongs in a package: {sorted(flat - SHARED - EDGE)}"
+    )
     folders = {p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").is_file()}
     assert folders == PACKAGES
 
@@ -144,6 +180,10 @@ def test_the_walls_of_the_design():
         assert not units[name] & never, f"apexkit/{name} imports {sorted(units[name] & never)}"
     for path in sorted(PACKAGE.rglob("*.py")):
         names = {n.split(".")[0] for n in imported(path)}
-        assert not names & {"torch", "torch_npu", "apex", "tools"}, f"{path.relative_to(ROOT)} imports {names}"
+        assert not names & {"torch", "torch_npu", "apex", "tools"}, (
+            f"{path.relative_to(ROOT)} imports {names}"
+        )
     for path in sorted((ROOT / "bench").rglob("*.py")):  # bench/probes too
-        assert "apexkit" not in {n.split(".")[0] for n in imported(path)}, f"{path.relative_to(ROOT)} imports apexkit"
+        assert "apexkit" not in {n.split(".")[0] for n in imported(path)}, (
+            f"{path.relative_to(ROOT)} imports apexkit"
+        )

@@ -33,7 +33,10 @@ def test_reentry_in_one_thread_is_free_while_another_thread_waits(tmp_path, caps
 
         worker = threading.Thread(target=other)
         worker.start()
-        _wait_until(lambda: "waiting for the lock on the venv" in capsys.readouterr().err, "the thread to wait")
+        _wait_until(
+            lambda: "waiting for the lock on the venv" in capsys.readouterr().err,
+            "the thread to wait",
+        )
         order.append("outer done")
     worker.join(30)
     assert order == ["inner", "outer done", "thread"]
@@ -42,7 +45,9 @@ def test_reentry_in_one_thread_is_free_while_another_thread_waits(tmp_path, caps
 def test_a_lock_that_cannot_be_created_is_one_line(tmp_path):
     blocker = tmp_path / "cache"
     blocker.write_text("a file where a directory should be")
-    with pytest.raises(ApexkitError) as exc, locks.hold(blocker / "git" / "x.git", "git mirror x.git"):
+    with pytest.raises(ApexkitError) as exc, locks.hold(
+        blocker / "git" / "x.git", "git mirror x.git"
+    ):
         pass
     line = exc.value.format()
     assert "\n" not in line and line.startswith("cannot take the lock on git mirror x.git:")

@@ -19,15 +19,22 @@ def test_error_is_one_line_with_next_step():
 
 def test_known_failure_signatures():
     ids = lambda text: [f.id for f in known_failures.match(text)]  # noqa: E731
-    assert ids("tree/csrc/x.cpp:2:10: fatal error: torch/extension.h: No such file or directory") == [
-        "hardcoded-site-packages"]
-    assert ids("/usr/bin/ld: cannot find -lc10: No such file or directory") == ["hardcoded-site-packages"]
-    assert ids("packaging.version.InvalidVersion: Invalid version: '0.1-ascend'") == ["invalid-version"]
+    assert ids(
+        "tree/csrc/x.cpp:2:10: fatal error: torch/extension.h: No such file or directory"
+    ) == ["hardcoded-site-packages"]
+    assert ids("/usr/bin/ld: cannot find -lc10: No such file or directory") == [
+        "hardcoded-site-packages"
+    ]
+    assert ids("packaging.version.InvalidVersion: Invalid version: '0.1-ascend'") == [
+        "invalid-version"
+    ]
     assert ids("fatal error: acl/acl.h: No such file or directory") == ["acl-headers-missing"]
     # the aarch64 build against PyPI torch 2.5.1 (old C++ ABI) before the cxx11-abi patch, verbatim
-    assert ids("ImportError: /workspace/build/py3.11-torch2.5.1-aarch64-master/smoke-venv/lib/python3.11/site-packages/"
-               "apex_C.cpython-311-aarch64-linux-gnu.so: undefined symbol: "
-               "_ZN3c106DeviceC1ERKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEE") == ["cxx11-abi-mismatch"]
+    assert ids(
+        "ImportError: /workspace/build/py3.11-torch2.5.1-aarch64-master/smoke-venv/lib/python3.11/site-packages/"
+        "apex_C.cpython-311-aarch64-linux-gnu.so: undefined symbol: "
+        "_ZN3c106DeviceC1ERKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEE"
+    ) == ["cxx11-abi-mismatch"]
     assert ids("all good") == []
 
 
@@ -44,9 +51,15 @@ def test_index_options_turn_into_pip_arguments(tmp_path):
 
     offline = IndexOptions(wheelhouses=(tmp_path,), offline=True, index_url="https://idx/simple")
     assert offline.pip_args() == ["--no-index", "--find-links", str(tmp_path)]
-    idx = IndexOptions(index_url="https://idx/simple", torch_index_url="https://download.pytorch.org/whl/cpu")
-    assert idx.pip_args(for_torch=True) == ["--index-url", "https://download.pytorch.org/whl/cpu",
-                                            "--extra-index-url", "https://idx/simple"]
+    idx = IndexOptions(
+        index_url="https://idx/simple", torch_index_url="https://download.pytorch.org/whl/cpu"
+    )
+    assert idx.pip_args(for_torch=True) == [
+        "--index-url",
+        "https://download.pytorch.org/whl/cpu",
+        "--extra-index-url",
+        "https://idx/simple",
+    ]
     assert idx.pip_args() == ["--index-url", "https://idx/simple"]
 
 
@@ -54,8 +67,15 @@ def test_mask_hides_a_password_with_a_slash_and_keeps_paths_and_ports():
     """A raw '/' in a password (generated passwords have them) is masked up to the last '@' of its token; a port
     followed by a path, or an '@' in a path, is not a password."""
     assert log.mask("http://alice:Ab/Secret9@proxy:3128") == "http://alice:***@proxy:3128"
-    assert log.mask("index https://u:Tok3n/Secret@m.corp/simple x") == "index https://u:***@m.corp/simple x"
-    for kept in ("https://host:8080/path@v1", "git+https://h/r.git@v1.0", "see https://github.com:443/a@b"):
+    assert (
+        log.mask("index https://u:Tok3n/Secret@m.corp/simple x")
+        == "index https://u:***@m.corp/simple x"
+    )
+    for kept in (
+        "https://host:8080/path@v1",
+        "git+https://h/r.git@v1.0",
+        "see https://github.com:443/a@b",
+    ):
         assert log.mask(kept) == kept
 
 

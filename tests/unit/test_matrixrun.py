@@ -24,7 +24,9 @@ def test_a_symlinked_wheel_left_by_a_job_is_refused(tmp_path):
     with pytest.raises(untrusted.Untrusted, match="symbolic link"):
         matrixrun.collect(tmp_path / "stage", combo, tmp_path / "dist", {}, False)
     (target / name).unlink()
-    (target / "manifest.json").write_text(json.dumps({"wheel": {"file": "../../secret.whl", "sha256": "0" * 64}}))
+    (target / "manifest.json").write_text(
+        json.dumps({"wheel": {"file": "../../secret.whl", "sha256": "0" * 64}})
+    )
     with pytest.raises(untrusted.Untrusted, match="not a plain"):
         matrixrun.collect(tmp_path / "stage", combo, tmp_path / "dist", {}, False)
     assert not (tmp_path / "dist" / "py3.11-torch2.13.0-x86_64-master").exists()

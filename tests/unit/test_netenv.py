@@ -7,27 +7,54 @@ from apexkit import netenv
 
 
 def test_lower_case_wins_and_blanks_are_unset():
-    environ = {"http_proxy": "http://lower:3128", "HTTP_PROXY": "http://upper:3128", "HTTPS_PROXY": "http://s:3128",
-               "https_proxy": "  ", "NO_PROXY": "localhost", "ALL_PROXY": "socks5://x:1080"}
+    environ = {
+        "http_proxy": "http://lower:3128",
+        "HTTP_PROXY": "http://upper:3128",
+        "HTTPS_PROXY": "http://s:3128",
+        "https_proxy": "  ",
+        "NO_PROXY": "localhost",
+        "ALL_PROXY": "socks5://x:1080",
+    }
     assert netenv.cases(environ, "http_proxy") == ("http://lower:3128", "http://upper:3128")
     assert netenv.proxy(environ, "http_proxy") == "http://lower:3128"
-    assert netenv.proxy(environ, "https_proxy") == "http://s:3128"  # the blank lower-case one counts as unset
-    assert netenv.proxies(environ) == {"http": "http://lower:3128", "https": "http://s:3128", "no": "localhost"}
+    assert (
+        netenv.proxy(environ, "https_proxy") == "http://s:3128"
+    )  # the blank lower-case one counts as unset
+    assert netenv.proxies(environ) == {
+        "http": "http://lower:3128",
+        "https": "http://s:3128",
+        "no": "localhost",
+    }
     assert netenv.proxies({}) == {} and netenv.proxy({"no_proxy": ""}, "no_proxy") is None
 
 
 def test_the_variables_written_for_a_proxy_are_both_cases():
     assert netenv.proxy_environment("http://h:1", None, "localhost") == {
-        "http_proxy": "http://h:1", "HTTP_PROXY": "http://h:1", "no_proxy": "localhost", "NO_PROXY": "localhost"}
+        "http_proxy": "http://h:1",
+        "HTTP_PROXY": "http://h:1",
+        "no_proxy": "localhost",
+        "NO_PROXY": "localhost",
+    }
     assert all(netenv.is_proxy_variable(n) for n in netenv.proxy_environment("a", "b", "c"))
     assert not netenv.is_proxy_variable("SSL_CERT_FILE")
     # Docker's predefined build args (docs.docker.com, "Predefined ARGs"), each proxy variable among them
-    assert set(netenv.DOCKER_PROXY_ARGS) == {"HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "https_proxy", "FTP_PROXY",
-                                             "ftp_proxy", "NO_PROXY", "no_proxy", "ALL_PROXY", "all_proxy"}
+    assert set(netenv.DOCKER_PROXY_ARGS) == {
+        "HTTP_PROXY",
+        "http_proxy",
+        "HTTPS_PROXY",
+        "https_proxy",
+        "FTP_PROXY",
+        "ftp_proxy",
+        "NO_PROXY",
+        "no_proxy",
+        "ALL_PROXY",
+        "all_proxy",
+    }
     assert set(netenv.proxy_environment("a", "b", "c")) <= set(netenv.DOCKER_PROXY_ARGS)
 
 
 def test_the_first_ca_variable_set_is_the_bundle():
-    assert netenv.ca_variable({"CURL_CA_BUNDLE": "/c.pem", "REQUESTS_CA_BUNDLE": "/r.pem", "PIP_CERT": ""}) == (
-        "REQUESTS_CA_BUNDLE", "/r.pem")
+    assert netenv.ca_variable(
+        {"CURL_CA_BUNDLE": "/c.pem", "REQUESTS_CA_BUNDLE": "/r.pem", "PIP_CERT": ""}
+    ) == ("REQUESTS_CA_BUNDLE", "/r.pem")
     assert netenv.ca_variable({"HOME": "/h"}) is None

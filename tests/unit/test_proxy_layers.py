@@ -13,25 +13,31 @@ from apexkit.proxy import layers
 # --- inputs ---------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("value, expected", [
-    ("http://proxy:3128", "http://proxy:3128"),
-    ("proxy.corp:8080", "http://proxy.corp:8080"),
-    ("HTTP://Proxy.Corp:8080/", "http://proxy.corp:8080"),
-    ("http://u:p%40ss@10.0.0.1:3128", "http://u:p%40ss@10.0.0.1:3128"),
-    ("socks5h://[::1]:1080", "socks5h://[::1]:1080"),
-])
+@pytest.mark.parametrize(
+    "value, expected",
+    [
+        ("http://proxy:3128", "http://proxy:3128"),
+        ("proxy.corp:8080", "http://proxy.corp:8080"),
+        ("HTTP://Proxy.Corp:8080/", "http://proxy.corp:8080"),
+        ("http://u:p%40ss@10.0.0.1:3128", "http://u:p%40ss@10.0.0.1:3128"),
+        ("socks5h://[::1]:1080", "socks5h://[::1]:1080"),
+    ],
+)
 def test_proxy_urls_are_normalised(value, expected):
     assert layers.parse_proxy_url(value, "--http") == expected
 
 
-@pytest.mark.parametrize("value, fragment", [
-    ("http://proxy", "no port"),
-    ("ftp://proxy:21", "not a proxy scheme"),
-    ("http://proxy:99999", "out of range"),
-    ("http://proxy:3128/path", "no path"),
-    ("http://bad_host!:3128", "not a valid host"),
-    ("http://:3128", "no host"),
-])
+@pytest.mark.parametrize(
+    "value, fragment",
+    [
+        ("http://proxy", "no port"),
+        ("ftp://proxy:21", "not a proxy scheme"),
+        ("http://proxy:99999", "out of range"),
+        ("http://proxy:3128/path", "no path"),
+        ("http://bad_host!:3128", "not a valid host"),
+        ("http://:3128", "no host"),
+    ],
+)
 def test_bad_proxy_urls_are_refused_with_a_hint(value, fragment):
     with pytest.raises(layers.ConfigError) as info:
         layers.parse_proxy_url(value, "--http")
@@ -41,7 +47,12 @@ def test_bad_proxy_urls_are_refused_with_a_hint(value, fragment):
 
 def test_no_proxy_always_has_loopback_and_keeps_the_users_entries():
     assert layers.merge_no_proxy(".corp.example, 10.0.0.0/8 localhost") == (
-        "localhost", "127.0.0.0/8", "::1", ".corp.example", "10.0.0.0/8")
+        "localhost",
+        "127.0.0.0/8",
+        "::1",
+        ".corp.example",
+        "10.0.0.0/8",
+    )
     with pytest.raises(layers.ConfigError):
         layers.merge_no_proxy("http://x")
 
@@ -73,7 +84,9 @@ def test_daemon_mode_follows_the_engine_version():
 
 NOBODY = 65534
 
-needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root: the home belongs to another uid (chown)")
+needs_root = pytest.mark.skipif(
+    os.geteuid() != 0, reason="needs root: the home belongs to another uid (chown)"
+)
 
 
 def users_home(root: Path) -> Path:
@@ -95,11 +108,13 @@ def test_in_home_takes_out_dotdot_and_follows_links(fsroot):
     (fsroot / "etc/docker").mkdir(parents=True)
     (home / "dotfiles").mkdir()
     os.chown(home / "dotfiles", NOBODY, NOBODY)
-    (home / ".docker").symlink_to("../../etc/docker")        # root's own link out of the home
+    (home / ".docker").symlink_to("../../etc/docker")  # root's own link out of the home
     users_link(home / ".dots", "dotfiles")
     paths = layers.Paths(root=fsroot, environ={"HOME": "/home/alice"})
     assert not paths.in_home("/home/alice/../../root/.docker/config.json")
-    assert not paths.in_home("/home/alice/.docker/config.json")   # really /etc/docker: stays root's
+    assert not paths.in_home("/home/alice/.docker/config.json")  # really /etc/docker: stays root's
     assert paths.in_home("/home/alice/.dots/bashrc") and paths.in_home("/home/alice/.bashrc")
     environ = {"HOME": "/home/alice", "DOCKER_CONFIG": "/home/alice/../../root/.docker"}
-    assert not layers.Paths(root=fsroot, environ=environ).in_home(layers.Paths(root=fsroot, environ=environ).docker_config)
+    assert not layers.Paths(root=fsroot, environ=environ).in_home(
+        layers.Paths(root=fsroot, environ=environ).docker_config
+    )

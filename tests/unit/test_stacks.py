@@ -42,7 +42,10 @@ def test_a_stack_whose_torch_npu_belongs_to_another_torch_is_refused(m):
     data["stacks"]["field-report"]["torch_npu"] = "2.5.1.post1"
     with pytest.raises(ConfigError) as exc:
         matrix.Matrix(data).stack("field-report")
-    assert exc.value.cause.startswith("stack field-report: ") and "does not pair with torch 2.1.0" in exc.value.cause
+    assert (
+        exc.value.cause.startswith("stack field-report: ")
+        and "does not pair with torch 2.1.0" in exc.value.cause
+    )
     with pytest.raises(ConfigError, match="unknown stack 'nosuch'"):
         m.stack("nosuch")
     del data["stacks"]["newest"]["source"]
@@ -63,30 +66,53 @@ def test_torch_npu_pairing_and_refused_pythons(m):
 
 
 def test_autoload_failure_is_not_blamed_on_cann():
-    text = ("RuntimeError: Failed to load the backend extension: torch_npu. You can disable extension auto-loading "
-            "with TORCH_DEVICE_BACKEND_AUTOLOAD=0.\nImportError: libhccl.so: cannot open shared object file")
+    text = (
+        "RuntimeError: Failed to load the backend extension: torch_npu. You can disable extension auto-loading "
+        "with TORCH_DEVICE_BACKEND_AUTOLOAD=0.\nImportError: libhccl.so: cannot open shared object file"
+    )
     assert [f.id for f in known_failures.match(text)] == ["torch-npu-autoload"]
-    assert [f.id for f in known_failures.match("ImportError: libhccl.so: cannot open shared object file")] == [
-        "torch-npu-cann"]
+    assert [
+        f.id
+        for f in known_failures.match("ImportError: libhccl.so: cannot open shared object file")
+    ] == ["torch-npu-cann"]
 
 
-@pytest.mark.parametrize(("name", "entry", "says"), [
-    ("3.11", {}, "a stack name must be lower-case"),  # would take over the build-3.11 session
-    ("py3.11-torch2.13.0-x86_64", {}, "a stack name must be lower-case"),  # a [[matrix.include]] id
-    ("a/b", {}, "a stack name must be lower-case"),  # a session name and a log file name
-    ("../escape", {}, "a stack name must be lower-case"),
-    ("typo", {"torch_npuu": "2.7.1.post2"}, "[stacks.typo]: unknown keys torch_npuu"),
-    ("floaty", {"python": 3.1}, "[stacks.floaty]: python must be quoted strings"),
-    ("escape", {"torch": "2.7.1/../../x"}, "[stacks.escape]: torch '2.7.1/../../x' is not a version (PEP 440)"),
-])
+@pytest.mark.parametrize(
+    ("name", "entry", "says"),
+    [
+        ("3.11", {}, "a stack name must be lower-case"),  # would take over the build-3.11 session
+        (
+            "py3.11-torch2.13.0-x86_64",
+            {},
+            "a stack name must be lower-case",
+        ),  # a [[matrix.include]] id
+        ("a/b", {}, "a stack name must be lower-case"),  # a session name and a log file name
+        ("../escape", {}, "a stack name must be lower-case"),
+        ("typo", {"torch_npuu": "2.7.1.post2"}, "[stacks.typo]: unknown keys torch_npuu"),
+        ("floaty", {"python": 3.1}, "[stacks.floaty]: python must be quoted strings"),
+        (
+            "escape",
+            {"torch": "2.7.1/../../x"},
+            "[stacks.escape]: torch '2.7.1/../../x' is not a version (PEP 440)",
+        ),
+    ],
+)
 def test_malformed_stacks_are_refused(m, name, entry, says):
     data = json.loads(json.dumps(m.data))
-    base = {"python": "3.10", "torch": "2.7.1", "arch": "aarch64", "source": "s", "read": "2026-11-30"}
+    base = {
+        "python": "3.10",
+        "torch": "2.7.1",
+        "arch": "aarch64",
+        "source": "s",
+        "read": "2026-11-30",
+    }
     data["stacks"][name] = {**base, **entry}
     with pytest.raises(ConfigError) as exc:
         matrix.Matrix(data).combinations()
     assert says in exc.value.cause
-    with pytest.raises(ConfigError, match=r"matrix entry 1: torch '2.1.0/../x' is not a version \(PEP 440\)"):
+    with pytest.raises(
+        ConfigError, match=r"matrix entry 1: torch '2.1.0/../x' is not a version \(PEP 440\)"
+    ):
         m.combinations([{"python": "3.10", "torch": "2.1.0/../x", "arch": "x86_64"}])
     data["stacks"] = {"bad": "string"}
     with pytest.raises(ConfigError, match=r"\[stacks.bad\] is not a table"):

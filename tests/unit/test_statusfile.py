@@ -19,7 +19,9 @@ def test_a_command_records_its_exit_code_error_and_target_dir(tmp_path):
     env = {statusfile.VARIABLE: str(path)}
     statusfile.write(0, None, target, environ=env)
     assert statusfile.read(path) == statusfile.Status(0, None, str(target))
-    statusfile.write(7, "compile failed for https://u:Secr3t@m.corp/x -- next: see the log", environ=env)
+    statusfile.write(
+        7, "compile failed for https://u:Secr3t@m.corp/x -- next: see the log", environ=env
+    )
     status = statusfile.read(path)
     assert status.exit_code == 7 and status.target_dir is None and "Secr3t" not in status.error
     assert oct(path.stat().st_mode & 0o777) == "0o644"
@@ -29,10 +31,16 @@ def test_the_edge_records_a_built_directory_and_nothing_else(tmp_path, monkeypat
     path = tmp_path / "status.json"
     monkeypatch.setenv(statusfile.VARIABLE, str(path))
     assert exits.exit_code(lambda: tmp_path) == 0
-    assert json.loads(path.read_text()) == {"exit_code": 0, "error": None, "target_dir": str(tmp_path)}
+    assert json.loads(path.read_text()) == {
+        "exit_code": 0,
+        "error": None,
+        "target_dir": str(tmp_path),
+    }
     assert exits.exit_code(lambda: None) == 0
     assert json.loads(path.read_text()) == {"exit_code": 0, "error": None}
-    assert exits.exit_code(lambda: tmp_path / "never-made") == 0  # a dry run's planned directory is not recorded
+    assert (
+        exits.exit_code(lambda: tmp_path / "never-made") == 0
+    )  # a dry run's planned directory is not recorded
     assert json.loads(path.read_text()) == {"exit_code": 0, "error": None}
 
 
@@ -45,11 +53,15 @@ def test_no_status_is_none_and_a_bad_one_is_refused(tmp_path):
     with pytest.raises(untrusted.Untrusted, match="symbolic link"):
         statusfile.read(path)
     path.unlink()
-    for text, says in [("[1]", "no integer exit_code"), ('{"exit_code": "0"}', "no integer exit_code"),
-                       ('{"exit_code": true}', "no integer exit_code"), ("{", "not JSON"),
-                       ('{"exit_code": 0, "target_dir": ["/etc"]}', "target_dir is not a string"),
-                       ('{"exit_code": 1, "error": {"a": 1}}', "error is not a string"),
-                       (" " * (statusfile.MAX_BYTES + 1), "larger than")]:
+    for text, says in [
+        ("[1]", "no integer exit_code"),
+        ('{"exit_code": "0"}', "no integer exit_code"),
+        ('{"exit_code": true}', "no integer exit_code"),
+        ("{", "not JSON"),
+        ('{"exit_code": 0, "target_dir": ["/etc"]}', "target_dir is not a string"),
+        ('{"exit_code": 1, "error": {"a": 1}}', "error is not a string"),
+        (" " * (statusfile.MAX_BYTES + 1), "larger than"),
+    ]:
         path.write_text(text)
         with pytest.raises(untrusted.Untrusted, match=says):
             statusfile.read(path)
@@ -73,9 +85,12 @@ def test_the_matrix_runner_takes_only_a_target_directly_in_dist(tmp_path):
     outside = tmp_path / "py3.11-torch2.13.0-x86_64-master"
     outside.mkdir()
     (outside / "manifest.json").write_text("{}")
-    for reported, says in [(None, "no dist/<target>/"), (str(outside), "not a target directly in"),
-                           (str(dist / ".." / outside.name), "not a target directly in"),
-                           (str(dist / "not a target"), "not a target directly in")]:
+    for reported, says in [
+        (None, "no dist/<target>/"),
+        (str(outside), "not a target directly in"),
+        (str(dist / ".." / outside.name), "not a target directly in"),
+        (str(dist / "not a target"), "not a target directly in"),
+    ]:
         with pytest.raises(untrusted.Untrusted, match=says):
             matrixrun.read_target(dist, reported)
     linked = dist / "py3.11-torch2.12.0-x86_64-master"

@@ -15,8 +15,12 @@ from apexkit.plan import matrix, target
 def test_every_combination_names_a_target_id_the_parser_reads_back():
     for combo in matrix.load().combinations():
         facts = target.target_facts(combo.target_id)
-        assert (facts["python"], facts["torch"], facts["arch"], facts["torch_npu"]) == \
-            (combo.python, combo.torch, combo.arch, combo.torch_npu)
+        assert (facts["python"], facts["torch"], facts["arch"], facts["torch_npu"]) == (
+            combo.python,
+            combo.torch,
+            combo.arch,
+            combo.torch_npu,
+        )
 
 
 def test_matrix_target_takes_the_combination_id_or_its_target_id(capsys):

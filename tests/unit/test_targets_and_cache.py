@@ -28,10 +28,13 @@ WHEEL = wheelnames.fixture_wheel()  # manylinux_2_24 where auditwheel computes i
 
 
 def plan_id(**opts) -> str:
-    return buildplan.make_plan(BuildOptions(python="3.11", **opts), matrix.load(), INTERP, "2.13.0", env={}).target_id
+    return buildplan.make_plan(
+        BuildOptions(python="3.11", **opts), matrix.load(), INTERP, "2.13.0", env={}
+    ).target_id
 
 
 # --- item 7: distinct inputs, distinct outputs -----------------------------------------------------------------
+
 
 def test_every_non_default_input_has_its_own_target_id():
     ids = {
@@ -45,7 +48,9 @@ def test_every_non_default_input_has_its_own_target_id():
     }
     assert ids["default"] == BASE
     assert ids["npu"] == f"{BASE}+npu2.13.0"
-    assert ids["skip"] == f"{BASE}+skip-cxx11-abi.rpath-link-flag"  # sorted: the same set is the same target
+    assert (
+        ids["skip"] == f"{BASE}+skip-cxx11-abi.rpath-link-flag"
+    )  # sorted: the same set is the same target
     assert ids["nvidia"] == f"{BASE}+nvidia-4ef930c1c884"
     assert ids["flags"] == f"{BASE}+flags-cpp_ext.npu_float_status"
     assert ids["system"] == f"{BASE}+system-torch"
@@ -53,7 +58,9 @@ def test_every_non_default_input_has_its_own_target_id():
     assert len(set(ids.values())) == len(ids)
     # the ref's own flags given explicitly are the default build, not a variant
     assert plan_id(setup_flags=("--cpp_ext",)) == BASE
-    combined = plan_id(npu=True, torch_npu="2.13.0", skip_patches=("cxx11-abi",), use_system_torch=False)
+    combined = plan_id(
+        npu=True, torch_npu="2.13.0", skip_patches=("cxx11-abi",), use_system_torch=False
+    )
     assert combined == f"{BASE}+npu2.13.0+skip-cxx11-abi"
 
 
@@ -68,16 +75,26 @@ def _target(dist: Path, name: str, identity: dict | None) -> Path:
 def test_check_overwrite_refuses_other_inputs_and_says_which(tmp_path):
     _target(tmp_path, "py3.11-torch2.13.0-x86_64-local", {"apex_src": "/home/a/apex"})
     with pytest.raises(ConfigError) as exc:
-        distdir.check_overwrite(tmp_path, "py3.11-torch2.13.0-x86_64-local", {"apex_src": "/home/b/apex"}, force=False)
+        distdir.check_overwrite(
+            tmp_path, "py3.11-torch2.13.0-x86_64-local", {"apex_src": "/home/b/apex"}, force=False
+        )
     text = exc.value.format()
-    assert "apex_src: /home/a/apex there, /home/b/apex now" in text and "nothing was replaced" in text
+    assert (
+        "apex_src: /home/a/apex there, /home/b/apex now" in text and "nothing was replaced" in text
+    )
     assert "--force" in exc.value.hint and "\n" not in text
-    distdir.check_overwrite(tmp_path, "py3.11-torch2.13.0-x86_64-local", {"apex_src": "/home/a/apex"}, force=False)
-    distdir.check_overwrite(tmp_path, "py3.11-torch2.13.0-x86_64-local", {"apex_src": "/home/b/apex"}, force=True)
+    distdir.check_overwrite(
+        tmp_path, "py3.11-torch2.13.0-x86_64-local", {"apex_src": "/home/a/apex"}, force=False
+    )
+    distdir.check_overwrite(
+        tmp_path, "py3.11-torch2.13.0-x86_64-local", {"apex_src": "/home/b/apex"}, force=True
+    )
     # a manifest from before identities is a default build; a missing target is free
     _target(tmp_path, BASE, None)
     distdir.check_overwrite(tmp_path, BASE, {}, force=False)
-    distdir.check_overwrite(tmp_path, "py3.11-torch2.1.0-x86_64-master", {"torch_npu": "2.1.0.post10"}, force=False)
+    distdir.check_overwrite(
+        tmp_path, "py3.11-torch2.1.0-x86_64-master", {"torch_npu": "2.1.0.post10"}, force=False
+    )
 
 
 def test_check_overwrite_refuses_a_folder_apexkit_did_not_write(tmp_path):
@@ -125,7 +142,9 @@ class Cache:
         if name == WHEEL and not (self.entry / name).is_symlink():
             (self.entry / name).write_bytes(data)
         digest = sha or hashlib.sha256(data).hexdigest()
-        (self.entry / "manifest.json").write_text(json.dumps({"wheel": {"file": name, "sha256": digest, "size": 1}}))
+        (self.entry / "manifest.json").write_text(
+            json.dumps({"wheel": {"file": name, "sha256": digest, "size": 1}})
+        )
 
     def lookup(self):
         found = self.cache.lookup(KEY, self.work)
@@ -140,8 +159,17 @@ def test_a_good_cache_entry_is_copied_rehashed_and_sized(tmp_path):
     assert manifest["wheel"]["size"] == len(_wheel_bytes())  # the real size, not the manifest's 1
 
 
-@pytest.mark.parametrize("attack", ["text-file", "wheel-symlink", "entry-symlink", "bad-name", "swapped-bytes",
-                                    "manifest-symlink"])
+@pytest.mark.parametrize(
+    "attack",
+    [
+        "text-file",
+        "wheel-symlink",
+        "entry-symlink",
+        "bad-name",
+        "swapped-bytes",
+        "manifest-symlink",
+    ],
+)
 def test_a_poisoned_cache_entry_is_refused_not_published(tmp_path, capfd, attack):
     cache = Cache(tmp_path)
     secret = cache.secret.read_bytes()
@@ -155,8 +183,11 @@ def test_a_poisoned_cache_entry_is_refused_not_published(tmp_path, capfd, attack
         real = tmp_path / "planted"
         real.mkdir()
         (real / WHEEL).write_bytes(_wheel_bytes())
-        (real / "manifest.json").write_text(json.dumps({"wheel": {
-            "file": WHEEL, "sha256": hashlib.sha256(_wheel_bytes()).hexdigest()}}))
+        (real / "manifest.json").write_text(
+            json.dumps(
+                {"wheel": {"file": WHEEL, "sha256": hashlib.sha256(_wheel_bytes()).hexdigest()}}
+            )
+        )
         cache.entry.parent.mkdir(parents=True)
         cache.entry.symlink_to(real, target_is_directory=True)
     elif attack == "bad-name":
@@ -190,7 +221,9 @@ def test_a_group_or_world_writable_cache_is_not_used(tmp_path, capfd):
     assert cache.cache.usable() is False
     assert "is world-writable: not using it" in capfd.readouterr().err
     os.chmod(cache.root / "wheels", 0o775)
-    if untrusted._private_group(os.stat(cache.root / "wheels")):  # the owner's own group (umask 002): fine
+    if untrusted._private_group(
+        os.stat(cache.root / "wheels")
+    ):  # the owner's own group (umask 002): fine
         assert cache.cache.usable() is True
         if os.geteuid() != 0:
             return

@@ -14,8 +14,15 @@ from tools import testtools
 EVERYTHING_MISSING = lambda commands: list(commands)  # noqa: E731 - a bare machine
 
 
-@pytest.mark.parametrize("environ", [{}, {"CI": "false"}, {"CI": "true", testtools.OPT_IN: "0"},
-                                     {testtools.OPT_IN: "1", "CI": "true", "_root": ""}])
+@pytest.mark.parametrize(
+    "environ",
+    [
+        {},
+        {"CI": "false"},
+        {"CI": "true", testtools.OPT_IN: "0"},
+        {testtools.OPT_IN: "1", "CI": "true", "_root": ""},
+    ],
+)
 def test_without_the_opt_in_nothing_is_installed_or_registered(environ):
     can_install = "_root" not in environ  # the last case: asked, but not root + apt: nothing either
     plan = testtools.decide(environ, can_install=can_install, missing=EVERYTHING_MISSING)
@@ -24,14 +31,20 @@ def test_without_the_opt_in_nothing_is_installed_or_registered(environ):
     assert set(plan.missing_build_tools) == set(systools.DEBIAN_PACKAGES)
 
 
-@pytest.mark.parametrize("environ", [{"CI": "true"}, {testtools.OPT_IN: "1"}, {"CI": "false", testtools.OPT_IN: "1"}])
+@pytest.mark.parametrize(
+    "environ", [{"CI": "true"}, {testtools.OPT_IN: "1"}, {"CI": "false", testtools.OPT_IN: "1"}]
+)
 def test_with_the_opt_in_as_root_everything_missing_is_installed(environ):
     plan = testtools.decide(environ, can_install=True, missing=EVERYTHING_MISSING)
     wanted = {"docker.io", "tinyproxy", "debootstrap", "qemu-user-static", "binfmt-support", "g++"}
     assert wanted <= set(testtools.packages(plan.install))
     assert plan.register_binfmt and plan.require_services
     # what the session hands to systools.ensure: commands it knows (here, on this machine, a dry run)
-    assert set(plan.install) == {*systools.DEBIAN_PACKAGES, *systools.TEST_PACKAGES, *systools.QEMU_PACKAGES}
+    assert set(plan.install) == {
+        *systools.DEBIAN_PACKAGES,
+        *systools.TEST_PACKAGES,
+        *systools.QEMU_PACKAGES,
+    }
     assert set(systools.ensure(plan.install, dry_run=True)) <= set(testtools.packages(plan.install))
 
 
@@ -39,5 +52,7 @@ def test_skip_reason_names_the_exact_install_command():
     reason = testtools.skip_reason("apexkit-no-such-tool", "dockerd")
     sudo = "" if os.geteuid() == 0 else "sudo "
     assert reason.startswith("apexkit-no-such-tool") and "not installed" in reason
-    assert f"install: {sudo}apt-get install -y --no-install-recommends apexkit-no-such-tool" in reason
+    assert (
+        f"install: {sudo}apt-get install -y --no-install-recommends apexkit-no-such-tool" in reason
+    )
     assert f"{testtools.OPT_IN}=1 nox -s tests" in reason

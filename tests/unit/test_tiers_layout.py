@@ -8,4 +8,6 @@ from conftest import ROOT
 
 def test_every_test_file_is_in_tests_unit_or_tests_e2e():
     stray = sorted(p.name for p in (ROOT / "tests").glob("test_*.py"))
-    assert stray == [], f"move {stray} to tests/unit (in-process) or tests/e2e (processes, services): docs/testing.md"
+    assert stray == [], (
+        f"move {stray} to tests/unit (in-process) or tests/e2e (processes, services): docs/testing.md"
+    )

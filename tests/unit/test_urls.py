@@ -25,36 +25,60 @@ PROXY_SCHEMES = layers.PROXY_SCHEMES
 
 # --- the masker -------------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("text, expected", [
-    ("http://alice:s3cret@proxy:3128/x", "http://alice:***@proxy:3128/x"),
-    ("http://:s3cret@proxy:3128", "http://:***@proxy:3128"),
-    ("http://alice:p@ss@proxy:3128", "http://alice:***@proxy:3128"),       # up to the LAST '@' before the host
-    ("http://alice:pa ss@proxy:3128", "http://alice:***@proxy:3128"),      # a space in the password
-    ("http://alice:pa\tss@proxy:3128", "http://alice:***@proxy:3128"),
-    ("export x=http://TOKEN123@proxy:3128", "export x=http://***@proxy:3128"),  # a token alone is the secret
-    ("http://alice:p%40ss%2Fw@proxy:3128", "http://alice:***@proxy:3128"),  # percent-encoded
-    ("http://alice@corp.example:s3cret@proxy:3128", "http://alice@corp.example:***@proxy:3128"),
-    ("'http://u:it'\"'\"'s@proxy'", "'http://u:***@proxy'"),                 # shlex-quoted password with a quote
-    ("Environment=\"HTTP_PROXY=http://u:s3cret@h:1\" x", "Environment=\"HTTP_PROXY=http://u:***@h:1\" x"),
-    # idempotent
-    ("http://alice:***@proxy:3128 http://***@proxy", "http://alice:***@proxy:3128 http://***@proxy"),
-])
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("http://alice:s3cret@proxy:3128/x", "http://alice:***@proxy:3128/x"),
+        ("http://:s3cret@proxy:3128", "http://:***@proxy:3128"),
+        (
+            "http://alice:p@ss@proxy:3128",
+            "http://alice:***@proxy:3128",
+        ),  # up to the LAST '@' before the host
+        ("http://alice:pa ss@proxy:3128", "http://alice:***@proxy:3128"),  # a space in the password
+        ("http://alice:pa\tss@proxy:3128", "http://alice:***@proxy:3128"),
+        (
+            "export x=http://TOKEN123@proxy:3128",
+            "export x=http://***@proxy:3128",
+        ),  # a token alone is the secret
+        ("http://alice:p%40ss%2Fw@proxy:3128", "http://alice:***@proxy:3128"),  # percent-encoded
+        ("http://alice@corp.example:s3cret@proxy:3128", "http://alice@corp.example:***@proxy:3128"),
+        (
+            "'http://u:it'\"'\"'s@proxy'",
+            "'http://u:***@proxy'",
+        ),  # shlex-quoted password with a quote
+        (
+            'Environment="HTTP_PROXY=http://u:s3cret@h:1" x',
+            'Environment="HTTP_PROXY=http://u:***@h:1" x',
+        ),
+        # idempotent
+        (
+            "http://alice:***@proxy:3128 http://***@proxy",
+            "http://alice:***@proxy:3128 http://***@proxy",
+        ),
+    ],
+)
 def test_mask_hides_every_userinfo_form(text, expected):
     assert log.mask(text) == expected
 
 
-@pytest.mark.parametrize("text", [
-    "git fetch https://host/repo.git",
-    "pip install git+https://github.com/NVIDIA/apex@0da3ffb9",   # '@' after a '/' is a ref, not userinfo
-    "pip install foo @ https://files.example/x.whl",
-    "http://proxy:3128 no secret here",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "git fetch https://host/repo.git",
+        "pip install git+https://github.com/NVIDIA/apex@0da3ffb9",  # '@' after a '/' is a ref, not userinfo
+        "pip install foo @ https://files.example/x.whl",
+        "http://proxy:3128 no secret here",
+    ],
+)
 def test_mask_leaves_text_without_userinfo_alone(text):
     assert log.mask(text) == text
 
 
 def test_mask_never_joins_two_urls_or_two_lines():
-    assert log.mask("a=https://u:s3cret@h b=http://v:p4ss@g") == "a=https://u:***@h b=http://v:***@g"
+    assert (
+        log.mask("a=https://u:s3cret@h b=http://v:p4ss@g") == "a=https://u:***@h b=http://v:***@g"
+    )
     assert log.mask("http://u:pa ss@h1 http://v:q@h2") == "http://u:***@h1 http://v:***@h2"
     # no '@' on the URL's own line: the next line is not taken for its host
     assert log.mask("http://u:pw\nmail bob@corp") == "http://u:pw\nmail bob@corp"
@@ -63,29 +87,36 @@ def test_mask_never_joins_two_urls_or_two_lines():
 
 # --- the validator ----------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("value, expected", [
-    ("http://:pw@proxy:3128", "http://:pw@proxy:3128"),
-    ("http://TOKEN@proxy:3128", "http://TOKEN@proxy:3128"),
-    ("http://alice:p%40ss%2F@proxy:3128", "http://alice:p%40ss%2F@proxy:3128"),
-    ("http://alice:a:b!$&'()*+,;=@proxy:3128", "http://alice:a:b!$&'()*+,;=@proxy:3128"),
-    ("  http://proxy:3128  ", "http://proxy:3128"),
-])
+
+@pytest.mark.parametrize(
+    "value, expected",
+    [
+        ("http://:pw@proxy:3128", "http://:pw@proxy:3128"),
+        ("http://TOKEN@proxy:3128", "http://TOKEN@proxy:3128"),
+        ("http://alice:p%40ss%2F@proxy:3128", "http://alice:p%40ss%2F@proxy:3128"),
+        ("http://alice:a:b!$&'()*+,;=@proxy:3128", "http://alice:a:b!$&'()*+,;=@proxy:3128"),
+        ("  http://proxy:3128  ", "http://proxy:3128"),
+    ],
+)
 def test_proxy_userinfo_forms_that_every_parser_reads_alike_are_kept(value, expected):
     assert urls.proxy_url(value, "--http", PROXY_SCHEMES) == expected
 
 
-@pytest.mark.parametrize("password, problem", [
-    (f"{A}/{B}", "before the '@' ends the host part early"),
-    (f"{A}#{B}", "before the '@' ends the host part early"),
-    (f"{A}?{B}", "before the '@' ends the host part early"),
-    (f"{A}@{B}", "more than one '@'"),
-    (f"{A} {B}", "whitespace"),
-    (f"{A}\n{B}", "a line break"),
-    (f"{A}\x1b{B}", "a control character"),
-    (f'{A}"{B}', "a character a URL does not allow"),
-    (f"{A}%{B}", "a character a URL does not allow"),   # '%' not followed by two hex digits
-    (f"{A}[{B}", "host"),
-])
+@pytest.mark.parametrize(
+    "password, problem",
+    [
+        (f"{A}/{B}", "before the '@' ends the host part early"),
+        (f"{A}#{B}", "before the '@' ends the host part early"),
+        (f"{A}?{B}", "before the '@' ends the host part early"),
+        (f"{A}@{B}", "more than one '@'"),
+        (f"{A} {B}", "whitespace"),
+        (f"{A}\n{B}", "a line break"),
+        (f"{A}\x1b{B}", "a control character"),
+        (f'{A}"{B}', "a character a URL does not allow"),
+        (f"{A}%{B}", "a character a URL does not allow"),  # '%' not followed by two hex digits
+        (f"{A}[{B}", "host"),
+    ],
+)
 def test_a_password_that_does_not_parse_is_refused_without_being_quoted(password, problem):
     value = f"http://alice:{password}@127.0.0.1:3128"
     with pytest.raises(ConfigError) as info:
@@ -105,7 +136,10 @@ def test_the_port_error_names_the_part_not_the_password():
             urls.proxy_url(value, "--http", PROXY_SCHEMES)
         return str(info.value)
 
-    for value in ("http://alice:Ab/Secret9@127.0.0.1:3128", "http://alice:Xy7#Secret@127.0.0.1:3128"):
+    for value in (
+        "http://alice:Ab/Secret9@127.0.0.1:3128",
+        "http://alice:Xy7#Secret@127.0.0.1:3128",
+    ):
         message = refusal(value)
         assert message.startswith("--http http://127.0.0.1: ")
         for leak in ("Ab", "Secret", "Xy7", "alice"):
@@ -114,47 +148,65 @@ def test_the_port_error_names_the_part_not_the_password():
     assert "port is not a number" in message and "12ab" not in message
 
 
-@pytest.mark.parametrize("value, problem", [
-    ("https://mirror.example/simple\n[global]\ntrusted-host = evil.example", "a line break"),
-    ("https://mirror.example/simple\r\nindex-url=x", "a line break"),
-    ("https://mirror.example/sim ple", "whitespace"),
-    ("ftp://mirror.example/simple", "scheme 'ftp'"),
-    ("https://mirror.example/simple#frag", "no #fragment"),
-    ("mirror.example/simple", "no scheme"),
-])
+@pytest.mark.parametrize(
+    "value, problem",
+    [
+        ("https://mirror.example/simple\n[global]\ntrusted-host = evil.example", "a line break"),
+        ("https://mirror.example/simple\r\nindex-url=x", "a line break"),
+        ("https://mirror.example/sim ple", "whitespace"),
+        ("ftp://mirror.example/simple", "scheme 'ftp'"),
+        ("https://mirror.example/simple#frag", "no #fragment"),
+        ("mirror.example/simple", "no scheme"),
+    ],
+)
 def test_pip_index_refusals(value, problem):
     with pytest.raises(ConfigError, match=re.escape(problem)):
         urls.index_url(value, "--pip-index")
 
 
 def test_pip_index_keeps_userinfo_and_a_query():
-    assert urls.index_url("https://u:p%40w@m.example/simple", "--pip-index") == "https://u:p%40w@m.example/simple/"
-    assert urls.index_url("https://m.example/simple?x=1", "--pip-index") == "https://m.example/simple?x=1"
+    assert (
+        urls.index_url("https://u:p%40w@m.example/simple", "--pip-index")
+        == "https://u:p%40w@m.example/simple/"
+    )
+    assert (
+        urls.index_url("https://m.example/simple?x=1", "--pip-index")
+        == "https://m.example/simple?x=1"
+    )
 
 
-@pytest.mark.parametrize("value, problem", [
-    ("https://u:pw@mirror.example", "no user name, password or token"),
-    ("https://TOKEN@mirror.example", "no user name, password or token"),
-    ("https://:pw@mirror.example", "no user name, password or token"),
-    ("https://mirror.example?token=abc", "no path, ?query or #fragment"),
-    ("https://mirror.example/#x", "no path, ?query or #fragment"),
-    ("http://10.0.0.5:5000/mirror", "no path, ?query or #fragment"),
-    ("https://mirror.example /x", "whitespace"),
-    ("https://mirror.example\n", None),   # outer whitespace is trimmed: accepted
-    ("unix:///var/run/x.sock", "scheme 'unix'"),
-    ("registry-1.docker.io", "no scheme"),
-])
+@pytest.mark.parametrize(
+    "value, problem",
+    [
+        ("https://u:pw@mirror.example", "no user name, password or token"),
+        ("https://TOKEN@mirror.example", "no user name, password or token"),
+        ("https://:pw@mirror.example", "no user name, password or token"),
+        ("https://mirror.example?token=abc", "no path, ?query or #fragment"),
+        ("https://mirror.example/#x", "no path, ?query or #fragment"),
+        ("http://10.0.0.5:5000/mirror", "no path, ?query or #fragment"),
+        ("https://mirror.example /x", "whitespace"),
+        ("https://mirror.example\n", None),  # outer whitespace is trimmed: accepted
+        ("unix:///var/run/x.sock", "scheme 'unix'"),
+        ("registry-1.docker.io", "no scheme"),
+    ],
+)
 def test_registry_mirror_forms_dockerd_refuses_are_refused(value, problem):
     if problem is None:
         assert urls.registry_mirror(value, "--registry-mirror") == "https://mirror.example"
         return
     with pytest.raises(ConfigError, match=re.escape(problem)) as info:
         urls.registry_mirror(value, "--registry-mirror")
-    assert "pw" not in str(info.value) and "TOKEN" not in str(info.value) and "abc" not in str(info.value)
+    assert (
+        "pw" not in str(info.value)
+        and "TOKEN" not in str(info.value)
+        and "abc" not in str(info.value)
+    )
 
 
 def test_registry_mirror_keeps_host_and_port():
-    assert urls.registry_mirror("http://10.0.0.5:5000/", "--registry-mirror") == "http://10.0.0.5:5000"
+    assert (
+        urls.registry_mirror("http://10.0.0.5:5000/", "--registry-mirror") == "http://10.0.0.5:5000"
+    )
     assert urls.registry_mirror("HTTPS://[::1]:5000", "--registry-mirror") == "https://[::1]:5000"
 
 
@@ -169,6 +221,7 @@ def _scan(text: str, where: str) -> None:
 
 # --- a failed read-back rolls back ---------------------------------------------------------------------------------
 
+
 def test_failed_read_back_puts_every_file_back(fsroot):
     bashrc = fsroot / "home/alice/.bashrc"
     bashrc.write_bytes(b"# mine\nexport A=1")
@@ -178,32 +231,46 @@ def test_failed_read_back_puts_every_file_back(fsroot):
     conf.write_bytes(b"[global]\ntimeout = 60\n")
     before = snapshot(fsroot)
     where = paths(fsroot)
-    settings = layers.make_settings(http="http://proxy.corp.example:3128",
-                                   pip_index="https://pypi.mirror.example/simple", environ={})
+    settings = layers.make_settings(
+        http="http://proxy.corp.example:3128",
+        pip_index="https://pypi.mirror.example/simple",
+        environ={},
+    )
     plan = layers.make_plan(settings, where, ("shell", "pip"))
 
     def another_writer():  # between our write and our read-back, something else rewrites pip.conf
         conf.write_bytes(b"[global]\nindex-url = https://elsewhere.example/simple/\n")
 
-    with pytest.raises(EnvironmentSetupError, match="read-back after writing found differences.*put back") as info:
+    with pytest.raises(
+        EnvironmentSetupError, match="read-back after writing found differences.*put back"
+    ) as info:
         layers.setup(plan, after_write=another_writer)
     assert "pip.conf: index-url" in str(info.value)
-    assert snapshot(fsroot) == before  # the files, their modes, and no backup or manifest left behind
+    assert (
+        snapshot(fsroot) == before
+    )  # the files, their modes, and no backup or manifest left behind
 
     # with nobody in the way the same plan goes through, and verify reads back what it wrote
     assert layers.setup(layers.make_plan(settings, where, ("shell", "pip"))) == 3
-    assert fsedit.ini_get(conf.read_text(), "global", "index-url") == "https://pypi.mirror.example/simple/"
+    assert (
+        fsedit.ini_get(conf.read_text(), "global", "index-url")
+        == "https://pypi.mirror.example/simple/"
+    )
     assert stat.S_IMODE(bashrc.stat().st_mode) == 0o640
 
 
 # --- image build arguments ---------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("index", [
-    f"https://alice:{A}@mirror.example/simple/",
-    f"https://:{A}@mirror.example/simple/",
-    f"https://{A}@mirror.example/simple/",
-    f"https://alice:{A}%40{B}@mirror.example/simple/",
-])
+
+@pytest.mark.parametrize(
+    "index",
+    [
+        f"https://alice:{A}@mirror.example/simple/",
+        f"https://:{A}@mirror.example/simple/",
+        f"https://{A}@mirror.example/simple/",
+        f"https://alice:{A}%40{B}@mirror.example/simple/",
+    ],
+)
 def test_image_build_refuses_any_userinfo_in_the_index_build_arg(tmp_path, index):
     environ = {"HOME": str(tmp_path), "XDG_CONFIG_HOME": str(tmp_path / "config")}
     for kwargs in ({"pip_index": index}, {}):
@@ -217,7 +284,9 @@ def test_image_build_refuses_any_userinfo_in_the_index_build_arg(tmp_path, index
 def test_image_build_index_build_arg_goes_through_the_validator(tmp_path):
     environ = {"HOME": str(tmp_path), "XDG_CONFIG_HOME": str(tmp_path / "config")}
     with pytest.raises(ConfigError, match="line break"):
-        builder.plan_image("x86_64", "debian", pip_index="https://m.example/simple\nX", environ=environ)
+        builder.plan_image(
+            "x86_64", "debian", pip_index="https://m.example/simple\nX", environ=environ
+        )
 
 
 def test_saved_settings_that_no_longer_validate_are_ignored_with_a_warning(fsroot, capsys):

@@ -32,20 +32,29 @@ def test_build_ca_cert_and_its_old_spelling(capsys):
 
 def test_matrix_target_and_parallel_with_the_old_spellings(capsys):
     p = matrixrun.parser()
-    new = p.parse_args(["--target", "a", "--target", "b", "--parallel", "3", "--slurm-interpreter", "/x/python"])
+    new = p.parse_args(
+        ["--target", "a", "--target", "b", "--parallel", "3", "--slurm-interpreter", "/x/python"]
+    )
     assert (new.only, new.jobs, new.slurm_python) == (["a", "b"], 3, "/x/python")
     assert DEPRECATED not in capsys.readouterr().err
-    old = p.parse_args(["--only", "a", "--target", "b", "--jobs", "3", "--slurm-python", "/x/python"])
+    old = p.parse_args(
+        ["--only", "a", "--target", "b", "--jobs", "3", "--slurm-python", "/x/python"]
+    )
     assert (old.only, old.jobs, old.slurm_python) == (["a", "b"], 3, "/x/python")
     assert capsys.readouterr().err.count(DEPRECATED) == 3
     assert p.parse_args([]).only == []  # the default list is not shared between parses
 
 
 def test_validate_interpreter_and_its_old_spelling(capsys):
-    args, rest = venvrun.parse(["--interpreter", "/x/python", "--device", "cpu"], "apexkit validate")
+    args, rest = venvrun.parse(
+        ["--interpreter", "/x/python", "--device", "cpu"], "apexkit validate"
+    )
     assert args.in_env == "/x/python" and rest == ["--device", "cpu"]
     args, _ = venvrun.parse(["--in-env", "/y/python"], "apexkit validate")
-    assert args.in_env == "/y/python" and "--in-env is deprecated: use --interpreter" in capsys.readouterr().err
+    assert (
+        args.in_env == "/y/python"
+        and "--in-env is deprecated: use --interpreter" in capsys.readouterr().err
+    )
 
 
 def test_pick_for_keyword_commands(capsys):
@@ -57,13 +66,19 @@ def test_pick_for_keyword_commands(capsys):
 
 
 def test_old_and_new_spelling_with_different_values_is_one_error_either_order(capsys):
-    for argv in (["--python", "/a/python", "--interpreter", "/b/python"],
-                 ["--interpreter", "/b/python", "--python", "/a/python"]):
+    for argv in (
+        ["--python", "/a/python", "--interpreter", "/b/python"],
+        ["--interpreter", "/b/python", "--python", "/a/python"],
+    ):
         with pytest.raises((ConfigError, SystemExit)):
             options.resolve("3.11", [*argv, "--dry-run"])
-    same = options.resolve("3.11", ["--python", sys.executable, "--interpreter", sys.executable, "--dry-run"])
+    same = options.resolve(
+        "3.11", ["--python", sys.executable, "--interpreter", sys.executable, "--dry-run"]
+    )
     assert same.python_path == sys.executable
     capsys.readouterr()
     p = matrixrun.parser()
     args = p.parse_args(["--only", "a", "--only", "b"])
-    assert args.only == ["a", "b"] and capsys.readouterr().err.count(DEPRECATED) == 1  # one line per option
+    assert (
+        args.only == ["a", "b"] and capsys.readouterr().err.count(DEPRECATED) == 1
+    )  # one line per option

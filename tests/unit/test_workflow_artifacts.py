@@ -21,9 +21,15 @@ def uploaded_patterns() -> list[str]:
 
 
 def test_the_build_job_uploads_every_file_of_a_dist_target():
-    written = ["apex-0.1+ascend.torch2.13.0-cp311-cp311-manylinux_2_28_x86_64.whl", "manifest.json",
-               sbom.SBOM_FILE, sbom.PROVENANCE_FILE]
+    written = [
+        "apex-0.1+ascend.torch2.13.0-cp311-cp311-manylinux_2_28_x86_64.whl",
+        "manifest.json",
+        sbom.SBOM_FILE,
+        sbom.PROVENANCE_FILE,
+    ]
     patterns = uploaded_patterns()
     for name in written:
         path = f"dist/py3.11-torch2.13.0-x86_64-master/{name}"
-        assert any(fnmatch.fnmatch(path, p) for p in patterns), f"{name} is not uploaded by the build job"
+        assert any(fnmatch.fnmatch(path, p) for p in patterns), (
+            f"{name} is not uploaded by the build job"
+        )
