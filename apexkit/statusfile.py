@@ -55,19 +55,12 @@ def read(path: Path) -> Status | None:
             return None
         raise
     try:
-        try:
-            raw = untrusted.read_regular(path.name, dir_fd, MAX_BYTES)
-        except untrusted.Untrusted:
-            if not os.path.lexists(path):
-                return None
-            raise
+        if not os.path.lexists(path):
+            return None
+        data = untrusted.read_json_object(path.name, dir_fd, MAX_BYTES)
     finally:
         os.close(dir_fd)
-    try:
-        data = json.loads(raw.decode("utf-8"))
-    except ValueError as exc:
-        raise untrusted.Untrusted(f"{untrusted.shown(path.name)} is not JSON ({exc})") from None
-    if not isinstance(data, dict) or type(data.get("exit_code")) is not int:
+    if type(data.get("exit_code")) is not int:
         raise untrusted.Untrusted(f"{untrusted.shown(path.name)} has no integer exit_code")
     for key in ("error", "target_dir"):
         if data.get(key) is not None and not isinstance(data[key], str):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import json
 import os
 import stat
 import zipfile
@@ -161,6 +162,21 @@ def read_regular(
             raise Refused(name, "os", error=exc) from exc
     if len(data) > limit:
         raise Refused(name, "size", limit=limit)
+    return data
+
+
+def read_json_object(
+    path: str | os.PathLike[str], dir_fd: int | None, limit: int, what: str | None = None
+) -> dict:
+    """The JSON object in the regular file `path` (as `read_regular` reads it): Untrusted when it is not JSON or
+    not an object. `what` names it in the message (default: the file's name)."""
+    shown_as = what or shown(os.fspath(path))
+    try:
+        data = json.loads(read_regular(path, dir_fd, limit).decode("utf-8"))
+    except ValueError as exc:
+        raise Untrusted(f"{shown_as} is not JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise Untrusted(f"{shown_as} is not a JSON object")
     return data
 
 

@@ -328,15 +328,9 @@ def read_target(dist: Path, reported: str | None) -> tuple[Path, dict]:
         )
     fd = untrusted.open_dir(dist / path.name)
     try:
-        raw = untrusted.read_regular("manifest.json", fd, distdir.MANIFEST_MAX)
+        manifest, _ = distdir.read_manifest(fd)
     finally:
         os.close(fd)
-    try:
-        manifest = json.loads(raw.decode("utf-8"))
-    except ValueError as exc:
-        raise untrusted.Untrusted(f"{path.name}/manifest.json, which is not JSON ({exc})") from None
-    if not isinstance(manifest, dict):
-        raise untrusted.Untrusted(f"{path.name}/manifest.json, which is not an object")
     return dist / path.name, manifest
 
 
@@ -560,15 +554,8 @@ def collect(
     finally:
         os.close(stage_fd)
     try:
-        try:
-            manifest = json.loads(
-                untrusted.read_regular("manifest.json", target_fd, distdir.MANIFEST_MAX).decode()
-            )
-        except ValueError as exc:
-            raise untrusted.Untrusted(f"manifest.json is not JSON ({exc})") from None
-        wheel = manifest.get("wheel") if isinstance(manifest, dict) else None
-        if not isinstance(wheel, dict) or not isinstance(wheel.get("sha256"), str):
-            raise untrusted.Untrusted("manifest.json has no wheel.file and wheel.sha256")
+        manifest, name = distdir.read_manifest(target_fd)
+        wheel = manifest["wheel"]
         identity = (
             manifest.get("target", {}).get("identity")
             if isinstance(manifest.get("target"), dict)
@@ -576,7 +563,6 @@ def collect(
         )
         if identity is not None and not isinstance(identity, dict):
             raise untrusted.Untrusted("manifest.json target.identity is not an object")
-        name = untrusted.wheel_name(wheel.get("file"))
         src = untrusted.open_regular(name, target_fd)
     finally:
         os.close(target_fd)

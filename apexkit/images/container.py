@@ -470,22 +470,6 @@ def _clear_workspace_dist(workspace: Path) -> None:
         shutil.rmtree(where, ignore_errors=True)
 
 
-def _read_manifest(target_fd: int) -> dict:
-    data = untrusted.read_regular("manifest.json", target_fd, distdir.MANIFEST_MAX)
-    try:
-        manifest = json.loads(data.decode("utf-8"))
-    except ValueError as exc:
-        raise _Untrusted(f"manifest.json is not JSON ({exc})") from exc
-    wheel = manifest.get("wheel") if isinstance(manifest, dict) else None
-    if (
-        not isinstance(wheel, dict)
-        or not isinstance(wheel.get("file"), str)
-        or not isinstance(wheel.get("sha256"), str)
-    ):
-        raise _Untrusted("manifest.json has no wheel.file and wheel.sha256")
-    return manifest
-
-
 def _publish(
     produced: Path,
     dist_dir: Path,
@@ -515,8 +499,7 @@ def _publish(
         finally:
             os.close(dist_fd)
         try:
-            manifest = _read_manifest(target_fd)
-            name = untrusted.wheel_name(manifest["wheel"]["file"])
+            manifest, name = distdir.read_manifest(target_fd)
             src = untrusted.open_regular(name, target_fd)
         finally:
             os.close(target_fd)

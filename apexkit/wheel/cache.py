@@ -71,13 +71,8 @@ class WheelCache:
             fd = untrusted.open_dir(entry)
             try:
                 _ours(os.fstat(fd), "the entry")
-                manifest = json.loads(
-                    untrusted.read_regular("manifest.json", fd, distdir.MANIFEST_MAX)
-                )
-                wheel = manifest.get("wheel") if isinstance(manifest, dict) else None
-                if not isinstance(wheel, dict) or not isinstance(wheel.get("sha256"), str):
-                    raise untrusted.Untrusted("manifest.json has no wheel.file and wheel.sha256")
-                name = untrusted.wheel_name(wheel.get("file"))
+                manifest, name = distdir.read_manifest(fd)
+                wheel = manifest["wheel"]
                 documents = _cached_documents(manifest, fd)
                 src = untrusted.open_regular(name, fd)
             finally:

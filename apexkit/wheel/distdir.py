@@ -21,6 +21,17 @@ from apexkit.wheel import sbom
 MANIFEST_MAX = 16 << 20  # bytes; ours are a few KiB
 
 
+def read_manifest(target_fd: int) -> tuple[dict, str]:
+    """manifest.json of a dist/<target>/ another party wrote (a container, a Slurm job, a shared cache entry), opened
+    in `target_fd` without following links, capped: (the manifest, its wheel's plain file name). Untrusted when it
+    is not a JSON object recording wheel.file and wheel.sha256."""
+    manifest = untrusted.read_json_object("manifest.json", target_fd, MANIFEST_MAX)
+    wheel = manifest.get("wheel")
+    if not isinstance(wheel, dict) or not isinstance(wheel.get("sha256"), str):
+        raise untrusted.Untrusted("manifest.json has no wheel.file and wheel.sha256")
+    return manifest, untrusted.wheel_name(wheel.get("file"))
+
+
 def _recorded_identity(target: Path) -> dict | None:
     """target.identity of dist/<target>/manifest.json ({} for a manifest from before identities); None when the
     folder is not one apexkit wrote (a symlink, no readable manifest)."""

@@ -54,7 +54,7 @@ def test_no_status_is_none_and_a_bad_one_is_refused(tmp_path):
         statusfile.read(path)
     path.unlink()
     for text, says in [
-        ("[1]", "no integer exit_code"),
+        ("[1]", "not a JSON object"),
         ('{"exit_code": "0"}', "no integer exit_code"),
         ('{"exit_code": true}', "no integer exit_code"),
         ("{", "not JSON"),
@@ -80,8 +80,11 @@ def test_the_matrix_runner_takes_only_a_target_directly_in_dist(tmp_path):
     dist = tmp_path / "dist"
     good = dist / "py3.11-torch2.13.0-x86_64-master+skip-rpath-link-flag"
     good.mkdir(parents=True)
-    (good / "manifest.json").write_text(json.dumps({"wheel": {"file": "apex.whl"}}))
-    assert matrixrun.read_target(dist, str(good)) == (good, {"wheel": {"file": "apex.whl"}})
+    recorded = {
+        "wheel": {"file": "apex-0.1+ascend-cp311-cp311-linux_x86_64.whl", "sha256": "0" * 64}
+    }
+    (good / "manifest.json").write_text(json.dumps(recorded))
+    assert matrixrun.read_target(dist, str(good)) == (good, recorded)
     outside = tmp_path / "py3.11-torch2.13.0-x86_64-master"
     outside.mkdir()
     (outside / "manifest.json").write_text("{}")
