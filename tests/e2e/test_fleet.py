@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+import fakes
 import pytest
 from conftest import ROOT, output
 
@@ -30,28 +31,11 @@ def invoke(*args: str, env: dict | None = None, timeout: int = 300) -> subproces
     )
 
 
-def fake_index(root: Path, *targets: tuple[str, str]) -> Path:
-    """An index.json as `invoke publish` writes it (the wheels are not needed to plan or dry-run)."""
-    root.mkdir(parents=True, exist_ok=True)
-    files = [
-        {
-            "project": "apex",
-            "filename": f"apex-0.1+ascend-cp{t[2:6].replace('.', '')}-x.whl",
-            "sha256": "0" * 64,
-            "target": t,
-            "torch": torch,
-        }
-        for t, torch in targets
-    ]
-    (root / "index.json").write_text(json.dumps({"format": "apexkit-index/1", "files": files}))
-    return root
-
-
 # --- pure: plan and batch script ------------------------------------------------------------------------------------
 
 
 def test_dry_run_prints_the_batch_script_for_a_16_node_ascend_partition(tmp_path):
-    index = fake_index(tmp_path / "index", (STACK_TARGET, "2.7.1"), (TARGET, "2.13.0"))
+    index = fakes.fake_index(tmp_path / "index", (STACK_TARGET, "2.7.1"), (TARGET, "2.13.0"))
     results = tmp_path / "results"
     proc = invoke(
         "fleet.submit",
@@ -107,7 +91,7 @@ def test_an_index_without_index_json_is_refused(tmp_path):
 
 
 def test_no_slurm_on_path_is_one_line_with_the_check(tmp_path):
-    index = fake_index(tmp_path / "index", (TARGET, "2.13.0"))
+    index = fakes.fake_index(tmp_path / "index", (TARGET, "2.13.0"))
     env = dict(os.environ, PATH=str(Path(sys.executable).parent) + ":/nonexistent")
     proc = invoke(
         "fleet.submit",
@@ -325,7 +309,7 @@ def test_controller_down_is_one_line(cluster, tmp_path):
         )
         + "\nMessageTimeout=2\n"
     )
-    index = fake_index(tmp_path / "index", (TARGET, "2.13.0"))
+    index = fakes.fake_index(tmp_path / "index", (TARGET, "2.13.0"))
     env = dict(cluster.env, SLURM_CONF=str(conf))
     proc = invoke(
         "fleet.submit",

@@ -20,32 +20,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import fakes
 import pytest
 from conftest import ROOT
 from proxyroot import PROXY, invoke
 
 from .test_proxy_files import one_line_error, setup_ok, tree
 
-NOBODY = 65534
 STATE = "home/alice/.config/apexkit"
 AUTHS = {"auths": {"registry.corp": {"auth": "cm9vdDpzM2NyZXQ="}}}
-
-needs_root = pytest.mark.skipif(
-    os.geteuid() != 0, reason="needs root: the home belongs to another uid (chown)"
-)
-
-
-def users_home(root: Path) -> Path:
-    """The sudo -E case: root runs with HOME=/home/alice, a home that belongs to uid 65534."""
-    home = root / "home/alice"
-    os.chown(home, NOBODY, NOBODY)
-    return home
-
-
-def users_link(link: Path, target: str) -> None:
-    """A symbolic link made by the user (uid 65534), as `ln -s` in their own home would."""
-    link.symlink_to(target)
-    os.lchown(link, NOBODY, NOBODY)
 
 
 def roots_docker_config(root: Path) -> Path:
@@ -60,11 +43,11 @@ def roots_docker_config(root: Path) -> Path:
 # --- 1: a user's folder link into root's files ------------------------------------------------------------------------
 
 
-@needs_root
+@fakes.needs_root
 def test_root_does_not_follow_a_users_folder_link_into_roots_docker_config(fsroot):
-    home = users_home(fsroot)
+    home = fakes.users_home(fsroot)
     config = roots_docker_config(fsroot)
-    users_link(home / ".docker", "../../root/.docker")
+    fakes.users_link(home / ".docker", "../../root/.docker")
     before = tree(fsroot)
     for args in (
         ["proxy.setup", "--http", "http://a:b@p.corp:3128", "--layers", "shell,container"],
@@ -73,7 +56,7 @@ def test_root_does_not_follow_a_users_folder_link_into_roots_docker_config(fsroo
         text = one_line_error(invoke(*args, "--root", str(fsroot)), 6)
         assert "/home/alice/.docker/config.json lies under" in text and "a symbolic link of" in text
         assert (
-            f"uid {NOBODY}" in text
+            f"uid {fakes.NOBODY}" in text
             and "root does not follow it" in text
             and "nothing was changed" in text
         )
@@ -85,24 +68,24 @@ def test_root_does_not_follow_a_users_folder_link_into_roots_docker_config(fsroo
     mine = home / "dotfiles/docker"
     mine.mkdir(parents=True)
     for folder in (home / "dotfiles", mine):
-        os.chown(folder, NOBODY, NOBODY)
+        os.chown(folder, fakes.NOBODY, fakes.NOBODY)
     (home / ".docker").unlink()
-    users_link(home / ".docker", "dotfiles/docker")
+    fakes.users_link(home / ".docker", "dotfiles/docker")
     before = tree(fsroot)
     setup_ok(fsroot, "--http", PROXY, "--layers", "container")
-    assert os.lstat(mine / "config.json").st_uid == NOBODY
-    assert os.lstat(fsroot / STATE).st_uid == NOBODY
+    assert os.lstat(mine / "config.json").st_uid == fakes.NOBODY
+    assert os.lstat(fsroot / STATE).st_uid == fakes.NOBODY
     assert invoke("proxy.remove", "--root", str(fsroot)).returncode == 0
     assert tree(fsroot) == before
 
 
-@needs_root
+@fakes.needs_root
 def test_root_does_not_follow_a_users_config_link_nor_give_roots_state_away(fsroot):
-    home = users_home(fsroot)
+    home = fakes.users_home(fsroot)
     roots_state = fsroot / "root/.config/apexkit"
     roots_state.mkdir(parents=True)
     roots_state.chmod(0o700)
-    users_link(home / ".config", "../../root/.config")
+    fakes.users_link(home / ".config", "../../root/.config")
     before = tree(fsroot)
     for args in (
         ["proxy.setup", "--pip-index", "https://mirror.corp/simple", "--layers", "pip"],

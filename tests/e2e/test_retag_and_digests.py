@@ -4,7 +4,6 @@ reproducible, RECORD consistent), and every install records the sha256 of the wh
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import json
 import sys
@@ -12,39 +11,14 @@ import zipfile
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
+import fakes
 import pytest
 
 from apexkit.wheel import venvs, wheelcheck
 
-LINUX = "apex-0.1+ascend.torch2.13.0-cp311-cp311-linux_x86_64.whl"
-INFO = "apex-0.1+ascend.torch2.13.0.dist-info"
-
 
 def sha(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def _row(name: str, data: bytes) -> str:
-    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-    return f"{name},sha256={digest},{len(data)}\n"
-
-
-def make_wheel(folder: Path, name: str = LINUX, tag: str = "cp311-cp311-linux_x86_64") -> Path:
-    members = {
-        "apex_C.cpython-311-x86_64-linux-gnu.so": b"\x7fELF module",
-        "apex/__init__.py": b"",
-        f"{INFO}/METADATA": b"Metadata-Version: 2.1\nName: apex\nVersion: 0.1+ascend.torch2.13.0\n\n",
-        f"{INFO}/WHEEL": f"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: false\nTag: {tag}\n\n".encode(),
-    }
-    path = folder / name
-    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
-        for member, data in members.items():
-            zf.writestr(zipfile.ZipInfo(member, date_time=(2020, 8, 14, 0, 0, 0)), data)
-        zf.writestr(
-            zipfile.ZipInfo(f"{INFO}/RECORD", date_time=(2020, 8, 14, 0, 0, 0)),
-            "".join(_row(m, d) for m, d in members.items()) + f"{INFO}/RECORD,,\n",
-        )
-    return path
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +36,9 @@ def test_retag_names_the_wheel_after_the_computed_tag_reproducibly(tool_venv, tm
         folder = tmp_path / name
         folder.mkdir()
         platform = {"computed": True, "tag": "manylinux_2_24_x86_64"}
-        new = wheelcheck.retag(make_wheel(folder), platform, "x86_64", tool_venv.python, 1597363200)
+        new = wheelcheck.retag(
+            fakes.make_wheel(folder), platform, "x86_64", tool_venv.python, 1597363200
+        )
         assert new.name == "apex-0.1+ascend.torch2.13.0-cp311-cp311-manylinux_2_24_x86_64.whl"
         assert sorted(p.name for p in folder.iterdir()) == [new.name]  # the linux_ file is gone
         assert (
@@ -72,15 +48,15 @@ def test_retag_names_the_wheel_after_the_computed_tag_reproducibly(tool_venv, tm
         outs.append(new)
     assert sha(outs[0]) == sha(outs[1])  # same input, same bytes
     assert wheelcheck.wheel_problems(outs[0]) == []  # WHEEL Tag = the name, every RECORD row right
-    with zipfile.ZipFile(outs[0]) as zf, zipfile.ZipFile(make_wheel(tmp_path)) as old:
-        assert "Tag: cp311-cp311-manylinux_2_24_x86_64" in zf.read(f"{INFO}/WHEEL").decode()
+    with zipfile.ZipFile(outs[0]) as zf, zipfile.ZipFile(fakes.make_wheel(tmp_path)) as old:
+        assert "Tag: cp311-cp311-manylinux_2_24_x86_64" in zf.read(f"{fakes.INFO}/WHEEL").decode()
         assert [(i.filename, i.date_time) for i in zf.infolist()] == [
             (i.filename, i.date_time) for i in old.infolist()
         ]
 
 
 def test_retag_keeps_linux_when_no_tag_was_computed_and_refuses_another_arch(tool_venv, tmp_path):
-    wheel = make_wheel(tmp_path)
+    wheel = fakes.make_wheel(tmp_path)
     platform = {"computed": False, "why": "auditwheel is not installed"}
     assert wheelcheck.retag(wheel, platform, "x86_64", tool_venv.python, 0) == wheel
     assert (

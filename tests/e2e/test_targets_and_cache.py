@@ -8,8 +8,8 @@ import hashlib
 import json
 import subprocess
 import zipfile
-from pathlib import Path
 
+import fakes
 import wheelnames
 from conftest import output
 
@@ -17,18 +17,10 @@ BASE = "py3.11-torch2.13.0-x86_64-master"
 WHEEL = wheelnames.fixture_wheel()  # manylinux_2_24 where auditwheel computes it
 
 
-def _target(dist: Path, name: str, identity: dict | None) -> Path:
-    folder = dist / name
-    folder.mkdir(parents=True)
-    target = {"target_id": name} if identity is None else {"target_id": name, "identity": identity}
-    (folder / "manifest.json").write_text(json.dumps({"target": target}))
-    return folder
-
-
 def test_a_second_local_checkout_does_not_replace_the_first_without_force(runner, repos, tmp_path):
     first, second = tmp_path / "a" / "apex", tmp_path / "b" / "apex"
     target = runner.dist / "py3.11-torch2.13.0-x86_64-local"
-    _target(runner.dist, target.name, {"apex_src": str(first)})
+    fakes.target_dir(runner.dist, target.name, {"apex_src": str(first)})
     (target / WHEEL).write_bytes(b"the first checkout's wheel")
     subprocess.run(["git", "clone", "-q", str(repos.ascend_path), str(second)], check=True)
     proc = runner.cli("3.11", "--apex-src", str(second))

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 import shutil
-from pathlib import Path
 
+import fakes
 import pytest
 
 from apexkit.errors import ApexkitError
@@ -16,25 +16,8 @@ TARGET = "py3.11-torch2.13.0-x86_64-master"
 STACK_TARGET = "py3.10-torch2.7.1-aarch64-master+npu2.7.1.post2"
 
 
-def fake_index(root: Path, *targets: tuple[str, str]) -> Path:
-    """An index.json as `invoke publish` writes it (the wheels are not needed to plan or dry-run)."""
-    root.mkdir(parents=True, exist_ok=True)
-    files = [
-        {
-            "project": "apex",
-            "filename": f"apex-0.1+ascend-cp{t[2:6].replace('.', '')}-x.whl",
-            "sha256": "0" * 64,
-            "target": t,
-            "torch": torch,
-        }
-        for t, torch in targets
-    ]
-    (root / "index.json").write_text(json.dumps({"format": "apexkit-index/1", "files": files}))
-    return root
-
-
 def test_plan_reads_the_stack_build_and_its_torch_npu(tmp_path):
-    index = fake_index(tmp_path / "index", (STACK_TARGET, "2.7.1"), (TARGET, "2.13.0"))
+    index = fakes.fake_index(tmp_path / "index", (STACK_TARGET, "2.7.1"), (TARGET, "2.13.0"))
     plan = validate.make_plan(
         results=str(tmp_path / "r"),
         index=str(index) + "/simple/",
@@ -66,7 +49,7 @@ def test_plan_reads_the_stack_build_and_its_torch_npu(tmp_path):
     ],
 )
 def test_bad_options_are_refused_in_one_line(tmp_path, kwargs, message):
-    index = fake_index(tmp_path / "index", (STACK_TARGET, "2.7.1"), (TARGET, "2.13.0"))
+    index = fakes.fake_index(tmp_path / "index", (STACK_TARGET, "2.7.1"), (TARGET, "2.13.0"))
     options = {
         "results": str(tmp_path / "r"),
         "index": str(index),

@@ -4,8 +4,8 @@ daemon mode, and where a path in a home leads. The `invoke proxy.*` command line
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
+import fakes
 import pytest
 
 from apexkit.proxy import layers
@@ -82,34 +82,14 @@ def test_daemon_mode_follows_the_engine_version():
         layers.resolve_daemon_mode("daemon-json", (20, 10))
 
 
-NOBODY = 65534
-
-needs_root = pytest.mark.skipif(
-    os.geteuid() != 0, reason="needs root: the home belongs to another uid (chown)"
-)
-
-
-def users_home(root: Path) -> Path:
-    """The sudo -E case: root runs with HOME=/home/alice, a home that belongs to uid 65534."""
-    home = root / "home/alice"
-    os.chown(home, NOBODY, NOBODY)
-    return home
-
-
-def users_link(link: Path, target: str) -> None:
-    """A symbolic link made by the user (uid 65534), as `ln -s` in their own home would."""
-    link.symlink_to(target)
-    os.lchown(link, NOBODY, NOBODY)
-
-
-@needs_root
+@fakes.needs_root
 def test_in_home_takes_out_dotdot_and_follows_links(fsroot):
-    home = users_home(fsroot)
+    home = fakes.users_home(fsroot)
     (fsroot / "etc/docker").mkdir(parents=True)
     (home / "dotfiles").mkdir()
-    os.chown(home / "dotfiles", NOBODY, NOBODY)
+    os.chown(home / "dotfiles", fakes.NOBODY, fakes.NOBODY)
     (home / ".docker").symlink_to("../../etc/docker")  # root's own link out of the home
-    users_link(home / ".dots", "dotfiles")
+    fakes.users_link(home / ".dots", "dotfiles")
     paths = layers.Paths(root=fsroot, environ={"HOME": "/home/alice"})
     assert not paths.in_home("/home/alice/../../root/.docker/config.json")
     assert not paths.in_home("/home/alice/.docker/config.json")  # really /etc/docker: stays root's

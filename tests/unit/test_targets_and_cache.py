@@ -11,6 +11,7 @@ import os
 import zipfile
 from pathlib import Path
 
+import fakes
 import pytest
 import wheelnames
 
@@ -64,16 +65,8 @@ def test_every_non_default_input_has_its_own_target_id():
     assert combined == f"{BASE}+npu2.13.0+skip-cxx11-abi"
 
 
-def _target(dist: Path, name: str, identity: dict | None) -> Path:
-    folder = dist / name
-    folder.mkdir(parents=True)
-    target = {"target_id": name} if identity is None else {"target_id": name, "identity": identity}
-    (folder / "manifest.json").write_text(json.dumps({"target": target}))
-    return folder
-
-
 def test_check_overwrite_refuses_other_inputs_and_says_which(tmp_path):
-    _target(tmp_path, "py3.11-torch2.13.0-x86_64-local", {"apex_src": "/home/a/apex"})
+    fakes.target_dir(tmp_path, "py3.11-torch2.13.0-x86_64-local", {"apex_src": "/home/a/apex"})
     with pytest.raises(ConfigError) as exc:
         distdir.check_overwrite(
             tmp_path, "py3.11-torch2.13.0-x86_64-local", {"apex_src": "/home/b/apex"}, force=False
@@ -90,7 +83,7 @@ def test_check_overwrite_refuses_other_inputs_and_says_which(tmp_path):
         tmp_path, "py3.11-torch2.13.0-x86_64-local", {"apex_src": "/home/b/apex"}, force=True
     )
     # a manifest from before identities is a default build; a missing target is free
-    _target(tmp_path, BASE, None)
+    fakes.target_dir(tmp_path, BASE, None)
     distdir.check_overwrite(tmp_path, BASE, {}, force=False)
     distdir.check_overwrite(
         tmp_path, "py3.11-torch2.1.0-x86_64-master", {"torch_npu": "2.1.0.post10"}, force=False
@@ -99,7 +92,7 @@ def test_check_overwrite_refuses_other_inputs_and_says_which(tmp_path):
 
 def test_check_overwrite_refuses_a_folder_apexkit_did_not_write(tmp_path):
     elsewhere = tmp_path / "elsewhere"
-    _target(tmp_path, "real", {})
+    fakes.target_dir(tmp_path, "real", {})
     (tmp_path / "dist").mkdir()
     (tmp_path / "dist" / BASE).symlink_to(tmp_path / "real", target_is_directory=True)
     with pytest.raises(ConfigError, match="is not a target apexkit wrote"):

@@ -4,11 +4,9 @@ tests/e2e/test_wheelcheck.py."""
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import zipfile
-from pathlib import Path
 
+import fakes
 import fixture_repos
 import pytest
 from conftest import ROOT
@@ -86,42 +84,15 @@ def test_cpu_tier_junit_records_each_status(tmp_path):
     assert cases["c"].find("skipped").get("message") == "needs torch_npu" and len(cases["a"]) == 0
 
 
-LINUX = "apex-0.1+ascend.torch2.13.0-cp311-cp311-linux_x86_64.whl"
-INFO = "apex-0.1+ascend.torch2.13.0.dist-info"
-
-
-def _row(name: str, data: bytes) -> str:
-    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-    return f"{name},sha256={digest},{len(data)}\n"
-
-
-def make_wheel(folder: Path, name: str = LINUX, tag: str = "cp311-cp311-linux_x86_64") -> Path:
-    members = {
-        "apex_C.cpython-311-x86_64-linux-gnu.so": b"\x7fELF module",
-        "apex/__init__.py": b"",
-        f"{INFO}/METADATA": b"Metadata-Version: 2.1\nName: apex\nVersion: 0.1+ascend.torch2.13.0\n\n",
-        f"{INFO}/WHEEL": f"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: false\nTag: {tag}\n\n".encode(),
-    }
-    path = folder / name
-    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
-        for member, data in members.items():
-            zf.writestr(zipfile.ZipInfo(member, date_time=(2020, 8, 14, 0, 0, 0)), data)
-        zf.writestr(
-            zipfile.ZipInfo(f"{INFO}/RECORD", date_time=(2020, 8, 14, 0, 0, 0)),
-            "".join(_row(m, d) for m, d in members.items()) + f"{INFO}/RECORD,,\n",
-        )
-    return path
-
-
 def test_a_renamed_or_tampered_wheel_disagrees_with_itself(tmp_path):
-    renamed = make_wheel(
+    renamed = fakes.make_wheel(
         tmp_path, "apex-0.1+ascend.torch2.13.0-cp311-cp311-manylinux_2_17_x86_64.whl"
     )
     assert any(
         "WHEEL says Tag cp311-cp311-linux_x86_64" in p for p in wheelcheck.wheel_problems(renamed)
     )
-    good = make_wheel(tmp_path)
-    tampered = tmp_path / "t" / LINUX
+    good = fakes.make_wheel(tmp_path)
+    tampered = tmp_path / "t" / fakes.LINUX
     tampered.parent.mkdir()
     with zipfile.ZipFile(good) as src, zipfile.ZipFile(tampered, "w") as dst:
         for info in src.infolist():

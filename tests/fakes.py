@@ -1,0 +1,85 @@
+"""Test doubles several test files share (tests/unit and tests/e2e alike): a small fixture wheel with a RECORD, an
+index.json as `invoke publish` writes it, a dist/<target>/ with only its manifest, and a user's home and links owned
+by another uid (the sudo -E case)."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import zipfile
+from pathlib import Path
+
+import pytest
+
+LINUX = "apex-0.1+ascend.torch2.13.0-cp311-cp311-linux_x86_64.whl"
+INFO = "apex-0.1+ascend.torch2.13.0.dist-info"
+
+
+def _row(name: str, data: bytes) -> str:
+    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    return f"{name},sha256={digest},{len(data)}\n"
+
+
+def make_wheel(folder: Path, name: str = LINUX, tag: str = "cp311-cp311-linux_x86_64") -> Path:
+    members = {
+        "apex_C.cpython-311-x86_64-linux-gnu.so": b"\x7fELF module",
+        "apex/__init__.py": b"",
+        f"{INFO}/METADATA": b"Metadata-Version: 2.1\nName: apex\nVersion: 0.1+ascend.torch2.13.0\n\n",
+        f"{INFO}/WHEEL": f"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: false\nTag: {tag}\n\n".encode(),
+    }
+    path = folder / name
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+        for member, data in members.items():
+            zf.writestr(zipfile.ZipInfo(member, date_time=(2020, 8, 14, 0, 0, 0)), data)
+        zf.writestr(
+            zipfile.ZipInfo(f"{INFO}/RECORD", date_time=(2020, 8, 14, 0, 0, 0)),
+            "".join(_row(m, d) for m, d in members.items()) + f"{INFO}/RECORD,,\n",
+        )
+    return path
+
+
+def fake_index(root: Path, *targets: tuple[str, str]) -> Path:
+    """An index.json as `invoke publish` writes it (the wheels are not needed to plan or dry-run)."""
+    root.mkdir(parents=True, exist_ok=True)
+    files = [
+        {
+            "project": "apex",
+            "filename": f"apex-0.1+ascend-cp{t[2:6].replace('.', '')}-x.whl",
+            "sha256": "0" * 64,
+            "target": t,
+            "torch": torch,
+        }
+        for t, torch in targets
+    ]
+    (root / "index.json").write_text(json.dumps({"format": "apexkit-index/1", "files": files}))
+    return root
+
+
+def target_dir(dist: Path, name: str, identity: dict | None) -> Path:
+    folder = dist / name
+    folder.mkdir(parents=True)
+    target = {"target_id": name} if identity is None else {"target_id": name, "identity": identity}
+    (folder / "manifest.json").write_text(json.dumps({"target": target}))
+    return folder
+
+
+NOBODY = 65534
+
+needs_root = pytest.mark.skipif(
+    os.geteuid() != 0, reason="needs root: the home belongs to another uid (chown)"
+)
+
+
+def users_home(root: Path) -> Path:
+    """The sudo -E case: root runs with HOME=/home/alice, a home that belongs to uid 65534."""
+    home = root / "home/alice"
+    os.chown(home, NOBODY, NOBODY)
+    return home
+
+
+def users_link(link: Path, target: str) -> None:
+    """A symbolic link made by the user (uid 65534), as `ln -s` in their own home would."""
+    link.symlink_to(target)
+    os.lchown(link, NOBODY, NOBODY)
