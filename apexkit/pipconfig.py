@@ -17,6 +17,7 @@ import os
 import re
 import subprocess
 import sys
+import typing
 from collections.abc import Iterator, Mapping
 
 COMMAND = "install"  # the pip command whose view apexkit takes: it installs (uv) and reads the index as install does
@@ -28,7 +29,7 @@ _LINE = re.compile(
 )
 
 
-class PipConfig(Mapping[str, str]):
+class PipConfig(typing.Mapping[str, str]):  # collections.abc.Mapping[...] needs Python 3.9
     """option name (as in pip.conf: index-url, extra-index-url, cert, ...) -> the value pip would use."""
 
     def __init__(self, values: Mapping[str, str] | None = None) -> None:
