@@ -26,6 +26,7 @@ def record_status(code: int, error: str | None = None, result: object = None) ->
 
 def run_in_session(session, func: Callable[[], T]) -> T | None:
     """Call `func` inside a nox session: an ApexkitError aborts the session with its one line, no traceback."""
+    statusfile.clear()
     try:
         result = func()
     except ApexkitError as exc:
@@ -47,6 +48,7 @@ def run_task(func: Callable[[], object]) -> None:
     is the exit code (invoke.Exit either way)."""
     from invoke import Exit
 
+    statusfile.clear()
     try:
         code = func()
     except ApexkitError as exc:
@@ -61,6 +63,7 @@ def run_task(func: Callable[[], object]) -> None:
 def exit_code(func: Callable[[], object]) -> int:
     """Call `func` from a plain command line: its int result is the exit code (anything else: 0), an ApexkitError is
     one `error:` line and its exit code, Ctrl-C is 130."""
+    statusfile.clear()
     try:
         result = func()
     except ApexkitError as exc:

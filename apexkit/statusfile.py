@@ -7,6 +7,7 @@ written it): a regular file, no link followed, at most 64 KiB, a JSON object who
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Mapping
@@ -43,6 +44,17 @@ def write(
         fsedit.atomic_write(Path(path), (json.dumps(data) + "\n").encode(), 0o644)
     except OSError as exc:
         log.warn(f"cannot write {VARIABLE} {path}: {exc.strerror or exc}")
+
+
+def clear(environ: Mapping[str, str] = os.environ) -> None:
+    """Remove what an earlier command left at $APEXKIT_STATUS_FILE, as a command starts: one that then ends without
+    recording (Ctrl-C in a nox session, a traceback, SIGKILL) leaves no status rather than an old one to be taken
+    for its own."""
+    path = environ.get(VARIABLE)
+    if path:
+        # missing, or not ours to remove: write() says so at the end
+        with contextlib.suppress(OSError):
+            os.unlink(path)
 
 
 def read(path: Path) -> Status | None:

@@ -97,3 +97,47 @@ def test_the_matrix_runner_takes_only_a_target_directly_in_dist(tmp_path):
     linked.symlink_to(outside)
     with pytest.raises(untrusted.Untrusted, match="not a directory"):
         matrixrun.read_target(dist, str(linked))
+
+
+def test_a_status_left_by_an_earlier_command_is_gone_when_this_one_dies_without_one(
+    tmp_path, monkeypatch
+):
+    """CI reads $APEXKIT_STATUS_FILE after the command: a command that ends without recording (Ctrl-C inside a nox
+    session, a bug's traceback, SIGKILL) must not leave the previous command's {"exit_code": 0, "target_dir": …}
+    there to be taken for its own."""
+    path = tmp_path / "status.json"
+    monkeypatch.setenv(statusfile.VARIABLE, str(path))
+    old = tmp_path / "dist" / "py3.11-torch2.13.0-x86_64-master"
+    old.mkdir(parents=True)
+
+    class Session:
+        def error(self, message):
+            raise SystemExit(1)
+
+    def interrupted():
+        raise KeyboardInterrupt
+
+    def crashed():
+        raise RuntimeError("a bug")
+
+    for run, func, raised in [
+        (lambda f: exits.run_in_session(Session(), f), interrupted, KeyboardInterrupt),
+        (lambda f: exits.run_in_session(Session(), f), crashed, RuntimeError),
+        (exits.exit_code, crashed, RuntimeError),
+        (exits.run_task, crashed, RuntimeError),
+    ]:
+        statusfile.write(0, None, old)  # the earlier, successful command
+        with pytest.raises(raised):
+            run(func)
+        assert statusfile.read(path) is None, run
+
+
+def test_a_usage_error_of_the_apexkit_command_is_recorded_too(tmp_path, monkeypatch, capsys):
+    from apexkit import cli
+
+    path = tmp_path / "status.json"
+    monkeypatch.setenv(statusfile.VARIABLE, str(path))
+    for argv in ([], ["build"], ["build", "--torch"], ["no-such-command"]):
+        statusfile.write(0)  # an earlier command's
+        assert cli.main(argv) == 2
+        assert statusfile.read(path) == statusfile.Status(2, "invalid arguments"), argv
