@@ -84,6 +84,8 @@ def read(path: Path) -> Status | None:
     for key in ("error", "target_dir"):
         if data.get(key) is not None and not isinstance(data[key], str):
             raise untrusted.Untrusted(f"{untrusted.shown(path.name)}: {key} is not a string")
+    if "\0" in (data.get("target_dir") or ""):  # no path holds one; os calls raise ValueError on it
+        raise untrusted.Untrusted(f"{untrusted.shown(path.name)}: target_dir holds a NUL")
     error = data.get("error")
     return Status(
         data["exit_code"], log.sanitise(error)[:1000] if error else None, data.get("target_dir")

@@ -338,7 +338,15 @@ def read_target(dist: Path, reported: str | None) -> tuple[Path, dict]:
     if not reported:
         raise untrusted.Untrusted("no dist/<target>/ in its status file")
     path = Path(reported)
-    if path.parent.resolve() != dist.resolve() or not TARGET_NAME.fullmatch(path.name):
+    try:
+        parent = path.parent.resolve()
+    except (
+        OSError,
+        RuntimeError,
+        ValueError,
+    ):  # a link loop, a NUL: not a directory of ours either way
+        parent = None
+    if parent != dist.resolve() or not TARGET_NAME.fullmatch(path.name):
         raise untrusted.Untrusted(
             f"{untrusted.shown(reported)}, which is not a target directly in {dist}"
         )

@@ -60,6 +60,7 @@ def test_no_status_is_none_and_a_bad_one_is_refused(tmp_path):
         ("{", "not JSON"),
         ('{"exit_code": 0, "target_dir": ["/etc"]}', "target_dir is not a string"),
         ('{"exit_code": 1, "error": {"a": 1}}', "error is not a string"),
+        ('{"exit_code": 0, "target_dir": "/tmp\\u0000x/py3.11-torch2.13.0-x86_64-master"}', "NUL"),
         (" " * (statusfile.MAX_BYTES + 1), "larger than"),
     ]:
         path.write_text(text)
@@ -82,6 +83,9 @@ def test_the_matrix_runner_takes_only_a_target_directly_in_dist(tmp_path):
     good.mkdir(parents=True)
     (good / "manifest.json").write_text(json.dumps({"wheel": {"file": "apex.whl"}}))
     assert matrixrun.read_target(dist, str(good)) == (good, {"wheel": {"file": "apex.whl"}})
+    (tmp_path / "loop").symlink_to(
+        tmp_path / "loop"
+    )  # resolve() raises RuntimeError (3.8-3.12) or OSError
     outside = tmp_path / "py3.11-torch2.13.0-x86_64-master"
     outside.mkdir()
     (outside / "manifest.json").write_text("{}")
@@ -90,6 +94,8 @@ def test_the_matrix_runner_takes_only_a_target_directly_in_dist(tmp_path):
         (str(outside), "not a target directly in"),
         (str(dist / ".." / outside.name), "not a target directly in"),
         (str(dist / "not a target"), "not a target directly in"),
+        ("/tmp\0x/py3.11-torch2.13.0-x86_64-master", "not a target directly in"),
+        (str(tmp_path / "loop" / "py3.11-torch2.13.0-x86_64-master"), "not a target directly in"),
     ]:
         with pytest.raises(untrusted.Untrusted, match=says):
             matrixrun.read_target(dist, reported)
