@@ -575,6 +575,12 @@ def collect(
         target = names[0]
         if not TARGET_NAME.fullmatch(target):
             raise untrusted.Untrusted(f"{untrusted.shown(target)} is not a target name")
+        # its own target, or that id with the +parts passthrough options (or the node's CANN) add
+        if target != combo.target_id and not target.startswith(combo.target_id + "+"):
+            raise untrusted.Untrusted(
+                f"it left {untrusted.shown(target)}, which is not a build of {combo.id} "
+                f"({combo.target_id}[+...])"
+            )
         if expected is not None and target != expected:
             raise untrusted.Untrusted(
                 f"it left {untrusted.shown(target)}, its status file names "

@@ -87,3 +87,29 @@ def test_two_matrix_runs_sharing_build_matrix_each_read_their_own_childs_status(
     assert sorted(p.name for p in logs.iterdir() if p.name.startswith(".")) == []
     kept = json.loads((logs / f"{combo.id}.status.json").read_text())  # beside its log, as before
     assert kept["exit_code"] == 0 and kept["target_dir"] == first.detail
+
+
+def test_a_job_that_left_another_combinations_target_is_refused(tmp_path):
+    """A node's job for py3.11-torch2.13.0 that leaves (and names in its status file) dist/py3.11-torch2.12.0-…/ must
+    not put that target into dist/ as this row's wheel; passthrough parts (+skip-…, +npu…) are still its own."""
+    from apexkit import untrusted
+    from apexkit.fleet import matrixrun
+    from apexkit.plan import matrix
+
+    m = matrix.load()
+    combo = m.combinations([{"python": "3.11", "torch": "2.13.0", "arch": "x86_64"}])[0]
+    for left, refused in [
+        ("py3.11-torch2.12.0-x86_64-master", True),
+        ("py3.10-torch2.13.0-x86_64-master", True),
+        (combo.target_id + "x", True),
+        (combo.target_id + "+skip-rpath-link-flag", False),
+        (combo.target_id, False),
+    ]:
+        stage = tmp_path / left / "stage"
+        (stage / left).mkdir(
+            parents=True
+        )  # no manifest: a target that passes the name check fails on that
+        with pytest.raises(untrusted.Untrusted) as caught:
+            matrixrun.collect(stage, combo, tmp_path / "dist", {}, False, expected=left)
+        assert ("not a build of" in str(caught.value)) is refused, (left, str(caught.value))
+    assert not (tmp_path / "dist").exists()
