@@ -50,12 +50,12 @@ def run_task(func: Callable[[], object]) -> None:
 
     statusfile.clear()
     try:
-        code = func()
+        result = func()
     except ApexkitError as exc:
         record_status(exc.exit_code, exc.format())
         raise Exit(f"error: {log.mask(exc.format())}", code=exc.exit_code) from None
-    code = code if isinstance(code, int) else 0
-    record_status(code)
+    code = result if isinstance(result, int) else 0
+    record_status(code, result=result)
     if code:
         raise Exit(code=code)
 

@@ -147,3 +147,19 @@ def test_a_usage_error_of_the_apexkit_command_is_recorded_too(tmp_path, monkeypa
         statusfile.write(0)  # an earlier command's
         assert cli.main(argv) == 2
         assert statusfile.read(path) == statusfile.Status(2, "invalid arguments"), argv
+
+
+def test_invoke_build_records_the_target_it_wrote_like_the_other_doors(tmp_path, monkeypatch):
+    """`invoke build`, `apexkit build` and `nox -s build-3.X` are the same build: each status file names the
+    dist/<target>/ written (docs/commands.md: "each records $APEXKIT_STATUS_FILE the same way")."""
+    from apexkit import commands
+
+    path = tmp_path / "status.json"
+    target = tmp_path / "dist" / "py3.11-torch2.13.0-x86_64-master"
+    target.mkdir(parents=True)
+    monkeypatch.setenv(statusfile.VARIABLE, str(path))
+    monkeypatch.setattr(commands, "build_wheel", lambda python, argv, prog, given=None: target)
+    exits.run_task(lambda: commands.build(python="3.11"))
+    assert statusfile.read(path) == statusfile.Status(0, None, str(target))
+    assert exits.exit_code(lambda: commands.build(python="3.11")) == 0
+    assert statusfile.read(path) == statusfile.Status(0, None, str(target))
