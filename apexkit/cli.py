@@ -28,13 +28,16 @@ def main(argv: list[str] | None = None) -> int:
     command = argv[0] if argv else ""
     if command in ("", "-h", "--help", "help"):
         print(USAGE, file=sys.stdout if command else sys.stderr)
-        return 0 if command else 2
+        code = 0 if command else 2
+        record_status(code, "invalid arguments" if code else None)
+        return code
     if command == "build":
         if len(argv) < 2 or argv[1].startswith("-"):
             print(
                 "usage: apexkit build <python-version> [options]  (options: apexkit build 3.11 --help)",
                 file=sys.stderr,
             )
+            record_status(2, "invalid arguments")
             return 2
         from apexkit import commands
 
@@ -56,4 +59,5 @@ def main(argv: list[str] | None = None) -> int:
     ):  # doctor, publish, proxy.*, image.*, fleet.*: the invoke tasks' declarations
         return commands.main(command, argv[1:], prog=f"apexkit {command}")
     print(f"apexkit: unknown command {command!r}\n\n{USAGE}", file=sys.stderr)
+    record_status(2, "invalid arguments")
     return 2

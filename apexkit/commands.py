@@ -448,7 +448,7 @@ def build_wheel(
 
 def build(
     python: str | None = None, options: str = "", image: str | None = None, remainder: str = ""
-) -> int:
+) -> Path | None:
     if python is None:
         from apexkit.plan import matrix
 
@@ -456,8 +456,8 @@ def build(
     argv = (
         shlex.split(options) + shlex.split(remainder or "") + (["--image", image] if image else [])
     )
-    build_wheel(python, argv, prog=f"invoke build --python {python} --")
-    return 0
+    # the dist/<target>/ written: the edge records it in the status file (exit 0), as for nox and apexkit build
+    return build_wheel(python, argv, prog=f"invoke build --python {python} --")
 
 
 def publish(

@@ -26,6 +26,7 @@ def record_status(code: int, error: str | None = None, result: object = None) ->
 
 def run_in_session(session, func: Callable[[], T]) -> T | None:
     """Call `func` inside a nox session: an ApexkitError aborts the session with its one line, no traceback."""
+    statusfile.clear()
     try:
         result = func()
     except ApexkitError as exc:
@@ -47,13 +48,14 @@ def run_task(func: Callable[[], object]) -> None:
     is the exit code (invoke.Exit either way)."""
     from invoke import Exit
 
+    statusfile.clear()
     try:
-        code = func()
+        result = func()
     except ApexkitError as exc:
         record_status(exc.exit_code, exc.format())
         raise Exit(f"error: {log.mask(exc.format())}", code=exc.exit_code) from None
-    code = code if isinstance(code, int) else 0
-    record_status(code)
+    code = result if isinstance(result, int) else 0
+    record_status(code, result=result)
     if code:
         raise Exit(code=code)
 
@@ -61,6 +63,7 @@ def run_task(func: Callable[[], object]) -> None:
 def exit_code(func: Callable[[], object]) -> int:
     """Call `func` from a plain command line: its int result is the exit code (anything else: 0), an ApexkitError is
     one `error:` line and its exit code, Ctrl-C is 130."""
+    statusfile.clear()
     try:
         result = func()
     except ApexkitError as exc:

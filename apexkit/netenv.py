@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from apexkit import log
+
 PROXY_VARIABLES = ("http_proxy", "https_proxy", "no_proxy")  # each in both cases
 # Docker's predefined build args: usable by RUN without an ARG line, and left out of `docker history`
 DOCKER_PROXY_ARGS = tuple(
@@ -42,6 +44,14 @@ def proxies(environ: Mapping[str, str]) -> dict[str, str]:
     """The proxies this environment sets, by scheme as urllib names them: http, https, and "no" for no_proxy."""
     found = {name.split("_")[0]: proxy(environ, name) for name in PROXY_VARIABLES}
     return {scheme: value for scheme, value in found.items() if value}
+
+
+def shown(value: str) -> str:
+    """A proxy variable's value fit to print: the password (or token) of its userinfo masked, also where the value
+    has no scheme (curl, pip and uv take `user:secret@proxy:3128` as http://)."""
+    if "://" in value or "@" not in value:
+        return log.mask(value)
+    return log.mask("http://" + value)[len("http://") :]
 
 
 def proxy_environment(

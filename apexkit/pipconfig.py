@@ -52,6 +52,10 @@ class PipConfig(typing.Mapping[str, str]):  # collections.abc.Mapping[...] needs
         return self._values.get(key, "").split()
 
 
+# option names pip accepts for one setting (cmdoptions: --timeout/--default-timeout share a dest), by the one used
+_ALIASES = {"default-timeout": "timeout"}
+
+
 def _normalize(name: str) -> str:
     """pip's `_normalize_name`: lower case, '-' for '_'."""
     name = name.lower().replace("_", "-")
@@ -76,6 +80,7 @@ def parse(text: str, command: str = COMMAND) -> PipConfig:
         if not isinstance(value, str) or not value:
             continue
         key, rank = _normalize(match["key"]), order.index(match["section"])
+        key = _ALIASES.get(key, key)
         if key not in chosen or rank >= chosen[key][0]:
             chosen[key] = (rank, value)
     return PipConfig({key: value for key, (_, value) in chosen.items()})
@@ -85,7 +90,7 @@ def from_environment(env: Mapping[str, str]) -> PipConfig:
     """The PIP_* variables alone, named as pip names them (PIP_INDEX_URL -> index-url); empty ones ignored."""
     return PipConfig(
         {
-            _normalize(key[4:]): value
+            _ALIASES.get(_normalize(key[4:]), _normalize(key[4:])): value
             for key, value in env.items()
             if key.startswith("PIP_") and value and key[4:].lower() not in _ENV_IGNORED
         }

@@ -7,6 +7,7 @@ written it): a regular file, no link followed, at most 64 KiB, a JSON object who
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Mapping
@@ -45,6 +46,17 @@ def write(
         log.warn(f"cannot write {VARIABLE} {path}: {exc.strerror or exc}")
 
 
+def clear(environ: Mapping[str, str] = os.environ) -> None:
+    """Remove what an earlier command left at $APEXKIT_STATUS_FILE, as a command starts: one that then ends without
+    recording (Ctrl-C in a nox session, a traceback, SIGKILL) leaves no status rather than an old one to be taken
+    for its own."""
+    path = environ.get(VARIABLE)
+    if path:
+        # missing, or not ours to remove: write() says so at the end
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+
+
 def read(path: Path) -> Status | None:
     """The status a child left at `path`; None when it left none. untrusted.Untrusted when the file is a link, not
     a regular file, too large, not JSON, or its fields have the wrong types."""
@@ -65,6 +77,8 @@ def read(path: Path) -> Status | None:
     for key in ("error", "target_dir"):
         if data.get(key) is not None and not isinstance(data[key], str):
             raise untrusted.Untrusted(f"{untrusted.shown(path.name)}: {key} is not a string")
+    if "\0" in (data.get("target_dir") or ""):  # no path holds one; os calls raise ValueError on it
+        raise untrusted.Untrusted(f"{untrusted.shown(path.name)}: target_dir holds a NUL")
     error = data.get("error")
     return Status(
         data["exit_code"], log.sanitise(error)[:1000] if error else None, data.get("target_dir")

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from apexkit import cann, checks, dockerclient, log, netenv, paths
+from apexkit import cann, checks, dockerclient, netenv, paths
 from apexkit.doctor import apexneed
 from apexkit.errors import ConfigError
 from apexkit.images import builder
@@ -562,7 +562,7 @@ def check_proxy_variables(environ: Mapping[str, str]) -> list[Check]:
                     "proxy",
                     name,
                     WARN,
-                    f"{name}={log.mask(lower)} but {name.upper()}={log.mask(upper)}",
+                    f"{name}={netenv.shown(lower)} but {name.upper()}={netenv.shown(upper)}",
                     "set both cases to one value (invoke proxy.setup writes both)",
                 )
             )
@@ -573,12 +573,12 @@ def check_proxy_variables(environ: Mapping[str, str]) -> list[Check]:
                     "proxy",
                     name,
                     WARN,
-                    f"only {have} is set ({log.mask(lower or upper)})",
+                    f"only {have} is set ({netenv.shown(lower or upper)})",
                     "set both cases: curl reads lower case, some tools only upper (invoke proxy.setup)",
                 )
             )
         elif lower:
-            rows.append(Check("proxy", name, OK, log.mask(lower)))
+            rows.append(Check("proxy", name, OK, netenv.shown(lower)))
     if not any_set:
         rows.append(Check("proxy", "proxy variables", OK, "none set (direct connection)"))
     no_proxy = netenv.proxy(environ, "no_proxy") or ""
@@ -592,7 +592,7 @@ def check_proxy_variables(environ: Mapping[str, str]) -> list[Check]:
                 "proxy",
                 "no_proxy localhost",
                 WARN,
-                f"no_proxy={no_proxy or '(unset)'}",
+                f"no_proxy={netenv.shown(no_proxy) if no_proxy else '(unset)'}",
                 "add localhost,127.0.0.0/8 so local services bypass the proxy (proxy.setup does)",
             )
         )

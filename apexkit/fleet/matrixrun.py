@@ -11,6 +11,7 @@ combination's Python in its builder.json; otherwise it is refused in one line na
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shlex
@@ -254,7 +255,7 @@ def run_one(
     if refusal:
         return Result(combo.id, "refused", detail=refusal)
     log_path = logs / f"{combo.id}.log"
-    status_path = logs / f"{combo.id}.status.json"
+    status_path = logs / f"{combo.id}.status.json"  # kept beside the log once read
     argv = [
         sys.executable,
         "-m",
@@ -271,23 +272,29 @@ def run_one(
         *passthrough,
     ]
     started = time.monotonic()
-    if os.path.lexists(status_path):
-        os.unlink(status_path)
-    with open(log_path, "w", encoding="utf-8") as fh:
-        fh.write("+ " + log.mask(" ".join(argv)) + "\n")
-        fh.flush()
-        proc = subprocess.run(
-            argv,
-            stdout=fh,
-            stderr=subprocess.STDOUT,
-            cwd=matrix.PROJECT_ROOT,
-            env=dict(os.environ, COLUMNS="160", **{statusfile.VARIABLE: str(status_path)}),
-        )
-    seconds = time.monotonic() - started
+    # the child writes its status into a directory of this call's own: another matrix run sharing build/matrix/
+    # (same --build-dir) never reads it or removes it, and an old one is never there
+    private = Path(tempfile.mkdtemp(prefix=f".{combo.id}.", suffix=".status", dir=logs))
+    child_status = private / "status.json"
     try:
-        status = statusfile.read(status_path)
-    except untrusted.Untrusted as exc:
-        return Result(combo.id, "failed", seconds, f"its status file: {exc}", log=str(log_path))
+        with open(log_path, "w", encoding="utf-8") as fh:
+            fh.write("+ " + log.mask(" ".join(argv)) + "\n")
+            fh.flush()
+            proc = subprocess.run(
+                argv,
+                stdout=fh,
+                stderr=subprocess.STDOUT,
+                cwd=matrix.PROJECT_ROOT,
+                env=dict(os.environ, COLUMNS="160", **{statusfile.VARIABLE: str(child_status)}),
+            )
+        seconds = time.monotonic() - started
+        try:
+            status = statusfile.read(child_status)
+        except untrusted.Untrusted as exc:
+            return Result(combo.id, "failed", seconds, f"its status file: {exc}", log=str(log_path))
+    finally:  # also on Ctrl-C: nothing of this run's left in build/matrix/ but the log and its status
+        _keep_status(child_status, status_path)
+        shutil.rmtree(private, ignore_errors=True)
     if proc.returncode != 0 or status is None or status.exit_code != 0:
         detail = (
             status.error
@@ -313,6 +320,15 @@ def run_one(
     )
 
 
+def _keep_status(child_status: Path, kept: Path) -> None:
+    """build/matrix/<id>.status.json: this run's child status beside its log (none when the child left none)."""
+    with contextlib.suppress(OSError):
+        if os.path.lexists(child_status):
+            os.replace(child_status, kept)
+        elif os.path.lexists(kept):
+            os.unlink(kept)
+
+
 def read_target(dist: Path, reported: str | None) -> tuple[Path, dict]:
     """The dist/<target>/ a child build recorded in its status file, and its manifest: a target directly in `dist`
     (whatever passthrough options made of its id, e.g. +skip-…), a real directory, a regular manifest.json."""
@@ -322,7 +338,15 @@ def read_target(dist: Path, reported: str | None) -> tuple[Path, dict]:
     if not reported:
         raise untrusted.Untrusted("no dist/<target>/ in its status file")
     path = Path(reported)
-    if path.parent.resolve() != dist.resolve() or not TARGET_NAME.fullmatch(path.name):
+    try:
+        parent = path.parent.resolve()
+    except (
+        OSError,
+        RuntimeError,
+        ValueError,
+    ):  # a link loop, a NUL: not a directory of ours either way
+        parent = None
+    if parent != dist.resolve() or not TARGET_NAME.fullmatch(path.name):
         raise untrusted.Untrusted(
             f"{untrusted.shown(reported)}, which is not a target directly in {dist}"
         )
@@ -545,6 +569,12 @@ def collect(
         target = names[0]
         if not TARGET_NAME.fullmatch(target):
             raise untrusted.Untrusted(f"{untrusted.shown(target)} is not a target name")
+        # its own target, or that id with the +parts passthrough options (or the node's CANN) add
+        if target != combo.target_id and not target.startswith(combo.target_id + "+"):
+            raise untrusted.Untrusted(
+                f"it left {untrusted.shown(target)}, which is not a build of {combo.id} "
+                f"({combo.target_id}[+...])"
+            )
         if expected is not None and target != expected:
             raise untrusted.Untrusted(
                 f"it left {untrusted.shown(target)}, its status file names "

@@ -180,6 +180,10 @@ def collect(dist: Path, targets: list[str] | None = None) -> list[Entry]:
             raise ConfigError(
                 f"{manifest_path} is not a readable JSON manifest ({exc})", hint
             ) from None
+        if not isinstance(manifest, dict):
+            raise ConfigError(
+                f"{manifest_path} is not a readable JSON manifest (not an object)", hint
+            )
         identity = (
             manifest.get("target", {}).get("identity")
             if isinstance(manifest.get("target"), dict)

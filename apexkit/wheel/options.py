@@ -297,8 +297,11 @@ def resolve(
     args = p.parse_args(list(argv))
     vocab.finish(args)
     if args.options_json is not None:
-        if len(argv) > 2 or (len(argv) == 2 and argv[0] != "--options-json"):
-            raise ConfigError("--options-json carries every option of the build", "pass it alone")
+        if given or len(argv) > 2 or (len(argv) == 2 and argv[0] != "--options-json"):
+            raise ConfigError(
+                "--options-json carries every option of the build",
+                "pass it alone (apexkit build 3.X --options-json FILE), not to a combination's session",
+            )
         return load_json(args.options_json, python)
     if args.python_path and args.image:
         raise ConfigError(

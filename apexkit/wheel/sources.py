@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from apexkit import locks, log, paths
+from apexkit import locks, log, paths, untrusted
 from apexkit.errors import PatchError, SourceError
 
 SHA_RE = re.compile(r"^[0-9a-f]{40}$")
@@ -328,15 +328,22 @@ class AscendSource:
         return flags_of(self.root)
 
 
+NPU_PATCH_MAX = 64 << 20  # far above any Ascend apex npu.patch (a few hundred KiB)
+
+
 def flags_of(root: Path) -> tuple[str, ...]:
     """setup.py flags for a ref not in matrix.toml, read off its patch/npu.patch: --cpp_ext always,
     --npu_float_status when npu.patch builds it."""
     npu_patch = root.expanduser() / "patch" / "npu.patch"
-    try:
-        text = npu_patch.read_text(errors="replace")
-    except OSError as exc:
+    try:  # a regular file (through a link, as copy_ascend takes it): a FIFO or device is refused, never read
+        text = untrusted.read_regular(npu_patch, None, NPU_PATCH_MAX, follow=True).decode(
+            errors="replace"
+        )
+    except untrusted.Refused as exc:
         raise SourceError(
-            f"cannot read {npu_patch} ({exc.strerror or exc})",
+            f"cannot read {npu_patch} ({exc.strerror})"
+            if exc.kind == "os"
+            else f"{npu_patch} {exc.why}",
             "point --apex-src at an Ascend apex checkout (it has patch/npu.patch)",
         ) from None
     return ("--cpp_ext", "--npu_float_status") if '"--npu_float_status"' in text else ("--cpp_ext",)

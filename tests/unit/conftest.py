@@ -3,6 +3,7 @@ test belongs in tests/e2e: docs/testing.md). The fast tier stays fast and needs 
 
 from __future__ import annotations
 
+import _posixsubprocess
 import os
 import socket
 import subprocess
@@ -28,10 +29,16 @@ def _in_process(monkeypatch):
     for name in ("system", "fork", "forkpty", "posix_spawn", "posix_spawnp", "execv", "execve"):
         if hasattr(os, name):
             monkeypatch.setattr(os, name, refuse(f"calls os.{name}"))
+    # what Popen and multiprocessing's spawn/forkserver start processes with underneath
+    monkeypatch.setattr(_posixsubprocess, "fork_exec", refuse("starts a process"))
     monkeypatch.setattr(socket.socket, "connect", refuse("opens a connection"))
     monkeypatch.setattr(socket.socket, "connect_ex", refuse("opens a connection"))
     monkeypatch.setattr(socket.socket, "bind", refuse("binds a socket"))
-    yield
+    for name in ("sendto", "sendmsg"):  # a datagram needs no connect
+        monkeypatch.setattr(socket.socket, name, refuse("sends a datagram"))
+    for name in ("getaddrinfo", "gethostbyname", "gethostbyname_ex", "gethostbyaddr"):
+        monkeypatch.setattr(socket, name, refuse("looks a name up (DNS)"))
+    yield attempts  # a test of this guard reads and clears it
     if attempts:  # also when the code under test caught the refusal and the test passed anyway
         pytest.fail(
             f"tests/unit runs in-process, and this test {attempts[0]}: it belongs in tests/e2e "

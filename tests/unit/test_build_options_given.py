@@ -55,3 +55,22 @@ def test_a_foreign_arch_combination_is_given_its_builder_image(m):
     combo = m.combinations([{"python": "3.11", "torch": "2.13.0", "arch": "aarch64"}])[0]
     given = matrixrun.build_options(m, combo, host="x86_64")
     assert given["image"] == matrixrun.build_args(m, combo, host="x86_64")[-1]
+
+
+def test_options_json_does_not_silently_drop_a_combinations_given_options(m, tmp_path):
+    """--options-json carries a whole build (a container's): with a combination's typed options (nox -s
+    build-<combo> -- --options-json F) it would build what F says under the combination's name."""
+    import json
+
+    combo = m.combinations([{"python": "3.11", "torch": "2.13.0", "arch": "x86_64"}])[0]
+    other = options.resolve("3.11", ["--torch", "2.12.0", "--dry-run"], env={})
+    path = tmp_path / "options.json"
+    path.write_text(json.dumps({**options.to_json(other), "python_path": None}))
+    assert options.resolve("3.11", ["--options-json", str(path)], env={}).torch == "2.12.0"
+    with pytest.raises(ConfigError, match="--options-json"):
+        options.resolve(
+            "3.11",
+            ["--options-json", str(path)],
+            env={},
+            given=matrixrun.build_options(m, combo, host="x86_64"),
+        )

@@ -58,3 +58,21 @@ def test_the_first_ca_variable_set_is_the_bundle():
         {"CURL_CA_BUNDLE": "/c.pem", "REQUESTS_CA_BUNDLE": "/r.pem", "PIP_CERT": ""}
     ) == ("REQUESTS_CA_BUNDLE", "/r.pem")
     assert netenv.ca_variable({"HOME": "/h"}) is None
+
+
+def test_a_proxy_password_is_never_shown_with_or_without_a_scheme():
+    """curl, pip (requests) and uv all take a proxy without a scheme (https_proxy=bob:hunter2@proxy:3128); `doctor`
+    printed such a value as it was, password included."""
+    from apexkit.doctor import machine
+
+    environ = {
+        "https_proxy": "bob:hunter2@proxy.corp:3128",
+        "HTTPS_PROXY": "http://bob:hunter2@proxy.corp:3128",
+        "http_proxy": "tok3n@proxy.corp:3128",
+    }
+    rows = machine.check_proxy_variables(environ)
+    shown = " ".join(f"{r.detail} {r.fix}" for r in rows)
+    assert "hunter2" not in shown and "tok3n" not in shown, shown
+    assert "bob:***@proxy.corp:3128" in shown and "***@proxy.corp:3128" in shown
+    assert netenv.shown("proxy.corp:3128") == "proxy.corp:3128"
+    assert netenv.shown("http://u:p@h:1") == "http://u:***@h:1"

@@ -51,3 +51,15 @@ def test_the_order_of_the_lines_does_not_decide():
     ]
     for text in ("\n".join(lines), "\n".join(reversed(lines))):
         assert pipconfig.parse(text)["index-url"] == "https://env.example/simple"
+
+
+def test_one_option_under_two_names_is_one_setting():
+    """pip's --timeout is also --default-timeout (one dest): PIP_DEFAULT_TIMEOUT=60 beats a pip.conf timeout = 30
+    for pip, so uv must be told 60 too, not the file's 30."""
+    from apexkit.wheel import uvtools
+
+    text = "\n".join([":env:.default-timeout='60'", "global.timeout='30'"])
+    conf = pipconfig.parse(text)
+    assert conf.get("timeout") == "60"
+    assert uvtools.install_options(conf, [])[1]["UV_HTTP_TIMEOUT"] == "60"
+    assert pipconfig.parse("global.default-timeout='45'")["timeout"] == "45"

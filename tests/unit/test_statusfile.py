@@ -60,6 +60,7 @@ def test_no_status_is_none_and_a_bad_one_is_refused(tmp_path):
         ("{", "not JSON"),
         ('{"exit_code": 0, "target_dir": ["/etc"]}', "target_dir is not a string"),
         ('{"exit_code": 1, "error": {"a": 1}}', "error is not a string"),
+        ('{"exit_code": 0, "target_dir": "/tmp\\u0000x/py3.11-torch2.13.0-x86_64-master"}', "NUL"),
         (" " * (statusfile.MAX_BYTES + 1), "larger than"),
     ]:
         path.write_text(text)
@@ -85,6 +86,9 @@ def test_the_matrix_runner_takes_only_a_target_directly_in_dist(tmp_path):
     }
     (good / "manifest.json").write_text(json.dumps(recorded))
     assert matrixrun.read_target(dist, str(good)) == (good, recorded)
+    (tmp_path / "loop").symlink_to(
+        tmp_path / "loop"
+    )  # resolve() raises RuntimeError (3.8-3.12) or OSError
     outside = tmp_path / "py3.11-torch2.13.0-x86_64-master"
     outside.mkdir()
     (outside / "manifest.json").write_text("{}")
@@ -93,6 +97,8 @@ def test_the_matrix_runner_takes_only_a_target_directly_in_dist(tmp_path):
         (str(outside), "not a target directly in"),
         (str(dist / ".." / outside.name), "not a target directly in"),
         (str(dist / "not a target"), "not a target directly in"),
+        ("/tmp\0x/py3.11-torch2.13.0-x86_64-master", "not a target directly in"),
+        (str(tmp_path / "loop" / "py3.11-torch2.13.0-x86_64-master"), "not a target directly in"),
     ]:
         with pytest.raises(untrusted.Untrusted, match=says):
             matrixrun.read_target(dist, reported)
@@ -100,3 +106,63 @@ def test_the_matrix_runner_takes_only_a_target_directly_in_dist(tmp_path):
     linked.symlink_to(outside)
     with pytest.raises(untrusted.Untrusted, match="not a directory"):
         matrixrun.read_target(dist, str(linked))
+
+
+def test_a_status_left_by_an_earlier_command_is_gone_when_this_one_dies_without_one(
+    tmp_path, monkeypatch
+):
+    """CI reads $APEXKIT_STATUS_FILE after the command: a command that ends without recording (Ctrl-C inside a nox
+    session, a bug's traceback, SIGKILL) must not leave the previous command's {"exit_code": 0, "target_dir": …}
+    there to be taken for its own."""
+    path = tmp_path / "status.json"
+    monkeypatch.setenv(statusfile.VARIABLE, str(path))
+    old = tmp_path / "dist" / "py3.11-torch2.13.0-x86_64-master"
+    old.mkdir(parents=True)
+
+    class Session:
+        def error(self, message):
+            raise SystemExit(1)
+
+    def interrupted():
+        raise KeyboardInterrupt
+
+    def crashed():
+        raise RuntimeError("a bug")
+
+    for run, func, raised in [
+        (lambda f: exits.run_in_session(Session(), f), interrupted, KeyboardInterrupt),
+        (lambda f: exits.run_in_session(Session(), f), crashed, RuntimeError),
+        (exits.exit_code, crashed, RuntimeError),
+        (exits.run_task, crashed, RuntimeError),
+    ]:
+        statusfile.write(0, None, old)  # the earlier, successful command
+        with pytest.raises(raised):
+            run(func)
+        assert statusfile.read(path) is None, run
+
+
+def test_a_usage_error_of_the_apexkit_command_is_recorded_too(tmp_path, monkeypatch, capsys):
+    from apexkit import cli
+
+    path = tmp_path / "status.json"
+    monkeypatch.setenv(statusfile.VARIABLE, str(path))
+    for argv in ([], ["build"], ["build", "--torch"], ["no-such-command"]):
+        statusfile.write(0)  # an earlier command's
+        assert cli.main(argv) == 2
+        assert statusfile.read(path) == statusfile.Status(2, "invalid arguments"), argv
+
+
+def test_invoke_build_records_the_target_it_wrote_like_the_other_doors(tmp_path, monkeypatch):
+    """`invoke build`, `apexkit build` and `nox -s build-3.X` are the same build: each status file names the
+    dist/<target>/ written (docs/commands.md: "each records $APEXKIT_STATUS_FILE the same way")."""
+    from apexkit import commands
+
+    path = tmp_path / "status.json"
+    target = tmp_path / "dist" / "py3.11-torch2.13.0-x86_64-master"
+    target.mkdir(parents=True)
+    monkeypatch.setenv(statusfile.VARIABLE, str(path))
+    monkeypatch.setattr(commands, "build_wheel", lambda python, argv, prog, given=None: target)
+    exits.run_task(lambda: commands.build(python="3.11"))
+    assert statusfile.read(path) == statusfile.Status(0, None, str(target))
+    assert exits.exit_code(lambda: commands.build(python="3.11")) == 0
+    assert statusfile.read(path) == statusfile.Status(0, None, str(target))
