@@ -111,12 +111,24 @@ def matrix_session(session: nox.Session) -> None:
     run_in_session(session, lambda: matrixrun.main(session.posargs))
 
 
+def _dev_tool(session: nox.Session, name: str):
+    """A module of tools/ (the locks, the tests' system tools, the build timing): in a checkout only, not in an
+    installed apexkit, whose noxfile copy then stops with one line instead of an ImportError."""
+    import importlib
+
+    try:
+        return importlib.import_module(f"tools.{name}")
+    except ImportError:
+        session.error(
+            f"tools/{name}.py is part of a checkout of apexkit, not of an installed one: run this session "
+            "from a git clone (the README's commands)"
+        )
+
+
 @nox.session(name="build-bench", python=False, default=False, tags=["bench"])
 def build_bench(session: nox.Session) -> None:
     """Measure cold build, cached rebuild and -j1 vs -jN compile (numbers for the README, not a test)."""
-    from tools import buildbench
-
-    buildbench.main(session.posargs)
+    _dev_tool(session, "buildbench").main(session.posargs)
 
 
 @nox.session(name="lock", python=False, default=False)
@@ -125,7 +137,8 @@ def lock(session: nox.Session) -> None:
     compile); -- --check compares them with the .in files and writes nothing."""
     from apexkit.exits import run_in_session
     from apexkit.wheel import uvtools
-    from tools import pins
+
+    pins = _dev_tool(session, "pins")
 
     def go() -> None:
         uv = uvtools.find()
@@ -169,7 +182,8 @@ def _test_env(session: nox.Session) -> "dict[str, str]":
     from apexkit import systools
     from apexkit.exits import run_in_session
     from apexkit.images import cli
-    from tools import testtools
+
+    testtools = _dev_tool(session, "testtools")
 
     plan = testtools.decide(os.environ, systools.can_install())
     if plan.missing_build_tools:
