@@ -34,6 +34,7 @@ from typing import Any
 from apexkit import cann, fsedit, log, paths
 from apexkit.errors import ConfigError, SchedulerError
 from apexkit.fleet import slurm
+from apexkit.index import published
 from apexkit.plan.target import target_facts
 
 BENCH = paths.BENCH  # the checkout's bench/, or the installed package's copy
@@ -48,70 +49,6 @@ SHORT_BENCH = "--model mlp --modes fp32 --warmup 1 --repeats 3 --steps 2 --peak 
 
 
 # --- the index -----------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Index:
-    """Where the nodes get the wheel: an `invoke publish` directory (a path on shared storage) or its http(s) URL."""
-
-    url: str  # the index root as a URL (file:// for paths), no trailing slash
-    path: Path | None  # the local directory when it is one
-
-    @property
-    def simple(self) -> str:
-        return self.url + "/simple/"
-
-    @property
-    def index_json(self) -> str:
-        return self.url + "/index.json"
-
-
-def parse_index(raw: str) -> Index:
-    text = raw.strip()
-    if not text:
-        raise ConfigError(
-            "--index is empty", "pass the directory `invoke publish --index` wrote, or its http URL"
-        )
-    text = re.sub(r"/simple/?$", "", text.rstrip("/")) or "/"
-    scheme = urllib.parse.urlsplit(text).scheme
-    if scheme in ("http", "https"):
-        return Index(text, None)
-    if scheme == "file":
-        path = Path(urllib.parse.unquote(urllib.parse.urlsplit(text).path))
-    elif scheme:
-        raise ConfigError(
-            f"--index {raw}: {scheme}:// is not an index the nodes' pip can read",
-            "pass a path on shared storage or an http(s) URL",
-        )
-    else:
-        path = Path(text)
-    path = path.expanduser().resolve()
-    if not (path / "index.json").is_file():
-        raise ConfigError(
-            f"--index {raw}: {path} holds no index.json (not an `invoke publish` index)",
-            f"publish one first: invoke publish --index {path}",
-        )
-    return Index(path.as_uri(), path)
-
-
-def read_index(index: Index, timeout: float = 15) -> dict | None:
-    """index.json as this host sees it, or None when an http index cannot be read from here."""
-    if index.path is not None:
-        try:
-            return json.loads((index.path / "index.json").read_text())
-        except (OSError, ValueError) as exc:
-            raise ConfigError(
-                f"{index.path}/index.json cannot be read as JSON: {exc}",
-                f"publish the index again: invoke publish --index {index.path}",
-            ) from None
-    try:
-        with urllib.request.urlopen(index.index_json, timeout=timeout) as response:
-            return json.loads(response.read().decode("utf-8"))
-    except (OSError, ValueError, urllib.error.URLError) as exc:
-        log.warn(
-            f"cannot read {index.index_json} from this host ({exc}); the nodes will read it themselves"
-        )
-        return None
 
 
 def pick_target(data: dict | None, target: str | None, stack: Any = None) -> str:
@@ -182,7 +119,7 @@ class Plan:
     """Everything one submission needs: what the batch script and the nodes read."""
 
     results: Path
-    index: Index
+    index: published.Index
     target: str
     python: str
     torch: str
@@ -761,7 +698,7 @@ def stored_plan(results: str) -> Plan:
         )
     last = state["submissions"][-1]
     p, placement = last["plan"], last["plan"].get("placement", {})
-    index = Index(
+    index = published.Index(
         p["index"],
         Path(urllib.parse.unquote(urllib.parse.urlsplit(p["index"]).path))
         if p["index"].startswith("file:")
@@ -822,7 +759,7 @@ def make_plan(
         raise ConfigError(
             f"--device {device}: not one of npu, cuda, cpu", "pass --device npu (default) or cpu"
         )
-    idx = parse_index(index)
+    idx = published.parse_index(index)
     names = tuple(n for n in re.split(r"[,\s]+", nodelist or "") if n)
     if nodes is not None and nodes < 1:
         raise ConfigError(
@@ -842,7 +779,7 @@ def make_plan(
         from apexkit.plan import matrix
 
         matrix_stack = matrix.load().stack(stack)
-    data = read_index(idx)
+    data = published.read_index(idx)
     chosen = pick_target(data, target, matrix_stack)
     facts = target_facts(chosen)
     torch = facts["torch"] or ""

@@ -1,0 +1,88 @@
+"""A published index as its readers see it: the directory `invoke publish` wrote (on shared storage) or its http(s)
+URL, and its index.json read back as untrusted input (capped, a JSON object), e.g. by fleet.submit."""
+
+from __future__ import annotations
+
+import json
+import re
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from apexkit import log, untrusted
+from apexkit.errors import ConfigError
+
+INDEX_JSON_MAX = 64 << 20  # bytes; an index.json lists a few hundred wheels in some KiB
+
+
+@dataclass(frozen=True)
+class Index:
+    """Where the nodes get the wheel: an `invoke publish` directory (a path on shared storage) or its http(s) URL."""
+
+    url: str  # the index root as a URL (file:// for paths), no trailing slash
+    path: Path | None  # the local directory when it is one
+
+    @property
+    def simple(self) -> str:
+        return self.url + "/simple/"
+
+    @property
+    def index_json(self) -> str:
+        return self.url + "/index.json"
+
+
+def parse_index(raw: str) -> Index:
+    text = raw.strip()
+    if not text:
+        raise ConfigError(
+            "--index is empty", "pass the directory `invoke publish --index` wrote, or its http URL"
+        )
+    text = re.sub(r"/simple/?$", "", text.rstrip("/")) or "/"
+    scheme = urllib.parse.urlsplit(text).scheme
+    if scheme in ("http", "https"):
+        return Index(text, None)
+    if scheme == "file":
+        path = Path(urllib.parse.unquote(urllib.parse.urlsplit(text).path))
+    elif scheme:
+        raise ConfigError(
+            f"--index {raw}: {scheme}:// is not an index the nodes' pip can read",
+            "pass a path on shared storage or an http(s) URL",
+        )
+    else:
+        path = Path(text)
+    path = path.expanduser().resolve()
+    if not (path / "index.json").is_file():
+        raise ConfigError(
+            f"--index {raw}: {path} holds no index.json (not an `invoke publish` index)",
+            f"publish one first: invoke publish --index {path}",
+        )
+    return Index(path.as_uri(), path)
+
+
+def read_index(index: Index, timeout: float = 15) -> dict | None:
+    """index.json as this host sees it, or None when an http index cannot be read from here."""
+    if index.path is not None:
+        try:
+            return untrusted.read_json_object(index.path / "index.json", None, INDEX_JSON_MAX)
+        except (OSError, untrusted.Untrusted) as exc:
+            raise ConfigError(
+                f"{index.path}/index.json cannot be read as JSON: {exc}",
+                f"publish the index again: invoke publish --index {index.path}",
+            ) from None
+    try:
+        with urllib.request.urlopen(index.index_json, timeout=timeout) as response:
+            body = response.read(INDEX_JSON_MAX + 1)
+        if len(body) > INDEX_JSON_MAX:
+            raise ValueError(f"larger than {INDEX_JSON_MAX >> 20} MiB")
+        data = json.loads(body.decode("utf-8"))
+        if not isinstance(data, dict):
+            raise ValueError("not a JSON object")
+        return data
+    except (OSError, ValueError, urllib.error.URLError) as exc:
+        log.warn(
+            f"cannot read {log.mask(index.index_json)} from this host ({log.sanitise(str(exc))[:200]}); "
+            "the nodes will read it themselves"
+        )
+        return None
