@@ -313,7 +313,7 @@ def run_one(
         seconds,
         str(target),
         str(wheel.get("file", "")),
-        int(wheel.get("size", 0) or 0),
+        wheel["size"] if type(wheel.get("size")) is int else 0,
         str(wheel.get("sha256", "")),
         bool(manifest.get("cache_hit")),
         str(log_path),

@@ -117,3 +117,27 @@ def test_a_job_that_left_another_combinations_target_is_refused(tmp_path):
             matrixrun.collect(stage, combo, tmp_path / "dist", {}, False, expected=left)
         assert ("not a build of" in str(caught.value)) is refused, (left, str(caught.value))
     assert not (tmp_path / "dist").exists()
+
+
+def test_a_manifest_with_a_size_that_is_not_a_number_is_no_traceback(tmp_path, monkeypatch):
+    from apexkit import statusfile
+    from apexkit.fleet import matrixrun
+    from apexkit.plan import matrix
+
+    m = matrix.load()
+    combo = m.combinations([{"python": "3.11", "torch": "2.13.0", "arch": "x86_64"}])[0]
+    logs = tmp_path / "build" / "matrix"
+    logs.mkdir(parents=True)
+    monkeypatch.setattr(matrixrun.dockerclient, "host_arch", lambda: "x86_64")
+
+    def child(argv, env, **kwargs):
+        target = Path(argv[argv.index("--dist") + 1]) / combo.target_id
+        target.mkdir(parents=True)
+        wheel = {"file": WHEEL, "sha256": "0" * 64, "size": "a lot"}
+        (target / "manifest.json").write_text(json.dumps({"wheel": wheel}))
+        statusfile.write(0, None, target, environ=env)
+        return subprocess.CompletedProcess(argv, 0)
+
+    monkeypatch.setattr(matrixrun.subprocess, "run", child)
+    result = matrixrun.run_one(m, combo, [], tmp_path / "dist", tmp_path / "build", 1, logs)
+    assert (result.status, result.wheel, result.size) == ("built", WHEEL, 0)
