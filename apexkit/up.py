@@ -606,8 +606,11 @@ def run_stage(
     """Run one stage's command, its output in logs/<stage>.log (its JSON in logs/<stage>.json), and make its row."""
     log_path, out_path = logs / f"{stage.name}.log", logs / f"{stage.name}.json"
     status_path = logs / f"{stage.name}.status.json"
-    for stale in (out_path, status_path):
-        stale.unlink(missing_ok=True)
+    stale = [out_path, status_path] + (
+        [report / "validate.json"] if stage.name == "validate" else []
+    )
+    for path in stale:  # what an earlier run left is never read as this run's
+        path.unlink(missing_ok=True)
     env = {**child_env(environ, status_path), **extra_env}
     start = time.monotonic()
     with open(log_path, "wb") as fh, contextlib.ExitStack() as stack:
