@@ -600,6 +600,19 @@ def shown_command(argv: Sequence[str]) -> list[str]:
     return [log.mask(log.sanitise(a)) for a in argv]
 
 
+def _open_log(path: Path):
+    """A stage's log, written afresh: a regular file of ours (a link or FIFO planted there is refused, not followed)."""
+    try:
+        fd = untrusted.open_regular(path, write=True)
+    except untrusted.Refused as exc:
+        raise ConfigError(
+            f"cannot write the stage log {exc}",
+            f"remove it, or pass another --report DIR than {path.parent.parent}",
+        ) from None
+    os.ftruncate(fd, 0)
+    return os.fdopen(fd, "wb")
+
+
 def run_stage(
     stage: Stage, logs: Path, report: Path, environ: Mapping[str, str], extra_env: Mapping[str, str]
 ) -> Row:
@@ -613,10 +626,10 @@ def run_stage(
         path.unlink(missing_ok=True)
     env = {**child_env(environ, status_path), **extra_env}
     start = time.monotonic()
-    with open(log_path, "wb") as fh, contextlib.ExitStack() as stack:
+    with _open_log(log_path) as fh, contextlib.ExitStack() as stack:
         fh.write(("+ " + shlex.join(shown_command(stage.argv)) + "\n").encode())
         fh.flush()
-        out = stack.enter_context(open(out_path, "wb")) if stage.json_out else fh
+        out = stack.enter_context(_open_log(out_path)) if stage.json_out else fh
         try:
             code = subprocess.call(
                 list(stage.argv), stdout=out, stderr=fh, stdin=subprocess.DEVNULL, env=env

@@ -165,3 +165,18 @@ def test_install_failing_is_reported_with_its_fix_and_later_stages_are_skipped(
     assert sum("ignoring" in line for line in third.stderr.splitlines()) == 1
     data = json.loads((report / "up.json").read_text())
     assert data["stages"][1]["status"] == "ok"
+
+
+def test_a_link_planted_as_a_stage_log_is_refused_not_followed(train_venv, tmp_path):
+    report = tmp_path / "report"
+    (report / "logs").mkdir(parents=True)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me\n")
+    (report / "logs" / "doctor.log").symlink_to(victim)
+    proc = apexkit(
+        "up", "--venv", str(train_venv), "--report", str(report), env=clean_env(tmp_path)
+    )
+    assert proc.returncode == 2, output(proc)
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "symbolic link" in errors[0], output(proc)
+    assert victim.read_text() == "keep me\n" and "Traceback" not in output(proc)
