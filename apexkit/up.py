@@ -805,6 +805,32 @@ def dry_run(opts: Options, stages: list[Stage]) -> int:
     return 0
 
 
+def reprobe(python: Path, before: Facts) -> Facts:
+    """The venv's facts after install; the earlier ones (and one line) if it cannot be probed now."""
+    try:
+        return probe(python)
+    except ConfigError as exc:
+        log.warn(f"after install: {exc.format()}")
+        return before
+
+
+def write_report(report_dir: Path, report: dict, state: Mapping[str, Done]) -> None:
+    """up.json, up.md and the state, each written beside itself and renamed: never half-written."""
+    files = {
+        "up.json": (json.dumps(report, indent=1) + "\n").encode(),
+        "up.md": render_markdown(report).encode(),
+        STATE_FILE: state_bytes(state),
+    }
+    for name, data in files.items():
+        try:
+            fsedit.atomic_write(report_dir / name, data, 0o644)
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot write {report_dir / name}: {exc.strerror or exc}",
+                "free space there or pass --report DIR somewhere writable",
+            ) from None
+
+
 def execute(opts: Options, environ: Mapping[str, str] | None = None) -> int:
     environ = os.environ if environ is None else environ
     stages = plan(opts)
@@ -860,9 +886,7 @@ def execute(opts: Options, environ: Mapping[str, str] | None = None) -> int:
                 )
                 rows.append(row)
                 if stage.name == "install" and row.status == OK:
-                    facts = probe(
-                        opts.target.python
-                    )  # install changed the venv: later stages' inputs
+                    facts = reprobe(opts.target.python, facts)  # install changed the venv
                     key = digest(stage_inputs(stage.name, facts, opts, environ))
                 if row.status == OK:
                     state[stage.name] = Done(key, row.finished or now(), row.seconds, row.result)
@@ -873,11 +897,7 @@ def execute(opts: Options, environ: Mapping[str, str] | None = None) -> int:
             if sha:  # the bench's environment block records the wheel it measured
                 extra_env["APEXKIT_APEX_WHEEL_SHA256"] = sha
         report = report_dict(opts, facts, rows, started, time.monotonic() - start)
-        fsedit.atomic_write(
-            report_dir / "up.json", (json.dumps(report, indent=1) + "\n").encode(), 0o644
-        )
-        fsedit.atomic_write(report_dir / "up.md", render_markdown(report).encode(), 0o644)
-        fsedit.atomic_write(report_dir / STATE_FILE, state_bytes(state), 0o644)
+        write_report(report_dir, report, state)
     if opts.as_json:
         sys.stdout.write(json.dumps(report, indent=1) + "\n")
     else:
