@@ -180,3 +180,45 @@ def test_a_link_planted_as_a_stage_log_is_refused_not_followed(train_venv, tmp_p
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "symbolic link" in errors[0], output(proc)
     assert victim.read_text() == "keep me\n" and "Traceback" not in output(proc)
+
+
+def test_validate_runs_for_real_once_install_is_done_and_names_the_failed_check(
+    train_venv, empty_index, tmp_path
+):
+    """The state says install is done for exactly this venv (the key up itself computes): validate then runs the
+    real bench/validate_env.py in the venv, which holds no torch, and its first failed check is the stage's failure."""
+    from apexkit import up
+
+    report = tmp_path / "report"
+    argv = ["--venv", str(train_venv), "--index", empty_index, "--no-build", "--device", "cpu"]
+    opts = up.make_options(
+        venv=str(train_venv),
+        index=[empty_index],
+        no_build=True,
+        device="cpu",
+        report=str(report),
+        environ={},
+    )
+    facts = up.probe(opts.target.python)
+    key = up.digest(up.stage_inputs("install", facts, opts, {}))
+    report.mkdir()
+    done = {"install": up.Done(key, "2026-12-02T07:00:00+00:00", 12.5, {"wheel": "apex-x.whl"})}
+    (report / "state.json").write_bytes(up.state_bytes(done))
+    proc = apexkit("up", *argv, "--bench", "--report", str(report), env=clean_env(tmp_path))
+    assert proc.returncode == 1, output(proc)
+    data = json.loads((report / "up.json").read_text())
+    stages = {s["name"]: s for s in data["stages"]}
+    assert stages["install"]["status"] == "done" and stages["install"]["result"] == {
+        "wheel": "apex-x.whl"
+    }
+    assert stages["install"]["detail"] == "done (from 2026-12-02T07:00:00+00:00)"
+    validate = stages["validate"]
+    assert validate["status"] == "failed" and validate["detail"].startswith("torch: ")
+    assert validate["first_failure"] == {
+        "cause": "torch: ModuleNotFoundError: No module named 'torch'",
+        "fix": "install torch into this venv",
+    }
+    assert json.loads((report / "validate.json").read_text())["ok"] is False
+    assert (stages["bench"]["status"], stages["bench"]["detail"]) == ("skipped", "validate failed")
+    state = json.loads((report / "state.json").read_text())["stages"]
+    assert set(state) == {"doctor", "install"}  # validate failed: it runs again next time
