@@ -851,6 +851,7 @@ def execute(opts: Options, environ: Mapping[str, str] | None = None) -> int:
         rows: list[Row] = []
         failed: str | None = None
         extra_env: dict[str, str] = {}
+        interrupted = False
         for stage in stages:
             if failed:
                 rows.append(Row(stage.name, SKIPPED, f"{failed} failed"))
@@ -878,7 +879,20 @@ def execute(opts: Options, environ: Mapping[str, str] | None = None) -> int:
                 )
             else:
                 log.info(f"▸ {stage.name} (log {report_dir / 'logs' / (stage.name + '.log')})")
-                row = run_stage(stage, report_dir / "logs", report_dir, environ, extra_env)
+                try:
+                    row = run_stage(stage, report_dir / "logs", report_dir, environ, extra_env)
+                except KeyboardInterrupt:  # the report still says how far it got; exit 130 after it
+                    interrupted = True
+                    row = Row(
+                        stage.name,
+                        FAILED,
+                        "interrupted",
+                        log=str(report_dir / "logs" / f"{stage.name}.log"),
+                        command=shown_command(stage.argv),
+                        cause="interrupted (Ctrl-C)",
+                        fix="run apexkit up again: the stages already done are not run again",
+                        finished=now(),
+                    )
                 mark = "✓" if row.status == OK else "✕"
                 log.info(
                     f"{mark} {stage.name}: {row.status}{f': {row.detail}' if row.detail else ''} "
@@ -902,6 +916,8 @@ def execute(opts: Options, environ: Mapping[str, str] | None = None) -> int:
         sys.stdout.write(json.dumps(report, indent=1) + "\n")
     else:
         print_summary(report, report_dir)
+    if interrupted:
+        raise KeyboardInterrupt
     return 0 if report["ok"] else 1
 
 

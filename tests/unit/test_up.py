@@ -402,3 +402,22 @@ def test_markdown_escapes_what_children_said():
     }
     md = up.render_markdown(opts_report)
     assert "a\\|b" in md and "\x1b" not in md and "`x`" not in md
+
+
+def test_ctrl_c_in_a_stage_still_writes_the_report_then_stops(tmp_path, monkeypatch):
+    node = FakeNode(monkeypatch)
+
+    def interrupted(stage, *args):
+        if stage.name == "install":
+            raise KeyboardInterrupt
+        return FakeNode.run_stage(node, stage, *args)
+
+    monkeypatch.setattr(up, "run_stage", interrupted)
+    opts = options(tmp_path)
+    with pytest.raises(KeyboardInterrupt):
+        up.execute(opts, environ={})
+    report = json.loads((opts.report / "up.json").read_text())
+    assert report["first_failure"]["stage"] == "install"
+    assert report["first_failure"]["cause"] == "interrupted (Ctrl-C)"
+    assert report["stages"][3]["detail"] == "install failed"
+    assert set(json.loads((opts.report / up.STATE_FILE).read_text())["stages"]) == {"doctor"}
