@@ -145,8 +145,8 @@ def _make_run_venv(
 
 
 def _add_chart(venv: venvs.Venv, index: venvs.IndexOptions, log_path: Path, torch_pin: str) -> None:
-    """matplotlib for the bench's chart, when the venv lacks it and the sources have it; otherwise one line and the
-    bench goes on without the chart (bench/amp_bench.py records why in results.json)."""
+    """matplotlib for the bench's chart, when the venv lacks it and the sources have it; otherwise one line, and
+    main() runs the bench with --no-png (results.json says "png": null)."""
     if _installed(venv, "matplotlib"):
         return
     without = (
