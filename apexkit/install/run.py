@@ -188,7 +188,7 @@ def _run(
             raise InstallError(
                 f"no wheel fits {named} ({before.cell()})"
                 + (
-                    f" in {', '.join(log.mask(i) for i in indexes)}"
+                    f" in {', '.join(_shown(i) for i in indexes)}"
                     if indexes
                     else " and no index is given"
                 ),
@@ -210,6 +210,12 @@ def _run(
             with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
                 publish.publish(target_dir.parent, Path(publish_to), [target_dir.name])
         return _install(before, named, wheel, sha, result, "built-and-installed", environ)
+
+
+def _shown(index: str) -> str:
+    from apexkit.index import remote
+
+    return remote.shown(index)
 
 
 def _entry_str(entry: Mapping, key: str) -> str | None:
