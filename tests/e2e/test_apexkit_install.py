@@ -222,13 +222,20 @@ class Team:
 
 @pytest.fixture(scope="module")
 def team(repos, shared_cache, tmp_path_factory):
-    """The miss path, once: a venv with torch 2.13.0, no index -> built, published to team-index/, installed."""
+    """The miss path, once: a venv with torch 2.13.0, no index -> built, published to team-index/, installed. (The
+    smoke test is test_build.py's: skipped here for the e2e tier's time.)"""
     tmp = tmp_path_factory.mktemp("install")
     t = Team(Runner(repos, shared_cache, tmp), tmp)
     t.venv = make_venv(tmp / "built-venv")
     t.before = dists(t.venv)
     t.first = t.install(
-        "--venv", str(t.venv), "--publish-to", str(t.index), "--json", "--build-options", "--jobs 2"
+        "--venv",
+        str(t.venv),
+        "--publish-to",
+        str(t.index),
+        "--json",
+        "--build-options",
+        "--jobs 2 --no-smoke-test",
     )
     return t
 
@@ -330,6 +337,18 @@ def test_no_build_for_a_python_the_index_has_no_wheel_for(team, servers, tmp_pat
     error = [x for x in proc.stderr.splitlines() if x.startswith("error:")]
     assert len(error) == 1 and "no wheel fits" in error[0] and "cp310" in error[0], output(proc)
     assert "Traceback" not in output(proc)
+    assert tree(venv) == before
+
+    # an index out of reach: one line saying so, then (with --no-build) the miss; nothing changed
+    import services
+
+    closed = f"http://127.0.0.1:{services.free_port()}/"
+    proc = team.install("--venv", str(venv), "--index", closed, "--no-build")
+    assert proc.returncode != 0 and "Traceback" not in output(proc), output(proc)
+    assert [x for x in proc.stderr.splitlines() if "cannot be read" in x], output(proc)
+    assert [x for x in proc.stderr.splitlines() if x.startswith("error: no wheel fits")], output(
+        proc
+    )
     assert tree(venv) == before
 
 
