@@ -126,7 +126,13 @@ def publishable(
         )
     digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
     manifest: dict = {
-        "target": {"target_id": target, "torch": torch, "python": python, "arch": arch},
+        "target": {
+            "target_id": target,
+            "torch": torch,
+            "python": python,
+            "arch": arch,
+            **({"torch_npu": torch_npu} if torch_npu else {}),
+        },
         "wheel": {"file": wheel.name, "sha256": digest},
     }
     if attest:

@@ -218,7 +218,8 @@ def simple_page(title: str, links: Sequence[tuple[str, str, Metadata | None]]) -
 
 def facts(entry: Any) -> dict[str, Any]:
     """python, arch, torch, torch_npu, cann, version, python_tag, platform_tag of a publish Entry: its recorded
-    `facts` (index.json, from the build's manifest) where present, else read off its wheel filename and target id."""
+    `facts` (index.json, from the build's manifest) where they name a value, else read off its wheel filename and
+    target id."""
     _name, version, _, tags = parse_wheel_filename(entry.filename)
     tag = sorted(tags, key=str)[0]
     derived: dict[str, Any] = {
@@ -243,7 +244,7 @@ def facts(entry: Any) -> dict[str, Any]:
             {
                 k: v
                 for k, v in recorded.items()
-                if k in derived and (v is None or isinstance(v, str))
+                if k in derived and isinstance(v, str) and v  # null: not recorded
             }
         )
     with contextlib.suppress(InvalidVersion):

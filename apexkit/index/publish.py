@@ -19,6 +19,12 @@ without following links, must match the sha256 its manifest recorded, must name 
 subject, the SBOM's metadata.component hash) and is re-hashed while it is copied; a target whose manifest records none
 (built before apexkit wrote them) is published without them.
 
+The index is also the team's wheel cache (apexkit.index.remote): each wheel's build manifest goes beside it as
+<wheel>.manifest.json, and index.json records per wheel its cache key (buildplan.cache_key: a build elsewhere with
+the same inputs takes this wheel instead of compiling) and its facts (python and its tags, arch, torch, torch_npu,
+CANN, C++ ABI, version, Requires-Dist, Requires-Python: `facts_of`), so `apexkit install` matches a venv to a wheel
+without guessing from the name. Facts come from an untrusted manifest and are kept only as short plain strings.
+
 Trust: dist/*/manifest.json, the index directory and its index.json may have been written by someone else (a build
 container, a cache, a user's web root). publish never destroys what it did not make: an index root is replaced only
 when it does not exist, is empty, or is an apexkit index -- index.json (a regular file, marked
@@ -39,7 +45,8 @@ import re
 import shutil
 import tempfile
 import time
-from dataclasses import dataclass
+import zipfile
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -59,7 +66,27 @@ ATTESTATIONS = {
     "provenance": (sbom.PROVENANCE_FILE, ".provenance.json"),
 }
 ATTESTATION_MAX = 16 << 20  # bytes; a torch build venv's SBOM is ~100 KiB
+MANIFEST_SUFFIX = (
+    ".manifest.json"  # the build's dist manifest beside its wheel: the index is a wheel cache too
+)
+METADATA_MAX = 1 << 20  # bytes; a wheel's METADATA is ~1 KiB
 _SHA256 = re.compile(r"[0-9a-f]{64}")
+# What a fact of index.json may be: short printable text from a small alphabet (versions, tags, refs, pins), so a
+# reader may show it, compare it and put it in a page after escaping, never a path or markup.
+_FACT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+!=<>~*,;: -]{0,199}")
+FACT_FIELDS = (
+    "python",
+    "python_tag",
+    "abi_tag",
+    "platform_tag",
+    "arch",
+    "torch",
+    "torch_npu",
+    "cann",
+    "version",
+    "requires_python",
+    "apex_ref",
+)
 
 
 @dataclass(frozen=True)
@@ -80,6 +107,13 @@ class Entry:
     torch: str
     in_index: bool = False  # already published (read from index.json)
     attestations: tuple[Attestation, ...] = ()
+    cache_key: str | None = (
+        None  # the build's content address (buildplan.cache_key): the index is a wheel cache
+    )
+    facts: dict = field(
+        default_factory=dict
+    )  # what the wheel is for (FACT_FIELDS, cxx11_abi, requires_dist, ...)
+    manifest: Attestation | None = None  # the build's manifest, published as <wheel>.manifest.json
 
 
 def normalize(name: str) -> str:
@@ -150,6 +184,95 @@ def _inside(path: Path, root: Path) -> bool:
     return path == root or root in path.parents
 
 
+def _fact(value: Any) -> str | None:
+    return value if isinstance(value, str) and _FACT.fullmatch(value) else None
+
+
+def _requires_python(wheel: Path) -> str | None:
+    """Requires-Python of the wheel's METADATA (read from the zip, capped), or None."""
+    try:
+        with zipfile.ZipFile(wheel) as zf:
+            names = [n for n in zf.namelist() if re.fullmatch(r"[^/]+\.dist-info/METADATA", n)]
+            if len(names) != 1 or zf.getinfo(names[0]).file_size > METADATA_MAX:
+                return None
+            text = zf.read(names[0]).decode("utf-8", "replace")
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError):
+        return None
+    found = re.search(r"^Requires-Python:[ \t]*(.+?)[ \t]*$", text.split("\n\n", 1)[0], re.M)
+    return _fact(found[1]) if found else None
+
+
+def facts_of(manifest: dict, filename: str, wheel: Path | None = None) -> dict:
+    """What a wheel is for, as index.json records it (files[i].facts): the target's python, arch, torch, torch_npu,
+    the stack's CANN, the C++ ABI its torch had, the wheel's tags, version and pins. Read from an untrusted manifest:
+    each value a short plain string (or null), so readers compare and show them without more checks."""
+    plan, identity = _object(manifest, "target"), _object(manifest, "identity")
+    expect = _object(_object(manifest, "binary_checks"), "expect")
+    _name, version, _build, tags = parse_wheel_filename(filename)
+    tag = sorted(tags, key=str)[0]
+    torch = _fact(plan.get("torch"))
+    try:
+        torch = Version(torch).public if torch else None
+    except InvalidVersion:
+        torch = None
+    abi = expect.get("cxx11_abi")
+    pins = identity.get("requires_dist")
+    plan_identity = _object(plan, "identity")
+    return {
+        "python": _fact(plan.get("python")),
+        "python_tag": tag.interpreter,
+        "abi_tag": tag.abi,
+        "platform_tag": tag.platform,
+        "arch": _fact(plan.get("arch")),
+        "torch": torch,
+        "torch_npu": _fact(plan.get("torch_npu")),
+        "cann": _fact(plan.get("cann")),
+        "cxx11_abi": abi if abi in (0, 1) and not isinstance(abi, bool) else None,
+        "version": str(version),
+        "requires_dist": [p for p in pins if _fact(p)] if isinstance(pins, list) else [],
+        "requires_python": _requires_python(wheel) if wheel is not None else None,
+        "apex_ref": _fact(plan.get("apex_ref")),
+        "identity": _plain(plan_identity),
+    }
+
+
+def _object(data: dict, key: str) -> dict:
+    value = data.get(key)
+    return value if isinstance(value, dict) else {}
+
+
+def _plain(value: Any, depth: int = 0) -> Any:
+    """A JSON value reduced to plain facts (strings matching _FACT, numbers, booleans, lists, objects), or None."""
+    if depth > 3:
+        return None
+    if isinstance(value, bool) or value is None or isinstance(value, int):
+        return value
+    if isinstance(value, str):
+        return _fact(value)
+    if isinstance(value, list):
+        return [_plain(v, depth + 1) for v in value[:64]]
+    if isinstance(value, dict):
+        return {k: _plain(v, depth + 1) for k, v in list(value.items())[:64] if _fact(k)}
+    return None
+
+
+def check_facts(raw: Any, where: str, fix: str) -> dict:
+    """files[i].facts of an index.json read back: an object whose FACT_FIELDS are plain strings or null."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}.facts is not an object", fix)
+    for key in FACT_FIELDS:
+        if raw.get(key) is not None and _fact(raw.get(key)) is None:
+            raise ConfigError(f"{where}.facts.{key} is not a plain version or tag", fix)
+    if raw.get("cxx11_abi") not in (None, 0, 1) or isinstance(raw.get("cxx11_abi"), bool):
+        raise ConfigError(f"{where}.facts.cxx11_abi is not 0, 1 or null", fix)
+    pins = raw.get("requires_dist", [])
+    if not isinstance(pins, list) or any(_fact(p) is None for p in pins):
+        raise ConfigError(f"{where}.facts.requires_dist is not a list of pins", fix)
+    return {**raw, "identity": _plain(raw.get("identity") or {})}
+
+
 def collect(dist: Path, targets: list[str] | None = None) -> list[Entry]:
     """Every dist/<target>/ with a manifest and its wheel (checked against the manifest's sha256)."""
     if not dist.is_dir():
@@ -170,9 +293,8 @@ def collect(dist: Path, targets: list[str] | None = None) -> list[Entry]:
                 "replace it with the directory itself, or remove it",
             )
         try:
-            manifest = json.loads(
-                untrusted.read_regular(manifest_path, None, distdir.MANIFEST_MAX).decode("utf-8")
-            )
+            manifest_bytes = untrusted.read_regular(manifest_path, None, distdir.MANIFEST_MAX)
+            manifest = json.loads(manifest_bytes.decode("utf-8"))
         except untrusted.Refused as exc:  # not a FIFO (a blocked read), device or link
             raise ConfigError(
                 f"{manifest_path} is not a readable JSON manifest ({_why(exc)})", hint
@@ -226,6 +348,7 @@ def collect(dist: Path, targets: list[str] | None = None) -> list[Entry]:
                 f"  {target}: no SBOM or provenance recorded in its manifest (built before apexkit wrote them): "
                 "the wheel goes without them"
             )
+        cache_key = manifest.get("cache_key")
         entries.append(
             Entry(
                 normalize(parse_wheel_filename(file)[0]),
@@ -235,6 +358,16 @@ def collect(dist: Path, targets: list[str] | None = None) -> list[Entry]:
                 target,
                 torch,
                 attestations=attestations,
+                cache_key=cache_key
+                if isinstance(cache_key, str) and _SHA256.fullmatch(cache_key)
+                else None,
+                facts=facts_of(manifest, file, wheel),
+                manifest=Attestation(
+                    "manifest",
+                    file + MANIFEST_SUFFIX,
+                    manifest_path,
+                    hashlib.sha256(manifest_bytes).hexdigest(),
+                ),
             )
         )
     missing = sorted(set(targets or ()) - {e.target for e in entries})
@@ -398,6 +531,25 @@ def _existing(root: Path) -> list[Entry]:
             attestations.append(
                 Attestation(kind, name, root / "simple" / project / name, record["sha256"])
             )
+        cache_key = f.get("cache_key")
+        if cache_key is not None and (
+            not isinstance(cache_key, str) or not _SHA256.fullmatch(cache_key)
+        ):
+            raise ConfigError(f"{where}.cache_key is not a sha256 hex digest", fix)
+        manifest = None
+        record = f.get("manifest")
+        if record is not None:
+            name = f["filename"] + MANIFEST_SUFFIX
+            if (
+                not isinstance(record, dict)
+                or record.get("filename") != name
+                or not isinstance(record.get("sha256"), str)
+                or not _SHA256.fullmatch(record["sha256"])
+            ):
+                raise ConfigError(f"{where}.manifest is not {{filename: {name}, sha256}}", fix)
+            manifest = Attestation(
+                "manifest", name, root / "simple" / project / name, record["sha256"]
+            )
         entries.append(
             Entry(
                 project,
@@ -408,6 +560,9 @@ def _existing(root: Path) -> list[Entry]:
                 torch,
                 in_index=True,
                 attestations=tuple(attestations),
+                cache_key=cache_key,
+                facts=check_facts(f.get("facts"), where, fix),
+                manifest=manifest,
             )
         )
     ours = {Path("index.json"), Path("simple"), Path("simple/index.html"), Path("index.html")}
@@ -420,7 +575,7 @@ def _existing(root: Path) -> list[Entry]:
                 "simple", e.project, e.filename + pages.METADATA_SUFFIX
             ),  # regenerated from the wheel
             Path(pages.torch_page_name(pages.facts(e)["torch"])),
-            *(Path("simple", e.project, a.filename) for a in e.attestations),
+            *(Path("simple", e.project, a.filename) for a in _documents(e)),
         }
     others = sorted(
         f"{p.relative_to(root)}{' (a symlink)' if p.is_symlink() else ''}"
@@ -430,6 +585,11 @@ def _existing(root: Path) -> list[Entry]:
     if others:
         raise _foreign(root, hint, f"it holds {_list(others)}, which its index.json does not list")
     return entries
+
+
+def _documents(e: Entry) -> tuple[Attestation, ...]:
+    """The files published beside a wheel: its manifest (when recorded), SBOM and provenance."""
+    return ((e.manifest,) if e.manifest else ()) + e.attestations
 
 
 def _list(names: list[str]) -> str:
@@ -528,7 +688,7 @@ def write(
                         f"{e.sha256[:12]})",
                         f"rebuild {e.target} and publish again",
                     )
-                for a in e.attestations:  # the SBOM and provenance beside it, the same way
+                for a in _documents(e):  # its manifest, SBOM and provenance beside it, the same way
                     try:
                         digest = _copy_hashed(a.path, folder / a.filename)
                     except (OSError, ValueError) as exc:
@@ -566,6 +726,18 @@ def write(
                             "sha256": e.sha256,
                             "target": e.target,
                             "torch": e.torch,
+                            **({"cache_key": e.cache_key} if e.cache_key else {}),
+                            **({"facts": e.facts} if e.facts else {}),
+                            **(
+                                {
+                                    "manifest": {
+                                        "filename": e.manifest.filename,
+                                        "sha256": e.manifest.sha256,
+                                    }
+                                }
+                                if e.manifest
+                                else {}
+                            ),
                             **(
                                 {
                                     "attestations": {
@@ -605,7 +777,7 @@ def _replaced(root: Path, files: list[Entry]) -> str:
     if not old:
         return f"fill the empty directory {root}/"
     names = {f"simple/{e.project}/{e.filename}" for e in files}
-    attached = {f"simple/{e.project}/{a.filename}" for e in files for a in e.attestations}
+    attached = {f"simple/{e.project}/{a.filename}" for e in files for a in _documents(e)}
     metadata = {name + pages.METADATA_SUFFIX for name in names}
     wheels = [name for name in old if name in names]
     documents = [name for name in old if name in attached]
@@ -622,7 +794,7 @@ def _replaced(root: Path, files: list[Entry]) -> str:
         )
         + f"; keep {len(wheels)} published wheel{'' if len(wheels) == 1 else 's'}"
         + (
-            f" and {len(documents)} SBOM/provenance file{'' if len(documents) == 1 else 's'}"
+            f" and {len(documents)} manifest/SBOM/provenance file{'' if len(documents) == 1 else 's'}"
             if documents
             else ""
         )

@@ -548,8 +548,18 @@ def test_publish_copies_sbom_and_provenance_beside_each_wheel(tmp_path):
     assert "+ .cdx.json, .provenance.json" in proc.stderr
     folder = index / "simple" / "apex"
     assert sorted(p.name for p in folder.iterdir()) == sorted(
-        [WHEEL, f"{WHEEL}.cdx.json", f"{WHEEL}.provenance.json", "index.html"]
+        [
+            WHEEL,
+            f"{WHEEL}.cdx.json",
+            f"{WHEEL}.provenance.json",
+            f"{WHEEL}.manifest.json",
+            "index.html",
+        ]
     )
+    # the build's manifest beside its wheel: the index is a wheel cache (apexkit.index.remote)
+    assert (folder / f"{WHEEL}.manifest.json").read_bytes() == (
+        dist / TARGET / "manifest.json"
+    ).read_bytes()
     assert (folder / f"{WHEEL}.cdx.json").read_bytes() == (
         dist / TARGET / "sbom.cdx.json"
     ).read_bytes()
@@ -557,6 +567,11 @@ def test_publish_copies_sbom_and_provenance_beside_each_wheel(tmp_path):
         dist / TARGET / "provenance.json"
     ).read_bytes()
     entry = json.loads((index / "index.json").read_text())["files"][0]
+    assert entry["manifest"] == {
+        "filename": f"{WHEEL}.manifest.json",
+        "sha256": sha(dist / TARGET / "manifest.json"),
+    }
+    assert entry["facts"]["torch"] == "2.13.0" and entry["facts"]["python_tag"] == "cp311"
     assert entry["attestations"] == {
         "sbom": {"filename": f"{WHEEL}.cdx.json", "sha256": sha(folder / f"{WHEEL}.cdx.json")},
         "provenance": {
@@ -585,7 +600,7 @@ def test_publish_copies_sbom_and_provenance_beside_each_wheel(tmp_path):
     (folder2 / "manifest.json").write_text(json.dumps(manifest))
     proc = invoke("publish", "--dist", str(other / "dist"), "--index", str(index))
     assert proc.returncode == 0, output(proc)
-    assert "keep 1 published wheel and 2 SBOM/provenance files" in proc.stderr
+    assert "keep 1 published wheel and 3 manifest/SBOM/provenance files" in proc.stderr
     assert {p.name for p in folder.iterdir()} >= {
         f"{second}.cdx.json",
         f"{second}.provenance.json",

@@ -16,3 +16,87 @@ def test_a_manifest_that_is_json_but_not_an_object_is_one_line(tmp_path, text):
     (target / "manifest.json").write_text(text)
     with pytest.raises(ConfigError, match="not a readable JSON manifest"):
         publish.collect(tmp_path / "dist")
+
+
+# --- issue 25: index.json records what each wheel is for (facts) and its cache key ------------------------------------
+
+WHEEL = "apex-0.1+ascend.torch2.7.1.npu2.7.1.post8-cp310-cp310-manylinux_2_28_aarch64.whl"
+
+
+def manifest(**target) -> dict:
+    return {
+        "target": {
+            "python": "3.10",
+            "arch": "aarch64",
+            "torch": "2.7.1+cpu",
+            "torch_npu": "2.7.1.post8",
+            "cann": "8.1.RC1",
+            "apex_ref": "master",
+            "identity": {"torch_npu": "2.7.1.post8"},
+            **target,
+        },
+        "identity": {"requires_dist": ["torch==2.7.1", "torch_npu==2.7.1.*"]},
+        "binary_checks": {"expect": {"cxx11_abi": 1}},
+    }
+
+
+def test_facts_are_read_from_the_manifest_and_the_wheel_name():
+    facts = publish.facts_of(manifest(), WHEEL)
+    assert facts == {
+        "python": "3.10",
+        "python_tag": "cp310",
+        "abi_tag": "cp310",
+        "platform_tag": "manylinux_2_28_aarch64",
+        "arch": "aarch64",
+        "torch": "2.7.1",  # the public version: +cpu names torch's build, not its ABI
+        "torch_npu": "2.7.1.post8",
+        "cann": "8.1.RC1",
+        "cxx11_abi": 1,
+        "version": "0.1+ascend.torch2.7.1.npu2.7.1.post8",
+        "requires_dist": ["torch==2.7.1", "torch_npu==2.7.1.*"],
+        "requires_python": None,
+        "apex_ref": "master",
+        "identity": {"torch_npu": "2.7.1.post8"},
+    }
+    assert (
+        publish.check_facts(facts, "files[0]", "fix") == facts
+    )  # what publish writes, it reads back
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("torch", "<script>alert(1)</script>"),
+        ("cann", "8.1\n<b>"),
+        ("arch", ["x86_64"]),
+        ("apex_ref", "../../etc"),
+        ("python", "3.11\x1b[2J"),
+    ],
+)
+def test_a_hostile_manifest_value_never_becomes_a_fact(field, value):
+    facts = publish.facts_of(manifest(**{field: value}), WHEEL)
+    assert facts[field] is None
+    assert publish.check_facts(facts, "files[0]", "fix")[field] is None
+
+
+def test_a_hostile_manifest_abi_or_pin_is_dropped():
+    m = manifest()
+    m["binary_checks"]["expect"]["cxx11_abi"] = True  # a bool is not the 0/1 torch reports
+    m["identity"]["requires_dist"] = ["torch==2.7.1", "<img src=x>", 7]
+    facts = publish.facts_of(m, WHEEL)
+    assert facts["cxx11_abi"] is None
+    assert facts["requires_dist"] == ["torch==2.7.1"]
+
+
+@pytest.mark.parametrize(
+    "facts, needle",
+    [
+        ("a string", "facts is not an object"),
+        ({"torch": "<b>2.7.1</b>"}, "facts.torch is not a plain version"),
+        ({"cxx11_abi": 2}, "facts.cxx11_abi"),
+        ({"requires_dist": "torch==2.7.1"}, "facts.requires_dist"),
+    ],
+)
+def test_an_index_json_whose_facts_lie_in_shape_is_one_line(facts, needle):
+    with pytest.raises(ConfigError, match=needle):
+        publish.check_facts(facts, "files[0]", "fix")
