@@ -118,6 +118,11 @@ def test_index_installs_with_pip_and_refuses_a_second_wheel_under_one_name(runne
         "publish", "--dist", str(runner.dist), "--index", str(index)
     )  # same bytes: idempotent
     assert again.returncode == 0 and (index / "simple" / "apex" / "index.html").read_text() == page
+    # the pages publish writes beside simple/ are its own: the republish above kept them, and they name the wheel
+    metadata = index / "simple" / "apex" / f"{WHEEL}.metadata"
+    assert metadata.is_file() and f'data-core-metadata="sha256={sha(metadata)}"' in page
+    assert WHEEL in (index / "index.html").read_text()
+    assert f"simple/apex/{WHEEL}#sha256={digest}" in (index / "torch-2.13.0.html").read_text()
 
     # another build, same filename, other bytes (without the rpath fix): never two wheels for one name
     other = Runner(repos, runner.cache, tmp_path / "other")
