@@ -229,7 +229,7 @@ def facts(entry: Any) -> dict[str, Any]:
         "platform_tag": tag.platform,
         "arch": next((a for a in _ARCHES if tag.platform.endswith(a)), tag.platform),
         "python": _python_of(tag.interpreter),
-        "torch": entry.torch or _label(version, "torch"),
+        "torch": entry.torch or _label(version, "torch") or "?",
         "torch_npu": _label(version, "npu"),
         "cann": None,
     }
@@ -364,7 +364,9 @@ def write_pages(
     names = []
     for torch, mine in sorted(by_torch.items(), key=lambda kv: _vkey(kv[0]), reverse=True):
         name = torch_page_name(torch)
-        if not is_torch_page(name):  # a torch that is no version never names a file
+        if _vkey(torch)[0] != 0 or not is_torch_page(
+            name
+        ):  # a torch that is no version never names a file
             continue
         links = [
             (
@@ -414,6 +416,7 @@ def grid_page(
         holes.setdefault((row, col), []).append(c)
     row_order = sorted(rows, key=lambda r: (_vkey(r[0]), _vkey(r[1]), _vkey(r[2])), reverse=True)
     col_order = sorted(cols, key=lambda c: (_vkey(c[0]), c[1]))
+    torches = len({f["torch"] for e in entries for f in [facts(e)]})
     out = [
         "<!DOCTYPE html>",
         '<html lang="en">',
@@ -426,7 +429,7 @@ def grid_page(
         "<body>",
         "<h1>apex for Ascend: wheel index</h1>",
         f'<p class="lead">{len(entries)} wheel{"" if len(entries) == 1 else "s"} for '
-        f"{len({r[0] for r in rows if any((r, c) in placed for c in cols)})} torch release(s)"
+        f"{torches} torch release{'' if torches == 1 else 's'}"
         + (f", published {esc(generated)}" if generated else "")
         + f". Served from <code>{esc(base_url)}/</code>. Install the wheel that fits a venv with "
         "<code>apexkit install</code>; with pip, name the exact version and keep <code>--no-deps</code>, so pip never "

@@ -349,3 +349,21 @@ def test_coverage_is_compared_by_python_torch_arch_and_torch_npu():
     assert pages.missing([cell], [fits]) == []
     assert pages.missing([cell], [legacy]) == []
     assert pages.missing([cell], [no_npu, other_arch]) == [cell]
+
+
+def test_a_wheel_whose_torch_is_unknown_gets_no_find_links_page(tmp_path):
+    legacy = (
+        SimpleNamespace(  # index.json from before torch was recorded, a name without a torch label
+            project="apex",
+            filename="apex-0.1+ascend-cp311-cp311-linux_x86_64.whl",
+            sha256="c" * 64,
+            target="?",
+            torch="",
+            attestations=(),
+        )
+    )
+    dated = SimpleNamespace(**{**vars(legacy), "filename": fakes.LINUX, "torch": "2.13.0"})
+    written = pages.write_pages(tmp_path, [legacy, dated], {}, "https://h.example.test")
+    assert written == ["index.html", "torch-2.13.0.html"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == written
+    assert legacy.filename in (tmp_path / "index.html").read_text()
