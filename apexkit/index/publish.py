@@ -424,14 +424,14 @@ def _attestations(
             raise ConfigError(f"{path} {_why(exc)}", hint) from None
         if hashlib.sha256(data).hexdigest() != expected:
             raise ConfigError(f"{path} does not match the sha256 in its manifest", hint)
-        why = _not_about(kind, data, wheel, wheel_sha256)
+        why = not_about(kind, data, wheel, wheel_sha256)
         if why:
             raise ConfigError(f"{path} {why}", hint)
         out.append(Attestation(kind, wheel + suffix, path, expected))
     return tuple(out)
 
 
-def _not_about(kind: str, data: bytes, wheel: str, wheel_sha256: str) -> str | None:
+def not_about(kind: str, data: bytes, wheel: str, wheel_sha256: str) -> str | None:
     """Why this SBOM / provenance does not describe `wheel` (None when it does)."""
     try:
         doc = json.loads(data.decode("utf-8"))

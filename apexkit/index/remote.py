@@ -1,0 +1,452 @@
+"""The team's published index as a source of prebuilt wheels: the first cache of a build (by cache key) and where
+`apexkit install` finds the wheel that fits a venv (by its facts). Ascend publishes no apex wheels, so a trustworthy
+team index is the only place a prebuilt one can come from.
+
+An index is what `invoke publish` wrote (apexkit.index.publish), reached as http(s):// (through pip's proxy, CA and
+the user:password@ of its URL, as apexkit.index.client does for pip's own indexes), file:// or a directory path. Its
+index.json lists each wheel with its sha256, cache key, facts, and the build manifest, SBOM and provenance beside it.
+
+Everything an index serves is untrusted: index.json is size-capped and each entry checked (a wheel filename, sha256
+digests, facts as plain strings: publish.check_facts), an entry that fails is left out with one line. A wheel is
+taken only when the bytes downloaded match the sha256 of index.json and of its own build manifest, the provenance
+names that wheel with that sha256, the SBOM describes it, and the zip reads back (the same checks as a hit of the
+local wheel cache); anything else is `Refused`. A network failure is `Unreachable`: callers fall back to building
+(build) or say so (install).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import re
+import shutil
+import tempfile
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+from packaging.version import InvalidVersion, Version
+
+from apexkit import log, untrusted
+from apexkit.errors import ApexkitError, ConfigError
+from apexkit.index import client, publish, published
+from apexkit.wheel import distdir, sbom
+
+WHEEL_MAX = 4 << 30  # bytes; a CUDA build of apex is some hundred MiB
+_PROJECT = re.compile(r"[a-z0-9]+(-[a-z0-9]+)*")
+_CHUNK = 1 << 20
+
+
+class Refused(Exception):
+    """What the index serves is not what it claims (the message says what, on one line)."""
+
+
+class Unreachable(Exception):
+    """The index cannot be read from here (the message says why, on one line)."""
+
+
+@dataclass(frozen=True)
+class Candidate:
+    index: (
+        str  # the index root as given (it may hold user:password@: never print it, print `shown`)
+    )
+    shown: str  # the index root with the password masked, for messages ("cache hit from <shown>")
+    entry: dict  # the checked index.json files[i]
+    base: str  # the URL of simple/<project>/, where the wheel and the files beside it are
+
+    @property
+    def filename(self) -> str:
+        return str(self.entry["filename"])
+
+
+@dataclass(frozen=True)
+class Fetched:
+    wheel: Path  # the verified wheel, in the `work` directory given to `fetch`
+    manifest: (
+        dict  # its build manifest (names this wheel and its sha256); {} when the index keeps none
+    )
+    documents: dict[
+        str, bytes
+    ]  # {sbom.SBOM_FILE: ..., sbom.PROVENANCE_FILE: ...} as the index keeps them
+    index: str  # shown (password masked)
+
+
+def root_url(index: str) -> str:
+    """The index root as a URL without a trailing slash: .../simple/ and index.json dropped, a path made file://."""
+    text = index.strip()
+    if not text:
+        raise ConfigError(
+            "an index is empty", "pass the directory `invoke publish --index` wrote, or its URL"
+        )
+    text = re.sub(r"/(simple/?|index\.json)$", "", text.rstrip("/")) or "/"
+    scheme = urllib.parse.urlsplit(text).scheme
+    if scheme in ("http", "https", "file"):
+        client.check_index_url(text, "the index")
+        return text
+    if scheme:
+        raise ConfigError(
+            f"index {log.mask(text)}: {scheme}:// is not an index apexkit can read",
+            "pass an http(s):// URL, a file:// URL or a directory `invoke publish` wrote",
+        )
+    return Path(text).expanduser().resolve().as_uri()
+
+
+def shown(index: str) -> str:
+    return log.sanitise(log.mask(index))
+
+
+def make_client(indexes: Sequence[str], env: Mapping[str, str], timeout: float = 20.0):
+    """A client with pip's CA bundle and proxies (pip's configuration, as `pip install` would use them), sending the
+    user:password@ of each index URL as Basic auth to that host only."""
+    settings = client.resolve_settings(None, env, timeout)
+    return client.Client(dataclasses.replace(settings, urls=tuple(indexes)))
+
+
+def _file(url: str) -> Path:
+    return Path(urllib.request.url2pathname(urllib.parse.urlsplit(url).path))
+
+
+def _why(exc: BaseException) -> str:
+    if isinstance(exc, ApexkitError):
+        return exc.cause
+    if isinstance(exc, untrusted.Refused) and isinstance(exc.error, FileNotFoundError):
+        return "not found"
+    return log.sanitise(log.mask(str(exc)))[:200]
+
+
+def _get(cl: client.Client, url: str, limit: int) -> bytes:
+    """The bytes at `url` (file:// read without following links), at most `limit`: Unreachable when it cannot be
+    read (missing, HTTP error, network), Refused when it is larger."""
+    if url.startswith("file:"):
+        try:
+            return untrusted.read_regular(_file(url), None, limit)
+        except untrusted.Refused as exc:
+            if exc.kind == "size":
+                raise Refused(f"{client.public_url(url)} is larger than {limit} bytes") from None
+            raise Unreachable(f"{client.public_url(url)}: {_why(exc)}") from None
+        except OSError as exc:
+            raise Unreachable(f"{client.public_url(url)}: {exc.strerror or exc}") from None
+    try:
+        with cl.open(url) as response:
+            body = response.read(limit + 1)
+    except urllib.error.HTTPError as exc:
+        raise Unreachable(f"{client.public_url(url)}: HTTP {exc.code}") from None
+    except (ApexkitError, OSError, ValueError) as exc:
+        raise Unreachable(_why(exc)) from None
+    if len(body) > limit:
+        raise Refused(f"{client.public_url(url)} is larger than {limit} bytes")
+    cl.count(len(body))
+    return body
+
+
+def _download(cl: client.Client, url: str, dest: Path, limit: int) -> str:
+    """Stream `url` into the new file `dest`, hashing what is written: its sha256."""
+    digest, size = hashlib.sha256(), 0
+    if url.startswith("file:"):
+        try:
+            fd = untrusted.open_regular(_file(url))
+        except untrusted.Refused as exc:
+            raise Unreachable(f"{client.public_url(url)}: {_why(exc)}") from None
+        with os.fdopen(fd, "rb") as src:
+            if os.fstat(src.fileno()).st_size > limit:
+                raise Refused(f"{client.public_url(url)} is larger than {limit} bytes")
+            return untrusted.copy_fd(src.fileno(), dest)[0]
+    try:
+        with cl.open(url) as response, open(dest, "xb") as out:
+            for chunk in iter(lambda: response.read(_CHUNK), b""):
+                size += len(chunk)
+                if size > limit:
+                    raise Refused(f"{client.public_url(url)} is larger than {limit} bytes")
+                digest.update(chunk)
+                out.write(chunk)
+    except urllib.error.HTTPError as exc:
+        raise Unreachable(f"{client.public_url(url)}: HTTP {exc.code}") from None
+    except (ApexkitError, OSError, ValueError) as exc:
+        raise Unreachable(_why(exc)) from None
+    cl.count(size)
+    return digest.hexdigest()
+
+
+# --- index.json ------------------------------------------------------------------------------------------------------
+
+
+def _entry(raw: object, n: int, where: str) -> dict | None:
+    """files[n] of an index.json checked, or None (with one line) when it is not an entry apexkit wrote."""
+    try:
+        if not isinstance(raw, dict):
+            raise ConfigError(f"files[{n}] is not an object")
+        name = untrusted.wheel_name(raw.get("filename"))
+        project = publish.normalize(parse_wheel_filename(name)[0])
+        if raw.get("project") != project or not _PROJECT.fullmatch(project):
+            raise ConfigError(f"files[{n}].project is not {project}")
+        for key in ("sha256", "cache_key"):
+            value = raw.get(key)
+            if (key == "sha256" or value is not None) and not (
+                isinstance(value, str) and re.fullmatch(r"[0-9a-f]{64}", value)
+            ):
+                raise ConfigError(f"files[{n}].{key} is not a sha256 hex digest")
+        attestations = raw.get("attestations") or {}
+        if not isinstance(attestations, dict):
+            raise ConfigError(f"files[{n}].attestations is not an object")
+        documents = {}
+        for kind, suffix in [
+            ("manifest", publish.MANIFEST_SUFFIX),
+            *((k, suffix) for k, (_file, suffix) in publish.ATTESTATIONS.items()),
+        ]:
+            record = raw.get("manifest") if kind == "manifest" else attestations.get(kind)
+            if record is None:
+                continue
+            if (
+                not isinstance(record, dict)
+                or record.get("filename") != name + suffix
+                or not isinstance(record.get("sha256"), str)
+                or not re.fullmatch(r"[0-9a-f]{64}", record["sha256"])
+            ):
+                raise ConfigError(f"files[{n}] records its {kind} under another name")
+            documents[kind] = {"filename": name + suffix, "sha256": record["sha256"]}
+        facts = publish.check_facts(raw.get("facts"), f"files[{n}]", "")
+    except (ConfigError, untrusted.Untrusted, InvalidWheelFilename, InvalidVersion) as exc:
+        log.warn(f"{where}: an entry is left out ({_why(exc)})")
+        return None
+    return {
+        "filename": name,
+        "project": project,
+        "sha256": raw["sha256"],
+        "cache_key": raw.get("cache_key"),
+        "target": log.sanitise(raw["target"])[:200] if isinstance(raw.get("target"), str) else "?",
+        "facts": facts,
+        "documents": documents,
+    }
+
+
+def read_listing(cl: client.Client, index: str) -> list[dict] | None:
+    """The checked entries of one index's index.json, or None (one warning line) when it cannot be read from here or
+    is not an apexkit index."""
+    root = root_url(index)
+    where = shown(root)
+    try:
+        body = _get(cl, root + "/index.json", published.INDEX_JSON_MAX)
+        data = json.loads(body.decode("utf-8"))
+    except (Unreachable, Refused) as exc:
+        log.warn(f"team index {where} cannot be read ({exc})")
+        return None
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        log.warn(f"team index {where}: index.json is not JSON")
+        return None
+    if (
+        not isinstance(data, dict)
+        or data.get("format") != publish.FORMAT
+        or not isinstance(data.get("files"), list)
+    ):
+        log.warn(
+            f'team index {where}: index.json is not an apexkit index ("format": "{publish.FORMAT}")'
+        )
+        return None
+    return [e for n, raw in enumerate(data["files"]) if (e := _entry(raw, n, where)) is not None]
+
+
+def _candidate(index: str, entry: dict) -> Candidate:
+    root = root_url(index)
+    return Candidate(index, shown(root), entry, f"{root}/simple/{entry['project']}/")
+
+
+def find_by_key(cl: client.Client, indexes: Sequence[str], key: str) -> Candidate | None:
+    """The first wheel of `indexes` (in order) built from the inputs `key` names (buildplan.cache_key) whose index keeps
+    its build manifest (a cache hit republishes it), or None."""
+    for index in indexes:
+        for entry in read_listing(cl, index) or []:
+            if entry["cache_key"] == key and "manifest" in entry["documents"]:
+                return _candidate(index, entry)
+    return None
+
+
+def _glibc(tag: str) -> tuple[int, int] | None:
+    found = re.fullmatch(r"manylinux_(\d+)_(\d+)_\w+", tag)
+    if found:
+        return int(found[1]), int(found[2])
+    legacy = {"manylinux1": (2, 5), "manylinux2010": (2, 12), "manylinux2014": (2, 17)}
+    return legacy.get(tag.split("_", 1)[0])
+
+
+def misfit(facts: Mapping[str, object], want: Mapping[str, object]) -> str | None:
+    """Why a wheel with these facts does not fit the venv `want` describes (None when it fits). `want`: python_tag
+    (cp311), arch, glibc ("2.35"), torch (its version, a local label allowed), torch_npu (or None), cxx11_abi (0/1 or
+    None when unknown)."""
+    if facts.get("python_tag") != want.get("python_tag") or facts.get("abi_tag") not in (
+        want.get("python_tag"),
+        "abi3",
+        "none",
+    ):
+        return f"for {facts.get('python_tag')}, the venv is {want.get('python_tag')}"
+    platform_tag = str(facts.get("platform_tag") or "")
+    if not platform_tag.endswith("_" + str(want.get("arch"))):
+        return f"for {platform_tag or '?'}, the venv is {want.get('arch')}"
+    needs, glibc = _glibc(platform_tag), str(want.get("glibc") or "")
+    if needs and re.fullmatch(r"\d+\.\d+", glibc):
+        have = tuple(int(p) for p in glibc.split("."))
+        if needs > have:
+            return f"needs glibc {needs[0]}.{needs[1]}, the venv's is {glibc}"
+    try:
+        torch = Version(str(want.get("torch")))
+    except InvalidVersion:
+        return "the venv has no torch"
+    if facts.get("torch") != torch.public:
+        return f"for torch {facts.get('torch')}, the venv has {torch}"
+    npu = want.get("torch_npu")
+    if (facts.get("torch_npu") is None) != (npu is None):
+        return (
+            f"built without torch_npu, the venv has torch_npu {npu}"
+            if npu
+            else f"for torch_npu {facts.get('torch_npu')}, the venv has none"
+        )
+    have_versions = {"torch": str(torch), "torch-npu": str(npu) if npu else None}
+    for pin in facts.get("requires_dist") or []:  # type: ignore[attr-defined]
+        try:
+            req = Requirement(str(pin))
+        except InvalidRequirement:
+            return f"its pin {pin!r} is not a requirement"
+        name = publish.normalize(req.name)
+        if name not in have_versions:
+            continue
+        version = have_versions[name]
+        if version is None or not req.specifier.contains(version, prereleases=True):
+            return f"pins {pin}, the venv has {name} {version or 'missing'}"
+    abi = want.get("cxx11_abi")
+    if abi is not None and facts.get("cxx11_abi") is not None and facts.get("cxx11_abi") != abi:
+        return f"built for the {'new' if facts.get('cxx11_abi') else 'old'} C++ ABI, the venv's torch uses the other"
+    if (facts.get("identity") or {}).get("skip_patches"):  # type: ignore[attr-defined]
+        return "a diagnosis build (--skip-patch)"
+    return None
+
+
+def find_by_facts(
+    cl: client.Client, indexes: Sequence[str], want: Mapping[str, object]
+) -> tuple[list[Candidate], list[dict]]:
+    """The wheels of `indexes` that fit the venv `want` describes (see `misfit`), best first: earlier indexes first,
+    then builds with default inputs, then the newest platform tag; and the near misses (same torch, or same Python)
+    as {"filename", "index", "why"}."""
+    fits: list[tuple[int, int, str, Candidate]] = []
+    near: list[dict] = []
+    for rank, index in enumerate(indexes):
+        for entry in read_listing(cl, index) or []:
+            facts = entry["facts"]
+            if not facts:
+                continue
+            why = misfit(facts, want)
+            candidate = _candidate(index, entry)
+            if why is None:
+                plain = set((facts.get("identity") or {}).keys()) <= {"torch_npu"}
+                fits.append((rank, 0 if plain else 1, str(facts.get("platform_tag")), candidate))
+            elif facts.get("torch") == _public(want.get("torch")) or facts.get(
+                "python_tag"
+            ) == want.get("python_tag"):
+                near.append({"filename": entry["filename"], "index": candidate.shown, "why": why})
+    fits.sort(key=lambda f: (f[0], f[1], _glibc_key(f[2])))
+    return [f[3] for f in fits], near
+
+
+def _glibc_key(tag: str) -> tuple[int, int]:
+    found = _glibc(tag)
+    return (-found[0], -found[1]) if found else (0, 0)
+
+
+def _public(version: object) -> str | None:
+    try:
+        return Version(str(version)).public
+    except InvalidVersion:
+        return None
+
+
+# --- fetch and verify ------------------------------------------------------------------------------------------------
+
+
+def fetch(cl: client.Client, candidate: Candidate, work: Path) -> Fetched:
+    """Download the candidate's wheel (and its manifest, SBOM and provenance) into a new folder of `work` and verify
+    them. Refused / Unreachable; nothing of a refused wheel is left behind."""
+    work.mkdir(parents=True, exist_ok=True)
+    folder = Path(tempfile.mkdtemp(prefix="team-index-", dir=work))
+    try:
+        return _fetch(cl, candidate, folder)
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
+
+
+def _fetch(cl: client.Client, candidate: Candidate, folder: Path) -> Fetched:
+    entry, name = candidate.entry, candidate.filename
+    quoted = urllib.parse.quote(name)
+    sha = _download(cl, candidate.base + quoted, folder / name, WHEEL_MAX)
+    if sha != entry["sha256"]:
+        raise Refused(
+            f"{untrusted.shown(name)} from {candidate.shown} does not match the sha256 its index.json records"
+        )
+    try:
+        untrusted.check_zip(folder / name)
+    except untrusted.Untrusted as exc:
+        raise Refused(str(exc)) from None
+    texts: dict[str, bytes] = {}
+    for kind, record in entry["documents"].items():
+        data = _get(
+            cl,
+            candidate.base + urllib.parse.quote(record["filename"]),
+            distdir.MANIFEST_MAX if kind == "manifest" else publish.ATTESTATION_MAX,
+        )
+        if hashlib.sha256(data).hexdigest() != record["sha256"]:
+            raise Refused(
+                f"the {kind} of {untrusted.shown(name)} from {candidate.shown} does not match the sha256 its "
+                "index.json records"
+            )
+        texts[kind] = data
+    if "provenance" not in texts:
+        raise Refused(
+            f"{candidate.shown} keeps no provenance for {untrusted.shown(name)}: nothing says who built it"
+        )
+    for kind in ("provenance", "sbom"):
+        if kind in texts:
+            why = publish.not_about(kind, texts[kind], name, sha)
+            if why:
+                raise Refused(f"the {kind} of {untrusted.shown(name)} from {candidate.shown} {why}")
+    manifest: dict = {}
+    if "manifest" in texts:
+        manifest = _manifest(texts, name, sha, entry, candidate.shown)
+    documents = {sbom.PROVENANCE_FILE: texts["provenance"]}
+    if "sbom" in texts:
+        documents[sbom.SBOM_FILE] = texts["sbom"]
+    return Fetched(folder / name, manifest, documents, candidate.shown)
+
+
+def _manifest(texts: dict[str, bytes], name: str, sha: str, entry: dict, where: str) -> dict:
+    """The build manifest beside the wheel: a JSON object naming this wheel, its sha256 and the entry's cache key,
+    whose recorded SBOM/provenance are the ones the index keeps."""
+    try:
+        manifest = json.loads(texts["manifest"].decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        raise Refused(f"the manifest of {untrusted.shown(name)} from {where} is not JSON") from None
+    wheel = manifest.get("wheel") if isinstance(manifest, dict) else None
+    if not isinstance(wheel, dict) or wheel.get("file") != name or wheel.get("sha256") != sha:
+        raise Refused(
+            f"the manifest of {untrusted.shown(name)} from {where} names another wheel or sha256"
+        )
+    if entry["cache_key"] is not None and manifest.get("cache_key") != entry["cache_key"]:
+        raise Refused(
+            f"the manifest of {untrusted.shown(name)} from {where} records another cache key than its index.json"
+        )
+    recorded = manifest.get("attestations")
+    for kind, (filename, _suffix) in publish.ATTESTATIONS.items():
+        record = recorded.get(kind) if isinstance(recorded, dict) else None
+        if kind in texts and not (
+            isinstance(record, dict)
+            and record.get("file") == filename
+            and record.get("sha256") == hashlib.sha256(texts[kind]).hexdigest()
+        ):
+            raise Refused(
+                f"the manifest of {untrusted.shown(name)} from {where} does not record the {kind} the index keeps"
+            )
+    return manifest

@@ -1,0 +1,187 @@
+"""apexkit.index.remote in-process, on file:// indexes `publish` wrote: finding a wheel by cache key and by what a venv
+holds, and refusing what an index serves when it is not what it claims. Over HTTP, through a proxy and with a login:
+tests/e2e/test_team_index_cache.py and tests/e2e/test_apexkit_install.py."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from apexkit.index import client, publish, remote
+from apexkit.wheel import sbom
+
+KEY = "ab" * 32
+WHEEL = "apex-0.1+ascend.torch2.13.0-cp311-cp311-manylinux_2_28_x86_64.whl"
+TARGET = "py3.11-torch2.13.0-x86_64-master"
+
+
+def wheel_bytes(version: str = "0.1+ascend.torch2.13.0") -> bytes:
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as zf:
+        zf.writestr(
+            f"apex-{version}.dist-info/METADATA",
+            f"Metadata-Version: 2.1\nName: apex\nVersion: {version}\nRequires-Python: >=3.11\n"
+            "Requires-Dist: torch==2.13.0\n\n",
+        )
+    return out.getvalue()
+
+
+def built(tmp: Path, name: str = WHEEL, torch: str = "2.13.0", key: str = KEY) -> Path:
+    """dist/<target>/ as a build leaves it: wheel, manifest (cache key, target, pins), SBOM and provenance."""
+    version = name.split("-")[1]
+    target = f"py3.11-torch{torch}-x86_64-master"
+    folder = tmp / "dist" / target
+    folder.mkdir(parents=True)
+    data = wheel_bytes(version)
+    (folder / name).write_bytes(data)
+    manifest = {
+        "wheel": {"file": name, "sha256": hashlib.sha256(data).hexdigest(), "size": len(data)},
+        "target": {
+            "python": "3.11",
+            "arch": "x86_64",
+            "torch": torch,
+            "torch_npu": None,
+            "apex_ref": "master",
+            "identity": {},
+            "target_id": target,
+        },
+        "cache_key": key,
+        "identity": {"requires_dist": [f"torch=={torch}"]},
+        "binary_checks": {"expect": {"cxx11_abi": 1}},
+    }
+    documents = sbom.documents(manifest, folder / name)
+    for file, text in documents.items():
+        (folder / file).write_bytes(text)
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    return tmp / "dist"
+
+
+def published_index(tmp: Path, **kw) -> Path:
+    publish.publish(built(tmp, **kw), tmp / "index")
+    return tmp / "index"
+
+
+def cl() -> client.Client:
+    return client.Client(client.IndexSettings(urls=(), origin="test"))
+
+
+WANT = {
+    "python_tag": "cp311",
+    "arch": "x86_64",
+    "glibc": "2.36",
+    "torch": "2.13.0+cpu",
+    "torch_npu": None,
+    "cxx11_abi": 1,
+}
+
+
+def test_a_wheel_is_found_by_its_cache_key_and_fetched_verified(tmp_path):
+    index = published_index(tmp_path)
+    hit = remote.find_by_key(cl(), [str(index)], KEY)
+    assert hit is not None and hit.filename == WHEEL and hit.shown == index.as_uri()
+    got = remote.fetch(cl(), hit, tmp_path / "work")
+    assert got.wheel.read_bytes() == (tmp_path / "dist" / TARGET / WHEEL).read_bytes()
+    assert got.manifest["cache_key"] == KEY
+    assert set(got.documents) == {sbom.SBOM_FILE, sbom.PROVENANCE_FILE}
+    assert remote.find_by_key(cl(), [str(index)], "cd" * 32) is None
+
+
+def test_a_wheel_is_found_by_what_the_venv_holds(tmp_path):
+    index = published_index(tmp_path)
+    fits, near = remote.find_by_facts(cl(), [index.as_uri() + "/simple/"], WANT)
+    assert [f.filename for f in fits] == [WHEEL] and near == []
+    for change, why in [
+        ({"torch": "2.12.0"}, "for torch 2.13.0, the venv has 2.12.0"),
+        ({"python_tag": "cp310"}, "for cp311, the venv is cp310"),
+        ({"arch": "aarch64"}, "the venv is aarch64"),
+        ({"glibc": "2.17"}, "needs glibc 2.28"),
+        ({"torch_npu": "2.13.0"}, "built without torch_npu"),
+        ({"cxx11_abi": 0}, "C++ ABI"),
+    ]:
+        fits, near = remote.find_by_facts(cl(), [str(index)], {**WANT, **change})
+        assert fits == []
+        assert [n["why"] for n in near if why in n["why"]], (change, near)
+        assert remote.misfit(
+            publish.facts_of(
+                json.loads((tmp_path / "dist" / TARGET / "manifest.json").read_text()), WHEEL
+            ),
+            {**WANT, **change},
+        )
+
+
+@pytest.mark.parametrize("fault", ["wheel", "provenance", "manifest-names-another", "cache-key"])
+def test_what_an_index_serves_that_is_not_what_it_claims_is_refused(tmp_path, fault):
+    index = published_index(tmp_path)
+    folder = index / "simple" / "apex"
+    data = json.loads((index / "index.json").read_text())
+    entry = data["files"][0]
+    if fault == "wheel":  # other bytes under the name
+        (folder / WHEEL).write_bytes(wheel_bytes("0.2"))
+        needle = "does not match the sha256 its index.json records"
+    elif fault == "provenance":  # a statement about another wheel, its sha256 recorded to match
+        path = folder / f"{WHEEL}.provenance.json"
+        text = path.read_text().replace(WHEEL, "apex-0.1-cp311-cp311-linux_x86_64.whl")
+        path.write_text(text)
+        entry["attestations"]["provenance"]["sha256"] = hashlib.sha256(text.encode()).hexdigest()
+        needle = "has no subject"
+    elif fault == "manifest-names-another":
+        path = folder / f"{WHEEL}.manifest.json"
+        manifest = json.loads(path.read_text())
+        manifest["wheel"]["sha256"] = "0" * 64
+        path.write_text(json.dumps(manifest))
+        entry["manifest"]["sha256"] = hashlib.sha256(path.read_bytes()).hexdigest()
+        needle = "names another wheel or sha256"
+    else:
+        path = folder / f"{WHEEL}.manifest.json"
+        manifest = json.loads(path.read_text())
+        manifest["cache_key"] = "cd" * 32
+        path.write_text(json.dumps(manifest))
+        entry["manifest"]["sha256"] = hashlib.sha256(path.read_bytes()).hexdigest()
+        needle = "another cache key"
+    (index / "index.json").write_text(json.dumps(data))
+    hit = remote.find_by_key(cl(), [str(index)], KEY)
+    assert hit is not None
+    with pytest.raises(remote.Refused, match=needle):
+        remote.fetch(cl(), hit, tmp_path / "work")
+    assert list((tmp_path / "work").iterdir()) == []  # nothing of it left
+
+
+@pytest.mark.parametrize(
+    "body",
+    [b"not json", b"[]", b'{"format": "other", "files": []}', b'{"format": "apexkit-index/1"}'],
+)
+def test_an_index_json_that_is_not_an_apexkit_index_is_one_line_and_no_hit(tmp_path, body, capsys):
+    (tmp_path / "index.json").write_bytes(body)
+    assert remote.read_listing(cl(), str(tmp_path)) is None
+    assert remote.find_by_key(cl(), [str(tmp_path)], KEY) is None
+    assert "team index" in capsys.readouterr().err
+
+
+def test_an_entry_that_lies_in_shape_is_left_out_and_the_rest_kept(tmp_path, capsys):
+    index = published_index(tmp_path)
+    data = json.loads((index / "index.json").read_text())
+    bad = dict(data["files"][0], filename="../../etc/passwd.whl")
+    worse = dict(data["files"][0], facts={"torch": "<script>"})
+    data["files"] = [bad, worse, *data["files"]]
+    (index / "index.json").write_text(json.dumps(data))
+    listing = remote.read_listing(cl(), str(index))
+    assert listing is not None and [e["filename"] for e in listing] == [WHEEL]
+    assert capsys.readouterr().err.count("an entry is left out") == 2
+
+
+def test_a_missing_index_is_unreachable_not_a_traceback(tmp_path, capsys):
+    assert remote.read_listing(cl(), str(tmp_path / "nowhere")) is None
+    assert "cannot be read" in capsys.readouterr().err
+
+
+def test_root_url_drops_simple_and_refuses_other_schemes(tmp_path):
+    assert remote.root_url("http://127.0.0.1:8000/team/simple/") == "http://127.0.0.1:8000/team"
+    assert remote.root_url(str(tmp_path) + "/") == tmp_path.as_uri()
+    with pytest.raises(Exception, match="ftp:// is not an index"):
+        remote.root_url("ftp://127.0.0.1/x")
+    assert "s3cret" not in remote.shown("http://bob:s3cret@127.0.0.1:8000/team")
