@@ -129,7 +129,7 @@ def check_base_url(url: str) -> str:
 def read_metadata(wheel: Path) -> bytes:
     """The bytes of the one *.dist-info/METADATA of the wheel `wheel` (a file publish itself copied and hashed),
     refused (ConfigError) when there is none, several, or one larger than METADATA_MAX."""
-    hint = "rebuild that target (its wheel has no readable METADATA), or remove it from the index"
+    hint = "rebuild that target (its wheel has no readable METADATA)"
     try:
         with zipfile.ZipFile(wheel) as zf:
             members = [i for i in zf.infolist() if _METADATA_MEMBER.fullmatch(i.filename)]
@@ -185,9 +185,15 @@ def requires_python(data: bytes) -> str | None:
     return value
 
 
-def write_metadata(folder: Path, filename: str) -> Metadata:
-    """<wheel>.metadata beside the wheel `folder/filename` (PEP 658), from the wheel's METADATA."""
-    data = read_metadata(folder / filename)
+def write_metadata(folder: Path, filename: str) -> Metadata | None:
+    """<wheel>.metadata beside the wheel `folder/filename` (PEP 658), from the wheel's METADATA; None, with one warning
+    line, when it has none to read (the wheel is published as before, its anchor without the metadata attributes:
+    pip then reads the METADATA from the wheel itself, and refuses a broken one there)."""
+    try:
+        data = read_metadata(folder / filename)
+    except ConfigError as exc:
+        log.warn(f"  {exc.cause}: published without PEP 658 metadata")
+        return None
     name = filename + METADATA_SUFFIX
     with open(folder / name, "xb") as out:
         out.write(data)

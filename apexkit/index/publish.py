@@ -703,12 +703,14 @@ def write(
                             f"{a.sha256[:12]})",
                             f"rebuild {e.target} and publish again",
                         )
-                metadata[e.filename] = pages.write_metadata(folder, e.filename)  # PEP 658
+                found = pages.write_metadata(folder, e.filename)  # PEP 658
+                if found:
+                    metadata[e.filename] = found
             (folder / "index.html").write_text(
                 pages.simple_page(
                     f"Links for {project}",
                     [
-                        (f"{e.filename}#sha256={e.sha256}", e.filename, metadata[e.filename])
+                        (f"{e.filename}#sha256={e.sha256}", e.filename, metadata.get(e.filename))
                         for e in mine
                     ],
                 )
@@ -748,10 +750,16 @@ def write(
                                 if e.attestations
                                 else {}
                             ),
-                            "metadata": {
-                                "filename": metadata[e.filename].filename,
-                                "sha256": metadata[e.filename].sha256,
-                            },
+                            **(
+                                {
+                                    "metadata": {
+                                        "filename": metadata[e.filename].filename,
+                                        "sha256": metadata[e.filename].sha256,
+                                    }
+                                }
+                                if e.filename in metadata
+                                else {}
+                            ),
                         }
                         for e in files
                     ],

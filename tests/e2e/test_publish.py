@@ -484,7 +484,14 @@ def test_wheels_for_two_torches_share_one_index(tmp_path):
     assert proc.returncode == 0, output(proc)
     page = (index / "simple" / "apex" / "index.html").read_text()
     assert f'href="{WHEEL}#sha256=' in page and f'href="{npu_wheel}#sha256=' in page
-    assert sorted(p.name for p in index.iterdir()) == ["index.json", "simple"]
+    # no per-torch directories: the root holds the index, its grid and one find-links page per torch
+    assert sorted(p.name for p in index.iterdir()) == [
+        "index.html",
+        "index.json",
+        "simple",
+        "torch-2.13.0.html",
+        "torch-2.7.1.html",
+    ]
     assert (index / "simple" / "apex" / npu_wheel).read_bytes() == b"for torch 2.7.1"
 
 
@@ -558,6 +565,7 @@ def test_publish_copies_sbom_and_provenance_beside_each_wheel(tmp_path):
             f"{WHEEL}.cdx.json",
             f"{WHEEL}.provenance.json",
             f"{WHEEL}.manifest.json",
+            f"{WHEEL}.metadata",  # PEP 658 (apexkit.index.pages)
             "index.html",
         ]
     )

@@ -281,26 +281,53 @@ def test_a_base_url_with_a_password_or_markup_is_refused(two, tmp_path, url, why
     assert not (tmp_path / "index").exists()
 
 
-def test_a_wheel_without_metadata_or_with_too_much_is_refused_and_nothing_is_written(
-    tmp_path, monkeypatch
+def test_a_wheel_without_metadata_or_with_too_much_goes_without_a_metadata_file(
+    tmp_path, monkeypatch, capsys
+):
+    """METADATA is read from an untrusted wheel: more than METADATA_MAX bytes, none, or a file that is no zip at all
+    is one warning line; the wheel is published as before, its anchor without the PEP 658 attributes (pip then reads
+    the wheel itself). The other wheels keep theirs."""
+    dist = tmp_path / "dist"
+    big = fakes.publishable(dist)  # its METADATA has a Requires-Python line more
+    fine = fakes.publishable(dist, torch="2.12.0", requires_python=None)
+    index = tmp_path / "index"
+    monkeypatch.setattr(pages, "METADATA_MAX", len(member(big, ".dist-info/METADATA")) - 1)
+    assert len(member(fine, ".dist-info/METADATA")) <= pages.METADATA_MAX
+    publish.publish(dist, index)
+    said = " ".join(capsys.readouterr().err.split())
+    assert f"{big.name}: its METADATA is" in said and "published without PEP 658 metadata" in said
+    folder = index / "simple" / "apex"
+    assert not (folder / f"{big.name}.metadata").exists() and (folder / big.name).is_file()
+    line = next(
+        li for li in (folder / "index.html").read_text().splitlines() if f'"{big.name}#' in li
+    )
+    assert "data-core-metadata" not in line and "data-dist-info-metadata" not in line
+    data = {f["filename"]: f for f in json.loads((index / "index.json").read_text())["files"]}
+    assert "metadata" not in data[big.name]
+    assert data[fine.name]["metadata"]["filename"] == f"{fine.name}.metadata"
+    assert (folder / f"{fine.name}.metadata").is_file()
+
+
+@pytest.mark.parametrize("content", [b"not a zip", None])
+def test_a_wheel_that_is_no_zip_or_has_no_dist_info_is_published_without_metadata(
+    tmp_path, capsys, content
 ):
     dist = tmp_path / "dist"
-    wheel = fakes.publishable(dist)
-    index = tmp_path / "index"
-    monkeypatch.setattr(pages, "METADATA_MAX", 40)
-    with pytest.raises(ConfigError, match="METADATA is .* bytes"):
-        publish.publish(dist, index)
-    assert not index.exists() and not list(tmp_path.glob(".index.tmp-*"))
-    monkeypatch.undo()
-    with zipfile.ZipFile(wheel, "w") as zf:  # no dist-info at all
-        zf.writestr("apex/__init__.py", b"")
+    wheel = fakes.publishable(dist, attest=False)
+    if content is None:
+        with zipfile.ZipFile(wheel, "w") as zf:  # no dist-info at all
+            zf.writestr("apex/__init__.py", b"")
+    else:
+        wheel.write_bytes(content)
     manifest = json.loads((wheel.parent / "manifest.json").read_text())
     manifest["wheel"]["sha256"] = hashlib.sha256(wheel.read_bytes()).hexdigest()
-    manifest.pop("attestations")
     (wheel.parent / "manifest.json").write_text(json.dumps(manifest))
-    with pytest.raises(ConfigError, match=r"no \*\.dist-info/METADATA"):
-        publish.publish(dist, index)
-    assert not index.exists()
+    publish.publish(dist, tmp_path / "index")
+    said = " ".join(capsys.readouterr().err.split())
+    assert "published without PEP 658 metadata" in said
+    assert ("no *.dist-info/METADATA" in said) == (content is None)
+    assert list((tmp_path / "index" / "simple" / "apex").glob("*.metadata")) == []
+    assert wheel.name in (tmp_path / "index" / "index.html").read_text()
 
 
 def test_coverage_lists_the_matrix_cells_without_a_wheel(tmp_path, capsys):
