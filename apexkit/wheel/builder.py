@@ -794,6 +794,9 @@ class Builder:
                 },
                 "nvidia_apex": {"url": log.mask(opts.nvidia_apex_url), "commit": nvidia_sha},
             },
+            # the index options, wheelhouses and offline flag (passwords masked): validate/bench make the run venv
+            # from the same sources (apexkit.venvrun)
+            "package_sources": self.index.recorded(),
             "patches": [asdict(r) for r in results],
             "setup_flags": list(plan.flags),
             "tools": {
@@ -853,6 +856,8 @@ class Builder:
         manifest["cache_hit"] = True
         manifest["built"] = old.get("created")
         manifest["target"] = asdict(plan)  # this build's plan (same inputs, by the cache key)
+        # this run's index options, not the cached build's: the run venv is made from what this node can reach
+        manifest["package_sources"] = self.index.recorded()
         log.info(
             f"✓ wheel cache hit: {wheel.name} sha256 {old['wheel']['sha256'][:12]} (built {old.get('created')}); "
             "re-hashed and zip-checked, no compile (--no-cache forces a build)"
