@@ -605,7 +605,8 @@ class RangeFile:
         try:
             response = self.client.open(self.url, {"Range": spec, "Accept-Encoding": "identity"})
         except urllib.error.HTTPError as exc:
-            raise NoMetadata(f"HTTP {exc.code} for a range of the wheel") from None
+            moved = f" ({exc.reason})" if 300 <= exc.code < 400 else ""  # a redirect refused
+            raise NoMetadata(f"HTTP {exc.code} for a range of the wheel{moved}") from None
         with response:
             header = response.headers.get("Content-Range", "")
             if response.status != 206 or not header:

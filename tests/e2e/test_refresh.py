@@ -721,6 +721,8 @@ class Hostile(http.server.BaseHTTPRequestHandler):
         }
         if mode in lie:
             return self.answer(206, b"PK" * 8192, {"Content-Range": lie[mode]})
+        if mode == "redirect":  # to the ftp:// URL after it
+            return self.answer(302, b"", {"Location": "ftp://" + rest.split("/", 1)[0] + "/w.whl"})
         if mode in ("bigmeta", "bigmeta-nolength") and rest.endswith(".metadata"):
             body = b"Name: torch_npu\nVersion: 2.5.1\n" + b"X" * (2 << 20)
             return self.answer(200, body, {}, length=mode == "bigmeta")
@@ -775,6 +777,27 @@ def test_a_content_range_that_is_not_the_range_asked_is_a_skipped_wheel_after_on
         client.read_metadata(session, wheel)
     assert [r for _, r, _ in server.seen[mark:]] == [f"bytes=-{client.TAIL_BYTES}"]
     assert session.received <= 16384
+
+
+def test_a_redirect_to_ftp_is_refused_without_connecting(hostile):
+    """urllib follows a redirect to ftp:// (it connected where the index said); the client follows http(s) only."""
+    server = hostile[0]
+    with socket.socket() as ftp:
+        ftp.bind(("127.0.0.1", 0))
+        ftp.listen(1)
+        ftp.setblocking(False)
+        where = f"127.0.0.1:{ftp.getsockname()[1]}"
+        wheel = client.WheelFile(
+            HOSTILE_WHEEL,
+            f"{server.url}/redirect/{where}/{HOSTILE_WHEEL}",
+            "2.5.1",
+            "x86_64",
+            False,
+        )
+        with pytest.raises(client.NoMetadata, match=r"HTTP 302 .*not http\(s\)"):
+            client.read_metadata(quick_client(server.url), wheel)
+        with pytest.raises(BlockingIOError):
+            ftp.accept()  # nobody connected
 
 
 @pytest.mark.parametrize("mode", ["bigmeta", "bigmeta-nolength"])
