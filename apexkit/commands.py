@@ -15,6 +15,13 @@ import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from apexkit.wheel.cache import RemoteLookup
+    from apexkit.wheel.options import BuildOptions
 
 from apexkit import netenv, vocab
 from apexkit.errors import ConfigError
@@ -438,12 +445,60 @@ def build_wheel(
 
     opts = options.resolve(python, argv, prog=prog, given=given)
     if opts.image:
+        import dataclasses
+
         from apexkit.images import container
 
-        built = container.run(opts)
+        # the cache key is the container's to compute (its sources, its Python): no team index lookup there
+        if opts.team_indexes:
+            from apexkit import log
+
+            log.info(
+                "  team index: not asked for a build in a builder image (its own wheel cache is)"
+            )
+        built = container.run(dataclasses.replace(opts, team_indexes=()))
     else:
-        built = builder.build(opts)
+        built = builder.build(opts, remote=team_index_lookup(opts))
     return None if opts.dry_run else built
+
+
+def team_index_lookup(
+    opts: BuildOptions, env: Mapping[str, str] | None = None
+) -> RemoteLookup | None:
+    """The team indexes of `opts` as the build's cache after the local one (apexkit.wheel.cache.RemoteLookup), or
+    None when none is asked (--no-cache, --no-team-index, a dry run). Reached through pip's proxy and CA settings,
+    user:password@ in an index URL sent as Basic auth; every failure is one warning line and a compile."""
+    if not opts.team_indexes or not opts.use_cache or opts.dry_run:
+        return None
+    from apexkit.wheel.cache import RemoteHit
+
+    def lookup(key: str, work: Path) -> RemoteHit | None:
+        from apexkit import log
+        from apexkit.errors import ApexkitError
+        from apexkit.index import remote
+
+        shown = ", ".join(remote.shown(i) for i in opts.team_indexes)
+        try:
+            http = remote.make_client(opts.team_indexes, os.environ if env is None else env)
+            candidate = remote.find_by_key(http, opts.team_indexes, key)
+            if candidate is None:
+                return None
+            shown = candidate.shown
+            fetched = remote.fetch(http, candidate, work)
+        except remote.Refused as exc:
+            log.warn(f"team index {shown}: wheel refused ({exc}); nothing of it kept: compiling")
+            return None
+        except (remote.Unreachable, ApexkitError, OSError) as exc:
+            cause = (
+                exc.cause
+                if isinstance(exc, ApexkitError)
+                else getattr(exc, "strerror", None) or str(exc)
+            )
+            log.warn(f"team index {shown}: {log.mask(str(cause))}: compiling")
+            return None
+        return RemoteHit(fetched.wheel, fetched.manifest, fetched.documents, fetched.index)
+
+    return lookup
 
 
 def build(

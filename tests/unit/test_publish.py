@@ -58,7 +58,9 @@ def test_facts_are_read_from_the_manifest_and_the_wheel_name():
         "apex_ref": "master",
         "identity": {"torch_npu": "2.7.1.post8"},
     }
-    assert publish.check_facts(facts, "files[0]", "fix") == facts  # what publish writes, it reads back
+    assert (
+        publish.check_facts(facts, "files[0]", "fix") == facts
+    )  # what publish writes, it reads back
 
 
 @pytest.mark.parametrize(
