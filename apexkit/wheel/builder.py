@@ -258,7 +258,16 @@ class Builder:
                 else (log.mask(o.index_url or "") or "pip config")
                 + (f", torch from {log.mask(o.torch_index_url)}" if o.torch_index_url else ""),
             ),
-            ("cache", f"{o.cache_dir}" + ("" if o.use_cache else " (--no-cache)")),
+            (
+                "cache",
+                f"{o.cache_dir}"
+                + ("" if o.use_cache else " (--no-cache)")
+                + (
+                    f", then the team index {', '.join(log.mask(i) for i in o.team_indexes)}"
+                    if self.remote is not None and o.use_cache and o.team_indexes
+                    else ""
+                ),
+            ),
             (
                 "ccache",
                 "CC/CXX from the environment, used as they are"

@@ -203,31 +203,39 @@ def _tampered(published: dict, name: str, how: str) -> Path:
 def test_an_unreachable_or_lying_index_is_one_line_each_then_the_compile(
     repos, published, shared_cache
 ):
+    """Three indexes in turn (one build, one compile): a closed port, a wheel whose sha256 does not match, a
+    provenance that names another wheel."""
     closed = services.free_port()  # nothing listens there
-    cases = [
-        (
-            f"http://127.0.0.1:{closed}/ {_tampered(published, 'swapped', 'wheel')}",
-            ["connection refused", "does not match the sha256"],
-        ),
-        (str(_tampered(published, "other-subject", "provenance")), ["has no subject"]),
+    indexes = [
+        f"http://127.0.0.1:{closed}/",
+        str(_tampered(published, "swapped", "wheel")),
+        str(_tampered(published, "other-subject", "provenance")),
     ]
-    for indexes, causes in cases:
-        shutil.rmtree(published["entry"])  # the session cache's local hit goes: a local miss again
-        runner = Runner(repos, shared_cache, published["tmp"] / f"fault-{len(causes)}")
-        proc = runner.cli(
-            "3.11", "--no-smoke-test", APEXKIT_INDEX=indexes, APEXKIT_FETCH_RETRIES="1", **NO_PROXY
-        )
-        text = output(proc)
-        assert proc.returncode == 0, text[-3000:]
-        warnings = [line for line in text.splitlines() if line.startswith("! team index")]
-        assert len(warnings) == len(causes), warnings
-        for line, cause in zip(warnings, causes):
-            assert cause in line, line
-        assert "refused" in warnings[-1] and "compiling" in warnings[-1]
-        assert "▸ compile" in text and "wheel cache hit" not in text
-        manifest = json.loads((runner.dist / TARGET / "manifest.json").read_text())
-        assert manifest["cache_hit"] is False and "cache_source" not in manifest
-        # what was published and cached is the wheel built here (reproducible: the good one), not the index's
-        assert sha(runner.dist / TARGET / WHEEL) == published["sha256"]
-        assert sha(published["entry"] / WHEEL) == published["sha256"]
-        assert not list((runner.build / TARGET).glob("team-index*"))
+    shutil.rmtree(published["entry"])  # the session cache's local hit goes: a local miss again
+    runner = Runner(repos, shared_cache, published["tmp"] / "faults")
+    proc = runner.cli(
+        "3.11",
+        "--no-smoke-test",
+        APEXKIT_INDEX=",".join(indexes),
+        APEXKIT_FETCH_RETRIES="1",
+        **NO_PROXY,
+    )
+    text = output(proc)
+    assert proc.returncode == 0, text[-3000:]
+    warnings = [line for line in text.splitlines() if line.startswith("! team index")]
+    assert len(warnings) == 3, warnings
+    for line, index, cause in zip(
+        warnings,
+        (f"http://127.0.0.1:{closed}", Path(indexes[1]).as_uri(), Path(indexes[2]).as_uri()),
+        ("connection refused", "does not match the sha256", "has no subject"),
+    ):
+        assert f"team index {index}" in line and cause in line, line
+    assert "refused" in warnings[1] and "asking the next index" in warnings[1]
+    assert "refused" in warnings[2] and warnings[2].endswith("compiling")
+    assert "▸ compile" in text and "wheel cache hit" not in text
+    manifest = json.loads((runner.dist / TARGET / "manifest.json").read_text())
+    assert manifest["cache_hit"] is False and "cache_source" not in manifest
+    # what was published and cached is the wheel built here (reproducible: the good one), not an index's
+    assert sha(runner.dist / TARGET / WHEEL) == published["sha256"]
+    assert sha(published["entry"] / WHEEL) == published["sha256"]
+    assert not list((runner.build / TARGET).glob("team-index*"))

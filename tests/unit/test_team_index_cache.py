@@ -85,10 +85,10 @@ def test_the_team_indexes_travel_in_the_options_json_and_back():
     assert again.team_indexes == (INDEX,)
 
 
-def test_no_lookup_without_indexes_with_no_cache_or_a_dry_run():
+def test_no_lookup_without_indexes_or_with_no_cache():
     assert commands.team_index_lookup(resolve()) is None
     assert commands.team_index_lookup(resolve("--team-index", INDEX, "--no-cache")) is None
-    assert commands.team_index_lookup(resolve("--team-index", INDEX, "--dry-run")) is None
+    assert commands.team_index_lookup(resolve("--no-team-index", APEXKIT_INDEX=INDEX)) is None
     assert callable(commands.team_index_lookup(resolve("--team-index", INDEX)))
 
 
