@@ -311,7 +311,8 @@ COMMANDS: tuple[Command, ...] = (
     Command(
         "publish",
         "apexkit.commands:publish",
-        "Turn dist/ into a PEP 503 simple index: pip install apex --index-url file:///…/index/simple/.",
+        "Turn dist/ into a PEP 503 simple index (pip install apex --index-url file:///…/index/simple/) with an "
+        "index.html grid, per-torch find-links pages and PEP 658 metadata.",
         (
             Opt("dist", "built targets (default: $APEXKIT_DIST_DIR, else ./dist)"),
             Opt("index", "index directory to write (default ./index)", "index"),
@@ -320,6 +321,16 @@ COMMANDS: tuple[Command, ...] = (
                 "split_by_torch",
                 "one index per torch version (<index>/torch<version>/simple/): the wheel name does "
                 "not carry the torch it was built against",
+                False,
+            ),
+            Opt(
+                "base_url",
+                "where the index will be served, for the install lines of its index.html (default: the "
+                "index directory's file:// URI; no user:password@)",
+            ),
+            Opt(
+                "coverage",
+                "also list the cells of matrix.toml that have no wheel in the index (stdout, Markdown)",
                 False,
             ),
             Opt("dry_run", "print what would be published", False),
@@ -529,6 +540,8 @@ def publish(
     target: list[str] | None = None,
     split_by_torch: bool = False,
     dry_run: bool = False,
+    base_url: str | None = None,
+    coverage: bool = False,
 ) -> int:
     from apexkit import paths
     from apexkit.index import publish
@@ -539,6 +552,8 @@ def publish(
         target or None,
         split_by_torch,
         dry_run,
+        base_url=base_url or None,
+        coverage=coverage,
     )
     return 0
 

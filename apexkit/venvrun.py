@@ -1,8 +1,12 @@
 """`nox -s validate` / `nox -s bench`: run bench/validate_env.py or bench/amp_bench.py inside a venv that holds the
 built wheel of a target in dist/ (the newest, or --target ID), or inside any interpreter (--interpreter PATH).
 
-The run venv is cached per target and wheel (cache/run-venvs/): torch (+ torch_npu) as the build had it, the wheel
-(--no-deps), matplotlib for the chart. apexkit itself never imports torch: it runs the venv's interpreter.
+The run venv is cached per target, wheel and package sources (cache/run-venvs/): torch (+ torch_npu) as the build
+had it, the wheel (--no-deps); for the bench also matplotlib for the chart, when it can be had (the bench runs without
+the chart otherwise). apexkit itself never imports torch: it runs the venv's interpreter.
+The packages come from where the build got its own: the index options, wheelhouses and offline flag its manifest
+records ("package_sources"); --index-url, --extra-index-url, --torch-index-url, --wheelhouse and --offline given now
+override them, so `nox -s build-3.11 bench -- --offline --wheelhouse DIR` builds and benches without a network.
 Options this module does not know are passed to the script, e.g. `nox -s bench -- --device cpu --model qwen3-block`.
 APEXKIT_BENCH_ARGS adds script options too, for one command line with a build: `nox -s build-3.11 bench`.
 """
@@ -13,18 +17,26 @@ import argparse
 import hashlib
 import json
 import os
+import re
 import shlex
+import stat
 import subprocess
+import urllib.parse
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from apexkit import log, paths, vocab
-from apexkit.errors import BenchError, ConfigError
+from apexkit import log, paths, pipconfig, urls, vocab
+from apexkit.errors import BenchError, ConfigError, EnvironmentSetupError
 from apexkit.plan import matrix
 from apexkit.wheel import sources, venvs
 
 ROOT = paths.ROOT
 SCRIPTS = {"validate": ROOT / "bench" / "validate_env.py", "bench": ROOT / "bench" / "amp_bench.py"}
-RUN_EXTRAS = ("matplotlib",)
+RUN_EXTRAS = ("matplotlib",)  # the bench's chart only: optional, never installed for validate
+SOURCES = "package_sources"  # the manifest's field (apexkit.wheel.venvs.IndexOptions.recorded)
+MAX_ENTRIES = 32  # index URLs or wheelhouses a manifest may list
+MAX_TEXT = 4096  # characters of one URL or path read from a manifest
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 # torch wheels built against NumPy 1.x (torch 2.1, 2.2) print a traceback-shaped warning at `import torch` and lose
 # torch.from_numpy when matplotlib pulls NumPy 2 (Python >= 3.9). Asked of the venv by trying, not by torch version.
 NUMPY_PROBE = paths.PROBES / "numpy_torch.py"
@@ -56,16 +68,31 @@ def find_target(
     return path.parent, manifest
 
 
-def run_venv(target_dir: Path, manifest: dict, cache: Path) -> venvs.Venv:
-    """A cached venv with torch (+ torch_npu), the wheel and the chart library."""
+def run_venv(
+    target_dir: Path,
+    manifest: dict,
+    cache: Path,
+    index: venvs.IndexOptions | None = None,
+    chart: bool = True,
+) -> venvs.Venv:
+    """A cached venv with torch (+ torch_npu) and the wheel, from `index` (default: the manifest's package sources);
+    `chart`: with matplotlib too, where it can be had (else one line, and the venv without it)."""
     wheel = target_dir / manifest["wheel"]["file"]
     if not wheel.is_file():
         raise ConfigError(
             f"{wheel} is missing (manifest.json names it)", "rebuild: nox -s build-<python>"
         )
+    if index is None:
+        index = resolve_sources(manifest, target_dir, venvs.IndexOptions())
     spec = manifest["target"]
     torch_pin = manifest.get("tools", {}).get("torch") or spec["torch"]
     torch_npu = manifest.get("tools", {}).get("torch_npu") or spec.get("torch_npu")
+    # The sources are part of the key: `torch==X` names a version, not a file -- indexes serve different builds under
+    # one version (2.13.0 with CUDA libraries from PyPI, 2.13.0+cpu from the CPU index, a wheelhouse's own), and
+    # torch's unpinned dependencies come from wherever pip looks. Only the wheel is pinned by sha256, so a venv made
+    # from another index is another venv. Reuse stays where the files are the same: the key holds the URLs without
+    # their credentials (a new password serves the same files), and offline only the wheelhouses (no index is read).
+    # The chart library is not in the key: it is added to the same venv when the bench asks for it.
     key = hashlib.sha256(
         json.dumps(
             [
@@ -73,49 +100,344 @@ def run_venv(target_dir: Path, manifest: dict, cache: Path) -> venvs.Venv:
                 torch_pin,
                 torch_npu,
                 spec["interpreter"],
-                RUN_EXTRAS,
                 NUMPY_PROBE.read_text(),
+                sources_key(index),
             ]
         ).encode()
     ).hexdigest()[:12]
     path = cache / "run-venvs" / f"{target_dir.name}-{key}"
+    log_path = cache / "run-venvs" / f"{target_dir.name}-{key}.log"
     venv = venvs.Venv(path)
     with venvs.lock(
         path
     ):  # two validate/bench runs at once: one makes the venv, the other waits and reuses it
-        if (path / ".apexkit-complete").is_file():
-            return venv
-        return _make_run_venv(venv, target_dir, manifest, cache, key, torch_pin, torch_npu)
+        if not (path / ".apexkit-complete").is_file():
+            _make_run_venv(venv, target_dir, manifest, log_path, index, torch_pin, torch_npu)
+        if chart:
+            _add_chart(venv, index, log_path, torch_pin)
+    return venv
 
 
 def _make_run_venv(
     venv: venvs.Venv,
     target_dir: Path,
     manifest: dict,
-    cache: Path,
-    key: str,
+    log_path: Path,
+    index: venvs.IndexOptions,
     torch_pin: str,
     torch_npu: str | None,
-) -> venvs.Venv:
+) -> None:
     path, spec, wheel = venv.path, manifest["target"], target_dir / manifest["wheel"]["file"]
-    log_path = cache / "run-venvs" / f"{target_dir.name}-{key}.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    index = venvs.IndexOptions(torch_index_url=os.environ.get("APEXKIT_TORCH_INDEX_URL"))
-    with log.step(f"run venv for {target_dir.name}") as s:
-        venvs.create(spec["interpreter"], path, log_path)
-        venvs.pip_install(venv, [f"torch=={torch_pin}"], index, log_path, for_torch=True)
+    with log.step(f"run venv for {target_dir.name} ({describe(index)})") as s:
+        venvs.create(spec["interpreter"], path, log_path, index=index)
+        venvs.pip_install(
+            venv, [f"torch=={torch_pin}"], index, log_path, for_torch=True, record=False
+        )
         if torch_npu:
-            venvs.install_torch_npu(venv, torch_npu, matrix.load().npu_requires, index, log_path)
-        venvs.pip_install(venv, list(RUN_EXTRAS), index, log_path)
-        if not numpy_works_with_torch(venv):
-            log.info(
-                f"torch {torch_pin} does not work with this NumPy (built against NumPy 1.x): installing {NUMPY_1}"
+            venvs.install_torch_npu(
+                venv, torch_npu, matrix.load().npu_requires, index, log_path, record=False
             )
-            venvs.pip_install(venv, [NUMPY_1], index, log_path)
-        venvs.pip_install(venv, [str(wheel)], index, log_path, extra=["--no-deps"])
+        _pin_numpy_1_if_needed(venv, torch_pin, index, log_path)
+        venvs.pip_install(venv, [str(wheel)], index, log_path, extra=["--no-deps"], record=False)
         (path / ".apexkit-complete").write_text(manifest["wheel"]["sha256"] + "\n")
         s.note(f"{path} (log {log_path})")
-    return venv
+
+
+def _add_chart(venv: venvs.Venv, index: venvs.IndexOptions, log_path: Path, torch_pin: str) -> None:
+    """matplotlib for the bench's chart, when the venv lacks it and the sources have it; otherwise one line, and
+    main() runs the bench with --no-png (results.json says "png": null)."""
+    if _installed(venv, "matplotlib"):
+        return
+    without = (
+        "the bench runs without the chart (results.json and results.md are written all the same)"
+    )
+    if index.offline and not _offered(index, "matplotlib"):
+        log.info(
+            f"  offline and no matplotlib wheel in the wheelhouse: {without}; add matplotlib and its "
+            "dependencies to a --wheelhouse for the chart"
+        )
+        return
+    try:
+        venvs.pip_install(venv, list(RUN_EXTRAS), index, log_path, record=False)
+    except EnvironmentSetupError as exc:
+        log.info(f"  matplotlib could not be installed ({log.mask(exc.cause)}): {without}")
+        return
+    _pin_numpy_1_if_needed(venv, torch_pin, index, log_path)
+
+
+def _pin_numpy_1_if_needed(
+    venv: venvs.Venv, torch_pin: str, index: venvs.IndexOptions, log_path: Path
+) -> None:
+    """Where the venv holds NumPy (matplotlib's, torch_npu's) and this torch cannot use it: numpy<2."""
+    if _installed(venv, "numpy") and not numpy_works_with_torch(venv):
+        log.info(
+            f"torch {torch_pin} does not work with this NumPy (built against NumPy 1.x): installing {NUMPY_1}"
+        )
+        venvs.pip_install(venv, [NUMPY_1], index, log_path, record=False)
+
+
+def _installed(venv: venvs.Venv, name: str) -> bool:
+    """Whether the venv holds the distribution `name` (by its dist-info folder; nothing is run)."""
+    return any(venv.path.glob(f"lib*/python*/site-packages/{name}-*.dist-info"))
+
+
+def _offered(index: venvs.IndexOptions, name: str) -> bool:
+    """Whether a local place pip reads offline (a wheelhouse, pip's own find-links folders) holds a wheel of `name`."""
+    places = [*index.wheelhouses, *(Path(p) for p in pipconfig.read().get_list("find-links"))]
+    return any(_is_directory(p) and any(p.glob(f"{name}-*.whl")) for p in places)
+
+
+# --- package sources ---------------------------------------------------------------------------------------------------
+
+
+def recorded_sources(manifest: dict, where: str) -> venvs.IndexOptions:
+    """The build's package sources as its manifest records them, checked as anything read from a file is: types,
+    sizes, each URL through apexkit.urls, each wheelhouse an absolute path without control characters. A manifest
+    from before the field records none: pip's own configuration, as the run venv had then."""
+    data = manifest.get(SOURCES)
+    if data is None:
+        return venvs.IndexOptions()
+    fix = (
+        "rebuild the target (nox -s build-<python>), or pass the sources now "
+        "(--index-url URL, --wheelhouse DIR, --offline)"
+    )
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where}: {SOURCES} is not a JSON object", fix)
+
+    def url(value: object, name: str) -> str | None:
+        if value is None:
+            return None
+        if not isinstance(value, str) or len(value) > MAX_TEXT:
+            raise ConfigError(f"{where}: {SOURCES}.{name} is not a URL", fix)
+        return urls.index_url(value, f"{where} {SOURCES}.{name}")
+
+    def texts(name: str) -> list[str]:
+        value = data.get(name, [])
+        if (
+            not isinstance(value, list)
+            or len(value) > MAX_ENTRIES
+            or not all(isinstance(v, str) for v in value)
+        ):
+            raise ConfigError(
+                f"{where}: {SOURCES}.{name} is not a list of up to {MAX_ENTRIES} strings", fix
+            )
+        return value
+
+    houses = []
+    for text in texts("wheelhouses"):
+        if len(text) > MAX_TEXT or _CONTROL.search(text) or not os.path.isabs(text):
+            raise ConfigError(
+                f"{where}: {SOURCES}.wheelhouses holds an entry that is not an absolute path", fix
+            )
+        houses.append(Path(text))
+    offline = data.get("offline", False)
+    if not isinstance(offline, bool):
+        raise ConfigError(f"{where}: {SOURCES}.offline is not true or false", fix)
+    extras = tuple(url(u, "extra_index_urls") for u in texts("extra_index_urls"))
+    return venvs.IndexOptions(
+        index_url=url(data.get("index_url"), "index_url"),
+        extra_index_urls=tuple(u for u in extras if u),
+        torch_index_url=url(data.get("torch_index_url"), "torch_index_url"),
+        wheelhouses=tuple(houses),
+        offline=offline,
+    )
+
+
+def given_sources(args: argparse.Namespace) -> venvs.IndexOptions:
+    """The sources options given to validate/bench now, checked as the build checks its own."""
+    for w in args.wheelhouse:
+        if not w.is_dir():
+            raise ConfigError(
+                f"--wheelhouse {w} is not a directory", "pass a directory of .whl files"
+            )
+    return venvs.IndexOptions(
+        index_url=urls.index_url(args.index_url, "--index-url") if args.index_url else None,
+        extra_index_urls=tuple(
+            urls.index_url(u, "--extra-index-url") for u in args.extra_index_url
+        ),
+        torch_index_url=urls.index_url(args.torch_index_url, "--torch-index-url")
+        if args.torch_index_url
+        else None,
+        wheelhouses=tuple(w.resolve() for w in args.wheelhouse),
+        offline=args.offline,
+    )
+
+
+def merge_sources(
+    recorded: venvs.IndexOptions,
+    given: venvs.IndexOptions,
+    env: Mapping[str, str],
+    pip_config: Callable[[], Mapping[str, str]],
+) -> tuple[venvs.IndexOptions, list[str]]:
+    """The run venv's sources and the lines to say about them. What is given now wins, field by field: an index URL,
+    the extra index URLs (all of them), the torch index (then APEXKIT_TORCH_INDEX_URL, as for the build), the
+    wheelhouses (all of them); else the recorded ones. Offline when given now, or when the build was offline and
+    no index URL is given now. A recorded wheelhouse that is not a directory here is left out. A recorded URL whose
+    password was masked gets the credentials of a URL for the same scheme, host and port (and user) given now, in
+    APEXKIT_TORCH_INDEX_URL or in pip's configuration (`pip_config`, read only then); without one it is used
+    without credentials (pip's own config or ~/.netrc may still log in), saying so."""
+    notes: list[str] = []
+    torch_env = env.get("APEXKIT_TORCH_INDEX_URL") or None
+    if torch_env:
+        torch_env = urls.index_url(torch_env, "APEXKIT_TORCH_INDEX_URL")
+    asked_online = bool(given.index_url or given.extra_index_urls or given.torch_index_url)
+    offline = given.offline or (recorded.offline and not asked_online)
+    if recorded.offline and not offline:
+        notes.append("the build was --offline; an index URL given now makes this run venv online")
+    houses = given.wheelhouses
+    if not houses:
+        kept = []
+        for w in recorded.wheelhouses:
+            if _is_directory(w):
+                kept.append(w)
+            else:
+                notes.append(
+                    f"the build's wheelhouse {w} is not a directory here: left out "
+                    "(pass --wheelhouse DIR for another)"
+                )
+        houses = tuple(kept)
+    index_url = given.index_url or recorded.index_url
+    extras = given.extra_index_urls or recorded.extra_index_urls
+    torch_url = given.torch_index_url or torch_env or recorded.torch_index_url
+    if not offline:  # offline, pip reads no index: nothing to log in to
+        now = [given.index_url, *given.extra_index_urls, given.torch_index_url, torch_env]
+        configured: list[str | None] | None = None
+
+        def usable(url: str | None) -> str | None:
+            nonlocal configured
+            if url is None or not is_masked(url):
+                return url
+            found = with_credentials_of(url, _credentialed(now))
+            if not found:
+                if configured is None:  # pip's configuration, read once and only when needed
+                    config = pipconfig.PipConfig(pip_config())
+                    configured = [config.get("index-url"), *config.get_list("extra-index-url")]
+                found = with_credentials_of(url, _credentialed(configured))
+            if found:
+                return found
+            bare = without_credentials(url)
+            notes.append(
+                f"the build's index {url} was recorded with its password masked: using {bare} without it (pip's "
+                "own config or ~/.netrc may log in); to log in, pass the URL again (--index-url, "
+                "--extra-index-url or --torch-index-url)"
+            )
+            return bare
+
+        index_url, torch_url = usable(index_url), usable(torch_url)
+        extras = tuple(u for u in (usable(x) for x in extras) if u)
+    return (
+        venvs.IndexOptions(
+            index_url=index_url,
+            extra_index_urls=tuple(extras),
+            torch_index_url=torch_url,
+            wheelhouses=houses,
+            offline=offline,
+        ),
+        notes,
+    )
+
+
+def resolve_sources(
+    manifest: dict, target_dir: Path, given: venvs.IndexOptions
+) -> venvs.IndexOptions:
+    """merge_sources for a target in dist/, its lines said."""
+    index, notes = merge_sources(
+        recorded_sources(manifest, f"{target_dir}/manifest.json"),
+        given,
+        os.environ,
+        pipconfig.read,
+    )
+    for note in notes:
+        log.warn(note)
+    return index
+
+
+def _credentialed(candidates: list[str | None]) -> list[str]:
+    return [c for c in candidates if c and urls.has_userinfo(c) and not is_masked(c)]
+
+
+def _userinfo(url: str) -> tuple[str, str]:
+    """(userinfo, the rest of the authority) of a URL apexkit.urls accepted."""
+    netloc = urllib.parse.urlsplit(url).netloc
+    info, _, hostport = netloc.rpartition("@")
+    return info, hostport
+
+
+def is_masked(url: str) -> bool:
+    """Whether a URL's credentials are log.mask's stand-in (user:***@, ***@) rather than a password."""
+    info, _ = _userinfo(url)
+    return info == "***" or info.endswith(":***")
+
+
+def without_credentials(url: str | None) -> str | None:
+    if not url or not urls.has_userinfo(url):
+        return url
+    return urllib.parse.urlunsplit(urllib.parse.urlsplit(url)._replace(netloc=_userinfo(url)[1]))
+
+
+def _place(url: str) -> tuple[str, str, int | None]:
+    parts = urllib.parse.urlsplit(url)
+    scheme = parts.scheme.lower()
+    return (
+        scheme,
+        (parts.hostname or "").lower(),
+        parts.port or {"http": 80, "https": 443}.get(scheme),
+    )
+
+
+def with_credentials_of(masked: str, candidates: list[str]) -> str | None:
+    """`masked` with the credentials of the first candidate for the same scheme, host and port (and the same user,
+    where the masked URL names one); None when there is none."""
+    info, hostport = _userinfo(masked)
+    user = info.rpartition(":")[0] if info != "***" else None
+    for candidate in candidates:
+        try:  # pip's configuration may hold anything
+            same = _place(candidate) == _place(masked)
+            cand_info = _userinfo(candidate)[0]
+        except ValueError:  # a port that is not a number, an unbalanced '[': not this host
+            continue
+        if same and (user is None or cand_info.partition(":")[0] == user):
+            parts = urllib.parse.urlsplit(masked)
+            return urllib.parse.urlunsplit(parts._replace(netloc=f"{cand_info}@{hostport}"))
+    return None
+
+
+def sources_key(index: venvs.IndexOptions) -> dict:
+    """The sources as the run venv's cache key names them: without credentials; offline, only the wheelhouses."""
+    houses = [str(w) for w in index.wheelhouses]
+    if index.offline:
+        return {"offline": True, "wheelhouses": houses}
+    return {
+        "index": without_credentials(index.index_url),
+        "extra": [without_credentials(u) for u in index.extra_index_urls],
+        "torch_index": without_credentials(index.torch_index_url),
+        "wheelhouses": houses,
+    }
+
+
+def describe(index: venvs.IndexOptions) -> str:
+    """The sources in a few words, for the run venv's step line (no credentials)."""
+    houses = (
+        f"wheelhouse {', '.join(str(w) for w in index.wheelhouses)}" if index.wheelhouses else ""
+    )
+    if index.offline:
+        return "offline" + (f", {houses}" if houses else "")
+    named = [
+        f"index {without_credentials(index.index_url)}" if index.index_url else "",
+        f"torch from {without_credentials(index.torch_index_url)}" if index.torch_index_url else "",
+        f"{len(index.extra_index_urls)} extra index" if index.extra_index_urls else "",
+        houses,
+    ]
+    return ", ".join(n for n in named if n) or "pip's configuration"
+
+
+def _is_directory(path: Path) -> bool:
+    """A real directory (a link is not followed: the path came from a file)."""
+    try:
+        return stat.S_ISDIR(path.lstat().st_mode)
+    except OSError:
+        return False
 
 
 def numpy_works_with_torch(venv: venvs.Venv) -> bool:
@@ -153,6 +475,36 @@ def parse(argv: list[str], prog: str) -> tuple[argparse.Namespace, list[str]]:
         default=os.environ.get("APEXKIT_REPORTS_DIR") or str(ROOT / "reports"),
         help="where outputs go by default: <reports>/<target>/ (default: $APEXKIT_REPORTS_DIR, else reports/)",
     )
+    box = parser.add_argument_group(
+        "package sources of the run venv (default: the build's, as its manifest.json records them)"
+    )
+    box.add_argument("--index-url", metavar="URL", help="package index (as for the build)")
+    box.add_argument(
+        "--extra-index-url",
+        metavar="URL",
+        action="append",
+        default=[],
+        help="additional package index (repeatable; replaces the build's)",
+    )
+    box.add_argument(
+        "--torch-index-url",
+        metavar="URL",
+        help="index for torch only (env APEXKIT_TORCH_INDEX_URL)",
+    )
+    box.add_argument(
+        "--wheelhouse",
+        metavar="DIR",
+        action="append",
+        default=[],
+        type=Path,
+        help="local wheels, pip --find-links (repeatable; replaces the build's)",
+    )
+    box.add_argument(
+        "--offline",
+        action="store_true",
+        help="no package index: the wheelhouses only (default: as the build; an index URL given now turns a "
+        "recorded offline off)",
+    )
     parser.add_argument(
         "--apexkit-help", action="store_true", help="this help (--help shows the script's)"
     )
@@ -171,10 +523,14 @@ def main(script: str, argv: list[str], prog: str) -> int:
         python, label = args.in_env, "in-env"
     else:
         target_dir, manifest = find_target(Path(args.dist), args.target, args.python)
-        python, label = (
-            str(run_venv(target_dir, manifest, sources.cache_dir()).python),
-            target_dir.name,
-        )
+        index = resolve_sources(manifest, target_dir, given_sources(args))
+        chart = script == "bench" and "--no-png" not in rest
+        venv = run_venv(target_dir, manifest, sources.cache_dir(), index=index, chart=chart)
+        if chart and not _installed(venv, "matplotlib"):
+            rest.append(
+                "--no-png"
+            )  # run_venv said why in one line; the script need not say it again
+        python, label = str(venv.python), target_dir.name
         env["APEXKIT_APEX_WHEEL_SHA256"] = manifest["wheel"][
             "sha256"
         ]  # the bench's environment block records it

@@ -810,6 +810,9 @@ class Builder:
                 },
                 "nvidia_apex": {"url": log.mask(opts.nvidia_apex_url), "commit": nvidia_sha},
             },
+            # the index options, wheelhouses and offline flag (passwords masked): validate/bench make the run venv
+            # from the same sources (apexkit.venvrun)
+            "package_sources": self.index.recorded(),
             "patches": [asdict(r) for r in results],
             "setup_flags": list(plan.flags),
             "tools": {
@@ -918,6 +921,8 @@ class Builder:
             manifest["cache_source"] = source
         manifest["built"] = old.get("created")
         manifest["target"] = asdict(plan)  # this build's plan (same inputs, by the cache key)
+        # this run's index options, not the cached build's: the run venv is made from what this node can reach
+        manifest["package_sources"] = self.index.recorded()
         log.info(
             f"✓ wheel cache hit{f' from {source}' if source else ''}: {wheel.name} sha256 "
             f"{old['wheel']['sha256'][:12]} (built {old.get('created')}); "

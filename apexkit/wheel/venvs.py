@@ -72,6 +72,22 @@ class IndexOptions:
             args += ["--find-links", str(w)]
         return args
 
+    def recorded(self) -> dict:
+        """These options as manifest.json records them ("package_sources", read back by apexkit.venvrun for the run
+        venv): every URL with its password masked (log.mask; the manifest is published in the team index), the
+        wheelhouses as the absolute paths the build read."""
+
+        def shown(url: str | None) -> str | None:
+            return log.mask(url) if url else None
+
+        return {
+            "index_url": shown(self.index_url),
+            "extra_index_urls": [log.mask(u) for u in self.extra_index_urls],
+            "torch_index_url": shown(self.torch_index_url),
+            "wheelhouses": [str(w) for w in self.wheelhouses],
+            "offline": self.offline,
+        }
+
     def key(self) -> dict:
         return {
             "index": self.index_url,
