@@ -337,6 +337,33 @@ COMMANDS: tuple[Command, ...] = (
         ),
     ),
     Command(
+        "install",
+        "apexkit.commands:install",
+        "Install the one apexkit wheel that fits a venv (its Python, arch, glibc, torch, torch_npu, C++ ABI): looked up "
+        "in the indexes and verified, else built; installed with the venv's pip --no-deps --no-index. torch and "
+        "torch_npu never change; an apex that is not an apexkit wheel is refused.",
+        (
+            Opt("venv", "the training venv (default: the active one, $VIRTUAL_ENV)"),
+            Opt("interpreter", "the training venv's python (instead of --venv)"),
+            Opt(
+                "index",
+                "an apexkit index to look the wheel up in: http(s):// (pip's proxy, CA and "
+                "user:password@ apply), file:// or a directory; repeat for several (default: $APEXKIT_INDEX)",
+                repeat=True,
+            ),
+            Opt("no_build", "a miss is an error instead of a build", False),
+            Opt("publish_to", "after a build, add the built wheel to this directory index"),
+            Opt(
+                "build_options",
+                'more options for the build on a miss, as for nox -s build-3.X -- (e.g. "--jobs 2 '
+                '--wheelhouse DIR")',
+                "",
+            ),
+            DRY_RUN,
+            JSON,
+        ),
+    ),
+    Command(
         "fleet.submit",
         "apexkit.fleet.validate:submit_command",
         "Validate (and benchmark) the wheel on every node through Slurm: one allocation, one srun step per node.",
@@ -556,6 +583,13 @@ def publish(
         coverage=coverage,
     )
     return 0
+
+
+def install(**options) -> int:
+    """apexkit install: apexkit.install.run, with the one door to a build (build_wheel) for a miss."""
+    from apexkit.install import run
+
+    return run.main(**options, build=build_wheel)
 
 
 # --- invoke tasks from the declarations (errors -> one line and an exit code: apexkit.exits.run_task) ----------
