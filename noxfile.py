@@ -159,6 +159,16 @@ def _bench_session(script: str, session: nox.Session) -> None:
     )
 
 
+@nox.session(python=False, default=False)
+def install(session: nox.Session) -> None:
+    """Install the apexkit wheel that fits a venv (index hit, else build), torch untouched; -- --venv DIR --index URL."""
+    from apexkit import commands
+
+    code = commands.main("install", session.posargs, prog="nox -s install --")
+    if code:
+        session.error(f"apexkit install failed (exit {code})")
+
+
 @nox.session(python=False, default=False, tags=["bench"])
 def validate(session: nox.Session) -> None:
     """Check the environment for the built wheel (torch, torch_npu, CANN, apex, device, AMP step); -- --device cpu|npu|cuda."""

@@ -11,6 +11,10 @@ __all__ = ["STATUS_FILE", "exit_code", "main", "record_status", "run_in_session"
 
 USAGE = """usage: apexkit <command> [options]      (also: python -m apexkit <command>)
 
+  install [--venv DIR] [--index URL]...
+                               the one wheel that fits a venv (from the team index, else built), torch untouched
+  up [--venv DIR] [--index URL]...
+                               one node from bare to validated: doctor, install, validate (, bench); one report
   build <python> [options]     build the wheel for Python 3.X (the options of nox -s build-3.X --; --help lists them)
   doctor [--json] [--log FILE] [--venv DIR | --interpreter PATH] [--scripts DIR]
   matrix [options]             the build matrix (the options of nox -s matrix --)

@@ -15,6 +15,13 @@ import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from apexkit.wheel.cache import RemoteLookup
+    from apexkit.wheel.options import BuildOptions
 
 from apexkit import netenv, vocab
 from apexkit.errors import ConfigError
@@ -304,7 +311,8 @@ COMMANDS: tuple[Command, ...] = (
     Command(
         "publish",
         "apexkit.commands:publish",
-        "Turn dist/ into a PEP 503 simple index: pip install apex --index-url file:///…/index/simple/.",
+        "Turn dist/ into a PEP 503 simple index (pip install apex --index-url file:///…/index/simple/) with an "
+        "index.html grid, per-torch find-links pages and PEP 658 metadata.",
         (
             Opt("dist", "built targets (default: $APEXKIT_DIST_DIR, else ./dist)"),
             Opt("index", "index directory to write (default ./index)", "index"),
@@ -315,7 +323,44 @@ COMMANDS: tuple[Command, ...] = (
                 "not carry the torch it was built against",
                 False,
             ),
+            Opt(
+                "base_url",
+                "where the index will be served, for the install lines of its index.html (default: the "
+                "index directory's file:// URI; no user:password@)",
+            ),
+            Opt(
+                "coverage",
+                "also list the cells of matrix.toml that have no wheel in the index (stdout, Markdown)",
+                False,
+            ),
             Opt("dry_run", "print what would be published", False),
+        ),
+    ),
+    Command(
+        "install",
+        "apexkit.commands:install",
+        "Install the one apexkit wheel that fits a venv (its Python, arch, glibc, torch, torch_npu, C++ ABI): looked up "
+        "in the indexes and verified, else built; installed with the venv's pip --no-deps --no-index. torch and "
+        "torch_npu never change; an apex that is not an apexkit wheel is refused.",
+        (
+            Opt("venv", "the training venv (default: the active one, $VIRTUAL_ENV)"),
+            Opt("interpreter", "the training venv's python (instead of --venv)"),
+            Opt(
+                "index",
+                "an apexkit index to look the wheel up in: http(s):// (pip's proxy, CA and "
+                "user:password@ apply), file:// or a directory; repeat for several (default: $APEXKIT_INDEX)",
+                repeat=True,
+            ),
+            Opt("no_build", "a miss is an error instead of a build", False),
+            Opt("publish_to", "after a build, add the built wheel to this directory index"),
+            Opt(
+                "build_options",
+                'more options for the build on a miss, as for nox -s build-3.X -- (e.g. "--jobs 2 '
+                '--wheelhouse DIR")',
+                "",
+            ),
+            DRY_RUN,
+            JSON,
         ),
     ),
     Command(
@@ -472,12 +517,68 @@ def build_wheel(
 
     opts = options.resolve(python, argv, prog=prog, given=given)
     if opts.image:
+        import dataclasses
+
         from apexkit.images import container
 
-        built = container.run(opts)
+        # the cache key is the container's to compute (its sources, its Python): no team index lookup there
+        if opts.team_indexes:
+            from apexkit import log
+
+            log.info(
+                "  team index: not asked for a build in a builder image (its own wheel cache is)"
+            )
+        built = container.run(dataclasses.replace(opts, team_indexes=()))
     else:
-        built = builder.build(opts)
+        built = builder.build(opts, remote=team_index_lookup(opts))
     return None if opts.dry_run else built
+
+
+def team_index_lookup(
+    opts: BuildOptions, env: Mapping[str, str] | None = None
+) -> RemoteLookup | None:
+    """The team indexes of `opts` as the build's cache after the local one (apexkit.wheel.cache.RemoteLookup), or
+    None when none is asked (--no-cache, --no-team-index; a dry run stops before any lookup). Reached through pip's
+    proxy and CA settings, user:password@ in an index URL sent as Basic auth; every failure is one warning line and a
+    compile."""
+    if not opts.team_indexes or not opts.use_cache:
+        return None
+    from apexkit.wheel.cache import RemoteHit
+
+    def lookup(key: str, work: Path) -> RemoteHit | None:
+        from apexkit import log
+        from apexkit.errors import ApexkitError
+        from apexkit.index import remote
+
+        def cause(exc: Exception) -> str:
+            why = exc.cause if isinstance(exc, ApexkitError) else getattr(exc, "strerror", None)
+            return log.mask(str(why or exc))
+
+        try:
+            http = remote.make_client(opts.team_indexes, os.environ if env is None else env)
+        except (ApexkitError, OSError) as exc:  # pip's configuration (its CA bundle) is broken
+            log.warn(f"team index not asked ({cause(exc)}): compiling")
+            return None
+        # each index in turn: one that cannot be read or serves a wheel that is refused does not hide the next one
+        for n, index in enumerate(opts.team_indexes):
+            then = "asking the next index" if n + 1 < len(opts.team_indexes) else "compiling"
+            shown = remote.shown(index)
+            try:
+                candidate = remote.find_by_key(http, [index], key)
+                if candidate is None:
+                    continue
+                shown = candidate.shown
+                fetched = remote.fetch(http, candidate, work)
+            except remote.Refused as exc:
+                log.warn(f"team index {shown}: wheel refused ({exc}); nothing of it kept: {then}")
+                continue
+            except (remote.Unreachable, ApexkitError, OSError) as exc:
+                log.warn(f"team index {shown}: {cause(exc)}: {then}")
+                continue
+            return RemoteHit(fetched.wheel, fetched.manifest, fetched.documents, fetched.index)
+        return None
+
+    return lookup
 
 
 def build(
@@ -500,6 +601,8 @@ def publish(
     target: list[str] | None = None,
     split_by_torch: bool = False,
     dry_run: bool = False,
+    base_url: str | None = None,
+    coverage: bool = False,
 ) -> int:
     from apexkit import paths
     from apexkit.index import publish
@@ -510,8 +613,17 @@ def publish(
         target or None,
         split_by_torch,
         dry_run,
+        base_url=base_url or None,
+        coverage=coverage,
     )
     return 0
+
+
+def install(**options) -> int:
+    """apexkit install: apexkit.install.run, with the one door to a build (build_wheel) for a miss."""
+    from apexkit.install import run
+
+    return run.main(**options, build=build_wheel)
 
 
 # --- invoke tasks from the declarations (errors -> one line and an exit code: apexkit.exits.run_task) ----------

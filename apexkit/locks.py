@@ -15,7 +15,8 @@ build/<target>, dist/<target>.
 - Re-entrant in one thread (an inner `hold` on the same path is free); another thread of the same process waits
   like another process.
 - `timeout` (seconds; None waits for as long as the holder lives) ends in LockError, one line naming the pid;
-  so does a lock file that cannot be created.
+  so does a lock file that cannot be created. `wait=False` does not wait at all: a held lock is `Busy` at once,
+  with no waiting line (the caller says what is running).
 """
 
 from __future__ import annotations
@@ -36,6 +37,14 @@ class LockError(ApexkitError):
     """A lock could not be taken: held past the timeout, or its file cannot be created."""
 
     exit_code = 1
+
+
+class Busy(LockError):
+    """`hold(..., wait=False)` found the lock held; `pid` is the holder's where known."""
+
+    def __init__(self, cause: str, hint: str = "", pid: int | None = None) -> None:
+        super().__init__(cause, hint)
+        self.pid = pid
 
 
 _registry: dict[str, FileLock] = {}
@@ -68,7 +77,7 @@ def holder(path: Path) -> int | None:
 
 
 @contextlib.contextmanager
-def hold(path: Path, what: str, timeout: float | None = None) -> Iterator[None]:
+def hold(path: Path, what: str, timeout: float | None = None, wait: bool = True) -> Iterator[None]:
     """Hold the lock on `path` (a file or directory that need not exist) for the `with` block; see the module doc."""
     file = lock_file(Path(path))
     lock = _lock_for(file)
@@ -79,6 +88,12 @@ def hold(path: Path, what: str, timeout: float | None = None) -> Iterator[None]:
             lock.acquire(timeout=0)
         except Timeout:
             pid = holder(Path(path))
+            if not wait:
+                raise Busy(
+                    f"the lock on {what} is held by {f'pid {pid}' if pid else 'another process'} ({file})",
+                    "wait for that process to finish",
+                    pid,
+                ) from None
             log.info(
                 f"waiting for the lock on {what} held by {f'pid {pid}' if pid else 'another process'} ({file})"
             )

@@ -29,6 +29,8 @@ TEST_PACKAGES = {
     "slurmctld": "slurmctld",
     "slurmd": "slurmd",
     "sbatch": "slurm-client",
+    # the published index's HTML page rendered in a real browser (tests/e2e/test_index_job.py)
+    "chromium": "chromium",
 }
 # aarch64 containers on an x86_64 host: QEMU user emulation registered through binfmt_misc
 QEMU_PACKAGES = {"qemu-aarch64-static": "qemu-user-static", "update-binfmts": "binfmt-support"}

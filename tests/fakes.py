@@ -83,3 +83,76 @@ def users_link(link: Path, target: str) -> None:
     """A symbolic link made by the user (uid 65534), as `ln -s` in their own home would."""
     link.symlink_to(target)
     os.lchown(link, NOBODY, NOBODY)
+
+
+def publishable(
+    dist: Path,
+    python: str = "3.11",
+    torch: str = "2.13.0",
+    arch: str = "x86_64",
+    torch_npu: str | None = None,
+    requires_python: str | None = ">=3.8",
+    attest: bool = True,
+) -> Path:
+    """dist/<target>/ as a build leaves it (wheel, manifest.json, SBOM and provenance naming the wheel), for publish:
+    a small apexkit-shaped wheel whose name and METADATA carry the tuple. Returns the wheel."""
+    label = f"torch{torch}" + (f".npu{torch_npu}" if torch_npu else "")
+    version = f"0.1+ascend.{label}"
+    cp = "cp" + python.replace(".", "")
+    target = f"py{python}-torch{torch}-{arch}-master" + (f"+npu{torch_npu}" if torch_npu else "")
+    folder = dist / target
+    folder.mkdir(parents=True)
+    info = f"apex-{version}.dist-info"
+    metadata = (
+        f"Metadata-Version: 2.1\nName: apex\nVersion: {version}\nRequires-Dist: torch=={torch}\n"
+    )
+    if requires_python:
+        metadata += f"Requires-Python: {requires_python}\n"
+    members = {
+        "apex/__init__.py": b"",
+        f"{info}/METADATA": (metadata + "\n").encode(),
+        f"{info}/WHEEL": (
+            "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: false\n"
+            f"Tag: {cp}-{cp}-manylinux_2_28_{arch}\n\n"
+        ).encode(),
+    }
+    wheel = folder / f"apex-{version}-{cp}-{cp}-manylinux_2_28_{arch}.whl"
+    with zipfile.ZipFile(wheel, "w", zipfile.ZIP_DEFLATED) as zf:
+        for member, data in members.items():
+            zf.writestr(zipfile.ZipInfo(member, date_time=(2020, 8, 14, 0, 0, 0)), data)
+        zf.writestr(
+            zipfile.ZipInfo(f"{info}/RECORD", date_time=(2020, 8, 14, 0, 0, 0)),
+            "".join(_row(m, d) for m, d in members.items()) + f"{info}/RECORD,,\n",
+        )
+    digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    manifest: dict = {
+        "target": {
+            "target_id": target,
+            "torch": torch,
+            "python": python,
+            "arch": arch,
+            **({"torch_npu": torch_npu} if torch_npu else {}),
+        },
+        "wheel": {"file": wheel.name, "sha256": digest},
+    }
+    if attest:
+        docs = {
+            "sbom": (
+                "sbom.cdx.json",
+                {"metadata": {"component": {"hashes": [{"alg": "SHA-256", "content": digest}]}}},
+            ),
+            "provenance": (
+                "provenance.json",
+                {"subject": [{"name": wheel.name, "digest": {"sha256": digest}}]},
+            ),
+        }
+        manifest["attestations"] = {}
+        for kind, (name, doc) in docs.items():
+            data = json.dumps(doc).encode()
+            (folder / name).write_bytes(data)
+            manifest["attestations"][kind] = {
+                "file": name,
+                "sha256": hashlib.sha256(data).hexdigest(),
+            }
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    return wheel

@@ -1,7 +1,7 @@
 """What `nox -s tests` may change on this machine: nothing, unless asked.
 
-Installing Debian packages (docker.io, tinyproxy, debootstrap, qemu-user-static, binfmt-support, and munge, slurmctld,
-slurmd, slurm-client for the fleet tests' private Slurm cluster) and registering a
+Installing Debian packages (docker.io, tinyproxy, debootstrap, qemu-user-static, binfmt-support, chromium for the index
+page, and munge, slurmctld, slurmd, slurm-client for the fleet tests' private Slurm cluster) and registering a
 binfmt handler are host-wide changes, so they happen only when asked for: `APEXKIT_INSTALL_SYSTEM_TOOLS=1`, or `CI=true`
 (`APEXKIT_INSTALL_SYSTEM_TOOLS=0` wins over CI), and only as root with apt-get. Then a missing service fails its
 tests (APEXKIT_REQUIRE_SERVICES=1), so CI never passes by skipping. Otherwise the tests that need a missing tool skip,

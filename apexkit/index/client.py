@@ -5,16 +5,24 @@ metadata without downloading the wheel.
   explicit --index-url; the proxies (pip's proxy option wins, as in pip) and CA bundle this environment sets
   (`apexkit.netenv`);
 - `Client`: urllib with that CA bundle and those proxies (NO_PROXY per host), bounded retries, one-line errors;
-  user:password@ in an index URL travels as Basic auth, never into a report;
+  http(s) only (the opener has no file, ftp or data handler; a redirect elsewhere is refused); user:password@ in an
+  index URL travels as Basic auth to that index's scheme, host and port only, never into a report;
 - the index: the PEP 691 JSON simple API, else PEP 503 HTML; file:// indexes are read from disk;
 - the metadata of one wheel: the PEP 658/714 `.metadata` file where the index advertises one, else the wheel's
   `*.dist-info/METADATA` member read with HTTP range requests (a few KiB).
+
+What an index serves is untrusted. Every page, `.metadata` file and range is read through a capped reader
+(`read_capped`, PAGE_MAX / METADATA_MAX; a range only as long as asked): a link from an http(s) page is followed
+only when it is http(s) (a file://, FILE: or ftp:// link is a refused wheel, with its reason), a file:// index may
+link file:// wheels inside its own directory only (the folder holding its `simple/`); an answer to a range request
+must be exactly the range asked, with the same total every time, and one wheel costs at most RANGE_REQUESTS of them.
 """
 
 from __future__ import annotations
 
 import base64
 import email.parser
+import errno
 import hashlib
 import html.parser
 import http.client
@@ -40,7 +48,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from apexkit import log, netenv, pipconfig
+from apexkit import log, netenv, pipconfig, untrusted
 from apexkit.errors import ConfigError, SourceError
 from apexkit.wheel.sources import RetryPolicy
 
@@ -54,6 +62,13 @@ ACCEPT = (
 # The first range request: the zip's end records and the end of its central directory, where wheel builders put the
 # *.dist-info entries. The METADATA member then comes with a second request.
 TAIL_BYTES = 16 * 1024
+# Caps on what an index may make apexkit read: PyPI's torch-npu page is ~100 KiB, a METADATA a few KiB, a torch_npu
+# wheel's central directory some hundred KiB.
+PAGE_MAX = 32 << 20  # one simple index page
+METADATA_MAX = 1 << 20  # one .metadata file, or the METADATA member (compressed and uncompressed)
+RANGE_MAX = 8 << 20  # one range request
+RANGE_REQUESTS = 32  # range requests for one wheel
+SCHEMES = ("http", "https")  # what the client asks, and what a remote page may link to
 UNREACHABLE_HINT = "check the proxy (invoke proxy.check) or pass --index-url"
 INDEX_HINT = "pass --index-url with a PEP 503/691 simple index that serves torch-npu (e.g. https://pypi.org/simple)"
 
@@ -162,19 +177,18 @@ class Client:
             if settings.cert
             else ssl.create_default_context()
         )
-        https = urllib.request.HTTPSHandler(context=context)
-        proxies = {k: v for k, v in settings.proxies.items() if k in ("http", "https")}
-        self._proxied = urllib.request.build_opener(https, urllib.request.ProxyHandler(proxies))
-        self._direct = urllib.request.build_opener(https, urllib.request.ProxyHandler({}))
-        # pip accepts user:password@ in an index URL (a private mirror); urllib does not: send it as Basic auth
-        self._auth: dict[str, str] = {}
+        proxies = {k: v for k, v in settings.proxies.items() if k in SCHEMES}
+        self._proxied = _http_opener(context, proxies)
+        self._direct = _http_opener(context, {})
+        # pip accepts user:password@ in an index URL (a private mirror); urllib does not: send it as Basic auth, to
+        # that index's scheme, host and port only (as pip does): not to another port or over http on the same host
+        self._auth: dict[tuple[str, str, int], str] = {}
         for index in settings.urls:
+            origin = _origin(index)
             parts = urllib.parse.urlsplit(index)
-            if parts.username is not None:
+            if origin is not None and parts.username is not None:
                 token = f"{urllib.parse.unquote(parts.username)}:{urllib.parse.unquote(parts.password or '')}"
-                self._auth[parts.hostname or ""] = (
-                    "Basic " + base64.b64encode(token.encode()).decode()
-                )
+                self._auth.setdefault(origin, "Basic " + base64.b64encode(token.encode()).decode())
         self._lock = threading.Lock()
         self.requests = 0
         self.received = 0  # bytes of response bodies read
@@ -208,7 +222,12 @@ class Client:
             )
         except ValueError as exc:
             raise ConfigError(f"cannot ask {log.mask(url)}: {exc}", INDEX_HINT) from None
-        auth = self._auth.get(urllib.parse.urlsplit(url).hostname or "")
+        if request.type not in SCHEMES:
+            raise ConfigError(
+                f"cannot ask {log.mask(url)}: a {request.type}: URL (apexkit asks an index over http(s) only)",
+                INDEX_HINT,
+            )
+        auth = self._authorization(url)
         if auth:  # unredirected: a redirect to another host (a CDN) does not get the mirror's login
             request.add_unredirected_header("Authorization", auth)
         delay = self.retry.backoff
@@ -256,6 +275,11 @@ class Client:
             delay *= 2
         raise AssertionError("unreachable")  # pragma: no cover
 
+    def _authorization(self, url: str) -> str | None:
+        """The Basic auth header for `url`: that of the index with the same scheme, host and port, if any."""
+        origin = _origin(url)
+        return self._auth.get(origin) if origin is not None else None
+
     def _proxy_refused(self, url: str, code: int) -> None:
         raise SourceError(
             f"the proxy{self.via(url)[10:]} refused the credentials (HTTP {code}) for "
@@ -263,6 +287,65 @@ class Client:
             "check user:password in the proxy URL (percent-encode @ : / in them), "
             "then invoke proxy.check",
         ) from None
+
+
+class _Redirects(urllib.request.HTTPRedirectHandler):
+    """urllib's redirects, to http(s) only (urllib itself would follow one to ftp://)."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        if urllib.parse.urlsplit(newurl).scheme.lower() not in SCHEMES:
+            raise urllib.error.HTTPError(
+                req.full_url, code, "a redirect to a URL that is not http(s)", headers, fp
+            )
+        return super().redirect_request(req, fp, code, msg, headers, newurl)
+
+
+def _http_opener(
+    context: ssl.SSLContext, proxies: Mapping[str, str]
+) -> urllib.request.OpenerDirector:
+    """An opener with the HTTP(S) handlers only: build_opener would add file://, ftp:// and data: handlers."""
+    opener = urllib.request.OpenerDirector()
+    for handler in (
+        urllib.request.ProxyHandler(dict(proxies)),
+        urllib.request.UnknownHandler(),
+        urllib.request.HTTPHandler(),
+        urllib.request.HTTPSHandler(context=context),
+        urllib.request.HTTPDefaultErrorHandler(),
+        _Redirects(),
+        urllib.request.HTTPErrorProcessor(),
+    ):
+        opener.add_handler(handler)
+    return opener
+
+
+def _origin(url: str) -> tuple[str, str, int] | None:
+    """(scheme, host, port) of an http(s) URL, the port filled in; None for anything else."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+        port = parts.port
+    except ValueError:
+        return None
+    scheme = parts.scheme.lower()
+    if scheme not in SCHEMES or not parts.hostname:
+        return None
+    return scheme, parts.hostname.lower(), port or (443 if scheme == "https" else 80)
+
+
+class TooLarge(Exception):
+    """An answer larger than its cap (the message says what and the cap)."""
+
+
+def read_capped(response, limit: int, what: str) -> bytes:
+    """The body of `response`, at most `limit` bytes (never more is read); TooLarge when it is larger, by its
+    Content-Length or by what arrives."""
+    length = (response.headers.get("Content-Length") or "").strip()
+    cap = f"{limit >> 20} MiB" if limit >= 1 << 20 else f"{limit} bytes"
+    if length.isdigit() and int(length) > limit:
+        raise TooLarge(f"{what} is larger than {cap}")
+    data = response.read(limit + 1)
+    if len(data) > limit:
+        raise TooLarge(f"{what} is larger than {cap}")
+    return data
 
 
 def public_url(url: str) -> str:
@@ -305,6 +388,9 @@ class WheelFile:
     metadata: object  # PEP 658/714: False, True, or {"sha256": ...}
     yanked: bool = False
     index: str = ""
+    refused: str = (
+        ""  # why its URL is not followed (a file:// or ftp:// link on a remote page), "" when it is
+    )
 
 
 class _Anchors(html.parser.HTMLParser):
@@ -319,7 +405,9 @@ class _Anchors(html.parser.HTMLParser):
             self.anchors.append(dict(attrs))
 
 
-def _wheel(filename: str, url: str, metadata: object, yanked: bool, index: str) -> WheelFile | None:
+def _wheel(
+    filename: str, url: str, metadata: object, yanked: bool, index: str, base_url: str = ""
+) -> WheelFile | None:
     match = re.match(
         r"^(?P<name>[^-]+)-(?P<version>[^-]+)(-\d[^-]*)?-[^-]+-[^-]+-(?P<plat>[^-]+)\.whl$",
         filename,
@@ -328,7 +416,35 @@ def _wheel(filename: str, url: str, metadata: object, yanked: bool, index: str) 
         return None
     plat = match["plat"]
     arch = next((a for a in ARCHES if a in plat), "other")
-    return WheelFile(filename, url, match["version"], arch, metadata, yanked, index)
+    refused = link_refusal(url, index, base_url or index)
+    return WheelFile(filename, url, match["version"], arch, metadata, yanked, index, refused)
+
+
+def link_refusal(url: str, index: str, page: str = "") -> str:
+    """Why the wheel link `url`, listed by `index` on its page `page` (default: the index URL), is not followed;
+    "" when it is. An http(s) link is followed from any page; a file:// link only from a file:// index's own page,
+    and only to a file inside that index's directory (the folder holding its `simple/`)."""
+    try:
+        scheme = urllib.parse.urlsplit(url).scheme.lower()
+        local = all(
+            urllib.parse.urlsplit(u).scheme.lower() == "file" for u in (index, page or index)
+        )
+    except ValueError:
+        return "refused: its URL is not a URL"
+    if scheme in SCHEMES:
+        return (
+            "" if _origin(url) else "refused: its URL has no host (or a port that is not a number)"
+        )
+    if scheme == "file" and local:
+        root = os.path.realpath(_file_path(index.rstrip("/")))
+        if os.path.basename(root) == "simple":
+            root = os.path.dirname(root)
+        target = os.path.realpath(_file_path(url))
+        if os.path.commonpath([root, target]) == root:
+            return ""
+        return f"refused: a file:// link out of the index's directory {root}"
+    what = f"a {scheme}: link" if scheme else "a link without a scheme"
+    return f"refused: {what} on an http(s) index page (only http(s) links are followed)"
 
 
 def _metadata_flag(value: object) -> object:
@@ -343,7 +459,8 @@ def _metadata_flag(value: object) -> object:
 
 
 def parse_index_page(body: bytes, content_type: str, base_url: str, index: str) -> list[WheelFile]:
-    """The project page's wheels. Raises SourceError when the page is neither PEP 691 JSON nor PEP 503 HTML."""
+    """The project page's wheels (a wheel whose link is not followed has `refused` set). Raises SourceError when
+    the page is neither PEP 691 JSON nor PEP 503 HTML."""
     text = body.decode("utf-8", "replace")
     wheels = []
     if "json" in content_type:
@@ -354,16 +471,18 @@ def parse_index_page(body: bytes, content_type: str, base_url: str, index: str) 
                 raise TypeError("files is not a list")
             for entry in files:
                 metadata = entry.get("core-metadata", entry.get("data-dist-info-metadata", False))
+                url = urllib.parse.urldefrag(urllib.parse.urljoin(base_url, entry["url"]))[0]
                 wheel = _wheel(
                     entry["filename"],
-                    urllib.parse.urljoin(base_url, entry["url"]),
+                    url,
                     _metadata_flag(metadata),
                     bool(entry.get("yanked")),
                     index,
+                    base_url,
                 )
                 if wheel:
                     wheels.append(wheel)
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
             raise SourceError(
                 f"{log.mask(base_url)} is not a PEP 691 simple index page ({type(exc).__name__}: "
                 f"{str(exc)[:80]})",
@@ -380,7 +499,10 @@ def parse_index_page(body: bytes, content_type: str, base_url: str, index: str) 
         )
     for attrs in parser.anchors:
         href = attrs.get("href") or ""
-        url = urllib.parse.urljoin(base_url, href).split("#", 1)[0]
+        try:
+            url = urllib.parse.urljoin(base_url, href).split("#", 1)[0]
+        except ValueError:  # an href urllib cannot split ("http://[x"): not a wheel link
+            continue
         filename = urllib.parse.unquote(url.rsplit("/", 1)[-1])
         metadata = attrs.get("data-core-metadata", attrs.get("data-dist-info-metadata"))
         wheel = _wheel(
@@ -389,6 +511,7 @@ def parse_index_page(body: bytes, content_type: str, base_url: str, index: str) 
             _metadata_flag(metadata) if metadata is not None else False,
             "data-yanked" in attrs,
             index,
+            base_url,
         )
         if wheel:
             wheels.append(wheel)
@@ -410,16 +533,24 @@ def project_url(index: str) -> str:
 def fetch_index(client: Client, index: str) -> list[WheelFile] | None:
     """The wheels `index` lists for torch-npu; None when the index has no such project (HTTP 404, no directory)."""
     url = project_url(index)
-    if url.startswith("file:"):
-        directory = _file_path(url)
-        page = directory / "index.html"
-        if not page.is_file():
-            return None
-        return parse_index_page(page.read_bytes(), "text/html", page.as_uri(), index)
+    if urllib.parse.urlsplit(url).scheme.lower() == "file":
+        page = _file_path(url) / "index.html"
+        try:
+            body = untrusted.read_regular(page, None, PAGE_MAX)
+        except untrusted.Refused as exc:
+            if exc.kind == "os" and exc.errno in (errno.ENOENT, errno.ENOTDIR):
+                return None
+            raise SourceError(
+                f"cannot read the index page {page}: it {exc.why}",
+                "make it a regular file of the index (no link, no pipe), or pass --index-url",
+            ) from None
+        return parse_index_page(body, "text/html", page.as_uri(), index)
     try:
         with client.open(url, {"Accept": ACCEPT}, what=index) as response:
             try:
-                body = response.read()
+                body = read_capped(response, PAGE_MAX, public_url(url))
+            except TooLarge as exc:
+                raise SourceError(f"{exc}: not a simple index page", INDEX_HINT) from None
             except (OSError, http.client.HTTPException) as exc:
                 raise SourceError(
                     f"cannot read {public_url(url)}: {failure_reason(exc, client.settings.timeout)}",
@@ -450,7 +581,9 @@ class NoMetadata(Exception):
 
 
 class RangeFile:
-    """A read-only, seekable view of a remote file; every read that misses the cache is one HTTP range request."""
+    """A read-only, seekable view of a remote file; every read that misses the cache is one HTTP range request. An
+    answer must be the range asked, exactly, with the same total size every time; one wheel costs at most
+    RANGE_REQUESTS requests of at most RANGE_MAX bytes each (NoMetadata beyond)."""
 
     def __init__(self, client: Client, url: str) -> None:
         self.client = client
@@ -458,28 +591,64 @@ class RangeFile:
         self.pos = 0
         self.blocks: list[tuple[int, bytes]] = []
         self.requests = 0
-        start, data, self.size = self._get(f"bytes=-{TAIL_BYTES}")
-        self.blocks.append((start, data))
+        self.size = -1  # the total the first answer gives
+        self.blocks.append(self._get(None, TAIL_BYTES))
 
-    def _get(self, spec: str) -> tuple[int, bytes, int]:
+    def _get(self, start: int | None, length: int) -> tuple[int, bytes]:
+        """`length` bytes from `start` (None: the last `length` bytes) in one range request: (start, data)."""
+        if self.requests >= RANGE_REQUESTS:
+            raise NoMetadata(f"more than {RANGE_REQUESTS} range requests for one wheel")
+        if not 0 < length <= RANGE_MAX:
+            raise NoMetadata(f"a range of {length} bytes asked (at most {RANGE_MAX >> 20} MiB)")
+        spec = f"bytes=-{length}" if start is None else f"bytes={start}-{start + length - 1}"
         self.requests += 1
         try:
             response = self.client.open(self.url, {"Range": spec, "Accept-Encoding": "identity"})
         except urllib.error.HTTPError as exc:
-            raise NoMetadata(f"HTTP {exc.code} for a range of the wheel") from None
+            moved = f" ({exc.reason})" if 300 <= exc.code < 400 else ""  # a redirect refused
+            raise NoMetadata(f"HTTP {exc.code} for a range of the wheel{moved}") from None
         with response:
-            match = re.match(r"bytes (\d+)-(\d+)/(\d+)", response.headers.get("Content-Range", ""))
-            if response.status != 206 or not match:
+            header = response.headers.get("Content-Range", "")
+            if response.status != 206 or not header:
                 raise NoMetadata(
                     "the server ignores HTTP range requests (no .metadata file either)"
                 )
-            data = response.read(int(match[2]) - int(match[1]) + 1)
+            match = re.fullmatch(r"bytes (\d{1,15})-(\d{1,15})/(\d{1,15})", header.strip())
+            if not match:
+                raise NoMetadata(
+                    f"the answer to {spec} has Content-Range {log.sanitise(header[:60])!r}"
+                )
+            first, last, total = (int(g) for g in match.groups())
+            if self.size >= 0 and total != self.size:
+                raise NoMetadata(
+                    f"the wheel's size changed between range requests ({self.size} -> {total})"
+                )
+            want = (
+                (max(0, total - length), total - 1)
+                if start is None
+                else (start, min(start + length, total) - 1)
+            )
+            if (first, last) != want or last < first:
+                raise NoMetadata(
+                    f"the answer to {spec} is bytes {first}-{last}/{total}, not the range asked"
+                )
+            data = response.read(last - first + 1)
             self.client.count(len(data))
-        return int(match[1]), data, int(match[3])
+        if len(data) != last - first + 1:
+            raise NoMetadata(
+                f"the answer to {spec} ended after {len(data)} of {last - first + 1} bytes"
+            )
+        self.size = total
+        return first, data
 
     def _fetch(self, start: int, end: int) -> None:
-        start, data, _ = self._get(f"bytes={start}-{max(end, start + TAIL_BYTES // 4) - 1}")
-        self.blocks.append((start, data))
+        """Cache bytes start..end (at least TAIL_BYTES / 4 of them, within the file)."""
+        if not 0 <= start < self.size:
+            raise NoMetadata(
+                f"the zip points at byte {start}, outside the wheel ({self.size} bytes)"
+            )
+        length = min(max(end - start, TAIL_BYTES // 4), self.size - start)
+        self.blocks.append(self._get(start, length))
 
     def seekable(self) -> bool:
         return True
@@ -494,44 +663,67 @@ class RangeFile:
     def tell(self) -> int:
         return self.pos
 
-    def read(self, n: int = -1) -> bytes:
+    def read(self, n: int | None = -1) -> bytes:
+        """Bytes from the cache, the missing parts fetched: a loop that ends, since every fetch starts at `pos` and
+        brings at least one byte, and the fetches are counted."""
         end = self.size if n is None or n < 0 else min(self.size, self.pos + n)
-        if end <= self.pos:
-            return b""
-        for start, data in self.blocks:
-            if start <= self.pos and end <= start + len(data):
-                out = data[self.pos - start : end - start]
-                self.pos = end
-                return out
-        self._fetch(self.pos, end)
-        return self.read(end - self.pos)
+        out = bytearray()
+        while self.pos < end:
+            block = next(
+                ((s, d) for s, d in reversed(self.blocks) if s <= self.pos < s + len(d)), None
+            )
+            if block is None:
+                self._fetch(self.pos, end)
+                continue
+            start, data = block
+            piece = data[self.pos - start : end - start]
+            out += piece
+            self.pos += len(piece)
+        return bytes(out)
 
     def close(self) -> None:
         self.blocks = []
 
 
 def _metadata_from_zip(archive: zipfile.ZipFile) -> bytes:
-    names = [n for n in archive.namelist() if re.match(r"^[^/]+\.dist-info/METADATA$", n)]
-    if len(names) != 1:
-        raise NoMetadata(f"{len(names)} *.dist-info/METADATA members in the wheel")
-    return archive.read(names[0])
+    infos = [i for i in archive.infolist() if re.match(r"^[^/]+\.dist-info/METADATA$", i.filename)]
+    if len(infos) != 1:
+        raise NoMetadata(f"{len(infos)} *.dist-info/METADATA members in the wheel")
+    if max(infos[0].file_size, infos[0].compress_size) > METADATA_MAX:
+        raise NoMetadata(f"its METADATA member is larger than {METADATA_MAX >> 20} MiB")
+    with archive.open(infos[0]) as member:
+        data = member.read(METADATA_MAX + 1)
+    if len(data) > METADATA_MAX:
+        raise NoMetadata(f"its METADATA member is larger than {METADATA_MAX >> 20} MiB")
+    return data
 
 
 def read_metadata(client: Client, wheel: WheelFile) -> tuple[bytes, str]:
-    """METADATA bytes and how they were read ("metadata file" | "range requests (N)" | "local file")."""
-    if wheel.url.startswith("file:"):
+    """METADATA bytes and how they were read ("metadata file" | "range requests (N)" | "local file"); NoMetadata
+    (the reason) when the wheel's link is not followed or its metadata cannot be read within the caps."""
+    refused = wheel.refused or link_refusal(wheel.url, wheel.index)
+    if refused:
+        raise NoMetadata(refused)
+    if urllib.parse.urlsplit(wheel.url).scheme.lower() == "file":
         try:
-            with zipfile.ZipFile(_file_path(wheel.url)) as archive:
+            fd = untrusted.open_regular(_file_path(wheel.url))
+        except untrusted.Refused as exc:
+            raise NoMetadata(f"cannot read {wheel.filename}: it {exc.why}") from None
+        try:
+            with os.fdopen(fd, "rb") as fh, zipfile.ZipFile(fh) as archive:
                 return _metadata_from_zip(archive), "local file"
         except (OSError, zipfile.BadZipFile) as exc:
             raise NoMetadata(f"cannot read {wheel.filename}: {exc}") from None
     if wheel.metadata:
+        data: bytes | None = None
         try:
             with client.open(wheel.url + ".metadata") as response:
-                data = response.read()
+                data = read_capped(response, METADATA_MAX, f"{wheel.filename}.metadata")
                 client.count(len(data))
         except urllib.error.HTTPError:
             data = None  # advertised but absent: read it from the wheel instead
+        except TooLarge as exc:
+            raise NoMetadata(str(exc)) from None
         if data is not None:
             digest = wheel.metadata.get("sha256") if isinstance(wheel.metadata, dict) else None
             if digest and hashlib.sha256(data).hexdigest() != digest:
@@ -545,7 +737,7 @@ def read_metadata(client: Client, wheel: WheelFile) -> tuple[bytes, str]:
         data is None
     ):  # not in the tail (or zip64): let zipfile walk the whole central directory, range by range
         try:
-            with zipfile.ZipFile(remote) as archive:
+            with zipfile.ZipFile(remote) as archive:  # a seekable file object
                 data = _metadata_from_zip(archive)
         except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, ValueError) as exc:
             raise NoMetadata(f"{wheel.filename} is not a readable zip ({exc})") from None
@@ -563,13 +755,15 @@ def _metadata_from_tail(remote: RangeFile) -> bytes | None:
         if eocd < 0 or len(tail) < eocd + 22:
             return None
         cd_size, cd_offset = struct.unpack("<II", tail[eocd + 12 : eocd + 20])
-        if 0xFFFFFFFF in (cd_size, cd_offset):
+        if 0xFFFFFFFF in (cd_size, cd_offset) or cd_offset >= remote.size:
             return None
         remote.seek(cd_offset)
         entry = _metadata_entry(remote.read(min(cd_size, TAIL_BYTES)))
     if entry is None:
         return None
     method, crc, size, offset, name_len = entry
+    if size > METADATA_MAX:
+        raise NoMetadata(f"its METADATA member is larger than {METADATA_MAX >> 20} MiB")
     remote._fetch(
         offset, offset + 30 + name_len + 1024 + size
     )  # the member and its local header in one request
@@ -579,7 +773,13 @@ def _metadata_from_tail(remote: RangeFile) -> bytes | None:
         return None
     remote.seek(offset + 30 + sum(struct.unpack("<HH", local[26:30])))
     raw = remote.read(size)
-    data = zlib.decompressobj(-15).decompress(raw) if method == 8 else raw
+    if method == 8:
+        inflate = zlib.decompressobj(-15)
+        data = inflate.decompress(raw, METADATA_MAX + 1)
+        if len(data) > METADATA_MAX:
+            raise NoMetadata(f"its METADATA member is larger than {METADATA_MAX >> 20} MiB")
+    else:
+        data = raw
     if zlib.crc32(data) & 0xFFFFFFFF != crc:
         raise NoMetadata("the METADATA member does not match its CRC-32")
     return data
@@ -639,6 +839,20 @@ def parse_metadata(data: bytes) -> Metadata:
         torch_req,
         torch_version,
     )
+
+
+def mismatch(meta: Metadata, wheel: WheelFile) -> str:
+    """Why `meta` is not the metadata of `wheel` (its Name is not torch-npu, or its Version is not the version in
+    the wheel's file name); "" when it is."""
+    if canonicalize_name(meta.name) != PROJECT:
+        return f"its metadata names {untrusted.shown(meta.name)}, not {PROJECT}"
+    try:
+        same = Version(meta.version) == Version(wheel.version)
+    except InvalidVersion:
+        same = False
+    if not same:
+        return f"its metadata has Version {untrusted.shown(meta.version)}, its file name {wheel.version}"
+    return ""
 
 
 def _public(version: str) -> str:

@@ -55,6 +55,7 @@ from packaging.version import InvalidVersion, Version
 
 from apexkit import fsedit, log, untrusted
 from apexkit.errors import ConfigError
+from apexkit.index import pages
 from apexkit.plan import target
 from apexkit.wheel import distdir, sbom
 
@@ -564,12 +565,16 @@ def _existing(root: Path) -> list[Entry]:
                 manifest=manifest,
             )
         )
-    ours = {Path("index.json"), Path("simple"), Path("simple/index.html")}
+    ours = {Path("index.json"), Path("simple"), Path("simple/index.html"), Path("index.html")}
     for e in entries:
         ours |= {
             Path("simple", e.project),
             Path("simple", e.project, "index.html"),
             Path("simple", e.project, e.filename),
+            Path(
+                "simple", e.project, e.filename + pages.METADATA_SUFFIX
+            ),  # regenerated from the wheel
+            Path(pages.torch_page_name(pages.facts(e)["torch"])),
             *(Path("simple", e.project, a.filename) for a in _documents(e)),
         }
     others = sorted(
@@ -645,10 +650,19 @@ def _page(title: str, links: list[tuple[str, str]]) -> str:
     )
 
 
-def write(root: Path, files: list[Entry]) -> None:
-    """Build the index for `root` next to it, then swap it in."""
+def write(
+    root: Path,
+    files: list[Entry],
+    base_url: str | None = None,
+    cells: list[pages.Cell] | None = None,
+) -> None:
+    """Build the index for `root` next to it (simple/, index.json and the pages of apexkit.index.pages), then swap
+    it in. `base_url`: where it will be served (default: root's file:// URI); `cells`: matrix.toml's, for the grid's
+    "missing" section."""
     root.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{root.name}.tmp-", dir=root.parent))
+    generated = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    metadata: dict[str, pages.Metadata] = {}
     try:
         projects = sorted({e.project for e in files})
         (tmp / "simple").mkdir()
@@ -689,17 +703,24 @@ def write(root: Path, files: list[Entry]) -> None:
                             f"{a.sha256[:12]})",
                             f"rebuild {e.target} and publish again",
                         )
+                found = pages.write_metadata(folder, e.filename)  # PEP 658
+                if found:
+                    metadata[e.filename] = found
             (folder / "index.html").write_text(
-                _page(
+                pages.simple_page(
                     f"Links for {project}",
-                    [(f"{e.filename}#sha256={e.sha256}", e.filename) for e in mine],
+                    [
+                        (f"{e.filename}#sha256={e.sha256}", e.filename, metadata.get(e.filename))
+                        for e in mine
+                    ],
                 )
             )
+        pages.write_pages(tmp, files, metadata, base_url or root.as_uri(), cells or [], generated)
         (tmp / "index.json").write_text(
             json.dumps(
                 {
                     "format": FORMAT,
-                    "generated": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                    "generated": generated,
                     "files": [
                         {
                             "project": e.project,
@@ -729,6 +750,16 @@ def write(root: Path, files: list[Entry]) -> None:
                                 if e.attestations
                                 else {}
                             ),
+                            **(
+                                {
+                                    "metadata": {
+                                        "filename": metadata[e.filename].filename,
+                                        "sha256": metadata[e.filename].sha256,
+                                    }
+                                }
+                                if e.filename in metadata
+                                else {}
+                            ),
                         }
                         for e in files
                     ],
@@ -755,12 +786,21 @@ def _replaced(root: Path, files: list[Entry]) -> str:
         return f"fill the empty directory {root}/"
     names = {f"simple/{e.project}/{e.filename}" for e in files}
     attached = {f"simple/{e.project}/{a.filename}" for e in files for a in _documents(e)}
+    metadata = {name + pages.METADATA_SUFFIX for name in names}
     wheels = [name for name in old if name in names]
     documents = [name for name in old if name in attached]
-    pages = [name for name in old if name not in names and name not in attached]
+    regenerated = [name for name in old if name in metadata]
+    rewritten = [
+        name for name in old if name not in names and name not in attached and name not in metadata
+    ]
     return (
-        f"replace {root}/ (an apexkit index): rewrite {', '.join(pages)}; keep {len(wheels)} published "
-        f"wheel{'' if len(wheels) == 1 else 's'}"
+        f"replace {root}/ (an apexkit index): rewrite {', '.join(rewritten)}"
+        + (
+            f" and {len(regenerated)} .metadata file{'' if len(regenerated) == 1 else 's'} (from the wheels)"
+            if regenerated
+            else ""
+        )
+        + f"; keep {len(wheels)} published wheel{'' if len(wheels) == 1 else 's'}"
         + (
             f" and {len(documents)} manifest/SBOM/provenance file{'' if len(documents) == 1 else 's'}"
             if documents
@@ -776,10 +816,16 @@ def publish(
     targets: list[str] | None = None,
     split_by_torch: bool = False,
     dry_run: bool = False,
+    base_url: str | None = None,
+    coverage: bool = False,
 ) -> dict[Path, list[Entry]]:
+    """Publish dist/ into `index`. `base_url`: where the index will be served, for the copy-paste lines of
+    index.html (checked: no userinfo); `coverage`: also print which cells of matrix.toml have no wheel (stdout)."""
+    base = pages.check_base_url(base_url) if base_url else None
     groups = plan(
         collect(dist, targets), index.resolve(), split_by_torch
     )  # refuses before anything is written
+    cells = _matrix_cells(coverage)
     for root, files in groups.items():
         log.info(f"{'would ' if dry_run else ''}{_replaced(root, files)}")
         log.info(
@@ -795,10 +841,37 @@ def publish(
                     else ""
                 )
             )
+        root_url = (
+            (base if root == index.resolve() else f"{base}/{root.relative_to(index.resolve())}")
+            if base
+            else None
+        )
         if not dry_run:
-            write(root, files)
+            write(root, files, root_url, cells)
             log.info(
                 f"  pip install apex --index-url {root.as_uri()}/simple/  "
                 "(or serve the folder: python3 -m http.server)"
             )
+            log.info(f"  the grid: {root.as_uri()}/index.html")
+    if coverage:
+        published = [e for files in groups.values() for e in files]
+        for line in pages.coverage_lines(
+            cells, pages.missing(cells, published), f"{index}/" + (" (would be)" if dry_run else "")
+        ):
+            log.report.print(line, markup=False)
     return groups
+
+
+def _matrix_cells(required: bool) -> list[pages.Cell]:
+    """matrix.toml's cells, for the grid's "missing" section and --coverage; without a readable matrix.toml the
+    grid goes without that section (one warning), and --coverage is an error."""
+    from apexkit.errors import ApexkitError
+    from apexkit.plan import matrix
+
+    try:
+        return pages.matrix_cells(matrix.load())
+    except ApexkitError as exc:
+        if required:
+            raise
+        log.warn(f"index.html without its missing cells: {exc}")
+        return []

@@ -11,6 +11,11 @@ Plan, then do:
 
 Only releases >= 2.1 are read (older torch_npu wheels predate the tables apexkit builds from); pre-releases and
 yanked releases are listed as skipped.
+
+The index is untrusted (see `apexkit.index.client` for the caps and the links followed): a wheel whose metadata
+cannot be read, or whose METADATA names another project or version, is a skipped wheel with its reason, never a
+traceback; `torch_local` is merged per arch (an arch whose wheel was not read keeps its label); the report escapes
+control characters from the index before they reach the terminal.
 """
 
 from __future__ import annotations
@@ -32,12 +37,13 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
-from apexkit import fsedit, log
-from apexkit.errors import ConfigError, EnvironmentSetupError, SourceError
+from apexkit import fsedit, log, untrusted
+from apexkit.errors import ApexkitError, ConfigError, EnvironmentSetupError, SourceError
 from apexkit.index import client
 from apexkit.plan import matrix
 
 OLDEST = Version("2.1")
+MAX_RELEASES = 200  # read at most the newest 200 releases (the real index has ~50): a page cannot make it 100,000
 CANN_COMMENT = "cann: not in the wheel metadata; read it in Ascend/pytorch COMPATIBILITY.md"
 
 
@@ -66,8 +72,9 @@ class Release:
     requires: dict[str, str] = field(default_factory=dict)  # arch -> Requires-Dist on torch
     torch: str | None = None  # the torch release it pins
     inferred: bool = False  # torch taken from the torch_npu version (no == pin)
-    skipped: str = ""  # why its metadata could not be read
+    skipped: str = ""  # why its metadata could not be read (no wheel of it read)
     how: str = ""  # how the metadata was read
+    unread: dict[str, str] = field(default_factory=dict)  # arch -> why its wheel was not read
 
     @property
     def local(self) -> dict[str, str]:
@@ -121,12 +128,17 @@ def survey(session: client.Client, settings: client.IndexSettings, workers: int 
             if not live
             else ""
         )
+        if not reason and len(chosen) >= MAX_RELEASES:
+            reason = f"beyond the newest {MAX_RELEASES}"
         if reason:
             ignored.setdefault(reason, []).append(str(version))
             continue
         # one wheel per arch (the first index that has one wins, as in pip)
         per_arch: dict[str, client.WheelFile] = {}
-        for wheel in sorted(live, key=lambda w: (settings.urls.index(w.index), w.filename)):
+        order = sorted(
+            live, key=lambda w: (bool(w.refused), settings.urls.index(w.index), w.filename)
+        )
+        for wheel in order:  # a wheel whose link is followed first
             per_arch.setdefault(wheel.arch, wheel)
         chosen[version] = [per_arch[a] for a in (*client.ARCHES, "other") if a in per_arch][:2]
     jobs = [(version, wheel) for version, files in chosen.items() for wheel in files]
@@ -138,7 +150,8 @@ def survey(session: client.Client, settings: client.IndexSettings, workers: int 
     for (version, wheel), result in zip(jobs, results):
         release = releases[version]
         if isinstance(result, str):
-            release.skipped = release.skipped or f"{wheel.filename}: {result}"
+            release.unread[wheel.arch] = f"{wheel.filename}: {result}"
+            release.skipped = release.skipped or release.unread[wheel.arch]
             continue
         meta, how = result
         release.requires[wheel.arch] = meta.torch
@@ -164,20 +177,32 @@ def survey(session: client.Client, settings: client.IndexSettings, workers: int 
 
 
 def _read_one(session: client.Client, wheel: client.WheelFile) -> tuple[client.Metadata, str] | str:
+    """The metadata of `wheel` and how it was read, or why it was not: whatever the index answers (a refused link, a
+    cap, a lying Content-Range, an unreachable host a page chose, an answer nested too deep) is a reason."""
     try:
         data, how = client.read_metadata(session, wheel)
+        meta = client.parse_metadata(data)
     except client.NoMetadata as exc:
         return str(exc)
+    except ApexkitError as exc:  # an unreachable host or a URL urllib refuses: this wheel only
+        return exc.cause
     except (
         OSError,
         http.client.HTTPException,
         zipfile.BadZipFile,
+        zipfile.LargeZipFile,
         zlib.error,
         struct.error,
         EOFError,
+        ValueError,
+        LookupError,
+        RecursionError,
+        MemoryError,
+        NotImplementedError,
     ) as exc:
-        return f"unreadable ({type(exc).__name__}: {client.failure_reason(exc, session.settings.timeout)})"
-    return client.parse_metadata(data), how
+        reason = client.failure_reason(exc, session.settings.timeout)[:160]
+        return f"unreadable ({type(exc).__name__}: {reason})"
+    return client.mismatch(meta, wheel) or (meta, how)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -231,7 +256,9 @@ def plan(rows: Mapping[str, Mapping], releases: Sequence[Release]) -> list[RowCh
             kind = "older" if _key(torch) < OLDEST else "unread" if torch in unread else "absent"
             out.append(RowChange(torch, kind, old, unread.get(torch), old_local, old_local))
             continue
-        local = tuple(sorted(release.local.items()))
+        # merged per arch: an arch whose wheel was read gets its label (or none); one not read keeps the row's
+        merged = {arch: label for arch, label in old_local if arch not in release.requires}
+        local = tuple(sorted({**merged, **release.local}.items()))
         requires = "; ".join(f"{arch}: {req}" for arch, req in sorted(release.requires.items()))
         if len(set(release.requires.values())) == 1:
             requires = next(iter(release.requires.values()))
@@ -461,14 +488,21 @@ def main(
     env = os.environ if env is None else env
     path: Path = args.matrix
     try:
-        raw = (
-            path.read_bytes()
-        )  # bytes: read_text would turn \r\n into \n, and the file would never match again
+        # bytes: read_text would turn \r\n into \n, and the file would never match again; a regular file only
+        # (a named pipe would hang the read), through a link, capped
+        raw = untrusted.read_regular(path, None, fsedit.MAX_READ, follow=True)
         text = raw.decode("utf-8")
         rows = matrix.tomllib.loads(text)["torch_npu"]["versions"]
-    except OSError as exc:
+    except untrusted.Refused as exc:
+        why = (
+            f"it is {untrusted.file_kind(exc.mode)}, not a regular file"
+            if exc.kind == "type"
+            else f"it {exc.why}"
+            if exc.kind == "size"
+            else exc.strerror or exc.why
+        )
         raise ConfigError(
-            f"cannot read {path}: {exc.strerror or exc}", "pass --matrix with an existing file"
+            f"cannot read {path}: {why}", "pass --matrix with an existing file"
         ) from None
     except UnicodeDecodeError as exc:
         raise ConfigError(
@@ -511,7 +545,7 @@ def main(
         print(f"nothing written; run again with --write to apply it to {path}")
         return 0
     fsedit.preflight([change], f"make {path} writable, or pass --matrix with a copy")
-    if fsedit.read_bytes(target) != raw:
+    if fsedit.read_target(target, str(path)) != raw:
         raise ConfigError(
             f"{path} changed while the index was read; nothing was written", "run the refresh again"
         )
@@ -552,11 +586,18 @@ def check_rows(rows: object, path: Path) -> None:
 
 
 def report(result: Survey, changes: Sequence[RowChange], path: Path) -> str:
+    """The survey and the difference, for the terminal: every line with its control characters escaped (version
+    strings, file names and Requires-Dist lines come from the index)."""
     lines = [f"{client.public_url(index)}: {what}" for index, what in result.indexes.items()]
     lines.append(f"{'torch_npu':<16} {'torch (Requires-Dist)':<44} platforms")
     for release in result.releases:
         if release.skipped:
             lines.append(f"{release.version:<16} {'SKIPPED: ' + release.skipped}")
+            lines += [
+                f"{'':<16} {arch} not read either ({why})"
+                for arch, why in sorted(release.unread.items())
+                if why != release.skipped
+            ]
             continue
         reqs = sorted(set(release.requires.values()))
         req = (
@@ -568,8 +609,11 @@ def report(result: Survey, changes: Sequence[RowChange], path: Path) -> str:
         if release.inferred:
             req += f" (torch {release.torch} from the version)"
         lines.append(f"{release.version:<16} {req:<44} {' '.join(release.platforms) or '-'}")
+        for arch, why in sorted(release.unread.items()):
+            lines.append(f"{'':<16} {arch} not read ({why}): its torch_local kept as it was")
     for reason, versions in result.ignored.items():
-        lines.append(f"ignored ({reason}): {', '.join(versions)}")
+        more = f" and {len(versions) - 20} more" if len(versions) > 20 else ""
+        lines.append(f"ignored ({reason}): {', '.join(versions[:20])}{more}")
     lines.append(f"{path} [torch_npu.versions] against the index:")
     lines += [describe(c) for c in changes]
-    return "\n".join(lines)
+    return "\n".join(log.sanitise(line) for line in lines)

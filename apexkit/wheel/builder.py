@@ -38,7 +38,7 @@ from apexkit.wheel import (
     venvs,
     wheelcheck,
 )
-from apexkit.wheel.cache import WheelCache
+from apexkit.wheel.cache import CachedWheel, RemoteLookup, WheelCache
 from apexkit.wheel.distdir import check_overwrite, replace_dir
 from apexkit.wheel.options import BuildOptions
 
@@ -72,8 +72,11 @@ class BuildState:
 
 
 class Builder:
-    def __init__(self, opts: BuildOptions, env=None) -> None:
+    def __init__(self, opts: BuildOptions, env=None, remote: RemoteLookup | None = None) -> None:
         self.opts = opts
+        self.remote = (
+            remote  # the team index, asked after a local cache miss (the command edge makes it)
+        )
         self.env = dict(os.environ if env is None else env)
         # torch >= 2.5 imports every installed device backend at `import torch`; torch_npu then needs the CANN
         # runtime (libhccl.so), which build hosts, CI runners and image builds do not have. Building needs no CANN,
@@ -177,6 +180,10 @@ class Builder:
             )
             if cached is not None:
                 return self._publish_cached(plan, cached, interp, work)
+            if self.remote is not None and self.state.use_cache and opts.use_cache:
+                hit = self._team_index_hit(key, plan, interp, work)
+                if hit is not None:
+                    return self._publish_cached(plan, hit[0], interp, work, source=hit[1])
             if plan.needs_npu_headers:
                 self._check_npu_headers(plan)
             venv = self._build_venv(plan, interp)
@@ -251,7 +258,16 @@ class Builder:
                 else (log.mask(o.index_url or "") or "pip config")
                 + (f", torch from {log.mask(o.torch_index_url)}" if o.torch_index_url else ""),
             ),
-            ("cache", f"{o.cache_dir}" + ("" if o.use_cache else " (--no-cache)")),
+            (
+                "cache",
+                f"{o.cache_dir}"
+                + ("" if o.use_cache else " (--no-cache)")
+                + (
+                    f", then the team index {', '.join(log.mask(i) for i in o.team_indexes)}"
+                    if self.remote is not None and o.use_cache and o.team_indexes
+                    else ""
+                ),
+            ),
             (
                 "ccache",
                 "CC/CXX from the environment, used as they are"
@@ -844,23 +860,78 @@ class Builder:
             self.state.timings, **more, total=round(time.monotonic() - self.state.started, 3)
         )
 
+    def _team_index_hit(
+        self,
+        key: str,
+        plan: buildplan.Plan,
+        interp: interpreters.Interpreter,
+        work: Path,
+    ) -> tuple[CachedWheel, str] | None:
+        """After a local miss: the team index's wheel for `key` (downloaded and verified by the lookup), kept in the
+        local cache and read back from it like a local hit, with where it came from (password masked); None when no
+        index has it, or after one warning line when it could not be had or does not fit (then it compiles)."""
+        assert self.remote is not None
+        landing = work / "team-index"
+        shutil.rmtree(landing, ignore_errors=True)
+        landing.mkdir(parents=True)
+        try:
+            with log.step("ask the team index", self.state.timings, key="team_index") as s:
+                try:
+                    hit = self.remote(key, landing)
+                # the lookup says its own causes in one line; anything else it raises must not stop the build
+                except Exception as exc:
+                    log.warn(
+                        f"team index lookup failed ({type(exc).__name__}: "
+                        f"{log.sanitise(log.mask(str(exc)))[:200]}): compiling"
+                    )
+                    s.note("failed")
+                    return None
+                if hit is None:
+                    s.note(f"no wheel for cache key {key[:12]}")
+                    return None
+                source = log.sanitise(log.mask(hit.source))
+                why = _unfit(hit.wheel.name, plan, interp)
+                if why:
+                    log.warn(
+                        f"team index {source}: {untrusted.shown(hit.wheel.name)} {why}: compiling"
+                    )
+                    s.note("refused")
+                    return None
+                cached = self.cache.adopt(key, hit, work)
+                s.note(f"{hit.wheel.name} from {source}" if cached else "refused")
+            return (cached, source) if cached is not None else None
+        finally:
+            shutil.rmtree(landing, ignore_errors=True)
+
     def _publish_cached(
         self,
         plan: buildplan.Plan,
-        cached: tuple[Path, dict, dict[str, bytes] | None],
+        cached: CachedWheel,
         interp: interpreters.Interpreter,
         work: Path,
+        source: str | None = None,
     ) -> Path:
+        """dist/<target> from a cache hit: the local cache's entry, or (`source`: the team index it came from,
+        password masked) a wheel the team index had, now kept in the local cache too."""
         wheel, old, documents = cached
         manifest = dict(old)
         manifest["cache_hit"] = True
+        manifest.pop("cache_source", None)
+        if source:
+            manifest["cache_source"] = source
         manifest["built"] = old.get("created")
         manifest["target"] = asdict(plan)  # this build's plan (same inputs, by the cache key)
         # this run's index options, not the cached build's: the run venv is made from what this node can reach
         manifest["package_sources"] = self.index.recorded()
         log.info(
-            f"✓ wheel cache hit: {wheel.name} sha256 {old['wheel']['sha256'][:12]} (built {old.get('created')}); "
-            "re-hashed and zip-checked, no compile (--no-cache forces a build)"
+            f"✓ wheel cache hit{f' from {source}' if source else ''}: {wheel.name} sha256 "
+            f"{old['wheel']['sha256'][:12]} (built {old.get('created')}); "
+            + (
+                "sha256, provenance and SBOM verified, kept in the local cache, re-hashed and zip-checked"
+                if source
+                else "re-hashed and zip-checked"
+            )
+            + ", no compile (--no-cache forces a build)"
         )
         if self.opts.test_cached and self.opts.smoke_test:
             manifest["smoke_test"] = self._smoke_test(plan, interp, wheel, work)
@@ -1003,6 +1074,28 @@ def reproducible_env(epoch: int, tree: Path, venv: Path, env) -> dict[str, str]:
     }
 
 
+def _unfit(filename: str, plan: buildplan.Plan, interp: interpreters.Interpreter) -> str | None:
+    """Why a wheel from the team index does not install on the interpreter this build is for (None when it does).
+    The cache key names the wheel's inputs, not the machine that compiled them: a wheel built on a newer glibc has
+    the same key, and a manylinux tag above this host's glibc would not load here."""
+    from packaging import tags
+    from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+
+    try:
+        wheel_tags = parse_wheel_filename(filename)[3]
+    except (InvalidWheelFilename, InvalidVersion):
+        return "is not a wheel filename"
+    major, minor = (int(p) for p in plan.interpreter_version.split(".")[:2])
+    here = set(tags.cpython_tags((major, minor), platforms=list(tags.platform_tags())))
+    if any(t in here and t.platform.endswith(plan.arch) for t in wheel_tags):
+        return None
+    shown = ", ".join(sorted(str(t) for t in wheel_tags))[:200]
+    return (
+        f"is tagged {shown}, which python{plan.python} ({plan.arch}) on this host cannot install "
+        "(built for another Python, arch or a newer glibc)"
+    )
+
+
 def _mkdir(path: Path) -> Path:
     path.mkdir(parents=True, exist_ok=True)
     return path
@@ -1035,9 +1128,10 @@ def _compile_progress(line: str) -> str | None:
     return None
 
 
-def build(opts: BuildOptions) -> Path:
+def build(opts: BuildOptions, remote: RemoteLookup | None = None) -> Path:
     """Build the wheel `opts` describe on this machine and return dist/<target-id>/. `--image` never reaches here:
-    the command edge (apexkit.commands.build_wheel) hands those options to apexkit.images.container instead."""
+    the command edge (apexkit.commands.build_wheel) hands those options to apexkit.images.container instead.
+    `remote`: the team index as the cache after the local one (the edge makes it from opts.team_indexes)."""
     if opts.image:
         raise ConfigError(
             "a build for an image reached the host build",
@@ -1045,7 +1139,7 @@ def build(opts: BuildOptions) -> Path:
         )
     if opts.verify_reproducible and not opts.dry_run:
         return verify_reproducible(opts)
-    return Builder(opts).run()
+    return Builder(opts, remote=remote).run()
 
 
 def verify_reproducible(opts: BuildOptions) -> Path:

@@ -12,7 +12,7 @@ from pathlib import Path
 from apexkit import cann, log
 from apexkit.errors import ConfigError
 from apexkit.plan import matrix, target
-from apexkit.wheel import interpreters, patches
+from apexkit.wheel import interpreters, patches, sources
 from apexkit.wheel.options import BuildOptions
 
 # Bump when the way a wheel is produced changes, so old cache entries are not reused.
@@ -204,7 +204,12 @@ def cache_key(
         "arch": plan.arch,
         "torch": plan.torch,
         "torch_npu": plan.torch_npu,
-        "torch_index": opts.torch_index_url,
+        # without user:password@ (sources.split_credentials): the key is published in a team index's index.json
+        # beside facts that give away every other input, so a hashed password would be open to offline guessing;
+        # and a credential changes no byte of the wheel, so two engineers with their own tokens share the key
+        "torch_index": sources.split_credentials(opts.torch_index_url)[0]
+        if opts.torch_index_url
+        else None,
         "system_torch": opts.use_system_torch,
         "requires": m.build_requires,
     }

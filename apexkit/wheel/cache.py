@@ -5,6 +5,10 @@ The cache may be shared (CI runners, NFS, a team's /data): an entry is untrusted
 following links, its wheel copied and re-hashed here (the manifest's sha256 must match the copy, not the file
 that might be swapped after the check), zip-checked, and smoke-tested too with --test-cached. A cache that
 someone else can write is not used at all.
+
+A second tier can stand behind it: a `RemoteLookup` (the team index, injected by the command edge, since the wheel
+build knows nothing of indexes) asked after a local miss. Its hit, already verified by the lookup, is stored here
+and then read back through `lookup` like any local hit (re-hashed, zip-checked), so both tiers end in one check.
 """
 
 from __future__ import annotations
@@ -15,11 +19,35 @@ import os
 import shutil
 import stat
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable, Dict, Optional, Tuple
 
 from apexkit import fsedit, log, untrusted
 from apexkit.errors import ApexkitError
 from apexkit.wheel import distdir, sbom
+
+# (the wheel's verified copy, its manifest, the SBOM/provenance the entry keeps or None); typing's forms: Python 3.8
+CachedWheel = Tuple[Path, dict, Optional[Dict[str, bytes]]]
+
+
+@dataclass(frozen=True)
+class RemoteHit:
+    """A wheel a second-tier cache (the team index) holds for a cache key, downloaded into the build's work
+    directory and verified by the lookup: sha256 against the index and the build's manifest, provenance subject,
+    SBOM, zip check."""
+
+    wheel: Path
+    manifest: dict  # the build's manifest.json, as published beside the wheel
+    documents: dict[
+        str, bytes
+    ]  # {sbom.SBOM_FILE: ..., sbom.PROVENANCE_FILE: ...}, or {} when the index keeps none
+    source: str  # where it came from, for messages and manifest["cache_source"]: never a password (log.mask)
+
+
+# (cache key, work directory) -> a verified hit, or None: a miss, or (after one warning line of its own) an index
+# that could not be read or a wheel refused. Never raises for the network or for what an index holds.
+RemoteLookup = Callable[[str, Path], Optional[RemoteHit]]
 
 
 class WheelCache:
@@ -53,7 +81,7 @@ class WheelCache:
                 return False
         return True
 
-    def lookup(self, key: str, work: Path) -> tuple[Path, dict, dict[str, bytes] | None] | None:
+    def lookup(self, key: str, work: Path) -> CachedWheel | None:
         """A verified copy of the cached wheel in `work`, its manifest and the SBOM/provenance the entry keeps (None when
         it keeps none), or None (a miss, or an entry refused)."""
         entry = self.entry(key)
@@ -93,6 +121,28 @@ class WheelCache:
             return None
         manifest["wheel"] = {**wheel, "file": name, "sha256": sha, "size": size}
         return dest / name, manifest, documents
+
+    def adopt(self, key: str, hit: RemoteHit, work: Path) -> CachedWheel | None:
+        """A second-tier hit kept as this cache's entry for `key` (with its SBOM and provenance), then read back
+        through `lookup` like any local hit, so the next build of these inputs is a local hit. None (one warning line)
+        when its manifest is not the build of `key`, or the cache cannot take it."""
+        manifest = hit.manifest
+        wheel = manifest.get("wheel") if isinstance(manifest, dict) else None
+        if not isinstance(wheel, dict) or wheel.get("file") != hit.wheel.name:
+            why = "its manifest does not name that wheel"
+        elif manifest.get("cache_key") != key:
+            why = "its manifest records another cache key"
+        else:
+            why = ""
+        if why:
+            log.warn(
+                f"team index {log.sanitise(log.mask(hit.source))}: {untrusted.shown(hit.wheel.name)} refused "
+                f"({why}): compiling"
+            )
+            return None
+        self.store(key, hit.wheel, _as_built(manifest))
+        self.attach(key, hit.documents, manifest)
+        return self.lookup(key, work)
 
     def store(self, key: str, wheel: Path, manifest: dict) -> None:
         entry = self.entry(key)
@@ -135,6 +185,18 @@ class WheelCache:
             ApexkitError,
         ) as exc:  # the build is published; the next hit writes them again
             log.warn(f"could not keep the SBOM/provenance in the cache entry {entry}: {exc}")
+
+
+def _as_built(manifest: dict) -> dict:
+    """The manifest of the build itself: a published cache hit's manifest (cache_hit true) gets back the figures of
+    the build it republished (`built`, built_durations_s, built_ccache), so a hit of a hit stays a hit of that build."""
+    out = {k: v for k, v in manifest.items() if k != "cache_source"}
+    if out.get("cache_hit"):
+        out["created"] = out.pop("built", out.get("created"))
+        out["durations_s"] = out.pop("built_durations_s", out.get("durations_s"))
+        out["ccache"] = out.pop("built_ccache", out.get("ccache"))
+    out["cache_hit"] = False
+    return out
 
 
 def _cached_documents(manifest: dict, fd: int) -> dict[str, bytes] | None:

@@ -17,6 +17,7 @@ from apexkit.errors import ConfigError
 from apexkit.plan import matrix, target
 
 PROJECT_ROOT = matrix.PROJECT_ROOT
+TEAM_INDEX_ENV = "APEXKIT_INDEX"
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,9 @@ class BuildOptions:
     force: bool = False  # replace a dist/<target> built from other inputs
     test_cached: bool = False  # smoke-test a wheel cache hit too
     image: str | None = None  # build inside this builder image (apexkit/images/container.py)
+    # team indexes (`invoke publish` output: http(s)://, file:// or a directory) asked for the cache key after a
+    # local wheel-cache miss, before compiling (--team-index, else APEXKIT_INDEX; --no-team-index: none)
+    team_indexes: tuple[str, ...] = ()
     network: str | None = None
     ca_bundle: str | None = None
 
@@ -158,7 +162,21 @@ def parser(prog: str = "nox -s build-3.X --") -> argparse.ArgumentParser:
     add(
         "--no-cache",
         action="store_true",
-        help="rebuild even if the wheel cache has these exact inputs",
+        help="rebuild even if the wheel cache (or a team index) has these exact inputs",
+    )
+    add(
+        "--team-index",
+        metavar="URL",
+        action="append",
+        default=[],
+        help="an `invoke publish` index (http(s)://[user:password@]host/..., file:// or a directory) asked for "
+        "this build's cache key after a local cache miss, before compiling; repeat for several (default: "
+        f"${TEAM_INDEX_ENV}, whitespace or comma separated)",
+    )
+    add(
+        "--no-team-index",
+        action="store_true",
+        help=f"ask no team index this run (ignore ${TEAM_INDEX_ENV})",
     )
     add("--recreate-venv", action="store_true", help="recreate the cached build venv")
     add(
@@ -232,6 +250,70 @@ def parser(prog: str = "nox -s build-3.X --") -> argparse.ArgumentParser:
     )
     vocab.alias(box, "--ca-bundle", "--ca-cert", dest="ca_bundle", metavar="FILE")
     return p
+
+
+def team_indexes(values: Sequence[str], what: str) -> tuple[str, ...]:
+    """Team index locations, each checked by the one URL validator (apexkit.urls): http(s) like a pip index (a
+    password's reserved characters percent-encoded; an error quotes the scheme and host only), file:// with a
+    local absolute path, or a directory path: both become the directory's absolute path. Duplicates dropped, order
+    kept."""
+    import re
+    from urllib.parse import unquote, urlsplit
+
+    from apexkit import urls
+
+    out = []
+    for raw in values:
+        value = raw.strip()
+        if not value:
+            continue
+        match = re.match(r"([A-Za-z][A-Za-z0-9+.-]*)://", value)
+        scheme = match[1].lower() if match else ""
+        if scheme:
+            urls.check_chars(value, what)
+        elif any(ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F for c in value):
+            raise ConfigError(
+                f"{what}: the directory path holds a control character", "pass the directory alone"
+            )
+        if scheme in ("http", "https"):
+            out.append(urls.index_url(value, what))
+        elif scheme == "file":
+            parts = urlsplit(value)
+            if parts.netloc not in ("", "localhost") or not parts.path.startswith("/"):
+                raise ConfigError(
+                    f"{what} {urls.shown(value)}: a file:// index is a local absolute path",
+                    "write it as file:///path/to/index (or pass the directory itself)",
+                )
+            if parts.query or parts.fragment:
+                raise ConfigError(
+                    f"{what} file://…: a file:// index has no ?query or #fragment",
+                    "write it as file:///path/to/index",
+                )
+            out.append(str(Path(unquote(parts.path)).resolve()))  # the directory it names
+        elif scheme:
+            raise ConfigError(
+                f"{what} {urls.shown(value)}: scheme {scheme!r} is not a team index scheme",
+                "use http://, https://, file:// or a directory path",
+            )
+        else:
+            out.append(str(Path(value).expanduser().resolve()))
+    return tuple(dict.fromkeys(out))
+
+
+def _team_indexes(args: argparse.Namespace, env: Mapping[str, str]) -> tuple[str, ...]:
+    """--team-index (repeatable), else $APEXKIT_INDEX (whitespace or comma separated: a comma inside a URL is
+    written %2C); --no-team-index: none."""
+    import re
+
+    if args.no_team_index:
+        if args.team_index:
+            raise ConfigError(
+                "--team-index and --no-team-index contradict each other", "drop one of them"
+            )
+        return ()
+    if args.team_index:
+        return team_indexes(args.team_index, "--team-index")
+    return team_indexes(re.split(r"[\s,]+", env.get(TEAM_INDEX_ENV, "")), TEAM_INDEX_ENV)
 
 
 @overload
@@ -430,6 +512,7 @@ def resolve(
         image=args.image,
         network=args.network,
         ca_bundle=args.ca_bundle,
+        team_indexes=_team_indexes(args, env),
     )
 
 
@@ -461,7 +544,7 @@ def _of_kind(annotation: str, value) -> bool:
     return False
 
 
-_TUPLE_FIELDS = ("extra_index_urls", "wheelhouses", "skip_patches", "setup_flags")
+_TUPLE_FIELDS = ("extra_index_urls", "wheelhouses", "skip_patches", "setup_flags", "team_indexes")
 
 
 def to_json(opts: BuildOptions) -> dict:

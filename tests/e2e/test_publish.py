@@ -118,6 +118,11 @@ def test_index_installs_with_pip_and_refuses_a_second_wheel_under_one_name(runne
         "publish", "--dist", str(runner.dist), "--index", str(index)
     )  # same bytes: idempotent
     assert again.returncode == 0 and (index / "simple" / "apex" / "index.html").read_text() == page
+    # the pages publish writes beside simple/ are its own: the republish above kept them, and they name the wheel
+    metadata = index / "simple" / "apex" / f"{WHEEL}.metadata"
+    assert metadata.is_file() and f'data-core-metadata="sha256={sha(metadata)}"' in page
+    assert WHEEL in (index / "index.html").read_text()
+    assert f"simple/apex/{WHEEL}#sha256={digest}" in (index / "torch-2.13.0.html").read_text()
 
     # another build, same filename, other bytes (without the rpath fix): never two wheels for one name
     other = Runner(repos, runner.cache, tmp_path / "other")
@@ -479,7 +484,14 @@ def test_wheels_for_two_torches_share_one_index(tmp_path):
     assert proc.returncode == 0, output(proc)
     page = (index / "simple" / "apex" / "index.html").read_text()
     assert f'href="{WHEEL}#sha256=' in page and f'href="{npu_wheel}#sha256=' in page
-    assert sorted(p.name for p in index.iterdir()) == ["index.json", "simple"]
+    # no per-torch directories: the root holds the index, its grid and one find-links page per torch
+    assert sorted(p.name for p in index.iterdir()) == [
+        "index.html",
+        "index.json",
+        "simple",
+        "torch-2.13.0.html",
+        "torch-2.7.1.html",
+    ]
     assert (index / "simple" / "apex" / npu_wheel).read_bytes() == b"for torch 2.7.1"
 
 
@@ -553,6 +565,7 @@ def test_publish_copies_sbom_and_provenance_beside_each_wheel(tmp_path):
             f"{WHEEL}.cdx.json",
             f"{WHEEL}.provenance.json",
             f"{WHEEL}.manifest.json",
+            f"{WHEEL}.metadata",  # PEP 658 (apexkit.index.pages)
             "index.html",
         ]
     )

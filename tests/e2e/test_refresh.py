@@ -18,6 +18,7 @@ import stat
 import subprocess
 import sys
 import threading
+import urllib.error
 import zipfile
 from pathlib import Path
 
@@ -677,3 +678,224 @@ def test_the_ca_bundle_is_pips_cert_else_the_first_ca_variable_and_pips_proxy_wi
         client.resolve_settings(
             "http://i/simple", {"CURL_CA_BUNDLE": str(tmp_path / "gone.pem")}, pip_config={}
         )
+
+
+# --- a hostile index (review 2026-12-01 M1, L1, L2): in-process, against real servers on 127.0.0.1 ----------------
+
+HOSTILE_WHEEL = "torch_npu-2.5.1-cp311-cp311-manylinux_2_28_x86_64.whl"
+GOOD = "torch_npu-2.7.1.post11-cp310-cp310-manylinux_2_28_aarch64.whl"
+
+
+class Hostile(http.server.BaseHTTPRequestHandler):
+    """/<mode>/...: what a hostile index answers. Every request is recorded on the server (path, Range, Authorization)."""
+
+    protocol_version = "HTTP/1.0"  # a body without Content-Length ends with the connection
+
+    def log_message(self, *args) -> None:
+        pass
+
+    def answer(self, code: int, body: bytes, headers: dict[str, str], length: bool = True) -> None:
+        self.send_response(code)
+        for key, value in headers.items():
+            self.send_header(key, value)
+        if length:
+            self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        try:
+            for at in range(0, len(body), 1 << 20):
+                self.wfile.write(body[at : at + (1 << 20)])
+        except (BrokenPipeError, ConnectionResetError):  # the client stopped reading at its cap
+            pass
+
+    def do_GET(self) -> None:
+        server = self.server
+        with server.lock:  # type: ignore[attr-defined]
+            server.seen.append(  # type: ignore[attr-defined]
+                (self.path, self.headers.get("Range", ""), self.headers.get("Authorization", ""))
+            )
+        mode, _, rest = self.path.lstrip("/").partition("/")
+        lie = {
+            "rangelie": "bytes 0-1/1000000",
+            "rangehuge": "bytes 0-99999999999/100000000000",
+            "rangeneg": "bytes 500-0/1000",
+        }
+        if mode in lie:
+            return self.answer(206, b"PK" * 8192, {"Content-Range": lie[mode]})
+        if mode == "redirect":  # to the ftp:// URL after it
+            return self.answer(302, b"", {"Location": "ftp://" + rest.split("/", 1)[0] + "/w.whl"})
+        if mode in ("bigmeta", "bigmeta-nolength") and rest.endswith(".metadata"):
+            body = b"Name: torch_npu\nVersion: 2.5.1\n" + b"X" * (2 << 20)
+            return self.answer(200, body, {}, length=mode == "bigmeta")
+        if mode == "bigpage":
+            body = b'{"files": [' + b" " * (33 << 20) + b"]}"
+            return self.answer(200, body, {"Content-Type": "application/json"}, length=False)
+        if mode == "files" and rest.endswith(".metadata"):
+            name = rest[: -len(".metadata")]
+            if (DATA / f"{name}.METADATA").is_file():
+                return self.answer(200, (DATA / f"{name}.METADATA").read_bytes(), {})
+        if rest == "simple/torch-npu/" and mode in server.pages:  # type: ignore[attr-defined]
+            if mode == "auth" and self.headers.get("Authorization") != PRIVATE_AUTH:
+                return self.answer(401, b"login first", {"WWW-Authenticate": "Basic"})
+            body = server.pages[mode].encode()  # type: ignore[attr-defined]
+            return self.answer(200, body, {"Content-Type": "application/vnd.pypi.simple.v1+json"})
+        return self.answer(404, b"not found", {})
+
+
+@pytest.fixture(scope="module")
+def hostile():
+    """Two servers on 127.0.0.1 (two ports: the login must not go from one to the other)."""
+    servers = []
+    for _ in range(2):
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hostile)
+        server.seen, server.lock, server.pages = [], threading.Lock(), {}
+        server.url = f"http://127.0.0.1:{server.server_address[1]}"
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+    yield servers
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+
+
+def quick_client(url: str) -> client.Client:
+    return client.Client(client.IndexSettings((url,), "test"), sources.RetryPolicy(1, 0))
+
+
+@pytest.mark.parametrize("mode", ["rangelie", "rangehuge", "rangeneg"])
+def test_a_content_range_that_is_not_the_range_asked_is_a_skipped_wheel_after_one_request(
+    hostile, mode
+):
+    """M1: `bytes 0-1/1000000` to every request cost 968 requests and a RecursionError; `bytes 0-99999999999/...` a
+    read of 1e11 bytes (MemoryError); `bytes 500-0/1000` a ValueError traceback."""
+    server = hostile[0]
+    mark = len(server.seen)
+    wheel = client.WheelFile(
+        HOSTILE_WHEEL, f"{server.url}/{mode}/{HOSTILE_WHEEL}", "2.5.1", "x86_64", False
+    )
+    session = quick_client(server.url)
+    with pytest.raises(client.NoMetadata, match=r"is bytes .*, not the range asked"):
+        client.read_metadata(session, wheel)
+    assert [r for _, r, _ in server.seen[mark:]] == [f"bytes=-{client.TAIL_BYTES}"]
+    assert session.received <= 16384
+
+
+def test_a_redirect_to_ftp_is_refused_without_connecting(hostile):
+    """urllib follows a redirect to ftp:// (it connected where the index said); the client follows http(s) only."""
+    server = hostile[0]
+    with socket.socket() as ftp:
+        ftp.bind(("127.0.0.1", 0))
+        ftp.listen(1)
+        ftp.setblocking(False)
+        where = f"127.0.0.1:{ftp.getsockname()[1]}"
+        wheel = client.WheelFile(
+            HOSTILE_WHEEL,
+            f"{server.url}/redirect/{where}/{HOSTILE_WHEEL}",
+            "2.5.1",
+            "x86_64",
+            False,
+        )
+        with pytest.raises(client.NoMetadata, match=r"HTTP 302 .*not http\(s\)"):
+            client.read_metadata(quick_client(server.url), wheel)
+        with pytest.raises(BlockingIOError):
+            ftp.accept()  # nobody connected
+
+
+@pytest.mark.parametrize("mode", ["bigmeta", "bigmeta-nolength"])
+def test_a_metadata_file_over_the_cap_is_refused_and_not_read_whole(hostile, mode):
+    """M1: a 300 MB .metadata reached 3.6 GB of RSS. Refused by its Content-Length, or after 1 MiB + 1 byte."""
+    server = hostile[0]
+    wheel = client.WheelFile(
+        HOSTILE_WHEEL, f"{server.url}/{mode}/{HOSTILE_WHEEL}", "2.5.1", "x86_64", True
+    )
+    session = quick_client(server.url)
+    with pytest.raises(client.NoMetadata, match=r"\.metadata is larger than 1 MiB"):
+        client.read_metadata(session, wheel)
+    assert session.received == 0
+
+
+def test_a_page_over_the_cap_is_one_line(hostile):
+    """M1: a 300 MB page was read whole (657 MB). Now the reading stops after 32 MiB + 1 byte."""
+    server = hostile[0]
+    with pytest.raises(SourceError, match=r"/bigpage/simple/torch-npu/ is larger than 32 MiB"):
+        client.fetch_index(quick_client(server.url), f"{server.url}/bigpage/simple")
+
+
+def test_a_hostile_page_is_skipped_rows_with_reasons_and_nothing_reaches_the_terminal_raw(
+    hostile, tmp_path, capsys
+):
+    """M1, L1, L2 through the command (in-process): a FILE: link to a local secret, an ftp:// link to a listening
+    port, a version and a file name with terminal escapes, and a wheel on another port of the same host, from an
+    index with a login. Each bad wheel is a skipped row with its reason; the secret is never read; nothing connects
+    to the ftp port; the login goes to the index's port only; no control character reaches stdout."""
+    index, other = hostile
+    secret = tmp_path / "secret.txt"
+    secret.write_text("Requires-Dist: torch==2.5.1; python_version != 'SECRET-FROM-LOCAL-FILE'\n")
+    secret.chmod(0o600)
+    ftp = socket.socket()
+    ftp.bind(("127.0.0.1", 0))
+    ftp.listen(1)
+    ftp.setblocking(False)
+    escape = "\x1b]0;PWNED_TITLE\x07\x1b[2J"
+    files = [
+        {"filename": HOSTILE_WHEEL, "url": f"FILE://{secret}#", "core-metadata": True},
+        {
+            "filename": HOSTILE_WHEEL.replace("x86_64", "aarch64"),
+            "url": f"ftp://127.0.0.1:{ftp.getsockname()[1]}/w.whl",
+        },
+        {"filename": f"torch_npu-2.9.9{escape}-cp311-cp311-linux_x86_64.whl", "url": "/x.whl"},
+        {"filename": GOOD, "url": f"{other.url}/files/{GOOD}", "core-metadata": True},
+        {
+            "filename": GOOD.replace("aarch64", "x86_64"),
+            "url": f"/files/{GOOD.replace('aarch64', 'x86_64')}",
+            "core-metadata": True,
+        },
+    ]
+    index.pages["auth"] = json.dumps({"meta": {"api-version": "1.1"}, "files": files})
+    matrix = tmp_path / "matrix.toml"
+    matrix.write_text(
+        '[torch_npu]\nread = "x"\n\n[torch_npu.versions]\n'
+        '"2.7.1" = { torch_npu = "2.7.1.post8", cann = [] }\n'
+        '"2.5.1" = { torch_npu = "2.5.1", cann = [], torch_local = { x86_64 = "cpu" } }\n'
+    )
+    url = index.url.replace("http://", "http://reader:p%40ss%3Aword@") + "/auth/simple"
+    mark_index, mark_other = len(index.seen), len(other.seen)
+    assert refresh.main(["--matrix", str(matrix), "--index-url", url], env=clean_env()) == 0
+    out = capsys.readouterr().out
+    assert "SECRET" not in out and "\x1b" not in out and "\x07" not in out
+    assert "ignored (not a PEP 440 version): 2.9.9\\x1b]0;PWNED_TITLE\\x07\\x1b[2J" in out
+    assert re.search(
+        r"2\.5\.1 +SKIPPED: torch_npu-2\.5\.1-\S+: refused: a (file|ftp): link on an http", out
+    )
+    assert re.search(
+        r"aarch64 not read either \(torch_npu-2\.5\.1-\S+: refused: a (file|ftp): link", out
+    )
+    assert (
+        "file: link on an http(s) index page" in out and "ftp: link on an http(s) index page" in out
+    )
+    assert '? "2.5.1": torch_npu 2.5.1: the metadata of 2.5.1 could not be read (row kept)' in out
+    assert '~ "2.7.1": torch_npu 2.7.1.post8 -> 2.7.1.post11' in out
+    with pytest.raises(BlockingIOError):
+        ftp.accept()  # nobody connected
+    ftp.close()
+    # the login went to the index's port (its page and its .metadata) and not to the other port
+    auths = {path: auth for path, _, auth in index.seen[mark_index:]}
+    assert auths["/auth/simple/torch-npu/"] == PRIVATE_AUTH
+    assert auths[f"/files/{GOOD.replace('aarch64', 'x86_64')}.metadata"] == PRIVATE_AUTH
+    assert [(p, a) for p, _, a in other.seen[mark_other:]] == [(f"/files/{GOOD}.metadata", "")]
+
+
+def test_remote_make_client_sends_each_index_login_to_that_index_only(hostile):
+    """apexkit.index.remote builds its Client from index URLs with user:password@ and relies on the login going as
+    Basic auth to that index (and, since L2, to its scheme, host and port only)."""
+    from apexkit.index import remote
+
+    index, other = hostile
+    index.pages.setdefault("auth", json.dumps({"meta": {"api-version": "1.1"}, "files": []}))
+    login = index.url.replace("http://", "http://reader:p%40ss%3Aword@") + "/auth/simple"
+    session = remote.make_client([login, f"{other.url}/open/simple"], clean_env())
+    with session.open(f"{index.url}/auth/simple/torch-npu/") as response:
+        assert response.status == 200
+    mark = len(other.seen)
+    with pytest.raises(urllib.error.HTTPError):
+        session.open(f"{other.url}/auth/simple/torch-npu/")
+    assert [auth for _, _, auth in other.seen[mark:]] == [""]

@@ -15,7 +15,7 @@ from pathlib import Path
 from conftest import ROOT
 
 PACKAGE = ROOT / "apexkit"
-PACKAGES = {"plan", "wheel", "images", "proxy", "index", "fleet", "doctor"}
+PACKAGES = {"plan", "wheel", "images", "proxy", "index", "fleet", "doctor", "install"}
 # the small shared modules everything may use; they import only each other
 SHARED = {
     "errors",
@@ -49,9 +49,11 @@ EDGE = {
 # what each unit must never import (DESIGN.md, Boundaries)
 NEVER = {
     "plan": PACKAGES - {"plan"} | CONCERNS | EDGE,
-    "wheel": {"images", "proxy", "index", "fleet", "doctor"} | CONCERNS | EDGE,
-    "proxy": {"wheel", "images", "index", "fleet", "doctor"} | CONCERNS | EDGE,
-    "index": {"images", "proxy", "fleet", "doctor"} | CONCERNS | EDGE,
+    "wheel": {"images", "proxy", "index", "fleet", "doctor", "install"} | CONCERNS | EDGE,
+    "proxy": {"wheel", "images", "index", "fleet", "doctor", "install"} | CONCERNS | EDGE,
+    "index": {"images", "proxy", "fleet", "doctor", "install"} | CONCERNS | EDGE,
+    # apexkit install: a venv, an index, a build through the edge's build_wheel (passed in), never a container
+    "install": {"images", "proxy", "fleet", "doctor"} | CONCERNS | EDGE,
 }
 
 

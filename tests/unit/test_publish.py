@@ -99,3 +99,22 @@ def test_a_hostile_manifest_abi_or_pin_is_dropped():
 def test_an_index_json_whose_facts_lie_in_shape_is_one_line(facts, needle):
     with pytest.raises(ConfigError, match=needle):
         publish.check_facts(facts, "files[0]", "fix")
+
+
+def test_the_index_pages_are_the_index_own_and_anything_else_is_foreign(tmp_path):
+    """_existing: an index's index.html, torch-<version>.html and <wheel>.metadata (apexkit.index.pages) are its own
+    files, so publishing over it works; a page for a torch it does not hold, or a .metadata of no wheel, is not."""
+    import fakes
+
+    dist = tmp_path / "dist"
+    wheel = fakes.publishable(dist)
+    index = tmp_path / "index"
+    publish.publish(dist, index)
+    for own in ("index.html", "torch-2.13.0.html", f"simple/apex/{wheel.name}.metadata"):
+        assert (index / own).is_file()
+    assert [e.filename for e in publish._existing(index)] == [wheel.name]
+    for foreign in ("torch-2.12.0.html", "simple/apex/apex-0.2-py3-none-any.whl.metadata"):
+        (index / foreign).write_text("")
+        with pytest.raises(ConfigError, match=f"it holds {foreign}"):
+            publish._existing(index)
+        (index / foreign).unlink()

@@ -1,0 +1,166 @@
+"""Whether a wheel file fits a target venv, from the wheel's own bytes: its filename tags against the tags the venv's
+pip installs, its METADATA (name apex, an apexkit label "+ascend...", Requires-Dist) against what the venv holds.
+
+An index.json may say anything about a wheel; this is what is checked before `pip install`, whatever it said."""
+
+from __future__ import annotations
+
+import contextlib
+import email.parser
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from packaging.markers import InvalidMarker, UndefinedComparison, UndefinedEnvironmentName
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import (
+    InvalidWheelFilename,
+    canonicalize_name,
+    parse_wheel_filename,
+)
+from packaging.version import InvalidVersion, Version
+
+from apexkit import log, untrusted
+from apexkit.install.target import Target
+
+METADATA_LIMIT = 1 << 20  # bytes of a wheel's METADATA / RECORD read
+GUARDED = ("torch", "torch-npu")  # never changed by apexkit install
+
+
+class Misfit(Exception):
+    """The wheel does not fit the venv: a one-line reason (callers add the next step)."""
+
+
+@dataclass(frozen=True)
+class WheelFacts:
+    filename: str
+    version: str
+    requires_dist: tuple[str, ...]
+    record: tuple[tuple[str, str], ...]  # (path, hash) of its files, RECORD itself left out
+
+
+def _member(archive: zipfile.ZipFile, dist_info: str, name: str) -> bytes:
+    try:
+        info = archive.getinfo(f"{dist_info}/{name}")
+    except KeyError:
+        raise Misfit(f"the wheel has no {dist_info}/{name}") from None
+    if info.file_size > METADATA_LIMIT:
+        raise Misfit(f"the wheel's {name} is larger than {METADATA_LIMIT} bytes")
+    return archive.read(info)
+
+
+def read_wheel(path: Path) -> WheelFacts:
+    """The name, version, Requires-Dist and RECORD of the wheel file `path` (a zip apexkit already checked)."""
+    try:
+        name, version, _, _ = parse_wheel_filename(path.name)
+    except (InvalidWheelFilename, InvalidVersion) as exc:
+        raise Misfit(f"{untrusted.shown(path.name)} is not a wheel file name ({exc})") from None
+    if name != "apex":
+        raise Misfit(f"{untrusted.shown(path.name)} is not an apex wheel")
+    dist_info = f"{path.name.split('-', 2)[0]}-{path.name.split('-', 2)[1]}.dist-info"
+    try:
+        with zipfile.ZipFile(path) as archive:
+            metadata = _member(archive, dist_info, "METADATA")
+            record = _member(archive, dist_info, "RECORD")
+    except (OSError, zipfile.BadZipFile) as exc:
+        raise Misfit(f"{untrusted.shown(path.name)} is not a readable wheel ({exc})") from None
+    msg = email.parser.BytesParser().parsebytes(metadata, headersonly=True)
+    meta_name, meta_version = msg.get("Name"), msg.get("Version")
+    if not isinstance(meta_name, str) or canonicalize_name(meta_name) != "apex":
+        raise Misfit(f"METADATA names {untrusted.shown(meta_name)}, not apex")
+    try:
+        if not isinstance(meta_version, str) or Version(meta_version) != version:
+            raise Misfit(
+                f"METADATA says version {untrusted.shown(meta_version)}, the file name {version}"
+            )
+    except InvalidVersion:
+        raise Misfit(f"METADATA version {untrusted.shown(meta_version)} is not PEP 440") from None
+    if not (version.local or "").startswith("ascend"):
+        raise Misfit(
+            f"apex {version} is not an apexkit wheel (no +ascend label): apexkit installs only its own"
+        )
+    rows = []
+    for line in record.decode(errors="replace").splitlines():
+        parts = line.rsplit(",", 2)
+        if len(parts) == 3 and parts[1] and not parts[0].endswith(".dist-info/RECORD"):
+            rows.append((parts[0], parts[1]))
+    return WheelFacts(
+        filename=path.name,
+        version=str(version),
+        requires_dist=tuple(str(r) for r in msg.get_all("Requires-Dist") or ()),
+        record=tuple(rows),
+    )
+
+
+def check_tags(filename: str, target: Target) -> None:
+    """The file name's tags must be among those the venv's pip installs (Python, ABI and platform at once)."""
+    try:
+        _, _, _, tags = parse_wheel_filename(filename)
+    except (InvalidWheelFilename, InvalidVersion) as exc:
+        raise Misfit(f"{untrusted.shown(filename)} is not a wheel file name ({exc})") from None
+    if not {str(t) for t in tags} & set(target.tags):
+        wheel_tags = ", ".join(sorted(str(t) for t in tags))
+        raise Misfit(
+            f"{untrusted.shown(filename)} is tagged {wheel_tags}; the venv (Python {target.python}, "
+            f"{target.machine}, glibc {target.glibc or 'unknown'}) installs none of those"
+        )
+
+
+def unmet(requires_dist: tuple[str, ...], target: Target) -> list[str]:
+    """Every Requires-Dist that what the venv holds does not satisfy (markers evaluated for the venv): [] = all met.
+    A requirement that is not PEP 508 counts as unmet."""
+    problems = []
+    env = dict(target.markers)
+    env.setdefault("extra", "")
+    for raw in requires_dist:
+        try:
+            req = Requirement(raw)
+            if req.marker is not None and not req.marker.evaluate(env):
+                continue
+        except (InvalidRequirement, InvalidMarker, UndefinedComparison, UndefinedEnvironmentName):
+            problems.append(f"{log.sanitise(raw[:200])} (not a PEP 508 requirement)")
+            continue
+        have = target.dists.get(canonicalize_name(req.name))
+        if have is None:
+            problems.append(f"{req} (not installed)")
+        elif not req.specifier.contains(have, prereleases=True):
+            problems.append(f"{req} (the venv has {req.name} {have})")
+    return problems
+
+
+def check_wheel(facts: WheelFacts, target: Target) -> None:
+    """The wheel about to be installed fits the venv: tags, and every pin (torch and torch_npu above all) met by what
+    is installed now -- `--no-deps` installs nothing else, so what holds now holds after."""
+    check_tags(facts.filename, target)
+    names = set()
+    for raw in facts.requires_dist:
+        with contextlib.suppress(InvalidRequirement):
+            names.add(canonicalize_name(Requirement(raw).name))
+    if "torch" not in names:
+        raise Misfit(f"{facts.filename} pins no torch (Requires-Dist): not a wheel apexkit built")
+    problems = unmet(facts.requires_dist, target)
+    if problems:
+        raise Misfit(f"{facts.filename} requires {'; '.join(problems)}")
+
+
+def same_files(facts: WheelFacts, target: Target) -> bool:
+    """The venv's apex is this very wheel: same version and every file of the wheel installed with its hash."""
+    if target.apex is None or not target.apex.apexkit:
+        return False
+    try:
+        if Version(target.apex.version) != Version(facts.version):
+            return False
+    except InvalidVersion:
+        return False
+    installed = dict(target.apex.record)
+    return bool(facts.record) and all(installed.get(p) == h for p, h in facts.record)
+
+
+def guarded(before: Target, after: Target) -> list[str]:
+    """torch / torch_npu that changed between two probes (by the byte: the version strings), as words."""
+    changed = []
+    for name in GUARDED:
+        a, b = before.dists.get(name), after.dists.get(name)
+        if a != b:
+            changed.append(f"{name} {a or 'none'} -> {b or 'none'}")
+    return changed

@@ -1,0 +1,401 @@
+"""`apexkit install` / `invoke install` / `nox -s install`: the wheel that fits a venv, torch untouched.
+
+1. the target: --venv DIR, --interpreter PATH or the active venv; it must be a venv (or a conda env) with pip and torch,
+   and hold no `apex` that is not an apexkit wheel; one install into a venv at a time (a lock beside the cache);
+2. its tuple (Python tag, arch, glibc, torch, torch_npu, C++ ABI) is looked up in the indexes (--index, repeatable;
+   default $APEXKIT_INDEX) by the facts their index.json records (apexkit.index.remote);
+3. a hit is fetched and verified there (sha256 three ways, provenance subject, SBOM, zip), a miss (or an index out of
+   reach) is built for the venv's Python and torch (commands.build_wheel's own path: its build venv, never the target)
+   unless --no-build; --publish-to DIR then adds the built target to that directory index;
+4. the wheel's own tags and METADATA are checked against the venv (an index.json can lie), then the venv's pip installs
+   that one file: --no-deps --no-index --force-reinstall, nothing contacted;
+5. the venv is probed again: the wheel's files in place, every Requires-Dist met, torch and torch_npu the same
+   versions as before -- otherwise apex is uninstalled again and the command fails.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+from apexkit import locks, log, paths, untrusted
+from apexkit.errors import ConfigError, EnvironmentSetupError
+from apexkit.install import fit
+from apexkit.install import target as targets
+from apexkit.install.target import Target
+
+PIP_TIMEOUT = 900.0
+STATUSES = ("installed", "already-installed", "built-and-installed", "would-install", "would-build")
+MANIFEST_LIMIT = 32 << 20
+
+
+Builder = Callable[..., "Path | None"]  # (python, argv, prog) -> dist/<target>/, None for a dry run
+
+
+class InstallError(EnvironmentSetupError):
+    exit_code = 1
+
+
+@dataclasses.dataclass
+class Result:
+    status: str
+    wheel: str | None
+    sha256: str | None
+    source: str  # the index, password masked, or "build"
+    venv: str
+    target: str | None  # the build's target id
+    torch: str | None
+    torch_npu: str | None
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def _lock_path(python: str) -> Path:
+    """Where the lock on one venv lives: the apexkit cache, keyed by the venv's directory (nothing is written into the
+    venv itself)."""
+    root = os.path.realpath(Path(python).expanduser().parent.parent)
+    digest = hashlib.sha256(root.encode()).hexdigest()[:24]
+    return paths.cache_dir() / "install-locks" / digest
+
+
+def indexes_from(given: Sequence[str] | None, environ: Mapping[str, str]) -> list[str]:
+    """--index URL (repeatable), else $APEXKIT_INDEX (several: space separated). Each an http(s):// or file:// URL
+    or a directory."""
+    from apexkit.index import client
+
+    found = list(given or ()) or (environ.get("APEXKIT_INDEX") or "").split()
+    for url in found:
+        where = "--index" if given else "APEXKIT_INDEX"
+        if "://" in url:
+            client.check_index_url(url, where)
+        elif not Path(url).expanduser().is_dir():
+            raise ConfigError(
+                f"{where} {log.mask(url)} is neither a URL nor a directory",
+                "pass an http(s):// or file:// index URL, or an index directory (invoke publish --index DIR)",
+            )
+    return found
+
+
+def main(
+    venv: str | None = None,
+    interpreter: str | None = None,
+    index: list[str] | None = None,
+    no_build: bool = False,
+    publish_to: str | None = None,
+    build_options: str = "",
+    dry_run: bool = False,
+    as_json: bool = False,
+    environ: Mapping[str, str] | None = None,
+    *,
+    build: Builder,
+) -> int:
+    """`build`: the one door to a wheel build (commands.build_wheel: python, argv, prog -> dist/<target>/), passed in
+    by the command edge."""
+    environ = os.environ if environ is None else environ
+    python, named = targets.interpreter_for(venv, interpreter, environ)
+    indexes = indexes_from(index, environ)
+    if publish_to is not None and Path(publish_to).exists() and not Path(publish_to).is_dir():
+        raise ConfigError(
+            f"--publish-to {publish_to} is not a directory", "pass an index directory"
+        )
+    lock = _lock_path(python)
+    try:
+        with locks.hold(lock, f"apexkit install into {named}", wait=False):
+            result = _run(
+                python,
+                named,
+                indexes,
+                no_build,
+                publish_to,
+                build_options,
+                dry_run,
+                as_json,
+                environ,
+                build,
+            )
+    except locks.Busy as exc:
+        raise InstallError(
+            f"another apexkit install into {named} is running"
+            + (f" (pid {exc.pid})" if exc.pid else ""),
+            "wait for it to finish, then run apexkit install again",
+        ) from None
+    if as_json:
+        print(json.dumps(result.as_dict()))
+    else:
+        log.out(_summary(result))
+    return 0
+
+
+def _summary(r: Result) -> str:
+    what = {
+        "installed": f"installed {r.wheel} from {r.source}",
+        "already-installed": f"already installed: {r.wheel}",
+        "built-and-installed": f"built and installed {r.wheel} ({r.target})",
+        "would-install": f"would install {r.wheel} from {r.source}",
+        "would-build": f"would build {r.target or 'the wheel'} and install it",
+    }[r.status]
+    keep = f"torch {r.torch}" + (f", torch_npu {r.torch_npu}" if r.torch_npu else "")
+    return f"{what} into {r.venv} ({keep} unchanged)"
+
+
+def _run(
+    python: str,
+    named: str,
+    indexes: list[str],
+    no_build: bool,
+    publish_to: str | None,
+    build_options: str,
+    dry_run: bool,
+    as_json: bool,
+    environ: Mapping[str, str],
+    build: Builder,
+) -> Result:
+    before = targets.probe(python, named, environ)
+    targets.check_usable(before, named)
+    log.info(f"target {before.venv}: {before.cell()}")
+    result = Result(
+        "would-build", None, None, "build", before.venv, None, before.torch, before.torch_npu
+    )
+    with tempfile.TemporaryDirectory(prefix="apexkit-install-") as work:
+        if indexes:
+            found = _from_index(before, indexes, Path(work), dry_run, environ)
+            if found is not None:
+                candidate, wheel, sha = found
+                result.source, result.target = (
+                    candidate.shown,
+                    _entry_str(candidate.entry, "target"),
+                )
+                result.wheel, result.sha256 = _entry_str(candidate.entry, "filename"), sha
+                if dry_run:
+                    result.status = (
+                        "already-installed"
+                        if _same_version(before, result.wheel)
+                        else "would-install"
+                    )
+                    return result
+                assert wheel is not None
+                return _install(before, named, wheel, sha, result, "installed", environ)
+        if no_build:
+            raise InstallError(
+                f"no wheel fits {named} ({before.cell()})"
+                + (
+                    f" in {', '.join(_shown(i) for i in indexes)}"
+                    if indexes
+                    else " and no index is given"
+                ),
+                "drop --no-build to build it here, or publish that cell's wheel to the index",
+            )
+        _check_pairing(before)
+        if dry_run:
+            log.info(
+                f"would build Python {before.python}, torch {before.torch_public}"
+                + (f", torch_npu {before.torch_npu}" if before.torch_npu else "")
+            )
+            return result
+        target_dir = _build(before, build_options, as_json, build)
+        wheel, sha = _built_wheel(target_dir)
+        result.target, result.wheel, result.sha256 = target_dir.name, wheel.name, sha
+        if publish_to is not None:
+            from apexkit.index import publish
+
+            with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
+                publish.publish(target_dir.parent, Path(publish_to), [target_dir.name])
+        return _install(before, named, wheel, sha, result, "built-and-installed", environ)
+
+
+def _shown(index: str) -> str:
+    from apexkit.index import remote
+
+    return remote.shown(index)
+
+
+def _entry_str(entry: Mapping, key: str) -> str | None:
+    value = entry.get(key)
+    return value if isinstance(value, str) else None
+
+
+def _same_version(t: Target, filename: str | None) -> bool:
+    """For --dry-run (nothing fetched): the venv's apexkit apex has this wheel's version and tags."""
+    if t.apex is None or not t.apex.apexkit or not filename:
+        return False
+    from packaging.utils import parse_wheel_filename
+
+    try:
+        _, version, _, tags = parse_wheel_filename(filename)
+    except ValueError:
+        return False
+    return str(version) == t.apex.version and {str(x) for x in tags} <= set(t.apex.tags)
+
+
+def _from_index(
+    t: Target, indexes: list[str], work: Path, dry_run: bool, environ: Mapping[str, str]
+):
+    """(candidate, the verified wheel file or None for a dry run, its sha256) of the first fitting wheel, or None
+    (a miss, or every fitting one out of reach: one line each). A refused file is an error: nothing installed."""
+    from apexkit.index import remote
+
+    client = remote.make_client(indexes, environ)
+    candidates, near = remote.find_by_facts(client, indexes, t.want())
+    if not candidates:
+        log.info(f"no wheel in the index{'es' if len(indexes) > 1 else ''} fits {t.cell()}")
+        for miss in near[:5]:
+            log.info(f"  near miss: {log.sanitise(log.mask(_near(miss)))}")
+        return None
+    for candidate in candidates:
+        sha = _entry_str(candidate.entry, "sha256")
+        if dry_run:
+            return candidate, None, sha
+        try:
+            fetched = remote.fetch(client, candidate, work)
+        except remote.Unreachable as exc:
+            log.warn(f"{candidate.shown}: {exc}; trying the next source")
+            continue
+        except remote.Refused as exc:
+            raise InstallError(
+                f"refused {_entry_str(candidate.entry, 'filename')} from {candidate.shown}: {exc}; nothing installed",
+                "tell whoever publishes that index (invoke publish writes it again), or pass another --index",
+            ) from None
+        return candidate, fetched.wheel, untrusted.sha256_file(fetched.wheel)
+    log.info("no fitting wheel could be fetched: building it")
+    return None
+
+
+def _near(miss: object) -> str:
+    if isinstance(miss, Mapping):
+        return (
+            f"{str(miss.get('filename'))[:200]} ({miss.get('index')}): {str(miss.get('why'))[:200]}"
+        )
+    return str(miss)[:400]
+
+
+def _check_pairing(t: Target) -> None:
+    """A build needs the torch's row in matrix.toml (its Python and torch_npu pairing)."""
+    from apexkit.plan import matrix
+
+    m = matrix.load()
+    torch = t.torch_public or ""
+    pairs = m.data["torch_npu"]["versions"]
+    if torch not in pairs:
+        raise InstallError(
+            f"torch {torch} of the venv has no pairing in matrix.toml [torch_npu.versions] (pairs: "
+            + ", ".join(f"{k}/{v['torch_npu']}" for k, v in pairs.items())
+            + ")",
+            "use a torch of that table in the venv, or add its row after reading Ascend/pytorch COMPATIBILITY.md",
+        )
+    m.check_torch_python(torch, t.python)
+    if t.torch_npu:
+        m.check_torch_npu(torch, t.torch_npu)
+
+
+def build_argv(t: Target, build_options: str) -> list[str]:
+    """The build's options for this venv: its torch (public release) and torch_npu, and the interpreter the venv was
+    made from (the build venv is made from it; the target is never touched)."""
+    import shlex
+
+    argv = ["--torch", t.torch_public or ""]
+    if t.torch_npu:
+        argv += ["--torch-npu", t.torch_npu]
+    extra = shlex.split(build_options or "")
+    if t.base_executable and os.path.isfile(t.base_executable) and "--interpreter" not in extra:
+        argv += ["--interpreter", t.base_executable]
+    return argv + extra
+
+
+def _build(t: Target, build_options: str, as_json: bool, build: Builder) -> Path:
+    argv = build_argv(t, build_options)
+    log.info(f"building the wheel for {t.cell()}: build {t.python} {' '.join(argv)}")
+    with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
+        built = build(t.python, argv, "apexkit install --build-options")
+    if built is None:
+        raise InstallError("the build returned no wheel", "run it alone: apexkit build " + t.python)
+    return built
+
+
+def _built_wheel(target_dir: Path) -> tuple[Path, str]:
+    """The wheel of dist/<target>/ and its sha256, checked against its manifest.json."""
+    try:
+        manifest = untrusted.read_json_object(target_dir / "manifest.json", None, MANIFEST_LIMIT)
+        wheel_info = manifest.get("wheel")
+        if not isinstance(wheel_info, dict):
+            raise untrusted.Untrusted("manifest.json has no wheel")
+        name = untrusted.wheel_name(wheel_info.get("file"))
+        wheel = target_dir / name
+        sha = untrusted.sha256_file(wheel)
+        untrusted.check_zip(wheel)
+    except (untrusted.Untrusted, OSError) as exc:
+        raise InstallError(f"{target_dir}: {exc}", "build again (apexkit install)") from None
+    if sha != wheel_info.get("sha256"):
+        raise InstallError(
+            f"{wheel} does not match its manifest's sha256; nothing installed",
+            "build again with --no-cache (--build-options '--no-cache')",
+        )
+    return wheel, sha
+
+
+def _install(
+    before: Target, named: str, wheel: Path, sha: str, result: Result, status: str, environ
+) -> Result:
+    try:
+        facts = fit.read_wheel(wheel)
+        if fit.same_files(facts, before):
+            result.status = "already-installed"
+            return result
+        fit.check_wheel(facts, before)
+    except fit.Misfit as exc:
+        where = "the index's wheel" if result.source != "build" else "the built wheel"
+        raise InstallError(
+            f"{where} does not fit {named}: {exc}; nothing installed",
+            "report it to whoever publishes the index (its index.json says otherwise)"
+            if result.source != "build"
+            else "report this (the build made a wheel for another venv)",
+        ) from None
+    _pip(before, ["install", "--no-deps", "--no-index", "--force-reinstall", str(wheel)], environ)
+    after = targets.probe(before.python_path, named, environ, versions_only=True)
+    problems = fit.guarded(before, after)
+    if after.apex is None or not fit.same_files(facts, after):
+        problems.append("the wheel's files are not what is installed")
+    problems += fit.unmet(facts.requires_dist, after)
+    if problems:
+        _pip(before, ["uninstall", "--yes", "apex"], environ, quiet=True)
+        raise InstallError(
+            f"after installing {wheel.name} into {named}: {'; '.join(problems)}; apex uninstalled again",
+            "report this with the venv's pip list",
+        )
+    result.status = status
+    return result
+
+
+def _pip(t: Target, args: list[str], environ: Mapping[str, str], quiet: bool = False) -> None:
+    """The target's own pip, isolated from this shell's PIP_* settings: nothing is fetched (--no-index)."""
+    env = {k: v for k, v in environ.items() if not k.startswith("PIP_")}
+    env.update(PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_NO_INPUT="1")
+    argv = [t.python_path, "-m", "pip", *args]
+    log.echo_command(argv)
+    try:
+        proc = subprocess.run(
+            argv,
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=PIP_TIMEOUT,
+            stdin=subprocess.DEVNULL,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise InstallError(
+            f"pip {args[0]} did not finish: {exc}", "run it by hand to see why"
+        ) from None
+    if proc.returncode != 0 and not quiet:
+        lines = [x for x in proc.stderr.splitlines() if x.strip()]
+        raise InstallError(
+            f"pip {args[0]} failed in {t.venv}: {log.sanitise(lines[-1][:300]) if lines else proc.returncode}",
+            "run the command above by hand to see the whole output",
+        )

@@ -1,0 +1,204 @@
+"""What `apexkit install` needs to know of a target interpreter (apexkit.install.target reads it). Prints one JSON line:
+
+    python "3.11", implementation "cpython", python_tag "cp311", abiflags, soabi, machine "x86_64", system "Linux",
+    glibc "2.35" | null, prefix, base_prefix, executable, base_executable (the interpreter a build venv can be made
+    from), is_venv, conda (conda-meta/ in the prefix), pip (its version) | null, tags (the wheel tags this interpreter
+    installs, best first, from its pip's own packaging) | null, markers (PEP 508 environment),
+    torch {version, cxx11_abi 0|1|null, import_error} | null, torch_npu (version) | null, cann (version) | null,
+    dists {canonical name: version} (this prefix's own distributions),
+    apex null | {version, apexkit (its local label starts with "ascend"), dist_info (the directory name),
+    record [[path, hash], ...], tags [WHEEL Tag lines]}.
+
+`--versions-only`: torch is not imported (cxx11_abi null): the check after an install needs only versions.
+
+Standard library only (and the interpreter's own pip for the tags); never imports apexkit. apexkit runs it with
+TORCH_DEVICE_BACKEND_AUTOLOAD=0, so `import torch` does not pull torch_npu (which needs CANN's libraries) in; a torch
+that still does not import leaves cxx11_abi null with the reason in import_error.
+"""
+
+import contextlib
+import json
+import os
+import platform
+import re
+import sys
+
+RECORD_ROWS = 5000  # an apex wheel has a few hundred files
+CANN_VARIABLES = ("ASCEND_HOME_PATH", "ASCEND_TOOLKIT_HOME")  # as bench/targetenv.py
+CANN_HOMES = ("/usr/local/Ascend/ascend-toolkit/latest", "/usr/local/Ascend/cann")
+
+
+def _glibc():
+    try:
+        text = os.confstr("CS_GNU_LIBC_VERSION") or ""
+    except (AttributeError, ValueError, OSError):
+        text = ""
+    if text.startswith("glibc "):
+        return text.split()[1]
+    lib, version = platform.libc_ver()
+    return version if lib == "glibc" and version else None
+
+
+def _canonical(name):
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _own_dists():
+    from importlib import metadata
+
+    prefix = os.path.realpath(sys.prefix) + os.sep
+    found = {}
+    for dist in metadata.distributions():
+        name = dist.metadata["Name"]
+        if not name:
+            continue
+        path = os.path.realpath(str(dist.locate_file(""))) + os.sep
+        if not path.startswith(prefix):
+            continue  # a --system-site-packages base's, not this venv's
+        found.setdefault(_canonical(name), dist)
+    return found
+
+
+def _apex(dist):
+    if dist is None:
+        return None
+    version = dist.version
+    local = version.split("+", 1)[1] if "+" in version else ""
+    record = []
+    for line in (dist.read_text("RECORD") or "").splitlines()[:RECORD_ROWS]:
+        parts = line.rsplit(",", 2)
+        if len(parts) == 3:
+            record.append([parts[0], parts[1]])
+    tags = [
+        line.split(":", 1)[1].strip()
+        for line in (dist.read_text("WHEEL") or "").splitlines()
+        if line.startswith("Tag:")
+    ]
+    path = getattr(dist, "_path", None)
+    return {
+        "version": version,
+        "apexkit": local.lower().startswith("ascend"),
+        "dist_info": os.path.basename(str(path)) if path is not None else None,
+        "record": record,
+        "tags": tags,
+    }
+
+
+def _torch(dists, load):
+    if "torch" not in dists:
+        return None
+    out = {"version": dists["torch"].version, "cxx11_abi": None, "import_error": None}
+    if not load:
+        return out
+    try:
+        import torch
+
+        abi = getattr(torch._C, "_GLIBCXX_USE_CXX11_ABI", None)
+        out["cxx11_abi"] = None if abi is None else int(bool(abi))
+    except Exception as exc:  # a broken torch: the version is still known, the ABI is not
+        out["import_error"] = "%s: %s" % (type(exc).__name__, (str(exc).splitlines() or [""])[0])
+    return out
+
+
+def _cann():
+    home = next(
+        (os.environ[k] for k in CANN_VARIABLES if os.path.isdir(os.environ.get(k) or "")), None
+    )
+    home = home or next((d for d in CANN_HOMES if os.path.isdir(d)), None)
+    if not home:
+        return None
+    # as `invoke doctor` reads it: <= 8.3 <arch>-linux/ascend_toolkit_install.info, 8.5+ beside set_env.sh
+    infos = []
+    with contextlib.suppress(OSError):
+        infos = sorted(
+            os.path.join(home, d, "ascend_toolkit_install.info")
+            for d in os.listdir(home)
+            if d.endswith("-linux")
+        )
+    for info in [*infos, os.path.join(home, "ascend_toolkit_install.info")]:
+        try:
+            with open(info, errors="replace") as fh:
+                text = fh.read(65536)
+        except OSError:
+            continue
+        m = re.search(r"^version=(\S+)", text, re.M)
+        if m:
+            return m.group(1)[:64]
+    return None
+
+
+def _tags():
+    try:
+        from pip._vendor.packaging import tags
+    except Exception:
+        return None
+    return [str(t) for t in tags.sys_tags()]
+
+
+def _markers():
+    impl = sys.implementation
+    version = "%d.%d.%d" % impl.version[:3]
+    return {
+        "implementation_name": impl.name,
+        "implementation_version": version,
+        "os_name": os.name,
+        "platform_machine": platform.machine(),
+        "platform_release": platform.release(),
+        "platform_system": platform.system(),
+        "platform_version": platform.version(),
+        "python_full_version": platform.python_version(),
+        "platform_python_implementation": platform.python_implementation(),
+        "python_version": "%d.%d" % sys.version_info[:2],
+        "sys_platform": sys.platform,
+    }
+
+
+def _base_executable():
+    name = "python%d.%d" % sys.version_info[:2]
+    for candidate in (
+        getattr(sys, "_base_executable", None),
+        os.path.join(sys.base_prefix, "bin", name),
+        os.path.join(sys.base_prefix, "bin", "python3"),
+    ):
+        if (
+            candidate
+            and os.path.isfile(candidate)
+            and not candidate.startswith(sys.prefix + os.sep)
+        ):
+            return candidate
+    return None
+
+
+def main():
+    dists = _own_dists()
+    major, minor = sys.version_info[:2]
+    impl = sys.implementation.name
+    out = {
+        "python": "%d.%d" % (major, minor),
+        "implementation": impl,
+        "python_tag": ("cp" if impl == "cpython" else impl[:2]) + "%d%d" % (major, minor),
+        "abiflags": getattr(sys, "abiflags", ""),
+        "soabi": __import__("sysconfig").get_config_var("SOABI"),
+        "machine": platform.machine(),
+        "system": platform.system(),
+        "glibc": _glibc(),
+        "prefix": sys.prefix,
+        "base_prefix": sys.base_prefix,
+        "executable": sys.executable,
+        "base_executable": _base_executable(),
+        "is_venv": sys.prefix != sys.base_prefix,
+        "conda": os.path.isdir(os.path.join(sys.prefix, "conda-meta")),
+        "pip": dists["pip"].version if "pip" in dists else None,
+        "tags": _tags(),
+        "markers": _markers(),
+        "torch": _torch(dists, "--versions-only" not in sys.argv[1:]),
+        "torch_npu": dists["torch-npu"].version if "torch-npu" in dists else None,
+        "cann": _cann(),
+        "dists": {name: dist.version for name, dist in dists.items()},
+        "apex": _apex(dists.get("apex")),
+    }
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()

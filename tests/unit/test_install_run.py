@@ -1,0 +1,242 @@
+"""apexkit install's flow, in process: the probe, the index and pip replaced by recorders (tests/e2e runs them for
+real). What is asserted is what reaches pip (nothing, on every fault) and the one line each fault gives."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import threading
+from pathlib import Path
+
+import pytest
+
+from apexkit import locks
+from apexkit.index import remote
+from apexkit.install import fit, run, target
+
+from .test_install_fit import make_wheel
+from .test_install_target import parsed
+
+
+@pytest.fixture
+def world(tmp_path, monkeypatch):
+    """A venv directory, a probe answering `world.probes` in turn, an index of `world.candidates`, pip recorded."""
+    monkeypatch.setenv("APEXKIT_CACHE_DIR", str(tmp_path / "cache"))
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").write_text("")
+    (venv / "bin" / "python").chmod(0o755)
+
+    @dataclasses.dataclass
+    class World:
+        venv: Path
+        wheel: Path
+        pip: list[list[str]] = dataclasses.field(default_factory=list)
+        probes: list[target.Target] = dataclasses.field(default_factory=lambda: [parsed()])
+        candidates: list[remote.Candidate] = dataclasses.field(default_factory=list)
+        near: list[dict] = dataclasses.field(default_factory=list)
+        fetch_error: Exception | None = None
+
+    w = World(venv, make_wheel(tmp_path))
+
+    def probe(python, named, environ=None, versions_only=False):
+        return w.probes.pop(0) if len(w.probes) > 1 else w.probes[0]
+
+    def fetch(client, candidate, work):
+        if w.fetch_error:
+            raise w.fetch_error
+        return remote.Fetched(w.wheel, {}, {}, candidate.shown)
+
+    monkeypatch.setattr(target, "probe", probe)
+    monkeypatch.setattr(remote, "make_client", lambda indexes, env: object())
+    monkeypatch.setattr(
+        remote, "find_by_facts", lambda client, indexes, want: (w.candidates, w.near)
+    )
+    monkeypatch.setattr(remote, "fetch", fetch)
+    monkeypatch.setattr(run, "_pip", lambda t, args, environ, quiet=False: w.pip.append(args))
+    return w
+
+
+def candidate(wheel) -> remote.Candidate:
+    entry = {
+        "filename": wheel.name,
+        "sha256": hashlib.sha256(wheel.read_bytes()).hexdigest(),
+        "target": "t1",
+    }
+    return remote.Candidate("http://u:secret@127.0.0.1:9/", "http://u:***@127.0.0.1:9", entry, "x")
+
+
+def install(w, *, build=None, **options):
+    def no_build(*args):
+        raise AssertionError("no build expected")
+
+    return run.main(venv=str(w.venv), **options, build=build or no_build, environ={})
+
+
+def installed_now(w) -> target.Target:
+    facts = fit.read_wheel(w.wheel)
+    apex = target.Apex(facts.version, True, facts.record, ())
+    t = parsed()
+    return dataclasses.replace(t, dists={**t.dists, "apex": facts.version}, apex=apex)
+
+
+def test_a_hit_is_installed_with_the_venvs_pip_no_deps_no_index(world, capsys):
+    world.candidates = [candidate(world.wheel)]
+    world.probes = [parsed(), installed_now(world)]
+    assert install(world, index=["http://u:secret@127.0.0.1:9/"], as_json=True) == 0
+    assert world.pip == [
+        ["install", "--no-deps", "--no-index", "--force-reinstall", str(world.wheel)]
+    ]
+    out = json.loads(capsys.readouterr().out)
+    assert out == {
+        "status": "installed",
+        "wheel": world.wheel.name,
+        "sha256": hashlib.sha256(world.wheel.read_bytes()).hexdigest(),
+        "source": "http://u:***@127.0.0.1:9",
+        "venv": "/work/venv",
+        "target": "t1",
+        "torch": "2.13.0+cpu",
+        "torch_npu": None,
+    }
+
+
+def test_the_same_wheel_installed_is_left_alone(world, capsys):
+    world.candidates = [candidate(world.wheel)]
+    world.probes = [installed_now(world)]
+    assert install(world, index=[str(world.venv)]) == 0
+    assert world.pip == [] and "already installed" in capsys.readouterr().out
+
+
+def test_a_refused_wheel_installs_nothing(world):
+    world.candidates = [candidate(world.wheel)]
+    world.fetch_error = remote.Refused(
+        "apex-...whl does not match the sha256 its index.json records"
+    )
+    with pytest.raises(run.InstallError) as err:
+        install(world, index=[str(world.venv)], no_build=False)
+    assert "refused" in err.value.cause and "nothing installed" in err.value.cause
+    assert world.pip == []
+
+
+def test_an_index_whose_wheel_lies_about_the_tuple_installs_nothing(world, tmp_path):
+    (tmp_path / "lie").mkdir()
+    world.wheel = make_wheel(tmp_path / "lie", requires=("torch==2.12.0",))
+    world.candidates = [candidate(world.wheel)]
+    with pytest.raises(run.InstallError) as err:
+        install(world, index=[str(world.venv)])
+    assert "does not fit" in err.value.cause and "torch==2.12.0" in err.value.cause
+    assert world.pip == []
+
+
+def test_a_miss_with_no_build_names_the_cell(world):
+    world.near = [{"filename": "apex-x.whl", "index": "i", "why": "for cp310, the venv is cp311"}]
+    with pytest.raises(run.InstallError) as err:
+        install(world, index=[str(world.venv)], no_build=True)
+    assert (
+        "no wheel fits" in err.value.cause
+        and "cp311" in err.value.cause
+        and "torch 2.13.0+cpu" in err.value.cause
+    )
+    assert "drop --no-build" in err.value.hint and world.pip == []
+
+
+def test_an_unreachable_hit_falls_back_to_a_build_for_the_venvs_torch(world, tmp_path):
+    world.candidates = [candidate(world.wheel)]
+    world.fetch_error = remote.Unreachable("timed out")
+    dist = tmp_path / "dist" / "py3.11-torch2.13.0-x86_64-master"
+    dist.mkdir(parents=True)
+    wheel = make_wheel(dist)
+    manifest = {
+        "wheel": {"file": wheel.name, "sha256": hashlib.sha256(wheel.read_bytes()).hexdigest()}
+    }
+    (dist / "manifest.json").write_text(json.dumps(manifest))
+    world.wheel = wheel
+    base = tmp_path / "base-python3.11"
+    base.write_text("")
+    world.probes = [parsed(base_executable=str(base)), installed_now(world)]
+    calls = []
+
+    def build(python, argv, prog):
+        calls.append((python, argv))
+        return dist
+
+    assert install(world, index=[str(world.venv)], build=build, as_json=False) == 0
+    assert calls == [
+        ("3.11", ["--torch", "2.13.0", "--interpreter", str(base)])
+    ]  # the venv's base Python
+    assert world.pip[0][-1] == str(wheel)
+
+
+def test_a_built_wheel_that_does_not_match_its_manifest_is_not_installed(world, tmp_path):
+    dist = tmp_path / "dist" / "t"
+    dist.mkdir(parents=True)
+    wheel = make_wheel(dist)
+    (dist / "manifest.json").write_text(
+        json.dumps({"wheel": {"file": wheel.name, "sha256": "0" * 64}})
+    )
+    with pytest.raises(run.InstallError, match="does not match its manifest"):
+        install(world, build=lambda *a: dist)
+    assert world.pip == []
+
+
+def test_a_torch_with_no_pairing_in_the_matrix_is_named_before_a_build(world):
+    world.probes = [parsed(torch={"version": "2.5.0", "cxx11_abi": 0}, dists={"torch": "2.5.0"})]
+    with pytest.raises(run.InstallError) as err:
+        install(world)
+    assert "torch 2.5.0" in err.value.cause and "2.5.1/2.5.1.post1" in err.value.cause
+
+
+def test_a_failed_check_after_the_install_uninstalls_again(world):
+    world.candidates = [candidate(world.wheel)]
+    changed = installed_now(world)
+    world.probes = [
+        parsed(),
+        dataclasses.replace(changed, dists={**changed.dists, "torch": "2.14.1"}),
+    ]
+    with pytest.raises(run.InstallError) as err:
+        install(world, index=[str(world.venv)])
+    assert (
+        "torch 2.13.0+cpu -> 2.14.1" in err.value.cause and "uninstalled again" in err.value.cause
+    )
+    assert world.pip[-1] == ["uninstall", "--yes", "apex"]
+
+
+def test_dry_run_says_what_and_changes_nothing(world, capsys):
+    world.candidates = [candidate(world.wheel)]
+    assert install(world, index=[str(world.venv)], dry_run=True, as_json=True) == 0
+    assert json.loads(capsys.readouterr().out)["status"] == "would-install"
+    world.candidates = []
+    assert install(world, dry_run=True, as_json=True) == 0
+    assert json.loads(capsys.readouterr().out)["status"] == "would-build"
+    assert world.pip == []
+
+
+def test_a_second_install_into_the_same_venv_is_refused_at_once(world):
+    held, release = threading.Event(), threading.Event()
+
+    def other_install():  # another thread waits (or is refused) like another process
+        with locks.hold(run._lock_path(str(world.venv / "bin" / "python")), "another"):
+            held.set()
+            release.wait(10)
+
+    holder = threading.Thread(target=other_install)
+    holder.start()
+    held.wait(10)
+    try:
+        with pytest.raises(run.InstallError) as err:
+            install(world)
+    finally:
+        release.set()
+        holder.join()
+    assert err.value.cause.startswith(
+        f"another apexkit install into --venv {world.venv} is running"
+    )
+    assert world.pip == []
+
+
+def test_an_index_that_is_neither_url_nor_directory_is_one_line(world):
+    with pytest.raises(run.ConfigError, match="neither a URL nor a directory"):
+        install(world, index=["not-here"])
+    with pytest.raises(run.ConfigError, match="ftp://"):
+        install(world, index=["ftp://u:pw@host/x"])

@@ -1,0 +1,165 @@
+"""apexkit install: the target venv as its probe describes it (untrusted JSON), and what must hold before a lookup."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from apexkit.errors import ConfigError
+from apexkit.install import target
+
+TAGS = ["cp311-cp311-manylinux_2_28_x86_64", "cp311-cp311-manylinux_2_17_x86_64", "py3-none-any"]
+
+
+def probe_output(**change) -> dict:
+    data = {
+        "python": "3.11",
+        "implementation": "cpython",
+        "python_tag": "cp311",
+        "machine": "x86_64",
+        "system": "Linux",
+        "glibc": "2.36",
+        "prefix": "/work/venv",
+        "base_prefix": "/usr",
+        "executable": "/work/venv/bin/python",
+        "base_executable": "/usr/bin/python3.11",
+        "is_venv": True,
+        "conda": False,
+        "pip": "24.0",
+        "tags": TAGS,
+        "markers": {
+            "python_version": "3.11",
+            "platform_machine": "x86_64",
+            "sys_platform": "linux",
+        },
+        "torch": {"version": "2.13.0+cpu", "cxx11_abi": 1, "import_error": None},
+        "torch_npu": None,
+        "cann": None,
+        "dists": {"torch": "2.13.0+cpu", "numpy": "2.1.0", "Typing_Extensions": "4.12.0"},
+        "apex": None,
+    }
+    data.update(change)
+    return data
+
+
+def parsed(**change) -> target.Target:
+    return target.parse(
+        json.dumps(probe_output(**change)).encode(), "/work/venv/bin/python", "--venv V"
+    )
+
+
+def test_the_probe_line_becomes_the_target_and_its_wanted_facts():
+    out = b"torch said something first\n" + json.dumps(probe_output()).encode() + b"\n"
+    t = target.parse(out, "/work/venv/bin/python", "--venv V")
+    assert t.torch == "2.13.0+cpu" and t.torch_public == "2.13.0" and t.torch_cxx11_abi == 1
+    assert t.dists["typing-extensions"] == "4.12.0"  # names canonical
+    assert t.want() == {
+        "python_tag": "cp311",
+        "arch": "x86_64",
+        "platform": "x86_64",
+        "glibc": "2.36",
+        "torch": "2.13.0",
+        "torch_npu": None,
+        "cxx11_abi": 1,
+    }
+    assert "torch 2.13.0+cpu" in t.cell() and "cp311" in t.cell()
+    target.check_usable(t, "--venv V")  # a venv with pip and torch: nothing to object to
+
+
+@pytest.mark.parametrize(
+    ("change", "why"),
+    [
+        ({"tags": ["cp311 cp311 any"]}, "tags are not wheel tags"),
+        (
+            {"torch": {"version": "2.13.0; rm -rf ~", "cxx11_abi": 1}},
+            "torch.version is not a version",
+        ),
+        ({"torch": {"version": "2.13.0", "cxx11_abi": True}}, "cxx11_abi is not 0, 1 or null"),
+        ({"is_venv": "yes"}, "is_venv is not true/false"),
+        ({"python_tag": "cp311\x1b[31m"}, "python_tag is not a plain word"),
+        ({"markers": {"python_version": 3.11}}, "markers are not strings"),
+        ({"apex": "apex 0.9"}, "apex is not an object"),
+    ],
+)
+def test_a_probe_answer_of_the_wrong_shape_is_one_line(change, why):
+    with pytest.raises(target.ProbeError) as err:
+        parsed(**change)
+    assert (
+        why in err.value.cause
+        and "\n" not in err.value.format()
+        and "\x1b" not in err.value.format()
+    )
+
+
+def test_more_than_the_cap_or_no_json_is_refused():
+    with pytest.raises(target.ProbeError, match="more than"):
+        target.parse(b"x" * (target.OUTPUT_LIMIT + 1), "p", "--venv V")
+    with pytest.raises(target.ProbeError, match="no JSON object"):
+        target.parse(b"[1, 2]\n", "p", "--venv V")
+    with pytest.raises(target.ProbeError, match="no JSON object"):
+        target.parse(b"", "p", "--venv V")
+
+
+def test_odd_optional_facts_are_dropped_not_trusted():
+    t = parsed(glibc="2.36; echo", base_executable="relative/python", cann="8.1.RC1")
+    assert t.glibc is None and t.base_executable is None and t.cann == "8.1.RC1"
+    assert parsed(cann="8.1 RC1 `x`").cann is None
+
+
+@pytest.mark.parametrize(
+    ("change", "cause", "fix"),
+    [
+        ({"is_venv": False, "prefix": "/usr"}, "is not in a venv", "python -m venv DIR"),
+        ({"pip": None}, "has no pip", "-m ensurepip"),
+        ({"torch": None}, "has no torch", "install the torch you train with first"),
+        (
+            {"apex": {"version": "0.9.10.dev0", "apexkit": False, "record": [], "tags": []}},
+            "not an apexkit wheel",
+            "-m pip uninstall apex",
+        ),
+    ],
+)
+def test_what_must_hold_before_a_lookup(change, cause, fix):
+    with pytest.raises(ConfigError) as err:
+        target.check_usable(parsed(**change), "--venv V")
+    assert cause in err.value.cause and fix in err.value.hint
+
+
+def test_a_conda_env_is_a_target_too():
+    target.check_usable(parsed(is_venv=False, conda=True), "--venv V")
+
+
+def test_the_target_is_named_by_venv_interpreter_or_the_active_venv(tmp_path):
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    python = venv / "bin" / "python"
+    python.write_text("")
+    python.chmod(0o755)
+    assert target.interpreter_for(str(venv), None, {}) == (str(python), f"--venv {venv}")
+    assert (
+        target.interpreter_for(None, None, {"VIRTUAL_ENV": str(venv)})[1]
+        == f"the active venv {venv}"
+    )
+    assert target.interpreter_for(None, "/x/python", {}) == ("/x/python", "--interpreter /x/python")
+    with pytest.raises(ConfigError, match="no active venv"):
+        target.interpreter_for(None, None, {})
+    with pytest.raises(ConfigError, match="both given"):
+        target.interpreter_for(str(venv), "/x/python", {})
+    with pytest.raises(ConfigError, match="is not a directory"):
+        target.interpreter_for(str(tmp_path / "missing"), None, {})
+    with pytest.raises(ConfigError, match="no bin/python"):
+        target.interpreter_for(str(tmp_path), None, {})
+
+
+def test_the_probe_runs_on_a_plain_interpreter_and_parses(capsys, monkeypatch):
+    """bench/probes/target_env.py, run in this process (standard library only): what it prints, parse() reads."""
+    import runpy
+
+    monkeypatch.setattr("sys.argv", [str(target.PROBE), "--versions-only"])
+    runpy.run_path(str(target.PROBE), run_name="__main__")
+    t = target.parse(capsys.readouterr().out.encode(), "python", "--interpreter python")
+    import sys
+
+    assert t.python == f"{sys.version_info[0]}.{sys.version_info[1]}" and t.tags
+    assert t.is_venv == (sys.prefix != sys.base_prefix) and t.dists.get("packaging")
