@@ -20,7 +20,6 @@ USAGE = """usage: apexkit <command> [options]      (also: python -m apexkit <com
   matrix [options]             the build matrix (the options of nox -s matrix --)
   validate [options]           checks in the built wheel's venv (nox -s validate --)
   bench [options]              the FP32-vs-AMP benchmark in the built wheel's venv (nox -s bench --)
-  up [options]                 one node from bare to validated: doctor, install, validate[, bench]; one report
   publish, proxy.<task>, image.<task>, fleet.<task> [options]
                                the invoke tasks, same options (invoke --list; apexkit proxy.setup --help)
 """
