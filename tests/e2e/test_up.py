@@ -222,3 +222,134 @@ def test_validate_runs_for_real_once_install_is_done_and_names_the_failed_check(
     assert (stages["bench"]["status"], stages["bench"]["detail"]) == ("skipped", "validate failed")
     state = json.loads((report / "state.json").read_text())["stages"]
     assert set(state) == {"doctor", "install"}  # validate failed: it runs again next time
+
+
+# --- a whole `up` with an index hit -----------------------------------------------------------------------------
+
+TORCH = "2.13.0+cpu"
+
+
+def make_torch_venv(path: Path) -> Path:
+    """A venv with pip and torch 2.13.0+cpu, installed by uv from this machine's local wheels (pip's config)."""
+    from apexkit import pipconfig
+    from apexkit.wheel import uvtools
+
+    uv = uvtools.find()
+    if uv is None:
+        pytest.skip("uv is not installed (pip install -r requirements.txt brings it)")
+    conf = pipconfig.read(os.environ)
+    sources = (
+        ["--no-index"] if not (conf.get("index-url") or conf.get_list("extra-index-url")) else []
+    )
+    sources += ["--index-url", conf["index-url"]] if conf.get("index-url") else []
+    for url in conf.get_list("extra-index-url"):
+        sources += ["--extra-index-url", url]
+    for links in conf.get_list("find-links"):
+        sources += ["--find-links", links]
+    env = {**os.environ, "UV_PYTHON_DOWNLOADS": "never", "UV_OFFLINE": "1"}
+    made = subprocess.run(
+        [uv.binary, "venv", "--seed", "-q", "--python", "3.11", str(path)],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    if made.returncode != 0:
+        pytest.skip(f"no Python 3.11 for a venv here: {made.stderr.strip()[-200:]}")
+    installed = subprocess.run(
+        [
+            uv.binary,
+            "pip",
+            "install",
+            "-q",
+            "--python",
+            str(path / "bin" / "python"),
+            *sources,
+            f"torch=={TORCH}",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert installed.returncode == 0, installed.stderr[-2000:]
+    return path
+
+
+@pytest.fixture(scope="module")
+def team_index(repos, shared_cache, tmp_path_factory) -> Path:
+    """One fixture build (torch 2.13.0, Python 3.11), published with `invoke publish` into a directory index."""
+    from conftest import Runner
+
+    tmp = tmp_path_factory.mktemp("up-team")
+    runner = Runner(repos, shared_cache, tmp)
+    built = runner.nox("3.11", "--no-smoke-test", "--jobs", "2")
+    assert built.returncode == 0, output(built)[-3000:]
+    index = tmp / "index"
+    published = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "invoke",
+            "-r",
+            str(ROOT),
+            "publish",
+            "--dist",
+            str(runner.dist),
+            "--index",
+            str(index),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert published.returncode == 0, output(published)[-3000:]
+    return index
+
+
+def test_a_whole_up_with_an_index_hit_then_again_with_everything_done(team_index, tmp_path):
+    venv = make_torch_venv(tmp_path / "train")
+    report = tmp_path / "report"
+    argv = (
+        "up",
+        "--venv",
+        str(venv),
+        "--index",
+        team_index.as_uri(),
+        "--no-build",
+        "--device",
+        "cpu",
+    )
+    argv += ("--report", str(report))
+    proc = apexkit(*argv, env=clean_env(tmp_path))
+    assert "Traceback" not in output(proc)
+    data = json.loads((report / "up.json").read_text())
+    stages = {s["name"]: s for s in data["stages"]}
+    assert stages["doctor"]["status"] == "ok", output(proc)
+    install = stages["install"]
+    assert install["status"] == "ok", output(proc)
+    listing = json.loads((team_index / "index.json").read_text())
+    published = {f["filename"]: f["sha256"] for f in listing["files"]}
+    assert install["result"]["status"] == "installed"
+    assert published[install["result"]["wheel"]] == install["result"]["sha256"]
+    assert data["facts"]["torch"] == TORCH and data["facts"]["apex"] == "0.1+ascend.torch2.13.0"
+    assert stages["validate"]["status"] == "ok" and stages["validate"]["detail"] == "ready", output(
+        proc
+    )
+    assert (
+        json.loads((report / "validate.json").read_text())["ok"] is True
+    )  # the real validation, in the venv
+    assert proc.returncode == 0 and "ready" in proc.stdout.splitlines()[-1]
+
+    # again: every stage is done for this venv, torch and wheel -- none runs, the report says when each was done
+    again = apexkit(*argv, "--json", env=clean_env(tmp_path))
+    assert again.returncode == 0, output(again)
+    data = json.loads(again.stdout)
+    statuses = {s["name"]: s["status"] for s in data["stages"]}
+    assert statuses == {
+        "proxy": "skipped",
+        "doctor": "done",
+        "install": "done",
+        "validate": "done",
+        "bench": "skipped",
+    }
+    assert {s["name"]: s["result"] for s in data["stages"]}["install"] == install["result"]
+    assert "▸ install (log" not in again.stderr and "install: done (from " in again.stderr
