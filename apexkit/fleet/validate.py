@@ -220,9 +220,10 @@ def check_plan(plan: Plan) -> None:
     c("path", plan.python, "the target's Python")
     if plan.node_dir is not None:
         c("node_dir", plan.node_dir, "--node-dir")
-        if not plan.node_dir.startswith(
+        relative = not plan.node_dir.startswith(
             ("/", "$")
-        ):  # relative: the shared submit directory (srun's cwd)
+        )  # srun's cwd: the shared submit directory
+        if relative:
             raise ConfigError(
                 f"--node-dir {inputs.untrusted.shown(plan.node_dir)} is not an absolute path (on the nodes it "
                 "would be inside the shared submit directory)",
