@@ -421,7 +421,8 @@ COMMANDS: tuple[Command, ...] = (
             ),
             Opt(
                 "node_dir",
-                "node-local scratch for the venvs (default ${TMPDIR:-/tmp}/apexkit-fleet)",
+                "node-local scratch for the venvs (default $TMPDIR/apexkit-fleet, expanded on each node, "
+                "else /tmp/apexkit-fleet)",
             ),
             Opt(
                 "set_env",

@@ -13,6 +13,7 @@ never just goes missing. Standard library only; never imports apexkit (it runs o
 from __future__ import annotations
 
 import argparse
+import base64
 import datetime
 import hashlib
 import json
@@ -22,10 +23,12 @@ import re
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -37,6 +40,90 @@ import targetenv  # noqa: E402
 
 def now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+INDEX_JSON_MAX = 64 << 20
+_LOGIN_IN_URL = re.compile(r"(?i)(\b[a-z][a-z0-9+.-]*://)[^/?#\s@]*@")
+
+
+def load_logins(plan: dict) -> dict:
+    """{URL as in the plan: the same URL with its user:token@} from the plan's credentials file, which must be a
+    regular file of this user that nobody else can read (fleet.submit writes it 0600 into a 0700 directory)."""
+    path = plan.get("credentials")
+    if not path:
+        return {}
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb") as fh:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
+            raise ValueError(f"{path} is not a private regular file of this user")
+        data = json.loads(fh.read(1 << 20).decode("utf-8"))
+    return {str(a): str(b) for a, b in data["logins"]}
+
+
+def with_login(url, logins: dict):
+    """`url` with the login of the URL it starts with (the index root for its /simple/ and /index.json)."""
+    if not url:
+        return url
+    for public, full in sorted(logins.items(), key=lambda item: -len(item[0])):  # the closest first
+        root = public.rstrip("/")
+        if url == public:
+            return full
+        if url.startswith(root + "/"):
+            return full.rstrip("/") + url[len(root) :]
+    return url
+
+
+def secrets_of(logins: dict) -> list:
+    """Every form a login's secret may be printed in (raw and percent-decoded), longest first."""
+    found = set()
+    for full in logins.values():
+        info = urllib.parse.urlsplit(full).netloc.rpartition("@")[0]
+        user, _, password = info.partition(":")
+        for part in (info, password or user):
+            if part:
+                found.update({part, urllib.parse.unquote(part)})
+    return sorted(found, key=len, reverse=True)
+
+
+def hide(text: str, secrets: list) -> str:
+    """`text` with every login masked: user:token@ in a URL and any known secret."""
+    text = _LOGIN_IN_URL.sub(r"\1***@", text or "")
+    for secret in secrets:
+        text = text.replace(secret, "***")
+    return text
+
+
+def basic_auth(full: str):
+    parts = urllib.parse.urlsplit(full)
+    if "@" not in parts.netloc:
+        return None
+    info = parts.netloc.rpartition("@")[0]
+    user, _, password = info.partition(":")
+    token = f"{urllib.parse.unquote(user)}:{urllib.parse.unquote(password)}"
+    return "Basic " + base64.b64encode(token.encode()).decode()
+
+
+def expand_dir(raw, environ) -> Path:
+    """The node-local scratch, expanded HERE, on the node: None -> $TMPDIR/apexkit-fleet (else /tmp/...);
+    $VAR, ${VAR} and ${VAR:-default} from this node's environment. ValueError when a variable is unset or the
+    result is not an absolute path (a relative one would land in the shared submit directory)."""
+    if not raw:
+        return Path(environ.get("TMPDIR") or "/tmp") / "apexkit-fleet"
+
+    def var(match):
+        name, default = match.group(1) or match.group(3), match.group(2)
+        value = environ.get(name)
+        if value:
+            return value
+        if default is not None:
+            return default
+        raise ValueError(f"${name} is not set on this node")
+
+    text = re.sub(r"\$\{([A-Za-z_]\w*)(?::-([^}]*))?\}|\$([A-Za-z_]\w*)", var, raw)
+    if not os.path.isabs(text):
+        raise ValueError(f"{text} is not an absolute path")
+    return Path(text)
 
 
 def tail(text: str, lines: int = 3) -> str:
@@ -66,6 +153,8 @@ class Node:
             "set_env": os.environ.get("APEXKIT_FLEET_SET_ENV") or None,
         }
         self.cleanup = None  # removes the node-local scratch (set by main)
+        self.logins: dict = {}  # set by main from the plan's credentials file
+        self.secrets: list = []
 
     # --- bookkeeping -------------------------------------------------------------------------------------------------
     def mark(self, stage: str) -> None:
@@ -75,6 +164,7 @@ class Node:
         )
 
     def stage(self, name: str, ok: bool, seconds: float, detail: str = "", fix: str = "") -> bool:
+        detail = hide(detail, self.secrets)
         self.result["stages"].append(
             {"stage": name, "ok": ok, "seconds": round(seconds, 2), "detail": detail, "fix": fix}
         )
@@ -85,16 +175,24 @@ class Node:
     def run(
         self, name: str, argv: list[str], fix: str, timeout: int = 3600, env: dict | None = None
     ):
+        """`env`: variables added to this node's environment (pip's index URLs, logins included: never argv)."""
         self.mark(name)
         start = time.monotonic()
-        print(f"+ {' '.join(argv)}", flush=True)
+        shown = [f"{k}={v}" for k, v in (env or {}).items()]
+        print(hide(f"+ {' '.join([*shown, *argv])}", self.secrets), flush=True)
         try:
-            proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env)
+            proc = subprocess.run(
+                argv,
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                env=dict(os.environ, **env) if env else None,
+            )
         except (OSError, subprocess.TimeoutExpired) as exc:
             self.stage(name, False, time.monotonic() - start, str(exc), fix)
             return None
-        sys.stdout.write(proc.stdout[-4000:])
-        sys.stdout.write(proc.stderr[-4000:])
+        sys.stdout.write(hide(proc.stdout[-4000:], self.secrets))
+        sys.stdout.write(hide(proc.stderr[-4000:], self.secrets))
         sys.stdout.flush()
         ok = proc.returncode == 0
         self.stage(
@@ -161,14 +259,13 @@ class Node:
                 "1",
                 "--timeout",
                 "20",
-                "--index-url",
-                plan["simple_url"],
                 "-d",
                 str(downloads),
                 f"apex=={version}",
             ],
             index_fix,
             timeout=600,
+            env={"PIP_INDEX_URL": with_login(plan["simple_url"], self.logins)},
         ):
             return self.finish("fail")
         wheel = downloads / entry["filename"]
@@ -192,22 +289,30 @@ class Node:
             "the index changed under the run or a cache/mirror serves another file: publish again",
         ):
             return self.finish("fail")
-        torch_args = [f"--find-links={d}" for d in plan.get("find_links", [])]
+        torch_env = {}  # pip reads these like its options; a login never goes on a command line
+        if plan.get("find_links"):
+            torch_env["PIP_FIND_LINKS"] = " ".join(
+                with_login(d, self.logins) for d in plan["find_links"]
+            )
         if plan.get("torch_index_url"):
-            torch_args += ["--index-url", plan["torch_index_url"]]
-        for url in plan.get("extra_index_urls", []):
-            torch_args += ["--extra-index-url", url]
+            torch_env["PIP_INDEX_URL"] = with_login(plan["torch_index_url"], self.logins)
+        if plan.get("extra_index_urls"):
+            torch_env["PIP_EXTRA_INDEX_URL"] = " ".join(
+                with_login(u, self.logins) for u in plan["extra_index_urls"]
+            )
         if not self.run(
             "install torch",
-            [*pip, "install", "-q", *torch_args, f"torch=={plan['torch']}"],
+            [*pip, "install", "-q", f"torch=={plan['torch']}"],
             "the node's pip cannot install torch: give it a wheelhouse (--find-links) or a torch index "
             "(--torch-index-url), or set its proxy",
+            env=torch_env,
         ):
             return self.finish("fail")
         if plan.get("torch_npu") and not self.run(
             "install torch_npu",
-            [*pip, "install", "-q", "--no-deps", *torch_args, f"torch-npu=={plan['torch_npu']}"],
+            [*pip, "install", "-q", "--no-deps", f"torch-npu=={plan['torch_npu']}"],
             f"torch-npu {plan['torch_npu']} must be installable on this node (index, proxy or --find-links)",
+            env=torch_env,
         ):
             return self.finish("fail")
         if not self.run(
@@ -248,8 +353,18 @@ class Node:
             "over http(s) from a host the nodes reach"
         )
         try:
-            with urllib.request.urlopen(plan["index_json"], timeout=30) as response:
-                data = json.loads(response.read().decode("utf-8"))
+            # the login as a header that a redirect does not carry on (urllib would resolve user:token@host)
+            request = urllib.request.Request(plan["index_json"])
+            auth = basic_auth(with_login(plan["index_json"], self.logins) or "")
+            if auth:
+                request.add_unredirected_header("Authorization", auth)
+            with urllib.request.urlopen(request, timeout=30) as response:
+                body = response.read(INDEX_JSON_MAX + 1)
+            if len(body) > INDEX_JSON_MAX:
+                raise ValueError(f"index.json is larger than {INDEX_JSON_MAX >> 20} MiB")
+            data = json.loads(body.decode("utf-8"))
+            if not isinstance(data, dict) or not isinstance(data.get("files", []), list):
+                raise ValueError("index.json is not an apexkit index (no files list)")
         except Exception as exc:  # any failure to read it is this node's finding, not a crash
             self.stage(
                 "read index",
@@ -262,7 +377,11 @@ class Node:
         files = [
             f
             for f in data.get("files", [])
-            if isinstance(f, dict) and f.get("target") == plan["target"]
+            if isinstance(f, dict)
+            and f.get("target") == plan["target"]
+            and isinstance(f.get("filename"), str)
+            and isinstance(f.get("sha256"), str)
+            and re.fullmatch(r"apex-[A-Za-z0-9_.+!-]+\.whl", f["filename"])
         ]
         if not files:
             self.stage(
@@ -392,9 +511,31 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     plan = json.loads(Path(args.plan).read_text())
     node = Node(plan)
-    base = Path(os.path.expandvars(plan.get("node_dir") or "/tmp/apexkit-fleet"))
-    base.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=f"{node.name}-{node.job or 'job'}-", dir=base))
+    try:
+        node.logins = load_logins(plan)
+        node.secrets = secrets_of(node.logins)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        node.stage(
+            "credentials",
+            False,
+            0,
+            f"the index logins cannot be read: {exc.__class__.__name__}",
+            "resubmit from the submit host (invoke fleet.submit ... --resume with --index user:token@...)",
+        )
+        return node.finish("fail")
+    try:
+        base = expand_dir(plan.get("node_dir"), os.environ)
+        base.mkdir(parents=True, exist_ok=True)
+        work = Path(tempfile.mkdtemp(prefix=f"{node.name}-{node.job or 'job'}-", dir=base))
+    except (OSError, ValueError) as exc:
+        node.stage(
+            "node dir",
+            False,
+            0,
+            f"--node-dir {plan.get('node_dir') or '$TMPDIR/apexkit-fleet'}: {exc}",
+            "pass --node-dir with a node-local directory this user can write (e.g. /tmp/apexkit-fleet)",
+        )
+        return node.finish("fail")
 
     def killed(
         signum, frame

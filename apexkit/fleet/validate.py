@@ -20,20 +20,19 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import re
 import shlex
 import statistics
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from apexkit import cann, fsedit, log, paths
 from apexkit.errors import ConfigError, SchedulerError
-from apexkit.fleet import slurm
+from apexkit.fleet import inputs, slurm
 from apexkit.index import published
 from apexkit.plan.target import target_facts
 
@@ -53,12 +52,7 @@ SHORT_BENCH = "--model mlp --modes fp32 --warmup 1 --repeats 3 --steps 2 --peak 
 
 def pick_target(data: dict | None, target: str | None, stack: Any = None) -> str:
     """The one target to validate: --target, a stack's build, or the index's only target."""
-    files = [
-        f
-        for f in (data or {}).get("files", [])
-        if isinstance(f, dict) and isinstance(f.get("target"), str)
-    ]
-    targets = sorted({f["target"] for f in files})
+    targets = sorted({f["target"] for f in index_files(data) if isinstance(f.get("target"), str)})
     if stack is not None:
         prefix = f"py{stack.python}-torch{stack.torch}-{stack.arch}-"
         matching = [
@@ -93,6 +87,12 @@ def pick_target(data: dict | None, target: str | None, stack: Any = None) -> str
             "pick one with --target or --stack",
         )
     return targets[0]
+
+
+def index_files(data: dict | None) -> list[dict]:
+    """index.json's files[] entries that are objects (another host's file: anything else is ignored)."""
+    files = (data or {}).get("files")
+    return [f for f in files if isinstance(f, dict)] if isinstance(files, list) else []
 
 
 # --- the submission ------------------------------------------------------------------------------------------------
@@ -131,11 +131,21 @@ class Plan:
     torch_index_url: str | None = None
     extra_index_urls: tuple[str, ...] = ()
     node_python: str | None = None
-    node_dir: str = "${TMPDIR:-/tmp}/apexkit-fleet"
+    node_dir: str | None = None  # None: $TMPDIR/apexkit-fleet on the node, else /tmp/apexkit-fleet
     set_env: tuple[str, ...] = SET_ENV
     keep_venv: bool = False
     submission: int = 1
     extra_sbatch: tuple[str, ...] = field(default=())
+    # (URL as written to shared files, the same URL with its user:token@): never in fleet.json, the plan or the script
+    credentials: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+
+    @property
+    def logins(self) -> dict[str, str]:
+        return dict(self.credentials)
+
+    @property
+    def credentials_file(self) -> Path:
+        return self.fleet_dir / inputs.PRIVATE / f"credentials-{self.submission}.json"
 
     @property
     def fleet_dir(self) -> Path:
@@ -170,37 +180,89 @@ class Plan:
             "node_python": self.node_python,
             "set_env": list(self.set_env),
             "keep_venv": self.keep_venv,
+            "credentials": str(self.credentials_file) if self.credentials else None,
         }
 
 
 def _quote_list(items) -> str:
-    return ",".join(items)
+    return ",".join(shlex.quote(i) for i in items)
+
+
+def check_plan(plan: Plan) -> None:
+    """Every value the batch script or the nodes' command lines get, against the strict pattern of its kind (the CLI's,
+    index.json's target, node names read back from files for --resume): one ConfigError, nothing written."""
+    p, c = plan.placement, inputs.check
+    if p.partition is not None:
+        c("partition", p.partition, "--partition")
+    if p.account is not None:
+        c("account", p.account, "--account")
+    if p.gres is not None:
+        c("gres", p.gres, "--gres")
+    c("time", p.time_limit, "--time-limit")
+    for node in p.nodelist:
+        c("node", node, "--nodelist")
+    for node in p.exclude:
+        c("node", node, "the node list to exclude (from the result files)")
+    c("target", plan.target, "the target")
+    if plan.device not in ("npu", "cuda", "cpu"):
+        raise ConfigError(
+            f"--device {inputs.untrusted.shown(plan.device)}: not one of npu, cuda, cpu",
+            "pass --device npu (default) or cpu",
+        )
+    c("path", str(plan.results), "--results")
+    if "%" in str(plan.results):  # sbatch --output expands %j, %N, ...
+        raise ConfigError(
+            f"--results {inputs.untrusted.shown(str(plan.results))} holds a '%' (Slurm file name pattern)",
+            "use a directory without '%'; nothing was submitted",
+        )
+    if plan.node_python is not None:
+        c("path", plan.node_python, "--node-interpreter")
+    c("path", plan.python, "the target's Python")
+    if plan.node_dir is not None:
+        c("node_dir", plan.node_dir, "--node-dir")
+        relative = not plan.node_dir.startswith(
+            ("/", "$")
+        )  # srun's cwd: the shared submit directory
+        if relative:
+            raise ConfigError(
+                f"--node-dir {inputs.untrusted.shown(plan.node_dir)} is not an absolute path (on the nodes it "
+                "would be inside the shared submit directory)",
+                "pass a node-local path like /tmp/apexkit-fleet or $TMPDIR/apexkit-fleet",
+            )
+    for item in plan.set_env:
+        c("path", item, "--set-env")
+    for arg in plan.bench or ():
+        c("bench_arg", arg, "--bench-args")
+    for extra in plan.extra_sbatch:
+        c("sbatch", extra, "the extra sbatch option")
 
 
 def render_script(plan: Plan) -> str:
     """The batch script (pure): one allocation, one `srun` step per node, each writing <results>/<node>.json."""
+    check_plan(plan)
     p = plan.placement
     q = shlex.quote
     fleet = plan.fleet_dir
-    lines = ["#!/bin/bash", f"#SBATCH --job-name=apexkit-fleet-{plan.submission}"]
+    lines = ["#!/bin/bash", f"#SBATCH --job-name=apexkit-fleet-{int(plan.submission)}"]
     if p.partition:
-        lines.append(f"#SBATCH --partition={p.partition}")
-    lines.append(f"#SBATCH --nodes={p.count()}")
+        lines.append(f"#SBATCH --partition={q(p.partition)}")
+    lines.append(f"#SBATCH --nodes={int(p.count())}")
     if p.nodelist:
         lines.append(f"#SBATCH --nodelist={_quote_list(p.nodelist)}")
     if p.exclude:
         lines.append(f"#SBATCH --exclude={_quote_list(p.exclude)}")
     lines.append("#SBATCH --ntasks-per-node=1")
     if p.gres:
-        lines.append(f"#SBATCH --gres={p.gres}")
+        lines.append(f"#SBATCH --gres={q(p.gres)}")
     if p.account:
-        lines.append(f"#SBATCH --account={p.account}")
+        lines.append(f"#SBATCH --account={q(p.account)}")
     lines += [
-        f"#SBATCH --time={p.time_limit}",
+        f"#SBATCH --time={q(p.time_limit)}",
         "#SBATCH --no-kill",
-        f"#SBATCH --output={fleet}/logs/job-%j.out",
-        *(f"#SBATCH {extra}" for extra in plan.extra_sbatch),
-        f"# apexkit fleet: {plan.target} from {plan.index.url} on every node of the allocation, validated for "
+        f"#SBATCH --output={q(str(fleet))}/logs/job-%j.out",
+        *(f"#SBATCH {q(extra)}" for extra in plan.extra_sbatch),
+        f"# apexkit fleet: {q(plan.target)} from {log.sanitise(inputs.shown_url(plan.index.url, plan.logins))}"
+        " on every node of the allocation, validated for "
         f"--device {plan.device}{' and benchmarked' if plan.bench is not None else ''}",
         "# one srun step per node (not a job array: array tasks cannot be pinned to distinct nodes); each step",
         "# stands alone (--kill-on-bad-exit=0, --no-kill) and writes <results>/<node>.json",
@@ -224,7 +286,7 @@ def render_script(plan: Plan) -> str:
         "export NODE_STEP",
         "for node in $nodes; do",
         '  srun --nodes=1 --ntasks=1 --nodelist="$node" --kill-on-bad-exit=0'
-        + (f" --gres={p.gres}" if p.gres else "")
+        + (f" --gres={q(p.gres)}" if p.gres else "")
         + ' --output="$FLEET/logs/$node.$SLURM_JOB_ID.log" bash -c "$NODE_STEP" &',
         "done",
         "wait",
@@ -239,7 +301,12 @@ def load_state(results: Path) -> dict:
     if data is None:
         return {"format": FORMAT, "submissions": []}
     state = fsedit.load_json_object(path, str(path), data)
-    if state.get("format") != FORMAT or not isinstance(state.get("submissions"), list):
+    subs = state.get("submissions")
+    if (
+        state.get("format") != FORMAT
+        or not isinstance(subs, list)
+        or not all(isinstance(s, dict) for s in subs)
+    ):
         raise ConfigError(
             f"{path} is not an apexkit fleet record", "use another --results directory"
         )
@@ -251,17 +318,22 @@ def save_state(results: Path, state: dict) -> None:
 
 
 def results_by_node(results: Path) -> dict[str, dict]:
-    found = {}
+    """The nodes' results that read back as what they claim (inputs.read_result); see read_results."""
+    return read_results(results)[0]
+
+
+def read_results(results: Path) -> tuple[dict[str, dict], dict[str, str]]:
+    """({node: its checked result}, {file stem: why it is unreadable}) for every <results>/*.json but fleet.json."""
+    found: dict[str, dict] = {}
+    bad: dict[str, str] = {}
     for path in sorted(results.glob("*.json")):
         if path.name == STATE_FILE:
             continue
         try:
-            data = json.loads(path.read_text())
-        except (OSError, ValueError):
-            continue
-        if isinstance(data, dict) and data.get("schema", "").startswith("apexkit-fleet-node/"):
-            found[str(data.get("node") or path.stem)] = data
-    return found
+            found[path.stem] = inputs.read_result(path)
+        except inputs.Unreadable as exc:
+            bad[path.stem] = str(exc)
+    return found, bad
 
 
 def expected_nodes(results: Path, state: dict) -> tuple[list[str], list[dict]]:
@@ -271,8 +343,8 @@ def expected_nodes(results: Path, state: dict) -> tuple[list[str], list[dict]]:
     unplaced = []
     for sub in state["submissions"]:
         allocated = _allocated(results, sub)
-        if allocated is None and sub.get("nodelist"):
-            allocated = list(sub["nodelist"])
+        if allocated is None and _asked(sub):
+            allocated = _asked(sub)
         if allocated is None:
             unplaced.append(sub)
             continue
@@ -281,12 +353,16 @@ def expected_nodes(results: Path, state: dict) -> tuple[list[str], list[dict]]:
 
 
 def _allocated(results: Path, sub: dict) -> list[str] | None:
-    if not sub.get("job_id"):
+    job = sub.get("job_id")
+    if not inputs.valid("job", job):
         return None
-    path = results / ".fleet" / "jobs" / f"{sub['job_id']}.nodes"
-    if not path.is_file():
-        return None
-    return [line.strip() for line in path.read_text().splitlines() if line.strip()]
+    return inputs.read_node_names(results / ".fleet" / "jobs" / f"{job}.nodes")
+
+
+def _asked(sub: dict) -> list[str]:
+    """The node names a submission asked for (fleet.json), the plain ones only."""
+    names = sub.get("nodelist")
+    return [n for n in names if inputs.valid("node", n)] if isinstance(names, list) else []
 
 
 def submit(plan: Plan, dry_run: bool = False, resume: bool = False) -> str | None:
@@ -311,10 +387,18 @@ def submit(plan: Plan, dry_run: bool = False, resume: bool = False) -> str | Non
     script = render_script(plan)
     if dry_run:
         print(script, end="")
+        if plan.credentials:
+            log.info(
+                f"the login(s) of {', '.join(log.mask(full) for _, full in plan.credentials)} would go to "
+                f"{plan.credentials_file} (0600, in a 0700 directory), read on each node into pip's "
+                "environment; no file, script or log gets them"
+            )
         return None
     slurm.check_slurm()
     for sub in ("bench", "logs", "jobs", "progress"):
         (plan.fleet_dir / sub).mkdir(parents=True, exist_ok=True)
+    if plan.credentials:
+        inputs.write_logins(plan.credentials_file, plan.logins)
     for source in sorted(
         BENCH.iterdir()
     ):  # what the nodes run: bench/'s scripts and data (stdlib + torch only)
@@ -329,11 +413,16 @@ def submit(plan: Plan, dry_run: bool = False, resume: bool = False) -> str | Non
     proc = slurm.run(["sbatch", "--parsable", str(plan.script_file)], timeout=120)
     if proc.returncode != 0:
         raise SchedulerError(
-            f"sbatch refused the job: {' '.join(proc.stderr.split())[:300]}",
+            f"sbatch refused the job: {log.mask(' '.join(proc.stderr.split()))[:300]}",
             f"fix the placement (--partition/--nodes/--nodelist/--gres/--account); the script is "
             f"{plan.script_file}",
         )
     job_id = proc.stdout.strip().split(";")[0]
+    if not inputs.valid("job", job_id):
+        raise SchedulerError(
+            f"sbatch answered {inputs.untrusted.shown(job_id)[:80]}, not a job id",
+            f"check the job with squeue; the script is {plan.script_file}",
+        )
     p = plan.placement
     state["submissions"].append(
         {
@@ -374,7 +463,7 @@ def resume_plan(plan: Plan, state: dict) -> Plan | None:
             f"{plan.results} has no earlier submission to resume", "submit without --resume first"
         )
     results = plan.results
-    done = set(results_by_node(results))
+    done = set(results_by_node(results))  # an unreadable result is not done: its node runs again
     live = [
         s
         for s in state["submissions"]
@@ -395,7 +484,7 @@ def resume_plan(plan: Plan, state: dict) -> Plan | None:
     number = max(int(s.get("submission", 0)) for s in state["submissions"]) + 1
     if extra:
         placement = Placement(
-            partition=plan.placement.partition or last.get("partition"),
+            partition=plan.placement.partition or _text(last.get("partition")),
             nodes=len(missing) + extra,
             exclude=tuple(sorted(done)),
             gres=plan.placement.gres,
@@ -404,7 +493,7 @@ def resume_plan(plan: Plan, state: dict) -> Plan | None:
         )
     else:
         placement = Placement(
-            partition=plan.placement.partition or last.get("partition"),
+            partition=plan.placement.partition or _text(last.get("partition")),
             nodelist=tuple(missing),
             gres=plan.placement.gres,
             account=plan.placement.account,
@@ -424,12 +513,19 @@ def resume_plan(plan: Plan, state: dict) -> Plan | None:
 # --- the report ----------------------------------------------------------------------------------------------------
 
 
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
 def _progress(results: Path, node: str) -> dict:
-    path = results / ".fleet" / "progress" / f"{node}.json"
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
+    """A node's last stage ({'stage': str, 'job_id': str}), {} when unknown or not plain."""
+    if not inputs.valid("node", node):
         return {}
+    data = inputs.read_small_json(results / ".fleet" / "progress" / f"{node}.json")
+    stage, job = data.get("stage"), data.get("job_id")
+    if not isinstance(stage, str) or len(stage) > 100:
+        return {}
+    return {"stage": stage, "job_id": job if isinstance(job, str) else None}
 
 
 def rows(results: Path, threshold: float = DEFAULT_THRESHOLD) -> tuple[list[dict], dict]:
@@ -444,18 +540,18 @@ def rows(results: Path, threshold: float = DEFAULT_THRESHOLD) -> tuple[list[dict
             f"{results} holds no fleet submission ({STATE_FILE} missing)",
             f"submit first: invoke fleet.submit --results {results} ...",
         )
-    found = results_by_node(results)
+    found, unreadable = read_results(results)
     jobs = {
-        s["job_id"]: slurm.job_state(s.get("job_id"))
+        s["job_id"]: slurm.job_state(s["job_id"])
         for s in state["submissions"]
-        if s.get("job_id")
+        if inputs.valid("job", s.get("job_id"))
     }
     nodes, unplaced = expected_nodes(results, state)
     table: list[dict] = []
-    for node in nodes + [n for n in found if n not in nodes]:
+    extra = [n for n in [*found, *unreadable] if n not in nodes]
+    for node in nodes + sorted(set(extra), key=extra.index):
         data = found.get(node)
         if data is not None:
-            failure = data.get("first_failure") or {}
             table.append(
                 {
                     "node": node,
@@ -465,11 +561,25 @@ def rows(results: Path, threshold: float = DEFAULT_THRESHOLD) -> tuple[list[dict
                     "cann": data.get("cann"),
                     "torch": data.get("torch"),
                     "torch_npu": data.get("torch_npu"),
-                    "wheel_sha256": (data.get("wheel") or {}).get("sha256"),
-                    "step_ms": (data.get("bench") or {}).get("step_ms"),
+                    "wheel_sha256": data.get("wheel_sha256"),
+                    "step_ms": data.get("step_ms"),
                     "job_id": data.get("job_id"),
                     "set_env": data.get("set_env"),
-                    "first_failure": failure or None,
+                    "first_failure": data.get("first_failure"),
+                }
+            )
+            continue
+        if node in unreadable:  # one row saying why; the other nodes still report
+            table.append(
+                {
+                    "node": node if inputs.valid("node", node) else inputs.untrusted.shown(node),
+                    "status": "unreadable",
+                    "first_failure": {
+                        "check": "result",
+                        "detail": f"unreadable result: {unreadable[node]}",
+                        "fix": f"look at {results}/{inputs.untrusted.shown(node)[1:-1]}.json; "
+                        f"--resume runs that node again",
+                    },
                 }
             )
             continue
@@ -534,6 +644,7 @@ def rows(results: Path, threshold: float = DEFAULT_THRESHOLD) -> tuple[list[dict
         "ok": sum(r["status"] == "ok" for r in table),
         "failed": sum(r["status"] == "fail" for r in table),
         "missing": sum(r["status"] in ("dead", "no result", "pending", "running") for r in table),
+        "unreadable": sum(r["status"] == "unreadable" for r in table),
         "median_step_ms": median,
         "outlier_threshold": threshold,
         "outliers": [r["node"] for r in table if r.get("outlier")],
@@ -545,7 +656,7 @@ def rows(results: Path, threshold: float = DEFAULT_THRESHOLD) -> tuple[list[dict
 def _last_submission_for(results: Path, state: dict, node: str) -> dict | None:
     last = None
     for sub in state["submissions"]:
-        allocated = _allocated(results, sub) or sub.get("nodelist") or []
+        allocated = _allocated(results, sub) or _asked(sub)
         if node in allocated:
             last = sub
     return last
@@ -581,7 +692,9 @@ def render(table: list[dict], summary: dict) -> str:
             else f"{failure.get('check')}: {failure.get('detail')}"
             + (f" -> {failure['fix']}" if failure.get("fix") else "")
         )
-        status = {"ok": "ok", "fail": "FAIL", "dead": "DEAD"}.get(r["status"], r["status"])
+        status = {"ok": "ok", "fail": "FAIL", "dead": "DEAD", "unreadable": "UNREADABLE"}.get(
+            r["status"], r["status"]
+        )
         body.append(
             [
                 r["node"],
@@ -605,9 +718,10 @@ def render(table: list[dict], summary: dict) -> str:
         cells = [log.sanitise(str(c)).ljust(w) for c, w in zip(row[:-1], widths)]
         lines.append("  ".join([*cells, log.sanitise(str(row[-1]))]).rstrip())
     median = summary["median_step_ms"]
+    unreadable = f", {summary['unreadable']} unreadable" if summary.get("unreadable") else ""
     lines.append(
         f"{summary['nodes']} node(s): {summary['ok']} ok, {summary['failed']} failed, {summary['missing']} "
-        f"without a result; step-time median "
+        f"without a result{unreadable}; step-time median "
         f"{'-' if median is None else f'{median:.2f} ms'}, outliers beyond ±{summary['outlier_threshold']:.0%}: "
         f"{', '.join(summary['outliers']) or 'none'}"
     )
@@ -619,9 +733,17 @@ def report(
 ) -> int:
     """Print the per-node table (or JSON); exit 1 when a node failed, died or has not reported."""
     threshold = DEFAULT_THRESHOLD if threshold is None else threshold
+    if (
+        isinstance(threshold, bool)
+        or not isinstance(threshold, (int, float))
+        or not (math.isfinite(threshold) and threshold >= 0)
+    ):
+        raise ConfigError(
+            f"--threshold {threshold!r} is not a fraction >= 0", "pass --threshold 0.1 (10 %)"
+        )
     table, summary = rows(results, threshold)
     if as_json:
-        print(json.dumps({"summary": summary, "nodes": table}, indent=2))
+        print(json.dumps({"summary": summary, "nodes": table}, indent=2, allow_nan=False))
     else:
         print(render(table, summary))
     return 0 if summary["nodes"] and summary["ok"] == summary["nodes"] else 1
@@ -637,8 +759,11 @@ def status(results: Path, as_json: bool = False) -> int:
         )
     jobs = []
     for sub in state["submissions"]:
-        jstate, source = slurm.job_state(sub.get("job_id"))
-        nodes = _allocated(results, sub) or sub.get("nodelist") or []
+        job = sub.get("job_id")
+        jstate, source = (
+            slurm.job_state(job) if inputs.valid("job", job) else ("UNKNOWN", "no job id")
+        )
+        nodes = _allocated(results, sub) or _asked(sub)
         jobs.append(
             {
                 "submission": sub.get("submission"),
@@ -689,7 +814,7 @@ def submit_command(
 
 
 def stored_plan(results: str) -> Plan:
-    """The last submission's plan, for --resume without repeating the options."""
+    """The last submission's plan, for --resume without repeating the options (its logins from its 0600 file)."""
     path = Path(results).expanduser().resolve()
     state = load_state(path)
     if not state["submissions"]:
@@ -697,37 +822,54 @@ def stored_plan(results: str) -> Plan:
             f"{path} has no earlier submission to resume", "submit without --resume first"
         )
     last = state["submissions"][-1]
-    p, placement = last["plan"], last["plan"].get("placement", {})
-    index = published.Index(
-        p["index"],
-        Path(urllib.parse.unquote(urllib.parse.urlsplit(p["index"]).path))
-        if p["index"].startswith("file:")
-        else None,
-    )
-    return Plan(
-        results=path,
-        index=index,
-        target=p["target"],
-        python=p["python"],
-        torch=p["torch"],
-        torch_npu=p.get("torch_npu"),
-        device=p["device"],
-        placement=Placement(
-            partition=placement.get("partition"),
-            gres=placement.get("gres"),
-            account=placement.get("account"),
-            time_limit=placement.get("time_limit") or "01:00:00",
-        ),
-        bench=tuple(p["bench"]) if p.get("bench") is not None else None,
-        find_links=tuple(p.get("find_links") or ()),
-        torch_index_url=p.get("torch_index_url"),
-        extra_index_urls=tuple(p.get("extra_index_urls") or ()),
-        node_python=p.get("node_python"),
-        node_dir=p.get("node_dir") or Plan.node_dir,
-        set_env=tuple(p.get("set_env") or SET_ENV),
-        keep_venv=bool(p.get("keep_venv")),
-        submission=int(last.get("submission", 1)),
-    )
+    try:
+        p = last["plan"]
+        placement = p.get("placement") or {}
+        index_url = p["index"]
+        if not isinstance(index_url, str):
+            raise TypeError("index")
+        index = published.Index(
+            index_url,
+            Path(urllib.parse.unquote(urllib.parse.urlsplit(index_url).path))
+            if index_url.startswith("file:")
+            else None,
+        )
+        logins: dict[str, str] = {}
+        if p.get("credentials"):
+            logins = inputs.read_logins(Path(str(p["credentials"])))
+        plan = Plan(
+            results=path,
+            index=index,
+            target=str(p["target"]),
+            python=str(p["python"]),
+            torch=str(p["torch"]),
+            torch_npu=_text(p.get("torch_npu")),
+            device=str(p["device"]),
+            placement=Placement(
+                partition=_text(placement.get("partition")),
+                gres=_text(placement.get("gres")),
+                account=_text(placement.get("account")),
+                time_limit=_text(placement.get("time_limit")) or "01:00:00",
+            ),
+            bench=tuple(str(a) for a in p["bench"]) if p.get("bench") is not None else None,
+            find_links=tuple(str(x) for x in p.get("find_links") or ()),
+            torch_index_url=_text(p.get("torch_index_url")),
+            extra_index_urls=tuple(str(x) for x in p.get("extra_index_urls") or ()),
+            node_python=_text(p.get("node_python")),
+            node_dir=_text(p.get("node_dir")),
+            set_env=tuple(str(x) for x in p.get("set_env") or SET_ENV),
+            keep_venv=bool(p.get("keep_venv")),
+            submission=int(last.get("submission", 1)),
+            credentials=tuple(logins.items()),
+        )
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise ConfigError(
+            f"{path / STATE_FILE}: the last submission's plan is not readable ({type(exc).__name__}: "
+            f"{inputs.untrusted.shown(str(exc))[:80]})",
+            "resubmit with the options (--index ... --resume), or use another --results directory",
+        ) from None
+    check_plan(plan)
+    return plan
 
 
 def make_plan(
@@ -759,8 +901,37 @@ def make_plan(
         raise ConfigError(
             f"--device {device}: not one of npu, cuda, cpu", "pass --device npu (default) or cpu"
         )
-    idx = published.parse_index(index)
+    logins: dict[str, str] = {}
+
+    def public(value: str, option: str) -> str:
+        shared, full = inputs.split_login(value, option)
+        if full is not None:
+            logins[shared] = full
+        return shared
+
+    inputs.urls.check_chars(index.strip(), "--index")
+    full_idx = published.parse_index(
+        index
+    )  # read_index gets the login (Basic auth), nothing else does
+    idx = full_idx
+    if full_idx.path is None:
+        idx = published.Index(public(full_idx.url, "--index"), None)
+    find_links = [public(x, "--find-links") for x in find_links or ()]
+    torch_index_url = public(torch_index_url, "--torch-index-url") if torch_index_url else None
+    extra_index_url = [public(x, "--extra-index-url") for x in extra_index_url or ()]
+    for option, value, kind in (
+        ("--partition", partition, "partition"),
+        ("--account", account, "account"),
+        ("--gres", gres, "gres"),
+        ("--time-limit", time_limit, "time"),
+        ("--node-interpreter", node_python, "path"),
+        ("--node-dir", node_dir, "node_dir"),
+    ):
+        if value is not None:
+            inputs.check(kind, value, option)
     names = tuple(n for n in re.split(r"[,\s]+", nodelist or "") if n)
+    for name in names:
+        inputs.check("node", name, "--nodelist")
     if nodes is not None and nodes < 1:
         raise ConfigError(
             f"--nodes {nodes}: must be at least 1", "pass --nodes N or --nodelist a,b,c"
@@ -779,22 +950,34 @@ def make_plan(
         from apexkit.plan import matrix
 
         matrix_stack = matrix.load().stack(stack)
-    data = published.read_index(idx)
-    chosen = pick_target(data, target, matrix_stack)
+    if target is not None:
+        inputs.check("target", target, "--target")
+    data = published.read_index(full_idx)
+    chosen = inputs.check("target", pick_target(data, target, matrix_stack), "the index's target")
     facts = target_facts(chosen)
     torch = facts["torch"] or ""
-    if data is not None:
-        torch = next(
-            (
-                str(f.get("torch"))
-                for f in data.get("files", [])
-                if f.get("target") == chosen and f.get("torch")
-            ),
-            torch,
-        )
+    torch = next(
+        (
+            str(f.get("torch"))
+            for f in index_files(data)
+            if f.get("target") == chosen and isinstance(f.get("torch"), str) and f.get("torch")
+        ),
+        torch,
+    )
     torch_npu = facts["torch_npu"] or (matrix_stack.torch_npu if matrix_stack else None)
-    extra_args = tuple(shlex.split(bench_args)) if bench_args else ()
-    return Plan(
+    try:
+        extra_args = tuple(shlex.split(bench_args)) if bench_args else ()
+    except ValueError as exc:
+        raise ConfigError(
+            f"--bench-args {inputs.untrusted.shown(bench_args)}: {exc}",
+            "balance the quotes, e.g. --bench-args '--scale 0.05'",
+        ) from None
+    for arg in extra_args:
+        inputs.check("bench_arg", arg, "--bench-args")
+    set_env_files = tuple(x for x in set_env.split(",") if x) if set_env else SET_ENV
+    for item in set_env_files:
+        inputs.check("path", item, "--set-env")
+    plan = Plan(
         results=Path(results).expanduser().resolve(),
         index=idx,
         target=chosen,
@@ -815,10 +998,13 @@ def make_plan(
         torch_index_url=torch_index_url,
         extra_index_urls=tuple(extra_index_url or ()),
         node_python=node_python,
-        node_dir=node_dir or Plan.node_dir,
-        set_env=tuple(set_env.split(",")) if set_env else SET_ENV,
+        node_dir=node_dir or None,
+        set_env=set_env_files,
         keep_venv=keep_venv,
+        credentials=tuple(logins.items()),
     )
+    check_plan(plan)
+    return plan
 
 
 # --- helpers for other submitters (nox -s matrix -- --run --slurm) ---------------------------------------------------

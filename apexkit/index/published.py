@@ -4,15 +4,15 @@ URL, and its index.json read back as untrusted input (capped, a JSON object), e.
 from __future__ import annotations
 
 import json
+import os
 import re
 import urllib.error
 import urllib.parse
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
 from apexkit import log, untrusted
-from apexkit.errors import ConfigError
+from apexkit.errors import ApexkitError, ConfigError
 
 INDEX_JSON_MAX = 64 << 20  # bytes; an index.json lists a few hundred wheels in some KiB
 
@@ -71,8 +71,15 @@ def read_index(index: Index, timeout: float = 15) -> dict | None:
                 f"{index.path}/index.json cannot be read as JSON: {exc}",
                 f"publish the index again: invoke publish --index {index.path}",
             ) from None
+    # through the index client: user:token@ in the URL travels as Basic auth (urllib would hand "user:token@host" to
+    # the resolver as a host name), pip's CA bundle and the proxies apply, and nothing printed holds the login
+    from apexkit.index import client
+    from apexkit.wheel.sources import RetryPolicy
+
     try:
-        with urllib.request.urlopen(index.index_json, timeout=timeout) as response:
+        settings = client.resolve_settings(index.simple, os.environ, timeout=timeout)
+        http = client.Client(settings, RetryPolicy(1, 0.0))
+        with http.open(index.index_json, what=index.index_json) as response:
             body = response.read(INDEX_JSON_MAX + 1)
         if len(body) > INDEX_JSON_MAX:
             raise ValueError(f"larger than {INDEX_JSON_MAX >> 20} MiB")
@@ -80,9 +87,10 @@ def read_index(index: Index, timeout: float = 15) -> dict | None:
         if not isinstance(data, dict):
             raise ValueError("not a JSON object")
         return data
-    except (OSError, ValueError, urllib.error.URLError) as exc:
+    except (OSError, ValueError, RecursionError, urllib.error.URLError, ApexkitError) as exc:
+        why = exc.format() if isinstance(exc, ApexkitError) else str(exc)
         log.warn(
-            f"cannot read {log.mask(index.index_json)} from this host ({log.sanitise(str(exc))[:200]}); "
-            "the nodes will read it themselves"
+            f"cannot read {log.mask(index.index_json)} from this host "
+            f"({log.sanitise(log.mask(why))[:200]}); the nodes will read it themselves"
         )
         return None

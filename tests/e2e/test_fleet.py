@@ -6,9 +6,11 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import stat
 import subprocess
 import sys
 import time
+import urllib.parse
 from pathlib import Path
 
 import fakes
@@ -336,3 +338,142 @@ def test_controller_down_is_one_line(cluster, tmp_path):
     )
     assert "Traceback" not in output(proc)
     assert not (tmp_path / "r" / "fleet.json").exists()
+
+
+# --- index logins and the node scratch (issue 26: review M2, M10) ------------------------------------------------
+
+USER, PASSWORD = "alice", "IdxS3cret"
+
+
+@pytest.fixture
+def login_index(tmp_path):
+    """http://127.0.0.1:<port>/idx: an index behind Basic auth (alice:IdxS3cret) serving index.json, the simple page
+    and the fixture wheel; `requests` records (path, whether the login came with it)."""
+    import base64
+    import hashlib
+    import http.server
+    import threading
+
+    folder = tmp_path / "served"
+    folder.mkdir()
+    wheel = fakes.make_wheel(folder)
+    sha = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    entry = {"project": "apex", "filename": wheel.name, "sha256": sha, "target": TARGET}
+    pages = {
+        "/idx/index.json": json.dumps(
+            {"format": "apexkit-index/1", "files": [dict(entry, torch="0.0.1")]}
+        ).encode(),
+        "/idx/simple/apex/": f'<a href="../../files/{wheel.name}#sha256={sha}">{wheel.name}</a>\n'.encode(),
+        f"/idx/files/{wheel.name}": wheel.read_bytes(),
+    }
+    good = "Basic " + base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
+    requests: list[tuple[str, bool]] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            authorised = self.headers.get("Authorization") == good
+            requests.append((self.path, authorised))
+            if not authorised:
+                self.send_response(401)
+                self.send_header("WWW-Authenticate", 'Basic realm="idx"')
+                self.end_headers()
+                return
+            body = pages.get(urllib.parse.unquote(self.path))
+            self.send_response(200 if body is not None else 404)
+            self.send_header(
+                "Content-Type",
+                "text/html" if self.path.endswith("/") else "application/octet-stream",
+            )
+            self.send_header("Content-Length", str(len(body or b"")))
+            self.end_headers()
+            self.wfile.write(body or b"")
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    server.requests = requests  # type: ignore[attr-defined]
+    server.url = f"http://{USER}:{PASSWORD}@127.0.0.1:{server.server_address[1]}/idx"  # type: ignore[attr-defined]
+    yield server
+    server.shutdown()
+
+
+@pytest.mark.slurm
+def test_index_logins_reach_the_nodes_through_a_private_file_and_nowhere_else(
+    cluster, login_index, tmp_path
+):
+    results, submit_dir, node_tmp = tmp_path / "results", tmp_path / "submit", tmp_path / "node-tmp"
+    submit_dir.mkdir()
+    node_tmp.mkdir()
+    env = dict(cluster.env, TMPDIR=str(node_tmp))
+    for name in (
+        "http_proxy",
+        "https_proxy",
+        "HTTP_PROXY",
+        "HTTPS_PROXY",
+        "all_proxy",
+        "ALL_PROXY",
+    ):
+        env.pop(name, None)
+    args = [
+        "fleet.submit",
+        "--index",
+        login_index.url,  # no --target: the submit host reads index.json with the login (Basic auth)
+        "--torch-index-url",
+        login_index.url + "/simple/",
+        "--results",
+        str(results),
+        "--nodelist",
+        "node1",
+        "--device",
+        "cpu",
+    ]
+
+    def run(*extra: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "invoke", "-r", str(ROOT), *args, *extra],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env=env,
+            cwd=submit_dir,  # srun's working directory: the nodes must not put their scratch here
+        )
+
+    dry = run("--dry-run")
+    assert dry.returncode == 0, output(dry)
+    assert PASSWORD not in output(dry) and f"{USER}:***@127.0.0.1" in output(dry)
+    assert f"# apexkit fleet: {TARGET} from http://{USER}:***@127.0.0.1" in dry.stdout
+    assert not results.exists()
+
+    submitted = run()
+    assert submitted.returncode == 0, output(submitted)
+    assert PASSWORD not in output(submitted)
+    job = json.loads((results / "fleet.json").read_text())["submissions"][0]["job_id"]
+    _wait_for(lambda: _job_done(cluster, job), "the job to end", cluster, timeout=300)
+
+    row = json.loads((results / "node1.json").read_text())
+    stages = {s["stage"]: s["ok"] for s in row["stages"]}
+    # the node read index.json and pip downloaded the wheel through the login; torch 0.0.1 exists nowhere
+    assert stages["read index"] and stages["download wheel"] and stages["wheel sha256"], row
+    assert row["first_failure"]["check"] == "install torch"
+    paths = {path for path, _ in login_index.requests}
+    assert {"/idx/index.json", "/idx/simple/apex/", "/idx/simple/torch/"} <= paths
+    assert all(ok for path, ok in login_index.requests if path == "/idx/index.json")
+
+    private = results / ".fleet" / "private"
+    secret_file = private / f"credentials-{1}.json"
+    assert stat.S_IMODE(private.stat().st_mode) == 0o700
+    assert stat.S_IMODE(secret_file.stat().st_mode) == 0o600
+    leaked = [
+        str(p.relative_to(results))
+        for p in results.rglob("*")
+        if p.is_file() and p != secret_file and PASSWORD.encode() in p.read_bytes()
+    ]
+    assert leaked == [], (
+        leaked
+    )  # fleet.json, plan-1.json, submit-1.sbatch, the node's log and result: clean
+    assert (results / ".fleet" / "logs").glob("node1.*.log")
+    # the node scratch went to the node's $TMPDIR, not into the shared submit directory
+    assert list(submit_dir.iterdir()) == []
+    assert (node_tmp / "apexkit-fleet").is_dir() and not any((node_tmp / "apexkit-fleet").iterdir())
