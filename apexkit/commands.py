@@ -458,6 +458,40 @@ COMMANDS: tuple[Command, ...] = (
             ),
         ),
     ),
+    Command(
+        "up",
+        "apexkit.up:main",
+        "One node from bare to validated: [proxy check,] doctor, install (index hit or build), validate[, bench]; "
+        "one report (JSON + Markdown) of each stage's status, time, log and first failure with its fix. Stages "
+        "already done for the same venv, torch and wheel are not run again. Exit 1 when a stage failed.",
+        (
+            Opt("venv", "the training venv (default: the active one, $VIRTUAL_ENV)"),
+            Opt("interpreter", "the training environment's interpreter (instead of --venv)"),
+            Opt(
+                "index",
+                "index to install from, passed to apexkit install (repeat for several; default: "
+                "install's, $APEXKIT_INDEX)",
+                repeat=True,
+            ),
+            Opt(
+                "no_build",
+                "a wheel missing from the indexes fails install instead of building",
+                False,
+            ),
+            Opt("proxy_check", "first run invoke proxy.check (every layer, a real request)", False),
+            Opt("bench", "last run the benchmark (nox -s bench) in the venv", False),
+            Opt("bench_args", "more bench/amp_bench.py options in one string (implies --bench)"),
+            Opt("device", "what the venv must be ready for: npu (default), cuda or cpu", "npu"),
+            Opt("report", "report directory (default reports/up/<venv name>/)"),
+            Opt("force", "run every stage, also those already done", False),
+            Opt(
+                "dry_run",
+                "print the stages and the command each would run; run and write nothing",
+                False,
+            ),
+            JSON,
+        ),
+    ),
 )
 
 

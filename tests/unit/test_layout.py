@@ -35,7 +35,10 @@ SHARED = {
     "pipconfig",
     "netenv",
 }
-CONCERNS = {"venvrun"}  # a concern that is one module (validate/bench in the wheel's venv)
+CONCERNS = {
+    "venvrun",
+    "up",
+}  # concerns that are one module (validate/bench in the wheel's venv; apexkit up)
 EDGE = {
     "cli",
     "commands",

@@ -1,0 +1,956 @@
+"""`apexkit up` (also `invoke up`): one node from bare to validated -- optional proxy check, doctor, install (an index
+hit or a build), validate, optional bench -- and one report (JSON + Markdown) with each stage's status, time, log and
+first failure with its fix.
+
+    apexkit up --venv ~/train-venv --index https://pypi.example/apex/simple/ [--bench] [--proxy-check] [--dry-run]
+
+Each stage is apexkit's own command run as a child process (`python -m apexkit <command> ...`), not a function call:
+  - every stage is exactly what a user would run by hand (the report names the command), with the same options,
+    locks and messages, so `up` adds no second code path to keep in step (install is its own command; validate and
+    bench need their own process anyway: they run the venv's interpreter);
+  - a stage's output goes to its own log file, whole, while the terminal gets one line per stage;
+  - a stage that dies (a traceback, SIGKILL, an out-of-memory compiler) fails its row, not the report: the next
+    stages are "skipped: <stage> failed" and the report is still written;
+  - the child's outcome comes back as data, not scraped text: its $APEXKIT_STATUS_FILE (exit code and its one-line
+    error, apexkit.statusfile), its --json output (doctor's and proxy.check's rows, install's wheel, validate's report).
+    The log's first `error:` line is only the fallback for a child that recorded nothing.
+
+Re-running skips what is already done: the state (<report>/state.json) keeps, per stage, a digest of the inputs of
+its last successful run -- the venv, its Python, its torch and torch_npu, the installed apex (the digest of its RECORD:
+which files of which wheel) and the stage's own options. A stage whose digest is unchanged is "done (from <time>)"
+and not run again; `--force` runs every stage. The state is read back as untrusted input: a corrupt one is ignored
+with one line and every stage runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import hashlib
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from apexkit import fsedit, locks, log, paths, statusfile, untrusted
+from apexkit.errors import ConfigError
+
+STAGES = ("proxy", "doctor", "install", "validate", "bench")
+OK, FAILED, SKIPPED, DONE = "ok", "failed", "skipped", "done"
+FORMAT = "apexkit-up/1"
+STATE_FORMAT = "apexkit-up-state/1"
+STATE_FILE = "state.json"
+STATE_MAX = 256 * 1024
+OUT_MAX = 4 << 20  # a stage's --json output read back
+LOG_SCAN = 4 << 20  # how much of a stage's log is searched for its first `error:` line
+TEXT_MAX = 400  # a cause, fix or detail taken from a child: one line, at most this long
+DEVICES = ("npu", "cuda", "cpu")
+PROXY_VARIABLES = ("http_proxy", "https_proxy", "no_proxy", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+# The venv's facts, read by its own Python (3.8+): prefix, version, and torch / torch_npu / apex from the metadata
+# (torch is not imported: fast, and a torch_npu without CANN does not break the probe). apex's RECORD digest names the
+# wheel that is installed (its files' hashes), whichever installer put it there.
+_PROBE = """
+import hashlib, json, platform, sys
+from importlib import metadata
+out = {"prefix": sys.prefix, "python": platform.python_version()}
+for name in ("torch", "torch_npu", "apex"):
+    try:
+        d = metadata.distribution(name)
+    except metadata.PackageNotFoundError:
+        out[name] = None
+        continue
+    rec = d.read_text("RECORD") or ""
+    out[name] = {"version": d.version, "record": hashlib.sha256(rec.encode()).hexdigest()}
+print(json.dumps(out))
+"""
+
+
+# --- what to run: options, target, plan (pure) ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Target:
+    """The venv `up` works on: its interpreter, how the stages are told about it, and the report's name for it."""
+
+    python: Path
+    flag: tuple[
+        str, str
+    ]  # ("--venv", DIR) or ("--interpreter", PATH): passed to doctor and install
+    name: str  # reports/up/<name>/
+
+
+@dataclass(frozen=True)
+class Options:
+    target: Target
+    report: Path
+    indexes: tuple[str, ...] = ()
+    no_build: bool = False
+    proxy_check: bool = False
+    bench: bool = False
+    bench_args: tuple[str, ...] = ()
+    device: str = "npu"
+    force: bool = False
+    dry_run: bool = False
+    as_json: bool = False
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    argv: tuple[str, ...]  # the whole command line (the interpreter first)
+    wanted: bool = True
+    why_not: str = ""  # why a stage that is not wanted is skipped
+    json_out: bool = False  # its stdout is JSON (kept apart from the log)
+
+
+def _safe_name(text: str) -> str:
+    name = re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("._") or "venv"
+    return name[:80]
+
+
+def resolve_target(venv: str | None, interpreter: str | None, environ: Mapping[str, str]) -> Target:
+    """--venv DIR, --interpreter PATH, else the active venv ($VIRTUAL_ENV)."""
+    if venv and interpreter:
+        raise ConfigError("--venv and --interpreter both given", "name the training venv one way")
+    if interpreter:
+        path = Path(interpreter).absolute()
+        if not path.is_file():
+            raise ConfigError(
+                f"--interpreter {interpreter}: no such file",
+                "pass the training venv's python, e.g. --interpreter ~/venv/bin/python",
+            )
+        home = path.parent.parent if path.parent.name == "bin" else path.parent
+        return Target(path, ("--interpreter", str(path)), _safe_name(home.name))
+    flag = "--venv"
+    if not venv:
+        venv = environ.get("VIRTUAL_ENV")
+        if not venv:
+            raise ConfigError(
+                "no venv given and none active ($VIRTUAL_ENV is unset)",
+                "pass --venv DIR or --interpreter PATH, or activate the training venv",
+            )
+        flag = "$VIRTUAL_ENV"
+    root = Path(venv).absolute()
+    python = root / "bin" / "python"
+    if not python.is_file():
+        raise ConfigError(
+            f"{flag} {venv}: {python} does not exist",
+            "create the venv first (python3 -m venv DIR, then install torch into it), or pass --interpreter PATH",
+        )
+    return Target(python, ("--venv", str(root)), _safe_name(root.name))
+
+
+def _check_index(url: str) -> str:
+    if any(c.isspace() for c in url) or not url:
+        raise ConfigError(f"--index {untrusted.shown(url)} is not a URL", "pass a URL or a path")
+    if log.mask(url) != url:
+        raise ConfigError(
+            f"--index {log.mask(url)} holds a password, and up passes --index on install's command line",
+            "set APEXKIT_INDEX instead (it reaches install through the environment) or put the credentials "
+            "in ~/.netrc",
+        )
+    return url
+
+
+def make_options(
+    venv: str | None = None,
+    interpreter: str | None = None,
+    index: Sequence[str] = (),
+    no_build: bool = False,
+    proxy_check: bool = False,
+    bench: bool = False,
+    bench_args: str | None = None,
+    device: str = "npu",
+    report: str | None = None,
+    force: bool = False,
+    dry_run: bool = False,
+    as_json: bool = False,
+    environ: Mapping[str, str] | None = None,
+) -> Options:
+    environ = os.environ if environ is None else environ
+    if device not in DEVICES:
+        raise ConfigError(
+            f"--device {untrusted.shown(device)} is not a device", "choose npu, cuda or cpu"
+        )
+    try:
+        extra = tuple(shlex.split(bench_args or ""))
+    except ValueError as exc:
+        raise ConfigError(
+            f"--bench-args cannot be split: {exc}", "quote it as a shell would"
+        ) from None
+    target = resolve_target(venv, interpreter, environ)
+    where = Path(report) if report else paths.reports_dir(environ) / "up" / target.name
+    return Options(
+        target=target,
+        report=where.absolute(),
+        indexes=tuple(_check_index(u) for u in index or ()),
+        no_build=no_build,
+        proxy_check=proxy_check,
+        bench=bench or bool(extra),
+        bench_args=extra,
+        device=device,
+        force=force,
+        dry_run=dry_run,
+        as_json=as_json,
+    )
+
+
+def plan(opts: Options, executable: str = sys.executable) -> list[Stage]:
+    """The five stages in order, each with the command it runs (pure: nothing is looked at)."""
+    apexkit = (executable, "-m", "apexkit")
+    target = opts.target
+    indexes = tuple(a for url in opts.indexes for a in ("--index", url))
+    return [
+        Stage(
+            "proxy",
+            (*apexkit, "proxy.check", "--json"),
+            wanted=opts.proxy_check,
+            why_not="not asked for (--proxy-check)",
+            json_out=True,
+        ),
+        Stage("doctor", (*apexkit, "doctor", "--json", *target.flag), json_out=True),
+        Stage(
+            "install",
+            (
+                *apexkit,
+                "install",
+                *target.flag,
+                *indexes,
+                *(("--no-build",) if opts.no_build else ()),
+                "--json",
+            ),
+            json_out=True,
+        ),
+        Stage(
+            "validate",
+            (
+                *apexkit,
+                "validate",
+                "--interpreter",
+                str(target.python),
+                "--device",
+                opts.device,
+                "--json",
+                str(opts.report / "validate.json"),
+            ),
+        ),
+        Stage(
+            "bench",
+            (
+                *apexkit,
+                "bench",
+                "--interpreter",
+                str(target.python),
+                "--device",
+                opts.device,
+                "--out",
+                str(opts.report / "bench"),
+                *opts.bench_args,
+            ),
+            wanted=opts.bench,
+            why_not="not asked for (--bench)",
+        ),
+    ]
+
+
+# --- the venv's facts and each stage's inputs ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Facts:
+    prefix: str
+    python: str
+    torch: str | None = None
+    torch_npu: str | None = None
+    apex: str | None = None  # the installed apex's version
+    apex_record: str | None = None  # the digest of its RECORD: which wheel is installed
+
+    def shown(self) -> str:
+        bits = [f"python {self.python}", f"torch {self.torch or '(none)'}"]
+        if self.torch_npu:
+            bits.append(f"torch_npu {self.torch_npu}")
+        bits.append(f"apex {self.apex or '(none)'}")
+        return ", ".join(bits)
+
+
+def _text(value: object, limit: int = 200) -> str | None:
+    return log.sanitise(value)[:limit] if isinstance(value, str) else None
+
+
+def parse_facts(data: object) -> Facts:
+    """The probe's JSON, untrusted: types checked, strings bounded."""
+    if not isinstance(data, dict) or not isinstance(data.get("prefix"), str):
+        raise ValueError("not the probe's object")
+    dists: dict[str, tuple[str | None, str | None]] = {}
+    for name in ("torch", "torch_npu", "apex"):
+        entry = data.get(name)
+        if isinstance(entry, dict):
+            record = entry.get("record")
+            dists[name] = (
+                _text(entry.get("version"), 80),
+                record if isinstance(record, str) and _SHA256.fullmatch(record) else None,
+            )
+        else:
+            dists[name] = (None, None)
+    return Facts(
+        prefix=_text(data["prefix"], 4096) or "",
+        python=_text(data.get("python"), 40) or "?",
+        torch=dists["torch"][0],
+        torch_npu=dists["torch_npu"][0],
+        apex=dists["apex"][0],
+        apex_record=dists["apex"][1],
+    )
+
+
+def probe(python: Path) -> Facts:
+    """The venv's facts, from its own interpreter."""
+    try:
+        proc = subprocess.run(
+            [str(python), "-I", "-c", _PROBE],
+            capture_output=True,
+            timeout=120,
+            stdin=subprocess.DEVNULL,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise ConfigError(
+            f"{python} does not run ({exc.__class__.__name__}: {exc})",
+            "pass the training venv (--venv DIR) or a working --interpreter PATH",
+        ) from None
+    try:
+        if proc.returncode != 0 or len(proc.stdout) > OUT_MAX:
+            raise ValueError
+        return parse_facts(json.loads(proc.stdout.decode().strip().splitlines()[-1]))
+    except (ValueError, IndexError, UnicodeDecodeError):
+        last = (proc.stderr.decode(errors="replace").strip().splitlines() or ["no output"])[-1]
+        raise ConfigError(
+            f"{python} cannot be probed (exit {proc.returncode}: {log.sanitise(last)[:TEXT_MAX]})",
+            "check that it is Python 3.8 or newer and runs: "
+            + shlex.join([str(python), "--version"]),
+        ) from None
+
+
+def stage_inputs(
+    name: str, facts: Facts, opts: Options, environ: Mapping[str, str]
+) -> dict[str, Any]:
+    """What a stage's result depends on: the same inputs, the same result."""
+    inputs: dict[str, Any] = {"venv": facts.prefix, "python": facts.python}
+    if name == "proxy":
+        return {
+            **inputs,
+            "proxy": {k: log.mask(environ[k]) for k in PROXY_VARIABLES if k in environ},
+        }
+    inputs.update(torch=facts.torch, torch_npu=facts.torch_npu)
+    if name == "doctor":
+        return inputs
+    inputs["apex"] = facts.apex_record  # the installed wheel
+    if name == "install":
+        indexes = list(opts.indexes) or [log.mask(environ.get("APEXKIT_INDEX", ""))]
+        return {**inputs, "indexes": indexes, "no_build": opts.no_build}
+    inputs["device"] = opts.device
+    if name == "bench":
+        inputs["bench_args"] = list(opts.bench_args)
+    return inputs
+
+
+def digest(inputs: Mapping[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
+
+
+# --- the state: per stage, the digest of its last successful run (untrusted on read) -------------------------------
+
+
+@dataclass(frozen=True)
+class Done:
+    key: str
+    finished: str  # ISO time, UTC
+    seconds: float
+    result: dict = field(default_factory=dict)
+
+
+def _iso(value: object) -> str | None:
+    if not isinstance(value, str) or len(value) > 40:
+        return None
+    try:
+        datetime.datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return value
+
+
+def _result(value: object) -> dict[str, str]:
+    """A stage's result kept in the state or taken from a child: flat strings only, bounded and sanitised."""
+    if not isinstance(value, dict):
+        return {}
+    return {
+        k: log.mask(log.sanitise(v))[:TEXT_MAX]
+        for k, v in list(value.items())[:20]
+        if isinstance(k, str) and re.fullmatch(r"[a-z][a-z0-9_]{0,31}", k) and isinstance(v, str)
+    }
+
+
+def parse_state(data: object) -> dict[str, Done]:
+    """The state file's object: ValueError naming what is wrong when it is not one apexkit up wrote."""
+    if not isinstance(data, dict) or data.get("format") != STATE_FORMAT:
+        raise ValueError(f"its format is not {STATE_FORMAT}")
+    stages = data.get("stages")
+    if not isinstance(stages, dict):
+        raise ValueError("its stages are not an object")
+    out = {}
+    for name, entry in stages.items():
+        if name not in STAGES:
+            continue
+        if not isinstance(entry, dict):
+            raise ValueError(f"stage {untrusted.shown(name)} is not an object")
+        key, finished, seconds = entry.get("key"), _iso(entry.get("finished")), entry.get("seconds")
+        if not isinstance(key, str) or not _SHA256.fullmatch(key):
+            raise ValueError(f"stage {name}: its key is not a sha256")
+        if finished is None:
+            raise ValueError(f"stage {name}: its time is not an ISO time")
+        if (
+            not isinstance(seconds, (int, float))
+            or isinstance(seconds, bool)
+            or not 0 <= seconds < 1e7
+        ):
+            raise ValueError(f"stage {name}: its seconds are not a duration")
+        out[name] = Done(key, finished, float(seconds), _result(entry.get("result")))
+    return out
+
+
+def load_state(report: Path) -> dict[str, Done]:
+    """The state beside the report; {} when there is none or it is not usable (one line says why)."""
+    path = report / STATE_FILE
+    if not os.path.lexists(path):
+        return {}
+    try:
+        return parse_state(untrusted.read_json_object(path, None, STATE_MAX, STATE_FILE))
+    except (untrusted.Untrusted, ValueError) as exc:
+        log.warn(f"ignoring {path}: {exc} (every stage runs again)")
+        return {}
+
+
+def state_bytes(state: Mapping[str, Done]) -> bytes:
+    stages = {
+        name: {"key": d.key, "finished": d.finished, "seconds": d.seconds, "result": d.result}
+        for name, d in state.items()
+    }
+    return (json.dumps({"format": STATE_FORMAT, "stages": stages}, indent=1) + "\n").encode()
+
+
+def previous_run(name: str, key: str, state: Mapping[str, Done], force: bool) -> Done | None:
+    """The earlier successful run with the same inputs, unless --force."""
+    done = state.get(name)
+    return done if done is not None and done.key == key and not force else None
+
+
+# --- one stage's row ------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Row:
+    name: str
+    status: str  # ok | failed | skipped | done
+    detail: str = ""
+    seconds: float = 0.0
+    log: str | None = None
+    command: list[str] = field(default_factory=list)
+    exit_code: int | None = None
+    cause: str | None = None
+    fix: str | None = None
+    finished: str | None = None
+    result: dict = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        return {
+            "name": self.name,
+            "status": self.status,
+            "detail": self.detail,
+            "seconds": round(self.seconds, 3),
+            "log": self.log,
+            "command": self.command,
+            "exit_code": self.exit_code,
+            "first_failure": {"cause": self.cause, "fix": self.fix} if self.cause else None,
+            "finished": self.finished,
+            "result": self.result,
+        }
+
+
+def _line(text: object) -> str:
+    return " ".join(log.mask(log.sanitise(str(text))).split())[:TEXT_MAX]
+
+
+def split_error(line: str) -> tuple[str, str]:
+    """`error: <cause> -- next: <fix>` (apexkit's one line) -> (cause, fix)."""
+    text = re.sub(r"^\s*error:\s*", "", line)
+    cause, _, fix = text.partition(" -- next: ")
+    return _line(cause), _line(fix)
+
+
+_ARGPARSE_ERROR = re.compile(
+    r"^\S+(?: \S+)?: error: "
+)  # "apexkit install: error: unrecognized arguments: ..."
+_UNKNOWN_COMMAND = re.compile(r"^apexkit: unknown command '([A-Za-z0-9._-]{1,40})'")
+
+
+def first_error_line(text: str) -> str | None:
+    """The first `error:` line of a log (apexkit's own, then argparse's `prog: error:`); else the last line."""
+    lines = [x.strip() for x in text.splitlines() if x.strip()]
+    for x in lines:
+        if x.startswith("error:"):
+            return x
+    for x in lines:
+        if _ARGPARSE_ERROR.match(x):
+            return "error: " + _ARGPARSE_ERROR.sub("", x) + " -- next: see the command's --help"
+        found = _UNKNOWN_COMMAND.match(x)
+        if found:
+            return (
+                f"error: this apexkit has no `{found[1]}` command -- next: update apexkit to a "
+                f"version with `apexkit {found[1]}`"
+            )
+    return lines[-1] if lines else None
+
+
+def failure_from_rows(data: object) -> tuple[str, str] | None:
+    """doctor / proxy.check --json: the first row that failed -> (cause, fix)."""
+    if not isinstance(data, list):
+        return None
+    for row in data:
+        if isinstance(row, dict) and row.get("status") == "fail":
+            detail = str(row.get("detail") or "").splitlines()
+            what = f"{row.get('area', '')} {row.get('name', '')}".strip()
+            return _line(f"{what}: {detail[0] if detail else 'failed'}"), _line(
+                row.get("fix") or ""
+            )
+    return None
+
+
+def rows_summary(data: object) -> str:
+    if not isinstance(data, list):
+        return ""
+    counts: dict[str, int] = {}
+    for row in data:
+        if isinstance(row, dict) and isinstance(row.get("status"), str):
+            counts[row["status"]] = counts.get(row["status"], 0) + 1
+    return ", ".join(
+        f"{n} {s}" for s, n in sorted(counts.items()) if s in ("ok", "warn", "fail", "skip")
+    )
+
+
+def failure_from_validate(data: object) -> tuple[str, str] | None:
+    """bench/validate_env.py's report: the first required check that is not ok -> (cause, fix)."""
+    if not isinstance(data, dict) or not isinstance(data.get("checks"), list):
+        return None
+    for check in data["checks"]:
+        if isinstance(check, dict) and check.get("required") and check.get("status") != "ok":
+            return (
+                _line(f"{check.get('check', '?')}: {check.get('detail', '')}"),
+                _line(check.get("hint") or "fix what the validation report says"),
+            )
+    return None
+
+
+def install_result(data: object) -> dict[str, str]:
+    """`apexkit install --json`: the wheel, its sha256, where it came from (untrusted: checked, bounded)."""
+    result = _result(data)
+    if "sha256" in result and not _SHA256.fullmatch(result["sha256"]):
+        del result["sha256"]
+    return {k: result[k] for k in ("status", "wheel", "sha256", "source") if k in result}
+
+
+def _read_capped(path: Path, limit: int) -> bytes | None:
+    try:
+        return untrusted.read_regular(path, None, limit)
+    except untrusted.Refused as exc:
+        if exc.kind == "size":  # a long log: its beginning holds the first error
+            with contextlib.suppress(OSError), open(path, "rb") as fh:
+                return fh.read(limit)
+        return None
+
+
+def _read_json(path: Path) -> object:
+    data = _read_capped(path, OUT_MAX)
+    if data is None:
+        return None
+    try:
+        return json.loads(data.decode())
+    except ValueError:
+        return None
+
+
+def child_env(environ: Mapping[str, str], status_file: Path) -> dict[str, str]:
+    """The stage's environment: this apexkit first on the path, its own status file, and no APEXKIT_BENCH_ARGS
+    (up passes --bench-args to the bench stage only; the variable would reach validate too)."""
+    env = {k: v for k, v in environ.items() if k != "APEXKIT_BENCH_ARGS"}
+    here = str(paths.PACKAGE.parent)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [here, *([environ["PYTHONPATH"]] if environ.get("PYTHONPATH") else [])]
+    )
+    env[statusfile.VARIABLE] = str(status_file)
+    return env
+
+
+def shown_command(argv: Sequence[str]) -> list[str]:
+    return [log.mask(log.sanitise(a)) for a in argv]
+
+
+def _open_log(path: Path):
+    """A stage's log, written afresh: a regular file of ours (a link or FIFO planted there is refused, not followed)."""
+    try:
+        fd = untrusted.open_regular(path, write=True)
+    except untrusted.Refused as exc:
+        raise ConfigError(
+            f"cannot write the stage log {exc}",
+            f"remove it, or pass another --report DIR than {path.parent.parent}",
+        ) from None
+    os.ftruncate(fd, 0)
+    return os.fdopen(fd, "wb")
+
+
+def run_stage(
+    stage: Stage, logs: Path, report: Path, environ: Mapping[str, str], extra_env: Mapping[str, str]
+) -> Row:
+    """Run one stage's command, its output in logs/<stage>.log (its JSON in logs/<stage>.json), and make its row."""
+    log_path, out_path = logs / f"{stage.name}.log", logs / f"{stage.name}.json"
+    status_path = logs / f"{stage.name}.status.json"
+    stale = [out_path, status_path] + (
+        [report / "validate.json"] if stage.name == "validate" else []
+    )
+    for path in stale:  # what an earlier run left is never read as this run's
+        path.unlink(missing_ok=True)
+    env = {**child_env(environ, status_path), **extra_env}
+    start = time.monotonic()
+    with _open_log(log_path) as fh, contextlib.ExitStack() as stack:
+        fh.write(("+ " + shlex.join(shown_command(stage.argv)) + "\n").encode())
+        fh.flush()
+        out = stack.enter_context(_open_log(out_path)) if stage.json_out else fh
+        try:
+            code = subprocess.call(
+                list(stage.argv), stdout=out, stderr=fh, stdin=subprocess.DEVNULL, env=env
+            )
+        except OSError as exc:
+            fh.write(f"error: cannot run {stage.argv[0]}: {exc.strerror or exc}\n".encode())
+            code = 127
+    seconds = time.monotonic() - start
+    row = Row(
+        stage.name,
+        OK if code == 0 else FAILED,
+        seconds=seconds,
+        log=str(log_path),
+        command=shown_command(stage.argv),
+        exit_code=code,
+        finished=now(),
+    )
+    data = _read_json(out_path) if stage.json_out else None
+    if stage.name in ("doctor", "proxy"):
+        row.detail = rows_summary(data)
+        found = failure_from_rows(data)
+    elif stage.name == "install":
+        row.result = install_result(data)
+        row.detail = " ".join(
+            filter(
+                None, (row.result.get("status"), row.result.get("wheel"), row.result.get("source"))
+            )
+        )
+        found = None
+    elif stage.name == "validate":
+        report_data = _read_json(report / "validate.json")
+        found = failure_from_validate(report_data)
+        if isinstance(report_data, dict) and isinstance(report_data.get("ok"), bool):
+            row.detail = "ready" if report_data["ok"] else "NOT ready"
+            row.result = {"verdict": row.detail, "report": str(report / "validate.json")}
+    else:
+        row.result = {"results": str(report / "bench")}
+        found = None
+    if code == 0:
+        return row
+    if (
+        found is None
+    ):  # the child's own one line; "invalid arguments" (a usage error) says more in the log
+        with contextlib.suppress(untrusted.Untrusted):
+            status = statusfile.read(status_path)
+            if status is not None and status.error and status.error != "invalid arguments":
+                found = split_error(status.error)
+    if found is None:
+        text = (_read_capped(log_path, LOG_SCAN) or b"").decode(errors="replace")
+        line = first_error_line(text.split("\n", 1)[1] if "\n" in text else "")
+        found = split_error(line) if line else (f"exit {code}", "")
+    row.cause, fix = found
+    row.fix = fix or f"read {log_path}"
+    row.detail = row.cause
+    return row
+
+
+def now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+# --- the report ----------------------------------------------------------------------------------------------------
+
+
+def report_dict(
+    opts: Options, facts: Facts | None, rows: list[Row], started: str, seconds: float
+) -> dict:
+    failed = next((r for r in rows if r.status == FAILED), None)
+    return {
+        "format": FORMAT,
+        "venv": opts.target.flag[1],
+        "interpreter": str(opts.target.python),
+        "facts": None
+        if facts is None
+        else {
+            "python": facts.python,
+            "torch": facts.torch,
+            "torch_npu": facts.torch_npu,
+            "apex": facts.apex,
+        },
+        "device": opts.device,
+        "started": started,
+        "seconds": round(seconds, 3),
+        "ok": failed is None,
+        "first_failure": None
+        if failed is None
+        else {"stage": failed.name, "cause": failed.cause, "fix": failed.fix},
+        "stages": [r.to_json() for r in rows],
+    }
+
+
+def _cell(text: object) -> str:
+    return log.sanitise(str(text or "")).replace("|", "\\|").replace("`", "'")
+
+
+def status_text(row: Mapping[str, Any]) -> str:
+    if row["status"] == DONE:
+        return f"done (from {row['finished']})"
+    if row["status"] == SKIPPED:
+        return f"skipped: {row['detail']}"
+    return str(row["status"])
+
+
+def render_markdown(report: Mapping[str, Any]) -> str:
+    lines = [
+        f"# apexkit up: {_cell(report['venv'])}",
+        "",
+        f"- started {report['started']}, {log.format_seconds(report['seconds'])}; device {report['device']}",
+    ]
+    facts = report.get("facts")
+    if facts:
+        lines.append(
+            "- " + ", ".join(f"{k} {_cell(v) if v else '(none)'}" for k, v in facts.items())
+        )
+    verdict = "**ready**" if report["ok"] else f"**failed** at {report['first_failure']['stage']}"
+    lines += [
+        f"- verdict: {verdict}",
+        "",
+        "| stage | status | time | detail | log |",
+        "|---|---|---|---|---|",
+    ]
+    for row in report["stages"]:
+        detail = "" if row["status"] == SKIPPED else _cell(row["detail"])
+        if row["first_failure"] and row["first_failure"]["fix"]:
+            detail += f" → {_cell(row['first_failure']['fix'])}"
+        seconds = "" if row["status"] == SKIPPED else log.format_seconds(row["seconds"])
+        where = f"`{_cell(row['log'])}`" if row["log"] else ""
+        lines.append(
+            f"| {row['name']} | {_cell(status_text(row))} | {seconds} | {detail} | {where} |"
+        )
+    failure = report.get("first_failure")
+    if failure:
+        lines += [
+            "",
+            f"First failure: **{failure['stage']}**: {_cell(failure['cause'])}",
+            "",
+            f"Fix: {_cell(failure['fix'])}",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def print_summary(report: Mapping[str, Any], where: Path | None) -> None:
+    facts = report.get("facts") or {}
+    shown = ", ".join(f"{k} {v or '(none)'}" for k, v in facts.items())
+    log.out(f"up: {report['venv']}" + (f" ({shown})" if shown else ""))
+    width = max(len(status_text(row)) for row in report["stages"])
+    for row in report["stages"]:
+        seconds = "" if row["status"] == SKIPPED else log.format_seconds(row["seconds"])
+        detail = "" if row["status"] in (SKIPPED, DONE) else row["detail"]
+        log.out(f"  {row['name']:<9} {status_text(row):<{width}} {seconds:>7}  {detail}".rstrip())
+        if row["first_failure"]:
+            log.out(f"  {'':<9} {'':<{width}} {'':>7}  → {row['first_failure']['fix']}")
+    if where is not None:
+        log.out(f"report: {where / 'up.md'} ({where / 'up.json'})")
+    log.out("ready" if report["ok"] else f"failed at {report['first_failure']['stage']}")
+
+
+# --- doing it ------------------------------------------------------------------------------------------------------
+
+
+def dry_run(opts: Options, stages: list[Stage]) -> int:
+    log.out(
+        f"apexkit up --dry-run: {opts.target.flag[1]} (report {opts.report}); nothing runs, nothing is written"
+    )
+    for stage in stages:
+        if stage.wanted:
+            log.out(f"  {stage.name:<9} {shlex.join(shown_command(stage.argv))}")
+        else:
+            log.out(f"  {stage.name:<9} skipped: {stage.why_not}")
+    log.out(
+        "a stage whose last run succeeded for the same venv, torch and wheel is not run again (--force: all)"
+    )
+    return 0
+
+
+def reprobe(python: Path, before: Facts) -> Facts:
+    """The venv's facts after install; the earlier ones (and one line) if it cannot be probed now."""
+    try:
+        return probe(python)
+    except ConfigError as exc:
+        log.warn(f"after install: {exc.format()}")
+        return before
+
+
+def write_report(report_dir: Path, report: dict, state: Mapping[str, Done]) -> None:
+    """up.json, up.md and the state, each written beside itself and renamed: never half-written."""
+    files = {
+        "up.json": (json.dumps(report, indent=1) + "\n").encode(),
+        "up.md": render_markdown(report).encode(),
+        STATE_FILE: state_bytes(state),
+    }
+    for name, data in files.items():
+        try:
+            fsedit.atomic_write(report_dir / name, data, 0o644)
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot write {report_dir / name}: {exc.strerror or exc}",
+                "free space there or pass --report DIR somewhere writable",
+            ) from None
+
+
+def execute(opts: Options, environ: Mapping[str, str] | None = None) -> int:
+    environ = os.environ if environ is None else environ
+    stages = plan(opts)
+    if opts.dry_run:
+        return dry_run(opts, stages)
+    facts = probe(opts.target.python)
+    report_dir = opts.report
+    try:
+        (report_dir / "logs").mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot create the report directory {report_dir}: {exc.strerror or exc}",
+            "pass --report DIR somewhere writable",
+        ) from None
+    with locks.hold(report_dir, f"the up report {report_dir}"):
+        state = dict(load_state(report_dir))
+        started, start = now(), time.monotonic()
+        rows: list[Row] = []
+        failed: str | None = None
+        extra_env: dict[str, str] = {}
+        interrupted = False
+        for stage in stages:
+            if failed:
+                rows.append(Row(stage.name, SKIPPED, f"{failed} failed"))
+                continue
+            if not stage.wanted:
+                rows.append(Row(stage.name, SKIPPED, stage.why_not))
+                continue
+            key = digest(stage_inputs(stage.name, facts, opts, environ))
+            done = previous_run(stage.name, key, state, opts.force)
+            if done is not None:
+                log.info(
+                    f"▸ {stage.name}: done (from {done.finished}), not run again (--force runs it)"
+                )
+                rows.append(
+                    Row(
+                        stage.name,
+                        DONE,
+                        f"done (from {done.finished})",
+                        seconds=done.seconds,
+                        log=str(report_dir / "logs" / f"{stage.name}.log"),
+                        command=shown_command(stage.argv),
+                        finished=done.finished,
+                        result=done.result,
+                    )
+                )
+            else:
+                log.info(f"▸ {stage.name} (log {report_dir / 'logs' / (stage.name + '.log')})")
+                try:
+                    row = run_stage(stage, report_dir / "logs", report_dir, environ, extra_env)
+                except KeyboardInterrupt:  # the report still says how far it got; exit 130 after it
+                    interrupted = True
+                    row = Row(
+                        stage.name,
+                        FAILED,
+                        "interrupted",
+                        log=str(report_dir / "logs" / f"{stage.name}.log"),
+                        command=shown_command(stage.argv),
+                        cause="interrupted (Ctrl-C)",
+                        fix="run apexkit up again: the stages already done are not run again",
+                        finished=now(),
+                    )
+                mark = "✓" if row.status == OK else "✕"
+                log.info(
+                    f"{mark} {stage.name}: {row.status}{f': {row.detail}' if row.detail else ''} "
+                    f"({log.format_seconds(row.seconds)})"
+                )
+                rows.append(row)
+                if stage.name == "install" and row.status == OK:
+                    facts = reprobe(opts.target.python, facts)  # install changed the venv
+                    key = digest(stage_inputs(stage.name, facts, opts, environ))
+                if row.status == OK:
+                    state[stage.name] = Done(key, row.finished or now(), row.seconds, row.result)
+                else:
+                    state.pop(stage.name, None)
+                    failed = stage.name
+            sha = rows[-1].result.get("sha256") if stage.name == "install" else None
+            if sha:  # the bench's environment block records the wheel it measured
+                extra_env["APEXKIT_APEX_WHEEL_SHA256"] = sha
+        report = report_dict(opts, facts, rows, started, time.monotonic() - start)
+        write_report(report_dir, report, state)
+    if opts.as_json:
+        sys.stdout.write(json.dumps(report, indent=1) + "\n")
+    else:
+        print_summary(report, report_dir)
+    if interrupted:
+        raise KeyboardInterrupt
+    return 0 if report["ok"] else 1
+
+
+def main(
+    venv: str | None = None,
+    interpreter: str | None = None,
+    index: Sequence[str] | None = None,
+    no_build: bool = False,
+    proxy_check: bool = False,
+    bench: bool = False,
+    bench_args: str | None = None,
+    device: str = "npu",
+    report: str | None = None,
+    force: bool = False,
+    dry_run: bool = False,
+    as_json: bool = False,
+) -> int:
+    """`apexkit up` / `invoke up`: exit 0 when every stage run is ok or done, 1 when one failed."""
+    opts = make_options(
+        venv,
+        interpreter,
+        index or (),
+        no_build,
+        proxy_check,
+        bench,
+        bench_args,
+        device,
+        report,
+        force,
+        dry_run,
+        as_json,
+    )
+    return execute(opts)
+
+
+__all__ = ["Options", "Stage", "execute", "main", "make_options", "plan"]

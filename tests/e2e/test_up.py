@@ -1,0 +1,355 @@
+"""Issue 25 item 6: `apexkit up` with its real stages -- apexkit's own commands as child processes, a real venv, a
+real (empty) index over HTTP on 127.0.0.1. The install stage is pointed at that empty index with --no-build, so it
+fails the same way whether or not this apexkit has `apexkit install` yet: the report names the failure and its fix,
+and the stages after it are skipped."""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import json
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, output
+
+
+def apexkit(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None):
+    return subprocess.run(
+        [sys.executable, "-m", "apexkit", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        cwd=cwd or ROOT,
+    )
+
+
+@pytest.fixture(scope="module")
+def train_venv(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("up") / "train"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(path)], check=True)
+    return path
+
+
+@pytest.fixture(scope="module")
+def empty_index(tmp_path_factory):
+    """A real PEP 503 index over HTTP on 127.0.0.1 that holds no project."""
+    root = tmp_path_factory.mktemp("empty-index")
+    (root / "simple").mkdir()
+    (root / "simple" / "index.html").write_text("<!DOCTYPE html><html><body></body></html>\n")
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/simple/"
+    server.shutdown()
+
+
+def clean_env(tmp_path: Path) -> dict[str, str]:
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith("APEXKIT_") and k != "VIRTUAL_ENV"
+    }
+    env["APEXKIT_CACHE_DIR"] = str(tmp_path / "cache")
+    return env
+
+
+def test_dry_run_prints_every_stage_and_runs_and_writes_nothing(train_venv, tmp_path):
+    report = tmp_path / "report"
+    proc = apexkit(
+        "up", "--venv", str(train_venv), "--index", "http://127.0.0.1:9/simple/", "--bench",
+        "--bench-args", "--model mlp", "--report", str(report), "--dry-run", env=clean_env(tmp_path),
+    )  # fmt: skip
+    assert proc.returncode == 0, output(proc)
+    lines = {
+        line.split()[0]: line for line in proc.stdout.splitlines()[1:] if line.startswith("  ")
+    }
+    assert list(lines) == ["proxy", "doctor", "install", "validate", "bench"]
+    assert "skipped: not asked for (--proxy-check)" in lines["proxy"]
+    assert f"-m apexkit doctor --json --venv {train_venv}" in lines["doctor"]
+    assert (
+        "-m apexkit install" in lines["install"]
+        and "--index http://127.0.0.1:9/simple/" in lines["install"]
+    )
+    assert f"validate --interpreter {train_venv}/bin/python" in lines["validate"]
+    assert lines["bench"].endswith("--model mlp")
+    assert not report.exists()
+
+
+def test_invoke_up_is_the_same_command(train_venv, tmp_path):
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "invoke",
+            "-r",
+            str(ROOT),
+            "up",
+            "--venv",
+            str(train_venv),
+            "--dry-run",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=clean_env(tmp_path),
+    )
+    assert proc.returncode == 0, output(proc)
+    assert f"-m apexkit install --venv {train_venv} --json" in proc.stdout
+
+
+def test_no_venv_is_one_line(tmp_path):
+    proc = apexkit("up", env=clean_env(tmp_path))
+    assert proc.returncode == 2
+    assert proc.stderr.strip().startswith("error: no venv given") and proc.stderr.count("\n") == 1
+    assert "Traceback" not in output(proc)
+
+
+def test_install_failing_is_reported_with_its_fix_and_later_stages_are_skipped(
+    train_venv, empty_index, tmp_path
+):
+    report = tmp_path / "report"
+    argv = ("up", "--venv", str(train_venv), "--index", empty_index, "--no-build", "--bench")
+    argv += ("--device", "cpu", "--report", str(report))
+    proc = apexkit(*argv, env=clean_env(tmp_path))
+    assert proc.returncode == 1, output(proc)
+    assert "Traceback" not in output(proc)
+    data = json.loads((report / "up.json").read_text())
+    stages = {s["name"]: s for s in data["stages"]}
+    assert [s["name"] for s in data["stages"]] == [
+        "proxy",
+        "doctor",
+        "install",
+        "validate",
+        "bench",
+    ]
+    assert stages["doctor"]["status"] == "ok" and stages["doctor"]["exit_code"] == 0
+    install = stages["install"]
+    assert install["status"] == "failed" and install["exit_code"] not in (0, None)
+    assert install["first_failure"]["cause"] and install["first_failure"]["fix"]
+    assert empty_index in " ".join(install["command"]) and "--no-build" in install["command"]
+    install_log = Path(install["log"])
+    assert install_log.is_file() and install_log.parent == report / "logs"
+    assert install_log.read_text().startswith("+ ")  # the command, then its whole output
+    for name in ("validate", "bench"):
+        assert (stages[name]["status"], stages[name]["detail"]) == ("skipped", "install failed")
+    assert data["first_failure"] == {"stage": "install", **install["first_failure"]}
+    assert (
+        data["facts"]["python"]
+        == f"{sys.version_info[0]}.{sys.version_info[1]}.{sys.version_info[2]}"
+    )
+    assert data["facts"]["apex"] is None
+    md = (report / "up.md").read_text()
+    assert "| install | failed |" in md and "skipped: install failed" in md
+    assert install["first_failure"]["fix"].replace("`", "'") in md
+    assert "failed at install" in proc.stdout
+
+    # again: doctor's last run succeeded for this venv and torch -- done, not run; install runs (and fails) again
+    before = (report / "logs" / "doctor.log").stat().st_mtime_ns
+    again = apexkit(*argv, "--json", env=clean_env(tmp_path))
+    assert again.returncode == 1, output(again)
+    data = json.loads(again.stdout)
+    stages = {s["name"]: s for s in data["stages"]}
+    assert stages["doctor"]["status"] == "done"
+    assert f"done (from {stages['doctor']['finished']})" in stages["doctor"]["detail"]
+    assert (report / "logs" / "doctor.log").stat().st_mtime_ns == before
+    assert stages["install"]["status"] == "failed"
+
+    # a corrupt state is ignored with one line, and every stage runs
+    (report / "state.json").write_text('{"format": "apexkit-up-state/1", "stages": {"doctor": 5}}')
+    third = apexkit(*argv, env=clean_env(tmp_path))
+    assert third.returncode == 1, output(third)
+    assert sum("ignoring" in line for line in third.stderr.splitlines()) == 1
+    data = json.loads((report / "up.json").read_text())
+    assert data["stages"][1]["status"] == "ok"
+
+
+def test_a_link_planted_as_a_stage_log_is_refused_not_followed(train_venv, tmp_path):
+    report = tmp_path / "report"
+    (report / "logs").mkdir(parents=True)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me\n")
+    (report / "logs" / "doctor.log").symlink_to(victim)
+    proc = apexkit(
+        "up", "--venv", str(train_venv), "--report", str(report), env=clean_env(tmp_path)
+    )
+    assert proc.returncode == 2, output(proc)
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "symbolic link" in errors[0], output(proc)
+    assert victim.read_text() == "keep me\n" and "Traceback" not in output(proc)
+
+
+def test_validate_runs_for_real_once_install_is_done_and_names_the_failed_check(
+    train_venv, empty_index, tmp_path
+):
+    """The state says install is done for exactly this venv (the key up itself computes): validate then runs the
+    real bench/validate_env.py in the venv, which holds no torch, and its first failed check is the stage's failure."""
+    from apexkit import up
+
+    report = tmp_path / "report"
+    argv = ["--venv", str(train_venv), "--index", empty_index, "--no-build", "--device", "cpu"]
+    opts = up.make_options(
+        venv=str(train_venv),
+        index=[empty_index],
+        no_build=True,
+        device="cpu",
+        report=str(report),
+        environ={},
+    )
+    facts = up.probe(opts.target.python)
+    key = up.digest(up.stage_inputs("install", facts, opts, {}))
+    report.mkdir()
+    done = {"install": up.Done(key, "2026-12-02T07:00:00+00:00", 12.5, {"wheel": "apex-x.whl"})}
+    (report / "state.json").write_bytes(up.state_bytes(done))
+    proc = apexkit("up", *argv, "--bench", "--report", str(report), env=clean_env(tmp_path))
+    assert proc.returncode == 1, output(proc)
+    data = json.loads((report / "up.json").read_text())
+    stages = {s["name"]: s for s in data["stages"]}
+    assert stages["install"]["status"] == "done" and stages["install"]["result"] == {
+        "wheel": "apex-x.whl"
+    }
+    assert stages["install"]["detail"] == "done (from 2026-12-02T07:00:00+00:00)"
+    validate = stages["validate"]
+    assert validate["status"] == "failed" and validate["detail"].startswith("torch: ")
+    assert validate["first_failure"] == {
+        "cause": "torch: ModuleNotFoundError: No module named 'torch'",
+        "fix": "install torch into this venv",
+    }
+    assert json.loads((report / "validate.json").read_text())["ok"] is False
+    assert (stages["bench"]["status"], stages["bench"]["detail"]) == ("skipped", "validate failed")
+    state = json.loads((report / "state.json").read_text())["stages"]
+    assert set(state) == {"doctor", "install"}  # validate failed: it runs again next time
+
+
+# --- a whole `up` with an index hit -----------------------------------------------------------------------------
+
+TORCH = "2.13.0+cpu"
+
+
+def make_torch_venv(path: Path) -> Path:
+    """A venv with pip and torch 2.13.0+cpu, installed by uv from this machine's local wheels (pip's config)."""
+    from apexkit import pipconfig
+    from apexkit.wheel import uvtools
+
+    uv = uvtools.find()
+    if uv is None:
+        pytest.skip("uv is not installed (pip install -r requirements.txt brings it)")
+    conf = pipconfig.read(os.environ)
+    sources = (
+        ["--no-index"] if not (conf.get("index-url") or conf.get_list("extra-index-url")) else []
+    )
+    sources += ["--index-url", conf["index-url"]] if conf.get("index-url") else []
+    for url in conf.get_list("extra-index-url"):
+        sources += ["--extra-index-url", url]
+    for links in conf.get_list("find-links"):
+        sources += ["--find-links", links]
+    env = {**os.environ, "UV_PYTHON_DOWNLOADS": "never", "UV_OFFLINE": "1"}
+    made = subprocess.run(
+        [uv.binary, "venv", "--seed", "-q", "--python", "3.11", str(path)],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    if made.returncode != 0:
+        pytest.skip(f"no Python 3.11 for a venv here: {made.stderr.strip()[-200:]}")
+    installed = subprocess.run(
+        [
+            uv.binary,
+            "pip",
+            "install",
+            "-q",
+            "--python",
+            str(path / "bin" / "python"),
+            *sources,
+            f"torch=={TORCH}",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert installed.returncode == 0, installed.stderr[-2000:]
+    return path
+
+
+@pytest.fixture(scope="module")
+def team_index(repos, shared_cache, tmp_path_factory) -> Path:
+    """One fixture build (torch 2.13.0, Python 3.11), published with `invoke publish` into a directory index."""
+    from conftest import Runner
+
+    tmp = tmp_path_factory.mktemp("up-team")
+    runner = Runner(repos, shared_cache, tmp)
+    built = runner.nox("3.11", "--no-smoke-test", "--jobs", "2")
+    assert built.returncode == 0, output(built)[-3000:]
+    index = tmp / "index"
+    published = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "invoke",
+            "-r",
+            str(ROOT),
+            "publish",
+            "--dist",
+            str(runner.dist),
+            "--index",
+            str(index),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert published.returncode == 0, output(published)[-3000:]
+    return index
+
+
+def test_a_whole_up_with_an_index_hit_then_again_with_everything_done(team_index, tmp_path):
+    venv = make_torch_venv(tmp_path / "train")
+    report = tmp_path / "report"
+    argv = (
+        "up",
+        "--venv",
+        str(venv),
+        "--index",
+        team_index.as_uri(),
+        "--no-build",
+        "--device",
+        "cpu",
+    )
+    argv += ("--report", str(report))
+    proc = apexkit(*argv, env=clean_env(tmp_path))
+    assert "Traceback" not in output(proc)
+    data = json.loads((report / "up.json").read_text())
+    stages = {s["name"]: s for s in data["stages"]}
+    assert stages["doctor"]["status"] == "ok", output(proc)
+    install = stages["install"]
+    assert install["status"] == "ok", output(proc)
+    listing = json.loads((team_index / "index.json").read_text())
+    published = {f["filename"]: f["sha256"] for f in listing["files"]}
+    assert install["result"]["status"] == "installed"
+    assert published[install["result"]["wheel"]] == install["result"]["sha256"]
+    assert data["facts"]["torch"] == TORCH and data["facts"]["apex"] == "0.1+ascend.torch2.13.0"
+    assert stages["validate"]["status"] == "ok" and stages["validate"]["detail"] == "ready", output(
+        proc
+    )
+    assert (
+        json.loads((report / "validate.json").read_text())["ok"] is True
+    )  # the real validation, in the venv
+    assert proc.returncode == 0 and "ready" in proc.stdout.splitlines()[-1]
+
+    # again: every stage is done for this venv, torch and wheel -- none runs, the report says when each was done
+    again = apexkit(*argv, "--json", env=clean_env(tmp_path))
+    assert again.returncode == 0, output(again)
+    data = json.loads(again.stdout)
+    statuses = {s["name"]: s["status"] for s in data["stages"]}
+    assert statuses == {
+        "proxy": "skipped",
+        "doctor": "done",
+        "install": "done",
+        "validate": "done",
+        "bench": "skipped",
+    }
+    assert {s["name"]: s["result"] for s in data["stages"]}["install"] == install["result"]
+    assert "▸ install (log" not in again.stderr and "install: done (from " in again.stderr
