@@ -311,7 +311,7 @@ COMMANDS: tuple[Command, ...] = (
     Command(
         "publish",
         "apexkit.commands:publish",
-        "Turn dist/ into a PEP 503 simple index (pip install apex --index-url file:///…/index/simple/) with an "
+        "Turn dist/ into a team index (apexkit install --index DIR; PEP 503 pages for pip) with an "
         "index.html grid, per-torch find-links pages and PEP 658 metadata.",
         (
             Opt("dist", "built targets (default: $APEXKIT_DIST_DIR, else ./dist)"),

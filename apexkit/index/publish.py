@@ -849,8 +849,8 @@ def publish(
         if not dry_run:
             write(root, files, root_url, cells)
             log.info(
-                f"  pip install apex --index-url {root.as_uri()}/simple/  "
-                "(or serve the folder: python3 -m http.server)"
+                f"  apexkit install --index {root.as_uri()}  (the wheel that fits a venv, torch untouched; "
+                "or serve the folder: python3 -m http.server)"
             )
             log.info(f"  the grid: {root.as_uri()}/index.html")
     if coverage:
