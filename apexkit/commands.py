@@ -538,48 +538,13 @@ def build_wheel(
 def team_index_lookup(
     opts: BuildOptions, env: Mapping[str, str] | None = None
 ) -> RemoteLookup | None:
-    """The team indexes of `opts` as the build's cache after the local one (apexkit.wheel.cache.RemoteLookup), or
-    None when none is asked (--no-cache, --no-team-index; a dry run stops before any lookup). Reached through pip's
-    proxy and CA settings, user:password@ in an index URL sent as Basic auth; every failure is one warning line and a
-    compile."""
+    """The team indexes of `opts` as the build's cache after the local one (apexkit.index.remote.build_lookup), or
+    None when none is asked (--no-cache, --no-team-index)."""
     if not opts.team_indexes or not opts.use_cache:
         return None
-    from apexkit.wheel.cache import RemoteHit
+    from apexkit.index import remote
 
-    def lookup(key: str, work: Path) -> RemoteHit | None:
-        from apexkit import log
-        from apexkit.errors import ApexkitError
-        from apexkit.index import remote
-
-        def cause(exc: Exception) -> str:
-            why = exc.cause if isinstance(exc, ApexkitError) else getattr(exc, "strerror", None)
-            return log.mask(str(why or exc))
-
-        try:
-            http = remote.make_client(opts.team_indexes, os.environ if env is None else env)
-        except (ApexkitError, OSError) as exc:  # pip's configuration (its CA bundle) is broken
-            log.warn(f"team index not asked ({cause(exc)}): compiling")
-            return None
-        # each index in turn: one that cannot be read or serves a wheel that is refused does not hide the next one
-        for n, index in enumerate(opts.team_indexes):
-            then = "asking the next index" if n + 1 < len(opts.team_indexes) else "compiling"
-            shown = remote.shown(index)
-            try:
-                candidate = remote.find_by_key(http, [index], key)
-                if candidate is None:
-                    continue
-                shown = candidate.shown
-                fetched = remote.fetch(http, candidate, work)
-            except remote.Refused as exc:
-                log.warn(f"team index {shown}: wheel refused ({exc}); nothing of it kept: {then}")
-                continue
-            except (remote.Unreachable, ApexkitError, OSError) as exc:
-                log.warn(f"team index {shown}: {cause(exc)}: {then}")
-                continue
-            return RemoteHit(fetched.wheel, fetched.manifest, fetched.documents, fetched.index)
-        return None
-
-    return lookup
+    return remote.build_lookup(opts.team_indexes, os.environ if env is None else env)
 
 
 def build(

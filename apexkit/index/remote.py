@@ -38,6 +38,7 @@ from apexkit import log, untrusted
 from apexkit.errors import ApexkitError, ConfigError
 from apexkit.index import client, publish, published
 from apexkit.wheel import distdir, sbom
+from apexkit.wheel.cache import RemoteHit, RemoteLookup
 
 WHEEL_MAX = 4 << 30  # bytes; a CUDA build of apex is some hundred MiB
 _PROJECT = re.compile(r"[a-z0-9]+(-[a-z0-9]+)*")
@@ -450,3 +451,44 @@ def _manifest(texts: dict[str, bytes], name: str, sha: str, entry: dict, where: 
                 f"the manifest of {untrusted.shown(name)} from {where} does not record the {kind} the index keeps"
             )
     return manifest
+
+
+# --- the build's cache after the local one ---------------------------------------------------------------------------
+
+
+def build_lookup(indexes: Sequence[str], env: Mapping[str, str]) -> RemoteLookup:
+    """The team indexes as a build's cache after the local one (apexkit.wheel.cache.RemoteLookup: the builder never
+    imports apexkit.index): reached through pip's proxy and CA settings, user:password@ in an index URL sent as Basic
+    auth; each index in turn, every failure one warning line, then a compile."""
+    indexes = tuple(indexes)
+
+    def lookup(key: str, work: Path) -> RemoteHit | None:
+        def cause(exc: Exception) -> str:
+            why = exc.cause if isinstance(exc, ApexkitError) else getattr(exc, "strerror", None)
+            return log.mask(str(why or exc))
+
+        try:
+            http = make_client(indexes, env)
+        except (ApexkitError, OSError) as exc:  # pip's configuration (its CA bundle) is broken
+            log.warn(f"team index not asked ({cause(exc)}): compiling")
+            return None
+        # each index in turn: one that cannot be read or serves a wheel that is refused does not hide the next one
+        for n, index in enumerate(indexes):
+            then = "asking the next index" if n + 1 < len(indexes) else "compiling"
+            where = shown(index)
+            try:
+                candidate = find_by_key(http, [index], key)
+                if candidate is None:
+                    continue
+                where = candidate.shown
+                fetched = fetch(http, candidate, work)
+            except Refused as exc:
+                log.warn(f"team index {where}: wheel refused ({exc}); nothing of it kept: {then}")
+                continue
+            except (Unreachable, ApexkitError, OSError) as exc:
+                log.warn(f"team index {where}: {cause(exc)}: {then}")
+                continue
+            return RemoteHit(fetched.wheel, fetched.manifest, fetched.documents, fetched.index)
+        return None
+
+    return lookup
