@@ -23,7 +23,8 @@ import os
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Mapping, Sequence
+import typing
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from apexkit import locks, log, paths, untrusted
@@ -37,7 +38,9 @@ STATUSES = ("installed", "already-installed", "built-and-installed", "would-inst
 MANIFEST_LIMIT = 32 << 20
 
 
-Builder = Callable[..., "Path | None"]  # (python, argv, prog) -> dist/<target>/, None for a dry run
+Builder = typing.Callable[
+    ..., "Path | None"
+]  # (python, argv, prog) -> dist/<target>/, None for a dry run
 
 
 class InstallError(EnvironmentSetupError):
