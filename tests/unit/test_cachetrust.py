@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from apexkit import cachetrust
+from apexkit import cachetrust, locks
 from apexkit.errors import ConfigError
 from apexkit.plan import matrix
 from apexkit.wheel import builder, buildplan, sources
@@ -150,6 +150,43 @@ def test_a_foreign_git_mirror_in_a_trusted_cache_is_one_line(tmp_path):
         and "owned by uid 65534: not using it" in line
         and "-- next: remove" in line
     )
+
+
+def test_the_pid_file_is_never_written_through_a_link(tmp_path):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    thing = tmp_path / "lk" / "thing"
+    thing.parent.mkdir()
+    pid_file = Path(str(locks.lock_file(thing)) + ".pid")
+    pid_file.symlink_to(victim)
+    with locks.hold(thing, "thing"):
+        pass
+    assert victim.read_text() == "precious\n"  # the release removed the link, not its target
+    assert not os.path.lexists(pid_file)
+    os.link(
+        victim, pid_file
+    )  # a hard link is not followed either: the file has another name, so it is left alone
+    with locks.hold(thing, "thing"):
+        assert victim.read_text() == "precious\n"
+    assert victim.read_text() == "precious\n"
+    os.mkfifo(
+        pid_file
+    )  # a FIFO with no reader: no hang, for the holder nor for a reader of its pid
+    with locks.hold(thing, "thing"):
+        assert locks.holder(thing) is None
+
+
+def test_under_umask_000_locks_and_the_cache_get_explicit_modes(tmp_path, umask_000):
+    thing = tmp_path / "cache" / "venvs" / "build-x"
+    with locks.hold(thing, "venv"):
+        pid_file = Path(str(locks.lock_file(thing)) + ".pid")
+        assert stat.S_IMODE(pid_file.stat().st_mode) == 0o644
+        assert locks.holder(thing) == os.getpid()
+    modes = _modes(tmp_path / "cache")
+    assert modes == {".": 0o755, "venvs": 0o755, "venvs/build-x.lock": 0o644}
+    made = cachetrust.trusted(tmp_path / "fresh" / "cache")
+    assert made == tmp_path / "fresh" / "cache"
+    assert _modes(tmp_path / "fresh") == {".": 0o755, "cache": 0o755}
 
 
 def test_doctor_warns_about_a_cache_others_can_write(tmp_path):
