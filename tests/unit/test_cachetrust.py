@@ -10,12 +10,13 @@ import stat
 import sys
 from pathlib import Path
 
+import fakes
 import pytest
 
 from apexkit import cachetrust, locks
 from apexkit.errors import ConfigError
 from apexkit.plan import matrix
-from apexkit.wheel import builder, buildplan, sources
+from apexkit.wheel import builder, buildplan, distdir, sources
 from apexkit.wheel.interpreters import Interpreter
 from apexkit.wheel.options import BuildOptions
 
@@ -187,6 +188,23 @@ def test_under_umask_000_locks_and_the_cache_get_explicit_modes(tmp_path, umask_
     made = cachetrust.trusted(tmp_path / "fresh" / "cache")
     assert made == tmp_path / "fresh" / "cache"
     assert _modes(tmp_path / "fresh") == {".": 0o755, "cache": 0o755}
+
+
+def test_under_umask_000_dist_gets_0755_and_0644(tmp_path, umask_000):
+    dist = tmp_path / "dist"
+    (tmp_path / "built").mkdir()
+    wheel = fakes.make_wheel(tmp_path / "built")
+    wheel.chmod(0o666)
+    manifest = {"target": {"identity": {}}, "wheel": {"file": wheel.name}}
+    files = {wheel.name: wheel, "sbom.cdx.json": b"{}", "provenance.json": b"{}"}
+    distdir.replace_dir(dist, "py3.11-x", files, manifest)
+    modes = _modes(dist)
+    assert modes.pop(".") == 0o755 and modes.pop(".locks") == 0o755
+    assert modes.pop("py3.11-x") == 0o755 and modes.pop(".locks/py3.11-x.lock") == 0o644
+    assert modes == {
+        f"py3.11-x/{n}": 0o644
+        for n in (wheel.name, "manifest.json", "sbom.cdx.json", "provenance.json")
+    }
 
 
 def test_doctor_warns_about_a_cache_others_can_write(tmp_path):
