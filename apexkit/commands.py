@@ -430,6 +430,11 @@ COMMANDS: tuple[Command, ...] = (
             ),
             Opt("keep_venv", "keep each node's venv after the run", False),
             Opt(
+                "venv",
+                "the training venv on the nodes (same path on each, or shared): up's way, the wheel goes in "
+                "--no-deps and torch is kept; default a fresh venv per node",
+            ),
+            Opt(
                 "resume",
                 "resubmit only the nodes of --results that have no result (same options as before)",
                 False,
