@@ -27,7 +27,7 @@ import typing
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from apexkit import locks, log, paths, untrusted
+from apexkit import envvars, locks, log, paths, untrusted
 from apexkit.errors import ConfigError, EnvironmentSetupError
 from apexkit.install import fit
 from apexkit.install import target as targets
@@ -302,12 +302,11 @@ def _check_pairing(t: Target) -> None:
 def build_argv(t: Target, build_options: str) -> list[str]:
     """The build's options for this venv: its torch (public release) and torch_npu, and the interpreter the venv was
     made from (the build venv is made from it; the target is never touched)."""
-    import shlex
 
     argv = ["--torch", t.torch_public or ""]
     if t.torch_npu:
         argv += ["--torch-npu", t.torch_npu]
-    extra = shlex.split(build_options or "")
+    extra = envvars.split_words(build_options or "", "--build-options")
     if t.base_executable and os.path.isfile(t.base_executable) and "--interpreter" not in extra:
         argv += ["--interpreter", t.base_executable]
     return argv + extra

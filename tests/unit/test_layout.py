@@ -34,6 +34,7 @@ SHARED = {
     "statusfile",
     "pipconfig",
     "netenv",
+    "envvars",
 }
 CONCERNS = {
     "venvrun",
