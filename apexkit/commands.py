@@ -11,7 +11,6 @@ from __future__ import annotations
 import importlib
 import inspect
 import os
-import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,7 +22,7 @@ if TYPE_CHECKING:
     from apexkit.wheel.cache import RemoteLookup
     from apexkit.wheel.options import BuildOptions
 
-from apexkit import netenv, vocab
+from apexkit import envvars, netenv, vocab
 from apexkit.errors import ConfigError
 
 REQUIRED = (
@@ -430,6 +429,11 @@ COMMANDS: tuple[Command, ...] = (
             ),
             Opt("keep_venv", "keep each node's venv after the run", False),
             Opt(
+                "venv",
+                "the training venv on the nodes (same path on each, or shared): up's way, the wheel goes in "
+                "--no-deps and torch is kept; default a fresh venv per node",
+            ),
+            Opt(
                 "resume",
                 "resubmit only the nodes of --results that have no result (same options as before)",
                 False,
@@ -562,7 +566,9 @@ def build(
 
         python = matrix.load().default_python
     argv = (
-        shlex.split(options) + shlex.split(remainder or "") + (["--image", image] if image else [])
+        envvars.split_words(options, "--options")
+        + envvars.split_words(remainder or "", "the build options")
+        + (["--image", image] if image else [])
     )
     # the dist/<target>/ written: the edge records it in the status file (exit 0), as for nox and apexkit build
     return build_wheel(python, argv, prog=f"invoke build --python {python} --")
@@ -731,14 +737,21 @@ def main(name: str, argv: list[str], prog: str) -> int:
     p = parser(command, prog)
     try:
         given = vars(p.parse_args(argv))
-        for opt in command.options:
-            if opt.default is REQUIRED:
-                positional = given.pop(f"_{opt.name}", None)
-                if positional is not None and given.get(opt.name) not in (None, positional):
-                    p.error(f"{opt.name.upper()} and {opt.flag} both given")
-                given[opt.name] = given.get(opt.name) or positional
-                if given[opt.name] is None:
-                    p.error(f"{opt.name.upper()} is required (or {opt.flag} VALUE)")
+        required = [o for o in command.options if o.default is REQUIRED]
+        # argparse fills the positionals first to last; the ones given as --flag take none of them
+        words = [w for w in (given.pop(f"_{o.name}", None) for o in required) if w is not None]
+        free = [o for o in required if given.get(o.name) is None]
+        if len(words) > len(free):
+            named = ", ".join(o.flag for o in required if o not in free)
+            p.error(
+                f"{len(words)} positional argument(s) for {len(free)} place(s) "
+                f"({' '.join(o.name.upper() for o in free) or 'none'}; {named} given as an option)"
+            )
+        for opt, word in zip(free, words):
+            given[opt.name] = word
+        for opt in required:
+            if given.get(opt.name) is None:
+                p.error(f"{opt.name.upper()} is required (or {opt.flag} VALUE)")
     except (
         SystemExit
     ) as exc:  # argparse: --help (0) or a usage error (2), recorded like any other exit

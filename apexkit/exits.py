@@ -3,6 +3,7 @@ run_in_session (nox sessions), run_task (invoke tasks); each records $APEXKIT_ST
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
@@ -14,6 +15,29 @@ T = TypeVar("T")
 
 
 STATUS_FILE = statusfile.VARIABLE
+UNEXPECTED = 70  # an exception apexkit did not turn into its own error: one line, not a traceback
+TRACEBACK = (
+    "APEXKIT_TRACEBACK"  # =1: let such an exception through, with its traceback (for a bug report)
+)
+
+
+def unexpected(exc: BaseException) -> str | None:
+    """One line for an exception that reached the edge without becoming an ApexkitError (an OSError from a file the
+    user named, a ValueError from a value nothing checked, a RecursionError from deep input), or None to let it
+    through (APEXKIT_TRACEBACK=1, or not an Exception at all)."""
+    if os.environ.get(TRACEBACK) == "1" or not isinstance(exc, Exception):
+        return None
+    if isinstance(exc, OSError):
+        where = f" ({exc.filename})" if getattr(exc, "filename", None) else ""
+        cause = f"{exc.strerror or exc}{where}"
+    else:
+        cause = str(exc) or "(no message)"
+    text = log.sanitise(log.mask(f"{type(exc).__name__}: {cause}"))
+    first = (text.splitlines() or [""])[0][:300]
+    return (
+        f"{first} -- next: check the input it names; if it looks right, this is an apexkit bug: "
+        f"rerun with {TRACEBACK}=1 and report the traceback"
+    )
 
 
 def record_status(code: int, error: str | None = None, result: object = None) -> None:
@@ -37,6 +61,12 @@ def run_in_session(session, func: Callable[[], T]) -> T | None:
             record_status(2, "invalid arguments")
             session.error("invalid arguments (see the usage line above; -- --help lists them)")
         record_status(0)
+    except Exception as exc:
+        line = unexpected(exc)
+        if line is None:
+            raise
+        record_status(UNEXPECTED, line)
+        session.error(line)
     else:
         record_status(0, result=result)
         return result
@@ -54,6 +84,12 @@ def run_task(func: Callable[[], object]) -> None:
     except ApexkitError as exc:
         record_status(exc.exit_code, exc.format())
         raise Exit(f"error: {log.mask(exc.format())}", code=exc.exit_code) from None
+    except Exception as exc:
+        line = unexpected(exc)
+        if line is None:
+            raise
+        record_status(UNEXPECTED, line)
+        raise Exit(f"error: {line}", code=UNEXPECTED) from None
     code = result if isinstance(result, int) else 0
     record_status(code, result=result)
     if code:
@@ -76,6 +112,13 @@ def exit_code(func: Callable[[], object]) -> int:
         log.console.print("interrupted", style="red")
         record_status(130, "interrupted")
         return 130
+    except Exception as exc:
+        line = unexpected(exc)
+        if line is None:
+            raise
+        log.console.print(f"[red]error:[/red] {log.escape(line)}", highlight=False, markup=True)
+        record_status(UNEXPECTED, line)
+        return UNEXPECTED
     code = result if isinstance(result, int) else 0
     record_status(code, result=result)
     return code

@@ -18,14 +18,13 @@ import hashlib
 import json
 import os
 import re
-import shlex
 import stat
 import subprocess
 import urllib.parse
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from apexkit import cachetrust, log, paths, pipconfig, urls, vocab
+from apexkit import cachetrust, envvars, log, paths, pipconfig, urls, vocab
 from apexkit.errors import BenchError, ConfigError, EnvironmentSetupError
 from apexkit.plan import matrix
 from apexkit.wheel import venvs
@@ -520,7 +519,7 @@ def parse(argv: list[str], prog: str) -> tuple[argparse.Namespace, list[str]]:
     if args.apexkit_help:
         parser.print_help()
         raise SystemExit(0)
-    return args, rest + shlex.split(os.environ.get("APEXKIT_BENCH_ARGS", ""))
+    return args, rest + envvars.words(os.environ, "APEXKIT_BENCH_ARGS")
 
 
 def main(script: str, argv: list[str], prog: str) -> int:

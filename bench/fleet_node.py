@@ -6,7 +6,11 @@
 On this node: a fresh node-local venv; the wheel of the plan's target downloaded from the index by pip and checked
 against the index's sha256; torch (+ torch_npu, --no-deps) installed; validate_env.py run in the venv (and a short
 amp_bench.py with the plan's bench arguments); one JSON result, named after the node, written atomically into the
-shared results directory. Every stage that fails becomes the node's first failing check with its fix, so a node
+shared results directory. With the plan's `venv` (fleet.submit --venv), `apexkit up`'s way instead: the node's own
+training venv is checked against the target (Python, torch, torch_npu), the wheel goes in --no-deps (torch is never
+touched; nodes sharing one venv take turns and install once), then the same validation and bench.
+
+Every stage that fails becomes the node's first failing check with its fix, so a node
 never just goes missing. Standard library only; never imports apexkit (it runs on nodes that do not have it).
 """
 
@@ -14,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
 import datetime
 import hashlib
 import json
@@ -147,12 +152,14 @@ class Node:
             "target": plan["target"],
             "index": plan["index"],
             "device": plan["device"],
+            "venv": plan.get("venv"),
             "started": now(),
             "stages": [],
             "verdict": None,
             "set_env": os.environ.get("APEXKIT_FLEET_SET_ENV") or None,
         }
         self.cleanup = None  # removes the node-local scratch (set by main)
+        self.before: dict = {}  # --venv: the training venv's versions before the wheel went in
         self.logins: dict = {}  # set by main from the plan's credentials file
         self.secrets: list = []
 
@@ -229,14 +236,20 @@ class Node:
         entry = self.index_entry()  # first: an index this node cannot reach fails in seconds
         if entry is None:
             return self.finish("fail")
-        venv = work / "venv"
-        if not self.run(
-            "venv",
-            [sys.executable, "-m", "venv", str(venv)],
-            f"make sure {sys.executable} has the venv module (python3-venv) and {work} is writable",
-        ):
-            return self.finish("fail")
-        py = str(venv / "bin" / "python")
+        training = self.training_venv() if plan.get("venv") else None
+        if plan.get("venv"):
+            if training is None:
+                return self.finish("fail")
+            py = str(training)
+        else:
+            venv = work / "venv"
+            if not self.run(
+                "venv",
+                [sys.executable, "-m", "venv", str(venv)],
+                f"make sure {sys.executable} has the venv module (python3-venv) and {work} is writable",
+            ):
+                return self.finish("fail")
+            py = str(venv / "bin" / "python")
         pip = [py, "-m", "pip", "--disable-pip-version-check"]
         self.result["wheel"] = {
             "filename": entry["filename"],
@@ -289,6 +302,12 @@ class Node:
             "the index changed under the run or a cache/mirror serves another file: publish again",
         ):
             return self.finish("fail")
+        if (
+            training is not None
+        ):  # the training venv: torch as it is, the wheel --no-deps, once per venv
+            if not self.install_into_training_venv(py, wheel):
+                return self.finish("fail")
+            return self.finish("ok" if self.checked(py, work) else "fail")
         torch_env = {}  # pip reads these like its options; a login never goes on a command line
         if plan.get("find_links"):
             torch_env["PIP_FIND_LINKS"] = " ".join(
@@ -321,27 +340,136 @@ class Node:
             "the wheel does not install into this node's Python: check the target's Python and arch",
         ):
             return self.finish("fail")
-        versions = subprocess.run(
-            [
-                py,
-                "-c",
-                "import importlib.metadata as m, json\nout = {}\n"
-                "for n in ('torch', 'torch-npu'):\n    try: out[n] = m.version(n)\n"
-                "    except Exception: out[n] = None\nprint(json.dumps(out))",
-            ],
-            capture_output=True,
-            text=True,
-        )
-        if versions.returncode == 0:
-            found = json.loads(versions.stdout)
-            self.result["torch"], self.result["torch_npu"] = (
-                found.get("torch"),
-                found.get("torch-npu"),
-            )
+        return self.finish("ok" if self.checked(py, work) else "fail")
+
+    def checked(self, py: str, work: Path) -> bool:
+        """The venv's torch versions into the result, then validate (and bench)."""
+        found = installed(py)
+        if found is not None:
+            self.result["torch"], self.result["torch_npu"] = found["torch"], found["torch-npu"]
         verdict = self.validate(py, work)
-        if plan.get("bench") is not None:
+        if self.plan.get("bench") is not None:
             verdict = self.bench(py, work) and verdict
-        return self.finish("ok" if verdict else "fail")
+        return verdict
+
+    # --- --venv: the training venv every node already has ------------------------------------------------------------
+    def training_venv(self) -> Path | None:
+        """The plan's --venv on this node, if its Python, torch and torch_npu are the target's (what `apexkit up`
+        checks before installing): its python, else None with the stage that says why."""
+        plan = self.plan
+        self.mark("training venv")
+        start = time.monotonic()
+        fix = (
+            f"make the training venv at {plan['venv']} on every node (or on storage they all mount) with Python "
+            f"{plan['python']} and torch {plan['torch']}"
+            + (f" + torch_npu {plan['torch_npu']}" if plan.get("torch_npu") else "")
+            + ", or submit without --venv (a fresh venv per node)"
+        )
+        try:
+            root = expand_dir(plan["venv"], os.environ)
+        except ValueError as exc:
+            self.stage("training venv", False, 0, f"--venv {plan['venv']}: {exc}", fix)
+            return None
+        py = root / "bin" / "python"
+        found = installed(str(py)) if py.is_file() else None
+        if found is None:
+            why = f"{py} does not exist" if not py.is_file() else f"{py} does not run"
+            self.stage("training venv", False, time.monotonic() - start, why, fix)
+            return None
+        self.before = found
+        wrong = []
+        if found["python"] != plan["python"]:
+            wrong.append(f"Python {found['python']}, not {plan['python']}")
+        torch = (found["torch"] or "").split("+")[0]
+        if torch != plan["torch"].split("+")[0]:
+            wrong.append(f"torch {found['torch'] or 'missing'}, not {plan['torch']}")
+        if plan.get("torch_npu") and found["torch-npu"] != plan["torch_npu"]:
+            wrong.append(f"torch_npu {found['torch-npu'] or 'missing'}, not {plan['torch_npu']}")
+        detail = "; ".join(wrong) or (
+            f"{root}: Python {found['python']}, torch {found['torch']}"
+            + (f", torch_npu {found['torch-npu']}" if found["torch-npu"] else "")
+        )
+        if wrong:
+            detail = f"{root} has {detail} (the target is {plan['target']})"
+        ok = self.stage("training venv", not wrong, time.monotonic() - start, detail, fix)
+        return py if ok else None
+
+    def install_into_training_venv(self, py: str, wheel: Path) -> bool:
+        """The wheel --no-deps into the training venv: never torch or torch_npu. Nodes sharing one venv (on shared
+        storage) take turns through a lock directory; a venv already holding this very build (its RECORD) is left
+        as it is, so a node never rewrites apex under another node's validation."""
+        root = Path(py).parent.parent
+        lock = root / ".apexkit-fleet-install.lock"
+        self.mark("install wheel")
+        start = time.monotonic()
+        deadline = start + LOCK_WAIT
+        while True:
+            try:
+                os.mkdir(lock, 0o700)  # atomic on local disks and NFS alike
+                break
+            except FileExistsError:
+                if time.monotonic() > deadline:
+                    self.stage(
+                        "install wheel",
+                        False,
+                        time.monotonic() - start,
+                        f"another node has held {lock} for {int(LOCK_WAIT)} s",
+                        f"if no node is installing into {root}, remove {lock} and resubmit with --resume",
+                    )
+                    return False
+                time.sleep(1)
+            except OSError as exc:
+                self.stage(
+                    "install wheel",
+                    False,
+                    0,
+                    f"cannot lock {root}: {exc.strerror or exc}",
+                    f"this user must be able to write {root} (the training venv)",
+                )
+                return False
+        try:
+            found = installed(py)
+            if found is not None and same_build(wheel, found.get("apex_record")):
+                return self.stage(
+                    "install wheel",
+                    True,
+                    time.monotonic() - start,
+                    f"already installed: {wheel.name} (same RECORD), not reinstalled",
+                )
+            if not self.run(
+                "install wheel",
+                [
+                    py,
+                    "-m",
+                    "pip",
+                    "--disable-pip-version-check",
+                    "install",
+                    "-q",
+                    "--no-deps",
+                    "--force-reinstall",
+                    str(wheel),
+                ],
+                "the wheel does not install into the training venv: check its Python and arch",
+            ):
+                return False
+        finally:
+            with contextlib.suppress(OSError):
+                os.rmdir(lock)
+        after = installed(py) or {}
+        changed = [
+            f"{name} {self.before[name]} -> {after.get(name)}"
+            for name in ("torch", "torch-npu")
+            if after.get(name) != self.before[name]
+        ]
+        if changed:
+            return self.stage(
+                "torch kept",
+                False,
+                0,
+                "installing the wheel changed " + ", ".join(changed),
+                "reinstall the venv's torch, and report this as an apexkit bug (the wheel went in --no-deps)",
+            )
+        return True
 
     def index_entry(self) -> dict | None:
         """The target's file and sha256, read from the index the way this node sees it."""
@@ -464,6 +592,60 @@ class Node:
                     }
                     return proc is not None
         return False
+
+
+LOCK_WAIT = 900.0  # seconds a node waits for another node's install into a shared training venv
+RECORD_MAX = 4 << 20
+_INSTALLED = """
+import importlib.metadata as m, json, platform
+out = {"python": ".".join(platform.python_version_tuple()[:2])}
+for n in ("torch", "torch-npu", "apex"):
+    try:
+        out[n] = m.version(n)
+    except Exception:
+        out[n] = None
+try:
+    out["apex_record"] = (m.distribution("apex").read_text("RECORD") or "")[:RECORD_MAX]
+except Exception:
+    out["apex_record"] = None
+print(json.dumps(out))
+""".replace("RECORD_MAX", str(RECORD_MAX))
+
+
+def installed(py: str) -> dict | None:
+    """Python X.Y and the versions of torch, torch-npu and apex in `py`'s environment (apex's RECORD too)."""
+    try:
+        proc = subprocess.run([py, "-c", _INSTALLED], capture_output=True, text=True, timeout=300)
+        data = json.loads(proc.stdout) if proc.returncode == 0 else None
+    except (OSError, ValueError, subprocess.TimeoutExpired):
+        return None
+    if not isinstance(data, dict):
+        return None
+    keys = ("python", "torch", "torch-npu", "apex", "apex_record")
+    return {k: data.get(k) if isinstance(data.get(k), str) else None for k in keys}
+
+
+def same_build(wheel: Path, record) -> bool:
+    """True when the installed apex holds every file of `wheel` with the same hash (pip keeps the wheel's RECORD
+    lines and only adds its own): the very same build is installed."""
+    if not record:
+        return False
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(wheel) as zf:
+            name = next(
+                (n for n in zf.namelist() if n.endswith(".dist-info/RECORD") and n.count("/") == 1),
+                None,
+            )
+            if name is None or zf.getinfo(name).file_size > RECORD_MAX:
+                return False
+            wanted = zf.read(name).decode("utf-8").splitlines()
+    except (OSError, ValueError, zipfile.BadZipFile, UnicodeError):
+        return False
+    have = set(record.splitlines())
+    files = [line for line in wanted if line and not line.split(",")[0].endswith("/RECORD")]
+    return bool(files) and all(line in have for line in files)
 
 
 def write_json(path: Path, data: dict) -> None:

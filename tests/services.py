@@ -13,6 +13,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -332,3 +333,53 @@ def slurm_available() -> tuple[bool, str]:
     if os.geteuid() != 0:
         return False, "needs root (munged, slurmctld and slurmd run as root in the test cluster)"
     return True, ""
+
+
+# --- a training venv -------------------------------------------------------------------------------------------
+
+TORCH = "2.13.0+cpu"  # the torch this machine has wheels of for Python 3.11
+
+
+def make_torch_venv(path: Path) -> Path:
+    """A venv with pip and torch 2.13.0+cpu, installed by uv from this machine's local wheels (pip's config)."""
+    from apexkit import pipconfig
+    from apexkit.wheel import uvtools
+
+    uv = uvtools.find()
+    if uv is None:
+        pytest.skip("uv is not installed (pip install -r requirements.txt brings it)")
+    conf = pipconfig.read(os.environ)
+    sources = (
+        ["--no-index"] if not (conf.get("index-url") or conf.get_list("extra-index-url")) else []
+    )
+    sources += ["--index-url", conf["index-url"]] if conf.get("index-url") else []
+    for url in conf.get_list("extra-index-url"):
+        sources += ["--extra-index-url", url]
+    for links in conf.get_list("find-links"):
+        sources += ["--find-links", links]
+    env = {**os.environ, "UV_PYTHON_DOWNLOADS": "never", "UV_OFFLINE": "1"}
+    python = sys.executable if sys.version_info[:2] == (3, 11) else shutil.which("python3.11")
+    if python is None:
+        pytest.skip("no Python 3.11 here for the training venv")
+    # the stdlib's venv seeds pip from ensurepip (uv venv --seed would fetch pip from an index: offline, it cannot)
+    made = subprocess.run(
+        [python, "-m", "venv", str(path)], capture_output=True, text=True, env=env
+    )
+    assert made.returncode == 0, made.stderr[-2000:]
+    installed = subprocess.run(
+        [
+            uv.binary,
+            "pip",
+            "install",
+            "-q",
+            "--python",
+            str(path / "bin" / "python"),
+            *sources,
+            f"torch=={TORCH}",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert installed.returncode == 0, installed.stderr[-2000:]
+    return path

@@ -24,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from apexkit import dockerclient, log, paths, statusfile, untrusted, vocab
+from apexkit import dockerclient, envvars, log, paths, statusfile, untrusted, vocab
 from apexkit.errors import ApexkitError, ConfigError
 from apexkit.fleet import slurm
 from apexkit.images import builder
@@ -48,7 +48,22 @@ def load_combinations(path: Path | None) -> tuple[matrix.Matrix, list[Combinatio
         table = dict(m.data.get("matrix", {}))
         table.update({k: data[k] for k in ("images", "image") if k in data})
         m = matrix.Matrix({**m.data, "matrix": table})
-    return m, m.combinations(data.get("include", []))
+    include = data.get("include")
+    if not isinstance(include, list) or not include:
+        whole = "matrix" in data and isinstance(data["matrix"], dict)
+        raise ConfigError(
+            f"--matrix {path} holds no [[include]] tables"
+            + (
+                " (it is a whole matrix.toml: its combinations are [[matrix.include]])"
+                if whole
+                else ""
+            )
+            + ": nothing would be built",
+            "drop --matrix to use matrix.toml"
+            if whole
+            else "add [[include]] tables (python, torch, ...)",
+        )
+    return m, m.combinations(include)
 
 
 def image_for(
@@ -395,9 +410,9 @@ def run_all(
 
 # --- the matrix on a Slurm cluster (--run --slurm) -----------------------------------------------------------------
 
-SLURM_POLL = float(
-    os.environ.get("APEXKIT_SLURM_POLL", "5")
-)  # seconds between squeue calls while waiting
+SLURM_POLL = (
+    5.0  # seconds between squeue calls while waiting ($APEXKIT_SLURM_POLL, read when a run starts)
+)
 
 
 def _per_arch(
@@ -666,6 +681,7 @@ def run_slurm(
             print(batch_script(m, combo, passthrough, stage, build_dir, logs, opts), end="")
         return []
     slurm.check_slurm()
+    poll = envvars.number(os.environ, "APEXKIT_SLURM_POLL", SLURM_POLL, low=0.1, high=600.0)
     stage.mkdir(parents=True, exist_ok=True)
     force = "--force" in passthrough
     jobs: dict[str, Combination] = {}
@@ -726,7 +742,7 @@ def run_slurm(
                     combo, job_id, stage, dist, logs, force, time.monotonic() - submitted_at[job_id]
                 )
             if waiting:
-                time.sleep(SLURM_POLL)
+                time.sleep(poll)
     except (
         BaseException
     ):  # Ctrl-C or a lost controller: the jobs this run submitted do not outlive it

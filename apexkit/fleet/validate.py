@@ -134,6 +134,9 @@ class Plan:
     node_dir: str | None = None  # None: $TMPDIR/apexkit-fleet on the node, else /tmp/apexkit-fleet
     set_env: tuple[str, ...] = SET_ENV
     keep_venv: bool = False
+    venv: str | None = (
+        None  # the training venv on the nodes (up's way); None: a fresh venv per node
+    )
     submission: int = 1
     extra_sbatch: tuple[str, ...] = field(default=())
     # (URL as written to shared files, the same URL with its user:token@): never in fleet.json, the plan or the script
@@ -180,6 +183,7 @@ class Plan:
             "node_python": self.node_python,
             "set_env": list(self.set_env),
             "keep_venv": self.keep_venv,
+            "venv": self.venv,
             "credentials": str(self.credentials_file) if self.credentials else None,
         }
 
@@ -229,6 +233,13 @@ def check_plan(plan: Plan) -> None:
                 "would be inside the shared submit directory)",
                 "pass a node-local path like /tmp/apexkit-fleet or $TMPDIR/apexkit-fleet",
             )
+    if plan.venv is not None:
+        c("node_dir", plan.venv, "--venv")
+        if not plan.venv.startswith(("/", "$")):
+            raise ConfigError(
+                f"--venv {inputs.untrusted.shown(plan.venv)} is not an absolute path",
+                "pass the training venv's path as the nodes see it, e.g. /shared/envs/train or $HOME/venvs/train",
+            )
     for item in plan.set_env:
         c("path", item, "--set-env")
     for arg in plan.bench or ():
@@ -262,7 +273,12 @@ def render_script(plan: Plan) -> str:
         f"#SBATCH --output={q(str(fleet))}/logs/job-%j.out",
         *(f"#SBATCH {q(extra)}" for extra in plan.extra_sbatch),
         f"# apexkit fleet: {q(plan.target)} from {log.sanitise(inputs.shown_url(plan.index.url, plan.logins))}"
-        " on every node of the allocation, validated for "
+        + (
+            f" installed into the training venv {plan.venv} (torch kept)"
+            if plan.venv
+            else " in a fresh venv"
+        )
+        + " on every node of the allocation, validated for "
         f"--device {plan.device}{' and benchmarked' if plan.bench is not None else ''}",
         "# one srun step per node (not a job array: array tasks cannot be pinned to distinct nodes); each step",
         "# stands alone (--kill-on-bad-exit=0, --no-kill) and writes <results>/<node>.json",
@@ -859,6 +875,7 @@ def stored_plan(results: str) -> Plan:
             node_dir=_text(p.get("node_dir")),
             set_env=tuple(str(x) for x in p.get("set_env") or SET_ENV),
             keep_venv=bool(p.get("keep_venv")),
+            venv=_text(p.get("venv")),
             submission=int(last.get("submission", 1)),
             credentials=tuple(logins.items()),
         )
@@ -894,6 +911,7 @@ def make_plan(
     node_dir: str | None = None,
     set_env: str | None = None,
     keep_venv: bool = False,
+    venv: str | None = None,
     resume: bool = False,
 ) -> Plan:
     """Options -> a checked Plan (the command edge calls this; tests too)."""
@@ -926,6 +944,7 @@ def make_plan(
         ("--time-limit", time_limit, "time"),
         ("--node-interpreter", node_python, "path"),
         ("--node-dir", node_dir, "node_dir"),
+        ("--venv", venv, "node_dir"),
     ):
         if value is not None:
             inputs.check(kind, value, option)
@@ -1001,6 +1020,7 @@ def make_plan(
         node_dir=node_dir or None,
         set_env=set_env_files,
         keep_venv=keep_venv,
+        venv=venv or None,
         credentials=tuple(logins.items()),
     )
     check_plan(plan)

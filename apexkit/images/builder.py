@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from apexkit import cachetrust, checks, dockerclient, fsedit, log, netenv, paths, urls
+from apexkit import cachetrust, checks, dockerclient, fsedit, log, netenv, paths, untrusted, urls
 from apexkit.errors import ApexkitError, ConfigError, ImageError, InterpreterNotFoundError
 from apexkit.proxy import layers
 
@@ -243,6 +243,25 @@ def slug(reference: str) -> str:
     )
 
 
+ID_MAX = (1 << 31) - 2  # the largest uid/gid useradd/groupadd take
+# docker's reference grammar: [host[:port]/]name-component(/name-component)*[:tag][@digest], names lower case
+_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_REFERENCE = re.compile(
+    rf"(?:[A-Za-z0-9.-]+(?::\d{{1,5}})?/)?{_COMPONENT}(?:/{_COMPONENT})*"
+    r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[0-9a-f]{64})?"
+)
+
+
+def check_reference(reference: str, option: str) -> str:
+    """An image reference as docker reads it (one line, no '..', lower-case names), else one ConfigError."""
+    if len(reference) > 255 or not _REFERENCE.fullmatch(reference) or ".." in reference:
+        raise ConfigError(
+            f"{option} {untrusted.shown(reference)} is not an image reference",
+            "pass NAME[:TAG] with a lower-case name, e.g. ubuntu:22.04 or registry.local:5000/team/builder:1",
+        )
+    return reference
+
+
 def default_tag(base: str, arch: str) -> str:
     return f"{BUILDER_REPO}:{slug(base)}-{arch}"
 
@@ -332,11 +351,20 @@ def plan_image(
             "e.g. --base openeuler/openeuler:22.03 or --base debootstrap:bookworm",
         )
     suite = debootstrap_suite(base)
+    if not suite:
+        check_reference(base, "--base")
+    if tag is not None:
+        check_reference(tag, "--tag")
     base_ref = f"{BASE_REPO}:debian-{suite}-{arch}" if suite else base
     if uid <= 0 or gid <= 0:
         raise ConfigError(
             f"--uid {uid} / --gid {gid}: the build user must not be root",
             "pass --uid 1000 --gid 1000",
+        )
+    if uid > ID_MAX or gid > ID_MAX:
+        raise ConfigError(
+            f"--uid {uid} / --gid {gid}: beyond the largest id useradd takes ({ID_MAX})",
+            "pass your own id (id -u / id -g)",
         )
     settings = proxy_settings(environ)
     index_from = (

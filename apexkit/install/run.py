@@ -8,7 +8,8 @@
    reach) is built for the venv's Python and torch (commands.build_wheel's own path: its build venv, never the target)
    unless --no-build; --publish-to DIR then adds the built target to that directory index;
 4. the wheel's own tags and METADATA are checked against the venv (an index.json can lie), then the venv's pip installs
-   that one file: --no-deps --no-index --force-reinstall, nothing contacted;
+   that one file: --no-deps --no-index --force-reinstall, by name from a folder holding only it (so pip freeze says
+   apex==V, not a temporary file:// path), nothing contacted;
 5. the venv is probed again: the wheel's files in place, every Requires-Dist met, torch and torch_npu the same
    versions as before -- otherwise apex is uninstalled again and the command fails.
 """
@@ -27,7 +28,7 @@ import typing
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from apexkit import cachetrust, locks, log, untrusted
+from apexkit import cachetrust, envvars, locks, log, untrusted
 from apexkit.errors import ConfigError, EnvironmentSetupError
 from apexkit.install import fit
 from apexkit.install import target as targets
@@ -302,12 +303,11 @@ def _check_pairing(t: Target) -> None:
 def build_argv(t: Target, build_options: str) -> list[str]:
     """The build's options for this venv: its torch (public release) and torch_npu, and the interpreter the venv was
     made from (the build venv is made from it; the target is never touched)."""
-    import shlex
 
     argv = ["--torch", t.torch_public or ""]
     if t.torch_npu:
         argv += ["--torch-npu", t.torch_npu]
-    extra = shlex.split(build_options or "")
+    extra = envvars.split_words(build_options or "", "--build-options")
     if t.base_executable and os.path.isfile(t.base_executable) and "--interpreter" not in extra:
         argv += ["--interpreter", t.base_executable]
     return argv + extra
@@ -361,7 +361,28 @@ def _install(
             if result.source != "build"
             else "report this (the build made a wheel for another venv)",
         ) from None
-    _pip(before, ["install", "--no-deps", "--no-index", "--force-reinstall", str(wheel)], environ)
+    # from a folder holding only this wheel, by name and version: pip records it as an index install (no
+    # direct_url.json), so `pip freeze` says apex==V, not `apex @ file://` a temporary path gone after this run
+    with tempfile.TemporaryDirectory(prefix="apexkit-install-") as folder:
+        _copy(wheel, folder)  # a copy, not a link: the folder holds nothing another user can change
+        if untrusted.sha256_file(Path(folder) / wheel.name) != sha:
+            raise InstallError(
+                f"{wheel} changed while it was being installed; nothing installed",
+                "run apexkit install again",
+            )
+        _pip(
+            before,
+            [
+                "install",
+                "--no-deps",
+                "--no-index",
+                "--force-reinstall",
+                "--find-links",
+                folder,
+                f"apex=={facts.version}",
+            ],
+            environ,
+        )
     after = targets.probe(before.python_path, named, environ, versions_only=True)
     problems = fit.guarded(before, after)
     if after.apex is None or not fit.same_files(facts, after):
@@ -375,6 +396,12 @@ def _install(
         )
     result.status = status
     return result
+
+
+def _copy(wheel: Path, folder: str) -> None:
+    import shutil
+
+    shutil.copyfile(wheel, Path(folder) / wheel.name, follow_symlinks=False)
 
 
 def _pip(t: Target, args: list[str], environ: Mapping[str, str], quiet: bool = False) -> None:

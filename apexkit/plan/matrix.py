@@ -479,11 +479,24 @@ def _load(path: str) -> dict:
             return tomllib.load(fh)
     except FileNotFoundError:
         raise ConfigError(
-            f"matrix file {path} is missing", "run from an apexkit checkout"
+            f"matrix file {path} is missing",
+            "reinstall apexkit (pip install --force-reinstall apexkit)"
+            if paths.INSTALLED
+            else "restore it: git checkout -- matrix.toml",
         ) from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"matrix file {path} is not valid TOML: {exc}", "fix the file") from None
 
 
 def load(path: Path | str = MATRIX_PATH) -> Matrix:
-    return Matrix(_load(str(path)))
+    data = _load(str(path))
+    pythons = data.get("pythons")
+    if not isinstance(pythons, dict) or not all(
+        isinstance(pythons.get(k), list if k != "default" else str)
+        for k in ("sessions", "supported", "default")
+    ):
+        raise ConfigError(
+            f"matrix file {path} has no valid [pythons] table (sessions, supported: lists; default: a string)",
+            "restore it (git checkout matrix.toml) or add the table",
+        )
+    return Matrix(data)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import overload
 
-from apexkit import paths, vocab
+from apexkit import envvars, paths, vocab
 from apexkit.errors import ConfigError
 from apexkit.plan import matrix, target
 
@@ -392,7 +392,9 @@ def resolve(
             "drop --interpreter (invoke image.build --pythons adds Pythons to an image)",
         )
     jobs = (
-        args.jobs if args.jobs is not None else int(env.get("APEXKIT_JOBS") or os.cpu_count() or 1)
+        args.jobs
+        if args.jobs is not None
+        else envvars.integer(env, "APEXKIT_JOBS", os.cpu_count() or 1, low=1, high=4096)
     )
     if jobs < 1:
         raise ConfigError(f"--jobs {jobs}: must be at least 1", "pass --jobs 1 or more")

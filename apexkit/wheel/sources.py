@@ -83,7 +83,13 @@ def git(
             f"credential.helper={_ENV_CREDENTIAL_HELPER}",
         ]
         extra = {"APEXKIT_GIT_USERNAME": credentials[0], "APEXKIT_GIT_PASSWORD": credentials[1]}
-    proc = subprocess.run(argv, capture_output=True, text=not stdout_bytes, env=_git_env(extra))
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=not stdout_bytes, env=_git_env(extra))
+    except FileNotFoundError:
+        raise SourceError(
+            "git is not installed (not on PATH): apexkit fetches the apex sources with it",
+            "install git (apt-get install git / dnf install git) or put it on PATH",
+        ) from None
     if check and proc.returncode != 0:
         err = proc.stderr.decode() if isinstance(proc.stderr, bytes) else proc.stderr
         raise SourceError(
@@ -104,9 +110,12 @@ class RetryPolicy:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> RetryPolicy:
+        from apexkit import envvars
+
         env = os.environ if env is None else env
         return cls(
-            int(env.get("APEXKIT_FETCH_RETRIES", "3")), float(env.get("APEXKIT_FETCH_BACKOFF", "2"))
+            envvars.integer(env, "APEXKIT_FETCH_RETRIES", 3, low=1, high=20),
+            envvars.number(env, "APEXKIT_FETCH_BACKOFF", 2.0, low=0.0, high=600.0),
         )
 
 

@@ -276,6 +276,14 @@ def test_a_miss_is_built_for_the_venvs_torch_published_and_installed(team):
     published = [f for f in listing["files"] if f["filename"] == result["wheel"]]
     assert published and published[0]["sha256"] == result["sha256"]
     assert "building the wheel for Python 3.11" in team.first.stderr
+    frozen = subprocess.run(
+        [str(team.venv / "bin" / "python"), "-m", "pip", "freeze", "--all"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.splitlines()
+    # an index install, not `apex @ file:///tmp/...` (a temporary path gone once install ended)
+    assert "apex==0.1+ascend.torch2.13.0" in frozen, frozen
 
 
 def test_from_the_team_index_through_tinyproxy_the_decoy_never_runs(

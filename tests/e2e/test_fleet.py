@@ -477,3 +477,106 @@ def test_index_logins_reach_the_nodes_through_a_private_file_and_nowhere_else(
     # the node scratch went to the node's $TMPDIR, not into the shared submit directory
     assert list(submit_dir.iterdir()) == []
     assert (node_tmp / "apexkit-fleet").is_dir() and not any((node_tmp / "apexkit-fleet").iterdir())
+
+
+@pytest.mark.slurm
+def test_fleet_venv_installs_into_the_training_venv_once_and_keeps_torch(cluster, runner, tmp_path):
+    """fleet.submit --venv: apexkit up's way on every node. Two nodes share one training venv (as on shared storage):
+    the wheel goes in once, --no-deps, torch untouched; node2's hand-installed broken torch is its own finding; a venv
+    without torch is refused before anything is installed."""
+    import services
+
+    built = runner.nox("3.11", "--no-smoke-test")
+    assert built.returncode == 0, output(built)[-3000:]
+    index = tmp_path / "index"
+    published = invoke("publish", "--dist", str(runner.dist), "--index", str(index))
+    assert published.returncode == 0, output(published)
+    filename = json.loads((index / "index.json").read_text())["files"][0]["filename"]
+    train = services.make_torch_venv(tmp_path / "train")
+    py = str(train / "bin" / "python")
+
+    def versions() -> dict:
+        got = subprocess.run(
+            [
+                py,
+                "-c",
+                "import importlib.metadata as m, json; "
+                "print(json.dumps({n: m.version(n) for n in ('torch', 'apex')}))",
+            ],
+            capture_output=True,
+            text=True,
+        )
+        return json.loads(got.stdout) if got.returncode == 0 else {}
+
+    def submit(results: Path, venv: Path, nodes: str) -> dict:
+        proc = invoke(
+            "fleet.submit",
+            "--index",
+            str(index),
+            "--results",
+            str(results),
+            "--nodelist",
+            nodes,
+            "--device",
+            "cpu",
+            "--venv",
+            str(venv),
+            "--node-dir",
+            str(tmp_path / "scratch"),
+            env=cluster.env,
+        )
+        assert proc.returncode == 0, output(proc)
+        job = json.loads((results / "fleet.json").read_text())["submissions"][0]["job_id"]
+        _wait_for(lambda: _job_done(cluster, job), "the job to end", cluster, timeout=300)
+        report = invoke("fleet.report", str(results), "--json", env=cluster.env)
+        return {r["node"]: r for r in json.loads(report.stdout)["nodes"]}
+
+    script = invoke(
+        "fleet.submit",
+        "--index",
+        str(index),
+        "--results",
+        str(tmp_path / "dry"),
+        "--nodes",
+        "2",
+        "--device",
+        "cpu",
+        "--venv",
+        str(train),
+        "--dry-run",
+    )
+    assert script.returncode == 0 and f"into the training venv {train}" in script.stdout, output(
+        script
+    )
+
+    rows = submit(tmp_path / "results", train, "node1,node2")
+    assert rows["node1"]["status"] == "ok", rows["node1"]
+    assert rows["node1"]["torch"] == services.TORCH
+    assert rows["node2"]["status"] == "fail" and rows["node2"]["first_failure"]["check"] == "torch"
+    stages = {
+        node: {
+            s["stage"]: s
+            for s in json.loads((tmp_path / "results" / f"{node}.json").read_text())["stages"]
+        }
+        for node in ("node1", "node2")
+    }
+    assert all(s["training venv"]["ok"] and s["install wheel"]["ok"] for s in stages.values()), (
+        stages
+    )
+    assert (
+        "venv" not in stages["node1"] and "install torch" not in stages["node1"]
+    )  # no fresh venv, no torch
+    once = [n for n, s in stages.items() if "already installed" in s["install wheel"]["detail"]]
+    assert len(once) == 1, stages  # one node installed it, the other found that very build there
+    assert versions() == {"torch": services.TORCH, "apex": filename.split("-")[1]}
+    assert not (train / ".apexkit-fleet-install.lock").exists()
+
+    bare = tmp_path / "bare"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True)
+    rows = submit(tmp_path / "results-bare", bare, "node1")
+    failure = rows["node1"]["first_failure"]
+    assert rows["node1"]["status"] == "fail" and failure["check"] == "training venv", rows
+    assert "torch missing, not 2.13.0" in failure["detail"] and "--venv" in failure["fix"]
+    assert not list(
+        (bare / "lib").glob("python3*/site-packages/apex*")
+    )  # nothing installed into it

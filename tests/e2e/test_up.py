@@ -15,6 +15,7 @@ import threading
 from pathlib import Path
 
 import pytest
+import services
 from conftest import ROOT, output
 
 
@@ -226,52 +227,8 @@ def test_validate_runs_for_real_once_install_is_done_and_names_the_failed_check(
 
 # --- a whole `up` with an index hit -----------------------------------------------------------------------------
 
-TORCH = "2.13.0+cpu"
-
-
-def make_torch_venv(path: Path) -> Path:
-    """A venv with pip and torch 2.13.0+cpu, installed by uv from this machine's local wheels (pip's config)."""
-    from apexkit import pipconfig
-    from apexkit.wheel import uvtools
-
-    uv = uvtools.find()
-    if uv is None:
-        pytest.skip("uv is not installed (pip install -r requirements.txt brings it)")
-    conf = pipconfig.read(os.environ)
-    sources = (
-        ["--no-index"] if not (conf.get("index-url") or conf.get_list("extra-index-url")) else []
-    )
-    sources += ["--index-url", conf["index-url"]] if conf.get("index-url") else []
-    for url in conf.get_list("extra-index-url"):
-        sources += ["--extra-index-url", url]
-    for links in conf.get_list("find-links"):
-        sources += ["--find-links", links]
-    env = {**os.environ, "UV_PYTHON_DOWNLOADS": "never", "UV_OFFLINE": "1"}
-    made = subprocess.run(
-        [uv.binary, "venv", "--seed", "-q", "--python", "3.11", str(path)],
-        capture_output=True,
-        text=True,
-        env=env,
-    )
-    if made.returncode != 0:
-        pytest.skip(f"no Python 3.11 for a venv here: {made.stderr.strip()[-200:]}")
-    installed = subprocess.run(
-        [
-            uv.binary,
-            "pip",
-            "install",
-            "-q",
-            "--python",
-            str(path / "bin" / "python"),
-            *sources,
-            f"torch=={TORCH}",
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-    )
-    assert installed.returncode == 0, installed.stderr[-2000:]
-    return path
+TORCH = services.TORCH
+make_torch_venv = services.make_torch_venv
 
 
 @pytest.fixture(scope="module")

@@ -331,3 +331,46 @@ def test_the_node_scratch_default_is_expanded_on_the_node(tmp_path):
     for bad in ("$UNSET/x", "relative/dir"):
         with pytest.raises(ValueError):
             fleet_node.expand_dir(bad, {})
+
+
+def test_the_training_venv_is_a_checked_absolute_path_kept_in_the_plan_and_resume(tmp_path):
+    plan = _plan(tmp_path, venv="$HOME/venvs/train")
+    assert plan.node_plan()["venv"] == "$HOME/venvs/train"  # expanded on the node, like --node-dir
+    assert "into the training venv $HOME/venvs/train" in validate.render_script(plan)
+    assert (
+        "$HOME/venvs/train" not in validate.render_script(plan).split("EOF")[1]
+    )  # never in a command
+    for bad in ("venvs/train", "/v/$(id)", "/v/a b", "/v/x\nrm"):
+        with pytest.raises(ApexkitError) as err:
+            _plan(tmp_path, venv=bad)
+        assert "--venv" in str(err.value) and "\n" not in str(err.value)
+    validate.submit(
+        plan, dry_run=False
+    ) if False else None  # (submitting needs Slurm: tests/e2e/test_fleet.py)
+    state = {
+        "format": validate.FORMAT,
+        "submissions": [{"submission": 1, "plan": plan.node_plan()}],
+    }
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / validate.STATE_FILE).write_text(json.dumps(state))
+    assert validate.stored_plan(str(tmp_path / "r")).venv == "$HOME/venvs/train"
+
+
+def test_same_build_compares_the_wheels_record_with_the_installed_one(tmp_path):
+    import zipfile
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        import fleet_node
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    record = "apex/__init__.py,sha256=AAA,10\napex-0.1.dist-info/METADATA,sha256=BBB,20\napex-0.1.dist-info/RECORD,,\n"
+    wheel = tmp_path / "apex-0.1-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as zf:
+        zf.writestr("apex-0.1.dist-info/RECORD", record)
+    installed = record + "apex-0.1.dist-info/INSTALLER,sha256=CCC,4\n"  # pip adds its own lines
+    assert fleet_node.same_build(wheel, installed)
+    assert not fleet_node.same_build(wheel, installed.replace("AAA", "ZZZ"))  # another build
+    assert not fleet_node.same_build(wheel, None) and not fleet_node.same_build(wheel, "")
+    (tmp_path / "bad.whl").write_bytes(b"not a zip")
+    assert not fleet_node.same_build(tmp_path / "bad.whl", installed)

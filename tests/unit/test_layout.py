@@ -35,6 +35,7 @@ SHARED = {
     "statusfile",
     "pipconfig",
     "netenv",
+    "envvars",
 }
 CONCERNS = {
     "venvrun",

@@ -129,6 +129,7 @@ def test_a_status_left_by_an_earlier_command_is_gone_when_this_one_dies_without_
     def crashed():
         raise RuntimeError("a bug")
 
+    monkeypatch.setenv(exits.TRACEBACK, "1")  # a bug's traceback let through, as for a bug report
     for run, func, raised in [
         (lambda f: exits.run_in_session(Session(), f), interrupted, KeyboardInterrupt),
         (lambda f: exits.run_in_session(Session(), f), crashed, RuntimeError),
@@ -139,6 +140,39 @@ def test_a_status_left_by_an_earlier_command_is_gone_when_this_one_dies_without_
         with pytest.raises(raised):
             run(func)
         assert statusfile.read(path) is None, run
+
+
+def test_an_unexpected_exception_is_one_line_exit_70_and_recorded(tmp_path, monkeypatch, capsys):
+    """Without APEXKIT_TRACEBACK, an exception apexkit did not turn into its own error (an OSError from a path the
+    user named, a ValueError nothing checked, a RecursionError) is one error line and exit 70 at every edge."""
+    from invoke import Exit
+
+    path = tmp_path / "status.json"
+    monkeypatch.setenv(statusfile.VARIABLE, str(path))
+    monkeypatch.delenv(exits.TRACEBACK, raising=False)
+
+    class Session:
+        def error(self, message):
+            raise SystemExit(message)
+
+    def unreadable():
+        return open(tmp_path / "no-such-file")
+
+    def deep():
+        raise RecursionError("maximum recursion depth exceeded")
+
+    assert exits.exit_code(unreadable) == exits.UNEXPECTED
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "FileNotFoundError: No such file or directory" in err
+    assert "no-such-file" in err and "Traceback" not in err and "APEXKIT_TRACEBACK=1" in err
+    assert statusfile.read(path).exit_code == exits.UNEXPECTED
+    with pytest.raises(Exit) as task:
+        exits.run_task(deep)
+    assert task.value.code == exits.UNEXPECTED and "RecursionError" in str(task.value.message)
+    with pytest.raises(SystemExit) as session:
+        exits.run_in_session(Session(), lambda: int("abc"))
+    assert "ValueError: invalid literal" in str(session.value.code)
+    assert statusfile.read(path).exit_code == exits.UNEXPECTED
 
 
 def test_a_usage_error_of_the_apexkit_command_is_recorded_too(tmp_path, monkeypatch, capsys):
