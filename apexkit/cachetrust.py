@@ -52,6 +52,12 @@ def problem(path: Path) -> str | None:
     reason = untrusted.others_can_write(st)
     if reason:
         return reason
+    for parent in Path(
+        os.path.realpath(path)
+    ).parents:  # one that others can write, unless sticky, can swap it
+        pst = _stat(parent)
+        if pst is not None and not pst.st_mode & stat.S_ISVTX and untrusted.others_can_write(pst):
+            return f"inside {parent}, which is {untrusted.others_can_write(pst)} (anyone there can replace it)"
     try:
         names = sorted(os.listdir(path))
     except OSError as exc:

@@ -215,3 +215,12 @@ def test_doctor_warns_about_a_cache_others_can_write(tmp_path):
     (cache / "venvs").chmod(0o777)
     row = machine.check_cache(cache)[0]
     assert row.status == machine.WARN and "builds use a private cache instead" in row.detail
+
+
+def test_a_cache_inside_a_folder_others_can_write_is_untrusted_unless_sticky(tmp_path):
+    shared = tmp_path / "shared"
+    (shared / "cache").mkdir(parents=True)
+    shared.chmod(0o777)  # anyone may rename cache/ away and put their own in its place
+    assert "anyone there can replace it" in (cachetrust.problem(shared / "cache") or "")
+    shared.chmod(0o1777)  # sticky, like /tmp: only the owner may rename it
+    assert cachetrust.problem(shared / "cache") is None
