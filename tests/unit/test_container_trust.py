@@ -296,3 +296,30 @@ def test_the_host_log_is_truncated_and_rewritten(host):
     with container.open_host_log(host.spec.log_path) as fh:
         container.stream_output([b"new\n"], fh)
     assert host.spec.log_path.read_text() == "new\n"
+
+
+# --- review 2026-12-01 M8: a zip bomb is refused from its headers, before anything is decompressed -------------------
+
+
+def test_a_zip_bomb_member_is_refused_in_one_line_and_nothing_reaches_dist(host):
+    path = host.produced / WHEEL
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as zf:
+        zf.writestr("apex/__init__.py", "")
+        with zf.open("apex/_C.so", "w") as fh:
+            for _ in range(65):
+                fh.write(b"\0" * (1 << 20))
+    host.manifest(WHEEL, sha(path.read_bytes()))
+    error = host.refused()
+    assert "zip bomb" in error.format() and "apex/_C.so" in error.format()
+
+
+def test_a_wheel_expanding_past_the_total_cap_is_refused(tmp_path):
+    from apexkit import untrusted
+
+    path = tmp_path / WHEEL
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+        for i in range(3):
+            zf.writestr(f"apex/m{i}.py", os.urandom(4096))
+    untrusted.check_zip(path)  # a plain wheel under the default cap
+    with pytest.raises(untrusted.Untrusted, match="expand to .* GiB, more than"):
+        untrusted.check_zip(path, total_max=8192)
