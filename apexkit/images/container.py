@@ -84,7 +84,8 @@ class ContainerSpec:
     notes: list[str] = field(default_factory=list)
     options: dict = field(
         default_factory=dict
-    )  # the build's options as the container sees them (OPTIONS_FILE)
+    )  # the build's options as the container sees them (OPTIONS_FILE), with the variables holding a login
+    # (options.ENVIRONMENT): never in `environment`, which `docker inspect` shows
 
     @property
     def log_path(self) -> Path:
@@ -182,18 +183,21 @@ def make_spec(
         inside["ascend_apex_url" if mount == "ascend-apex" else "nvidia_apex_url"] = (
             f"file://{MNT}/{mount}" if local is not None else url
         )
+    secret: dict[
+        str, str
+    ] = {}  # variables holding a login: the options file only (options.ENVIRONMENT)
     for name, value in environ.items():
         if (
             (name in PASS_ENV or name.startswith(PASS_ENV_PREFIXES))
             and value
             and "file:" not in value
         ):
-            env[name] = value
+            (secret if _holds_login(value) else env)[name] = value
     notes = []
     if settings is not None:
-        env.update(
-            {k: v for k, v in settings.environment().items() if k not in netenv.CA_VARIABLES}
-        )
+        for name, value in settings.environment().items():
+            if name not in netenv.CA_VARIABLES:
+                (secret if _holds_login(value) else env)[name] = value
     bundle = builder.resolve_ca_bundle(opts.ca_bundle, settings, environ)
     if bundle is not None:
         mounts.append(Mount(bundle, layers.CONTAINER_CA_PATH, True, "CA bundle"))
@@ -221,8 +225,16 @@ def make_spec(
         workspace=workspace,
         cache=cache,
         notes=notes,
-        options=options.to_json(dataclasses.replace(opts, **inside)),
+        options={
+            **options.to_json(dataclasses.replace(opts, **inside)),
+            **({options.ENVIRONMENT: secret} if secret else {}),
+        },
     )
+
+
+def _holds_login(value: str) -> bool:
+    """Whether an index or proxy variable's value may carry a login (user:password@ or token@ in a URL)."""
+    return "@" in value
 
 
 def preflight(spec: ContainerSpec) -> None:

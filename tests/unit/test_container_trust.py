@@ -323,3 +323,75 @@ def test_a_wheel_expanding_past_the_total_cap_is_refused(tmp_path):
     untrusted.check_zip(path)  # a plain wheel under the default cap
     with pytest.raises(untrusted.Untrusted, match="expand to .* GiB, more than"):
         untrusted.check_zip(path, total_max=8192)
+
+
+# --- review 2026-12-01 L3: logins reach the container through the 0600 options file, never its environment --------
+
+
+def test_index_and_proxy_logins_stay_out_of_the_container_environment_and_argv(
+    tmp_path, monkeypatch
+):
+    import dataclasses
+
+    from apexkit.proxy import layers
+
+    monkeypatch.setenv("APEXKIT_CACHE_DIR", str(tmp_path / "cache"))
+    argv = ["--dist", str(tmp_path / "dist"), "--build-dir", str(tmp_path / "build")]
+    opts = options.resolve("3.11", argv, env={})
+    environ = {
+        "PIP_INDEX_URL": "https://bob:PipS3cret@pypi.example.com/simple/",
+        "PIP_EXTRA_INDEX_URL": "https://mirror.example.com/simple/ https://tok3nXYZ@x.example.com/simple/",
+        "APEXKIT_TORCH_INDEX_URL": "https://download.pytorch.org/whl/cpu",
+        "PIP_DEFAULT_TIMEOUT": "30",
+    }
+    settings = layers.ProxySettings(
+        http="http://p:ProxyPW@proxy.example.com:3128",
+        https="http://p:ProxyPW@proxy.example.com:3128",
+    )
+    spec = container.make_spec(opts, IMAGE, {}, "x86_64", environ=environ, settings=settings)
+    secrets = ("PipS3cret", "ProxyPW", "tok3nXYZ")
+    shown = json.dumps(
+        {
+            k: v
+            for k, v in dataclasses.asdict(spec).items()
+            if k != "options"  # the options file's content: 0600, the container user's
+        },
+        default=str,
+    )
+    for secret in secrets:
+        assert secret not in json.dumps(spec.environment) and secret not in " ".join(spec.command)
+        assert secret not in shown, secret
+    # what carries no login stays visible in the environment
+    assert spec.environment["APEXKIT_TORCH_INDEX_URL"] == "https://download.pytorch.org/whl/cpu"
+    assert spec.environment["PIP_DEFAULT_TIMEOUT"] == "30"
+    # the options file holds them, 0600 ...
+    spec.workspace.mkdir(parents=True)
+    with container._options_file(spec) as path:
+        assert (path.stat().st_mode & 0o777) == 0o600
+        written = path.read_text()
+        assert all(secret in written for secret in secrets)
+        # ... and the container's side (apexkit build 3.11 --options-json FILE) sets them in its environment
+        inside: dict[str, str] = {"PATH": "/usr/bin"}
+        loaded = options.load_json(path, "3.11", environ=inside)
+    assert not path.exists()  # removed when the container is done
+    assert loaded.python == "3.11" and loaded.dist_dir == Path("/workspace/dist")
+    assert inside["PIP_INDEX_URL"] == environ["PIP_INDEX_URL"]
+    assert inside["PIP_EXTRA_INDEX_URL"] == environ["PIP_EXTRA_INDEX_URL"]
+    assert (
+        inside["https_proxy"] == inside["HTTP_PROXY"] == "http://p:ProxyPW@proxy.example.com:3128"
+    )
+    assert "APEXKIT_TORCH_INDEX_URL" not in inside  # that one came through the environment already
+
+
+def test_an_options_file_environment_sets_only_index_and_proxy_variables(tmp_path):
+    from apexkit.errors import ConfigError
+
+    good = options.to_json(options.resolve("3.11", ["--dry-run"], env={}))
+    for bad in ({"LD_PRELOAD": "/tmp/x.so"}, {"PATH": "/tmp"}, ["PIP_INDEX_URL"], {"PIP_X": 1}):
+        path = tmp_path / "options.json"
+        path.write_text(json.dumps({**good, options.ENVIRONMENT: bad}))
+        os.chmod(path, 0o600)
+        environ: dict[str, str] = {}
+        with pytest.raises(ConfigError, match="environment is not an object") as info:
+            options.load_json(path, "3.11", environ=environ)
+        assert "\n" not in info.value.format() and environ == {}
