@@ -216,11 +216,41 @@ def copy_fd(src: int, dest: Path, mode: int = 0o644) -> tuple[str, int]:
     return digest.hexdigest(), size
 
 
-def check_zip(path: Path) -> None:
-    """A wheel is a zip whose members all read back with their CRC (zipfile.testzip), or Untrusted."""
+ZIP_TOTAL_MAX = 8 << 30  # bytes uncompressed: apex wheels are tens of MiB; torch's own, about 2 GiB
+ZIP_RATIO_MAX = (
+    200  # uncompressed : compressed, for a member over ZIP_RATIO_FROM (real .so files: 3-10)
+)
+ZIP_RATIO_FROM = 64 << 20
+
+
+def _zip_bomb(infos: list, total_max: int) -> str | None:
+    """Why the archive's own header sizes make it a zip bomb, before anything is decompressed; None when they don't."""
+    total = 0
+    for info in infos:
+        total += info.file_size
+        if info.file_size > ZIP_RATIO_FROM and info.file_size > ZIP_RATIO_MAX * max(
+            info.compress_size, 1
+        ):
+            return (
+                f"member {shown(info.filename)} expands {info.compress_size} bytes to {info.file_size}, "
+                f"more than {ZIP_RATIO_MAX}:1 (a zip bomb, not a wheel)"
+            )
+    if total > total_max:
+        return (
+            f"its members expand to {total / 2**30:.1f} GiB, more than {total_max / 2**30:.0f} GiB "
+            "(a zip bomb, not a wheel)"
+        )
+    return None
+
+
+def check_zip(path: Path, total_max: int = ZIP_TOTAL_MAX) -> None:
+    """A wheel is a zip whose members all read back with their CRC (zipfile.testzip), or Untrusted. Refused before
+    any member is decompressed: a total uncompressed size over `total_max`, or a member over 64 MiB that expands more
+    than 200:1 (the header sizes are checked again by zipfile while it reads: a member cannot expand past them)."""
     try:
         with zipfile.ZipFile(path) as zf:
-            bad = zf.testzip()
+            bomb = _zip_bomb(zf.infolist(), total_max)
+            bad = None if bomb is not None else zf.testzip()
     except (
         zipfile.BadZipFile,
         OSError,
@@ -234,6 +264,8 @@ def check_zip(path: Path) -> None:
         raise Untrusted(
             f"{shown(path.name)} is not a readable zip archive ({type(exc).__name__})"
         ) from exc
+    if bomb is not None:
+        raise Untrusted(f"{shown(path.name)}: {bomb}")
     if bad is not None:
         raise Untrusted(f"{shown(path.name)}: member {shown(bad)} fails its CRC check")
 

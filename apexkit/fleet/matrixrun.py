@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import os
 import shlex
@@ -20,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -556,6 +558,19 @@ def status_path(stage: Path, combo: Combination) -> Path:
     return stage / f"status-{combo.id}.json"
 
 
+def planned_targets(
+    m: matrix.Matrix, combo: Combination, passthrough: list[str]
+) -> Callable[..., dict[str, dict]]:
+    """The dist/<target> ids a job for `combo` with these passthrough build options may leave, from this host's own
+    parse of them (buildplan.expected_targets on the combination's arch); ConfigError when they do not parse."""
+    from apexkit.wheel import buildplan, options
+
+    opts = options.resolve(combo.python, passthrough, given=combo.build_options())
+    planned = functools.partial(buildplan.expected_targets, opts, m, combo.arch)
+    planned()
+    return planned
+
+
 def collect(
     stage_dist: Path,
     combo: Combination,
@@ -563,6 +578,7 @@ def collect(
     job: dict,
     force: bool,
     expected: str | None = None,
+    planned: Callable[..., dict[str, dict]] | None = None,
 ) -> tuple[Path, dict]:
     """Copy the one dist/<target>/ a job left in <stage>/dist-<id>/ into dist/, by the rules for what another party
     wrote (untrusted.py): real directories, regular files opened without following links, wheel.file a plain wheel
@@ -584,12 +600,6 @@ def collect(
         target = names[0]
         if not TARGET_NAME.fullmatch(target):
             raise untrusted.Untrusted(f"{untrusted.shown(target)} is not a target name")
-        # its own target, or that id with the +parts passthrough options (or the node's CANN) add
-        if target != combo.target_id and not target.startswith(combo.target_id + "+"):
-            raise untrusted.Untrusted(
-                f"it left {untrusted.shown(target)}, which is not a build of {combo.id} "
-                f"({combo.target_id}[+...])"
-            )
         if expected is not None and target != expected:
             raise untrusted.Untrusted(
                 f"it left {untrusted.shown(target)}, its status file names "
@@ -601,13 +611,11 @@ def collect(
     try:
         manifest, name = distdir.read_manifest(target_fd)
         wheel = manifest["wheel"]
-        identity = (
-            manifest.get("target", {}).get("identity")
-            if isinstance(manifest.get("target"), dict)
-            else None
+        # which dist/<target> it replaces is this host's to say: its own plan of the combination and passthrough
+        # options (+skip-…, the node's CANN: +npu…), the manifest's python/torch/arch matching; the host's identity
+        distdir.check_planned(
+            target, manifest, planned or planned_targets(matrix.load(), combo, [])
         )
-        if identity is not None and not isinstance(identity, dict):
-            raise untrusted.Untrusted("manifest.json target.identity is not an object")
         src = untrusted.open_regular(name, target_fd)
     finally:
         os.close(target_fd)
@@ -665,9 +673,13 @@ def run_slurm(
     stage = logs / "slurm" / (time.strftime("run-%Y%m%d-%H%M%S-", time.gmtime()) + str(os.getpid()))
     results: dict[str, Result] = {}
     todo = []
+    planned: dict[
+        str, Callable[..., dict[str, dict]]
+    ] = {}  # what each job may leave, by this host's plan
     for combo in combos:
         try:
             m.validate(combo)
+            planned[combo.id] = planned_targets(m, combo, passthrough)
         except ConfigError as exc:
             results[combo.id] = Result(combo.id, "refused", detail=exc.cause)
             continue
@@ -739,7 +751,14 @@ def run_slurm(
                     continue
                 del waiting[job_id]
                 results[combo.id] = _finish(
-                    combo, job_id, stage, dist, logs, force, time.monotonic() - submitted_at[job_id]
+                    combo,
+                    job_id,
+                    stage,
+                    dist,
+                    logs,
+                    force,
+                    time.monotonic() - submitted_at[job_id],
+                    planned[combo.id],
                 )
             if waiting:
                 time.sleep(poll)
@@ -755,7 +774,14 @@ def run_slurm(
 
 
 def _finish(
-    combo: Combination, job_id: str, stage: Path, dist: Path, logs: Path, force: bool, waited: float
+    combo: Combination,
+    job_id: str,
+    stage: Path,
+    dist: Path,
+    logs: Path,
+    force: bool,
+    waited: float,
+    planned: Callable[..., dict[str, dict]] | None = None,
 ) -> Result:
     info = dict(slurm.job_info(job_id), JobId=job_id)
     log_path = logs / f"{combo.id}.log"
@@ -788,7 +814,9 @@ def _finish(
             Path(status.target_dir).name if status is not None and status.target_dir else None
         )
         try:
-            final, manifest = collect(stage / f"dist-{combo.id}", combo, dist, job, force, expected)
+            final, manifest = collect(
+                stage / f"dist-{combo.id}", combo, dist, job, force, expected, planned
+            )
         except untrusted.Untrusted as exc:
             result = Result(
                 combo.id,

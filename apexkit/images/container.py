@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import glob
 import json
 import os
@@ -27,7 +28,7 @@ import stat
 import sys
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
@@ -37,7 +38,7 @@ from apexkit.errors import BuildError, ConfigError, ImageError
 from apexkit.images import builder
 from apexkit.plan import matrix
 from apexkit.proxy import layers
-from apexkit.wheel import distdir, options, sbom
+from apexkit.wheel import buildplan, distdir, options, sbom
 from apexkit.wheel.options import BuildOptions
 
 REPO_MOUNT = "/apexkit"
@@ -84,7 +85,8 @@ class ContainerSpec:
     notes: list[str] = field(default_factory=list)
     options: dict = field(
         default_factory=dict
-    )  # the build's options as the container sees them (OPTIONS_FILE)
+    )  # the build's options as the container sees them (OPTIONS_FILE), with the variables holding a login
+    # (options.ENVIRONMENT): never in `environment`, which `docker inspect` shows
 
     @property
     def log_path(self) -> Path:
@@ -182,18 +184,21 @@ def make_spec(
         inside["ascend_apex_url" if mount == "ascend-apex" else "nvidia_apex_url"] = (
             f"file://{MNT}/{mount}" if local is not None else url
         )
+    secret: dict[
+        str, str
+    ] = {}  # variables holding a login: the options file only (options.ENVIRONMENT)
     for name, value in environ.items():
         if (
             (name in PASS_ENV or name.startswith(PASS_ENV_PREFIXES))
             and value
             and "file:" not in value
         ):
-            env[name] = value
+            (secret if _holds_login(value) else env)[name] = value
     notes = []
     if settings is not None:
-        env.update(
-            {k: v for k, v in settings.environment().items() if k not in netenv.CA_VARIABLES}
-        )
+        for name, value in settings.environment().items():
+            if name not in netenv.CA_VARIABLES:
+                (secret if _holds_login(value) else env)[name] = value
     bundle = builder.resolve_ca_bundle(opts.ca_bundle, settings, environ)
     if bundle is not None:
         mounts.append(Mount(bundle, layers.CONTAINER_CA_PATH, True, "CA bundle"))
@@ -221,8 +226,16 @@ def make_spec(
         workspace=workspace,
         cache=cache,
         notes=notes,
-        options=options.to_json(dataclasses.replace(opts, **inside)),
+        options={
+            **options.to_json(dataclasses.replace(opts, **inside)),
+            **({options.ENVIRONMENT: secret} if secret else {}),
+        },
     )
+
+
+def _holds_login(value: str) -> bool:
+    """Whether an index or proxy variable's value may carry a login (user:password@ or token@ in a URL)."""
+    return "@" in value
 
 
 def preflight(spec: ContainerSpec) -> None:
@@ -276,6 +289,9 @@ def run(opts: BuildOptions) -> Path | None:
     builder.require_python(
         builder.builder_json(c, opts.image), opts.image, opts.python, arch, matrix.load().data
     )
+    # the dist/<target> the container may leave, from this host's plan: the container never chooses which it replaces
+    planned = functools.partial(buildplan.expected_targets, opts, matrix.load(), arch)
+    planned()  # an impossible combination (no torch_npu for this torch) fails here, before any container runs
     emulated = builder.require_emulation(arch)
     settings = builder.proxy_settings()
     spec = make_spec(opts, opts.image, labels, arch, settings=settings)
@@ -317,6 +333,7 @@ def run(opts: BuildOptions) -> Path | None:
                 time.monotonic() - started,
                 opts.force,
                 image_ref=image_ref,
+                planned=planned,
             )
             s.note(str(final))
         return final
@@ -478,8 +495,15 @@ def _publish(
     seconds: float,
     force: bool = False,
     image_ref: Mapping | None = None,
+    *,
+    planned: Callable[..., dict[str, dict]],
 ) -> Path:
     """Copy dist/<target>/ out of the workspace into the host's dist/, atomically, owned by the invoking user.
+
+    Which dist/<target> is the host's to say: `planned(system_torch=...)` gives the target ids this build may
+    produce (buildplan.expected_targets, from the host's options and the image's arch); `produced` must be named one
+    of them and its manifest's target python/torch/torch_npu/arch match it (distdir.check_planned), and the host's
+    identity, not the container's, is recorded and compared by check_overwrite.
 
     The workspace is the container's: `produced` must be a real directory directly in <workspace>/dist, its
     manifest.json and wheel regular files (opened without following links, relative to the opened directory),
@@ -500,6 +524,7 @@ def _publish(
             os.close(dist_fd)
         try:
             manifest, name = distdir.read_manifest(target_fd)
+            distdir.check_planned(produced.name, manifest, planned)
             src = untrusted.open_regular(name, target_fd)
         finally:
             os.close(target_fd)
@@ -562,15 +587,9 @@ def _install(
 ) -> Path:
     """dist/<target>/ from the open wheel `src`: appears complete (verified) or not at all, and never over a target
     built from other inputs (distdir.check_overwrite) unless `force`."""
-    identity = (
-        manifest.get("target", {}).get("identity")
-        if isinstance(manifest.get("target"), dict)
-        else None
-    )
-    if identity is not None and not isinstance(identity, dict):
-        raise _Untrusted("manifest.json target.identity is not an object")
+    identity = manifest["target"]["identity"]  # the host's (distdir.check_planned)
     with distdir.lock(dist_dir, target):
-        distdir.check_overwrite(dist_dir, target, identity or {}, force)
+        distdir.check_overwrite(dist_dir, target, identity, force)
         return _swap_in(src, name, manifest, dist_dir, target, spec, labels, seconds, image_ref)
 
 

@@ -12,10 +12,12 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from apexkit import fsedit, locks, log, untrusted
 from apexkit.errors import BuildError, ConfigError
+from apexkit.plan import target
 from apexkit.wheel import sbom
 
 MANIFEST_MAX = 16 << 20  # bytes; ours are a few KiB
@@ -30,6 +32,42 @@ def read_manifest(target_fd: int) -> tuple[dict, str]:
     if not isinstance(wheel, dict) or not isinstance(wheel.get("sha256"), str):
         raise untrusted.Untrusted("manifest.json has no wheel.file and wheel.sha256")
     return manifest, untrusted.wheel_name(wheel.get("file"))
+
+
+PLANNED = ("python", "torch", "torch_npu", "arch", "target_id")
+
+
+def check_planned(name: str, manifest: dict, planned: Callable[..., dict[str, dict]]) -> None:
+    """A dist/<name>/ another party built (a container, a Slurm job) must be one this host planned:
+    `planned(system_torch=...)` (buildplan.expected_targets bound to the host's own options and arch) names the
+    target ids this build may produce; `name` must be one of them and its manifest's target python, torch,
+    torch_npu, arch and target_id that plan's. For --use-system-torch the other side's torch is the one fact taken
+    from it (as a PEP 440 version); python, arch, ref and identity stay the host's. Its target.identity becomes the
+    host's (check_overwrite compares that one, never the other side's). Untrusted otherwise."""
+    recorded = manifest.get("target")
+    if not isinstance(recorded, dict):
+        raise untrusted.Untrusted("manifest.json has no target object")
+    reported = recorded.get("torch")
+    try:
+        torch = target.check_version(reported, "target.torch", "") if reported is not None else None
+    except ConfigError:
+        raise untrusted.Untrusted(
+            f"manifest.json target.torch {untrusted.shown(reported)} is not a version"
+        ) from None
+    expected = planned(system_torch=torch)
+    if name not in expected:
+        wanted = " or ".join(sorted(expected)) or "none"
+        raise untrusted.Untrusted(
+            f"it left {untrusted.shown(name)}, which is not this build's target ({wanted})"
+        )
+    facts = expected[name]
+    for key in PLANNED:
+        if recorded.get(key) != facts[key]:
+            raise untrusted.Untrusted(
+                f"manifest.json target.{key} is {untrusted.shown(str(recorded.get(key)))}, "
+                f"this build's is {facts[key]}"
+            )
+    recorded["identity"] = dict(facts["identity"])
 
 
 def _recorded_identity(target: Path) -> dict | None:

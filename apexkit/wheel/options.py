@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Mapping, Sequence
+import re
+from collections.abc import Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import overload
@@ -562,10 +563,34 @@ def to_json(opts: BuildOptions) -> dict:
     return data
 
 
+# the options file's variables for the container's environment: the ones that hold credentials (an index URL with
+# user:password@, a proxy with a login), which `docker inspect` would show in the container's own environment
+ENVIRONMENT = "environment"
+_ENV_NAME = re.compile(
+    r"(PIP|APEXKIT)_[A-Z0-9_]+|(http|https|all|no)_proxy|(HTTP|HTTPS|ALL|NO)_PROXY"
+)
+
+
+def read_environment(data: Mapping) -> dict[str, str]:
+    """The options file's ENVIRONMENT: {name: value}, names of the index and proxy variables only."""
+    raw = data.get(ENVIRONMENT, {})
+    if not isinstance(raw, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) and _ENV_NAME.fullmatch(k) and "\0" not in v
+        for k, v in raw.items()
+    ):
+        raise ConfigError(
+            f"options file: {ENVIRONMENT} is not an object of index and proxy variables",
+            "it is written by the host's container build (invoke build --image ...); run that",
+        )
+    return dict(raw)
+
+
 def from_json(data: Mapping, python: str) -> BuildOptions:
     """BuildOptions from to_json's form. The file comes from the host that parsed and checked the options; fields are
-    still checked for kind, and versions for PEP 440, since the options become paths and pip requirements."""
+    still checked for kind, and versions for PEP 440, since the options become paths and pip requirements.
+    Its ENVIRONMENT is not an option (load_json sets it)."""
     known = {f.name: f for f in fields(BuildOptions)}
+    data = {k: v for k, v in data.items() if k != ENVIRONMENT}
     unknown = sorted(set(data) - set(known))
     if unknown or data.get("python") != python:
         raise ConfigError(
@@ -606,7 +631,12 @@ def from_json(data: Mapping, python: str) -> BuildOptions:
     return BuildOptions(**values)
 
 
-def load_json(path: Path, python: str) -> BuildOptions:
+def load_json(
+    path: Path, python: str, environ: MutableMapping[str, str] | None = None
+) -> BuildOptions:
+    """The container's side of a container build (`apexkit build 3.X --options-json FILE`): the options, and the
+    file's ENVIRONMENT set in `environ` (os.environ: pip, git and the fetches of this build inherit it), so that
+    credentials reach the build without being in the container's environment that `docker inspect` shows."""
     import json
 
     try:
@@ -621,4 +651,6 @@ def load_json(path: Path, python: str) -> BuildOptions:
             f"--options-json {path} is not a JSON object",
             "run the build with --image from the host",
         )
-    return from_json(data, python)
+    opts = from_json(data, python)
+    (os.environ if environ is None else environ).update(read_environment(data))
+    return opts

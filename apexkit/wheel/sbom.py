@@ -205,6 +205,27 @@ def _packages(manifest: dict) -> list[dict]:
     return out
 
 
+METADATA_MAX = 1 << 20  # bytes: a wheel's METADATA is a few KiB; more is read no further
+_CHUNK = 1 << 20
+
+
+def _read_metadata(zf: zipfile.ZipFile, name: str) -> str:
+    """The first METADATA_MAX bytes of the METADATA member (a wheel from a container or a Slurm job may be a zip
+    bomb: never read a member whole). Only the headers before the first blank line are used."""
+    with zf.open(name) as fh:
+        return fh.read(METADATA_MAX).decode("utf-8", "replace")
+
+
+def _member_sha256(zf: zipfile.ZipFile, name: str) -> tuple[str, int]:
+    """sha256 and size of a member, decompressed as a stream in 1 MiB chunks (bounded memory, whatever its size)."""
+    digest, size = hashlib.sha256(), 0
+    with zf.open(name) as fh:
+        for chunk in iter(lambda: fh.read(_CHUNK), b""):
+            digest.update(chunk)
+            size += len(chunk)
+    return digest.hexdigest(), size
+
+
 def _wheel_facts(wheel: Path) -> dict:
     """Name, version, Requires-Dist (METADATA) and the sha256 of every compiled module, read from the wheel."""
     try:
@@ -213,19 +234,16 @@ def _wheel_facts(wheel: Path) -> dict:
             meta_name = next(
                 (n for n in names if n.count("/") == 1 and n.endswith(".dist-info/METADATA")), None
             )
-            meta = zf.read(meta_name).decode("utf-8", "replace") if meta_name else ""
+            meta = _read_metadata(zf, meta_name) if meta_name else ""
             modules = []
             for n in sorted(names):
                 if n.endswith(".so") or ".so." in n.rsplit("/", 1)[-1]:
-                    modules.append(
-                        {
-                            "file": n,
-                            "sha256": hashlib.sha256(zf.read(n)).hexdigest(),
-                            "size": zf.getinfo(n).file_size,
-                        }
-                    )
-    except (zipfile.BadZipFile, OSError, KeyError) as exc:
+                    digest, size = _member_sha256(zf, n)
+                    modules.append({"file": n, "sha256": digest, "size": size})
+    except (zipfile.BadZipFile, OSError, KeyError, EOFError, ValueError) as exc:
         raise SbomError(f"{wheel.name} cannot be read ({exc})") from None
+    except Exception as exc:  # zlib.error, NotImplementedError (unknown compression)
+        raise SbomError(f"{wheel.name} cannot be read ({type(exc).__name__})") from None
     headers: dict[str, list[str]] = {}
     for line in meta.split("\n\n", 1)[0].splitlines():
         if ":" in line and not line.startswith((" ", "\t")):

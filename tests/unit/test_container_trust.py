@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import zipfile
 from pathlib import Path
 
@@ -20,6 +21,23 @@ TARGET = "py3.11-torch2.13.0-x86_64-master"
 WHEEL = "apex-0.1+ascend.torch2.13.0-cp311-cp311-linux_x86_64.whl"
 SECRET = b"-----BEGIN OPENSSH PRIVATE KEY-----\nnot-a-real-key\n"
 IMAGE = "apexkit/builder:debian-bookworm-x86_64"
+
+
+def planned(system_torch: str | None = None) -> dict[str, dict]:
+    """What the host plans for `apexkit build 3.11 --image IMAGE` (buildplan.expected_targets)."""
+    return PLANNED
+
+
+PLANNED = {
+    TARGET: {
+        "python": "3.11",
+        "torch": "2.13.0",
+        "torch_npu": None,
+        "arch": "x86_64",
+        "target_id": TARGET,
+        "identity": {},
+    }
+}
 
 
 class Layout:
@@ -57,19 +75,25 @@ class Layout:
             zf.writestr("apex/__init__.py", "")
         return path.read_bytes()
 
-    def manifest(self, file: str, sha256: str, size: int = 1) -> None:
+    def manifest(self, file: str, sha256: str, size: int = 1, **target) -> None:
         (self.produced / "manifest.json").write_text(
             json.dumps(
                 {
-                    "target": {"target_id": TARGET},
+                    "target": {**PLANNED[TARGET], **target},
                     "wheel": {"file": file, "sha256": sha256, "size": size},
                 }
             )
         )
 
-    def publish(self) -> Path:
+    def publish(self, force: bool = False) -> Path:
         return container._publish(
-            self.produced, self.dist, self.spec, {"org.apexkit.base": "debian"}, 1.0
+            self.produced,
+            self.dist,
+            self.spec,
+            {"org.apexkit.base": "debian"},
+            1.0,
+            force,
+            planned=planned,
         )
 
     def refused(self) -> ImageError:
@@ -296,3 +320,184 @@ def test_the_host_log_is_truncated_and_rewritten(host):
     with container.open_host_log(host.spec.log_path) as fh:
         container.stream_output([b"new\n"], fh)
     assert host.spec.log_path.read_text() == "new\n"
+
+
+# --- review 2026-12-01 M8: a zip bomb is refused from its headers, before anything is decompressed -------------------
+
+
+def test_a_zip_bomb_member_is_refused_in_one_line_and_nothing_reaches_dist(host):
+    path = host.produced / WHEEL
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as zf:
+        zf.writestr("apex/__init__.py", "")
+        with zf.open("apex/_C.so", "w") as fh:
+            for _ in range(65):
+                fh.write(b"\0" * (1 << 20))
+    host.manifest(WHEEL, sha(path.read_bytes()))
+    error = host.refused()
+    assert "zip bomb" in error.format() and "apex/_C.so" in error.format()
+
+
+def test_a_wheel_expanding_past_the_total_cap_is_refused(tmp_path):
+    from apexkit import untrusted
+
+    path = tmp_path / WHEEL
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+        for i in range(3):
+            zf.writestr(f"apex/m{i}.py", os.urandom(4096))
+    untrusted.check_zip(path)  # a plain wheel under the default cap
+    with pytest.raises(untrusted.Untrusted, match="expand to .* GiB, more than"):
+        untrusted.check_zip(path, total_max=8192)
+
+
+# --- review 2026-12-01 L3: logins reach the container through the 0600 options file, never its environment --------
+
+
+def test_index_and_proxy_logins_stay_out_of_the_container_environment_and_argv(
+    tmp_path, monkeypatch
+):
+    import dataclasses
+
+    from apexkit.proxy import layers
+
+    monkeypatch.setenv("APEXKIT_CACHE_DIR", str(tmp_path / "cache"))
+    argv = ["--dist", str(tmp_path / "dist"), "--build-dir", str(tmp_path / "build")]
+    opts = options.resolve("3.11", argv, env={})
+    environ = {
+        "PIP_INDEX_URL": "https://bob:PipS3cret@pypi.example.com/simple/",
+        "PIP_EXTRA_INDEX_URL": "https://mirror.example.com/simple/ https://tok3nXYZ@x.example.com/simple/",
+        "APEXKIT_TORCH_INDEX_URL": "https://download.pytorch.org/whl/cpu",
+        "PIP_DEFAULT_TIMEOUT": "30",
+    }
+    settings = layers.ProxySettings(
+        http="http://p:ProxyPW@proxy.example.com:3128",
+        https="http://p:ProxyPW@proxy.example.com:3128",
+    )
+    spec = container.make_spec(opts, IMAGE, {}, "x86_64", environ=environ, settings=settings)
+    secrets = ("PipS3cret", "ProxyPW", "tok3nXYZ")
+    shown = json.dumps(
+        {
+            k: v
+            for k, v in dataclasses.asdict(spec).items()
+            if k != "options"  # the options file's content: 0600, the container user's
+        },
+        default=str,
+    )
+    for secret in secrets:
+        assert secret not in json.dumps(spec.environment) and secret not in " ".join(spec.command)
+        assert secret not in shown, secret
+    # what carries no login stays visible in the environment
+    assert spec.environment["APEXKIT_TORCH_INDEX_URL"] == "https://download.pytorch.org/whl/cpu"
+    assert spec.environment["PIP_DEFAULT_TIMEOUT"] == "30"
+    # the options file holds them, 0600 ...
+    spec.workspace.mkdir(parents=True)
+    with container._options_file(spec) as path:
+        assert (path.stat().st_mode & 0o777) == 0o600
+        written = path.read_text()
+        assert all(secret in written for secret in secrets)
+        # ... and the container's side (apexkit build 3.11 --options-json FILE) sets them in its environment
+        inside: dict[str, str] = {"PATH": "/usr/bin"}
+        loaded = options.load_json(path, "3.11", environ=inside)
+    assert not path.exists()  # removed when the container is done
+    assert loaded.python == "3.11" and loaded.dist_dir == Path("/workspace/dist")
+    assert inside["PIP_INDEX_URL"] == environ["PIP_INDEX_URL"]
+    assert inside["PIP_EXTRA_INDEX_URL"] == environ["PIP_EXTRA_INDEX_URL"]
+    assert (
+        inside["https_proxy"] == inside["HTTP_PROXY"] == "http://p:ProxyPW@proxy.example.com:3128"
+    )
+    assert "APEXKIT_TORCH_INDEX_URL" not in inside  # that one came through the environment already
+
+
+def test_an_options_file_environment_sets_only_index_and_proxy_variables(tmp_path):
+    from apexkit.errors import ConfigError
+
+    good = options.to_json(options.resolve("3.11", ["--dry-run"], env={}))
+    for bad in ({"LD_PRELOAD": "/tmp/x.so"}, {"PATH": "/tmp"}, ["PIP_INDEX_URL"], {"PIP_X": 1}):
+        path = tmp_path / "options.json"
+        path.write_text(json.dumps({**good, options.ENVIRONMENT: bad}))
+        os.chmod(path, 0o600)
+        environ: dict[str, str] = {}
+        with pytest.raises(ConfigError, match="environment is not an object") as info:
+            options.load_json(path, "3.11", environ=environ)
+        assert "\n" not in info.value.format() and environ == {}
+
+
+# --- review 2026-12-01 M7: the host, not the container, says which dist/<target> a build replaces ------------------
+
+
+def test_a_container_cannot_choose_another_target_to_replace(host):
+    """A py3.11 build whose container leaves dist/py3.10-…/ (its own wheel, a manifest to match) replaced the host's
+    good py3.10 wheel; now only the target the host planned is taken."""
+    other = "py3.10-torch2.13.0-x86_64-master"
+    good = host.dist / other
+    good.mkdir(parents=True)
+    (good / "manifest.json").write_text(json.dumps({"target": {"identity": {}}}))
+    (good / "good.whl").write_text("the host's py3.10 wheel")
+    host.produced = host.workspace / "dist" / other
+    host.produced.mkdir(parents=True)
+    data = host.wheel()
+    host.manifest(WHEEL, sha(data), python="3.10", target_id=other)
+    with pytest.raises(ImageError) as info:
+        host.publish(force=True)  # not even --force lets the container choose
+    assert "not this build's target (py3.11-torch2.13.0-x86_64-master)" in info.value.format()
+    assert "\n" not in info.value.format() and "nothing was copied" in info.value.format()
+    assert (good / "good.whl").read_text() == "the host's py3.10 wheel"
+    assert targets(host.dist) == [other]
+
+
+@pytest.mark.parametrize(
+    "lie, says",
+    [
+        ({"python": "3.10"}, "target.python is '3.10', this build's is 3.11"),
+        ({"torch": "2.12.0"}, "target.torch is '2.12.0'"),
+        ({"arch": "aarch64"}, "target.arch is 'aarch64'"),
+        ({"torch_npu": "2.13.0"}, "target.torch_npu is '2.13.0'"),
+        ({"target_id": "py3.10-torch2.13.0-x86_64-master"}, "target.target_id is"),
+        ({"torch": "2.13.0; rm -rf /"}, "target.torch .* is not a version"),
+    ],
+)
+def test_a_manifest_whose_target_is_not_the_hosts_plan_is_refused(host, lie, says):
+    data = host.wheel()
+    host.manifest(WHEEL, sha(data), **lie)
+    error = host.refused()
+    assert re.search(says, error.format()), error.format()
+
+
+def test_the_hosts_identity_is_recorded_and_compared_not_the_containers(host):
+    data = host.wheel()
+    # a container that claims the inputs of the wheel already there, to pass check_overwrite
+    host.manifest(WHEEL, sha(data), identity={"skip_patches": ["cxx11-abi"]})
+    existing = host.dist / TARGET
+    existing.mkdir(parents=True)
+    (existing / "manifest.json").write_text(
+        json.dumps({"target": {"identity": {"skip_patches": ["cxx11-abi"]}}})
+    )
+    with pytest.raises(Exception, match="built from other inputs"):
+        host.publish()
+    assert (existing / "manifest.json").read_text().count("cxx11-abi") == 1
+    final = host.publish(force=True)
+    assert json.loads((final / "manifest.json").read_text())["target"]["identity"] == {}
+
+
+def test_the_host_plans_the_targets_from_its_own_options(tmp_path):
+    from apexkit.plan import matrix
+    from apexkit.wheel import buildplan
+
+    argv = ["--image", IMAGE, "--torch", "2.1.0", "--dist", str(tmp_path / "dist")]
+    plain = buildplan.expected_targets(
+        options.resolve("3.11", argv, env={}), matrix.load(), "x86_64"
+    )
+    # no --npu: the image may hold CANN and pair torch_npu itself; both ids are the host's
+    assert sorted(plain) == [
+        "py3.11-torch2.1.0-x86_64-master",
+        "py3.11-torch2.1.0-x86_64-master+npu2.1.0.post17",
+    ]
+    npu = buildplan.expected_targets(
+        options.resolve("3.11", [*argv, "--npu", "--skip-patch", "cxx11-abi"], env={}),
+        matrix.load(),
+        "aarch64",
+    )
+    assert list(npu) == ["py3.11-torch2.1.0-aarch64-master+npu2.1.0.post17+skip-cxx11-abi"]
+    assert npu[next(iter(npu))]["identity"] == {
+        "torch_npu": "2.1.0.post17",
+        "skip_patches": ["cxx11-abi"],
+    }

@@ -223,7 +223,11 @@ def test_container_spec_mounts_only_workspace_cache_and_named_inputs(tmp_path):
         inside["image"] is inside["network"] is inside["ca_bundle"] is inside["python_path"] is None
     )
     assert str(tmp_path) not in json.dumps(inside)  # no host path reaches the container's options
-    (tmp_path / "options.json").write_text(json.dumps(inside))
+    # the proxy's login travels in the options file's environment (review 2026-12-01, L3), set by load_json
+    assert inside[options.ENVIRONMENT]["https_proxy"] == "http://u:pw@proxy.example.com:3128"
+    (tmp_path / "options.json").write_text(
+        json.dumps({k: v for k, v in inside.items() if k != options.ENVIRONMENT})
+    )
     again = options.resolve("3.11", ["--options-json", str(tmp_path / "options.json")])
     assert again == options.from_json(inside, "3.11") and again.jobs == 2 and again.image is None
     env = spec.environment
@@ -237,7 +241,7 @@ def test_container_spec_mounts_only_workspace_cache_and_named_inputs(tmp_path):
     assert (
         "PIP_FIND_LINKS" not in env and "SECRET_TOKEN" not in env
     )  # host paths and unrelated variables stay out
-    assert env["https_proxy"] == env["HTTPS_PROXY"] == "http://u:pw@proxy.example.com:3128"
+    assert "https_proxy" not in env and "HTTPS_PROXY" not in env and "u:pw" not in json.dumps(env)
     assert spec.network == "host"
     # a non-root user builds as itself, so what it writes is its own
     spec2 = container.make_spec(opts, X86_TAG, labels, "x86_64", environ={}, euid=4321)

@@ -54,7 +54,15 @@ def world(tmp_path, monkeypatch):
         remote, "find_by_facts", lambda client, indexes, want: (w.candidates, w.near)
     )
     monkeypatch.setattr(remote, "fetch", fetch)
-    monkeypatch.setattr(run, "_pip", lambda t, args, environ, quiet=False: w.pip.append(args))
+
+    def pip(t, args, environ, quiet=False):
+        w.pip.append(args)
+        if "--find-links" in args:  # what pip would find there: the folder holds only the wheel
+            folder = Path(args[args.index("--find-links") + 1])
+            w.found.append(sorted(p.name for p in folder.iterdir()))
+
+    w.found = []
+    monkeypatch.setattr(run, "_pip", pip)
     return w
 
 
@@ -85,9 +93,14 @@ def test_a_hit_is_installed_with_the_venvs_pip_no_deps_no_index(world, capsys):
     world.candidates = [candidate(world.wheel)]
     world.probes = [parsed(), installed_now(world)]
     assert install(world, index=["http://u:secret@127.0.0.1:9/"], as_json=True) == 0
-    assert world.pip == [
-        ["install", "--no-deps", "--no-index", "--force-reinstall", str(world.wheel)]
-    ]
+    (args,) = world.pip
+    assert args[:5] == ["install", "--no-deps", "--no-index", "--force-reinstall", "--find-links"]
+    assert args[6:] == [
+        "apex==0.1+ascend.torch2.13.0"
+    ]  # by name: pip freeze says apex==V afterwards
+    assert (
+        world.found == [[world.wheel.name]] and not Path(args[5]).exists()
+    )  # a private folder, removed
     out = json.loads(capsys.readouterr().out)
     assert out == {
         "status": "installed",
@@ -165,7 +178,7 @@ def test_an_unreachable_hit_falls_back_to_a_build_for_the_venvs_torch(world, tmp
     assert calls == [
         ("3.11", ["--torch", "2.13.0", "--interpreter", str(base)])
     ]  # the venv's base Python
-    assert world.pip[0][-1] == str(wheel)
+    assert world.pip[0][-1] == "apex==0.1+ascend.torch2.13.0" and world.found == [[wheel.name]]
 
 
 def test_a_built_wheel_that_does_not_match_its_manifest_is_not_installed(world, tmp_path):

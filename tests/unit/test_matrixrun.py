@@ -24,12 +24,21 @@ def test_a_symlinked_wheel_left_by_a_job_is_refused(tmp_path):
     name = "apex-0.1+ascend-cp311-cp311-linux_x86_64.whl"
     (tmp_path / "secret").write_text("not yours")
     (target / name).symlink_to(tmp_path / "secret")
-    (target / "manifest.json").write_text(json.dumps({"wheel": {"file": name, "sha256": "0" * 64}}))
+    planned = {
+        "python": "3.11",
+        "torch": "2.13.0",
+        "torch_npu": None,
+        "arch": "x86_64",
+        "target_id": target.name,
+    }
+    (target / "manifest.json").write_text(
+        json.dumps({"target": planned, "wheel": {"file": name, "sha256": "0" * 64}})
+    )
     with pytest.raises(untrusted.Untrusted, match="symbolic link"):
         matrixrun.collect(tmp_path / "stage", combo, tmp_path / "dist", {}, False)
     (target / name).unlink()
     (target / "manifest.json").write_text(
-        json.dumps({"wheel": {"file": "../../secret.whl", "sha256": "0" * 64}})
+        json.dumps({"target": planned, "wheel": {"file": "../../secret.whl", "sha256": "0" * 64}})
     )
     with pytest.raises(untrusted.Untrusted, match="not a plain"):
         matrixrun.collect(tmp_path / "stage", combo, tmp_path / "dist", {}, False)
@@ -94,29 +103,64 @@ def test_two_matrix_runs_sharing_build_matrix_each_read_their_own_childs_status(
 
 
 def test_a_job_that_left_another_combinations_target_is_refused(tmp_path):
-    """A node's job for py3.11-torch2.13.0 that leaves (and names in its status file) dist/py3.11-torch2.12.0-…/ must
-    not put that target into dist/ as this row's wheel; passthrough parts (+skip-…, +npu…) are still its own."""
+    """Which dist/<target> a job replaces is the host's to say (review 2026-12-01, M7): the ids the host computes
+    from the combination and the passthrough options (+skip-…, +npu… of the node's CANN), and a manifest whose
+    target python/torch/arch is that plan's. A job for py3.11-torch2.13.0 that leaves dist/py3.11-torch2.12.0-…/,
+    a +part the host never asked for, or its own name over a py3.10 build, replaces nothing."""
+    import hashlib
+    import zipfile
+
     from apexkit import untrusted
     from apexkit.fleet import matrixrun
     from apexkit.plan import matrix
 
     m = matrix.load()
     combo = m.combinations([{"python": "3.11", "torch": "2.13.0", "arch": "x86_64"}])[0]
-    for left, refused in [
-        ("py3.11-torch2.12.0-x86_64-master", True),
-        ("py3.10-torch2.13.0-x86_64-master", True),
-        (combo.target_id + "x", True),
-        (combo.target_id + "+skip-rpath-link-flag", False),
-        (combo.target_id, False),
+    passthrough = ["--skip-patch", "rpath-link-flag"]
+    planned = matrixrun.planned_targets(m, combo, passthrough)
+    own = combo.target_id + "+skip-rpath-link-flag"
+    facts = {"python": "3.11", "torch": "2.13.0", "torch_npu": None, "arch": "x86_64"}
+    for left, target, refused in [
+        ("py3.11-torch2.12.0-x86_64-master", {"torch": "2.12.0"}, "not this build's target"),
+        ("py3.10-torch2.13.0-x86_64-master", {"python": "3.10"}, "not this build's target"),
+        (combo.target_id + "x", {}, "not this build's target"),
+        (combo.target_id, {}, "not this build's target"),  # the host passed --skip-patch
+        (combo.target_id + "+skip-cxx11-abi", {}, "not this build's target"),
+        (own, {"python": "3.10"}, "target.python is '3.10', this build's is 3.11"),
+        (own, {"arch": "aarch64"}, "target.arch is 'aarch64'"),
+        (own, {"torch_npu": "2.13.0"}, "target.torch_npu is '2.13.0'"),
+        (own, {"target_id": combo.target_id}, "target.target_id is"),
+        (own, {}, None),
+        (combo.target_id + "+npu2.13.0+skip-rpath-link-flag", {"torch_npu": "2.13.0"}, None),
     ]:
-        stage = tmp_path / left / "stage"
-        (stage / left).mkdir(
-            parents=True
-        )  # no manifest: a target that passes the name check fails on that
-        with pytest.raises(untrusted.Untrusted) as caught:
-            matrixrun.collect(stage, combo, tmp_path / "dist", {}, False, expected=left)
-        assert ("not a build of" in str(caught.value)) is refused, (left, str(caught.value))
-    assert not (tmp_path / "dist").exists()
+        stage = tmp_path / f"stage-{len(list(tmp_path.iterdir()))}"
+        (stage / left).mkdir(parents=True)
+        wheel = stage / left / WHEEL
+        with zipfile.ZipFile(wheel, "w") as zf:
+            zf.writestr("apex/__init__.py", "")
+        manifest = {
+            "target": {
+                **facts,
+                "target_id": left,
+                "identity": {"apex_src": "/mnt/apexkit/apex-src"},  # the job's word: not taken
+                **target,
+            },
+            "wheel": {"file": WHEEL, "sha256": hashlib.sha256(wheel.read_bytes()).hexdigest()},
+        }
+        (stage / left / "manifest.json").write_text(json.dumps(manifest))
+        dist = tmp_path / "dist" / left
+        if refused:
+            with pytest.raises(untrusted.Untrusted, match=refused):
+                matrixrun.collect(stage, combo, dist, {}, False, expected=left, planned=planned)
+            assert not dist.exists()
+        else:
+            final, got = matrixrun.collect(
+                stage, combo, dist, {}, False, expected=left, planned=planned
+            )
+            assert final == dist / left and (final / WHEEL).is_file()
+            # the host's identity is recorded, not the job's
+            assert "apex_src" not in got["target"]["identity"]
+            assert got["target"]["identity"]["skip_patches"] == ["rpath-link-flag"]
 
 
 def test_a_manifest_with_a_size_that_is_not_a_number_is_no_traceback(tmp_path, monkeypatch):
