@@ -28,6 +28,7 @@ from pathlib import Path
 from apexkit import log, paths, untrusted
 
 _resolved: dict[str, Path] = {}
+_TEMPORARY = "apexkit-cache-"  # the prefix of a private cache for one run (_private)
 _guard = threading.Lock()
 
 
@@ -162,7 +163,9 @@ def trusted(configured: Path) -> Path:
             chosen = _private(Path(configured))
             log.warn(
                 f"the apexkit cache {configured} is {reason}: not using any of it (wheels, venvs, git mirrors, "
-                f"uv, containers, locks); using the private cache {chosen} -- next: chmod -R go-w {configured} "
+                f"uv, containers, locks); using the private cache {chosen}"
+                + (" (for this run: removed at exit)" if chosen.name.startswith(_TEMPORARY) else "")
+                + f" -- next: chmod -R go-w {configured} "
                 "(as its owner), or set APEXKIT_CACHE_DIR to a directory only you can write"
             )
         _resolved[key] = chosen
@@ -189,7 +192,7 @@ def _private(refused: Path) -> Path:
                 return default
         except OSError:
             pass
-    made = Path(tempfile.mkdtemp(prefix=f"apexkit-cache-{os.geteuid()}-"))
+    made = Path(tempfile.mkdtemp(prefix=f"{_TEMPORARY}{os.geteuid()}-"))
     os.chmod(made, 0o700)
     atexit.register(shutil.rmtree, str(made), True)
     return made

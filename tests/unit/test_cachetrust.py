@@ -224,3 +224,17 @@ def test_a_cache_inside_a_folder_others_can_write_is_untrusted_unless_sticky(tmp
     assert "anyone there can replace it" in (cachetrust.problem(shared / "cache") or "")
     shared.chmod(0o1777)  # sticky, like /tmp: only the owner may rename it
     assert cachetrust.problem(shared / "cache") is None
+
+
+def test_when_the_default_is_no_better_the_private_cache_is_a_fresh_0700_one(
+    tmp_path, monkeypatch, capsys
+):
+    shared, mine = tmp_path / "shared", tmp_path / "mine" / "apexkit"
+    for folder in (shared, mine):
+        folder.mkdir(parents=True)
+        folder.chmod(0o777)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "mine"))
+    chosen = cachetrust.trusted(shared)
+    assert chosen not in (shared, mine) and stat.S_IMODE(chosen.stat().st_mode) == 0o700
+    assert "(for this run: removed at exit)" in capsys.readouterr().err
+    chosen.rmdir()
