@@ -521,9 +521,16 @@ def build_wheel(
     from apexkit.wheel import builder, options
 
     opts = options.resolve(python, argv, prog=prog, given=given)
-    if opts.image:
-        import dataclasses
+    import dataclasses
 
+    if (
+        not opts.dry_run
+    ):  # one trust rule for the whole cache, before a host or container build uses any of it
+        from apexkit import cachetrust
+
+        cachetrust.tighten_umask()
+        opts = dataclasses.replace(opts, cache_dir=cachetrust.trusted(opts.cache_dir))
+    if opts.image:
         from apexkit.images import container
 
         # the cache key is the container's to compute (its sources, its Python): no team index lookup there

@@ -23,13 +23,14 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 from filelock import FileLock, Timeout
 
-from apexkit import log
+from apexkit import cachetrust, log
 from apexkit.errors import ApexkitError
 
 
@@ -63,17 +64,37 @@ def _lock_for(file: Path) -> FileLock:
     with _registry_guard:
         lock = _registry.get(key)
         if lock is None:
-            lock = _registry[key] = FileLock(key, thread_local=True)
+            lock = _registry[key] = FileLock(key, thread_local=True, mode=0o644)
         return lock
 
 
 def holder(path: Path) -> int | None:
     """The pid the last holder of `path`'s lock wrote (None: unknown). Only meaningful while the lock is held."""
-    try:
-        text = Path(str(lock_file(path)) + ".pid").read_text().strip()
+    try:  # not through a link, nor waiting on a FIFO planted there
+        fd = os.open(str(lock_file(path)) + ".pid", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        try:
+            text = os.read(fd, 32).decode().strip() if stat.S_ISREG(os.fstat(fd).st_mode) else ""
+        finally:
+            os.close(fd)
     except (OSError, UnicodeDecodeError):
         return None
     return int(text) if text.isdigit() else None
+
+
+def _write_pid(pid_file: Path) -> None:
+    """Our pid into `<lock>.pid`, 0644 whatever the umask, never through what someone planted there: a symlink is
+    not followed (O_NOFOLLOW fails), a FIFO not waited on (O_NONBLOCK), a hard link to another file or anything
+    but a plain file not truncated (checked before the truncation O_TRUNC would have done at open)."""
+    fd = os.open(pid_file, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
+            return
+        os.ftruncate(fd, 0)
+        os.fchmod(fd, 0o644)
+        os.write(fd, f"{os.getpid()}\n".encode())
+    finally:
+        os.close(fd)
 
 
 @contextlib.contextmanager
@@ -84,6 +105,9 @@ def hold(path: Path, what: str, timeout: float | None = None, wait: bool = True)
     pid_file = Path(str(file) + ".pid")
     reentered = lock.is_locked
     try:
+        cachetrust.make_dir(
+            file.parent
+        )  # 0755 whatever the umask (filelock's own mkdir follows it)
         try:
             lock.acquire(timeout=0)
         except Timeout:
@@ -115,7 +139,7 @@ def hold(path: Path, what: str, timeout: float | None = None, wait: bool = True)
     try:
         if not reentered:
             with contextlib.suppress(OSError):
-                pid_file.write_text(f"{os.getpid()}\n")
+                _write_pid(pid_file)
         yield
     finally:
         if (

@@ -24,10 +24,10 @@ import urllib.parse
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from apexkit import envvars, log, paths, pipconfig, urls, vocab
+from apexkit import cachetrust, envvars, log, paths, pipconfig, urls, vocab
 from apexkit.errors import BenchError, ConfigError, EnvironmentSetupError
 from apexkit.plan import matrix
-from apexkit.wheel import sources, venvs
+from apexkit.wheel import venvs
 
 ROOT = paths.ROOT
 SCRIPTS = {"validate": ROOT / "bench" / "validate_env.py", "bench": ROOT / "bench" / "amp_bench.py"}
@@ -110,7 +110,14 @@ def run_venv(
     with venvs.lock(
         path
     ):  # two validate/bench runs at once: one makes the venv, the other waits and reuses it
-        if not (path / ".apexkit-complete").is_file():
+        refused = (
+            cachetrust.venv_problem(path)
+            if (path / ".apexkit-complete").is_file()
+            else "not made yet"
+        )
+        if refused not in (None, "not made yet"):
+            log.warn(f"run venv {path} not reused: {refused}; making it again")
+        if refused is not None:
             _make_run_venv(venv, target_dir, manifest, log_path, index, torch_pin, torch_npu)
         if chart:
             _add_chart(venv, index, log_path, torch_pin)
@@ -127,7 +134,7 @@ def _make_run_venv(
     torch_npu: str | None,
 ) -> None:
     path, spec, wheel = venv.path, manifest["target"], target_dir / manifest["wheel"]["file"]
-    log_path.parent.mkdir(parents=True, exist_ok=True)
+    cachetrust.make_dir(log_path.parent)
     with log.step(f"run venv for {target_dir.name} ({describe(index)})") as s:
         venvs.create(spec["interpreter"], path, log_path, index=index)
         venvs.pip_install(
@@ -524,7 +531,7 @@ def main(script: str, argv: list[str], prog: str) -> int:
         target_dir, manifest = find_target(Path(args.dist), args.target, args.python)
         index = resolve_sources(manifest, target_dir, given_sources(args))
         chart = script == "bench" and "--no-png" not in rest
-        venv = run_venv(target_dir, manifest, sources.cache_dir(), index=index, chart=chart)
+        venv = run_venv(target_dir, manifest, cachetrust.root(), index=index, chart=chart)
         if chart and not _installed(venv, "matplotlib"):
             rest.append(
                 "--no-png"

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from apexkit import cann, checks, dockerclient, netenv, paths
+from apexkit import cachetrust, cann, checks, dockerclient, netenv, paths
 from apexkit.doctor import apexneed
 from apexkit.errors import ConfigError
 from apexkit.images import builder
@@ -540,6 +540,17 @@ def check_cache(cache: Path) -> list[Check]:
                 FAIL,
                 f"{cache} is not writable",
                 "fix its owner, or set APEXKIT_CACHE_DIR to a writable directory",
+            )
+        ]
+    reason = cachetrust.problem(cache)
+    if reason:
+        return [
+            Check(
+                "cache",
+                "cache dir",
+                WARN,
+                f"{cache} is {reason}: builds use a private cache instead (wheels, venvs, git mirrors, uv)",
+                f"chmod -R go-w {cache} (as its owner), or set APEXKIT_CACHE_DIR to a directory only you can write",
             )
         ]
     parts = []

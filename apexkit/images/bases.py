@@ -14,15 +14,14 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from apexkit import log
+from apexkit import cachetrust, log
 from apexkit.errors import EnvironmentSetupError
-from apexkit.wheel import sources
 
 DEBIAN_MIRROR = "http://deb.debian.org/debian"
 
 
 def cache_dir() -> Path:
-    return sources.cache_dir() / "base-images"
+    return cachetrust.root() / "base-images"
 
 
 def tarball_name(suite: str, arch: str, variant: str, include: Sequence[str]) -> str:

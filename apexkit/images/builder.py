@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from apexkit import checks, dockerclient, fsedit, log, netenv, paths, untrusted, urls
+from apexkit import cachetrust, checks, dockerclient, fsedit, log, netenv, paths, untrusted, urls
 from apexkit.errors import ApexkitError, ConfigError, ImageError, InterpreterNotFoundError
 from apexkit.proxy import layers
 
@@ -203,10 +203,10 @@ def resolve_ca_bundle(
                 "pass a PEM file of CA certificates (e.g. your proxy's CA), or --ca-cert none",
             ) from None
         # CA certificates are public: one combined file per content, readable by the container's user
-        folder = paths.cache_dir(environ) / "ca"
+        folder = cachetrust.root(environ) / "ca"
         combined = folder / f"ca-{hashlib.sha256(data).hexdigest()[:16]}.pem"
         try:
-            folder.mkdir(parents=True, exist_ok=True)
+            cachetrust.make_dir(folder)
             if not combined.is_file() or combined.read_bytes() != data:
                 fsedit.atomic_write(combined, data, 0o644)
         except (OSError, ApexkitError) as exc:

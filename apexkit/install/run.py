@@ -28,7 +28,7 @@ import typing
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from apexkit import envvars, locks, log, paths, untrusted
+from apexkit import cachetrust, envvars, locks, log, untrusted
 from apexkit.errors import ConfigError, EnvironmentSetupError
 from apexkit.install import fit
 from apexkit.install import target as targets
@@ -68,7 +68,7 @@ def _lock_path(python: str) -> Path:
     venv itself)."""
     root = os.path.realpath(Path(python).expanduser().parent.parent)
     digest = hashlib.sha256(root.encode()).hexdigest()[:24]
-    return paths.cache_dir() / "install-locks" / digest
+    return cachetrust.root() / "install-locks" / digest
 
 
 def indexes_from(given: Sequence[str] | None, environ: Mapping[str, str]) -> list[str]:

@@ -18,13 +18,13 @@ import subprocess
 import tempfile
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from packaging.version import InvalidVersion
 
 import apexkit
-from apexkit import cann, fsedit, locks, log, paths, untrusted
+from apexkit import cachetrust, cann, fsedit, locks, log, paths, untrusted
 from apexkit.errors import ApexkitError, BuildError, ConfigError, SmokeTestError
 from apexkit.plan import matrix, target
 from apexkit.proc import run_logged
@@ -73,6 +73,11 @@ class BuildState:
 
 class Builder:
     def __init__(self, opts: BuildOptions, env=None, remote: RemoteLookup | None = None) -> None:
+        if (
+            not opts.dry_run
+        ):  # the cache, or a private one when others can write it (apexkit.cachetrust)
+            cachetrust.tighten_umask()
+            opts = replace(opts, cache_dir=cachetrust.trusted(opts.cache_dir))
         self.opts = opts
         self.remote = (
             remote  # the team index, asked after a local cache miss (the command edge makes it)
@@ -355,8 +360,14 @@ class Builder:
                     marker.is_file() and not self.opts.recreate_venv
                 ):  # checked under the lock: another build may
                     # have made it while this one waited
-                    s.note(f"reused {path}")
-                    return venvs.Venv(path)
+                    refused = cachetrust.venv_problem(path)
+                    if refused is None:
+                        s.note(f"reused {path}")
+                        return venvs.Venv(path)
+                    log.warn(
+                        f"build venv {path} not reused: {refused} (whoever can write it could run code as this "
+                        "build); making it again"
+                    )
                 venv = venvs.create(
                     interp.path,
                     path,
@@ -387,8 +398,10 @@ class Builder:
                 if self.opts.use_system_torch:
                     self._ensure_system_torch_visible(venv, interp)
                 packages = venvs.freeze(venv)
-                marker.write_text(
-                    json.dumps({"packages": packages, "created": time.time()}, indent=1)
+                fsedit.atomic_write(
+                    marker,
+                    json.dumps({"packages": packages, "created": time.time()}, indent=1).encode(),
+                    0o644,
                 )
                 s.note(
                     ", ".join(
@@ -1097,8 +1110,7 @@ def _unfit(filename: str, plan: buildplan.Plan, interp: interpreters.Interpreter
 
 
 def _mkdir(path: Path) -> Path:
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    return cachetrust.make_dir(path)
 
 
 def _first_line(argv) -> str | None:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, Optional, Tuple
 
-from apexkit import fsedit, log, untrusted
+from apexkit import cachetrust, fsedit, log, untrusted
 from apexkit.errors import ApexkitError
 from apexkit.wheel import distdir, sbom
 
@@ -150,6 +150,12 @@ class WheelCache:
             tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=_mkdir(entry.parent)))
             shutil.copy2(wheel, tmp / wheel.name)
             (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+            for name in (
+                wheel.name,
+                "manifest.json",
+            ):  # whatever the umask: lookup refuses a writable entry
+                os.chmod(tmp / name, 0o644)
+            os.chmod(tmp, 0o755)
             if entry.is_symlink() or (os.path.lexists(entry) and not entry.is_dir()):
                 entry.unlink()  # a link left in the cache goes; its target stays
             else:
@@ -230,5 +236,4 @@ def _ours(st: os.stat_result, what: str) -> None:
 
 
 def _mkdir(path: Path) -> Path:
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    return cachetrust.make_dir(path)

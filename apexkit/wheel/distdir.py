@@ -147,7 +147,9 @@ def replace_dir(
                     (tmp / file_name).write_bytes(source)
                 else:
                     shutil.copy2(source, tmp / file_name)
+                os.chmod(tmp / file_name, 0o644)  # the wheel, SBOM, provenance: whatever the umask
             (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+            os.chmod(tmp / "manifest.json", 0o644)
             os.chmod(tmp, 0o755)  # mkdtemp makes it 0700
             fsedit.swap_directory(tmp, final)
         except BaseException:

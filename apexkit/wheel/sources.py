@@ -19,8 +19,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from apexkit import locks, log, paths, untrusted
-from apexkit.errors import PatchError, SourceError
+from apexkit import cachetrust, locks, log, paths, untrusted
+from apexkit.errors import ConfigError, PatchError, SourceError
 
 SHA_RE = re.compile(r"^[0-9a-f]{40}$")
 _BUILD_SH_PIN = re.compile(r"git\s+checkout\s+([0-9a-f]{40})\b")
@@ -133,10 +133,21 @@ class Mirror:
             re.sub(r"[^A-Za-z0-9]+", "-", self.url.rstrip("/").rsplit("/", 1)[-1]).strip("-")
             or "repo"
         )
+        cache = cachetrust.trusted(
+            cache
+        )  # a cache others can write: a private one (git runs the hooks it holds)
         self.path = (
             cache / "git" / f"{slug}-{hashlib.sha256(self.url.encode()).hexdigest()[:12]}.git"
         )
         self.retry = retry or RetryPolicy.from_env()
+        for part in (self.path, self.path / "config", self.path / "hooks"):
+            reason = cachetrust.entry_problem(part)
+            if reason:
+                raise ConfigError(
+                    f"git mirror {part} is {reason}: not using it (its config and hooks run as this build)",
+                    f"remove {self.path} (it is fetched again), or set APEXKIT_CACHE_DIR to a directory only "
+                    "you can write",
+                )
 
     def _lock(self):
         return locks.hold(self.path, f"git mirror {self.path.name}")
@@ -147,7 +158,7 @@ class Mirror:
             return
         tmp = self.path.with_name(self.path.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)  # an init killed half-way
-        tmp.parent.mkdir(parents=True, exist_ok=True)
+        cachetrust.make_dir(tmp.parent)
         git(["init", "--bare", "--quiet", str(tmp)], echo=False)
         git(["remote", "add", "origin", self.url], git_dir=tmp, echo=False)
         os.replace(tmp, self.path)

@@ -38,11 +38,11 @@ from typing import Any
 from packaging.requirements import Requirement
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
-from apexkit import locks, log, paths, pipconfig, untrusted
+from apexkit import cachetrust, locks, log, paths, pipconfig, untrusted
+from apexkit.cachetrust import root as cache_dir
 from apexkit.errors import EnvironmentSetupError
 from apexkit.proc import run_logged
 from apexkit.wheel import known_failures, uvtools
-from apexkit.wheel.sources import cache_dir
 
 
 @dataclass(frozen=True)
@@ -143,7 +143,7 @@ def create(
     with lock(path):
         if path.exists():
             shutil.rmtree(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
+        cachetrust.make_dir(path.parent)
         uv = uvtools.find()
         if uv is not None:
             made = _create_uv(

@@ -26,6 +26,7 @@ SHARED = {
     "locks",
     "urls",
     "untrusted",
+    "cachetrust",
     "checks",
     "vocab",
     "cann",
