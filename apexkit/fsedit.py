@@ -24,6 +24,7 @@ Every writer in apexkit goes through here, so each one gets the same guarantees:
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import difflib
 import errno
 import hashlib
@@ -32,6 +33,7 @@ import os
 import re
 import shutil
 import stat
+import sys
 import tempfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -334,9 +336,48 @@ def read_target(path: Path, display: str) -> bytes | None:
     return read_regular(path, display)
 
 
+_RENAME_EXCHANGE = 2  # linux/fs.h: swap the two names in one step
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap the names `a` and `b` in one system call (Linux renameat2 RENAME_EXCHANGE). False where the kernel,
+    the C library or the file system cannot (the caller falls back); any other failure is raised."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):  # a C library older than glibc 2.28 / musl 1.2.2
+        return False
+    at_fdcwd = -100
+    renameat2.argtypes = [
+        ctypes.c_int,
+        ctypes.c_char_p,
+        ctypes.c_int,
+        ctypes.c_char_p,
+        ctypes.c_uint,
+    ]
+    if renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in (
+        errno.ENOSYS,
+        errno.EINVAL,
+        errno.EOPNOTSUPP,
+    ):  # old kernel, or a file system without it
+        return False
+    raise OSError(code, os.strerror(code), str(b))
+
+
 def swap_directory(tmp: Path, final: Path) -> None:
     """Put the fully written directory `tmp` in place of `final` (which may not exist): readers see the old one or
-    the new one, never a half-written one. `tmp` must be on the same file system (a sibling)."""
+    the new one, never a half-written one, and -- on Linux -- never none: an existing `final` is exchanged with
+    `tmp` in one renameat2(RENAME_EXCHANGE), so `final` is a real directory at every moment (a web server, a
+    file:// URL or an rsync mirror keeps working; no symbolic link to flip, no versioned folders to collect).
+    Elsewhere (or on a file system without it) two renames, with a moment between them without `final`.
+    `tmp` must be on the same file system (a sibling)."""
+    if os.path.isdir(final) and not os.path.islink(final) and _exchange(tmp, final):
+        shutil.rmtree(tmp, ignore_errors=True)  # tmp now holds the old directory
+        return
     old = None
     if final.exists():
         old = final.with_name(f".{final.name}.old-{os.getpid()}")

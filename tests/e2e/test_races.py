@@ -1,0 +1,142 @@
+"""Concurrent runs (review 2026-12-01, M6): two publishes into one index, and two proxy setups on one machine, as
+real processes started at the same moment. The locks serialise them (the second one waits, saying so), and the
+index swap leaves no moment without an index (a reader process polling it never misses it)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import output
+
+TORCHES = {"d1": "2.13.0", "d2": "2.7.1", "d3": "2.1.0"}
+ROUNDS = 8  # in two tests of four rounds, each under 20 s
+
+
+def wheel_name(torch: str) -> str:
+    return f"apex-0.1+ascend.torch{torch}-cp311-cp311-linux_x86_64.whl"
+
+
+def make_dist(parent: Path, name: str) -> Path:
+    """dist/<target>/ with one wheel and its manifest, as tests/e2e/test_publish.py's fake_dist (publish never opens
+    the wheel as a zip)."""
+    torch = TORCHES[name]
+    target = f"py3.11-torch{torch}-x86_64-master"
+    folder = parent / name / target
+    folder.mkdir(parents=True)
+    data = f"wheel of {name}".encode()
+    (folder / wheel_name(torch)).write_bytes(data)
+    manifest = {
+        "wheel": {"file": wheel_name(torch), "sha256": hashlib.sha256(data).hexdigest()},
+        "target": {"torch": torch},
+    }
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    return parent / name
+
+
+def publish_cmd(dist: Path, index: Path) -> list[str]:
+    return [sys.executable, "-m", "apexkit", "publish", "--dist", str(dist), "--index", str(index)]
+
+
+READER = """
+import os, sys, time
+index, stop = sys.argv[1], sys.argv[2]
+polls = missing = 0
+marker = os.path.join(index, "index.json")
+while not os.path.exists(stop):
+    for _ in range(1000):
+        polls += 1
+        if not os.path.exists(marker):
+            missing += 1
+print(polls, missing)
+"""
+
+
+@pytest.mark.parametrize("half", [0, 1])
+def test_two_publishes_at_once_keep_every_wheel_and_the_index_never_disappears(tmp_path, half):
+    dists = {name: make_dist(tmp_path / "dists", name) for name in TORCHES}
+    seed = tmp_path / "seed"
+    proc = subprocess.run(
+        publish_cmd(dists["d1"], seed), capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, output(proc)
+    index = tmp_path / "www" / "index"
+    index.parent.mkdir()
+    stop = tmp_path / "stop"
+    shutil.copytree(seed, index)
+    reader = subprocess.Popen(
+        [sys.executable, "-c", READER, str(index), str(stop)], stdout=subprocess.PIPE, text=True
+    )
+    waited = 0
+    try:
+        for round_ in range(half * ROUNDS // 2, (half + 1) * ROUNDS // 2):
+            if round_ % (
+                ROUNDS // 2
+            ):  # the index holding d1 only, put back in place with the same one-step swap
+                fresh = index.with_name(f".fresh-{round_}")
+                shutil.copytree(seed, fresh)
+                from apexkit import fsedit
+
+                fsedit.swap_directory(fresh, index)
+            runs = [
+                subprocess.Popen(
+                    publish_cmd(dists[name], index),
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                )
+                for name in ("d2", "d3")
+            ]
+            results = [(run.wait(timeout=60), *run.communicate()) for run in runs]
+            for code, out, err in results:
+                assert code == 0, f"round {round_}: {out}{err}"
+                assert "Traceback" not in err
+            waited += sum("waiting for the lock on the index" in err for _, _, err in results)
+            held = sorted(p.name for p in (index / "simple" / "apex").glob("*.whl"))
+            assert held == sorted(wheel_name(t) for t in TORCHES.values()), (
+                f"round {round_}: {held}"
+            )
+            listed = json.loads((index / "index.json").read_text())
+            assert len(listed["files"]) == 3, f"round {round_}"
+    finally:
+        stop.write_text("")
+        polls, missing = map(int, reader.communicate(timeout=30)[0].split())
+    assert polls > 0 and missing == 0, f"the index was missing in {missing} of {polls} polls"
+    # nothing left beside the index but its lock file (kept, as apexkit.locks says)
+    assert sorted(p.name for p in index.parent.iterdir()) == ["index", "index.lock"]
+
+
+def test_swap_directory_never_leaves_a_moment_without_the_directory(tmp_path):
+    """The swap alone, many times, with a reader process polling: the old two renames left a gap it could see."""
+    from apexkit import fsedit
+
+    index, stop = tmp_path / "index", tmp_path / "stop"
+    index.mkdir()
+    (index / "index.json").write_text("{}\n")
+    reader = subprocess.Popen(
+        [sys.executable, "-c", READER, str(index), str(stop)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        time.sleep(0.3)  # the reader is polling
+        deadline = time.monotonic() + 3
+        swaps = 0
+        while time.monotonic() < deadline:
+            fresh = tmp_path / f".index.tmp-{swaps}"
+            fresh.mkdir()
+            (fresh / "index.json").write_text(f'{{"n": {swaps}}}\n')
+            fsedit.swap_directory(fresh, index)
+            swaps += 1
+    finally:
+        stop.write_text("")
+        polls, missing = map(int, reader.communicate(timeout=30)[0].split())
+    assert json.loads((index / "index.json").read_text()) == {"n": swaps - 1}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["index", "stop"]  # no old copies left
+    assert polls > 0 and missing == 0, (
+        f"the directory was missing in {missing} of {polls} polls ({swaps} swaps)"
+    )
