@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -13,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import output
+from conftest import ROOT, output
 
 TORCHES = {"d1": "2.13.0", "d2": "2.7.1", "d3": "2.1.0"}
 ROUNDS = 8  # in two tests of four rounds, each under 20 s
@@ -140,3 +141,68 @@ def test_swap_directory_never_leaves_a_moment_without_the_directory(tmp_path):
     assert polls > 0 and missing == 0, (
         f"the directory was missing in {missing} of {polls} polls ({swaps} swaps)"
     )
+
+
+PROXY_HOSTS = ("a.corp", "b.corp")
+PROXY_FILES = (
+    "home/alice/.bashrc",
+    "home/alice/.config/pip/pip.conf",
+    "home/alice/.docker/config.json",
+)
+
+
+def proxy_setup(root: Path, host: str) -> subprocess.Popen:
+    # the environment tests/proxyroot.py's invoke gives: no proxy variables of the caller's, alice's HOME
+    env = {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}
+    env.update(HOME="/home/alice")
+    for name in ("XDG_CONFIG_HOME", "DOCKER_CONFIG"):
+        env.pop(name, None)
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "invoke",
+            "-r",
+            str(ROOT),
+            "proxy.setup",
+            "--http",
+            f"http://{host}:3128",
+            "--pip-index",
+            f"http://{host}:3141/simple/",
+            "--layers",
+            "shell,pip,container",
+            "--root",
+            str(root),
+            "--no-restart",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+
+
+@pytest.mark.parametrize("half", [0, 1])
+def test_two_proxy_setups_at_once_end_with_one_complete_config(tmp_path, half):
+    for round_ in range(half * ROUNDS // 2, (half + 1) * ROUNDS // 2):
+        root = tmp_path / f"round{round_}"
+        (root / "home/alice").mkdir(parents=True)
+        runs = {host: proxy_setup(root, host) for host in PROXY_HOSTS}
+        results = {host: (run.wait(timeout=60), *run.communicate()) for host, run in runs.items()}
+        for host, (code, out, err) in results.items():
+            assert "Traceback" not in out + err
+            assert code == 0, f"round {round_}, {host}: {out}{err}"
+        found = {
+            name: [host for host in PROXY_HOSTS if host in (root / name).read_text()]
+            for name in PROXY_FILES
+        }
+        ends = {tuple(hosts) for hosts in found.values()}
+        assert len(ends) == 1 and len(next(iter(ends))) == 1, f"round {round_}: {found}"
+        (winner,) = next(iter(ends))
+        waited = [h for h, (_, _, err) in results.items() if "waiting for the lock" in err]
+        if waited:  # the one that waited ran second: its settings are the ones left
+            assert waited == [winner], f"round {round_}: {waited} waited, {winner} left"
+        saved = json.loads((root / "home/alice/.config/apexkit/proxy.json").read_text())
+        assert winner in json.dumps(saved) and (
+            {"a.corp", "b.corp"} - {winner}
+        ).pop() not in json.dumps(saved)
