@@ -8,6 +8,7 @@ import hashlib
 import json
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import time
@@ -206,3 +207,96 @@ def test_two_proxy_setups_at_once_end_with_one_complete_config(tmp_path, half):
         assert winner in json.dumps(saved) and (
             {"a.corp", "b.corp"} - {winner}
         ).pop() not in json.dumps(saved)
+
+
+# --- M5: root writing into a user's home, a link swapped in between two writes ------------------------------------
+
+PAUSE_AFTER_WRITE = Path(__file__).resolve().parent / "pause_after_write.py"
+ROOT_DOCKER = b'{"auths": {"registry.corp": {"auth": "cm9vdDpyb290LXNlY3JldA=="}}}\n'
+ALICE_DOCKER = b'{"credsStore": "alice-helper", "auths": {}}\n'
+ALICE = (1000, 1000)
+
+
+def alice_home(root: Path) -> Path:
+    """--root's /home/alice, every file of it alice's (uid 1000); root's own /root/.docker holding registry logins."""
+    home = root / "home/alice"
+    (home / ".docker").mkdir(parents=True)
+    (home / ".docker/config.json").write_bytes(ALICE_DOCKER)
+    (home / ".bashrc").write_bytes(b"# alice's bashrc\n")
+    for path in (home, home / ".docker", home / ".docker/config.json", home / ".bashrc"):
+        os.chown(path, *ALICE)
+    (home / ".docker/config.json").chmod(0o600)
+    (root / "root/.docker").mkdir(parents=True, mode=0o700)
+    (root / "root/.docker/config.json").write_bytes(ROOT_DOCKER)
+    (root / "root/.docker/config.json").chmod(0o600)
+    return home
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="root writing into a user's home: needs root")
+@pytest.mark.parametrize("after", [1, 2])
+def test_a_folder_swapped_for_a_link_after_a_write_does_not_get_root_to_write_its_own_file(
+    fsroot, tmp_path, after
+):
+    """The review's repro: after the first write (~/.bashrc), or the second (~/.docker/config.json itself, then
+    the read-back and the put-back), alice does `mv ~/.docker ~/.docker-old; ln -s /root/.docker ~/.docker`."""
+    home = alice_home(fsroot)
+    resume = tmp_path / "resume"
+    env = {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}
+    env.update(HOME="/home/alice", APEXKIT_TEST_RESUME_FILE=str(resume))
+    for name in ("XDG_CONFIG_HOME", "DOCKER_CONFIG"):
+        env.pop(name, None)
+    run = subprocess.Popen(
+        [
+            sys.executable,
+            str(PAUSE_AFTER_WRITE),
+            str(after),
+            "-m",
+            "invoke",
+            "-r",
+            str(ROOT),
+            "proxy.setup",
+            "--root",
+            str(fsroot),
+            "--no-restart",
+            "--http",
+            "http://alice-proxy.evil:3128",
+            "--layers",
+            "shell,container",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        assert run.stderr is not None
+        seen = []
+        for line in run.stderr:
+            seen.append(line)
+            if line.startswith(f"apexkit-test: paused after write {after}"):
+                break
+        else:
+            pytest.fail("".join(seen))
+        os.rename(home / ".docker", home / ".docker-old")
+        os.symlink(fsroot / "root/.docker", home / ".docker")
+        os.lchown(home / ".docker", *ALICE)  # alice's link, as she would make it
+        resume.write_text("")
+        out, err = run.communicate(timeout=60)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+    err = "".join(seen) + err
+    assert (fsroot / "root/.docker/config.json").read_bytes() == ROOT_DOCKER, (
+        err
+    )  # root's file unchanged
+    assert stat.S_IMODE((fsroot / "root/.docker/config.json").stat().st_mode) == 0o600
+    assert sorted(p.name for p in (fsroot / "root/.docker").iterdir()) == [
+        "config.json"
+    ]  # no temp file
+    assert run.returncode != 0 and "Traceback" not in out + err, out + err
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and " -- next: " in errors[0], err
+    assert (home / ".bashrc").read_bytes() == b"# alice's bashrc\n"  # put back
+    if after == 1:  # refused before the write: alice's own file as it was
+        assert (home / ".docker-old/config.json").read_bytes() == ALICE_DOCKER
