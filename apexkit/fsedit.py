@@ -937,8 +937,14 @@ class BackupStore:
         self._prepare()
         if self._made and STATE_KEY not in manifest:
             manifest[STATE_KEY] = {"made_dirs": self._made}
-        atomic_write(self.manifest_path, dump_json(manifest), 0o600)
+        self._write_private(self.manifest_path, dump_json(manifest))
         self._give_owner(manifest)
+
+    def _write_private(self, path: Path, data: bytes) -> None:
+        """A state file, written into the real folder the links (checked as root by `check`) lead to, that folder
+        opened without following links: one swapped for a link since the check is refused (review M5)."""
+        self.check()
+        atomic_write(resolve_links(path)[0], data, 0o600, nofollow=True)
 
     def _give_owner(self, manifest: dict[str, dict]) -> None:
         if not self.home_owner:
@@ -1003,7 +1009,7 @@ class BackupStore:
         record = {"existed": change.old is not None, "mode": change.old_mode}
         if change.old is not None:
             self._prepare()
-            atomic_write(self._file(change.display), change.old, 0o600)
+            self._write_private(self._file(change.display), change.old)
         manifest[change.display] = record
         return True
 
