@@ -24,15 +24,17 @@ Every writer in apexkit goes through here, so each one gets the same guarantees:
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import difflib
 import errno
 import hashlib
 import json
 import os
 import re
+import secrets
 import shutil
 import stat
-import tempfile
+import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,32 +62,117 @@ def file_mode(path: Path) -> int | None:
         return None
 
 
-def atomic_write(path: Path, data: bytes, mode: int, owner: tuple[int, int] | None = None) -> None:
+def _walk_dir(directory: Path) -> int:
+    """A descriptor of `directory`, opened one folder at a time from / with O_NOFOLLOW: a folder on the way that is
+    (now) a symbolic link, or not a folder, fails with ELOOP or ENOTDIR instead of being followed."""
+    flags = (
+        os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    )
+    fd = os.open("/", flags)
+    try:
+        for part in _parts(os.path.normpath(os.path.abspath(directory))):
+            below = os.open(part, flags, dir_fd=fd)
+            os.close(fd)
+            fd = below
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _open_parent(path: Path, nofollow: bool) -> int:
+    if not nofollow:
+        return os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
+    try:
+        return _walk_dir(path.parent)
+    except OSError as exc:
+        if exc.errno not in (errno.ELOOP, errno.ENOTDIR, errno.ENOENT):
+            raise
+        raise TargetError(
+            f"{path.parent} changed while apexkit was writing {path.name}: a folder on the way is now a symbolic "
+            "link (or gone); it was not followed",
+            "check who changed it, then run again",
+        ) from None
+
+
+def atomic_write(
+    path: Path,
+    data: bytes,
+    mode: int,
+    owner: tuple[int, int] | None = None,
+    nofollow: bool = False,
+) -> None:
     """Write `data` to `path` atomically; the file never exists with wider permissions than `mode`. An existing
     file keeps its owner when root writes it; a new one gets `owner` (uid, gid) when given and root writes it.
-    `path` is replaced, not followed: callers that edit through a symbolic link pass its target (`write_target`)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    previous = None
-    with contextlib.suppress(FileNotFoundError):
-        previous = path.stat()
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".apexkit-tmp")
+    `path` is replaced, not followed: callers that edit through a symbolic link pass its target (`write_target`).
+    The temporary file, its owner and the rename all work on one descriptor of the parent folder; with `nofollow`
+    (a real path, as `write_target` gives) that folder is opened from / without following any link, so a folder
+    swapped for a link after the plan (review M5: ~/.docker -> /root/.docker) is refused, never written through."""
+    if nofollow:
+        make_parents(
+            path
+        )  # one mkdir per missing folder: a link put in the place of one is not followed
+    else:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    directory = _open_parent(path, nofollow)
+    name = path.name
     try:
-        os.fchmod(fd, mode)
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        if (
-            os.geteuid() == 0
-        ):  # keep the owner of a user's file we edit as root; a new file gets its home's owner
-            who = (previous.st_uid, previous.st_gid) if previous is not None else owner
-            if who is not None:
-                os.chown(tmp, *who)
-        os.replace(tmp, path)
-    except BaseException:
+        previous = None
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
+            previous = os.stat(name, dir_fd=directory, follow_symlinks=False)
+        flags = (
+            os.O_WRONLY
+            | os.O_CREAT
+            | os.O_EXCL
+            | getattr(os, "O_NOFOLLOW", 0)
+            | getattr(os, "O_CLOEXEC", 0)
+        )
+        for _ in range(100):
+            tmp = f".{name}.{secrets.token_hex(4)}.apexkit-tmp"
+            try:
+                fd = os.open(tmp, flags, 0o600, dir_fd=directory)
+                break
+            except FileExistsError:
+                continue
+        else:
+            raise FileExistsError(errno.EEXIST, "no free temporary name", str(path.parent))
+        try:
+            os.fchmod(fd, mode)
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
+                handle.flush()
+                if (
+                    os.geteuid() == 0
+                ):  # keep the owner of a user's file we edit as root; a new file gets `owner`
+                    who = (previous.st_uid, previous.st_gid) if previous is not None else owner
+                    if who is not None:
+                        os.fchown(handle.fileno(), *who)
+                        os.fchmod(
+                            handle.fileno(), mode
+                        )  # chown clears setgid-like bits; keep the mode exact
+                os.fsync(handle.fileno())
+            os.replace(tmp, name, src_dir_fd=directory, dst_dir_fd=directory)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp, dir_fd=directory)
+            raise
+    finally:
+        os.close(directory)
+
+
+def _unlink_nofollow(path: Path) -> None:
+    """Delete `path` itself (never what a link leads to) in its parent opened without following links."""
+    try:
+        directory = _open_parent(path, True)
+    except TargetError:
+        if not os.path.lexists(path.parent):
+            return  # its folder is gone: so is the file
         raise
+    try:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path.name, dir_fd=directory)
+    finally:
+        os.close(directory)
 
 
 def missing_parents(path: Path) -> list[Path]:
@@ -105,7 +192,9 @@ def make_parents(path: Path, owner: tuple[int, int] | None = None) -> int:
         with contextlib.suppress(FileExistsError):
             os.mkdir(directory)
             if owner is not None and os.geteuid() == 0:
-                os.chown(directory, *owner)
+                os.chown(
+                    directory, *owner, follow_symlinks=False
+                )  # a link swapped in: not followed
     return len(missing)
 
 
@@ -334,9 +423,48 @@ def read_target(path: Path, display: str) -> bytes | None:
     return read_regular(path, display)
 
 
+_RENAME_EXCHANGE = 2  # linux/fs.h: swap the two names in one step
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap the names `a` and `b` in one system call (Linux renameat2 RENAME_EXCHANGE). False where the kernel,
+    the C library or the file system cannot (the caller falls back); any other failure is raised."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):  # a C library older than glibc 2.28 / musl 1.2.2
+        return False
+    at_fdcwd = -100
+    renameat2.argtypes = [
+        ctypes.c_int,
+        ctypes.c_char_p,
+        ctypes.c_int,
+        ctypes.c_char_p,
+        ctypes.c_uint,
+    ]
+    if renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in (
+        errno.ENOSYS,
+        errno.EINVAL,
+        errno.EOPNOTSUPP,
+    ):  # old kernel, or a file system without it
+        return False
+    raise OSError(code, os.strerror(code), str(b))
+
+
 def swap_directory(tmp: Path, final: Path) -> None:
     """Put the fully written directory `tmp` in place of `final` (which may not exist): readers see the old one or
-    the new one, never a half-written one. `tmp` must be on the same file system (a sibling)."""
+    the new one, never a half-written one, and -- on Linux -- never none: an existing `final` is exchanged with
+    `tmp` in one renameat2(RENAME_EXCHANGE), so `final` is a real directory at every moment (a web server, a
+    file:// URL or an rsync mirror keeps working; no symbolic link to flip, no versioned folders to collect).
+    Elsewhere (or on a file system without it) two renames, with a moment between them without `final`.
+    `tmp` must be on the same file system (a sibling)."""
+    if os.path.isdir(final) and not os.path.islink(final) and _exchange(tmp, final):
+        shutil.rmtree(tmp, ignore_errors=True)  # tmp now holds the old directory
+        return
     old = None
     if final.exists():
         old = final.with_name(f".{final.name}.old-{os.getpid()}")
@@ -809,8 +937,14 @@ class BackupStore:
         self._prepare()
         if self._made and STATE_KEY not in manifest:
             manifest[STATE_KEY] = {"made_dirs": self._made}
-        atomic_write(self.manifest_path, dump_json(manifest), 0o600)
+        self._write_private(self.manifest_path, dump_json(manifest))
         self._give_owner(manifest)
+
+    def _write_private(self, path: Path, data: bytes) -> None:
+        """A state file, written into the real folder the links (checked as root by `check`) lead to, that folder
+        opened without following links: one swapped for a link since the check is refused (review M5)."""
+        self.check()
+        atomic_write(resolve_links(path)[0], data, 0o600, nofollow=True)
 
     def _give_owner(self, manifest: dict[str, dict]) -> None:
         if not self.home_owner:
@@ -875,7 +1009,7 @@ class BackupStore:
         record = {"existed": change.old is not None, "mode": change.old_mode}
         if change.old is not None:
             self._prepare()
-            atomic_write(self._file(change.display), change.old, 0o600)
+            self._write_private(self._file(change.display), change.old)
         manifest[change.display] = record
         return True
 
@@ -912,23 +1046,47 @@ def preflight(changes: Iterable[Change], hint: str) -> None:
             )
 
 
+def check_again(change: Change) -> None:
+    """Just before a write or a put-back: the links on the way are checked again (`write_target`, `check_links`),
+    and must still lead to the file the plan read. Between the plan and the write, a user can swap a folder of their
+    home for a link (review M5: ~/.docker -> /root/.docker, on inotify of ~/.bashrc)."""
+    target = write_target(change.path, change.display, change.within)
+    if target != change.target:
+        raise TargetError(
+            f"{change.display} changed while apexkit was writing: it now leads to {target}, not {change.target}; "
+            "it was not written",
+            "check who changed it, then run again",
+        )
+
+
 def _write(change: Change) -> None:
+    check_again(change)
     if change.new is None:
-        with contextlib.suppress(FileNotFoundError):
-            change.target.unlink()
+        _unlink_nofollow(change.target)
     else:
-        atomic_write(change.target, change.new, change.mode, change.new_owner)
+        atomic_write(change.target, change.new, change.mode, change.new_owner, nofollow=True)
 
 
 def _put_back(changes: Iterable[Change]) -> None:
+    """Put back what apexkit wrote, each file on its own: one whose path changed since (checked again, as before a
+    write) is left as it is, with a warning, and the others are still put back."""
     for change in changes:
-        if change.old is None:
-            with contextlib.suppress(FileNotFoundError):
-                change.target.unlink()
-        else:
-            atomic_write(
-                change.target, change.old, 0o644 if change.old_mode is None else change.old_mode
+        try:
+            check_again(change)
+            if change.old is None:
+                _unlink_nofollow(change.target)
+            else:
+                atomic_write(
+                    change.target,
+                    change.old,
+                    0o644 if change.old_mode is None else change.old_mode,
+                    nofollow=True,
+                )
+        except TargetError as exc:
+            cause = exc.cause.replace("; nothing was changed", "").replace(
+                "; it was not written", ""
             )
+            log.warn(f"not put back (left as apexkit wrote it): {cause}")
 
 
 def apply(

@@ -37,6 +37,7 @@ and re-hashed on the host while it is copied.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import html
 import json
@@ -53,7 +54,7 @@ from typing import Any
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from apexkit import fsedit, log, untrusted
+from apexkit import fsedit, locks, log, untrusted
 from apexkit.errors import ConfigError
 from apexkit.index import pages
 from apexkit.plan import target
@@ -822,6 +823,27 @@ def publish(
     """Publish dist/ into `index`. `base_url`: where the index will be served, for the copy-paste lines of
     index.html (checked: no userinfo); `coverage`: also print which cells of matrix.toml have no wheel (stdout)."""
     base = pages.check_base_url(base_url) if base_url else None
+    # One publish at a time per index, from reading what it holds (`_existing`, in `plan`) to the swap: two at once
+    # would each build on the same old index and the later swap would drop the other's wheel. A dry run writes
+    # nothing and takes no lock. The one waiting says so ("waiting for the lock on ... held by pid N").
+    hold = (
+        contextlib.nullcontext()
+        if dry_run
+        else locks.hold(index.resolve(), f"the index {index.resolve()}")
+    )
+    with hold:
+        return _publish(dist, index, targets, split_by_torch, dry_run, base, coverage)
+
+
+def _publish(
+    dist: Path,
+    index: Path,
+    targets: list[str] | None,
+    split_by_torch: bool,
+    dry_run: bool,
+    base: str | None,
+    coverage: bool,
+) -> dict[Path, list[Entry]]:
     groups = plan(
         collect(dist, targets), index.resolve(), split_by_torch
     )  # refuses before anything is written

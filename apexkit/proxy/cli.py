@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import hashlib
 import json
 import os
+import stat
 import sys
-from collections.abc import Sequence
+import tempfile
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from apexkit import log
-from apexkit.errors import ConfigError
+from apexkit import locks, log
+from apexkit.errors import ConfigError, EnvironmentSetupError
 from apexkit.proxy import check as proxycheck
 from apexkit.proxy import layers as proxy
 
@@ -32,6 +36,39 @@ def _layers(only: str | None) -> tuple[str, ...]:
                 f"--layers {layer!r} is not a layer", f"choose from {','.join(proxy.LAYERS)}"
             )
     return layers
+
+
+def _lock_dir() -> Path:
+    """This user's private folder for the proxy locks, outside every home and --root tree (a lock file there would
+    be left behind by remove, and as root it would be a file root creates in a folder the user controls)."""
+    directory = Path(tempfile.gettempdir()) / f"apexkit-locks-{os.geteuid()}"
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(directory, 0o700)
+    st = os.lstat(directory)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
+        raise EnvironmentSetupError(
+            f"the lock folder {directory} is not a private folder of uid {os.geteuid()} (a link, another "
+            "user's, or open to others); nothing was changed",
+            f"remove it (rm -r {directory}) and run again",
+        )
+    return directory
+
+
+@contextlib.contextmanager
+def _serialised(paths: proxy.Paths, dry_run: bool) -> Iterator[None]:
+    """One proxy setup or remove at a time per backups store, from reading the files and the store (the plan) to the
+    last write and read-back. The second one waits, saying "waiting for the lock on ... held by pid N", then plans
+    from what the first one left: two setups end as if run one after the other (the later one's settings), never
+    with one's put-back undoing the other's files. Waiting rather than failing fast: two setups at once are a
+    fleet script or two terminals, and the one that runs second would only be run again by hand. A dry run writes
+    nothing and takes no lock."""
+    if dry_run:
+        yield
+        return
+    store = os.path.realpath(paths.real(f"{paths.state_dir}/backups"))
+    name = "proxy-" + hashlib.sha256(os.fsencode(store)).hexdigest()[:16]
+    with locks.hold(_lock_dir() / name, f"the proxy backups {store}"):
+        yield
 
 
 def setup(
@@ -57,6 +94,19 @@ def setup(
         pip_index=pip_index,
         registry_mirrors=list(registry_mirror or ()),
     )
+    with _serialised(paths, dry_run):
+        return _setup(paths, settings, ca_cert, only, daemon_mode, dry_run, restart)
+
+
+def _setup(
+    paths: proxy.Paths,
+    settings: proxy.ProxySettings,
+    ca_cert,
+    only,
+    daemon_mode: str,
+    dry_run: bool,
+    restart: bool,
+) -> int:
     saved = proxy.load_saved(paths) if not ca_cert else {}
     if any(
         entry.settings.ca_bundle == paths.ca_bundle
@@ -85,7 +135,8 @@ def setup(
 def remove(only=None, profile=None, system=False, root=None, dry_run=False) -> int:
     paths = _paths(root, profile, system)
     try:
-        results = proxy.remove(paths, dry_run=dry_run, layers=_layers(only))
+        with _serialised(paths, dry_run):
+            results = proxy.remove(paths, dry_run=dry_run, layers=_layers(only))
     except proxy.fsedit.UndoError as exc:
         for item in exc.results:  # what happened to the other files, then the one error line
             log.info(
