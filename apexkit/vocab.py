@@ -54,6 +54,11 @@ class _Alias(argparse.Action):
             setattr(namespace, self.dest, [*(current or []), value])
             used[self.dest] = None  # several values are the point: no conflict to find
         else:
+            if used.get(self.dest) and used[self.dest][0] == option_string and current != value:
+                parser.error(
+                    f"{option_string} given twice ({used[self.dest][1]}, {value}): give {self.new} once"
+                    + (", comma separated" if self.new == "--layers" else "")
+                )
             if current not in (None, parser.get_default(self.dest), value):
                 parser.error(
                     f"{option_string} and {self.new} both given, with different values: keep only {self.new}"

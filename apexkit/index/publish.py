@@ -870,11 +870,19 @@ def _publish(
         )
         if not dry_run:
             write(root, files, root_url, cells)
-            log.info(
-                f"  apexkit install --index {root.as_uri()}  (the wheel that fits a venv, torch untouched; "
-                "or serve the folder: python3 -m http.server)"
-            )
-            log.info(f"  the grid: {root.as_uri()}/index.html")
+            if root_url:  # where it is served (--base-url): the line the users of the index copy
+                log.info(
+                    f"  apexkit install --index {log.mask(root_url)}  (the wheel that fits a venv, torch untouched)"
+                )
+                log.info(
+                    f"  the grid: {log.mask(root_url)}/index.html (here: {root.as_uri()}/index.html)"
+                )
+            else:
+                log.info(
+                    f"  apexkit install --index {root.as_uri()}  (the wheel that fits a venv, torch untouched; "
+                    "or serve the folder: python3 -m http.server, and publish with --base-url URL)"
+                )
+                log.info(f"  the grid: {root.as_uri()}/index.html")
     if coverage:
         published = [e for files in groups.values() for e in files]
         for line in pages.coverage_lines(

@@ -27,9 +27,14 @@ def _paths(root: str | None, profile: str | None = None, system: bool = False) -
 
 
 def _layers(only: str | None) -> tuple[str, ...]:
-    if not only:
+    if only is None:
         return proxy.LAYERS
     layers = tuple(item.strip() for item in only.split(",") if item.strip())
+    if not layers:  # `--layers ''` (an unset shell variable, say) is not "every layer"
+        raise ConfigError(
+            f"--layers {only!r} names no layer",
+            f"name them (--layers {','.join(proxy.LAYERS)}), or leave --layers out for every layer",
+        )
     for layer in layers:
         if layer not in proxy.LAYERS:
             raise ConfigError(

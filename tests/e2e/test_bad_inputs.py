@@ -157,3 +157,21 @@ def test_an_exception_nothing_checked_is_one_line_exit_70(tmp_path):
     assert (
         proc.returncode == 1 and "Traceback" in proc.stderr
     )  # asked for: the traceback, for a bug report
+
+
+def test_proxy_layers_empty_or_given_twice_is_one_line_naming_the_option(fsroot):
+    base = (
+        "-m",
+        "apexkit",
+        "proxy.setup",
+        "--http",
+        "http://127.0.0.1:3128",
+        "--root",
+        str(fsroot),
+        "--dry-run",
+    )
+    one_error_line(run(*base, "--layers", ""), "--layers ''", "names no layer")  # not "every layer"
+    line = one_error_line(run(*base, "--only", "shell", "--only", "pip"), "--only given twice")
+    assert "--layers" in line and "and --layers both given" not in line
+    everything = run(*base)
+    assert everything.returncode == 0, everything.stderr  # no --layers at all: still every layer

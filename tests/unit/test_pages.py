@@ -74,10 +74,13 @@ def member(wheel: Path, suffix: str) -> bytes:
         return zf.read(next(n for n in zf.namelist() if n.endswith(suffix)))
 
 
-def test_the_grid_has_one_cell_per_wheel_with_its_links_and_install_lines(two, tmp_path):
+def test_the_grid_has_one_cell_per_wheel_with_its_links_and_install_lines(two, tmp_path, capsys):
     dist, wheels = two
     index = tmp_path / "index"
     publish.publish(dist, index, base_url="https://wheels.example.test/apex/")
+    said = capsys.readouterr().err  # the log's install line is the served one, as on the page
+    assert "apexkit install --index https://wheels.example.test/apex " in said
+    assert f"apexkit install --index {index.resolve().as_uri()}" not in said
     cells = grid(index).cells()
     for wheel, torch in zip(wheels, ("2.13.0", "2.12.0")):
         row = next(r for r, c in cells if r.startswith(f"torch {torch} "))
