@@ -524,8 +524,12 @@ def _publish(
             os.close(dist_fd)
         try:
             manifest, name = distdir.read_manifest(target_fd)
-            distdir.check_planned(produced.name, manifest, planned)
-            src = untrusted.open_regular(name, target_fd)
+            src = untrusted.open_regular(name, target_fd)  # a planted link is refused first, as itself
+            try:
+                distdir.check_planned(produced.name, manifest, planned)
+            except BaseException:
+                os.close(src)
+                raise
         finally:
             os.close(target_fd)
         try:
