@@ -524,7 +524,8 @@ def _publish(
             os.close(dist_fd)
         try:
             manifest, name = distdir.read_manifest(target_fd)
-            src = untrusted.open_regular(name, target_fd)  # a planted link is refused first, as itself
+            # a planted link is refused first, as itself, then the plan is checked
+            src = untrusted.open_regular(name, target_fd)
             try:
                 distdir.check_planned(produced.name, manifest, planned)
             except BaseException:
