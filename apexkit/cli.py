@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import sys
 
-from apexkit import vocab
+from apexkit import log, vocab
 from apexkit.exits import STATUS_FILE, exit_code, record_status, run_in_session, run_task
 
 __all__ = ["STATUS_FILE", "exit_code", "main", "record_status", "run_in_session", "run_task"]
@@ -158,8 +158,12 @@ def complete() -> None:
 
 def completion(argv: list[str]) -> int:
     if argv != ["bash"]:
-        print("usage: apexkit completion bash", file=sys.stderr)
-        record_status(2, "invalid arguments")
+        given = " ".join(argv) or "no shell"
+        line = (
+            f'apexkit completion knows bash, not {given} -- next: eval "$(apexkit completion bash)"'
+        )
+        print(f"error: {line}", file=sys.stderr)
+        record_status(2, "invalid arguments")  # a usage error, as argparse's
         return 2
     try:
         import argcomplete
@@ -285,6 +289,17 @@ def main(argv: list[str] | None = None) -> int:
         command in commands.NAMES
     ):  # doctor, publish, proxy.*, image.*, fleet.*: the invoke tasks' declarations
         return commands.main(command, argv[1:], prog=f"apexkit {command}")
-    print(f"apexkit: unknown command {command!r}\n\n{usage()}", file=sys.stderr, end="")
-    record_status(2, "invalid arguments")
+    return unknown(command)
+
+
+def unknown(command: str) -> int:
+    """One line for a command apexkit does not have, with the nearest one it has."""
+    import difflib
+
+    names = [name for name, _, _ in entries()] + ["--help", "--version"]
+    near = difflib.get_close_matches(command, names, n=1)
+    hint = f"did you mean apexkit {near[0]}? " if near else ""
+    line = f"unknown command {command[:80]!r} -- next: {hint}apexkit --help lists the commands"
+    print(f"error: {log.sanitise(line)}", file=sys.stderr)
+    record_status(2, "invalid arguments")  # a usage error, as argparse's
     return 2

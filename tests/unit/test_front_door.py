@@ -145,3 +145,16 @@ def test_each_edge_sets_its_door(tmp_path, monkeypatch):
 
     with pytest.raises(RuntimeError, match="build one: nox -s build-3.11"):
         exits.run_in_session(Session(), _hint)
+
+
+def test_an_unknown_command_is_one_line_with_the_nearest(capsys):
+    assert cli.main(["prxy.setup"]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        "error: unknown command 'prxy.setup' -- next: did you mean apexkit proxy.setup? "
+        "apexkit --help lists the commands\n"
+    )
+    assert cli.main(["completion", "zsh"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        'error: apexkit completion knows bash, not zsh -- next: eval "$(apexkit completion bash)"'
+    ]
