@@ -235,7 +235,11 @@ def lock(argv: list[str]) -> int:
 def main(argv: list[str] | None = None) -> int:
     """`apexkit` / `python -m apexkit`: every command of the nox sessions and invoke tasks, without nox or invoke on
     the command line (inside builder images, from a pip-installed apexkit)."""
-    vocab.set_entry(vocab.APEXKIT)
+    # `python -m apexkit` (a checkout's venv has no `apexkit` script): its messages say so too
+    typed = (
+        "python -m apexkit" if argv is None and sys.argv[0].endswith("__main__.py") else "apexkit"
+    )
+    vocab.set_entry(vocab.APEXKIT, typed)
     if os.environ.get("_ARGCOMPLETE"):
         complete()
     argv = list(sys.argv[1:] if argv is None else argv)

@@ -96,16 +96,17 @@ def alias(parser, old: str, new: str, dest: str, **kwargs) -> None:
 # apexkit.exits.run_in_session); a message asks `command("proxy.setup", "--ca-cert FILE")` and gets that door's form.
 
 APEXKIT, INVOKE, NOX = "apexkit", "invoke", "nox"
-ENTRY = {
-    "name": APEXKIT
-}  # the door in use; a library caller (tests, a script) is told the apexkit form
+# the door in use, and how apexkit itself is typed ("python -m apexkit" when run so: a checkout's venv has no
+# `apexkit` script); a library caller (tests, a script) is told the apexkit form
+ENTRY = {"name": APEXKIT, "apexkit": "apexkit"}
 # commands that only one of invoke / nox has (a message in the other door names the one that has it)
 NOX_ONLY = ("matrix", "validate", "bench", "lock", "build-bench")
 
 
-def set_entry(name: str) -> None:
-    """Called by the edge: apexkit, invoke or nox."""
+def set_entry(name: str, typed: str = "apexkit") -> None:
+    """Called by the edge: apexkit, invoke or nox; `typed`: how apexkit itself was typed."""
     ENTRY["name"] = name if name in (APEXKIT, INVOKE, NOX) else APEXKIT
+    ENTRY["apexkit"] = typed
 
 
 def entry() -> str:
@@ -118,7 +119,7 @@ def command(name: str, args: str = "") -> str:
     the door that has it (under nox, proxy.setup is `invoke proxy.setup`; under invoke, matrix is `nox -s matrix`)."""
     door = entry()
     if door == APEXKIT:
-        line = f"apexkit {name}"
+        line = f"{ENTRY['apexkit']} {name}"
     elif name in NOX_ONLY or (door == NOX and name == "install"):
         line = f"nox -s {name}" + (" --" if args else "")
     else:
@@ -135,7 +136,7 @@ def build(python: str = "3.X", args: str = "") -> str:
     elif door == INVOKE:
         line = f"invoke build --python {python}" + (" --" if args else "")
     else:
-        line = f"apexkit build {python}"
+        line = f"{ENTRY['apexkit']} build {python}"
     return f"{line} {args}" if args else line
 
 

@@ -158,3 +158,18 @@ def test_an_unknown_command_is_one_line_with_the_nearest(capsys):
     assert capsys.readouterr().err.splitlines() == [
         'error: apexkit completion knows bash, not zsh -- next: eval "$(apexkit completion bash)"'
     ]
+
+
+def test_python_m_apexkit_is_told_python_m_apexkit(tmp_path, monkeypatch):
+    """A checkout's venv has no `apexkit` script: run as `python -m apexkit`, the next step is typed that way."""
+    status = tmp_path / "status.json"
+    monkeypatch.setenv(statusfile.VARIABLE, str(status))
+    monkeypatch.setenv("APEXKIT_DIST_DIR", str(tmp_path))
+    monkeypatch.setattr(sys, "argv", [str(ROOT / "apexkit" / "__main__.py"), "validate"])
+    assert cli.main() == 2
+    assert (
+        "build one first (python -m apexkit build 3.11)" in json.loads(status.read_text())["error"]
+    )
+    monkeypatch.setattr(sys, "argv", ["/venv/bin/apexkit", "validate"])
+    assert cli.main() == 2
+    assert "build one first (apexkit build 3.11)" in json.loads(status.read_text())["error"]
