@@ -26,8 +26,13 @@ sys.path.insert(
     0, str(Path(__file__).resolve().parent)
 )  # nox does not put the noxfile's directory on sys.path
 
+from apexkit import vocab
 from apexkit.errors import ApexkitError
 from apexkit.plan import matrix
+
+vocab.set_entry(
+    vocab.NOX
+)  # messages name nox sessions, also in the sessions that skip run_in_session
 
 try:  # the sessions come from matrix.toml: a broken file is one line, not a traceback at import
     _MATRIX = matrix.load()

@@ -1,42 +1,267 @@
-"""`apexkit` / `python -m apexkit`: the command edge. Errors become one line and an exit code in apexkit.exits."""
+"""`apexkit` / `python -m apexkit`: the command edge, and the whole CLI: every invoke task (apexkit.commands.COMMANDS)
+and every nox session a user runs (build, matrix, validate, bench, lock, build-bench) under one name, with --help,
+--version and bash completion (argcomplete). Errors become one line and an exit code in apexkit.exits."""
 
 from __future__ import annotations
 
+import os
 import sys
 
+from apexkit import log, vocab
 from apexkit.exits import STATUS_FILE, exit_code, record_status, run_in_session, run_task
 
 __all__ = ["STATUS_FILE", "exit_code", "main", "record_status", "run_in_session", "run_task"]
 
+# The commands that are not invoke tasks (apexkit.commands declares those): name, what follows it, one line.
+OTHERS = (
+    (
+        "matrix",
+        "[options]",
+        "The build matrix of matrix.toml: a table, GitHub JSON, or --run to build it",
+    ),
+    (
+        "validate",
+        "[options]",
+        "Environment checks in the built wheel's venv (bench/validate_env.py)",
+    ),
+    (
+        "bench",
+        "[options]",
+        "The FP32-vs-AMP benchmark in the built wheel's venv (bench/amp_bench.py)",
+    ),
+    ("lock", "[--check]", "requirements/*.in -> the hashed locks (in a checkout of apexkit)"),
+    (
+        "build-bench",
+        "[options]",
+        "Cold vs cached vs -j1/-jN build times (in a checkout of apexkit)",
+    ),
+    ("completion", "bash", 'Print the bash completion script: eval "$(apexkit completion bash)"'),
+)
+# the order of --help: the newcomer's commands first, then the groups, then the maintainers'
+ORDER = ("doctor", "proxy.", "build", "install", "up", "matrix", "validate", "bench", "publish", "image.",
+         "fleet.", "lock", "build-bench", "completion")  # fmt: skip
+WIDTH = 88  # characters of one help line's description
 
-USAGE = """usage: apexkit <command> [options]      (also: python -m apexkit <command>)
 
-  install [--venv DIR] [--index URL]...
-                               the one wheel that fits a venv (from the team index, else built), torch untouched
-  up [--venv DIR] [--index URL]...
-                               one node from bare to validated: doctor, install, validate (, bench); one report
-  build <python> [options]     build the wheel for Python 3.X (the options of nox -s build-3.X --; --help lists them)
-  doctor [--json] [--log FILE] [--venv DIR | --interpreter PATH] [--scripts DIR]
-  matrix [options]             the build matrix (the options of nox -s matrix --)
-  validate [options]           checks in the built wheel's venv (nox -s validate --)
-  bench [options]              the FP32-vs-AMP benchmark in the built wheel's venv (nox -s bench --)
-  publish, proxy.<task>, image.<task>, fleet.<task> [options]
-                               the invoke tasks, same options (invoke --list; apexkit proxy.setup --help)
-"""
+def summary(doc: str, width: int = WIDTH) -> str:
+    """A declaration's doc as one help line: its first sentence, cut at a clause (then a word) to fit `width`."""
+    text = doc.split(". ")[0].rstrip(".")
+    for stop in ("; ", ": ", " ("):
+        if len(text) > width and stop in text[20:]:
+            text = text[: 20 + text[20:].index(stop)]
+    if text.count("(") > text.count(")"):  # cut inside a parenthesis: drop it
+        text = text[: text.rindex(" (")]
+    if len(text) > width:
+        text = text[: width - 1].rsplit(" ", 1)[0] + "…"
+    return text
+
+
+def entries() -> list[tuple[str, str, str]]:
+    """(name, usage after the name, one line) for every apexkit command, in --help's order."""
+    from apexkit import commands
+
+    found = [
+        (c.name, "<python> [options]" if c.name == "build" else "[options]", summary(c.doc))
+        for c in commands.COMMANDS
+    ] + list(OTHERS)
+
+    def rank(entry: tuple[str, str, str]) -> int:
+        name = entry[0]
+        return next(
+            (
+                i
+                for i, key in enumerate(ORDER)
+                if name == key or (key.endswith(".") and name.startswith(key))
+            ),
+            len(ORDER),
+        )
+
+    return sorted(found, key=rank)  # sorted() keeps the declarations' order within a group
+
+
+def usage() -> str:
+    rows = entries()
+    left = max(len(f"{name} {args}") for name, args, _ in rows if name in ("build", "completion"))
+    lines = [
+        "usage: apexkit <command> [options]      (also: python -m apexkit <command>)",
+        "       apexkit <command> --help         the options of one command",
+        "       apexkit --version",
+        "",
+        "commands:",
+    ]
+    for name, args, line in rows:
+        shown = f"{name} {args}" if name in ("build", "completion") else name
+        lines.append(f"  {shown:<{left}}  {line}")
+    lines += [
+        "",
+        "start here: apexkit doctor -> apexkit build 3.11 -> apexkit validate -> apexkit publish --index DIR",
+        "           (behind a proxy: apexkit proxy.setup --http URL, then apexkit proxy.check)",
+        "the same commands run as nox sessions (nox -l) and invoke tasks (invoke --list) in a checkout",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def version() -> str:
+    """apexkit's version and the Python it runs on."""
+    import apexkit
+
+    return f"apexkit {apexkit.__version__} (Python {sys.version.split()[0]}, {sys.executable or 'python'})"
+
+
+def full_parser():
+    """Every command as one argparse tree, for completion (argcomplete walks it): the parsers the commands use."""
+    import argparse
+
+    from apexkit import commands, venvrun
+    from apexkit.fleet import matrixrun
+    from apexkit.wheel import options
+
+    top = argparse.ArgumentParser(
+        prog="apexkit", description="apexkit: build Apex for Ascend wheels"
+    )
+    top.add_argument("--version", action="store_true", help="apexkit's version and its Python")
+    sub = top.add_subparsers(dest="command", metavar="COMMAND")
+    declared = {c.name: c for c in commands.COMMANDS}
+    for name, _, line in entries():
+        if name == "build":
+            p = sub.add_parser(
+                name, parents=[options.parser("apexkit build 3.X")], add_help=False, help=line
+            )
+            p.add_argument("target_python", metavar="PYTHON", nargs="?", help="3.X")
+            continue
+        if name in declared:
+            parents = [commands.parser(declared[name], f"apexkit {name}")]
+        elif name == "matrix":
+            parents = [matrixrun.parser()]
+        elif name in ("validate", "bench"):
+            parents = [venvrun.parser(f"apexkit {name}")]
+        else:
+            parents = []
+        p = sub.add_parser(name, parents=parents, add_help=not parents, help=line)
+        if name == "completion":
+            p.add_argument("shell", choices=("bash",))
+        elif name == "lock":
+            p.add_argument("--check", action="store_true")
+    return top
+
+
+def complete() -> None:
+    """Under bash completion (_ARGCOMPLETE set by the script `apexkit completion bash` prints): the candidates for
+    the word at the cursor, then exit. Without argcomplete, no candidates (a TAB must not print an error)."""
+    try:
+        import argcomplete
+    except ImportError:
+        sys.exit(1)
+    argcomplete.autocomplete(full_parser())
+    sys.exit(1)  # autocomplete exits itself when it answered
+
+
+def completion(argv: list[str]) -> int:
+    if argv != ["bash"]:
+        given = " ".join(argv) or "no shell"
+        line = (
+            f'apexkit completion knows bash, not {given} -- next: eval "$(apexkit completion bash)"'
+        )
+        print(f"error: {line}", file=sys.stderr)
+        record_status(2, "invalid arguments")  # a usage error, as argparse's
+        return 2
+    try:
+        import argcomplete
+    except ImportError:
+        print(
+            "error: argcomplete is not installed in this Python -- next: python -m pip install argcomplete "
+            '(requirements.txt brings it), then eval "$(apexkit completion bash)"',
+            file=sys.stderr,
+        )
+        record_status(3, "argcomplete is not installed")
+        return 3
+    sys.stdout.write(argcomplete.shellcode(["apexkit"], shell="bash"))
+    record_status(0)
+    return 0
+
+
+def _dev_tool(name: str):
+    """tools/<name>.py: in a checkout only (an installed apexkit has none): one line otherwise."""
+    import importlib
+
+    from apexkit import paths
+    from apexkit.errors import ConfigError
+
+    if not (paths.ROOT / "tools" / f"{name}.py").is_file():
+        raise ConfigError(
+            f"tools/{name}.py is part of a checkout of apexkit, not of an installed one",
+            "run this command from a git clone of apexkit (the README's commands)",
+        )
+    if str(paths.ROOT) not in sys.path:
+        sys.path.insert(0, str(paths.ROOT))
+    return importlib.import_module(f"tools.{name}")
+
+
+def lock(argv: list[str]) -> int:
+    import argparse
+
+    p = argparse.ArgumentParser(
+        prog="apexkit lock",
+        description="requirements/*.in -> requirements.txt and requirements/runtime.txt, hashed (uv pip compile)",
+    )
+    p.add_argument(
+        "--check", action="store_true", help="compare the locks with the .in files; write nothing"
+    )
+    try:
+        args = p.parse_args(argv)
+    except SystemExit as exc:
+        record_status(
+            exc.code if isinstance(exc.code, int) else 2, "invalid arguments" if exc.code else None
+        )
+        raise
+
+    def go() -> int:
+        from apexkit.errors import ConfigError
+        from apexkit.wheel import uvtools
+
+        pins = _dev_tool("pins")
+        uv = uvtools.find()
+        if uv is None and not args.check:
+            raise ConfigError("uv is not installed", "pip install -r requirements.txt brings it")
+        if pins.lock(uv.binary if uv else "", only_check=args.check):
+            raise ConfigError(
+                "a lock does not match its requirements/*.in", f"run {vocab.command('lock')}"
+            )
+        return 0
+
+    return exit_code(go)
 
 
 def main(argv: list[str] | None = None) -> int:
     """`apexkit` / `python -m apexkit`: every command of the nox sessions and invoke tasks, without nox or invoke on
     the command line (inside builder images, from a pip-installed apexkit)."""
+    # `python -m apexkit` (a checkout's venv has no `apexkit` script): its messages say so too
+    typed = (
+        "python -m apexkit" if argv is None and sys.argv[0].endswith("__main__.py") else "apexkit"
+    )
+    vocab.set_entry(vocab.APEXKIT, typed)
+    if os.environ.get("_ARGCOMPLETE"):
+        complete()
     argv = list(sys.argv[1:] if argv is None else argv)
     command = argv[0] if argv else ""
+    # bare `apexkit`: the help on stderr, exit 2 -- a script that forgot its command must not pass as a success
     if command in ("", "-h", "--help", "help"):
-        print(USAGE, file=sys.stdout if command else sys.stderr)
+        print(usage(), file=sys.stdout if command else sys.stderr, end="")
         code = 0 if command else 2
         record_status(code, "invalid arguments" if code else None)
         return code
+    if command in ("--version", "-V", "version"):
+        print(version())
+        record_status(0)
+        return 0
     if command == "build":
         if len(argv) < 2 or argv[1].startswith("-"):
+            if len(argv) >= 2 and argv[1] in ("-h", "--help"):
+                from apexkit.wheel import options
+
+                options.parser("apexkit build <python>").print_help()
+                record_status(0)
+                return 0
             print(
                 "usage: apexkit build <python-version> [options]  (options: apexkit build 3.11 --help)",
                 file=sys.stderr,
@@ -56,12 +281,29 @@ def main(argv: list[str] | None = None) -> int:
         from apexkit import venvrun
 
         return exit_code(lambda: venvrun.main(command, argv[1:], prog=f"apexkit {command}"))
+    if command == "completion":
+        return completion(argv[1:])
+    if command == "lock":
+        return lock(argv[1:])
+    if command == "build-bench":
+        return exit_code(lambda: _dev_tool("buildbench").main(argv[1:]))
     from apexkit import commands
 
     if (
         command in commands.NAMES
     ):  # doctor, publish, proxy.*, image.*, fleet.*: the invoke tasks' declarations
         return commands.main(command, argv[1:], prog=f"apexkit {command}")
-    print(f"apexkit: unknown command {command!r}\n\n{USAGE}", file=sys.stderr)
-    record_status(2, "invalid arguments")
+    return unknown(command)
+
+
+def unknown(command: str) -> int:
+    """One line for a command apexkit does not have, with the nearest one it has."""
+    import difflib
+
+    names = [name for name, _, _ in entries()] + ["--help", "--version"]
+    near = difflib.get_close_matches(command, names, n=1)
+    hint = f"did you mean apexkit {near[0]}? " if near else ""
+    line = f"unknown command {command[:80]!r} -- next: {hint}apexkit --help lists the commands"
+    print(f"error: {log.sanitise(line)}", file=sys.stderr)
+    record_status(2, "invalid arguments")  # a usage error, as argparse's
     return 2

@@ -171,7 +171,7 @@ COMMANDS: tuple[Command, ...] = (
     Command(
         "proxy.env",
         "apexkit.proxy.cli:env",
-        'Print export lines for the current shell: eval "$(invoke proxy.env)".',
+        'Print export lines for the current shell, to eval there (eval "$(... proxy.env)" in bash).',
         (
             Opt("reveal", "print passwords even on a terminal", False),
             Opt("unset", "print unset lines instead", False),

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-from apexkit import log, statusfile
+from apexkit import log, statusfile, vocab
 from apexkit.errors import ApexkitError
 
 T = TypeVar("T")
@@ -50,6 +50,9 @@ def record_status(code: int, error: str | None = None, result: object = None) ->
 
 def run_in_session(session, func: Callable[[], T]) -> T | None:
     """Call `func` inside a nox session: an ApexkitError aborts the session with its one line, no traceback."""
+    vocab.set_entry(
+        vocab.NOX
+    )  # its messages name nox sessions (and invoke for the tasks nox has not)
     statusfile.clear()
     try:
         result = func()
@@ -78,6 +81,9 @@ def run_task(func: Callable[[], object]) -> None:
     is the exit code (invoke.Exit either way)."""
     from invoke import Exit
 
+    vocab.set_entry(
+        vocab.INVOKE
+    )  # its messages name invoke tasks (and nox for the sessions invoke has not)
     statusfile.clear()
     try:
         result = func()

@@ -496,24 +496,25 @@ def split_error(line: str) -> tuple[str, str]:
 _ARGPARSE_ERROR = re.compile(
     r"^\S+(?: \S+)?: error: "
 )  # "apexkit install: error: unrecognized arguments: ..."
-_UNKNOWN_COMMAND = re.compile(r"^apexkit: unknown command '([A-Za-z0-9._-]{1,40})'")
+# an older apexkit's "apexkit: unknown command 'X'", and today's "error: unknown command 'X' -- next: ..."
+_UNKNOWN_COMMAND = re.compile(r"^(?:apexkit: |error: )unknown command '([A-Za-z0-9._-]{1,40})'")
 
 
 def first_error_line(text: str) -> str | None:
     """The first `error:` line of a log (apexkit's own, then argparse's `prog: error:`); else the last line."""
     lines = [x.strip() for x in text.splitlines() if x.strip()]
     for x in lines:
-        if x.startswith("error:"):
-            return x
-    for x in lines:
-        if _ARGPARSE_ERROR.match(x):
-            return "error: " + _ARGPARSE_ERROR.sub("", x) + " -- next: see the command's --help"
         found = _UNKNOWN_COMMAND.match(x)
         if found:
             return (
                 f"error: this apexkit has no `{found[1]}` command -- next: update apexkit to a "
                 f"version with `apexkit {found[1]}`"
             )
+        if x.startswith("error:"):
+            return x
+    for x in lines:
+        if _ARGPARSE_ERROR.match(x):
+            return "error: " + _ARGPARSE_ERROR.sub("", x) + " -- next: see the command's --help"
     return lines[-1] if lines else None
 
 

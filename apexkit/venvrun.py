@@ -20,6 +20,7 @@ import os
 import re
 import stat
 import subprocess
+import sys
 import urllib.parse
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -61,7 +62,7 @@ def find_target(
         wanted = f" for {target or f'Python {python}'}" if (target or python) else ""
         raise ConfigError(
             f"no built wheel{wanted} in {dist}/",
-            "build one first (nox -s build-3.11), pick one with --target ID, or use --interpreter PATH",
+            f"build one first ({vocab.build('3.11')}), pick one with --target ID, or use --interpreter PATH",
         )
     _, path, manifest = max(found, key=lambda item: item[0])
     return path.parent, manifest
@@ -79,7 +80,7 @@ def run_venv(
     wheel = target_dir / manifest["wheel"]["file"]
     if not wheel.is_file():
         raise ConfigError(
-            f"{wheel} is missing (manifest.json names it)", "rebuild: nox -s build-<python>"
+            f"{wheel} is missing (manifest.json names it)", f"rebuild: {vocab.build('<python>')}"
         )
     if index is None:
         index = resolve_sources(manifest, target_dir, venvs.IndexOptions())
@@ -205,7 +206,7 @@ def recorded_sources(manifest: dict, where: str) -> venvs.IndexOptions:
     if data is None:
         return venvs.IndexOptions()
     fix = (
-        "rebuild the target (nox -s build-<python>), or pass the sources now "
+        f"rebuild the target ({vocab.build('<python>')}), or pass the sources now "
         "(--index-url URL, --wheelhouse DIR, --offline)"
     )
     if not isinstance(data, dict):
@@ -458,7 +459,8 @@ def numpy_works_with_torch(venv: venvs.Venv) -> bool:
     )
 
 
-def parse(argv: list[str], prog: str) -> tuple[argparse.Namespace, list[str]]:
+def parser(prog: str) -> argparse.ArgumentParser:
+    """apexkit's own options of validate/bench; the others go to the script (--help lists both)."""
     parser = argparse.ArgumentParser(
         prog=prog, add_help=False, description=__doc__.split("\n\n")[0]
     )
@@ -512,18 +514,60 @@ def parse(argv: list[str], prog: str) -> tuple[argparse.Namespace, list[str]]:
         "recorded offline off)",
     )
     parser.add_argument(
-        "--apexkit-help", action="store_true", help="this help (--help shows the script's)"
+        "-h",
+        "--help",
+        action="store_true",
+        help="these options and the script's (with --interpreter PATH: the script's, run by it)",
     )
-    args, rest = parser.parse_known_args(argv)
+    parser.add_argument("--apexkit-help", action="store_true", help="these options only")
+    return parser
+
+
+def parse(
+    argv: list[str], prog: str, script: str = "bench"
+) -> tuple[argparse.Namespace, list[str]]:
+    p = parser(prog)
+    args, rest = p.parse_known_args(argv)
     vocab.finish(args)
-    if args.apexkit_help:
-        parser.print_help()
+    if args.help and args.in_env:  # the script's own help, from the interpreter that runs it
+        rest.append("--help")
+    elif args.help or args.apexkit_help:
+        p.print_help()
+        if args.help:
+            script_help(script, prog)
         raise SystemExit(0)
     return args, rest + envvars.words(os.environ, "APEXKIT_BENCH_ARGS")
 
 
+def script_help(script: str, prog: str) -> None:
+    """The options apexkit passes to the script: its --help run by this Python, with no wheel, venv or dist/ (a
+    script that needs torch to start says how to list them instead)."""
+    path = SCRIPTS[script]
+    print(f"\noptions of {path.name} (passed through):")
+    try:
+        done = subprocess.run(
+            [sys.executable, str(path), "--help"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            cwd=str(path.parent),
+        )
+        text = done.stdout if done.returncode == 0 else ""
+    except (OSError, subprocess.TimeoutExpired):
+        text = ""
+    if text:
+        lines = text.splitlines()
+        start = next((i for i, line in enumerate(lines) if line.strip().endswith(":") and i), 0)
+        print("\n".join(lines[start:]))
+    else:
+        print(
+            f"  {path.name} needs torch to list them: {prog} --interpreter PATH --help, with PATH the python of a "
+            "venv that has torch (docs/bench.md lists them too)"
+        )
+
+
 def main(script: str, argv: list[str], prog: str) -> int:
-    args, rest = parse(argv, prog)
+    args, rest = parse(argv, prog, script)
     env = dict(os.environ)
     if args.in_env:
         python, label = args.in_env, "in-env"
@@ -558,5 +602,5 @@ def main(script: str, argv: list[str], prog: str) -> int:
             if script == "validate"
             else f"{SCRIPTS[script].name} exited with {code}"
         )
-        raise BenchError(what, f"fix what the report says, then run nox -s {script} again")
+        raise BenchError(what, f"fix what the report says, then run {vocab.command(script)} again")
     return 0

@@ -26,7 +26,7 @@ from urllib.parse import unquote, urlparse
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from apexkit import paths
+from apexkit import paths, vocab
 from apexkit.errors import ConfigError
 
 if sys.version_info >= (3, 11):
@@ -687,7 +687,7 @@ def _where(hits: list[Hit]) -> str:
 def build_command(env: Environment | None, stacks: dict) -> str:
     """The apexkit build for that environment: its matrix.toml stack when one matches, else its Python and torch."""
     if env is None:
-        return "nox -s build-3.X -- --stack NAME (matrix.toml [stacks]) or --torch VERSION"
+        return vocab.build("3.X", "--stack NAME (matrix.toml [stacks]) or --torch VERSION")
     torch = env.dists.get("torch")
     npu = env.dists.get("torch-npu")
     torch_base = torch.version.split("+")[0] if torch else None
@@ -697,11 +697,12 @@ def build_command(env: Environment | None, stacks: dict) -> str:
             and stack.get("torch") == torch_base
             and (npu is None or stack.get("torch_npu") == npu.version)
         ):
-            return f"nox -s build-{env.minor} -- --stack {name}"
-    command = f"nox -s build-{env.minor}"
+            return vocab.build(env.minor, f"--stack {name}")
     if torch_base:
-        command += f" -- --torch {torch_base}" + (f" --torch-npu {npu.version}" if npu else "")
-    return command
+        return vocab.build(
+            env.minor, f"--torch {torch_base}" + (f" --torch-npu {npu.version}" if npu else "")
+        )
+    return vocab.build(env.minor)
 
 
 def assess(
@@ -751,6 +752,6 @@ def assess(
         verdict.next_step = (f"apex {apex.version} is installed; " if apex else "") + (
             next((e.alternative for e in verdict.reasons if e.alternative), "")
             or "apex is optional here: point doctor at the training environment and scripts "
-            "(invoke doctor --venv DIR --scripts DIR)"
+            f"({vocab.command('doctor', '--venv DIR --scripts DIR')})"
         )
     return verdict

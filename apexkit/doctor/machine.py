@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from apexkit import cachetrust, cann, checks, dockerclient, netenv, paths
+from apexkit import cachetrust, cann, checks, dockerclient, netenv, paths, vocab
 from apexkit.doctor import apexneed
 from apexkit.errors import ConfigError
 from apexkit.images import builder
@@ -331,7 +331,7 @@ def check_build_venvs(cache: Path) -> list[Check]:
                 "build venvs",
                 SKIP,
                 f"none in {cache / 'venvs'}",
-                "nox -s build-3.X makes one",
+                f"{vocab.build()} makes one",
             )
         ]
     rows = []
@@ -515,7 +515,7 @@ def check_disk(paths: dict[str, Path]) -> list[Check]:
                 f"{free:.1f} GiB free of {usage.total / 2**30:.0f} GiB at {anchor}",
                 ""
                 if status == OK
-                else "free space: invoke image.prune, rm -r the cache's venvs/ and wheels/",
+                else f"free space: {vocab.command('image.prune')}, rm -r the cache's venvs/ and wheels/",
                 {"free_gib": round(free, 2)},
             )
         )
@@ -574,7 +574,7 @@ def check_proxy_variables(environ: Mapping[str, str]) -> list[Check]:
                     name,
                     WARN,
                     f"{name}={netenv.shown(lower)} but {name.upper()}={netenv.shown(upper)}",
-                    "set both cases to one value (invoke proxy.setup writes both)",
+                    f"set both cases to one value ({vocab.command('proxy.setup')} writes both)",
                 )
             )
         elif bool(lower) != bool(upper):
@@ -585,7 +585,7 @@ def check_proxy_variables(environ: Mapping[str, str]) -> list[Check]:
                     name,
                     WARN,
                     f"only {have} is set ({netenv.shown(lower or upper)})",
-                    "set both cases: curl reads lower case, some tools only upper (invoke proxy.setup)",
+                    f"set both cases: curl reads lower case, some tools only upper ({vocab.command('proxy.setup')})",
                 )
             )
         elif lower:
@@ -624,7 +624,7 @@ def check_ca(environ: Mapping[str, str], settings: layers.ProxySettings | None) 
                     name,
                     FAIL,
                     f"{value} does not exist",
-                    f"unset {name} or point it at a PEM bundle (invoke proxy.setup --ca-cert FILE)",
+                    f"unset {name} or point it at a PEM bundle ({vocab.command('proxy.setup', '--ca-cert FILE')})",
                 )
             )
             continue
@@ -646,7 +646,7 @@ def check_ca(environ: Mapping[str, str], settings: layers.ProxySettings | None) 
                 "proxy.setup CA bundle",
                 OK if ok else FAIL,
                 settings.ca_bundle,
-                "" if ok else "invoke proxy.setup --ca-cert FILE again",
+                "" if ok else f"{vocab.command('proxy.setup', '--ca-cert FILE')} again",
             )
         )
     if not rows:

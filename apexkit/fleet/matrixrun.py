@@ -877,7 +877,7 @@ def summary(results: list[Result]) -> str:
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="nox -s matrix --", description="the build matrix: list, GitHub JSON, or run it"
+        prog=vocab.prog("matrix"), description="the build matrix: list, GitHub JSON, or run it"
     )
     p.add_argument(
         "--format",

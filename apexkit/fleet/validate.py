@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from apexkit import cann, fsedit, log, paths
+from apexkit import cann, fsedit, log, paths, vocab
 from apexkit.errors import ConfigError, SchedulerError
 from apexkit.fleet import inputs, slurm
 from apexkit.index import published
@@ -66,7 +66,7 @@ def pick_target(data: dict | None, target: str | None, stack: Any = None) -> str
             raise ConfigError(
                 f"the index has no build of stack {stack.name} ({prefix}*"
                 f"{'+npu' + stack.torch_npu if stack.torch_npu else ''})",
-                f"build it (nox -s build-{stack.name}) and publish it (invoke publish)",
+                f"build it ({vocab.build(stack.python, f'--stack {stack.name}')}) and publish it ({vocab.command('publish')})",
             )
         return matching[0]
     if target:
@@ -466,7 +466,9 @@ def submit(plan: Plan, dry_run: bool = False, resume: bool = False) -> str | Non
     save_state(results, state)
     where = ",".join(p.nodelist) if p.nodelist else f"{p.count()} node(s)"
     log.info(f"submitted job {job_id}: {plan.target} on {where}; results in {results}")
-    log.info(f"  invoke fleet.status {results}    invoke fleet.report {results}")
+    log.info(
+        f"  {vocab.command('fleet.status', str(results))}    {vocab.command('fleet.report', str(results))}"
+    )
     print(job_id)  # stdout: the job id alone, for scripts (progress is on stderr)
     return job_id
 
@@ -489,7 +491,7 @@ def resume_plan(plan: Plan, state: dict) -> Plan | None:
     if live:
         raise ConfigError(
             f"job {', '.join(s['job_id'] for s in live)} is still queued or running",
-            f"wait for it (invoke fleet.status {results}) or cancel it (scancel JOBID), then --resume",
+            f"wait for it ({vocab.command('fleet.status', str(results))}) or cancel it (scancel JOBID), then --resume",
         )
     nodes, unplaced = expected_nodes(results, state)
     missing = [n for n in nodes if n not in done]
@@ -554,7 +556,7 @@ def rows(results: Path, threshold: float = DEFAULT_THRESHOLD) -> tuple[list[dict
     if not state["submissions"]:
         raise ConfigError(
             f"{results} holds no fleet submission ({STATE_FILE} missing)",
-            f"submit first: invoke fleet.submit --results {results} ...",
+            f"submit first: {vocab.command('fleet.submit', f'--results {results} ...')}",
         )
     found, unreadable = read_results(results)
     jobs = {
@@ -625,10 +627,10 @@ def rows(results: Path, threshold: float = DEFAULT_THRESHOLD) -> tuple[list[dict
                 "first_failure": {
                     "check": "job",
                     "detail": detail,
-                    "fix": f"resubmit the nodes without a result: invoke fleet.submit --results "
-                    f"{results} --resume"
+                    "fix": "resubmit the nodes without a result: "
+                    + vocab.command("fleet.submit", f"--results {results} --resume")
                     if status in ("dead", "no result")
-                    else f"wait: invoke fleet.status {results}",
+                    else f"wait: {vocab.command('fleet.status', str(results))}",
                 },
             }
         )
@@ -644,7 +646,7 @@ def rows(results: Path, threshold: float = DEFAULT_THRESHOLD) -> tuple[list[dict
                 "first_failure": {
                     "check": "job",
                     "detail": f"job {sub.get('job_id')} {jstate}: no node was allocated",
-                    "fix": f"invoke fleet.submit --results {results} --resume",
+                    "fix": vocab.command("fleet.submit", f"--results {results} --resume"),
                 },
             }
         )
@@ -771,7 +773,7 @@ def status(results: Path, as_json: bool = False) -> int:
     if not state["submissions"]:
         raise ConfigError(
             f"{results} holds no fleet submission",
-            f"submit first: invoke fleet.submit --results {results}",
+            f"submit first: {vocab.command('fleet.submit', f'--results {results}')}",
         )
     jobs = []
     for sub in state["submissions"]:
@@ -822,7 +824,8 @@ def submit_command(
     else:
         if index is None:
             raise ConfigError(
-                "--index is required", "pass the directory invoke publish wrote, or its URL"
+                "--index is required",
+                f"pass the directory {vocab.command('publish')} wrote, or its URL",
             )
         plan = make_plan(results=results, index=index, resume=resume, **options)
     submit(plan, dry_run=dry_run, resume=resume)

@@ -14,7 +14,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from apexkit import cachetrust, log
+from apexkit import cachetrust, log, vocab
 from apexkit.errors import EnvironmentSetupError
 
 DEBIAN_MIRROR = "http://deb.debian.org/debian"
@@ -65,7 +65,7 @@ def rootfs_tarball(
                 )
                 raise EnvironmentSetupError(
                     f"debootstrap failed: {tail}",
-                    "check the mirror (APEXKIT_DEBIAN_MIRROR) and the proxy (invoke proxy.check)",
+                    f"check the mirror (APEXKIT_DEBIAN_MIRROR) and the proxy ({vocab.command('proxy.check')})",
                 )
             partial = work / "rootfs.tar"
             subprocess.run(

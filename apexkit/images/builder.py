@@ -26,7 +26,18 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from apexkit import cachetrust, checks, dockerclient, fsedit, log, netenv, paths, untrusted, urls
+from apexkit import (
+    cachetrust,
+    checks,
+    dockerclient,
+    fsedit,
+    log,
+    netenv,
+    paths,
+    untrusted,
+    urls,
+    vocab,
+)
 from apexkit.errors import ApexkitError, ConfigError, ImageError, InterpreterNotFoundError
 from apexkit.proxy import layers
 
@@ -514,7 +525,7 @@ def _pull(c, reference: str, arch: str):
             raise ImageError(
                 f"base image {reference} is not in the daemon and could not be pulled: "
                 f"{log.mask(str(exc).splitlines()[0][:200])}",
-                "check the daemon's proxy (invoke proxy.check), docker load it, or use --base debootstrap",
+                f"check the daemon's proxy ({vocab.command('proxy.check')}), docker load it, or use --base debootstrap",
             ) from None
         image = dockerclient.get_image(c, reference)
         if image is None:
@@ -608,7 +619,7 @@ def _build_failure(error: str, lines: list[str], log_path: Path) -> ImageError:
         r"timed? ?out|Temporary failure resolving|Could not resolve|Connection refused|i/o timeout",
         error + "\n".join(lines[-20:]),
     ):
-        hint += "; downloads failed: check the proxy (invoke proxy.check) and --network host for a loopback proxy"
+        hint += f"; downloads failed: check the proxy ({vocab.command('proxy.check')}) and --network host for a loopback proxy"
     return ImageError(f"docker build failed{where}: {log.mask(error.strip()[:200])}", hint)
 
 
@@ -654,7 +665,7 @@ class ImageChoice:
 
     @property
     def build_command(self) -> str:
-        return f"invoke image.build --arch {self.arch} --base {self.base}"
+        return vocab.command("image.build", f"--arch {self.arch} --base {self.base}")
 
 
 def choose_image(data: Mapping, python: str, arch: str) -> ImageChoice:
@@ -702,7 +713,7 @@ def build_hint(image: str, arch: str | None = None, data: Mapping | None = None)
     base = base_for_tag(image)
     made = default_tag(f"debian:{base.split(':', 1)[1]}", arch) if base else None
     tag = "" if made == image else f" --tag {image}"
-    return f"invoke image.build --arch {arch} --base {base or '<base image>'}{tag}"
+    return vocab.command("image.build", f"--arch {arch} --base {base or '<base image>'}{tag}")
 
 
 def builder_json(c, image: str) -> dict | None:

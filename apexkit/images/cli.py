@@ -8,7 +8,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from apexkit import dockerclient, log
+from apexkit import dockerclient, log, vocab
 from apexkit.errors import ImageError
 from apexkit.images import builder
 
@@ -51,10 +51,7 @@ def build(
     log.info(f"✓ {plan.tag}")
     for line in builder.summary_lines(info):
         log.info(line)
-    log.info(
-        f"build in it: invoke build --image {plan.tag} -- <build options>  "
-        f"(or nox -s build-3.X -- --image {plan.tag})"
-    )
+    log.info(f"build in it: {vocab.build('3.X', f'--image {plan.tag} <build options>')}")
     return 0
 
 
@@ -65,7 +62,8 @@ def list_images(as_json: bool = False) -> int:
         return 0
     if not rows:
         log.out(
-            "no apexkit images in this daemon (invoke image.build --arch x86_64 --base debootstrap makes one)"
+            f"no apexkit images in this daemon "
+            f"({vocab.command('image.build', '--arch x86_64 --base debootstrap')} makes one)"
         )
         return 0
     log.out(f"{'image':<48} {'kind':<8} {'arch':<8} {'size':>9}  {'created':<19}  note")

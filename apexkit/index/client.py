@@ -48,7 +48,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from apexkit import log, netenv, pipconfig, untrusted
+from apexkit import log, netenv, pipconfig, untrusted, vocab
 from apexkit.errors import ConfigError, SourceError
 from apexkit.wheel.sources import RetryPolicy
 
@@ -69,7 +69,12 @@ METADATA_MAX = 1 << 20  # one .metadata file, or the METADATA member (compressed
 RANGE_MAX = 8 << 20  # one range request
 RANGE_REQUESTS = 32  # range requests for one wheel
 SCHEMES = ("http", "https")  # what the client asks, and what a remote page may link to
-UNREACHABLE_HINT = "check the proxy (invoke proxy.check) or pass --index-url"
+
+
+def unreachable_hint() -> str:
+    return f"check the proxy ({vocab.command('proxy.check')}) or pass --index-url"
+
+
 INDEX_HINT = "pass --index-url with a PEP 503/691 simple index that serves torch-npu (e.g. https://pypi.org/simple)"
 
 
@@ -253,13 +258,13 @@ class Client:
                     hint = (
                         "pass your proxy's CA bundle (pip config set global.cert FILE, or PIP_CERT)"
                         if "certificate" in reason
-                        else UNREACHABLE_HINT
+                        else unreachable_hint()
                     )
                     if self.via(url) and reason == "connection refused":
                         raise SourceError(
                             f"cannot reach the proxy{self.via(url)[10:]} for {target}: connection "
                             f"refused",
-                            "is the proxy running? check it with invoke proxy.check",
+                            f"is the proxy running? check it with {vocab.command('proxy.check')}",
                         ) from None
                     raise SourceError(
                         f"cannot reach {target}{self.via(url)}: {reason}", hint
@@ -285,7 +290,7 @@ class Client:
             f"the proxy{self.via(url)[10:]} refused the credentials (HTTP {code}) for "
             f"{log.mask(url)}",
             "check user:password in the proxy URL (percent-encode @ : / in them), "
-            "then invoke proxy.check",
+            f"then {vocab.command('proxy.check')}",
         ) from None
 
 
@@ -554,7 +559,7 @@ def fetch_index(client: Client, index: str) -> list[WheelFile] | None:
             except (OSError, http.client.HTTPException) as exc:
                 raise SourceError(
                     f"cannot read {public_url(url)}: {failure_reason(exc, client.settings.timeout)}",
-                    UNREACHABLE_HINT,
+                    unreachable_hint(),
                 ) from None
             client.count(len(body))
             return parse_index_page(

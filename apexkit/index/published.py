@@ -11,7 +11,7 @@ import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 
-from apexkit import log, untrusted
+from apexkit import log, untrusted, vocab
 from apexkit.errors import ApexkitError, ConfigError
 
 INDEX_JSON_MAX = 64 << 20  # bytes; an index.json lists a few hundred wheels in some KiB
@@ -37,7 +37,8 @@ def parse_index(raw: str) -> Index:
     text = raw.strip()
     if not text:
         raise ConfigError(
-            "--index is empty", "pass the directory `invoke publish --index` wrote, or its http URL"
+            "--index is empty",
+            f"pass the directory `{vocab.command('publish', '--index')}` wrote, or its http URL",
         )
     text = re.sub(r"/simple/?$", "", text.rstrip("/")) or "/"
     scheme = urllib.parse.urlsplit(text).scheme
@@ -55,8 +56,8 @@ def parse_index(raw: str) -> Index:
     path = path.expanduser().resolve()
     if not (path / "index.json").is_file():
         raise ConfigError(
-            f"--index {raw}: {path} holds no index.json (not an `invoke publish` index)",
-            f"publish one first: invoke publish --index {path}",
+            f"--index {raw}: {path} holds no index.json (not an `{vocab.command('publish')}` index)",
+            f"publish one first: {vocab.command('publish', f'--index {path}')}",
         )
     return Index(path.as_uri(), path)
 
@@ -69,7 +70,7 @@ def read_index(index: Index, timeout: float = 15) -> dict | None:
         except (OSError, untrusted.Untrusted) as exc:
             raise ConfigError(
                 f"{index.path}/index.json cannot be read as JSON: {exc}",
-                f"publish the index again: invoke publish --index {index.path}",
+                f"publish the index again: {vocab.command('publish', f'--index {index.path}')}",
             ) from None
     # through the index client: user:token@ in the URL travels as Basic auth (urllib would hand "user:token@host" to
     # the resolver as a host name), pip's CA bundle and the proxies apply, and nothing printed holds the login

@@ -34,7 +34,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from apexkit import log, untrusted
+from apexkit import log, untrusted, vocab
 from apexkit.errors import ApexkitError, ConfigError
 from apexkit.index import client, publish, published
 from apexkit.wheel import distdir, sbom
@@ -84,7 +84,8 @@ def root_url(index: str) -> str:
     text = index.strip()
     if not text:
         raise ConfigError(
-            "an index is empty", "pass the directory `invoke publish --index` wrote, or its URL"
+            "an index is empty",
+            f"pass the directory `{vocab.command('publish', '--index')}` wrote, or its URL",
         )
     text = re.sub(r"/(simple/?|index\.json)$", "", text.rstrip("/")) or "/"
     scheme = urllib.parse.urlsplit(text).scheme
@@ -94,7 +95,7 @@ def root_url(index: str) -> str:
     if scheme:
         raise ConfigError(
             f"index {log.mask(text)}: {scheme}:// is not an index apexkit can read",
-            "pass an http(s):// URL, a file:// URL or a directory `invoke publish` wrote",
+            f"pass an http(s):// URL, a file:// URL or a directory `{vocab.command('publish')}` wrote",
         )
     return Path(text).expanduser().resolve().as_uri()
 

@@ -28,7 +28,7 @@ import typing
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from apexkit import cachetrust, envvars, locks, log, untrusted
+from apexkit import cachetrust, envvars, locks, log, untrusted, vocab
 from apexkit.errors import ConfigError, EnvironmentSetupError
 from apexkit.install import fit
 from apexkit.install import target as targets
@@ -84,7 +84,7 @@ def indexes_from(given: Sequence[str] | None, environ: Mapping[str, str]) -> lis
         elif not Path(url).expanduser().is_dir():
             raise ConfigError(
                 f"{where} {log.mask(url)} is neither a URL nor a directory",
-                "pass an http(s):// or file:// index URL, or an index directory (invoke publish --index DIR)",
+                f"pass an http(s):// or file:// index URL, or an index directory ({vocab.command('publish', '--index DIR')})",
             )
     return found
 
@@ -266,7 +266,7 @@ def _from_index(
         except remote.Refused as exc:
             raise InstallError(
                 f"refused {_entry_str(candidate.entry, 'filename')} from {candidate.shown}: {exc}; nothing installed",
-                "tell whoever publishes that index (invoke publish writes it again), or pass another --index",
+                f"tell whoever publishes that index ({vocab.command('publish')} writes it again), or pass another --index",
             ) from None
         return candidate, fetched.wheel, untrusted.sha256_file(fetched.wheel)
     log.info("no fitting wheel could be fetched: building it")

@@ -11,7 +11,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from apexkit import paths
+from apexkit import paths, vocab
 from apexkit.errors import ConfigError
 from apexkit.plan import target
 
@@ -91,13 +91,13 @@ class Matrix:
         if version in refused:
             raise ConfigError(
                 f"Python {version} is refused: {refused[version]}",
-                f"build for Python {self.supported_pythons[0]} or newer, e.g. nox -s build-3.10",
+                f"build for Python {self.supported_pythons[0]} or newer, e.g. {vocab.build('3.10')}",
             )
         if version not in self.supported_pythons:
             raise ConfigError(
                 f"Python {version} is not supported (matrix.toml [pythons] supported: "
                 f"{', '.join(self.supported_pythons)})",
-                "pick one of those, e.g. nox -s build-3.10",
+                f"pick one of those, e.g. {vocab.build('3.10')}",
             )
 
     def default_torch(self, python: str) -> str:

@@ -9,6 +9,7 @@ import re
 
 from packaging.version import InvalidVersion, Version
 
+from apexkit import vocab
 from apexkit.errors import ConfigError
 
 
@@ -116,7 +117,7 @@ def target_facts(target: str) -> dict[str, str | None]:
     if not found:
         raise ConfigError(
             f"target {target!r} is not an apexkit target id (py3.X-torchV-ARCH-REF[+...])",
-            "copy one from the index's index.json (invoke publish prints them)",
+            f"copy one from the index's index.json ({vocab.command('publish')} prints them)",
         )
     npu = next((part[3:] for part in target.split("+")[1:] if part.startswith("npu")), None)
     return {

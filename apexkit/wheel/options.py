@@ -390,7 +390,7 @@ def resolve(
         raise ConfigError(
             f"--interpreter {args.python_path} is a host path; a build in an image uses the image's "
             f"python{python}",
-            "drop --interpreter (invoke image.build --pythons adds Pythons to an image)",
+            f"drop --interpreter ({vocab.command('image.build', '--pythons')} adds Pythons to an image)",
         )
     jobs = (
         args.jobs
@@ -430,7 +430,8 @@ def resolve(
         if stack.python != python:
             raise ConfigError(
                 f"stack {stack.name} is Python {stack.python}, this session builds for Python {python}",
-                f"nox -s build-{stack.python} -- --stack {stack.name} (or nox -s build-{stack.name})",
+                vocab.build(stack.python, f"--stack {stack.name}")
+                + (f" (or nox -s build-{stack.name})" if vocab.entry() == vocab.NOX else ""),
             )
     if args.offline and not args.wheelhouse and not args.use_system_torch:
         raise ConfigError(

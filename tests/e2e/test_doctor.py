@@ -459,7 +459,7 @@ def test_apex_needed_for_older_mindspeed_pins(tmp_path):
         if str(stack.get("python")) == minor and stack.get("torch") == "2.1.0"
     ]
     assert verdict.next_step.startswith(
-        f"build it: nox -s build-{minor} -- "
+        f"build it: apexkit build {minor} "
         + (f"--stack {stacks[0]}" if stacks else "--torch 2.1.0")
     )
     verdict = assess(make_env(tmp_path / "b", {"mindspeed": "0.8.0"}))
@@ -480,7 +480,7 @@ def test_apex_unknown_without_a_stack(tmp_path):
         verdict.summary()
         == "apex optional / unknown: nothing found that needs apex, nothing known that replaces it"
     )
-    assert "invoke doctor --venv DIR --scripts DIR" in verdict.next_step
+    assert "apexkit doctor --venv DIR --scripts DIR" in verdict.next_step
 
 
 def test_apex_needed_by_a_combine_grad_script_even_with_mindspeed_2_3(tmp_path):
@@ -515,7 +515,7 @@ def test_apex_needed_by_a_combine_grad_script_even_with_mindspeed_2_3(tmp_path):
         "torch_npu.optim.NpuFusedAdamW: torch_npu ships it"
     )
     assert rows["mindspeed-llm"]["status"] == "ok"  # the stack alone would not need it
-    assert verdict["fix"].startswith("build it: nox -s build-")
+    assert verdict["fix"].startswith("build it: invoke build --python ")  # the door in use
     assert rows["scripts"]["found"] == f"scanned 1 file(s) under {scripts}"
 
 
@@ -565,7 +565,7 @@ def test_apex_target_on_python_3_8(tmp_path):
     venv = make_env(tmp_path / "v38", {"ModelLink": "0.0.1"}, python=py38.path)
     verdict = assess(venv)
     assert verdict.verdict == "needed" and verdict.next_step.startswith(
-        "build it: nox -s build-3.8"
+        "build it: apexkit build 3.8"
     )
     assert "move to MindSpeed-LLM >= 2.2.0" in verdict.next_step
 

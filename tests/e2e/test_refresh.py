@@ -364,7 +364,10 @@ def test_no_network_is_one_line_and_nothing_is_written(tmp_path):
     url = f"http://127.0.0.1:{closed_port()}/simple"
     proc = run_refresh("--matrix", str(matrix), "--index-url", url, "--write")
     assert_one_line_error(
-        proc, f"cannot reach {url}: connection refused", "invoke proxy.check", "--index-url"
+        proc,
+        f"cannot reach {url}: connection refused",
+        "python -m apexkit proxy.check",
+        "--index-url",
     )
     assert matrix.read_bytes() == before
     assert [p.name for p in tmp_path.iterdir()] == ["matrix.toml"]  # no temp file left behind
@@ -485,7 +488,7 @@ def test_through_tinyproxy_the_proxy_log_shows_the_requests(served, tinyproxy, t
     assert_one_line_error(
         bad,
         f"the proxy 127.0.0.1:{tinyproxy.port} refused the credentials (HTTP 401)",
-        "invoke proxy.check",
+        "python -m apexkit proxy.check",
     )
     assert "wrong-password" not in bad.stderr
 

@@ -292,7 +292,7 @@ def test_image_choice_per_python_follows_matrix_toml():
     }
     assert (
         chosen["3.9"].build_command
-        == "invoke image.build --arch aarch64 --base debootstrap:bullseye"
+        == "apexkit image.build --arch aarch64 --base debootstrap:bullseye"
     )
     # the image `image.build --base <that base>` makes is the one chosen (no --tag needed)
     for c in chosen.values():
@@ -313,15 +313,15 @@ def test_missing_image_hint_names_its_arch_and_base():
     data = matrix.load().data
     assert (
         builder.build_hint("apexkit/builder:debian-bookworm-aarch64")
-        == "invoke image.build --arch aarch64 --base debootstrap:bookworm"
+        == "apexkit image.build --arch aarch64 --base debootstrap:bookworm"
     )
     assert (
         builder.build_hint("apexkit/builder:manylinux2014_aarch64-aarch64", data=data)
-        == "invoke image.build --arch aarch64 --base quay.io/pypa/manylinux2014_aarch64"
+        == "apexkit image.build --arch aarch64 --base quay.io/pypa/manylinux2014_aarch64"
     )
     assert (
         builder.build_hint("registry.example.com/mine:1", arch="aarch64")
-        == "invoke image.build --arch aarch64 --base <base image> --tag registry.example.com/mine:1"
+        == "apexkit image.build --arch aarch64 --base <base image> --tag registry.example.com/mine:1"
     )
 
 
@@ -344,7 +344,7 @@ def test_python_check_against_builder_json():
         )
     assert exc.value.format() == (
         "py3.8-torch2.1.0-aarch64: apexkit/builder:debian-bookworm-aarch64 has Python 3.11 only -- next: Python 3.8 "
-        "needs a base that has it: invoke image.build --arch aarch64 --base quay.io/pypa/manylinux2014_aarch64 (then "
+        "needs a base that has it: apexkit image.build --arch aarch64 --base quay.io/pypa/manylinux2014_aarch64 (then "
         "--image apexkit/builder:manylinux2014_aarch64-aarch64); no Debian suite has Python 3.8, or --pythons 3.8 "
         "(uv; downloads from github.com)"
     )

@@ -42,7 +42,7 @@ def test_a_bad_index_json_is_one_line(tmp_path, make, says):
     make(tmp_path)
     with pytest.raises(ConfigError, match=says) as caught:
         published.read_index(index)
-    assert "\n" not in caught.value.format() and "invoke publish --index" in caught.value.hint
+    assert "\n" not in caught.value.format() and "apexkit publish --index" in caught.value.hint
 
 
 def test_an_index_json_over_the_cap_is_refused(tmp_path, monkeypatch):

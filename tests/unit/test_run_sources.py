@@ -80,7 +80,7 @@ def test_a_damaged_sources_field_is_one_line_naming_it(field, value, said):
     if field != "index_url" or not isinstance(
         value, str
     ):  # a URL's own error says how to write one
-        assert "nox -s build-" in caught.value.hint
+        assert "apexkit build <python>" in caught.value.hint
 
 
 def test_a_recorded_url_that_does_not_parse_is_refused_without_echoing_it():

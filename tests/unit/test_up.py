@@ -257,6 +257,9 @@ def test_first_failure_from_rows_validate_and_logs():
     unknown = "apexkit: unknown command 'install'\n\nusage: apexkit <command>\n"
     cause, fix = up.split_error(up.first_error_line(unknown) or "")
     assert "no `install` command" in cause and "update apexkit" in fix
+    today = "error: unknown command 'install' -- next: apexkit --help lists the commands\n"
+    cause, fix = up.split_error(up.first_error_line(today) or "")
+    assert "no `install` command" in cause and "update apexkit" in fix
     assert up.first_error_line("Traceback\n  File x\nKeyError: 'a'\n") == "KeyError: 'a'"
 
 
