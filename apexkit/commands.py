@@ -463,6 +463,29 @@ COMMANDS: tuple[Command, ...] = (
         ),
     ),
     Command(
+        "cache.list",
+        "apexkit.wheel.cachedirs:list_command",
+        "List the apexkit cache: one row per venv, git mirror, wheel, uv cache and container cache, with its size "
+        "on disk, last use and purpose, then the totals per kind.",
+        (
+            Opt("what", "only these kinds, comma separated: venvs,git,wheels,uv,containers"),
+            JSON,
+        ),
+    ),
+    Command(
+        "cache.prune",
+        "apexkit.wheel.cachedirs:prune_command",
+        "Remove whole cache entries last used more than --older-than DAYS ago and/or beyond the --keep-last N "
+        "most recent per kind; an entry in use is skipped. Needs a selector: never removes everything by default.",
+        (
+            Opt("older_than", "remove entries last used more than this many days ago"),
+            Opt("keep_last", "keep the N most recently used entries of each kind"),
+            DRY_RUN,
+            Opt("what", "only these kinds, comma separated: venvs,git,wheels,uv,containers"),
+            JSON,
+        ),
+    ),
+    Command(
         "up",
         "apexkit.up:main",
         "One node from bare to validated: [proxy check,] doctor, install (index hit or build), validate[, bench]; "
