@@ -205,7 +205,8 @@ def scan(cache: Path, kinds: tuple[str, ...] = KINDS) -> list[Entry]:
         st = _lstat(path)
         if st is None:
             continue
-        entry = Entry(kind, str(path.relative_to(cache)), path)
+        # a name is shown on one line whatever it holds (a newline, an escape sequence)
+        entry = Entry(kind, log.sanitise(str(path.relative_to(cache))), path)
         if stat.S_ISLNK(st.st_mode):
             entry.link, entry.what = True, "a link (not followed; prune unlinks it)"
             entry.inodes = {(st.st_dev, st.st_ino): st.st_blocks * 512}
@@ -380,9 +381,12 @@ def _number(value, flag: str, kind=float):
         number = kind(value)
     except (TypeError, ValueError):
         number = -1
-    if number < 0:
+    if not (
+        0 <= number < float("inf")
+    ):  # nan compares false with everything: it would select every entry
         raise ConfigError(
-            f"{flag} {log.sanitise(str(value))!r} is not a number >= 0", f"e.g. {flag} 30"
+            f"{flag} {log.sanitise(str(value))!r} is not a number >= 0",
+            f"e.g. {flag} {30 if kind is float else 2}",
         )
     return number
 

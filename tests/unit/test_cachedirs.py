@@ -193,6 +193,10 @@ def test_no_selector_is_refused_not_everything_removed(cache):
         cachedirs.prune_command(older_than="-1")
     with pytest.raises(ConfigError):
         cachedirs.prune_command(keep_last="two")
+    with pytest.raises(
+        ConfigError
+    ):  # nan compares false with every age: it would have selected everything
+        cachedirs.prune_command(older_than="nan")
     with pytest.raises(ConfigError):
         cachedirs.prune_command(older_than="1", what="venvs,images")
     assert len(cachedirs.scan(cache)) == 6
@@ -205,7 +209,9 @@ def test_a_marker_that_is_not_json_or_a_link_is_read_as_untrusted_input(cache, t
     secret.write_text(json.dumps({"packages": {"torch": "SECRET"}}))
     marker.symlink_to(secret)
     (cache / "venvs" / "build-py3.10-bbbb" / "apexkit-ready.json").write_text("[\x1b[31m")
+    (cache / "venvs" / "build-py3.9-x\nevil\x1b[31m").mkdir()
     whats = {e.name: e.what for e in cachedirs.scan(cache)}
+    assert "venvs/build-py3.9-x\\x0aevil\\x1b[31m" in whats  # one line on a terminal
     assert "SECRET" not in whats["venvs/build-py3.11-aaaa"]
     assert whats["venvs/build-py3.10-bbbb"] == "build venv (not ready)"
 
