@@ -465,8 +465,8 @@ COMMANDS: tuple[Command, ...] = (
     Command(
         "cache.list",
         "apexkit.wheel.cachedirs:list_command",
-        "List the apexkit cache: one row per venv, git mirror, wheel, uv cache and container cache, with its size "
-        "on disk, last use and purpose, then the totals per kind.",
+        "List the cache's entries with their size on disk, last use and purpose (build and run venvs, git mirrors, "
+        "wheel-cache entries, uv's cache, container caches), then the totals per kind.",
         (
             Opt("what", "only these kinds, comma separated: venvs,git,wheels,uv,containers"),
             JSON,
@@ -475,8 +475,9 @@ COMMANDS: tuple[Command, ...] = (
     Command(
         "cache.prune",
         "apexkit.wheel.cachedirs:prune_command",
-        "Remove whole cache entries last used more than --older-than DAYS ago and/or beyond the --keep-last N "
-        "most recent per kind; an entry in use is skipped. Needs a selector: never removes everything by default.",
+        "Remove old cache entries (whole ones; an entry a build holds is skipped). Selectors: --older-than DAYS "
+        "(last used before), --keep-last N (the N most recent per kind stay); with none it refuses, never "
+        "removing everything by default.",
         (
             Opt("older_than", "remove entries last used more than this many days ago"),
             Opt("keep_last", "keep the N most recently used entries of each kind"),
