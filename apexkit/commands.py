@@ -463,6 +463,30 @@ COMMANDS: tuple[Command, ...] = (
         ),
     ),
     Command(
+        "cache.list",
+        "apexkit.wheel.cachedirs:list_command",
+        "List the cache's entries with their size on disk, last use and purpose (build and run venvs, git mirrors, "
+        "wheel-cache entries, uv's cache, container caches), then the totals per kind.",
+        (
+            Opt("what", "only these kinds, comma separated: venvs,git,wheels,uv,containers"),
+            JSON,
+        ),
+    ),
+    Command(
+        "cache.prune",
+        "apexkit.wheel.cachedirs:prune_command",
+        "Remove old cache entries (whole ones; an entry a build holds is skipped). Selectors: --older-than DAYS "
+        "(last used before), --keep-last N (the N most recent per kind stay); with none it refuses, never "
+        "removing everything by default.",
+        (
+            Opt("older_than", "remove entries last used more than this many days ago"),
+            Opt("keep_last", "keep the N most recently used entries of each kind"),
+            DRY_RUN,
+            Opt("what", "only these kinds, comma separated: venvs,git,wheels,uv,containers"),
+            JSON,
+        ),
+    ),
+    Command(
         "up",
         "apexkit.up:main",
         "One node from bare to validated: [proxy check,] doctor, install (index hit or build), validate[, bench]; "

@@ -23,7 +23,7 @@ from apexkit.errors import ConfigError
 from apexkit.images import builder
 from apexkit.plan import matrix
 from apexkit.proxy import layers
-from apexkit.wheel import interpreters, known_failures, sources
+from apexkit.wheel import cachedirs, interpreters, known_failures, sources
 
 OK, WARN, FAIL, SKIP = checks.OK, checks.WARN, checks.FAIL, checks.SKIP
 LOW_DISK_GIB = (
@@ -522,13 +522,6 @@ def check_disk(paths: dict[str, Path]) -> list[Check]:
     return rows
 
 
-def _du(path: Path) -> int | None:
-    code, text = _run(["du", "-sb", str(path)], timeout=30)
-    return (
-        int(text.split()[0]) if code == 0 and text.split() and text.split()[0].isdigit() else None
-    )
-
-
 def check_cache(cache: Path) -> list[Check]:
     if not cache.exists():
         return [Check("cache", "cache dir", OK, f"{cache} (not created yet)")]
@@ -553,12 +546,15 @@ def check_cache(cache: Path) -> list[Check]:
                 f"chmod -R go-w {cache} (as its owner), or set APEXKIT_CACHE_DIR to a directory only you can write",
             )
         ]
-    parts = []
-    for sub in ("git", "venvs", "wheels", "base-images", "run-venvs", "containers"):
-        if (cache / sub).is_dir():
-            size = _du(cache / sub)
-            parts.append(f"{sub} {size / 2**20:.0f} MiB" if size is not None else sub)
-    return [Check("cache", "cache dir", OK, f"{cache}: " + (", ".join(parts) or "empty"))]
+    return [
+        Check(
+            "cache",
+            "cache dir",
+            OK,
+            f"{cache}: {cachedirs.size_summary(cache)} on disk",
+            f"{vocab.command('cache.list')} shows each entry, {vocab.command('cache.prune')} removes old ones",
+        )
+    ]
 
 
 def check_proxy_variables(environ: Mapping[str, str]) -> list[Check]:
