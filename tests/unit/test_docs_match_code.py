@@ -408,6 +408,17 @@ def labels(path: Path) -> list:
     return out
 
 
+def sessions_named(path: Path) -> list:
+    """file:line: each `nox -s NAME` anywhere in the file (prose, comments too) that is no session."""
+    found, known = [], sessions()
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        for m in re.finditer(r"\bnox -s ([A-Za-z0-9<][\w.<>*…/-]*)", line):
+            for name in _expand(m.group(1).rstrip(".")):
+                if name not in known and not _known(name, known):
+                    found.append(f"{path.name}:{number}: nox -s {name}: no such session (nox -l)")
+    return found
+
+
 def help_texts():
     """(where, text) of every help string a user reads: each command's doc and option help, the build options."""
     from apexkit import commands
@@ -472,3 +483,15 @@ def test_every_help_string_names_only_what_the_code_has():
                 f"{where}: says wheel names lack the torch (they carry it: docs/wheels.md)"
             )
     assert not found, "stale help:\n" + "\n".join(dict.fromkeys(found))
+
+
+def test_every_session_named_in_prose_and_in_matrix_toml_exists(tmp_path):
+    found = [p for path in [*DOCS, ROOT / "matrix.toml"] for p in sessions_named(path)]
+    assert not found, "stale session names:\n" + "\n".join(found)
+    planted = tmp_path / "matrix.toml"
+    planted.write_text(
+        "# one stack: nox -s build-stack-NAME, or nox -s build-NAME\n", encoding="utf-8"
+    )
+    assert sessions_named(planted) == [
+        "matrix.toml:1: nox -s build-stack-NAME: no such session (nox -l)"
+    ]
