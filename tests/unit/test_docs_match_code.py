@@ -495,3 +495,28 @@ def test_every_session_named_in_prose_and_in_matrix_toml_exists(tmp_path):
     assert sessions_named(planted) == [
         "matrix.toml:1: nox -s build-stack-NAME: no such session (nox -l)"
     ]
+
+
+def _commands_table() -> str:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    return readme.split("## Commands", 1)[1].split("\n## ", 1)[0]
+
+
+def test_the_readme_commands_table_names_every_command_and_session():
+    """The other way: what `apexkit --help` and `nox -l` offer is in the README's table (a group's shorthand,
+    proxy.setup/check/env, counts for each; a nox-named one counts: its row says `apexkit <command>` runs every
+    command above; a session counts when a `nox -s` pattern there fits it)."""
+    from apexkit import cli
+
+    table = _commands_table()
+    named = set()
+    for m in re.finditer(r"(?:apexkit|invoke|nox -s) ([a-z][\w.-]*(?:/[\w-]+)*)", table):
+        named |= set(_expand(m.group(1)))
+    missing = [name for name, _, _ in cli.entries() if name not in named]
+    patterns = [
+        _pattern(n) for m in re.finditer(r"nox -s ([^\s`]+)", table) for n in _expand(m.group(1))
+    ]
+    unlisted = [s for s in sorted(sessions()) if not any(p.match(s) for p in patterns)]
+    assert not missing and not unlisted, (
+        f"README ## Commands lacks commands {missing}, sessions {unlisted}"
+    )
