@@ -520,3 +520,26 @@ def test_the_readme_commands_table_names_every_command_and_session():
     assert not missing and not unlisted, (
         f"README ## Commands lacks commands {missing}, sessions {unlisted}"
     )
+
+
+def test_the_build_options_table_is_the_build_parser():
+    """docs/building.md ## Options lists every build option (wheel/options.py; hidden spellings aside), no other."""
+    from apexkit.wheel import options
+
+    shown = {
+        s
+        for a in options.parser()._actions
+        if a.help != argparse.SUPPRESS
+        for s in a.option_strings
+        if s.startswith("--") and s != "--help"
+    }
+    text = (ROOT / "docs" / "building.md").read_text(encoding="utf-8")
+    section = text.split("## Options", 1)[1].split("\n## ", 1)[0]
+    table = {
+        f
+        for row in re.findall(r"^\| (.*?) \|", section, flags=re.M)
+        for f in re.findall(r"--[a-z][a-z0-9-]*", row)
+    }
+    assert table == shown, (
+        f"table only: {sorted(table - shown)}; options.py only: {sorted(shown - table)}"
+    )
