@@ -286,12 +286,17 @@ def _flag_problems(where: str, said: str, words: list, accepted) -> list:
     if accepted is None:
         return []
     out = []
-    for word in words:
+    for i, word in enumerate(words):
         if word == "--":
             break
         flag = word.split("=", 1)[0]
         if re.fullmatch(r"--[a-z][a-z0-9-]*", flag) and flag not in accepted:
             out.append(f"{where}: {said} {flag}: no such option")
+        value = (
+            word.split("=", 1)[1] if "=" in word else (words[i + 1] if i + 1 < len(words) else "")
+        )
+        if flag == "--stack" and value and not _known(value, _matrix().stack_names()):
+            out.append(f"{where}: {said} --stack {value}: no such stack (matrix.toml [stacks])")
     return out
 
 
@@ -452,7 +457,7 @@ def test_a_planted_stale_line_is_reported_with_its_file_and_line(tmp_path):
     doc = tmp_path / "stale.md"
     doc.write_text(
         "# stale\n\nBuild a stack with `nox -s build-stack-foo`.\n\n```bash\ninvoke no.such --flag\n"
-        "apexkit build 3.11 --no-such-option\napexkit publish --index DIR --split-by-torch\n"
+        "apexkit build 3.11 --no-such-option --stack no-such-stack\napexkit publish --index DIR --split-by-torch\n"
         "pip install apexkit --index-url URL    # another tool's line\n```\n"
         "The wheel: `apex-0.1+ascend-cp311-cp311-linux_x86_64.whl`, label `0.1+ascend.torch2.7.1.npu2.7.1.post8`.\n",
         encoding="utf-8",
@@ -461,6 +466,9 @@ def test_a_planted_stale_line_is_reported_with_its_file_and_line(tmp_path):
     assert any(p.startswith("stale.md:3: nox -s build-stack-foo") for p in found), found
     assert any(p.startswith("stale.md:6: invoke no.such") for p in found), found
     assert any(p.startswith("stale.md:7: apexkit build --no-such-option") for p in found), found
+    assert any(p.startswith("stale.md:7: apexkit build --stack no-such-stack") for p in found), (
+        found
+    )
     assert any(p.startswith("stale.md:11: apex-0.1+ascend-cp311") for p in found), found
     assert any("stale.md:11: 0.1+ascend.torch2.7.1.npu2.7.1.post8" in p for p in found), found
     assert not any(":8:" in p or ":9:" in p for p in found), found  # real flags, pip's line
