@@ -318,8 +318,8 @@ COMMANDS: tuple[Command, ...] = (
             Opt("target", "only this dist/<target-id> (repeat for several)", repeat=True),
             Opt(
                 "split_by_torch",
-                "one index per torch version (<index>/torch<version>/simple/): the wheel name does "
-                "not carry the torch it was built against",
+                "one index per torch version (<index>/torch<version>/simple/), for indexes laid out "
+                "that way before; not needed: wheel names carry their torch (apex-0.1+ascend.torchX.Y.Z-...)",
                 False,
             ),
             Opt(

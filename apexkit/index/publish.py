@@ -6,7 +6,7 @@ One filename is one wheel: a filename already in the index with other bytes, or 
 wheels under one name, is refused. Wheel names carry the build tuple in their local version label
 (apex-0.1+ascend.torch2.13.0-..., see docs/wheels.md) and METADATA pins that torch, so wheels for several torches
 share one index and pip picks the one that installs next to the user's torch (`pip install
-"apex==0.1+ascend.torch2.7.1.npu2.7.1.post8"` names one). --split-by-torch (one index per torch version) still
+"apex==0.1+ascend.torch2.7.1.npu2.7.1.post11"` names one). --split-by-torch (one index per torch version) still
 works; it was needed while every wheel was apex-0.1+ascend-..., and is kept for indexes laid out that way.
 The index is rebuilt in a temporary directory and swapped in, so readers never see
 a half-written one, and wheels published earlier stay.
