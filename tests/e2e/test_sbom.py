@@ -222,8 +222,26 @@ def built_target(folder: Path) -> tuple[Path, dict]:
         {"packages": [{"name": "torch", "version": "2.13.0", "record_sha256": "e" * 64}]}
     )
     manifest["wheel"] = {"file": WHEEL, "sha256": sha(wheel), "size": wheel.stat().st_size}
+    manifest["target"] = {**manifest.get("target", {}), **PLANNED[TARGET]}  # what the host planned
     (folder / "manifest.json").write_text(json.dumps(manifest))
     return wheel, manifest
+
+
+# what the host plans for that target (buildplan.expected_targets): the only dist/<target> it takes from another side
+PLANNED = {
+    TARGET: {
+        "python": "3.11",
+        "torch": "2.13.0",
+        "torch_npu": None,
+        "arch": "x86_64",
+        "target_id": TARGET,
+        "identity": {},
+    }
+}
+
+
+def planned(system_torch: str | None = None) -> dict[str, dict]:
+    return PLANNED
 
 
 def test_container_publish_writes_them_on_the_host_with_the_image_id(tmp_path):
@@ -251,6 +269,7 @@ def test_container_publish_writes_them_on_the_host_with_the_image_id(tmp_path):
         {},
         1.0,
         image_ref={"id": "sha256:" + "f" * 64, "repo_digests": []},
+        planned=planned,
     )
     assert sorted(p.name for p in final.iterdir()) == [
         WHEEL,
@@ -272,7 +291,7 @@ def test_container_publish_writes_them_on_the_host_with_the_image_id(tmp_path):
     manifest["wheel"]["sha256"] = sha(produced / WHEEL)
     (produced / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(ImageError) as info:
-        container._publish(produced, tmp_path / "dist2", spec, {}, 1.0)
+        container._publish(produced, tmp_path / "dist2", spec, {}, 1.0, planned=planned)
     assert "\n" not in info.value.format() and "refusing" in info.value.format()
 
 
