@@ -97,6 +97,17 @@ def runner(repos, shared_cache, tmp_path) -> Runner:
     return Runner(repos, shared_cache, tmp_path)
 
 
+def nox_session(
+    session: str, *posargs: str, env: dict[str, str] | None = None, timeout: int = 120
+) -> subprocess.CompletedProcess:
+    """`nox -f noxfile.py -s SESSION [-- POSARGS]` from the checkout, as a user runs it."""
+    argv = [sys.executable, "-m", "nox", "-f", str(ROOT / "noxfile.py"), "-s", session]
+    argv += ["--", *posargs] if posargs else []
+    return subprocess.run(
+        argv, capture_output=True, text=True, timeout=timeout, cwd=str(ROOT), env=env
+    )
+
+
 def output(proc: subprocess.CompletedProcess) -> str:
     return proc.stdout + proc.stderr
 

@@ -156,3 +156,23 @@ def publishable(
             }
     (folder / "manifest.json").write_text(json.dumps(manifest))
     return wheel
+
+
+# --- what the host plans for `apexkit build 3.11` on x86_64 (buildplan.expected_targets) ----------------------------
+
+PLANNED_TARGET = "py3.11-torch2.13.0-x86_64-master"
+PLANNED = {
+    PLANNED_TARGET: {
+        "python": "3.11",
+        "torch": "2.13.0",
+        "torch_npu": None,
+        "arch": "x86_64",
+        "target_id": PLANNED_TARGET,
+        "identity": {},
+    }
+}
+
+
+def planned(system_torch: str | None = None) -> dict[str, dict]:
+    """The `planned` a container publish or a Slurm collect gets: this plan, whatever the other side says."""
+    return PLANNED

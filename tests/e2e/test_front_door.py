@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, nox_session
 
 pytest.importorskip("argcomplete")
 
@@ -89,34 +89,11 @@ def test_validate_and_bench_help_with_no_wheel_and_no_dist(tmp_path):
 
 
 def test_nox_keeps_its_own_usage_and_messages(tmp_path):
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "nox",
-            "-f",
-            str(ROOT / "noxfile.py"),
-            "-s",
-            "matrix",
-            "--",
-            "--help",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=str(ROOT),
-    )
+    done = nox_session("matrix", "--help")
     assert done.returncode == 0, done.stderr
     assert "usage: nox -s matrix --" in done.stdout
     empty = tmp_path / "dist"
     empty.mkdir()
-    done = subprocess.run(
-        [sys.executable, "-m", "nox", "-f", str(ROOT / "noxfile.py"), "-s", "validate"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=str(ROOT),
-        env=dict(os.environ, APEXKIT_DIST_DIR=str(empty)),
-    )
+    done = nox_session("validate", env=dict(os.environ, APEXKIT_DIST_DIR=str(empty)))
     assert done.returncode != 0
     assert "build one first (nox -s build-3.11)" in done.stderr

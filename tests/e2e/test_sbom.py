@@ -11,6 +11,7 @@ import sys
 import zipfile
 from pathlib import Path
 
+import fakes
 import pytest
 import wheelnames
 from conftest import ROOT, output
@@ -227,21 +228,8 @@ def built_target(folder: Path) -> tuple[Path, dict]:
     return wheel, manifest
 
 
-# what the host plans for that target (buildplan.expected_targets): the only dist/<target> it takes from another side
-PLANNED = {
-    TARGET: {
-        "python": "3.11",
-        "torch": "2.13.0",
-        "torch_npu": None,
-        "arch": "x86_64",
-        "target_id": TARGET,
-        "identity": {},
-    }
-}
-
-
-def planned(system_torch: str | None = None) -> dict[str, dict]:
-    return PLANNED
+PLANNED = fakes.PLANNED  # the host's plan: the only dist/<target> it takes from another side
+planned = fakes.planned
 
 
 def test_container_publish_writes_them_on_the_host_with_the_image_id(tmp_path):

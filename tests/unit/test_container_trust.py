@@ -11,6 +11,7 @@ import re
 import zipfile
 from pathlib import Path
 
+import fakes
 import pytest
 
 from apexkit.errors import ImageError
@@ -23,21 +24,8 @@ SECRET = b"-----BEGIN OPENSSH PRIVATE KEY-----\nnot-a-real-key\n"
 IMAGE = "apexkit/builder:debian-bookworm-x86_64"
 
 
-def planned(system_torch: str | None = None) -> dict[str, dict]:
-    """What the host plans for `apexkit build 3.11 --image IMAGE` (buildplan.expected_targets)."""
-    return PLANNED
-
-
-PLANNED = {
-    TARGET: {
-        "python": "3.11",
-        "torch": "2.13.0",
-        "torch_npu": None,
-        "arch": "x86_64",
-        "target_id": TARGET,
-        "identity": {},
-    }
-}
+PLANNED = fakes.PLANNED
+planned = fakes.planned
 
 
 class Layout:
