@@ -60,12 +60,12 @@ def words(environ: Mapping[str, str], name: str) -> list[str]:
         ) from None
 
 
-def split_words(value: str, option: str) -> list[str]:
+def split_words(value: str, option: str, example: str = "--torch 2.7.1") -> list[str]:
     """An option's value split as a shell splits words (--options, --build-options): one ConfigError on bad quotes."""
     try:
         return shlex.split(value)
     except ValueError as exc:
         raise ConfigError(
             f"{option} {untrusted.shown(value)} cannot be split into words: {exc}",
-            f'balance the quotes, e.g. {option} "--torch 2.7.1"',
+            f'balance the quotes, e.g. {option} "{example}"',
         ) from None

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from apexkit import fsedit, locks, log, paths, statusfile, untrusted
+from apexkit import envvars, fsedit, locks, log, paths, statusfile, untrusted
 from apexkit.errors import ConfigError
 
 STAGES = ("proxy", "doctor", "install", "validate", "bench")
@@ -180,12 +180,7 @@ def make_options(
         raise ConfigError(
             f"--device {untrusted.shown(device)} is not a device", "choose npu, cuda or cpu"
         )
-    try:
-        extra = tuple(shlex.split(bench_args or ""))
-    except ValueError as exc:
-        raise ConfigError(
-            f"--bench-args cannot be split: {exc}", "quote it as a shell would"
-        ) from None
+    extra = tuple(envvars.split_words(bench_args or "", "--bench-args", "--scale 0.05"))
     target = resolve_target(venv, interpreter, environ)
     where = Path(report) if report else paths.reports_dir(environ) / "up" / target.name
     return Options(

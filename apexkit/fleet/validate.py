@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from apexkit import cann, fsedit, log, paths, vocab
+from apexkit import cann, envvars, fsedit, log, paths, vocab
 from apexkit.errors import ConfigError, SchedulerError
 from apexkit.fleet import inputs, slurm
 from apexkit.index import published
@@ -987,13 +987,9 @@ def make_plan(
         torch,
     )
     torch_npu = facts["torch_npu"] or (matrix_stack.torch_npu if matrix_stack else None)
-    try:
-        extra_args = tuple(shlex.split(bench_args)) if bench_args else ()
-    except ValueError as exc:
-        raise ConfigError(
-            f"--bench-args {inputs.untrusted.shown(bench_args)}: {exc}",
-            "balance the quotes, e.g. --bench-args '--scale 0.05'",
-        ) from None
+    extra_args = (
+        tuple(envvars.split_words(bench_args, "--bench-args", "--scale 0.05")) if bench_args else ()
+    )
     for arg in extra_args:
         inputs.check("bench_arg", arg, "--bench-args")
     set_env_files = tuple(x for x in set_env.split(",") if x) if set_env else SET_ENV
