@@ -5,7 +5,7 @@ build-<id>      one combination of matrix.toml [[matrix.include]], e.g. build-py
 build-<stack>   one training stack of matrix.toml [stacks], e.g. build-mindspeed-llm-2.3.0 (-t stack: all)
 matrix          the matrix as a table / JSON / GitHub Actions matrix (-- --format github); -- --run builds it
 build-bench     cold vs cached vs -j1/-jN build times
-lock            requirements/*.in -> the hashed locks (requirements.txt, requirements/runtime.txt); -- --check
+lock            requirements/*.in -> the hashed locks (requirements/runtime.txt, requirements/dev.txt); -- --check
 validate        environment checks in the built wheel's venv (bench/validate_env.py)
 bench           FP32 vs AMP benchmark in the built wheel's venv (bench/amp_bench.py)
 tests-unit      the fast tier, tests/unit: in-process, no daemons, no network; installs and starts nothing
@@ -138,7 +138,7 @@ def build_bench(session: nox.Session) -> None:
 
 @nox.session(name="lock", python=False, default=False)
 def lock(session: nox.Session) -> None:
-    """requirements/*.in -> requirements.txt and requirements/runtime.txt, hashed, for Python 3.8-3.13 (uv pip
+    """requirements/*.in -> requirements/runtime.txt and requirements/dev.txt, hashed, for Python 3.8-3.13 (uv pip
     compile); -- --check compares them with the .in files and writes nothing."""
     from apexkit.exits import run_in_session
     from apexkit.wheel import uvtools
@@ -148,7 +148,7 @@ def lock(session: nox.Session) -> None:
     def go() -> None:
         uv = uvtools.find()
         if uv is None and "--check" not in session.posargs:
-            session.error("uv is not installed: pip install -r requirements.txt brings it")
+            session.error("uv is not installed: pip install -r requirements/runtime.txt brings it")
         if pins.lock(uv.binary if uv else "", only_check="--check" in session.posargs):
             session.error("a lock does not match its requirements/*.in: run nox -s lock")
 
@@ -260,7 +260,7 @@ def tests_aarch64(session: nox.Session) -> None:
 @nox.session(python=False)
 def lint(session: nox.Session) -> None:
     """ruff check over the repository; mypy over apexkit/ (pyproject.toml [tool.mypy]; skipped, saying so, on Python
-    3.8/3.9, where requirements.txt has no mypy: 2.x needs 3.10); shellcheck over docker/*.sh and .ci/run; actionlint
+    3.8/3.9, where requirements/dev.txt has no mypy: 2.x needs 3.10); shellcheck over docker/*.sh and .ci/run; actionlint
     over the GitHub Actions workflow; last, ruff format --check (line length 100), so the checks above run first."""
     import shutil
 
@@ -270,10 +270,12 @@ def lint(session: nox.Session) -> None:
     elif sys.version_info < (3, 10):
         session.log(
             f"mypy: skipped on Python {sys.version_info[0]}.{sys.version_info[1]} (mypy 2.x needs 3.10+; "
-            "requirements.txt installs it there): run nox -s lint on 3.10+ to type-check apexkit/"
+            "requirements/dev.txt installs it there): run nox -s lint on 3.10+ to type-check apexkit/"
         )
     else:
-        session.error("mypy is not installed -- next: python -m pip install -r requirements.txt")
+        session.error(
+            "mypy is not installed -- next: python -m pip install -r requirements/dev.txt"
+        )
     session.run("shellcheck", *sorted(str(p) for p in Path("docker").glob("*.sh")), ".ci/run")
     session.run("actionlint", ".github/workflows/build.yml")
     session.run("ruff", "format", "--check", ".")

@@ -20,7 +20,7 @@ if sys.version_info < HOST_PYTHON_FLOOR:
         + " ("
         + (sys.executable or "python")
         + ") -- next: run them with "
-        "python3.8-3.13 (python3.11 -m pip install -r requirements.txt && python3.11 -m nox -l); the Python a wheel "
+        "python3.8-3.13 (python3.11 -m pip install -r requirements/runtime.txt && python3.11 -m nox -l); the Python a wheel "
         "is built for is chosen separately (nox -s build-3.X)\n"
     )
     sys.exit(3)

@@ -170,7 +170,7 @@ def completion(argv: list[str]) -> int:
     except ImportError:
         print(
             "error: argcomplete is not installed in this Python -- next: python -m pip install argcomplete "
-            '(requirements.txt brings it), then eval "$(apexkit completion bash)"',
+            '(requirements/runtime.txt brings it), then eval "$(apexkit completion bash)"',
             file=sys.stderr,
         )
         record_status(3, "argcomplete is not installed")
@@ -202,7 +202,7 @@ def lock(argv: list[str]) -> int:
 
     p = argparse.ArgumentParser(
         prog="apexkit lock",
-        description="requirements/*.in -> requirements.txt and requirements/runtime.txt, hashed (uv pip compile)",
+        description="requirements/*.in -> requirements/runtime.txt and requirements/dev.txt, hashed (uv pip compile)",
     )
     p.add_argument(
         "--check", action="store_true", help="compare the locks with the .in files; write nothing"
@@ -222,7 +222,9 @@ def lock(argv: list[str]) -> int:
         pins = _dev_tool("pins")
         uv = uvtools.find()
         if uv is None and not args.check:
-            raise ConfigError("uv is not installed", "pip install -r requirements.txt brings it")
+            raise ConfigError(
+                "uv is not installed", "pip install -r requirements/runtime.txt brings it"
+            )
         if pins.lock(uv.binary if uv else "", only_check=args.check):
             raise ConfigError(
                 "a lock does not match its requirements/*.in", f"run {vocab.command('lock')}"

@@ -47,7 +47,7 @@ def client(timeout: int = 600):
         import docker
     except ImportError:
         raise ImageError(
-            "the Docker SDK for Python is not installed", "pip install -r requirements.txt"
+            "the Docker SDK for Python is not installed", "pip install -r requirements/runtime.txt"
         ) from None
     for name in (
         "docker",

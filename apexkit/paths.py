@@ -20,7 +20,12 @@ INSTALLED = not ((_CHECKOUT / "matrix.toml").is_file() and (_CHECKOUT / "noxfile
 ROOT = PACKAGE / "_data" if INSTALLED else _CHECKOUT
 
 MATRIX = ROOT / "matrix.toml"
-REQUIREMENTS = ROOT / "requirements.txt"  # the hashed lock of requirements/dev.in (tools.pins)
+RUNTIME_LOCK = (
+    ROOT / "requirements" / "runtime.txt"
+)  # the hashed lock of requirements/runtime.in (tools.pins)
+DEV_LOCK = (
+    ROOT / "requirements" / "dev.txt"
+)  # the hashed lock of requirements/dev.in: runtime + tests + lint
 RUNTIME_PINS = ROOT / "requirements" / "runtime.in"  # the direct runtime pins, per Python range
 PATCHES = ROOT / "patches"
 DOCKER = ROOT / "docker"

@@ -347,7 +347,7 @@ def make_torch_venv(path: Path) -> Path:
 
     uv = uvtools.find()
     if uv is None:
-        pytest.skip("uv is not installed (pip install -r requirements.txt brings it)")
+        pytest.skip("uv is not installed (pip install -r requirements/dev.txt brings it)")
     conf = pipconfig.read(os.environ)
     sources = (
         ["--no-index"] if not (conf.get("index-url") or conf.get_list("extra-index-url")) else []

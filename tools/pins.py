@@ -1,8 +1,8 @@
 """The host tools' pins: requirements/*.in hold the direct pins (per Python range, with the reasons), and
 `nox -s lock` writes hashed universal locks from them with uv (one file for every host Python 3.8-3.13):
 
-    requirements/runtime.in  ->  requirements/runtime.txt   (what apexkit needs to run)
-    requirements/dev.in      ->  requirements.txt           (runtime + tests + lint: what the README's commands install)
+    requirements/runtime.in  ->  requirements/runtime.txt   (what apexkit needs to run: README command 1)
+    requirements/dev.in      ->  requirements/dev.txt       (runtime + tests + lint: README command 2, .ci/run)
 
 pip installs a file with hashes in hash-checking mode: every distribution, dependencies included, must match a
 recorded sha256, so an install is repeatable. `check()` compares a lock with its .in offline (the tests run it)."""
@@ -24,8 +24,8 @@ from apexkit.errors import ConfigError, EnvironmentSetupError
 PYTHONS = ("3.8", "3.9", "3.10", "3.11", "3.12", "3.13")  # the host Pythons apexkit supports
 FLOOR = PYTHONS[0]
 LOCKS = {  # lock -> the .in it is made from
-    paths.ROOT / "requirements" / "runtime.txt": paths.ROOT / "requirements" / "runtime.in",
-    paths.ROOT / "requirements.txt": paths.ROOT / "requirements" / "dev.in",
+    paths.RUNTIME_LOCK: paths.ROOT / "requirements" / "runtime.in",
+    paths.DEV_LOCK: paths.ROOT / "requirements" / "dev.in",
 }
 COMMAND = "nox -s lock"
 
@@ -189,7 +189,7 @@ def lock(uv: str, only_check: bool = False) -> int:
                 )
         problems = check(lock_path, source)
         for problem in problems:
-            log.warn(f"{lock_path.name}: {problem}")
+            log.warn(f"{lock_path.relative_to(paths.ROOT)}: {problem}")
         bad += bool(problems)
         if not problems:
             log.info(

@@ -1,7 +1,7 @@
 """Builder images: `docker/` + a base image you name -> apexkit/builder:<base>-<arch>, through the Docker SDK.
 
 - The build context is assembled in a temporary directory: docker/Dockerfile and its scripts, the tool
-  requirements (filtered from requirements.txt, so the pins live in one place) and the CA bundle (or an empty file).
+  requirements (filtered from requirements/runtime.in, so the pins live in one place) and the CA bundle (or an empty file).
 - Proxies go in only as Docker's predefined build args (never stored in the image or its history).
 - Foreign architectures run through QEMU binfmt; `emulation()` reads /proc/sys/fs/binfmt_misc and says what is
   missing and how to enable it before anything is built.
@@ -43,7 +43,7 @@ from apexkit.proxy import layers
 
 DOCKER_DIR = paths.DOCKER
 CONTEXT_FILES = ("Dockerfile", "install-toolchain.sh", "entrypoint.sh")
-# what runs inside the builder; pins (one per Python range, by environment marker) from requirements.txt
+# what runs inside the builder; pins (one per Python range, by environment marker) from requirements/runtime.in
 TOOL_REQUIREMENTS = (
     "nox",
     "virtualenv",

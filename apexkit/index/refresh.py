@@ -392,7 +392,7 @@ def render(
     except ImportError:
         raise ConfigError(
             "tomlkit (the comment-keeping TOML writer) is not installed",
-            "pip install -r requirements.txt",
+            "pip install -r requirements/runtime.txt",
         ) from None
 
     todo = [c for c in changes if c.changes_file]

@@ -60,7 +60,7 @@ def _candidates(environ: Mapping[str, str]) -> list[str]:
         return [environ["APEXKIT_UV"]]
     found = []
     try:
-        from uv import find_uv_bin  # the uv wheel pinned in requirements.txt
+        from uv import find_uv_bin  # the uv wheel pinned in requirements/runtime.txt
 
         found.append(find_uv_bin())
     except (ImportError, FileNotFoundError):
@@ -92,7 +92,7 @@ def find(environ: Mapping[str, str] | None = None) -> Uv | None:
 def _find(candidates: tuple[str, ...]) -> Uv | None:
     if not candidates:
         _once(
-            "uv not found: making venvs with virtualenv + pip (pip install -r requirements.txt brings uv)"
+            "uv not found: making venvs with virtualenv + pip (pip install -r requirements/runtime.txt brings uv)"
         )
         return None
     for binary in candidates:

@@ -223,7 +223,7 @@ def _ensure_pip(venv: Venv, log_path: Path) -> None:
 
 
 def _create(interpreter: str, path: Path, log_path: Path, system_site_packages: bool) -> Venv:
-    # virtualenv runs on the host Python (pinned in requirements.txt); -p picks the target interpreter. Its own app
+    # virtualenv runs on the host Python (pinned in requirements/runtime.txt); -p picks the target interpreter. Its own app
     # data (seed wheels) lives in apexkit's cache: the user's may hold wheels a periodic update fetched for the host's
     # Python (seen here: pip 26.2.1 filed under 3.8, a SyntaxError-class failure in every 3.8 venv seeded from it).
     argv = [
@@ -244,7 +244,7 @@ def _create(interpreter: str, path: Path, log_path: Path, system_site_packages: 
     if code != 0:
         raise EnvironmentSetupError(
             f"could not create a venv with {interpreter}: {tail[-1] if tail else 'virtualenv failed'}",
-            f"see {log_path}; pip install -r requirements.txt gives the virtualenv apexkit needs",
+            f"see {log_path}; pip install -r requirements/runtime.txt gives the virtualenv apexkit needs",
         )
     return Venv(path)
 

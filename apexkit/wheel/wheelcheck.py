@@ -41,9 +41,7 @@ try:
     from elftools.elf.sections import SymbolTableSection
 
     HAVE_ELFTOOLS = True
-except (
-    ImportError
-):  # a tool venv made before requirements.txt had it (an old builder image): one line, below
+except ImportError:  # a tool venv made before requirements/runtime.txt had it (an old builder image): one line, below
     HAVE_ELFTOOLS = False
 
 # e_machine per target arch (the `machine` of interpreters.Interpreter)
@@ -462,7 +460,7 @@ def platform_tag(wheel: Path, arch: str, ld_paths: tuple[str, ...] = ()) -> dict
         return {
             "computed": False,
             "why": "auditwheel is not installed (auditwheel >= 6.5 with `show --json` needs "
-            "Python >= 3.10: pip install -r requirements.txt there)",
+            "Python >= 3.10: pip install -r requirements/runtime.txt there)",
         }
     argv = [
         sys.executable,
@@ -515,7 +513,7 @@ def check_wheel(
     if not HAVE_ELFTOOLS:
         raise EnvironmentSetupError(
             "the binary checks need pyelftools, which this Python lacks",
-            "pip install -r requirements.txt (a builder image: rebuild it with invoke image.build)",
+            "pip install -r requirements/runtime.txt (a builder image: rebuild it with invoke image.build)",
         )
     failures: list[str] = []
     found_version, found_requires = read_metadata(wheel)

@@ -41,7 +41,7 @@ TEAM_USERINFO = "team:p%40ss%3Aw%2Frd"
 def _uv() -> str:
     found = uvtools.find()
     if found is None:
-        pytest.skip("uv is not installed (pip install -r requirements.txt brings it)")
+        pytest.skip("uv is not installed (pip install -r requirements/dev.txt brings it)")
     return found.binary
 
 

@@ -1,5 +1,5 @@
-"""The host floor: apexkit's own tools install and run on Python 3.8 and 3.9 hosts (README command 1's first half in a
-fresh venv: pip install -r requirements.txt, then nox, invoke and every apexkit module), and older hosts get one line.
+"""The host floor: apexkit's own tools install and run on Python 3.8 and 3.9 hosts (README command 2's first half in a
+fresh venv: pip install -r requirements/dev.txt, then nox, invoke and every apexkit module), and older hosts get one line.
 
 Each venv is new (python3.X -m venv, as a user would make it); pip's cache keeps the second run quick (~30 s each).
 """
@@ -20,7 +20,7 @@ import apexkit
 from apexkit.wheel import interpreters
 from tools import pins
 
-REQUIREMENTS = ROOT / "requirements.txt"
+REQUIREMENTS = ROOT / "requirements" / "dev.txt"
 # What the quick unit tests run under the floor Python (pure code: matrix, patches, logs, interpreters).
 FLOOR_UNIT_TESTS = (
     "tests/unit/test_matrix.py",
@@ -60,7 +60,7 @@ def clean_env() -> dict[str, str]:
 
 
 def expected_pins(python_version: str) -> dict[str, str]:
-    """requirements.txt's (the lock's) pins whose environment marker holds for that Python: name -> version."""
+    """requirements/dev.txt's (the lock's) pins whose environment marker holds for that Python: name -> version."""
     return pins.for_python(pins.read_lock(REQUIREMENTS), python_version)
 
 
@@ -75,7 +75,7 @@ def apexkit_modules() -> list[str]:
 
 @pytest.fixture(scope="module", params=["3.8", "3.9"])
 def floor_venv(request, tmp_path_factory) -> tuple[str, Path]:
-    """A fresh venv of that Python with requirements.txt installed (fails the test if pip cannot)."""
+    """A fresh venv of that Python with requirements/dev.txt installed (fails the test if pip cannot)."""
     version = request.param
     python = find_python(version)
     services.require(
@@ -96,7 +96,7 @@ def floor_venv(request, tmp_path_factory) -> tuple[str, Path]:
         timeout=900,
     )
     assert proc.returncode == 0, (
-        f"pip install -r requirements.txt on Python {version}:\n{output(proc)[-3000:]}"
+        f"pip install -r requirements/dev.txt on Python {version}:\n{output(proc)[-3000:]}"
     )
     return version, venv
 

@@ -634,7 +634,7 @@ def torch21_cp39() -> Path:
 def test_bullseye_image_builds_a_python39_wheel(
     daemon, fixture_sources, torch21_cp39, tmp_path, pytestconfig
 ):
-    """Debian 11's Python 3.9 (as openEuler 22.03's): the tool venv installs with requirements.txt's pins for 3.9 and
+    """Debian 11's Python 3.9 (as openEuler 22.03's): the tool venv installs with requirements/runtime.in's pins for 3.9 and
     a wheel builds against torch 2.1.0 from the index."""
     started = time.monotonic()
     built = invoke(

@@ -28,4 +28,4 @@ def test_nox_lock_check_passes_without_network():
         timeout=300,
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    assert "requirements.txt: " in proc.stderr and "pins with hashes" in proc.stderr
+    assert "requirements/dev.txt: " in proc.stderr and "pins with hashes" in proc.stderr

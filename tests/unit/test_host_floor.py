@@ -10,11 +10,11 @@ from conftest import ROOT
 import apexkit
 from tools import pins
 
-REQUIREMENTS = ROOT / "requirements.txt"
+REQUIREMENTS = ROOT / "requirements" / "dev.txt"
 
 
 def expected_pins(python_version: str) -> dict[str, str]:
-    """requirements.txt's (the lock's) pins whose environment marker holds for that Python: name -> version."""
+    """requirements/dev.txt's (the lock's) pins whose environment marker holds for that Python: name -> version."""
     return pins.for_python(pins.read_lock(REQUIREMENTS), python_version)
 
 
