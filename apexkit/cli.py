@@ -83,9 +83,10 @@ def usage() -> str:
     rows = entries()
     left = max(len(f"{name} {args}") for name, args, _ in rows if name in ("build", "completion"))
     lines = [
-        "usage: apexkit <command> [options]      (also: python -m apexkit <command>)",
+        "usage: apexkit [-q] <command> [options] (also: python -m apexkit <command>)",
         "       apexkit <command> --help         the options of one command",
         "       apexkit --version",
+        "  -q, --quiet  errors, warnings and each command's result only (also APEXKIT_QUIET=1; logs keep it all)",
         "",
         "commands:",
     ]
@@ -120,6 +121,9 @@ def full_parser():
         prog="apexkit", description="apexkit: build Apex for Ascend wheels"
     )
     top.add_argument("--version", action="store_true", help="apexkit's version and its Python")
+    top.add_argument(
+        "-q", "--quiet", action="store_true", help="errors, warnings and each command's result only"
+    )
     sub = top.add_subparsers(dest="command", metavar="COMMAND")
     declared = {c.name: c for c in commands.COMMANDS}
     for name, _, line in entries():
@@ -245,6 +249,12 @@ def main(argv: list[str] | None = None) -> int:
     if os.environ.get("_ARGCOMPLETE"):
         complete()
     argv = list(sys.argv[1:] if argv is None else argv)
+    while argv and argv[0] in (
+        "-q",
+        "--quiet",
+    ):  # before the command: the whole run, and what it starts
+        log.set_quiet(True)
+        argv.pop(0)
     command = argv[0] if argv else ""
     # bare `apexkit`: the help on stderr, exit 2 -- a script that forgot its command must not pass as a success
     if command in ("", "-h", "--help", "help"):

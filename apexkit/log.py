@@ -1,8 +1,14 @@
-"""Step logging: every phase timed with a mark, every external command echoed with secrets masked."""
+"""Step logging: every phase timed with a mark, every external command echoed with secrets masked.
+
+Quiet (`apexkit -q CMD`, or APEXKIT_QUIET=1, which nox/invoke and the processes apexkit starts inherit): the
+progress -- step marks, echoed commands, info lines, spinners -- is not printed; warnings, errors, a failed step's
+mark, what explains a failure (`notice`), each command's result line (`result`) and the reports on stdout are. The
+log files keep everything either way."""
 
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import shlex
 import sys
@@ -18,6 +24,25 @@ console = Console(stderr=True, highlight=False, soft_wrap=True, emoji=False)
 # Reports a user redirects (`invoke doctor > report.txt`: doctor, proxy.check, the matrix table, image.list) go to
 # stdout; progress, logs, warnings and errors stay on stderr.
 report = Console(highlight=False, soft_wrap=True, emoji=False)
+QUIET_ENV = "APEXKIT_QUIET"
+
+
+def _quiet_from(environ: dict | os._Environ = os.environ) -> bool:
+    """APEXKIT_QUIET holds: 1/true/yes/on (any case). Anything else (unset, 0, a typo) keeps the progress shown:
+    a mistyped value must not hide it."""
+    return str(environ.get(QUIET_ENV, "")).strip().lower() in ("1", "true", "yes", "on")
+
+
+QUIET = _quiet_from()
+
+
+def set_quiet(on: bool) -> None:
+    """Quiet for this process and, through the environment, for the processes it starts (a nox session, a container's
+    apexkit via the options file, a Slurm job)."""
+    global QUIET
+    QUIET = on
+    os.environ[QUIET_ENV] = "1" if on else "0"
+
 
 # The userinfo of a URL in free text (logs, diffs, commands), hidden whatever it holds. The userinfo ends at the
 # LAST '@' before the host (a raw '@' in a password: user:p@ss@host), so a match runs over every character but
@@ -70,12 +95,28 @@ def foreign(line: str, indent: str = "  ") -> None:
 
 
 def echo_command(argv: Sequence[str], cwd: str | None = None) -> None:
+    if QUIET:
+        return
     line = sanitise(mask(shlex.join(str(a) for a in argv)))
     where = f"  (in {sanitise(cwd)})" if cwd else ""
     console.print(f"[dim]+ {escape(line)}{escape(where)}[/dim]")
 
 
 def info(message: str) -> None:
+    """Progress: hidden under quiet."""
+    if not QUIET:
+        console.print(sanitise(message, keep_newlines=True), markup=False)
+
+
+def notice(message: str) -> None:
+    """What explains a failure or needs the user's eye (the last lines of a failed build's log): shown under quiet
+    too."""
+    console.print(sanitise(message, keep_newlines=True), markup=False)
+
+
+def result(message: str) -> None:
+    """A command's result line (the wheel it wrote, the image it tagged): shown under quiet too, on stderr like the
+    rest of the log (stdout stays for machine-readable output)."""
     console.print(sanitise(message, keep_newlines=True), markup=False)
 
 
@@ -124,7 +165,8 @@ def step(
     a step that raises is not recorded."""
     s = Step(name, key)
     shown = escape(sanitise(name))
-    console.print(f"[bold]▸ {shown}[/bold]")
+    if not QUIET:
+        console.print(f"[bold]▸ {shown}[/bold]")
     start = time.monotonic()
     try:
         yield s
@@ -135,6 +177,8 @@ def step(
     s.seconds = time.monotonic() - start
     if timings is not None:
         timings[s.key] = round(timings.get(s.key, 0.0) + s.seconds, 3)
+    if QUIET:
+        return
     detail = f": {escape(sanitise(mask(s.detail)))}" if s.detail else ""
     console.print(f"[green]✓ {shown}[/green]{detail} ({format_seconds(s.seconds)})")
 

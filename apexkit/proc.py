@@ -48,12 +48,12 @@ def run_logged(
         )
         stop = threading.Event()
         heartbeat = None
-        if not verbose and not log.is_interactive():
+        if not verbose and not log.is_interactive() and not log.QUIET:
             heartbeat = threading.Thread(target=_heartbeat, args=(state, stop), daemon=True)
             heartbeat.start()
         status_cm = (
             log.console.status("", spinner="dots")
-            if (log.is_interactive() and not verbose)
+            if (log.is_interactive() and not verbose and not log.QUIET)
             else None
         )
         live = status_cm.__enter__() if status_cm else None

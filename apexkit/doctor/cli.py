@@ -49,7 +49,7 @@ def _explain_log(path: str, as_json: bool) -> int:
         )
         return 0 if hits else 1
     if not hits:
-        log.info(
+        log.notice(
             f"no known failure in {path} (known_failures.toml has the signatures); its last lines:"
         )
         for line in tail:

@@ -48,7 +48,7 @@ def build(
         log.info("dry run: no base made or pulled, nothing built")
         return 0
     info = builder.build(plan, verbose=not quiet)
-    log.info(f"✓ {plan.tag}")
+    log.result(f"✓ {plan.tag}")
     for line in builder.summary_lines(info):
         log.info(line)
     log.info(f"build in it: {vocab.build('3.X', f'--image {plan.tag} <build options>')}")

@@ -570,7 +570,7 @@ def _publish(
         ):
             with contextlib.suppress(FileNotFoundError):
                 os.chown(path, uid, gid, follow_symlinks=False)
-    log.info(f"✓ {final / name}")
+    log.result(f"✓ {final / name}")
     log.info(
         f"  sha256 {manifest['wheel']['sha256']}  ({manifest['wheel']['size'] / 1024:.0f} KiB, "
         f"{spec.arch}, built in {spec.image})"

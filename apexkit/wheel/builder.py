@@ -145,7 +145,7 @@ class Builder:
             opts.dist_dir, plan.target_id, plan.identity, opts.force
         )  # before hours of compiling
         if opts.dry_run:
-            log.info("dry run: nothing fetched, built or written")
+            log.result("dry run: nothing fetched, built or written")
             return opts.dist_dir / plan.target_id
 
         work = opts.build_dir / plan.target_id
@@ -281,8 +281,11 @@ class Builder:
             ),
             ("dist", str(o.dist_dir / plan.target_id)),
         ]
+        show = (
+            log.result if o.dry_run else log.info
+        )  # the plan is a dry run's result: shown under -q too
         for name, value in rows:
-            log.info(f"  {name:<15} {value}")
+            show(f"  {name:<15} {value}")
 
     def _system_torch(self, interp: interpreters.Interpreter) -> dict:
         proc = subprocess.run(
@@ -678,7 +681,7 @@ class Builder:
         return new
 
     def _explain_failure(self, tail: list[str]) -> str | None:
-        log.info("  last lines of the build log:")
+        log.notice("  last lines of the build log:")
         for line in tail[-15:]:
             log.foreign(line, "    ")
         return known_failures.announce(self.log_path.read_text(errors="replace"))
@@ -1002,7 +1005,7 @@ class Builder:
                 {k: v for k, v in files.items() if isinstance(v, bytes)},
                 manifest,
             )
-        log.info(f"✓ {final / wheel.name}")
+        log.result(f"✓ {final / wheel.name}")
         log.info(
             f"  sha256 {manifest['wheel']['sha256']}  ({manifest['wheel']['size'] / 1024:.0f} KiB, "
             f"total {log.format_seconds(manifest['durations_s']['total'])})"
@@ -1202,6 +1205,6 @@ def verify_reproducible(opts: BuildOptions) -> Path:
         final = replace_dir(
             opts.dist_dir, a_dir.name, dist_files(a_wheel, manifest), manifest, opts.force
         )
-    log.info(f"✓ reproducible: two builds, one sha256 {a_sha}")
-    log.info(f"✓ {final / a_wheel.name}")
+    log.result(f"✓ reproducible: two builds, one sha256 {a_sha}")
+    log.result(f"✓ {final / a_wheel.name}")
     return final
