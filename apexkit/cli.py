@@ -255,6 +255,11 @@ def main(argv: list[str] | None = None) -> int:
     ):  # before the command: the whole run, and what it starts
         log.set_quiet(True)
         argv.pop(0)
+    if len(argv) >= 2 and "." not in argv[0] and not argv[1].startswith("-"):
+        from apexkit import commands
+
+        if f"{argv[0]}.{argv[1]}" in commands.NAMES:  # `apexkit cache list` is `apexkit cache.list`
+            argv[:2] = [f"{argv[0]}.{argv[1]}"]
     command = argv[0] if argv else ""
     # bare `apexkit`: the help on stderr, exit 2 -- a script that forgot its command must not pass as a success
     if command in ("", "-h", "--help", "help"):

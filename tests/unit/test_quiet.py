@@ -77,3 +77,16 @@ def test_apexkit_dash_q_before_the_command(monkeypatch, tmp_path, capsys):
     assert log.QUIET and os.environ[log.QUIET_ENV] == "1"
     assert loud == quiet != 0  # an error is an error under -q too
     assert "nosuchcommand" in loud_err and "nosuchcommand" in capsys.readouterr().err
+
+
+def test_a_group_and_its_command_may_be_two_words(monkeypatch, tmp_path, capsys):
+    """`apexkit cache list` is `apexkit cache.list` (the vocabulary of proxy.setup, fleet.submit stays the name)."""
+    monkeypatch.setenv("APEXKIT_STATUS_FILE", str(tmp_path / "status.json"))
+    with pytest.raises(SystemExit) as spaced_exit:  # argparse's --help
+        cli.main(["cache", "list", "--help"])
+    spaced = capsys.readouterr().out
+    with pytest.raises(SystemExit) as dotted_exit:
+        cli.main(["cache.list", "--help"])
+    assert spaced_exit.value.code == dotted_exit.value.code == 0
+    assert spaced == capsys.readouterr().out and "cache.list" in spaced
+    assert cli.main(["cache", "nosuch"]) != 0  # not a command: the one-line refusal, not a join
