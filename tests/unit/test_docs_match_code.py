@@ -269,6 +269,10 @@ def commands_named(name: str, lines) -> list:
                 found += _command(where, "invoke", words, invoke_flags())
             else:
                 names = apexkit_names
+                if len(words) > 1 and f"{words[0]}.{words[1]}" in names:  # `apexkit cache list`
+                    words = [f"{words[0]}.{words[1]}", *words[2:]]
+                if words[0] in ("-q", "--quiet"):  # apexkit's own, before the command
+                    words = words[1:] or ["--quiet"]
                 if not NAME.match(words[0]) and not words[0].startswith("-"):
                     continue  # `apexkit <command>`'s prose neighbours: not a name
                 if (
