@@ -942,12 +942,31 @@ def _pick(wheels: Sequence, release: str):
 
 
 def wheel_cache(env: Mapping[str, str]) -> Path:
-    return paths.cache_dir(env) / "contracts" / "wheels"
+    """Where downloaded torch_npu wheels are kept: in the apexkit cache, a private one when others can write it."""
+    from apexkit import cachetrust
+
+    return cachetrust.trusted(paths.cache_dir(env)) / "contracts" / "wheels"
+
+
+def check_release(release: str) -> str:
+    """A torch_npu release as given (--torch-npu, matrix.toml): a PEP 440 version, nothing a glob or path reads."""
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        ok = bool(re.fullmatch(r"[0-9][0-9A-Za-z.]*", release)) and str(Version(release)) == release
+    except InvalidVersion:
+        ok = False
+    if not ok:
+        raise ConfigError(
+            f"--torch-npu {untrusted.shown(release)} is not a torch_npu release",
+            "pass one like 2.7.1.post2 (matrix.toml [torch_npu.versions] lists them)",
+        )
+    return release
 
 
 def _cached(folder: Path, release: str) -> tuple[Path, str] | None:
     """A wheel of `release` downloaded earlier, with the sha256 the index gave for it (its .json), re-hashed."""
-    for meta in sorted(folder.glob(f"torch_npu-{release}-*.whl.json")):
+    for meta in sorted(folder.glob(f"torch_npu-{check_release(release)}-*.whl.json")):
         try:
             data = untrusted.read_json_object(meta, None, 64 << 10)
         except untrusted.Untrusted:
@@ -1253,6 +1272,11 @@ def run(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     target_folder: Path | None = None
     target_pair: dict = {}
     if args.target:
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._+-]*", args.target):
+            raise ConfigError(
+                f"--target {untrusted.shown(args.target)} is not a target id",
+                "pass the name of a folder in dist/ (e.g. py3.11-torch2.13.0-x86_64-master)",
+            )
         dist = args.dist or paths.dist_dir(env)
         target_folder, manifest = _target_facts(dist, args.target)
         facts = manifest.get("target")
@@ -1272,7 +1296,7 @@ def run(args: argparse.Namespace, env: Mapping[str, str]) -> int:
         else:
             refs.append(ref)
     for r in args.torch_npu or []:
-        releases.append((r, r))
+        releases.append((check_release(r), r))
     if not releases and not wheels and not args.target:
         releases = [(r, r) for r, _ in stack_releases()]
     for r in args.ref or []:

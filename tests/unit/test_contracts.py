@@ -268,3 +268,14 @@ def test_the_table_is_release_by_ref():
     assert rows[2].split() == ["2.14.0", "drift", "drift"]
     many = {f"r{i}": ok for i in range(8)}
     assert "apex refs: 1=r0, 2=r1" in contracts.render_table({"2.1.0": ok}, many)
+
+
+def test_a_release_or_target_that_is_not_one_is_refused_before_anything_is_read(tmp_path):
+    for bad in ("*", "2.7.1.post2/../x", "2.7.1-post2", "", "2.7.1 "):
+        with pytest.raises(contracts.ConfigError, match="is not a torch_npu release"):
+            contracts.check_release(bad)
+    assert contracts.check_release("2.7.1.post2") == "2.7.1.post2"
+    with pytest.raises(contracts.ConfigError, match="is not a target id"):
+        contracts.main(
+            ["--target", "../../etc", "--dist", str(tmp_path)], {"APEXKIT_CACHE_DIR": str(tmp_path)}
+        )
