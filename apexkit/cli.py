@@ -39,7 +39,7 @@ OTHERS = (
 )
 # the order of --help: the newcomer's commands first, then the groups, then the maintainers'
 ORDER = ("doctor", "proxy.", "build", "install", "up", "matrix", "validate", "bench", "publish", "image.",
-         "fleet.", "cache.", "lock", "build-bench", "completion")  # fmt: skip
+         "fleet.", "cache.", "lock", "contracts", "build-bench", "completion")  # fmt: skip
 WIDTH = 88  # characters of one help line's description
 
 

@@ -25,7 +25,7 @@ import urllib.parse
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from apexkit import cachetrust, envvars, log, paths, pipconfig, urls, vocab
+from apexkit import cachetrust, contracts, envvars, log, paths, pipconfig, urls, vocab
 from apexkit.errors import BenchError, ConfigError, EnvironmentSetupError
 from apexkit.plan import matrix
 from apexkit.wheel import venvs
@@ -584,6 +584,10 @@ def main(script: str, argv: list[str], prog: str) -> int:
         env["APEXKIT_APEX_WHEEL_SHA256"] = manifest["wheel"][
             "sha256"
         ]  # the bench's environment block records it
+        # which API contract (apexkit contracts) this wheel's torch_npu release and apex ref passed: one line, and
+        # validate's table gets it as a row
+        env["APEXKIT_CONTRACT"] = contracts.contract_line(target_dir)
+        log.info(env["APEXKIT_CONTRACT"])
     reports = Path(args.reports) / label
     if (
         script == "bench"

@@ -19,6 +19,7 @@ import argparse
 import contextlib
 import glob
 import importlib
+import importlib.util
 import io
 import json
 import os
@@ -26,6 +27,7 @@ import platform
 import shutil
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -42,6 +44,9 @@ class Report:
     def __init__(self, device: str) -> None:
         self.device = device
         self.checks: list[dict] = []
+        self.standins: dict | None = (
+            None  # apex stand-ins MindSpeed put in place, when apex itself is absent
+        )
 
     def add(
         self,
@@ -152,7 +157,143 @@ def check_cann(report: Report) -> None:
         )
 
 
+# MindSpeed >= 2.2 installs no apex: its patch manager (mindspeed/patch_utils.py, applied when
+# mindspeed.megatron_adaptor is imported) puts a types.ModuleType into sys.modules for each apex module Megatron
+# imports (apex.optimizers, apex.multi_tensor_apply, apex.normalization.fused_layer_norm, ...), with this __file__
+# and a ModuleSpec without loader or origin, and sets the stand-in functions/classes on it.
+STANDIN_FILE = "mindspeed.dummy_module.py"
+MINDSPEED_ADAPTOR = "mindspeed.megatron_adaptor"
+STANDIN_TIMEOUT = (
+    300  # seconds for the child that imports MindSpeed's adaptor (it imports torch_npu, megatron)
+)
+
+
+def standins(modules=None) -> dict:
+    """apex modules in `modules` (default sys.modules) that are stand-ins, not files: name -> its public names."""
+    found = {}
+    for name, module in list((sys.modules if modules is None else modules).items()):
+        if name != "apex" and not name.startswith("apex."):
+            continue
+        spec = getattr(module, "__spec__", None)
+        no_file = (
+            spec is not None
+            and getattr(spec, "origin", None) is None
+            and getattr(spec, "loader", None) is None
+            and not getattr(module, "__path__", None)
+        )
+        if getattr(module, "__file__", None) == STANDIN_FILE or no_file:
+            found[name] = sorted(
+                n
+                for n, v in vars(module).items()
+                if not n.startswith("_") and not isinstance(v, types.ModuleType)
+            )[:50]
+    return found
+
+
+_STANDIN_CHILD = """
+import json, sys
+sys.argv = [sys.argv[0]]
+import importlib
+import importlib.util
+importlib.import_module(%r)
+sys.path.insert(0, %r)
+import validate_env
+print("APEXKIT-STANDINS " + json.dumps(validate_env.standins()))
+"""
+
+
+def mindspeed_standins(timeout: float = STANDIN_TIMEOUT) -> tuple:
+    """(stand-ins MindSpeed installs, "") from importing its adaptor in a child interpreter (this process stays as
+    it was: the adaptor also patches torch for the NPU), or (None, why) when MindSpeed is not installed or its
+    adaptor does not import here."""
+    try:
+        if importlib.util.find_spec("mindspeed") is None:
+            return None, "MindSpeed is not installed"
+    except (ImportError, ValueError) as exc:
+        return None, f"MindSpeed cannot be looked up: {_first_line(exc)}"
+    code = _STANDIN_CHILD % (MINDSPEED_ADAPTOR, str(Path(__file__).resolve().parent))
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout
+        )
+    except subprocess.TimeoutExpired:
+        return None, f"import {MINDSPEED_ADAPTOR} took more than {timeout:.0f} s"
+    for line in reversed(proc.stdout.splitlines()):
+        if line.startswith("APEXKIT-STANDINS "):
+            try:
+                data = json.loads(line.split(" ", 1)[1])
+            except ValueError:
+                break
+            if isinstance(data, dict):
+                return data, ""
+    last = (proc.stderr.strip().splitlines() or ["no output"])[-1][:200]
+    return None, f"import {MINDSPEED_ADAPTOR} failed: {last}"
+
+
+def _inside_apex(exc: BaseException) -> str:
+    """Where in apex's own files an import stopped: 'apex/amp/frontend.py:12', or ''."""
+    where = ""
+    tb = exc.__traceback__
+    while tb is not None:
+        name = tb.tb_frame.f_code.co_filename
+        marker = f"{os.sep}apex{os.sep}"
+        if marker in name:
+            where = f"apex{os.sep}{name.rsplit(marker, 1)[-1]}:{tb.tb_lineno}"
+        tb = tb.tb_next
+    return where
+
+
+def _apex_absent() -> bool:
+    """No apex package here: neither in sys.modules nor findable."""
+    if "apex" in sys.modules:
+        return False
+    try:
+        return importlib.util.find_spec("apex") is None
+    except (ImportError, ValueError):
+        return False
+
+
+def _standin_rows(report: Report, found: dict, how: str) -> None:
+    names = ", ".join(f"{m}.{n}" for m in sorted(found) for n in found[m][:4]) or ", ".join(
+        sorted(found)
+    )
+    report.add(
+        "import apex",
+        "ok",
+        f"apex absent, MindSpeed stand-ins in place ({how}): {names[:300]}",
+        required_for=(),
+    )
+    why = "apex absent, MindSpeed stand-ins in place (no compiled apex modules to load)"
+    for module in ("apex_C", "change_data_ptr"):
+        report.add(f"apex compiled module {module}", "skip", why, required_for=())
+
+
 def check_apex(report: Report) -> bool:
+    """The apex rows. Three cases told apart: apex installed (its compiled modules load, it imports, or where in
+    apex the import broke); apex absent with MindSpeed's stand-ins in place (not a failure); apex absent."""
+    report.standins = None
+    found = standins()
+    if found and "apex" in found:
+        report.standins = found
+        _standin_rows(report, found, "in this process")
+        return False
+    if _apex_absent():
+        found, why = mindspeed_standins()
+        if found:
+            report.standins = found
+            _standin_rows(report, found, f"import {MINDSPEED_ADAPTOR}")
+            return False
+        status = "fail" if report.device == "npu" else "skip"
+        detail = "apex is not installed" + (
+            "" if why == "MindSpeed is not installed" else f"; {why}"
+        )
+        hint = "install the apexkit wheel into this venv"
+        for module in ("apex_C", "change_data_ptr"):
+            report.add(
+                f"apex compiled module {module}", status, detail, hint, required_for=("npu",)
+            )
+        report.add("import apex", status, detail, hint, required_for=("npu",))
+        return False
     compiled = []
     for module in ("apex_C", "change_data_ptr"):
         try:
@@ -173,23 +314,34 @@ def check_apex(report: Report) -> bool:
         import apex
     except Exception as exc:
         text = _first_line(exc)
-        hint = (
-            "install torch_npu + CANN (Ascend apex imports torch_npu)"
-            if "torch_npu" in text
-            else "install the apexkit wheel into this venv"
-        )
-        report.add(
-            "import apex",
-            "fail" if report.device == "npu" else "skip",
-            text,
-            hint,
-            required_for=("npu",),
-        )
+        where = _inside_apex(exc)
+        needs_npu = "torch_npu" in text or getattr(exc, "name", None) == "torch_npu"
+        if needs_npu:
+            status = "fail" if report.device == "npu" else "skip"
+            hint = "install torch_npu + CANN (Ascend apex imports torch_npu)"
+        else:  # an error inside apex itself: apex is broken, not missing
+            status = "fail" if report.device == "npu" else "warn"
+            text = f"apex is broken: {text}" + (f" (at {where})" if where else "")
+            hint = "reinstall the apexkit wheel (pip install --force-reinstall), or rebuild it"
+        report.add("import apex", status, text, hint, required_for=("npu",))
         return False
     report.add(
         "import apex", "ok", getattr(apex, "__file__", "") or "importable", required_for=("npu",)
     )
     return True
+
+
+def check_contract(report: Report, environ=os.environ) -> None:
+    """Which API contract this wheel passed (`apexkit contracts`): the line apexkit validate passes in, else why
+    there is none. Informational: the contract is checked on the host, not here."""
+    line = environ.get("APEXKIT_CONTRACT", "").strip().splitlines()
+    text = (
+        line[0][:300]
+        if line
+        else "contract: not checked (run through apexkit validate, after apexkit contracts --target ID)"
+    )
+    status = "ok" if " passed " in text else "skip"
+    report.add("API contract (apexkit contracts)", status, text.split(": ", 1)[-1], required_for=())
 
 
 def check_device(report: Report, torch) -> object | None:
@@ -291,6 +443,12 @@ def check_autocast_step(report: Report, torch, device) -> None:
 
 def check_apex_amp(report: Report, torch, device, apex_ok: bool) -> None:
     required = ("npu",)
+    if report.standins is not None:  # MindSpeed's stand-ins: there is no apex.amp to step with
+        why = "apex absent, MindSpeed stand-ins in place (they replace what Megatron imports, not apex.amp)"
+        report.add("apex amp O1 step", "skip", why, required_for=())
+        if report.device == "npu":
+            report.add("NpuFusedAdam step", "skip", why, required_for=())
+        return
     if device is None or device.kind == "cpu" or not apex_ok:
         if device is None:
             why = f"no usable {report.device} device (see above)"
@@ -347,6 +505,7 @@ def run(device: str) -> Report:
     check_torch_npu(report)
     check_cann(report)
     apex_ok = check_apex(report)
+    check_contract(report)
     dev = check_device(report, torch)
     if dev is not None:
         check_capabilities(report, dev)

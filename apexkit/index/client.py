@@ -396,6 +396,7 @@ class WheelFile:
     refused: str = (
         ""  # why its URL is not followed (a file:// or ftp:// link on a remote page), "" when it is
     )
+    sha256: str = ""  # the wheel's sha256 as the index gives it (PEP 691 hashes, PEP 503 #sha256=), "" when none
 
 
 class _Anchors(html.parser.HTMLParser):
@@ -410,8 +411,21 @@ class _Anchors(html.parser.HTMLParser):
             self.anchors.append(dict(attrs))
 
 
+def _sha256(value: object) -> str:
+    """A sha256 hex digest the index gives, or "" (anything else an index sends is not a digest)."""
+    return (
+        value.lower() if isinstance(value, str) and re.fullmatch(r"[0-9a-fA-F]{64}", value) else ""
+    )
+
+
 def _wheel(
-    filename: str, url: str, metadata: object, yanked: bool, index: str, base_url: str = ""
+    filename: str,
+    url: str,
+    metadata: object,
+    yanked: bool,
+    index: str,
+    base_url: str = "",
+    sha256: str = "",
 ) -> WheelFile | None:
     match = re.match(
         r"^(?P<name>[^-]+)-(?P<version>[^-]+)(-\d[^-]*)?-[^-]+-[^-]+-(?P<plat>[^-]+)\.whl$",
@@ -422,7 +436,9 @@ def _wheel(
     plat = match["plat"]
     arch = next((a for a in ARCHES if a in plat), "other")
     refused = link_refusal(url, index, base_url or index)
-    return WheelFile(filename, url, match["version"], arch, metadata, yanked, index, refused)
+    return WheelFile(
+        filename, url, match["version"], arch, metadata, yanked, index, refused, _sha256(sha256)
+    )
 
 
 def link_refusal(url: str, index: str, page: str = "") -> str:
@@ -477,6 +493,7 @@ def parse_index_page(body: bytes, content_type: str, base_url: str, index: str) 
             for entry in files:
                 metadata = entry.get("core-metadata", entry.get("data-dist-info-metadata", False))
                 url = urllib.parse.urldefrag(urllib.parse.urljoin(base_url, entry["url"]))[0]
+                hashes = entry.get("hashes")
                 wheel = _wheel(
                     entry["filename"],
                     url,
@@ -484,6 +501,7 @@ def parse_index_page(body: bytes, content_type: str, base_url: str, index: str) 
                     bool(entry.get("yanked")),
                     index,
                     base_url,
+                    hashes.get("sha256", "") if isinstance(hashes, dict) else "",
                 )
                 if wheel:
                     wheels.append(wheel)
@@ -505,7 +523,7 @@ def parse_index_page(body: bytes, content_type: str, base_url: str, index: str) 
     for attrs in parser.anchors:
         href = attrs.get("href") or ""
         try:
-            url = urllib.parse.urljoin(base_url, href).split("#", 1)[0]
+            url, _, fragment = urllib.parse.urljoin(base_url, href).partition("#")
         except ValueError:  # an href urllib cannot split ("http://[x"): not a wheel link
             continue
         filename = urllib.parse.unquote(url.rsplit("/", 1)[-1])
@@ -517,6 +535,7 @@ def parse_index_page(body: bytes, content_type: str, base_url: str, index: str) 
             "data-yanked" in attrs,
             index,
             base_url,
+            fragment[len("sha256=") :] if fragment.startswith("sha256=") else "",
         )
         if wheel:
             wheels.append(wheel)

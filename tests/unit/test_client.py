@@ -296,3 +296,25 @@ def test_refresh_of_a_matrix_that_is_a_named_pipe_is_one_line_not_a_hang(tmp_pat
     [error] = outcome
     assert isinstance(error, ConfigError), error
     assert error.cause == f"cannot read {fifo}: it is a named pipe, not a regular file"
+
+
+def test_the_index_sha256_of_a_wheel_is_kept_from_html_and_json_and_nothing_else_is():
+    good = "ab" * 32
+    name = "torch_npu-2.7.1-cp310-cp310-manylinux_2_28_aarch64.whl"
+    page = (
+        f'<a href="/files/{name}#sha256={good.upper()}">a</a>'
+        f'<a href="/files/x/{name}#md5=abc">b</a><a href="/files/y/{name}#sha256=zz">c</a>'
+    ).encode()
+    wheels = client.parse_index_page(page, "text/html", REMOTE + "/torch-npu/", REMOTE)
+    assert [w.sha256 for w in wheels] == [good, "", ""]
+    assert all("#" not in w.url for w in wheels)
+    body = json.dumps(
+        {
+            "files": [
+                {"filename": name, "url": f"/f/{name}", "hashes": {"sha256": good}},
+                {"filename": name, "url": f"/g/{name}", "hashes": ["not", "a", "dict"]},
+            ]
+        }
+    ).encode()
+    wheels = client.parse_index_page(body, "application/json", REMOTE + "/torch-npu/", REMOTE)
+    assert [w.sha256 for w in wheels] == [good, ""]

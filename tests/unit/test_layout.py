@@ -40,7 +40,8 @@ SHARED = {
 CONCERNS = {
     "venvrun",
     "up",
-}  # concerns that are one module (validate/bench in the wheel's venv; apexkit up)
+    "contracts",
+}  # concerns that are one module (validate/bench in the wheel's venv; apexkit up; the API contracts of bench/)
 EDGE = {
     "cli",
     "commands",
