@@ -42,8 +42,7 @@ from pathlib import Path
 from apexkit import fsedit, log, paths, untrusted
 from apexkit.errors import ConfigError, SourceError
 
-ROOT = Path(__file__).resolve().parent.parent
-BENCH = ROOT / "bench"
+BENCH = paths.BENCH  # the checkout's bench/, or the installed copy (apexkit/_data)
 RESULT_FILE = "contracts.json"  # next to dist/<target>/manifest.json
 SCHEMA = 1
 
