@@ -16,6 +16,7 @@ doctor           check this machine (each check: status + fix); --log FILE expla
 fleet.submit     validate (+ benchmark) a published wheel on every node of a Slurm cluster; --dry-run prints the script
 fleet.status     the fleet's jobs and where each node is
 fleet.report     one row per node (chip, driver, CANN, torch, sha256, verdict, step time vs median); exit 1 on a gap
+config.show      every source (git URLs, indexes, mirrors, registries): effective value and origin; --json
 up               one node from bare to validated: doctor, install, validate (+ bench); one report; --dry-run
 """
 

@@ -38,7 +38,7 @@ OTHERS = (
     ("completion", "bash", 'Print the bash completion script: eval "$(apexkit completion bash)"'),
 )
 # the order of --help: the newcomer's commands first, then the groups, then the maintainers'
-ORDER = ("doctor", "proxy.", "build", "install", "up", "matrix", "validate", "bench", "publish", "image.",
+ORDER = ("doctor", "config.", "proxy.", "build", "install", "up", "matrix", "validate", "bench", "publish", "image.",
          "fleet.", "cache.", "lock", "contracts", "build-bench", "completion")  # fmt: skip
 WIDTH = 88  # characters of one help line's description
 
@@ -306,6 +306,9 @@ def main(argv: list[str] | None = None) -> int:
         return exit_code(lambda: _dev_tool("buildbench").main(argv[1:]))
     from apexkit import commands
 
+    if command not in commands.NAMES and len(argv) > 1 and f"{command}.{argv[1]}" in commands.NAMES:
+        dotted = f"{command}.{argv[1]}"  # `apexkit config show` is `apexkit config.show`
+        return commands.main(dotted, argv[2:], prog=f"apexkit {dotted}")
     if (
         command in commands.NAMES
     ):  # doctor, publish, proxy.*, image.*, fleet.*: the invoke tasks' declarations

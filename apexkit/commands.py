@@ -66,6 +66,12 @@ PATH_OPTIONS = (
     ),
 )
 JSON = Opt("json", "print JSON on stdout", False, to="as_json")
+PROBE_DEFAULTS = Opt(
+    "probe_defaults",
+    "also probe the sources left at their default (gitcode.com, github.com, quay.io, ...), not only the "
+    "ones configured (apexkit config.show)",
+    False,
+)
 DRY_RUN = Opt("dry_run", "print what would change; change nothing", False)
 
 
@@ -136,6 +142,12 @@ COMMANDS: tuple[Command, ...] = (
             ),
             Opt("dry_run", "print the unified diff of every file; write nothing", False),
             Opt(
+                "write_config",
+                "also record --pip-index as index_url in the user config file "
+                "(~/.config/apexkit/config.toml, mode 0600), so builds and image.build use it",
+                False,
+            ),
+            Opt(
                 "restart",
                 "restart the Docker daemon under systemd after a daemon change (--no-restart: print the "
                 "commands)",
@@ -157,7 +169,8 @@ COMMANDS: tuple[Command, ...] = (
                 "image",
                 "local image for the container probe (needs bash; default: the first apexkit/* image)",
             ),
-            _layers("comma-separated layers: shell,daemon,container"),
+            _layers("comma-separated layers: shell,daemon,container,sources"),
+            PROBE_DEFAULTS,
             JSON,
             *PATH_OPTIONS,
         ),
@@ -305,6 +318,7 @@ COMMANDS: tuple[Command, ...] = (
                 "training scripts (dir or file) to scan for amp.initialize/combine_grad/"
                 "apex.optimizers.NpuFused*",
             ),
+            PROBE_DEFAULTS,
         ),
     ),
     Command(
@@ -487,6 +501,13 @@ COMMANDS: tuple[Command, ...] = (
         ),
     ),
     Command(
+        "config.show",
+        "apexkit.commands:config_show",
+        "Show every source apexkit reaches (git URLs, indexes, mirrors, registries), its effective value and where "
+        "it came from: flag, env NAME, project ./apexkit.toml, user ~/.config/apexkit/config.toml or default.",
+        (JSON,),
+    ),
+    Command(
         "up",
         "apexkit.up:main",
         "One node from bare to validated: [proxy check,] doctor, install (index hit or build), validate[, bench]; "
@@ -652,6 +673,17 @@ def publish(
         coverage=coverage,
     )
     return 0
+
+
+def config_show(as_json: bool = False) -> int:
+    """apexkit config.show: apexkit.config's table, with the defaults matrix.toml keeps (the git URLs)."""
+    from apexkit import config
+    from apexkit.plan import matrix
+
+    m = matrix.load()
+    return config.show(
+        {"ascend_apex_url": m.ascend_apex_url, "nvidia_apex_url": m.nvidia_apex_url}, as_json
+    )
 
 
 def install(**options) -> int:

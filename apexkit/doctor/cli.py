@@ -14,6 +14,7 @@ def main(
     venv: str | None = None,
     python: str | None = None,
     scripts: str | None = None,
+    probe_defaults: bool = False,
 ) -> int:
     """Exit 0 when nothing fails (doctor) / when a known failure was found (--log); else 1.
     venv / python / scripts: the training environment to say whether it needs Apex for Ascend at all."""
@@ -26,6 +27,8 @@ def main(
         rows = machine.run_all(
             progress=lambda stage: status.update(f"checking {stage} …"), apex=apex
         )
+        status.update("probing the sources …")
+        rows += machine.check_sources(probe_defaults)
     return checks.report(rows, as_json, legacy=machine.legacy_json)
 
 

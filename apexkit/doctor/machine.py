@@ -800,6 +800,28 @@ def run_all(
     return rows
 
 
+def check_sources(
+    probe_defaults: bool = False, environ: Mapping[str, str] | None = None
+) -> list[Check]:
+    """Every source apexkit reaches (apexkit.config), probed through the configured proxy: one row each, with its
+    origin and the fix (apexkit.proxy.sources). A bad config file is one fail row, not a traceback."""
+    from apexkit import config
+    from apexkit.proxy import sources as probes
+
+    environ = os.environ if environ is None else environ
+    m = matrix.load()
+    try:
+        values = config.effective_with(
+            environ, {"ascend_apex_url": m.ascend_apex_url, "nvidia_apex_url": m.nvidia_apex_url}
+        )
+    except ConfigError as exc:
+        return [Check(probes.AREA, "config files", FAIL, exc.cause, exc.hint)]
+    settings = layers.current_settings(layers.Paths(), environ)
+    proxy, no_proxy = probes.proxy_of(environ, settings)
+    ca = settings.ca_bundle if settings is not None else None
+    return probes.probe_all(values, proxy, no_proxy, ca, defaults=probe_defaults)
+
+
 def legacy_json(row: Check) -> dict:
     """doctor --json's key from before the shared model (checks.Row's `detail`), kept for scripts that read it."""
     return {"found": row.detail}

@@ -46,7 +46,10 @@ def rootfs_tarball(
         raise EnvironmentSetupError("debootstrap is not installed", "apt-get install debootstrap")
     if os.geteuid() != 0:
         raise EnvironmentSetupError("debootstrap needs root", "run as root (or with sudo)")
-    mirror = mirror or os.environ.get("APEXKIT_DEBIAN_MIRROR", DEBIAN_MIRROR)
+    if not mirror:  # APEXKIT_DEBIAN_MIRROR, else debian_mirror of the config files (apexkit.config)
+        from apexkit import config
+
+        mirror = config.load().get("debian_mirror", default=DEBIAN_MIRROR).text
     target.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="rootfs-", dir=target.parent))
     try:
@@ -65,7 +68,8 @@ def rootfs_tarball(
                 )
                 raise EnvironmentSetupError(
                     f"debootstrap failed: {tail}",
-                    f"check the mirror (APEXKIT_DEBIAN_MIRROR) and the proxy ({vocab.command('proxy.check')})",
+                    "check the mirror (APEXKIT_DEBIAN_MIRROR, or debian_mirror in the config file) and the "
+                    f"proxy ({vocab.command('proxy.check')})",
                 )
             partial = work / "rootfs.tar"
             subprocess.run(

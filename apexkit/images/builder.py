@@ -328,7 +328,8 @@ class ImagePlan:
                     (
                         "pythons",
                         f"{', '.join(self.extra['pythons'])} where the base lacks them: uv "
-                        f"{self.build_args['APEXKIT_UV_VERSION']} python install (downloads from github.com)",
+                        f"{self.build_args['APEXKIT_UV_VERSION']} python install (downloads from "
+                        f"{self.build_args.get('UV_PYTHON_INSTALL_MIRROR') or 'github.com'})",
                     )
                 ]
                 if self.extra.get("pythons")
@@ -366,7 +367,16 @@ def plan_image(
         check_reference(base, "--base")
     if tag is not None:
         check_reference(tag, "--tag")
-    base_ref = f"{BASE_REPO}:debian-{suite}-{arch}" if suite else base
+    from apexkit import config
+
+    cfg = config.load(environ)
+    # quay.io and Docker Hub bases through the configured registry prefixes (quay_registry, docker_registry):
+    # dockerd's registry-mirrors never apply to quay.io
+    base_ref = (
+        f"{BASE_REPO}:debian-{suite}-{arch}"
+        if suite
+        else config.mirrored_base(base, environ, cfg)[0]
+    )
     if uid <= 0 or gid <= 0:
         raise ConfigError(
             f"--uid {uid} / --gid {gid}: the build user must not be root",
@@ -383,12 +393,14 @@ def plan_image(
         if pip_index
         else "the pip index of proxy.setup"
         if settings and settings.pip_index
-        else "PIP_INDEX_URL"
+        else cfg.get("index_url", environ).origin
     )
     index = (
         pip_index
         or (settings.pip_index if settings else None)
-        or environ.get("PIP_INDEX_URL")
+        or str(
+            cfg.get("index_url", environ).value
+        )  # PIP_INDEX_URL, else index_url of the config files
         or ""
     )
     if index:  # the one URL validator; then no userinfo of any form (user:pw@, :pw@, TOKEN@): `docker history` keeps it
@@ -411,6 +423,18 @@ def plan_image(
     }
     if wanted:
         build_args.update(APEXKIT_PYTHONS=" ".join(wanted), APEXKIT_UV_VERSION=uv_version())
+        mirror = cfg.get("uv_python_mirror", environ)
+        if (
+            mirror.configured
+        ):  # uv python install reads it (python-build-standalone from github.com otherwise)
+            urls.no_userinfo(
+                mirror.text,
+                mirror.origin,
+                "the Python mirror URL holds a password or token, which a build argument would store in the "
+                "image history",
+                "use a credential-free mirror for the image build, or the proxy",
+            )
+            build_args["UV_PYTHON_INSTALL_MIRROR"] = mirror.text
     network = network or auto_network(settings)
     labels = {
         f"{LABEL}.builder": "1",

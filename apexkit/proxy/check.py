@@ -377,6 +377,25 @@ def check(
     return rows
 
 
+def check_sources(settings: ProxySettings | None, probe_defaults: bool = False) -> list[checks.Row]:
+    """The configured sources (apexkit.config), probed through this proxy: a row each (apexkit.proxy.sources)."""
+    from apexkit import config
+    from apexkit.errors import ConfigError
+    from apexkit.plan import matrix
+    from apexkit.proxy import sources
+
+    m = matrix.load()
+    try:
+        values = config.effective_with(
+            os.environ, {"ascend_apex_url": m.ascend_apex_url, "nvidia_apex_url": m.nvidia_apex_url}
+        )
+    except ConfigError as exc:
+        return [checks.Row(sources.AREA, "config files", checks.FAIL, exc.cause, exc.hint)]
+    proxy, no_proxy = sources.proxy_of(os.environ, settings)
+    ca = settings.ca_bundle if settings is not None else None
+    return sources.probe_all(values, proxy, no_proxy, ca, defaults=probe_defaults)
+
+
 def legacy_json(row: checks.Row) -> dict:
     """proxy.check --json's keys from before the shared model, kept for scripts that read them."""
     return {"layer": row.name, **row.data, "hint": row.fix}

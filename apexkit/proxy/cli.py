@@ -90,8 +90,18 @@ def setup(
     root=None,
     dry_run=False,
     restart=True,
+    write_config=False,
 ) -> int:
     paths = _paths(root, profile, system)
+    if write_config:
+        if not pip_index:
+            raise ConfigError(
+                "--write-config records the mirror keys of this setup, and none was given",
+                "add --pip-index URL (written as index_url to the user config file)",
+            )
+        change = plan_user_config(
+            paths, {"index_url": pip_index}
+        )  # checked before anything is written
     settings = proxy.make_settings(
         http=http,
         https=https,
@@ -100,7 +110,10 @@ def setup(
         registry_mirrors=list(registry_mirror or ()),
     )
     with _serialised(paths, dry_run):
-        return _setup(paths, settings, ca_cert, only, daemon_mode, dry_run, restart)
+        code = _setup(paths, settings, ca_cert, only, daemon_mode, dry_run, restart)
+    if write_config:
+        write_user_config(change, dry_run)
+    return code
 
 
 def _setup(
@@ -135,6 +148,51 @@ def _setup(
     if not dry_run:
         log.info("check every layer with: invoke proxy.check")
     return 0
+
+
+@dataclasses.dataclass(frozen=True)
+class ConfigChange:
+    display: str  # the user config file as the user knows it
+    target: Path  # where it is written (under --root when given)
+    before: bytes | None
+    after: bytes
+    owner: tuple[int, int] | None
+
+
+def plan_user_config(paths: proxy.Paths, changes: dict[str, object]) -> ConfigChange:
+    """Set `changes` in the user config file (apexkit.config), under --root when given: the file and the values
+    checked now, before the proxy setup writes anything."""
+    from apexkit import config
+
+    display = str(config.user_file(paths.environ))
+    target = paths.real(display)
+    before, after = config.updated_file(target, changes)
+    return ConfigChange(display, target, before, after, paths.home_owner())
+
+
+def write_user_config(change: ConfigChange, dry_run: bool) -> None:
+    """The diff shown, then the file written atomically with mode 0600 (an index URL may hold a password)."""
+    import difflib
+
+    from apexkit import fsedit, vocab
+
+    if change.before == change.after:
+        log.info(f"unchanged: {change.display}")
+        return
+    diff = difflib.unified_diff(
+        fsedit.decode(change.before).splitlines(keepends=True),
+        change.after.decode().splitlines(keepends=True),
+        f"a{change.display}",
+        f"b{change.display}",
+    )
+    sys.stdout.write(log.mask("".join(diff)))
+    if dry_run:
+        log.info(f"would write: {change.display} (mode 0600)")
+        return
+    fsedit.atomic_write(change.target, change.after, 0o600, owner=change.owner, nofollow=True)
+    log.info(
+        f"written: {change.display} (mode 0600; {vocab.command('config.show')} lists the effective values)"
+    )
 
 
 def remove(only=None, profile=None, system=False, root=None, dry_run=False) -> int:
@@ -216,12 +274,33 @@ def env(profile=None, system=False, root=None, reveal=False, unset=False) -> int
 
 
 def check(
-    profile=None, system=False, root=None, index_url=None, image=None, only=None, as_json=False
+    profile=None,
+    system=False,
+    root=None,
+    index_url=None,
+    image=None,
+    only=None,
+    as_json=False,
+    probe_defaults=False,
 ) -> int:
     from apexkit import checks
 
     paths = _paths(root, profile, system)
     settings = proxy.current_settings(paths, environ=os.environ)
-    layers = [layer for layer in _layers(only) if layer != "pip"]
+    wanted = _check_layers(only)
+    layers = [layer for layer in wanted if layer not in ("pip", SOURCES)]
     rows = proxycheck.check(paths, settings, index_url=index_url, image=image, layers=layers)
+    if SOURCES in wanted:  # each configured source, through this proxy (apexkit.proxy.sources)
+        rows += proxycheck.check_sources(settings, probe_defaults)
     return checks.report(rows, as_json, legacy=proxycheck.legacy_json)
+
+
+SOURCES = "sources"  # proxy.check's pseudo-layer: the configured sources, probed through the proxy
+
+
+def _check_layers(only: str | None) -> tuple[str, ...]:
+    if only is None:
+        return (*proxy.LAYERS, SOURCES)
+    names = [item.strip() for item in only.split(",")]
+    rest = ",".join(n for n in names if n and n != SOURCES)
+    return (*(_layers(rest) if rest else ()), *((SOURCES,) if SOURCES in names else ()))

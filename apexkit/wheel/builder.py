@@ -280,6 +280,10 @@ class Builder:
                 else shutil.which("ccache") or "not on PATH (every compile from scratch)",
             ),
             ("dist", str(o.dist_dir / plan.target_id)),
+            *(  # where each source you set came from (apexkit.config): flag, env NAME, project/user FILE
+                ("  " + key, f"from {origin}")
+                for key, _, origin in (item.partition("\t") for item in o.origins)
+            ),
         ]
         show = (
             log.result if o.dry_run else log.info

@@ -60,6 +60,8 @@ class BuildOptions:
     team_indexes: tuple[str, ...] = ()
     network: str | None = None
     ca_bundle: str | None = None
+    # "key<TAB>origin" of each source the user configured (apexkit.config): the plan says where it came from
+    origins: tuple[str, ...] = ()
 
 
 def parser(prog: str = "nox -s build-3.X --") -> argparse.ArgumentParser:
@@ -301,20 +303,16 @@ def team_indexes(values: Sequence[str], what: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(out))
 
 
-def _team_indexes(args: argparse.Namespace, env: Mapping[str, str]) -> tuple[str, ...]:
+def _team_indexes(args: argparse.Namespace, found) -> tuple[str, ...]:
     """--team-index (repeatable), else $APEXKIT_INDEX (whitespace or comma separated: a comma inside a URL is
-    written %2C); --no-team-index: none."""
-    import re
-
+    written %2C), else the config files' team_indexes; --no-team-index: none."""
     if args.no_team_index:
         if args.team_index:
             raise ConfigError(
                 "--team-index and --no-team-index contradict each other", "drop one of them"
             )
         return ()
-    if args.team_index:
-        return team_indexes(args.team_index, "--team-index")
-    return team_indexes(re.split(r"[\s,]+", env.get(TEAM_INDEX_ENV, "")), TEAM_INDEX_ENV)
+    return team_indexes(list(found.items), found.where or found.origin)
 
 
 @overload
@@ -331,21 +329,13 @@ def _index(value: str | None, what: str) -> str | None:
     return urls.index_url(value, what)
 
 
-def _source_url(
-    option: str | None, flag: str, env: Mapping[str, str], variable: str, default: str
-) -> str:
-    """A git source URL: an http(s) URL is checked like an index (its credentials must parse, or it is refused without
-    being echoed); file://, ssh:// and scp-like URLs only for whitespace and control characters."""
-    from apexkit import urls
+def _source_url(found, default: str) -> str:
+    """A git source URL (a config.Value): an http(s) URL is checked like an index (its credentials must parse, or it
+    is refused without being echoed); file://, ssh:// and scp-like URLs only for whitespace and control characters."""
+    from apexkit import config, urls
 
-    value, what = (
-        (option, flag)
-        if option
-        else (env[variable], variable)
-        if env.get(variable)
-        else (default, "")
-    )
-    if not what:
+    value, what = found.text or default, found.where or found.origin
+    if found.layer == config.DEFAULT:
         return value
     urls.check_chars(value.strip(), what)
     if value.strip().lower().startswith(("http://", "https://")):
@@ -433,16 +423,6 @@ def resolve(
                 vocab.build(stack.python, f"--stack {stack.name}")
                 + (f" (or nox -s build-{stack.name})" if vocab.entry() == vocab.NOX else ""),
             )
-    if args.offline and not args.wheelhouse and not args.use_system_torch:
-        raise ConfigError(
-            "--offline needs --wheelhouse DIR holding torch and the build deps",
-            "add --wheelhouse DIR, or drop --offline",
-        )
-    for w in args.wheelhouse:
-        if not w.is_dir():
-            raise ConfigError(
-                f"--wheelhouse {w} is not a directory", "pass a directory of .whl files"
-            )
     if (args.network or args.ca_bundle) and not args.image:
         raise ConfigError(
             "--network and --ca-cert apply to container builds only",
@@ -469,18 +449,51 @@ def resolve(
         raise ConfigError(
             f"--apex-src {args.apex_src} is not a directory", "pass your Ascend apex checkout"
         )
-    index_url = _index(args.index_url, "--index-url")
-    extra_index_urls = tuple(_index(u, "--extra-index-url") for u in args.extra_index_url)
-    torch_index_url = _index(
-        args.torch_index_url or env.get("APEXKIT_TORCH_INDEX_URL") or None,
-        "--torch-index-url" if args.torch_index_url else "APEXKIT_TORCH_INDEX_URL",
+    from apexkit import config
+
+    cfg = config.load(env)
+    defaults = {"ascend_apex_url": m.ascend_apex_url, "nvidia_apex_url": m.nvidia_apex_url}
+    found = {
+        key: cfg.get(key, env, flag=flag, default=defaults.get(key))
+        for key, flag in (
+            ("ascend_apex_url", args.ascend_apex_url),
+            ("nvidia_apex_url", args.nvidia_apex_url),
+            ("index_url", args.index_url),
+            ("extra_index_urls", args.extra_index_url),
+            ("torch_index_url", args.torch_index_url),
+            ("wheelhouses", [str(w) for w in args.wheelhouse]),
+            ("team_indexes", args.team_index),
+        )
+    }
+
+    def own(key: str):
+        """A value apexkit passes on: pip reads PIP_INDEX_URL / PIP_EXTRA_INDEX_URL itself, as before."""
+        value = found[key]
+        return () if value.layer == config.ENV and value.where.startswith("PIP_") else value.items
+
+    index_url = _index(next(iter(own("index_url")), None), found["index_url"].origin)
+    extra_index_urls = tuple(
+        _index(u, found["extra_index_urls"].origin) for u in own("extra_index_urls")
     )
-    ascend_url = _source_url(
-        args.ascend_apex_url, "--ascend-apex-url", env, "APEXKIT_ASCEND_APEX_URL", m.ascend_apex_url
-    )
-    nvidia_url = _source_url(
-        args.nvidia_apex_url, "--nvidia-apex-url", env, "APEXKIT_NVIDIA_APEX_URL", m.nvidia_apex_url
-    )
+    torch_index_url = _index(found["torch_index_url"].text or None, found["torch_index_url"].where)
+    ascend_url = _source_url(found["ascend_apex_url"], m.ascend_apex_url)
+    nvidia_url = _source_url(found["nvidia_apex_url"], m.nvidia_apex_url)
+    wheelhouses = tuple(Path(w).expanduser() for w in found["wheelhouses"].items)
+    if args.offline and not wheelhouses and not args.use_system_torch:
+        raise ConfigError(
+            "--offline needs --wheelhouse DIR holding torch and the build deps",
+            "add --wheelhouse DIR (or wheelhouses in the config file), or drop --offline",
+        )
+    for w in wheelhouses:
+        if not w.is_dir():
+            source = found["wheelhouses"]
+            raise ConfigError(
+                f"--wheelhouse {w} is not a directory"
+                if source.layer == config.FLAG
+                else f"wheelhouse {w} ({source.origin}) is not a directory",
+                "pass a directory of .whl files",
+            )
+    origins = tuple(f"{v.key}\t{v.origin}" for v in found.values() if v.configured)
     return BuildOptions(
         python=python,
         python_path=args.python_path,
@@ -496,7 +509,7 @@ def resolve(
         index_url=index_url,
         extra_index_urls=extra_index_urls,
         torch_index_url=torch_index_url,
-        wheelhouses=tuple(w.resolve() for w in args.wheelhouse),
+        wheelhouses=tuple(w.resolve() for w in wheelhouses),
         offline=args.offline,
         jobs=jobs,
         use_cache=not args.no_cache,
@@ -516,7 +529,8 @@ def resolve(
         image=args.image,
         network=args.network,
         ca_bundle=args.ca_bundle,
-        team_indexes=_team_indexes(args, env),
+        team_indexes=_team_indexes(args, found["team_indexes"]),
+        origins=origins,
     )
 
 
@@ -548,7 +562,14 @@ def _of_kind(annotation: str, value) -> bool:
     return False
 
 
-_TUPLE_FIELDS = ("extra_index_urls", "wheelhouses", "skip_patches", "setup_flags", "team_indexes")
+_TUPLE_FIELDS = (
+    "extra_index_urls",
+    "wheelhouses",
+    "skip_patches",
+    "setup_flags",
+    "team_indexes",
+    "origins",
+)
 
 
 def to_json(opts: BuildOptions) -> dict:

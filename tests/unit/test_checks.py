@@ -53,11 +53,15 @@ def run_doctor(monkeypatch, rows, **options) -> int:
         "run_all",
         lambda progress=None, apex=None: (progress("x"), log.info("progress"), rows)[2],
     )
+    monkeypatch.setattr(
+        doctor, "check_sources", lambda *a, **k: []
+    )  # no probes: tests/e2e/test_config_sources.py
     return doctorcli.main(**options)
 
 
 def run_proxy_check(monkeypatch, tmp_path, rows, **options) -> int:
     monkeypatch.setattr(proxycheck, "check", lambda *args, **kwargs: rows)
+    monkeypatch.setattr(proxycheck, "check_sources", lambda *a, **k: [])
     return proxycli.check(root=str(tmp_path), **options)
 
 

@@ -555,3 +555,35 @@ def test_the_build_options_table_is_the_build_parser():
     assert table == shown, (
         f"table only: {sorted(table - shown)}; options.py only: {sorted(shown - table)}"
     )
+
+
+def firewall_table(text: str) -> set[tuple[str, str, str]]:
+    """README ## Behind a firewall: (config key, variable, flag) of each row ("" where a cell is empty)."""
+    section = text.split("## Behind a firewall", 1)[1].split("\n## ", 1)[0]
+    found = set()
+    for row in re.findall(r"^\|(.*)\|$", section, flags=re.M):
+        cells = [c.strip().strip("`") for c in row.split("|")]
+        if len(cells) == 5 and re.fullmatch(r"[a-z_]+", cells[2]) and cells[2] != "---":
+            found.add((cells[2], cells[3], cells[4]))
+    return found
+
+
+def test_the_readme_firewall_table_is_the_config_table():
+    """Both ways: every setting of apexkit/config.py is a row of README's firewall table with its variable and
+    flag, and the table names no key, variable or flag the code does not have."""
+    from apexkit import config
+
+    said = firewall_table((ROOT / "README.md").read_text(encoding="utf-8"))
+    code = {(s.key, s.env, s.flag) for s in config.SETTINGS}
+    assert said == code, (
+        f"README only: {sorted(said - code)}; config.py only: {sorted(code - said)}"
+    )
+
+
+def test_a_stale_firewall_row_is_caught():
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    planted = text.replace("`APEXKIT_DEBIAN_MIRROR`", "`APEXKIT_DEBIAN_URL`")
+    from apexkit import config
+
+    code = {(s.key, s.env, s.flag) for s in config.SETTINGS}
+    assert firewall_table(planted) != code

@@ -400,3 +400,33 @@ def test_builder_json_from_an_image_is_untrusted():
     assert builder.python_versions({"pythons": [{"version": 3.11}, "x", {"version": "3.9.2"}]}) == [
         "3.9"
     ]
+
+
+def test_bases_and_pythons_come_through_the_configured_mirrors(tmp_path):
+    """quay.io and Docker Hub bases through the registry prefixes (issue 27: no override for quay.io before); the
+    uv Python mirror reaches `uv python install` as a build arg, never one holding a password."""
+    environ = {
+        "HOME": str(tmp_path),
+        "XDG_CONFIG_HOME": str(tmp_path / "xdg"),
+        "APEXKIT_QUAY_REGISTRY": "registry.corp:5000/quay",
+        "APEXKIT_DOCKER_REGISTRY": "registry.corp:5000/hub",
+        "UV_PYTHON_INSTALL_MIRROR": "https://mirror.corp/pbs",
+    }
+    plan = builder.plan_image(
+        "x86_64", "quay.io/pypa/manylinux2014_x86_64", pythons="3.8", environ=environ
+    )
+    assert plan.base_ref == "registry.corp:5000/quay/pypa/manylinux2014_x86_64"
+    assert plan.tag == builder.default_tag("quay.io/pypa/manylinux2014_x86_64", "x86_64")
+    assert plan.build_args["BASE_IMAGE"] == plan.base_ref
+    assert plan.build_args["UV_PYTHON_INSTALL_MIRROR"] == "https://mirror.corp/pbs"
+    assert dict(plan.describe())["pythons"].endswith("(downloads from https://mirror.corp/pbs)")
+    hub = builder.plan_image("x86_64", "ubuntu:22.04", environ=environ)
+    assert hub.base_ref == "registry.corp:5000/hub/library/ubuntu:22.04"
+    assert "UV_PYTHON_INSTALL_MIRROR" not in hub.build_args  # only with --pythons
+    with pytest.raises(ConfigError, match="password or token"):
+        builder.plan_image(
+            "x86_64",
+            "debootstrap:bookworm",
+            pythons="3.8",
+            environ={**environ, "UV_PYTHON_INSTALL_MIRROR": "https://u:pw@mirror.corp/pbs"},
+        )
