@@ -121,7 +121,10 @@ def test_the_scan_finds_what_bench_uses_with_the_file_and_line():
     # the declared keyword, where amp_bench.py builds it
     where = uses["apex.amp.initialize"].keywords["combine_grad"]
     file, line = where.split(":")
-    assert '"combine_grad": True' in (contracts.BENCH.parent / file).read_text().splitlines()[int(line) - 1]
+    assert (
+        '"combine_grad": True'
+        in (contracts.BENCH.parent / file).read_text().splitlines()[int(line) - 1]
+    )
 
 
 def test_a_synthetic_wheel_with_every_name_has_no_drift(tmp_path):
