@@ -285,9 +285,12 @@ def merge_sources(
     APEXKIT_TORCH_INDEX_URL or in pip's configuration (`pip_config`, read only then); without one it is used
     without credentials (pip's own config or ~/.netrc may still log in), saying so."""
     notes: list[str] = []
-    torch_env = env.get("APEXKIT_TORCH_INDEX_URL") or None
+    from apexkit import config
+
+    torch_value = config.load(env).get("torch_index_url", env)  # the variable, else a config file
+    torch_env = torch_value.text or None
     if torch_env:
-        torch_env = urls.index_url(torch_env, "APEXKIT_TORCH_INDEX_URL")
+        torch_env = urls.index_url(torch_env, torch_value.where or "APEXKIT_TORCH_INDEX_URL")
     asked_online = bool(given.index_url or given.extra_index_urls or given.torch_index_url)
     offline = given.offline or (recorded.offline and not asked_online)
     if recorded.offline and not offline:

@@ -72,13 +72,15 @@ def _lock_path(python: str) -> Path:
 
 
 def indexes_from(given: Sequence[str] | None, environ: Mapping[str, str]) -> list[str]:
-    """--index URL (repeatable), else $APEXKIT_INDEX (several: space separated). Each an http(s):// or file:// URL
-    or a directory."""
+    """--index URL (repeatable), else $APEXKIT_INDEX (several: space separated), else `team_indexes` in the project
+    or user config file (apexkit.config). Each an http(s):// or file:// URL or a directory."""
+    from apexkit import config
     from apexkit.index import client
 
-    found = list(given or ()) or (environ.get("APEXKIT_INDEX") or "").split()
+    value = config.load(environ).get("team_indexes", environ, flag=list(given or ()) or None)
+    found = list(value.items)
+    where = "--index" if given else (value.where or "APEXKIT_INDEX")
     for url in found:
-        where = "--index" if given else "APEXKIT_INDEX"
         if "://" in url:
             client.check_index_url(url, where)
         elif not Path(url).expanduser().is_dir():

@@ -189,3 +189,27 @@ def test_the_user_file_is_updated_and_checked_first(homes):
     write(user, 'index_ur = "x"\n')
     with pytest.raises(ConfigError, match="did you mean index_url"):
         config.updated_file(user, {"index_url": "https://m.corp/simple"})
+
+
+def test_install_and_the_run_venvs_read_the_config_files_too(homes, tmp_path):
+    """The team index reaches `apexkit install` / `up`, the torch index reaches validate/bench's run venv, from a
+    config file alone (no flag, no variable), as they reach the build."""
+    from apexkit import venvrun
+    from apexkit.install import run as install_run
+    from apexkit.wheel import venvs
+
+    _project, user, env = homes
+    index_dir = tmp_path / "team-index"
+    index_dir.mkdir()
+    write(
+        user,
+        f'team_indexes = ["{index_dir}"]\ntorch_index_url = "http://127.0.0.1:9/torch/simple"\n',
+    )
+    assert install_run.indexes_from(None, env) == [str(index_dir)]
+    assert install_run.indexes_from(["file:///given/"], env) == ["file:///given/"]  # the flag wins
+    none = venvs.IndexOptions()
+    merged, _notes = venvrun.merge_sources(none, none, env, lambda: {})
+    assert merged.torch_index_url == "http://127.0.0.1:9/torch/simple/"
+    with_env = {**env, "APEXKIT_TORCH_INDEX_URL": "http://127.0.0.1:8/env/simple"}
+    merged, _notes = venvrun.merge_sources(none, none, with_env, lambda: {})
+    assert merged.torch_index_url == "http://127.0.0.1:8/env/simple/"  # the variable beats the file
