@@ -25,6 +25,10 @@ def test_all_patches_apply_to_master_shaped_setup_and_fix_each_trap(tmp_path):
         ("rpath-link-flag", patches.APPLIED),
         ("cxx11-abi", patches.APPLIED),
         ("cxx-std", patches.APPLIED),
+        (
+            "change-dataptr-bound",
+            patches.NOT_APPLICABLE,
+        ),  # setup.py only here: no change_dataptr.cpp
     ]
     text = (tree / "setup.py").read_text()
     assert "secure_compile_args = ['-D_GLIBCXX_USE_CXX11_ABI=%d' % int(getattr(torch._C, " in text
@@ -199,3 +203,29 @@ def test_cxx_std_patch_replaces_only_the_hard_coded_flag(tmp_path):
     assert "secure_compile_args.append('-std=' + _apexkit_cxx_std('c++17'))" in text
     assert text.index("def _apexkit_cxx_std(") < text.index("secure_compile_args = [")
     compile(text, "setup.py", "exec")
+
+
+def test_change_dataptr_bound_patch_counts_the_offset_in_bytes_and_drift_stops(tmp_path):
+    cpp = tmp_path / "csrc" / "combine_tensors" / "change_dataptr.cpp"
+    cpp.parent.mkdir(parents=True)
+    cpp.write_text(fixture_repos.CHANGE_DATAPTR)
+    (patch,) = [p for p in patches.load_all() if p.id == "change-dataptr-bound"]
+    assert patches.apply_one(patch, tmp_path) == patches.APPLIED
+    text = cpp.read_text()
+    assert (
+        "if ((dst.numel() + static_cast<int64_t>(offset)) * dst.element_size() > src.numel() * src.element_size())"
+        in text
+    )
+    assert "dst.numel() * dst.element_size() + offset" not in text
+    assert patches.apply_one(patch, tmp_path) == patches.ALREADY
+    # upstream reshapes the check but keeps its message: the build stops instead of shipping the old bound
+    cpp.write_text(
+        fixture_repos.CHANGE_DATAPTR.replace(
+            "dst.numel() * dst.element_size() + offset >", "offset + dst.nbytes() >"
+        )
+    )
+    with pytest.raises(PatchError, match="patch change-dataptr-bound no longer applies"):
+        patches.apply_one(patch, tmp_path)
+    # refs without the check (5.0.rc3 and older): not this patch's trap
+    cpp.write_text("void change_data_ptr(at::Tensor des, at::Tensor src, int offset) {}\n")
+    assert patches.apply_one(patch, tmp_path) == patches.NOT_APPLICABLE
