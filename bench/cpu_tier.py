@@ -9,6 +9,9 @@ Checks (each ok / fail / skip with the reason):
 - change_data_ptr bound: dst of 10 into src of 100 works at offset 90 (the largest valid one) and is refused at 91
   with the kernel's own "Offsets overflow" error, fp32 and fp16 (an offset accepted past the end is a failure,
   reported with where the data pointer landed; upstream master's check accepts it: patches/0006).
+- edge cases of each compiled function: change_data_ptr at offset 0 and the largest valid offset, an empty and a
+  non-contiguous dst, mixed/unsupported dtypes and a negative offset refused; apex_C.flatten/unflatten of empty and
+  non-contiguous tensors against torch's (in a --sanitize build all of it runs under ASan/UBSan).
 - apex_C.flatten / apex_C.unflatten against torch's own _flatten_dense_tensors / _unflatten_dense_tensors.
 - every module of the installed apex package byte-compiles (compiled in memory; nothing written).
 - the Python side, imported as far as it goes without the CANN runtime: `import apex` and the modules apexkit knows,
@@ -165,6 +168,81 @@ def change_data_ptr_bound(torch):
     return check
 
 
+def edge_cases(torch):
+    """Each compiled function on its edges (what a sanitizer build runs instrumented): change_data_ptr at offset 0,
+    the largest valid offset, an empty dst at the end, a non-contiguous dst (its storage is pointed, strides kept),
+    mixed and unsupported dtypes and a negative offset refused; apex_C.flatten/unflatten of empty and
+    non-contiguous tensors against torch's own."""
+
+    def check():
+        done = []
+        try:
+            mod = importlib.import_module("change_data_ptr")
+        except ImportError as exc:
+            return "fail", f"import change_data_ptr: {exc}"
+        fn = getattr(mod, "change_data_ptr", None)
+        if fn is not None:
+            src = torch.arange(100, dtype=torch.float32)
+            dst = torch.zeros(10)
+            fn(dst, src, 0)
+            if not torch.equal(dst, src[:10]):
+                return "fail", f"change_data_ptr offset 0 reads {dst.tolist()}"
+            dst = torch.zeros(10)
+            fn(dst, src, 90)
+            if not torch.equal(dst, src[90:]):
+                return "fail", f"change_data_ptr offset 90 (largest valid) reads {dst.tolist()}"
+            empty = torch.zeros(0)
+            fn(empty, src, 100)  # nothing to point at, nothing past the end
+            strided = torch.zeros(20)[::2]  # 10 elements over a 19-element span
+            fn(strided, src, 0)
+            if not torch.equal(strided, src[0:20:2]):
+                return "fail", f"change_data_ptr non-contiguous dst reads {strided.tolist()}"
+            refused = []
+            for label, args in (
+                ("fp32 dst, fp16 src", (torch.zeros(4), torch.zeros(8, dtype=torch.float16), 0)),
+                (
+                    "int64",
+                    (torch.zeros(4, dtype=torch.int64), torch.zeros(8, dtype=torch.int64), 0),
+                ),
+                ("offset -1", (torch.zeros(4), torch.zeros(8), -1)),
+            ):
+                try:
+                    fn(*args)
+                except RuntimeError:
+                    refused.append(label)
+                    continue
+                return "fail", f"change_data_ptr accepted {label}"
+            done.append(
+                "change_data_ptr: offset 0, 90, empty dst, non-contiguous dst; refused "
+                + ", ".join(refused)
+            )
+        try:
+            apex_C = importlib.import_module("apex_C")
+        except ImportError as exc:
+            return "fail", f"import apex_C: {exc}"
+        if hasattr(apex_C, "flatten"):
+            from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
+
+            for label, tensors in (
+                ("empty", [torch.zeros(0), torch.ones(3), torch.zeros(0, 4)]),
+                ("non-contiguous", [torch.arange(12.0).reshape(3, 4).t(), torch.arange(10.0)[::3]]),
+            ):
+                flat = apex_C.flatten(tensors)
+                if not torch.equal(flat, _flatten_dense_tensors(tensors)):
+                    return "fail", f"apex_C.flatten of {label} tensors differs from torch's"
+                if hasattr(apex_C, "unflatten"):
+                    back = apex_C.unflatten(flat, tensors)
+                    ref = _unflatten_dense_tensors(flat, tensors)
+                    if not all(torch.equal(a, b) and a.shape == b.shape for a, b in zip(back, ref)):
+                        return "fail", f"apex_C.unflatten of {label} tensors differs from torch's"
+            done.append("apex_C flatten/unflatten: empty and non-contiguous == torch's")
+        if not done:
+            return "skip", "neither module is Ascend's source"
+        return "ok", "; ".join(done)
+
+    return check
+
+
 def flatten_unflatten(torch):
     def check():
         apex_C = importlib.import_module("apex_C")
@@ -273,6 +351,9 @@ def main(argv=None) -> int:
     tier.run("change_data_ptr round trip (fp32, fp16)", change_data_ptr_round_trip(torch))
     tier.run("change_data_ptr bound (largest valid offset, one past)", change_data_ptr_bound(torch))
     tier.run("apex_C.flatten/unflatten vs torch", flatten_unflatten(torch))
+    tier.run(
+        "edge cases (empty, offset 0, largest offset, non-contiguous, dtypes)", edge_cases(torch)
+    )
     tier.run("every apex module byte-compiles", byte_compile)
     for name in PYTHON_SIDE:
         tier.run(f"import {name}", import_as_far_as_it_goes(name))
