@@ -6,6 +6,12 @@ machine, no NPU and no CANN.
 Checks (each ok / fail / skip with the reason):
 - change_data_ptr round trip: one tensor's storage pointed into another's at an offset, fp32 and fp16; the values
   read through it and a write through it are checked against the source tensor.
+- change_data_ptr bound: dst of 10 into src of 100 works at offset 90 (the largest valid one) and is refused at 91
+  with the kernel's own "Offsets overflow" error, fp32 and fp16 (an offset accepted past the end is a failure,
+  reported with where the data pointer landed; upstream master's check accepts it: patches/0006).
+- edge cases of each compiled function: change_data_ptr at offset 0 and the largest valid offset, an empty and a
+  non-contiguous dst, mixed/unsupported dtypes and a negative offset refused; apex_C.flatten/unflatten of empty and
+  non-contiguous tensors against torch's (in a --sanitize build all of it runs under ASan/UBSan).
 - apex_C.flatten / apex_C.unflatten against torch's own _flatten_dense_tensors / _unflatten_dense_tensors.
 - every module of the installed apex package byte-compiles (compiled in memory; nothing written).
 - the Python side, imported as far as it goes without the CANN runtime: `import apex` and the modules apexkit knows,
@@ -94,6 +100,145 @@ def change_data_ptr_round_trip(torch):
             "ok",
             f"{', '.join(done)}: dst points into src at offset 4, reads and writes match; dtype mismatch refused",
         )
+
+    return check
+
+
+OVERFLOW = (
+    "Offsets overflow in change_data_ptr"  # the kernel's own refusal (Ascend master's message)
+)
+
+
+def change_data_ptr_bound(torch):
+    """The bound: dst (10 elements) into src (100) works up to offset 90, the largest valid one (dst then reads
+    src[90:100]), and offset 91 is refused with the kernel's own error. Upstream master adds the offset in elements to
+    a size in bytes (src/csrc/combine_tensors/change_dataptr.cpp:38), so it accepts 91 and more: the data pointer of
+    dst then lies past src's end (reported, never read through)."""
+
+    def check():
+        try:
+            mod = importlib.import_module("change_data_ptr")
+        except ImportError as exc:
+            return "fail", f"import change_data_ptr: {exc}"
+        fn = getattr(mod, "change_data_ptr", None)
+        if fn is None:
+            return (
+                "skip",
+                "this change_data_ptr module has no change_data_ptr() (not Ascend's source)",
+            )
+        done = []
+        for dtype in (torch.float32, torch.float16):
+            name = str(dtype).replace("torch.", "")
+            src = torch.arange(100, dtype=dtype)
+            size = src.numel() * src.element_size()
+            largest = src.numel() - 10
+            dst = torch.zeros(10, dtype=dtype)
+            fn(dst, src, largest)
+            if not torch.equal(dst, src[largest:]):
+                return "fail", f"{name}: offset {largest} (the largest valid) reads {dst.tolist()}"
+            accepted = []
+            # one past the largest valid offset, and the largest one the byte/element mix lets through
+            for offset in (largest + 1, size - 10 * src.element_size()):
+                probe = torch.zeros(10, dtype=dtype)
+                try:
+                    fn(probe, src, offset)
+                except RuntimeError as exc:
+                    if OVERFLOW not in str(exc):
+                        return (
+                            "fail",
+                            f"{name}: offset {offset} refused, but not by the bound: {exc}",
+                        )
+                    continue
+                start = (
+                    probe.data_ptr() - src.data_ptr()
+                )  # where dst now points; never read through
+                accepted.append(
+                    f"offset {offset} accepted: dst covers bytes {start}..{start + 10 * src.element_size()}"
+                    f" of a {size}-byte src"
+                )
+            if accepted:
+                return "fail", f"{name}: out-of-bounds " + "; ".join(accepted)
+            done.append(name)
+        return (
+            "ok",
+            f"{', '.join(done)}: src 100, dst 10: offset 90 (the largest valid) reads src[90:100], "
+            f"offset 91 refused ({OVERFLOW})",
+        )
+
+    return check
+
+
+def edge_cases(torch):
+    """Each compiled function on its edges (what a sanitizer build runs instrumented): change_data_ptr at offset 0,
+    the largest valid offset, an empty dst at the end, a non-contiguous dst (its storage is pointed, strides kept),
+    mixed and unsupported dtypes and a negative offset refused; apex_C.flatten/unflatten of empty and
+    non-contiguous tensors against torch's own."""
+
+    def check():
+        done = []
+        try:
+            mod = importlib.import_module("change_data_ptr")
+        except ImportError as exc:
+            return "fail", f"import change_data_ptr: {exc}"
+        fn = getattr(mod, "change_data_ptr", None)
+        if fn is not None:
+            src = torch.arange(100, dtype=torch.float32)
+            dst = torch.zeros(10)
+            fn(dst, src, 0)
+            if not torch.equal(dst, src[:10]):
+                return "fail", f"change_data_ptr offset 0 reads {dst.tolist()}"
+            dst = torch.zeros(10)
+            fn(dst, src, 90)
+            if not torch.equal(dst, src[90:]):
+                return "fail", f"change_data_ptr offset 90 (largest valid) reads {dst.tolist()}"
+            empty = torch.zeros(0)
+            fn(empty, src, 100)  # nothing to point at, nothing past the end
+            strided = torch.zeros(20)[::2]  # 10 elements over a 19-element span
+            fn(strided, src, 0)
+            if not torch.equal(strided, src[0:20:2]):
+                return "fail", f"change_data_ptr non-contiguous dst reads {strided.tolist()}"
+            refused = []
+            for label, args in (
+                ("fp32 dst, fp16 src", (torch.zeros(4), torch.zeros(8, dtype=torch.float16), 0)),
+                (
+                    "int64",
+                    (torch.zeros(4, dtype=torch.int64), torch.zeros(8, dtype=torch.int64), 0),
+                ),
+                ("offset -1", (torch.zeros(4), torch.zeros(8), -1)),
+            ):
+                try:
+                    fn(*args)
+                except RuntimeError:
+                    refused.append(label)
+                    continue
+                return "fail", f"change_data_ptr accepted {label}"
+            done.append(
+                "change_data_ptr: offset 0, 90, empty dst, non-contiguous dst; refused "
+                + ", ".join(refused)
+            )
+        try:
+            apex_C = importlib.import_module("apex_C")
+        except ImportError as exc:
+            return "fail", f"import apex_C: {exc}"
+        if hasattr(apex_C, "flatten"):
+            from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
+
+            for label, tensors in (
+                ("empty", [torch.zeros(0), torch.ones(3), torch.zeros(0, 4)]),
+                ("non-contiguous", [torch.arange(12.0).reshape(3, 4).t(), torch.arange(10.0)[::3]]),
+            ):
+                flat = apex_C.flatten(tensors)
+                if not torch.equal(flat, _flatten_dense_tensors(tensors)):
+                    return "fail", f"apex_C.flatten of {label} tensors differs from torch's"
+                if hasattr(apex_C, "unflatten"):
+                    back = apex_C.unflatten(flat, tensors)
+                    ref = _unflatten_dense_tensors(flat, tensors)
+                    if not all(torch.equal(a, b) and a.shape == b.shape for a, b in zip(back, ref)):
+                        return "fail", f"apex_C.unflatten of {label} tensors differs from torch's"
+            done.append("apex_C flatten/unflatten: empty and non-contiguous == torch's")
+        if not done:
+            return "skip", "neither module is Ascend's source"
+        return "ok", "; ".join(done)
 
     return check
 
@@ -204,7 +349,11 @@ def main(argv=None) -> int:
 
     tier = Tier()
     tier.run("change_data_ptr round trip (fp32, fp16)", change_data_ptr_round_trip(torch))
+    tier.run("change_data_ptr bound (largest valid offset, one past)", change_data_ptr_bound(torch))
     tier.run("apex_C.flatten/unflatten vs torch", flatten_unflatten(torch))
+    tier.run(
+        "edge cases (empty, offset 0, largest offset, non-contiguous, dtypes)", edge_cases(torch)
+    )
     tier.run("every apex module byte-compiles", byte_compile)
     for name in PYTHON_SIDE:
         tier.run(f"import {name}", import_as_far_as_it_goes(name))

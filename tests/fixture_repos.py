@@ -48,6 +48,106 @@ static struct PyModuleDef module_def = {{PyModuleDef_HEAD_INIT, "{name}", nullpt
 PyMODINIT_FUNC PyInit_{name}(void) {{ return PyModule_Create(&module_def); }}
 """
 
+# Shaped like Ascend master's src/csrc/combine_tensors/change_dataptr.cpp (same signature, the same checks in the
+# same words and order, the same pointer arithmetic), written for these tests: the tensors are read through a small
+# view of the Python object (numel(), element_size(), dtype, untyped_storage()._cdata, the StorageImpl*), so it needs
+# c10 only (seconds to compile, not torch/extension.h's minutes). c10/core/StorageImpl.h of torch >= 2.14 needs
+# C++20 (std::strong_ordering), so npu.patch's -std=c++17 fails here as it does on the real file.
+CHANGE_DATAPTR = """\
+// Fixture of Ascend apex's change_dataptr.cpp: aliases dst's storage into src's at an offset (in elements).
+#include <Python.h>
+#include <c10/core/StorageImpl.h>
+#include <stdexcept>
+#include <string>
+
+namespace fixture {
+struct python_error {};  // a Python exception is already set
+
+struct Tensor {
+  PyObject* obj;
+  PyObject* call(const char* method) const {
+    PyObject* out = PyObject_CallMethod(obj, method, nullptr);
+    if (out == nullptr) throw python_error();
+    return out;
+  }
+  int64_t as_int(PyObject* value) const {
+    long long v = PyLong_AsLongLong(value);
+    Py_DECREF(value);
+    if (v == -1 && PyErr_Occurred()) throw python_error();
+    return v;
+  }
+  int64_t numel() const { return as_int(call("numel")); }
+  int64_t element_size() const { return as_int(call("element_size")); }
+  std::string scalar_type() const {
+    PyObject* dtype = PyObject_GetAttrString(obj, "dtype");
+    if (dtype == nullptr) throw python_error();
+    PyObject* name = PyObject_Str(dtype);
+    Py_DECREF(dtype);
+    if (name == nullptr) throw python_error();
+    std::string out = PyUnicode_AsUTF8(name);
+    Py_DECREF(name);
+    return out;
+  }
+  c10::StorageImpl* storage() const {
+    PyObject* storage = call("untyped_storage");
+    PyObject* cdata = PyObject_GetAttrString(storage, "_cdata");
+    Py_DECREF(storage);
+    if (cdata == nullptr) throw python_error();
+    return static_cast<c10::StorageImpl*>(PyLong_AsVoidPtr(cdata));
+  }
+};
+}  // namespace fixture
+
+void change_data_ptr(fixture::Tensor dst, fixture::Tensor src, int offset)
+{
+  if (offset < 0) {
+    throw std::runtime_error("Expect offset equal or greater than zero, got: " + std::to_string(offset));
+  }
+
+  const auto src_scalar_type = src.scalar_type();
+  const auto dst_scalar_type = dst.scalar_type();
+
+  if ((src_scalar_type != dst_scalar_type) ||
+      ((src_scalar_type != "torch.float16") && (src_scalar_type != "torch.float32"))) {
+
+    throw std::runtime_error(
+      "Expect src and dst tensors having the same dtype in float16 or float32.");
+  }
+
+  if (dst.numel() * dst.element_size() + offset > src.numel() * src.element_size()) {
+    throw std::runtime_error("Offsets overflow in change_data_ptr.");
+  }
+
+  if (src.storage()->data() == nullptr) {
+    throw std::runtime_error("Null storage or data_ptr in change_data_ptr.");
+  }
+
+  char* data_ptr = static_cast<char*>(src.storage()->mutable_data()) + offset * src.element_size();
+  c10::DataPtr aim_data_ptr = c10::DataPtr(data_ptr, dst.storage()->device());
+  dst.storage()->set_data_ptr(std::move(aim_data_ptr));
+}
+
+static PyObject* py_change_data_ptr(PyObject*, PyObject* args) {
+  PyObject *dst, *src;
+  int offset;
+  if (!PyArg_ParseTuple(args, "OOi", &dst, &src, &offset)) return nullptr;
+  try {
+    change_data_ptr(fixture::Tensor{dst}, fixture::Tensor{src}, offset);
+  } catch (const fixture::python_error&) {
+    return nullptr;
+  } catch (const std::exception& exc) {
+    PyErr_SetString(PyExc_RuntimeError, exc.what());
+    return nullptr;
+  }
+  Py_RETURN_NONE;
+}
+static PyMethodDef methods[] = {
+  {"change_data_ptr", py_change_data_ptr, METH_VARARGS, "Change data ptr"},
+  {nullptr, nullptr, 0, nullptr}};
+static struct PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "change_data_ptr", nullptr, -1, methods};
+PyMODINIT_FUNC PyInit_change_data_ptr(void) { return PyModule_Create(&module_def); }
+"""
+
 NVIDIA_SETUP = """\
 import torch
 from torch.utils import cpp_extension
@@ -329,9 +429,7 @@ def make(base: Path) -> FixtureRepos:
     common = {
         "src/apex/contrib/combine_tensors/__init__.py": "from .combine_tensors import combine_npu\n",
         "src/apex/contrib/combine_tensors/combine_tensors.py": "def combine_npu(tensors):\n    return tensors\n",
-        "src/csrc/combine_tensors/change_dataptr.cpp": C_MODULE.format(
-            name="change_data_ptr", dtype="BFloat16"
-        ),
+        "src/csrc/combine_tensors/change_dataptr.cpp": CHANGE_DATAPTR,
         "tests/L0/device.py": "DEVICE = 'npu'\n",
         "scripts/build.sh": BUILD_SH.format(nvidia_url=f"file://{nv}", pin=pin),
         "scripts/gen.sh": "#!/bin/bash\n# fixture: generation only (patch + copy)\n",

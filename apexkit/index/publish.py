@@ -313,6 +313,18 @@ def collect(dist: Path, targets: list[str] | None = None) -> list[Entry]:
             if isinstance(manifest.get("target"), dict)
             else None
         )
+        if (isinstance(identity, dict) and identity.get("sanitize")) or "asan" in target.split("+")[
+            1:
+        ]:
+            if targets:
+                raise ConfigError(
+                    f"{target} is a sanitizer build (--sanitize, +asan): it is never published",
+                    "build the target without --sanitize and publish that one",
+                )
+            log.info(
+                f"  skipping {target}: a sanitizer build (--sanitize, +asan) is never published"
+            )
+            continue
         if isinstance(identity, dict) and identity.get("skip_patches") and not targets:
             log.info(
                 f"  skipping {target}: a diagnosis build (--skip-patch); name it with --target to publish it"

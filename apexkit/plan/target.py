@@ -56,6 +56,8 @@ def target_id(python: str, torch: str, arch: str, ref: str, identity: dict | Non
         parts.append(f"npu{_id_text(identity['torch_npu'])}")
     if identity.get("skip_patches"):
         parts.append("skip-" + ".".join(_id_text(p) for p in identity["skip_patches"]))
+    if identity.get("sanitize"):
+        parts.append("asan")  # a sanitizer diagnosis build (--sanitize): never published
     if identity.get("nvidia_commit"):
         parts.append(f"nvidia-{_id_text(identity['nvidia_commit'][:12])}")
     if identity.get("setup_flags") is not None:

@@ -33,6 +33,7 @@ from apexkit.wheel import (
     interpreters,
     known_failures,
     patches,
+    sanitize,
     sbom,
     sources,
     venvs,
@@ -468,6 +469,12 @@ class Builder:
         env["MAX_JOBS"] = str(self.opts.jobs)
         env.update(reproducible_env(self.state.source_epoch, tree, venv.path, self.env))
         env.update(identity_env(plan))
+        if (
+            self.opts.sanitize
+        ):  # a +asan diagnosis build: instrumented objects, the runtime linked in
+            wanted = sanitize.flags(self.opts.sanitize)
+            for var in ("CFLAGS", "CXXFLAGS", "LDFLAGS"):
+                env[var] = f"{env.get(var, '')} {wanted}".strip()
         ccache = shutil.which("ccache")
         if ccache and "CC" not in env and "CXX" not in env:
             env["CC"], env["CXX"] = f"{ccache} gcc", f"{ccache} g++"
@@ -627,14 +634,16 @@ class Builder:
                     + json.dumps(report, indent=1)
                     + "\n"
                 )
-            if failures and not self.opts.skip_patches:
+            if failures and not (self.opts.skip_patches or self.opts.sanitize):
                 more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
                 raise BuildError(
                     f"binary check failed: {failures[0]}{more}; nothing was published",
                     f"every failure is in {self.log_path}; compare with the ref's setup.py flags",
                 )
             for failure in failures:
-                log.warn(f"binary check (diagnosis build, --skip-patch): {failure}")
+                log.warn(
+                    f"binary check (diagnosis build, {'--sanitize' if self.opts.sanitize else '--skip-patch'}): {failure}"
+                )
             s.note(
                 f"{report['version']}; requires {', '.join(report['requires_dist']) or 'nothing'}; "
                 + (
@@ -700,6 +709,9 @@ class Builder:
             key="smoke_test",
         ) as s:
             venv_path = work / "smoke-venv"
+            sanitizer_env = (
+                sanitize.runtime_env(self.opts.sanitize, self.env) if self.opts.sanitize else {}
+            )
             try:
                 venv = venvs.create(
                     plan.interpreter,
@@ -730,8 +742,17 @@ class Builder:
                         cwd=cwd,
                         capture_output=True,
                         text=True,
-                        env=dict(self.env, LD_BIND_NOW="1"),
+                        env=dict(self.env, LD_BIND_NOW="1", **sanitizer_env),
                     )
+                if self.opts.sanitize:
+                    found = sanitize.finding(proc.stderr)
+                    with open(self.log_path, "a") as fh:
+                        fh.write(f"sanitizer run ({sanitizer_env['LD_PRELOAD']}):\n{proc.stderr}\n")
+                    if found:
+                        raise SmokeTestError(
+                            f"sanitizer finding in the smoke test / CPU tier: {found}",
+                            f"the whole report is in {self.log_path}",
+                        )
                 smoke = next(
                     (
                         line[len(SMOKE_MARK) :]
@@ -1078,6 +1099,10 @@ def identity_env(plan: buildplan.Plan) -> dict[str, str]:
             f"cannot name the wheel after torch {plan.torch!r} / torch_npu {plan.torch_npu!r}: {exc}",
             "use a torch (and torch_npu) with a PEP 440 version",
         ) from None
+    if plan.identity.get("sanitize"):
+        label += (
+            "." + sanitize.TARGET_PART
+        )  # 0.1+ascend.torch2.14.1.asan: never taken for a release wheel
     return {"APEXKIT_VERSION_LABEL": label, "APEXKIT_REQUIRES": " ".join(requires)}
 
 

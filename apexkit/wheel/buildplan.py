@@ -55,6 +55,8 @@ def identity(opts: BuildOptions, torch_npu: str | None, ref_flags: tuple[str, ..
         found["torch_npu"] = torch_npu
     if opts.skip_patches:
         found["skip_patches"] = sorted(set(opts.skip_patches))
+    if opts.sanitize:
+        found["sanitize"] = list(opts.sanitize)
     if opts.nvidia_commit:
         found["nvidia_commit"] = opts.nvidia_commit
     if opts.setup_flags is not None and tuple(opts.setup_flags) != tuple(ref_flags or ()):
@@ -248,4 +250,6 @@ def cache_key(
         "system_torch": opts.use_system_torch,
         "requires": m.build_requires,
     }
+    if opts.sanitize:  # only then: a release build's key stays what it was
+        inputs["sanitize"] = list(opts.sanitize)
     return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()

@@ -16,6 +16,7 @@ from typing import overload
 from apexkit import envvars, paths, vocab
 from apexkit.errors import ConfigError
 from apexkit.plan import matrix, target
+from apexkit.wheel import sanitize
 
 PROJECT_ROOT = matrix.PROJECT_ROOT
 TEAM_INDEX_ENV = "APEXKIT_INDEX"
@@ -44,6 +45,7 @@ class BuildOptions:
     recreate_venv: bool = False
     use_system_torch: bool = False
     skip_patches: tuple[str, ...] = ()
+    sanitize: tuple[str, ...] = ()  # --sanitize address,undefined: a +asan diagnosis build
     setup_flags: tuple[str, ...] | None = None
     dist_dir: Path = field(default_factory=paths.dist_dir)
     build_dir: Path = field(default_factory=paths.build_dir)
@@ -193,6 +195,12 @@ def parser(prog: str = "nox -s build-3.X --") -> argparse.ArgumentParser:
         action="append",
         default=[],
         help="do not apply one of our patches (diagnosis)",
+    )
+    add(
+        "--sanitize",
+        metavar="LIST",
+        help="address,undefined: a diagnosis build compiled with those sanitizers (its own +asan target and cache key, "
+        "never published); its smoke test and CPU tier run with the sanitizer runtime preloaded",
     )
     add(
         "--setup-flags",
@@ -516,6 +524,7 @@ def resolve(
         recreate_venv=args.recreate_venv,
         use_system_torch=args.use_system_torch,
         skip_patches=tuple(args.skip_patch),
+        sanitize=sanitize.parse(args.sanitize) if args.sanitize is not None else (),
         setup_flags=tuple(args.setup_flags.split()) if args.setup_flags else None,
         dist_dir=dist_dir,
         build_dir=build_dir,
@@ -566,6 +575,7 @@ _TUPLE_FIELDS = (
     "extra_index_urls",
     "wheelhouses",
     "skip_patches",
+    "sanitize",
     "setup_flags",
     "team_indexes",
     "origins",

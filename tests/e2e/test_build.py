@@ -64,6 +64,8 @@ def test_build_311_end_to_end_then_wheel_cache_hit(runner, repos, tmp_path):
         "pep440-version": "applied",
         "rpath-link-flag": "applied",
         "cxx11-abi": "applied",
+        "cxx-std": "applied",
+        "change-dataptr-bound": "applied",
     }
     build_log = (runner.build / TARGET / "build.log").read_text()
     assert (
@@ -87,8 +89,13 @@ def test_build_311_end_to_end_then_wheel_cache_hit(runner, repos, tmp_path):
         and "stops at apex/__init__.py:2" in tier["import apex"]["detail"]
     )
     assert "needs torch_npu + the CANN runtime" in tier["import apex"]["detail"]
-    # the fixture's modules are not Ascend's: the round trip and flatten say so instead of passing silently
-    assert tier["change_data_ptr round trip (fp32, fp16)"]["status"] == "skip"
+    # the fixture's change_data_ptr is shaped like Ascend's (tests/fixture_repos.py): round trip and bound run
+    assert tier["change_data_ptr round trip (fp32, fp16)"]["status"] == "ok"
+    assert tier["change_data_ptr bound (largest valid offset, one past)"]["status"] == "ok"
+    # torch 2.13's headers need C++17 only: the cxx-std patch keeps npu.patch's standard
+    said = next(line for line in build_log.splitlines() if line.startswith("apexkit cxx-std:"))
+    assert said.startswith("apexkit cxx-std: -std=c++17 (npu.patch: -std=c++17; torch 2.13.0")
+    assert said.endswith("requires c++17)")
     assert not runner.marker.exists()  # Ascend's build.sh was never run
 
     # Identity: the local label carries the build tuple, METADATA pins the torch it was built against.

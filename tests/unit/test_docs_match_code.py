@@ -361,7 +361,8 @@ def _wheel(where: str, name: str) -> list:
     m = WHEEL.match(name)
     label = re.fullmatch(
         re.escape(target.BASE_VERSION)
-        + r"\.torch(?:(?P<torch>\d+\.\d+\.\d+)|X\.Y\.Z|<T>)(?:\.npu(?P<npu>[0-9a-z.]+?|V|<N>))?",
+        + r"\.torch(?:(?P<torch>\d+\.\d+\.\d+)|X\.Y\.Z|<T>)(?:\.npu(?P<npu>[0-9a-z.]+?|V|<N>))?"
+        + r"(?P<asan>\.asan)?",  # a --sanitize build (apexkit/wheel/sanitize.py TARGET_PART)
         m.group("version") if m else "",
     )
     if not m or not label:
@@ -371,7 +372,7 @@ def _wheel(where: str, name: str) -> list:
         ]
     if (
         label["torch"]
-        and target.version_label(label["torch"], label["npu"])
+        and target.version_label(label["torch"], label["npu"]) + (label["asan"] or "")
         != m.group("version")[len(target.BASE_VERSION) :]
     ):
         return [

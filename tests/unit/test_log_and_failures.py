@@ -35,6 +35,15 @@ def test_known_failure_signatures():
         "apex_C.cpython-311-aarch64-linux-gnu.so: undefined symbol: "
         "_ZN3c106DeviceC1ERKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEE"
     ) == ["cxx11-abi-mismatch"]
+    # real Ascend master against torch 2.14.1 under npu.patch's -std=c++17 (tests/data/failure-logs/cxx-std-too-old.log)
+    assert ids(
+        "/venv/lib/python3.11/site-packages/torch/include/ATen/ExpandUtils.h:470:28: error: "
+        "‘sizes’ is not a member of ‘at::symint’"
+    ) == ["cxx-std-too-old"]
+    # the fixture's c10/core/StorageImpl.h under -std=c++17 against torch 2.14.1
+    assert ids(
+        "torch/include/c10/util/intrusive_ptr.h:775:22: note: ‘std::strong_ordering’ is only available from C++20 onwards"
+    ) == ["cxx-std-too-old"]
     assert ids("all good") == []
 
 
