@@ -176,8 +176,9 @@ def test_matrix_on_slurm_builds_on_a_node_of_its_arch_and_collects_the_wheel(
     assert proc.returncode == 1, text[-4000:] + cluster.logs()  # one refused, one not placeable
     assert "Traceback" not in text
     summary = (runner.build / "matrix" / "summary.md").read_text().splitlines()
-    assert summary[0] == "| combination | wheel | size | sha256 | build time | cache hit |"
-    rows = {line.split(" | ")[0][2:]: line for line in summary[2:]}
+    head = summary.index("| combination | wheel | size | sha256 | build time | cache hit |")
+    table = summary[head + 2 : summary.index("", head)]  # the per-combination table, after the grid
+    rows = {line.split(" | ")[0][2:]: line for line in table}
     assert list(rows) == [BUILT, FOREIGN, REFUSED]  # the matrix's order
 
     # the x86_64 combination: built by a job on a cluster node, copied (re-hashed) into the local dist/
