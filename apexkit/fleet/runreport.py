@@ -198,7 +198,7 @@ def draw_timeline(cells: Sequence[Cell], path: Path) -> str | None:
         keys += [k for k, _, _ in parts if k not in keys]
     colours = plt.get_cmap("tab20")
     colour = {k: colours(i % 20) for i, k in enumerate(keys)}
-    fig, ax = plt.subplots(figsize=(10, 1.2 + 0.5 * len(timed)))
+    fig, ax = plt.subplots(figsize=(10, max(2.6, 1.2 + 0.45 * len(timed))))
     for row, (_, (parts, _)) in enumerate(timed):
         for key, start, seconds in parts:
             ax.barh(row, seconds, left=start, color=colour[key], edgecolor="white", height=0.6)
@@ -208,19 +208,18 @@ def draw_timeline(cells: Sequence[Cell], path: Path) -> str | None:
     ax.set_xlabel("seconds since the build started")
     ax.set_title("apexkit matrix run: build timeline (manifest step timings)", fontsize=10)
     handles = [plt.Rectangle((0, 0), 1, 1, color=colour[k]) for k in keys]
-    ax.legend(
+    ax.legend(  # beside the bars: never over them or the axis label
         handles,
         keys,
         fontsize=7,
-        ncol=min(6, len(keys)),
-        loc="upper center",
-        bbox_to_anchor=(0.5, -0.35 if len(timed) < 3 else -0.12),
+        ncol=1 if len(keys) <= 12 else 2,
+        loc="center left",
+        bbox_to_anchor=(1.01, 0.5),
         frameon=False,
     )
-    fig.tight_layout()
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        fig.savefig(tmp, dpi=100, format="png")
+        fig.savefig(tmp, dpi=100, format="png", bbox_inches="tight")
         os.replace(tmp, path)
     except OSError as exc:
         return f"cannot write {path}: {exc.strerror or exc}"

@@ -289,3 +289,24 @@ def test_the_step_summary_stays_within_its_cap(tmp_path, monkeypatch):
 def test_summary_json_round_trips_the_step_timings():
     r = matrixrun.Result("a", "built", steps=runreport.step_timings(MANIFEST))
     assert json.loads(json.dumps(r.__dict__))["steps"]["compile"] == 30.0
+
+
+def test_without_matplotlib_the_timeline_is_markdown_only_and_says_why(tmp_path, monkeypatch):
+    def missing(name, *args):
+        raise ModuleNotFoundError(f"No module named {name!r}")
+
+    monkeypatch.setattr(runreport.importlib, "import_module", missing)
+    steps = runreport.step_timings(MANIFEST)
+    cells = [runreport.Cell("a", "3.11", "2.13.0", "", "x86_64", "built", steps=steps)]
+    why = runreport.draw_timeline(cells, tmp_path / "timeline.png")
+    assert why == "matplotlib is not importable here (ModuleNotFoundError)"
+    assert not (tmp_path / "timeline.png").exists()
+    assert runreport.draw_timeline([], tmp_path / "t.png") == "no step timings recorded"
+
+
+def test_with_matplotlib_the_timeline_is_drawn(tmp_path):
+    pytest.importorskip("matplotlib")  # not an apexkit dependency: drawn when the host has it
+    steps = runreport.step_timings(MANIFEST)
+    cells = [runreport.Cell("a", "3.11", "2.13.0", "", "x86_64", "built", steps=steps)]
+    assert runreport.draw_timeline(cells, tmp_path / "timeline.png") is None
+    assert (tmp_path / "timeline.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
