@@ -731,6 +731,8 @@ def run_slurm(
         return []
     slurm.check_slurm()
     poll = envvars.number(os.environ, "APEXKIT_SLURM_POLL", SLURM_POLL, low=0.1, high=600.0)
+    watch = runwatch.Watch(len(combos), runwatch.interval(os.environ))
+    index = {c.id: i for i, c in enumerate(combos, 1)}
     stage.mkdir(parents=True, exist_ok=True)
     force = "--force" in passthrough
     jobs: dict[str, Combination] = {}
@@ -776,6 +778,7 @@ def run_slurm(
                 f"{', constraint ' + opts.constraint[combo.arch] if opts.constraint.get(combo.arch) else ''})"
             )
         seen: dict[str, str] = {}
+        ran: set[str] = set()
         waiting = dict(jobs)
         while waiting:
             live = slurm.queue_states(list(waiting))
@@ -784,9 +787,19 @@ def run_slurm(
                 if state is not None:
                     if seen.get(job_id) != state:
                         seen[job_id] = state
-                        log.info(f"  ⋯ {combo.id}: job {job_id} {state}")
+                        if state == "RUNNING" and job_id not in ran:
+                            ran.add(job_id)  # from now on its heartbeat names its build's step
+                            watch.started(
+                                combo.id,
+                                index[combo.id],
+                                f"job {job_id}",
+                                status_path(stage, combo),
+                            )
+                        else:
+                            watch.say(f"  ⋯ {combo.id}: job {job_id} {state}")
                     continue
                 del waiting[job_id]
+                watch.forget(combo.id)
                 results[combo.id] = _finish(
                     combo,
                     job_id,
@@ -798,6 +811,7 @@ def run_slurm(
                     planned[combo.id],
                 )
             if waiting:
+                watch.beat()
                 time.sleep(poll)
     except (
         BaseException

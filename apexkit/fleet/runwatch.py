@@ -87,6 +87,12 @@ class Watch:
                 + (f" — {detail}" if detail else "")
             )
 
+    def forget(self, combo_id: str) -> None:
+        """Stop watching a combination whose end the caller printed itself (a Slurm job's row)."""
+        with self._lock:
+            self._running.pop(combo_id, None)
+            self._last = self._clock()
+
     def due_in(self) -> float:
         """Seconds until a heartbeat would be due (0: now; a whole interval while nothing runs)."""
         with self._lock:
