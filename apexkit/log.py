@@ -13,7 +13,7 @@ import re
 import shlex
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from rich.console import Console
 from rich.markup import escape
@@ -156,6 +156,17 @@ class Step:
         self.detail = detail
 
 
+_open_steps: list[str] = []  # the titles of the steps open now, outermost first
+# called with the innermost open step's title (None: none open) as a step begins and ends; apexkit.statusfile adds
+# the one that keeps it beside $APEXKIT_STATUS_FILE for a watching parent (it imports this module, not the reverse)
+step_listeners: list[Callable[[str | None], None]] = []
+
+
+def _note_step(title: str | None) -> None:
+    for listener in step_listeners:
+        listener(title)
+
+
 @contextlib.contextmanager
 def step(
     name: str, timings: dict[str, float] | None = None, key: str | None = None
@@ -167,6 +178,8 @@ def step(
     shown = escape(sanitise(name))
     if not QUIET:
         console.print(f"[bold]▸ {shown}[/bold]")
+    _open_steps.append(name)
+    _note_step(name)
     start = time.monotonic()
     try:
         yield s
@@ -174,6 +187,9 @@ def step(
         s.seconds = time.monotonic() - start
         console.print(f"[red]✕ {shown}[/red] ({format_seconds(s.seconds)})")
         raise
+    finally:
+        _open_steps.pop()
+        _note_step(_open_steps[-1] if _open_steps else None)
     s.seconds = time.monotonic() - start
     if timings is not None:
         timings[s.key] = round(timings.get(s.key, 0.0) + s.seconds, 3)

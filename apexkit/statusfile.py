@@ -3,13 +3,19 @@ session to exit 1 and a log is for people, so a parent (CI, the matrix runner, a
 child's own exit code, its one-line error and the dist/<target>/ it wrote from this file instead of parsing output.
 
 The file is written atomically by the child and read back as untrusted input (a node on shared storage may have
-written it): a regular file, no link followed, at most 64 KiB, a JSON object whose fields have the right types."""
+written it): a regular file, no link followed, at most 64 KiB, a JSON object whose fields have the right types.
+
+While the command runs, the step it is in (`log.step`'s title) is kept beside it in `<status file>.step`
+({"step": title, "since": epoch seconds}), so the parent can say what a long build is doing; the end of the command
+removes it. It is progress only: read back with the same rules, and anything odd in it is simply not shown."""
 
 from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +24,8 @@ from apexkit import fsedit, log, untrusted
 
 VARIABLE = "APEXKIT_STATUS_FILE"
 MAX_BYTES = 64 * 1024
+STEP_MAX_BYTES = 4 * 1024
+STEP_TITLE_MAX = 120  # characters of a step title kept (and shown)
 
 
 @dataclass(frozen=True)
@@ -44,6 +52,7 @@ def write(
         fsedit.atomic_write(Path(path), (json.dumps(data) + "\n").encode(), 0o644)
     except OSError as exc:
         log.warn(f"cannot write {VARIABLE} {path}: {exc.strerror or exc}")
+    _remove_step(Path(path))
 
 
 def clear(environ: Mapping[str, str] = os.environ) -> None:
@@ -55,6 +64,68 @@ def clear(environ: Mapping[str, str] = os.environ) -> None:
         # missing, or not ours to remove: write() says so at the end
         with contextlib.suppress(OSError):
             os.unlink(path)
+        _remove_step(Path(path))
+
+
+def step_path(path: Path) -> Path:
+    """Where the step a command is in is kept while it runs: beside its status file."""
+    return path.with_name(path.name + ".step")
+
+
+def _remove_step(path: Path) -> None:
+    with contextlib.suppress(OSError, ValueError):
+        os.unlink(step_path(path))
+
+
+def note_step(title: str | None, environ: Mapping[str, str] = os.environ) -> None:
+    """Record the step this command is in now (None: between steps) where $APEXKIT_STATUS_FILE says, plus ".step";
+    nothing when it is unset. Progress only: a failure to write it is not worth a line."""
+    path = environ.get(VARIABLE)
+    if not path:
+        return
+    if title is None:
+        _remove_step(Path(path))
+        return
+    data = {"step": log.sanitise(log.mask(title))[:STEP_TITLE_MAX], "since": round(time.time(), 3)}
+    with contextlib.suppress(OSError, ValueError):
+        fsedit.atomic_write(step_path(Path(path)), (json.dumps(data) + "\n").encode(), 0o644)
+
+
+def _listen(title: str | None) -> None:
+    note_step(title)
+
+
+log.step_listeners.append(_listen)  # every log.step of this process, from here on
+
+
+@dataclass(frozen=True)
+class Progress:
+    step: str  # the title of the step the child is in, control characters escaped
+    since: float  # when it began (the child's clock, epoch seconds)
+
+
+def read_step(path: Path) -> Progress | None:
+    """The step the child writing the status file `path` is in now, or None: none recorded, or what is there is
+    not a regular file of at most 4 KiB holding {"step": str, "since": finite number} (not shown, never an error)."""
+    target = step_path(path)
+    try:
+        dir_fd = untrusted.open_dir(target.parent)
+    except (untrusted.Untrusted, ValueError):
+        return None
+    try:
+        if not os.path.lexists(target):
+            return None
+        data = untrusted.read_json_object(target.name, dir_fd, STEP_MAX_BYTES)
+    except (untrusted.Untrusted, ValueError, OSError):
+        return None
+    finally:
+        os.close(dir_fd)
+    step, since = data.get("step"), data.get("since")
+    if not isinstance(step, str) or not step.strip():
+        return None
+    if isinstance(since, bool) or not isinstance(since, (int, float)) or not math.isfinite(since):
+        return None
+    return Progress(log.sanitise(step)[:STEP_TITLE_MAX], float(since))
 
 
 def read(path: Path) -> Status | None:

@@ -930,7 +930,179 @@ def markdown(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+# One colour per mode, the same in every panel and every chart (a colour-blind-safe set; skipped slots are grey).
+MODE_COLOURS = {
+    "fp32": "#4c72b0",
+    "apex-O1": "#dd8452",
+    "apex-O2": "#c44e52",
+    "autocast-fp16": "#55a868",
+    "autocast-bf16": "#8172b3",
+    "bf16": "#937860",
+}
+TITLE_WIDTH = 95  # characters per line of the chart's headline (wrapped at words; at most 2 lines)
+
+
+def chart_title(report: dict, width: int = TITLE_WIDTH) -> str:
+    """The chart's title: the label and device, then the headline wrapped at words on at most two more lines of
+    `width` characters; a longer headline ends with "… (full text in results.md)" at a word, never mid-word."""
+    import textwrap
+
+    d = report["device"]
+    first = f"{report.get('label', 'bench')} on {d['kind']} ({d.get('name', '')})".replace(
+        " ()", ""
+    )
+    lines = textwrap.wrap(
+        report["headline"],
+        width,
+        break_long_words=False,
+        break_on_hyphens=False,
+        max_lines=2,
+        placeholder=" … (full text in results.md)",
+    )
+    return "\n".join([first, *lines])
+
+
+def _memory_mib(r: dict):
+    n = r.get("peak_memory_bytes") if r.get("status") == "ok" else None
+    return None if not isinstance(n, (int, float)) or isinstance(n, bool) else n / 2**20
+
+
+def figure(report: dict):
+    """The chart as a matplotlib figure (Agg): per model, step time per mode (median bar, min-max error bar, the
+    speedup and MFU above the cap) and, under it, peak memory per mode where measured. A skipped or failed mode
+    keeps its slot: hatched, with its reason. Each artist of a skipped slot has the gid "skipped:<model>:<mode>"."""
+    import textwrap
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(report["models"])
+    memory_kind = report["device"].get("memory", "peak memory")
+    fig, axes = plt.subplots(
+        2,
+        len(names),
+        figsize=(max(6.5, 5.5 * len(names)), 7.2),
+        squeeze=False,
+        gridspec_kw={"height_ratios": [3, 2]},
+    )
+    for col, name in enumerate(names):
+        ax, mem = axes[0][col], axes[1][col]
+        results = report["models"][name]["results"]
+        slots = list(range(len(results)))
+        modes = [r["mode"] for r in results]
+        ok = [(i, r) for i, r in zip(slots, results) if r["status"] == "ok"]
+        top = max((r["step_ms_max"] for _, r in ok), default=1.0) or 1.0
+        ax.set_ylim(0, top * 1.35)  # room above the tallest cap for its label
+        for i, r in ok:
+            colour = MODE_COLOURS.get(r["mode"], "#777777")
+            err = [
+                [r["step_ms_median"] - r["step_ms_min"]],
+                [r["step_ms_max"] - r["step_ms_median"]],
+            ]
+            ax.bar(
+                i,
+                r["step_ms_median"],
+                color=colour,
+                width=0.7,
+                yerr=err,
+                capsize=4,
+                error_kw={"elinewidth": 1, "ecolor": "#333333"},
+            )
+            label = (
+                "reference"
+                if r["mode"] == "fp32"
+                else ("-" if r.get("speedup_vs_fp32") is None else f"{r['speedup_vs_fp32']:.2f}×")
+            )
+            if r.get("mfu") is not None:
+                label += f"\nMFU {r['mfu'] * 100:.1f}%"
+            # above the error bar's cap (min-max), not the bar: the two never overlap
+            ax.annotate(
+                label,
+                (i, r["step_ms_max"]),
+                xytext=(0, 4),
+                textcoords="offset points",
+                ha="center",
+                va="bottom",
+                fontsize=8,
+            )
+        for i, r in zip(slots, results):
+            if r["status"] == "ok":
+                continue
+            why = f"{r['status']}: {r.get('reason') or '?'}"
+            for panel, height in ((ax, top * 1.35), (mem, None)):
+                patch = panel.bar(
+                    i,
+                    height if height is not None else 1,
+                    width=0.7,
+                    color="none",
+                    edgecolor="#999999",
+                    hatch="///",
+                    linewidth=0.8,
+                )
+                for artist in patch:
+                    artist.set_gid(f"skipped:{name}:{r['mode']}")
+            text = ax.text(
+                i,
+                top * 0.05,
+                "\n".join(textwrap.wrap(why, 28)[:6]),
+                rotation=90,
+                ha="center",
+                va="bottom",
+                fontsize=7,
+                color="#555555",
+                bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.85, "pad": 1},
+            )
+            text.set_gid(f"skipped:{name}:{r['mode']}")
+        ax.set_xticks(slots)
+        ax.set_xticklabels(modes, rotation=20, ha="right", fontsize=8)
+        ax.set_title(f"{name}: ms per step (median, min–max over runs)", fontsize=9)
+        ax.set_ylabel("ms per step")
+        # the memory panel: peak per mode where measured
+        mibs = [_memory_mib(r) for r in results]
+        measured = [m for m in mibs if m is not None]
+        mtop = max(measured, default=1.0) or 1.0
+        mem.set_ylim(0, mtop * 1.25)
+        for patch in mem.patches:  # the skipped slots drawn above: full height of this panel
+            patch.set_height(mtop * 1.25)
+        for i, (r, m) in enumerate(zip(results, mibs)):
+            if r["status"] != "ok":
+                continue
+            if m is None:
+                mem.text(
+                    i,
+                    mtop * 0.05,
+                    "not measured",
+                    rotation=90,
+                    ha="center",
+                    va="bottom",
+                    fontsize=7,
+                )
+                continue
+            mem.bar(i, m, width=0.7, color=MODE_COLOURS.get(r["mode"], "#777777"))
+            mem.annotate(
+                f"{m:.0f}",
+                (i, m),
+                xytext=(0, 2),
+                textcoords="offset points",
+                ha="center",
+                va="bottom",
+                fontsize=7,
+            )
+        mem.set_xticks(slots)
+        mem.set_xticklabels(modes, rotation=20, ha="right", fontsize=8)
+        mem.set_ylabel("MiB")
+        mem.set_title(f"peak memory ({memory_kind})", fontsize=9)
+    # about 13 characters of 9-point text per inch of figure
+    fig.suptitle(chart_title(report, int(fig.get_figwidth() * 13)), fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
 def chart(report: dict, path: Path) -> str | None:
+    """results.png (see figure()); its PNG text says which modes have an empty slot and why ("Skipped modes", JSON),
+    and holds the whole headline ("Description"). Returns why it was not drawn, or None."""
     try:
         import matplotlib
 
@@ -938,34 +1110,25 @@ def chart(report: dict, path: Path) -> str | None:
         import matplotlib.pyplot as plt
     except Exception as exc:
         return f"matplotlib not importable ({exc.__class__.__name__}); pip install matplotlib for the chart"
-    names = list(report["models"])
-    fig, axes = plt.subplots(1, len(names), figsize=(5.5 * len(names), 4), squeeze=False)
-    for ax, name in zip(axes[0], names):
-        ok = [r for r in report["models"][name]["results"] if r["status"] == "ok"]
-        medians = [r["step_ms_median"] for r in ok]
-        errors = [
-            [r["step_ms_median"] - r["step_ms_min"] for r in ok],
-            [r["step_ms_max"] - r["step_ms_median"] for r in ok],
-        ]
-        bars = ax.bar([r["mode"] for r in ok], medians, yerr=errors, capsize=4, color="#4c72b0")
-        for bar, r in zip(bars, ok):
-            if r["speedup_vs_fp32"] is None:
-                continue
-            mfu = "" if r.get("mfu") is None else f"\nMFU {r['mfu'] * 100:.1f}%"
-            ax.annotate(
-                f"{r['speedup_vs_fp32']:.2f}×{mfu}",
-                (bar.get_x() + bar.get_width() / 2, bar.get_height()),
-                ha="center",
-                va="bottom",
-                fontsize=9,
-            )
-        ax.set_title(f"{name} ({report['device']['kind']})")
-        ax.set_ylabel("ms per step (median, min–max)")
-        ax.tick_params(axis="x", rotation=20)
-    fig.suptitle(report["headline"][:140], fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    fig = figure(report)
+    skipped = [
+        {"model": name, "mode": r["mode"], "status": r["status"], "reason": r.get("reason")}
+        for name, entry in report["models"].items()
+        for r in entry["results"]
+        if r["status"] != "ok"
+    ]
+    try:
+        fig.savefig(
+            path,
+            dpi=110,
+            metadata={
+                "Title": f"{report.get('label', 'bench')} AMP bench",
+                "Description": report["headline"],
+                "Skipped modes": json.dumps(skipped),
+            },
+        )
+    finally:
+        plt.close(fig)
     return None
 
 

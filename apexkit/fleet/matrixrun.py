@@ -26,9 +26,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from apexkit import dockerclient, envvars, log, paths, statusfile, untrusted, vocab
+from apexkit import dockerclient, envvars, fsedit, log, paths, statusfile, untrusted, vocab
 from apexkit.errors import ApexkitError, ConfigError
-from apexkit.fleet import slurm
+from apexkit.fleet import runreport, runwatch, slurm
 from apexkit.images import builder
 from apexkit.plan import matrix
 from apexkit.plan.matrix import Combination
@@ -251,6 +251,7 @@ class Result:
     cache_hit: bool = False
     log: str = ""
     extra: dict = field(default_factory=dict)
+    steps: dict | None = None  # the manifest's step timings (durations_s), checked; None when none
 
 
 def run_one(
@@ -263,7 +264,10 @@ def run_one(
     logs: Path,
     facts: builder.ImageFacts | None = None,
     image: str | None = None,
+    on_start: Callable[[Path], None] | None = None,
 ) -> Result:
+    """Build one combination in a child process; `on_start(status file)` is called as the child starts (the
+    watch reads the child's current step beside that file)."""
     try:
         m.validate(combo)
     except ConfigError as exc:
@@ -293,6 +297,8 @@ def run_one(
     # (same --build-dir) never reads it or removes it, and an old one is never there
     private = Path(tempfile.mkdtemp(prefix=f".{combo.id}.", suffix=".status", dir=logs))
     child_status = private / "status.json"
+    if on_start is not None:
+        on_start(child_status)
     try:
         with open(log_path, "w", encoding="utf-8") as fh:
             fh.write("+ " + log.mask(" ".join(argv)) + "\n")
@@ -334,6 +340,7 @@ def run_one(
         str(wheel.get("sha256", "")),
         bool(manifest.get("cache_hit")),
         str(log_path),
+        steps=runreport.step_timings(manifest),
     )
 
 
@@ -383,6 +390,7 @@ def run_all(
     build_dir: Path,
     jobs: int,
     image: str | None = None,
+    heartbeat: float = runwatch.DEFAULT_SECONDS,
 ) -> list[Result]:
     cores = os.cpu_count() or 1
     jobs = max(1, min(jobs, cores, len(combos) or 1))
@@ -394,20 +402,49 @@ def run_all(
     )
     results: dict[str, Result] = {}
     facts = builder.ImageFacts()  # every image is asked once, before its combinations run
+    watch = runwatch.Watch(len(combos), heartbeat)
+    index = {c.id: i for i, c in enumerate(combos, 1)}
 
     def one(combo: Combination) -> Result:
-        result = run_one(m, combo, passthrough, dist, build_dir, jobs_each, logs, facts, image)
-        mark = {"built": "✓", "cached": "✓", "refused": "✕", "failed": "✕"}[result.status]
-        log.info(
-            f"  {mark} {combo.id}: {result.status} ({log.format_seconds(result.seconds)})"
-            + (f" — {result.detail}" if result.status in ("refused", "failed") else "")
+        def on_start(status_file: Path) -> None:
+            watch.started(combo.id, index[combo.id], describe(combo, m, image), status_file)
+
+        result = run_one(
+            m, combo, passthrough, dist, build_dir, jobs_each, logs, facts, image, on_start
+        )
+        watch.ended(
+            combo.id,
+            index[combo.id],
+            result.status,
+            result.seconds,
+            result.wheel if result.status in ("built", "cached") else result.detail,
         )
         return result
 
-    with ThreadPoolExecutor(max_workers=jobs) as pool:
-        for result in pool.map(one, combos):
-            results[result.id] = result
+    stop = watch.pulse()
+    try:
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            for result in pool.map(one, combos):
+                results[result.id] = result
+    finally:
+        stop()
     return [results[c.id] for c in combos]
+
+
+def describe(combo: Combination, m: matrix.Matrix | None = None, image: str | None = None) -> str:
+    """What a start line says of a combination: Python, torch (+ torch_npu, CANN), arch, ref, where it builds."""
+    parts = [f"Python {combo.python}", f"torch {combo.torch}"]
+    if combo.torch_npu:
+        parts.append(f"torch_npu {combo.torch_npu}")
+    if combo.cann:
+        parts.append(f"CANN {combo.cann}")
+    parts += [combo.arch, f"ref {combo.ref}"]
+    if m is not None:
+        with contextlib.suppress(ApexkitError):
+            where = image_for(m, combo, image=image)
+            if where:
+                parts.append(f"in {where}")
+    return ", ".join(parts)
 
 
 # --- the matrix on a Slurm cluster (--run --slurm) -----------------------------------------------------------------
@@ -694,6 +731,8 @@ def run_slurm(
         return []
     slurm.check_slurm()
     poll = envvars.number(os.environ, "APEXKIT_SLURM_POLL", SLURM_POLL, low=0.1, high=600.0)
+    watch = runwatch.Watch(len(combos), runwatch.interval(os.environ))
+    index = {c.id: i for i, c in enumerate(combos, 1)}
     stage.mkdir(parents=True, exist_ok=True)
     force = "--force" in passthrough
     jobs: dict[str, Combination] = {}
@@ -739,6 +778,7 @@ def run_slurm(
                 f"{', constraint ' + opts.constraint[combo.arch] if opts.constraint.get(combo.arch) else ''})"
             )
         seen: dict[str, str] = {}
+        ran: set[str] = set()
         waiting = dict(jobs)
         while waiting:
             live = slurm.queue_states(list(waiting))
@@ -747,9 +787,19 @@ def run_slurm(
                 if state is not None:
                     if seen.get(job_id) != state:
                         seen[job_id] = state
-                        log.info(f"  ⋯ {combo.id}: job {job_id} {state}")
+                        if state == "RUNNING" and job_id not in ran:
+                            ran.add(job_id)  # from now on its heartbeat names its build's step
+                            watch.started(
+                                combo.id,
+                                index[combo.id],
+                                f"job {job_id}",
+                                status_path(stage, combo),
+                            )
+                        else:
+                            watch.say(f"  ⋯ {combo.id}: job {job_id} {state}")
                     continue
                 del waiting[job_id]
+                watch.forget(combo.id)
                 results[combo.id] = _finish(
                     combo,
                     job_id,
@@ -761,6 +811,7 @@ def run_slurm(
                     planned[combo.id],
                 )
             if waiting:
+                watch.beat()
                 time.sleep(poll)
     except (
         BaseException
@@ -846,6 +897,7 @@ def _finish(
                 bool(manifest.get("cache_hit")),
                 str(log_path),
                 extra=job,
+                steps=runreport.step_timings(manifest),
             )
     mark = "✓" if result.status in ("built", "cached") else "✕"
     log.info(
@@ -854,6 +906,39 @@ def _finish(
         + (f" — {result.detail}" if result.status == "failed" else "")
     )
     return result
+
+
+def cells(results: list[Result], combos: list[Combination]) -> list[runreport.Cell]:
+    """The results as the grid and the timeline see them (each with its combination's Python, torch, arch)."""
+    by_id = {c.id: c for c in combos}
+    out = []
+    for r in results:
+        c = by_id.get(r.id)
+        if c is None:
+            continue
+        out.append(
+            runreport.Cell(
+                r.id,
+                c.python,
+                c.torch,
+                c.torch_npu or "",
+                c.arch,
+                r.status,
+                r.wheel,
+                r.detail,
+                r.steps,
+                c.cann or "",
+                c.ref,
+            )
+        )
+    return out
+
+
+def report_markdown(results: list[Result], combos: list[Combination]) -> tuple[str, str]:
+    """(summary.md's text, the part printed on the terminal): the grid, the per-combination table, the timeline."""
+    found = cells(results, combos)
+    shown = runreport.grid(found) + "\n\n### Combinations\n\n" + summary(results)
+    return shown + "\n\n" + runreport.timeline(found), shown
 
 
 def summary(results: list[Result]) -> str:
@@ -1076,16 +1161,18 @@ def main(argv: list[str]) -> int:
             "add --slurm, or drop --dry-run",
         )
     else:
+        heartbeat = runwatch.interval(os.environ)  # checked before anything runs
         results = run_all(
-            m, combos, args.build_options, dist, build_dir, args.jobs, image=args.image
+            m,
+            combos,
+            args.build_options,
+            dist,
+            build_dir,
+            args.jobs,
+            image=args.image,
+            heartbeat=heartbeat,
         )
-    (build_dir / "matrix").mkdir(parents=True, exist_ok=True)
-    report = summary(results)
-    (build_dir / "matrix" / "summary.md").write_text(report + "\n")
-    (build_dir / "matrix" / "summary.json").write_text(
-        json.dumps([r.__dict__ for r in results], indent=1) + "\n"
-    )
-    log.info(report)
+    write_reports(build_dir / "matrix", results, combos)
     bad = [r for r in results if r.status in ("refused", "failed")]
     if bad:
         raise MatrixError(
@@ -1094,6 +1181,34 @@ def main(argv: list[str]) -> int:
             f"see the summary above and {build_dir / 'matrix'}/<id>.log",
         )
     return 0
+
+
+def write_reports(where: Path, results: list[Result], combos: list[Combination]) -> None:
+    """summary.md (grid, table, timeline; timeline.png when matplotlib imports here), summary.json, the grid and
+    table on the terminal, and the same Markdown appended to $GITHUB_STEP_SUMMARY when it names a file."""
+    where.mkdir(parents=True, exist_ok=True)
+    text, shown = report_markdown(results, combos)
+    png = where / "timeline.png"
+    why_not = runreport.draw_timeline(cells(results, combos), png)
+    if why_not is None:
+        text += "\n\n(the same timeline drawn: timeline.png beside this file)"
+    else:
+        with contextlib.suppress(OSError):
+            png.unlink()  # an earlier run's picture is not this run's
+    fsedit.atomic_write(where / "summary.md", (text + "\n").encode(), 0o644)
+    fsedit.atomic_write(
+        where / "summary.json",
+        (json.dumps([r.__dict__ for r in results], indent=1) + "\n").encode(),
+        0o644,
+    )
+    log.info(shown)
+    log.info(
+        f"timeline: {where / 'summary.md'}"
+        + (f", {png}" if why_not is None else f" (Markdown only: {why_not})")
+    )
+    problem = runreport.append_step_summary(text)
+    if problem:
+        log.warn(problem)
 
 
 class MatrixError(ApexkitError):

@@ -147,6 +147,108 @@ def test_bench_fp32_vs_bf16_both_models_writes_json_md_png(bench_python, tmp_pat
     assert (out / "results.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert report["png"] == "results.png"
     assert result.stdout.strip() == report["headline"] and "×" in report["headline"]
+    # the chart keeps an empty, marked slot for each skipped mode, says so in its PNG text, and the whole headline
+    text = png_text(out / "results.png")
+    marked = {(x["model"], x["mode"]) for x in json.loads(text["Skipped modes"])}
+    assert marked == {(m, mode) for m in report["models"] for mode in ("apex-O1", "apex-O2")}
+    assert text["Description"] == report["headline"]
+
+
+def png_text(path: Path) -> dict:
+    """The text chunks of a PNG (tEXt, and iTXt as matplotlib writes non-Latin-1 text), read with the stdlib."""
+    import struct
+    import zlib
+
+    data, found, at = path.read_bytes(), {}, 8
+    while at < len(data):
+        (length,) = struct.unpack(">I", data[at : at + 4])
+        kind, body = data[at + 4 : at + 8], data[at + 8 : at + 8 + length]
+        at += 12 + length
+        if kind == b"tEXt":
+            key, _, value = body.partition(b"\0")
+            found[key.decode("latin-1")] = value.decode("latin-1")
+        elif kind == b"iTXt":
+            key, _, rest = body.partition(b"\0")
+            compressed, rest = rest[0], rest[2:]
+            _lang, _, rest = rest.partition(b"\0")
+            _translated, _, value = rest.partition(b"\0")
+            found[key.decode("latin-1")] = (
+                zlib.decompress(value) if compressed else value
+            ).decode()
+    return found
+
+
+CHART_CHECK = r"""
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import amp_bench
+from pathlib import Path
+
+ok = lambda mode, median, lo, hi, mem: {"mode": mode, "status": "ok", "step_ms_median": median,
+    "step_ms_min": lo, "step_ms_max": hi, "speedup_vs_fp32": None if mode == "fp32" else 2.0, "mfu": 0.05,
+    "peak_memory_bytes": mem}
+words = "mlp on cpu: fp32 826.0 ms/step, bf16 340.4 ms/step, 2.43x"
+report = {"label": "cpu", "device": {"kind": "cpu", "name": "EPYC", "memory": "peak RSS (process)"},
+    "headline": "; ".join([words] * 8),
+    "models": {"mlp": {"results": [ok("fp32", 10, 5, 30, 2**30),
+        {"mode": "apex-O1", "status": "skipped", "reason": "apex.amp runs on NPU/GPU only"},
+        ok("bf16", 4, 3, 5, None),
+        {"mode": "apex-O2", "status": "failed", "reason": "RuntimeError: boom"}]}}}
+fig = amp_bench.figure(report)
+ax, mem = fig.axes[0], fig.axes[1]
+gids = sorted({a.get_gid() for a in fig.findobj() if a.get_gid()})
+labels = {t.get_text(): t for t in ax.texts if t.get_gid() is None}
+colours = sorted({tuple(p.get_facecolor()) for p in ax.patches if p.get_gid() is None})
+print(json.dumps({
+    "gids": gids,
+    "skipped_text": [t.get_text().replace(chr(10), " ") for t in ax.texts if t.get_gid()],
+    # each label sits on its error bar's top (the max), offset upward: never on the cap
+    "label_y": {k.split(chr(10))[0]: t.xy[1] for k, t in labels.items()},
+    "not_measured": [t.get_text() for t in mem.texts],
+    "bar_colours": len(colours),
+    "title": fig._suptitle.get_text(),
+}))
+print(amp_bench.chart(report, Path(sys.argv[2])))
+"""
+
+
+def test_the_chart_marks_skipped_modes_keeps_labels_off_the_caps_and_wraps_its_title(
+    bench_python, tmp_path
+):
+    proc = subprocess.run(
+        [bench_python, "-c", CHART_CHECK, str(BENCH), str(tmp_path / "c.png")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    seen = json.loads(proc.stdout.splitlines()[0])
+    assert proc.stdout.splitlines()[1] == "None"  # drawn
+    assert seen["gids"] == ["skipped:mlp:apex-O1", "skipped:mlp:apex-O2"]
+    assert any("skipped: apex.amp runs on NPU/GPU only" in t for t in seen["skipped_text"])
+    assert any("failed: RuntimeError: boom" in t for t in seen["skipped_text"])
+    assert seen["label_y"] == {
+        "reference": 30,
+        "2.00×": 5,
+    }  # at the caps' top (offset above it in points)
+    # fp32's MiB above its bar; bf16's memory was not measured: said, not drawn as a 0 bar
+    assert seen["not_measured"] == ["1024", "not measured"]
+    assert seen["bar_colours"] == 2  # fp32 and bf16 in their own colours
+    title = seen["title"].splitlines()
+    assert title[0] == "cpu on cpu (EPYC)" and len(title) == 3
+    assert title[-1].endswith("… (full text in results.md)")
+    body = " ".join(title[1:]).replace(" … (full text in results.md)", "")
+    assert all(
+        word in report_words() for word in body.split()
+    )  # whole words only: nothing cut mid-word
+    text = png_text(tmp_path / "c.png")
+    assert [x["mode"] for x in json.loads(text["Skipped modes"])] == ["apex-O1", "apex-O2"]
+
+
+def report_words() -> set:
+    return set(
+        ["mlp", "on", "cpu:", "fp32", "826.0", "ms/step,", "bf16", "340.4", "ms/step,", "2.43x;"]
+    ) | {"2.43x"}
 
 
 def test_bench_runs_fp16_where_this_torchs_cpu_autocast_has_it(bench_python, tmp_path):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -170,14 +171,22 @@ def test_matrix_on_slurm_builds_on_a_node_of_its_arch_and_collects_the_wheel(
         str(runner.build),
         "--",
         "--no-smoke-test",
-        env=runner.env(SLURM_CONF=cluster.env["SLURM_CONF"], APEXKIT_SLURM_POLL="1"),
+        env=runner.env(
+            SLURM_CONF=cluster.env["SLURM_CONF"],
+            APEXKIT_SLURM_POLL="1",
+            APEXKIT_MATRIX_HEARTBEAT="1",
+        ),
     )
     text = output(proc)
     assert proc.returncode == 1, text[-4000:] + cluster.logs()  # one refused, one not placeable
     assert "Traceback" not in text
+    # watched as a local run is: a start line when its job runs, then heartbeats naming its build's step
+    assert re.search(rf"▸ \[1/3\] {re.escape(BUILT)}: started \(job \d+\)", text), text[-3000:]
+    assert re.search(rf"  … \[1/3\] {re.escape(BUILT)}: running \S+, step: ", text), text[-3000:]
     summary = (runner.build / "matrix" / "summary.md").read_text().splitlines()
-    assert summary[0] == "| combination | wheel | size | sha256 | build time | cache hit |"
-    rows = {line.split(" | ")[0][2:]: line for line in summary[2:]}
+    head = summary.index("| combination | wheel | size | sha256 | build time | cache hit |")
+    table = summary[head + 2 : summary.index("", head)]  # the per-combination table, after the grid
+    rows = {line.split(" | ")[0][2:]: line for line in table}
     assert list(rows) == [BUILT, FOREIGN, REFUSED]  # the matrix's order
 
     # the x86_64 combination: built by a job on a cluster node, copied (re-hashed) into the local dist/
