@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import re
 import shutil
@@ -266,6 +267,11 @@ def _runtime_names(requires: list[str]) -> set[str]:
 
 
 # --- the SBOM ------------------------------------------------------------------------------------------------------
+
+# cyclonedx's serialiser logs every class it registers and every dump at DEBUG; under nox (whose root handler takes
+# DEBUG) that was ~800 lines in a build's output. Its warnings still show.
+for _name in ("py_serializable", "serializable", "cyclonedx"):
+    logging.getLogger(_name).setLevel(logging.WARNING)
 
 
 def sbom_text(manifest: dict, wheel: Path, wheel_sha256: str) -> str:
