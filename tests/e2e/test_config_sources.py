@@ -203,3 +203,60 @@ def test_a_source_that_never_answers_is_bounded_by_the_total():
     assert [(r.name, r.status) for r in rows] == [("index_url", "warn")]
     assert "no answer within" in rows[0].detail
     assert "PIP_INDEX_URL" in rows[0].fix
+
+
+def test_proxy_setup_write_config_records_the_pip_mirror_in_the_user_file(fsroot):
+    """proxy.setup --pip-index URL --write-config: pip's mirror also lands in the user config file (0600: the URL may
+    hold a password), which config.show then reports; --dry-run shows the masked diff and writes nothing."""
+    home = fsroot / "home" / "alice"
+    env = {k: v for k, v in os.environ.items() if k not in ("XDG_CONFIG_HOME", "PIP_INDEX_URL")}
+    env["HOME"] = "/home/alice"
+
+    def setup(*args: str) -> subprocess.CompletedProcess:
+        argv = [
+            sys.executable,
+            "-m",
+            "apexkit",
+            "proxy.setup",
+            "--layers",
+            "pip",
+            "--root",
+            str(fsroot),
+        ]
+        return subprocess.run(
+            [*argv, "--write-config", *args],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    done = setup("--pip-index", "http://127.0.0.1:9/simple/")
+    assert done.returncode == 0, done.stderr[-2000:]
+    written = home / ".config" / "apexkit" / "config.toml"
+    assert (written.stat().st_mode & 0o777) == 0o600
+    assert config.read_file(written, "user")["index_url"] == "http://127.0.0.1:9/simple/"
+    shown = subprocess.run(
+        [sys.executable, "-m", "apexkit", "config.show", "--json"],
+        cwd=ROOT,
+        env={**env, "XDG_CONFIG_HOME": str(home / ".config")},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    rows = (
+        {r["key"]: r for r in json.loads(shown.stdout)["settings"]} if shown.returncode == 0 else {}
+    )
+    assert rows["index_url"]["value"] == "http://127.0.0.1:9/simple/", shown.stdout + shown.stderr
+    assert rows["index_url"]["origin"].startswith("user ")
+    before = written.read_bytes()
+    dry = setup("--pip-index", "http://u:sekret@127.0.0.1:9/other/", "--dry-run")
+    assert dry.returncode == 0 and "u:***@127.0.0.1:9/other/" in dry.stderr
+    assert "sekret" not in dry.stdout + dry.stderr and written.read_bytes() == before
+    refused = setup()  # nothing to record
+    assert (
+        refused.returncode != 0
+        and "--pip-index" in refused.stderr
+        and written.read_bytes() == before
+    )
