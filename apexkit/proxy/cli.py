@@ -13,7 +13,7 @@ import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from apexkit import locks, log
+from apexkit import locks, log, vocab
 from apexkit.errors import ConfigError, EnvironmentSetupError
 from apexkit.proxy import check as proxycheck
 from apexkit.proxy import layers as proxy
@@ -146,7 +146,7 @@ def _setup(
     )
     proxy.setup(plan, dry_run=dry_run, restart=restart)
     if not dry_run:
-        log.info("check every layer with: invoke proxy.check")
+        log.info(f"check every layer with: {vocab.command('proxy.check')}")
     return 0
 
 

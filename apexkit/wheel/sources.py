@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from apexkit import cachetrust, locks, log, paths, untrusted
+from apexkit import cachetrust, locks, log, paths, untrusted, vocab
 from apexkit.errors import ConfigError, PatchError, SourceError
 
 SHA_RE = re.compile(r"^[0-9a-f]{40}$")
@@ -217,7 +217,7 @@ class Mirror:
         raise SourceError(
             f"could not fetch {log.mask(self.url)} after {self.retry.attempts} attempts: {log.mask(last)}",
             known_failures.announce(proc.stderr)
-            or "check the URL and your proxy (invoke proxy.check), or point APEXKIT_ASCEND_APEX_URL / "
+            or f"check the URL and your proxy ({vocab.command('proxy.check')}), or point APEXKIT_ASCEND_APEX_URL / "
             "APEXKIT_NVIDIA_APEX_URL at a reachable mirror",
         )
 

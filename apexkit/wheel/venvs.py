@@ -38,7 +38,7 @@ from typing import Any
 from packaging.requirements import Requirement
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
-from apexkit import cachetrust, locks, log, paths, pipconfig, untrusted
+from apexkit import cachetrust, locks, log, paths, pipconfig, untrusted, vocab
 from apexkit.cachetrust import root as cache_dir
 from apexkit.errors import EnvironmentSetupError
 from apexkit.proc import run_logged
@@ -299,7 +299,7 @@ def pip_install(
         )
         hint = (
             known_failures.announce("\n".join(tail))
-            or "check --torch / --index-url / --wheelhouse (or the proxy: invoke proxy.check)"
+            or f"check --torch / --index-url / --wheelhouse (or the proxy: {vocab.command('proxy.check')})"
         )
         raise EnvironmentSetupError(
             f"pip could not install {' '.join(requirements)}: {log.mask(reason)}",
