@@ -171,6 +171,7 @@ def test_matrix_on_slurm_builds_on_a_node_of_its_arch_and_collects_the_wheel(
         str(runner.build),
         "--",
         "--no-smoke-test",
+        "--no-cache",  # a real build on the node (the shared cache may hold this wheel): a step to heartbeat
         env=runner.env(
             SLURM_CONF=cluster.env["SLURM_CONF"],
             APEXKIT_SLURM_POLL="1",

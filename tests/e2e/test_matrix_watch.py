@@ -23,7 +23,17 @@ def test_a_watched_run_prints_start_heartbeat_and_end_lines_and_writes_the_grid(
     step_summary = tmp_path / "step-summary.md"
     step_summary.write_text("earlier\n")
     argv = [sys.executable, "-m", "apexkit", "matrix", "--matrix", str(spec), "--run"]
-    argv += ["--dist", str(runner.dist), "--build-dir", str(runner.build), "--", "--no-smoke-test"]
+    # --no-cache: a real build (an earlier test may have cached this wheel in the shared cache), so there is a step
+    # for the heartbeat to name
+    argv += [
+        "--dist",
+        str(runner.dist),
+        "--build-dir",
+        str(runner.build),
+        "--",
+        "--no-smoke-test",
+        "--no-cache",
+    ]
     proc = subprocess.run(
         argv,
         cwd=ROOT,
