@@ -226,9 +226,13 @@ def read_file(path: Path, what: str) -> dict[str, object]:
             f"{what} config {shown} is a symbolic link; it is not read",
             "put the file itself there (cp --remove-destination TARGET FILE)",
         )
-    try:
-        data = untrusted.read_regular(path, None, MAX_BYTES)
-        st = os.stat(path, follow_symlinks=False)
+    try:  # one open (no link followed): the mode checked is the one of the file read, not of a swapped-in one
+        fd = untrusted.open_regular(path, None)
+        with os.fdopen(fd, "rb") as fh:
+            st = os.fstat(fd)
+            data = fh.read(MAX_BYTES + 1)
+        if len(data) > MAX_BYTES:
+            raise untrusted.Refused(str(path), "size", limit=MAX_BYTES)
     except untrusted.Refused as exc:
         raise ConfigError(
             f"{what} config {shown} {exc.why}",
