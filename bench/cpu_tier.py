@@ -68,18 +68,27 @@ class Tier:
         return any(r["status"] == "fail" for r in self.results)
 
 
+def _change_data_ptr():
+    """(the compiled change_data_ptr(), None), or (None, the check's result): the module does not import (fail), or
+    it has no change_data_ptr() (skip: not Ascend's source)."""
+    try:
+        mod = importlib.import_module("change_data_ptr")
+    except ImportError as exc:
+        return None, ("fail", f"import change_data_ptr: {exc}")
+    fn = getattr(mod, "change_data_ptr", None)
+    if fn is None:
+        return None, (
+            "skip",
+            "this change_data_ptr module has no change_data_ptr() (not Ascend's source)",
+        )
+    return fn, ("ok", "")
+
+
 def change_data_ptr_round_trip(torch):
     def check():
-        try:
-            mod = importlib.import_module("change_data_ptr")
-        except ImportError as exc:
-            return "fail", f"import change_data_ptr: {exc}"
-        fn = getattr(mod, "change_data_ptr", None)
+        fn, result = _change_data_ptr()
         if fn is None:
-            return (
-                "skip",
-                "this change_data_ptr module has no change_data_ptr() (not Ascend's source)",
-            )
+            return result
         done = []
         for dtype in (torch.float32, torch.float16):
             src = torch.arange(16, dtype=dtype)
@@ -116,16 +125,9 @@ def change_data_ptr_bound(torch):
     dst then lies past src's end (reported, never read through)."""
 
     def check():
-        try:
-            mod = importlib.import_module("change_data_ptr")
-        except ImportError as exc:
-            return "fail", f"import change_data_ptr: {exc}"
-        fn = getattr(mod, "change_data_ptr", None)
+        fn, result = _change_data_ptr()
         if fn is None:
-            return (
-                "skip",
-                "this change_data_ptr module has no change_data_ptr() (not Ascend's source)",
-            )
+            return result
         done = []
         for dtype in (torch.float32, torch.float16):
             name = str(dtype).replace("torch.", "")
@@ -176,11 +178,9 @@ def edge_cases(torch):
 
     def check():
         done = []
-        try:
-            mod = importlib.import_module("change_data_ptr")
-        except ImportError as exc:
-            return "fail", f"import change_data_ptr: {exc}"
-        fn = getattr(mod, "change_data_ptr", None)
+        fn, result = _change_data_ptr()
+        if result[0] == "fail":
+            return result
         if fn is not None:
             src = torch.arange(100, dtype=torch.float32)
             dst = torch.zeros(10)
