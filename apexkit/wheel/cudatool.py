@@ -1,0 +1,126 @@
+"""The CUDA toolchain of a CUDA build, found and checked before anything compiles: which nvcc, its release against
+the CUDA torch was built with (the check upstream NVIDIA apex's setup.py makes only after minutes of setup), the
+architectures it can compile for, and how many compile jobs fit this machine.
+
+The facts are read off the tools' own words (`nvcc -V`, `nvcc --list-gpu-arch`); parsing is pure and separate
+from running, so both are tested: the parsing on text, the running against the installed nvcc.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from apexkit.errors import ConfigError
+from apexkit.wheel import cudabin
+
+_RELEASE = re.compile(r"release (?P<major>\d+)\.(?P<minor>\d+), V(?P<full>\d+\.\d+\.\d+)")
+_ARCH = re.compile(r"^compute_(?P<n>\d+)[af]?$")
+MAX_OUTPUT = 64 * 1024  # nvcc's answers are a few lines; more is not nvcc
+# Peak resident memory of one nvcc job on apex's largest kernels, in GiB (flash-attention's setup.py budgets the
+# same way; upstream master's multi_tensor_scale_kernel.cu peaked at 1.3 GB here for one architecture).
+GIB_PER_JOB = 2.0
+
+
+@dataclass(frozen=True)
+class Nvcc:
+    path: Path
+    release: str  # "13.0": what upstream compares with torch.version.cuda
+    version: str  # "13.0.88"
+    arches: frozenset[int]  # what --list-gpu-arch names: 75, 80, 86, 90, 100, ...
+
+
+def parse_version(text: str) -> tuple[str, str]:
+    """(release, full version) from `nvcc -V`: ("13.0", "13.0.88")."""
+    m = _RELEASE.search(text[:MAX_OUTPUT])
+    if m is None:
+        raise ConfigError(
+            "nvcc -V printed no 'release X.Y, VX.Y.Z' line",
+            "point CUDA_HOME at a CUDA toolkit (its bin/nvcc)",
+        )
+    return f"{m['major']}.{m['minor']}", m["full"]
+
+
+def parse_arches(text: str) -> frozenset[int]:
+    """The virtual architectures of `nvcc --list-gpu-arch`, as numbers."""
+    found = set()
+    for word in text[:MAX_OUTPUT].split():
+        m = _ARCH.match(word)
+        if m is not None:
+            found.add(int(m["n"]))
+    return frozenset(found)
+
+
+def candidates(env) -> list[Path]:
+    """Where nvcc is looked for, in upstream's order (torch.utils.cpp_extension's CUDA_HOME): $CUDA_HOME,
+    $CUDA_PATH, nvcc on PATH, /usr/local/cuda."""
+    found = [Path(env[k]) / "bin" / "nvcc" for k in ("CUDA_HOME", "CUDA_PATH") if env.get(k)]
+    for folder in env.get("PATH", "").split(os.pathsep):
+        if folder:
+            found.append(Path(folder) / "nvcc")
+    found.append(Path("/usr/local/cuda/bin/nvcc"))
+    return found
+
+
+def _ask(nvcc: Path, *args: str) -> str:
+    proc = subprocess.run(
+        [str(nvcc), *args], capture_output=True, text=True, timeout=60, errors="replace"
+    )
+    if proc.returncode != 0:
+        raise ConfigError(
+            f"{nvcc} {' '.join(args)} exited {proc.returncode}", "check the CUDA toolkit's install"
+        )
+    return proc.stdout
+
+
+def find(env) -> Nvcc | None:
+    """The first nvcc that answers, or None (then the build takes nvcc from the index's nvidia-cuda-nvcc wheel)."""
+    for path in candidates(env):
+        if path.is_file() and os.access(path, os.X_OK):
+            release, version = parse_version(_ask(path, "-V"))
+            return Nvcc(
+                path.resolve(), release, version, parse_arches(_ask(path, "--list-gpu-arch"))
+            )
+    return None
+
+
+def check_matches_torch(nvcc: Nvcc, torch_cuda: str | None, torch: str) -> None:
+    """Upstream's check_cuda_torch_binary_vs_bare_metal, before compiling: nvcc's release equals torch's CUDA."""
+    if not torch_cuda:
+        raise ConfigError(
+            f"torch {torch} is a build without CUDA (torch.version.cuda is None): a CUDA build of apex needs a CUDA torch",
+            "pass --torch-index-url https://download.pytorch.org/whl/cu130 (or your mirror of it), or drop --backend cuda",
+        )
+    if _release(torch_cuda) != nvcc.release:
+        raise ConfigError(
+            f"nvcc {nvcc.version} ({nvcc.path}) is CUDA {nvcc.release}; torch {torch} was built with CUDA {torch_cuda}",
+            f"point CUDA_HOME at a CUDA {_release(torch_cuda)} toolkit, or unset it to take nvcc from the index's "
+            "nvidia-cuda-nvcc wheel",
+        )
+
+
+def _release(version: str) -> str:
+    return ".".join(version.split(".")[:2])
+
+
+def check_arches(nvcc: Nvcc, arches: tuple[cudabin.Arch, ...]) -> None:
+    unknown = [a.text for a in arches if a.number not in nvcc.arches]
+    if unknown:
+        known = ", ".join(f"{n // 10}.{n % 10}" for n in sorted(nvcc.arches))
+        raise ConfigError(
+            f"nvcc {nvcc.version} cannot compile for {', '.join(unknown)} (it knows {known})",
+            "choose from those, or use a toolkit that supports them",
+        )
+
+
+def jobs(cores: int, free_gib: float, asked: int | None = None) -> tuple[int, int]:
+    """(MAX_JOBS, NVCC_THREADS): as many jobs as cores and memory allow (GIB_PER_JOB each), and nvcc threads to use
+    what is left when there are fewer translation units than cores; an explicit --jobs wins."""
+    if asked is not None:
+        return max(1, asked), 1
+    by_memory = max(1, int(free_gib // GIB_PER_JOB))
+    n = max(1, min(cores, by_memory))
+    return n, max(1, min(4, cores // n))
