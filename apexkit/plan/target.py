@@ -97,6 +97,30 @@ def version_label(torch: str, torch_npu: str | None = None) -> str:
     return label
 
 
+NVIDIA_BASE_VERSION = "0.1"  # upstream NVIDIA apex's setup.py version, every ref since 2018
+
+
+def cuda_tag(torch_cuda: str) -> str:
+    """torch.version.cuda as PyTorch's index tags it: "13.0" → "cu130", "12.8" → "cu128"."""
+    m = re.fullmatch(r"(\d{1,3})\.(\d{1,2})(?:\.\d+)?", torch_cuda)
+    if m is None:
+        raise ConfigError(
+            f"torch.version.cuda {torch_cuda[:20]!r} is not a CUDA release such as 13.0",
+            "check the build venv's torch (a CUDA build reports e.g. 13.0)",
+        )
+    return f"cu{m[1]}{m[2]}"
+
+
+def cuda_version(torch: str, torch_cuda: str) -> str:
+    """The version of an NVIDIA apex wheel built for CUDA: `0.1+cu130.torch2.14.1`. The CUDA release comes first
+    because it decides which machines can load the wheel (libcudart.so.13), the torch release because the ABI of
+    libtorch changes with each one; pip's `torch==2.14.1` pin (runtime_requires) then accepts 2.14.1+cu130."""
+    full = f"{NVIDIA_BASE_VERSION}+{cuda_tag(torch_cuda)}.torch{Version(torch).public}"
+    if str(Version(full)) != full:
+        raise ConfigError(f"version {full} is not a normalised PEP 440 version", "report this")
+    return full
+
+
 def runtime_requires(torch: str, torch_npu: str | None, links_torch_npu: bool) -> list[str]:
     """Requires-Dist pins, as strict as the ABI needs: the extensions link libtorch/libc10, whose C++ symbols change
     with every torch release, so torch is pinned to the exact release (`==2.13.0` accepts 2.13.0+cpu). torch_npu's
