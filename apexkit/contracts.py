@@ -39,7 +39,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from apexkit import fsedit, log, paths, untrusted
+from apexkit import fsedit, log, paths, untrusted, vocab
 from apexkit.errors import ConfigError, SourceError
 
 BENCH = paths.BENCH  # the checkout's bench/, or the installed copy (apexkit/_data)
@@ -1414,10 +1414,13 @@ def contract_line(folder: Path) -> str:
         data = untrusted.read_json_object(path, None, 8 << 20)
     except untrusted.Untrusted as exc:
         missing = isinstance(exc, untrusted.Refused) and exc.kind == "os"
+        # the target id names the folder; anything else (a renamed folder) is not typed into a shell hint
+        tid = folder.name if re.fullmatch(r"py3\.\d+-[A-Za-z0-9._+-]{1,200}", folder.name) else "ID"
         return (
             "contract: not checked"
             + ("" if missing else f" ({exc})")
-            + " -- apexkit contracts --target ID"
+            + " -- "
+            + vocab.command("contracts", f"--target {tid}")
         )
     npu, ref, ok, when = (
         data.get("torch_npu"),

@@ -282,3 +282,16 @@ def test_a_release_or_target_that_is_not_one_is_refused_before_anything_is_read(
         contracts.main(
             ["--target", "../../etc", "--dist", str(tmp_path)], {"APEXKIT_CACHE_DIR": str(tmp_path)}
         )
+
+
+def test_contract_hint_names_the_door_in_use_and_the_target(tmp_path, monkeypatch):
+    folder = tmp_path / "py3.11-torch2.13.0-x86_64-master"
+    folder.mkdir()
+    monkeypatch.setitem(contracts.vocab.ENTRY, "name", "invoke")
+    assert contracts.contract_line(folder) == (
+        "contract: not checked -- invoke contracts --target py3.11-torch2.13.0-x86_64-master"
+    )
+    monkeypatch.setitem(contracts.vocab.ENTRY, "name", "apexkit")
+    renamed = tmp_path / "my wheel; rm -rf ~"
+    renamed.mkdir()
+    assert contracts.contract_line(renamed).endswith("-- apexkit contracts --target ID")
