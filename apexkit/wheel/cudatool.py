@@ -124,3 +124,21 @@ def jobs(cores: int, free_gib: float, asked: int | None = None) -> tuple[int, in
     by_memory = max(1, int(free_gib // GIB_PER_JOB))
     n = max(1, min(cores, by_memory))
     return n, max(1, min(4, cores // n))
+
+
+MAX_LIB_DIRS = 64  # torch 2.14.1's CUDA wheels install ~20 packages under nvidia/
+
+
+def runtime_lib_dirs(site_dir: Path) -> tuple[str, ...]:
+    """The CUDA runtime wheels' library folders in a venv's site-packages, for the binary checks: a CUDA extension
+    may link libcudart.so.13 and friends from there, as torch itself does (nvidia/cuda_runtime/lib in CUDA 12's
+    wheels, nvidia/cu13/lib in CUDA 13's). Real folders only: a link could point the check at another tree."""
+    root = site_dir / "nvidia"
+    if root.is_symlink() or not root.is_dir():
+        return ()
+    found = []
+    for package in sorted(root.iterdir())[: MAX_LIB_DIRS * 4]:
+        lib = package / "lib"
+        if not package.is_symlink() and not lib.is_symlink() and lib.is_dir():
+            found.append(str(lib))
+    return tuple(found[:MAX_LIB_DIRS])

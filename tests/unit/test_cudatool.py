@@ -69,3 +69,17 @@ def test_arch_list_must_be_known_to_nvcc():
 )
 def test_jobs_fit_cores_and_memory(cores, free, asked, expect):
     assert cudatool.jobs(cores, free, asked) == expect
+
+
+def test_runtime_lib_dirs_are_the_nvidia_wheels_real_lib_folders(tmp_path):
+    site = tmp_path / "site-packages"
+    assert cudatool.runtime_lib_dirs(site) == ()
+    for package in ("cu13", "cublas", "nccl"):
+        (site / "nvidia" / package / "lib").mkdir(parents=True)
+    (site / "nvidia" / "cuda_nvcc" / "bin").mkdir(parents=True)  # no lib: not a library folder
+    elsewhere = tmp_path / "elsewhere" / "lib"
+    elsewhere.mkdir(parents=True)
+    (site / "nvidia" / "linked").symlink_to(elsewhere.parent)  # a link is not followed
+    assert cudatool.runtime_lib_dirs(site) == tuple(
+        str(site / "nvidia" / p / "lib") for p in ("cu13", "cublas", "nccl")
+    )
