@@ -1,10 +1,9 @@
-"""The invoke commands, declared once: each command's options (name, default, help, renamed spelling), the function
+"""The invoke commands, declared once: each command's options (name, default, help), the function
 it calls, and the one way an error becomes `error: ...` and an exit code. tasks.py is `ns = commands.namespace()`;
 `apexkit proxy.setup ...` runs the same tasks (apexkit.cli).
 
-An option's value reaches the function under `to` (default: its own name); `renamed` keeps an old spelling working
-until apexkit 0.2 with one deprecation line (apexkit.vocab); `convert` turns invoke's string into what the function
-takes."""
+An option's value reaches the function under `to` (default: its own name); `convert` turns invoke's string into
+what the function takes."""
 
 from __future__ import annotations
 
@@ -22,7 +21,7 @@ if TYPE_CHECKING:
     from apexkit.wheel.cache import RemoteLookup
     from apexkit.wheel.options import BuildOptions
 
-from apexkit import envvars, netenv, vocab
+from apexkit import envvars, netenv
 from apexkit.errors import ConfigError
 
 REQUIRED = (
@@ -38,7 +37,6 @@ class Opt:
     to: str | None = None  # the function's keyword (default: name)
     repeat: bool = False  # may be given several times (a list)
     convert: Callable | None = None
-    renamed: str | None = None  # the old name, kept for one release
 
     @property
     def flag(self) -> str:
@@ -76,7 +74,7 @@ DRY_RUN = Opt("dry_run", "print what would change; change nothing", False)
 
 
 def _layers(help_text: str) -> Opt:
-    return Opt("layers", help_text, to="only", renamed="only")
+    return Opt("layers", help_text, to="only")
 
 
 def _int(value):
@@ -229,7 +227,6 @@ COMMANDS: tuple[Command, ...] = (
                 "PEM file of CA certificates to trust besides the base's (a TLS-intercepting proxy's CA), "
                 "or 'none' (default: proxy.setup's bundle, else $SSL_CERT_FILE)",
                 to="ca_bundle",
-                renamed="ca_bundle",
             ),
             Opt(
                 "extra_packages",
@@ -311,7 +308,6 @@ COMMANDS: tuple[Command, ...] = (
                 "the training environment's interpreter (instead of --venv): does it need Apex for "
                 "Ascend?",
                 to="python",
-                renamed="python",
             ),
             Opt(
                 "scripts",
@@ -430,7 +426,6 @@ COMMANDS: tuple[Command, ...] = (
                 "node_interpreter",
                 "interpreter on the nodes (default python3.X of the target)",
                 to="node_python",
-                renamed="node_python",
             ),
             Opt(
                 "node_dir",
@@ -705,10 +700,6 @@ def _keywords(command: Command, given: dict) -> dict:
     out = dict(command.extra)
     for opt in command.options:
         value = given.get(opt.name)
-        if opt.renamed:
-            value = vocab.pick(
-                value, given.get(opt.renamed), f"--{opt.renamed.replace('_', '-')}", opt.flag
-            )
         if opt.repeat and value is None:
             value = []
         if opt.convert is not None and value is not None and value is not REQUIRED:
@@ -726,15 +717,14 @@ def task(command: Command):
     params = [inspect.Parameter("c", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
     helps, iterable = {}, []
     for opt in command.options:
-        names = [opt.name] + ([opt.renamed] if opt.renamed else [])
-        for name in names:
-            default = opt.default if name == opt.name else None
-            params.append(
-                inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=default)
+        params.append(
+            inspect.Parameter(
+                opt.name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=opt.default
             )
-            helps[name] = opt.help if name == opt.name else f"deprecated spelling of {opt.flag}"
-            if opt.repeat:
-                iterable.append(name)
+        )
+        helps[opt.name] = opt.help
+        if opt.repeat:
+            iterable.append(opt.name)
     params.sort(
         key=lambda p: p.default is not inspect.Parameter.empty
     )  # required ones first, as Python wants
@@ -811,9 +801,6 @@ def parser(command: Command, prog: str):
                 action="append" if opt.repeat else "store",
                 help=opt.help,
             )
-        if opt.renamed:
-            extra = {"nargs": 0, "const": True} if opt.default is False else {}
-            vocab.alias(p, f"--{opt.renamed.replace('_', '-')}", opt.flag, dest=dest, **extra)
     return p
 
 
@@ -849,7 +836,6 @@ def main(name: str, argv: list[str], prog: str) -> int:
         raise
 
     def call():
-        vocab.finish(given)
         keywords = _keywords(command, given)
         if command.name == "build":
             keywords["remainder"] = ""

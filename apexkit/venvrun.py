@@ -475,7 +475,6 @@ def parser(prog: str) -> argparse.ArgumentParser:
         metavar="PATH",
         help="run with this interpreter as it is (no run venv)",
     )
-    vocab.alias(parser, "--in-env", "--interpreter", dest="in_env", metavar="PATH")
     parser.add_argument(
         "--dist",
         default=os.environ.get("APEXKIT_DIST_DIR") or str(ROOT / "dist"),
@@ -531,7 +530,6 @@ def parse(
 ) -> tuple[argparse.Namespace, list[str]]:
     p = parser(prog)
     args, rest = p.parse_known_args(argv)
-    vocab.finish(args)
     if args.help and args.in_env:  # the script's own help, from the interpreter that runs it
         rest.append("--help")
     elif args.help or args.apexkit_help:

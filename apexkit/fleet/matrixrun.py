@@ -991,7 +991,6 @@ def parser() -> argparse.ArgumentParser:
         metavar="ID",
         help="only this combination (repeat)",
     )
-    vocab.alias(p, "--only", "--target", dest="only", metavar="ID")
     p.add_argument(
         "--run", action="store_true", help="build the combinations here and print a summary"
     )
@@ -1010,7 +1009,6 @@ def parser() -> argparse.ArgumentParser:
         help="with --run: combinations "
         "built at the same time (bounded by the CPU count; each build's compile jobs: -- --jobs N)",
     )
-    vocab.alias(p, "--jobs", "--parallel", dest="jobs", type=int, metavar="N")
     p.add_argument(
         "--dist",
         type=Path,
@@ -1076,7 +1074,6 @@ def parser() -> argparse.ArgumentParser:
         help="the interpreter on the nodes "
         "that runs apexkit (default: this one, a venv on shared storage)",
     )
-    vocab.alias(p, "--slurm-python", "--slurm-interpreter", dest="slurm_python", metavar="PATH")
     p.add_argument(
         "--slurm-build-dir",
         metavar="DIR",
@@ -1106,7 +1103,6 @@ def main(argv: list[str]) -> int:
 
         return refresh.main(argv)
     args = parser().parse_args(argv)
-    vocab.finish(args)
     m, combos = load_combinations(args.matrix)
     if args.only:  # a combination's id (its session name) or the target id its build writes
         unknown = sorted(set(args.only) - {c.id for c in combos} - {c.target_id for c in combos})

@@ -80,7 +80,6 @@ def parser(prog: str = "nox -s build-3.X --") -> argparse.ArgumentParser:
         metavar="PATH",
         help="interpreter to build with (default: find python3.X)",
     )
-    vocab.alias(p, "--python", "--interpreter", dest="python_path", metavar="PATH")
     add(
         "--stack",
         metavar="NAME",
@@ -259,7 +258,6 @@ def parser(prog: str = "nox -s build-3.X --") -> argparse.ArgumentParser:
         help="CA certificates the container trusts besides its system's (a PEM file; a full bundle works "
         "too), or 'none' (default: proxy.setup's bundle, else $SSL_CERT_FILE)",
     )
-    vocab.alias(box, "--ca-bundle", "--ca-cert", dest="ca_bundle", metavar="FILE")
     return p
 
 
@@ -376,7 +374,6 @@ def resolve(
             )
         p.set_defaults(**given)
     args = p.parse_args(list(argv))
-    vocab.finish(args)
     if args.options_json is not None:
         if given or len(argv) > 2 or (len(argv) == 2 and argv[0] != "--options-json"):
             raise ConfigError(

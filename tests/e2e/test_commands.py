@@ -29,7 +29,7 @@ def test_invoke_lists_every_declared_command_with_its_options():
     )
     for opt in next(c for c in commands.COMMANDS if c.name == "fleet.submit").options:
         assert opt.flag in shown.stdout, opt.flag
-    assert "deprecated spelling of --node-interpreter" in shown.stdout
+    assert "--node-python" not in shown.stdout  # the 0.1 spelling is gone
 
 
 def test_a_bad_value_is_one_line_and_its_exit_code(tmp_path):
@@ -85,7 +85,7 @@ def test_apexkit_runs_the_same_declarations_without_invoke(tmp_path):
     old = subprocess.run(
         [*base, "--only", "shell"], capture_output=True, text=True, timeout=120, cwd=ROOT
     )
-    assert old.returncode == 0 and "--only is deprecated: use --layers" in old.stderr, old.stderr
+    assert old.returncode == 2 and "unrecognized arguments: --only" in old.stderr, old.stderr
     bad = subprocess.run(
         [*base, "--layers", "nosuch"], capture_output=True, text=True, timeout=120, cwd=ROOT
     )

@@ -1,5 +1,5 @@
-"""One word per idea across the commands (apexkit/vocab.py) on the real command lines: the old spellings still work,
-one line each. The vocabulary in-process is in tests/unit/test_vocab.py."""
+"""One word per idea across the commands (apexkit/vocab.py) on the real command lines; the 0.1 spellings are refused
+like any unknown option. The vocabulary in-process is in tests/unit/test_vocab.py."""
 
 from __future__ import annotations
 
@@ -7,8 +7,6 @@ import subprocess
 import sys
 
 from conftest import ROOT
-
-DEPRECATED = "is deprecated: use"
 
 
 def invoke(*args, env=None):
@@ -22,64 +20,42 @@ def invoke(*args, env=None):
     )
 
 
-def test_invoke_proxy_layers_and_the_old_only(tmp_path):
+def test_invoke_proxy_layers_and_the_old_only_refused(tmp_path):
     fsroot = tmp_path / "root"
     (fsroot / "home").mkdir(parents=True)
-    new = invoke(
-        "proxy.setup",
-        "--http",
-        "http://proxy.corp:3128",
-        "--layers",
-        "shell",
-        "--root",
-        str(fsroot),
-        "--dry-run",
-    )
-    assert new.returncode == 0, new.stderr
-    assert DEPRECATED not in new.stderr
+    base = ["proxy.setup", "--http", "http://proxy.corp:3128", "--root", str(fsroot), "--dry-run"]
+    new = invoke(*base, "--layers", "shell")
+    assert new.returncode == 0 and "dry run" in new.stderr, new.stderr
     old = invoke(
-        "proxy.setup",
-        "--http",
-        "http://proxy.corp:3128",
-        "--only",
-        "shell",
-        "--root",
-        str(fsroot),
-        "--dry-run",
+        *base, "--only", "shell"
+    )  # the 0.1 spelling: gone, refused by invoke as an unknown flag
+    assert old.returncode != 0 and "--only" in old.stderr and "Traceback" not in old.stderr, (
+        old.stderr
     )
-    assert old.returncode == 0, old.stderr
-    assert old.stderr.count(DEPRECATED) == 1 and "--only is deprecated: use --layers" in old.stderr
-    both = invoke(
-        "proxy.setup",
-        "--http",
-        "http://proxy.corp:3128",
-        "--only",
-        "shell",
-        "--layers",
-        "pip",
-        "--root",
-        str(fsroot),
-        "--dry-run",
-    )
-    assert both.returncode == 2 and both.stderr.strip().splitlines()[-1].startswith(
-        "error: --only and --layers"
-    )
-    assert "Traceback" not in both.stderr
+    assert not any((fsroot / "home").iterdir())
 
 
-def test_doctor_interpreter_and_its_old_spelling():
+def test_doctor_interpreter_and_the_old_python_refused():
     args = ["-m", "apexkit", "doctor", "--json", "--venv", "/nonexistent-venv"]
-    for spelling in ("--interpreter", "--python"):
-        proc = subprocess.run(
-            [sys.executable, *args, spelling, sys.executable],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            cwd=ROOT,
-        )
-        assert proc.returncode == 2, proc.stderr
-        assert (DEPRECATED in proc.stderr) == (spelling == "--python")
-        assert "Traceback" not in proc.stderr
+    new = subprocess.run(
+        [sys.executable, *args, "--interpreter", sys.executable],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
+    assert new.returncode == 2 and "unrecognized" not in new.stderr, (
+        new.stderr
+    )  # 2: the venv is missing
+    old = subprocess.run(
+        [sys.executable, *args, "--python", sys.executable],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
+    assert old.returncode == 2 and "unrecognized arguments: --python" in old.stderr, old.stderr
+    assert "Traceback" not in old.stderr
 
 
 def test_apexkit_commands_take_required_values_positionally_or_as_flags(tmp_path):

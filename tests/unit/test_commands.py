@@ -23,7 +23,7 @@ def test_each_declaration_fits_its_function(command):
     if command.name == "build":
         keywords["remainder"] = ""
     inspect.signature(func).bind(**keywords)  # TypeError names an option the function does not take
-    names = [o.name for o in command.options] + [o.renamed for o in command.options if o.renamed]
+    names = [o.name for o in command.options]
     assert len(names) == len(set(names)), f"{command.name}: an option declared twice"
 
 
