@@ -1218,7 +1218,7 @@ def _target_facts(dist: Path, target: str) -> tuple[Path, dict]:
     except untrusted.Untrusted as exc:
         raise ConfigError(
             f"--target {untrusted.shown(target)}: cannot read {manifest} ({exc})",
-            "build it first (nox -s build-3.X) or pass --dist",
+            f"build it first ({vocab.build()}) or pass --dist",
         ) from None
     return folder, data
 

@@ -1115,7 +1115,7 @@ def main(argv: list[str]) -> int:
     if (args.slurm or args.dry_run) and not args.run:
         raise ConfigError(
             f"{'--slurm' if args.slurm else '--dry-run'} is for --run",
-            "add --run (nox -s matrix -- --run --slurm [--dry-run])",
+            f"add --run ({vocab.command('matrix', '--run --slurm [--dry-run]')})",
         )
     if not args.run:
         # the GitHub matrix (and its summary) is for another machine's daemon: only the table and JSON ask this one
@@ -1127,7 +1127,7 @@ def main(argv: list[str]) -> int:
                 raise MatrixError(
                     f"{len(refused)} of {len(table)} combinations refused: "
                     + "; ".join(f"{rid}: {why}" for rid, why in refused),
-                    "fix or remove those rows (nox -s matrix shows every row), or pass --allow-refused "
+                    f"fix or remove those rows ({vocab.command('matrix')} shows every row), or pass --allow-refused "
                     "to build the others",
                 )
             print(github(table))

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-from apexkit import cann, dockerclient, fsedit, locks, log, netenv, paths, untrusted
+from apexkit import cann, dockerclient, fsedit, locks, log, netenv, paths, untrusted, vocab
 from apexkit.errors import BuildError, ConfigError, ImageError
 from apexkit.images import builder
 from apexkit.plan import matrix
@@ -270,7 +270,10 @@ def inspect_image(c, image: str) -> tuple[dict, str]:
     if f"{builder.LABEL}.builder" not in labels:
         raise ImageError(
             f"{image} is not an apexkit builder image (no {builder.LABEL}.builder label)",
-            f"invoke image.build --arch {dockerclient.image_arch(found) or dockerclient.host_arch()} --base {image}",
+            vocab.command(
+                "image.build",
+                f"--arch {dockerclient.image_arch(found) or dockerclient.host_arch()} --base {image}",
+            ),
         )
     return labels, dockerclient.image_arch(found)
 
@@ -304,7 +307,8 @@ def run(opts: BuildOptions) -> Path | None:
     log.info(f"  {'network':<15}{spec.network or 'daemon default'}")
     if labels.get(f"{builder.LABEL}.recipe") != builder.recipe_digest():
         log.warn(
-            f"{spec.image} was built from an older docker/ recipe: rebuild it with invoke image.build"
+            f"{spec.image} was built from an older docker/ recipe: rebuild it with "
+            + vocab.command("image.build")
         )
     # one container build per workspace (image + Python) at a time: its dist/ and options file are per workspace
     with locks.hold(spec.workspace, f"container workspace {spec.workspace}"):
@@ -555,7 +559,7 @@ def _publish(
         raise ImageError(
             f"refusing what the container left in {left}: {exc}",
             f"nothing was copied to {dist_dir}; inspect {left} and the image {spec.image} "
-            f"(rebuild it with invoke image.build)",
+            f"(rebuild it with {vocab.command('image.build')})",
         ) from None
     uid, gid = invoking_user()
     if os.geteuid() == 0 and uid != 0:

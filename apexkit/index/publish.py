@@ -54,7 +54,7 @@ from typing import Any
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from apexkit import fsedit, locks, log, untrusted
+from apexkit import fsedit, locks, log, untrusted, vocab
 from apexkit.errors import ConfigError
 from apexkit.index import pages
 from apexkit.plan import target
@@ -278,7 +278,7 @@ def collect(dist: Path, targets: list[str] | None = None) -> list[Entry]:
     """Every dist/<target>/ with a manifest and its wheel (checked against the manifest's sha256)."""
     if not dist.is_dir():
         raise ConfigError(
-            f"{dist} does not exist", "build first: nox -s build-3.11 (or pass --dist DIR)"
+            f"{dist} does not exist", f"build first: {vocab.build('3.11')} (or pass --dist DIR)"
         )
     hint = "rebuild that target (or remove it from the dist directory)"
     entries = []
@@ -391,7 +391,7 @@ def collect(dist: Path, targets: list[str] | None = None) -> list[Entry]:
         )
     if not entries:
         raise ConfigError(
-            f"no built wheel in {dist} (no */manifest.json)", "build first: nox -s build-3.11"
+            f"no built wheel in {dist} (no */manifest.json)", f"build first: {vocab.build('3.11')}"
         )
     return entries
 

@@ -22,7 +22,7 @@ import urllib.request
 from collections.abc import Iterator
 from urllib.parse import urlsplit
 
-from apexkit import checks, dockerclient, log, netenv
+from apexkit import checks, dockerclient, log, netenv, vocab
 from apexkit.proxy.layers import Paths, ProxySettings, host_port, read_state, systemd_running
 
 DEFAULT_INDEX = "https://pypi.org/simple/"
@@ -163,7 +163,7 @@ def check_shell(
     if ok and not state.configured:
         status, hint = (
             "warn",
-            "invoke proxy.setup writes the block, so new shells get the variables",
+            f"{vocab.command('proxy.setup')} writes the block, so new shells get the variables",
         )
     return layer_row("shell", configured, effective, probe, status, hint)
 
@@ -245,7 +245,7 @@ def check_daemon(paths: Paths, settings: ProxySettings | None, client, why: str)
     hint = (
         "restart the daemon so it reads the drop-ins: sudo systemctl daemon-reload && sudo systemctl restart docker"
         if state.configured
-        else "invoke proxy.setup (the daemon never sees the shell's variables)"
+        else f"{vocab.command('proxy.setup')} (the daemon never sees the shell's variables)"
     )
     return layer_row(
         "daemon",
@@ -339,7 +339,7 @@ def check_container(
     ok = bool(re.match(r"HTTP/1\.[01] 200", result)) and (not want or host_port(seen) == want)
     hint = ""
     if not names:
-        hint = "invoke proxy.setup writes proxies.default into ~/.docker/config.json"
+        hint = f"{vocab.command('proxy.setup')} writes proxies.default into ~/.docker/config.json"
     elif not ok:
         hint = "the proxy refused or is unreachable from the container; check its ACL and that --network host reaches it"
     return layer_row(

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
 
-from apexkit import fsedit, log, netenv, urls
+from apexkit import fsedit, log, netenv, urls, vocab
 from apexkit.errors import ApexkitError, ConfigError, EnvironmentSetupError
 
 OWNER = "proxy"
@@ -1270,7 +1270,7 @@ def current_settings(
             return saved.validated()
         except ConfigError as exc:
             log.warn(
-                f"saved proxy settings ({paths.settings_file}) ignored: {exc.cause}; run invoke proxy.setup again"
+                f"saved proxy settings ({paths.settings_file}) ignored: {exc.cause}; run {vocab.command('proxy.setup')} again"
             )
     try:
         return make_settings(environ=environ)

@@ -24,7 +24,7 @@ from pathlib import Path
 from packaging.version import InvalidVersion
 
 import apexkit
-from apexkit import cachetrust, cann, fsedit, locks, log, paths, untrusted
+from apexkit import cachetrust, cann, fsedit, locks, log, paths, untrusted, vocab
 from apexkit.errors import ApexkitError, BuildError, ConfigError, SmokeTestError
 from apexkit.plan import matrix, target
 from apexkit.proc import run_logged
@@ -138,7 +138,7 @@ class Builder:
         if arch != plan.arch:
             log.warn(
                 f"stack {plan.stack} trains on {arch}; this wheel is for {plan.arch} (this machine). For {arch}: "
-                f"nox -s build-{plan.stack} (a builder image under QEMU) or build on an {arch} host"
+                f"{vocab.build(str(plan.stack))} (a builder image under QEMU) or build on an {arch} host"
             )
         patch_list = patches.load_all()
         patches.check_skips(patch_list, opts.skip_patches)

@@ -115,7 +115,7 @@ def test_the_three_commands_print_their_rows_through_the_one_renderer_on_stdout(
     assert (
         "  skip shell " in shown.out
         and "  FAIL daemon " in shown.out
-        and "→ invoke proxy.setup" in shown.out
+        and "→ apexkit proxy.setup" in shown.out
     )
     assert shown.err == ""
     assert_layout(shown.out)
