@@ -36,24 +36,26 @@ def test_invoke_proxy_layers_and_the_old_only_refused(tmp_path):
 
 
 def test_doctor_interpreter_and_the_old_python_refused():
-    args = ["-m", "apexkit", "doctor", "--json", "--venv", "/nonexistent-venv"]
-    new = subprocess.run(
-        [sys.executable, *args, "--interpreter", sys.executable],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=ROOT,
-    )
+    def doctor(flag: str) -> subprocess.CompletedProcess:
+        argv = [
+            "-m",
+            "apexkit",
+            "doctor",
+            "--json",
+            "--venv",
+            "/nonexistent-venv",
+            flag,
+            sys.executable,
+        ]
+        return subprocess.run(
+            [sys.executable, *argv], capture_output=True, text=True, timeout=120, cwd=ROOT
+        )
+
+    new = doctor("--interpreter")
     assert new.returncode == 2 and "unrecognized" not in new.stderr, (
         new.stderr
     )  # 2: the venv is missing
-    old = subprocess.run(
-        [sys.executable, *args, "--python", sys.executable],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=ROOT,
-    )
+    old = doctor("--python")
     assert old.returncode == 2 and "unrecognized arguments: --python" in old.stderr, old.stderr
     assert "Traceback" not in old.stderr
 
