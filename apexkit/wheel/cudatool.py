@@ -66,9 +66,19 @@ def candidates(env) -> list[Path]:
 
 
 def _ask(nvcc: Path, *args: str) -> str:
-    proc = subprocess.run(
-        [str(nvcc), *args], capture_output=True, text=True, timeout=60, errors="replace"
-    )
+    try:
+        proc = subprocess.run(
+            [str(nvcc), *args], capture_output=True, text=True, timeout=60, errors="replace"
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        why = (
+            "did not answer in 60 s"
+            if isinstance(exc, subprocess.TimeoutExpired)
+            else f"cannot run ({exc.strerror})"
+        )
+        raise ConfigError(
+            f"{nvcc} {why}", "check the CUDA toolkit's install, or point CUDA_HOME at another"
+        ) from None
     if proc.returncode != 0:
         raise ConfigError(
             f"{nvcc} {' '.join(args)} exited {proc.returncode}", "check the CUDA toolkit's install"

@@ -48,7 +48,7 @@ def available(setup_py: str) -> tuple[str, ...]:
         )
     try:
         tree = ast.parse(setup_py)
-    except (SyntaxError, ValueError) as exc:
+    except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
         raise ConfigError(
             f"NVIDIA apex's setup.py does not parse ({type(exc).__name__} at line {getattr(exc, 'lineno', '?')})",
             "check --nvidia-commit / the checkout",

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from apexkit.errors import ConfigError
 from apexkit.wheel import cudatool
 
 NVCC = shutil.which("nvcc")
@@ -45,3 +46,14 @@ def test_cuda_home_comes_first_and_a_missing_toolkit_is_none(tmp_path):
         assert fallback is not None and fallback.path == Path("/usr/local/cuda/bin/nvcc").resolve()
     else:
         assert fallback is None
+
+
+def test_an_nvcc_that_cannot_run_is_one_line(tmp_path):
+    bin_dir = tmp_path / "cuda" / "bin"
+    bin_dir.mkdir(parents=True)
+    (bin_dir / "nvcc").write_text("#!/nonexistent/interpreter\n")
+    (bin_dir / "nvcc").chmod(0o755)
+    with pytest.raises(ConfigError) as caught:
+        cudatool.find({"CUDA_HOME": str(tmp_path / "cuda"), "PATH": ""})
+    assert caught.value.cause.endswith("nvcc cannot run (No such file or directory)")
+    assert "CUDA_HOME" in caught.value.hint
