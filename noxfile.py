@@ -1,6 +1,7 @@
 """apexkit sessions. `nox -l` lists them; options go after `--` (`nox -s build-3.11 -- --help`); `nox` alone runs lint.
 
 build-<python>  build the Apex for Ascend wheel for that Python (the list comes from matrix.toml)
+build-cuda-<python>  build upstream NVIDIA apex for CUDA GPUs (matrix.toml [cuda]; -- --cuda-arch "9.0")
 build-<id>      one combination of matrix.toml [[matrix.include]], e.g. build-py3.11-torch2.13.0-x86_64 (-t matrix: all)
 build-<stack>   one training stack of matrix.toml [stacks], e.g. build-mindspeed-llm-2.3.0 (-t stack: all)
 matrix          the matrix as a table / JSON / GitHub Actions matrix (-- --format github); -- --run builds it
@@ -68,6 +69,32 @@ def _build_session(python: str) -> None:
 
 for _python in _MATRIX.session_pythons:
     _build_session(_python)
+
+
+def _cuda_session(python: str) -> None:
+    def build(session: nox.Session) -> None:
+        from apexkit import commands
+        from apexkit.exits import run_in_session
+
+        run_in_session(
+            session,
+            lambda: commands.build_wheel(
+                python,
+                ["--backend", "cuda", *session.posargs],
+                prog=f"nox -s build-cuda-{python} --",
+            ),
+        )
+
+    build.__doc__ = (
+        f"Build upstream NVIDIA apex for CUDA GPUs for Python {python} (--backend cuda)."
+    )
+    nox.session(name=f"build-cuda-{python}", python=False, default=False, tags=["build-cuda"])(
+        build
+    )
+
+
+for _python in _MATRIX.cuda.get("default_torch", {}):
+    _cuda_session(_python)
 
 
 def _combination_session(combo: matrix.Combination) -> None:

@@ -368,6 +368,154 @@ def nvidia_files() -> dict[str, str]:
     }
 
 
+# NVIDIA apex on CUDA (--backend cuda): a setup.py shaped like upstream master's (ENV_TO_FLAG, has_flag, CUDA_HOME,
+# the bare-metal check against torch.version.cuda, version "0.1", install_requires), apex_C from C++ and amp_C from a
+# C++ frontend plus one small .cu kernel; --xentropy is a contrib extension (a second .cu). The C++ uses the CPython
+# API and cuda_runtime.h, not torch/extension.h, so nvcc takes seconds; CUDAExtension still links torch and cudart.
+CUDA_SETUP = """\
+import os
+import subprocess
+import sys
+
+from packaging.version import parse
+import torch
+from setuptools import find_packages, setup
+from torch.utils.cpp_extension import CUDA_HOME, BuildExtension, CppExtension, CUDAExtension
+
+this_dir = os.path.dirname(os.path.abspath(__file__))
+ENV_TO_FLAG = {"APEX_CPP_EXT": "--cpp_ext", "APEX_CUDA_EXT": "--cuda_ext", "APEX_XENTROPY": "--xentropy"}
+for env_var, flag in ENV_TO_FLAG.items():
+    if os.environ.get(env_var, "0") == "1" and flag not in sys.argv:
+        sys.argv.append(flag)
+
+
+def has_flag(flag, env_var):
+    return flag in sys.argv or os.environ.get(env_var, "0") == "1"
+
+
+def get_cuda_bare_metal_version(cuda_dir):
+    raw_output = subprocess.check_output([cuda_dir + "/bin/nvcc", "-V"], universal_newlines=True)
+    output = raw_output.split()
+    release_idx = output.index("release") + 1
+    return raw_output, parse(output[release_idx].split(",")[0])
+
+
+def check_cuda_torch_binary_vs_bare_metal(cuda_dir):
+    raw_output, bare_metal_version = get_cuda_bare_metal_version(cuda_dir)
+    if bare_metal_version != parse(torch.version.cuda):
+        raise RuntimeError("Cuda extensions are being compiled with a version of Cuda that does not match")
+
+
+ext_modules = []
+if has_flag("--cpp_ext", "APEX_CPP_EXT"):
+    if "--cpp_ext" in sys.argv:
+        sys.argv.remove("--cpp_ext")
+    ext_modules.append(CppExtension("apex_C", ["csrc/flatten_unflatten.cpp"]))
+
+_, bare_metal_version = get_cuda_bare_metal_version(CUDA_HOME)
+
+if has_flag("--cuda_ext", "APEX_CUDA_EXT"):
+    if "--cuda_ext" in sys.argv:
+        sys.argv.remove("--cuda_ext")
+    check_cuda_torch_binary_vs_bare_metal(CUDA_HOME)
+    ext_modules.append(
+        CUDAExtension(
+            name="amp_C",
+            sources=["csrc/amp_C_frontend.cpp", "csrc/multi_tensor_scale_kernel.cu"],
+            extra_compile_args={"cxx": ["-O3"], "nvcc": ["-O3", "--use_fast_math"]},
+        )
+    )
+
+if has_flag("--xentropy", "APEX_XENTROPY"):
+    if "--xentropy" in sys.argv:
+        sys.argv.remove("--xentropy")
+    ext_modules.append(
+        CUDAExtension(
+            name="xentropy_cuda",
+            sources=["csrc/xentropy_frontend.cpp", "csrc/xentropy_kernel.cu"],
+            extra_compile_args={"cxx": ["-O3"], "nvcc": ["-O3"]},
+        )
+    )
+
+setup(
+    name="apex",
+    version="0.1",
+    packages=find_packages(exclude=("build", "csrc", "include", "tests", "dist", "docs", "examples")),
+    install_requires=["packaging>20.6"],
+    description="PyTorch Extensions written by NVIDIA",
+    ext_modules=ext_modules,
+    cmdclass={"build_ext": BuildExtension} if ext_modules else {},
+)
+"""
+
+CUDA_FRONTEND = """\
+// Fixture: the Python side of {name}; {launcher} lives in the .cu file.
+#include <Python.h>
+
+int {launcher}(int n);
+
+static PyObject* launch(PyObject*, PyObject* args) {{
+  int n = 0;
+  if (!PyArg_ParseTuple(args, "i", &n)) return nullptr;
+  return PyLong_FromLong({launcher}(n));
+}}
+static PyMethodDef methods[] = {{
+  {{"launch", launch, METH_VARARGS, "launch the kernel on n floats; the CUDA error code (0: ran)"}},
+  {{nullptr, nullptr, 0, nullptr}}}};
+static struct PyModuleDef module_def = {{PyModuleDef_HEAD_INIT, "{name}", nullptr, -1, methods}};
+PyMODINIT_FUNC PyInit_{name}(void) {{ return PyModule_Create(&module_def); }}
+"""
+
+CUDA_KERNEL = """\
+// Fixture kernel of {name}: one small __global__ function, so nvcc embeds SASS (and PTX when asked) per arch.
+#include <cuda_runtime.h>
+
+__global__ void {kernel}(float* x, float s, int n) {{
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) x[i] = x[i] * s{extra};
+}}
+
+int {launcher}(int n) {{
+  int devices = 0;
+  cudaError_t err = cudaGetDeviceCount(&devices);
+  if (err != cudaSuccess || devices == 0) return err == cudaSuccess ? -1 : (int)err;
+  float* x = nullptr;
+  if ((err = cudaMalloc(&x, n * sizeof(float))) != cudaSuccess) return (int)err;
+  {kernel}<<<(n + 255) / 256, 256>>>(x, 2.0f, n);
+  err = cudaDeviceSynchronize();
+  cudaFree(x);
+  return (int)err;
+}}
+"""
+
+
+def nvidia_cuda_files() -> dict[str, str]:
+    files = nvidia_files()
+    files["setup.py"] = CUDA_SETUP
+    for name, launcher, kernel, stem in (
+        ("amp_C", "multi_tensor_scale", "scale_kernel", "multi_tensor_scale_kernel"),
+        ("xentropy_cuda", "xentropy_forward", "xentropy_kernel", "xentropy_kernel"),
+    ):
+        front = "amp_C_frontend" if name == "amp_C" else "xentropy_frontend"
+        files[f"csrc/{front}.cpp"] = CUDA_FRONTEND.format(name=name, launcher=launcher)
+        files[f"csrc/{stem}.cu"] = CUDA_KERNEL.format(
+            name=name, launcher=launcher, kernel=kernel, extra=""
+        )
+    files["apex/contrib/xentropy/__init__.py"] = ""
+    return files
+
+
+def make_cuda(base: Path) -> Path:
+    """A git repository shaped like upstream NVIDIA apex master for CUDA builds (branch master)."""
+    repo = base / "nvidia-apex-cuda"
+    repo.mkdir(parents=True)
+    git(repo, "init", "-q", "-b", "master")
+    write(repo, nvidia_cuda_files())
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "fixture: NVIDIA apex master with CUDA extensions")
+    return repo
+
+
 def ascend_tree(nvidia: dict[str, str], drifted: bool, bare_rpath: bool) -> dict[str, str]:
     tree = dict(nvidia)
     setup = ASCEND_SETUP.replace(

@@ -270,6 +270,44 @@ class Matrix:
     def npu_requires(self) -> list[str]:
         return list(self.data["build"]["npu_requires"])
 
+    # --- NVIDIA apex on CUDA ([cuda]) ---------------------------------------------------------------------------
+    @property
+    def cuda(self) -> dict:
+        table = self.data.get("cuda")
+        if not isinstance(table, dict):
+            raise ConfigError(
+                "matrix.toml has no [cuda] table: this apexkit cannot build NVIDIA apex on CUDA",
+                "restore matrix.toml (git checkout matrix.toml)",
+            )
+        return table
+
+    @property
+    def cuda_default_ref(self) -> str:
+        return str(self.cuda["default_ref"])
+
+    @property
+    def cuda_default_arch_list(self) -> str:
+        return str(self.cuda["default_arch_list"])
+
+    @property
+    def cuda_requires(self) -> list[str]:
+        return list(self.cuda["requires"])
+
+    def cuda_default_torch(self, python: str) -> str:
+        torch = self.cuda.get("default_torch", {}).get(python)
+        if torch is None:
+            known = ", ".join(sorted(self.cuda.get("default_torch", {})))
+            raise ConfigError(
+                f"matrix.toml [cuda.default_torch] names no torch for Python {python} (it has {known})",
+                f"pass --torch VERSION (a CUDA build of torch for Python {python}), or build for one of those",
+            )
+        return str(torch)
+
+    def torch_cuda(self, torch: str) -> str | None:
+        """The CUDA release of the default index's build of `torch` ([cuda.torch_cuda]), None when unknown."""
+        found = self.cuda.get("torch_cuda", {}).get(torch.split("+")[0])
+        return str(found) if found is not None else None
+
     # --- the build matrix ---------------------------------------------------------------------------------------
     @property
     def runners(self) -> dict[str, str]:

@@ -52,6 +52,11 @@ def target_id(python: str, torch: str, arch: str, ref: str, identity: dict | Non
     base = f"py{python}-torch{torch.split('+')[0]}-{arch}-{_id_text(ref)}"
     identity = identity or {}
     parts = []
+    if identity.get("backend") == "cuda":  # +cuda.sm80.sm90: NVIDIA apex, and the GPUs it runs on
+        arches = [a for a in re.split(r"[;\s]+", str(identity.get("cuda_arch") or "")) if a]
+        parts.append(".".join(["cuda", *(_id_text("sm" + a.replace(".", "")) for a in arches)]))
+        if identity.get("cuda_ext"):
+            parts.append("ext-" + ".".join(_id_text(e) for e in identity["cuda_ext"]))
     if identity.get("torch_npu"):
         parts.append(f"npu{_id_text(identity['torch_npu'])}")
     if identity.get("skip_patches"):

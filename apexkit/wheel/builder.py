@@ -30,8 +30,12 @@ from apexkit.plan import matrix, target
 from apexkit.proc import run_logged
 from apexkit.wheel import (
     buildplan,
+    cudabin,
+    cudabuild,
+    cudatool,
     interpreters,
     known_failures,
+    nvidiaext,
     patches,
     sanitize,
     sbom,
@@ -90,6 +94,9 @@ class Builder:
         self.env[cann.NO_AUTOLOAD] = "0"
         self.m = matrix.load()
         self.state = BuildState()
+        self.kit: cudabuild.Toolkit | None = (
+            None  # a CUDA build's toolkit, found before the plan is shown
+        )
         self.cache = WheelCache(opts.cache_dir / "wheels")
         self.index = venvs.IndexOptions(
             opts.index_url,
@@ -133,6 +140,12 @@ class Builder:
         )
         if detected is not None:
             log.info(f"  flags detected from npu.patch: {' '.join(detected)}")
+        if (
+            plan.backend == "cuda"
+        ):  # before anything is fetched or installed: the toolkit fits torch and the arches
+            self.kit = cudabuild.toolkit(
+                self.env, plan.torch_cuda, plan.torch, cudabin.parse_arch_list(plan.cuda_arch)
+            )
         self._summary(plan)
         arch = self.m.stack(plan.stack).arch if plan.stack else plan.arch
         if arch != plan.arch:
@@ -168,6 +181,8 @@ class Builder:
         work.mkdir(parents=True, exist_ok=True)
         self.state.log_path = work / "build.log"
         self.log_path.write_text(f"apexkit {apexkit.__version__} build of {plan.target_id}\n")
+        if plan.backend == "cuda":
+            return self._run_cuda(work, plan, interp, held)
 
         with tempfile.TemporaryDirectory(prefix="ascend-", dir=work) as tmp:
             ascend, nvidia, nvidia_sha = self._sources(plan, Path(tmp) / "ascend")
@@ -181,15 +196,9 @@ class Builder:
                 held.enter_context(
                     locks.hold(self.cache.entry(key), f"wheel cache entry {key[:12]}")
                 )
-            cached = (
-                self.cache.lookup(key, work) if (self.state.use_cache and opts.use_cache) else None
-            )
-            if cached is not None:
-                return self._publish_cached(plan, cached, interp, work)
-            if self.remote is not None and self.state.use_cache and opts.use_cache:
-                hit = self._team_index_hit(key, plan, interp, work)
-                if hit is not None:
-                    return self._publish_cached(plan, hit[0], interp, work, source=hit[1])
+            done = self._cached(key, plan, interp, work)
+            if done is not None:
+                return done
             if plan.needs_npu_headers:
                 self._check_npu_headers(plan)
             venv = self._build_venv(plan, interp)
@@ -224,6 +233,119 @@ class Builder:
             self.cache.store(key, wheel, manifest)
         return self._publish(plan, wheel, manifest)
 
+    def _cached(
+        self, key: str, plan: buildplan.Plan, interp: interpreters.Interpreter, work: Path
+    ) -> Path | None:
+        """dist/<target> from the local wheel cache or the team index when either has `key` (None: compile)."""
+        opts = self.opts
+        cached = self.cache.lookup(key, work) if (self.state.use_cache and opts.use_cache) else None
+        if cached is not None:
+            return self._publish_cached(plan, cached, interp, work)
+        if self.remote is not None and self.state.use_cache and opts.use_cache:
+            hit = self._team_index_hit(key, plan, interp, work)
+            if hit is not None:
+                return self._publish_cached(plan, hit[0], interp, work, source=hit[1])
+        return None
+
+    def _run_cuda(
+        self,
+        work: Path,
+        plan: buildplan.Plan,
+        interp: interpreters.Interpreter,
+        held: contextlib.ExitStack,
+    ) -> Path:
+        """NVIDIA apex on CUDA: upstream's tree at the ref (no npu.patch), our patches/cuda edits, a build tree kept
+        in build/<target>/tree and synced by content (ninja resumes a killed build and recompiles only what
+        changed), then the shared steps: binary checks (with the GPU code embedded), smoke test, cache, dist."""
+        opts, kit = self.opts, self.kit
+        assert kit is not None
+        cuda_patches = patches.load_all(paths.PATCHES / cudabuild.PATCHES)
+        retry = sources.RetryPolicy.from_env(self.env)
+        tree = work / "tree"
+        with tempfile.TemporaryDirectory(prefix="nvidia-", dir=work) as tmp:
+            export = Path(tmp) / "nvidia"
+            with log.step("sources", self.state.timings, key="sources") as s:
+                mirror = sources.Mirror(opts.nvidia_apex_url, opts.cache_dir, retry)
+                sha = (
+                    mirror.ensure_commit(opts.nvidia_commit, opts.offline)
+                    if opts.nvidia_commit
+                    else mirror.resolve(plan.apex_ref, opts.offline)
+                )
+                mirror.export(sha, export)
+                self.state.source_epoch = mirror.commit_time(sha) or ZIP_EPOCH
+                setup_py = export / "setup.py"
+                if setup_py.is_symlink() or not setup_py.is_file():
+                    raise ConfigError(
+                        f"NVIDIA apex {plan.apex_ref} ({sha[:12]}) has no setup.py: not an apex tree",
+                        "check --nvidia-apex-url and --apex-ref",
+                    )
+                flags = nvidiaext.flags(
+                    tuple(opts.cuda_ext) or ("core",),
+                    setup_py.read_bytes()[: nvidiaext.MAX_SETUP].decode(errors="replace"),
+                    plan.apex_ref,
+                )
+                s.note(f"NVIDIA apex {plan.apex_ref} {sha[:12]} (verified); {' '.join(flags)}")
+            plan = replace(plan, flags=flags)
+            key = self.state.cache_key = buildplan.cache_key(
+                plan, opts, "", sha, cuda_patches, self.m, extra={"nvcc": kit.nvcc.version}
+            )
+            self.state.use_cache = self.cache.usable()
+            if self.state.use_cache:
+                held.enter_context(
+                    locks.hold(self.cache.entry(key), f"wheel cache entry {key[:12]}")
+                )
+            done = self._cached(key, plan, interp, work)
+            if done is not None:
+                return done
+            venv = self._build_venv(plan, interp)
+            torch_cuda = self._torch_cuda(venv)
+            cudatool.check_matches_torch(kit.nvcc, torch_cuda, plan.torch)
+            plan = replace(plan, torch_cuda=torch_cuda)
+            with log.step(
+                "apply our patches (patches/cuda)", self.state.timings, key="patches"
+            ) as s:
+                results = patches.apply_all(export, (), cuda_patches)
+                for r in results:
+                    log.info(f"  {r.id:<18} {r.status}")
+                s.note(", ".join(f"{r.id}: {r.status}" for r in results))
+            with log.step("build tree (synced by content)", self.state.timings, key="tree") as s:
+                counts = cudabuild.sync_tree(export, tree)
+                s.note(
+                    f"{tree}: {counts['written']} written, {counts['kept']} unchanged, "
+                    f"{counts['removed']} removed; objects in {tree / 'build'} kept"
+                )
+        threading.Thread(target=sbom.warm_up, name="sbom-warm-up", daemon=True).start()
+        wheel = self._compile(plan, venv, tree, work)
+        checks = self._binary_checks(plan, venv, tree, wheel, results)
+        wheel = self._retag(plan, venv, wheel, checks)
+        smoke = (
+            self._smoke_test(plan, interp, wheel, work)
+            if opts.smoke_test
+            else {"skipped": "--no-smoke-test"}
+        )
+        manifest = self._manifest(plan, None, sha, results, wheel, venv, key, smoke, checks)
+        if self.state.use_cache:
+            self.cache.store(key, wheel, manifest)
+        return self._publish(plan, wheel, manifest)
+
+    def _torch_cuda(self, venv: venvs.Venv) -> str | None:
+        """torch.version.cuda of the build venv's torch (None: a CPU build)."""
+        try:
+            found = venv.run_json(
+                "import json, torch; print(json.dumps(torch.version.cuda))", env=self.env
+            )
+        except (ApexkitError, ValueError, IndexError) as exc:
+            cause = exc.cause if isinstance(exc, ApexkitError) else "no JSON answer"
+            raise BuildError(
+                f"the build venv's torch cannot be imported: {cause}", f"see {self.log_path}"
+            ) from None
+        if found is not None and not (isinstance(found, str) and len(found) <= 16):
+            raise BuildError(
+                "the build venv's torch reports no readable torch.version.cuda",
+                f"see {self.log_path}",
+            )
+        return found
+
     # --- steps -------------------------------------------------------------------------------------------------
     def _summary(self, plan: buildplan.Plan) -> None:
         o = self.opts
@@ -248,15 +370,7 @@ class Builder:
                 + (f" + torch_npu {plan.torch_npu}" if plan.torch_npu else ""),
             ),
             ("torch build", plan.torch_build),
-            (
-                "Ascend apex",
-                f"{o.apex_src} (copy)"
-                if o.apex_src
-                else f"{log.mask(o.ascend_apex_url)} @ {plan.apex_ref}",
-            ),
-            ("NVIDIA apex", log.mask(o.nvidia_apex_url)),
-            ("setup.py flags", " ".join(plan.flags) or "(detected from npu.patch)"),
-            ("jobs", str(o.jobs)),
+            *(self._cuda_rows(plan) if plan.backend == "cuda" else self._ascend_rows(plan)),
             (
                 "index",
                 "offline"
@@ -291,6 +405,54 @@ class Builder:
         )  # the plan is a dry run's result: shown under -q too
         for name, value in rows:
             show(f"  {name:<15} {value}")
+
+    def _ascend_rows(self, plan: buildplan.Plan) -> list[tuple[str, str]]:
+        o = self.opts
+        return [
+            (
+                "Ascend apex",
+                f"{o.apex_src} (copy)"
+                if o.apex_src
+                else f"{log.mask(o.ascend_apex_url)} @ {plan.apex_ref}",
+            ),
+            ("NVIDIA apex", log.mask(o.nvidia_apex_url)),
+            ("setup.py flags", " ".join(plan.flags) or "(detected from npu.patch)"),
+            ("jobs", str(o.jobs)),
+        ]
+
+    def _cuda_rows(self, plan: buildplan.Plan) -> list[tuple[str, str]]:
+        """What a CUDA build's plan adds: the toolkit and why, the arch list, the extensions, the jobs."""
+        o, kit = self.opts, self.kit
+        assert kit is not None
+        arches = cudabin.parse_arch_list(plan.cuda_arch)
+        torch_cuda = (
+            f"matches torch {plan.torch}'s CUDA {plan.torch_cuda}"
+            if plan.torch_cuda
+            else f"torch {plan.torch}'s CUDA is checked once it is installed"
+        )
+        return [
+            ("backend", "cuda: upstream NVIDIA apex for CUDA GPUs"),
+            ("NVIDIA apex", f"{log.mask(o.nvidia_apex_url)} @ {o.nvidia_commit or plan.apex_ref}"),
+            (
+                "CUDA toolkit",
+                f"nvcc {kit.nvcc.version} ({kit.nvcc.path}; {kit.chosen}), {torch_cuda}",
+            ),
+            (
+                "arch list",
+                f"TORCH_CUDA_ARCH_LIST={plan.cuda_arch} -> {cudabin.wanted(arches).describe()}",
+            ),
+            (
+                "extensions",
+                f"{','.join(o.cuda_ext or ('core',))} (setup.py {' '.join(plan.flags)}; checked against the ref's "
+                "setup.py)",
+            ),
+            (
+                "jobs",
+                f"MAX_JOBS={o.jobs}, nvcc --threads {o.nvcc_threads} ({os.cpu_count()} cores, "
+                f"{cudatool.free_gib():.0f} GiB available, {cudatool.GIB_PER_JOB:g} GiB per nvcc job; --jobs N "
+                "to choose)",
+            ),
+        ]
 
     def _system_torch(self, interp: interpreters.Interpreter) -> dict:
         proc = subprocess.run(
@@ -350,11 +512,14 @@ class Builder:
             "torch": plan.torch,
             "torch_npu": plan.torch_npu,
             "system": self.opts.use_system_torch,
-            "requires": self.m.build_requires,
+            "requires": self._requires(plan),
             "index": self.index.key(),
         }
         digest = hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:16]
         return self.opts.cache_dir / "venvs" / f"build-py{plan.python}-{digest}"
+
+    def _requires(self, plan: buildplan.Plan) -> list[str]:
+        return self.m.cuda_requires if plan.backend == "cuda" else self.m.build_requires
 
     def _build_venv(self, plan: buildplan.Plan, interp: interpreters.Interpreter) -> venvs.Venv:
         path = self._venv_dir(plan, interp)
@@ -398,7 +563,7 @@ class Builder:
                 self._install_torch(venv, plan)
                 venvs.pip_install(
                     venv,
-                    self.m.build_requires,
+                    self._requires(plan),
                     self.index,
                     self.log_path,
                     verbose=self.opts.verbose,
@@ -500,6 +665,16 @@ class Builder:
             "-d",
             str(out),
         ]
+        if (
+            plan.backend == "cuda"
+        ):  # ninja compiles MAX_JOBS objects at once; upstream's own command line
+            assert self.kit is not None
+            env.update(
+                cudabuild.compile_env(
+                    self.kit, plan.cuda_arch, self.opts.jobs, self.opts.nvcc_threads, env
+                )
+            )
+            argv = [str(venv.python), "setup.py", *plan.flags, "bdist_wheel", "-d", str(out)]
         with log.step(
             f"compile ({' '.join(plan.flags)}, -j{self.opts.jobs}{', ccache' if wrapper else ''})",
             self.state.timings,
@@ -549,6 +724,12 @@ class Builder:
             )
             if d
         ]
+        cuda = None
+        if (
+            plan.backend == "cuda"
+        ):  # libcudart.so.13 and friends: the venv's nvidia-* wheels, as torch loads them
+            extra = list(cudatool.runtime_lib_dirs(Path(torch["site"])))
+            cuda = cudabin.wanted(cudabin.parse_arch_list(plan.cuda_arch))
         return wheelcheck.Expect(
             arch=plan.arch,
             torch_lib=torch["lib"],
@@ -561,6 +742,7 @@ class Builder:
             cxx11_abi=torch["cxx11_abi"],
             hardening=wheelcheck.hardening_asked(setup_py),
             interpreter_files=tuple(torch["interpreter"]),
+            cuda=cuda,
         )
 
     def _torch_facts(self, venv: venvs.Venv) -> dict:
@@ -606,18 +788,30 @@ class Builder:
         anything is published, one line naming the file and the check; a diagnosis build (--skip-patch) keeps its
         wheel, with the failures printed and recorded in its manifest."""
         with log.step(
-            "binary checks (identity, ELF machine, NEEDED, RPATH, symbols, C++ ABI, hardening)",
+            "binary checks (identity, ELF machine, NEEDED, RPATH, symbols, C++ ABI, hardening"
+            + (", GPU code)" if plan.backend == "cuda" else ")"),
             self.state.timings,
             key="binary_checks",
         ) as s:
             expect = self.expectations(plan, venv, tree, results)
             env = identity_env(plan)
+            base = target.NVIDIA_BASE_VERSION if plan.backend == "cuda" else target.BASE_VERSION
             report = wheelcheck.check_wheel(
                 wheel,
                 expect,
-                version=target.BASE_VERSION + env["APEXKIT_VERSION_LABEL"],
-                requires=env["APEXKIT_REQUIRES"].split(),
+                version=base + env["APEXKIT_VERSION_LABEL"],
+                # NVIDIA apex declares its own requirements (packaging>20.6): ours must be among them
+                requires=None if plan.backend == "cuda" else env["APEXKIT_REQUIRES"].split(),
             )
+            if plan.backend == "cuda":
+                pins = env["APEXKIT_REQUIRES"].split()
+                missing = [r for r in pins if r not in report["requires_dist"]]
+                if missing:
+                    report["failures"].insert(
+                        0,
+                        f"{wheel.name}: identity: Requires-Dist {', '.join(report['requires_dist']) or '(none)'} "
+                        f"lacks {', '.join(missing)}",
+                    )
             for module in report["modules"]:
                 log.info(
                     f"  {module['file']}: {module['machine']}, NEEDED {', '.join(module['needed'])}; RPATH "
@@ -625,6 +819,8 @@ class Builder:
                 )
                 for note in module["notes"]:
                     log.info(f"    {note}")
+                if module.get("cuda"):
+                    log.info(f"    GPU code: {module['cuda']}")
             report["platform"] = wheelcheck.platform_tag(wheel, plan.arch)
             failures = report["failures"]
             with open(self.log_path, "a") as fh:
@@ -703,6 +899,9 @@ class Builder:
         self, plan: buildplan.Plan, interp: interpreters.Interpreter, wheel: Path, work: Path
     ) -> dict:
         modules = [e for e in plan.extensions if e != "npu_float_status" or plan.torch_npu]
+        cuda = plan.backend == "cuda"
+        if cuda:  # every compiled module the wheel holds, imported without a GPU (loading needs no driver)
+            modules = cudabuild.compiled_modules(wheel)
         with log.step(
             "smoke test (fresh venv: install the wheel, import its compiled modules)",
             self.state.timings,
@@ -737,7 +936,8 @@ class Builder:
                             str(venv.python),
                             str(SMOKE_SCRIPT),
                             ",".join(modules),
-                            str(paths.BENCH / "cpu_tier.py"),
+                            # the CPU tier checks Ascend apex's own extensions (change_data_ptr, ...)
+                            *([] if cuda else [str(paths.BENCH / "cpu_tier.py")]),
                         ],
                         cwd=cwd,
                         capture_output=True,
@@ -767,7 +967,11 @@ class Builder:
                         f"see {self.log_path}",
                     )
                 result = json.loads(smoke)
-                result["cpu_tier"] = self._cpu_tier(proc)
+                result["cpu_tier"] = (
+                    {"skipped": "the CPU tier checks Ascend apex's extensions"}
+                    if cuda
+                    else self._cpu_tier(proc)
+                )
             finally:
                 shutil.rmtree(venv_path, ignore_errors=True)
             failed = {k: v["error"] for k, v in result["modules"].items() if not v["ok"]}
@@ -827,7 +1031,7 @@ class Builder:
     def _manifest(
         self,
         plan: buildplan.Plan,
-        ascend: sources.AscendSource,
+        ascend: sources.AscendSource | None,
         nvidia_sha: str,
         results: list[patches.PatchResult],
         wheel: Path,
@@ -844,12 +1048,22 @@ class Builder:
             "apexkit": apexkit.__version__,
             "target": asdict(plan),
             "sources": {
-                "ascend_apex": {
-                    "origin": log.mask(ascend.origin),
-                    "ref": plan.apex_ref,
-                    "commit": ascend.commit,
+                **(
+                    {
+                        "ascend_apex": {
+                            "origin": log.mask(ascend.origin),
+                            "ref": plan.apex_ref,
+                            "commit": ascend.commit,
+                        }
+                    }
+                    if ascend is not None
+                    else {}
+                ),
+                "nvidia_apex": {
+                    "url": log.mask(opts.nvidia_apex_url),
+                    "commit": nvidia_sha,
+                    **({"ref": plan.apex_ref} if ascend is None else {}),
                 },
-                "nvidia_apex": {"url": log.mask(opts.nvidia_apex_url), "commit": nvidia_sha},
             },
             # the index options, wheelhouses and offline flag (passwords masked): validate/bench make the run venv
             # from the same sources (apexkit.venvrun)
@@ -869,6 +1083,7 @@ class Builder:
                 # the venv's link to the real binary: plan.interpreter may be a pyenv shim)
                 "compiler": sbom.compiler(self.env.get("CXX")),
                 "interpreter": sbom.interpreter(str(venv.python)),
+                **({"nvcc": self._nvcc_record(plan)} if plan.backend == "cuda" else {}),
             },
             # the build venv's packages for the SBOM and the provenance (apexkit.wheel.sbom), kept with a cached wheel
             "build_venv": sbom.inventory(venv.python, opts.wheelhouses, self.env),
@@ -893,6 +1108,19 @@ class Builder:
                 "max_glibcxx": checks["max_glibcxx"],
                 "manylinux_tag": checks["platform"].get("tag"),
             },
+        }
+
+    def _nvcc_record(self, plan: buildplan.Plan) -> dict:
+        """The CUDA toolkit of a CUDA build, for the manifest, SBOM and provenance."""
+        assert self.kit is not None
+        nvcc = str(self.kit.nvcc.path)
+        return {
+            "path": nvcc,
+            "version": self.kit.nvcc.version,
+            "cuda_home": str(self.kit.home),
+            "sha256": sbom.interpreter(nvcc)["sha256"],
+            "torch_cuda": plan.torch_cuda,
+            "arch_list": plan.cuda_arch,
         }
 
     def _durations(self, **more: float) -> dict[str, float]:
@@ -1092,7 +1320,17 @@ def install_command(plan: buildplan.Plan, wheel: Path) -> str:
 def identity_env(plan: buildplan.Plan) -> dict[str, str]:
     """What the pep440-version patch reads: the local label and the Requires-Dist pins of this build."""
     try:
-        label = target.version_label(plan.torch, plan.torch_npu)
+        if plan.backend == "cuda":  # 0.1+cu130.torch2.14.1 (patches/cuda/0001-cuda-version.toml)
+            if not plan.torch_cuda:
+                raise ConfigError(
+                    f"torch {plan.torch} is a build without CUDA: a CUDA build of apex needs a CUDA torch",
+                    "pass --torch-index-url with a CUDA build of torch, or drop --backend cuda",
+                )
+            label = target.cuda_version(plan.torch, plan.torch_cuda)[
+                len(target.NVIDIA_BASE_VERSION) :
+            ]
+        else:
+            label = target.version_label(plan.torch, plan.torch_npu)
         requires = target.runtime_requires(plan.torch, plan.torch_npu, plan.needs_npu_headers)
     except InvalidVersion as exc:
         raise ConfigError(
@@ -1160,7 +1398,7 @@ def _first_error(tail: list[str]) -> str:
     return (tail[-1] if tail else "no output").strip()[:200]
 
 
-_COMPILE_RE = re.compile(r"\s-c\s+(\S+\.(?:cpp|cxx|cc|c))(?:\s|$)")
+_COMPILE_RE = re.compile(r"\s-c\s+(\S+\.(?:cpp|cxx|cc|cu|c))(?:\s|$)")
 
 
 def _compile_progress(line: str) -> str | None:

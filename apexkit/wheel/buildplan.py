@@ -45,12 +45,22 @@ class Plan:
     identity: dict = field(
         default_factory=dict
     )  # the non-default inputs (see `identity`); {} for a default build
+    backend: str = "ascend"  # or "cuda": upstream NVIDIA apex (apex_ref is then an NVIDIA apex ref)
+    cuda_arch: str = ""  # TORCH_CUDA_ARCH_LIST of a CUDA build
+    torch_cuda: str | None = (
+        None  # the CUDA release of the torch build ([cuda.torch_cuda]), until it is installed
+    )
 
 
 def identity(opts: BuildOptions, torch_npu: str | None, ref_flags: tuple[str, ...] | None) -> dict:
     """The inputs beyond python/torch/arch/ref that change what a wheel is, when they differ from the default: the
     target id names them and the manifest records them (`check_overwrite` compares them)."""
     found: dict = {}
+    if opts.backend == "cuda":
+        found["backend"] = "cuda"
+        found["cuda_arch"] = opts.cuda_arch
+        if tuple(opts.cuda_ext) not in ((), ("core",)):
+            found["cuda_ext"] = list(opts.cuda_ext)
     if torch_npu:
         found["torch_npu"] = torch_npu
     if opts.skip_patches:
@@ -117,6 +127,8 @@ def make_plan(
 ) -> Plan:
     """Pure decisions: torch, torch_npu, ref flags, target id. Refuses invalid combinations before any work.
     `detected_flags`: the flags read off an --apex-src checkout's npu.patch when its ref is not in matrix.toml."""
+    if opts.backend == "cuda":
+        return _cuda_plan(opts, m, interp)
     ref = opts.apex_ref or ("local" if opts.apex_src else m.default_ref)
     if opts.use_system_torch:
         torch = system_torch or ""
@@ -184,6 +196,42 @@ def make_plan(
     )
 
 
+def _cuda_plan(opts: BuildOptions, m: matrix.Matrix, interp: interpreters.Interpreter) -> Plan:
+    """The plan of an NVIDIA apex build on CUDA: the ref is NVIDIA's, the flags those of the extensions asked (checked
+    against the ref's setup.py once the source is there: nvidiaext.flags), no torch_npu."""
+    ref = opts.apex_ref or m.cuda_default_ref
+    torch = opts.torch or m.cuda_default_torch(opts.python)
+    m.check_torch_python(torch, opts.python)
+    asked = tuple(opts.cuda_ext) or ("core",)
+    flags = tuple(
+        dict.fromkeys(
+            flag
+            for name in asked
+            for flag in (("--cpp_ext", "--cuda_ext") if name == "core" else (f"--{name}",))
+        )
+    )
+    inputs = identity(opts, None, None)
+    return Plan(
+        python=opts.python,
+        interpreter=interp.path,
+        interpreter_version=interp.full_version,
+        arch=interp.machine,
+        torch=torch,
+        torch_npu=None,
+        torch_build=torch_build(m, torch, interp.machine, opts, os.environ),
+        apex_ref=ref,
+        flags=flags,
+        extensions=(),  # the compiled modules the wheel holds, found in it (the smoke test imports each)
+        needs_npu_headers=False,
+        ref_known=True,
+        target_id=target.target_id(opts.python, torch, interp.machine, ref, inputs),
+        identity=inputs,
+        backend="cuda",
+        cuda_arch=opts.cuda_arch or m.cuda_default_arch_list,
+        torch_cuda=m.torch_cuda(torch),
+    )
+
+
 def torch_build(
     m: matrix.Matrix, torch: str, arch: str, opts: BuildOptions, env, system: bool = False
 ) -> str:
@@ -229,8 +277,9 @@ def cache_key(
     nvidia_sha: str,
     patch_list: list[patches.Patch],
     m: matrix.Matrix,
+    extra: dict | None = None,
 ) -> str:
-    """Content address of a wheel: every input that changes its bytes."""
+    """Content address of a wheel: every input that changes its bytes (`extra`: a CUDA build's toolkit)."""
     inputs = {
         "recipe": RECIPE_VERSION,
         "ascend": ascend_commit,
@@ -252,4 +301,7 @@ def cache_key(
     }
     if opts.sanitize:  # only then: a release build's key stays what it was
         inputs["sanitize"] = list(opts.sanitize)
+    if plan.backend == "cuda":  # only then: an Ascend build's key stays what it was
+        inputs.update(backend="cuda", cuda_arch=plan.cuda_arch, requires=m.cuda_requires)
+    inputs.update(extra or {})
     return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()

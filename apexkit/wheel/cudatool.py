@@ -86,9 +86,18 @@ def _ask(nvcc: Path, *args: str) -> str:
     return proc.stdout
 
 
-def find(env) -> Nvcc | None:
-    """The first nvcc that answers, or None (then the build takes nvcc from the index's nvidia-cuda-nvcc wheel)."""
+def is_toolkit(home: Path) -> bool:
+    """Whether `home` is laid out as a CUDA toolkit (bin/nvcc, include/cuda_runtime.h): what CUDA_HOME must be.
+    A wrapper script on PATH (/usr/local/bin/nvcc exec-ing the real one) is not: its ../include has no CUDA."""
+    return (home / "bin" / "nvcc").is_file() and (home / "include" / "cuda_runtime.h").is_file()
+
+
+def find(env, toolkit: bool = False) -> Nvcc | None:
+    """The first nvcc that answers, or None. `toolkit`: only an nvcc inside a toolkit layout (is_toolkit of its
+    ../), the one a build can set CUDA_HOME to."""
     for path in candidates(env):
+        if toolkit and not is_toolkit(path.parent.parent):
+            continue
         if path.is_file() and os.access(path, os.X_OK):
             release, version = parse_version(_ask(path, "-V"))
             return Nvcc(
@@ -124,6 +133,17 @@ def check_arches(nvcc: Nvcc, arches: tuple[cudabin.Arch, ...]) -> None:
             f"nvcc {nvcc.version} cannot compile for {', '.join(unknown)} (it knows {known})",
             "choose from those, or use a toolkit that supports them",
         )
+
+
+def free_gib(meminfo: Path = Path("/proc/meminfo")) -> float:
+    """MemAvailable in GiB, the memory `jobs` may plan for (4.0 when /proc/meminfo cannot be read)."""
+    try:
+        with open(meminfo, "rb") as fh:
+            text = fh.read(MAX_OUTPUT).decode("ascii", "replace")
+    except OSError:
+        return 4.0
+    m = re.search(r"^MemAvailable:\s+(\d{1,15}) kB$", text, re.MULTILINE)
+    return int(m[1]) / 2**20 if m else 4.0
 
 
 def jobs(cores: int, free_gib: float, asked: int | None = None) -> tuple[int, int]:

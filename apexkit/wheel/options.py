@@ -64,6 +64,16 @@ class BuildOptions:
     ca_bundle: str | None = None
     # "key<TAB>origin" of each source the user configured (apexkit.config): the plan says where it came from
     origins: tuple[str, ...] = ()
+    # what is built: Ascend apex (NVIDIA apex + npu.patch, for torch_npu) or upstream NVIDIA apex on CUDA
+    backend: str = "ascend"
+    cuda_arch: str | None = (
+        None  # TORCH_CUDA_ARCH_LIST, normalised ("8.0;9.0"); None: matrix.toml [cuda]
+    )
+    cuda_ext: tuple[str, ...] = ()  # "core" and contrib names (apexkit.wheel.nvidiaext); () : core
+    nvcc_threads: int = 1  # nvcc --threads per job (cudatool.jobs)
+
+
+BACKENDS = ("ascend", "cuda")
 
 
 def parser(prog: str = "nox -s build-3.X --") -> argparse.ArgumentParser:
@@ -239,6 +249,26 @@ def parser(prog: str = "nox -s build-3.X --") -> argparse.ArgumentParser:
     add(
         "--options-json", metavar="FILE", type=Path, help=argparse.SUPPRESS
     )  # a container build's parsed options
+    cuda = p.add_argument_group("NVIDIA apex on CUDA GPUs (--backend cuda)")
+    cuda.add_argument(
+        "--backend",
+        choices=BACKENDS,
+        default=None,
+        help="ascend: Apex for Ascend for torch_npu (default); cuda: upstream NVIDIA apex for CUDA GPUs, compiled "
+        "with nvcc against a CUDA build of torch",
+    )
+    cuda.add_argument(
+        "--cuda-arch",
+        metavar="LIST",
+        help='GPU architectures to compile for, e.g. "8.0;9.0" or "9.0+PTX" (default: $TORCH_CUDA_ARCH_LIST, '
+        "else matrix.toml [cuda] default_arch_list)",
+    )
+    cuda.add_argument(
+        "--cuda-ext",
+        metavar="NAMES",
+        help="extensions to build: core (apex_C, amp_C, fused layer norm, ...; the default) and contrib names "
+        "such as xentropy,fast_layer_norm, comma separated",
+    )
     box = p.add_argument_group("in a builder image (invoke image.build makes one)")
     box.add_argument(
         "--image",
@@ -428,6 +458,11 @@ def resolve(
                 vocab.build(stack.python, f"--stack {stack.name}")
                 + (f" (or nox -s build-{stack.name})" if vocab.entry() == vocab.NOX else ""),
             )
+    backend, cuda_arch, cuda_ext, nvcc_threads = _backend(args, env, m, python, stack)
+    if backend == "cuda" and args.jobs is None and "APEXKIT_JOBS" not in env:
+        from apexkit.wheel import cudatool
+
+        jobs, nvcc_threads = cudatool.jobs(os.cpu_count() or 1, cudatool.free_gib())
     if (args.network or args.ca_bundle) and not args.image:
         raise ConfigError(
             "--network and --ca-cert apply to container builds only",
@@ -537,7 +572,66 @@ def resolve(
         ca_bundle=args.ca_bundle,
         team_indexes=_team_indexes(args, found["team_indexes"]),
         origins=origins,
+        backend=backend,
+        cuda_arch=cuda_arch,
+        cuda_ext=cuda_ext,
+        nvcc_threads=nvcc_threads,
     )
+
+
+def _backend(
+    args: argparse.Namespace, env: Mapping[str, str], m: matrix.Matrix, python: str, stack
+) -> tuple[str, str | None, tuple[str, ...], int]:
+    """(backend, arch list, extensions, nvcc threads) of --backend / --cuda-arch / --cuda-ext, checked together: a
+    CUDA build takes none of the Ascend-only options, an Ascend build none of the CUDA ones."""
+    from apexkit.wheel import cudabin, nvidiaext
+
+    backend = args.backend or "ascend"
+    if backend != "cuda":
+        given = [
+            f for f, v in (("--cuda-arch", args.cuda_arch), ("--cuda-ext", args.cuda_ext)) if v
+        ]
+        if given:
+            raise ConfigError(
+                f"{' and '.join(given)} apply to NVIDIA apex on CUDA only",
+                f"add --backend cuda, or drop {' '.join(given)}",
+            )
+        return backend, None, (), 1
+    ascend_only = [
+        flag
+        for flag, value in (
+            ("--npu", args.npu),
+            ("--torch-npu", args.torch_npu),
+            ("--stack", stack is not None),
+            ("--apex-src", args.apex_src),
+            ("--setup-flags", args.setup_flags),
+            ("--skip-patch", args.skip_patch),
+            ("--sanitize", args.sanitize),
+            ("--use-system-torch", args.use_system_torch),
+            ("--image", args.image),
+            ("--verify-reproducible", args.verify_reproducible),
+        )
+        if value
+    ]
+    if ascend_only:
+        verb = "is" if len(ascend_only) == 1 else "are"
+        raise ConfigError(
+            f"--backend cuda builds upstream NVIDIA apex for CUDA GPUs; {', '.join(ascend_only)} {verb} for the "
+            "Ascend build only (or not supported for CUDA yet)",
+            f"drop {' '.join(ascend_only)}, or drop --backend cuda",
+        )
+    if args.torch is None:
+        m.cuda_default_torch(python)  # refused now when matrix.toml has none for this Python
+    text = args.cuda_arch if args.cuda_arch is not None else env.get("TORCH_CUDA_ARCH_LIST")
+    arches = cudabin.parse_arch_list(text if text is not None else m.cuda_default_arch_list)
+    cuda_arch = ";".join(a.text for a in arches)
+    cuda_ext = nvidiaext.parse_asked(args.cuda_ext) if args.cuda_ext is not None else ("core",)
+    if "core" not in cuda_ext:
+        raise ConfigError(
+            f"--cuda-ext {','.join(cuda_ext)} leaves out core, which every NVIDIA apex build has (apex_C, amp_C)",
+            f"pass --cuda-ext core,{','.join(cuda_ext)}",
+        )
+    return backend, cuda_arch, cuda_ext, 1
 
 
 _PATH_FIELDS = ("apex_src", "dist_dir", "build_dir", "cache_dir")
@@ -576,6 +670,7 @@ _TUPLE_FIELDS = (
     "setup_flags",
     "team_indexes",
     "origins",
+    "cuda_ext",
 )
 
 

@@ -446,6 +446,8 @@ def provenance(
     target, sources, tools = (_dict(manifest.get(k)) for k in ("target", "sources", "tools"))
     deps: list[dict] = []
     for key in ("ascend_apex", "nvidia_apex"):
+        if key not in sources:  # a CUDA build has NVIDIA apex only
+            continue
         src = _dict(sources.get(key))
         commit = _hex(src.get("commit"), 40)
         entry: dict = {
@@ -501,6 +503,20 @@ def provenance(
                 "uri": f"file://{_s(cxx.get('path'), '')}",
                 "digest": _only({"sha256": _hex(cxx.get("sha256"), 64)}),
                 "annotations": {"version": _s(cxx.get("version"))},
+            }
+        )
+    nvcc = _dict(tools.get("nvcc"))
+    if nvcc:  # a CUDA build's toolkit
+        deps.append(
+            {
+                "name": "nvcc",
+                "uri": f"file://{_s(nvcc.get('path'), '')}",
+                "digest": _only({"sha256": _hex(nvcc.get("sha256"), 64)}),
+                "annotations": {
+                    "version": _s(nvcc.get("version")),
+                    "arch_list": _s(nvcc.get("arch_list")),
+                    "torch_cuda": _s(nvcc.get("torch_cuda")),
+                },
             }
         )
     interp = _dict(tools.get("interpreter"))

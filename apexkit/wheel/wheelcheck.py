@@ -28,9 +28,12 @@ import tempfile
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from apexkit.errors import EnvironmentSetupError
+
+if TYPE_CHECKING:
+    from apexkit.wheel import cudabin
 
 try:
     from elftools.common.exceptions import ELFError
@@ -115,6 +118,13 @@ class Expect:
         str, ...
     ] = ()  # the Python executable (+ libpython): Py* symbols come from there
     system_dirs: tuple[str, ...] = ()  # () = the usual ones for `arch`
+    # a CUDA build: the SASS/PTX architectures every CUDA module must embed, exactly (apexkit.wheel.cudabin); None:
+    # not a CUDA build, nothing checked
+    cuda: cudabin.Embedded | None = None
+
+
+# the libraries that make a module a CUDA extension (linked by torch's CUDAExtension): it must carry GPU code
+CUDA_LIBS = ("libcudart.so", "libc10_cuda.so", "libtorch_cuda.so")
 
 
 @dataclass
@@ -128,6 +138,7 @@ class ModuleReport:
     undefined: int = 0
     failures: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    cuda: str | None = None  # the architectures a CUDA module embeds, in words (a CUDA build only)
 
 
 def system_dirs(arch: str) -> tuple[str, ...]:
@@ -261,7 +272,27 @@ def check_module(path: Path, expect: Expect, shown: str | None = None) -> Module
             _check_open(fh, report, expect, fail)
     except OSError as exc:
         fail("elf", f"cannot be read ({exc.strerror})")
+    if expect.cuda is not None:
+        _check_cuda(path, report, expect.cuda, fail)
     return report
+
+
+def _check_cuda(path: Path, report: ModuleReport, asked: cudabin.Embedded, fail) -> None:
+    """The GPU code of a CUDA build's module: a module linking the CUDA runtime (or embedding GPU code) embeds
+    exactly the architectures asked; a C++-only module (apex_C) embeds none."""
+    from apexkit.wheel import cudabin  # pyelftools, which the caller checked
+
+    try:
+        found = cudabin.embedded(path)
+    except cudabin.FatbinError as exc:
+        fail("gpu code", str(exc))
+        return
+    is_cuda = any(n.startswith(CUDA_LIBS) for n in report.needed)
+    if found is None and not is_cuda:
+        return
+    report.cuda = found.describe() if found is not None else "no GPU code"
+    for problem in cudabin.problems(found, asked, "embedded"):
+        fail("gpu code", problem.split(": ", 1)[1])
 
 
 def _check_open(fh, report: ModuleReport, expect: Expect, fail) -> None:
@@ -546,7 +577,10 @@ def check_wheel(
         "modules": [m.__dict__ for m in modules],
         "max_glibc": glibc,
         "max_glibcxx": glibcxx,
-        "expect": {k: (list(v) if isinstance(v, tuple) else v) for k, v in expect.__dict__.items()},
+        "expect": {
+            k: (list(v) if isinstance(v, tuple) else v.describe() if k == "cuda" and v else v)
+            for k, v in expect.__dict__.items()
+        },
         "failures": failures,
     }
 
