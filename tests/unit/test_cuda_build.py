@@ -1,0 +1,253 @@
+"""A CUDA build's decisions before anything runs (issue 29): --backend cuda and its options, refused together with
+the Ascend-only ones; the plan, target id and cache key; the build tree synced by content (what makes ninja resume
+and recompile only what changed); our setup.py edits on upstream-shaped sources; the toolkit refusals that need no
+nvcc to run."""
+
+from __future__ import annotations
+
+import os
+import time
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from apexkit import paths
+from apexkit.errors import ConfigError
+from apexkit.plan import matrix
+from apexkit.wheel import buildplan, cudabuild, cudatool, options, patches
+from apexkit.wheel.interpreters import Interpreter
+from apexkit.wheel.options import BuildOptions
+
+INTERP = Interpreter("/usr/bin/python3.11", "3.11", "3.11.2", "cpython", "x86_64", "/usr", "", "")
+
+
+def resolve(*argv: str, env: dict | None = None) -> BuildOptions:
+    return options.resolve("3.11", list(argv), env=env or {})
+
+
+# --- options ---------------------------------------------------------------------------------------------------
+
+
+def test_a_cuda_build_takes_the_default_arch_list_and_core():
+    opts = resolve("--backend", "cuda", "--jobs", "3")
+    assert (opts.backend, opts.cuda_arch, opts.cuda_ext) == ("cuda", "8.0;9.0", ("core",))
+    assert opts.jobs == 3  # an explicit --jobs wins over the memory rule
+    assert (
+        resolve("--backend", "cuda", env={"TORCH_CUDA_ARCH_LIST": "9.0 10.0"}).cuda_arch
+        == "9.0;10.0"
+    )
+    assert resolve("--backend", "cuda", "--cuda-arch", "9.0+PTX").cuda_arch == "9.0+PTX"
+
+
+def test_without_jobs_a_cuda_build_plans_jobs_from_cores_and_memory():
+    opts = resolve("--backend", "cuda")
+    assert opts.jobs == cudatool.jobs(os.cpu_count() or 1, cudatool.free_gib())[0]
+
+
+@pytest.mark.parametrize(
+    ("argv", "cause"),
+    [
+        (["--backend", "cuda", "--npu"], "--npu is for the Ascend build only"),
+        (["--backend", "cuda", "--torch-npu", "2.7.1"], "--torch-npu is for the Ascend build only"),
+        (["--backend", "cuda", "--stack", "newest"], "--stack is for the Ascend build only"),
+        (
+            ["--backend", "cuda", "--skip-patch", "x", "--sanitize", "address"],
+            "--skip-patch, --sanitize are",
+        ),
+        (["--cuda-arch", "9.0"], "--cuda-arch apply to NVIDIA apex on CUDA only"),
+        (["--cuda-ext", "core"], "--cuda-ext apply to NVIDIA apex on CUDA only"),
+        (["--backend", "cuda", "--cuda-arch", "Hopper"], "is not a compute capability"),
+        (["--backend", "cuda", "--cuda-arch", ";"], "the CUDA arch list is empty"),
+        (["--backend", "cuda", "--cuda-ext", "xentropy"], "leaves out core"),
+        (["--backend", "cuda", "--cuda-ext", "core,../x"], "is not an extension name"),
+    ],
+)
+def test_contradicting_or_malformed_cuda_options_are_one_line(argv, cause):
+    with pytest.raises(ConfigError) as err:
+        resolve(*argv)
+    assert cause in err.value.cause and "\n" not in err.value.cause and err.value.hint
+
+
+def test_a_python_without_a_cuda_torch_default_is_refused_with_the_way_out():
+    with pytest.raises(ConfigError, match=r"names no torch for Python 3\.8") as err:
+        options.resolve("3.8", ["--backend", "cuda"], env={})
+    assert "--torch" in err.value.hint
+    assert (
+        options.resolve("3.8", ["--backend", "cuda", "--torch", "2.4.1"], env={}).torch == "2.4.1"
+    )
+
+
+def test_the_backend_travels_to_a_container_build_and_back():
+    opts = resolve("--backend", "cuda", "--cuda-ext", "core,xentropy")
+    back = options.from_json(options.to_json(opts), "3.11")
+    assert (back.backend, back.cuda_arch, back.cuda_ext) == (
+        "cuda",
+        "8.0;9.0",
+        ("core", "xentropy"),
+    )
+
+
+# --- plan, target id, cache key --------------------------------------------------------------------------------
+
+
+def plan(**kw) -> buildplan.Plan:
+    opts = BuildOptions(python="3.11", backend="cuda", cuda_arch="8.0;9.0", **kw)
+    return buildplan.make_plan(opts, matrix.load(), INTERP, None, env={})
+
+
+def test_the_plan_of_a_cuda_build_names_nvidia_apex_its_arches_and_torchs_cuda():
+    p = plan()
+    assert p.target_id == "py3.11-torch2.14.1-x86_64-master+cuda.sm80.sm90"
+    assert (p.backend, p.torch, p.torch_cuda, p.torch_npu) == ("cuda", "2.14.1", "13.0", None)
+    assert p.flags == ("--cpp_ext", "--cuda_ext")
+    assert plan(cuda_ext=("core", "xentropy")).flags == ("--cpp_ext", "--cuda_ext", "--xentropy")
+    assert plan(cuda_ext=("core", "xentropy")).target_id.endswith(
+        "+cuda.sm80.sm90+ext-core.xentropy"
+    )
+    ascend = buildplan.make_plan(
+        BuildOptions(python="3.11", torch="2.14.1"), matrix.load(), INTERP, None, {}
+    )
+    assert ascend.target_id != p.target_id and ascend.backend == "ascend"
+
+
+def test_the_cache_key_changes_with_the_arch_list_and_the_toolkit_and_not_for_ascend():
+    m = matrix.load()
+    opts = BuildOptions(python="3.11", backend="cuda", cuda_arch="8.0;9.0")
+    p = plan()
+
+    def key(pl, nvcc="13.0.88"):
+        return buildplan.cache_key(pl, opts, "", "a" * 40, [], m, extra={"nvcc": nvcc})
+
+    assert key(p) != key(p, nvcc="13.0.48")
+    other = buildplan.make_plan(
+        BuildOptions(python="3.11", backend="cuda", cuda_arch="9.0"), m, INTERP, None, env={}
+    )
+    assert key(p) != key(other)
+    ascend = buildplan.make_plan(BuildOptions(python="3.11"), m, INTERP, None, env={})
+    assert "backend" not in ascend.identity
+
+
+# --- the build tree --------------------------------------------------------------------------------------------
+
+
+def write(root: Path, files: dict[str, str]) -> None:
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+
+
+def test_the_tree_sync_rewrites_only_changed_files_and_keeps_the_objects(tmp_path):
+    src, tree = tmp_path / "src", tmp_path / "tree"
+    write(src, {"setup.py": "v1", "csrc/a.cu": "a", "csrc/b.cu": "b", "old.py": "x"})
+    assert cudabuild.sync_tree(src, tree) == {"written": 4, "kept": 0, "removed": 0}
+    write(tree, {"build/temp/csrc/a.o": "object", "apex.egg-info/PKG-INFO": "x"})
+    past = time.time() - 3600
+    for rel in ("csrc/a.cu", "csrc/b.cu", "setup.py"):
+        os.utime(tree / rel, (past, past))
+    (src / "old.py").unlink()
+    write(src, {"csrc/b.cu": "b changed"})
+    counts = cudabuild.sync_tree(src, tree)
+    assert counts == {"written": 1, "kept": 2, "removed": 1}
+    assert (tree / "csrc/b.cu").read_text() == "b changed" and (
+        tree / "csrc/b.cu"
+    ).stat().st_mtime > past + 60
+    assert (tree / "csrc/a.cu").stat().st_mtime == pytest.approx(past)  # ninja keeps a.o
+    assert not (tree / "old.py").exists()
+    assert (tree / "build/temp/csrc/a.o").read_text() == "object"
+    assert (tree / "apex.egg-info/PKG-INFO").exists()
+
+
+def test_the_tree_sync_replaces_a_planted_link_instead_of_writing_through_it(tmp_path):
+    src, tree, outside = tmp_path / "src", tmp_path / "tree", tmp_path / "outside.txt"
+    write(src, {"setup.py": "mine"})
+    outside.write_text("theirs")
+    tree.mkdir()
+    (tree / "setup.py").symlink_to(outside)
+    cudabuild.sync_tree(src, tree)
+    assert outside.read_text() == "theirs"
+    assert not (tree / "setup.py").is_symlink() and (tree / "setup.py").read_text() == "mine"
+
+
+def test_the_compiled_modules_are_read_off_the_wheel(tmp_path):
+    wheel = tmp_path / "apex-0.1-cp311-cp311-linux_x86_64.whl"
+    with zipfile.ZipFile(wheel, "w") as zf:
+        for name in (
+            "amp_C.cpython-311-x86_64-linux-gnu.so",
+            "apex_C.cpython-311-x86_64-linux-gnu.so",
+            "apex/contrib/xentropy/_x.cpython-311-x86_64-linux-gnu.so",
+            "apex-0.1.dist-info/odd.so",
+            "bad-name/x.so",
+            "apex/__init__.py",
+        ):
+            zf.writestr(name, b"")
+    assert cudabuild.compiled_modules(wheel) == ["amp_C", "apex.contrib.xentropy._x", "apex_C"]
+
+
+# --- our setup.py edits ----------------------------------------------------------------------------------------
+
+MASTER_SHAPED = """import os
+setup(
+    name="apex",
+    version="0.1",
+    packages=find_packages(),
+    install_requires=["packaging>20.6"],
+    ext_modules=ext_modules,
+)
+"""
+OLD_SHAPED = """import os
+setup(
+    name='apex',
+    version='0.1',
+    packages=find_packages(),
+    ext_modules=ext_modules,
+)
+"""
+
+
+@pytest.mark.parametrize("text", [MASTER_SHAPED, OLD_SHAPED])
+def test_the_cuda_patches_label_the_version_and_pin_torch_in_both_setup_py_shapes(tmp_path, text):
+    (tmp_path / "setup.py").write_text(text)
+    cuda = patches.load_all(paths.PATCHES / cudabuild.PATCHES)
+    results = {r.id: r.status for r in patches.apply_all(tmp_path, (), cuda)}
+    assert results["cuda-version"] == patches.APPLIED
+    patched = (tmp_path / "setup.py").read_text()
+    ns: dict = {}
+
+    def setup(**kw):
+        ns.update(kw)
+
+    env = {"APEXKIT_VERSION_LABEL": "+cu130.torch2.14.1", "APEXKIT_REQUIRES": "torch==2.14.1"}
+    old = dict(os.environ)
+    os.environ.update(env)
+    try:
+        exec(
+            compile(patched, "setup.py", "exec"),
+            {"setup": setup, "find_packages": list, "ext_modules": []},
+        )
+    finally:
+        os.environ.clear()
+        os.environ.update(old)
+    assert ns["version"] == "0.1+cu130.torch2.14.1"
+    assert ns["install_requires"][0] == "torch==2.14.1"
+    assert ("packaging>20.6" in ns["install_requires"]) == (text is MASTER_SHAPED)
+    again = {r.id: r.status for r in patches.apply_all(tmp_path, (), cuda)}
+    assert set(again.values()) <= {patches.ALREADY, patches.NOT_APPLICABLE}  # idempotent
+    assert (tmp_path / "setup.py").read_text() == patched
+
+
+# --- the toolkit, without running nvcc -------------------------------------------------------------------------
+
+
+def test_no_toolkit_anywhere_is_one_line_naming_where_it_looked(tmp_path, monkeypatch):
+    monkeypatch.setattr(cudatool, "candidates", lambda env: [tmp_path / "none" / "bin" / "nvcc"])
+    with pytest.raises(ConfigError, match=r"^no CUDA toolkit found \(\$CUDA_HOME") as err:
+        cudabuild.toolkit({"PATH": str(tmp_path)}, "13.0", "2.14.1", ())
+    assert "CUDA 13.0" in err.value.hint
+
+
+def test_a_cuda_home_that_is_not_a_toolkit_is_refused_before_asking_it(tmp_path):
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "nvcc").write_text("#!/bin/sh\necho hostile\n")
+    with pytest.raises(ConfigError, match="is not a CUDA toolkit"):
+        cudabuild.toolkit({"CUDA_HOME": str(tmp_path)}, "13.0", "2.14.1", ())
