@@ -14,7 +14,7 @@ tests-e2e       tests/e2e: real venvs, git, compilers, tinyproxy, dockerd, Slurm
                 system tools only when asked: APEXKIT_INSTALL_SYSTEM_TOOLS=1 or CI=true, as root
 tests           both tiers in one pytest run (unit first), installing as tests-e2e does
 tests-aarch64   aarch64 builder image and wheel under QEMU
-lint            ruff check, mypy over apexkit/, shellcheck over docker/*.sh and .ci/run, actionlint, and last
+lint            ruff check, mypy over apexkit/, shellcheck over docker/*.sh, bench/*.sh and .ci/run, actionlint, and last
                 ruff format --check (line length 100; ruff check allows 130)
 """
 
@@ -287,7 +287,7 @@ def tests_aarch64(session: nox.Session) -> None:
 @nox.session(python=False)
 def lint(session: nox.Session) -> None:
     """ruff check over the repository; mypy over apexkit/ (pyproject.toml [tool.mypy]; skipped, saying so, on Python
-    3.8/3.9, where requirements/dev.txt has no mypy: 2.x needs 3.10); shellcheck over docker/*.sh and .ci/run; actionlint
+    3.8/3.9, where requirements/dev.txt has no mypy: 2.x needs 3.10); shellcheck over docker/*.sh, bench/*.sh and .ci/run; actionlint
     over the GitHub Actions workflow; last, ruff format --check (line length 100), so the checks above run first."""
     import shutil
 
@@ -303,6 +303,7 @@ def lint(session: nox.Session) -> None:
         session.error(
             "mypy is not installed -- next: python -m pip install -r requirements/dev.txt"
         )
-    session.run("shellcheck", *sorted(str(p) for p in Path("docker").glob("*.sh")), ".ci/run")
+    scripts = sorted(str(p) for pattern in ("docker/*.sh", "bench/*.sh") for p in Path().glob(pattern))
+    session.run("shellcheck", *scripts, ".ci/run")
     session.run("actionlint", ".github/workflows/build.yml")
     session.run("ruff", "format", "--check", ".")

@@ -169,6 +169,12 @@ def rows(
                 "ref": combo.ref,
                 "runner": m.runners.get(combo.arch, "ubuntu-24.04"),
                 "session": f"build-{combo.id}",
+                "backend": combo.backend,
+                # the index a CI job takes torch from: the CPU build for Ascend apex (it needs no GPU torch), the CUDA
+                # build for NVIDIA apex on CUDA (matrix.toml [index] / [cuda])
+                "torch_index": m.cuda.get("torch_index_url", "")
+                if combo.backend == "cuda"
+                else m.data.get("index", {}).get("torch_cpu_index_url", ""),
                 "refused": refused,
                 "image": chosen,
                 "image_state": state,
@@ -180,7 +186,17 @@ def rows(
 
 def github(table: list[dict]) -> str:
     """The `strategy.matrix` JSON for GitHub Actions (valid combinations only; one line for $GITHUB_OUTPUT)."""
-    keys = ("id", "python", "torch", "torch_npu", "arch", "runner", "session")
+    keys = (
+        "id",
+        "python",
+        "torch",
+        "torch_npu",
+        "arch",
+        "runner",
+        "session",
+        "backend",
+        "torch_index",
+    )
     return json.dumps(
         {"include": [{k: r[k] for k in keys} for r in table if not r["refused"]]},
         separators=(",", ":"),

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from apexkit import paths, vocab
 from apexkit.errors import ConfigError
-from apexkit.plan import target
+from apexkit.plan import cudaarch, target
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -336,12 +336,21 @@ class Matrix:
                 raise ConfigError(
                     f"matrix entry {i + 1} is not a table", "write each as [[matrix.include]]"
                 )
-            unknown = set(entry) - {"python", "torch", "torch_npu", "cann", "arch", "ref"}
+            unknown = set(entry) - {
+                "python",
+                "torch",
+                "torch_npu",
+                "cann",
+                "arch",
+                "ref",
+                "backend",
+                "cuda_arch",
+            }
             if unknown or not {"python", "torch", "arch"} <= set(entry):
                 raise ConfigError(
                     f"matrix entry {i + 1} {entry}: needs python, torch, arch"
                     + (f"; unknown keys {', '.join(sorted(unknown))}" if unknown else ""),
-                    "keys: python, torch, arch, and optionally torch_npu, cann, ref",
+                    "keys: python, torch, arch, and optionally torch_npu, cann, ref, backend, cuda_arch",
                 )
             for key in ("torch", "torch_npu"):  # part of the id: a session name and a log file name
                 if key in entry:
@@ -350,7 +359,9 @@ class Matrix:
                         f"matrix entry {i + 1}: {key}",
                         f'write {key} = "2.7.1" (torch_npu may end in .postN)',
                     )
-            combos.append(self._combination(entry, ref=str(entry.get("ref") or self.default_ref)))
+            cuda = entry.get("backend") == "cuda"
+            default = self.cuda_default_ref if cuda else self.default_ref
+            combos.append(self._combination(entry, ref=str(entry.get("ref") or default)))
         if defaults:
             combos += [
                 self._combination(entry, ref=self.default_ref, stack=name)
@@ -359,6 +370,7 @@ class Matrix:
         return combos
 
     def _combination(self, entry: dict, ref: str, stack: str | None = None) -> Combination:
+        cuda = entry.get("backend") == "cuda"
         return Combination(
             python=str(entry.get("python")),
             torch=str(entry.get("torch")),
@@ -366,8 +378,10 @@ class Matrix:
             ref=ref,
             torch_npu=str(entry["torch_npu"]) if entry.get("torch_npu") else None,
             cann=str(entry["cann"]) if entry.get("cann") else None,
-            default_ref=self.default_ref,
+            default_ref=self.cuda_default_ref if cuda else self.default_ref,
             stack=stack,
+            backend=str(entry.get("backend") or "ascend"),
+            cuda_arch=str(entry.get("cuda_arch") or self.cuda_default_arch_list) if cuda else None,
         )
 
     def validate(self, combo: Combination) -> None:
@@ -376,6 +390,23 @@ class Matrix:
         self.check_torch_python(combo.torch, combo.python)
         if combo.arch not in ("x86_64", "aarch64"):
             raise ConfigError(f"{combo.id}: unknown arch '{combo.arch}'", "use x86_64 or aarch64")
+        if combo.backend not in ("ascend", "cuda"):
+            raise ConfigError(
+                f"{combo.id}: unknown backend '{combo.backend}'", "use ascend or cuda"
+            )
+        if combo.backend == "cuda":
+            if combo.torch_npu or combo.cann:
+                raise ConfigError(
+                    f"{combo.id}: a CUDA combination has no torch_npu or CANN",
+                    "drop torch_npu and cann",
+                )
+            if self.torch_cuda(combo.torch) is None:
+                raise ConfigError(
+                    f"{combo.id}: matrix.toml [cuda.torch_cuda] does not say which CUDA torch {combo.torch} is built with",
+                    "add its row (torch.version.cuda of the index's build)",
+                )
+            cudaarch.parse_arch_list(combo.cuda_arch or "")
+            return
         if self.ref(combo.ref) is None:
             raise ConfigError(
                 f"{combo.id}: unknown Ascend apex ref '{combo.ref}' (matrix.toml [[refs]])",
@@ -416,6 +447,8 @@ class Combination:
     cann: str | None = None
     default_ref: str = "master"
     stack: str | None = None  # a named stack of matrix.toml [stacks]
+    backend: str = "ascend"  # or "cuda": upstream NVIDIA apex (matrix.toml [cuda])
+    cuda_arch: str | None = None
 
     @property
     def id(self) -> str:
@@ -426,25 +459,25 @@ class Combination:
             if self.ref == self.default_ref
             else "-" + "".join(c if c.isalnum() or c in "._" else "_" for c in self.ref)
         )
-        return f"py{self.python}-torch{self.torch}-{self.arch}{suffix}"
+        cuda = "-cuda" if self.backend == "cuda" else ""
+        return f"py{self.python}-torch{self.torch}-{self.arch}{cuda}{suffix}"
 
     @property
     def target_id(self) -> str:
         """The dist/<target-id>/ its build writes (apexkit.plan.target), e.g. py3.11-torch2.13.0-x86_64-master+npu2.7.1;
         `--target` of every command takes this id, and the matrix's also takes the combination's own `id`."""
-        return target.target_id(
-            self.python,
-            self.torch,
-            self.arch,
-            self.ref,
-            {"torch_npu": self.torch_npu} if self.torch_npu else {},
-        )
+        identity: dict = {"torch_npu": self.torch_npu} if self.torch_npu else {}
+        if self.backend == "cuda":
+            identity = {"backend": "cuda", "cuda_arch": self.cuda_arch}
+        return target.target_id(self.python, self.torch, self.arch, self.ref, identity)
 
     def build_options(self) -> dict[str, str]:
         """The build options that make this combination, by their option names (apexkit.wheel.options)."""
         if self.stack:
             return {"stack": self.stack}
         given = {"torch": self.torch}
+        if self.backend == "cuda":
+            given.update(backend="cuda", cuda_arch=self.cuda_arch or "")
         if self.torch_npu:
             given["torch_npu"] = self.torch_npu
         if self.ref != self.default_ref:
@@ -458,6 +491,8 @@ class Combination:
             "torch": "--torch",
             "torch_npu": "--torch-npu",
             "apex_ref": "--apex-ref",
+            "backend": "--backend",
+            "cuda_arch": "--cuda-arch",
         }
         return [arg for name, value in self.build_options().items() for arg in (flags[name], value)]
 

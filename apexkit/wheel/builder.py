@@ -632,6 +632,9 @@ class Builder:
         shutil.rmtree(out, ignore_errors=True)
         env = dict(self.env)
         env["MAX_JOBS"] = str(self.opts.jobs)
+        env["PYTHONUNBUFFERED"] = (
+            "1"  # setup.py's and ninja's lines reach the log and the progress as they come
+        )
         env.update(reproducible_env(self.state.source_epoch, tree, venv.path, self.env))
         env.update(identity_env(plan))
         if (
@@ -671,7 +674,12 @@ class Builder:
             assert self.kit is not None
             env.update(
                 cudabuild.compile_env(
-                    self.kit, plan.cuda_arch, self.opts.jobs, self.opts.nvcc_threads, env
+                    self.kit,
+                    plan.cuda_arch,
+                    self.opts.jobs,
+                    self.opts.nvcc_threads,
+                    env,
+                    Path(self._torch_facts(venv)["site"]),
                 )
             )
             argv = [str(venv.python), "setup.py", *plan.flags, "bdist_wheel", "-d", str(out)]

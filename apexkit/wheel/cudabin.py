@@ -16,7 +16,6 @@ The section is untrusted input (a wheel may come from anywhere): sizes are cappe
 
 from __future__ import annotations
 
-import re
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +23,18 @@ from pathlib import Path
 from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
 
-from apexkit.errors import ConfigError
+from apexkit.plan.cudaarch import Arch, parse_arch_list
+
+__all__ = [
+    "Arch",
+    "Embedded",
+    "FatbinError",
+    "embedded",
+    "parse_arch_list",
+    "parse_fatbin",
+    "problems",
+    "wanted",
+]
 
 FATBIN_MAGIC = 0xBA55ED50
 SECTION = ".nv_fatbin"
@@ -116,38 +126,6 @@ def embedded(path: Path) -> Embedded | None:
 
 
 # --- what was asked ---------------------------------------------------------------------------------------------
-
-_ARCH = re.compile(r"^(?P<major>\d{1,2})\.(?P<minor>\d)(?P<suffix>[af]?)(?P<ptx>\+PTX)?$")
-
-
-@dataclass(frozen=True)
-class Arch:
-    text: str  # as given: "9.0+PTX"
-    number: int  # 90
-    ptx: bool
-
-
-def parse_arch_list(text: str) -> tuple[Arch, ...]:
-    """TORCH_CUDA_ARCH_LIST as torch's cpp_extension reads it: entries separated by ';' or spaces, each `M.m`,
-    optionally with an arch-specific suffix (`9.0a`, `10.0f`) and `+PTX` (PTX too, for GPUs newer than the list).
-    Torch's named lists (`Ampere`, `Hopper`) are refused here: the check needs numbers, and the plan prints them."""
-    entries = [part for part in re.split(r"[;\s]+", text.strip()) if part]
-    if not entries:
-        raise ConfigError(
-            "the CUDA arch list is empty",
-            'give compute capabilities, e.g. --cuda-arch "8.0;9.0" (9.0 is H100/H200, 8.0 is A100)',
-        )
-    found = []
-    for entry in entries:
-        m = _ARCH.match(entry)
-        if m is None:
-            shown = entry if len(entry) <= 20 and entry.isprintable() else f"{entry[:20]!r}…"
-            raise ConfigError(
-                f"CUDA arch {shown!r} is not a compute capability such as 8.0, 9.0a or 9.0+PTX",
-                'give numbers separated by ";", e.g. --cuda-arch "8.0;9.0+PTX"',
-            )
-        found.append(Arch(entry, int(m["major"]) * 10 + int(m["minor"]), bool(m["ptx"])))
-    return tuple(found)
 
 
 def wanted(arches: tuple[Arch, ...]) -> Embedded:

@@ -120,15 +120,23 @@ def _remove(path: Path) -> None:
         shutil.rmtree(path)
 
 
-def compile_env(kit: Toolkit, arch_list: str, jobs: int, nvcc_threads: int, env) -> dict[str, str]:
+def compile_env(
+    kit: Toolkit, arch_list: str, jobs: int, nvcc_threads: int, env, site_dir: Path
+) -> dict[str, str]:
     """What setup.py and torch's cpp_extension read: CUDA_HOME (upstream master reads `nvcc -V` from it
     unconditionally), TORCH_CUDA_ARCH_LIST, MAX_JOBS (ninja's -j), nvcc's --threads through NVCC_APPEND_FLAGS (nvcc
-    reads it itself), and PYTORCH_NVCC when ccache can wrap nvcc (torch >= 2.6 reads it)."""
+    reads it itself), PYTORCH_NVCC when ccache can wrap nvcc (torch >= 2.6 reads it), and CPATH: the build venv's
+    CUDA wheel headers (cusparse.h, which torch's ATen/cuda headers include and a toolkit without its math
+    libraries lacks), searched after every -I, so the toolkit's own headers come first. gcc reads CPATH, and nvcc
+    preprocesses with gcc."""
     out = {
         "CUDA_HOME": str(kit.home),
         "TORCH_CUDA_ARCH_LIST": arch_list,
         "MAX_JOBS": str(jobs),
     }
+    headers = [*cudatool.runtime_include_dirs(site_dir), *env.get("CPATH", "").split(os.pathsep)]
+    if any(headers):
+        out["CPATH"] = os.pathsep.join(h for h in headers if h)
     if nvcc_threads > 1:
         out["NVCC_APPEND_FLAGS"] = (
             f"{env.get('NVCC_APPEND_FLAGS', '')} --threads {nvcc_threads}".strip()

@@ -163,12 +163,23 @@ def runtime_lib_dirs(site_dir: Path) -> tuple[str, ...]:
     """The CUDA runtime wheels' library folders in a venv's site-packages, for the binary checks: a CUDA extension
     may link libcudart.so.13 and friends from there, as torch itself does (nvidia/cuda_runtime/lib in CUDA 12's
     wheels, nvidia/cu13/lib in CUDA 13's). Real folders only: a link could point the check at another tree."""
+    return _wheel_dirs(site_dir, "lib")
+
+
+def runtime_include_dirs(site_dir: Path) -> tuple[str, ...]:
+    """The CUDA wheels' header folders in the build venv (nvidia/cu13/include): torch's own headers include
+    cusparse.h, cublas_v2.h, ... which a CUDA toolkit installed without the math libraries lacks; the build puts these
+    after the toolkit's own include folder (CPATH), so the toolkit's headers win where both have one."""
+    return _wheel_dirs(site_dir, "include")
+
+
+def _wheel_dirs(site_dir: Path, sub: str) -> tuple[str, ...]:
     root = site_dir / "nvidia"
     if root.is_symlink() or not root.is_dir():
         return ()
     found = []
     for package in sorted(root.iterdir())[: MAX_LIB_DIRS * 4]:
-        lib = package / "lib"
-        if not package.is_symlink() and not lib.is_symlink() and lib.is_dir():
-            found.append(str(lib))
+        folder = package / sub
+        if not package.is_symlink() and not folder.is_symlink() and folder.is_dir():
+            found.append(str(folder))
     return tuple(found[:MAX_LIB_DIRS])

@@ -1,3 +1,7 @@
+from __future__ import annotations
+
+import re
+
 import pytest
 
 from apexkit.errors import ConfigError
@@ -136,12 +140,16 @@ def test_default_matrix_is_valid_and_ids_are_short(m):
     combos = m.combinations()
     assert [c.id for c in combos] == [
         "py3.11-torch2.13.0-x86_64",
+        "py3.11-torch2.14.1-x86_64-cuda",
         "py3.10-torch2.1.0-x86_64",
         "py3.11-torch2.5.1-aarch64",
         *m.stack_names(),
     ]
     for c in combos:
         m.validate(c)
+    cuda = next(c for c in combos if c.backend == "cuda")
+    assert cuda.target_id == "py3.11-torch2.14.1-x86_64-master+cuda.sm80.sm90"
+    assert cuda.build_args() == ["--torch", "2.14.1", "--backend", "cuda", "--cuda-arch", "8.0;9.0"]
     field = next(c for c in combos if c.id == "field-report")
     assert (field.python, field.torch, field.arch, field.stack) == (
         "3.8",
@@ -151,11 +159,11 @@ def test_default_matrix_is_valid_and_ids_are_short(m):
     )
     assert field.build_args() == ["--stack", "field-report"]
     assert combo(m, ref="5.0.rc3").id == "py3.11-torch2.13.0-x86_64-5.0.rc3"
-    assert matrixrun.build_args(m, combos[2], host="x86_64")[-2:] == [
+    assert matrixrun.build_args(m, combos[3], host="x86_64")[-2:] == [
         "--image",
         "apexkit/builder:debian-bookworm-aarch64",
     ]
-    assert "--image" not in matrixrun.build_args(m, combos[2], host="aarch64")
+    assert "--image" not in matrixrun.build_args(m, combos[3], host="aarch64")
 
 
 @pytest.mark.parametrize(
@@ -189,3 +197,19 @@ def test_invalid_combinations_name_the_row(m, entry, says):
 def test_bad_matrix_entries(m):
     with pytest.raises(ConfigError, match="needs python, torch, arch; unknown keys cuda"):
         m.combinations([{"python": "3.11", "torch": "2.13.0", "arch": "x86_64", "cuda": "12"}])
+
+
+@pytest.mark.parametrize(
+    ("entry", "cause"),
+    [
+        ({"torch_npu": "2.7.1"}, "a CUDA combination has no torch_npu or CANN"),
+        ({"torch": "2.13.0"}, "does not say which CUDA torch 2.13.0 is built with"),
+        ({"cuda_arch": "Hopper"}, "is not a compute capability"),
+        ({"backend": "rocm"}, "unknown backend 'rocm'"),
+    ],
+)
+def test_a_cuda_combination_the_tables_rule_out_is_refused(m, entry, cause):
+    row = {"python": "3.11", "torch": "2.14.1", "arch": "x86_64", "backend": "cuda", **entry}
+    (combo,) = m.combinations([row])
+    with pytest.raises(ConfigError, match=re.escape(cause)):
+        m.validate(combo)
