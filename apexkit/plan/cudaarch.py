@@ -8,7 +8,8 @@ from dataclasses import dataclass
 
 from apexkit.errors import ConfigError
 
-_ARCH = re.compile(r"^(?P<major>\d{1,2})\.(?P<minor>\d)(?P<suffix>[af]?)(?P<ptx>\+PTX)?$")
+_ARCH = re.compile(r"^(?P<major>[0-9]{1,2})\.(?P<minor>[0-9])(?P<suffix>[af]?)(?P<ptx>\+PTX)?$")
+MAX_ARCHES = 32  # upstream's own CUDA 13 default is seven; more is a typo or a crafted list
 
 
 @dataclass(frozen=True)
@@ -28,14 +29,24 @@ def parse_arch_list(text: str) -> tuple[Arch, ...]:
             "the CUDA arch list is empty",
             'give compute capabilities, e.g. --cuda-arch "8.0;9.0" (9.0 is H100/H200, 8.0 is A100)',
         )
-    found = []
+    found: list[Arch] = []
     for entry in entries:
         m = _ARCH.match(entry)
         if m is None:
-            shown = entry if len(entry) <= 20 and entry.isprintable() else f"{entry[:20]!r}…"
+            shown = repr(entry[:20]) + ("…" if len(entry) > 20 else "")
             raise ConfigError(
-                f"CUDA arch {shown!r} is not a compute capability such as 8.0, 9.0a or 9.0+PTX",
+                f"CUDA arch {shown} is not a compute capability such as 8.0, 9.0a or 9.0+PTX",
                 'give numbers separated by ";", e.g. --cuda-arch "8.0;9.0+PTX"',
             )
-        found.append(Arch(entry, int(m["major"]) * 10 + int(m["minor"]), bool(m["ptx"])))
+        text = f"{int(m['major'])}.{m['minor']}{m['suffix']}{m['ptx'] or ''}"  # 08.0 is 8.0
+        if any(a.text == text for a in found):
+            raise ConfigError(
+                f"CUDA arch {text} is listed twice", 'give each architecture once, e.g. "8.0;9.0"'
+            )
+        found.append(Arch(text, int(m["major"]) * 10 + int(m["minor"]), bool(m["ptx"])))
+        if len(found) > MAX_ARCHES:
+            raise ConfigError(
+                f"the CUDA arch list has more than {MAX_ARCHES} entries",
+                'give the GPUs you run on, e.g. --cuda-arch "8.0;9.0"',
+            )
     return tuple(found)

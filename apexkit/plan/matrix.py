@@ -367,6 +367,13 @@ class Matrix:
                 self._combination(entry, ref=self.default_ref, stack=name)
                 for name, entry in self._stack_entries().items()
             ]
+        ids = [c.id for c in combos]
+        twice = sorted({i for i in ids if ids.count(i) > 1})
+        if twice:  # one id is one session, one --target, one log
+            raise ConfigError(
+                f"matrix.toml has two combinations named {twice[0]}",
+                "make them differ (torch, ref, arch, or cuda_arch), or drop one",
+            )
         return combos
 
     def _combination(self, entry: dict, ref: str, stack: str | None = None) -> Combination:
@@ -382,6 +389,7 @@ class Matrix:
             stack=stack,
             backend=str(entry.get("backend") or "ascend"),
             cuda_arch=str(entry.get("cuda_arch") or self.cuda_default_arch_list) if cuda else None,
+            cuda_default_arch=self.cuda_default_arch_list if cuda else None,
         )
 
     def validate(self, combo: Combination) -> None:
@@ -449,6 +457,9 @@ class Combination:
     stack: str | None = None  # a named stack of matrix.toml [stacks]
     backend: str = "ascend"  # or "cuda": upstream NVIDIA apex (matrix.toml [cuda])
     cuda_arch: str | None = None
+    cuda_default_arch: str | None = (
+        None  # [cuda] default_arch_list: a combination with it says only -cuda
+    )
 
     @property
     def id(self) -> str:
@@ -459,7 +470,12 @@ class Combination:
             if self.ref == self.default_ref
             else "-" + "".join(c if c.isalnum() or c in "._" else "_" for c in self.ref)
         )
-        cuda = "-cuda" if self.backend == "cuda" else ""
+        cuda = ""
+        if self.backend == "cuda":  # -cuda, and the arches when not [cuda] default_arch_list's
+            arches = [a for a in re.split(r"[;\s]+", self.cuda_arch or "") if a]
+            cuda = "-cuda" + "".join(f"-sm{a.replace('.', '').replace('+', '')}" for a in arches)
+            if self.cuda_arch == self.cuda_default_arch:
+                cuda = "-cuda"
         return f"py{self.python}-torch{self.torch}-{self.arch}{cuda}{suffix}"
 
     @property

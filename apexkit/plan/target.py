@@ -54,9 +54,11 @@ def target_id(python: str, torch: str, arch: str, ref: str, identity: dict | Non
     parts = []
     if identity.get("backend") == "cuda":  # +cuda.sm80.sm90: NVIDIA apex, and the GPUs it runs on
         arches = [a for a in re.split(r"[;\s]+", str(identity.get("cuda_arch") or "")) if a]
-        parts.append(".".join(["cuda", *(_id_text("sm" + a.replace(".", "")) for a in arches)]))
+        parts.append(
+            "cuda." + _short(".".join(_id_text("sm" + a.replace(".", "")) for a in arches))
+        )
         if identity.get("cuda_ext"):
-            parts.append("ext-" + ".".join(_id_text(e) for e in identity["cuda_ext"]))
+            parts.append("ext-" + _short(".".join(_id_text(e) for e in identity["cuda_ext"])))
     if identity.get("torch_npu"):
         parts.append(f"npu{_id_text(identity['torch_npu'])}")
     if identity.get("skip_patches"):
@@ -78,6 +80,11 @@ def target_id(python: str, torch: str, arch: str, ref: str, identity: dict | Non
     if identity.get("system_torch"):
         parts.append("system-torch")
     return "+".join([base, *parts])
+
+
+def _short(part: str, limit: int = 40) -> str:
+    """A target id part as it is, or its sha256 prefix when longer than `limit` (a path component has 255 bytes)."""
+    return part if len(part) <= limit else hashlib.sha256(part.encode()).hexdigest()[:12]
 
 
 BASE_VERSION = (

@@ -279,15 +279,25 @@ class Builder:
                         f"NVIDIA apex {plan.apex_ref} ({sha[:12]}) has no setup.py: not an apex tree",
                         "check --nvidia-apex-url and --apex-ref",
                     )
+                with open(setup_py, "rb") as fh:
+                    head = fh.read(nvidiaext.MAX_SETUP + 1)
+                if len(head) > nvidiaext.MAX_SETUP:
+                    raise ConfigError(
+                        f"NVIDIA apex {plan.apex_ref} ({sha[:12]}): setup.py is over "
+                        f"{nvidiaext.MAX_SETUP // 1024} KiB, not upstream's (~40 KB)",
+                        "check --nvidia-apex-url and --apex-ref",
+                    )
                 flags = nvidiaext.flags(
-                    tuple(opts.cuda_ext) or ("core",),
-                    setup_py.read_bytes()[: nvidiaext.MAX_SETUP].decode(errors="replace"),
-                    plan.apex_ref,
+                    tuple(opts.cuda_ext) or ("core",), head.decode(errors="replace"), plan.apex_ref
                 )
                 s.note(f"NVIDIA apex {plan.apex_ref} {sha[:12]} (verified); {' '.join(flags)}")
             plan = replace(plan, flags=flags)
+            objects = {  # what changes the objects besides the sources and the command lines ninja sees
+                "nvcc": kit.nvcc.version,
+                **{k: self.env[k] for k in cudabuild.NVCC_ENV if self.env.get(k)},
+            }
             key = self.state.cache_key = buildplan.cache_key(
-                plan, opts, "", sha, cuda_patches, self.m, extra={"nvcc": kit.nvcc.version}
+                plan, opts, "", sha, cuda_patches, self.m, extra=objects
             )
             self.state.use_cache = self.cache.usable()
             if self.state.use_cache:
@@ -309,10 +319,24 @@ class Builder:
                     log.info(f"  {r.id:<18} {r.status}")
                 s.note(", ".join(f"{r.id}: {r.status}" for r in results))
             with log.step("build tree (synced by content)", self.state.timings, key="tree") as s:
-                counts = cudabuild.sync_tree(export, tree)
+                try:
+                    counts = cudabuild.sync_tree(export, tree)
+                    kept = cudabuild.objects_for(
+                        tree, {**objects, "torch": plan.torch, "python": plan.interpreter_version}
+                    )
+                except OSError as exc:
+                    raise BuildError(
+                        f"cannot sync the build tree {tree}: {exc.strerror or exc}",
+                        f"remove {tree} and build again",
+                    ) from None
                 s.note(
                     f"{tree}: {counts['written']} written, {counts['kept']} unchanged, "
-                    f"{counts['removed']} removed; objects in {tree / 'build'} kept"
+                    f"{counts['removed']} removed; "
+                    + (
+                        f"objects in {tree / 'build'} kept"
+                        if kept
+                        else "no objects kept (none yet, or another nvcc made them)"
+                    )
                 )
         threading.Thread(target=sbom.warm_up, name="sbom-warm-up", daemon=True).start()
         wheel = self._compile(plan, venv, tree, work)

@@ -15,9 +15,14 @@ from apexkit.errors import ConfigError
 from apexkit.wheel import cudabin, cudatool
 
 PATCHES = "cuda"  # patches/cuda/*.toml: our edits to NVIDIA apex's setup.py (version label, Requires-Dist pins)
-# what a build leaves in its tree and a sync keeps: setuptools' build/ (ninja's objects, build.ninja, .ninja_log)
-# and the egg-info; everything else is the source, made equal to the commit's
-KEPT = ("build", "dist")
+# what a build leaves in its tree and a sync keeps: setuptools' build/temp.* (ninja's objects, build.ninja,
+# .ninja_log). Everything else is the source, made equal to the commit's: build/lib.* and the egg-info go, since
+# install_lib packs all of build/lib (a module upstream deleted would stay in the wheel)
+KEPT = ("build",)
+STAMP = "apexkit-objects.json"  # build/<STAMP>: the inputs ninja cannot see (nvcc's version, its env flags)
+# variables nvcc reads itself: they change the objects without changing a command line ninja compares, so they
+# are part of the cache key and of the objects' stamp
+NVCC_ENV = ("NVCC_APPEND_FLAGS", "NVCC_PREPEND_FLAGS", "NVCC_CCBIN")
 MAX_MODULES = 256  # upstream master with every contrib extension has ~40
 
 
@@ -29,36 +34,65 @@ class Toolkit:
 
 
 def toolkit(env, torch_cuda: str | None, torch: str, arches: tuple[cudabin.Arch, ...]) -> Toolkit:
-    """The nvcc a CUDA build compiles with: $CUDA_HOME's when set (the user chose it: a mismatch is refused), else
-    the first of $CUDA_PATH, PATH and /usr/local/cuda; checked against torch's CUDA release (upstream's
-    check_cuda_torch_binary_vs_bare_metal, before anything is installed or compiled) and the arch list."""
-    home = env.get("CUDA_HOME")
-    if home and not cudatool.is_toolkit(Path(home)):
+    """The toolkit a CUDA build compiles with: $CUDA_HOME's when set (the user chose it: only its own nvcc, and a
+    mismatch is refused), else the first toolkit layout among $CUDA_PATH, nvcc on PATH and /usr/local/cuda; checked
+    against torch's CUDA release (upstream's check_cuda_torch_binary_vs_bare_metal, before anything is installed or
+    compiled) and the arch list. CUDA_HOME is the folder as found, links not resolved: a packaged toolkit whose
+    bin/nvcc links elsewhere keeps its include/ and lib64/ beside it."""
+    if env.get("PYTORCH_NVCC"):
         raise ConfigError(
-            f"CUDA_HOME={home} is not a CUDA toolkit (no bin/nvcc and include/cuda_runtime.h there)",
-            "point CUDA_HOME at the toolkit's folder (e.g. /usr/local/cuda-13.0), or unset it",
+            "PYTORCH_NVCC is set: torch would compile with it instead of the nvcc apexkit checks against torch's CUDA",
+            "unset PYTORCH_NVCC; CUDA_HOME chooses the toolkit (apexkit wraps nvcc in ccache itself)",
         )
-    nvcc = cudatool.find(env, toolkit=True)
-    if nvcc is None:
-        raise ConfigError(
-            "no CUDA toolkit found ($CUDA_HOME, $CUDA_PATH, nvcc on PATH, /usr/local/cuda): a CUDA build of apex "
-            "compiles with the toolkit's nvcc and headers",
-            f"install the CUDA {torch_cuda or 'toolkit'} release torch {torch} was built with (or set CUDA_HOME "
-            "to it), or drop --backend cuda",
+    chosen = env.get("CUDA_HOME")
+    if chosen:
+        home = Path(chosen)
+        nvcc_path = home / "bin" / "nvcc"
+        if not cudatool.is_toolkit(home):
+            raise ConfigError(
+                f"CUDA_HOME={chosen} is not a CUDA toolkit (no bin/nvcc and include/cuda_runtime.h there)",
+                "point CUDA_HOME at the toolkit's folder (e.g. /usr/local/cuda-13.0), or unset it",
+            )
+        if not os.access(nvcc_path, os.X_OK):
+            raise ConfigError(
+                f"CUDA_HOME={chosen}: bin/nvcc is not executable",
+                "fix the toolkit's install, or point CUDA_HOME at another",
+            )
+        nvcc, why = cudatool.ask(nvcc_path), "$CUDA_HOME"
+    else:
+        found = next(
+            (
+                c
+                for c in cudatool.candidates(env)
+                if cudatool.is_toolkit(c.parent.parent) and os.access(c, os.X_OK)
+            ),
+            None,
         )
+        if found is None:
+            raise ConfigError(
+                "no CUDA toolkit found ($CUDA_HOME, $CUDA_PATH, nvcc on PATH, /usr/local/cuda): a CUDA build of "
+                "apex compiles with the toolkit's nvcc and headers",
+                f"install the CUDA {torch_cuda or 'toolkit'} release torch {torch} was built with (or set CUDA_HOME "
+                "to it), or drop --backend cuda",
+            )
+        home, nvcc, why = found.parent.parent, cudatool.ask(found), "found"
     if torch_cuda is not None:
         cudatool.check_matches_torch(nvcc, torch_cuda, torch)
     cudatool.check_arches(nvcc, arches)
-    where = "$CUDA_HOME" if home else "found"
-    root = nvcc.path.parent.parent
-    return Toolkit(nvcc, root, f"CUDA_HOME {root}, {where}")
+    return Toolkit(nvcc, home, f"CUDA_HOME {home}, {why}")
 
 
 def sync_tree(source: Path, tree: Path) -> dict[str, int]:
     """Make `tree` hold exactly the files of `source` (a fresh export with our patches applied), writing only the
-    files whose bytes differ: an unchanged file keeps its time, so ninja keeps its object. KEPT folders and
-    *.egg-info (build outputs) stay. Links are made again as links, never followed."""
+    files whose bytes or mode differ: an unchanged file keeps its time, so ninja keeps its object. Of the build
+    outputs only build/temp.* stays (KEPT). Links are made again as links, never followed."""
     counts = {"written": 0, "kept": 0, "removed": 0}
+    for top in KEPT:
+        if os.path.lexists(source / top):
+            raise ConfigError(
+                f"the NVIDIA apex tree has a {top}/ entry, where setup.py writes its objects",
+                "build from a tree without it (check --nvidia-apex-url)",
+            )
     tree.mkdir(parents=True, exist_ok=True)
     wanted: set[Path] = set()
     for src in sorted(source.rglob("*")):
@@ -74,31 +108,75 @@ def sync_tree(source: Path, tree: Path) -> dict[str, int]:
             dest.symlink_to(target)
             counts["written"] += 1
         elif src.is_dir():
-            if dest.is_symlink() or (dest.exists() and not dest.is_dir()):
+            if dest.is_symlink() or (os.path.lexists(dest) and not dest.is_dir()):
                 _remove(dest)
             dest.mkdir(exist_ok=True)
-        else:
+        elif src.is_file():
+            mode = src.stat().st_mode & 0o755
             if dest.is_file() and not dest.is_symlink() and _same(src, dest):
+                if dest.stat().st_mode & 0o777 != mode:
+                    os.chmod(dest, mode)
                 counts["kept"] += 1
                 continue
             _remove(dest)
             tmp = dest.with_name(dest.name + ".apexkit-sync")
+            _remove(tmp)
             shutil.copyfile(src, tmp)
-            os.chmod(tmp, src.stat().st_mode & 0o755)
+            os.chmod(tmp, mode)
             os.replace(tmp, dest)
             counts["written"] += 1
-    for path in sorted(tree.rglob("*"), reverse=True):  # children before their folders
-        rel = path.relative_to(tree)
-        if rel.parts[0] in KEPT or rel.parts[0].endswith(".egg-info") or rel in wanted:
-            continue
-        if path.is_dir() and not path.is_symlink():
-            if not any(path.iterdir()):
-                path.rmdir()
-                counts["removed"] += 1
         else:
-            path.unlink()
-            counts["removed"] += 1
+            raise ConfigError(
+                f"the NVIDIA apex tree holds {rel}, which is neither a file, a folder nor a link",
+                "build from a plain git tree (check --nvidia-apex-url)",
+            )
+    for root, dirs, files in os.walk(tree, topdown=True):
+        here = Path(root)
+        rel_root = here.relative_to(tree)
+        if rel_root == Path("build"):  # ninja's objects stay; what install_lib would pack goes
+            keep = [d for d in dirs if d.startswith("temp.") and not (here / d).is_symlink()]
+            for name in [d for d in dirs if d not in keep] + [f for f in files if f != STAMP]:
+                _remove(here / name)
+                counts["removed"] += 1
+            dirs[:] = []
+            continue
+        for name in list(dirs):
+            rel = rel_root / name
+            if rel == Path("build") and not (here / name).is_symlink():
+                continue
+            if rel not in wanted:
+                _remove(here / name)
+                counts["removed"] += 1
+                dirs.remove(name)
+        for name in files:
+            if rel_root / name not in wanted:
+                _remove(here / name)
+                counts["removed"] += 1
     return counts
+
+
+def objects_for(tree: Path, inputs: dict) -> bool:
+    """Keep build/'s objects only when they were compiled from `inputs` (what ninja cannot see: nvcc's version, the
+    flag variables it reads from the environment); else remove them. True when they were kept. build/STAMP then
+    records `inputs`."""
+    import json
+
+    stamp = tree / "build" / STAMP
+    before = None
+    if stamp.is_file() and not stamp.is_symlink():
+        try:
+            with open(stamp, "rb") as fh:
+                before = json.loads(fh.read(1 << 16))
+        except (OSError, ValueError):
+            before = None
+    kept = before == inputs
+    if not kept:
+        _remove(tree / "build")
+    (tree / "build").mkdir(parents=True, exist_ok=True)
+    tmp = stamp.with_name(STAMP + ".tmp")
+    tmp.write_text(json.dumps(inputs, sort_keys=True))
+    os.replace(tmp, stamp)
+    return kept
 
 
 def _same(a: Path, b: Path) -> bool:
@@ -114,7 +192,7 @@ def _same(a: Path, b: Path) -> bool:
 
 
 def _remove(path: Path) -> None:
-    if path.is_symlink() or path.is_file():
+    if path.is_symlink() or (os.path.lexists(path) and not path.is_dir()):
         path.unlink()
     elif path.is_dir():
         shutil.rmtree(path)

@@ -66,10 +66,16 @@ def candidates(env) -> list[Path]:
 
 
 def _ask(nvcc: Path, *args: str) -> str:
+    """What nvcc prints for `args` (at most MAX_OUTPUT bytes of it read: more is not nvcc)."""
+    import tempfile
+
     try:
-        proc = subprocess.run(
-            [str(nvcc), *args], capture_output=True, text=True, timeout=60, errors="replace"
-        )
+        with tempfile.TemporaryFile() as out:
+            proc = subprocess.run(
+                [str(nvcc), *args], stdout=out, stderr=subprocess.DEVNULL, timeout=60
+            )
+            out.seek(0)
+            text = out.read(MAX_OUTPUT).decode(errors="replace")
     except (OSError, subprocess.TimeoutExpired) as exc:
         why = (
             "did not answer in 60 s"
@@ -83,7 +89,7 @@ def _ask(nvcc: Path, *args: str) -> str:
         raise ConfigError(
             f"{nvcc} {' '.join(args)} exited {proc.returncode}", "check the CUDA toolkit's install"
         )
-    return proc.stdout
+    return text
 
 
 def is_toolkit(home: Path) -> bool:
@@ -99,11 +105,14 @@ def find(env, toolkit: bool = False) -> Nvcc | None:
         if toolkit and not is_toolkit(path.parent.parent):
             continue
         if path.is_file() and os.access(path, os.X_OK):
-            release, version = parse_version(_ask(path, "-V"))
-            return Nvcc(
-                path.resolve(), release, version, parse_arches(_ask(path, "--list-gpu-arch"))
-            )
+            return ask(path)
     return None
+
+
+def ask(path: Path) -> Nvcc:
+    """The facts of the nvcc at `path` (its release, full version, architectures), from its own answers."""
+    release, version = parse_version(_ask(path, "-V"))
+    return Nvcc(path.resolve(), release, version, parse_arches(_ask(path, "--list-gpu-arch")))
 
 
 def check_matches_torch(nvcc: Nvcc, torch_cuda: str | None, torch: str) -> None:
@@ -128,7 +137,7 @@ def _release(version: str) -> str:
 def check_arches(nvcc: Nvcc, arches: tuple[cudabin.Arch, ...]) -> None:
     unknown = [a.text for a in arches if a.number not in nvcc.arches]
     if unknown:
-        known = ", ".join(f"{n // 10}.{n % 10}" for n in sorted(nvcc.arches))
+        known = ", ".join(f"{n // 10}.{n % 10}" for n in sorted(nvcc.arches)) or "none"
         raise ConfigError(
             f"nvcc {nvcc.version} cannot compile for {', '.join(unknown)} (it knows {known})",
             "choose from those, or use a toolkit that supports them",

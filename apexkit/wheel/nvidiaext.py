@@ -91,9 +91,9 @@ def parse_asked(text: str) -> tuple[str, ...]:
         )
     for name in names:
         if not re.fullmatch(r"[a-z][a-z0-9_]{0,63}", name):
-            shown = name if len(name) <= 20 and name.isprintable() else f"{name[:20]!r}…"
+            shown = repr(name[:20]) + ("…" if len(name) > 20 else "")
             raise ConfigError(
-                f"--cuda-ext {shown!r} is not an extension name",
+                f"--cuda-ext {shown} is not an extension name",
                 "names are lower-case words such as core, xentropy, fast_layer_norm",
             )
     return names
@@ -106,7 +106,7 @@ def flags(asked: tuple[str, ...], setup_py: str, ref: str) -> tuple[str, ...]:
     if missing_core:
         raise ConfigError(
             f"NVIDIA apex {ref}'s setup.py reads no --{' --'.join(missing_core)}: not an apex tree this kit knows",
-            "check --nvidia-url and --nvidia-commit",
+            "check --nvidia-apex-url and --apex-ref",
         )
     out: list[str] = []
     for name in asked:
@@ -115,9 +115,12 @@ def flags(asked: tuple[str, ...], setup_py: str, ref: str) -> tuple[str, ...]:
         elif name in have:
             out.append(name)
         else:
-            contrib = ", ".join(n for n in have if n not in CORE)
+            names = [n for n in have if n not in CORE]
+            contrib = ", ".join(names[:40]) + (
+                f" and {len(names) - 40} more" if len(names) > 40 else ""
+            )
             raise ConfigError(
                 f"NVIDIA apex {ref} has no extension {name!r}",
-                f"choose core and any of: {contrib}",
+                f"choose core and any of: {contrib or 'none (this ref has no contrib extension)'}",
             )
     return tuple(f"--{n}" for n in dict.fromkeys(out))

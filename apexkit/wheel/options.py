@@ -733,6 +733,13 @@ def from_json(data: Mapping, python: str) -> BuildOptions:
             f"options file: {', '.join(host_only)} cannot be set inside a container build",
             "it is written by the host's container build (invoke build --image ...); run that",
         )
+    if data.get("backend", "ascend") != "ascend" or any(
+        data.get(k) not in (None, (), [], 1) for k in ("cuda_arch", "cuda_ext", "nvcc_threads")
+    ):
+        raise ConfigError(
+            "options file: a CUDA build (--backend cuda) does not run in a builder image yet",
+            "build on the host without --image",
+        )
     if data.get("jobs", 1) < 1:
         raise ConfigError(
             f"options file: jobs {data['jobs']} is not at least 1",

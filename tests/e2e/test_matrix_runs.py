@@ -61,7 +61,12 @@ def test_github_matrix_json_and_sessions(nox_sessions):
         "arch": "x86_64",
         "runner": "ubuntu-24.04",
         "session": "build-py3.11-torch2.13.0-x86_64",
+        "backend": "ascend",
+        "torch_index": "https://download.pytorch.org/whl/cpu",
     }
+    cuda = next(row for row in data["include"] if row["backend"] == "cuda")
+    assert cuda["id"] == "py3.11-torch2.14.1-x86_64-cuda"
+    assert cuda["torch_index"] == "https://download.pytorch.org/whl/cu130"
     assert {row["arch"]: row["runner"] for row in data["include"]} == {
         "x86_64": "ubuntu-24.04",
         "aarch64": "ubuntu-24.04-arm",

@@ -6,6 +6,7 @@ nvcc to run."""
 from __future__ import annotations
 
 import os
+import re
 import time
 import zipfile
 from pathlib import Path
@@ -78,14 +79,49 @@ def test_a_python_without_a_cuda_torch_default_is_refused_with_the_way_out():
     )
 
 
-def test_the_backend_travels_to_a_container_build_and_back():
-    opts = resolve("--backend", "cuda", "--cuda-ext", "core,xentropy")
-    back = options.from_json(options.to_json(opts), "3.11")
-    assert (back.backend, back.cuda_arch, back.cuda_ext) == (
-        "cuda",
-        "8.0;9.0",
-        ("core", "xentropy"),
+def test_a_cuda_options_file_for_a_builder_image_is_refused():
+    data = options.to_json(resolve("--backend", "cuda", "--cuda-ext", "core,xentropy"))
+    with pytest.raises(ConfigError, match="does not run in a builder image yet"):
+        options.from_json(data, "3.11")
+    data = options.to_json(resolve())
+    data["cuda_arch"] = "8.0"  # an Ascend file carrying CUDA fields: not from our host
+    with pytest.raises(ConfigError, match="does not run in a builder image yet"):
+        options.from_json(data, "3.11")
+
+
+@pytest.mark.parametrize(
+    ("text", "cause"),
+    [
+        (
+            "\u0668.\u0660",
+            "is not a compute capability",
+        ),  # Arabic-Indic digits: int() reads them, torch does not
+        ("\uff19.\uff10", "is not a compute capability"),
+        ("9.0;9.0", "9.0 is listed twice"),
+        (";".join(f"{m}.{n}" for m in range(5, 12) for n in range(8)), "more than 32 entries"),
+    ],
+)
+def test_arch_lists_torch_would_refuse_or_that_name_one_build_twice_are_refused(text, cause):
+    with pytest.raises(ConfigError, match=re.escape(cause)):
+        resolve("--backend", "cuda", "--cuda-arch", text)
+
+
+def test_an_arch_is_written_one_way_so_one_build_has_one_target():
+    assert resolve("--backend", "cuda", "--cuda-arch", "08.0;9.0a+PTX").cuda_arch == "8.0;9.0a+PTX"
+
+
+def test_a_long_cuda_part_of_the_target_id_is_hashed():
+    from apexkit.plan import target
+
+    names = [f"contrib_{i}" for i in range(40)]
+    tid = target.target_id(
+        "3.11",
+        "2.14.1",
+        "x86_64",
+        "master",
+        {"backend": "cuda", "cuda_arch": "9.0", "cuda_ext": names},
     )
+    assert len(tid) < 120 and tid.startswith("py3.11-torch2.14.1-x86_64-master+cuda.sm90+ext-")
 
 
 # --- plan, target id, cache key --------------------------------------------------------------------------------
@@ -139,23 +175,64 @@ def write(root: Path, files: dict[str, str]) -> None:
 
 def test_the_tree_sync_rewrites_only_changed_files_and_keeps_the_objects(tmp_path):
     src, tree = tmp_path / "src", tmp_path / "tree"
-    write(src, {"setup.py": "v1", "csrc/a.cu": "a", "csrc/b.cu": "b", "old.py": "x"})
-    assert cudabuild.sync_tree(src, tree) == {"written": 4, "kept": 0, "removed": 0}
-    write(tree, {"build/temp/csrc/a.o": "object", "apex.egg-info/PKG-INFO": "x"})
+    write(
+        src,
+        {"setup.py": "v1", "csrc/a.cu": "a", "csrc/b.cu": "b", "old.py": "x", "apex/gone.py": "x"},
+    )
+    assert cudabuild.sync_tree(src, tree) == {"written": 5, "kept": 0, "removed": 0}
+    write(
+        tree,
+        {
+            "build/temp.linux-x86_64-cpython-311/csrc/a.o": "object",
+            "build/lib.linux-x86_64-cpython-311/apex/gone.py": "x",  # install_lib would pack it
+            "apex.egg-info/PKG-INFO": "x",
+        },
+    )
     past = time.time() - 3600
     for rel in ("csrc/a.cu", "csrc/b.cu", "setup.py"):
         os.utime(tree / rel, (past, past))
     (src / "old.py").unlink()
+    (src / "apex/gone.py").unlink()
     write(src, {"csrc/b.cu": "b changed"})
+    (src / "setup.py").chmod(0o755)
     counts = cudabuild.sync_tree(src, tree)
-    assert counts == {"written": 1, "kept": 2, "removed": 1}
+    assert counts == {"written": 1, "kept": 2, "removed": 4}
     assert (tree / "csrc/b.cu").read_text() == "b changed" and (
         tree / "csrc/b.cu"
     ).stat().st_mtime > past + 60
     assert (tree / "csrc/a.cu").stat().st_mtime == pytest.approx(past)  # ninja keeps a.o
-    assert not (tree / "old.py").exists()
-    assert (tree / "build/temp/csrc/a.o").read_text() == "object"
-    assert (tree / "apex.egg-info/PKG-INFO").exists()
+    assert (tree / "setup.py").stat().st_mode & 0o777 == 0o755
+    assert (tree / "setup.py").stat().st_mtime == pytest.approx(past)
+    assert not (tree / "old.py").exists() and not (tree / "apex" / "gone.py").exists()
+    assert (tree / "build/temp.linux-x86_64-cpython-311/csrc/a.o").read_text() == "object"
+    assert not (tree / "build/lib.linux-x86_64-cpython-311").exists()
+    assert not (tree / "apex.egg-info").exists()
+
+
+def test_a_source_tree_with_a_build_entry_or_a_fifo_is_refused(tmp_path):
+    src, tree = tmp_path / "src", tmp_path / "tree"
+    write(src, {"setup.py": "v1", "build/x": "planted"})
+    with pytest.raises(ConfigError, match="has a build/ entry"):
+        cudabuild.sync_tree(src, tree)
+    src2 = tmp_path / "src2"
+    write(src2, {"setup.py": "v1"})
+    os.mkfifo(src2 / "pipe")
+    with pytest.raises(ConfigError, match="neither a file, a folder nor a link"):
+        cudabuild.sync_tree(src2, tree)
+
+
+def test_objects_made_by_another_nvcc_are_not_kept(tmp_path):
+    write(tmp_path, {"build/temp.x/a.o": "object"})
+    assert not cudabuild.objects_for(
+        tmp_path, {"nvcc": "13.0.88"}
+    )  # no stamp yet: nothing known about a.o
+    write(tmp_path, {"build/temp.x/a.o": "object"})
+    assert cudabuild.objects_for(tmp_path, {"nvcc": "13.0.88"})
+    assert (tmp_path / "build/temp.x/a.o").exists()
+    assert not cudabuild.objects_for(tmp_path, {"nvcc": "13.0.96"})
+    assert not (tmp_path / "build/temp.x").exists()
+    (tmp_path / "build" / cudabuild.STAMP).write_text("not json")
+    assert not cudabuild.objects_for(tmp_path, {"nvcc": "13.0.96"})
 
 
 def test_the_tree_sync_replaces_a_planted_link_instead_of_writing_through_it(tmp_path):
@@ -251,3 +328,17 @@ def test_a_cuda_home_that_is_not_a_toolkit_is_refused_before_asking_it(tmp_path)
     (tmp_path / "bin" / "nvcc").write_text("#!/bin/sh\necho hostile\n")
     with pytest.raises(ConfigError, match="is not a CUDA toolkit"):
         cudabuild.toolkit({"CUDA_HOME": str(tmp_path)}, "13.0", "2.14.1", ())
+
+
+def test_a_cuda_home_whose_nvcc_cannot_run_is_refused_not_replaced_by_another(tmp_path):
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "include").mkdir()
+    (tmp_path / "include" / "cuda_runtime.h").write_text("")
+    (tmp_path / "bin" / "nvcc").write_text("")  # not executable
+    with pytest.raises(ConfigError, match="bin/nvcc is not executable"):
+        cudabuild.toolkit({"CUDA_HOME": str(tmp_path)}, "13.0", "2.14.1", ())
+
+
+def test_pytorch_nvcc_set_by_the_user_is_refused():
+    with pytest.raises(ConfigError, match="PYTORCH_NVCC is set"):
+        cudabuild.toolkit({"PYTORCH_NVCC": "/opt/cuda-12.8/bin/nvcc"}, "13.0", "2.14.1", ())

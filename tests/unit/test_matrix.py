@@ -213,3 +213,11 @@ def test_a_cuda_combination_the_tables_rule_out_is_refused(m, entry, cause):
     (combo,) = m.combinations([row])
     with pytest.raises(ConfigError, match=re.escape(cause)):
         m.validate(combo)
+
+
+def test_two_cuda_combinations_with_one_id_are_refused(m):
+    row = {"python": "3.11", "torch": "2.14.1", "arch": "x86_64", "backend": "cuda"}
+    (a, b) = m.combinations([row, {**row, "cuda_arch": "9.0"}])
+    assert (a.id, b.id) == ("py3.11-torch2.14.1-x86_64-cuda", "py3.11-torch2.14.1-x86_64-cuda-sm90")
+    with pytest.raises(ConfigError, match="two combinations named py3.11-torch2.14.1-x86_64-cuda"):
+        m.combinations([row, dict(row)])
