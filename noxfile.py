@@ -287,8 +287,9 @@ def tests_aarch64(session: nox.Session) -> None:
 @nox.session(python=False)
 def lint(session: nox.Session) -> None:
     """ruff check over the repository; mypy over apexkit/ (pyproject.toml [tool.mypy]; skipped, saying so, on Python
-    3.8/3.9, where requirements/dev.txt has no mypy: 2.x needs 3.10); shellcheck over docker/*.sh, bench/*.sh and .ci/run; actionlint
-    over the GitHub Actions workflow; last, ruff format --check (line length 100), so the checks above run first."""
+    3.8/3.9, where requirements/dev.txt has no mypy: 2.x needs 3.10); shellcheck over docker/*.sh, bench/*.sh and
+    .ci/run; actionlint over the GitHub Actions workflow; last, ruff format --check (line length 100), so the checks
+    above run first."""
     import shutil
 
     session.run("ruff", "check", ".")
@@ -303,7 +304,9 @@ def lint(session: nox.Session) -> None:
         session.error(
             "mypy is not installed -- next: python -m pip install -r requirements/dev.txt"
         )
-    scripts = sorted(str(p) for pattern in ("docker/*.sh", "bench/*.sh") for p in Path().glob(pattern))
+    scripts = sorted(
+        str(p) for pattern in ("docker/*.sh", "bench/*.sh") for p in Path().glob(pattern)
+    )
     session.run("shellcheck", *scripts, ".ci/run")
     session.run("actionlint", ".github/workflows/build.yml")
     session.run("ruff", "format", "--check", ".")

@@ -532,7 +532,9 @@ def optimizer_factory(arm: str, device: device_adapter.Device):
                 f"({device_adapter.first_line(exc)})",
             )
         return (lambda params: torch.optim.AdamW(params, fused=True, **common)), None
-    if arm == "apex-fused-adam":  # NVIDIA apex on CUDA (apexkit build --backend cuda): multi-tensor amp_C kernels
+    if (
+        arm == "apex-fused-adam"
+    ):  # NVIDIA apex on CUDA (apexkit build --backend cuda): multi-tensor amp_C kernels
         if device.kind != "cuda":
             return None, f"apex.optimizers.FusedAdam runs on CUDA only (device is {device.kind})"
         try:  # NVIDIA apex's API, not Ascend apex's: imported by name, so `apexkit contracts` (which checks bench/
