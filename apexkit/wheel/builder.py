@@ -775,6 +775,7 @@ class Builder:
             hardening=wheelcheck.hardening_asked(setup_py),
             interpreter_files=tuple(torch["interpreter"]),
             cuda=cuda,
+            through_needed=cuda is not None,
         )
 
     def _torch_facts(self, venv: venvs.Venv) -> dict:

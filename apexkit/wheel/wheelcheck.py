@@ -121,6 +121,9 @@ class Expect:
     # a CUDA build: the SASS/PTX architectures every CUDA module must embed, exactly (apexkit.wheel.cudabin); None:
     # not a CUDA build, nothing checked
     cuda: cudabin.Embedded | None = None
+    # count symbols the NEEDED libraries' own NEEDED define (a note, not a failure): NVIDIA apex's fused_dense calls
+    # cuBLAS without linking it; the loader finds cublasGemmEx in libtorch_cuda.so's libcublas.so.13
+    through_needed: bool = False
 
 
 # the libraries that make a module a CUDA extension (linked by torch's CUDAExtension): it must carry GPU code
@@ -390,6 +393,19 @@ def _check_symbols(report: ModuleReport, expect: Expect, undefined: list[str], f
     for path in [*libs, *(p for p in expect.interpreter_files if os.path.isfile(p))]:
         if left:
             left -= defined_in(path, left)
+    if left and expect.through_needed:
+        before = set(left)
+        found_in = []
+        for path in _needed_closure(libs, dirs):
+            hit = defined_in(path, left)
+            if hit:
+                found_in.append(os.path.basename(path))
+                left -= hit
+        if before - left:
+            report.notes.append(
+                f"{len(before - left)} symbol(s) defined by what its NEEDED libraries need ({', '.join(found_in)}), "
+                "not by a library it NEEDs itself: they resolve because torch's libraries load them"
+            )
     unresolved = sorted(left)
     if missing:
         report.notes.append(
@@ -404,6 +420,41 @@ def _check_symbols(report: ModuleReport, expect: Expect, undefined: list[str], f
             f"{len(unresolved)} undefined symbol(s) no NEEDED library or the interpreter defines, e.g. "
             + "; ".join(shown),
         )
+
+
+MAX_CLOSURE = 64  # libraries read for the NEEDED closure (torch 2.14.1's CUDA build: ~30)
+
+
+def _needed_closure(libs: list[str], dirs: list[str], depth: int = 3) -> list[str]:
+    """The libraries `libs` NEED, and theirs, `depth` levels down (breadth first, as the loader searches a
+    dlopen()ed object's dependencies), found in `dirs`; `libs` themselves not included."""
+    seen, out, level = set(libs), [], list(libs)
+    for _ in range(depth):
+        below = []
+        for path in level:
+            for name in _needed_of(path):
+                lib = _find_lib(name, dirs)
+                if lib is not None and lib not in seen and len(seen) < MAX_CLOSURE:
+                    seen.add(lib)
+                    out.append(lib)
+                    below.append(lib)
+        level = below
+    return out
+
+
+def _needed_of(path: str) -> list[str]:
+    try:
+        with open(path, "rb") as fh:
+            dynamic = _dynamic(ELFFile(fh))
+            if dynamic is None:
+                return []
+            return [
+                str(getattr(tag, "needed", ""))
+                for tag in dynamic.iter_tags()
+                if tag.entry.d_tag == "DT_NEEDED"
+            ][:256]
+    except (OSError, ELFError):
+        return []
 
 
 def _check_abi(expect: Expect, names: list[str], fail) -> None:
