@@ -359,6 +359,16 @@ def _wheel(where: str, name: str) -> list:
     from apexkit.plan import target
 
     m = WHEEL.match(name)
+    cuda = re.fullmatch(  # an NVIDIA apex CUDA wheel: target.cuda_version
+        re.escape(target.NVIDIA_BASE_VERSION)
+        + r"\+cu(?P<cu>\d{3,4})\.torch(?P<torch>\d+\.\d+\.\d+)",
+        m.group("version") if m else "",
+    )
+    if cuda:
+        cu = cuda["cu"]
+        if target.cuda_version(cuda["torch"], f"{cu[:-1]}.{cu[-1]}") != m.group("version"):
+            return [f"{where}: {name}: not target.cuda_version({cuda['torch']}, ...)"]
+        return []
     label = re.fullmatch(
         re.escape(target.BASE_VERSION)
         + r"\.torch(?:(?P<torch>\d+\.\d+\.\d+)|X\.Y\.Z|<T>)(?:\.npu(?P<npu>[0-9a-z.]+?|V|<N>))?"
