@@ -60,19 +60,22 @@ class Runner:
     def _dirs(self) -> list[str]:
         return ["--dist", str(self.dist), "--build-dir", str(self.build)]
 
-    def nox(self, python: str, *args: str, **env: str) -> subprocess.CompletedProcess:
-        argv = [
+    def nox_argv(self, python: str, *args: str) -> list[str]:
+        """`nox -s build-<python> -- --dist .. --build-dir .. ARGS` as a user runs it (python: 3.11, cuda-3.11)."""
+        session = ["-s", f"build-{python}", "--"]
+        return [
             sys.executable,
             "-m",
             "nox",
             "-f",
             str(ROOT / "noxfile.py"),
-            "-s",
-            f"build-{python}",
-            "--",
+            *session,
             *self._dirs(),
             *args,
         ]
+
+    def nox(self, python: str, *args: str, **env: str) -> subprocess.CompletedProcess:
+        argv = self.nox_argv(python, *args)
         return subprocess.run(
             argv, cwd=ROOT, env=self.env(**env), capture_output=True, text=True, timeout=900
         )

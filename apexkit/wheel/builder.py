@@ -189,14 +189,8 @@ class Builder:
             key = self.state.cache_key = buildplan.cache_key(
                 plan, opts, ascend.commit, nvidia_sha, patch_list, self.m
             )
-            self.state.use_cache = (
-                self.cache.usable() and not ascend.dirty
-            )  # a dirty checkout is never cached
-            if self.state.use_cache:
-                held.enter_context(
-                    locks.hold(self.cache.entry(key), f"wheel cache entry {key[:12]}")
-                )
-            done = self._cached(key, plan, interp, work)
+            # a dirty checkout is never cached
+            done = self._cached(key, plan, interp, work, held, usable=not ascend.dirty)
             if done is not None:
                 return done
             if plan.needs_npu_headers:
@@ -234,10 +228,20 @@ class Builder:
         return self._publish(plan, wheel, manifest)
 
     def _cached(
-        self, key: str, plan: buildplan.Plan, interp: interpreters.Interpreter, work: Path
+        self,
+        key: str,
+        plan: buildplan.Plan,
+        interp: interpreters.Interpreter,
+        work: Path,
+        held: contextlib.ExitStack,
+        usable: bool = True,
     ) -> Path | None:
-        """dist/<target> from the local wheel cache or the team index when either has `key` (None: compile)."""
+        """dist/<target> from the local wheel cache or the team index when either has `key` (None: compile). Holds
+        the cache entry's lock in `held` from here to the store (`usable`: False keeps this build out of the cache)."""
         opts = self.opts
+        self.state.use_cache = self.cache.usable() and usable
+        if self.state.use_cache:
+            held.enter_context(locks.hold(self.cache.entry(key), f"wheel cache entry {key[:12]}"))
         cached = self.cache.lookup(key, work) if (self.state.use_cache and opts.use_cache) else None
         if cached is not None:
             return self._publish_cached(plan, cached, interp, work)
@@ -299,12 +303,7 @@ class Builder:
             key = self.state.cache_key = buildplan.cache_key(
                 plan, opts, "", sha, cuda_patches, self.m, extra=objects
             )
-            self.state.use_cache = self.cache.usable()
-            if self.state.use_cache:
-                held.enter_context(
-                    locks.hold(self.cache.entry(key), f"wheel cache entry {key[:12]}")
-                )
-            done = self._cached(key, plan, interp, work)
+            done = self._cached(key, plan, interp, work, held)
             if done is not None:
                 return done
             venv = self._build_venv(plan, interp)

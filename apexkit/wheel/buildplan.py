@@ -13,7 +13,7 @@ from pathlib import Path
 from apexkit import cann, log
 from apexkit.errors import ConfigError
 from apexkit.plan import matrix, target
-from apexkit.wheel import interpreters, patches, sources
+from apexkit.wheel import interpreters, nvidiaext, patches, sources
 from apexkit.wheel.options import BuildOptions
 
 # Bump when the way a wheel is produced changes, so old cache entries are not reused.
@@ -128,7 +128,7 @@ def make_plan(
     """Pure decisions: torch, torch_npu, ref flags, target id. Refuses invalid combinations before any work.
     `detected_flags`: the flags read off an --apex-src checkout's npu.patch when its ref is not in matrix.toml."""
     if opts.backend == "cuda":
-        return _cuda_plan(opts, m, interp)
+        return _cuda_plan(opts, m, interp, env)
     ref = opts.apex_ref or ("local" if opts.apex_src else m.default_ref)
     if opts.use_system_torch:
         torch = system_torch or ""
@@ -196,7 +196,7 @@ def make_plan(
     )
 
 
-def _cuda_plan(opts: BuildOptions, m: matrix.Matrix, interp: interpreters.Interpreter) -> Plan:
+def _cuda_plan(opts: BuildOptions, m: matrix.Matrix, interp: interpreters.Interpreter, env) -> Plan:
     """The plan of an NVIDIA apex build on CUDA: the ref is NVIDIA's, the flags those of the extensions asked (checked
     against the ref's setup.py once the source is there: nvidiaext.flags), no torch_npu."""
     ref = opts.apex_ref or m.cuda_default_ref
@@ -207,7 +207,9 @@ def _cuda_plan(opts: BuildOptions, m: matrix.Matrix, interp: interpreters.Interp
         dict.fromkeys(
             flag
             for name in asked
-            for flag in (("--cpp_ext", "--cuda_ext") if name == "core" else (f"--{name}",))
+            for flag in (
+                tuple(f"--{c}" for c in nvidiaext.CORE) if name == "core" else (f"--{name}",)
+            )
         )
     )
     inputs = identity(opts, None, None)
@@ -218,7 +220,7 @@ def _cuda_plan(opts: BuildOptions, m: matrix.Matrix, interp: interpreters.Interp
         arch=interp.machine,
         torch=torch,
         torch_npu=None,
-        torch_build=torch_build(m, torch, interp.machine, opts, os.environ),
+        torch_build=torch_build(m, torch, interp.machine, opts, env),
         apex_ref=ref,
         flags=flags,
         extensions=(),  # the compiled modules the wheel holds, found in it (the smoke test imports each)

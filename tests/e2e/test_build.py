@@ -321,9 +321,10 @@ def test_pip_refuses_a_wheel_pinned_to_another_torch(runner, tmp_path):
         p
         for p in (runner.cache / "venvs").glob("build-py3.11-*")
         if (p / "apexkit-ready.json").is_file()
-        and (p / "lib" / "python3.11" / "site-packages" / "torch").is_dir()
+        and any((p / "lib" / "python3.11" / "site-packages").glob("torch-2.13.0*.dist-info"))
     )
-    # ^ the build venv with torch 2.13.0 and `wheel` installed in it (not a --use-system-torch one from another test)
+    # ^ the build venv with torch 2.13.0 and `wheel` installed in it (not a --use-system-torch one, nor the torch
+    # 2.14.1 one of a CUDA build, from another test)
     python = str(venv / "bin" / "python")
     unpacked = tmp_path / "unpacked"
     subprocess.run(

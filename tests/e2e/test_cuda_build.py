@@ -10,7 +10,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -112,25 +111,9 @@ def test_a_cuda_wheel_is_built_checked_cached_and_rebuilt_incrementally(runner, 
 
 
 def test_a_killed_cuda_build_resumes_from_its_objects(runner, cuda_repo):
-    argv = [
-        sys.executable,
-        "-m",
-        "nox",
-        "-f",
-        str(ROOT / "noxfile.py"),
-        "-s",
-        "build-cuda-3.11",
-        "--",
-    ]
-    argv += [
-        *runner._dirs(),
-        "--nvidia-apex-url",
-        f"file://{cuda_repo}",
-        "--cuda-arch",
-        "9.0",
-        "--jobs",
-        "1",
-    ]
+    argv = runner.nox_argv(
+        "cuda-3.11", "--nvidia-apex-url", f"file://{cuda_repo}", "--cuda-arch", "9.0", "--jobs", "1"
+    )
     log = runner.build / "py3.11-torch2.14.1-x86_64-master+cuda.sm90" / "build.log"
     first = subprocess.Popen(
         argv,
