@@ -297,7 +297,7 @@ class Builder:
                 s.note(f"NVIDIA apex {plan.apex_ref} {sha[:12]} (verified); {' '.join(flags)}")
             plan = replace(plan, flags=flags)
             objects = {  # what changes the objects besides the sources and the command lines ninja sees
-                "nvcc": kit.nvcc.version,
+                "nvcc": kit.version,
                 **{k: self.env[k] for k in cudabuild.NVCC_ENV if self.env.get(k)},
             }
             key = self.state.cache_key = buildplan.cache_key(
@@ -308,7 +308,21 @@ class Builder:
                 return done
             venv = self._build_venv(plan, interp)
             torch_cuda = self._torch_cuda(venv)
-            cudatool.check_matches_torch(kit.nvcc, torch_cuda, plan.torch)
+            if kit.nvcc is None:  # the index's toolchain, now in the build venv
+                with log.step(
+                    "CUDA toolchain from the index", self.state.timings, key="toolchain"
+                ) as s:
+                    kit = self.kit = cudabuild.from_venv(
+                        kit,
+                        Path(self._torch_facts(venv)["site"]),
+                        work / "cuda-home",
+                        torch_cuda,
+                        plan.torch,
+                        cudabin.parse_arch_list(plan.cuda_arch),
+                    )
+                    s.note(f"nvcc {kit.version} ({kit.chosen})")
+                objects["nvcc"] = kit.version
+            cudatool.check_matches_torch(kit.found()[0], torch_cuda, plan.torch)
             plan = replace(plan, torch_cuda=torch_cuda)
             with log.step(
                 "apply our patches (patches/cuda)", self.state.timings, key="patches"
@@ -458,7 +472,11 @@ class Builder:
             ("NVIDIA apex", f"{log.mask(o.nvidia_apex_url)} @ {o.nvidia_commit or plan.apex_ref}"),
             (
                 "CUDA toolkit",
-                f"nvcc {kit.nvcc.version} ({kit.nvcc.path}; {kit.chosen}), {torch_cuda}",
+                (
+                    f"nvcc {kit.nvcc.version} ({kit.nvcc.path}; {kit.chosen}), {torch_cuda}"
+                    if kit.nvcc is not None
+                    else f"{kit.chosen}; its nvcc is checked against torch's CUDA and the arch list once installed"
+                ),
             ),
             (
                 "arch list",
@@ -542,7 +560,11 @@ class Builder:
         return self.opts.cache_dir / "venvs" / f"build-py{plan.python}-{digest}"
 
     def _requires(self, plan: buildplan.Plan) -> list[str]:
-        return self.m.cuda_requires if plan.backend == "cuda" else self.m.build_requires
+        if (
+            plan.backend == "cuda"
+        ):  # and the index's toolchain when this machine has none of torch's CUDA
+            return [*self.m.cuda_requires, *(self.kit.wheels if self.kit is not None else ())]
+        return self.m.build_requires
 
     def _build_venv(self, plan: buildplan.Plan, interp: interpreters.Interpreter) -> venvs.Venv:
         path = self._venv_dir(plan, interp)
@@ -1145,11 +1167,13 @@ class Builder:
     def _nvcc_record(self, plan: buildplan.Plan) -> dict:
         """The CUDA toolkit of a CUDA build, for the manifest, SBOM and provenance."""
         assert self.kit is not None
-        nvcc = str(self.kit.nvcc.path)
+        found, home = self.kit.found()
+        nvcc = str(found.path)
         return {
             "path": nvcc,
-            "version": self.kit.nvcc.version,
-            "cuda_home": str(self.kit.home),
+            "version": found.version,
+            "cuda_home": str(home),
+            **({"wheels": list(self.kit.wheels)} if self.kit.wheels else {}),
             "sha256": sbom.interpreter(nvcc)["sha256"],
             "torch_cuda": plan.torch_cuda,
             "arch_list": plan.cuda_arch,

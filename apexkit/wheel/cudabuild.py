@@ -26,11 +26,34 @@ NVCC_ENV = ("NVCC_APPEND_FLAGS", "NVCC_PREPEND_FLAGS", "NVCC_CCBIN")
 MAX_MODULES = 256  # upstream master with every contrib extension has ~40
 
 
+# The toolchain from the index when this machine has no toolkit of torch's CUDA release: NVIDIA's wheels, all of one
+# release (nvidia-cuda-nvcc names nvidia-nvvm and nvidia-cuda-crt unpinned: left alone, pip takes the newest),
+# into the build venv, where CUDA 13's wheels share one tree, nvidia/cu13/{bin,include,lib,nvvm}. cccl: cuda_fp16.h
+# includes <nv/target>. The runtime (nvidia-cuda-runtime) comes with torch, pinned by it.
+INDEX_WHEELS = ("nvidia-cuda-nvcc", "nvidia-nvvm", "nvidia-cuda-crt", "nvidia-cuda-cccl")
+INDEX_MIN_MAJOR = (
+    13  # CUDA 12's wheels split the tree per package (nvidia/cuda_nvcc, nvidia/cuda_runtime, ...)
+)
+MAX_LIBS = 512  # files in nvidia/cu13/lib: ~40 with torch 2.14.1's wheels
+
+
 @dataclass(frozen=True)
 class Toolkit:
-    nvcc: cudatool.Nvcc
-    home: Path  # CUDA_HOME: the folder holding bin/nvcc, include/ and lib64/
+    nvcc: cudatool.Nvcc | None  # None: from the index, known once the build venv holds it
+    home: Path | None  # CUDA_HOME: the folder holding bin/nvcc, include/ and lib64/
     chosen: str  # why this one, in words
+    wheels: tuple[str, ...] = ()  # the index's toolchain: requirements for the build venv
+
+    @property
+    def version(self) -> str:
+        """nvcc's version, or the index's requirement while it is not installed (a cache key input)."""
+        return self.nvcc.version if self.nvcc is not None else self.wheels[0]
+
+    def found(self) -> tuple[cudatool.Nvcc, Path]:
+        """(nvcc, CUDA_HOME) of a toolkit on this machine or assembled from the index's wheels."""
+        if self.nvcc is None or self.home is None:
+            raise RuntimeError("the index's CUDA toolchain is used before the build venv holds it")
+        return self.nvcc, self.home
 
 
 def toolkit(env, torch_cuda: str | None, torch: str, arches: tuple[cudabin.Arch, ...]) -> Toolkit:
@@ -60,26 +83,107 @@ def toolkit(env, torch_cuda: str | None, torch: str, arches: tuple[cudabin.Arch,
             )
         nvcc, why = cudatool.ask(nvcc_path), "$CUDA_HOME"
     else:
-        found = next(
-            (
-                c
-                for c in cudatool.candidates(env)
-                if cudatool.is_toolkit(c.parent.parent) and os.access(c, os.X_OK)
-            ),
-            None,
-        )
-        if found is None:
-            raise ConfigError(
-                "no CUDA toolkit found ($CUDA_HOME, $CUDA_PATH, nvcc on PATH, /usr/local/cuda): a CUDA build of "
-                "apex compiles with the toolkit's nvcc and headers",
-                f"install the CUDA {torch_cuda or 'toolkit'} release torch {torch} was built with (or set CUDA_HOME "
-                "to it), or drop --backend cuda",
-            )
-        home, nvcc, why = found.parent.parent, cudatool.ask(found), "found"
+        on_machine = [
+            c
+            for c in cudatool.candidates(env)
+            if cudatool.is_toolkit(c.parent.parent) and os.access(c, os.X_OK)
+        ]
+        asked = _first_matching(on_machine, torch_cuda)
+        if asked is None:
+            return _from_index(on_machine, torch_cuda, torch)
+        nvcc, home, why = asked[0], asked[1].parent.parent, "found"
     if torch_cuda is not None:
         cudatool.check_matches_torch(nvcc, torch_cuda, torch)
     cudatool.check_arches(nvcc, arches)
     return Toolkit(nvcc, home, f"CUDA_HOME {home}, {why}")
+
+
+def _first_matching(
+    on_machine: list[Path], torch_cuda: str | None
+) -> tuple[cudatool.Nvcc, Path] | None:
+    """The first toolkit whose release is torch's CUDA (the first of all when torch's CUDA is not known yet)."""
+    seen: set[Path] = set()
+    for path in on_machine:
+        if path.resolve() in seen:  # /usr/local/cuda/bin on PATH and /usr/local/cuda: asked once
+            continue
+        seen.add(path.resolve())
+        nvcc = cudatool.ask(path)
+        if torch_cuda is None or nvcc.release == _release(torch_cuda):
+            return nvcc, path
+    return None
+
+
+def _from_index(on_machine: list[Path], torch_cuda: str | None, torch: str) -> Toolkit:
+    """No toolkit of torch's CUDA release here: NVIDIA's toolchain wheels of that release, from the index."""
+    seen = (
+        f" (here: {', '.join(str(p.parent.parent) for p in on_machine[:3])})" if on_machine else ""
+    )
+    if torch_cuda is None:
+        raise ConfigError(
+            "no CUDA toolkit found ($CUDA_HOME, $CUDA_PATH, nvcc on PATH, /usr/local/cuda) and torch "
+            f"{torch}'s CUDA release is not known before it is installed",
+            "install the CUDA toolkit torch was built with (or set CUDA_HOME to it), or add the torch version to "
+            "matrix.toml [cuda.torch_cuda] so apexkit can take nvcc from the index",
+        )
+    release = _release(torch_cuda)
+    if int(release.split(".")[0]) < INDEX_MIN_MAJOR:
+        raise ConfigError(
+            f"no CUDA {release} toolkit found{seen}; torch {torch} was built with CUDA {torch_cuda}, and apexkit "
+            f"takes nvcc from the index for CUDA {INDEX_MIN_MAJOR} and later only",
+            f"install the CUDA {release} toolkit (or set CUDA_HOME to it), or drop --backend cuda",
+        )
+    wheels = tuple(f"{name}=={release}.*" for name in INDEX_WHEELS)
+    return Toolkit(
+        None,
+        None,
+        f"no CUDA {release} toolkit on this machine{seen}: {wheels[0]} (+ nvvm, crt, cccl) from the index, into "
+        "the build venv",
+        wheels,
+    )
+
+
+def _release(version: str) -> str:
+    return ".".join(version.split(".")[:2])
+
+
+def from_venv(
+    kit: Toolkit,
+    site_dir: Path,
+    home: Path,
+    torch_cuda: str | None,
+    torch: str,
+    arches: tuple[cudabin.Arch, ...],
+) -> Toolkit:
+    """`kit` (from the index) once the build venv holds its wheels: `home` made a toolkit layout over the venv's
+    nvidia/cuXX tree (bin, include and nvvm linked; lib64 holding a link to each library, and the unversioned
+    libcudart.so the link step's -lcudart looks for, which the runtime wheel leaves out), nvcc asked and checked
+    like a toolkit on the machine. `home` is made again each time: it lives in the build's own folder."""
+    if kit.nvcc is not None:
+        return kit
+    cudatool.require_cuda_torch(torch_cuda, torch)
+    tree = site_dir / "nvidia" / f"cu{_release(str(torch_cuda)).split('.')[0]}"
+    nvcc_path = tree / "bin" / "nvcc"
+    runtime = sorted((tree / "lib").glob("libcudart.so.[0-9]*")) if tree.is_dir() else []
+    if tree.is_symlink() or not nvcc_path.is_file() or nvcc_path.is_symlink() or not runtime:
+        raise ConfigError(
+            f"the build venv has no CUDA toolchain in {tree} after installing {' '.join(kit.wheels)}",
+            "check that the index serves NVIDIA's CUDA wheels of that release, or install the CUDA toolkit and "
+            "set CUDA_HOME",
+        )
+    _remove(home)
+    (home / "lib64").mkdir(parents=True)
+    for sub in ("bin", "include", "nvvm"):
+        if (tree / sub).is_dir() and not (tree / sub).is_symlink():
+            (home / sub).symlink_to(tree / sub, target_is_directory=True)
+    for lib in sorted((tree / "lib").iterdir())[:MAX_LIBS]:
+        if lib.is_file() and not lib.is_symlink():
+            (home / "lib64" / lib.name).symlink_to(lib)
+    if not os.path.lexists(home / "lib64" / "libcudart.so"):
+        (home / "lib64" / "libcudart.so").symlink_to(runtime[0].name)
+    nvcc = cudatool.ask(home / "bin" / "nvcc")
+    cudatool.check_matches_torch(nvcc, torch_cuda, torch)
+    cudatool.check_arches(nvcc, arches)
+    return Toolkit(nvcc, home, f"CUDA_HOME {home} over {tree}, from the index", kit.wheels)
 
 
 def sync_tree(source: Path, tree: Path) -> dict[str, int]:
@@ -207,8 +311,9 @@ def compile_env(
     CUDA wheel headers (cusparse.h, which torch's ATen/cuda headers include and a toolkit without its math
     libraries lacks), searched after every -I, so the toolkit's own headers come first. gcc reads CPATH, and nvcc
     preprocesses with gcc."""
+    nvcc, home = kit.found()
     out = {
-        "CUDA_HOME": str(kit.home),
+        "CUDA_HOME": str(home),
         "TORCH_CUDA_ARCH_LIST": arch_list,
         "MAX_JOBS": str(jobs),
     }
@@ -221,7 +326,7 @@ def compile_env(
         )
     ccache = shutil.which("ccache")
     if ccache and "PYTORCH_NVCC" not in env:
-        out["PYTORCH_NVCC"] = f"{ccache} {kit.nvcc.path}"
+        out["PYTORCH_NVCC"] = f"{ccache} {nvcc.path}"
     return out
 
 

@@ -117,16 +117,22 @@ def ask(path: Path) -> Nvcc:
 
 def check_matches_torch(nvcc: Nvcc, torch_cuda: str | None, torch: str) -> None:
     """Upstream's check_cuda_torch_binary_vs_bare_metal, before compiling: nvcc's release equals torch's CUDA."""
-    if not torch_cuda:
-        raise ConfigError(
-            f"torch {torch} is a build without CUDA (torch.version.cuda is None): a CUDA build of apex needs a CUDA torch",
-            "pass --torch-index-url https://download.pytorch.org/whl/cu130 (or your mirror of it), or drop --backend cuda",
-        )
+    require_cuda_torch(torch_cuda, torch)
+    assert torch_cuda is not None
     if _release(torch_cuda) != nvcc.release:
         raise ConfigError(
             f"nvcc {nvcc.version} ({nvcc.path}) is CUDA {nvcc.release}; torch {torch} was built with CUDA {torch_cuda}",
             f"point CUDA_HOME at a CUDA {_release(torch_cuda)} toolkit, or unset it to take nvcc from the index's "
             "nvidia-cuda-nvcc wheel",
+        )
+
+
+def require_cuda_torch(torch_cuda: str | None, torch: str) -> None:
+    """A CUDA build needs a CUDA torch (torch.version.cuda set)."""
+    if not torch_cuda:
+        raise ConfigError(
+            f"torch {torch} is a build without CUDA (torch.version.cuda is None): a CUDA build of apex needs a CUDA torch",
+            "pass --torch-index-url https://download.pytorch.org/whl/cu130 (or your mirror of it), or drop --backend cuda",
         )
 
 

@@ -189,3 +189,55 @@ def test_bad_cuda_inputs_are_one_line_and_write_nothing(runner, cuda_repo, tmp_p
     line = refused("--torch", "2.13.0")
     assert "torch 2.13.0 is a build without CUDA" in line
     assert not list(runner.build.glob("*/tree/build"))  # nothing compiled
+
+
+CUDA_ROOT = Path("/usr/local/cuda").resolve()
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or not Path("/usr/bin/unshare").is_file(),
+    reason="hides the toolkit in a mount namespace: needs root and unshare",
+)
+def test_without_a_toolkit_nvcc_comes_from_the_index_and_builds_the_same_wheel(
+    runner, cuda_repo, tmp_path
+):
+    # a machine without the CUDA toolkit: an empty folder mounted over it, in a mount namespace of this build only
+    empty = tmp_path / "no-cuda"
+    empty.mkdir()
+    hide = [
+        "/usr/bin/unshare", "--mount", "--propagation", "private", "sh", "-c",
+        'mount --bind "$0" "$1" && shift && exec "$@"', str(empty), str(CUDA_ROOT),
+    ]  # fmt: skip
+    argv = [*hide, *runner.nox_argv("cuda-3.11", "--nvidia-apex-url", f"file://{cuda_repo}")]
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [*argv, "--cuda-arch", "9.0", *args],
+            cwd=ROOT,
+            env=runner.env(),
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
+
+    plan = run("--dry-run")
+    text = output(plan)
+    assert plan.returncode == 0, text[-3000:]
+    assert "no CUDA 13.0 toolkit on this machine" in text and "nvidia-cuda-nvcc==13.0.*" in text, (
+        text
+    )
+    proc = run()
+    text = output(proc)
+    assert proc.returncode == 0, text[-4000:]
+    assert "CUDA toolchain from the index" in text
+    target = "py3.11-torch2.14.1-x86_64-master+cuda.sm90"
+    manifest = json.loads((runner.dist / target / "manifest.json").read_text())
+    nvcc = manifest["tools"]["nvcc"]
+    assert nvcc["version"].startswith("13.0.") and nvcc["wheels"][0] == "nvidia-cuda-nvcc==13.0.*"
+    assert nvcc["path"].endswith("site-packages/nvidia/cu13/bin/nvcc"), nvcc
+    assert not nvcc["path"].startswith(str(CUDA_ROOT))
+    modules = {Path(m["file"]).name.split(".")[0]: m for m in manifest["binary_checks"]["modules"]}
+    assert modules["amp_C"]["cuda"] == "sm_90"
+    assert "libcudart.so.13" in modules["amp_C"]["needed"]  # linked to the runtime torch loads
+    assert manifest["binary_checks"]["failures"] == []
+    assert all(m["ok"] for m in manifest["smoke_test"]["modules"].values())

@@ -316,11 +316,126 @@ def test_the_cuda_patches_label_the_version_and_pin_torch_in_both_setup_py_shape
 # --- the toolkit, without running nvcc -------------------------------------------------------------------------
 
 
-def test_no_toolkit_anywhere_is_one_line_naming_where_it_looked(tmp_path, monkeypatch):
+def test_no_toolkit_anywhere_takes_the_toolchain_of_torchs_cuda_from_the_index(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setattr(cudatool, "candidates", lambda env: [tmp_path / "none" / "bin" / "nvcc"])
+    kit = cudabuild.toolkit({"PATH": str(tmp_path)}, "13.0", "2.14.1", ())
+    assert kit.nvcc is None and kit.home is None
+    # every wheel of the toolchain pinned to torch's release: nvcc's own requirements are unpinned
+    assert kit.wheels == (
+        "nvidia-cuda-nvcc==13.0.*",
+        "nvidia-nvvm==13.0.*",
+        "nvidia-cuda-crt==13.0.*",
+        "nvidia-cuda-cccl==13.0.*",
+    )
+    assert kit.version == "nvidia-cuda-nvcc==13.0.*"  # the cache key's nvcc until it is installed
+    assert "no CUDA 13.0 toolkit on this machine" in kit.chosen
+    with pytest.raises(RuntimeError):
+        kit.found()
+
+
+def test_no_toolkit_and_no_known_torch_cuda_or_an_old_cuda_is_one_line(tmp_path, monkeypatch):
     monkeypatch.setattr(cudatool, "candidates", lambda env: [tmp_path / "none" / "bin" / "nvcc"])
     with pytest.raises(ConfigError, match=r"^no CUDA toolkit found \(\$CUDA_HOME") as err:
-        cudabuild.toolkit({"PATH": str(tmp_path)}, "13.0", "2.14.1", ())
-    assert "CUDA 13.0" in err.value.hint
+        cudabuild.toolkit({"PATH": str(tmp_path)}, None, "2.99.0", ())
+    assert "[cuda.torch_cuda]" in err.value.hint
+    with pytest.raises(ConfigError, match="for CUDA 13 and later only") as err:
+        cudabuild.toolkit({"PATH": str(tmp_path)}, "12.8", "2.7.1", ())
+    assert "install the CUDA 12.8 toolkit" in err.value.hint
+
+
+def fake_toolkit(root: Path, release: str) -> tuple[Path, cudatool.Nvcc]:
+    (root / "bin").mkdir(parents=True)
+    (root / "include").mkdir()
+    (root / "include" / "cuda_runtime.h").write_text("")
+    (root / "bin" / "nvcc").write_text("#!/bin/sh\n")
+    (root / "bin" / "nvcc").chmod(0o755)
+    nvcc = cudatool.Nvcc(root / "bin" / "nvcc", release, f"{release}.1", frozenset({80, 90}))
+    return root / "bin" / "nvcc", nvcc
+
+
+def test_a_toolkit_of_another_cuda_is_passed_over_for_one_that_matches_or_the_index(
+    tmp_path, monkeypatch
+):
+    old, old_nvcc = fake_toolkit(tmp_path / "cuda-12.8", "12.8")
+    new, new_nvcc = fake_toolkit(tmp_path / "cuda-13.0", "13.0")
+    monkeypatch.setattr(cudatool, "ask", lambda path: {old: old_nvcc, new: new_nvcc}[path])
+    monkeypatch.setattr(cudatool, "candidates", lambda env: [old, new])
+    kit = cudabuild.toolkit({}, "13.0", "2.14.1", ())
+    assert kit.found() == (new_nvcc, tmp_path / "cuda-13.0")
+    monkeypatch.setattr(cudatool, "candidates", lambda env: [old])
+    kit = cudabuild.toolkit({}, "13.0", "2.14.1", ())
+    assert kit.nvcc is None and f"(here: {tmp_path / 'cuda-12.8'})" in kit.chosen
+    # CUDA_HOME is the user's choice: a mismatch there is refused, never replaced by the index
+    with pytest.raises(ConfigError, match="is CUDA 12.8; torch 2.14.1 was built with CUDA 13.0"):
+        cudabuild.toolkit({"CUDA_HOME": str(tmp_path / "cuda-12.8")}, "13.0", "2.14.1", ())
+
+
+def venv_toolchain(site: Path) -> Path:
+    """A build venv's site-packages holding CUDA 13's wheels: nvidia/cu13/{bin,include,lib,nvvm}."""
+    tree = site / "nvidia" / "cu13"
+    for sub in ("bin", "include", "lib/cmake", "nvvm/bin"):
+        (tree / sub).mkdir(parents=True)
+    (tree / "bin" / "nvcc").write_text("#!/bin/sh\n")
+    (tree / "include" / "cuda_runtime.h").write_text("")
+    for lib in ("libcudart.so.13", "libcublas.so.13", "libcudart_static.a"):
+        (tree / "lib" / lib).write_text("")
+    return tree
+
+
+def test_the_index_toolchain_becomes_a_toolkit_layout_with_the_runtime_to_link(
+    tmp_path, monkeypatch
+):
+    tree = venv_toolchain(tmp_path / "site")
+    home = tmp_path / "work" / "cuda-home"
+    asked = []
+
+    def ask(path):
+        asked.append(path)
+        return cudatool.Nvcc(tree / "bin" / "nvcc", "13.0", "13.0.88", frozenset({80, 90}))
+
+    monkeypatch.setattr(cudatool, "ask", ask)
+    index = cudabuild.Toolkit(None, None, "from the index", ("nvidia-cuda-nvcc==13.0.*",))
+    arches = cudabin_arches("9.0")
+    kit = cudabuild.from_venv(index, tmp_path / "site", home, "13.0", "2.14.1", arches)
+    assert asked == [home / "bin" / "nvcc"] and kit.found()[1] == home
+    assert cudatool.is_toolkit(home)  # what torch's cpp_extension reads CUDA_HOME as
+    assert os.readlink(home / "lib64" / "libcudart.so") == "libcudart.so.13"  # -lcudart finds it
+    assert (home / "lib64" / "libcublas.so.13").resolve() == tree / "lib" / "libcublas.so.13"
+    assert not os.path.lexists(home / "lib64" / "cmake")  # folders are not libraries
+    assert (home / "nvvm").resolve() == tree / "nvvm"
+    (home / "stale").write_text("")  # made again each time
+    cudabuild.from_venv(index, tmp_path / "site", home, "13.0", "2.14.1", arches)
+    assert not (home / "stale").exists()
+    env = cudabuild.compile_env(kit, "9.0", 2, 1, {}, tmp_path / "site")
+    assert env["CUDA_HOME"] == str(home)
+    with pytest.raises(ConfigError, match="cannot compile for 10.0"):
+        cudabuild.from_venv(
+            index, tmp_path / "site", home, "13.0", "2.14.1", cudabin_arches("10.0")
+        )
+    with pytest.raises(ConfigError, match="is CUDA 13.0; torch 2.14.1 was built with CUDA 13.1"):
+        cudabuild.from_venv(index, tmp_path / "site", home, "13.1", "2.14.1", arches)
+
+
+def test_an_index_toolchain_missing_from_the_venv_is_one_line(tmp_path):
+    index = cudabuild.Toolkit(None, None, "from the index", ("nvidia-cuda-nvcc==13.0.*",))
+    with pytest.raises(
+        ConfigError, match=r"^the build venv has no CUDA toolchain in .*nvidia/cu13 after"
+    ):
+        cudabuild.from_venv(index, tmp_path, tmp_path / "home", "13.0", "2.14.1", ())
+    with pytest.raises(ConfigError, match="torch 2.13.0 is a build without CUDA"):  # the CPU wheel installed
+        cudabuild.from_venv(index, tmp_path, tmp_path / "home", None, "2.13.0", ())
+    tree = venv_toolchain(tmp_path / "site")
+    (tree / "lib" / "libcudart.so.13").unlink()  # no runtime to link against
+    with pytest.raises(ConfigError, match="has no CUDA toolchain"):
+        cudabuild.from_venv(index, tmp_path / "site", tmp_path / "home", "13.0", "2.14.1", ())
+
+
+def cudabin_arches(text: str):
+    from apexkit.wheel import cudabin
+
+    return cudabin.parse_arch_list(text)
 
 
 def test_a_cuda_home_that_is_not_a_toolkit_is_refused_before_asking_it(tmp_path):
