@@ -87,6 +87,8 @@ FACT_FIELDS = (
     "version",
     "requires_python",
     "apex_ref",
+    "backend",
+    "cuda",
 )
 
 
@@ -233,6 +235,9 @@ def facts_of(manifest: dict, filename: str, wheel: Path | None = None) -> dict:
         "requires_dist": [p for p in pins if _fact(p)] if isinstance(pins, list) else [],
         "requires_python": _requires_python(wheel) if wheel is not None else None,
         "apex_ref": _fact(plan.get("apex_ref")),
+        # NVIDIA apex on CUDA: for a venv whose torch is that CUDA release only (an Ascend wheel: null, null)
+        "backend": "cuda" if plan.get("backend") == "cuda" else None,
+        "cuda": _fact(plan.get("torch_cuda")) if plan.get("backend") == "cuda" else None,
         "identity": _plain(plan_identity),
     }
 

@@ -320,6 +320,10 @@ def misfit(facts: Mapping[str, object], want: Mapping[str, object]) -> str | Non
         version = have_versions[name]
         if version is None or not req.specifier.contains(version, prereleases=True):
             return f"pins {pin}, the venv has {name} {version or 'missing'}"
+    if facts.get("backend") == "cuda" and _release(facts.get("cuda")) != _release(want.get("cuda")):
+        return f"NVIDIA apex for CUDA {facts.get('cuda')}, the venv's torch is " + (
+            f"CUDA {want.get('cuda')}" if want.get("cuda") else "a build without CUDA"
+        )
     abi = want.get("cxx11_abi")
     if abi is not None and facts.get("cxx11_abi") is not None and facts.get("cxx11_abi") != abi:
         return f"built for the {'new' if facts.get('cxx11_abi') else 'old'} C++ ABI, the venv's torch uses the other"
@@ -345,7 +349,20 @@ def find_by_facts(
             candidate = _candidate(index, entry)
             if why is None:
                 plain = set((facts.get("identity") or {}).keys()) <= {"torch_npu"}
-                fits.append((rank, 0 if plain else 1, str(facts.get("platform_tag")), candidate))
+                # a venv with a CUDA torch and no torch_npu: NVIDIA apex on CUDA before Ascend's CPU tier
+                other = (
+                    bool(want.get("cuda"))
+                    and facts.get("backend") != "cuda"
+                    and not want.get("torch_npu")
+                )
+                fits.append(
+                    (
+                        rank,
+                        int(other) * 2 + (0 if plain else 1),
+                        str(facts.get("platform_tag")),
+                        candidate,
+                    )
+                )
             elif facts.get("torch") == _public(want.get("torch")) or facts.get(
                 "python_tag"
             ) == want.get("python_tag"):
@@ -357,6 +374,16 @@ def find_by_facts(
 def _glibc_key(tag: str) -> tuple[int, int]:
     found = _glibc(tag)
     return (-found[0], -found[1]) if found else (0, 0)
+
+
+def _release(version: object) -> str | None:
+    """ "13.0" of a CUDA version ("13.0", "13.0.88"); None when it is not one."""
+    parts = str(version).split(".")
+    return (
+        ".".join(parts[:2])
+        if version and len(parts) >= 2 and all(p.isdigit() for p in parts[:2])
+        else None
+    )
 
 
 def _public(version: object) -> str | None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import email.parser
+import re
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -75,9 +76,10 @@ def read_wheel(path: Path) -> WheelFacts:
             )
     except InvalidVersion:
         raise Misfit(f"METADATA version {untrusted.shown(meta_version)} is not PEP 440") from None
-    if not (version.local or "").startswith("ascend"):
+    if not (version.local or "").startswith("ascend") and cuda_of(str(version)) is None:
         raise Misfit(
-            f"apex {version} is not an apexkit wheel (no +ascend label): apexkit installs only its own"
+            f"apex {version} is not an apexkit wheel (no +ascend or +cuNNN.torch label): apexkit installs only its "
+            "own"
         )
     rows = []
     for line in record.decode(errors="replace").splitlines():
@@ -90,6 +92,13 @@ def read_wheel(path: Path) -> WheelFacts:
         requires_dist=tuple(str(r) for r in msg.get_all("Requires-Dist") or ()),
         record=tuple(rows),
     )
+
+
+def cuda_of(version: str) -> str | None:
+    """The CUDA release an apexkit NVIDIA apex wheel was built for, off its label: 0.1+cu130.torch2.14.1 -> "13.0"
+    (the label keeps CUDA's major.minor as digits, the last one the minor); None for any other version."""
+    found = re.fullmatch(r"[^+]*\+cu(\d{2,4})\.torch[0-9a-z.]*", version.lower())
+    return f"{found[1][:-1]}.{found[1][-1]}" if found else None
 
 
 def check_tags(filename: str, target: Target) -> None:
@@ -138,6 +147,16 @@ def check_wheel(facts: WheelFacts, target: Target) -> None:
             names.add(canonicalize_name(Requirement(raw).name))
     if "torch" not in names:
         raise Misfit(f"{facts.filename} pins no torch (Requires-Dist): not a wheel apexkit built")
+    cuda = cuda_of(facts.version)
+    if cuda is not None and cuda != target.torch_cuda:
+        raise Misfit(
+            f"{facts.filename} is NVIDIA apex for CUDA {cuda}; the venv's torch is "
+            + (f"CUDA {target.torch_cuda}" if target.torch_cuda else "a build without CUDA")
+        )
+    if cuda is not None and target.torch_npu:
+        raise Misfit(
+            f"{facts.filename} is NVIDIA apex on CUDA; the venv has torch_npu {target.torch_npu}"
+        )
     problems = unmet(facts.requires_dist, target)
     if problems:
         raise Misfit(f"{facts.filename} requires {'; '.join(problems)}")

@@ -200,7 +200,10 @@ def _run(
                 ),
                 "drop --no-build to build it here, or publish that cell's wheel to the index",
             )
-        _check_pairing(before)
+        if not _cuda_build(
+            build_options
+        ):  # NVIDIA apex on CUDA: the build checks torch against [cuda]
+            _check_pairing(before)
         if dry_run:
             log.info(
                 f"would build Python {before.python}, torch {before.torch_public}"
@@ -300,6 +303,14 @@ def _check_pairing(t: Target) -> None:
     m.check_torch_python(torch, t.python)
     if t.torch_npu:
         m.check_torch_npu(torch, t.torch_npu)
+
+
+def _cuda_build(build_options: str) -> bool:
+    words = envvars.split_words(build_options or "", "--build-options")
+    return any(
+        w == "--backend=cuda" or (w == "--backend" and words[i + 1 : i + 2] == ["cuda"])
+        for i, w in enumerate(words)
+    )
 
 
 def build_argv(t: Target, build_options: str) -> list[str]:

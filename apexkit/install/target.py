@@ -28,6 +28,7 @@ OUTPUT_LIMIT = (
 PROBE_TIMEOUT = 180.0  # seconds: `import torch` on a slow shared disk
 _TAG = re.compile(r"^[A-Za-z0-9_.]+-[A-Za-z0-9_.]+-[A-Za-z0-9_.]+$")
 _SHORT = re.compile(r"^[A-Za-z0-9_.+!-]{1,64}$")  # a version, a python tag, an arch
+_CUDA = re.compile(r"^[0-9]{1,3}\.[0-9]{1,3}$")  # torch.version.cuda: "13.0"
 
 
 class ProbeError(ConfigError):
@@ -37,7 +38,7 @@ class ProbeError(ConfigError):
 @dataclass(frozen=True)
 class Apex:
     version: str
-    apexkit: bool  # an apexkit wheel: its local label starts with "ascend"
+    apexkit: bool  # an apexkit wheel: its local label starts with "ascend" (or "cuNNN.torch": NVIDIA apex on CUDA)
     record: tuple[tuple[str, str], ...] = ()
     tags: tuple[str, ...] = ()
 
@@ -63,6 +64,11 @@ class Target:
     base_executable: str | None
     dists: dict[str, str] = field(default_factory=dict)  # canonical name -> version
     apex: Apex | None = None
+    torch_cuda: str | None = None  # torch.version.cuda ("13.0"); None: a CPU build, or no torch
+
+    @property
+    def cuda_cell(self) -> str:
+        return f", CUDA {self.torch_cuda}" if self.torch_cuda else ""
 
     @property
     def torch_public(self) -> str | None:
@@ -72,7 +78,7 @@ class Target:
         """The matrix cell this venv is, in words: the one a missing wheel is named by."""
         return (
             f"Python {self.python} ({self.python_tag}), torch {self.torch}, torch_npu "
-            f"{self.torch_npu or 'none'}, {self.machine}, glibc {self.glibc or 'unknown'}"
+            f"{self.torch_npu or 'none'}{self.cuda_cell}, {self.machine}, glibc {self.glibc or 'unknown'}"
         )
 
     def want(self) -> dict[str, object]:
@@ -85,6 +91,7 @@ class Target:
             "torch": self.torch_public,
             "torch_npu": self.torch_npu,
             "cxx11_abi": self.torch_cxx11_abi,
+            "cuda": self.torch_cuda,
         }
 
 
@@ -223,7 +230,7 @@ def parse(stdout: bytes, python: str, named: str) -> Target:
     ):
         raise _bad(named, "markers are not strings")
     torch = data.get("torch")
-    torch_version = abi = import_error = None
+    torch_version = abi = import_error = torch_cuda = None
     if torch is not None:
         if not isinstance(torch, dict):
             raise _bad(named, "torch is not an object")
@@ -233,6 +240,10 @@ def parse(stdout: bytes, python: str, named: str) -> Target:
             raise _bad(named, "torch.cxx11_abi is not 0, 1 or null")
         error = torch.get("import_error")
         import_error = log.sanitise(error[:300]) if isinstance(error, str) else None
+        cuda = torch.get("cuda")
+        if cuda is not None and not (isinstance(cuda, str) and _CUDA.match(cuda)):
+            raise _bad(named, "torch.cuda is not a CUDA release")
+        torch_cuda = cuda
     dists_raw = data.get("dists")
     if not isinstance(dists_raw, dict):
         raise _bad(named, "dists is not an object")
@@ -281,6 +292,7 @@ def parse(stdout: bytes, python: str, named: str) -> Target:
         base_executable=base if base and os.path.isabs(base) else None,
         dists=dists,
         apex=apex_found,
+        torch_cuda=torch_cuda,
     )
 
 

@@ -77,17 +77,33 @@ def _apex(dist):
     path = getattr(dist, "_path", None)
     return {
         "version": version,
-        "apexkit": local.lower().startswith("ascend"),
+        "apexkit": bool(re.match(r"(ascend|cu[0-9]+\.torch)", local.lower())),
         "dist_info": os.path.basename(str(path)) if path is not None else None,
         "record": record,
         "tags": tags,
     }
 
 
+def _torch_cuda(dist):
+    """torch.version.cuda ("13.0", or None for a CPU build), read off torch/version.py without importing torch."""
+    try:
+        with open(str(dist.locate_file("torch/version.py")), "rb") as fh:
+            text = fh.read(65536).decode("utf-8", "replace")
+    except OSError:
+        return None
+    found = re.search(r"^cuda(?:\s*:[^=\n]*)?\s*=\s*['\"]([0-9]{1,3}\.[0-9]{1,3})", text, re.M)
+    return found.group(1) if found else None
+
+
 def _torch(dists, load):
     if "torch" not in dists:
         return None
-    out = {"version": dists["torch"].version, "cxx11_abi": None, "import_error": None}
+    out = {
+        "version": dists["torch"].version,
+        "cxx11_abi": None,
+        "import_error": None,
+        "cuda": _torch_cuda(dists["torch"]),
+    }
     if not load:
         return out
     try:

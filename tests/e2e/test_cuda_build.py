@@ -10,6 +10,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -241,3 +242,37 @@ def test_without_a_toolkit_nvcc_comes_from_the_index_and_builds_the_same_wheel(
     assert "libcudart.so.13" in modules["amp_C"]["needed"]  # linked to the runtime torch loads
     assert manifest["binary_checks"]["failures"] == []
     assert all(m["ok"] for m in manifest["smoke_test"]["modules"].values())
+
+
+def test_apexkit_install_builds_nvidia_apex_for_a_cuda_venv_and_serves_it_from_the_index(
+    runner, cuda_repo, tmp_path
+):
+    from test_apexkit_install import dists, make_venv
+
+    venv = make_venv(tmp_path / "gpu-venv", "3.11", "torch==2.14.1")  # the CUDA 13.0 build
+    before, index = dists(venv), tmp_path / "team-index"
+
+    def install(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "apexkit", "install", "--venv", str(venv), "--json", *args],
+            cwd=ROOT,
+            env=runner.env(),
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
+
+    options = f"--backend cuda --cuda-arch 9.0 --nvidia-apex-url file://{cuda_repo} --no-smoke-test"
+    first = install("--publish-to", str(index), "--build-options", options)
+    assert first.returncode == 0, output(first)[-3000:]
+    result = json.loads(first.stdout)
+    assert result["status"] == "built-and-installed", result
+    assert result["wheel"].startswith("apex-0.1+cu130.torch2.14.1-cp311-cp311-manylinux_")
+    after = dists(venv)
+    assert after.pop("apex") == "0.1+cu130.torch2.14.1" and after == before  # torch untouched
+    facts = json.loads((index / "index.json").read_text())["files"][0]["facts"]
+    assert facts["backend"] == "cuda" and facts["cuda"] == "13.0"
+    # the next venv of that cell takes it from the index; the installed one is left as it is
+    again = install("--index", str(index), "--no-build")
+    assert again.returncode == 0, output(again)[-3000:]
+    assert json.loads(again.stdout)["status"] in ("already-installed", "installed"), again.stdout

@@ -424,7 +424,8 @@ def test_an_index_toolchain_missing_from_the_venv_is_one_line(tmp_path):
         ConfigError, match=r"^the build venv has no CUDA toolchain in .*nvidia/cu13 after"
     ):
         cudabuild.from_venv(index, tmp_path, tmp_path / "home", "13.0", "2.14.1", ())
-    with pytest.raises(ConfigError, match="torch 2.13.0 is a build without CUDA"):  # the CPU wheel installed
+    # the CPU wheel installed
+    with pytest.raises(ConfigError, match="torch 2.13.0 is a build without CUDA"):
         cudabuild.from_venv(index, tmp_path, tmp_path / "home", None, "2.13.0", ())
     tree = venv_toolchain(tmp_path / "site")
     (tree / "lib" / "libcudart.so.13").unlink()  # no runtime to link against

@@ -116,3 +116,23 @@ def test_torch_and_torch_npu_changes_are_named():
     )
     assert fit.guarded(before, after) == ["torch 2.13.0+cpu -> 2.14.1", "torch-npu none -> 2.14.0"]
     assert fit.guarded(before, before) == []
+
+
+CUDA = "0.1+cu130.torch2.13.0"
+
+
+def test_nvidia_apex_on_cuda_fits_a_venv_whose_torch_is_that_cuda_only(tmp_path):
+    assert fit.cuda_of(CUDA) == "13.0" and fit.cuda_of("0.1+cu128.torch2.7.1") == "12.8"
+    assert fit.cuda_of("0.1+ascend.torch2.13.0") is None and fit.cuda_of("0.1+cuda.torch2") is None
+    facts = fit.read_wheel(make_wheel(tmp_path, version=CUDA))
+    fit.check_wheel(facts, dataclasses.replace(parsed(), torch_cuda="13.0"))
+    for venv, why in [
+        (parsed(), "is NVIDIA apex for CUDA 13.0; the venv's torch is a build without CUDA"),
+        (dataclasses.replace(parsed(), torch_cuda="12.8"), "the venv's torch is CUDA 12.8"),
+        (
+            dataclasses.replace(parsed(), torch_cuda="13.0", torch_npu="2.13.0"),
+            "the venv has torch_npu 2.13.0",
+        ),
+    ]:
+        with pytest.raises(fit.Misfit, match=why):
+            fit.check_wheel(facts, venv)

@@ -62,6 +62,7 @@ def test_the_probe_line_becomes_the_target_and_its_wanted_facts():
         "torch": "2.13.0",
         "torch_npu": None,
         "cxx11_abi": 1,
+        "cuda": None,
     }
     assert "torch 2.13.0+cpu" in t.cell() and "cp311" in t.cell()
     target.check_usable(t, "--venv V")  # a venv with pip and torch: nothing to object to
@@ -163,3 +164,39 @@ def test_the_probe_runs_on_a_plain_interpreter_and_parses(capsys, monkeypatch):
 
     assert t.python == f"{sys.version_info[0]}.{sys.version_info[1]}" and t.tags
     assert t.is_venv == (sys.prefix != sys.base_prefix) and t.dists.get("packaging")
+
+
+def test_the_torch_cuda_release_is_read_and_checked():
+    t = parsed(torch={"version": "2.14.1", "cxx11_abi": 1, "import_error": None, "cuda": "13.0"})
+    assert t.torch_cuda == "13.0" and t.want()["cuda"] == "13.0" and ", CUDA 13.0," in t.cell()
+    for bad in ("13.0; rm -rf /", 13.0, "x" * 100):
+        with pytest.raises(target.ProbeError, match="torch.cuda is not a CUDA release"):
+            parsed(torch={"version": "2.14.1", "cxx11_abi": 1, "import_error": None, "cuda": bad})
+
+
+def test_the_probe_reads_torchs_cuda_off_version_py_without_importing_it(tmp_path):
+    import importlib.util
+
+    from apexkit import paths
+
+    spec = importlib.util.spec_from_file_location("target_env", paths.PROBES / "target_env.py")
+    assert spec is not None and spec.loader is not None
+    probe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(probe)
+
+    class Dist:
+        def locate_file(self, name):
+            return tmp_path / name
+
+    (tmp_path / "torch").mkdir()
+    version = tmp_path / "torch" / "version.py"
+    for text, cuda in [
+        ("__version__ = '2.14.1'\ncuda: Optional[str] = '13.0'\n", "13.0"),
+        ("cuda = '12.8'\n", "12.8"),
+        ("cuda: Optional[str] = None\n", None),
+        ("hip = '6.2'\n", None),
+    ]:
+        version.write_text(text)
+        assert probe._torch_cuda(Dist()) == cuda, text
+    version.unlink()
+    assert probe._torch_cuda(Dist()) is None

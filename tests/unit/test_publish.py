@@ -56,6 +56,8 @@ def test_facts_are_read_from_the_manifest_and_the_wheel_name():
         "requires_dist": ["torch==2.7.1", "torch_npu==2.7.1.*"],
         "requires_python": None,
         "apex_ref": "master",
+        "backend": None,  # Ascend apex: no CUDA release to match
+        "cuda": None,
         "identity": {"torch_npu": "2.7.1.post8"},
     }
     # what publish writes, it reads back

@@ -31,10 +31,13 @@ def wheel_bytes(version: str = "0.1+ascend.torch2.13.0") -> bytes:
     return out.getvalue()
 
 
-def built(tmp: Path, name: str = WHEEL, torch: str = "2.13.0", key: str = KEY) -> Path:
-    """dist/<target>/ as a build leaves it: wheel, manifest (cache key, target, pins), SBOM and provenance."""
+def built(
+    tmp: Path, name: str = WHEEL, torch: str = "2.13.0", key: str = KEY, cuda: str | None = None
+) -> Path:
+    """dist/<target>/ as a build leaves it: wheel, manifest (cache key, target, pins), SBOM and provenance. `cuda`:
+    NVIDIA apex on CUDA built against torch of that CUDA release."""
     version = name.split("-")[1]
-    target = f"py3.11-torch{torch}-x86_64-master"
+    target = f"py3.11-torch{torch}-x86_64-master" + ("+cuda.sm90" if cuda else "")
     folder = tmp / "dist" / target
     folder.mkdir(parents=True)
     data = wheel_bytes(version)
@@ -49,6 +52,7 @@ def built(tmp: Path, name: str = WHEEL, torch: str = "2.13.0", key: str = KEY) -
             "apex_ref": "master",
             "identity": {},
             "target_id": target,
+            **({"backend": "cuda", "torch_cuda": cuda} if cuda else {"backend": "ascend"}),
         },
         "cache_key": key,
         "identity": {"requires_dist": [f"torch=={torch}"]},
@@ -185,3 +189,28 @@ def test_root_url_drops_simple_and_refuses_other_schemes(tmp_path):
     with pytest.raises(Exception, match="ftp:// is not an index"):
         remote.root_url("ftp://127.0.0.1/x")
     assert "s3cret" not in remote.shown("http://bob:s3cret@127.0.0.1:8000/team")
+
+
+CUDA_WHEEL = "apex-0.1+cu130.torch2.13.0-cp311-cp311-manylinux_2_28_x86_64.whl"
+
+
+def test_nvidia_apex_on_cuda_goes_only_to_a_venv_of_its_cuda_and_first_there(tmp_path):
+    dist = built(
+        tmp_path
+    )  # Ascend apex without torch_npu (the CPU tier), and NVIDIA apex for CUDA 13.0
+    built(tmp_path, name=CUDA_WHEEL, key="cd" * 32, cuda="13.0")
+    publish.publish(dist, tmp_path / "index")
+    index = [str(tmp_path / "index")]
+    fits, near = remote.find_by_facts(cl(), index, {**WANT, "cuda": None})  # a CPU torch
+    assert [f.filename for f in fits] == [WHEEL]
+    assert [n["why"] for n in near] == [
+        "NVIDIA apex for CUDA 13.0, the venv's torch is a build without CUDA"
+    ]
+    fits, near = remote.find_by_facts(cl(), index, {**WANT, "cuda": "13.0"})
+    assert [f.filename for f in fits] == [CUDA_WHEEL, WHEEL] and near == []
+    fits, near = remote.find_by_facts(cl(), index, {**WANT, "cuda": "12.8"})
+    assert [f.filename for f in fits] == [WHEEL]
+    assert "NVIDIA apex for CUDA 13.0, the venv's torch is CUDA 12.8" in near[0]["why"]
+    # an Ascend venv (torch_npu) whose torch is a CUDA build, as x86_64's default torch is: Ascend apex only
+    fits, near = remote.find_by_facts(cl(), index, {**WANT, "cuda": "13.0", "torch_npu": "2.13.0"})
+    assert fits == [] and "torch_npu" in near[-1]["why"]
