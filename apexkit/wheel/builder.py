@@ -146,6 +146,8 @@ class Builder:
             self.kit = cudabuild.toolkit(
                 self.env, plan.torch_cuda, plan.torch, cudabin.parse_arch_list(plan.cuda_arch)
             )
+            if self.kit.wheels and opts.offline:
+                cudabuild.check_offline(self.kit, opts.wheelhouses)
         self._summary(plan)
         arch = self.m.stack(plan.stack).arch if plan.stack else plan.arch
         if arch != plan.arch:

@@ -142,6 +142,28 @@ def _from_index(on_machine: list[Path], torch_cuda: str | None, torch: str) -> T
     )
 
 
+def check_offline(kit: Toolkit, wheelhouses: tuple[Path, ...]) -> None:
+    """--offline and the index's toolchain: every wheel of it must lie in a wheelhouse, checked before anything is
+    installed (pip would fail after torch, minutes in)."""
+    missing = []
+    for spec in kit.wheels:
+        name, _, release = spec.partition("==")
+        prefix = f"{name.replace('-', '_')}-{release.rstrip('*')}"
+        if not any(
+            f.name.startswith(prefix) and f.name.endswith(".whl")
+            for w in wheelhouses
+            if w.is_dir()
+            for f in list(w.iterdir())[:100_000]
+        ):
+            missing.append(spec)
+    if missing:
+        raise ConfigError(
+            f"no CUDA toolkit of torch's release here, and --offline: the wheelhouse holds no {', '.join(missing)}",
+            f"add them to the wheelhouse (pip download --no-deps {' '.join(repr(m) for m in missing)} -d DIR), or "
+            "install the CUDA toolkit and set CUDA_HOME",
+        )
+
+
 def _release(version: str) -> str:
     return ".".join(version.split(".")[:2])
 

@@ -458,3 +458,23 @@ def test_a_cuda_home_whose_nvcc_cannot_run_is_refused_not_replaced_by_another(tm
 def test_pytorch_nvcc_set_by_the_user_is_refused():
     with pytest.raises(ConfigError, match="PYTORCH_NVCC is set"):
         cudabuild.toolkit({"PYTORCH_NVCC": "/opt/cuda-12.8/bin/nvcc"}, "13.0", "2.14.1", ())
+
+
+def test_offline_the_index_toolchain_must_lie_in_the_wheelhouse_before_anything_runs(tmp_path):
+    kit = cudabuild.Toolkit(
+        None, None, "from the index", tuple(f"{n}==13.0.*" for n in cudabuild.INDEX_WHEELS)
+    )
+    house = tmp_path / "wheelhouse"
+    house.mkdir()
+    (house / "nvidia_cuda_nvcc-13.0.88-py3-none-manylinux_2_17_x86_64.whl").write_bytes(b"")
+    (house / "nvidia_nvvm-13.1.80-py3-none-manylinux_2_17_x86_64.whl").write_bytes(
+        b""
+    )  # another release
+    with pytest.raises(
+        ConfigError, match="--offline: the wheelhouse holds no nvidia-nvvm==13.0.*"
+    ) as err:
+        cudabuild.check_offline(kit, (house, tmp_path / "nowhere"))
+    assert "nvidia-cuda-nvcc" not in err.value.cause and "pip download --no-deps" in err.value.hint
+    for name in ("nvidia_nvvm-13.0.88", "nvidia_cuda_crt-13.0.88", "nvidia_cuda_cccl-13.0.85"):
+        (house / f"{name}-py3-none-manylinux_2_17_x86_64.whl").write_bytes(b"")
+    cudabuild.check_offline(kit, (house,))
