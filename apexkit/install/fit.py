@@ -26,6 +26,7 @@ from apexkit.install.target import Target
 
 METADATA_LIMIT = 1 << 20  # bytes of a wheel's METADATA / RECORD read
 GUARDED = ("torch", "torch-npu")  # never changed by apexkit install
+MAX_ADDED = 8  # dependencies a wheel may add to a venv (NVIDIA apex: packaging)
 
 
 class Misfit(Exception):
@@ -118,7 +119,12 @@ def check_tags(filename: str, target: Target) -> None:
 def unmet(requires_dist: tuple[str, ...], target: Target) -> list[str]:
     """Every Requires-Dist that what the venv holds does not satisfy (markers evaluated for the venv): [] = all met.
     A requirement that is not PEP 508 counts as unmet."""
-    problems = []
+    return [why for _, why in _unmet(requires_dist, target)]
+
+
+def _unmet(requires_dist: tuple[str, ...], target: Target) -> list[tuple[Requirement | None, str]]:
+    """(the requirement, None where it is not PEP 508; why it is unmet) for each Requires-Dist the venv fails."""
+    problems: list[tuple[Requirement | None, str]] = []
     env = dict(target.markers)
     env.setdefault("extra", "")
     for raw in requires_dist:
@@ -127,19 +133,22 @@ def unmet(requires_dist: tuple[str, ...], target: Target) -> list[str]:
             if req.marker is not None and not req.marker.evaluate(env):
                 continue
         except (InvalidRequirement, InvalidMarker, UndefinedComparison, UndefinedEnvironmentName):
-            problems.append(f"{log.sanitise(raw[:200])} (not a PEP 508 requirement)")
+            problems.append((None, f"{log.sanitise(raw[:200])} (not a PEP 508 requirement)"))
             continue
         have = target.dists.get(canonicalize_name(req.name))
         if have is None:
-            problems.append(f"{req} (not installed)")
+            problems.append((req, f"{req} (not installed)"))
         elif not req.specifier.contains(have, prereleases=True):
-            problems.append(f"{req} (the venv has {req.name} {have})")
+            problems.append((req, f"{req} (the venv has {req.name} {have})"))
     return problems
 
 
-def check_wheel(facts: WheelFacts, target: Target) -> None:
+def check_wheel(facts: WheelFacts, target: Target) -> list[str]:
     """The wheel about to be installed fits the venv: tags, and every pin (torch and torch_npu above all) met by what
-    is installed now -- `--no-deps` installs nothing else, so what holds now holds after."""
+    is installed now. Returns what the venv lacks and may gain (`packaging>20.6`, NVIDIA apex's one dependency):
+    requirements on packages not installed at all, by name and version range only (never a URL), never torch or
+    torch_npu -- a dependency whose package is installed at another version is a misfit: apexkit install adds to a
+    venv, it never changes what is there."""
     check_tags(facts.filename, target)
     names = set()
     for raw in facts.requires_dist:
@@ -157,9 +166,22 @@ def check_wheel(facts: WheelFacts, target: Target) -> None:
         raise Misfit(
             f"{facts.filename} is NVIDIA apex on CUDA; the venv has torch_npu {target.torch_npu}"
         )
-    problems = unmet(facts.requires_dist, target)
+    missing, problems = [], []
+    for req, why in _unmet(facts.requires_dist, target):
+        if (
+            req is not None
+            and canonicalize_name(req.name) not in (*GUARDED, *target.dists)
+            and req.url is None
+            and not req.extras
+        ):
+            missing.append(f"{req.name}{req.specifier}")  # its marker held for this venv
+        else:
+            problems.append(why)
+    if len(missing) > MAX_ADDED:
+        problems.append(f"{len(missing)} packages the venv lacks (at most {MAX_ADDED} are added)")
     if problems:
         raise Misfit(f"{facts.filename} requires {'; '.join(problems)}")
+    return missing
 
 
 def same_files(facts: WheelFacts, target: Target) -> bool:

@@ -7,9 +7,11 @@
 3. a hit is fetched and verified there (sha256 three ways, provenance subject, SBOM, zip), a miss (or an index out of
    reach) is built for the venv's Python and torch (commands.build_wheel's own path: its build venv, never the target)
    unless --no-build; --publish-to DIR then adds the built target to that directory index;
-4. the wheel's own tags and METADATA are checked against the venv (an index.json can lie), then the venv's pip installs
-   that one file: --no-deps --no-index --force-reinstall, by name from a folder holding only it (so pip freeze says
-   apex==V, not a temporary file:// path), nothing contacted;
+4. the wheel's own tags and METADATA are checked against the venv (an index.json can lie); a requirement on a package
+   the venv lacks altogether (NVIDIA apex's packaging>20.6) is installed first from the venv pip's own index, every
+   installed distribution held at its version by a constraints file; then the venv's pip installs that one file:
+   --no-deps --no-index --force-reinstall, by name from a folder holding only it (so pip freeze says apex==V, not a
+   temporary file:// path), nothing contacted;
 5. the venv is probed again: the wheel's files in place, every Requires-Dist met, torch and torch_npu the same
    versions as before -- otherwise apex is uninstalled again and the command fails.
 """
@@ -58,6 +60,9 @@ class Result:
     target: str | None  # the build's target id
     torch: str | None
     torch_npu: str | None
+    added: list[str] = dataclasses.field(
+        default_factory=list
+    )  # dependencies the venv lacked, now installed
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -150,7 +155,8 @@ def _summary(r: Result) -> str:
         "would-build": f"would build {r.target or 'the wheel'} and install it",
     }[r.status]
     keep = f"torch {r.torch}" + (f", torch_npu {r.torch_npu}" if r.torch_npu else "")
-    return f"{what} into {r.venv} ({keep} unchanged)"
+    added = f"; added {', '.join(r.added)}" if r.added else ""
+    return f"{what} into {r.venv} ({keep} unchanged{added})"
 
 
 def _run(
@@ -365,7 +371,7 @@ def _install(
         if fit.same_files(facts, before):
             result.status = "already-installed"
             return result
-        fit.check_wheel(facts, before)
+        missing = fit.check_wheel(facts, before)
     except fit.Misfit as exc:
         where = "the index's wheel" if result.source != "build" else "the built wheel"
         raise InstallError(
@@ -374,6 +380,9 @@ def _install(
             if result.source != "build"
             else "report this (the build made a wheel for another venv)",
         ) from None
+    if missing:
+        _add_dependencies(before, named, facts.filename, missing, environ)
+        result.added = missing
     # from a folder holding only this wheel, by name and version: pip records it as an index install (no
     # direct_url.json), so `pip freeze` says apex==V, not `apex @ file://` a temporary path gone after this run
     with tempfile.TemporaryDirectory(prefix="apexkit-install-") as folder:
@@ -411,15 +420,47 @@ def _install(
     return result
 
 
+def _add_dependencies(
+    t: Target, named: str, wheel: str, missing: list[str], environ: Mapping[str, str]
+) -> None:
+    """What the wheel requires and the venv lacks (`packaging>20.6` for NVIDIA apex), from the venv pip's own index
+    (its pip.conf and this shell's PIP_* settings: the user's mirror), every installed distribution held at its
+    version by a constraints file -- pip adds packages or fails, it never upgrades torch or anything else."""
+    log.info(
+        f"{wheel} requires what {named} lacks: {', '.join(missing)} (from the venv pip's index)"
+    )
+    with tempfile.TemporaryDirectory(prefix="apexkit-install-") as folder:
+        held = Path(folder) / "constraints.txt"
+        held.write_text(
+            "".join(f"{name}=={version}\n" for name, version in sorted(t.dists.items()))
+        )
+        try:
+            _pip(t, ["install", "--constraint", str(held), *missing], environ, pip_env=True)
+        except InstallError as exc:
+            raise InstallError(
+                f"{wheel} requires {', '.join(missing)}, which {named} lacks, and its pip could not add them "
+                f"({exc.cause}); nothing installed",
+                f"install them into the venv ({t.python_path} -m pip install {' '.join(missing)}) "
+                "or give its pip an index that holds them, then run apexkit install again",
+            ) from None
+
+
 def _copy(wheel: Path, folder: str) -> None:
     import shutil
 
     shutil.copyfile(wheel, Path(folder) / wheel.name, follow_symlinks=False)
 
 
-def _pip(t: Target, args: list[str], environ: Mapping[str, str], quiet: bool = False) -> None:
-    """The target's own pip, isolated from this shell's PIP_* settings: nothing is fetched (--no-index)."""
-    env = {k: v for k, v in environ.items() if not k.startswith("PIP_")}
+def _pip(
+    t: Target,
+    args: list[str],
+    environ: Mapping[str, str],
+    quiet: bool = False,
+    pip_env: bool = False,
+) -> None:
+    """The target's own pip, isolated from this shell's PIP_* settings unless `pip_env` (a dependency fetched from
+    the user's index): installing apex itself fetches nothing (--no-index)."""
+    env = {k: v for k, v in environ.items() if pip_env or not k.startswith("PIP_")}
     env.update(PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_NO_INPUT="1")
     argv = [t.python_path, "-m", "pip", *args]
     log.echo_command(argv)

@@ -18,6 +18,8 @@ import fixture_repos
 import pytest
 from conftest import ROOT, output
 
+from .test_apexkit_install import dists
+
 TARGET = "py3.11-torch2.14.1-x86_64-master+cuda.sm80.sm90_PTX"
 ARCH = ["--cuda-arch", "8.0;9.0+PTX"]
 
@@ -247,16 +249,25 @@ def test_without_a_toolkit_nvcc_comes_from_the_index_and_builds_the_same_wheel(
 def test_apexkit_install_builds_nvidia_apex_for_a_cuda_venv_and_serves_it_from_the_index(
     runner, cuda_repo, tmp_path
 ):
-    from test_apexkit_install import dists, make_venv
-
-    venv = make_venv(tmp_path / "gpu-venv", "3.11", "torch==2.14.1")  # the CUDA 13.0 build
+    venv = (
+        tmp_path / "gpu-venv"
+    )  # a user's GPU venv: pip takes torch 2.14.1 (CUDA 13.0) off this disk
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    made = subprocess.run(
+        [str(venv / "bin" / "pip"), "install", "-q", "torch==2.14.1"],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert made.returncode == 0, made.stderr[-2000:]
     before, index = dists(venv), tmp_path / "team-index"
+    assert "packaging" not in before  # torch does not need it; NVIDIA apex does (packaging>20.6)
 
-    def install(*args: str) -> subprocess.CompletedProcess:
+    def install(*args: str, **env: str) -> subprocess.CompletedProcess:
         return subprocess.run(
             [sys.executable, "-m", "apexkit", "install", "--venv", str(venv), "--json", *args],
             cwd=ROOT,
-            env=runner.env(),
+            env={**runner.env(), **env},
             capture_output=True,
             text=True,
             timeout=900,
@@ -268,11 +279,29 @@ def test_apexkit_install_builds_nvidia_apex_for_a_cuda_venv_and_serves_it_from_t
     result = json.loads(first.stdout)
     assert result["status"] == "built-and-installed", result
     assert result["wheel"].startswith("apex-0.1+cu130.torch2.14.1-cp311-cp311-manylinux_")
+    assert result["added"] == ["packaging>20.6"]  # from the venv pip's own index, torch held
     after = dists(venv)
-    assert after.pop("apex") == "0.1+cu130.torch2.14.1" and after == before  # torch untouched
+    assert after.pop("apex") == "0.1+cu130.torch2.14.1" and after.pop("packaging")
+    assert after == before  # torch and everything else untouched
     facts = json.loads((index / "index.json").read_text())["files"][0]["facts"]
     assert facts["backend"] == "cuda" and facts["cuda"] == "13.0"
-    # the next venv of that cell takes it from the index; the installed one is left as it is
+
+    # the next venv of that cell takes it from the index: here, this venv emptied of apex and packaging again
+    pip = [str(venv / "bin" / "pip"), "uninstall", "-q", "-y", "apex", "packaging"]
+    subprocess.run(pip, check=True, capture_output=True, timeout=300)
+    assert dists(venv) == before
+    # its pip reaches no index that holds packaging: one line saying what to install, nothing installed
+    nowhere = tmp_path / "no-wheels"
+    nowhere.mkdir()
+    offline = {"PIP_CONFIG_FILE": os.devnull, "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(nowhere)}
+    refused = install("--index", str(index), "--no-build", **offline)
+    assert refused.returncode != 0, output(refused)
+    errors = [x for x in refused.stderr.splitlines() if x.startswith("error:")]
+    assert len(errors) == 1 and "packaging>20.6" in errors[0], output(refused)
+    assert "nothing installed" in errors[0] and "-m pip install packaging>20.6" in errors[0]
+    assert "Traceback" not in output(refused) and dists(venv) == before
     again = install("--index", str(index), "--no-build")
     assert again.returncode == 0, output(again)[-3000:]
-    assert json.loads(again.stdout)["status"] in ("already-installed", "installed"), again.stdout
+    result = json.loads(again.stdout)
+    assert result["status"] == "installed" and result["added"] == ["packaging>20.6"], result
+    assert dists(venv).get("apex") == "0.1+cu130.torch2.14.1"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 import zipfile
 from pathlib import Path
 
@@ -49,7 +50,7 @@ def test_a_wheel_for_the_venv_fits(tmp_path):
         "sha256=47DEQpj8HBSa-_TImW-5JCeuQeRkm5NMpJWZG3hSuFU",
     ) in facts.record
     assert not any(p.endswith("RECORD") for p, _ in facts.record)
-    fit.check_wheel(facts, parsed())  # torch==2.13.0 accepts the venv's 2.13.0+cpu
+    assert fit.check_wheel(facts, parsed()) == []  # torch==2.13.0 accepts the venv's 2.13.0+cpu
 
 
 @pytest.mark.parametrize(
@@ -67,6 +68,28 @@ def test_an_index_that_lies_about_the_tuple_is_caught_on_the_wheel(tmp_path, kwa
     with pytest.raises(fit.Misfit) as err:
         fit.check_wheel(fit.read_wheel(make_wheel(tmp_path, **kwargs)), parsed())
     assert why in str(err.value)
+
+
+def test_what_the_venv_lacks_is_added_but_nothing_it_has_is_changed(tmp_path):
+    """NVIDIA apex requires packaging>20.6, which a venv holding only torch lacks: added, by name and range (the
+    marker already evaluated). An installed package at another version, torch_npu, a URL or an extra: a misfit."""
+    requires = (TORCH_PIN, 'packaging>20.6; python_version >= "3"', "einops")
+    wheel = fit.read_wheel(make_wheel(tmp_path, requires=requires))
+    assert fit.check_wheel(wheel, parsed()) == ["packaging>20.6", "einops"]
+    for bad, why in [
+        ("numpy>=3", "the venv has numpy 2.1.0"),  # upgrading numpy under torch: never
+        ("torch_npu==2.13.0.*", "torch_npu==2.13.0.* (not installed)"),
+        ("evil @ https://127.0.0.1/evil.whl", "(not installed)"),
+        ("requests[socks]>=2", "(not installed)"),
+    ]:
+        folder = tmp_path / str(len(bad))
+        folder.mkdir()
+        with pytest.raises(fit.Misfit, match=re.escape(why)):
+            fit.check_wheel(fit.read_wheel(make_wheel(folder, requires=(TORCH_PIN, bad))), parsed())
+    many = (TORCH_PIN, *(f"dep{i}" for i in range(fit.MAX_ADDED + 1)))
+    (tmp_path / "many").mkdir()
+    with pytest.raises(fit.Misfit, match="at most"):
+        fit.check_wheel(fit.read_wheel(make_wheel(tmp_path / "many", requires=many)), parsed())
 
 
 def test_a_requirement_for_another_platform_is_not_asked_of_the_venv(tmp_path):

@@ -55,13 +55,16 @@ def world(tmp_path, monkeypatch):
     )
     monkeypatch.setattr(remote, "fetch", fetch)
 
-    def pip(t, args, environ, quiet=False):
+    def pip(t, args, environ, quiet=False, pip_env=False):
         w.pip.append(args)
+        if "--constraint" in args:  # what pip is held to: read before the folder is removed
+            w.held.append(Path(args[args.index("--constraint") + 1]).read_text())
+            w.pip_env.append(pip_env)
         if "--find-links" in args:  # what pip would find there: the folder holds only the wheel
             folder = Path(args[args.index("--find-links") + 1])
             w.found.append(sorted(p.name for p in folder.iterdir()))
 
-    w.found = []
+    w.found, w.held, w.pip_env = [], [], []
     monkeypatch.setattr(run, "_pip", pip)
     return w
 
@@ -111,7 +114,29 @@ def test_a_hit_is_installed_with_the_venvs_pip_no_deps_no_index(world, capsys):
         "target": "t1",
         "torch": "2.13.0+cpu",
         "torch_npu": None,
+        "added": [],
     }
+
+
+def test_a_dependency_the_venv_lacks_is_added_first_everything_installed_held(
+    world, tmp_path, capsys
+):
+    """NVIDIA apex requires packaging>20.6: the venv's pip adds it from its own index (the user's PIP_* kept), every
+    installed distribution pinned by a constraints file; then apex alone, --no-deps --no-index."""
+    (tmp_path / "cuda").mkdir()
+    world.wheel = make_wheel(tmp_path / "cuda", requires=("torch==2.13.0", "packaging>20.6"))
+    world.candidates = [candidate(world.wheel)]
+    world.probes = [parsed(), installed_now(world)]
+    world.probes[1] = dataclasses.replace(
+        world.probes[1], dists={**world.probes[1].dists, "packaging": "25.0"}
+    )
+    assert install(world, index=["http://u:secret@127.0.0.1:9/"], as_json=True) == 0
+    first, second = world.pip
+    assert first[0] == "install" and first[-1] == "packaging>20.6" and world.pip_env == [True]
+    held = world.held[0].splitlines()
+    assert "torch==2.13.0+cpu" in held and len(held) == len(parsed().dists)
+    assert second[:3] == ["install", "--no-deps", "--no-index"]
+    assert json.loads(capsys.readouterr().out)["added"] == ["packaging>20.6"]
 
 
 def test_the_same_wheel_installed_is_left_alone(world, capsys):
