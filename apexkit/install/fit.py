@@ -174,7 +174,13 @@ def check_wheel(facts: WheelFacts, target: Target) -> list[str]:
             and req.url is None
             and not req.extras
         ):
-            missing.append(f"{req.name}{req.specifier}")  # its marker held for this venv
+            added = _addable(req)
+            if added is None:
+                problems.append(
+                    f"{why}: only a name and ==, !=, <, <=, >, >= or ~= versions are added"
+                )
+            else:
+                missing.append(added)
         else:
             problems.append(why)
     if len(missing) > MAX_ADDED:
@@ -182,6 +188,37 @@ def check_wheel(facts: WheelFacts, target: Target) -> list[str]:
     if problems:
         raise Misfit(f"{facts.filename} requires {'; '.join(problems)}")
     return missing
+
+
+ADDABLE_OPERATORS = ("==", "!=", "<", "<=", ">", ">=", "~=")
+
+
+def _addable(req: Requirement) -> str | None:
+    """The requirement rebuilt from its canonical name and its version clauses (`packaging>20.6`; its marker was
+    evaluated for the venv), or None for what pip must not be asked: `===` (any string, a path included), a version
+    that is not PEP 440."""
+    clauses = []
+    for spec in sorted(req.specifier, key=str):
+        version = spec.version.removesuffix(".*") if spec.operator in ("==", "!=") else spec.version
+        try:
+            Version(version)
+        except InvalidVersion:
+            return None
+        if spec.operator not in ADDABLE_OPERATORS:
+            return None
+        clauses.append(f"{spec.operator}{spec.version}")
+    return canonicalize_name(req.name) + ",".join(clauses)
+
+
+def changed(before: Target, after: Target) -> list[str]:
+    """Every other distribution of `before` (not apex, torch or torch_npu: `guarded`) whose version string changed
+    or that is gone, as words: apexkit install adds to a venv, it never changes what is there."""
+    names = sorted(set(before.dists) - {"apex", *GUARDED})
+    return [
+        f"{name} {before.dists[name]} -> {after.dists.get(name) or 'none'}"
+        for name in names
+        if after.dists.get(name) != before.dists[name]
+    ]
 
 
 def same_files(facts: WheelFacts, target: Target) -> bool:

@@ -23,12 +23,15 @@ import dataclasses
 import hashlib
 import json
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
 import typing
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+
+from packaging.version import InvalidVersion, Version
 
 from apexkit import cachetrust, envvars, locks, log, untrusted, vocab
 from apexkit.errors import ConfigError, EnvironmentSetupError
@@ -60,9 +63,8 @@ class Result:
     target: str | None  # the build's target id
     torch: str | None
     torch_npu: str | None
-    added: list[str] = dataclasses.field(
-        default_factory=list
-    )  # dependencies the venv lacked, now installed
+    # the dependencies the venv lacked, now installed
+    added: list[str] = dataclasses.field(default_factory=list)
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -206,9 +208,7 @@ def _run(
                 ),
                 "drop --no-build to build it here, or publish that cell's wheel to the index",
             )
-        if not _cuda_build(
-            build_options
-        ):  # NVIDIA apex on CUDA: the build checks torch against [cuda]
+        if not _cuda_build(build_options):  # NVIDIA apex on CUDA: the build checks [cuda]
             _check_pairing(before)
         if dry_run:
             log.info(
@@ -380,9 +380,6 @@ def _install(
             if result.source != "build"
             else "report this (the build made a wheel for another venv)",
         ) from None
-    if missing:
-        _add_dependencies(before, named, facts.filename, missing, environ)
-        result.added = missing
     # from a folder holding only this wheel, by name and version: pip records it as an index install (no
     # direct_url.json), so `pip freeze` says apex==V, not `apex @ file://` a temporary path gone after this run
     with tempfile.TemporaryDirectory(prefix="apexkit-install-") as folder:
@@ -392,57 +389,129 @@ def _install(
                 f"{wheel} changed while it was being installed; nothing installed",
                 "run apexkit install again",
             )
-        _pip(
-            before,
-            [
-                "install",
-                "--no-deps",
-                "--no-index",
-                "--force-reinstall",
-                "--find-links",
-                folder,
-                f"apex=={facts.version}",
-            ],
-            environ,
-        )
+        if missing:
+            _add_dependencies(before, named, facts.filename, missing, environ)
+            result.added = missing
+        stays = f" ({', '.join(missing)}, added before it, stay)" if missing else ""
+        try:
+            _pip(
+                before,
+                [
+                    "install",
+                    "--no-deps",
+                    "--no-index",
+                    "--force-reinstall",
+                    "--find-links",
+                    folder,
+                    f"apex=={facts.version}",
+                ],
+                environ,
+            )
+        except InstallError as exc:
+            raise InstallError(f"{exc.cause}{stays}", exc.hint) from None
     after = targets.probe(before.python_path, named, environ, versions_only=True)
-    problems = fit.guarded(before, after)
+    problems = fit.guarded(before, after) + fit.changed(before, after)
     if after.apex is None or not fit.same_files(facts, after):
         problems.append("the wheel's files are not what is installed")
     problems += fit.unmet(facts.requires_dist, after)
     if problems:
         _pip(before, ["uninstall", "--yes", "apex"], environ, quiet=True)
         raise InstallError(
-            f"after installing {wheel.name} into {named}: {'; '.join(problems)}; apex uninstalled again",
+            f"after installing {wheel.name} into {named}: {'; '.join(problems)}; apex uninstalled again{stays}",
             "report this with the venv's pip list",
         )
     result.status = status
     return result
 
 
+# what a dependency's install takes from this shell: where the user's index is and how to reach it, never what
+# changes the install itself (PIP_UPGRADE, PIP_TARGET, PIP_PREFIX, PIP_USER, PIP_REQUIREMENT, PIP_NO_BINARY, ...)
+PIP_INDEX_ENV = (
+    "PIP_INDEX_URL",
+    "PIP_EXTRA_INDEX_URL",
+    "PIP_FIND_LINKS",
+    "PIP_NO_INDEX",
+    "PIP_TRUSTED_HOST",
+    "PIP_CERT",
+    "PIP_CLIENT_CERT",
+    "PIP_PROXY",
+    "PIP_TIMEOUT",
+    "PIP_DEFAULT_TIMEOUT",
+    "PIP_RETRIES",
+    "PIP_CONFIG_FILE",
+)
+# and what a pip.conf [install] section could turn on, turned off (the environment beats the config files)
+PIP_HELD_OFF = {
+    "PIP_UPGRADE": "0",
+    "PIP_FORCE_REINSTALL": "0",
+    "PIP_IGNORE_INSTALLED": "0",
+    "PIP_USER": "0",
+}
+
+
 def _add_dependencies(
-    t: Target, named: str, wheel: str, missing: list[str], environ: Mapping[str, str]
+    before: Target, named: str, wheel: str, missing: list[str], environ: Mapping[str, str]
 ) -> None:
     """What the wheel requires and the venv lacks (`packaging>20.6` for NVIDIA apex), from the venv pip's own index
-    (its pip.conf and this shell's PIP_* settings: the user's mirror), every installed distribution held at its
-    version by a constraints file -- pip adds packages or fails, it never upgrades torch or anything else."""
+    (its pip.conf and this shell's index settings: the user's mirror), wheels only (no setup.py runs), every
+    installed distribution held at its exact version by a constraints file -- pip adds packages or fails, it never
+    upgrades torch or anything else. The venv is probed again first: a build on a miss can take an hour."""
+    now = targets.probe(before.python_path, named, environ, versions_only=True)
+    moved = fit.guarded(before, now) + fit.changed(before, now)
+    if moved:
+        raise InstallError(
+            f"{named} changed while apexkit install ran ({'; '.join(moved)}); nothing installed",
+            "run apexkit install again",
+        )
     log.info(
         f"{wheel} requires what {named} lacks: {', '.join(missing)} (from the venv pip's index)"
     )
     with tempfile.TemporaryDirectory(prefix="apexkit-install-") as folder:
         held = Path(folder) / "constraints.txt"
-        held.write_text(
-            "".join(f"{name}=={version}\n" for name, version in sorted(t.dists.items()))
-        )
+        held.write_text(_constraints(now))
         try:
-            _pip(t, ["install", "--constraint", str(held), *missing], environ, pip_env=True)
+            _pip(
+                now,
+                [
+                    "install",
+                    "--only-binary=:all:",
+                    "--upgrade-strategy",
+                    "only-if-needed",
+                    "--constraint",
+                    str(held),
+                    *missing,
+                ],
+                environ,
+                pip_env=True,
+            )
         except InstallError as exc:
+            after = targets.probe(before.python_path, named, environ, versions_only=True)
+            new = sorted(set(after.dists) - set(now.dists))
+            pins = [f"{n}=={now.dists[n]}" for n in fit.GUARDED if n in now.dists]
+            by_hand = shlex.join([now.python_path, "-m", "pip", "install", *missing, *pins])
             raise InstallError(
                 f"{wheel} requires {', '.join(missing)}, which {named} lacks, and its pip could not add them "
-                f"({exc.cause}); nothing installed",
-                f"install them into the venv ({t.python_path} -m pip install {' '.join(missing)}) "
-                "or give its pip an index that holds them, then run apexkit install again",
+                f"({exc.cause}); "
+                + (
+                    f"apex not installed, pip added {', '.join(new)}"
+                    if new
+                    else "nothing installed"
+                ),
+                f"install them into the venv ({by_hand}) or give its pip an index that holds them, then run "
+                "apexkit install again",
             ) from None
+
+
+def _constraints(t: Target) -> str:
+    """One line per installed distribution, `name===version` (exact: `==2.13.0` would admit 2.13.0+cpu); a version
+    pip cannot parse itself is left out (pip ignores that distribution too)."""
+    lines = []
+    for name, version in sorted(t.dists.items()):
+        try:
+            lines.append(f"{name}==={Version(version)}\n")
+        except InvalidVersion:
+            continue
+    return "".join(lines)
 
 
 def _copy(wheel: Path, folder: str) -> None:
@@ -458,9 +527,15 @@ def _pip(
     quiet: bool = False,
     pip_env: bool = False,
 ) -> None:
-    """The target's own pip, isolated from this shell's PIP_* settings unless `pip_env` (a dependency fetched from
-    the user's index): installing apex itself fetches nothing (--no-index)."""
-    env = {k: v for k, v in environ.items() if pip_env or not k.startswith("PIP_")}
+    """The target's own pip, isolated from this shell's PIP_* settings (but for the index ones with `pip_env`: a
+    dependency fetched from the user's index): installing apex itself fetches nothing (--no-index)."""
+    env = {
+        k: v
+        for k, v in environ.items()
+        if not k.startswith("PIP_") or (pip_env and k in PIP_INDEX_ENV)
+    }
+    if pip_env:
+        env.update(PIP_HELD_OFF)
     env.update(PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_NO_INPUT="1")
     argv = [t.python_path, "-m", "pip", *args]
     log.echo_command(argv)
@@ -480,6 +555,7 @@ def _pip(
     if proc.returncode != 0 and not quiet:
         lines = [x for x in proc.stderr.splitlines() if x.strip()]
         raise InstallError(
-            f"pip {args[0]} failed in {t.venv}: {log.sanitise(lines[-1][:300]) if lines else proc.returncode}",
+            f"pip {args[0]} failed in {t.venv}: "
+            + (log.sanitise(log.mask(lines[-1][:300])) if lines else str(proc.returncode)),
             "run the command above by hand to see the whole output",
         )

@@ -562,9 +562,7 @@ class Builder:
         return self.opts.cache_dir / "venvs" / f"build-py{plan.python}-{digest}"
 
     def _requires(self, plan: buildplan.Plan) -> list[str]:
-        if (
-            plan.backend == "cuda"
-        ):  # and the index's toolchain when this machine has none of torch's CUDA
+        if plan.backend == "cuda":  # + the index's toolchain where no toolkit of torch's CUDA is
             return [*self.m.cuda_requires, *(self.kit.wheels if self.kit is not None else ())]
         return self.m.build_requires
 

@@ -81,6 +81,7 @@ def test_what_the_venv_lacks_is_added_but_nothing_it_has_is_changed(tmp_path):
         ("torch_npu==2.13.0.*", "torch_npu==2.13.0.* (not installed)"),
         ("evil @ https://127.0.0.1/evil.whl", "(not installed)"),
         ("requests[socks]>=2", "(not installed)"),
+        ("x===/tmp/e.whl", "only a name and =="),  # === takes any string, a path included
     ]:
         folder = tmp_path / str(len(bad))
         folder.mkdir()
@@ -90,6 +91,15 @@ def test_what_the_venv_lacks_is_added_but_nothing_it_has_is_changed(tmp_path):
     (tmp_path / "many").mkdir()
     with pytest.raises(fit.Misfit, match="at most"):
         fit.check_wheel(fit.read_wheel(make_wheel(tmp_path / "many", requires=many)), parsed())
+
+
+def test_anything_installed_that_changed_is_named_apex_aside():
+    before = parsed()
+    after = dataclasses.replace(
+        before, dists={**{k: v for k, v in before.dists.items() if k != "numpy"}, "apex": "0.1"}
+    )
+    assert fit.changed(before, after) == ["numpy 2.1.0 -> none"]
+    assert fit.changed(before, before) == []
 
 
 def test_a_requirement_for_another_platform_is_not_asked_of_the_venv(tmp_path):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import subprocess
 import threading
 from pathlib import Path
 
@@ -118,25 +119,80 @@ def test_a_hit_is_installed_with_the_venvs_pip_no_deps_no_index(world, capsys):
     }
 
 
-def test_a_dependency_the_venv_lacks_is_added_first_everything_installed_held(
-    world, tmp_path, capsys
-):
-    """NVIDIA apex requires packaging>20.6: the venv's pip adds it from its own index (the user's PIP_* kept), every
-    installed distribution pinned by a constraints file; then apex alone, --no-deps --no-index."""
+def _needs_packaging(world, tmp_path) -> None:
     (tmp_path / "cuda").mkdir()
     world.wheel = make_wheel(tmp_path / "cuda", requires=("torch==2.13.0", "packaging>20.6"))
     world.candidates = [candidate(world.wheel)]
-    world.probes = [parsed(), installed_now(world)]
-    world.probes[1] = dataclasses.replace(
-        world.probes[1], dists={**world.probes[1].dists, "packaging": "25.0"}
-    )
+    after = installed_now(world)
+    after = dataclasses.replace(after, dists={**after.dists, "packaging": "25.0"})
+    world.probes = [
+        parsed(),
+        parsed(),
+        after,
+    ]  # the start, again before pip adds packaging, the end
+
+
+def test_a_dependency_the_venv_lacks_is_added_first_everything_installed_held(
+    world, tmp_path, capsys
+):
+    """NVIDIA apex requires packaging>20.6: the venv's pip adds it from its own index, wheels only, every installed
+    distribution pinned by its exact version (=== : == would admit +cpu); then apex alone, --no-deps --no-index."""
+    _needs_packaging(world, tmp_path)
     assert install(world, index=["http://u:secret@127.0.0.1:9/"], as_json=True) == 0
     first, second = world.pip
-    assert first[0] == "install" and first[-1] == "packaging>20.6" and world.pip_env == [True]
+    assert first[:2] == ["install", "--only-binary=:all:"] and first[-1] == "packaging>20.6"
+    assert world.pip_env == [True]
     held = world.held[0].splitlines()
-    assert "torch==2.13.0+cpu" in held and len(held) == len(parsed().dists)
+    assert "torch===2.13.0+cpu" in held and len(held) == len(parsed().dists)
     assert second[:3] == ["install", "--no-deps", "--no-index"]
     assert json.loads(capsys.readouterr().out)["added"] == ["packaging>20.6"]
+
+
+def test_a_dependency_pip_cannot_add_is_one_line_with_a_command_to_paste(
+    world, tmp_path, monkeypatch, capsys
+):
+    _needs_packaging(world, tmp_path)
+    world.probes = [parsed(), parsed(), parsed()]  # pip added nothing
+
+    def offline(t, args, environ, quiet=False, pip_env=False):
+        world.pip.append(args)
+        raise run.InstallError("pip install failed in /work/venv: No matching distribution", "x")
+
+    monkeypatch.setattr(run, "_pip", offline)
+    with pytest.raises(run.InstallError) as err:
+        install(world, index=["http://127.0.0.1:9/"])
+    line = str(err.value)
+    assert "nothing installed" in line and len(world.pip) == 1  # apex itself never reached pip
+    assert "-m pip install 'packaging>20.6' torch==2.13.0+cpu)" in line  # quoted, torch held
+
+
+def test_a_dependency_install_takes_the_users_index_but_nothing_that_changes_the_install(
+    monkeypatch,
+):
+    seen = {}
+
+    def fake_run(argv, **kwargs):
+        seen.update(kwargs["env"])
+        return subprocess.CompletedProcess(argv, 0, "", "")
+
+    monkeypatch.setattr(run.subprocess, "run", fake_run)
+    user = {
+        "PATH": "/usr/bin",
+        "PIP_INDEX_URL": "http://127.0.0.1:9/simple",
+        "PIP_UPGRADE": "1",
+        "PIP_TARGET": "/tmp/elsewhere",
+        "PIP_REQUIREMENT": "evil.txt",
+        "PIP_NO_BINARY": ":all:",
+    }
+    run._pip(parsed(), ["install", "x"], user, pip_env=True)
+    assert seen["PIP_INDEX_URL"] == "http://127.0.0.1:9/simple" and seen["PIP_UPGRADE"] == "0"
+    assert not {"PIP_TARGET", "PIP_REQUIREMENT", "PIP_NO_BINARY"} & set(seen)
+    seen.clear()
+    run._pip(parsed(), ["install", "x"], user)  # apex itself: no PIP_* of the user at all
+    assert not {k for k in seen if k.startswith("PIP_")} - {
+        "PIP_DISABLE_PIP_VERSION_CHECK",
+        "PIP_NO_INPUT",
+    }
 
 
 def test_the_same_wheel_installed_is_left_alone(world, capsys):
