@@ -14,6 +14,8 @@
 # default https://github.com/NVIDIA/apex.git), APEX_REF (master), PYTHON (python3.11), TORCH (2.14.1),
 # ARCH (9.0: TORCH_CUDA_ARCH_LIST of both arms), CUDA_HOME (/usr/local/cuda).
 # Upstream's command, from its README: APEX_CPP_EXT=1 APEX_CUDA_EXT=1 pip install -v --no-build-isolation .
+# With a toolkit that lacks the math libraries (nvcc 13.0 alone) it stops at torch's `#include <cusparse.h>`;
+# UPSTREAM_CPATH=1 adds the fix a user finds by hand: CPATH=the venv's nvidia/*/include (what apexkit sets itself).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 work=${BENCH_DIR:-/tmp/apex-cuda-bench}
@@ -34,6 +36,10 @@ change_kernel() {  # $1: a checkout; one line appended to one kernel, committed
 
 upstream() {  # upstream's own command in its own checkout (pip >= 21.3 builds in the tree: build/ stays there)
   cd "$work/upstream-src"
+  if [ "${UPSTREAM_CPATH:-0}" = 1 ]; then
+    CPATH=$(printf '%s:' "$work"/upstream-venv/lib/python*/site-packages/nvidia/*/include)
+    export CPATH=${CPATH%:}
+  fi
   TORCH_CUDA_ARCH_LIST=$arch APEX_CPP_EXT=1 APEX_CUDA_EXT=1 \
     "$work/upstream-venv/bin/pip" install -v --no-build-isolation . >> "$work/upstream.log" 2>&1
 }
