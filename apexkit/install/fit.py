@@ -199,7 +199,9 @@ def _addable(req: Requirement) -> str | None:
     that is not PEP 440."""
     clauses = []
     for spec in sorted(req.specifier, key=str):
-        version = spec.version.removesuffix(".*") if spec.operator in ("==", "!=") else spec.version
+        version = spec.version  # == / != may end in .* (a prefix match); str.removesuffix is 3.9+
+        if spec.operator in ("==", "!=") and version.endswith(".*"):
+            version = version[:-2]
         try:
             Version(version)
         except InvalidVersion:
@@ -219,6 +221,12 @@ def changed(before: Target, after: Target) -> list[str]:
         for name in names
         if after.dists.get(name) != before.dists[name]
     ]
+
+
+def moved(before: Target, after: Target) -> list[str]:
+    """What apexkit install must never change, as words: torch / torch_npu (`guarded`), then every other
+    distribution (`changed`)."""
+    return guarded(before, after) + changed(before, after)
 
 
 def same_files(facts: WheelFacts, target: Target) -> bool:

@@ -410,7 +410,7 @@ def _install(
         except InstallError as exc:
             raise InstallError(f"{exc.cause}{stays}", exc.hint) from None
     after = targets.probe(before.python_path, named, environ, versions_only=True)
-    problems = fit.guarded(before, after) + fit.changed(before, after)
+    problems = fit.moved(before, after)
     if after.apex is None or not fit.same_files(facts, after):
         problems.append("the wheel's files are not what is installed")
     problems += fit.unmet(facts.requires_dist, after)
@@ -457,7 +457,7 @@ def _add_dependencies(
     installed distribution held at its exact version by a constraints file -- pip adds packages or fails, it never
     upgrades torch or anything else. The venv is probed again first: a build on a miss can take an hour."""
     now = targets.probe(before.python_path, named, environ, versions_only=True)
-    moved = fit.guarded(before, now) + fit.changed(before, now)
+    moved = fit.moved(before, now)
     if moved:
         raise InstallError(
             f"{named} changed while apexkit install ran ({'; '.join(moved)}); nothing installed",
