@@ -166,8 +166,14 @@ def check_wheel(facts: WheelFacts, target: Target) -> list[str]:
         raise Misfit(
             f"{facts.filename} is NVIDIA apex on CUDA; the venv has torch_npu {target.torch_npu}"
         )
+    return additions(facts.filename, facts.requires_dist, target)
+
+
+def additions(filename: str, requires_dist: tuple[str, ...], target: Target) -> list[str]:
+    """The requirements of `requires_dist` the venv lacks and may gain (see check_wheel), or Misfit naming every one
+    it may not: a pin the venv holds another version of, torch or torch_npu unmet, a URL, extras, `===`, too many."""
     missing, problems = [], []
-    for req, why in _unmet(facts.requires_dist, target):
+    for req, why in _unmet(requires_dist, target):
         if (
             req is not None
             and canonicalize_name(req.name) not in (*GUARDED, *target.dists)
@@ -186,7 +192,7 @@ def check_wheel(facts: WheelFacts, target: Target) -> list[str]:
     if len(missing) > MAX_ADDED:
         problems.append(f"{len(missing)} packages the venv lacks (at most {MAX_ADDED} are added)")
     if problems:
-        raise Misfit(f"{facts.filename} requires {'; '.join(problems)}")
+        raise Misfit(f"{filename} requires {'; '.join(problems)}")
     return missing
 
 

@@ -63,7 +63,7 @@ class Result:
     target: str | None  # the build's target id
     torch: str | None
     torch_npu: str | None
-    # the dependencies the venv lacked, now installed
+    # the dependencies the venv lacked, now installed (for a dry run: that it would add)
     added: list[str] = dataclasses.field(default_factory=list)
 
     def as_dict(self) -> dict:
@@ -157,7 +157,8 @@ def _summary(r: Result) -> str:
         "would-build": f"would build {r.target or 'the wheel'} and install it",
     }[r.status]
     keep = f"torch {r.torch}" + (f", torch_npu {r.torch_npu}" if r.torch_npu else "")
-    added = f"; added {', '.join(r.added)}" if r.added else ""
+    verb = "would add" if r.status == "would-install" else "added"
+    added = f"; {verb} {', '.join(r.added)}" if r.added else ""
     return f"{what} into {r.venv} ({keep} unchanged{added})"
 
 
@@ -195,6 +196,8 @@ def _run(
                         if _same_version(before, result.wheel)
                         else "would-install"
                     )
+                    if result.status == "would-install":
+                        result.added = _would_add(before, named, candidate.entry)
                     return result
                 assert wheel is not None
                 return _install(before, named, wheel, sha, result, "installed", environ)
@@ -225,6 +228,22 @@ def _run(
             with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
                 publish.publish(target_dir.parent, Path(publish_to), [target_dir.name])
         return _install(before, named, wheel, sha, result, "built-and-installed", environ)
+
+
+def _would_add(t: Target, named: str, entry: Mapping) -> list[str]:
+    """For --dry-run (nothing fetched): what installing the index's wheel would add to the venv, by the pins its
+    index entry lists (the real run reads them from the wheel itself); a pin the venv cannot meet is the error the real
+    run would stop at."""
+    facts = entry.get("facts")
+    pins = facts.get("requires_dist") if isinstance(facts, Mapping) else None
+    filename = untrusted.shown(_entry_str(entry, "filename") or "the wheel")
+    try:
+        return fit.additions(filename, tuple(p for p in pins or () if isinstance(p, str)), t)
+    except fit.Misfit as exc:
+        raise InstallError(
+            f"the index's wheel does not fit {named}: {exc} (by its index entry); nothing would be installed",
+            "report it to whoever publishes the index (its index.json says otherwise)",
+        ) from None
 
 
 def _shown(index: str) -> str:

@@ -306,6 +306,31 @@ def test_dry_run_says_what_and_changes_nothing(world, capsys):
     assert world.pip == []
 
 
+def _entry_pins(world, *pins: str) -> None:
+    c = candidate(world.wheel)
+    world.candidates = [
+        dataclasses.replace(c, entry={**c.entry, "facts": {"requires_dist": list(pins)}})
+    ]
+
+
+def test_a_dry_run_lists_what_it_would_add_by_the_index_entry(world, capsys):
+    _entry_pins(world, "torch==2.13.0", "packaging>20.6")
+    assert install(world, index=["http://127.0.0.1:9/"], dry_run=True, as_json=True) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert (out["status"], out["added"]) == ("would-install", ["packaging>20.6"])
+    assert install(world, index=["http://127.0.0.1:9/"], dry_run=True) == 0
+    assert "; would add packaging>20.6" in capsys.readouterr().out
+    assert world.pip == []
+
+
+def test_a_dry_run_stops_where_the_real_run_would_on_a_pin_the_venv_cannot_meet(world):
+    _entry_pins(world, "torch==2.13.0", "packaging @ file:///etc/passwd")
+    with pytest.raises(run.InstallError) as err:
+        install(world, index=["http://127.0.0.1:9/"], dry_run=True)
+    assert "(by its index entry); nothing would be installed" in err.value.cause
+    assert "packaging" in err.value.cause and world.pip == []
+
+
 def test_a_second_install_into_the_same_venv_is_refused_at_once(world):
     held, release = threading.Event(), threading.Event()
 
