@@ -26,7 +26,7 @@ _HOSTNAME = re.compile(
     r"^(?=.{1,253}$)([a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9])?)(\.[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9])?)*\.?$"
 )
 # RFC 3986 userinfo: unreserved / pct-encoded / sub-delims / ":" (Go's net/url refuses anything else)
-_USERINFO = re.compile(r"^(?:[A-Za-z0-9\-._~!$&'()*+,;=:]|%[0-9A-Fa-f]{2})*$")
+_USERINFO = re.compile(r"^(?:[A-Za-z0-9\-._~!$&'()*+,;=:]|%[0-9A-Fa-f]{2})*\Z")
 # C0 controls, space, DEL, C1 controls and the other Unicode whitespace
 _BAD_CHAR = re.compile(r"[\x00-\x20\x7f-\x9f\s]")
 ENCODE_HINT = "percent-encode reserved characters in the user name or password (/ -> %2F, # -> %23, @ -> %40, ? -> %3F)"

@@ -26,9 +26,11 @@ OUTPUT_LIMIT = (
     1 << 20
 )  # bytes of probe output read: a few hundred tags and RECORD rows are ~100 KiB
 PROBE_TIMEOUT = 180.0  # seconds: `import torch` on a slow shared disk
-_TAG = re.compile(r"^[A-Za-z0-9_.]+-[A-Za-z0-9_.]+-[A-Za-z0-9_.]+$")
-_SHORT = re.compile(r"^[A-Za-z0-9_.+!-]{1,64}$")  # a version, a python tag, an arch
-_CUDA = re.compile(r"^[0-9]{1,3}\.[0-9]{1,3}$")  # torch.version.cuda: "13.0"
+_TAG = re.compile(r"^[A-Za-z0-9_.]+-[A-Za-z0-9_.]+-[A-Za-z0-9_.]+\Z")
+_SHORT = re.compile(r"^[A-Za-z0-9_.+!-]{1,64}\Z")  # a version, a python tag, an arch
+_CUDA = re.compile(r"^[0-9]{1,3}\.[0-9]{1,3}\Z")  # torch.version.cuda: "13.0"
+# a distribution name (PEP 508): never a newline or an option (--index-url ...) in the constraints file pip reads
+_NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]{0,98}[A-Za-z0-9])?\Z")
 
 
 class ProbeError(ConfigError):
@@ -249,7 +251,12 @@ def parse(stdout: bytes, python: str, named: str) -> Target:
         raise _bad(named, "dists is not an object")
     dists: dict[str, str] = {}
     for name, version in dists_raw.items():
-        if isinstance(name, str) and isinstance(version, str) and _SHORT.match(version):
+        if (
+            isinstance(name, str)
+            and _NAME.match(name)
+            and isinstance(version, str)
+            and _SHORT.match(version)
+        ):
             dists[canonicalize_name(name)] = version
     apex = data.get("apex")
     apex_found = None

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from apexkit.errors import ConfigError
 
-_ARCH = re.compile(r"^(?P<major>[0-9]{1,2})\.(?P<minor>[0-9])(?P<suffix>[af]?)(?P<ptx>\+PTX)?$")
+_ARCH = re.compile(r"^(?P<major>[0-9]{1,2})\.(?P<minor>[0-9])(?P<suffix>[af]?)(?P<ptx>\+PTX)?\Z")
 MAX_ARCHES = 32  # upstream's own CUDA 13 default is seven; more is a typo or a crafted list
 
 

@@ -513,7 +513,7 @@ class Combination:
         return [arg for name, value in self.build_options().items() for arg in (flags[name], value)]
 
 
-_STACK_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
+_STACK_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*\Z")
 _STACK_KEYS = {"python", "torch", "torch_npu", "cann", "arch", "description", "source", "read"}
 
 

@@ -18,7 +18,7 @@ from apexkit.errors import ConfigError
 from apexkit.wheel import cudabin
 
 _RELEASE = re.compile(r"release (?P<major>\d+)\.(?P<minor>\d+), V(?P<full>\d+\.\d+\.\d+)")
-_ARCH = re.compile(r"^compute_(?P<n>\d+)[af]?$")
+_ARCH = re.compile(r"^compute_(?P<n>\d+)[af]?\Z")
 MAX_OUTPUT = 64 * 1024  # nvcc's answers are a few lines; more is not nvcc
 # Peak resident memory of one nvcc job on apex's largest kernels, in GiB (flash-attention's setup.py budgets the
 # same way; upstream master's multi_tensor_scale_kernel.cu peaked at 1.3 GB here for one architecture).

@@ -19,7 +19,7 @@ import re
 from apexkit.errors import ConfigError
 
 CORE = ("cpp_ext", "cuda_ext")
-_FLAG = re.compile(r"^--[a-z][a-z0-9_]{0,63}$")
+_FLAG = re.compile(r"^--[a-z][a-z0-9_]{0,63}\Z")
 MAX_SETUP = 1 << 20  # upstream's setup.py is ~40 KB
 # setup.py options that are not extensions
 NOT_EXTENSIONS = frozenset(

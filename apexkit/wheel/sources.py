@@ -22,7 +22,7 @@ from pathlib import Path
 from apexkit import cachetrust, locks, log, paths, untrusted, vocab
 from apexkit.errors import ConfigError, PatchError, SourceError
 
-SHA_RE = re.compile(r"^[0-9a-f]{40}$")
+SHA_RE = re.compile(r"^[0-9a-f]{40}\Z")
 _BUILD_SH_PIN = re.compile(r"git\s+checkout\s+([0-9a-f]{40})\b")
 
 

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from apexkit.errors import ConfigError
-from apexkit.install import target
+from apexkit.install import run, target
 
 TAGS = ["cp311-cp311-manylinux_2_28_x86_64", "cp311-cp311-manylinux_2_17_x86_64", "py3-none-any"]
 
@@ -66,6 +66,28 @@ def test_the_probe_line_becomes_the_target_and_its_wanted_facts():
     }
     assert "torch 2.13.0+cpu" in t.cell() and "cp311" in t.cell()
     target.check_usable(t, "--venv V")  # a venv with pip and torch: nothing to object to
+
+
+def test_a_distribution_name_or_version_that_could_be_an_option_or_a_line_is_left_out():
+    """The names reach pip's constraints file: a newline there is another line, `--index-url` an index."""
+    dists = {
+        "torch": "2.13.0+cpu",
+        "x\n--index-url http://127.0.0.1:9/": "1.0",
+        "-e": "1.0",
+        "ok": "1.0\n--pre",
+        "trailing\n": "1.0",  # `$` would match before a last newline
+        "fine": "1.0\n",
+        "numpy": "2.1.0",
+    }
+    t = parsed(dists=dists)
+    assert sorted(t.dists) == ["numpy", "torch"]
+    assert run._constraints(t) == "numpy===2.1.0\ntorch===2.13.0+cpu\n"
+
+
+def test_a_version_pip_cannot_parse_is_not_held_and_the_rest_are():
+    t = parsed(dists={"torch": "2.13.0+cpu", "oldpkg": "1.0-legacy_x", "numpy": "2.1.0"})
+    assert t.dists["oldpkg"] == "1.0-legacy_x"  # kept: `changed` still sees it
+    assert run._constraints(t) == "numpy===2.1.0\ntorch===2.13.0+cpu\n"
 
 
 @pytest.mark.parametrize(
@@ -200,3 +222,26 @@ def test_the_probe_reads_torchs_cuda_off_version_py_without_importing_it(tmp_pat
         assert probe._torch_cuda(Dist()) == cuda, text
     version.unlink()
     assert probe._torch_cuda(Dist()) is None
+
+
+@pytest.mark.parametrize(
+    ("pattern", "good"),
+    [
+        ("apexkit.install.target:_NAME", "typing_extensions"),
+        ("apexkit.install.target:_SHORT", "2.13.0+cpu"),
+        ("apexkit.install.target:_CUDA", "13.0"),
+        ("apexkit.wheel.sources:SHA_RE", "a" * 40),
+        ("apexkit.wheel.nvidiaext:_FLAG", "--cuda_ext"),
+        ("apexkit.plan.cudaarch:_ARCH", "9.0"),
+        ("apexkit.plan.matrix:_STACK_NAME", "qwen3"),
+        ("apexkit.contracts:NAME_RE", "apex.amp"),
+        ("apexkit.urls:_USERINFO", "user"),
+    ],
+)
+def test_no_validator_passes_a_value_with_a_last_newline(pattern, good):
+    """`re.match` with `$` matches before a final newline: every validator of untrusted words ends in \\Z."""
+    import importlib
+
+    module, name = pattern.split(":")
+    regex = getattr(importlib.import_module(module), name)
+    assert regex.match(good) and not regex.match(good + "\n")
