@@ -61,6 +61,7 @@ def test_a_cuda_wheel_is_built_checked_cached_and_rebuilt_incrementally(runner, 
         "matches torch 2.14.1's CUDA 13.0",
         "arch list       TORCH_CUDA_ARCH_LIST=8.0;9.0+PTX -> sm_80, sm_90, compute_90 (PTX)",
         "extensions      core (setup.py --cpp_ext --cuda_ext",
+        "checked against the ref's setup.py once fetched: a dry run fetches nothing)",
         "jobs            MAX_JOBS=",
     ):
         assert row in text, text
