@@ -487,7 +487,11 @@ class Builder:
             (
                 "extensions",
                 f"{','.join(o.cuda_ext or ('core',))} (setup.py {' '.join(plan.flags)}; checked against the ref's "
-                + ("setup.py once fetched: a dry run fetches nothing)" if o.dry_run else "setup.py)"),
+                + (
+                    "setup.py once fetched: a dry run fetches nothing)"
+                    if o.dry_run
+                    else "setup.py)"
+                ),
             ),
             (
                 "jobs",

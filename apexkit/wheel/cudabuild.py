@@ -31,9 +31,9 @@ MAX_MODULES = 256  # upstream master with every contrib extension has ~40
 # into the build venv, where CUDA 13's wheels share one tree, nvidia/cu13/{bin,include,lib,nvvm}. cccl: cuda_fp16.h
 # includes <nv/target>. The runtime (nvidia-cuda-runtime) comes with torch, pinned by it.
 INDEX_WHEELS = ("nvidia-cuda-nvcc", "nvidia-nvvm", "nvidia-cuda-crt", "nvidia-cuda-cccl")
-INDEX_MIN_MAJOR = (
-    13  # CUDA 12's wheels split the tree per package (nvidia/cuda_nvcc, nvidia/cuda_runtime, ...)
-)
+# CUDA 12's nvidia-cuda-nvcc-cu12 holds ptxas, libnvvm and libdevice but no nvcc (12.6.85 and 12.9.86, read
+# 2026-12-04 off the wheels the index serves): a CUDA 12 torch needs a CUDA 12 toolkit on the machine.
+INDEX_MIN_MAJOR = 13
 MAX_LIBS = 512  # files in nvidia/cu13/lib: ~40 with torch 2.14.1's wheels
 
 
@@ -129,7 +129,8 @@ def _from_index(on_machine: list[Path], torch_cuda: str | None, torch: str) -> T
     if int(release.split(".")[0]) < INDEX_MIN_MAJOR:
         raise ConfigError(
             f"no CUDA {release} toolkit found{seen}; torch {torch} was built with CUDA {torch_cuda}, and apexkit "
-            f"takes nvcc from the index for CUDA {INDEX_MIN_MAJOR} and later only",
+            f"takes nvcc from the index for CUDA {INDEX_MIN_MAJOR} and later only (CUDA 12's nvidia-cuda-nvcc-cu12 "
+            "wheel holds ptxas, not nvcc)",
             f"install the CUDA {release} toolkit (or set CUDA_HOME to it), or drop --backend cuda",
         )
     wheels = tuple(f"{name}=={release}.*" for name in INDEX_WHEELS)

@@ -340,7 +340,10 @@ def test_no_toolkit_and_no_known_torch_cuda_or_an_old_cuda_is_one_line(tmp_path,
     with pytest.raises(ConfigError, match=r"^no CUDA toolkit found \(\$CUDA_HOME") as err:
         cudabuild.toolkit({"PATH": str(tmp_path)}, None, "2.99.0", ())
     assert "[cuda.torch_cuda]" in err.value.hint
-    with pytest.raises(ConfigError, match="for CUDA 13 and later only") as err:
+    no_nvcc = (
+        "for CUDA 13 and later only .CUDA 12.s nvidia-cuda-nvcc-cu12 wheel holds ptxas, not nvcc."
+    )
+    with pytest.raises(ConfigError, match=no_nvcc) as err:
         cudabuild.toolkit({"PATH": str(tmp_path)}, "12.8", "2.7.1", ())
     assert "install the CUDA 12.8 toolkit" in err.value.hint
 
