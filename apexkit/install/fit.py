@@ -26,7 +26,8 @@ from apexkit.install.target import Target
 
 METADATA_LIMIT = 1 << 20  # bytes of a wheel's METADATA / RECORD read
 GUARDED = ("torch", "torch-npu")  # never changed by apexkit install
-MAX_ADDED = 8  # dependencies a wheel may add to a venv (NVIDIA apex: packaging)
+MAX_ADDED = 8  # dependencies a wheel may add to a venv, theirs included (NVIDIA apex: packaging)
+MAX_NAME = 100  # characters of a distribution name added
 
 
 class Misfit(Exception):
@@ -135,11 +136,12 @@ def _unmet(requires_dist: tuple[str, ...], target: Target) -> list[tuple[Require
         except (InvalidRequirement, InvalidMarker, UndefinedComparison, UndefinedEnvironmentName):
             problems.append((None, f"{log.sanitise(raw[:200])} (not a PEP 508 requirement)"))
             continue
-        have = target.dists.get(canonicalize_name(req.name))
+        have = target.seen.get(canonicalize_name(req.name))
+        shown = log.sanitise(str(req)[:200])
         if have is None:
-            problems.append((req, f"{req} (not installed)"))
+            problems.append((req, f"{shown} (not installed)"))
         elif not req.specifier.contains(have, prereleases=True):
-            problems.append((req, f"{req} (the venv has {req.name} {have})"))
+            problems.append((req, f"{shown} (the venv has {canonicalize_name(req.name)} {have})"))
     return problems
 
 
@@ -176,7 +178,7 @@ def additions(filename: str, requires_dist: tuple[str, ...], target: Target) -> 
     for req, why in _unmet(requires_dist, target):
         if (
             req is not None
-            and canonicalize_name(req.name) not in (*GUARDED, *target.dists)
+            and canonicalize_name(req.name) not in (*GUARDED, "apex", *target.seen)
             and req.url is None
             and not req.extras
         ):
@@ -203,6 +205,8 @@ def _addable(req: Requirement) -> str | None:
     """The requirement rebuilt from its canonical name and its version clauses (`packaging>20.6`; its marker was
     evaluated for the venv), or None for what pip must not be asked: `===` (any string, a path included), a version
     that is not PEP 440."""
+    if len(req.name) > MAX_NAME:
+        return None
     clauses = []
     for spec in sorted(req.specifier, key=str):
         version = spec.version  # == / != may end in .* (a prefix match); str.removesuffix is 3.9+
@@ -221,11 +225,12 @@ def _addable(req: Requirement) -> str | None:
 def changed(before: Target, after: Target) -> list[str]:
     """Every other distribution of `before` (not apex, torch or torch_npu: `guarded`) whose version string changed
     or that is gone, as words: apexkit install adds to a venv, it never changes what is there."""
-    names = sorted(set(before.dists) - {"apex", *GUARDED})
+    was, now = before.seen, after.seen
+    names = sorted(set(was) - {"apex", *GUARDED})
     return [
-        f"{name} {before.dists[name]} -> {after.dists.get(name) or 'none'}"
+        f"{name} {was[name]} -> {now.get(name) or 'none'}"
         for name in names
-        if after.dists.get(name) != before.dists[name]
+        if now.get(name) != was[name]
     ]
 
 
@@ -252,7 +257,7 @@ def guarded(before: Target, after: Target) -> list[str]:
     """torch / torch_npu that changed between two probes (by the byte: the version strings), as words."""
     changed = []
     for name in GUARDED:
-        a, b = before.dists.get(name), after.dists.get(name)
+        a, b = before.seen.get(name), after.seen.get(name)
         if a != b:
             changed.append(f"{name} {a or 'none'} -> {b or 'none'}")
     return changed

@@ -31,6 +31,7 @@ import typing
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from apexkit import cachetrust, envvars, locks, log, untrusted, vocab
@@ -235,10 +236,12 @@ def _would_add(t: Target, named: str, entry: Mapping) -> list[str]:
     index entry lists (the real run reads them from the wheel itself); a pin the venv cannot meet is the error the real
     run would stop at."""
     facts = entry.get("facts")
-    pins = facts.get("requires_dist") if isinstance(facts, Mapping) else None
+    pins = facts.get("requires_dist", []) if isinstance(facts, Mapping) else []
     filename = untrusted.shown(_entry_str(entry, "filename") or "the wheel")
     try:
-        return fit.additions(filename, tuple(p for p in pins or () if isinstance(p, str)), t)
+        if not (isinstance(pins, list) and all(isinstance(p, str) for p in pins)):
+            raise fit.Misfit("its requires_dist is not a list of requirements")
+        return fit.additions(filename, tuple(pins), t)
     except fit.Misfit as exc:
         raise InstallError(
             f"the index's wheel does not fit {named}: {exc} (by its index entry); nothing would be installed",
@@ -408,10 +411,10 @@ def _install(
                 f"{wheel} changed while it was being installed; nothing installed",
                 "run apexkit install again",
             )
-        if missing:
-            _add_dependencies(before, named, facts.filename, missing, environ)
-            result.added = missing
-        stays = f" ({', '.join(missing)}, added before it, stay)" if missing else ""
+        added = (
+            _add_dependencies(before, named, facts.filename, missing, environ) if missing else []
+        )
+        result.added = added
         try:
             _pip(
                 before,
@@ -427,7 +430,8 @@ def _install(
                 environ,
             )
         except InstallError as exc:
-            raise InstallError(f"{exc.cause}{stays}", exc.hint) from None
+            undone = f"; {_take_back(before, named, environ)}" if added else ""
+            raise InstallError(f"{exc.cause}{undone}", exc.hint) from None
     after = targets.probe(before.python_path, named, environ, versions_only=True)
     problems = fit.moved(before, after)
     if after.apex is None or not fit.same_files(facts, after):
@@ -435,8 +439,9 @@ def _install(
     problems += fit.unmet(facts.requires_dist, after)
     if problems:
         _pip(before, ["uninstall", "--yes", "apex"], environ, quiet=True)
+        undone = f" ({_take_back(before, named, environ)})" if added else ""
         raise InstallError(
-            f"after installing {wheel.name} into {named}: {'; '.join(problems)}; apex uninstalled again{stays}",
+            f"after installing {wheel.name} into {named}: {'; '.join(problems)}; apex uninstalled again{undone}",
             "report this with the venv's pip list",
         )
     result.status = status
@@ -468,13 +473,21 @@ PIP_HELD_OFF = {
 }
 
 
+# pip install --dry-run --report (pip 22.2+): what pip would install, before it does
+REPORT_PIP = Version("22.2")
+REPORT_LIMIT = 4 << 20  # bytes of pip's report read
+
+
 def _add_dependencies(
     before: Target, named: str, wheel: str, missing: list[str], environ: Mapping[str, str]
-) -> None:
+) -> list[str]:
     """What the wheel requires and the venv lacks (`packaging>20.6` for NVIDIA apex), from the venv pip's own index
     (its pip.conf and this shell's index settings: the user's mirror), wheels only (no setup.py runs), every
-    installed distribution held at its exact version by a constraints file -- pip adds packages or fails, it never
-    upgrades torch or anything else. The venv is probed again first: a build on a miss can take an hour."""
+    distribution the venv sees held at its exact version and torch / torch_npu / apex, where absent, kept out by a
+    constraints file. pip first says what it would install (--dry-run --report), dependencies of dependencies
+    included: all of it must be new, at most MAX_ADDED, none of torch, torch_npu, apex. Then exactly that is
+    installed, --no-deps, and the venv probed again: anything else, and what was added is removed again. The venv is
+    probed first too: a build on a miss can take an hour. Returns what was added, `name==version`."""
     now = targets.probe(before.python_path, named, environ, versions_only=True)
     moved = fit.moved(before, now)
     if moved:
@@ -482,54 +495,141 @@ def _add_dependencies(
             f"{named} changed while apexkit install ran ({'; '.join(moved)}); nothing installed",
             "run apexkit install again",
         )
-    log.info(
-        f"{wheel} requires what {named} lacks: {', '.join(missing)} (from the venv pip's index)"
-    )
+    pins = [f"{n}=={now.dists[n]}" for n in fit.GUARDED if n in now.dists]
+    by_hand = shlex.join([now.python_path, "-m", "pip", "install", *missing, *pins])
+    fix = f"install them into the venv ({by_hand}) or give its pip an index that holds them, then run apexkit install again"
+    lacks = f"{wheel} requires {', '.join(missing)}, which {named} lacks"
+    if not _pip_at_least(now.pip, REPORT_PIP):
+        raise InstallError(
+            f"{lacks}, and its pip {now.pip} cannot say what it would install (pip {REPORT_PIP}+); nothing installed",
+            f"install them into the venv ({by_hand}) or upgrade its pip ({now.python_path} -m pip install "
+            f"'pip>={REPORT_PIP}'), then run apexkit install again",
+        )
+    log.info(f"{lacks}: asking its pip what that takes (its own index, everything it has held)")
     with tempfile.TemporaryDirectory(prefix="apexkit-install-") as folder:
-        held = Path(folder) / "constraints.txt"
+        held, report = Path(folder) / "constraints.txt", Path(folder) / "report.json"
         held.write_text(_constraints(now))
+        resolve = [
+            "--only-binary=:all:",
+            "--upgrade-strategy",
+            "only-if-needed",
+            "--constraint",
+            str(held),
+        ]
         try:
             _pip(
                 now,
-                [
-                    "install",
-                    "--only-binary=:all:",
-                    "--upgrade-strategy",
-                    "only-if-needed",
-                    "--constraint",
-                    str(held),
-                    *missing,
-                ],
+                ["install", "--dry-run", "--quiet", "--report", str(report), *resolve, *missing],
                 environ,
                 pip_env=True,
             )
         except InstallError as exc:
-            after = targets.probe(before.python_path, named, environ, versions_only=True)
-            new = sorted(set(after.dists) - set(now.dists))
-            pins = [f"{n}=={now.dists[n]}" for n in fit.GUARDED if n in now.dists]
-            by_hand = shlex.join([now.python_path, "-m", "pip", "install", *missing, *pins])
             raise InstallError(
-                f"{wheel} requires {', '.join(missing)}, which {named} lacks, and its pip could not add them "
-                f"({exc.cause}); "
-                + (
-                    f"apex not installed, pip added {', '.join(new)}"
-                    if new
-                    else "nothing installed"
-                ),
-                f"install them into the venv ({by_hand}) or give its pip an index that holds them, then run "
-                "apexkit install again",
+                f"{lacks}, and its pip could not add them holding all it has, torch_npu and apex kept out "
+                f"({exc.cause}); nothing installed",
+                fix,
             ) from None
+        planned = _planned(report, now)
+        if isinstance(planned, str):
+            raise InstallError(f"{lacks}, and its pip would {planned}; nothing installed", fix)
+        added = [f"{n}=={v}" for n, v in planned]
+        log.info(f"adding {', '.join(added)}")
+        try:
+            _pip(
+                now,
+                ["install", "--no-deps", *resolve, *(f"{n}==={v}" for n, v in planned)],
+                environ,
+                pip_env=True,
+            )
+        except InstallError as exc:
+            raise InstallError(
+                f"{lacks}, and its pip could not add them ({exc.cause}); "
+                + _take_back(now, named, environ),
+                fix,
+            ) from None
+    after = targets.probe(before.python_path, named, environ, versions_only=True)
+    new = {n: v for n, v in after.seen.items() if n not in now.seen}
+    problems = fit.moved(now, after)
+    if new != dict(planned):
+        problems.append(
+            f"pip added {', '.join(f'{n}=={v}' for n, v in sorted(new.items())) or 'nothing'}, not {', '.join(added)}"
+        )
+    if problems:
+        raise InstallError(
+            f"after adding what {wheel} requires to {named}: {'; '.join(problems)}; "
+            + _take_back(now, named, environ),
+            "report this with the venv's pip list",
+        )
+    return added
+
+
+def _pip_at_least(version: str | None, least: Version) -> bool:
+    try:
+        return version is not None and Version(version) >= least
+    except InvalidVersion:
+        return False
+
+
+def _planned(report: Path, t: Target) -> list[tuple[str, str]] | str:
+    """(name, version) of each distribution pip's --report says it would install, or what is wrong with that, in
+    words: the report is the index's word, read capped and typed; every entry new to the venv, from the index (not a
+    URL), a PEP 508 name and a PEP 440 version, none of torch, torch_npu or apex, at most MAX_ADDED."""
+    try:
+        with open(report, "rb") as fh:
+            raw = fh.read(REPORT_LIMIT + 1)
+        data = json.loads(raw) if len(raw) <= REPORT_LIMIT else None
+    except (OSError, ValueError):
+        data = None
+    items = data.get("install") if isinstance(data, dict) else None
+    if not isinstance(items, list):
+        return "write no readable report of what it would install"
+    if len(items) > fit.MAX_ADDED:
+        return f"install {len(items)} packages (at most {fit.MAX_ADDED} are added)"
+    planned: list[tuple[str, str]] = []
+    for item in items:
+        meta = item.get("metadata") if isinstance(item, dict) else None
+        name = meta.get("name") if isinstance(meta, dict) else None
+        version = meta.get("version") if isinstance(meta, dict) else None
+        if not (isinstance(name, str) and targets.is_dist_name(name) and isinstance(version, str)):
+            return "install a package its report does not name"
+        key = canonicalize_name(name)
+        try:
+            version = str(Version(version))
+        except InvalidVersion:
+            return f"install {key} at {untrusted.shown(version[:80])}, not a PEP 440 version"
+        if item.get("is_direct") is not False:
+            return f"install {key} from a URL, not from the index"
+        if key in (*fit.GUARDED, "apex"):
+            return f"install {key} {version}, which apexkit install never adds"
+        if key in t.seen:
+            return f"replace {key} {t.seen[key]} with {version}"
+        planned.append((key, version))
+    if not planned:
+        return "install nothing (the venv still lacks them)"
+    return planned
+
+
+def _take_back(t: Target, named: str, environ: Mapping[str, str]) -> str:
+    """Uninstall what is in the venv now and was not in `t` (the packages pip just added), in words."""
+    after = targets.probe(t.python_path, named, environ, versions_only=True)
+    new = sorted(set(after.dists) - set(t.seen))
+    if not new:
+        return "nothing installed"
+    _pip(t, ["uninstall", "--yes", *new], environ, quiet=True)
+    return f"{', '.join(new)} uninstalled again, nothing installed"
 
 
 def _constraints(t: Target) -> str:
-    """One line per installed distribution, `name===version` (exact: `==2.13.0` would admit 2.13.0+cpu); a version
-    pip cannot parse itself is left out (pip ignores that distribution too)."""
+    """pip's constraints: each distribution the venv sees at its exact version (`name===version`: `==2.13.0` would
+    admit 2.13.0+cpu; a PEP 440 version normalised, as pip compares it, a legacy one as it is), and torch, torch_npu
+    and apex, where absent, at none (`<0`: no version is)."""
     lines = []
-    for name, version in sorted(t.dists.items()):
+    for name, version in sorted(t.seen.items()):
         try:
             lines.append(f"{name}==={Version(version)}\n")
         except InvalidVersion:
-            continue
+            lines.append(f"{name}==={version}\n")
+    lines += [f"{name}<0\n" for name in (*fit.GUARDED, "apex") if name not in t.seen]
     return "".join(lines)
 
 
@@ -548,15 +648,16 @@ def _pip(
 ) -> None:
     """The target's own pip, isolated from this shell's PIP_* settings (but for the index ones with `pip_env`: a
     dependency fetched from the user's index): installing apex itself fetches nothing (--no-index)."""
-    env = {
+    env = {  # as the probe runs: what pip sees installed is what the probe saw (no PYTHONPATH, no user site)
         k: v
         for k, v in environ.items()
-        if not k.startswith("PIP_") or (pip_env and k in PIP_INDEX_ENV)
+        if (not k.startswith("PIP_") or (pip_env and k in PIP_INDEX_ENV))
+        and k not in ("PYTHONPATH", "PYTHONHOME", "PYTHONUSERBASE")
     }
     if pip_env:
         env.update(PIP_HELD_OFF)
     env.update(PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_NO_INPUT="1")
-    argv = [t.python_path, "-m", "pip", *args]
+    argv = [t.python_path, "-s", "-m", "pip", *args]
     log.echo_command(argv)
     try:
         proc = subprocess.run(

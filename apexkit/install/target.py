@@ -18,7 +18,7 @@ from pathlib import Path
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from apexkit import cann, log, paths
+from apexkit import cann, log, paths, untrusted
 from apexkit.errors import ConfigError
 
 PROBE = paths.PROBES / "target_env.py"
@@ -31,6 +31,9 @@ _SHORT = re.compile(r"^[A-Za-z0-9_.+!-]{1,64}\Z")  # a version, a python tag, an
 _CUDA = re.compile(r"^[0-9]{1,3}\.[0-9]{1,3}\Z")  # torch.version.cuda: "13.0"
 # a distribution name (PEP 508): never a newline or an option (--index-url ...) in the constraints file pip reads
 _NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]{0,98}[A-Za-z0-9])?\Z")
+_DIST_VERSION = re.compile(
+    r"^[A-Za-z0-9_.+!-]{1,256}\Z"
+)  # PEP 440 or a legacy one: what pip still lists
 
 
 class ProbeError(ConfigError):
@@ -64,9 +67,16 @@ class Target:
     torch_npu: str | None
     cann: str | None
     base_executable: str | None
-    dists: dict[str, str] = field(default_factory=dict)  # canonical name -> version
+    dists: dict[str, str] = field(default_factory=dict)  # canonical name -> version: the venv's own
+    # the others its interpreter imports (a --system-site-packages base's): pip counts them as installed
+    visible: dict[str, str] = field(default_factory=dict)
     apex: Apex | None = None
     torch_cuda: str | None = None  # torch.version.cuda ("13.0"); None: a CPU build, or no torch
+
+    @property
+    def seen(self) -> dict[str, str]:
+        """Every distribution the interpreter (and so its pip) sees, the venv's own first."""
+        return {**self.visible, **self.dists}
 
     @property
     def cuda_cell(self) -> str:
@@ -200,6 +210,37 @@ def _version(value: object, key: str, named: str) -> str | None:
     return value
 
 
+def is_dist_name(name: str) -> bool:
+    """A PEP 508 distribution name of at most 100 characters: never a newline or an option for pip."""
+    return bool(_NAME.match(name))
+
+
+MAX_DISTS = 20_000  # a large training venv holds ~400
+
+
+def _dists(data: dict, key: str, named: str) -> dict[str, str]:
+    """{canonical name: version} of the probe's `key`; a name that is not PEP 508 or a version with other characters
+    than a version's refuses the probe (each one is held in pip's constraints file, one per line: never skipped)."""
+    raw = data.get(key)
+    if not isinstance(raw, dict) or len(raw) > MAX_DISTS:
+        raise _bad(named, f"{key} is not an object of at most {MAX_DISTS} entries")
+    found: dict[str, str] = {}
+    fix = "remove or reinstall that distribution (its .dist-info folder), then run apexkit install again"
+    for name, version in raw.items():
+        if not (isinstance(name, str) and _NAME.match(name)):
+            raise ProbeError(
+                f"{named} holds a distribution named {untrusted.shown(str(name)[:80])}: not a PEP 508 name",
+                fix,
+            )
+        if not (isinstance(version, str) and _DIST_VERSION.match(version)):
+            raise ProbeError(
+                f"{named} holds {name} at version {untrusted.shown(str(version)[:80])}: not a version",
+                fix,
+            )
+        found[canonicalize_name(name)] = version
+    return found
+
+
 def parse(stdout: bytes, python: str, named: str) -> Target:
     """The probe's last stdout line (torch may print before it) as a Target; anything else is one ProbeError."""
     if len(stdout) > OUTPUT_LIMIT:
@@ -246,18 +287,8 @@ def parse(stdout: bytes, python: str, named: str) -> Target:
         if cuda is not None and not (isinstance(cuda, str) and _CUDA.match(cuda)):
             raise _bad(named, "torch.cuda is not a CUDA release")
         torch_cuda = cuda
-    dists_raw = data.get("dists")
-    if not isinstance(dists_raw, dict):
-        raise _bad(named, "dists is not an object")
-    dists: dict[str, str] = {}
-    for name, version in dists_raw.items():
-        if (
-            isinstance(name, str)
-            and _NAME.match(name)
-            and isinstance(version, str)
-            and _SHORT.match(version)
-        ):
-            dists[canonicalize_name(name)] = version
+    dists = _dists(data, "dists", named)
+    visible = _dists(data, "visible", named) if data.get("visible") is not None else {}
     apex = data.get("apex")
     apex_found = None
     if apex is not None:
@@ -298,6 +329,7 @@ def parse(stdout: bytes, python: str, named: str) -> Target:
         cann=_version(data.get("cann"), "cann", named) if _cann_ok(data.get("cann")) else None,
         base_executable=base if base and os.path.isabs(base) else None,
         dists=dists,
+        visible={k: v for k, v in visible.items() if k not in dists},
         apex=apex_found,
         torch_cuda=torch_cuda,
     )

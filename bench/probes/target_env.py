@@ -5,7 +5,8 @@
     from), is_venv, conda (conda-meta/ in the prefix), pip (its version) | null, tags (the wheel tags this interpreter
     installs, best first, from its pip's own packaging) | null, markers (PEP 508 environment),
     torch {version, cxx11_abi 0|1|null, import_error} | null, torch_npu (version) | null, cann (version) | null,
-    dists {canonical name: version} (this prefix's own distributions),
+    dists {canonical name: version} (this prefix's own distributions), visible {canonical name: version} (the others
+    it imports: a --system-site-packages base's; pip counts them as installed),
     apex null | {version, apexkit (its local label starts with "ascend"), dist_info (the directory name),
     record [[path, hash], ...], tags [WHEEL Tag lines]}.
 
@@ -43,20 +44,23 @@ def _canonical(name):
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def _own_dists():
+def _dists():
+    """(this prefix's own distributions, the others this interpreter imports: a --system-site-packages base's),
+    by canonical name; the first on sys.path wins, as for an import."""
     from importlib import metadata
 
     prefix = os.path.realpath(sys.prefix) + os.sep
-    found = {}
+    own, visible = {}, {}
     for dist in metadata.distributions():
         name = dist.metadata["Name"]
         if not name:
             continue
+        key = _canonical(name)
+        if key in own or key in visible:
+            continue
         path = os.path.realpath(str(dist.locate_file(""))) + os.sep
-        if not path.startswith(prefix):
-            continue  # a --system-site-packages base's, not this venv's
-        found.setdefault(_canonical(name), dist)
-    return found
+        (own if path.startswith(prefix) else visible)[key] = dist
+    return own, visible
 
 
 def _apex(dist):
@@ -186,7 +190,7 @@ def _base_executable():
 
 
 def main():
-    dists = _own_dists()
+    dists, visible = _dists()
     major, minor = sys.version_info[:2]
     impl = sys.implementation.name
     out = {
@@ -211,6 +215,7 @@ def main():
         "torch_npu": dists["torch-npu"].version if "torch-npu" in dists else None,
         "cann": _cann(),
         "dists": {name: dist.version for name, dist in dists.items()},
+        "visible": {name: dist.version for name, dist in visible.items()},
         "apex": _apex(dists.get("apex")),
     }
     print(json.dumps(out))

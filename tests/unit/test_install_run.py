@@ -38,6 +38,7 @@ def world(tmp_path, monkeypatch):
         candidates: list[remote.Candidate] = dataclasses.field(default_factory=list)
         near: list[dict] = dataclasses.field(default_factory=list)
         fetch_error: Exception | None = None
+        report: object = dataclasses.field(default_factory=lambda: report_of(("packaging", "25.0")))
 
     w = World(venv, make_wheel(tmp_path))
 
@@ -61,6 +62,8 @@ def world(tmp_path, monkeypatch):
         if "--constraint" in args:  # what pip is held to: read before the folder is removed
             w.held.append(Path(args[args.index("--constraint") + 1]).read_text())
             w.pip_env.append(pip_env)
+        if "--report" in args:  # what pip says it would install
+            Path(args[args.index("--report") + 1]).write_text(json.dumps(w.report))
         if "--find-links" in args:  # what pip would find there: the folder holds only the wheel
             folder = Path(args[args.index("--find-links") + 1])
             w.found.append(sorted(p.name for p in folder.iterdir()))
@@ -68,6 +71,21 @@ def world(tmp_path, monkeypatch):
     w.found, w.held, w.pip_env = [], [], []
     monkeypatch.setattr(run, "_pip", pip)
     return w
+
+
+def report_of(*dists: tuple[str, str], direct: bool = False) -> dict:
+    """pip install --dry-run --report's JSON, as pip 22.2+ writes it (the fields apexkit reads)."""
+    return {
+        "version": "1",
+        "install": [
+            {"is_direct": direct, "requested": True, "metadata": {"name": n, "version": v}}
+            for n, v in dists
+        ],
+    }
+
+
+def with_dists(t: target.Target, **dists: str) -> target.Target:
+    return dataclasses.replace(t, dists={**t.dists, **dists})
 
 
 def candidate(wheel) -> remote.Candidate:
@@ -119,33 +137,135 @@ def test_a_hit_is_installed_with_the_venvs_pip_no_deps_no_index(world, capsys):
     }
 
 
-def _needs_packaging(world, tmp_path) -> None:
+def _needs_packaging(world, tmp_path, *also: tuple[str, str]) -> None:
     (tmp_path / "cuda").mkdir()
     world.wheel = make_wheel(tmp_path / "cuda", requires=("torch==2.13.0", "packaging>20.6"))
     world.candidates = [candidate(world.wheel)]
-    after = installed_now(world)
-    after = dataclasses.replace(after, dists={**after.dists, "packaging": "25.0"})
+    world.report = report_of(("packaging", "25.0"), *also)
+    added = dict([("packaging", "25.0"), *also])
     world.probes = [
         parsed(),
         parsed(),
-        after,
-    ]  # the start, again before pip adds packaging, the end
+        with_dists(parsed(), **added),
+        with_dists(installed_now(world), **added),
+    ]  # the start, again before pip adds packaging, after it, the end
 
 
 def test_a_dependency_the_venv_lacks_is_added_first_everything_installed_held(
     world, tmp_path, capsys
 ):
-    """NVIDIA apex requires packaging>20.6: the venv's pip adds it from its own index, wheels only, every installed
-    distribution pinned by its exact version (=== : == would admit +cpu); then apex alone, --no-deps --no-index."""
+    """NVIDIA apex requires packaging>20.6: the venv's pip says what it would install (--dry-run --report), from its
+    own index, wheels only, every installed distribution pinned by its exact version (=== : == would admit +cpu)
+    and torch_npu / apex kept out; exactly that is installed, --no-deps; then apex alone, --no-deps --no-index."""
     _needs_packaging(world, tmp_path)
     assert install(world, index=["http://u:secret@127.0.0.1:9/"], as_json=True) == 0
-    first, second = world.pip
-    assert first[:2] == ["install", "--only-binary=:all:"] and first[-1] == "packaging>20.6"
-    assert world.pip_env == [True]
+    plan, add, apex = world.pip
+    assert plan[:3] == ["install", "--dry-run", "--quiet"] and plan[-1] == "packaging>20.6"
+    assert "--only-binary=:all:" in plan and "--only-binary=:all:" in add
+    assert add[:2] == ["install", "--no-deps"] and add[-1] == "packaging===25.0"
+    assert world.pip_env == [True, True]
     held = world.held[0].splitlines()
-    assert "torch===2.13.0+cpu" in held and len(held) == len(parsed().dists)
-    assert second[:3] == ["install", "--no-deps", "--no-index"]
-    assert json.loads(capsys.readouterr().out)["added"] == ["packaging>20.6"]
+    assert "torch===2.13.0+cpu" in held and {"torch-npu<0", "apex<0"} <= set(held)
+    assert len(held) == len(parsed().dists) + 2
+    assert apex[:3] == ["install", "--no-deps", "--no-index"]
+    assert json.loads(capsys.readouterr().out)["added"] == ["packaging==25.0"]
+
+
+def test_what_an_added_package_requires_is_added_too_and_counted(world, tmp_path, capsys):
+    _needs_packaging(world, tmp_path, ("pyparsing", "3.1.0"))
+    assert install(world, index=["http://127.0.0.1:9/"], as_json=True) == 0
+    assert world.pip[1][-2:] == ["packaging===25.0", "pyparsing===3.1.0"]
+    assert json.loads(capsys.readouterr().out)["added"] == ["packaging==25.0", "pyparsing==3.1.0"]
+
+
+@pytest.mark.parametrize(
+    ("report", "why"),
+    [
+        (
+            report_of(*((f"d{i}", "1.0") for i in range(9))),
+            "install 9 packages (at most 8 are added)",
+        ),
+        (
+            report_of(("packaging", "25.0"), ("torch-npu", "2.13.0")),
+            "install torch-npu 2.13.0, which apexkit",
+        ),
+        (report_of(("Apex", "0.9")), "install apex 0.9, which apexkit install never adds"),
+        (report_of(("numpy", "3.0")), "replace numpy 2.1.0 with 3.0"),
+        (report_of(("packaging", "25.0"), direct=True), "install packaging from a URL"),
+        (report_of(("packaging", "25-custom")), "not a PEP 440 version"),
+        (
+            report_of(("x\n--index-url http://127.0.0.1:9/", "1.0")),
+            "a package its report does not name",
+        ),
+        ({"install": "packaging"}, "write no readable report"),
+        ([], "write no readable report"),
+        (report_of(), "install nothing (the venv still lacks them)"),
+    ],
+)
+def test_what_pip_would_install_is_refused_unless_all_new_few_and_never_torch(
+    world, tmp_path, report, why
+):
+    """The report is the index's word: a dependency of a dependency must not bring torch_npu, replace what the venv
+    has, come from a URL, or be many. Refused after pip's dry run: nothing installed."""
+    _needs_packaging(world, tmp_path)
+    world.report = report
+    with pytest.raises(run.InstallError) as err:
+        install(world, index=["http://127.0.0.1:9/"])
+    assert why in err.value.cause and err.value.cause.endswith("; nothing installed")
+    assert [a[:2] for a in world.pip] == [["install", "--dry-run"]]
+
+
+def test_a_pip_without_report_adds_nothing_and_says_what_to_run(world, tmp_path):
+    _needs_packaging(world, tmp_path)
+    world.probes = [parsed(pip="21.3.1")]
+    with pytest.raises(run.InstallError) as err:
+        install(world, index=["http://127.0.0.1:9/"])
+    assert "its pip 21.3.1 cannot say what it would install (pip 22.2+)" in err.value.cause
+    assert "-m pip install 'pip>=22.2'" in err.value.hint and world.pip == []
+
+
+def test_anything_else_pip_added_is_taken_back(world, tmp_path):
+    _needs_packaging(world, tmp_path)
+    sneaked = with_dists(parsed(), packaging="25.0", evil="1.0")
+    world.probes = [parsed(), parsed(), sneaked, sneaked]
+    with pytest.raises(run.InstallError) as err:
+        install(world, index=["http://127.0.0.1:9/"])
+    assert "pip added evil==1.0, packaging==25.0, not packaging==25.0" in err.value.cause
+    assert err.value.cause.endswith("evil, packaging uninstalled again, nothing installed")
+    assert world.pip[-1] == ["uninstall", "--yes", "evil", "packaging"]
+    assert not any(a[-1].startswith("apex==") for a in world.pip)
+
+
+def test_apex_failing_after_its_dependencies_takes_them_back(world, tmp_path, monkeypatch):
+    _needs_packaging(world, tmp_path)
+    added = with_dists(parsed(), packaging="25.0")
+    world.probes = [parsed(), parsed(), added, added]
+    record = run._pip
+
+    def apex_fails(t, args, environ, quiet=False, pip_env=False):
+        record(t, args, environ, quiet, pip_env)
+        if args[-1].startswith("apex=="):
+            raise run.InstallError("pip install failed in /work/venv: disk full", "x")
+
+    monkeypatch.setattr(run, "_pip", apex_fails)
+    with pytest.raises(run.InstallError) as err:
+        install(world, index=["http://127.0.0.1:9/"])
+    assert err.value.cause.endswith("disk full; packaging uninstalled again, nothing installed")
+    assert world.pip[-1] == ["uninstall", "--yes", "packaging"]
+
+
+def test_a_system_site_packages_base_counts_as_installed_and_is_held(world, tmp_path):
+    """pip sees the base's packages too: its packaging meets packaging>20.6 (nothing to add), and what the base
+    has is pinned like the venv's own (a venv copy would shadow it)."""
+    _needs_packaging(world, tmp_path)
+    base = dataclasses.replace(parsed(), visible={"packaging": "24.1", "oldpkg": "1.0-custom"})
+    world.probes = [base, dataclasses.replace(installed_now(world), visible=base.visible)]
+    assert install(world, index=["http://127.0.0.1:9/"]) == 0
+    assert [a[:3] for a in world.pip] == [["install", "--no-deps", "--no-index"]]
+    held = run._constraints(base).splitlines()
+    assert {"packaging===24.1", "oldpkg===1.0-custom"} <= set(held)  # a legacy version as it is
+    shadowed = dataclasses.replace(base, dists={**base.dists, "packaging": "25.0"})
+    assert fit.changed(base, shadowed) == ["packaging 24.1 -> 25.0"]
 
 
 def test_a_dependency_pip_cannot_add_is_one_line_with_a_command_to_paste(
@@ -171,7 +291,10 @@ def test_a_dependency_install_takes_the_users_index_but_nothing_that_changes_the
 ):
     seen = {}
 
+    argv_seen = []
+
     def fake_run(argv, **kwargs):
+        argv_seen.append(argv)
         seen.update(kwargs["env"])
         return subprocess.CompletedProcess(argv, 0, "", "")
 
@@ -184,8 +307,15 @@ def test_a_dependency_install_takes_the_users_index_but_nothing_that_changes_the
         "PIP_REQUIREMENT": "evil.txt",
         "PIP_NO_BINARY": ":all:",
     }
+    user.update(
+        PYTHONPATH="/usr/lib/python3/dist-packages", PYTHONHOME="/usr", PYTHONUSERBASE="/tmp/u"
+    )
     run._pip(parsed(), ["install", "x"], user, pip_env=True)
     assert seen["PIP_INDEX_URL"] == "http://127.0.0.1:9/simple" and seen["PIP_UPGRADE"] == "0"
+    assert not {"PYTHONPATH", "PYTHONHOME", "PYTHONUSERBASE"} & set(
+        seen
+    )  # pip sees what the probe saw
+    assert argv_seen[-1][1:4] == ["-s", "-m", "pip"]
     assert not {"PIP_TARGET", "PIP_REQUIREMENT", "PIP_NO_BINARY"} & set(seen)
     seen.clear()
     run._pip(parsed(), ["install", "x"], user)  # apex itself: no PIP_* of the user at all
@@ -321,6 +451,14 @@ def test_a_dry_run_lists_what_it_would_add_by_the_index_entry(world, capsys):
     assert install(world, index=["http://127.0.0.1:9/"], dry_run=True) == 0
     assert "; would add packaging>20.6" in capsys.readouterr().out
     assert world.pip == []
+
+
+@pytest.mark.parametrize("pins", ["torch==2.13.0", {"torch==2.13.0": 1}, [1]])
+def test_a_dry_run_refuses_pins_that_are_not_a_list_of_strings(world, pins):
+    c = candidate(world.wheel)
+    world.candidates = [dataclasses.replace(c, entry={**c.entry, "facts": {"requires_dist": pins}})]
+    with pytest.raises(run.InstallError, match="its requires_dist is not a list of requirements"):
+        install(world, index=["http://127.0.0.1:9/"], dry_run=True)
 
 
 def test_a_dry_run_stops_where_the_real_run_would_on_a_pin_the_venv_cannot_meet(world):

@@ -68,26 +68,39 @@ def test_the_probe_line_becomes_the_target_and_its_wanted_facts():
     target.check_usable(t, "--venv V")  # a venv with pip and torch: nothing to object to
 
 
-def test_a_distribution_name_or_version_that_could_be_an_option_or_a_line_is_left_out():
-    """The names reach pip's constraints file: a newline there is another line, `--index-url` an index."""
-    dists = {
-        "torch": "2.13.0+cpu",
-        "x\n--index-url http://127.0.0.1:9/": "1.0",
-        "-e": "1.0",
-        "ok": "1.0\n--pre",
-        "trailing\n": "1.0",  # `$` would match before a last newline
-        "fine": "1.0\n",
-        "numpy": "2.1.0",
-    }
-    t = parsed(dists=dists)
-    assert sorted(t.dists) == ["numpy", "torch"]
-    assert run._constraints(t) == "numpy===2.1.0\ntorch===2.13.0+cpu\n"
+@pytest.mark.parametrize(
+    ("dists", "why"),
+    [
+        ({"x\n--index-url http://127.0.0.1:9/": "1.0"}, "a distribution named 'x\\n--index-url"),
+        ({"-e": "1.0"}, "a distribution named '-e': not a PEP 508 name"),
+        ({"trailing\n": "1.0"}, "not a PEP 508 name"),  # `$` would match before a last newline
+        ({"ok": "1.0\n--pre"}, "holds ok at version '1.0\\n--pre': not a version"),
+        ({"fine": "1.0\n"}, "not a version"),
+        ({"long": "1.0+" + "a" * 300}, "not a version"),
+        ({"n" * 101: "1.0"}, "not a PEP 508 name"),
+    ],
+)
+def test_a_distribution_that_could_be_an_option_or_a_line_refuses_the_probe(dists, why):
+    """Every distribution the venv sees is held in pip's constraints file, one per line: one that cannot be written
+    there safely is never skipped (pip would then be free to change it), the probe is refused."""
+    for key in ("dists", "visible"):
+        with pytest.raises(target.ProbeError) as err:
+            parsed(**{key: {"torch": "2.13.0+cpu", **dists}})
+        assert why in err.value.cause and "remove or reinstall that distribution" in err.value.hint
 
 
-def test_a_version_pip_cannot_parse_is_not_held_and_the_rest_are():
-    t = parsed(dists={"torch": "2.13.0+cpu", "oldpkg": "1.0-legacy_x", "numpy": "2.1.0"})
-    assert t.dists["oldpkg"] == "1.0-legacy_x"  # kept: `changed` still sees it
-    assert run._constraints(t) == "numpy===2.1.0\ntorch===2.13.0+cpu\n"
+def test_a_long_local_or_legacy_version_is_kept_and_held():
+    long_local = "1.0+" + "a" * 70  # a PEP 440 local version longer than 64 characters
+    t = parsed(dists={"torch": "2.13.0+cpu", "bar": long_local, "oldpkg": "1.0-legacy_x"})
+    assert t.dists["bar"] == long_local and t.dists["oldpkg"] == "1.0-legacy_x"
+    held = run._constraints(t).splitlines()
+    assert f"bar==={long_local}" in held and "oldpkg===1.0-legacy_x" in held  # legacy: as it is
+
+
+def test_the_base_of_a_system_site_packages_venv_is_seen_the_venvs_own_first():
+    t = parsed(visible={"numpy": "1.26.0", "packaging": "24.1"})
+    assert t.visible == {"packaging": "24.1"}  # numpy: the venv's own 2.1.0 shadows the base's
+    assert t.seen["numpy"] == "2.1.0" and t.seen["packaging"] == "24.1"
 
 
 @pytest.mark.parametrize(
@@ -186,6 +199,7 @@ def test_the_probe_runs_on_a_plain_interpreter_and_parses(capsys, monkeypatch):
 
     assert t.python == f"{sys.version_info[0]}.{sys.version_info[1]}" and t.tags
     assert t.is_venv == (sys.prefix != sys.base_prefix) and t.dists.get("packaging")
+    assert not set(t.visible) & set(t.dists)  # the venv's own first
 
 
 def test_the_torch_cuda_release_is_read_and_checked():
