@@ -23,6 +23,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -429,9 +430,12 @@ def _install(
                 ],
                 environ,
             )
-        except InstallError as exc:
-            undone = f"; {_take_back(before, named, environ)}" if added else ""
-            raise InstallError(f"{exc.cause}{undone}", exc.hint) from None
+        except (
+            InstallError
+        ) as exc:  # pip may have installed apex and failed after (pip 26 on a legacy version)
+            raise InstallError(
+                f"{exc.cause}; {_undo_apex(before, named, environ)}", exc.hint
+            ) from None
     after = targets.probe(before.python_path, named, environ, versions_only=True)
     problems = fit.moved(before, after)
     if after.apex is None or not fit.same_files(facts, after):
@@ -439,9 +443,15 @@ def _install(
     problems += fit.unmet(facts.requires_dist, after)
     if problems:
         _pip(before, ["uninstall", "--yes", "apex"], environ, quiet=True)
-        undone = f" ({_take_back(before, named, environ)})" if added else ""
+        removed = _take_back(before, named, environ)
+        lost = (
+            f" (the venv's apex {before.apex.version} it replaced is gone: install that again)"
+            if before.apex is not None
+            else ""
+        )
         raise InstallError(
-            f"after installing {wheel.name} into {named}: {'; '.join(problems)}; apex uninstalled again{undone}",
+            f"after installing {wheel.name} into {named}: {'; '.join(problems)}; apex uninstalled again{lost}"
+            + (f", {', '.join(removed)} too" if removed else ""),
             "report this with the venv's pip list",
         )
     result.status = status
@@ -532,35 +542,54 @@ def _add_dependencies(
         planned = _planned(report, now)
         if isinstance(planned, str):
             raise InstallError(f"{lacks}, and its pip would {planned}; nothing installed", fix)
-        added = [f"{n}=={v}" for n, v in planned]
+        added = [f"{n}=={v}" for n, v, _ in planned]
         log.info(f"adding {', '.join(added)}")
+        # each at the version and by the sha256 of the file pip's dry run chose: an index that changes between the two
+        # calls (another build of foo 1.0 requiring more) is refused, not installed --no-deps
+        pinned = Path(folder) / "requirements.txt"
+        pinned.write_text("".join(f"{n}==={v} --hash=sha256:{h}\n" for n, v, h in planned))
         try:
             _pip(
                 now,
-                ["install", "--no-deps", *resolve, *(f"{n}==={v}" for n, v in planned)],
+                [
+                    "install",
+                    "--no-deps",
+                    "--require-hashes",
+                    *resolve,
+                    "--requirement",
+                    str(pinned),
+                ],
                 environ,
                 pip_env=True,
             )
         except InstallError as exc:
             raise InstallError(
                 f"{lacks}, and its pip could not add them ({exc.cause}); "
-                + _take_back(now, named, environ),
+                + _gone(_take_back(now, named, environ)),
                 fix,
             ) from None
     after = targets.probe(before.python_path, named, environ, versions_only=True)
     new = {n: v for n, v in after.seen.items() if n not in now.seen}
     problems = fit.moved(now, after)
-    if new != dict(planned):
+    if {n: _normal(v) for n, v in new.items()} != {n: v for n, v, _ in planned}:
         problems.append(
             f"pip added {', '.join(f'{n}=={v}' for n, v in sorted(new.items())) or 'nothing'}, not {', '.join(added)}"
         )
     if problems:
         raise InstallError(
             f"after adding what {wheel} requires to {named}: {'; '.join(problems)}; "
-            + _take_back(now, named, environ),
+            + _gone(_take_back(now, named, environ)),
             "report this with the venv's pip list",
         )
     return added
+
+
+def _normal(version: str) -> str:
+    """A version as pip compares it (METADATA may say 1.0RC1 for 1.0rc1); a legacy one as it is."""
+    try:
+        return str(Version(version))
+    except InvalidVersion:
+        return version
 
 
 def _pip_at_least(version: str | None, least: Version) -> bool:
@@ -570,10 +599,11 @@ def _pip_at_least(version: str | None, least: Version) -> bool:
         return False
 
 
-def _planned(report: Path, t: Target) -> list[tuple[str, str]] | str:
-    """(name, version) of each distribution pip's --report says it would install, or what is wrong with that, in
-    words: the report is the index's word, read capped and typed; every entry new to the venv, from the index (not a
-    URL), a PEP 508 name and a PEP 440 version, none of torch, torch_npu or apex, at most MAX_ADDED."""
+def _planned(report: Path, t: Target) -> list[tuple[str, str, str]] | str:
+    """(name, version, sha256) of each distribution pip's --report says it would install, or what is wrong with
+    that, in words: the report is the index's word, read capped and typed; every entry new to the venv, from the
+    index (not a URL), a PEP 508 name, a PEP 440 version and the file's sha256, none of torch, torch_npu or apex, at
+    most MAX_ADDED."""
     try:
         with open(report, "rb") as fh:
             raw = fh.read(REPORT_LIMIT + 1)
@@ -585,7 +615,7 @@ def _planned(report: Path, t: Target) -> list[tuple[str, str]] | str:
         return "write no readable report of what it would install"
     if len(items) > fit.MAX_ADDED:
         return f"install {len(items)} packages (at most {fit.MAX_ADDED} are added)"
-    planned: list[tuple[str, str]] = []
+    planned: list[tuple[str, str, str]] = []
     for item in items:
         meta = item.get("metadata") if isinstance(item, dict) else None
         name = meta.get("name") if isinstance(meta, dict) else None
@@ -603,20 +633,60 @@ def _planned(report: Path, t: Target) -> list[tuple[str, str]] | str:
             return f"install {key} {version}, which apexkit install never adds"
         if key in t.seen:
             return f"replace {key} {t.seen[key]} with {version}"
-        planned.append((key, version))
+        sha = _sha256_of(item.get("download_info"))
+        if sha is None:
+            return f"install {key} {version} from a file whose sha256 its report does not give"
+        planned.append((key, version, sha))
     if not planned:
         return "install nothing (the venv still lacks them)"
     return planned
 
 
-def _take_back(t: Target, named: str, environ: Mapping[str, str]) -> str:
-    """Uninstall what is in the venv now and was not in `t` (the packages pip just added), in words."""
+def _sha256_of(info: object) -> str | None:
+    """The sha256 pip's report gives for a file (`archive_info.hashes.sha256`, or `archive_info.hash`, pip 22.2)."""
+    archive = info.get("archive_info") if isinstance(info, dict) else None
+    if not isinstance(archive, dict):
+        return None
+    hashes = archive.get("hashes")
+    sha = hashes.get("sha256") if isinstance(hashes, dict) else None
+    if (
+        sha is None
+        and isinstance(archive.get("hash"), str)
+        and archive["hash"].startswith("sha256=")
+    ):
+        sha = archive["hash"][len("sha256=") :]
+    return sha.lower() if isinstance(sha, str) and re.fullmatch(r"[0-9a-fA-F]{64}", sha) else None
+
+
+def _take_back(t: Target, named: str, environ: Mapping[str, str]) -> list[str]:
+    """Uninstall what is in the venv now and was not in `t` (the packages pip just added); returns their names."""
     after = targets.probe(t.python_path, named, environ, versions_only=True)
     new = sorted(set(after.dists) - set(t.seen))
-    if not new:
-        return "nothing installed"
-    _pip(t, ["uninstall", "--yes", *new], environ, quiet=True)
-    return f"{', '.join(new)} uninstalled again, nothing installed"
+    if new:
+        _pip(t, ["uninstall", "--yes", *new], environ, quiet=True)
+    return new
+
+
+def _gone(removed: list[str]) -> str:
+    return (
+        f"{', '.join(removed)} uninstalled again, nothing installed"
+        if removed
+        else "nothing installed"
+    )
+
+
+def _undo_apex(before: Target, named: str, environ: Mapping[str, str]) -> str:
+    """After apex's own pip install failed: an apex other than the venv's before uninstalled, then what was added
+    for it; in words (an apex it replaced cannot be put back: that is said)."""
+    now = targets.probe(before.python_path, named, environ, versions_only=True)
+    words = []
+    if before.apex is not None and (now.apex is None or now.apex.version != before.apex.version):
+        if now.apex is not None:
+            _pip(before, ["uninstall", "--yes", "apex"], environ, quiet=True)
+            words.append(f"apex {now.apex.version} uninstalled again")
+        words.append(f"the venv's apex {before.apex.version} is gone: install that again")
+    removed = _take_back(before, named, environ)
+    return "; ".join([*words, _gone(removed)]) if words else _gone(removed)
 
 
 def _constraints(t: Target) -> str:
@@ -674,8 +744,13 @@ def _pip(
         ) from None
     if proc.returncode != 0 and not quiet:
         lines = [x for x in proc.stderr.splitlines() if x.strip()]
+        # pip's first ERROR line says why ("Cannot install foo because ..."); its last is often a link or a hint
+        first = next(
+            (x for x in lines if x.lstrip().lower().startswith("error:")),
+            lines[-1] if lines else "",
+        )
         raise InstallError(
             f"pip {args[0]} failed in {t.venv}: "
-            + (log.sanitise(log.mask(lines[-1][:300])) if lines else str(proc.returncode)),
+            + (log.sanitise(log.mask(first[:300])) if first else str(proc.returncode)),
             "run the command above by hand to see the whole output",
         )

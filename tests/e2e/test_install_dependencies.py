@@ -137,3 +137,13 @@ def test_a_dependency_that_would_change_the_venv_is_refused_nothing_installed(
     assert done is None and why in error and "nothing installed" in error, error
     assert "\n" not in error and "Traceback" not in error
     assert after == before  # not apex, not what the wheel requires, not theirs
+
+
+def test_a_file_other_than_the_one_pips_dry_run_chose_is_not_installed(venv, tmp_path, monkeypatch):
+    """The second pip call installs by the sha256 of the file the dry run chose (--require-hashes): an index that
+    serves another build of foo 1.0 in between is refused by pip itself, nothing installed."""
+    monkeypatch.setattr(run, "_sha256_of", lambda info: "0" * 64)
+    before = listed(venv)
+    done, error, after = install(venv, tmp_path, "foo")
+    assert done is None and "nothing installed" in error and "HASHES" in error, error
+    assert after == before

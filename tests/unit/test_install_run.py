@@ -62,13 +62,15 @@ def world(tmp_path, monkeypatch):
         if "--constraint" in args:  # what pip is held to: read before the folder is removed
             w.held.append(Path(args[args.index("--constraint") + 1]).read_text())
             w.pip_env.append(pip_env)
+        if "--requirement" in args:  # what pip is asked to install, by version and sha256
+            w.reqs.append(Path(args[args.index("--requirement") + 1]).read_text())
         if "--report" in args:  # what pip says it would install
             Path(args[args.index("--report") + 1]).write_text(json.dumps(w.report))
         if "--find-links" in args:  # what pip would find there: the folder holds only the wheel
             folder = Path(args[args.index("--find-links") + 1])
             w.found.append(sorted(p.name for p in folder.iterdir()))
 
-    w.found, w.held, w.pip_env = [], [], []
+    w.found, w.held, w.pip_env, w.reqs = [], [], [], []
     monkeypatch.setattr(run, "_pip", pip)
     return w
 
@@ -78,7 +80,15 @@ def report_of(*dists: tuple[str, str], direct: bool = False) -> dict:
     return {
         "version": "1",
         "install": [
-            {"is_direct": direct, "requested": True, "metadata": {"name": n, "version": v}}
+            {
+                "is_direct": direct,
+                "requested": True,
+                "metadata": {"name": n, "version": v},
+                "download_info": {
+                    "url": f"http://127.0.0.1:9/{n}-{v}-py3-none-any.whl",
+                    "archive_info": {"hashes": {"sha256": hashlib.sha256(n.encode()).hexdigest()}},
+                },
+            }
             for n, v in dists
         ],
     }
@@ -162,7 +172,11 @@ def test_a_dependency_the_venv_lacks_is_added_first_everything_installed_held(
     plan, add, apex = world.pip
     assert plan[:3] == ["install", "--dry-run", "--quiet"] and plan[-1] == "packaging>20.6"
     assert "--only-binary=:all:" in plan and "--only-binary=:all:" in add
-    assert add[:2] == ["install", "--no-deps"] and add[-1] == "packaging===25.0"
+    assert add[:3] == ["install", "--no-deps", "--require-hashes"]
+    sha = hashlib.sha256(b"packaging").hexdigest()
+    assert world.reqs == [
+        f"packaging===25.0 --hash=sha256:{sha}\n"
+    ]  # the very file pip's dry run chose
     assert world.pip_env == [True, True]
     held = world.held[0].splitlines()
     assert "torch===2.13.0+cpu" in held and {"torch-npu<0", "apex<0"} <= set(held)
@@ -174,7 +188,10 @@ def test_a_dependency_the_venv_lacks_is_added_first_everything_installed_held(
 def test_what_an_added_package_requires_is_added_too_and_counted(world, tmp_path, capsys):
     _needs_packaging(world, tmp_path, ("pyparsing", "3.1.0"))
     assert install(world, index=["http://127.0.0.1:9/"], as_json=True) == 0
-    assert world.pip[1][-2:] == ["packaging===25.0", "pyparsing===3.1.0"]
+    assert [line.split()[0] for line in world.reqs[0].splitlines()] == [
+        "packaging===25.0",
+        "pyparsing===3.1.0",
+    ]
     assert json.loads(capsys.readouterr().out)["added"] == ["packaging==25.0", "pyparsing==3.1.0"]
 
 
@@ -200,6 +217,17 @@ def test_what_an_added_package_requires_is_added_too_and_counted(world, tmp_path
         ({"install": "packaging"}, "write no readable report"),
         ([], "write no readable report"),
         (report_of(), "install nothing (the venv still lacks them)"),
+        (
+            {
+                "install": [
+                    {
+                        **report_of(("packaging", "25.0"))["install"][0],
+                        "download_info": {"url": "x"},
+                    }
+                ]
+            },
+            "install packaging 25.0 from a file whose sha256 its report does not give",
+        ),
     ],
 )
 def test_what_pip_would_install_is_refused_unless_all_new_few_and_never_torch(
@@ -252,6 +280,61 @@ def test_apex_failing_after_its_dependencies_takes_them_back(world, tmp_path, mo
         install(world, index=["http://127.0.0.1:9/"])
     assert err.value.cause.endswith("disk full; packaging uninstalled again, nothing installed")
     assert world.pip[-1] == ["uninstall", "--yes", "packaging"]
+
+
+def test_a_version_metadata_spells_otherwise_is_the_version_pip_named(world, tmp_path, capsys):
+    """METADATA may say 1.0RC1 where pip's report (and pip) say 1.0rc1: the same version, not another package."""
+    _needs_packaging(world, tmp_path)
+    world.report = report_of(("packaging", "25.0rc1"))
+    world.probes = [
+        parsed(),
+        parsed(),
+        with_dists(parsed(), packaging="25.0RC1"),
+        with_dists(installed_now(world), packaging="25.0RC1"),
+    ]
+    assert install(world, index=["http://127.0.0.1:9/"], as_json=True) == 0
+    assert json.loads(capsys.readouterr().out)["added"] == ["packaging==25.0rc1"]
+
+
+def test_a_failed_apex_install_that_replaced_an_older_apex_says_it_is_gone(world, monkeypatch):
+    """pip can install and then fail (pip 26 on a legacy version elsewhere in the venv): the new apex goes, and the
+    older one it replaced is named, since it cannot be put back."""
+    world.candidates = [candidate(world.wheel)]
+    old = dataclasses.replace(
+        parsed(), dists={**parsed().dists, "apex": "0.0.9"}, apex=target.Apex("0.0.9", True)
+    )
+    world.probes = [old, installed_now(world), dataclasses.replace(installed_now(world))]
+    record = run._pip
+
+    def apex_fails(t, args, environ, quiet=False, pip_env=False):
+        record(t, args, environ, quiet, pip_env)
+        if args[-1].startswith("apex=="):
+            raise run.InstallError("pip install failed in /work/venv: InvalidVersion: '2004d'", "x")
+
+    monkeypatch.setattr(run, "_pip", apex_fails)
+    with pytest.raises(run.InstallError) as err:
+        install(world, index=["http://127.0.0.1:9/"])
+    assert err.value.cause.endswith(
+        "'2004d'; apex 0.1+ascend.torch2.13.0 uninstalled again; the venv's apex 0.0.9 is gone: install that "
+        "again; nothing installed"
+    )
+    assert world.pip[-1] == ["uninstall", "--yes", "apex"]
+
+
+def test_pips_first_error_line_is_the_cause_shown(monkeypatch):
+    stderr = (
+        "ERROR: Cannot install foo4==1.0 because these package versions have conflicting dependencies.\n"
+        "ERROR: ResolutionImpossible: for help visit https://pip.pypa.io/en/latest/topics/x\n"
+    )
+    monkeypatch.setattr(
+        run.subprocess, "run", lambda argv, **kw: subprocess.CompletedProcess(argv, 1, "", stderr)
+    )
+    with pytest.raises(run.InstallError) as err:
+        run._pip(parsed(), ["install", "foo4"], {})
+    assert err.value.cause.endswith(
+        "ERROR: Cannot install foo4==1.0 because these package versions have "
+        "conflicting dependencies."
+    )
 
 
 def test_a_system_site_packages_base_counts_as_installed_and_is_held(world, tmp_path):
