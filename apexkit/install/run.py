@@ -505,7 +505,7 @@ def _add_dependencies(
             f"{named} changed while apexkit install ran ({'; '.join(moved)}); nothing installed",
             "run apexkit install again",
         )
-    pins = [f"{n}=={now.dists[n]}" for n in fit.GUARDED if n in now.dists]
+    pins = [f"{n}=={now.seen[n]}" for n in fit.GUARDED if n in now.seen]
     by_hand = shlex.join([now.python_path, "-m", "pip", "install", *missing, *pins])
     fix = f"install them into the venv ({by_hand}) or give its pip an index that holds them, then run apexkit install again"
     lacks = f"{wheel} requires {', '.join(missing)}, which {named} lacks"

@@ -6,7 +6,8 @@
     installs, best first, from its pip's own packaging) | null, markers (PEP 508 environment),
     torch {version, cxx11_abi 0|1|null, import_error} | null, torch_npu (version) | null, cann (version) | null,
     dists {canonical name: version} (this prefix's own distributions), visible {canonical name: version} (the others
-    it imports: a --system-site-packages base's; pip counts them as installed),
+    it imports: a --system-site-packages base's; pip counts them as installed; pip, torch and torch_npu are read off
+    both, the prefix's first),
     apex null | {version, apexkit (its local label starts with "ascend"), dist_info (the directory name),
     record [[path, hash], ...], tags [WHEEL Tag lines]}.
 
@@ -191,6 +192,7 @@ def _base_executable():
 
 def main():
     dists, visible = _dists()
+    seen = {**visible, **dists}  # what `import` and pip find: a --system-site-packages base's torch counts
     major, minor = sys.version_info[:2]
     impl = sys.implementation.name
     out = {
@@ -208,11 +210,11 @@ def main():
         "base_executable": _base_executable(),
         "is_venv": sys.prefix != sys.base_prefix,
         "conda": os.path.isdir(os.path.join(sys.prefix, "conda-meta")),
-        "pip": dists["pip"].version if "pip" in dists else None,
+        "pip": seen["pip"].version if "pip" in seen else None,
         "tags": _tags(),
         "markers": _markers(),
-        "torch": _torch(dists, "--versions-only" not in sys.argv[1:]),
-        "torch_npu": dists["torch-npu"].version if "torch-npu" in dists else None,
+        "torch": _torch(seen, "--versions-only" not in sys.argv[1:]),
+        "torch_npu": seen["torch-npu"].version if "torch-npu" in seen else None,
         "cann": _cann(),
         "dists": {name: dist.version for name, dist in dists.items()},
         "visible": {name: dist.version for name, dist in visible.items()},

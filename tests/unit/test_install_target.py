@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -259,3 +260,27 @@ def test_no_validator_passes_a_value_with_a_last_newline(pattern, good):
     module, name = pattern.split(":")
     regex = getattr(importlib.import_module(module), name)
     assert regex.match(good) and not regex.match(good + "\n")
+
+
+def test_the_probe_reads_torch_off_a_system_site_packages_base_the_venvs_own_first(
+    capsys, monkeypatch, tmp_path
+):
+    """A venv made --system-site-packages over a base holding torch: its torch is the base's (pip and import find
+    it there); a torch of the venv's own would come first."""
+    import runpy
+
+    class Dist:
+        def __init__(self, version: str) -> None:
+            self.version = version
+
+        def locate_file(self, path: str) -> Path:
+            return tmp_path / path  # no torch/version.py: CUDA unknown
+
+    probe = runpy.run_path(str(target.PROBE), run_name="probe")
+    for own, expected in (({}, "2.5.1"), ({"torch": Dist("2.13.0+cpu")}, "2.13.0+cpu")):
+        visible = {"torch": Dist("2.5.1"), "pip": Dist("24.0"), "numpy": Dist("1.26.0")}
+        monkeypatch.setitem(probe["main"].__globals__, "_dists", lambda o=own, v=visible: (o, v))
+        monkeypatch.setattr("sys.argv", [str(target.PROBE), "--versions-only"])
+        probe["main"]()
+        t = target.parse(capsys.readouterr().out.encode(), "python", "--venv V")
+        assert t.torch == expected and t.pip == "24.0" and t.seen["numpy"] == "1.26.0"
