@@ -192,7 +192,10 @@ def _base_executable():
 
 def main():
     dists, visible = _dists()
-    seen = {**visible, **dists}  # what `import` and pip find: a --system-site-packages base's torch counts
+    seen = {
+        **visible,
+        **dists,
+    }  # what `import` and pip find: a --system-site-packages base's torch counts
     major, minor = sys.version_info[:2]
     impl = sys.implementation.name
     out = {
