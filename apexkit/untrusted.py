@@ -14,6 +14,7 @@ import errno
 import hashlib
 import json
 import os
+import re
 import stat
 import zipfile
 from pathlib import Path
@@ -178,6 +179,13 @@ def read_json_object(
     if not isinstance(data, dict):
         raise Untrusted(f"{shown_as} is not a JSON object")
     return data
+
+
+def sha256_digest(value: object) -> str:
+    """A sha256 hex digest another party gives, lower-cased, or "" (anything else it sends is not a digest)."""
+    return (
+        value.lower() if isinstance(value, str) and re.fullmatch(r"[0-9a-fA-F]{64}", value) else ""
+    )
 
 
 def wheel_name(name: object) -> str:

@@ -413,9 +413,7 @@ class _Anchors(html.parser.HTMLParser):
 
 def _sha256(value: object) -> str:
     """A sha256 hex digest the index gives, or "" (anything else an index sends is not a digest)."""
-    return (
-        value.lower() if isinstance(value, str) and re.fullmatch(r"[0-9a-fA-F]{64}", value) else ""
-    )
+    return untrusted.sha256_digest(value)
 
 
 def _wheel(

@@ -23,7 +23,6 @@ import dataclasses
 import hashlib
 import json
 import os
-import re
 import shlex
 import subprocess
 import sys
@@ -443,15 +442,9 @@ def _install(
     problems += fit.unmet(facts.requires_dist, after)
     if problems:
         _pip(before, ["uninstall", "--yes", "apex"], environ, quiet=True)
-        removed = _take_back(before, named, environ)
-        lost = (
-            f" (the venv's apex {before.apex.version} it replaced is gone: install that again)"
-            if before.apex is not None
-            else ""
-        )
         raise InstallError(
-            f"after installing {wheel.name} into {named}: {'; '.join(problems)}; apex uninstalled again{lost}"
-            + (f", {', '.join(removed)} too" if removed else ""),
+            f"after installing {wheel.name} into {named}: {'; '.join(problems)}; apex uninstalled again; "
+            + _undo_apex(before, named, environ),
             "report this with the venv's pip list",
         )
     result.status = status
@@ -605,12 +598,10 @@ def _planned(report: Path, t: Target) -> list[tuple[str, str, str]] | str:
     index (not a URL), a PEP 508 name, a PEP 440 version and the file's sha256, none of torch, torch_npu or apex, at
     most MAX_ADDED."""
     try:
-        with open(report, "rb") as fh:
-            raw = fh.read(REPORT_LIMIT + 1)
-        data = json.loads(raw) if len(raw) <= REPORT_LIMIT else None
-    except (OSError, ValueError):
+        data: dict | None = untrusted.read_json_object(report, None, REPORT_LIMIT, "pip's report")
+    except (OSError, untrusted.Untrusted):
         data = None
-    items = data.get("install") if isinstance(data, dict) else None
+    items = data.get("install") if data is not None else None
     if not isinstance(items, list):
         return "write no readable report of what it would install"
     if len(items) > fit.MAX_ADDED:
@@ -649,18 +640,18 @@ def _sha256_of(info: object) -> str | None:
         return None
     hashes = archive.get("hashes")
     sha = hashes.get("sha256") if isinstance(hashes, dict) else None
-    if (
-        sha is None
-        and isinstance(archive.get("hash"), str)
-        and archive["hash"].startswith("sha256=")
-    ):
-        sha = archive["hash"][len("sha256=") :]
-    return sha.lower() if isinstance(sha, str) and re.fullmatch(r"[0-9a-fA-F]{64}", sha) else None
+    legacy = archive.get("hash")
+    if sha is None and isinstance(legacy, str) and legacy.startswith("sha256="):
+        sha = legacy[len("sha256=") :]
+    return untrusted.sha256_digest(sha) or None
 
 
-def _take_back(t: Target, named: str, environ: Mapping[str, str]) -> list[str]:
-    """Uninstall what is in the venv now and was not in `t` (the packages pip just added); returns their names."""
-    after = targets.probe(t.python_path, named, environ, versions_only=True)
+def _take_back(
+    t: Target, named: str, environ: Mapping[str, str], now: Target | None = None
+) -> list[str]:
+    """Uninstall what is in the venv `now` (probed here when not given) and was not in `t` (the packages pip just
+    added); returns their names."""
+    after = now or targets.probe(t.python_path, named, environ, versions_only=True)
     new = sorted(set(after.dists) - set(t.seen))
     if new:
         _pip(t, ["uninstall", "--yes", *new], environ, quiet=True)
@@ -685,20 +676,14 @@ def _undo_apex(before: Target, named: str, environ: Mapping[str, str]) -> str:
             _pip(before, ["uninstall", "--yes", "apex"], environ, quiet=True)
             words.append(f"apex {now.apex.version} uninstalled again")
         words.append(f"the venv's apex {before.apex.version} is gone: install that again")
-    removed = _take_back(before, named, environ)
-    return "; ".join([*words, _gone(removed)]) if words else _gone(removed)
+    return "; ".join([*words, _gone(_take_back(before, named, environ, now))])
 
 
 def _constraints(t: Target) -> str:
     """pip's constraints: each distribution the venv sees at its exact version (`name===version`: `==2.13.0` would
     admit 2.13.0+cpu; a PEP 440 version normalised, as pip compares it, a legacy one as it is), and torch, torch_npu
     and apex, where absent, at none (`<0`: no version is)."""
-    lines = []
-    for name, version in sorted(t.seen.items()):
-        try:
-            lines.append(f"{name}==={Version(version)}\n")
-        except InvalidVersion:
-            lines.append(f"{name}==={version}\n")
+    lines = [f"{name}==={_normal(version)}\n" for name, version in sorted(t.seen.items())]
     lines += [f"{name}<0\n" for name in (*fit.GUARDED, "apex") if name not in t.seen]
     return "".join(lines)
 

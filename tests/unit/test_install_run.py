@@ -264,18 +264,23 @@ def test_anything_else_pip_added_is_taken_back(world, tmp_path):
     assert not any(a[-1].startswith("apex==") for a in world.pip)
 
 
-def test_apex_failing_after_its_dependencies_takes_them_back(world, tmp_path, monkeypatch):
-    _needs_packaging(world, tmp_path)
-    added = with_dists(parsed(), packaging="25.0")
-    world.probes = [parsed(), parsed(), added, added]
+def apex_pip_fails(monkeypatch, why: str) -> None:
+    """The recording pip of `world`, failing (with `why`) the install of apex itself."""
     record = run._pip
 
     def apex_fails(t, args, environ, quiet=False, pip_env=False):
         record(t, args, environ, quiet, pip_env)
         if args[-1].startswith("apex=="):
-            raise run.InstallError("pip install failed in /work/venv: disk full", "x")
+            raise run.InstallError(f"pip install failed in /work/venv: {why}", "x")
 
     monkeypatch.setattr(run, "_pip", apex_fails)
+
+
+def test_apex_failing_after_its_dependencies_takes_them_back(world, tmp_path, monkeypatch):
+    _needs_packaging(world, tmp_path)
+    added = with_dists(parsed(), packaging="25.0")
+    world.probes = [parsed(), parsed(), added, added]
+    apex_pip_fails(monkeypatch, "disk full")
     with pytest.raises(run.InstallError) as err:
         install(world, index=["http://127.0.0.1:9/"])
     assert err.value.cause.endswith("disk full; packaging uninstalled again, nothing installed")
@@ -304,14 +309,7 @@ def test_a_failed_apex_install_that_replaced_an_older_apex_says_it_is_gone(world
         parsed(), dists={**parsed().dists, "apex": "0.0.9"}, apex=target.Apex("0.0.9", True)
     )
     world.probes = [old, installed_now(world), dataclasses.replace(installed_now(world))]
-    record = run._pip
-
-    def apex_fails(t, args, environ, quiet=False, pip_env=False):
-        record(t, args, environ, quiet, pip_env)
-        if args[-1].startswith("apex=="):
-            raise run.InstallError("pip install failed in /work/venv: InvalidVersion: '2004d'", "x")
-
-    monkeypatch.setattr(run, "_pip", apex_fails)
+    apex_pip_fails(monkeypatch, "InvalidVersion: '2004d'")
     with pytest.raises(run.InstallError) as err:
         install(world, index=["http://127.0.0.1:9/"])
     assert err.value.cause.endswith(
