@@ -243,6 +243,9 @@ def test_the_probe_reads_torchs_cuda_off_version_py_without_importing_it(tmp_pat
     ("pattern", "good"),
     [
         ("apexkit.install.target:_NAME", "typing_extensions"),
+        ("apexkit.install.target:_DIST_VERSION", "1.0-legacy_x"),
+        ("apexkit.install.target:_TAG", "cp311-cp311-manylinux_2_28_x86_64"),
+        ("apexkit.urls:_HOSTNAME", "mirror.example.internal"),
         ("apexkit.install.target:_SHORT", "2.13.0+cpu"),
         ("apexkit.install.target:_CUDA", "13.0"),
         ("apexkit.wheel.sources:SHA_RE", "a" * 40),
