@@ -5,8 +5,11 @@ build-cuda-<python>  build upstream NVIDIA apex for CUDA GPUs (matrix.toml [cuda
 build-<id>      one combination of matrix.toml [[matrix.include]], e.g. build-py3.11-torch2.13.0-x86_64 (-t matrix: all)
 build-<stack>   one training stack of matrix.toml [stacks], e.g. build-mindspeed-llm-2.3.0 (-t stack: all)
 matrix          the matrix as a table / JSON / GitHub Actions matrix (-- --format github); -- --run builds it
-build-bench     cold vs cached vs -j1/-jN build times
+build-bench     cold vs cached vs -j1/-jN build times (maintainers: tools/buildbench.py)
 lock            requirements/*.in -> the hashed locks (requirements/runtime.txt, requirements/dev.txt); -- --check
+                (maintainers: tools/pins.py)
+contracts       every torch_npu / apex name bench/ uses, checked in real wheels and apex trees (tools/contracts.py)
+refresh         matrix.toml [torch_npu.versions] against the package index; -- --write applies it (tools/refresh.py)
 validate        environment checks in the built wheel's venv (bench/validate_env.py)
 bench           FP32 vs AMP benchmark in the built wheel's venv (bench/amp_bench.py)
 tests-unit      the fast tier, tests/unit: in-process, no daemons, no network; installs and starts nothing
@@ -144,8 +147,9 @@ def matrix_session(session: nox.Session) -> None:
 
 
 def _dev_tool(session: nox.Session, name: str):
-    """A module of tools/ (the locks, the tests' system tools, the build timing): in a checkout only, not in an
-    installed apexkit, whose noxfile copy then stops with one line instead of an ImportError."""
+    """A module of tools/ (the maintainers' tools: locks, the tests' system tools, build timing, API contracts, the
+    torch_npu table's refresh): in a checkout only, not in an installed apexkit, whose noxfile copy then stops with
+    one line instead of an ImportError."""
     import importlib
 
     try:
@@ -180,6 +184,29 @@ def lock(session: nox.Session) -> None:
             session.error("a lock does not match its requirements/*.in: run nox -s lock")
 
     run_in_session(session, go)
+
+
+@nox.session(python=False, default=False)
+def contracts(session: nox.Session) -> None:
+    """Check every torch_npu and apex name and keyword bench/ uses against real torch_npu wheels and Ascend apex trees
+    (read, never imported): release x ref -> ok/drift; fails on a drift; -- --help for the options."""
+    from apexkit.exits import run_in_session
+
+    tool = _dev_tool(session, "contracts")
+    if run_in_session(session, lambda: tool.main(session.posargs)):
+        session.error(
+            "bench/ uses a name the checked torch_npu or apex lacks (the drift lines above)"
+        )
+
+
+@nox.session(python=False, default=False)
+def refresh(session: nox.Session) -> None:
+    """matrix.toml [torch_npu.versions] against the torch-npu releases on the package index (pip's index, proxy and
+    CA bundle); -- --write applies the difference, -- --help for the options."""
+    from apexkit.exits import run_in_session
+
+    tool = _dev_tool(session, "refresh")
+    run_in_session(session, lambda: tool.main(session.posargs))
 
 
 def _bench_session(script: str, session: nox.Session) -> None:

@@ -1,6 +1,7 @@
 """`apexkit` / `python -m apexkit`: the command edge, and the whole CLI: every invoke task (apexkit.commands.COMMANDS)
-and every nox session a user runs (build, matrix, validate, bench, lock, build-bench) under one name, with --help,
---version and bash completion (argcomplete). Errors become one line and an exit code in apexkit.exits."""
+and every nox session a user runs (build, matrix, validate, bench) under one name, with --help, --version and bash
+completion (argcomplete). Errors become one line and an exit code in apexkit.exits. The maintainers' tools (tools/:
+nox -s lock, build-bench, contracts, refresh) are nox sessions of a checkout, not apexkit commands."""
 
 from __future__ import annotations
 
@@ -29,17 +30,13 @@ OTHERS = (
         "[options]",
         "The FP32-vs-AMP benchmark in the built wheel's venv (bench/amp_bench.py)",
     ),
-    ("lock", "[--check]", "requirements/*.in -> the hashed locks (in a checkout of apexkit)"),
-    (
-        "build-bench",
-        "[options]",
-        "Cold vs cached vs -j1/-jN build times (in a checkout of apexkit)",
-    ),
     ("completion", "bash", 'Print the bash completion script: eval "$(apexkit completion bash)"'),
 )
-# the order of --help: the newcomer's commands first, then the groups, then the maintainers'
+# the order of --help: the newcomer's commands first, then the groups
 ORDER = ("doctor", "config.", "proxy.", "build", "install", "up", "matrix", "validate", "bench", "publish", "image.",
-         "fleet.", "cache.", "lock", "contracts", "build-bench", "completion")  # fmt: skip
+         "fleet.", "cache.", "completion")  # fmt: skip
+# the maintainers' tools that were apexkit commands: nox sessions of a checkout now (tools/), never shipped
+MAINTAINERS = ("lock", "build-bench", "contracts")
 WIDTH = 88  # characters of one help line's description
 
 
@@ -144,8 +141,6 @@ def full_parser():
         p = sub.add_parser(name, parents=parents, add_help=not parents, help=line)
         if name == "completion":
             p.add_argument("shell", choices=("bash",))
-        elif name == "lock":
-            p.add_argument("--check", action="store_true")
     return top
 
 
@@ -184,58 +179,63 @@ def completion(argv: list[str]) -> int:
     return 0
 
 
-def _dev_tool(name: str):
-    """tools/<name>.py: in a checkout only (an installed apexkit has none): one line otherwise."""
-    import importlib
-
-    from apexkit import paths
-    from apexkit.errors import ConfigError
-
-    if not (paths.ROOT / "tools" / f"{name}.py").is_file():
-        raise ConfigError(
-            f"tools/{name}.py is part of a checkout of apexkit, not of an installed one",
-            "run this command from a git clone of apexkit (the README's commands)",
-        )
-    if str(paths.ROOT) not in sys.path:
-        sys.path.insert(0, str(paths.ROOT))
-    return importlib.import_module(f"tools.{name}")
+def _help(argv: list[str]) -> int:
+    # bare `apexkit`: the help on stderr, exit 2 -- a script that forgot its command must not pass as a success
+    print(usage(), file=sys.stdout if argv else sys.stderr, end="")
+    code = 0 if argv else 2
+    record_status(code, "invalid arguments" if code else None)
+    return code
 
 
-def lock(argv: list[str]) -> int:
-    import argparse
+def _version(argv: list[str]) -> int:
+    print(version())
+    record_status(0)
+    return 0
 
-    p = argparse.ArgumentParser(
-        prog="apexkit lock",
-        description="requirements/*.in -> requirements/runtime.txt and requirements/dev.txt, hashed (uv pip compile)",
-    )
-    p.add_argument(
-        "--check", action="store_true", help="compare the locks with the .in files; write nothing"
-    )
-    try:
-        args = p.parse_args(argv)
-    except SystemExit as exc:
-        record_status(
-            exc.code if isinstance(exc.code, int) else 2, "invalid arguments" if exc.code else None
-        )
-        raise
 
-    def go() -> int:
-        from apexkit.errors import ConfigError
-        from apexkit.wheel import uvtools
+def _build(argv: list[str]) -> int:
+    if len(argv) >= 2 and argv[1] in ("-h", "--help"):
+        from apexkit.wheel import options
 
-        pins = _dev_tool("pins")
-        uv = uvtools.find()
-        if uv is None and not args.check:
-            raise ConfigError(
-                "uv is not installed", "pip install -r requirements/runtime.txt brings it"
-            )
-        if pins.lock(uv.binary if uv else "", only_check=args.check):
-            raise ConfigError(
-                "a lock does not match its requirements/*.in", f"run {vocab.command('lock')}"
-            )
+        options.parser("apexkit build <python>").print_help()
+        record_status(0)
         return 0
+    if len(argv) < 2 or argv[1].startswith("-"):
+        print(
+            "usage: apexkit build <python-version> [options]  (options: apexkit build 3.11 --help)",
+            file=sys.stderr,
+        )
+        record_status(2, "invalid arguments")
+        return 2
+    from apexkit import commands
 
-    return exit_code(go)
+    return exit_code(
+        lambda: commands.build_wheel(argv[1], argv[2:], prog=f"apexkit build {argv[1]}")
+    )
+
+
+def _matrix(argv: list[str]) -> int:
+    from apexkit.fleet import matrixrun
+
+    return exit_code(lambda: matrixrun.main(argv[1:]))
+
+
+def _venvrun(argv: list[str]) -> int:
+    from apexkit import venvrun
+
+    return exit_code(lambda: venvrun.main(argv[0], argv[1:], prog=f"apexkit {argv[0]}"))
+
+
+# the commands that are not declared in apexkit.commands: name -> what runs it (given the whole argv)
+DOORS = {
+    **dict.fromkeys(("", "-h", "--help", "help"), _help),
+    **dict.fromkeys(("--version", "-V", "version"), _version),
+    "build": _build,
+    "matrix": _matrix,
+    "validate": _venvrun,
+    "bench": _venvrun,
+    "completion": lambda argv: completion(argv[1:]),
+}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -255,60 +255,13 @@ def main(argv: list[str] | None = None) -> int:
     ):  # before the command: the whole run, and what it starts
         log.set_quiet(True)
         argv.pop(0)
-    if len(argv) >= 2 and "." not in argv[0] and not argv[1].startswith("-"):
-        from apexkit import commands
-
-        if f"{argv[0]}.{argv[1]}" in commands.NAMES:  # `apexkit cache list` is `apexkit cache.list`
-            argv[:2] = [f"{argv[0]}.{argv[1]}"]
-    command = argv[0] if argv else ""
-    # bare `apexkit`: the help on stderr, exit 2 -- a script that forgot its command must not pass as a success
-    if command in ("", "-h", "--help", "help"):
-        print(usage(), file=sys.stdout if command else sys.stderr, end="")
-        code = 0 if command else 2
-        record_status(code, "invalid arguments" if code else None)
-        return code
-    if command in ("--version", "-V", "version"):
-        print(version())
-        record_status(0)
-        return 0
-    if command == "build":
-        if len(argv) < 2 or argv[1].startswith("-"):
-            if len(argv) >= 2 and argv[1] in ("-h", "--help"):
-                from apexkit.wheel import options
-
-                options.parser("apexkit build <python>").print_help()
-                record_status(0)
-                return 0
-            print(
-                "usage: apexkit build <python-version> [options]  (options: apexkit build 3.11 --help)",
-                file=sys.stderr,
-            )
-            record_status(2, "invalid arguments")
-            return 2
-        from apexkit import commands
-
-        return exit_code(
-            lambda: commands.build_wheel(argv[1], argv[2:], prog=f"apexkit build {argv[1]}")
-        )
-    if command == "matrix":
-        from apexkit.fleet import matrixrun
-
-        return exit_code(lambda: matrixrun.main(argv[1:]))
-    if command in ("validate", "bench"):
-        from apexkit import venvrun
-
-        return exit_code(lambda: venvrun.main(command, argv[1:], prog=f"apexkit {command}"))
-    if command == "completion":
-        return completion(argv[1:])
-    if command == "lock":
-        return lock(argv[1:])
-    if command == "build-bench":
-        return exit_code(lambda: _dev_tool("buildbench").main(argv[1:]))
     from apexkit import commands
 
-    if command not in commands.NAMES and len(argv) > 1 and f"{command}.{argv[1]}" in commands.NAMES:
-        dotted = f"{command}.{argv[1]}"  # `apexkit config show` is `apexkit config.show`
-        return commands.main(dotted, argv[2:], prog=f"apexkit {dotted}")
+    if len(argv) >= 2 and f"{argv[0]}.{argv[1]}" in commands.NAMES:
+        argv[:2] = [f"{argv[0]}.{argv[1]}"]  # `apexkit cache list` is `apexkit cache.list`
+    command = argv[0] if argv else ""
+    if command in DOORS:
+        return DOORS[command](argv)
     if (
         command in commands.NAMES
     ):  # doctor, publish, proxy.*, image.*, fleet.*: the invoke tasks' declarations
@@ -317,12 +270,14 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def unknown(command: str) -> int:
-    """One line for a command apexkit does not have, with the nearest one it has."""
+    """One line for a command apexkit does not have, with the nearest one it has (a maintainer's tool: its session)."""
     import difflib
 
     names = [name for name, _, _ in entries()] + ["--help", "--version"]
     near = difflib.get_close_matches(command, names, n=1)
     hint = f"did you mean apexkit {near[0]}? " if near else ""
+    if command in MAINTAINERS:
+        hint = f"it is a maintainers' tool: nox -s {command} in a checkout of apexkit; "
     line = f"unknown command {command[:80]!r} -- next: {hint}apexkit --help lists the commands"
     print(f"error: {log.sanitise(line)}", file=sys.stderr)
     record_status(2, "invalid arguments")  # a usage error, as argparse's

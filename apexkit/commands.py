@@ -536,38 +536,6 @@ COMMANDS: tuple[Command, ...] = (
             JSON,
         ),
     ),
-    Command(
-        "contracts",
-        "apexkit.contracts:command",
-        "Check every torch_npu and apex name and keyword bench/ uses against real torch_npu wheels (read, never "
-        "imported) and generated Ascend apex trees: a table release x ref -> ok/drift, one line per drift naming the "
-        "bench file:line. Exit 1 on a drift.",
-        (
-            Opt(
-                "torch_npu",
-                "a torch_npu release (default: those of matrix.toml [stacks])",
-                repeat=True,
-            ),
-            Opt("wheel", "a torch_npu wheel file instead of a release", repeat=True),
-            Opt(
-                "ref",
-                "an Ascend apex ref whose tree is generated and checked (default master; all)",
-                repeat=True,
-            ),
-            Opt("apex_tree", "a generated apex tree (build/<target>/tree)", repeat=True),
-            Opt(
-                "target", "the build dist/ID: its torch_npu and ref; writes dist/ID/contracts.json"
-            ),
-            Opt("dist", "the dist directory (default dist/)"),
-            Opt("index_url", "the package index for torch_npu wheels (default: pip's)"),
-            Opt(
-                "nvidia_commit", "NVIDIA apex commit under generated trees (default: the ref's pin)"
-            ),
-            Opt("offline", "cached wheels and git mirrors only", False),
-            Opt("json", "also write the results as JSON to this file ('-': stdout)", to="json_out"),
-            Opt("uses", "list what bench/ uses and exit", False),
-        ),
-    ),
 )
 
 

@@ -25,7 +25,7 @@ import urllib.parse
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from apexkit import cachetrust, contracts, envvars, log, paths, pipconfig, urls, vocab
+from apexkit import cachetrust, envvars, log, paths, pipconfig, untrusted, urls, vocab
 from apexkit.errors import BenchError, ConfigError, EnvironmentSetupError
 from apexkit.plan import matrix
 from apexkit.wheel import venvs
@@ -41,6 +41,8 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 # torch.from_numpy when matplotlib pulls NumPy 2 (Python >= 3.9). Asked of the venv by trying, not by torch version.
 NUMPY_PROBE = paths.PROBES / "numpy_torch.py"
 NUMPY_1 = "numpy<2"
+# dist/<target>/contracts.json: what `nox -s contracts -- --target ID` (tools/contracts.py) wrote
+CONTRACT_FILE = "contracts.json"
 
 
 def find_target(
@@ -567,6 +569,27 @@ def script_help(script: str, prog: str) -> None:
         )
 
 
+def contract_line(folder: Path) -> str:
+    """One line for a validate/bench report: the contract dist/<target>/contracts.json says passed, or why none."""
+    path = folder / CONTRACT_FILE
+    try:
+        data = untrusted.read_json_object(path, None, 8 << 20)
+    except untrusted.Untrusted as exc:
+        missing = isinstance(exc, untrusted.Refused) and exc.kind == "os"
+        # the target id names the folder; anything else (a renamed folder) is not typed into a shell hint
+        tid = folder.name if re.fullmatch(r"py3\.\d+-[A-Za-z0-9._+-]{1,200}", folder.name) else "ID"
+        why = "" if missing else f" ({exc})"
+        return f"contract: not checked{why} -- nox -s contracts -- --target {tid}"
+    npu, ref, ok, when = (data.get(k) for k in ("torch_npu", "apex_ref", "ok", "checked"))
+    if not isinstance(npu, str) or not isinstance(ref, str) or not isinstance(ok, bool):
+        return f"contract: not checked ({CONTRACT_FILE} is not a contracts result)"
+    when = when if isinstance(when, str) else "?"
+    return (
+        f"contract: torch_npu {untrusted.shown(npu)[1:-1]} + apex {untrusted.shown(ref)[1:-1]} "
+        f"{'passed' if ok else 'DRIFTED'} (nox -s contracts, {untrusted.shown(when)[1:-1]})"
+    )
+
+
 def main(script: str, argv: list[str], prog: str) -> int:
     args, rest = parse(argv, prog, script)
     env = dict(os.environ)
@@ -585,9 +608,9 @@ def main(script: str, argv: list[str], prog: str) -> int:
         env["APEXKIT_APEX_WHEEL_SHA256"] = manifest["wheel"][
             "sha256"
         ]  # the bench's environment block records it
-        # which API contract (apexkit contracts) this wheel's torch_npu release and apex ref passed: one line, and
+        # which API contract (nox -s contracts) this wheel's torch_npu release and apex ref passed: one line, and
         # validate's table gets it as a row
-        env["APEXKIT_CONTRACT"] = contracts.contract_line(target_dir)
+        env["APEXKIT_CONTRACT"] = contract_line(target_dir)
         log.info(env["APEXKIT_CONTRACT"])
     reports = Path(args.reports) / label
     if (

@@ -537,7 +537,7 @@ def optimizer_factory(arm: str, device: device_adapter.Device):
     ):  # NVIDIA apex on CUDA (apexkit build --backend cuda): multi-tensor amp_C kernels
         if device.kind != "cuda":
             return None, f"apex.optimizers.FusedAdam runs on CUDA only (device is {device.kind})"
-        try:  # NVIDIA apex's API, not Ascend apex's: imported by name, so `apexkit contracts` (which checks bench/
+        try:  # NVIDIA apex's API, not Ascend apex's: imported by name, so `nox -s contracts` (which checks bench/
             # against Ascend apex trees and torch_npu wheels) does not hold it against them
             import importlib
 

@@ -332,16 +332,16 @@ def check_apex(report: Report) -> bool:
 
 
 def check_contract(report: Report, environ=os.environ) -> None:
-    """Which API contract this wheel passed (`apexkit contracts`): the line apexkit validate passes in, else why
+    """Which API contract this wheel passed (`nox -s contracts`): the line apexkit validate passes in, else why
     there is none. Informational: the contract is checked on the host, not here."""
     line = environ.get("APEXKIT_CONTRACT", "").strip().splitlines()
     text = (
         line[0][:300]
         if line
-        else "contract: not checked (run through apexkit validate, after apexkit contracts --target ID)"
+        else "contract: not checked (run through apexkit validate, after nox -s contracts -- --target ID)"
     )
     status = "ok" if " passed " in text else "skip"
-    report.add("API contract (apexkit contracts)", status, text.split(": ", 1)[-1], required_for=())
+    report.add("API contract (nox -s contracts)", status, text.split(": ", 1)[-1], required_for=())
 
 
 def check_device(report: Report, torch) -> object | None:

@@ -1,4 +1,5 @@
-"""`apexkit contracts` as a user runs it, and validate's apex rows with MindSpeed's stand-ins, a broken apex, no apex.
+"""`nox -s contracts` (tools/contracts.py) as a maintainer runs it, and validate's apex rows with MindSpeed's
+stand-ins, a broken apex, no apex.
 
 - the real torch_npu wheels of every matrix.toml stack (network: the package index; downloaded once per session into
   the session's cache) against the fixture Ascend apex trees generated from the `repos` fixture;
@@ -28,9 +29,11 @@ from apexkit.plan import matrix
 BENCH = ROOT / "bench"
 
 
-def apexkit(*args: str, env: dict[str, str], timeout: float = 600) -> subprocess.CompletedProcess:
+def contracts(*args: str, env: dict[str, str], timeout: float = 600) -> subprocess.CompletedProcess:
+    """`python -m tools.contracts`: what the session runs, with apexkit's one-line errors and exit codes (nox maps
+    every failure to 1)."""
     return subprocess.run(
-        [sys.executable, "-m", "apexkit", "contracts", *args],
+        [sys.executable, "-m", "tools.contracts", *args],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -57,7 +60,7 @@ def test_every_stacks_torch_npu_release_against_the_fixture_refs(repos, wheel_ca
         if release and release not in releases:
             releases.append(release)
     out = tmp_path / "contracts.json"
-    proc = apexkit("--ref", "master", "--json", str(out), env=env)
+    proc = contracts("--ref", "master", "--json", str(out), env=env)
     text = proc.stdout + proc.stderr
     data = json.loads(out.read_text())
     # every stack's release checked, from the real wheel; torch_npu's side holds for each
@@ -87,11 +90,35 @@ def test_every_stacks_torch_npu_release_against_the_fixture_refs(repos, wheel_ca
     assert table[0].split()[-1] == "master"
     assert [row.split()[0] for row in table[1 : 1 + len(releases)]] == releases
     # a second run downloads nothing
-    again = apexkit("--torch-npu", releases[0], "--apex-tree", str(tmp_path), "--offline", env=env)
+    again = contracts(
+        "--torch-npu", releases[0], "--apex-tree", str(tmp_path), "--offline", env=env
+    )
     assert (
         f"torch_npu {releases[0]}: " in again.stderr + again.stdout
         and "(cached)" in again.stderr + again.stdout
     )
+
+
+def test_the_nox_session_lists_what_bench_uses():
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "nox",
+            "-f",
+            str(ROOT / "noxfile.py"),
+            "-s",
+            "contracts",
+            "--",
+            "--uses",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "torch_npu.optim.NpuFusedAdamW  bench/" in proc.stdout, proc.stdout[-2000:]
 
 
 # --- a local index: download once, sha256 checked, cached --------------------------------------------------------
@@ -151,7 +178,7 @@ def test_a_wheel_from_the_index_is_downloaded_once_and_checked_against_its_sha25
     tree = tmp_path / "tree"
     (tree / "apex").mkdir(parents=True)
     try:
-        first = apexkit(
+        first = contracts(
             "--torch-npu",
             "7.7.7",
             "--apex-tree",
@@ -172,7 +199,7 @@ def test_a_wheel_from_the_index_is_downloaded_once_and_checked_against_its_sha25
         assert "drift: torch_npu.optim.NpuFusedAdam in" not in first.stdout
         wheels = [r for r in index.requests if r.startswith("/files/")]
         assert len(wheels) == 1
-        second = apexkit(
+        second = contracts(
             "--torch-npu",
             "7.7.7",
             "--apex-tree",
@@ -195,7 +222,7 @@ def test_a_wheel_that_does_not_match_the_indexs_sha256_is_refused_and_not_kept(t
     index = Index(body, "0" * 64)
     env = _local_env(tmp_path / "cache")
     try:
-        proc = apexkit(
+        proc = contracts(
             "--torch-npu", "7.7.7", "--ref", "master", "--index-url", index.url, env=env, timeout=60
         )
     finally:
@@ -362,11 +389,11 @@ def test_the_whole_validation_with_the_stand_ins_skips_apex_amp_and_is_ready_on_
 
 
 def test_validate_names_the_contract_it_was_checked_against(torch_venv):
-    line = "contract: torch_npu 2.7.1.post2 + apex master passed (apexkit contracts, 2026-12-02T16:40:00Z)"
+    line = "contract: torch_npu 2.7.1.post2 + apex master passed (nox -s contracts, 2026-12-02T16:40:00Z)"
     rows = _apex_rows(torch_venv, "cpu", {"APEXKIT_CONTRACT": line})["rows"]
-    row = rows["API contract (apexkit contracts)"]
+    row = rows["API contract (nox -s contracts)"]
     assert row["status"] == "ok" and row["detail"].startswith(
         "torch_npu 2.7.1.post2 + apex master passed"
     )
-    row = _apex_rows(torch_venv, "cpu")["rows"]["API contract (apexkit contracts)"]
+    row = _apex_rows(torch_venv, "cpu")["rows"]["API contract (nox -s contracts)"]
     assert row["status"] == "skip" and row["detail"].startswith("not checked")

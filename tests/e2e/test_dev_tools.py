@@ -1,5 +1,6 @@
-"""tools/ (the locks, the tests' system tools, the build timing) is not part of an installed apexkit: the noxfile copy
-an installed apexkit carries stops those sessions with one line, not an ImportError traceback."""
+"""tools/ (the locks, the tests' system tools, the build timing, the API contracts, the torch_npu table's refresh) is
+not part of an installed apexkit: the noxfile copy an installed apexkit carries stops those sessions with one line,
+not an ImportError traceback."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ def test_a_dev_session_without_tools_is_one_line(tmp_path):
     (site / "apexkit").symlink_to(ROOT / "apexkit")  # apexkit importable, tools/ not
     shutil.copy(ROOT / "noxfile.py", tmp_path / "noxfile.py")
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(site), "HOME": str(tmp_path)}
-    for session in ("lock", "build-bench"):
+    for session in ("lock", "build-bench", "contracts", "refresh"):
         proc = subprocess.run(
             [sys.executable, "-m", "nox", "-f", str(tmp_path / "noxfile.py"), "-s", session],
             cwd=tmp_path,

@@ -1,6 +1,8 @@
-"""`--refresh`: torch-npu releases from a real package index served on 127.0.0.1 (http.server in a thread), built from
-real wheel metadata (tests/data/torch-npu-metadata/), as PEP 691 JSON, PEP 503 HTML with `.metadata` files, and HTML without them
-(the range-request path). The command runs as a subprocess, as a user runs it."""
+"""`nox -s refresh` (tools/refresh.py): torch-npu releases from a real package index served on 127.0.0.1
+(http.server in a thread), built from real wheel metadata (tests/data/torch-npu-metadata/), as PEP 691 JSON, PEP 503
+HTML with `.metadata` files, and HTML without them (the range-request path). The command runs as a subprocess:
+`python -m tools.refresh`, what the session runs, with apexkit's one-line errors and exit codes (nox maps every
+failure to 1), and once through nox itself."""
 
 from __future__ import annotations
 
@@ -27,8 +29,9 @@ import pytest
 from conftest import ROOT
 
 from apexkit.errors import ConfigError, SourceError
-from apexkit.index import client, refresh
+from apexkit.index import client
 from apexkit.wheel import sources
+from tools import refresh, wheelindex
 
 DATA = conftest.DATA / "torch-npu-metadata"
 # listed on the index but never read: a pre-release and a release older than 2.1
@@ -242,7 +245,7 @@ def clean_env(**extra: str) -> dict[str, str]:
 
 def run_refresh(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "apexkit", "matrix", "--refresh", *args],
+        [sys.executable, "-m", "tools.refresh", *args],
         cwd=ROOT,
         env=env or clean_env(),
         capture_output=True,
@@ -290,6 +293,23 @@ def test_the_difference_against_a_stale_table_is_printed_and_nothing_written(ser
     )
     assert not [p for p, _, _ in served.requests if p.endswith(".whl")]
     assert "no wheel downloaded" in proc.stderr
+
+
+def test_the_nox_session_runs_the_same_refresh(served, tmp_path):
+    matrix = aged_matrix(tmp_path)
+    before = matrix.read_bytes()
+    session = [sys.executable, "-m", "nox", "-f", str(ROOT / "noxfile.py"), "-s", "refresh", "--"]
+    proc = subprocess.run(
+        [*session, "--matrix", str(matrix), "--index-url", f"{served.url}/json/simple"],
+        cwd=ROOT,
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert '~ "2.7.1": torch_npu 2.7.1.post8 -> 2.7.1.post11' in proc.stdout + proc.stderr
+    assert matrix.read_bytes() == before
 
 
 def test_write_keeps_comments_order_and_other_tables_and_a_second_run_changes_nothing(
@@ -582,7 +602,7 @@ def test_a_timeout_that_is_not_a_positive_number_is_one_line(tmp_path, timeout):
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     errors = [line for line in proc.stderr.splitlines() if "error:" in line]
     assert errors == [
-        f"nox -s matrix -- --refresh: error: argument --timeout: {timeout!r} is not a positive number of "
+        f"nox -s refresh --: error: argument --timeout: {timeout!r} is not a positive number of "
         "seconds (e.g. --timeout 20)"
     ], proc.stderr
 
@@ -772,13 +792,13 @@ def test_a_content_range_that_is_not_the_range_asked_is_a_skipped_wheel_after_on
     read of 1e11 bytes (MemoryError); `bytes 500-0/1000` a ValueError traceback."""
     server = hostile[0]
     mark = len(server.seen)
-    wheel = client.WheelFile(
+    wheel = wheelindex.WheelFile(
         HOSTILE_WHEEL, f"{server.url}/{mode}/{HOSTILE_WHEEL}", "2.5.1", "x86_64", False
     )
     session = quick_client(server.url)
-    with pytest.raises(client.NoMetadata, match=r"is bytes .*, not the range asked"):
-        client.read_metadata(session, wheel)
-    assert [r for _, r, _ in server.seen[mark:]] == [f"bytes=-{client.TAIL_BYTES}"]
+    with pytest.raises(wheelindex.NoMetadata, match=r"is bytes .*, not the range asked"):
+        wheelindex.read_metadata(session, wheel)
+    assert [r for _, r, _ in server.seen[mark:]] == [f"bytes=-{wheelindex.TAIL_BYTES}"]
     assert session.received <= 16384
 
 
@@ -790,15 +810,15 @@ def test_a_redirect_to_ftp_is_refused_without_connecting(hostile):
         ftp.listen(1)
         ftp.setblocking(False)
         where = f"127.0.0.1:{ftp.getsockname()[1]}"
-        wheel = client.WheelFile(
+        wheel = wheelindex.WheelFile(
             HOSTILE_WHEEL,
             f"{server.url}/redirect/{where}/{HOSTILE_WHEEL}",
             "2.5.1",
             "x86_64",
             False,
         )
-        with pytest.raises(client.NoMetadata, match=r"HTTP 302 .*not http\(s\)"):
-            client.read_metadata(quick_client(server.url), wheel)
+        with pytest.raises(wheelindex.NoMetadata, match=r"HTTP 302 .*not http\(s\)"):
+            wheelindex.read_metadata(quick_client(server.url), wheel)
         with pytest.raises(BlockingIOError):
             ftp.accept()  # nobody connected
 
@@ -807,12 +827,12 @@ def test_a_redirect_to_ftp_is_refused_without_connecting(hostile):
 def test_a_metadata_file_over_the_cap_is_refused_and_not_read_whole(hostile, mode):
     """M1: a 300 MB .metadata reached 3.6 GB of RSS. Refused by its Content-Length, or after 1 MiB + 1 byte."""
     server = hostile[0]
-    wheel = client.WheelFile(
+    wheel = wheelindex.WheelFile(
         HOSTILE_WHEEL, f"{server.url}/{mode}/{HOSTILE_WHEEL}", "2.5.1", "x86_64", True
     )
     session = quick_client(server.url)
-    with pytest.raises(client.NoMetadata, match=r"\.metadata is larger than 1 MiB"):
-        client.read_metadata(session, wheel)
+    with pytest.raises(wheelindex.NoMetadata, match=r"\.metadata is larger than 1 MiB"):
+        wheelindex.read_metadata(session, wheel)
     assert session.received == 0
 
 
@@ -820,7 +840,7 @@ def test_a_page_over_the_cap_is_one_line(hostile):
     """M1: a 300 MB page was read whole (657 MB). Now the reading stops after 32 MiB + 1 byte."""
     server = hostile[0]
     with pytest.raises(SourceError, match=r"/bigpage/simple/torch-npu/ is larger than 32 MiB"):
-        client.fetch_index(quick_client(server.url), f"{server.url}/bigpage/simple")
+        wheelindex.fetch_index(quick_client(server.url), f"{server.url}/bigpage/simple")
 
 
 def test_a_hostile_page_is_skipped_rows_with_reasons_and_nothing_reaches_the_terminal_raw(

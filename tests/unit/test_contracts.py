@@ -1,5 +1,6 @@
-"""apexkit.contracts on small synthetic torch_npu wheels and apex trees: the uses come from the real bench/ scan, the
-sources are written here (no upstream code), read from a zip without extracting it."""
+"""tools/contracts.py (`nox -s contracts`) on small synthetic torch_npu wheels and apex trees: the uses come from the
+real bench/ scan, the sources are written here (no upstream code), read from a zip without extracting it. The reader
+of its result that validate uses is apexkit.venvrun.contract_line."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from apexkit import contracts
+from apexkit import venvrun
+from tools import contracts
 
 NPU = {
     "torch_npu/__init__.py": (
@@ -236,7 +238,7 @@ def test_unreadable_or_hostile_sources_are_one_line_errors(tmp_path):
 
 
 def test_contract_line_reads_the_result_file_as_untrusted(tmp_path):
-    assert contracts.contract_line(tmp_path).startswith("contract: not checked")
+    assert venvrun.contract_line(tmp_path).startswith("contract: not checked")
     (tmp_path / contracts.RESULT_FILE).write_text(
         json.dumps(
             {
@@ -247,15 +249,15 @@ def test_contract_line_reads_the_result_file_as_untrusted(tmp_path):
             }
         )
     )
-    assert contracts.contract_line(tmp_path) == (
-        "contract: torch_npu 2.7.1.post2 + apex master passed (apexkit contracts, 2026-12-02T16:40:00Z)"
+    assert venvrun.contract_line(tmp_path) == (
+        "contract: torch_npu 2.7.1.post2 + apex master passed (nox -s contracts, 2026-12-02T16:40:00Z)"
     )
     (tmp_path / contracts.RESULT_FILE).write_text(json.dumps({"torch_npu": ["x"], "ok": "yes"}))
-    assert "not a contracts result" in contracts.contract_line(tmp_path)
+    assert "not a contracts result" in venvrun.contract_line(tmp_path)
     (tmp_path / contracts.RESULT_FILE).write_text(
         json.dumps({"torch_npu": "2.7\x1b[31m", "apex_ref": "m", "ok": False})
     )
-    line = contracts.contract_line(tmp_path)
+    line = venvrun.contract_line(tmp_path)
     assert "\x1b" not in line and "DRIFTED" in line
 
 
@@ -284,14 +286,15 @@ def test_a_release_or_target_that_is_not_one_is_refused_before_anything_is_read(
         )
 
 
-def test_contract_hint_names_the_door_in_use_and_the_target(tmp_path, monkeypatch):
+def test_contract_hint_names_the_maintainers_session_and_the_target(tmp_path, monkeypatch):
+    """The check is a maintainers' nox session (tools/ is not installed): the hint names it in every door."""
     folder = tmp_path / "py3.11-torch2.13.0-x86_64-master"
     folder.mkdir()
-    monkeypatch.setitem(contracts.vocab.ENTRY, "name", "invoke")
-    assert contracts.contract_line(folder) == (
-        "contract: not checked -- invoke contracts --target py3.11-torch2.13.0-x86_64-master"
-    )
-    monkeypatch.setitem(contracts.vocab.ENTRY, "name", "apexkit")
+    for door in ("invoke", "apexkit"):
+        monkeypatch.setitem(venvrun.vocab.ENTRY, "name", door)
+        assert venvrun.contract_line(folder) == (
+            "contract: not checked -- nox -s contracts -- --target py3.11-torch2.13.0-x86_64-master"
+        )
     renamed = tmp_path / "my wheel; rm -rf ~"
     renamed.mkdir()
-    assert contracts.contract_line(renamed).endswith("-- apexkit contracts --target ID")
+    assert venvrun.contract_line(renamed).endswith("-- nox -s contracts -- --target ID")

@@ -20,6 +20,8 @@ from pathlib import Path
 
 from conftest import ROOT
 
+from tools import contracts, refresh
+
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 
 
@@ -91,15 +93,17 @@ def session_flags() -> dict:
     found: dict = {name: build for name in sessions() if name.startswith("build-")}
     found["build-bench"] = None
     found["matrix"] = matrix_flags()
+    # the maintainers' tools (tools/, in a checkout) with their own parsers
+    found["contracts"] = _flags(contracts.parser()) | {"--help"}
+    found["refresh"] = _flags(refresh.parser()) | {"--help"}
     return found
 
 
 def matrix_flags() -> frozenset:
-    """matrix's options and, after --refresh, refresh's (index/refresh.py)."""
+    """matrix's options."""
     from apexkit.fleet import matrixrun
-    from apexkit.index import refresh
 
-    return _flags(matrixrun.parser()) | _flags(refresh.parser()) | {"--help"}
+    return _flags(matrixrun.parser()) | {"--help"}
 
 
 @lru_cache(maxsize=None)
@@ -223,7 +227,7 @@ def _words(text: str) -> list:
         words = shlex.split(text)
     except ValueError:
         words = text.split()
-    return [w.strip("[]") for w in words if w.strip("[]")]  # [-- --run | --refresh]: optional parts
+    return [w.strip("[]") for w in words if w.strip("[]")]  # [-- --run | --write]: optional parts
 
 
 # a command where a shell reads one: a line's (span's) start, after && || ; | ( $( and a prompt, sudo/env/time

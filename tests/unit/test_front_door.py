@@ -3,6 +3,7 @@ without a wheel, and messages that name the door the user came in by (apexkit / 
 
 from __future__ import annotations
 
+import argparse
 import json
 import platform
 import sys
@@ -31,21 +32,60 @@ def test_help_lists_every_declared_command_and_every_session_once(capsys):
     assert cli.main(["--help"]) == 0
     out = capsys.readouterr().out
     listed = _help_lines(out)
-    for name in [
-        *commands.NAMES,
-        "matrix",
-        "validate",
-        "bench",
-        "lock",
-        "build-bench",
-        "completion",
-    ]:
+    for name in [*commands.NAMES, "matrix", "validate", "bench", "completion"]:
         assert name in listed, name
     assert len(listed) == len(commands.NAMES) + len(cli.OTHERS)
     for line in listed.values():  # one line each, fitting a terminal
         assert len(line) <= 120 and "invoke --list" not in line, line
         assert line.count("(") == line.count(")"), line
     assert "nox -s" not in out.split("start here:")[0]
+
+
+MAINTAINER_TOOLS = (
+    "contracts",
+    "refresh",
+    "lock",
+    "build-bench",
+)  # nox sessions of a checkout (tools/)
+
+
+def test_the_maintainers_tools_are_not_apexkit_commands(capsys):
+    """Issue 39: what only apexkit's maintainers run (tools/) neither ships nor shows in `apexkit --help` or its
+    completion; typed anyway, it is one line naming its nox session."""
+    assert cli.main(["--help"]) == 0
+    out = capsys.readouterr().out
+    listed = _help_lines(out)
+    for name in MAINTAINER_TOOLS:
+        assert name not in listed and f"apexkit {name}" not in out, name
+        assert name not in commands.NAMES, name
+    sub = next(a for a in cli.full_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    assert not set(MAINTAINER_TOOLS) & set(sub.choices)
+    for name in ("contracts", "lock", "build-bench"):
+        assert cli.main([name]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: unknown command") and f"nox -s {name} in a checkout" in err, (
+            err
+        )
+
+
+def test_nothing_under_apexkit_imports_tools_and_tools_hold_the_moved_modules():
+    """apexkit never imports tools/ (a checkout's, not shipped); the moved maintainers' modules are gone from it."""
+    import ast
+
+    for path in sorted((ROOT / "apexkit").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom) and not node.level
+                else []
+            )
+            assert not [n for n in names if n.split(".")[0] == "tools"], path
+    for gone in ("contracts.py", "index/refresh.py"):
+        assert not (ROOT / "apexkit" / gone).exists(), gone
+    for moved in ("contracts", "refresh", "wheelindex", "pins", "buildbench"):
+        assert (ROOT / "tools" / f"{moved}.py").is_file(), moved
 
 
 def test_bare_apexkit_prints_the_same_help_on_stderr_and_exits_2(capsys):

@@ -252,7 +252,7 @@ def test_the_probe_reads_torchs_cuda_off_version_py_without_importing_it(tmp_pat
         ("apexkit.wheel.nvidiaext:_FLAG", "--cuda_ext"),
         ("apexkit.plan.cudaarch:_ARCH", "9.0"),
         ("apexkit.plan.matrix:_STACK_NAME", "qwen3"),
-        ("apexkit.contracts:NAME_RE", "apex.amp"),
+        ("tools.contracts:NAME_RE", "apex.amp"),
         ("apexkit.urls:_USERINFO", "user"),
     ],
 )

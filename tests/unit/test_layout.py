@@ -41,8 +41,7 @@ SHARED = {
 CONCERNS = {
     "venvrun",
     "up",
-    "contracts",
-}  # concerns that are one module (validate/bench in the wheel's venv; apexkit up; the API contracts of bench/)
+}  # concerns that are one module (validate/bench in the wheel's venv; apexkit up)
 EDGE = {
     "cli",
     "commands",

@@ -16,8 +16,9 @@ import fakes
 import pytest
 
 from apexkit.errors import ConfigError
-from apexkit.index import client, pages, publish
+from apexkit.index import pages, publish
 from apexkit.plan import matrix
+from tools import wheelindex
 
 
 class Grid(html.parser.HTMLParser):
@@ -157,9 +158,10 @@ def test_metadata_files_and_the_simple_pages_attributes(two, tmp_path, monkeypat
         assert ('data-requires-python="&gt;=3.8"' in line) == ("2.13.0" in wheel.name)
         entry = next(f for f in data["files"] if f["filename"] == wheel.name)
         assert entry["metadata"] == {"filename": f"{wheel.name}.metadata", "sha256": digest}
-    # apexkit's own index reader takes the attributes (it reads torch-npu pages; the same parser)
-    monkeypatch.setattr(client, "PROJECT", "apex")
-    read = client.parse_index_page(page.encode(), "text/html", folder.as_uri() + "/", "test")
+    # the maintainers' index reader (tools/wheelindex.py) takes the attributes (it reads torch-npu pages; the same
+    # parser)
+    monkeypatch.setattr(wheelindex, "PROJECT", "apex")
+    read = wheelindex.parse_index_page(page.encode(), "text/html", folder.as_uri() + "/", "test")
     assert sorted(w.filename for w in read) == sorted(w.name for w in wheels)
     for w in read:
         digest = hashlib.sha256((folder / f"{w.filename}.metadata").read_bytes()).hexdigest()

@@ -1,6 +1,6 @@
-"""`--refresh`, in-process: pip's config precedence, real wheel metadata (tests/data/torch-npu-metadata/), the
-plan against matrix.toml, index pages, and the rendering of matrix.toml. The command against a package index
-served on 127.0.0.1 is in tests/e2e/test_refresh.py."""
+"""`nox -s refresh` (tools/refresh.py), in-process: pip's config precedence, real wheel metadata
+(tests/data/torch-npu-metadata/), the plan against matrix.toml, index pages, and the rendering of matrix.toml. The
+command against a package index served on 127.0.0.1 is in tests/e2e/test_refresh.py."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import pytest
 
 from apexkit import pipconfig
 from apexkit.errors import ConfigError
-from apexkit.index import client, refresh
+from apexkit.index import client
+from tools import refresh, wheelindex
 
 DATA = conftest.DATA / "torch-npu-metadata"
 
@@ -55,7 +56,9 @@ def test_metadata_of_the_real_wheels_gives_torch_and_its_local_label():
     meta = {
         p.name.split("-")[1]
         + "/"
-        + ("aarch64" if "aarch64" in p.name else "x86_64"): client.parse_metadata(p.read_bytes())
+        + ("aarch64" if "aarch64" in p.name else "x86_64"): wheelindex.parse_metadata(
+            p.read_bytes()
+        )
         for p in DATA.glob("*.METADATA")
     }
     assert (
@@ -108,7 +111,7 @@ def test_html_page_attributes_and_relative_links():
         b'data-core-metadata="sha256=cd">x</a><a href="torch_npu-2.1.0-cp38-cp38-linux_aarch64.whl" '
         b'data-dist-info-metadata="true" data-yanked="">y</a><a href="torch_npu-2.2.0.tar.gz">z</a></html>'
     )
-    wheels = client.parse_index_page(
+    wheels = wheelindex.parse_index_page(
         page, "text/html", "https://i.example/simple/torch-npu/", "https://i.example/simple"
     )
     assert [(w.url, w.arch, w.metadata, w.yanked) for w in wheels] == [

@@ -1,9 +1,10 @@
-"""`nox -s matrix -- --refresh [--write]`: which torch-npu releases the package index serves and which torch each one
-requires (its Requires-Dist), as a difference against matrix.toml [torch_npu.versions]; `--write` applies it.
+"""`nox -s refresh [-- --write]` (a maintainer's tool, in a checkout): which torch-npu releases the package index
+serves and which torch each one requires (its Requires-Dist), as a difference against matrix.toml
+[torch_npu.versions]; `--write` applies it.
 
 Plan, then do:
 - survey: the torch-npu wheels the index lists (pip's index and extra indexes, or `--index-url`) and the metadata of
-  one wheel per release and arch, never the wheel, through the index client (`apexkit.index.client`);
+  one wheel per release and arch, never the wheel, through the index reader (tools/wheelindex.py);
 - `plan()` (pure) compares the releases with the table; `render()` (pure) rewrites matrix.toml with tomlkit, keeping
   every comment, the order (newest torch first) and every other table byte for byte, and updating the table's
   provenance (`source`, `read`). CANN is not in the wheel metadata: existing CANN lists are never changed, a new row
@@ -12,7 +13,7 @@ Plan, then do:
 Only releases >= 2.1 are read (older torch_npu wheels predate the tables apexkit builds from); pre-releases and
 yanked releases are listed as skipped.
 
-The index is untrusted (see `apexkit.index.client` for the caps and the links followed): a wheel whose metadata
+The index is untrusted (see tools/wheelindex.py for the caps and the links followed): a wheel whose metadata
 cannot be read, or whose METADATA names another project or version, is a skipped wheel with its reason, never a
 traceback; `torch_local` is merged per arch (an arch whose wheel was not read keeps its label); the report escapes
 control characters from the index before they reach the terminal.
@@ -41,6 +42,7 @@ from apexkit import fsedit, log, untrusted
 from apexkit.errors import ApexkitError, ConfigError, EnvironmentSetupError, SourceError
 from apexkit.index import client
 from apexkit.plan import matrix
+from tools import run_main, wheelindex
 
 OLDEST = Version("2.1")
 MAX_RELEASES = 200  # read at most the newest 200 releases (the real index has ~50): a page cannot make it 100,000
@@ -93,10 +95,10 @@ class Survey:
 
 
 def survey(session: client.Client, settings: client.IndexSettings, workers: int = 8) -> Survey:
-    wheels: list[client.WheelFile] = []
+    wheels: list[wheelindex.WheelFile] = []
     indexes: dict[str, str] = {}
     for index in settings.urls:
-        found = client.fetch_index(session, index)
+        found = wheelindex.fetch_index(session, index)
         indexes[client.public_url(index)] = (
             "no torch-npu project" if found is None else f"{len(found)} torch-npu wheels"
         )
@@ -107,7 +109,7 @@ def survey(session: client.Client, settings: client.IndexSettings, workers: int 
             f"empty project page)",
             client.INDEX_HINT,
         )
-    by_version: dict[Version, list[client.WheelFile]] = {}
+    by_version: dict[Version, list[wheelindex.WheelFile]] = {}
     ignored: dict[str, list[str]] = {}
     for wheel in wheels:
         try:
@@ -116,7 +118,7 @@ def survey(session: client.Client, settings: client.IndexSettings, workers: int 
             ignored.setdefault("not a PEP 440 version", []).append(wheel.version)
             continue
         by_version.setdefault(version, []).append(wheel)
-    chosen: dict[Version, list[client.WheelFile]] = {}
+    chosen: dict[Version, list[wheelindex.WheelFile]] = {}
     for version, files in sorted(by_version.items(), reverse=True):
         live = [f for f in files if not f.yanked]
         reason = (
@@ -134,13 +136,13 @@ def survey(session: client.Client, settings: client.IndexSettings, workers: int 
             ignored.setdefault(reason, []).append(str(version))
             continue
         # one wheel per arch (the first index that has one wins, as in pip)
-        per_arch: dict[str, client.WheelFile] = {}
+        per_arch: dict[str, wheelindex.WheelFile] = {}
         order = sorted(
             live, key=lambda w: (bool(w.refused), settings.urls.index(w.index), w.filename)
         )
         for wheel in order:  # a wheel whose link is followed first
             per_arch.setdefault(wheel.arch, wheel)
-        chosen[version] = [per_arch[a] for a in (*client.ARCHES, "other") if a in per_arch][:2]
+        chosen[version] = [per_arch[a] for a in (*wheelindex.ARCHES, "other") if a in per_arch][:2]
     jobs = [(version, wheel) for version, files in chosen.items() for wheel in files]
     with ThreadPoolExecutor(max_workers=workers) as pool:
         results = list(pool.map(lambda job: _read_one(session, job[1]), jobs))
@@ -176,13 +178,15 @@ def survey(session: client.Client, settings: client.IndexSettings, workers: int 
     return Survey(list(releases.values()), ignored, indexes)
 
 
-def _read_one(session: client.Client, wheel: client.WheelFile) -> tuple[client.Metadata, str] | str:
+def _read_one(
+    session: client.Client, wheel: wheelindex.WheelFile
+) -> tuple[wheelindex.Metadata, str] | str:
     """The metadata of `wheel` and how it was read, or why it was not: whatever the index answers (a refused link, a
     cap, a lying Content-Range, an unreachable host a page chose, an answer nested too deep) is a reason."""
     try:
-        data, how = client.read_metadata(session, wheel)
-        meta = client.parse_metadata(data)
-    except client.NoMetadata as exc:
+        data, how = wheelindex.read_metadata(session, wheel)
+        meta = wheelindex.parse_metadata(data)
+    except wheelindex.NoMetadata as exc:
         return str(exc)
     except ApexkitError as exc:  # an unreachable host or a URL urllib refuses: this wheel only
         return exc.cause
@@ -202,7 +206,7 @@ def _read_one(session: client.Client, wheel: client.WheelFile) -> tuple[client.M
     ) as exc:
         reason = client.failure_reason(exc, session.settings.timeout)[:160]
         return f"unreadable ({type(exc).__name__}: {reason})"
-    return client.mismatch(meta, wheel) or (meta, how)
+    return wheelindex.mismatch(meta, wheel) or (meta, how)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -446,11 +450,10 @@ def render(
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="nox -s matrix -- --refresh",
+        prog="nox -s refresh --",
         description="compare matrix.toml [torch_npu.versions] with the torch-npu releases "
         "on the package index (through pip's index, proxy and CA bundle)",
     )
-    p.add_argument("--refresh", action="store_true", help=argparse.SUPPRESS)
     p.add_argument(
         "--write",
         action="store_true",
@@ -617,3 +620,8 @@ def report(result: Survey, changes: Sequence[RowChange], path: Path) -> str:
     lines.append(f"{path} [torch_npu.versions] against the index:")
     lines += [describe(c) for c in changes]
     return "\n".join(log.sanitise(line) for line in lines)
+
+
+# `python -m tools.X ARGS` in a checkout: what its nox session runs, with apexkit's exit codes
+if __name__ == "__main__":  # pragma: no cover
+    run_main(main)

@@ -1,5 +1,5 @@
-"""`apexkit contracts`: every name and keyword bench/ uses from torch_npu and apex, checked against the real
-torch_npu wheels and Ascend apex trees, without importing them (no CANN, no NPU).
+"""`nox -s contracts` (a maintainer's tool, in a checkout): every name and keyword bench/ uses from torch_npu and
+apex, checked against the real torch_npu wheels and Ascend apex trees, without importing them (no CANN, no NPU).
 
 - The uses: bench/*.py scanned with `ast` for attribute chains rooted at `torch_npu`, `torch.npu` and `apex`
   (imports, `from x import y as z`, aliases such as `npu = torch.npu` or `self.backend = torch.npu`,
@@ -31,7 +31,6 @@ import json
 import os
 import re
 import shutil
-import sys
 import tempfile
 import urllib.error
 import zipfile
@@ -39,11 +38,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from apexkit import fsedit, log, paths, untrusted, vocab
+from apexkit import fsedit, log, paths, untrusted, venvrun, vocab
 from apexkit.errors import ConfigError, SourceError
+from tools import run_main, wheelindex
 
 BENCH = paths.BENCH  # the checkout's bench/, or the installed copy (apexkit/_data)
-RESULT_FILE = "contracts.json"  # next to dist/<target>/manifest.json
+RESULT_FILE = venvrun.CONTRACT_FILE  # next to dist/<target>/manifest.json; validate reads it
 SCHEMA = 1
 
 ROOTS = ("torch_npu", "apex", "torch.npu")
@@ -992,13 +992,13 @@ def fetch_wheel(
     if offline:
         raise SourceError(
             f"torch_npu {release} is not in the contracts cache ({folder}) and --offline was given",
-            "run apexkit contracts once with the index reachable",
+            "run nox -s contracts once with the index reachable",
         )
     settings = client.resolve_settings(index_url, env)
     session = client.Client(settings)
     wheel = None
     for index in settings.urls:
-        listed = client.fetch_index(session, index)
+        listed = wheelindex.fetch_index(session, index)
         wheel = _pick(listed or [], release)
         if wheel is not None:
             break
@@ -1160,7 +1160,7 @@ def render_table(releases: Mapping[str, dict], refs: Mapping[str, dict]) -> str:
     return "\n".join(lines)
 
 
-def parser(prog: str = "apexkit contracts") -> argparse.ArgumentParser:
+def parser(prog: str = "nox -s contracts --") -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog=prog,
         description="Check every name and keyword bench/ uses from torch_npu and apex against real torch_npu "
@@ -1221,36 +1221,6 @@ def _target_facts(dist: Path, target: str) -> tuple[Path, dict]:
             f"build it first ({vocab.build()}) or pass --dist",
         ) from None
     return folder, data
-
-
-def command(
-    torch_npu: Sequence[str] | None = None,
-    wheel: Sequence[str] | None = None,
-    ref: Sequence[str] | None = None,
-    apex_tree: Sequence[str] | None = None,
-    target: str | None = None,
-    dist: str | None = None,
-    index_url: str | None = None,
-    nvidia_commit: str | None = None,
-    offline: bool = False,
-    json_out: str | None = None,
-    uses: bool = False,
-) -> int:
-    """`apexkit contracts` / `invoke contracts` (apexkit.commands declares the options)."""
-    args = argparse.Namespace(
-        torch_npu=list(torch_npu or []) or None,
-        wheel=[Path(w) for w in wheel or []] or None,
-        ref=list(ref or []) or None,
-        apex_tree=[Path(t) for t in apex_tree or []] or None,
-        target=target,
-        dist=Path(dist) if dist else None,
-        index_url=index_url,
-        nvidia_commit=nvidia_commit,
-        offline=offline,
-        json=json_out,
-        uses=uses,
-    )
-    return run(args, os.environ)
 
 
 def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> int:
@@ -1402,40 +1372,6 @@ def _check_dir(uses: Sequence[Use], root: Path, label: str, lines: list[str]) ->
     return _summary(findings)
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# What validate / bench say
-# ---------------------------------------------------------------------------------------------------------------
-
-
-def contract_line(folder: Path) -> str:
-    """One line for a validate/bench report: the contract dist/<target>/contracts.json says passed, or why none."""
-    path = folder / RESULT_FILE
-    try:
-        data = untrusted.read_json_object(path, None, 8 << 20)
-    except untrusted.Untrusted as exc:
-        missing = isinstance(exc, untrusted.Refused) and exc.kind == "os"
-        # the target id names the folder; anything else (a renamed folder) is not typed into a shell hint
-        tid = folder.name if re.fullmatch(r"py3\.\d+-[A-Za-z0-9._+-]{1,200}", folder.name) else "ID"
-        return (
-            "contract: not checked"
-            + ("" if missing else f" ({exc})")
-            + " -- "
-            + vocab.command("contracts", f"--target {tid}")
-        )
-    npu, ref, ok, when = (
-        data.get("torch_npu"),
-        data.get("apex_ref"),
-        data.get("ok"),
-        data.get("checked"),
-    )
-    if not isinstance(npu, str) or not isinstance(ref, str) or not isinstance(ok, bool):
-        return f"contract: not checked ({RESULT_FILE} is not a contracts result)"
-    when = when if isinstance(when, str) else "?"
-    return (
-        f"contract: torch_npu {untrusted.shown(npu)[1:-1]} + apex {untrusted.shown(ref)[1:-1]} "
-        f"{'passed' if ok else 'DRIFTED'} (apexkit contracts, {untrusted.shown(when)[1:-1]})"
-    )
-
-
+# `python -m tools.X ARGS` in a checkout: what its nox session runs, with apexkit's exit codes
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    run_main(main)
