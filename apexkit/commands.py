@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    import argparse
     from collections.abc import Mapping
 
     from apexkit.wheel.cache import RemoteLookup
@@ -772,29 +773,34 @@ def parser(command: Command, prog: str):
     return p
 
 
+def _given(command: Command, p: argparse.ArgumentParser, argv: list[str]) -> dict:
+    """The parsed options of `command`, each REQUIRED one given as a --flag or as a positional word."""
+    given = vars(p.parse_args(argv))
+    required = [o for o in command.options if o.default is REQUIRED]
+    # argparse fills the positionals first to last; the ones given as --flag take none of them
+    words = [w for w in (given.pop(f"_{o.name}", None) for o in required) if w is not None]
+    free = [o for o in required if given.get(o.name) is None]
+    if len(words) > len(free):
+        named = ", ".join(o.flag for o in required if o not in free)
+        p.error(
+            f"{len(words)} positional argument(s) for {len(free)} place(s) "
+            f"({' '.join(o.name.upper() for o in free) or 'none'}; {named} given as an option)"
+        )
+    for opt, word in zip(free, words):
+        given[opt.name] = word
+    for opt in required:
+        if given.get(opt.name) is None:
+            p.error(f"{opt.name.upper()} is required (or {opt.flag} VALUE)")
+    return given
+
+
 def main(name: str, argv: list[str], prog: str) -> int:
     """`apexkit <name> [options]`: the declared command, parsed by argparse; errors as the CLI's (apexkit.cli)."""
     from apexkit.exits import exit_code, record_status
 
     command = next(c for c in COMMANDS if c.name == name)
-    p = parser(command, prog)
     try:
-        given = vars(p.parse_args(argv))
-        required = [o for o in command.options if o.default is REQUIRED]
-        # argparse fills the positionals first to last; the ones given as --flag take none of them
-        words = [w for w in (given.pop(f"_{o.name}", None) for o in required) if w is not None]
-        free = [o for o in required if given.get(o.name) is None]
-        if len(words) > len(free):
-            named = ", ".join(o.flag for o in required if o not in free)
-            p.error(
-                f"{len(words)} positional argument(s) for {len(free)} place(s) "
-                f"({' '.join(o.name.upper() for o in free) or 'none'}; {named} given as an option)"
-            )
-        for opt, word in zip(free, words):
-            given[opt.name] = word
-        for opt in required:
-            if given.get(opt.name) is None:
-                p.error(f"{opt.name.upper()} is required (or {opt.flag} VALUE)")
+        given = _given(command, parser(command, prog), argv)
     except (
         SystemExit
     ) as exc:  # argparse: --help (0) or a usage error (2), recorded like any other exit
