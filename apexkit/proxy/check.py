@@ -319,23 +319,8 @@ def check_container(
         )
     parts = urlsplit(index_url)
     target = f"{parts.hostname}:{parts.port or 443}"
-    try:
-        output = run_container_probe(client, chosen, target)
-    except Exception as exc:  # ContainerError (probe exit != 0) carries the output in stderr
-        output = (getattr(exc, "stderr", None) or b"").decode("utf-8", "replace") or str(
-            exc
-        ).splitlines()[0]
-    env_lines = [line[4:] for line in output.splitlines() if line.startswith("env ")]
-    result = next(
-        (line[7:] for line in output.splitlines() if line.startswith("result ")),
-        log.mask(output.strip())[:200],
-    )
-    names = sorted({line.split("=", 1)[0] for line in env_lines})
-    effective = f"container has {', '.join(names)}" if names else "container has no proxy variables"
+    names, seen, result = _read_probe(_probe_output(client, chosen, target))
     want = host_port(_proxy_for_requests(settings)) if settings else ""
-    seen = next(
-        (line.split("=", 1)[1] for line in env_lines if line.lower().startswith("https_proxy=")), ""
-    )
     ok = bool(re.match(r"HTTP/1\.[01] 200", result)) and (not want or host_port(seen) == want)
     hint = ""
     if not names:
@@ -345,11 +330,33 @@ def check_container(
     return layer_row(
         "container",
         configured,
-        effective,
+        f"container has {', '.join(names)}" if names else "container has no proxy variables",
         log.mask(f"CONNECT {target} from {chosen}: {result}"),
         "ok" if ok else "fail",
         hint,
     )
+
+
+def _probe_output(client, image: str, target: str) -> str:
+    try:
+        return run_container_probe(client, image, target)
+    except Exception as exc:  # ContainerError (probe exit != 0) carries the output in stderr
+        return (getattr(exc, "stderr", None) or b"").decode("utf-8", "replace") or str(
+            exc
+        ).splitlines()[0]
+
+
+def _read_probe(output: str) -> tuple[list[str], str, str]:
+    """What the container probe printed: its proxy variables' names, its https_proxy, the CONNECT result."""
+    lines = output.splitlines()
+    env_lines = [line[4:] for line in lines if line.startswith("env ")]
+    result = next(
+        (line[7:] for line in lines if line.startswith("result ")), log.mask(output.strip())[:200]
+    )
+    seen = next(
+        (line.split("=", 1)[1] for line in env_lines if line.lower().startswith("https_proxy=")), ""
+    )
+    return sorted({line.split("=", 1)[0] for line in env_lines}), seen, result
 
 
 def check(
