@@ -620,22 +620,17 @@ def scan_scripts(
 
 
 def _skip_notes(skipped: dict[str, list[str]], unlistable: list[str], limits: dict) -> list[str]:
-    """One note per kind of file the scan left out, in a fixed order."""
-    notes = []
-    if skipped["too_big"]:
-        notes.append(
-            f"skipped {len(skipped['too_big'])} file(s) over {limits['max_file_bytes']} bytes"
-        )
-    if skipped["special"]:
-        notes.append(
-            f"skipped {len(skipped['special'])} file(s) that are not regular files (FIFO, device, socket): "
-            f"{_first(skipped['special'])}"
-        )
-    if skipped["binary"]:
-        notes.append(
-            f"skipped {len(skipped['binary'])} binary file(s) (a NUL byte in the first {BINARY_SNIFF} bytes): "
-            f"{_first(skipped['binary'])}"
-        )
+    """One note per kind of file the scan left out, in a fixed order; the odd ones named."""
+    kinds = (
+        ("too_big", f"file(s) over {limits['max_file_bytes']} bytes", False),
+        ("special", "file(s) that are not regular files (FIFO, device, socket)", True),
+        ("binary", f"binary file(s) (a NUL byte in the first {BINARY_SNIFF} bytes)", True),
+    )
+    notes = [
+        f"skipped {len(skipped[kind])} {what}" + (f": {_first(skipped[kind])}" if named else "")
+        for kind, what, named in kinds
+        if skipped[kind]
+    ]
     if unlistable:
         notes.append(f"could not list {len(unlistable)} directory(ies): {_first(unlistable)}")
     return notes

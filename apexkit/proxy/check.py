@@ -26,6 +26,7 @@ from apexkit import checks, dockerclient, log, netenv, vocab
 from apexkit.proxy.layers import Paths, ProxySettings, host_port, read_state, systemd_running
 
 DEFAULT_INDEX = "https://pypi.org/simple/"
+NO_DAEMON = "start dockerd (or set DOCKER_HOST) and run the check again"
 
 # Runs inside the probe container with nothing but bash and coreutils: print the proxy variables (passwords
 # masked), then ask the proxy from https_proxy (or http_proxy; lower case first, as netenv.proxy) for a CONNECT
@@ -208,53 +209,25 @@ def check_daemon(paths: Paths, settings: ProxySettings | None, client, why: str)
         ", ".join(state.files) if state.configured else "no drop-in and no daemon.json proxies"
     )
     want = host_port(_proxy_for_requests(settings)) if settings else ""
-    parts = []
     systemd_env = _systemd_environment()
-    if systemd_env is not None:
-        parts.append(f"systemctl: {log.mask(systemd_env) or 'Environment='}")
+    systemd = "" if systemd_env is None else f"systemctl: {log.mask(systemd_env) or 'Environment='}"
     if client is None:
-        return layer_row(
-            "daemon",
-            configured,
-            "; ".join(parts) or "-",
-            why,
-            "skip",
-            "start dockerd (or set DOCKER_HOST) and run the check again",
-        )
+        return layer_row("daemon", configured, systemd or "-", why, "skip", NO_DAEMON)
     info = client.info()
-    https, http, no_proxy = (
-        info.get("HttpsProxy") or "",
-        info.get("HttpProxy") or "",
-        info.get("NoProxy") or "",
+    https, http, no_proxy = (info.get(k) or "" for k in ("HttpsProxy", "HttpProxy", "NoProxy"))
+    probe = log.mask(
+        f"docker info: HTTPS Proxy {https or '-'}, HTTP Proxy {http or '-'}, No Proxy {no_proxy or '-'}"
     )
-    probe = f"docker info: HTTPS Proxy {https or '-'}, HTTP Proxy {http or '-'}, No Proxy {no_proxy or '-'}"
-    have = host_port(https or http)
     if not want:
-        return layer_row(
-            "daemon",
-            configured,
-            "; ".join(parts) or "-",
-            log.mask(probe),
-            "skip",
-            "no proxy configured",
-        )
-    if have == want:
-        return layer_row(
-            "daemon", configured, "; ".join(parts) or "daemon uses it", log.mask(probe), "ok"
-        )
+        return layer_row("daemon", configured, systemd or "-", probe, "skip", "no proxy configured")
+    if host_port(https or http) == want:
+        return layer_row("daemon", configured, systemd or "daemon uses it", probe, "ok")
     hint = (
         "restart the daemon so it reads the drop-ins: sudo systemctl daemon-reload && sudo systemctl restart docker"
         if state.configured
         else f"{vocab.command('proxy.setup')} (the daemon never sees the shell's variables)"
     )
-    return layer_row(
-        "daemon",
-        configured,
-        "; ".join(parts) or "daemon does not use it",
-        log.mask(probe),
-        "fail",
-        hint,
-    )
+    return layer_row("daemon", configured, systemd or "daemon does not use it", probe, "fail", hint)
 
 
 def _probe_image(client, image: str | None) -> str | None:
@@ -299,14 +272,7 @@ def check_container(
         else f"no proxies in {paths.docker_config}"
     )
     if client is None:
-        return layer_row(
-            "container",
-            configured,
-            "-",
-            why,
-            "skip",
-            "start dockerd (or set DOCKER_HOST) and run the check again",
-        )
+        return layer_row("container", configured, "-", why, "skip", NO_DAEMON)
     chosen = _probe_image(client, image)
     if chosen is None:
         return layer_row(
