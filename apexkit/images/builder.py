@@ -436,13 +436,17 @@ def _image_pip_index(
     pip_index: str | None, settings: layers.ProxySettings | None, cfg, environ: Mapping[str, str]
 ) -> str:
     """--pip-index, else proxy.setup's, else PIP_INDEX_URL / index_url of the config files; checked, login-free."""
-    if pip_index:
-        index, index_from = pip_index, "--pip-index"
-    elif settings and settings.pip_index:
-        index, index_from = settings.pip_index, "the pip index of proxy.setup"
-    else:
-        configured = cfg.get("index_url", environ)  # PIP_INDEX_URL, else the config files'
-        index, index_from = str(configured.value), configured.origin
+    index_from = (
+        "--pip-index"
+        if pip_index
+        else "the pip index of proxy.setup"
+        if settings and settings.pip_index
+        else cfg.get("index_url", environ).origin
+    )
+    # PIP_INDEX_URL, else index_url of the config files
+    index = (
+        pip_index or (settings and settings.pip_index) or str(cfg.get("index_url", environ).value)
+    )
     if index:  # the one URL validator; then no userinfo of any form (user:pw@, :pw@, TOKEN@): `docker history` keeps it
         urls.index_url(index, index_from)
         _no_login_in_history(
