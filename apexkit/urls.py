@@ -101,6 +101,21 @@ def split(
     if "://" not in raw and default_scheme:
         raw = f"{default_scheme}://{raw}"
     where = f"{what} {shown(raw)}"
+    rest = raw[_scheme_end(raw, where, schemes, example, noun) :]
+    try:
+        parts = urlsplit(raw)
+    except ValueError:  # an unbalanced '[' of an IPv6 address
+        raise ConfigError(
+            f"{where}: the host is not a valid host name or [IPv6] address",
+            f"write it as {example}",
+        ) from None
+    _check_userinfo(rest, parts.netloc, where)
+    _check_host_port(parts, where, example)
+    return parts, where
+
+
+def _scheme_end(raw: str, where: str, schemes: tuple[str, ...], example: str, noun: str) -> int:
+    """Where the scheme and its '://' end; a missing or unaccepted scheme is refused."""
     scheme_match = _SCHEME.match(raw)
     if not scheme_match:
         raise ConfigError(f"{where}: no scheme", f"write it as {example}")
@@ -110,21 +125,18 @@ def split(
             f"{where}: scheme {scheme!r} is not {noun or 'an accepted'} scheme here",
             f"use one of {', '.join(s + '://' for s in schemes)}",
         )
-    try:
-        parts = urlsplit(raw)
-    except ValueError:  # an unbalanced '[' of an IPv6 address
-        raise ConfigError(
-            f"{where}: the host is not a valid host name or [IPv6] address",
-            f"write it as {example}",
-        ) from None
-    netloc = parts.netloc
-    if "@" in raw[scheme_match.end() :] and "@" not in netloc:
+    return scheme_match.end()
+
+
+def _check_userinfo(rest: str, netloc: str, where: str) -> None:
+    """One '@' at most, inside the authority, before characters a user name or password may hold."""
+    if "@" in rest and "@" not in netloc:
         raise ConfigError(
             f"{where}: a '/', '?' or '#' before the '@' ends the host part early "
             "(a password holding them must be encoded)",
             ENCODE_HINT,
         )
-    userinfo, _, hostport = netloc.rpartition("@")
+    userinfo = netloc.rpartition("@")[0]
     if "@" in userinfo:
         raise ConfigError(
             f"{where}: more than one '@' (a password holding '@' must be encoded)", ENCODE_HINT
@@ -134,13 +146,18 @@ def split(
             f"{where}: the user name or password holds a character a URL does not allow there",
             ENCODE_HINT,
         )
+
+
+def _check_host_port(parts: SplitResult, where: str, example: str) -> None:
+    """A valid host name or IP address, and a port that is a number in 1-65535 when one is written."""
+    out_of_range = ConfigError(
+        f"{where}: the port is out of range (1-65535)", f"write it as {example}"
+    )
     try:
         port = parts.port
     except ValueError as exc:
         if "out of range" in str(exc):
-            raise ConfigError(
-                f"{where}: the port is out of range (1-65535)", f"write it as {example}"
-            ) from None
+            raise out_of_range from None
         raise ConfigError(
             f"{where}: the port is not a number (a password holding '/', '#', '?' or '@' must be encoded)",
             ENCODE_HINT,
@@ -152,9 +169,9 @@ def split(
         raise ConfigError(
             f"{where}: the host is not a valid host name or IP address", "check for typos"
         )
+    hostport = parts.netloc.rpartition("@")[2]
     if port == 0 or (port is None and re.search(r":\d*$", hostport) and not hostport.endswith("]")):
-        raise ConfigError(f"{where}: the port is out of range (1-65535)", f"write it as {example}")
-    return parts, where
+        raise out_of_range
 
 
 def _base(parts: SplitResult, userinfo: bool = True) -> str:
@@ -162,6 +179,17 @@ def _base(parts: SplitResult, userinfo: bool = True) -> str:
     info = parts.netloc.rpartition("@")[0] if userinfo else ""
     port = f":{parts.port}" if parts.port is not None else ""
     return f"{parts.scheme.lower()}://{info + '@' if info else ''}{_host_text(parts.hostname or '')}{port}"
+
+
+def _host_only(parts: SplitResult, value: str, cause: str, hint: str) -> None:
+    """Refuse a path, a query or a fragment (an empty '?' or '#' too): the URL names a host and port only."""
+    if (
+        parts.path not in ("", "/")
+        or parts.query
+        or parts.fragment
+        or value.strip().endswith(("?", "#"))
+    ):
+        raise ConfigError(cause, hint)
 
 
 def proxy_url(value: str, what: str, schemes: tuple[str, ...]) -> str:
@@ -173,16 +201,12 @@ def proxy_url(value: str, what: str, schemes: tuple[str, ...]) -> str:
         raise ConfigError(
             f"{where}: no port", f"add the proxy's port, e.g. {_base(parts, userinfo=False)}:3128"
         )
-    if (
-        parts.path not in ("", "/")
-        or parts.query
-        or parts.fragment
-        or value.strip().endswith(("?", "#"))
-    ):
-        raise ConfigError(
-            f"{where}: a proxy URL has no path, query or fragment",
-            f"use {_base(parts, userinfo=False)}; {ENCODE_HINT}",
-        )
+    _host_only(
+        parts,
+        value,
+        f"{where}: a proxy URL has no path, query or fragment",
+        f"use {_base(parts, userinfo=False)}; {ENCODE_HINT}",
+    )
     return _base(parts)
 
 
@@ -211,16 +235,12 @@ def registry_mirror(value: str, what: str) -> str:
             f"{where}: a registry mirror takes no user name, password or token (dockerd refuses it)",
             "put registry credentials in `docker login`, not in the mirror URL",
         )
-    if (
-        parts.path not in ("", "/")
-        or parts.query
-        or parts.fragment
-        or value.strip().endswith(("?", "#"))
-    ):
-        raise ConfigError(
-            f"{where}: a registry mirror has no path, ?query or #fragment (dockerd refuses it)",
-            f"use {_base(parts)}",
-        )
+    _host_only(
+        parts,
+        value,
+        f"{where}: a registry mirror has no path, ?query or #fragment (dockerd refuses it)",
+        f"use {_base(parts)}",
+    )
     return _base(parts)
 
 

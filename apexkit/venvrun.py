@@ -287,57 +287,23 @@ def merge_sources(
     APEXKIT_TORCH_INDEX_URL or in pip's configuration (`pip_config`, read only then); without one it is used
     without credentials (pip's own config or ~/.netrc may still log in), saying so."""
     notes: list[str] = []
-    from apexkit import config
-
-    torch_value = config.load(env).get("torch_index_url", env)  # the variable, else a config file
-    torch_env = torch_value.text or None
-    if torch_env:
-        torch_env = urls.index_url(torch_env, torch_value.where or "APEXKIT_TORCH_INDEX_URL")
+    torch_env = _configured_torch_index(env)
     asked_online = bool(given.index_url or given.extra_index_urls or given.torch_index_url)
     offline = given.offline or (recorded.offline and not asked_online)
     if recorded.offline and not offline:
         notes.append("the build was --offline; an index URL given now makes this run venv online")
-    houses = given.wheelhouses
-    if not houses:
-        kept = []
-        for w in recorded.wheelhouses:
-            if _is_directory(w):
-                kept.append(w)
-            else:
-                notes.append(
-                    f"the build's wheelhouse {w} is not a directory here: left out "
-                    "(pass --wheelhouse DIR for another)"
-                )
-        houses = tuple(kept)
+    houses = given.wheelhouses or _present_wheelhouses(recorded.wheelhouses, notes)
     index_url = given.index_url or recorded.index_url
     extras = given.extra_index_urls or recorded.extra_index_urls
     torch_url = given.torch_index_url or torch_env or recorded.torch_index_url
     if not offline:  # offline, pip reads no index: nothing to log in to
-        now = [given.index_url, *given.extra_index_urls, given.torch_index_url, torch_env]
-        configured: list[str | None] | None = None
-
-        def usable(url: str | None) -> str | None:
-            nonlocal configured
-            if url is None or not is_masked(url):
-                return url
-            found = with_credentials_of(url, _credentialed(now))
-            if not found:
-                if configured is None:  # pip's configuration, read once and only when needed
-                    config = pipconfig.PipConfig(pip_config())
-                    configured = [config.get("index-url"), *config.get_list("extra-index-url")]
-                found = with_credentials_of(url, _credentialed(configured))
-            if found:
-                return found
-            bare = without_credentials(url)
-            notes.append(
-                f"the build's index {url} was recorded with its password masked: using {bare} without it (pip's "
-                "own config or ~/.netrc may log in); to log in, pass the URL again (--index-url, "
-                "--extra-index-url or --torch-index-url)"
-            )
-            return bare
-
-        index_url, torch_url = usable(index_url), usable(torch_url)
-        extras = tuple(u for u in (usable(x) for x in extras) if u)
+        now = _credentialed(
+            [given.index_url, *given.extra_index_urls, given.torch_index_url, torch_env]
+        )
+        configured = _pip_logins(pip_config)
+        index_url = _unmasked(index_url, now, configured, notes)
+        torch_url = _unmasked(torch_url, now, configured, notes)
+        extras = tuple(u for u in (_unmasked(x, now, configured, notes) for x in extras) if u)
     return (
         venvs.IndexOptions(
             index_url=index_url,
@@ -348,6 +314,62 @@ def merge_sources(
         ),
         notes,
     )
+
+
+def _configured_torch_index(env: Mapping[str, str]) -> str | None:
+    """APEXKIT_TORCH_INDEX_URL, else torch_index_url of a config file, checked; None when neither is set."""
+    from apexkit import config
+
+    torch_value = config.load(env).get("torch_index_url", env)
+    if not torch_value.text:
+        return None
+    return urls.index_url(torch_value.text, torch_value.where or "APEXKIT_TORCH_INDEX_URL")
+
+
+def _present_wheelhouses(recorded: tuple[Path, ...], notes: list[str]) -> tuple[Path, ...]:
+    """The recorded wheelhouses that are directories here; a line for each one left out."""
+    kept = tuple(w for w in recorded if _is_directory(w))
+    notes += [
+        f"the build's wheelhouse {w} is not a directory here: left out "
+        "(pass --wheelhouse DIR for another)"
+        for w in recorded
+        if w not in kept
+    ]
+    return kept
+
+
+def _pip_logins(pip_config: Callable[[], Mapping[str, str]]) -> Callable[[], list[str]]:
+    """The index URLs of pip's configuration that carry a login, read once and only when first asked."""
+    read: list[list[str]] = []
+
+    def configured() -> list[str]:
+        if not read:
+            config = pipconfig.PipConfig(pip_config())
+            read.append(
+                _credentialed([config.get("index-url"), *config.get_list("extra-index-url")])
+            )
+        return read[0]
+
+    return configured
+
+
+def _unmasked(
+    url: str | None, now: list[str], configured: Callable[[], list[str]], notes: list[str]
+) -> str | None:
+    """A recorded URL whose password was masked, with the login of a URL given now, else of pip's configuration;
+    else without credentials, saying so."""
+    if url is None or not is_masked(url):
+        return url
+    found = with_credentials_of(url, now) or with_credentials_of(url, configured())
+    if found:
+        return found
+    bare = without_credentials(url)
+    notes.append(
+        f"the build's index {url} was recorded with its password masked: using {bare} without it (pip's "
+        "own config or ~/.netrc may log in); to log in, pass the URL again (--index-url, "
+        "--extra-index-url or --torch-index-url)"
+    )
+    return bare
 
 
 def resolve_sources(

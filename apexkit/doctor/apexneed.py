@@ -325,6 +325,24 @@ class Sighting:
     how: str  # " (from DIR)" / " (checkout DIR)"
 
 
+def _release_candidates(
+    table: dict, version: str, checkout: Path | None, paired: str | None
+) -> tuple[list[str], str]:
+    """The releases `version` may be, narrowed by the checkout's git ref, then by the paired project; how it was told."""
+    candidates = list(table.get("releases", {}).get(version, []))
+    if not candidates and table["version_is"] == "release" and _version(version) is not None:
+        candidates = [version]
+    if checkout is not None and len(candidates) != 1 and table.get("ref_release"):
+        pattern = re.compile(table["ref_release"])
+        for ref in git_refs(checkout):
+            m = pattern.match(ref)
+            if m and (not candidates or m.group(1) in candidates):
+                return [m.group(1)], f" (git {ref})"
+    if paired is not None and len(candidates) > 1 and paired in candidates:
+        return [paired], f" (paired with {table['paired_with']} {paired})"
+    return candidates, ""
+
+
 def stack_evidence(
     key: str, version: str, checkout: Path | None, facts: Facts, how: str, paired: str | None = None
 ) -> Evidence:
@@ -335,19 +353,7 @@ def stack_evidence(
     upgrade = table.get("upgrade") or f"{project} >= {first}"
     source = f"{table['cite']} (read {table['read']})"
     name = table["name"]
-    candidates = list(table.get("releases", {}).get(version, []))
-    if not candidates and table["version_is"] == "release" and _version(version) is not None:
-        candidates = [version]
-    via = ""
-    if checkout is not None and len(candidates) != 1 and table.get("ref_release"):
-        pattern = re.compile(table["ref_release"])
-        for ref in git_refs(checkout):
-            m = pattern.match(ref)
-            if m and (not candidates or m.group(1) in candidates):
-                candidates, via = [m.group(1)], f" (git {ref})"
-                break
-    if len(candidates) > 1 and paired in candidates:
-        candidates, via = [paired], f" (paired with {table['paired_with']} {paired})"
+    candidates, via = _release_candidates(table, version, checkout, paired)
     where = f"{name} {version}{how}"
     parsed = [_version(c) for c in candidates]
     release = candidates[0] if len(candidates) == 1 else ""
@@ -522,6 +528,68 @@ def check_scripts_path(root: Path, shown_as: str | None = None) -> None:
         ) from None
 
 
+def _list_scripts(root: Path, limits: dict) -> tuple[list[Path], list[str], list[str]]:
+    """The *.py under `root` (sorted, venvs and skip_dirs left out, at most max_files); notes; unlistable dirs."""
+    if not root.is_dir():
+        return [root], [], []
+    skip = set(limits["skip_dirs"])
+    suffixes = tuple(limits["suffixes"])
+    files: list[Path] = []
+    unlistable: list[str] = []
+    for dirpath, dirnames, filenames in os.walk(
+        root, onerror=lambda exc: unlistable.append(f"{exc.filename} ({exc.strerror or exc})")
+    ):
+        dirnames[:] = sorted(
+            d
+            for d in dirnames
+            if d not in skip and not _regular_file(Path(dirpath) / d / "pyvenv.cfg")
+        )  # a venv inside the tree
+        for name in sorted(n for n in filenames if n.endswith(suffixes)):
+            if len(files) >= limits["max_files"]:
+                note = f"scanned the first {limits['max_files']} {'/'.join(suffixes)} files only"
+                return files, [note], unlistable
+            files.append(Path(dirpath) / name)
+    return files, [], unlistable
+
+
+def _read_script(path: Path, limits: dict) -> tuple[str, str]:
+    """(kind, text or the OSError's words): kind is text | special | too_big | binary | error."""
+    try:
+        # follows a symlink to what it names; stat never opens, so a FIFO cannot block it
+        info = os.stat(path)
+        if not stat.S_ISREG(info.st_mode):
+            return "special", ""
+        if info.st_size > limits["max_file_bytes"]:
+            return "too_big", ""
+        with open(path, "rb") as fh:
+            data = fh.read(limits["max_file_bytes"] + 1)
+    except OSError as exc:
+        return "error", f"{path}: {exc.strerror or exc}"
+    if b"\0" in data[:BINARY_SNIFF]:
+        return "binary", ""
+    return "text", data.decode("utf-8", errors="replace")
+
+
+def _line_hits(text: str, shown: str, facts: Facts, anything: re.Pattern) -> list[Hit]:
+    """The hits of one script: the first pattern per line; comment lines never count."""
+    hits: list[Hit] = []
+    guarded: set[int] | None = None  # parsed only when an import pattern hits
+    for number, line in enumerate(text.splitlines(), 1):
+        if line.lstrip().startswith("#") or not anything.search(line):
+            continue
+        for pattern in facts.patterns:
+            m = pattern.regex.search(line)
+            if not m:
+                continue
+            name = next((g for g in m.groups() if g and g.startswith("NpuFused")), "")
+            if pattern.optional_in_try and guarded is None:
+                guarded = guarded_lines(text)
+            optional = bool(pattern.optional_in_try and number in (guarded or ()))
+            hits.append(Hit(pattern.id, shown, number, line.strip()[:160], name, optional))
+            break
+    return hits
+
+
 def scan_scripts(
     root: Path, facts: Facts, shown_as: str | None = None
 ) -> tuple[list[Hit], list[str]]:
@@ -530,97 +598,42 @@ def scan_scripts(
     it), a file with a NUL byte in its first 8 KiB is a binary; unreadable directories are noted, never fatal."""
     check_scripts_path(root, shown_as)
     limits = facts.scan
-    notes: list[str] = []
-    files: list[Path] = []
-    unlistable: list[str] = []
-    if not root.is_dir():
-        files = [root]
-    else:
-        skip = set(limits["skip_dirs"])
-        suffixes = tuple(limits["suffixes"])
-        more = False
-        for dirpath, dirnames, filenames in os.walk(
-            root, onerror=lambda exc: unlistable.append(f"{exc.filename} ({exc.strerror or exc})")
-        ):
-            dirnames[:] = sorted(
-                d
-                for d in dirnames
-                if d not in skip and not _regular_file(Path(dirpath) / d / "pyvenv.cfg")
-            )  # a venv inside the tree
-            for name in sorted(filenames):
-                if name.endswith(suffixes):
-                    if len(files) >= limits["max_files"]:
-                        more = True
-                        break
-                    files.append(Path(dirpath) / name)
-            if more:
-                break
-        if more:
-            notes.append(f"scanned the first {limits['max_files']} {'/'.join(suffixes)} files only")
+    files, notes, unlistable = _list_scripts(root, limits)
     base = shown_as or str(root)
     anything = facts.any_pattern
     hits: list[Hit] = []
-    too_big, scanned = 0, 0
-    special: list[str] = []  # FIFOs, devices, sockets named *.py
-    binary: list[str] = []
+    skipped: dict[str, list[str]] = {"too_big": [], "special": [], "binary": []}
+    scanned = 0
     for path in files:
-        try:
-            info = os.stat(
-                path
-            )  # follows a symlink to what it names; stat never opens, so a FIFO cannot block it
-            if not stat.S_ISREG(info.st_mode):
-                special.append(str(path))
-                continue
-            if info.st_size > limits["max_file_bytes"]:
-                too_big += 1
-                continue
-            with open(path, "rb") as fh:
-                data = fh.read(limits["max_file_bytes"] + 1)
-        except OSError as exc:
-            notes.append(f"{path}: {exc.strerror or exc}")
-            continue
-        if b"\0" in data[:BINARY_SNIFF]:
-            binary.append(str(path))
-            continue
-        scanned += 1
-        text = data.decode("utf-8", errors="replace")
-        shown = base if path == root else os.path.join(base, os.path.relpath(path, root))
-        guarded: set[int] | None = None  # parsed only when an import pattern hits
-        for number, line in enumerate(text.splitlines(), 1):
-            if line.lstrip().startswith("#") or not anything.search(line):
-                continue
-            for pattern in facts.patterns:
-                m = pattern.regex.search(line)
-                if m:
-                    name = next((g for g in m.groups() if g and g.startswith("NpuFused")), "")
-                    if pattern.optional_in_try and guarded is None:
-                        guarded = guarded_lines(text)
-                    hits.append(
-                        Hit(
-                            pattern.id,
-                            shown,
-                            number,
-                            line.strip()[:160],
-                            name,
-                            bool(pattern.optional_in_try and number in (guarded or ())),
-                        )
-                    )
-                    break
-    if too_big:
-        notes.append(f"skipped {too_big} file(s) over {limits['max_file_bytes']} bytes")
-    if special:
-        notes.append(
-            f"skipped {len(special)} file(s) that are not regular files (FIFO, device, socket): {_first(special)}"
-        )
-    if binary:
-        notes.append(
-            f"skipped {len(binary)} binary file(s) (a NUL byte in the first {BINARY_SNIFF} bytes): "
-            f"{_first(binary)}"
-        )
-    if unlistable:
-        notes.append(f"could not list {len(unlistable)} directory(ies): {_first(unlistable)}")
+        kind, text = _read_script(path, limits)
+        if kind == "error":
+            notes.append(text)
+        elif kind != "text":
+            skipped[kind].append(str(path))
+        else:
+            scanned += 1
+            shown = base if path == root else os.path.join(base, os.path.relpath(path, root))
+            hits += _line_hits(text, shown, facts, anything)
+    notes += _skip_notes(skipped, unlistable, limits)
     notes.insert(0, f"scanned {scanned} file(s) under {base}")
     return hits, notes
+
+
+def _skip_notes(skipped: dict[str, list[str]], unlistable: list[str], limits: dict) -> list[str]:
+    """One note per kind of file the scan left out, in a fixed order; the odd ones named."""
+    kinds = (
+        ("too_big", f"file(s) over {limits['max_file_bytes']} bytes", False),
+        ("special", "file(s) that are not regular files (FIFO, device, socket)", True),
+        ("binary", f"binary file(s) (a NUL byte in the first {BINARY_SNIFF} bytes)", True),
+    )
+    notes = [
+        f"skipped {len(skipped[kind])} {what}" + (f": {_first(skipped[kind])}" if named else "")
+        for kind, what, named in kinds
+        if skipped[kind]
+    ]
+    if unlistable:
+        notes.append(f"could not list {len(unlistable)} directory(ies): {_first(unlistable)}")
+    return notes
 
 
 def _first(paths: list[str]) -> str:
@@ -730,28 +743,32 @@ def assess(
     verdict.apex_installed = apex.version if apex else None
     verdict.notes = notes
     verdict.hits = [asdict(h) for h in hits[:MAX_HITS]]
-    if verdict.verdict == NEEDED:
-        ways_off = "; ".join(dict.fromkeys(e.alternative for e in verdict.reasons if e.alternative))
-        if apex:
-            verdict.next_step = f"apex {apex.version} is installed" + (
-                f"; to drop it: {ways_off}" if ways_off else ""
-            )
-        elif ways_off and all(e.alternative for e in verdict.reasons):
-            verdict.next_step = f"build it: {build_command(env, stacks)}; or drop apex: {ways_off}"
-        else:
-            verdict.next_step = f"build it: {build_command(env, stacks)}" + (
-                f" (a way off for some of it: {ways_off})" if ways_off else ""
-            )
-    elif verdict.verdict == NOT_NEEDED:
-        verdict.next_step = (
-            f"apex {apex.version} is installed but nothing found needs it"
-            if apex
-            else "nothing to build"
-        ) + (" (scripts not scanned: add --scripts DIR to be sure)" if scripts is None else "")
-    else:
-        verdict.next_step = (f"apex {apex.version} is installed; " if apex else "") + (
-            next((e.alternative for e in verdict.reasons if e.alternative), "")
-            or "apex is optional here: point doctor at the training environment and scripts "
-            f"({vocab.command('doctor', '--venv DIR --scripts DIR')})"
-        )
+    verdict.next_step = _next_step(verdict, apex, env, stacks, scanned=scripts is not None)
     return verdict
+
+
+def _next_step(
+    verdict: Verdict, apex: Dist | None, env: Environment | None, stacks: dict, scanned: bool
+) -> str:
+    """The one line after the verdict: build apex, drop it, or look closer."""
+    installed = f"apex {apex.version} is installed" if apex else ""
+    if verdict.verdict == NEEDED:
+        return _needed_step(verdict.reasons, installed, build_command(env, stacks))
+    if verdict.verdict == NOT_NEEDED:
+        return (f"{installed} but nothing found needs it" if apex else "nothing to build") + (
+            "" if scanned else " (scripts not scanned: add --scripts DIR to be sure)"
+        )
+    return (f"{installed}; " if apex else "") + (
+        next((e.alternative for e in verdict.reasons if e.alternative), "")
+        or "apex is optional here: point doctor at the training environment and scripts "
+        f"({vocab.command('doctor', '--venv DIR --scripts DIR')})"
+    )
+
+
+def _needed_step(reasons: list[Evidence], installed: str, build: str) -> str:
+    ways_off = "; ".join(dict.fromkeys(e.alternative for e in reasons if e.alternative))
+    if installed:
+        return installed + (f"; to drop it: {ways_off}" if ways_off else "")
+    if ways_off and all(e.alternative for e in reasons):
+        return f"build it: {build}; or drop apex: {ways_off}"
+    return f"build it: {build}" + (f" (a way off for some of it: {ways_off})" if ways_off else "")

@@ -255,6 +255,7 @@ def slug(reference: str) -> str:
 
 
 ID_MAX = (1 << 31) - 2  # the largest uid/gid useradd/groupadd take
+BUILD_ID = 1000  # the image's non-root build user: uid and gid unless --uid / --gid say otherwise
 # docker's reference grammar: [host[:port]/]name-component(/name-component)*[:tag][@digest], names lower case
 _COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
 _REFERENCE = re.compile(
@@ -345,8 +346,8 @@ def plan_image(
     network: str | None = None,
     ca_bundle: str | None = None,
     extra_packages: str = "",
-    uid: int = 1000,
-    gid: int = 1000,
+    uid: int = BUILD_ID,
+    gid: int = BUILD_ID,
     pip_index: str | None = None,
     no_cache: bool = False,
     environ: Mapping[str, str] | None = None,
@@ -357,16 +358,7 @@ def plan_image(
     environ = os.environ if environ is None else environ
     arch = dockerclient.normalize_arch(arch)
     wanted = parse_pythons(pythons)
-    if not base:
-        raise ConfigError(
-            "--base is required",
-            "e.g. --base openeuler/openeuler:22.03 or --base debootstrap:bookworm",
-        )
-    suite = debootstrap_suite(base)
-    if not suite:
-        check_reference(base, "--base")
-    if tag is not None:
-        check_reference(tag, "--tag")
+    suite = _check_base(base, tag)
     from apexkit import config
 
     cfg = config.load(environ)
@@ -377,65 +369,18 @@ def plan_image(
         if suite
         else config.mirrored_base(base, environ, cfg)[0]
     )
-    if uid <= 0 or gid <= 0:
-        raise ConfigError(
-            f"--uid {uid} / --gid {gid}: the build user must not be root",
-            "pass --uid 1000 --gid 1000",
-        )
-    if uid > ID_MAX or gid > ID_MAX:
-        raise ConfigError(
-            f"--uid {uid} / --gid {gid}: beyond the largest id useradd takes ({ID_MAX})",
-            "pass your own id (id -u / id -g)",
-        )
+    _check_ids(uid, gid)
     settings = proxy_settings(environ)
-    index_from = (
-        "--pip-index"
-        if pip_index
-        else "the pip index of proxy.setup"
-        if settings and settings.pip_index
-        else cfg.get("index_url", environ).origin
-    )
-    index = (
-        pip_index
-        or (settings.pip_index if settings else None)
-        or str(
-            cfg.get("index_url", environ).value
-        )  # PIP_INDEX_URL, else index_url of the config files
-        or ""
-    )
-    if index:  # the one URL validator; then no userinfo of any form (user:pw@, :pw@, TOKEN@): `docker history` keeps it
-        urls.index_url(index, index_from)
-        urls.no_userinfo(
-            index,
-            index_from,
-            "the pip index URL holds a password or token (user info before '@'), "
-            "which a build argument would store in the image history",
-            "use a credential-free mirror for the image build, or the proxy",
-        )
     build_args = {
         "BASE_IMAGE": base_ref,
         "APEXKIT_ARCH": arch,
         "APEXKIT_EXTRA_PACKAGES": extra_packages,
-        "APEXKIT_PIP_INDEX_URL": index,
+        "APEXKIT_PIP_INDEX_URL": _image_pip_index(pip_index, settings, cfg, environ),
         "BUILD_UID": str(uid),
         "BUILD_GID": str(gid),
         **proxy_build_args(settings),
+        **_python_build_args(wanted, cfg, environ),
     }
-    if wanted:
-        build_args.update(APEXKIT_PYTHONS=" ".join(wanted), APEXKIT_UV_VERSION=uv_version())
-        mirror = cfg.get("uv_python_mirror", environ)
-        if (
-            mirror.configured
-        ):  # uv python install reads it (python-build-standalone from github.com otherwise)
-            urls.no_userinfo(
-                mirror.text,
-                mirror.origin,
-                "the Python mirror URL holds a password or token, which a build argument would store in the "
-                "image history",
-                "use a credential-free mirror for the image build, or the proxy",
-            )
-            build_args["UV_PYTHON_INSTALL_MIRROR"] = mirror.text
-    network = network or auto_network(settings)
     labels = {
         f"{LABEL}.builder": "1",
         f"{LABEL}.arch": arch,
@@ -444,19 +389,94 @@ def plan_image(
         f"{LABEL}.uid": str(uid),
         f"{LABEL}.gid": str(gid),
     }
-    tag = tag or default_tag(f"debian:{suite}" if suite else base, arch)
     return ImagePlan(
         arch=arch,
         base=base,
         base_ref=base_ref,
-        tag=tag,
-        network=network,
+        tag=tag or default_tag(f"debian:{suite}" if suite else base, arch),
+        network=network or auto_network(settings),
         ca_bundle=resolve_ca_bundle(ca_bundle, settings, environ),
         build_args=build_args,
         labels=labels,
         emulation=emulation(arch, binfmt_dir),
         no_cache=no_cache,
         extra={"suite": suite, "pythons": wanted},
+    )
+
+
+def _check_base(base: str, tag: str | None) -> str | None:
+    """--base is given and a reference (or debootstrap[:suite], whose suite is returned); --tag a reference."""
+    if not base:
+        raise ConfigError(
+            "--base is required",
+            "e.g. --base openeuler/openeuler:22.03 or --base debootstrap:bookworm",
+        )
+    suite = debootstrap_suite(base)
+    if not suite:
+        check_reference(base, "--base")
+    if tag is not None:
+        check_reference(tag, "--tag")
+    return suite
+
+
+def _check_ids(uid: int, gid: int) -> None:
+    if uid <= 0 or gid <= 0:
+        raise ConfigError(
+            f"--uid {uid} / --gid {gid}: the build user must not be root",
+            f"pass --uid {BUILD_ID} --gid {BUILD_ID}",
+        )
+    if uid > ID_MAX or gid > ID_MAX:
+        raise ConfigError(
+            f"--uid {uid} / --gid {gid}: beyond the largest id useradd takes ({ID_MAX})",
+            "pass your own id (id -u / id -g)",
+        )
+
+
+def _image_pip_index(
+    pip_index: str | None, settings: layers.ProxySettings | None, cfg, environ: Mapping[str, str]
+) -> str:
+    """--pip-index, else proxy.setup's, else PIP_INDEX_URL / index_url of the config files; checked, login-free."""
+    index_from = (
+        "--pip-index"
+        if pip_index
+        else "the pip index of proxy.setup"
+        if settings and settings.pip_index
+        else cfg.get("index_url", environ).origin
+    )
+    # PIP_INDEX_URL, else index_url of the config files
+    index = (
+        pip_index or (settings and settings.pip_index) or str(cfg.get("index_url", environ).value)
+    )
+    if index:  # the one URL validator; then no userinfo of any form (user:pw@, :pw@, TOKEN@): `docker history` keeps it
+        urls.index_url(index, index_from)
+        _no_login_in_history(
+            index, index_from, "the pip index URL holds a password or token (user info before '@')"
+        )
+    return index
+
+
+def _python_build_args(wanted: list[str], cfg, environ: Mapping[str, str]) -> dict[str, str]:
+    """--pythons: which to add with uv, its version and (uv_python_mirror) where uv downloads them from."""
+    if not wanted:
+        return {}
+    args = {"APEXKIT_PYTHONS": " ".join(wanted), "APEXKIT_UV_VERSION": uv_version()}
+    mirror = cfg.get("uv_python_mirror", environ)
+    # uv python install reads it (python-build-standalone from github.com otherwise)
+    if mirror.configured:
+        _no_login_in_history(
+            mirror.text, mirror.origin, "the Python mirror URL holds a password or token"
+        )
+        args["UV_PYTHON_INSTALL_MIRROR"] = mirror.text
+    return args
+
+
+def _no_login_in_history(url: str, origin: str, why: str) -> None:
+    """A build argument stays in `docker history`: a URL holding a login is refused."""
+    urls.no_userinfo(
+        url,
+        origin,
+        f"{why}, which a build argument would store in the image history",
+        "use a credential-free mirror for the image build, or the proxy",
     )
 
 

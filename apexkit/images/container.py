@@ -129,40 +129,13 @@ def make_spec(
 ) -> ContainerSpec:
     """Every decision of a container build, from the options, the image's labels and the environment (pure)."""
     environ = os.environ if environ is None else environ
-    euid = os.geteuid() if euid is None else euid
-    root = matrix.PROJECT_ROOT
     tag = builder.slug(image)
     workspace = opts.build_dir / "containers" / f"{tag}-py{opts.python}"
     cache = opts.cache_dir / "containers" / tag
-    mounts = [
-        Mount(root, REPO_MOUNT, True, "the repository"),
-        Mount(workspace, WORKSPACE, False, "workspace"),
-        Mount(cache, CACHE, False, "cache"),
-    ]
-    python_path = REPO_MOUNT
-    if paths.INSTALLED:  # pip-installed: /apexkit is apexkit/_data (noxfile, matrix.toml, ...), the package beside it
-        mounts.insert(
-            1, Mount(paths.PACKAGE, f"{PACKAGE_MOUNT}/apexkit", True, "the apexkit package")
-        )
-        python_path = PACKAGE_MOUNT
-    # the container gets the host's parsed options with every host path replaced by its mount (no argv to re-parse)
-    inside: dict = {
-        "dist_dir": Path(f"{WORKSPACE}/dist"),
-        "build_dir": Path(f"{WORKSPACE}/build"),
-        "cache_dir": Path(CACHE),
-        "python_path": None,
-        "image": None,
-        "network": None,
-        "ca_bundle": None,
-    }
-    for i, wheelhouse in enumerate(opts.wheelhouses):
-        mounts.append(Mount(wheelhouse, f"{MNT}/wheelhouse-{i}", True, "--wheelhouse"))
-    inside["wheelhouses"] = tuple(
-        Path(f"{MNT}/wheelhouse-{i}") for i in range(len(opts.wheelhouses))
-    )
-    if opts.apex_src:
-        mounts.append(Mount(opts.apex_src, f"{MNT}/apex-src", True, "--apex-src"))
-        inside["apex_src"] = Path(f"{MNT}/apex-src")
+    mounts, python_path = _own_mounts(workspace, cache)
+    inputs, inside = _host_inputs(opts)
+    mounts += inputs
+    passed, secret = _passed_environment(environ, settings)
     # TORCH_DEVICE_BACKEND_AUTOLOAD=0: torch >= 2.5 loads torch_npu at `import torch`, which fails without CANN
     env: dict[str, str] = {
         "APEXKIT_CACHE_DIR": CACHE,
@@ -170,49 +143,16 @@ def make_spec(
         "PYTHONPATH": python_path,
         "PYTHONDONTWRITEBYTECODE": "1",
         cann.NO_AUTOLOAD: "0",
-        sbom.BY_HOST: "1",
-    }  # the SBOM + provenance are the host's to write (_swap_in)
-    for name, url, mount in (
-        ("APEXKIT_ASCEND_APEX_URL", opts.ascend_apex_url, "ascend-apex"),
-        ("APEXKIT_NVIDIA_APEX_URL", opts.nvidia_apex_url, "nvidia-apex"),
-    ):
-        local = _file_url_path(
-            url
-        )  # the URL reaches the container in the options file only (it may hold a token)
-        if local is not None:
-            mounts.append(Mount(local, f"{MNT}/{mount}", True, name))
-        inside["ascend_apex_url" if mount == "ascend-apex" else "nvidia_apex_url"] = (
-            f"file://{MNT}/{mount}" if local is not None else url
-        )
-    secret: dict[
-        str, str
-    ] = {}  # variables holding a login: the options file only (options.ENVIRONMENT)
-    for name, value in environ.items():
-        if (
-            (name in PASS_ENV or name.startswith(PASS_ENV_PREFIXES))
-            and value
-            and "file:" not in value
-        ):
-            (secret if _holds_login(value) else env)[name] = value
-    notes = []
-    if settings is not None:
-        for name, value in settings.environment().items():
-            if name not in netenv.CA_VARIABLES:
-                (secret if _holds_login(value) else env)[name] = value
+        sbom.BY_HOST: "1",  # the SBOM + provenance are the host's to write (_swap_in)
+        **passed,
+    }
     bundle = builder.resolve_ca_bundle(opts.ca_bundle, settings, environ)
     if bundle is not None:
         mounts.append(Mount(bundle, layers.CONTAINER_CA_PATH, True, "CA bundle"))
         env.update(dict.fromkeys(netenv.CA_VARIABLES, layers.CONTAINER_CA_PATH))
     if log.is_interactive():
         env["FORCE_COLOR"] = "1"
-    if euid != 0:
-        uid, gid = euid, os.getegid()
-    else:
-        uid, gid = (
-            int(labels.get(f"{builder.LABEL}.uid", 1000)),
-            int(labels.get(f"{builder.LABEL}.gid", 1000)),
-        )
-        notes.append(f"as the image's build user (uid {uid}), not root")
+    uid, gid, notes = _container_user(labels, os.geteuid() if euid is None else euid)
     command = [TOOL_PYTHON, "-m", "apexkit", "build", opts.python, "--options-json", OPTIONS_FILE]
     return ContainerSpec(
         image=image,
@@ -231,6 +171,83 @@ def make_spec(
             **({options.ENVIRONMENT: secret} if secret else {}),
         },
     )
+
+
+def _own_mounts(workspace: Path, cache: Path) -> tuple[list[Mount], str]:
+    """The repository (and a pip-installed apexkit's package), the workspace and the cache; the PYTHONPATH of it."""
+    mounts = [
+        Mount(matrix.PROJECT_ROOT, REPO_MOUNT, True, "the repository"),
+        Mount(workspace, WORKSPACE, False, "workspace"),
+        Mount(cache, CACHE, False, "cache"),
+    ]
+    if not paths.INSTALLED:
+        return mounts, REPO_MOUNT
+    # pip-installed: /apexkit is apexkit/_data (noxfile, matrix.toml, ...), the package beside it
+    mounts.insert(1, Mount(paths.PACKAGE, f"{PACKAGE_MOUNT}/apexkit", True, "the apexkit package"))
+    return mounts, PACKAGE_MOUNT
+
+
+def _host_inputs(opts: BuildOptions) -> tuple[list[Mount], dict]:
+    """What the options name on the host, mounted read-only, and the options that change for the container: the
+    container gets the host's parsed options with every host path replaced by its mount (no argv to re-parse)."""
+    mounts = [
+        Mount(wheelhouse, f"{MNT}/wheelhouse-{i}", True, "--wheelhouse")
+        for i, wheelhouse in enumerate(opts.wheelhouses)
+    ]
+    inside: dict = {
+        "dist_dir": Path(f"{WORKSPACE}/dist"),
+        "build_dir": Path(f"{WORKSPACE}/build"),
+        "cache_dir": Path(CACHE),
+        "python_path": None,
+        "image": None,
+        "network": None,
+        "ca_bundle": None,
+        "wheelhouses": tuple(Path(m.container) for m in mounts),
+    }
+    if opts.apex_src:
+        mounts.append(Mount(opts.apex_src, f"{MNT}/apex-src", True, "--apex-src"))
+        inside["apex_src"] = Path(f"{MNT}/apex-src")
+    for key, name, mount in (
+        ("ascend_apex_url", "APEXKIT_ASCEND_APEX_URL", "ascend-apex"),
+        ("nvidia_apex_url", "APEXKIT_NVIDIA_APEX_URL", "nvidia-apex"),
+    ):
+        # the URL reaches the container in the options file only (it may hold a token)
+        inside[key] = url = getattr(opts, key)
+        local = _file_url_path(url)
+        if local is not None:
+            mounts.append(Mount(local, f"{MNT}/{mount}", True, name))
+            inside[key] = f"file://{MNT}/{mount}"
+    return mounts, inside
+
+
+def _passed_environment(
+    environ: Mapping[str, str], settings: layers.ProxySettings | None
+) -> tuple[dict[str, str], dict[str, str]]:
+    """The host's index and fetch variables and proxy.setup's (CA paths aside), split into (plain, secret): a value
+    holding a login goes in the options file only (options.ENVIRONMENT), never in what `docker inspect` shows."""
+    pairs = [
+        (name, value)
+        for name, value in environ.items()
+        if (name in PASS_ENV or name.startswith(PASS_ENV_PREFIXES))
+        and value
+        and "file:" not in value
+    ]
+    if settings is not None:
+        pairs += [(n, v) for n, v in settings.environment().items() if n not in netenv.CA_VARIABLES]
+    plain: dict[str, str] = {}
+    secret: dict[str, str] = {}
+    for name, value in pairs:
+        (secret if _holds_login(value) else plain)[name] = value
+    return plain, secret
+
+
+def _container_user(labels: Mapping[str, str], euid: int) -> tuple[int, int, list[str]]:
+    """The invoking user, or for root the image's non-root build user; a note when it is the latter."""
+    if euid != 0:
+        return euid, os.getegid(), []
+    uid = int(labels.get(f"{builder.LABEL}.uid", builder.BUILD_ID))
+    gid = int(labels.get(f"{builder.LABEL}.gid", builder.BUILD_ID))
+    return uid, gid, [f"as the image's build user (uid {uid}), not root"]
 
 
 def _holds_login(value: str) -> bool:

@@ -26,6 +26,7 @@ from apexkit import checks, dockerclient, log, netenv, vocab
 from apexkit.proxy.layers import Paths, ProxySettings, host_port, read_state, systemd_running
 
 DEFAULT_INDEX = "https://pypi.org/simple/"
+NO_DAEMON = "start dockerd (or set DOCKER_HOST) and run the check again"
 
 # Runs inside the probe container with nothing but bash and coreutils: print the proxy variables (passwords
 # masked), then ask the proxy from https_proxy (or http_proxy; lower case first, as netenv.proxy) for a CONNECT
@@ -208,53 +209,25 @@ def check_daemon(paths: Paths, settings: ProxySettings | None, client, why: str)
         ", ".join(state.files) if state.configured else "no drop-in and no daemon.json proxies"
     )
     want = host_port(_proxy_for_requests(settings)) if settings else ""
-    parts = []
     systemd_env = _systemd_environment()
-    if systemd_env is not None:
-        parts.append(f"systemctl: {log.mask(systemd_env) or 'Environment='}")
+    systemd = "" if systemd_env is None else f"systemctl: {log.mask(systemd_env) or 'Environment='}"
     if client is None:
-        return layer_row(
-            "daemon",
-            configured,
-            "; ".join(parts) or "-",
-            why,
-            "skip",
-            "start dockerd (or set DOCKER_HOST) and run the check again",
-        )
+        return layer_row("daemon", configured, systemd or "-", why, "skip", NO_DAEMON)
     info = client.info()
-    https, http, no_proxy = (
-        info.get("HttpsProxy") or "",
-        info.get("HttpProxy") or "",
-        info.get("NoProxy") or "",
+    https, http, no_proxy = (info.get(k) or "" for k in ("HttpsProxy", "HttpProxy", "NoProxy"))
+    probe = log.mask(
+        f"docker info: HTTPS Proxy {https or '-'}, HTTP Proxy {http or '-'}, No Proxy {no_proxy or '-'}"
     )
-    probe = f"docker info: HTTPS Proxy {https or '-'}, HTTP Proxy {http or '-'}, No Proxy {no_proxy or '-'}"
-    have = host_port(https or http)
     if not want:
-        return layer_row(
-            "daemon",
-            configured,
-            "; ".join(parts) or "-",
-            log.mask(probe),
-            "skip",
-            "no proxy configured",
-        )
-    if have == want:
-        return layer_row(
-            "daemon", configured, "; ".join(parts) or "daemon uses it", log.mask(probe), "ok"
-        )
+        return layer_row("daemon", configured, systemd or "-", probe, "skip", "no proxy configured")
+    if host_port(https or http) == want:
+        return layer_row("daemon", configured, systemd or "daemon uses it", probe, "ok")
     hint = (
         "restart the daemon so it reads the drop-ins: sudo systemctl daemon-reload && sudo systemctl restart docker"
         if state.configured
         else f"{vocab.command('proxy.setup')} (the daemon never sees the shell's variables)"
     )
-    return layer_row(
-        "daemon",
-        configured,
-        "; ".join(parts) or "daemon does not use it",
-        log.mask(probe),
-        "fail",
-        hint,
-    )
+    return layer_row("daemon", configured, systemd or "daemon does not use it", probe, "fail", hint)
 
 
 def _probe_image(client, image: str | None) -> str | None:
@@ -299,14 +272,7 @@ def check_container(
         else f"no proxies in {paths.docker_config}"
     )
     if client is None:
-        return layer_row(
-            "container",
-            configured,
-            "-",
-            why,
-            "skip",
-            "start dockerd (or set DOCKER_HOST) and run the check again",
-        )
+        return layer_row("container", configured, "-", why, "skip", NO_DAEMON)
     chosen = _probe_image(client, image)
     if chosen is None:
         return layer_row(
@@ -319,23 +285,8 @@ def check_container(
         )
     parts = urlsplit(index_url)
     target = f"{parts.hostname}:{parts.port or 443}"
-    try:
-        output = run_container_probe(client, chosen, target)
-    except Exception as exc:  # ContainerError (probe exit != 0) carries the output in stderr
-        output = (getattr(exc, "stderr", None) or b"").decode("utf-8", "replace") or str(
-            exc
-        ).splitlines()[0]
-    env_lines = [line[4:] for line in output.splitlines() if line.startswith("env ")]
-    result = next(
-        (line[7:] for line in output.splitlines() if line.startswith("result ")),
-        log.mask(output.strip())[:200],
-    )
-    names = sorted({line.split("=", 1)[0] for line in env_lines})
-    effective = f"container has {', '.join(names)}" if names else "container has no proxy variables"
+    names, seen, result = _read_probe(_probe_output(client, chosen, target))
     want = host_port(_proxy_for_requests(settings)) if settings else ""
-    seen = next(
-        (line.split("=", 1)[1] for line in env_lines if line.lower().startswith("https_proxy=")), ""
-    )
     ok = bool(re.match(r"HTTP/1\.[01] 200", result)) and (not want or host_port(seen) == want)
     hint = ""
     if not names:
@@ -345,11 +296,33 @@ def check_container(
     return layer_row(
         "container",
         configured,
-        effective,
+        f"container has {', '.join(names)}" if names else "container has no proxy variables",
         log.mask(f"CONNECT {target} from {chosen}: {result}"),
         "ok" if ok else "fail",
         hint,
     )
+
+
+def _probe_output(client, image: str, target: str) -> str:
+    try:
+        return run_container_probe(client, image, target)
+    except Exception as exc:  # ContainerError (probe exit != 0) carries the output in stderr
+        return (getattr(exc, "stderr", None) or b"").decode("utf-8", "replace") or str(
+            exc
+        ).splitlines()[0]
+
+
+def _read_probe(output: str) -> tuple[list[str], str, str]:
+    """What the container probe printed: its proxy variables' names, its https_proxy, the CONNECT result."""
+    lines = output.splitlines()
+    env_lines = [line[4:] for line in lines if line.startswith("env ")]
+    result = next(
+        (line[7:] for line in lines if line.startswith("result ")), log.mask(output.strip())[:200]
+    )
+    seen = next(
+        (line.split("=", 1)[1] for line in env_lines if line.lower().startswith("https_proxy=")), ""
+    )
+    return sorted({line.split("=", 1)[0] for line in env_lines}), seen, result
 
 
 def check(

@@ -980,18 +980,24 @@ def load_saved(paths: Paths) -> dict[str, SavedLayer]:
     following a link, and anything not shaped as apexkit writes it is one line naming the field. The first format
     (one "settings" for the "layers" list of the last run) is read too."""
     real = paths.real(paths.settings_file)
-    fsedit.check_links(
-        real, paths.settings_file
-    )  # as root: not root's own settings through a user's ~/.config link
+    # as root: not root's own settings through a user's ~/.config link
+    fsedit.check_links(real, paths.settings_file)
     data = fsedit.read_private(real, "the saved proxy settings")
     if not data or not data.strip():
         return {}
     raw = fsedit.load_json_object(real, paths.settings_file, data)
+    saved = {
+        name: _saved_layer(paths, name, entry) for name, entry in _layer_entries(paths, raw).items()
+    }
+    return {name: saved[name] for name in LAYERS if name in saved}
+
+
+def _layer_entries(paths: Paths, raw: dict) -> dict:
+    """proxy.json's "layers" object; the first format (a "layers" list and one "settings") made into one."""
     layers = raw.get("layers")
     if layers is None and "settings" in raw:
-        layers = list(
-            LAYERS
-        )  # the first format, without its list of layers: the settings stood for all
+        # the first format, without its list of layers: the settings stood for all
+        layers = list(LAYERS)
     if isinstance(layers, list):
         if not all(isinstance(name, str) for name in layers):
             raise _bad_state(paths, "layers", "holds something that is not a layer name")
@@ -1000,28 +1006,25 @@ def load_saved(paths: Paths) -> dict[str, SavedLayer]:
         }
     if not isinstance(layers, dict):
         raise _bad_state(paths, "layers", f"is {_json_kind(layers)}, not an object")
-    saved: dict[str, SavedLayer] = {}
-    for name, entry in layers.items():
-        if name not in LAYERS:
-            raise _bad_state(
-                paths, f"layers.{name}", f"is not a layer (one of {', '.join(LAYERS)})"
-            )
-        if not isinstance(entry, dict):
-            raise _bad_state(paths, f"layers.{name}", f"is {_json_kind(entry)}, not an object")
-        settings = _settings_from_json(paths, entry.get("settings"), f"layers.{name}.settings")
-        mode, profile = entry.get("daemon_mode"), entry.get("profile")
-        if mode is not None and mode not in DAEMON_MODES:
-            raise _bad_state(
-                paths, f"layers.{name}.daemon_mode", f"is not one of {', '.join(DAEMON_MODES)}"
-            )
-        if profile is not None and not isinstance(profile, str):
-            raise _bad_state(
-                paths, f"layers.{name}.profile", f"is {_json_kind(profile)}, not a string"
-            )
-        saved[name] = SavedLayer(
-            settings, mode if name == "daemon" else None, profile if name == "shell" else None
-        )
-    return {name: saved[name] for name in LAYERS if name in saved}
+    return layers
+
+
+def _saved_layer(paths: Paths, name: str, entry: object) -> SavedLayer:
+    """One entry of proxy.json's "layers", checked field by field."""
+    where = f"layers.{name}"
+    if name not in LAYERS:
+        raise _bad_state(paths, where, f"is not a layer (one of {', '.join(LAYERS)})")
+    if not isinstance(entry, dict):
+        raise _bad_state(paths, where, f"is {_json_kind(entry)}, not an object")
+    settings = _settings_from_json(paths, entry.get("settings"), f"{where}.settings")
+    mode, profile = entry.get("daemon_mode"), entry.get("profile")
+    if mode is not None and mode not in DAEMON_MODES:
+        raise _bad_state(paths, f"{where}.daemon_mode", f"is not one of {', '.join(DAEMON_MODES)}")
+    if profile is not None and not isinstance(profile, str):
+        raise _bad_state(paths, f"{where}.profile", f"is {_json_kind(profile)}, not a string")
+    return SavedLayer(
+        settings, mode if name == "daemon" else None, profile if name == "shell" else None
+    )
 
 
 def combined_settings(saved: Mapping[str, SavedLayer]) -> ProxySettings | None:
