@@ -13,6 +13,7 @@ refresh         matrix.toml [torch_npu.versions] against the package index; -- -
 validate        environment checks in the built wheel's venv (bench/validate_env.py)
 bench           FP32 vs AMP benchmark in the built wheel's venv (bench/amp_bench.py)
 tests-unit      the fast tier, tests/unit: in-process, no daemons, no network; installs and starts nothing
+tests-installed apexkit's own sdist and wheel installed in fresh venvs (3.8-3.13), run from another directory
 tests-e2e       tests/e2e: real venvs, git, compilers, tinyproxy, dockerd, Slurm, servers on 127.0.0.1; installs
                 system tools only when asked: APEXKIT_INSTALL_SYSTEM_TOOLS=1 or CI=true, as root
 tests           both tiers in one pytest run (unit first), installing as tests-e2e does
@@ -278,6 +279,13 @@ def _test_env(session: nox.Session) -> "dict[str, str]":
 def tests_unit(session: nox.Session) -> None:
     """The fast tier (tests/unit): in-process tests, no daemons, no network, no system tools installed."""
     session.run("python3", "-m", "pytest", "tests/unit", *session.posargs)
+
+
+@nox.session(name="tests-installed", python=False)
+def tests_installed(session: nox.Session) -> None:
+    """The product as users install it (tests/installed): apexkit's sdist and wheel in fresh venvs of every Python
+    3.8-3.13 found, each run from a foreign directory; installs nothing on the host (a few minutes)."""
+    session.run("python3", "-m", "pytest", "tests/installed", *session.posargs)
 
 
 @nox.session(name="tests-e2e", python=False)

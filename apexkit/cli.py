@@ -156,6 +156,12 @@ def complete() -> None:
 
 
 def completion(argv: list[str]) -> int:
+    if argv in (["-h"], ["--help"]):
+        print(
+            'usage: apexkit completion bash\n\nPrint the bash completion script: eval "$(apexkit completion bash)"'
+        )
+        record_status(0)
+        return 0
     if argv != ["bash"]:
         given = " ".join(argv) or "no shell"
         line = (
