@@ -567,22 +567,21 @@ def batch_script(
         "--build-dir",
         opts.node_build_dir or str(build_dir),
     ]
-    lines = ["#!/bin/bash", f"#SBATCH --job-name=apexkit-{combo.id}"]
-    if opts.partition.get(arch):
-        lines.append(f"#SBATCH --partition={opts.partition[arch]}")
-    if opts.constraint.get(arch):
-        lines.append(f"#SBATCH --constraint={opts.constraint[arch]}")
-    lines += ["#SBATCH --nodes=1", "#SBATCH --ntasks=1"]
-    if opts.cpus:
-        lines.append(f"#SBATCH --cpus-per-task={opts.cpus}")
-    if opts.account:
-        lines.append(f"#SBATCH --account={opts.account}")
+    header = [
+        ("job-name", f"apexkit-{combo.id}"),
+        ("partition", opts.partition.get(arch)),
+        ("constraint", opts.constraint.get(arch)),
+        ("nodes", 1),
+        ("ntasks", 1),
+        ("cpus-per-task", opts.cpus),
+        ("account", opts.account),
+        ("time", opts.time_limit),
+        ("export", "ALL"),
+        ("chdir", matrix.PROJECT_ROOT),
+        ("output", logs / (combo.id + ".log")),
+    ]
+    lines = ["#!/bin/bash", *slurm.batch_header(header, opts.extra)]
     lines += [
-        f"#SBATCH --time={opts.time_limit}",
-        "#SBATCH --export=ALL",
-        f"#SBATCH --chdir={matrix.PROJECT_ROOT}",
-        f"#SBATCH --output={logs / (combo.id + '.log')}",
-        *(f"#SBATCH {extra}" for extra in opts.extra),
         f"# apexkit matrix: {combo.id} on one {arch} node, from the checkout {matrix.PROJECT_ROOT} (shared "
         "storage), into the shared staging directory; the submitting process copies the wheel into dist/",
         "set -u",

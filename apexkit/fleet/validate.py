@@ -188,10 +188,6 @@ class Plan:
         }
 
 
-def _quote_list(items) -> str:
-    return ",".join(shlex.quote(i) for i in items)
-
-
 def check_plan(plan: Plan) -> None:
     """Every value the batch script or the nodes' command lines get, against the strict pattern of its kind (the CLI's,
     index.json's target, node names read back from files for --resume): one ConfigError, nothing written."""
@@ -254,24 +250,21 @@ def render_script(plan: Plan) -> str:
     p = plan.placement
     q = shlex.quote
     fleet = plan.fleet_dir
-    lines = ["#!/bin/bash", f"#SBATCH --job-name=apexkit-fleet-{int(plan.submission)}"]
-    if p.partition:
-        lines.append(f"#SBATCH --partition={q(p.partition)}")
-    lines.append(f"#SBATCH --nodes={int(p.count())}")
-    if p.nodelist:
-        lines.append(f"#SBATCH --nodelist={_quote_list(p.nodelist)}")
-    if p.exclude:
-        lines.append(f"#SBATCH --exclude={_quote_list(p.exclude)}")
-    lines.append("#SBATCH --ntasks-per-node=1")
-    if p.gres:
-        lines.append(f"#SBATCH --gres={q(p.gres)}")
-    if p.account:
-        lines.append(f"#SBATCH --account={q(p.account)}")
+    header = [
+        ("job-name", f"apexkit-fleet-{int(plan.submission)}"),
+        ("partition", p.partition),
+        ("nodes", int(p.count())),
+        ("nodelist", p.nodelist),
+        ("exclude", p.exclude),
+        ("ntasks-per-node", 1),
+        ("gres", p.gres),
+        ("account", p.account),
+        ("time", p.time_limit),
+        ("no-kill", True),
+        ("output", f"{fleet}/logs/job-%j.out"),
+    ]
+    lines = ["#!/bin/bash", *slurm.batch_header(header, plan.extra_sbatch)]
     lines += [
-        f"#SBATCH --time={q(p.time_limit)}",
-        "#SBATCH --no-kill",
-        f"#SBATCH --output={q(str(fleet))}/logs/job-%j.out",
-        *(f"#SBATCH {q(extra)}" for extra in plan.extra_sbatch),
         f"# apexkit fleet: {q(plan.target)} from {log.sanitise(inputs.shown_url(plan.index.url, plan.logins))}"
         + (
             f" installed into the training venv {plan.venv} (torch kept)"
