@@ -191,57 +191,50 @@ class Plan:
 def check_plan(plan: Plan) -> None:
     """Every value the batch script or the nodes' command lines get, against the strict pattern of its kind (the CLI's,
     index.json's target, node names read back from files for --resume): one ConfigError, nothing written."""
-    p, c = plan.placement, inputs.check
-    if p.partition is not None:
-        c("partition", p.partition, "--partition")
-    if p.account is not None:
-        c("account", p.account, "--account")
-    if p.gres is not None:
-        c("gres", p.gres, "--gres")
-    c("time", p.time_limit, "--time-limit")
-    for node in p.nodelist:
-        c("node", node, "--nodelist")
-    for node in p.exclude:
-        c("node", node, "the node list to exclude (from the result files)")
-    c("target", plan.target, "the target")
+    p = plan.placement
+    _check_words(
+        ("--partition", p.partition, "partition"),
+        ("--account", p.account, "account"),
+        ("--gres", p.gres, "gres"),
+        ("--time-limit", p.time_limit, "time"),
+        *(("--nodelist", node, "node") for node in p.nodelist),
+        *(("the node list to exclude (from the result files)", node, "node") for node in p.exclude),
+        ("the target", plan.target, "target"),
+    )
     if plan.device not in ("npu", "cuda", "cpu"):
         raise ConfigError(
             f"--device {inputs.untrusted.shown(plan.device)}: not one of npu, cuda, cpu",
             "pass --device npu (default) or cpu",
         )
-    c("path", str(plan.results), "--results")
+    inputs.check("path", str(plan.results), "--results")
     if "%" in str(plan.results):  # sbatch --output expands %j, %N, ...
         raise ConfigError(
             f"--results {inputs.untrusted.shown(str(plan.results))} holds a '%' (Slurm file name pattern)",
             "use a directory without '%'; nothing was submitted",
         )
-    if plan.node_python is not None:
-        c("path", plan.node_python, "--node-interpreter")
-    c("path", plan.python, "the target's Python")
-    if plan.node_dir is not None:
-        c("node_dir", plan.node_dir, "--node-dir")
-        relative = not plan.node_dir.startswith(
-            ("/", "$")
-        )  # srun's cwd: the shared submit directory
-        if relative:
-            raise ConfigError(
-                f"--node-dir {inputs.untrusted.shown(plan.node_dir)} is not an absolute path (on the nodes it "
-                "would be inside the shared submit directory)",
-                "pass a node-local path like /tmp/apexkit-fleet or $TMPDIR/apexkit-fleet",
-            )
-    if plan.venv is not None:
-        c("node_dir", plan.venv, "--venv")
-        if not plan.venv.startswith(("/", "$")):
-            raise ConfigError(
-                f"--venv {inputs.untrusted.shown(plan.venv)} is not an absolute path",
-                "pass the training venv's path as the nodes see it, e.g. /shared/envs/train or $HOME/venvs/train",
-            )
-    for item in plan.set_env:
-        c("path", item, "--set-env")
-    for arg in plan.bench or ():
-        c("bench_arg", arg, "--bench-args")
-    for extra in plan.extra_sbatch:
-        c("sbatch", extra, "the extra sbatch option")
+    _check_words(
+        ("--node-interpreter", plan.node_python, "path"),
+        ("the target's Python", plan.python, "path"),
+        ("--node-dir", plan.node_dir, "node_dir"),
+    )
+    # srun's cwd is the shared submit directory
+    if plan.node_dir is not None and not plan.node_dir.startswith(("/", "$")):
+        raise ConfigError(
+            f"--node-dir {inputs.untrusted.shown(plan.node_dir)} is not an absolute path (on the nodes it "
+            "would be inside the shared submit directory)",
+            "pass a node-local path like /tmp/apexkit-fleet or $TMPDIR/apexkit-fleet",
+        )
+    _check_words(("--venv", plan.venv, "node_dir"))
+    if plan.venv is not None and not plan.venv.startswith(("/", "$")):
+        raise ConfigError(
+            f"--venv {inputs.untrusted.shown(plan.venv)} is not an absolute path",
+            "pass the training venv's path as the nodes see it, e.g. /shared/envs/train or $HOME/venvs/train",
+        )
+    _check_words(
+        *(("--set-env", item, "path") for item in plan.set_env),
+        *(("--bench-args", arg, "bench_arg") for arg in plan.bench or ()),
+        *(("the extra sbatch option", extra, "sbatch") for extra in plan.extra_sbatch),
+    )
 
 
 def render_script(plan: Plan) -> str:
@@ -995,8 +988,12 @@ def make_plan(
         venv=venv or None,
         credentials=tuple(logins.items()),
     )
-    check_plan(plan)
+    check_plan(plan)  # and so --bench-args and --set-env
     return plan
+
+
+def _set_env_files(set_env: str | None) -> tuple[str, ...]:
+    return tuple(x for x in set_env.split(",") if x) if set_env else SET_ENV
 
 
 def _check_words(*checks: tuple[str, str | None, str]) -> None:
@@ -1044,20 +1041,11 @@ def _index_torch(data: dict | None, target: str, default: str) -> str:
 
 
 def _bench(bench: bool, args: str | None) -> tuple[str, ...] | None:
-    """What the nodes benchmark with: the short run, then --bench-args (each word checked); None: no benchmark."""
+    """What the nodes benchmark with: the short run, then --bench-args; None: no benchmark."""
     if not (bench or args):
         return None
     extra = tuple(envvars.split_words(args, "--bench-args", "--scale 0.05")) if args else ()
-    for word in extra:
-        inputs.check("bench_arg", word, "--bench-args")
     return tuple(shlex.split(SHORT_BENCH)) + extra
-
-
-def _set_env_files(set_env: str | None) -> tuple[str, ...]:
-    files = tuple(x for x in set_env.split(",") if x) if set_env else SET_ENV
-    for item in files:
-        inputs.check("path", item, "--set-env")
-    return files
 
 
 # --- helpers for other submitters (nox -s matrix -- --run --slurm) ---------------------------------------------------

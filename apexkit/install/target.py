@@ -14,7 +14,6 @@ import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional, Tuple
 
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
@@ -278,10 +277,7 @@ def _check_shape(data: dict, named: str) -> None:
         raise _bad(named, "markers are not strings")
 
 
-_Torch = Tuple[Optional[str], Optional[int], Optional[str], Optional[str]]
-
-
-def _torch(data: dict, named: str) -> _Torch:
+def _torch(data: dict, named: str) -> tuple[str | None, int | None, str | None, str | None]:
     """The torch fields of a Target: its version, C++ ABI, import error and CUDA release (all None without torch)."""
     torch = data.get("torch")
     if torch is None:
