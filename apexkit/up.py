@@ -34,7 +34,7 @@ import shlex
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -622,65 +622,84 @@ def run_stage(
         path.unlink(missing_ok=True)
     env = {**child_env(environ, status_path), **extra_env}
     start = time.monotonic()
-    with _open_log(log_path) as fh, contextlib.ExitStack() as stack:
-        fh.write(("+ " + shlex.join(shown_command(stage.argv)) + "\n").encode())
-        fh.flush()
-        out = stack.enter_context(_open_log(out_path)) if stage.json_out else fh
-        try:
-            code = subprocess.call(
-                list(stage.argv), stdout=out, stderr=fh, stdin=subprocess.DEVNULL, env=env
-            )
-        except OSError as exc:
-            fh.write(f"error: cannot run {stage.argv[0]}: {exc.strerror or exc}\n".encode())
-            code = 127
-    seconds = time.monotonic() - start
+    code = _call(stage, log_path, out_path, env)
     row = Row(
         stage.name,
         OK if code == 0 else FAILED,
-        seconds=seconds,
+        seconds=time.monotonic() - start,
         log=str(log_path),
         command=shown_command(stage.argv),
         exit_code=code,
         finished=now(),
     )
-    data = _read_json(out_path) if stage.json_out else None
-    if stage.name in ("doctor", "proxy"):
-        row.detail = rows_summary(data)
-        found = failure_from_rows(data)
-    elif stage.name == "install":
-        row.result = install_result(data)
-        row.detail = " ".join(
-            filter(
-                None, (row.result.get("status"), row.result.get("wheel"), row.result.get("source"))
-            )
-        )
-        found = None
-    elif stage.name == "validate":
-        report_data = _read_json(report / "validate.json")
-        found = failure_from_validate(report_data)
-        if isinstance(report_data, dict) and isinstance(report_data.get("ok"), bool):
-            row.detail = "ready" if report_data["ok"] else "NOT ready"
-            row.result = {"verdict": row.detail, "report": str(report / "validate.json")}
-    else:
-        row.result = {"results": str(report / "bench")}
-        found = None
+    read = _STAGE_READERS.get(stage.name, _bench_read)
+    found = read(row, _read_json(out_path) if stage.json_out else None, report)
     if code == 0:
         return row
-    if (
-        found is None
-    ):  # the child's own one line; "invalid arguments" (a usage error) says more in the log
-        with contextlib.suppress(untrusted.Untrusted):
-            status = statusfile.read(status_path)
-            if status is not None and status.error and status.error != "invalid arguments":
-                found = split_error(status.error)
-    if found is None:
-        text = (_read_capped(log_path, LOG_SCAN) or b"").decode(errors="replace")
-        line = first_error_line(text.split("\n", 1)[1] if "\n" in text else "")
-        found = split_error(line) if line else (f"exit {code}", "")
-    row.cause, fix = found
+    row.cause, fix = found or _child_error(status_path, log_path, code)
     row.fix = fix or f"read {log_path}"
     row.detail = row.cause
     return row
+
+
+def _call(stage: Stage, log_path: Path, out_path: Path, env: Mapping[str, str]) -> int:
+    """The stage's exit code (127: it could not be started); its command line first in its log."""
+    with _open_log(log_path) as fh, contextlib.ExitStack() as stack:
+        fh.write(("+ " + shlex.join(shown_command(stage.argv)) + "\n").encode())
+        fh.flush()
+        out = stack.enter_context(_open_log(out_path)) if stage.json_out else fh
+        try:
+            return subprocess.call(
+                list(stage.argv), stdout=out, stderr=fh, stdin=subprocess.DEVNULL, env=env
+            )
+        except OSError as exc:
+            fh.write(f"error: cannot run {stage.argv[0]}: {exc.strerror or exc}\n".encode())
+            return 127
+
+
+# each stage's output read into its row: -> (cause, fix) of the failure it names, or None
+def _rows_read(row: Row, data: Any, report: Path) -> tuple[str, str] | None:
+    row.detail = rows_summary(data)
+    return failure_from_rows(data)
+
+
+def _install_read(row: Row, data: Any, report: Path) -> None:
+    row.result = install_result(data)
+    row.detail = " ".join(
+        filter(None, (row.result.get("status"), row.result.get("wheel"), row.result.get("source")))
+    )
+
+
+def _validate_read(row: Row, data: Any, report: Path) -> tuple[str, str] | None:
+    report_data = _read_json(report / "validate.json")
+    if isinstance(report_data, dict) and isinstance(report_data.get("ok"), bool):
+        row.detail = "ready" if report_data["ok"] else "NOT ready"
+        row.result = {"verdict": row.detail, "report": str(report / "validate.json")}
+    return failure_from_validate(report_data)
+
+
+def _bench_read(row: Row, data: Any, report: Path) -> None:
+    row.result = {"results": str(report / "bench")}
+
+
+_STAGE_READERS: dict[str, Callable[[Row, Any, Path], tuple[str, str] | None]] = {
+    "doctor": _rows_read,
+    "proxy": _rows_read,
+    "install": _install_read,
+    "validate": _validate_read,
+}
+
+
+def _child_error(status_path: Path, log_path: Path, code: int) -> tuple[str, str]:
+    """A failed stage's (cause, fix): the child's own one line from its status file ("invalid arguments", a usage
+    error, says more in the log), else the first error line of its log, else its exit code."""
+    with contextlib.suppress(untrusted.Untrusted):
+        status = statusfile.read(status_path)
+        if status is not None and status.error and status.error != "invalid arguments":
+            return split_error(status.error)
+    text = (_read_capped(log_path, LOG_SCAN) or b"").decode(errors="replace")
+    line = first_error_line(text.split("\n", 1)[1] if "\n" in text else "")
+    return split_error(line) if line else (f"exit {code}", "")
 
 
 def now() -> str:
@@ -833,14 +852,7 @@ def execute(opts: Options, environ: Mapping[str, str] | None = None) -> int:
     if opts.dry_run:
         return dry_run(opts, stages)
     facts = probe(opts.target.python)
-    report_dir = opts.report
-    try:
-        (report_dir / "logs").mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ConfigError(
-            f"cannot create the report directory {report_dir}: {exc.strerror or exc}",
-            "pass --report DIR somewhere writable",
-        ) from None
+    report_dir = _report_dir(opts.report)
     with locks.hold(report_dir, f"the up report {report_dir}"):
         state = dict(load_state(report_dir))
         started, start = now(), time.monotonic()
@@ -849,11 +861,10 @@ def execute(opts: Options, environ: Mapping[str, str] | None = None) -> int:
         extra_env: dict[str, str] = {}
         interrupted = False
         for stage in stages:
-            if failed:
-                rows.append(Row(stage.name, SKIPPED, f"{failed} failed"))
-                continue
-            if not stage.wanted:
-                rows.append(Row(stage.name, SKIPPED, stage.why_not))
+            if failed or not stage.wanted:
+                rows.append(
+                    Row(stage.name, SKIPPED, f"{failed} failed" if failed else stage.why_not)
+                )
                 continue
             key = digest(stage_inputs(stage.name, facts, opts, environ))
             done = previous_run(stage.name, key, state, opts.force)
@@ -861,39 +872,10 @@ def execute(opts: Options, environ: Mapping[str, str] | None = None) -> int:
                 log.info(
                     f"▸ {stage.name}: done (from {done.finished}), not run again (--force runs it)"
                 )
-                rows.append(
-                    Row(
-                        stage.name,
-                        DONE,
-                        f"done (from {done.finished})",
-                        seconds=done.seconds,
-                        log=str(report_dir / "logs" / f"{stage.name}.log"),
-                        command=shown_command(stage.argv),
-                        finished=done.finished,
-                        result=done.result,
-                    )
-                )
+                rows.append(_done_row(stage, done, report_dir))
             else:
-                log.info(f"▸ {stage.name} (log {report_dir / 'logs' / (stage.name + '.log')})")
-                try:
-                    row = run_stage(stage, report_dir / "logs", report_dir, environ, extra_env)
-                except KeyboardInterrupt:  # the report still says how far it got; exit 130 after it
-                    interrupted = True
-                    row = Row(
-                        stage.name,
-                        FAILED,
-                        "interrupted",
-                        log=str(report_dir / "logs" / f"{stage.name}.log"),
-                        command=shown_command(stage.argv),
-                        cause="interrupted (Ctrl-C)",
-                        fix="run apexkit up again: the stages already done are not run again",
-                        finished=now(),
-                    )
-                mark = "✓" if row.status == OK else "✕"
-                log.info(
-                    f"{mark} {stage.name}: {row.status}{f': {row.detail}' if row.detail else ''} "
-                    f"({log.format_seconds(row.seconds)})"
-                )
+                row, stopped = _run_logged(stage, report_dir, environ, extra_env)
+                interrupted = interrupted or stopped
                 rows.append(row)
                 if stage.name == "install" and row.status == OK:
                     facts = reprobe(opts.target.python, facts)  # install changed the venv
@@ -908,13 +890,70 @@ def execute(opts: Options, environ: Mapping[str, str] | None = None) -> int:
                 extra_env["APEXKIT_APEX_WHEEL_SHA256"] = sha
         report = report_dict(opts, facts, rows, started, time.monotonic() - start)
         write_report(report_dir, report, state)
-    if opts.as_json:
-        sys.stdout.write(json.dumps(report, indent=1) + "\n")
-    else:
-        print_summary(report, report_dir)
+    _print_report(report, report_dir, opts.as_json)
     if interrupted:
         raise KeyboardInterrupt
     return 0 if report["ok"] else 1
+
+
+def _report_dir(report_dir: Path) -> Path:
+    try:
+        (report_dir / "logs").mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot create the report directory {report_dir}: {exc.strerror or exc}",
+            "pass --report DIR somewhere writable",
+        ) from None
+    return report_dir
+
+
+def _print_report(report: dict, report_dir: Path, as_json: bool) -> None:
+    if as_json:
+        sys.stdout.write(json.dumps(report, indent=1) + "\n")
+    else:
+        print_summary(report, report_dir)
+
+
+def _done_row(stage: Stage, done: Done, report_dir: Path) -> Row:
+    """The row of a stage an earlier run did with the same inputs."""
+    return Row(
+        stage.name,
+        DONE,
+        f"done (from {done.finished})",
+        seconds=done.seconds,
+        log=str(report_dir / "logs" / f"{stage.name}.log"),
+        command=shown_command(stage.argv),
+        finished=done.finished,
+        result=done.result,
+    )
+
+
+def _run_logged(
+    stage: Stage, report_dir: Path, environ: Mapping[str, str], extra_env: Mapping[str, str]
+) -> tuple[Row, bool]:
+    """(the stage's row, whether Ctrl-C stopped it), one line before it and one after."""
+    log.info(f"▸ {stage.name} (log {report_dir / 'logs' / (stage.name + '.log')})")
+    interrupted = False
+    try:
+        row = run_stage(stage, report_dir / "logs", report_dir, environ, extra_env)
+    except KeyboardInterrupt:  # the report still says how far it got; exit 130 after it
+        interrupted = True
+        row = Row(
+            stage.name,
+            FAILED,
+            "interrupted",
+            log=str(report_dir / "logs" / f"{stage.name}.log"),
+            command=shown_command(stage.argv),
+            cause="interrupted (Ctrl-C)",
+            fix="run apexkit up again: the stages already done are not run again",
+            finished=now(),
+        )
+    mark = "✓" if row.status == OK else "✕"
+    log.info(
+        f"{mark} {stage.name}: {row.status}{f': {row.detail}' if row.detail else ''} "
+        f"({log.format_seconds(row.seconds)})"
+    )
+    return row, interrupted
 
 
 def main(

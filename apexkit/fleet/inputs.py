@@ -256,14 +256,37 @@ def _finite(value: object, key: str) -> float | None:
 
 def read_result(path: Path) -> dict:
     """A node's `<node>.json`, checked: the fields the report shows, typed; else Unreadable with the reason."""
+    data = _load_result(path)
+    out: dict[str, Any] = {"node": _node_of(data, path), "verdict": data.get("verdict")}
+    if out["verdict"] not in ("ok", "fail", None):
+        raise Unreadable(f"verdict {untrusted.shown(out['verdict'])[:40]} is not ok or fail")
+    for key in _TEXT_FIELDS:
+        out[key] = _text(data, key)
+    sha = _object(data, "wheel").get("sha256")
+    if sha is not None and not (isinstance(sha, str) and re.fullmatch(r"[0-9a-f]{64}", sha)):
+        raise Unreadable(f"wheel.sha256 {untrusted.shown(sha)[:40]} is not a sha256")
+    out["wheel_sha256"] = sha
+    out["step_ms"] = _finite(_object(data, "bench").get("step_ms"), "bench.step_ms")
+    failure = _object(data, "first_failure")
+    out["first_failure"] = (
+        {k: _text(failure, k, 4000) or "" for k in ("check", "detail", "fix")} if failure else None
+    )
+    return out
+
+
+def _load_result(path: Path) -> dict:
     try:
-        data = untrusted.read_json_object(path, None, RESULT_MAX)
+        return untrusted.read_json_object(path, None, RESULT_MAX)
     except untrusted.Refused as exc:
         raise Unreadable(f"{path.name} {exc.why}") from None
     except RecursionError:
         raise Unreadable(f"{path.name} is not JSON (nested too deeply)") from None
     except (untrusted.Untrusted, OSError, UnicodeError) as exc:
         raise Unreadable(log.sanitise(str(exc) or type(exc).__name__)[:200]) from None
+
+
+def _node_of(data: dict, path: Path) -> str:
+    """The node a result is of: a fleet node result, of the node its file is named after."""
     schema = data.get("schema")
     if not isinstance(schema, str) or not schema.startswith(NODE_SCHEMA):
         raise Unreadable(
@@ -274,33 +297,14 @@ def read_result(path: Path) -> dict:
         raise Unreadable(f"{path.name} claims to be node {untrusted.shown(node)[:60]}")
     if not valid("node", node):
         raise Unreadable(f"{untrusted.shown(node)[:60]} is not a Slurm node name")
-    verdict = data.get("verdict")
-    if verdict not in ("ok", "fail", None):
-        raise Unreadable(f"verdict {untrusted.shown(verdict)[:40]} is not ok or fail")
-    out: dict[str, Any] = {"node": node, "verdict": verdict}
-    for key in _TEXT_FIELDS:
-        out[key] = _text(data, key)
-    wheel = data.get("wheel")
-    if wheel is not None and not isinstance(wheel, dict):
-        raise Unreadable("wheel is not an object")
-    sha = (wheel or {}).get("sha256")
-    if sha is not None and not (isinstance(sha, str) and re.fullmatch(r"[0-9a-f]{64}", sha)):
-        raise Unreadable(f"wheel.sha256 {untrusted.shown(sha)[:40]} is not a sha256")
-    out["wheel_sha256"] = sha
-    bench = data.get("bench")
-    if bench is not None and not isinstance(bench, dict):
-        raise Unreadable("bench is not an object")
-    out["step_ms"] = _finite((bench or {}).get("step_ms"), "bench.step_ms")
-    failure = data.get("first_failure")
-    if failure is not None and not isinstance(failure, dict):
-        raise Unreadable("first_failure is not an object")
-    if failure:
-        out["first_failure"] = {
-            k: _text(failure, k, 4000) or "" for k in ("check", "detail", "fix")
-        }
-    else:
-        out["first_failure"] = None
-    return out
+    return path.stem
+
+
+def _object(data: dict, key: str) -> dict:
+    value = data.get(key)
+    if value is not None and not isinstance(value, dict):
+        raise Unreadable(f"{key} is not an object")
+    return value or {}
 
 
 def read_small_json(path: Path) -> dict:

@@ -567,22 +567,21 @@ def batch_script(
         "--build-dir",
         opts.node_build_dir or str(build_dir),
     ]
-    lines = ["#!/bin/bash", f"#SBATCH --job-name=apexkit-{combo.id}"]
-    if opts.partition.get(arch):
-        lines.append(f"#SBATCH --partition={opts.partition[arch]}")
-    if opts.constraint.get(arch):
-        lines.append(f"#SBATCH --constraint={opts.constraint[arch]}")
-    lines += ["#SBATCH --nodes=1", "#SBATCH --ntasks=1"]
-    if opts.cpus:
-        lines.append(f"#SBATCH --cpus-per-task={opts.cpus}")
-    if opts.account:
-        lines.append(f"#SBATCH --account={opts.account}")
+    header = [
+        ("job-name", f"apexkit-{combo.id}"),
+        ("partition", opts.partition.get(arch)),
+        ("constraint", opts.constraint.get(arch)),
+        ("nodes", 1),
+        ("ntasks", 1),
+        ("cpus-per-task", opts.cpus),
+        ("account", opts.account),
+        ("time", opts.time_limit),
+        ("export", "ALL"),
+        ("chdir", matrix.PROJECT_ROOT),
+        ("output", logs / (combo.id + ".log")),
+    ]
+    lines = ["#!/bin/bash", *slurm.batch_header(header, opts.extra)]
     lines += [
-        f"#SBATCH --time={opts.time_limit}",
-        "#SBATCH --export=ALL",
-        f"#SBATCH --chdir={matrix.PROJECT_ROOT}",
-        f"#SBATCH --output={logs / (combo.id + '.log')}",
-        *(f"#SBATCH {extra}" for extra in opts.extra),
         f"# apexkit matrix: {combo.id} on one {arch} node, from the checkout {matrix.PROJECT_ROOT} (shared "
         "storage), into the shared staging directory; the submitting process copies the wheel into dist/",
         "set -u",
@@ -724,23 +723,15 @@ def run_slurm(
 
     logs = build_dir / "matrix"
     stage = logs / "slurm" / (time.strftime("run-%Y%m%d-%H%M%S-", time.gmtime()) + str(os.getpid()))
-    results: dict[str, Result] = {}
-    todo = []
-    planned: dict[
-        str, Callable[..., dict[str, dict]]
-    ] = {}  # what each job may leave, by this host's plan
-    for combo in combos:
-        try:
-            m.validate(combo)
-            planned[combo.id] = planned_targets(m, combo, passthrough)
-        except ConfigError as exc:
-            results[combo.id] = Result(combo.id, "refused", detail=exc.cause)
-            continue
-        todo.append(combo)
+    results, todo, planned = _sort_out(m, combos, passthrough)
+    refused = [
+        f"✕ {c.id}: refused, not submitted — {results[c.id].detail}"
+        for c in combos
+        if c.id in results
+    ]
     if dry_run:
-        for combo in combos:
-            if combo.id in results:
-                log.info(f"✕ {combo.id}: refused, not submitted — {results[combo.id].detail}")
+        for line in refused:
+            log.info(line)
         for combo in todo:
             print(f"# ---- {combo.id}: {stage / (combo.id + '.sbatch')}")
             print(batch_script(m, combo, passthrough, stage, build_dir, logs, opts), end="")
@@ -757,78 +748,28 @@ def run_slurm(
         f"▸ {len(combos)} combinations: {len(todo)} to submit to Slurm, {len(combos) - len(todo)} refused; "
         f"logs in {logs}/, batch scripts in {stage}/"
     )
-    for combo in combos:
-        if combo.id in results:
-            log.info(f"  ✕ {combo.id}: refused, not submitted — {results[combo.id].detail}")
+    for line in refused:
+        log.info(f"  {line}")
+
+    def started(job_id: str, combo: Combination) -> None:
+        watch.started(combo.id, index[combo.id], f"job {job_id}", status_path(stage, combo))
+
+    def ended(job_id: str, combo: Combination) -> None:
+        watch.forget(combo.id)
+        elapsed = time.monotonic() - submitted_at[job_id]
+        results[combo.id] = _finish(
+            combo, job_id, stage, dist, logs, force, elapsed, planned[combo.id]
+        )
+
     try:
         for combo in todo:
             script = stage / f"{combo.id}.sbatch"
             script.write_text(batch_script(m, combo, passthrough, stage, build_dir, logs, opts))
-            (logs / f"{combo.id}.log").unlink(
-                missing_ok=True
-            )  # Slurm appends to an existing --output
-            job_id, why = slurm.sbatch(script)
-            if job_id is None:
-                asked = ", ".join(
-                    f"{what} {value}"
-                    for what, value in (
-                        ("partition", opts.partition.get(combo.arch)),
-                        ("constraint", opts.constraint.get(combo.arch)),
-                    )
-                    if value
-                )
-                why = (
-                    f"{why} (asked for: {asked or 'any node'}; is there a {combo.arch} node? see sinfo -o '%P %f %N'"
-                    f", --slurm-partition/--slurm-constraint)"
-                )
-                results[combo.id] = Result(
-                    combo.id, "failed", detail=f"not submitted: {why}", log=str(script)
-                )
-                log.info(f"  ✕ {combo.id}: sbatch refused it — {why}")
-                continue
-            jobs[job_id] = combo
-            submitted_at[job_id] = time.monotonic()
-            log.info(
-                f"  ⋯ {combo.id}: job {job_id} ({combo.arch}"
-                f"{', partition ' + opts.partition[combo.arch] if opts.partition.get(combo.arch) else ''}"
-                f"{', constraint ' + opts.constraint[combo.arch] if opts.constraint.get(combo.arch) else ''})"
-            )
-        seen: dict[str, str] = {}
-        ran: set[str] = set()
-        waiting = dict(jobs)
-        while waiting:
-            live = slurm.queue_states(list(waiting))
-            for job_id, combo in list(waiting.items()):
-                state = live.get(job_id)
-                if state is not None:
-                    if seen.get(job_id) != state:
-                        seen[job_id] = state
-                        if state == "RUNNING" and job_id not in ran:
-                            ran.add(job_id)  # from now on its heartbeat names its build's step
-                            watch.started(
-                                combo.id,
-                                index[combo.id],
-                                f"job {job_id}",
-                                status_path(stage, combo),
-                            )
-                        else:
-                            watch.say(f"  ⋯ {combo.id}: job {job_id} {state}")
-                    continue
-                del waiting[job_id]
-                watch.forget(combo.id)
-                results[combo.id] = _finish(
-                    combo,
-                    job_id,
-                    stage,
-                    dist,
-                    logs,
-                    force,
-                    time.monotonic() - submitted_at[job_id],
-                    planned[combo.id],
-                )
-            if waiting:
-                watch.beat()
-                time.sleep(poll)
+            job_id = _submit(script, combo, logs, opts, results)
+            if job_id is not None:
+                jobs[job_id] = combo
+                submitted_at[job_id] = time.monotonic()
+        _poll(dict(jobs), watch, started, ended, poll)
     except (
         BaseException
     ):  # Ctrl-C or a lost controller: the jobs this run submitted do not outlive it
@@ -838,6 +779,82 @@ def run_slurm(
             slurm.scancel(left)
         raise
     return [results[c.id] for c in combos]
+
+
+def _sort_out(
+    m: matrix.Matrix, combos: list[Combination], passthrough: list[str]
+) -> tuple[dict[str, Result], list[Combination], dict[str, Callable[..., dict[str, dict]]]]:
+    """(the refused combinations' rows, the combinations to submit, what each job may leave by this host's plan)."""
+    refused: dict[str, Result] = {}
+    todo = []
+    planned = {}
+    for combo in combos:
+        try:
+            m.validate(combo)
+            planned[combo.id] = planned_targets(m, combo, passthrough)
+        except ConfigError as exc:
+            refused[combo.id] = Result(combo.id, "refused", detail=exc.cause)
+            continue
+        todo.append(combo)
+    return refused, todo, planned
+
+
+def _submit(
+    script: Path, combo: Combination, logs: Path, opts: SlurmOptions, results: dict[str, Result]
+) -> str | None:
+    """sbatch the combination's script: its job id, or None with its failed row in `results`."""
+    (logs / f"{combo.id}.log").unlink(missing_ok=True)  # Slurm appends to an existing --output
+    job_id, why = slurm.sbatch(script)
+    asked = ", ".join(
+        f"{what} {value}"
+        for what, value in (
+            ("partition", opts.partition.get(combo.arch)),
+            ("constraint", opts.constraint.get(combo.arch)),
+        )
+        if value
+    )
+    if job_id is None:
+        why = (
+            f"{why} (asked for: {asked or 'any node'}; is there a {combo.arch} node? see sinfo -o '%P %f %N'"
+            f", --slurm-partition/--slurm-constraint)"
+        )
+        results[combo.id] = Result(
+            combo.id, "failed", detail=f"not submitted: {why}", log=str(script)
+        )
+        log.info(f"  ✕ {combo.id}: sbatch refused it — {why}")
+        return None
+    log.info(f"  ⋯ {combo.id}: job {job_id} ({combo.arch}{', ' + asked if asked else ''})")
+    return job_id
+
+
+def _poll(
+    waiting: dict[str, Combination],
+    watch: runwatch.Watch,
+    started: Callable[[str, Combination], None],
+    ended: Callable[[str, Combination], None],
+    poll: float,
+) -> None:
+    """Ask squeue every `poll` seconds until no job of `waiting` is queued: each change of state is one line (the
+    first RUNNING is `started`: from then on its heartbeat names its build's step), a job that left is `ended`."""
+    seen: dict[str, str] = {}
+    ran: set[str] = set()
+    while waiting:
+        live = slurm.queue_states(list(waiting))
+        for job_id, combo in list(waiting.items()):
+            state = live.get(job_id)
+            if state is None:
+                del waiting[job_id]
+                ended(job_id, combo)
+            elif seen.get(job_id) != state:
+                seen[job_id] = state
+                if state == "RUNNING" and job_id not in ran:
+                    ran.add(job_id)
+                    started(job_id, combo)
+                else:
+                    watch.say(f"  ⋯ {combo.id}: job {job_id} {state}")
+        if waiting:
+            watch.beat()
+            time.sleep(poll)
 
 
 def _finish(
@@ -1036,12 +1053,6 @@ def parser() -> argparse.ArgumentParser:
         help="with --run: work directory (default: $APEXKIT_BUILD_DIR, else ./build)",
     )
     p.add_argument(
-        "--refresh",
-        action="store_true",
-        help="compare [torch_npu.versions] with the torch-npu releases "
-        "on the package index; --write applies it (nox -s matrix -- --refresh --help)",
-    )
-    p.add_argument(
         "--slurm",
         action="store_true",
         help="with --run: submit each combination to Slurm as one job "
@@ -1112,47 +1123,17 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str]) -> int:
-    if (
-        "--refresh" in argv
-    ):  # its own options (--write, --matrix FILE = the matrix.toml to compare, --index-url)
-        from apexkit.index import refresh
-
-        return refresh.main(argv)
     args = parser().parse_args(argv)
     m, combos = load_combinations(args.matrix)
     if args.only:  # a combination's id (its session name) or the target id its build writes
-        unknown = sorted(set(args.only) - {c.id for c in combos} - {c.target_id for c in combos})
-        if unknown:
-            raise ConfigError(
-                f"--target {', '.join(unknown)}: not in the matrix",
-                f"ids: {', '.join(c.id for c in combos)} (or their target ids, as in dist/)",
-            )
-        combos = [c for c in combos if c.id in args.only or c.target_id in args.only]
+        combos = _only(combos, args.only)
     if (args.slurm or args.dry_run) and not args.run:
         raise ConfigError(
             f"{'--slurm' if args.slurm else '--dry-run'} is for --run",
             f"add --run ({vocab.command('matrix', '--run --slurm [--dry-run]')})",
         )
     if not args.run:
-        # the GitHub matrix (and its summary) is for another machine's daemon: only the table and JSON ask this one
-        facts = None if args.format in ("github", "markdown") else builder.ImageFacts()
-        table = rows(m, combos, facts, image=args.image)
-        if args.format == "github":
-            refused = refusals(table)
-            if refused and not args.allow_refused:
-                raise MatrixError(
-                    f"{len(refused)} of {len(table)} combinations refused: "
-                    + "; ".join(f"{rid}: {why}" for rid, why in refused),
-                    f"fix or remove those rows ({vocab.command('matrix')} shows every row), or pass --allow-refused "
-                    "to build the others",
-                )
-            print(github(table))
-        elif args.format == "markdown":
-            print(markdown(table))
-        elif args.format == "json":
-            print(json.dumps(table, indent=1))
-        else:
-            print_table(table, facts)
+        show(m, combos, args.format, args.image, args.allow_refused)
         return 0
     if args.jobs < 1:
         raise ConfigError(
@@ -1160,30 +1141,9 @@ def main(argv: list[str]) -> int:
         )
     dist = (args.dist or paths.dist_dir()).resolve()
     build_dir = (args.build_dir or paths.build_dir()).resolve()
-    if args.slurm:
-        opts = slurm_options(args)
-        results = run_slurm(
-            m, combos, args.build_options, dist, build_dir, opts, dry_run=args.dry_run
-        )
-        if args.dry_run:
-            return 0
-    elif args.dry_run:
-        raise ConfigError(
-            "--dry-run is for --run --slurm (it prints the batch scripts)",
-            "add --slurm, or drop --dry-run",
-        )
-    else:
-        heartbeat = runwatch.interval(os.environ)  # checked before anything runs
-        results = run_all(
-            m,
-            combos,
-            args.build_options,
-            dist,
-            build_dir,
-            args.jobs,
-            image=args.image,
-            heartbeat=heartbeat,
-        )
+    results = _build(m, combos, args, dist, build_dir)
+    if results is None:  # a dry run: the batch scripts printed
+        return 0
     write_reports(build_dir / "matrix", results, combos)
     bad = [r for r in results if r.status in ("refused", "failed")]
     if bad:
@@ -1193,6 +1153,74 @@ def main(argv: list[str]) -> int:
             f"see the summary above and {build_dir / 'matrix'}/<id>.log",
         )
     return 0
+
+
+def _only(combos: list[Combination], only: list[str]) -> list[Combination]:
+    unknown = sorted(set(only) - {c.id for c in combos} - {c.target_id for c in combos})
+    if unknown:
+        raise ConfigError(
+            f"--target {', '.join(unknown)}: not in the matrix",
+            f"ids: {', '.join(c.id for c in combos)} (or their target ids, as in dist/)",
+        )
+    return [c for c in combos if c.id in only or c.target_id in only]
+
+
+def show(
+    m: matrix.Matrix, combos: list[Combination], form: str, image: str | None, allow_refused: bool
+) -> None:
+    """The matrix as a table, JSON, Markdown or a GitHub Actions matrix (refused rows stop that one)."""
+    # the GitHub matrix (and its summary) is for another machine's daemon: only the table and JSON ask this one
+    facts = None if form in ("github", "markdown") else builder.ImageFacts()
+    table = rows(m, combos, facts, image=image)
+    refused = refusals(table) if form == "github" else []
+    if refused and not allow_refused:
+        raise MatrixError(
+            f"{len(refused)} of {len(table)} combinations refused: "
+            + "; ".join(f"{rid}: {why}" for rid, why in refused),
+            f"fix or remove those rows ({vocab.command('matrix')} shows every row), or pass --allow-refused "
+            "to build the others",
+        )
+    writers: dict[str, Callable[[list[dict]], str]] = {
+        "github": github,
+        "markdown": markdown,
+        "json": functools.partial(json.dumps, indent=1),
+    }
+    if form in writers:
+        print(writers[form](table))
+    else:
+        print_table(table, facts)
+
+
+def _build(
+    m: matrix.Matrix,
+    combos: list[Combination],
+    args: argparse.Namespace,
+    dist: Path,
+    build_dir: Path,
+) -> list[Result] | None:
+    """Every combination built, on Slurm or here; None after a dry run (which only prints the batch scripts)."""
+    if args.slurm:
+        opts = slurm_options(args)
+        results = run_slurm(
+            m, combos, args.build_options, dist, build_dir, opts, dry_run=args.dry_run
+        )
+        return None if args.dry_run else results
+    if args.dry_run:
+        raise ConfigError(
+            "--dry-run is for --run --slurm (it prints the batch scripts)",
+            "add --slurm, or drop --dry-run",
+        )
+    heartbeat = runwatch.interval(os.environ)  # checked before anything runs
+    return run_all(
+        m,
+        combos,
+        args.build_options,
+        dist,
+        build_dir,
+        args.jobs,
+        image=args.image,
+        heartbeat=heartbeat,
+    )
 
 
 def write_reports(where: Path, results: list[Result], combos: list[Combination]) -> None:

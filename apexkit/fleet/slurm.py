@@ -4,12 +4,14 @@ Used by the fleet (fleet.submit/status) and by the matrix run on a cluster (nox 
 from __future__ import annotations
 
 import re
+import shlex
 import shutil
 import subprocess
+from collections.abc import Iterable
 from pathlib import Path
 
-from apexkit import log
-from apexkit.errors import SchedulerError
+from apexkit import log, untrusted
+from apexkit.errors import ConfigError, SchedulerError
 
 ENDED = (
     "COMPLETED",
@@ -25,6 +27,31 @@ ENDED = (
 
 
 CHECK_CMD = "scontrol ping && sinfo"
+
+
+def batch_header(options: Iterable[tuple[str, object]], extra: Iterable[str] = ()) -> list[str]:
+    """The #SBATCH lines of a batch script (the one writer of them): `--option=value` per pair whose value is set (None,
+    "", False and () are left out; True is the bare flag; a list or tuple is joined by commas), then each `extra` as one
+    whole option. Every value is one line (a line break would end the directive and start a shell command) and is
+    shell-quoted, which sbatch undoes when it reads the directive."""
+    lines = []
+    for option, value in options:
+        if value is True:
+            lines.append(f"#SBATCH --{option}")
+        elif value not in (None, "", False, (), []):
+            items = value if isinstance(value, (list, tuple)) else [value]
+            lines.append(f"#SBATCH --{option}=" + ",".join(_word(f"--{option}", i) for i in items))
+    return lines + [f"#SBATCH {_word('the extra sbatch option', x)}" for x in extra]
+
+
+def _word(option: str, value: object) -> str:
+    text = str(value)
+    if "\n" in text or "\r" in text:
+        raise ConfigError(
+            f"#SBATCH {option} {untrusted.shown(text)}: not one line (it would end the directive)",
+            "pass the value without line breaks",
+        )
+    return shlex.quote(text)
 
 
 def run(argv: list[str], timeout: float = 60) -> subprocess.CompletedProcess:

@@ -188,64 +188,53 @@ class Plan:
         }
 
 
-def _quote_list(items) -> str:
-    return ",".join(shlex.quote(i) for i in items)
-
-
 def check_plan(plan: Plan) -> None:
     """Every value the batch script or the nodes' command lines get, against the strict pattern of its kind (the CLI's,
     index.json's target, node names read back from files for --resume): one ConfigError, nothing written."""
-    p, c = plan.placement, inputs.check
-    if p.partition is not None:
-        c("partition", p.partition, "--partition")
-    if p.account is not None:
-        c("account", p.account, "--account")
-    if p.gres is not None:
-        c("gres", p.gres, "--gres")
-    c("time", p.time_limit, "--time-limit")
-    for node in p.nodelist:
-        c("node", node, "--nodelist")
-    for node in p.exclude:
-        c("node", node, "the node list to exclude (from the result files)")
-    c("target", plan.target, "the target")
+    p = plan.placement
+    _check_words(
+        ("--partition", p.partition, "partition"),
+        ("--account", p.account, "account"),
+        ("--gres", p.gres, "gres"),
+        ("--time-limit", p.time_limit, "time"),
+        *(("--nodelist", node, "node") for node in p.nodelist),
+        *(("the node list to exclude (from the result files)", node, "node") for node in p.exclude),
+        ("the target", plan.target, "target"),
+    )
     if plan.device not in ("npu", "cuda", "cpu"):
         raise ConfigError(
             f"--device {inputs.untrusted.shown(plan.device)}: not one of npu, cuda, cpu",
             "pass --device npu (default) or cpu",
         )
-    c("path", str(plan.results), "--results")
+    inputs.check("path", str(plan.results), "--results")
     if "%" in str(plan.results):  # sbatch --output expands %j, %N, ...
         raise ConfigError(
             f"--results {inputs.untrusted.shown(str(plan.results))} holds a '%' (Slurm file name pattern)",
             "use a directory without '%'; nothing was submitted",
         )
-    if plan.node_python is not None:
-        c("path", plan.node_python, "--node-interpreter")
-    c("path", plan.python, "the target's Python")
-    if plan.node_dir is not None:
-        c("node_dir", plan.node_dir, "--node-dir")
-        relative = not plan.node_dir.startswith(
-            ("/", "$")
-        )  # srun's cwd: the shared submit directory
-        if relative:
-            raise ConfigError(
-                f"--node-dir {inputs.untrusted.shown(plan.node_dir)} is not an absolute path (on the nodes it "
-                "would be inside the shared submit directory)",
-                "pass a node-local path like /tmp/apexkit-fleet or $TMPDIR/apexkit-fleet",
-            )
-    if plan.venv is not None:
-        c("node_dir", plan.venv, "--venv")
-        if not plan.venv.startswith(("/", "$")):
-            raise ConfigError(
-                f"--venv {inputs.untrusted.shown(plan.venv)} is not an absolute path",
-                "pass the training venv's path as the nodes see it, e.g. /shared/envs/train or $HOME/venvs/train",
-            )
-    for item in plan.set_env:
-        c("path", item, "--set-env")
-    for arg in plan.bench or ():
-        c("bench_arg", arg, "--bench-args")
-    for extra in plan.extra_sbatch:
-        c("sbatch", extra, "the extra sbatch option")
+    _check_words(
+        ("--node-interpreter", plan.node_python, "path"),
+        ("the target's Python", plan.python, "path"),
+        ("--node-dir", plan.node_dir, "node_dir"),
+    )
+    # srun's cwd is the shared submit directory
+    if plan.node_dir is not None and not plan.node_dir.startswith(("/", "$")):
+        raise ConfigError(
+            f"--node-dir {inputs.untrusted.shown(plan.node_dir)} is not an absolute path (on the nodes it "
+            "would be inside the shared submit directory)",
+            "pass a node-local path like /tmp/apexkit-fleet or $TMPDIR/apexkit-fleet",
+        )
+    _check_words(("--venv", plan.venv, "node_dir"))
+    if plan.venv is not None and not plan.venv.startswith(("/", "$")):
+        raise ConfigError(
+            f"--venv {inputs.untrusted.shown(plan.venv)} is not an absolute path",
+            "pass the training venv's path as the nodes see it, e.g. /shared/envs/train or $HOME/venvs/train",
+        )
+    _check_words(
+        *(("--set-env", item, "path") for item in plan.set_env),
+        *(("--bench-args", arg, "bench_arg") for arg in plan.bench or ()),
+        *(("the extra sbatch option", extra, "sbatch") for extra in plan.extra_sbatch),
+    )
 
 
 def render_script(plan: Plan) -> str:
@@ -254,24 +243,21 @@ def render_script(plan: Plan) -> str:
     p = plan.placement
     q = shlex.quote
     fleet = plan.fleet_dir
-    lines = ["#!/bin/bash", f"#SBATCH --job-name=apexkit-fleet-{int(plan.submission)}"]
-    if p.partition:
-        lines.append(f"#SBATCH --partition={q(p.partition)}")
-    lines.append(f"#SBATCH --nodes={int(p.count())}")
-    if p.nodelist:
-        lines.append(f"#SBATCH --nodelist={_quote_list(p.nodelist)}")
-    if p.exclude:
-        lines.append(f"#SBATCH --exclude={_quote_list(p.exclude)}")
-    lines.append("#SBATCH --ntasks-per-node=1")
-    if p.gres:
-        lines.append(f"#SBATCH --gres={q(p.gres)}")
-    if p.account:
-        lines.append(f"#SBATCH --account={q(p.account)}")
+    header = [
+        ("job-name", f"apexkit-fleet-{int(plan.submission)}"),
+        ("partition", p.partition),
+        ("nodes", int(p.count())),
+        ("nodelist", p.nodelist),
+        ("exclude", p.exclude),
+        ("ntasks-per-node", 1),
+        ("gres", p.gres),
+        ("account", p.account),
+        ("time", p.time_limit),
+        ("no-kill", True),
+        ("output", f"{fleet}/logs/job-%j.out"),
+    ]
+    lines = ["#!/bin/bash", *slurm.batch_header(header, plan.extra_sbatch)]
     lines += [
-        f"#SBATCH --time={q(p.time_limit)}",
-        "#SBATCH --no-kill",
-        f"#SBATCH --output={q(str(fleet))}/logs/job-%j.out",
-        *(f"#SBATCH {q(extra)}" for extra in plan.extra_sbatch),
         f"# apexkit fleet: {q(plan.target)} from {log.sanitise(inputs.shown_url(plan.index.url, plan.logins))}"
         + (
             f" installed into the training venv {plan.venv} (torch kept)"
@@ -565,98 +551,23 @@ def rows(results: Path, threshold: float = DEFAULT_THRESHOLD) -> tuple[list[dict
         if inputs.valid("job", s.get("job_id"))
     }
     nodes, unplaced = expected_nodes(results, state)
-    table: list[dict] = []
     extra = [n for n in [*found, *unreadable] if n not in nodes]
-    for node in nodes + sorted(set(extra), key=extra.index):
-        data = found.get(node)
-        if data is not None:
-            table.append(
-                {
-                    "node": node,
-                    "status": data.get("verdict") or "fail",
-                    "chip": data.get("chip"),
-                    "driver": data.get("driver"),
-                    "cann": data.get("cann"),
-                    "torch": data.get("torch"),
-                    "torch_npu": data.get("torch_npu"),
-                    "wheel_sha256": data.get("wheel_sha256"),
-                    "step_ms": data.get("step_ms"),
-                    "job_id": data.get("job_id"),
-                    "set_env": data.get("set_env"),
-                    "first_failure": data.get("first_failure"),
-                }
-            )
-            continue
-        if node in unreadable:  # one row saying why; the other nodes still report
-            table.append(
-                {
-                    "node": node if inputs.valid("node", node) else inputs.untrusted.shown(node),
-                    "status": "unreadable",
-                    "first_failure": {
-                        "check": "result",
-                        "detail": f"unreadable result: {unreadable[node]}",
-                        "fix": f"look at {results}/{inputs.untrusted.shown(node)[1:-1]}.json; "
-                        f"--resume runs that node again",
-                    },
-                }
-            )
-            continue
-        sub = _last_submission_for(results, state, node)
-        job_id = sub.get("job_id") if sub else None
-        jstate, source = jobs.get(job_id, ("UNKNOWN", "no job"))
-        stage = _progress(results, node)
-        stage_text = (
-            f" during {stage['stage']}"
-            if stage.get("stage") and stage.get("job_id") == job_id
-            else ""
-        )
-        if jstate in ("PENDING", "CONFIGURING"):
-            status, detail = "pending", f"job {job_id} {jstate.lower()}"
-        elif jstate in ("RUNNING", "COMPLETING"):
-            status, detail = "running", f"job {job_id} running{stage_text}"
-        elif jstate == "UNKNOWN":
-            status, detail = "no result", f"job {job_id}: state unknown ({source}); no result file"
-        else:
-            status, detail = "dead", f"job {job_id} {jstate}{stage_text}, no result"
-        table.append(
-            {
-                "node": node,
-                "status": status,
-                "job_id": job_id,
-                "job_state": jstate,
-                "first_failure": {
-                    "check": "job",
-                    "detail": detail,
-                    "fix": "resubmit the nodes without a result: "
-                    + vocab.command("fleet.submit", f"--results {results} --resume")
-                    if status in ("dead", "no result")
-                    else f"wait: {vocab.command('fleet.status', str(results))}",
-                },
-            }
-        )
-    for sub in unplaced:
-        jstate, source = jobs.get(sub.get("job_id"), ("UNKNOWN", ""))
-        status = "pending" if jstate in ("PENDING", "CONFIGURING", "RUNNING") else "dead"
-        table.append(
-            {
-                "node": f"({sub.get('nodes')} unplaced)",
-                "status": status,
-                "job_id": sub.get("job_id"),
-                "job_state": jstate,
-                "first_failure": {
-                    "check": "job",
-                    "detail": f"job {sub.get('job_id')} {jstate}: no node was allocated",
-                    "fix": vocab.command("fleet.submit", f"--results {results} --resume"),
-                },
-            }
-        )
-    steps = [r["step_ms"] for r in table if isinstance(r.get("step_ms"), (int, float))]
-    median = statistics.median(steps) if steps else None
-    for r in table:  # with fewer than 3 step times the median says nothing about which one is off
-        if median and len(steps) >= MIN_FOR_OUTLIERS and isinstance(r.get("step_ms"), (int, float)):
-            r["deviation"] = round((r["step_ms"] - median) / median, 4)
-            r["outlier"] = abs(r["deviation"]) > threshold
-    summary = {
+    table = [
+        _result_row(node, found[node])
+        if node in found
+        else _unreadable_row(results, node, unreadable[node])
+        if node in unreadable  # one row saying why; the other nodes still report
+        else _job_row(results, state, jobs, node)
+        for node in nodes + sorted(set(extra), key=extra.index)
+    ]
+    table += [_unplaced_row(results, jobs, sub) for sub in unplaced]
+    return table, _summary(results, table, jobs, _mark_outliers(table, threshold), threshold)
+
+
+def _summary(
+    results: Path, table: list[dict], jobs: dict, median: float | None, threshold: float
+) -> dict:
+    return {
         "results": str(results),
         "nodes": len(table),
         "ok": sum(r["status"] == "ok" for r in table),
@@ -668,7 +579,102 @@ def rows(results: Path, threshold: float = DEFAULT_THRESHOLD) -> tuple[list[dict
         "outliers": [r["node"] for r in table if r.get("outlier")],
         "jobs": {j: {"state": s, "source": src} for j, (s, src) in jobs.items()},
     }
-    return table, summary
+
+
+# what a node's result file gives its row, in the report's order
+_RESULT_FIELDS: tuple[str, ...] = (
+    "chip",
+    "driver",
+    "cann",
+    "torch",
+    "torch_npu",
+    "wheel_sha256",
+    "step_ms",
+    "job_id",
+)
+_RESULT_FIELDS += ("set_env", "first_failure")
+# a job without a result: (its status, what the row says) by the Slurm state; any other state is a dead job
+_JOB_STATUS = {
+    "PENDING": ("pending", "job {job} pending"),
+    "CONFIGURING": ("pending", "job {job} configuring"),
+    "RUNNING": ("running", "job {job} running{stage}"),
+    "COMPLETING": ("running", "job {job} running{stage}"),
+    "UNKNOWN": ("no result", "job {job}: state unknown ({source}); no result file"),
+}
+
+
+def _result_row(node: str, data: dict) -> dict:
+    return {
+        "node": node,
+        "status": data.get("verdict") or "fail",
+        **{k: data.get(k) for k in _RESULT_FIELDS},
+    }
+
+
+def _unreadable_row(results: Path, node: str, why: str) -> dict:
+    return {
+        "node": node if inputs.valid("node", node) else inputs.untrusted.shown(node),
+        "status": "unreadable",
+        "first_failure": {
+            "check": "result",
+            "detail": f"unreadable result: {why}",
+            "fix": f"look at {results}/{inputs.untrusted.shown(node)[1:-1]}.json; "
+            f"--resume runs that node again",
+        },
+    }
+
+
+def _job_row(results: Path, state: dict, jobs: dict, node: str) -> dict:
+    """The row of a node without a result: what its last job is doing, or that it died."""
+    sub = _last_submission_for(results, state, node)
+    job_id = sub.get("job_id") if sub else None
+    jstate, source = jobs.get(job_id, ("UNKNOWN", "no job"))
+    stage = _progress(results, node)
+    stage_text = (
+        f" during {stage['stage']}" if stage.get("stage") and stage.get("job_id") == job_id else ""
+    )
+    status, detail = _JOB_STATUS.get(jstate, ("dead", "job {job} {state}{stage}, no result"))
+    return {
+        "node": node,
+        "status": status,
+        "job_id": job_id,
+        "job_state": jstate,
+        "first_failure": {
+            "check": "job",
+            "detail": detail.format(job=job_id, state=jstate, stage=stage_text, source=source),
+            "fix": "resubmit the nodes without a result: "
+            + vocab.command("fleet.submit", f"--results {results} --resume")
+            if status in ("dead", "no result")
+            else f"wait: {vocab.command('fleet.status', str(results))}",
+        },
+    }
+
+
+def _unplaced_row(results: Path, jobs: dict, sub: dict) -> dict:
+    jstate, _ = jobs.get(sub.get("job_id"), ("UNKNOWN", ""))
+    return {
+        "node": f"({sub.get('nodes')} unplaced)",
+        "status": "pending" if jstate in ("PENDING", "CONFIGURING", "RUNNING") else "dead",
+        "job_id": sub.get("job_id"),
+        "job_state": jstate,
+        "first_failure": {
+            "check": "job",
+            "detail": f"job {sub.get('job_id')} {jstate}: no node was allocated",
+            "fix": vocab.command("fleet.submit", f"--results {results} --resume"),
+        },
+    }
+
+
+def _mark_outliers(table: list[dict], threshold: float) -> float | None:
+    """The median step time, each row's deviation from it and whether it is an outlier; with fewer than 3 step times
+    the median says nothing about which one is off."""
+    steps = [r["step_ms"] for r in table if isinstance(r.get("step_ms"), (int, float))]
+    median = statistics.median(steps) if steps else None
+    for r in table:
+        if median and len(steps) >= MIN_FOR_OUTLIERS and isinstance(r.get("step_ms"), (int, float)):
+            r["deviation"] = round((r["step_ms"] - median) / median, 4)
+            r["outlier"] = abs(r["deviation"]) > threshold
+    return median
 
 
 def _last_submission_for(results: Path, state: dict, node: str) -> dict | None:
@@ -931,16 +937,16 @@ def make_plan(
         return shared
 
     inputs.urls.check_chars(index.strip(), "--index")
-    full_idx = published.parse_index(
-        index
-    )  # read_index gets the login (Basic auth), nothing else does
-    idx = full_idx
-    if full_idx.path is None:
-        idx = published.Index(public(full_idx.url, "--index"), None)
+    full_idx = published.parse_index(index)  # read_index gets the login (Basic auth), nothing else
+    idx = (
+        full_idx
+        if full_idx.path is not None
+        else published.Index(public(full_idx.url, "--index"), None)
+    )
     find_links = [public(x, "--find-links") for x in find_links or ()]
     torch_index_url = public(torch_index_url, "--torch-index-url") if torch_index_url else None
     extra_index_url = [public(x, "--extra-index-url") for x in extra_index_url or ()]
-    for option, value, kind in (
+    _check_words(
         ("--partition", partition, "partition"),
         ("--account", account, "account"),
         ("--gres", gres, "gres"),
@@ -948,9 +954,57 @@ def make_plan(
         ("--node-interpreter", node_python, "path"),
         ("--node-dir", node_dir, "node_dir"),
         ("--venv", venv, "node_dir"),
-    ):
+    )
+    names = _nodelist(nodes, nodelist, resume)
+    matrix_stack = _stack(stack)
+    _check_words(("--target", target, "target"))
+    data = published.read_index(full_idx)
+    chosen = inputs.check("target", pick_target(data, target, matrix_stack), "the index's target")
+    facts = target_facts(chosen)
+    plan = Plan(
+        results=Path(results).expanduser().resolve(),
+        index=idx,
+        target=chosen,
+        python=facts["python"] or "3",
+        torch=_index_torch(data, chosen, facts["torch"] or ""),
+        torch_npu=facts["torch_npu"] or (matrix_stack.torch_npu if matrix_stack else None),
+        device=device,
+        placement=Placement(
+            partition=partition,
+            nodes=nodes or len(names) or None,
+            nodelist=names,
+            gres=gres,
+            account=account,
+            time_limit=time_limit,
+        ),
+        bench=_bench(bench, bench_args),
+        find_links=tuple(find_links),
+        torch_index_url=torch_index_url,
+        extra_index_urls=tuple(extra_index_url),
+        node_python=node_python,
+        node_dir=node_dir or None,
+        set_env=_set_env_files(set_env),
+        keep_venv=keep_venv,
+        venv=venv or None,
+        credentials=tuple(logins.items()),
+    )
+    check_plan(plan)  # and so --bench-args and --set-env
+    return plan
+
+
+def _set_env_files(set_env: str | None) -> tuple[str, ...]:
+    return tuple(x for x in set_env.split(",") if x) if set_env else SET_ENV
+
+
+def _check_words(*checks: tuple[str, str | None, str]) -> None:
+    """Each (option, value, kind) given against the strict pattern of its kind."""
+    for option, value, kind in checks:
         if value is not None:
             inputs.check(kind, value, option)
+
+
+def _nodelist(nodes: int | None, nodelist: str | None, resume: bool) -> tuple[str, ...]:
+    """--nodelist's names, checked with --nodes (--resume may give neither: it asks for the nodes without a result)."""
     names = tuple(n for n in re.split(r"[,\s]+", nodelist or "") if n)
     for name in names:
         inputs.check("node", name, "--nodelist")
@@ -967,63 +1021,31 @@ def make_plan(
         raise ConfigError(
             f"--nodes {nodes} but --nodelist names {len(names)} node(s)", "pass one of them"
         )
-    matrix_stack = None
-    if stack:
-        from apexkit.plan import matrix
+    return names
 
-        matrix_stack = matrix.load().stack(stack)
-    if target is not None:
-        inputs.check("target", target, "--target")
-    data = published.read_index(full_idx)
-    chosen = inputs.check("target", pick_target(data, target, matrix_stack), "the index's target")
-    facts = target_facts(chosen)
-    torch = facts["torch"] or ""
-    torch = next(
-        (
-            str(f.get("torch"))
-            for f in index_files(data)
-            if f.get("target") == chosen and isinstance(f.get("torch"), str) and f.get("torch")
-        ),
-        torch,
-    )
-    torch_npu = facts["torch_npu"] or (matrix_stack.torch_npu if matrix_stack else None)
-    extra_args = (
-        tuple(envvars.split_words(bench_args, "--bench-args", "--scale 0.05")) if bench_args else ()
-    )
-    for arg in extra_args:
-        inputs.check("bench_arg", arg, "--bench-args")
-    set_env_files = tuple(x for x in set_env.split(",") if x) if set_env else SET_ENV
-    for item in set_env_files:
-        inputs.check("path", item, "--set-env")
-    plan = Plan(
-        results=Path(results).expanduser().resolve(),
-        index=idx,
-        target=chosen,
-        python=facts["python"] or "3",
-        torch=torch,
-        torch_npu=torch_npu,
-        device=device,
-        placement=Placement(
-            partition=partition,
-            nodes=nodes or (len(names) if names else None),
-            nodelist=names,
-            gres=gres,
-            account=account,
-            time_limit=time_limit,
-        ),
-        bench=(tuple(shlex.split(SHORT_BENCH)) + extra_args) if bench or bench_args else None,
-        find_links=tuple(find_links or ()),
-        torch_index_url=torch_index_url,
-        extra_index_urls=tuple(extra_index_url or ()),
-        node_python=node_python,
-        node_dir=node_dir or None,
-        set_env=set_env_files,
-        keep_venv=keep_venv,
-        venv=venv or None,
-        credentials=tuple(logins.items()),
-    )
-    check_plan(plan)
-    return plan
+
+def _stack(name: str | None) -> Any:
+    if not name:
+        return None
+    from apexkit.plan import matrix
+
+    return matrix.load().stack(name)
+
+
+def _index_torch(data: dict | None, target: str, default: str) -> str:
+    """The torch the index says the target's wheel was built against, else the one its name gives."""
+    for f in index_files(data):
+        if f.get("target") == target and isinstance(f.get("torch"), str) and f.get("torch"):
+            return str(f["torch"])
+    return default
+
+
+def _bench(bench: bool, args: str | None) -> tuple[str, ...] | None:
+    """What the nodes benchmark with: the short run, then --bench-args; None: no benchmark."""
+    if not (bench or args):
+        return None
+    extra = tuple(envvars.split_words(args, "--bench-args", "--scale 0.05")) if args else ()
+    return tuple(shlex.split(SHORT_BENCH)) + extra
 
 
 # --- helpers for other submitters (nox -s matrix -- --run --slurm) ---------------------------------------------------

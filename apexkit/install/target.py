@@ -241,8 +241,8 @@ def _dists(data: dict, key: str, named: str) -> dict[str, str]:
     return found
 
 
-def parse(stdout: bytes, python: str, named: str) -> Target:
-    """The probe's last stdout line (torch may print before it) as a Target; anything else is one ProbeError."""
+def _load(stdout: bytes, named: str) -> dict:
+    """The probe's last non-blank stdout line as a JSON object (torch may print before it)."""
     if len(stdout) > OUTPUT_LIMIT:
         raise _bad(named, f"more than {OUTPUT_LIMIT} bytes")
     lines = [x for x in stdout.decode(errors="replace").splitlines() if x.strip()]
@@ -252,13 +252,16 @@ def parse(stdout: bytes, python: str, named: str) -> Target:
         data = None
     if not isinstance(data, dict):
         raise _bad(named, "no JSON object")
+    return data
+
+
+def _check_shape(data: dict, named: str) -> None:
+    """The plain words, the true/false fields, the wheel tags and the markers, each of its type."""
     for key in ("python", "python_tag", "machine"):
         value = _str(data, key, named)
         if not value or not _SHORT.match(value):
             raise _bad(named, f"{key} is not a plain word")
-    glibc = _str(data, "glibc", named, optional=True)
-    if glibc is not None and not re.match(r"^\d+\.\d+$", glibc):
-        glibc = None
+    _str(data, "glibc", named, optional=True)
     for key in ("is_venv", "conda"):
         if not isinstance(data.get(key), bool):
             raise _bad(named, f"{key} is not true/false")
@@ -272,43 +275,55 @@ def parse(stdout: bytes, python: str, named: str) -> Target:
         isinstance(k, str) and isinstance(v, str) and len(v) < 1024 for k, v in markers.items()
     ):
         raise _bad(named, "markers are not strings")
+
+
+def _torch(data: dict, named: str) -> tuple[str | None, int | None, str | None, str | None]:
+    """The torch fields of a Target: its version, C++ ABI, import error and CUDA release (all None without torch)."""
     torch = data.get("torch")
-    torch_version = abi = import_error = torch_cuda = None
-    if torch is not None:
-        if not isinstance(torch, dict):
-            raise _bad(named, "torch is not an object")
-        torch_version = _version(torch.get("version"), "torch.version", named)
-        abi = torch.get("cxx11_abi")
-        if abi not in (None, 0, 1) or isinstance(abi, bool):
-            raise _bad(named, "torch.cxx11_abi is not 0, 1 or null")
-        error = torch.get("import_error")
-        import_error = log.sanitise(error[:300]) if isinstance(error, str) else None
-        cuda = torch.get("cuda")
-        if cuda is not None and not (isinstance(cuda, str) and _CUDA.match(cuda)):
-            raise _bad(named, "torch.cuda is not a CUDA release")
-        torch_cuda = cuda
-    dists = _dists(data, "dists", named)
-    visible = _dists(data, "visible", named) if data.get("visible") is not None else {}
+    if torch is None:
+        return None, None, None, None
+    if not isinstance(torch, dict):
+        raise _bad(named, "torch is not an object")
+    version = _version(torch.get("version"), "torch.version", named)
+    abi = torch.get("cxx11_abi")
+    if abi not in (None, 0, 1) or isinstance(abi, bool):
+        raise _bad(named, "torch.cxx11_abi is not 0, 1 or null")
+    error = torch.get("import_error")
+    cuda = torch.get("cuda")
+    if cuda is not None and not (isinstance(cuda, str) and _CUDA.match(cuda)):
+        raise _bad(named, "torch.cuda is not a CUDA release")
+    return version, abi, log.sanitise(error[:300]) if isinstance(error, str) else None, cuda
+
+
+def _apex(data: dict, named: str) -> Apex | None:
+    """The apex the venv holds, if any; RECORD rows and tags that are not strings are dropped."""
     apex = data.get("apex")
-    apex_found = None
-    if apex is not None:
-        if not isinstance(apex, dict) or not isinstance(apex.get("apexkit"), bool):
-            raise _bad(named, "apex is not an object")
-        record = apex.get("record")
-        rows = tuple(
+    if apex is None:
+        return None
+    if not isinstance(apex, dict) or not isinstance(apex.get("apexkit"), bool):
+        raise _bad(named, "apex is not an object")
+    record, tags = apex.get("record"), apex.get("tags")
+    return Apex(
+        version=_version(apex.get("version"), "apex.version", named) or "",
+        apexkit=apex["apexkit"],
+        record=tuple(
             (r[0], r[1])
             for r in (record if isinstance(record, list) else [])
             if isinstance(r, list) and len(r) == 2 and all(isinstance(x, str) for x in r)
-        )
-        apex_tags = apex.get("tags")
-        apex_found = Apex(
-            version=_version(apex.get("version"), "apex.version", named) or "",
-            apexkit=apex["apexkit"],
-            record=rows,
-            tags=tuple(
-                t for t in (apex_tags if isinstance(apex_tags, list) else []) if isinstance(t, str)
-            ),
-        )
+        ),
+        tags=tuple(t for t in (tags if isinstance(tags, list) else []) if isinstance(t, str)),
+    )
+
+
+def parse(stdout: bytes, python: str, named: str) -> Target:
+    """The probe's last stdout line (torch may print before it) as a Target; anything else is one ProbeError."""
+    data = _load(stdout, named)
+    _check_shape(data, named)
+    glibc = data.get("glibc")
+    torch, abi, import_error, torch_cuda = _torch(data, named)
+    dists = _dists(data, "dists", named)
+    visible = _dists(data, "visible", named) if data.get("visible") is not None else {}
+    apex = _apex(data, named)
     base = _str(data, "base_executable", named, optional=True)
     return Target(
         python_path=python,
@@ -316,21 +331,21 @@ def parse(stdout: bytes, python: str, named: str) -> Target:
         python=data["python"],
         python_tag=data["python_tag"],
         machine=data["machine"],
-        glibc=glibc,
+        glibc=glibc if glibc is not None and re.match(r"^\d+\.\d+$", glibc) else None,
         is_venv=data["is_venv"],
         conda=data["conda"],
         pip=_version(data.get("pip"), "pip", named),
-        tags=tuple(tags or ()),
-        markers=dict(markers),
-        torch=torch_version,
-        torch_cxx11_abi=abi,
-        torch_import_error=import_error,
+        tags=tuple(data.get("tags") or ()),
+        markers=dict(data["markers"]),
         torch_npu=_version(data.get("torch_npu"), "torch_npu", named),
         cann=_version(data.get("cann"), "cann", named) if _cann_ok(data.get("cann")) else None,
         base_executable=base if base and os.path.isabs(base) else None,
         dists=dists,
         visible={k: v for k, v in visible.items() if k not in dists},
-        apex=apex_found,
+        apex=apex,
+        torch=torch,
+        torch_cxx11_abi=abi,
+        torch_import_error=import_error,
         torch_cuda=torch_cuda,
     )
 

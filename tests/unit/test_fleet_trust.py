@@ -17,7 +17,7 @@ import pytest
 from conftest import ROOT
 
 from apexkit.errors import ApexkitError
-from apexkit.fleet import inputs, validate
+from apexkit.fleet import inputs, slurm, validate
 
 TARGET = "py3.11-torch2.13.0-x86_64-master"
 SECRET = "ghp_TOKEN123"
@@ -142,6 +142,23 @@ def test_every_placement_value_is_quoted_and_a_bad_one_never_renders(tmp_path):
     )
     with pytest.raises(ApexkitError, match="is not a Slurm node name"):
         validate.render_script(forged)
+
+
+def test_the_one_sbatch_writer_quotes_every_value_and_refuses_a_line_break():
+    """fleet.submit and the matrix run on Slurm write their #SBATCH lines through slurm.batch_header only."""
+    header = [("account", "llm; touch /tmp/X"), ("nodelist", ("n1", "n 2")), ("no-kill", True)]
+    header += [("gres", None), ("cpus-per-task", 8)]
+    assert slurm.batch_header(header, ["--comment=a b"]) == [
+        "#SBATCH --account='llm; touch /tmp/X'",
+        "#SBATCH --nodelist=n1,'n 2'",
+        "#SBATCH --no-kill",
+        "#SBATCH --cpus-per-task=8",
+        "#SBATCH '--comment=a b'",
+    ]
+    with pytest.raises(ApexkitError, match=r"#SBATCH --account 'llm\\ntouch /tmp/X': not one line"):
+        slurm.batch_header([("account", "llm\ntouch /tmp/X")])
+    with pytest.raises(ApexkitError, match="the extra sbatch option"):
+        slurm.batch_header([], ["--mem=4G\r#SBATCH --x"])
 
 
 def test_resume_never_takes_a_node_name_from_a_result_file_into_the_script(tmp_path):
