@@ -34,7 +34,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from apexkit import log, untrusted, vocab
+from apexkit import log, untrusted
 from apexkit.errors import ApexkitError, ConfigError
 from apexkit.index import client, publish, published
 from apexkit.wheel import distdir, sbom
@@ -77,27 +77,6 @@ class Fetched:
         str, bytes
     ]  # {sbom.SBOM_FILE: ..., sbom.PROVENANCE_FILE: ...} as the index keeps them
     index: str  # shown (password masked)
-
-
-def root_url(index: str) -> str:
-    """The index root as a URL without a trailing slash: .../simple/ and index.json dropped, a path made file://."""
-    text = index.strip()
-    if not text:
-        raise ConfigError(
-            "an index is empty",
-            f"pass the directory `{vocab.command('publish', '--index')}` wrote, or its URL",
-        )
-    text = re.sub(r"/(simple/?|index\.json)$", "", text.rstrip("/")) or "/"
-    scheme = urllib.parse.urlsplit(text).scheme
-    if scheme in ("http", "https", "file"):
-        client.check_index_url(text, "the index")
-        return text
-    if scheme:
-        raise ConfigError(
-            f"index {log.mask(text)}: {scheme}:// is not an index apexkit can read",
-            f"pass an http(s):// URL, a file:// URL or a directory `{vocab.command('publish')}` wrote",
-        )
-    return Path(text).expanduser().resolve().as_uri()
 
 
 def shown(index: str) -> str:
@@ -231,7 +210,7 @@ def _entry(raw: object, n: int, where: str) -> dict | None:
 def read_listing(cl: client.Client, index: str) -> list[dict] | None:
     """The checked entries of one index's index.json, or None (one warning line) when it cannot be read from here or
     is not an apexkit index."""
-    root = root_url(index)
+    root = published.root_url(index)
     where = shown(root)
     try:
         body = _get(cl, root + "/index.json", published.INDEX_JSON_MAX)
@@ -255,7 +234,7 @@ def read_listing(cl: client.Client, index: str) -> list[dict] | None:
 
 
 def _candidate(index: str, entry: dict) -> Candidate:
-    root = root_url(index)
+    root = published.root_url(index)
     return Candidate(index, shown(root), entry, f"{root}/simple/{entry['project']}/")
 
 
