@@ -93,6 +93,11 @@ def esc(value: object) -> str:
     return html.escape(str(value), quote=True)
 
 
+def count(n: int, thing: str) -> str:
+    """ "1 wheel", "2 wheels"."""
+    return f"{n} {thing}{'' if n == 1 else 's'}"
+
+
 # --- --base-url -----------------------------------------------------------------------------------------------------
 
 
