@@ -39,14 +39,12 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import html
 import json
 import os
 import re
 import shutil
 import tempfile
 import time
-import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -70,7 +68,6 @@ ATTESTATION_MAX = 16 << 20  # bytes; a torch build venv's SBOM is ~100 KiB
 MANIFEST_SUFFIX = (
     ".manifest.json"  # the build's dist manifest beside its wheel: the index is a wheel cache too
 )
-METADATA_MAX = 1 << 20  # bytes; a wheel's METADATA is ~1 KiB
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _REBUILD = "rebuild that target (or remove it from the dist directory)"
 # What a fact of index.json may be: short printable text from a small alphabet (versions, tags, refs, pins), so a
@@ -188,17 +185,11 @@ def _fact(value: Any) -> str | None:
 
 
 def _requires_python(wheel: Path) -> str | None:
-    """Requires-Python of the wheel's METADATA (read from the zip, capped), or None."""
+    """Requires-Python of the wheel's METADATA (read as its .metadata page is: pages.read_metadata), or None."""
     try:
-        with zipfile.ZipFile(wheel) as zf:
-            names = [n for n in zf.namelist() if re.fullmatch(r"[^/]+\.dist-info/METADATA", n)]
-            if len(names) != 1 or zf.getinfo(names[0]).file_size > METADATA_MAX:
-                return None
-            text = zf.read(names[0]).decode("utf-8", "replace")
-    except (zipfile.BadZipFile, OSError, ValueError, EOFError):
+        return _fact(pages.requires_python(pages.read_metadata(wheel)))
+    except ConfigError:
         return None
-    found = re.search(r"^Requires-Python:[ \t]*(.+?)[ \t]*$", text.split("\n\n", 1)[0], re.M)
-    return _fact(found[1]) if found else None
 
 
 def facts_of(manifest: dict, filename: str, wheel: Path | None = None) -> dict:
@@ -493,7 +484,13 @@ def _existing(root: Path) -> list[Entry]:
         "publish into a new or empty directory (e.g. --index ./index), or move the other files out of "
         f"{root}"
     )
-    if not _occupied(root, hint):
+    if root.is_symlink():
+        raise ConfigError(
+            f"{root} is a symlink", f"pass the directory it points to ({root.resolve()}) as --index"
+        )
+    if root.exists() and not root.is_dir():
+        raise ConfigError(f"{root} is not a directory", hint)
+    if not root.exists() or not any(root.iterdir()):
         return []
     data_file = root / "index.json"
     fix = f"restore {data_file} from the index's last publish, or publish into a new directory"
@@ -502,7 +499,18 @@ def _existing(root: Path) -> list[Entry]:
     ]
     ours = {Path("index.json"), Path("simple"), Path("simple/index.html"), Path("index.html")}
     for e in entries:
-        ours |= _tree_of(e)
+        folder = Path("simple", e.project)
+        ours |= {
+            folder,
+            folder / "index.html",
+            folder / e.filename,
+            Path(pages.torch_page_name(pages.facts(e)["torch"])),
+        }
+        # the .metadata beside a wheel is regenerated from it
+        ours |= {
+            folder / name
+            for name in (e.filename + pages.METADATA_SUFFIX, *(a.filename for a in _documents(e)))
+        }
     others = sorted(
         f"{p.relative_to(root)}{' (a symlink)' if p.is_symlink() else ''}"
         for p in root.rglob("*")
@@ -511,19 +519,6 @@ def _existing(root: Path) -> list[Entry]:
     if others:
         raise _foreign(root, hint, f"it holds {_list(others)}, which its index.json does not list")
     return entries
-
-
-def _occupied(root: Path, hint: str) -> bool:
-    """Whether the index root holds anything (False: missing or empty); a link or a file there is refused."""
-    if root.is_symlink():
-        raise ConfigError(
-            f"{root} is a symlink", f"pass the directory it points to ({root.resolve()}) as --index"
-        )
-    if not root.exists():
-        return False
-    if not root.is_dir():
-        raise ConfigError(f"{root} is not a directory", hint)
-    return any(root.iterdir())
 
 
 def _index_files(root: Path, hint: str) -> list:
@@ -606,19 +601,6 @@ def _published_attestations(f: dict, folder: Path, where: str, fix: str) -> tupl
     return tuple(out)
 
 
-def _tree_of(e: Entry) -> set[Path]:
-    """The paths of an index that belong to one wheel (relative to its root)."""
-    folder = Path("simple", e.project)
-    return {
-        folder,
-        folder / "index.html",
-        folder / e.filename,
-        folder / (e.filename + pages.METADATA_SUFFIX),  # regenerated from the wheel
-        Path(pages.torch_page_name(pages.facts(e)["torch"])),
-        *(folder / a.filename for a in _documents(e)),
-    }
-
-
 def _documents(e: Entry) -> tuple[Attestation, ...]:
     """The files published beside a wheel: its manifest (when recorded), SBOM and provenance."""
     return ((e.manifest,) if e.manifest else ()) + e.attestations
@@ -672,16 +654,6 @@ def plan(
     return groups
 
 
-def _page(title: str, links: list[tuple[str, str]]) -> str:
-    body = "\n".join(
-        f'    <a href="{html.escape(href)}">{html.escape(text)}</a><br/>' for href, text in links
-    )
-    return (
-        f'<!DOCTYPE html>\n<html>\n  <head>\n    <meta name="pypi:repository-version" content="1.0">\n'
-        f"    <title>{html.escape(title)}</title>\n  </head>\n  <body>\n{body}\n  </body>\n</html>\n"
-    )
-
-
 def write(
     root: Path,
     files: list[Entry],
@@ -699,7 +671,7 @@ def write(
         projects = sorted({e.project for e in files})
         (tmp / "simple").mkdir()
         (tmp / "simple" / "index.html").write_text(
-            _page("Simple index", [(f"{p}/", p) for p in projects])
+            pages.simple_page("Simple index", [(f"{p}/", p, None) for p in projects])
         )
         for project in projects:
             _write_project(
@@ -858,7 +830,19 @@ def _publish(
         if not dry_run:
             served = base and "/".join([base, *root.relative_to(index.resolve()).parts])
             write(root, files, served, cells)
-            _say_where(root, served)
+            where = log.mask(served) if served else root.as_uri()  # --base-url: where it is served
+            serve = (
+                ""
+                if served
+                else "; or serve the folder: python3 -m http.server, and publish with --base-url URL"
+            )
+            log.info(
+                f"  apexkit install --index {where}  (the wheel that fits a venv, torch untouched{serve})"
+            )
+            log.info(
+                f"  the grid: {where}/index.html"
+                + (f" (here: {root.as_uri()}/index.html)" if served else "")
+            )
     if coverage:
         published = [e for files in groups.values() for e in files]
         for line in pages.coverage_lines(
@@ -866,21 +850,6 @@ def _publish(
         ):
             log.report.print(line, markup=False)
     return groups
-
-
-def _say_where(root: Path, served: str | None) -> None:
-    """The lines the users of a new index copy: where it is served (--base-url), else its directory."""
-    if served:
-        log.info(
-            f"  apexkit install --index {log.mask(served)}  (the wheel that fits a venv, torch untouched)"
-        )
-        log.info(f"  the grid: {log.mask(served)}/index.html (here: {root.as_uri()}/index.html)")
-        return
-    log.info(
-        f"  apexkit install --index {root.as_uri()}  (the wheel that fits a venv, torch untouched; "
-        "or serve the folder: python3 -m http.server, and publish with --base-url URL)"
-    )
-    log.info(f"  the grid: {root.as_uri()}/index.html")
 
 
 def _matrix_cells(required: bool) -> list[pages.Cell]:

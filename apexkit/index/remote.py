@@ -264,14 +264,11 @@ def misfit(facts: Mapping[str, object], want: Mapping[str, object]) -> str | Non
     return next((why for check in _MISFITS if (why := check(facts, want))), None)
 
 
-def _python_misfit(facts: Mapping[str, object], want: Mapping[str, object]) -> str | None:
+def _tags_misfit(facts: Mapping[str, object], want: Mapping[str, object]) -> str | None:
+    """The wheel's python, abi and platform tags (arch, glibc)."""
     python = want.get("python_tag")
     if facts.get("python_tag") != python or facts.get("abi_tag") not in (python, "abi3", "none"):
         return f"for {facts.get('python_tag')}, the venv is {python}"
-    return None
-
-
-def _platform_misfit(facts: Mapping[str, object], want: Mapping[str, object]) -> str | None:
     platform_tag = str(facts.get("platform_tag") or "")
     if not platform_tag.endswith("_" + str(want.get("arch"))):
         return f"for {platform_tag or '?'}, the venv is {want.get('arch')}"
@@ -286,6 +283,7 @@ def _platform_misfit(facts: Mapping[str, object], want: Mapping[str, object]) ->
 
 
 def _torch_misfit(facts: Mapping[str, object], want: Mapping[str, object]) -> str | None:
+    """The torch and torch_npu the wheel was built for, and its Requires-Dist pins of them."""
     torch, npu = _version(want.get("torch")), want.get("torch_npu")
     if torch is None:
         return "the venv has no torch"
@@ -297,13 +295,7 @@ def _torch_misfit(facts: Mapping[str, object], want: Mapping[str, object]) -> st
             if npu
             else f"for torch_npu {facts.get('torch_npu')}, the venv has none"
         )
-    return None
-
-
-def _pins_misfit(facts: Mapping[str, object], want: Mapping[str, object]) -> str | None:
-    """A Requires-Dist pin of torch or torch-npu the venv's versions do not meet (the torch check passed)."""
-    npu = want.get("torch_npu")
-    have = {"torch": str(_version(want.get("torch"))), "torch-npu": str(npu) if npu else None}
+    have = {"torch": str(torch), "torch-npu": str(npu) if npu else None}
     for pin in facts.get("requires_dist") or []:  # type: ignore[attr-defined]
         try:
             req = Requirement(str(pin))
@@ -330,7 +322,7 @@ def _build_misfit(facts: Mapping[str, object], want: Mapping[str, object]) -> st
     return None
 
 
-_MISFITS = (_python_misfit, _platform_misfit, _torch_misfit, _pins_misfit, _build_misfit)
+_MISFITS = (_tags_misfit, _torch_misfit, _build_misfit)
 
 
 def find_by_facts(
@@ -341,6 +333,8 @@ def find_by_facts(
     as {"filename", "index", "why"}."""
     fits: list[tuple[int, int, str, Candidate]] = []
     near: list[dict] = []
+    torch = _version(want.get("torch"))
+    same = {"torch": torch.public if torch else None, "python_tag": want.get("python_tag")}
     for rank, index in enumerate(indexes):
         for entry in read_listing(cl, index) or []:
             facts = entry["facts"]
@@ -364,9 +358,7 @@ def find_by_facts(
                         candidate,
                     )
                 )
-            elif facts.get("torch") == _public(want.get("torch")) or facts.get(
-                "python_tag"
-            ) == want.get("python_tag"):
+            elif any(facts.get(key) == value for key, value in same.items()):
                 near.append({"filename": entry["filename"], "index": candidate.shown, "why": why})
     fits.sort(key=lambda f: (f[0], f[1], _glibc_key(f[2])))
     return [f[3] for f in fits], near
@@ -392,11 +384,6 @@ def _version(version: object) -> Version | None:
         return Version(str(version))
     except InvalidVersion:
         return None
-
-
-def _public(version: object) -> str | None:
-    found = _version(version)
-    return found.public if found else None
 
 
 # --- fetch and verify ------------------------------------------------------------------------------------------------
