@@ -516,14 +516,15 @@ def _wheel_html(
         size = _size(wheel.stat().st_size)
     except OSError:
         size = "?"
-    links = [f'<a href="{esc(folder + e.filename)}">wheel</a>']
-    kinds = {a.kind: a.filename for a in getattr(e, "attestations", ())}
-    if "sbom" in kinds:
-        links.append(f'<a href="{esc(folder + kinds["sbom"])}">SBOM</a>')
-    if "provenance" in kinds:
-        links.append(f'<a href="{esc(folder + kinds["provenance"])}">provenance</a>')
-    if e.filename in metadata:
-        links.append(f'<a href="{esc(folder + metadata[e.filename].filename)}">METADATA</a>')
+    files = {a.kind: a.filename for a in getattr(e, "attestations", ())}
+    files.update(wheel=e.filename, METADATA=getattr(metadata.get(e.filename), "filename", None))
+    order = (
+        ("wheel", "wheel"),
+        ("sbom", "SBOM"),
+        ("provenance", "provenance"),
+        ("METADATA", "METADATA"),
+    )
+    links = [f'<a href="{esc(folder + files[k])}">{text}</a>' for k, text in order if files.get(k)]
     return (
         '<div class="wheel">'
         f'<div class="name">{esc(e.filename)}</div>'

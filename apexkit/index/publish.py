@@ -768,15 +768,19 @@ def _replaced(root: Path, files: list[Entry]) -> str:
     rewritten = [name for name in old if name not in set().union(*kinds.values())]
     return (
         f"replace {root}/ (an apexkit index): rewrite {', '.join(rewritten)}"
-        + _also(found["metadata"], ".metadata file", " (from the wheels)")
+        + (
+            f" and {pages.count(found['metadata'], '.metadata file')} (from the wheels)"
+            if found["metadata"]
+            else ""
+        )
         + f"; keep {pages.count(found['wheel'], 'published wheel')}"
-        + _also(found["document"], "manifest/SBOM/provenance file")
+        + (
+            f" and {pages.count(found['document'], 'manifest/SBOM/provenance file')}"
+            if found["document"]
+            else ""
+        )
         + "; remove nothing else"
     )
-
-
-def _also(n: int, thing: str, why: str = "") -> str:
-    return f" and {pages.count(n, thing)}{why}" if n else ""
 
 
 def publish(
