@@ -93,6 +93,11 @@ def esc(value: object) -> str:
     return html.escape(str(value), quote=True)
 
 
+def count(n: int, thing: str) -> str:
+    """ "1 wheel", "2 wheels"."""
+    return f"{n} {thing}{'' if n == 1 else 's'}"
+
+
 # --- --base-url -----------------------------------------------------------------------------------------------------
 
 
@@ -400,29 +405,11 @@ def grid_page(
     generated: str = "",
 ) -> str:
     """index.html: the compatibility grid, the missing cells, the find-links pages."""
-    rows: set[tuple] = set()
-    cols: set[tuple] = set()
-    placed: dict[tuple, list[tuple[Any, dict]]] = {}
-    stack_cann = {(c.python, c.torch, c.arch, c.torch_npu): c.cann for c in cells if c.cann}
-    for e in entries:
-        f = facts(e)
-        cann = f.get("cann") or stack_cann.get(
-            _key(f)
-        )  # the matrix cell's CANN when the build recorded none
-        row, col = (f["torch"], f.get("torch_npu"), cann), (f["python"], f["arch"])
-        rows.add(row)
-        cols.add(col)
-        placed.setdefault((row, col), []).append((e, f))
     absent = missing(cells, entries)
-    holes: dict[tuple, list[Cell]] = {}
-    for c in absent:
-        row, col = (c.torch, c.torch_npu, c.cann), (c.python, c.arch)
-        rows.add(row)
-        cols.add(col)
-        holes.setdefault((row, col), []).append(c)
-    row_order = sorted(rows, key=lambda r: (_vkey(r[0]), _vkey(r[1]), _vkey(r[2])), reverse=True)
-    col_order = sorted(cols, key=lambda c: (_vkey(c[0]), c[1]))
-    torches = len({f["torch"] for e in entries for f in [facts(e)]})
+    grid = _grid_cells(root, entries, metadata, base_url, cells, absent)
+    rows = sorted({row for row, _col in grid}, key=lambda r: tuple(map(_vkey, r)), reverse=True)
+    cols = sorted({col for _row, col in grid}, key=lambda c: (_vkey(c[0]), c[1]))
+    torches = len({facts(e)["torch"] for e in entries})
     out = [
         "<!DOCTYPE html>",
         '<html lang="en">',
@@ -434,8 +421,7 @@ def grid_page(
         "</head>",
         "<body>",
         "<h1>apex for Ascend: wheel index</h1>",
-        f'<p class="lead">{len(entries)} wheel{"" if len(entries) == 1 else "s"} for '
-        f"{torches} torch release{'' if torches == 1 else 's'}"
+        f'<p class="lead">{count(len(entries), "wheel")} for {count(torches, "torch release")}'
         + (f", published {esc(generated)}" if generated else "")
         + f". Served from <code>{esc(base_url)}/</code>. Install the wheel that fits a venv with "
         "<code>apexkit install</code>; with pip, name the exact version and keep <code>--no-deps</code>, so pip never "
@@ -444,63 +430,81 @@ def grid_page(
         "<h2>Wheels by torch / torch_npu / CANN and Python &times; arch</h2>",
         '<table class="grid">',
         "<thead><tr><th>torch / torch_npu / CANN</th>"
-        + "".join(f"<th>Python {esc(py)} &middot; {esc(arch)}</th>" for py, arch in col_order)
+        + "".join(f"<th>Python {esc(py)} &middot; {esc(arch)}</th>" for py, arch in cols)
         + "</tr></thead>",
         "<tbody>",
     ]
-    for row in row_order:
-        torch, npu, cann = row
+    for torch, npu, cann in rows:
         out.append(
             f"<tr><th>torch {esc(torch)}<span>torch_npu {esc(npu or '-')}</span>"
             f"<span>CANN {esc(cann or '-')}</span></th>"
         )
-        for col in col_order:
-            here = placed.get((row, col), [])
-            if here:
-                out.append(
-                    '<td class="wheel-cell">'
-                    + "".join(_wheel_html(root, e, f, metadata, base_url) for e, f in here)
-                    + "</td>"
-                )
-            elif (row, col) in holes:
-                out.append(
-                    '<td class="missing">missing'
-                    + "".join(
-                        f'<div class="meta">matrix cell <code>{esc(c.id)}</code>; build: '
-                        f"<code>nox -s {esc(c.session)}</code></div>"
-                        for c in holes[(row, col)]
-                    )
-                    + "</td>"
-                )
-            else:
-                out.append('<td class="empty">&ndash;</td>')
-        out.append("</tr>")
-    out += ["</tbody>", "</table>"]
-    out.append(
-        f'<h2 id="missing">Missing: cells of matrix.toml with no wheel ({len(absent)} of {len(cells)})</h2>'
-    )
-    if absent:
-        out.append('<ul class="missing">')
         out += [
-            f"<li><code>{esc(c.id)}</code>: {esc(_cell_words(c))} &mdash; build: "
-            f"<code>nox -s {esc(c.session)}</code></li>"
-            for c in absent
+            grid.get(((torch, npu, cann), col), '<td class="empty">&ndash;</td>') for col in cols
         ]
-        out.append("</ul>")
-    else:
-        out.append("<p>None: every cell of matrix.toml has a wheel here.</p>")
+        out.append("</tr>")
+    out += ["</tbody>", "</table>", *_missing_html(absent, len(cells))]
     out.append("<h2>Find-links pages, one per torch</h2><ul>")
-    for name in torch_pages:
-        out.append(
-            f'<li><a href="{esc(name)}">{esc(name)}</a>: '
-            f"<code>pip install --no-deps apex -f {esc(base_url)}/{esc(name)}</code></li>"
-        )
+    out += [
+        f'<li><a href="{esc(name)}">{esc(name)}</a>: '
+        f"<code>pip install --no-deps apex -f {esc(base_url)}/{esc(name)}</code></li>"
+        for name in torch_pages
+    ]
     out.append(
         '</ul><p>PEP 503 simple index: <a href="simple/">simple/</a> (with PEP 658 metadata); '
         'what each file was built from: <a href="index.json">index.json</a>.</p>'
     )
     out += ["</body>", "</html>", ""]
     return "\n".join(out)
+
+
+def _grid_cells(
+    root: Path,
+    entries: Sequence[Any],
+    metadata: Mapping[str, Metadata],
+    base_url: str,
+    cells: Sequence[Cell],
+    absent: Sequence[Cell],
+) -> dict[tuple, str]:
+    """The grid's filled cells: ((torch, torch_npu, CANN), (python, arch)) -> its <td>, the wheels there or else
+    the matrix cells missing there."""
+    stack_cann = {(c.python, c.torch, c.arch, c.torch_npu): c.cann for c in cells if c.cann}
+    wheels: dict[tuple, list[str]] = {}
+    for e in entries:
+        f = facts(e)
+        cann = f.get("cann") or stack_cann.get(
+            _key(f)
+        )  # the matrix cell's CANN when the build recorded none
+        key = ((f["torch"], f.get("torch_npu"), cann), (f["python"], f["arch"]))
+        wheels.setdefault(key, []).append(_wheel_html(root, e, f, metadata, base_url))
+    holes: dict[tuple, list[str]] = {}
+    for c in absent:
+        holes.setdefault(((c.torch, c.torch_npu, c.cann), (c.python, c.arch)), []).append(
+            f'<div class="meta">matrix cell <code>{esc(c.id)}</code>; build: '
+            f"<code>nox -s {esc(c.session)}</code></div>"
+        )
+    return {
+        **{
+            key: '<td class="missing">missing' + "".join(divs) + "</td>"
+            for key, divs in holes.items()
+        },
+        **{
+            key: '<td class="wheel-cell">' + "".join(divs) + "</td>" for key, divs in wheels.items()
+        },
+    }
+
+
+def _missing_html(absent: Sequence[Cell], total: int) -> list[str]:
+    """The "missing" section of index.html: the cells of matrix.toml with no wheel."""
+    head = f'<h2 id="missing">Missing: cells of matrix.toml with no wheel ({len(absent)} of {total})</h2>'
+    if not absent:
+        return [head, "<p>None: every cell of matrix.toml has a wheel here.</p>"]
+    items = [
+        f"<li><code>{esc(c.id)}</code>: {esc(_cell_words(c))} &mdash; build: "
+        f"<code>nox -s {esc(c.session)}</code></li>"
+        for c in absent
+    ]
+    return [head, '<ul class="missing">', *items, "</ul>"]
 
 
 def _wheel_html(
@@ -512,14 +516,15 @@ def _wheel_html(
         size = _size(wheel.stat().st_size)
     except OSError:
         size = "?"
-    links = [f'<a href="{esc(folder + e.filename)}">wheel</a>']
-    kinds = {a.kind: a.filename for a in getattr(e, "attestations", ())}
-    if "sbom" in kinds:
-        links.append(f'<a href="{esc(folder + kinds["sbom"])}">SBOM</a>')
-    if "provenance" in kinds:
-        links.append(f'<a href="{esc(folder + kinds["provenance"])}">provenance</a>')
-    if e.filename in metadata:
-        links.append(f'<a href="{esc(folder + metadata[e.filename].filename)}">METADATA</a>')
+    files = {a.kind: a.filename for a in getattr(e, "attestations", ())}
+    files.update(wheel=e.filename, METADATA=getattr(metadata.get(e.filename), "filename", None))
+    order = (
+        ("wheel", "wheel"),
+        ("sbom", "SBOM"),
+        ("provenance", "provenance"),
+        ("METADATA", "METADATA"),
+    )
+    links = [f'<a href="{esc(folder + files[k])}">{text}</a>' for k, text in order if files.get(k)]
     return (
         '<div class="wheel">'
         f'<div class="name">{esc(e.filename)}</div>'

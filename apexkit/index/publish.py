@@ -39,14 +39,12 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import html
 import json
 import os
 import re
 import shutil
 import tempfile
 import time
-import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -70,8 +68,8 @@ ATTESTATION_MAX = 16 << 20  # bytes; a torch build venv's SBOM is ~100 KiB
 MANIFEST_SUFFIX = (
     ".manifest.json"  # the build's dist manifest beside its wheel: the index is a wheel cache too
 )
-METADATA_MAX = 1 << 20  # bytes; a wheel's METADATA is ~1 KiB
 _SHA256 = re.compile(r"[0-9a-f]{64}")
+_REBUILD = "rebuild that target (or remove it from the dist directory)"
 # What a fact of index.json may be: short printable text from a small alphabet (versions, tags, refs, pins), so a
 # reader may show it, compare it and put it in a page after escaping, never a path or markup.
 _FACT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+!=<>~*,;: -]{0,199}")
@@ -128,10 +126,7 @@ def _field(data: Any, dotted: str, where: Path) -> Any:
     value = data
     for key in dotted.split("."):
         if not isinstance(value, dict) or key not in value:
-            raise ConfigError(
-                f"{where}: no {dotted}",
-                "rebuild that target (or remove it from the dist directory)",
-            )
+            raise ConfigError(f"{where}: no {dotted}", _REBUILD)
         value = value[key]
     return value
 
@@ -153,9 +148,7 @@ def _wheel_name(name: Any) -> str | None:
 
 def torch_version(raw: Any, where: Path, field: str) -> str:
     """The public PEP 440 version (2.13.0 for 2.13.0+cpu) a torch field names, checked before it becomes a path."""
-    version = target.check_version(
-        raw, f"{where}: {field}", "rebuild that target (or remove it from the dist directory)"
-    )
+    version = target.check_version(raw, f"{where}: {field}", _REBUILD)
     return Version(version).public
 
 
@@ -192,17 +185,11 @@ def _fact(value: Any) -> str | None:
 
 
 def _requires_python(wheel: Path) -> str | None:
-    """Requires-Python of the wheel's METADATA (read from the zip, capped), or None."""
+    """Requires-Python of the wheel's METADATA (read as its .metadata page is: pages.read_metadata), or None."""
     try:
-        with zipfile.ZipFile(wheel) as zf:
-            names = [n for n in zf.namelist() if re.fullmatch(r"[^/]+\.dist-info/METADATA", n)]
-            if len(names) != 1 or zf.getinfo(names[0]).file_size > METADATA_MAX:
-                return None
-            text = zf.read(names[0]).decode("utf-8", "replace")
-    except (zipfile.BadZipFile, OSError, ValueError, EOFError):
+        return _fact(pages.requires_python(pages.read_metadata(wheel)))
+    except ConfigError:
         return None
-    found = re.search(r"^Requires-Python:[ \t]*(.+?)[ \t]*$", text.split("\n\n", 1)[0], re.M)
-    return _fact(found[1]) if found else None
 
 
 def facts_of(manifest: dict, filename: str, wheel: Path | None = None) -> dict:
@@ -279,126 +266,137 @@ def check_facts(raw: Any, where: str, fix: str) -> dict:
     return {**raw, "identity": _plain(raw.get("identity") or {})}
 
 
+def is_sha256(value: Any) -> bool:
+    return isinstance(value, str) and bool(_SHA256.fullmatch(value))
+
+
+def is_record(record: Any, filename: str) -> bool:
+    """Whether an index.json record of a file beside a wheel is {"filename": filename, "sha256": <hex>}."""
+    return (
+        isinstance(record, dict)
+        and record.get("filename") == filename
+        and is_sha256(record.get("sha256"))
+    )
+
+
 def collect(dist: Path, targets: list[str] | None = None) -> list[Entry]:
     """Every dist/<target>/ with a manifest and its wheel (checked against the manifest's sha256)."""
     if not dist.is_dir():
         raise ConfigError(
             f"{dist} does not exist", f"build first: {vocab.build('3.11')} (or pass --dist DIR)"
         )
-    hint = "rebuild that target (or remove it from the dist directory)"
-    entries = []
-    for manifest_path in sorted(dist.glob("*/manifest.json")):
-        folder = manifest_path.parent
-        target = folder.name
-        if targets and target not in targets:
-            continue
-        if folder.is_symlink() or not _inside(folder, dist) or manifest_path.is_symlink():
-            raise ConfigError(
-                f"{folder if folder.is_symlink() else manifest_path} is a symlink: publish takes only "
-                f"what was built inside {dist}",
-                "replace it with the directory itself, or remove it",
-            )
-        try:
-            manifest_bytes = untrusted.read_regular(manifest_path, None, distdir.MANIFEST_MAX)
-            manifest = json.loads(manifest_bytes.decode("utf-8"))
-        except untrusted.Refused as exc:  # not a FIFO (a blocked read), device or link
-            raise ConfigError(
-                f"{manifest_path} is not a readable JSON manifest ({_why(exc)})", hint
-            ) from None
-        except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-            raise ConfigError(
-                f"{manifest_path} is not a readable JSON manifest ({exc})", hint
-            ) from None
-        if not isinstance(manifest, dict):
-            raise ConfigError(
-                f"{manifest_path} is not a readable JSON manifest (not an object)", hint
-            )
-        identity = (
-            manifest.get("target", {}).get("identity")
-            if isinstance(manifest.get("target"), dict)
-            else None
-        )
-        if (isinstance(identity, dict) and identity.get("sanitize")) or "asan" in target.split("+")[
-            1:
-        ]:
-            if targets:
-                raise ConfigError(
-                    f"{target} is a sanitizer build (--sanitize, +asan): it is never published",
-                    "build the target without --sanitize and publish that one",
-                )
-            log.info(
-                f"  skipping {target}: a sanitizer build (--sanitize, +asan) is never published"
-            )
-            continue
-        if isinstance(identity, dict) and identity.get("skip_patches") and not targets:
-            log.info(
-                f"  skipping {target}: a diagnosis build (--skip-patch); name it with --target to publish it"
-            )
-            continue
-        file = _field(manifest, "wheel.file", manifest_path)
-        why = _wheel_name(file)
-        if why:
-            raise ConfigError(f"{manifest_path}: wheel.file {file!r} {why}", hint)
-        expected = _field(manifest, "wheel.sha256", manifest_path)
-        if not isinstance(expected, str) or not _SHA256.fullmatch(expected):
-            raise ConfigError(
-                f"{manifest_path}: wheel.sha256 {expected!r} is not a sha256 hex digest", hint
-            )
-        torch = torch_version(
-            _field(manifest, "target.torch", manifest_path), manifest_path, "target.torch"
-        )
-        wheel = folder / file
-        try:
-            digest = _copy_hashed(wheel, None)
-        except FileNotFoundError:
-            raise ConfigError(
-                f"{manifest_path}: wheel.file {file} does not exist in {folder}", hint
-            ) from None
-        except (OSError, ValueError) as exc:
-            raise ConfigError(f"{manifest_path}: wheel.file {file} {exc}", hint) from None
-        if digest != expected:
-            raise ConfigError(
-                f"{wheel} does not match the sha256 in its manifest", f"rebuild {target}"
-            )
-        attestations = _attestations(manifest, manifest_path, file, digest)
-        if not attestations:
-            log.info(
-                f"  {target}: no SBOM or provenance recorded in its manifest (built before apexkit wrote them): "
-                "the wheel goes without them"
-            )
-        cache_key = manifest.get("cache_key")
-        entries.append(
-            Entry(
-                normalize(parse_wheel_filename(file)[0]),
-                file,
-                wheel,
-                digest,
-                target,
-                torch,
-                attestations=attestations,
-                cache_key=cache_key
-                if isinstance(cache_key, str) and _SHA256.fullmatch(cache_key)
-                else None,
-                facts=facts_of(manifest, file, wheel),
-                manifest=Attestation(
-                    "manifest",
-                    file + MANIFEST_SUFFIX,
-                    manifest_path,
-                    hashlib.sha256(manifest_bytes).hexdigest(),
-                ),
-            )
-        )
+    built = sorted(dist.glob("*/manifest.json"))
+    named = [m for m in built if not targets or m.parent.name in targets]
+    entries = [e for m in named if (e := _built(dist, m, targets)) is not None]
     missing = sorted(set(targets or ()) - {e.target for e in entries})
     if missing:
         raise ConfigError(
             f"no built target {', '.join(missing)} in {dist}",
-            f"choose from {', '.join(p.parent.name for p in sorted(dist.glob('*/manifest.json')))}",
+            f"choose from {', '.join(p.parent.name for p in built)}",
         )
     if not entries:
         raise ConfigError(
             f"no built wheel in {dist} (no */manifest.json)", f"build first: {vocab.build('3.11')}"
         )
     return entries
+
+
+def _built(dist: Path, manifest_path: Path, targets: list[str] | None) -> Entry | None:
+    """The wheel of one dist/<target>/, checked; None for a build that is left out (said in one line)."""
+    folder, target = manifest_path.parent, manifest_path.parent.name
+    manifest, manifest_bytes = _read_manifest(dist, manifest_path)
+    if _left_out(target, manifest, targets):
+        return None
+    file = _field(manifest, "wheel.file", manifest_path)
+    why = _wheel_name(file)
+    if why:
+        raise ConfigError(f"{manifest_path}: wheel.file {file!r} {why}", _REBUILD)
+    expected = _field(manifest, "wheel.sha256", manifest_path)
+    if not is_sha256(expected):
+        raise ConfigError(
+            f"{manifest_path}: wheel.sha256 {expected!r} is not a sha256 hex digest", _REBUILD
+        )
+    torch = torch_version(
+        _field(manifest, "target.torch", manifest_path), manifest_path, "target.torch"
+    )
+    wheel = folder / file
+    try:
+        digest = _copy_hashed(wheel, None)
+    except FileNotFoundError:
+        raise ConfigError(
+            f"{manifest_path}: wheel.file {file} does not exist in {folder}", _REBUILD
+        ) from None
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"{manifest_path}: wheel.file {file} {exc}", _REBUILD) from None
+    if digest != expected:
+        raise ConfigError(f"{wheel} does not match the sha256 in its manifest", f"rebuild {target}")
+    attestations = _attestations(manifest, manifest_path, file, digest)
+    if not attestations:
+        log.info(
+            f"  {target}: no SBOM or provenance recorded in its manifest (built before apexkit wrote them): "
+            "the wheel goes without them"
+        )
+    cache_key = manifest.get("cache_key")
+    return Entry(
+        normalize(parse_wheel_filename(file)[0]),
+        file,
+        wheel,
+        digest,
+        target,
+        torch,
+        attestations=attestations,
+        cache_key=cache_key if is_sha256(cache_key) else None,
+        facts=facts_of(manifest, file, wheel),
+        manifest=Attestation(
+            "manifest",
+            file + MANIFEST_SUFFIX,
+            manifest_path,
+            hashlib.sha256(manifest_bytes).hexdigest(),
+        ),
+    )
+
+
+def _read_manifest(dist: Path, manifest_path: Path) -> tuple[dict, bytes]:
+    """dist/<target>/manifest.json as an object and its bytes: read without following links, inside `dist`."""
+    folder = manifest_path.parent
+    if folder.is_symlink() or not _inside(folder, dist) or manifest_path.is_symlink():
+        raise ConfigError(
+            f"{folder if folder.is_symlink() else manifest_path} is a symlink: publish takes only "
+            f"what was built inside {dist}",
+            "replace it with the directory itself, or remove it",
+        )
+    try:
+        manifest_bytes = untrusted.read_regular(manifest_path, None, distdir.MANIFEST_MAX)
+        manifest = json.loads(manifest_bytes.decode("utf-8"))
+    except untrusted.Refused as exc:  # not a FIFO (a blocked read), device or link
+        why: object = _why(exc)
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        why = exc
+    else:
+        if isinstance(manifest, dict):
+            return manifest, manifest_bytes
+        why = "not an object"
+    raise ConfigError(f"{manifest_path} is not a readable JSON manifest ({why})", _REBUILD)
+
+
+def _left_out(target: str, manifest: dict, targets: list[str] | None) -> bool:
+    """Whether a built target stays out of the index: a sanitizer build always (refused when named), a diagnosis
+    build unless named."""
+    identity = _object(_object(manifest, "target"), "identity")
+    if identity.get("sanitize") or "asan" in target.split("+")[1:]:
+        if targets:
+            raise ConfigError(
+                f"{target} is a sanitizer build (--sanitize, +asan): it is never published",
+                "build the target without --sanitize and publish that one",
+            )
+        log.info(f"  skipping {target}: a sanitizer build (--sanitize, +asan) is never published")
+        return True
+    if identity.get("skip_patches") and not targets:
+        log.info(
+            f"  skipping {target}: a diagnosis build (--skip-patch); name it with --target to publish it"
+        )
+        return True
+    return False
 
 
 def _attestations(
@@ -421,7 +419,7 @@ def _attestations(
         if not isinstance(record, dict) or record.get("file") != source:
             raise ConfigError(f"{manifest_path}: attestations.{kind}.file is not {source}", hint)
         expected = record.get("sha256")
-        if not isinstance(expected, str) or not _SHA256.fullmatch(expected):
+        if not is_sha256(expected):
             raise ConfigError(
                 f"{manifest_path}: attestations.{kind}.sha256 {expected!r} is not a sha256 hex digest",
                 hint,
@@ -490,110 +488,28 @@ def _existing(root: Path) -> list[Entry]:
         raise ConfigError(
             f"{root} is a symlink", f"pass the directory it points to ({root.resolve()}) as --index"
         )
-    if not root.exists():
-        return []
-    if not root.is_dir():
+    if root.exists() and not root.is_dir():
         raise ConfigError(f"{root} is not a directory", hint)
-    if not any(root.iterdir()):
+    if not root.exists() or not any(root.iterdir()):
         return []
     data_file = root / "index.json"
-    if data_file.is_symlink() or not data_file.is_file():
-        raise _foreign(
-            root,
-            hint,
-            f"it holds {_list(sorted(p.name for p in root.iterdir()))} and no index.json",
-        )
-    try:
-        data = json.loads(data_file.read_text())
-    except (OSError, UnicodeDecodeError, ValueError):
-        raise _foreign(root, hint, "its index.json is not JSON") from None
-    legacy = isinstance(data, dict) and "format" not in data and set(data) == {"generated", "files"}
-    if (
-        not isinstance(data, dict)
-        or not (data.get("format") == FORMAT or legacy)
-        or not isinstance(data.get("files"), list)
-    ):
-        raise _foreign(root, hint, f'its index.json has no "format": "{FORMAT}"')
     fix = f"restore {data_file} from the index's last publish, or publish into a new directory"
-    entries = []
-    for n, f in enumerate(data["files"]):
-        where = f"{data_file}: files[{n}]"
-        if not isinstance(f, dict):
-            raise ConfigError(f"{where} is not an object", fix)
-        why = _wheel_name(f.get("filename"))
-        if why:
-            raise ConfigError(f"{where}.filename {f.get('filename')!r} {why}", fix)
-        project = normalize(parse_wheel_filename(f["filename"])[0])
-        if f.get("project") != project:
-            raise ConfigError(f"{where}.project {f.get('project')!r} is not {project!r}", fix)
-        if not isinstance(f.get("sha256"), str) or not _SHA256.fullmatch(f["sha256"]):
-            raise ConfigError(f"{where}.sha256 {f.get('sha256')!r} is not a sha256 hex digest", fix)
-        torch = f.get("torch", "")
-        if torch:
-            torch_version(torch, data_file, f"files[{n}].torch")
-        target = f.get("target", "?")
-        attestations = []
-        recorded = f.get("attestations", {})
-        if not isinstance(recorded, dict) or set(recorded) - set(ATTESTATIONS):
-            raise ConfigError(
-                f"{where}.attestations is not an object of {', '.join(ATTESTATIONS)}", fix
-            )
-        for kind, record in sorted(recorded.items()):
-            name = f["filename"] + ATTESTATIONS[kind][1]
-            if not isinstance(record, dict) or record.get("filename") != name:
-                raise ConfigError(f"{where}.attestations.{kind}.filename is not {name}", fix)
-            if not isinstance(record.get("sha256"), str) or not _SHA256.fullmatch(record["sha256"]):
-                raise ConfigError(
-                    f"{where}.attestations.{kind}.sha256 is not a sha256 hex digest", fix
-                )
-            attestations.append(
-                Attestation(kind, name, root / "simple" / project / name, record["sha256"])
-            )
-        cache_key = f.get("cache_key")
-        if cache_key is not None and (
-            not isinstance(cache_key, str) or not _SHA256.fullmatch(cache_key)
-        ):
-            raise ConfigError(f"{where}.cache_key is not a sha256 hex digest", fix)
-        manifest = None
-        record = f.get("manifest")
-        if record is not None:
-            name = f["filename"] + MANIFEST_SUFFIX
-            if (
-                not isinstance(record, dict)
-                or record.get("filename") != name
-                or not isinstance(record.get("sha256"), str)
-                or not _SHA256.fullmatch(record["sha256"])
-            ):
-                raise ConfigError(f"{where}.manifest is not {{filename: {name}, sha256}}", fix)
-            manifest = Attestation(
-                "manifest", name, root / "simple" / project / name, record["sha256"]
-            )
-        entries.append(
-            Entry(
-                project,
-                f["filename"],
-                root / "simple" / project / f["filename"],
-                f["sha256"],
-                target if isinstance(target, str) else "?",
-                torch,
-                in_index=True,
-                attestations=tuple(attestations),
-                cache_key=cache_key,
-                facts=check_facts(f.get("facts"), where, fix),
-                manifest=manifest,
-            )
-        )
+    entries = [
+        _published(root, data_file, n, f, fix) for n, f in enumerate(_index_files(root, hint))
+    ]
     ours = {Path("index.json"), Path("simple"), Path("simple/index.html"), Path("index.html")}
     for e in entries:
+        folder = Path("simple", e.project)
         ours |= {
-            Path("simple", e.project),
-            Path("simple", e.project, "index.html"),
-            Path("simple", e.project, e.filename),
-            Path(
-                "simple", e.project, e.filename + pages.METADATA_SUFFIX
-            ),  # regenerated from the wheel
+            folder,
+            folder / "index.html",
+            folder / e.filename,
             Path(pages.torch_page_name(pages.facts(e)["torch"])),
-            *(Path("simple", e.project, a.filename) for a in _documents(e)),
+        }
+        # the .metadata beside a wheel is regenerated from it
+        ours |= {
+            folder / name
+            for name in (e.filename + pages.METADATA_SUFFIX, *(a.filename for a in _documents(e)))
         }
     others = sorted(
         f"{p.relative_to(root)}{' (a symlink)' if p.is_symlink() else ''}"
@@ -603,6 +519,86 @@ def _existing(root: Path) -> list[Entry]:
     if others:
         raise _foreign(root, hint, f"it holds {_list(others)}, which its index.json does not list")
     return entries
+
+
+def _index_files(root: Path, hint: str) -> list:
+    """files of the index.json of a non-empty root, refused (`_foreign`) unless apexkit wrote it (marked FORMAT,
+    or shaped as before the marker)."""
+    data_file = root / "index.json"
+    if data_file.is_symlink() or not data_file.is_file():
+        names = _list(sorted(p.name for p in root.iterdir()))
+        raise _foreign(root, hint, f"it holds {names} and no index.json")
+    try:
+        data = json.loads(data_file.read_text())
+    except (OSError, UnicodeDecodeError, ValueError):
+        raise _foreign(root, hint, "its index.json is not JSON") from None
+    if not isinstance(data, dict) or not isinstance(data.get("files"), list):
+        data = {}
+    legacy = "format" not in data and set(data) == {"generated", "files"}
+    if data.get("format") != FORMAT and not legacy:
+        raise _foreign(root, hint, f'its index.json has no "format": "{FORMAT}"')
+    return data["files"]
+
+
+def _published(root: Path, data_file: Path, n: int, f: Any, fix: str) -> Entry:
+    """files[n] of an index's index.json, checked, as an Entry already in the index."""
+    where = f"{data_file}: files[{n}]"
+    if not isinstance(f, dict):
+        raise ConfigError(f"{where} is not an object", fix)
+    why = _wheel_name(f.get("filename"))
+    if why:
+        raise ConfigError(f"{where}.filename {f.get('filename')!r} {why}", fix)
+    project = normalize(parse_wheel_filename(f["filename"])[0])
+    if f.get("project") != project:
+        raise ConfigError(f"{where}.project {f.get('project')!r} is not {project!r}", fix)
+    if not is_sha256(f.get("sha256")):
+        raise ConfigError(f"{where}.sha256 {f.get('sha256')!r} is not a sha256 hex digest", fix)
+    torch = f.get("torch", "")
+    if torch:
+        torch_version(torch, data_file, f"files[{n}].torch")
+    folder = root / "simple" / project
+    attestations = _published_attestations(f, folder, where, fix)
+    cache_key = f.get("cache_key")
+    if cache_key is not None and not is_sha256(cache_key):
+        raise ConfigError(f"{where}.cache_key is not a sha256 hex digest", fix)
+    manifest, name = f.get("manifest"), f["filename"] + MANIFEST_SUFFIX
+    if manifest is not None and not is_record(manifest, name):
+        raise ConfigError(f"{where}.manifest is not {{filename: {name}, sha256}}", fix)
+    target = f.get("target")
+    return Entry(
+        project,
+        f["filename"],
+        folder / f["filename"],
+        f["sha256"],
+        target if isinstance(target, str) else "?",
+        torch,
+        in_index=True,
+        attestations=attestations,
+        cache_key=cache_key,
+        facts=check_facts(f.get("facts"), where, fix),
+        manifest=Attestation("manifest", name, folder / name, manifest["sha256"])
+        if manifest
+        else None,
+    )
+
+
+def _published_attestations(f: dict, folder: Path, where: str, fix: str) -> tuple[Attestation, ...]:
+    """files[n].attestations of an index.json: {kind: {filename: <wheel><suffix>, sha256}} for kinds of
+    ATTESTATIONS."""
+    recorded = f.get("attestations", {})
+    if not isinstance(recorded, dict) or set(recorded) - set(ATTESTATIONS):
+        raise ConfigError(
+            f"{where}.attestations is not an object of {', '.join(ATTESTATIONS)}", fix
+        )
+    out = []
+    for kind, record in sorted(recorded.items()):
+        name = f["filename"] + ATTESTATIONS[kind][1]
+        if not isinstance(record, dict) or record.get("filename") != name:
+            raise ConfigError(f"{where}.attestations.{kind}.filename is not {name}", fix)
+        if not is_sha256(record.get("sha256")):
+            raise ConfigError(f"{where}.attestations.{kind}.sha256 is not a sha256 hex digest", fix)
+        out.append(Attestation(kind, name, folder / name, record["sha256"]))
+    return tuple(out)
 
 
 def _documents(e: Entry) -> tuple[Attestation, ...]:
@@ -658,16 +654,6 @@ def plan(
     return groups
 
 
-def _page(title: str, links: list[tuple[str, str]]) -> str:
-    body = "\n".join(
-        f'    <a href="{html.escape(href)}">{html.escape(text)}</a><br/>' for href, text in links
-    )
-    return (
-        f'<!DOCTYPE html>\n<html>\n  <head>\n    <meta name="pypi:repository-version" content="1.0">\n'
-        f"    <title>{html.escape(title)}</title>\n  </head>\n  <body>\n{body}\n  </body>\n</html>\n"
-    )
-
-
 def write(
     root: Path,
     files: list[Entry],
@@ -685,113 +671,83 @@ def write(
         projects = sorted({e.project for e in files})
         (tmp / "simple").mkdir()
         (tmp / "simple" / "index.html").write_text(
-            _page("Simple index", [(f"{p}/", p) for p in projects])
+            pages.simple_page("Simple index", [(f"{p}/", p, None) for p in projects])
         )
         for project in projects:
-            folder = tmp / "simple" / project
-            folder.mkdir()
-            mine = [e for e in files if e.project == project]
-            for e in mine:  # re-read without following links, re-hashed on the way
-                try:
-                    digest = _copy_hashed(e.path, folder / e.filename)
-                except (OSError, ValueError) as exc:
-                    raise ConfigError(
-                        f"{e.path} ({'already in the index' if e.in_index else e.target}) cannot be "
-                        f"read as a regular file: {exc}",
-                        f"rebuild {e.target} or restore the file",
-                    ) from None
-                if digest != e.sha256:
-                    raise ConfigError(
-                        f"{e.path} changed since it was checked (sha256 {digest[:12]}, expected "
-                        f"{e.sha256[:12]})",
-                        f"rebuild {e.target} and publish again",
-                    )
-                for a in _documents(e):  # its manifest, SBOM and provenance beside it, the same way
-                    try:
-                        digest = _copy_hashed(a.path, folder / a.filename)
-                    except (OSError, ValueError) as exc:
-                        raise ConfigError(
-                            f"{a.path} ({'already in the index' if e.in_index else e.target}) cannot "
-                            f"be read as a regular file: {exc}",
-                            f"rebuild {e.target} or restore the file",
-                        ) from None
-                    if digest != a.sha256:
-                        raise ConfigError(
-                            f"{a.path} changed since it was checked (sha256 {digest[:12]}, expected "
-                            f"{a.sha256[:12]})",
-                            f"rebuild {e.target} and publish again",
-                        )
-                found = pages.write_metadata(folder, e.filename)  # PEP 658
-                if found:
-                    metadata[e.filename] = found
-            (folder / "index.html").write_text(
-                pages.simple_page(
-                    f"Links for {project}",
-                    [
-                        (f"{e.filename}#sha256={e.sha256}", e.filename, metadata.get(e.filename))
-                        for e in mine
-                    ],
-                )
+            _write_project(
+                tmp / "simple" / project, [e for e in files if e.project == project], metadata
             )
         pages.write_pages(tmp, files, metadata, base_url or root.as_uri(), cells or [], generated)
-        (tmp / "index.json").write_text(
-            json.dumps(
-                {
-                    "format": FORMAT,
-                    "generated": generated,
-                    "files": [
-                        {
-                            "project": e.project,
-                            "filename": e.filename,
-                            "sha256": e.sha256,
-                            "target": e.target,
-                            "torch": e.torch,
-                            **({"cache_key": e.cache_key} if e.cache_key else {}),
-                            **({"facts": e.facts} if e.facts else {}),
-                            **(
-                                {
-                                    "manifest": {
-                                        "filename": e.manifest.filename,
-                                        "sha256": e.manifest.sha256,
-                                    }
-                                }
-                                if e.manifest
-                                else {}
-                            ),
-                            **(
-                                {
-                                    "attestations": {
-                                        a.kind: {"filename": a.filename, "sha256": a.sha256}
-                                        for a in e.attestations
-                                    }
-                                }
-                                if e.attestations
-                                else {}
-                            ),
-                            **(
-                                {
-                                    "metadata": {
-                                        "filename": metadata[e.filename].filename,
-                                        "sha256": metadata[e.filename].sha256,
-                                    }
-                                }
-                                if e.filename in metadata
-                                else {}
-                            ),
-                        }
-                        for e in files
-                    ],
-                },
-                indent=1,
-            )
-            + "\n"
-        )
+        listing = {
+            "format": FORMAT,
+            "generated": generated,
+            "files": [_listed(e, metadata) for e in files],
+        }
+        (tmp / "index.json").write_text(json.dumps(listing, indent=1) + "\n")
         for path in (tmp, *tmp.rglob("*")):
             os.chmod(path, 0o755 if path.is_dir() else 0o644)  # served by any web server
         fsedit.swap_directory(tmp, root)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def _write_project(folder: Path, mine: list[Entry], metadata: dict[str, pages.Metadata]) -> None:
+    """simple/<project>/ of the new index: each wheel with its manifest, SBOM and provenance, re-read without
+    following links and re-hashed on the way, its PEP 658 metadata (into `metadata`), and the PEP 503 page."""
+    folder.mkdir()
+    for e in mine:
+        for path, filename, sha256 in [(e.path, e.filename, e.sha256)] + [
+            (a.path, a.filename, a.sha256) for a in _documents(e)
+        ]:
+            _copy_checked(e, path, folder / filename, sha256)
+        found = pages.write_metadata(folder, e.filename)  # PEP 658
+        if found:
+            metadata[e.filename] = found
+    links = [
+        (f"{e.filename}#sha256={e.sha256}", e.filename, metadata.get(e.filename)) for e in mine
+    ]
+    (folder / "index.html").write_text(pages.simple_page(f"Links for {folder.name}", links))
+
+
+def _copy_checked(e: Entry, src: Path, dst: Path, sha256: str) -> None:
+    """Copy a file of `e` (the wheel or one beside it) into the new index, refused unless it still has `sha256`."""
+    try:
+        digest = _copy_hashed(src, dst)
+    except (OSError, ValueError) as exc:
+        raise ConfigError(
+            f"{src} ({'already in the index' if e.in_index else e.target}) cannot be read as a regular file: "
+            f"{exc}",
+            f"rebuild {e.target} or restore the file",
+        ) from None
+    if digest != sha256:
+        raise ConfigError(
+            f"{src} changed since it was checked (sha256 {digest[:12]}, expected {sha256[:12]})",
+            f"rebuild {e.target} and publish again",
+        )
+
+
+def _listed(e: Entry, metadata: dict[str, pages.Metadata]) -> dict:
+    """index.json's files[i] of one wheel (the keys of what it lacks left out)."""
+
+    def ref(file: Attestation | pages.Metadata | None) -> dict | None:
+        return {"filename": file.filename, "sha256": file.sha256} if file else None
+
+    optional = {
+        "cache_key": e.cache_key,
+        "facts": e.facts,
+        "manifest": ref(e.manifest),
+        "attestations": {a.kind: ref(a) for a in e.attestations},
+        "metadata": ref(metadata.get(e.filename)),
+    }
+    return {
+        "project": e.project,
+        "filename": e.filename,
+        "sha256": e.sha256,
+        "target": e.target,
+        "torch": e.torch,
+        **{key: value for key, value in optional.items() if value},
+    }
 
 
 def _replaced(root: Path, files: list[Entry]) -> str:
@@ -802,26 +758,25 @@ def _replaced(root: Path, files: list[Entry]) -> str:
     old = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
     if not old:
         return f"fill the empty directory {root}/"
-    names = {f"simple/{e.project}/{e.filename}" for e in files}
-    attached = {f"simple/{e.project}/{a.filename}" for e in files for a in _documents(e)}
-    metadata = {name + pages.METADATA_SUFFIX for name in names}
-    wheels = [name for name in old if name in names]
-    documents = [name for name in old if name in attached]
-    regenerated = [name for name in old if name in metadata]
-    rewritten = [
-        name for name in old if name not in names and name not in attached and name not in metadata
-    ]
+    wheels = {f"simple/{e.project}/{e.filename}" for e in files}
+    kinds = {
+        "wheel": wheels,
+        "document": {f"simple/{e.project}/{a.filename}" for e in files for a in _documents(e)},
+        "metadata": {name + pages.METADATA_SUFFIX for name in wheels},
+    }
+    found = {kind: len(names.intersection(old)) for kind, names in kinds.items()}
+    rewritten = [name for name in old if name not in set().union(*kinds.values())]
     return (
         f"replace {root}/ (an apexkit index): rewrite {', '.join(rewritten)}"
         + (
-            f" and {len(regenerated)} .metadata file{'' if len(regenerated) == 1 else 's'} (from the wheels)"
-            if regenerated
+            f" and {pages.count(found['metadata'], '.metadata file')} (from the wheels)"
+            if found["metadata"]
             else ""
         )
-        + f"; keep {len(wheels)} published wheel{'' if len(wheels) == 1 else 's'}"
+        + f"; keep {pages.count(found['wheel'], 'published wheel')}"
         + (
-            f" and {len(documents)} manifest/SBOM/provenance file{'' if len(documents) == 1 else 's'}"
-            if documents
+            f" and {pages.count(found['document'], 'manifest/SBOM/provenance file')}"
+            if found["document"]
             else ""
         )
         + "; remove nothing else"
@@ -868,38 +823,30 @@ def _publish(
     for root, files in groups.items():
         log.info(f"{'would ' if dry_run else ''}{_replaced(root, files)}")
         log.info(
-            f"{'would write' if dry_run else 'index'} {root}/simple/ ({len(files)} wheel"
-            f"{'' if len(files) == 1 else 's'})"
+            f"{'would write' if dry_run else 'index'} {root}/simple/ ({pages.count(len(files), 'wheel')})"
         )
         for e in files:
+            extra = ", ".join(a.filename[len(e.filename) :] for a in e.attestations)
             log.info(
                 f"  {e.filename}  sha256 {e.sha256[:12]}  ({e.target})"
-                + (
-                    f" + {', '.join(a.filename[len(e.filename) :] for a in e.attestations)}"
-                    if e.attestations
-                    else ""
-                )
+                + (f" + {extra}" if extra else "")
             )
-        root_url = (
-            (base if root == index.resolve() else f"{base}/{root.relative_to(index.resolve())}")
-            if base
-            else None
-        )
         if not dry_run:
-            write(root, files, root_url, cells)
-            if root_url:  # where it is served (--base-url): the line the users of the index copy
-                log.info(
-                    f"  apexkit install --index {log.mask(root_url)}  (the wheel that fits a venv, torch untouched)"
-                )
-                log.info(
-                    f"  the grid: {log.mask(root_url)}/index.html (here: {root.as_uri()}/index.html)"
-                )
-            else:
-                log.info(
-                    f"  apexkit install --index {root.as_uri()}  (the wheel that fits a venv, torch untouched; "
-                    "or serve the folder: python3 -m http.server, and publish with --base-url URL)"
-                )
-                log.info(f"  the grid: {root.as_uri()}/index.html")
+            served = base and "/".join([base, *root.relative_to(index.resolve()).parts])
+            write(root, files, served, cells)
+            where = log.mask(served) if served else root.as_uri()  # --base-url: where it is served
+            serve = (
+                ""
+                if served
+                else "; or serve the folder: python3 -m http.server, and publish with --base-url URL"
+            )
+            log.info(
+                f"  apexkit install --index {where}  (the wheel that fits a venv, torch untouched{serve})"
+            )
+            log.info(
+                f"  the grid: {where}/index.html"
+                + (f" (here: {root.as_uri()}/index.html)" if served else "")
+            )
     if coverage:
         published = [e for files in groups.values() for e in files]
         for line in pages.coverage_lines(

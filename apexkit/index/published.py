@@ -13,6 +13,7 @@ from pathlib import Path
 
 from apexkit import log, untrusted, vocab
 from apexkit.errors import ApexkitError, ConfigError
+from apexkit.index import client
 
 INDEX_JSON_MAX = 64 << 20  # bytes; an index.json lists a few hundred wheels in some KiB
 
@@ -33,27 +34,35 @@ class Index:
         return self.url + "/index.json"
 
 
-def parse_index(raw: str) -> Index:
+def root_url(raw: str, who: str = "index", readers: str = "apexkit") -> str:
+    """The index root `raw` names, as a URL without a trailing slash: .../simple/ and /index.json dropped, a
+    directory path made file://. The one normaliser of an index given by a user (`who` and `readers` in errors)."""
     text = raw.strip()
     if not text:
         raise ConfigError(
-            "--index is empty",
-            f"pass the directory `{vocab.command('publish', '--index')}` wrote, or its http URL",
+            f"{who} is empty",
+            f"pass the directory `{vocab.command('publish', '--index')}` wrote, or its URL",
         )
-    text = re.sub(r"/simple/?$", "", text.rstrip("/")) or "/"
+    text = re.sub(r"/(simple/?|index\.json)$", "", text.rstrip("/")) or "/"
     scheme = urllib.parse.urlsplit(text).scheme
-    if scheme in ("http", "https"):
-        return Index(text, None)
-    if scheme == "file":
-        path = Path(urllib.parse.unquote(urllib.parse.urlsplit(text).path))
-    elif scheme:
+    if scheme in ("http", "https", "file"):
+        client.check_index_url(text, "the index")
+        return text
+    if scheme:
         raise ConfigError(
-            f"--index {raw}: {scheme}:// is not an index the nodes' pip can read",
-            "pass a path on shared storage or an http(s) URL",
+            f"{who} {log.mask(text)}: {scheme}:// is not an index {readers} can read",
+            f"pass an http(s):// URL, a file:// URL or a directory `{vocab.command('publish')}` wrote",
         )
-    else:
-        path = Path(text)
-    path = path.expanduser().resolve()
+    return Path(text).expanduser().resolve().as_uri()
+
+
+def parse_index(raw: str) -> Index:
+    """--index of a fleet run: an http(s) index as given, a local one (path or file://) checked to hold index.json."""
+    url = root_url(raw, "--index", "the nodes' pip")
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme != "file":
+        return Index(url, None)
+    path = Path(urllib.parse.unquote(parts.path)).expanduser().resolve()
     if not (path / "index.json").is_file():
         raise ConfigError(
             f"--index {raw}: {path} holds no index.json (not an `{vocab.command('publish')}` index)",
@@ -74,7 +83,6 @@ def read_index(index: Index, timeout: float = 15) -> dict | None:
             ) from None
     # through the index client: user:token@ in the URL travels as Basic auth (urllib would hand "user:token@host" to
     # the resolver as a host name), pip's CA bundle and the proxies apply, and nothing printed holds the login
-    from apexkit.index import client
     from apexkit.wheel.sources import RetryPolicy
 
     try:

@@ -34,7 +34,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from apexkit import log, untrusted, vocab
+from apexkit import log, untrusted
 from apexkit.errors import ApexkitError, ConfigError
 from apexkit.index import client, publish, published
 from apexkit.wheel import distdir, sbom
@@ -77,27 +77,6 @@ class Fetched:
         str, bytes
     ]  # {sbom.SBOM_FILE: ..., sbom.PROVENANCE_FILE: ...} as the index keeps them
     index: str  # shown (password masked)
-
-
-def root_url(index: str) -> str:
-    """The index root as a URL without a trailing slash: .../simple/ and index.json dropped, a path made file://."""
-    text = index.strip()
-    if not text:
-        raise ConfigError(
-            "an index is empty",
-            f"pass the directory `{vocab.command('publish', '--index')}` wrote, or its URL",
-        )
-    text = re.sub(r"/(simple/?|index\.json)$", "", text.rstrip("/")) or "/"
-    scheme = urllib.parse.urlsplit(text).scheme
-    if scheme in ("http", "https", "file"):
-        client.check_index_url(text, "the index")
-        return text
-    if scheme:
-        raise ConfigError(
-            f"index {log.mask(text)}: {scheme}:// is not an index apexkit can read",
-            f"pass an http(s):// URL, a file:// URL or a directory `{vocab.command('publish')}` wrote",
-        )
-    return Path(text).expanduser().resolve().as_uri()
 
 
 def shown(index: str) -> str:
@@ -189,49 +168,50 @@ def _entry(raw: object, n: int, where: str) -> dict | None:
         if raw.get("project") != project or not _PROJECT.fullmatch(project):
             raise ConfigError(f"files[{n}].project is not {project}")
         for key in ("sha256", "cache_key"):
-            value = raw.get(key)
-            if (key == "sha256" or value is not None) and not (
-                isinstance(value, str) and re.fullmatch(r"[0-9a-f]{64}", value)
+            if (key == "sha256" or raw.get(key) is not None) and not publish.is_sha256(
+                raw.get(key)
             ):
                 raise ConfigError(f"files[{n}].{key} is not a sha256 hex digest")
-        attestations = raw.get("attestations") or {}
-        if not isinstance(attestations, dict):
-            raise ConfigError(f"files[{n}].attestations is not an object")
-        documents = {}
-        for kind, suffix in [
-            ("manifest", publish.MANIFEST_SUFFIX),
-            *((k, suffix) for k, (_file, suffix) in publish.ATTESTATIONS.items()),
-        ]:
-            record = raw.get("manifest") if kind == "manifest" else attestations.get(kind)
-            if record is None:
-                continue
-            if (
-                not isinstance(record, dict)
-                or record.get("filename") != name + suffix
-                or not isinstance(record.get("sha256"), str)
-                or not re.fullmatch(r"[0-9a-f]{64}", record["sha256"])
-            ):
-                raise ConfigError(f"files[{n}] records its {kind} under another name")
-            documents[kind] = {"filename": name + suffix, "sha256": record["sha256"]}
+        documents = _documents(raw, n, name)
         facts = publish.check_facts(raw.get("facts"), f"files[{n}]", "")
     except (ConfigError, untrusted.Untrusted, InvalidWheelFilename, InvalidVersion) as exc:
         log.warn(f"{where}: an entry is left out ({_why(exc)})")
         return None
+    target = raw.get("target")
     return {
         "filename": name,
         "project": project,
         "sha256": raw["sha256"],
         "cache_key": raw.get("cache_key"),
-        "target": log.sanitise(raw["target"])[:200] if isinstance(raw.get("target"), str) else "?",
+        "target": log.sanitise(target)[:200] if isinstance(target, str) else "?",
         "facts": facts,
         "documents": documents,
     }
 
 
+def _documents(raw: dict, n: int, name: str) -> dict[str, dict]:
+    """The files an entry records beside its wheel (manifest, SBOM, provenance), each {filename, sha256}."""
+    attestations = raw.get("attestations") or {}
+    if not isinstance(attestations, dict):
+        raise ConfigError(f"files[{n}].attestations is not an object")
+    records = {"manifest": (raw.get("manifest"), publish.MANIFEST_SUFFIX)}
+    records.update(
+        (k, (attestations.get(k), suffix)) for k, (_f, suffix) in publish.ATTESTATIONS.items()
+    )
+    documents = {}
+    for kind, (record, suffix) in records.items():
+        if record is None:
+            continue
+        if not publish.is_record(record, name + suffix):
+            raise ConfigError(f"files[{n}] records its {kind} under another name")
+        documents[kind] = {"filename": name + suffix, "sha256": record["sha256"]}
+    return documents
+
+
 def read_listing(cl: client.Client, index: str) -> list[dict] | None:
     """The checked entries of one index's index.json, or None (one warning line) when it cannot be read from here or
     is not an apexkit index."""
-    root = root_url(index)
+    root = published.root_url(index)
     where = shown(root)
     try:
         body = _get(cl, root + "/index.json", published.INDEX_JSON_MAX)
@@ -255,7 +235,7 @@ def read_listing(cl: client.Client, index: str) -> list[dict] | None:
 
 
 def _candidate(index: str, entry: dict) -> Candidate:
-    root = root_url(index)
+    root = published.root_url(index)
     return Candidate(index, shown(root), entry, f"{root}/simple/{entry['project']}/")
 
 
@@ -280,56 +260,69 @@ def _glibc(tag: str) -> tuple[int, int] | None:
 def misfit(facts: Mapping[str, object], want: Mapping[str, object]) -> str | None:
     """Why a wheel with these facts does not fit the venv `want` describes (None when it fits). `want`: python_tag
     (cp311), arch, glibc ("2.35"), torch (its version, a local label allowed), torch_npu (or None), cxx11_abi (0/1 or
-    None when unknown)."""
-    if facts.get("python_tag") != want.get("python_tag") or facts.get("abi_tag") not in (
-        want.get("python_tag"),
-        "abi3",
-        "none",
-    ):
-        return f"for {facts.get('python_tag')}, the venv is {want.get('python_tag')}"
+    None when unknown). The first of _MISFITS that finds one says why."""
+    return next((why for check in _MISFITS if (why := check(facts, want))), None)
+
+
+def _tags_misfit(facts: Mapping[str, object], want: Mapping[str, object]) -> str | None:
+    """The wheel's python, abi and platform tags (arch, glibc)."""
+    python = want.get("python_tag")
+    if facts.get("python_tag") != python or facts.get("abi_tag") not in (python, "abi3", "none"):
+        return f"for {facts.get('python_tag')}, the venv is {python}"
     platform_tag = str(facts.get("platform_tag") or "")
     if not platform_tag.endswith("_" + str(want.get("arch"))):
         return f"for {platform_tag or '?'}, the venv is {want.get('arch')}"
     needs, glibc = _glibc(platform_tag), str(want.get("glibc") or "")
-    if needs and re.fullmatch(r"\d+\.\d+", glibc):
-        have = tuple(int(p) for p in glibc.split("."))
-        if needs > have:
-            return f"needs glibc {needs[0]}.{needs[1]}, the venv's is {glibc}"
-    try:
-        torch = Version(str(want.get("torch")))
-    except InvalidVersion:
+    if (
+        needs
+        and re.fullmatch(r"\d+\.\d+", glibc)
+        and needs > tuple(int(p) for p in glibc.split("."))
+    ):
+        return f"needs glibc {needs[0]}.{needs[1]}, the venv's is {glibc}"
+    return None
+
+
+def _torch_misfit(facts: Mapping[str, object], want: Mapping[str, object]) -> str | None:
+    """The torch and torch_npu the wheel was built for, and its Requires-Dist pins of them."""
+    torch, npu = _version(want.get("torch")), want.get("torch_npu")
+    if torch is None:
         return "the venv has no torch"
     if facts.get("torch") != torch.public:
         return f"for torch {facts.get('torch')}, the venv has {torch}"
-    npu = want.get("torch_npu")
     if (facts.get("torch_npu") is None) != (npu is None):
         return (
             f"built without torch_npu, the venv has torch_npu {npu}"
             if npu
             else f"for torch_npu {facts.get('torch_npu')}, the venv has none"
         )
-    have_versions = {"torch": str(torch), "torch-npu": str(npu) if npu else None}
+    have = {"torch": str(torch), "torch-npu": str(npu) if npu else None}
     for pin in facts.get("requires_dist") or []:  # type: ignore[attr-defined]
         try:
             req = Requirement(str(pin))
         except InvalidRequirement:
             return f"its pin {pin!r} is not a requirement"
         name = publish.normalize(req.name)
-        if name not in have_versions:
-            continue
-        version = have_versions[name]
-        if version is None or not req.specifier.contains(version, prereleases=True):
+        version = have.get(name, "")
+        if name in have and not (version and req.specifier.contains(version, prereleases=True)):
             return f"pins {pin}, the venv has {name} {version or 'missing'}"
+    return None
+
+
+def _build_misfit(facts: Mapping[str, object], want: Mapping[str, object]) -> str | None:
+    """The CUDA release, C++ ABI and patches the wheel was built with."""
     if facts.get("backend") == "cuda" and _release(facts.get("cuda")) != _release(want.get("cuda")):
         return f"NVIDIA apex for CUDA {facts.get('cuda')}, the venv's torch is " + (
             f"CUDA {want.get('cuda')}" if want.get("cuda") else "a build without CUDA"
         )
-    abi = want.get("cxx11_abi")
-    if abi is not None and facts.get("cxx11_abi") is not None and facts.get("cxx11_abi") != abi:
-        return f"built for the {'new' if facts.get('cxx11_abi') else 'old'} C++ ABI, the venv's torch uses the other"
+    abi, built = want.get("cxx11_abi"), facts.get("cxx11_abi")
+    if None not in (abi, built) and built != abi:
+        return f"built for the {'new' if built else 'old'} C++ ABI, the venv's torch uses the other"
     if (facts.get("identity") or {}).get("skip_patches"):  # type: ignore[attr-defined]
         return "a diagnosis build (--skip-patch)"
     return None
+
+
+_MISFITS = (_tags_misfit, _torch_misfit, _build_misfit)
 
 
 def find_by_facts(
@@ -340,6 +333,8 @@ def find_by_facts(
     as {"filename", "index", "why"}."""
     fits: list[tuple[int, int, str, Candidate]] = []
     near: list[dict] = []
+    torch = _version(want.get("torch"))
+    same = {"torch": torch.public if torch else None, "python_tag": want.get("python_tag")}
     for rank, index in enumerate(indexes):
         for entry in read_listing(cl, index) or []:
             facts = entry["facts"]
@@ -363,9 +358,7 @@ def find_by_facts(
                         candidate,
                     )
                 )
-            elif facts.get("torch") == _public(want.get("torch")) or facts.get(
-                "python_tag"
-            ) == want.get("python_tag"):
+            elif any(facts.get(key) == value for key, value in same.items()):
                 near.append({"filename": entry["filename"], "index": candidate.shown, "why": why})
     fits.sort(key=lambda f: (f[0], f[1], _glibc_key(f[2])))
     return [f[3] for f in fits], near
@@ -386,9 +379,9 @@ def _release(version: object) -> str | None:
     )
 
 
-def _public(version: object) -> str | None:
+def _version(version: object) -> Version | None:
     try:
-        return Version(str(version)).public
+        return Version(str(version))
     except InvalidVersion:
         return None
 

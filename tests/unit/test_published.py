@@ -59,3 +59,19 @@ def test_what_is_not_an_index_is_refused_before_anything(tmp_path):
         published.parse_index("s3://bucket/apex")
     with pytest.raises(ConfigError, match="--index is empty"):
         published.parse_index("  ")
+
+
+def test_root_url_drops_simple_and_refuses_other_schemes(tmp_path):
+    """The one normaliser of an index URL (remote's team index and fleet's --index both use it)."""
+    assert published.root_url("http://127.0.0.1:8000/team/simple/") == "http://127.0.0.1:8000/team"
+    assert (
+        published.root_url("http://127.0.0.1:8000/team/index.json") == "http://127.0.0.1:8000/team"
+    )
+    assert published.root_url(str(tmp_path) + "/") == tmp_path.as_uri()
+    with pytest.raises(ConfigError, match="ftp:// is not an index apexkit can read"):
+        published.root_url("ftp://127.0.0.1/x")
+    with pytest.raises(ConfigError, match="has no host name"):
+        published.root_url("https:///team")
+    with pytest.raises(ConfigError, match="the nodes' pip can read") as caught:
+        published.root_url("ftp://bob:s3cret@127.0.0.1/x", "--index", "the nodes' pip")
+    assert "s3cret" not in caught.value.format()

@@ -183,11 +183,7 @@ def test_a_missing_index_is_unreachable_not_a_traceback(tmp_path, capsys):
     assert "cannot be read" in capsys.readouterr().err
 
 
-def test_root_url_drops_simple_and_refuses_other_schemes(tmp_path):
-    assert remote.root_url("http://127.0.0.1:8000/team/simple/") == "http://127.0.0.1:8000/team"
-    assert remote.root_url(str(tmp_path) + "/") == tmp_path.as_uri()
-    with pytest.raises(Exception, match="ftp:// is not an index"):
-        remote.root_url("ftp://127.0.0.1/x")
+def test_shown_masks_the_password():
     assert "s3cret" not in remote.shown("http://bob:s3cret@127.0.0.1:8000/team")
 
 
