@@ -18,6 +18,7 @@ import subprocess
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
@@ -74,6 +75,19 @@ class BuildState:
         False  # whether the wheel cache may be read and written (ours, and a clean --apex-src)
     )
     ccache: dict | None = None  # ccache's hits and misses for the compile
+
+
+@dataclass(frozen=True)
+class Sources:
+    """What a backend hands the shared finish step (Builder._finish): the patched tree, the build directory, the patch
+    results, the cache key, and the sources the manifest names (Ascend's, None for CUDA; NVIDIA apex's commit)."""
+
+    tree: Path
+    work: Path
+    results: list[patches.PatchResult]
+    key: str
+    ascend: sources.AscendSource | None
+    nvidia_sha: str
 
 
 class Builder:
@@ -206,27 +220,45 @@ class Builder:
             ) as s:
                 sources.generate_tree(ascend, nvidia, nvidia_sha, tree)
                 s.note(f"{tree} (NVIDIA apex {nvidia_sha[:12]}, Ascend {ascend.commit[:19]})")
-        with log.step("apply our patches", self.state.timings, key="patches") as s:
-            results = patches.apply_all(tree, opts.skip_patches, patch_list)
+        results = self._apply_patches("apply our patches", tree, opts.skip_patches, patch_list)
+        return self._finish(
+            plan, interp, venv, Sources(tree, work, results, key, ascend, nvidia_sha)
+        )
+
+    def _apply_patches(
+        self, title: str, tree: Path, skip: Sequence[str], patch_list: list[patches.Patch]
+    ) -> list[patches.PatchResult]:
+        with log.step(title, self.state.timings, key="patches") as s:
+            results = patches.apply_all(tree, skip, patch_list)
             for r in results:
                 log.info(f"  {r.id:<18} {r.status}")
             s.note(", ".join(f"{r.id}: {r.status}" for r in results))
-        threading.Thread(
-            target=sbom.warm_up, name="sbom-warm-up", daemon=True
-        ).start()  # overlaps the compile
-        wheel = self._compile(plan, venv, tree, work)
-        checks = self._binary_checks(plan, venv, tree, wheel, results)
+        return results
+
+    def _finish(
+        self,
+        plan: buildplan.Plan,
+        interp: interpreters.Interpreter,
+        venv: venvs.Venv,
+        src: Sources,
+    ) -> Path:
+        """The steps both backends share once the tree is patched: compile, binary checks, retag, smoke test, then
+        the manifest, the wheel cache and dist/. What differs between them travels in `src`."""
+        # the SBOM's warm-up overlaps the compile
+        threading.Thread(target=sbom.warm_up, name="sbom-warm-up", daemon=True).start()
+        wheel = self._compile(plan, venv, src.tree, src.work)
+        checks = self._binary_checks(plan, venv, src.tree, wheel, src.results)
         wheel = self._retag(plan, venv, wheel, checks)
         smoke = (
-            self._smoke_test(plan, interp, wheel, work)
-            if opts.smoke_test
+            self._smoke_test(plan, interp, wheel, src.work)
+            if self.opts.smoke_test
             else {"skipped": "--no-smoke-test"}
         )
         manifest = self._manifest(
-            plan, ascend, nvidia_sha, results, wheel, venv, key, smoke, checks
+            plan, src.ascend, src.nvidia_sha, src.results, wheel, venv, src.key, smoke, checks
         )
         if self.state.use_cache:
-            self.cache.store(key, wheel, manifest)
+            self.cache.store(src.key, wheel, manifest)
         return self._publish(plan, wheel, manifest)
 
     def _cached(
@@ -326,13 +358,9 @@ class Builder:
                 objects["nvcc"] = kit.version
             cudatool.check_matches_torch(kit.found()[0], torch_cuda, plan.torch)
             plan = replace(plan, torch_cuda=torch_cuda)
-            with log.step(
-                "apply our patches (patches/cuda)", self.state.timings, key="patches"
-            ) as s:
-                results = patches.apply_all(export, (), cuda_patches)
-                for r in results:
-                    log.info(f"  {r.id:<18} {r.status}")
-                s.note(", ".join(f"{r.id}: {r.status}" for r in results))
+            results = self._apply_patches(
+                "apply our patches (patches/cuda)", export, (), cuda_patches
+            )
             with log.step("build tree (synced by content)", self.state.timings, key="tree") as s:
                 try:
                     counts = cudabuild.sync_tree(export, tree)
@@ -353,19 +381,7 @@ class Builder:
                         else "no objects kept (none yet, or another nvcc made them)"
                     )
                 )
-        threading.Thread(target=sbom.warm_up, name="sbom-warm-up", daemon=True).start()
-        wheel = self._compile(plan, venv, tree, work)
-        checks = self._binary_checks(plan, venv, tree, wheel, results)
-        wheel = self._retag(plan, venv, wheel, checks)
-        smoke = (
-            self._smoke_test(plan, interp, wheel, work)
-            if opts.smoke_test
-            else {"skipped": "--no-smoke-test"}
-        )
-        manifest = self._manifest(plan, None, sha, results, wheel, venv, key, smoke, checks)
-        if self.state.use_cache:
-            self.cache.store(key, wheel, manifest)
-        return self._publish(plan, wheel, manifest)
+        return self._finish(plan, interp, venv, Sources(tree, work, results, key, None, sha))
 
     def _torch_cuda(self, venv: venvs.Venv) -> str | None:
         """torch.version.cuda of the build venv's torch (None: a CPU build)."""
