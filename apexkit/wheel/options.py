@@ -461,7 +461,12 @@ def _check_torch(args: argparse.Namespace) -> None:
             "--torch and --use-system-torch contradict each other",
             "drop --torch to build against the installed torch",
         )
-    for flag, value in (("--torch", args.torch), ("--torch-npu", args.torch_npu)):
+    _check_versions(args.torch, args.torch_npu)
+
+
+def _check_versions(torch: str | None, torch_npu: str | None) -> None:
+    """--torch and --torch-npu, when given, are PEP 440 versions."""
+    for flag, value in (("--torch", torch), ("--torch-npu", torch_npu)):
         if value is not None:
             target.check_version(value, flag, f"pass {flag} like 2.1.0 or 2.1.0.post10")
 
@@ -766,25 +771,33 @@ def from_json(data: Mapping, python: str) -> BuildOptions:
     """BuildOptions from to_json's form. The file comes from the host that parsed and checked the options; fields are
     still checked for kind, and versions for PEP 440, since the options become paths and pip requirements.
     Its ENVIRONMENT is not an option (load_json sets it)."""
-    known = {f.name: f for f in fields(BuildOptions)}
     data = {k: v for k, v in data.items() if k != ENVIRONMENT}
+    _check_json(data, python)
+    values = {name: _from_json_value(name, value) for name, value in data.items()}
+    _check_versions(values.get("torch"), values.get("torch_npu"))
+    return BuildOptions(**values)
+
+
+_FROM_HOST = "it is written by the host's container build (invoke build --image ...); run that"
+
+
+def _check_json(data: Mapping, python: str) -> None:
+    """An options file's fields: known, of their kind, for this Python, none host-only, an Ascend build."""
+    known = {f.name: f for f in fields(BuildOptions)}
     unknown = sorted(set(data) - set(known))
     if unknown or data.get("python") != python:
         raise ConfigError(
             f"options file: {'unknown fields ' + ', '.join(unknown) if unknown else 'another Python'}",
-            "it is written by the host's container build (invoke build --image ...); run that",
+            _FROM_HOST,
         )
-    for name, value in data.items():
-        if not _of_kind(str(known[name].type), value):
-            raise ConfigError(
-                f"options file: {name} is not a {known[name].type}",
-                "it is written by the host's container build (invoke build --image ...); run that",
-            )
+    wrong = next((n for n, v in data.items() if not _of_kind(str(known[n].type), v)), None)
+    if wrong is not None:
+        raise ConfigError(f"options file: {wrong} is not a {known[wrong].type}", _FROM_HOST)
     host_only = [n for n in HOST_ONLY if data.get(n) is not None]
     if host_only:
         raise ConfigError(
             f"options file: {', '.join(host_only)} cannot be set inside a container build",
-            "it is written by the host's container build (invoke build --image ...); run that",
+            _FROM_HOST,
         )
     if data.get("backend", "ascend") != "ascend" or any(
         data.get(k) not in (None, (), [], 1) for k in ("cuda_arch", "cuda_ext", "nvcc_threads")
@@ -798,21 +811,17 @@ def from_json(data: Mapping, python: str) -> BuildOptions:
             f"options file: jobs {data['jobs']} is not at least 1",
             "pass --jobs 1 or more on the host",
         )
-    values = {}
-    for name, value in data.items():
-        if name in _PATH_FIELDS:
-            value = Path(value) if value is not None else None
-        elif name in _TUPLE_FIELDS:
-            value = (
-                tuple(Path(v) for v in value)
-                if name == "wheelhouses"
-                else (tuple(value) if value is not None else None)
-            )
-        values[name] = value
-    for flag, name in (("--torch", "torch"), ("--torch-npu", "torch_npu")):
-        if values.get(name) is not None:
-            target.check_version(values[name], flag, f"pass {flag} like 2.1.0 or 2.1.0.post10")
-    return BuildOptions(**values)
+
+
+def _from_json_value(name: str, value):
+    """One checked JSON value as its BuildOptions field holds it: paths as Path, lists as tuples."""
+    if value is None:
+        return None
+    if name in _PATH_FIELDS:
+        return Path(value)
+    if name == "wheelhouses":
+        return tuple(Path(v) for v in value)
+    return tuple(value) if name in _TUPLE_FIELDS else value
 
 
 def load_json(
