@@ -6,17 +6,19 @@ The environment is a parameter so tests can pass their own.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 from collections.abc import Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import overload
+from urllib.parse import unquote, urlsplit
 
-from apexkit import envvars, paths, vocab
+from apexkit import config, envvars, paths, urls, vocab
 from apexkit.errors import ConfigError
 from apexkit.plan import matrix, target
-from apexkit.wheel import sanitize
+from apexkit.wheel import cudabin, cudatool, nvidiaext, sanitize, sources
 
 PROJECT_ROOT = matrix.PROJECT_ROOT
 TEAM_INDEX_ENV = "APEXKIT_INDEX"
@@ -296,11 +298,6 @@ def team_indexes(values: Sequence[str], what: str) -> tuple[str, ...]:
     password's reserved characters percent-encoded; an error quotes the scheme and host only), file:// with a
     local absolute path, or a directory path: both become the directory's absolute path. Duplicates dropped, order
     kept."""
-    import re
-    from urllib.parse import unquote, urlsplit
-
-    from apexkit import urls
-
     out = []
     for raw in values:
         value = raw.strip()
@@ -360,16 +357,12 @@ def _index(value: str | None, what: str) -> str | None:
     must be percent-encoded, and an error never quotes more than the scheme and host."""
     if value is None:
         return None
-    from apexkit import urls
-
     return urls.index_url(value, what)
 
 
 def _source_url(found, default: str) -> str:
     """A git source URL (a config.Value): an http(s) URL is checked like an index (its credentials must parse, or it
     is refused without being echoed); file://, ssh:// and scp-like URLs only for whitespace and control characters."""
-    from apexkit import config, urls
-
     value, what = found.text or default, found.where or found.origin
     if found.layer == config.DEFAULT:
         return value
@@ -407,8 +400,6 @@ def resolve(
     stack = _stack(args, m, python)
     backend, cuda_arch, cuda_ext, nvcc_threads = _backend(args, env, m, python, stack)
     if backend == "cuda" and args.jobs is None and "APEXKIT_JOBS" not in env:
-        from apexkit.wheel import cudatool
-
         jobs, nvcc_threads = cudatool.jobs(os.cpu_count() or 1, cudatool.free_gib())
     if (args.network or args.ca_bundle) and not args.image:
         raise ConfigError(
@@ -523,8 +514,6 @@ def _folders(args: argparse.Namespace) -> tuple[Path, Path]:
 
 def _settings(args: argparse.Namespace, env: Mapping[str, str], m: matrix.Matrix) -> dict:
     """Each source setting resolved once (apexkit.config): flag > environment > project file > user file > default."""
-    from apexkit import config
-
     cfg = config.load(env)
     defaults = {"ascend_apex_url": m.ascend_apex_url, "nvidia_apex_url": m.nvidia_apex_url}
     return {
@@ -543,15 +532,11 @@ def _settings(args: argparse.Namespace, env: Mapping[str, str], m: matrix.Matrix
 
 def _own(value) -> tuple[str, ...]:
     """A value apexkit passes on: pip reads PIP_INDEX_URL / PIP_EXTRA_INDEX_URL itself, as before."""
-    from apexkit import config
-
     return () if value.layer == config.ENV and value.where.startswith("PIP_") else value.items
 
 
 def _wheelhouses(args: argparse.Namespace, found) -> tuple[Path, ...]:
     """The wheelhouses (a config.Value), each a directory; --offline needs one unless torch is the system's."""
-    from apexkit import config
-
     wheelhouses = tuple(Path(w).expanduser() for w in found.items)
     if args.offline and not wheelhouses and not args.use_system_torch:
         raise ConfigError(
@@ -579,8 +564,6 @@ def _assemble(
     shape: tuple[str, str | None, tuple[str, ...], int],
 ) -> BuildOptions:
     """The checked flags, folders and settings into BuildOptions; `shape`: _backend's answer."""
-    from apexkit.wheel import sources
-
     backend, cuda_arch, cuda_ext, nvcc_threads = shape
     dist_dir, build_dir = _folders(args)
     found = _settings(args, env, m)
@@ -642,8 +625,6 @@ def _backend(
 ) -> tuple[str, str | None, tuple[str, ...], int]:
     """(backend, arch list, extensions, nvcc threads) of --backend / --cuda-arch / --cuda-ext, checked together: a
     CUDA build takes none of the Ascend-only options, an Ascend build none of the CUDA ones."""
-    from apexkit.wheel import cudabin, nvidiaext
-
     backend = args.backend or "ascend"
     if backend != "cuda":
         given = [
@@ -830,8 +811,6 @@ def load_json(
     """The container's side of a container build (`apexkit build 3.X --options-json FILE`): the options, and the
     file's ENVIRONMENT set in `environ` (os.environ: pip, git and the fetches of this build inherit it), so that
     credentials reach the build without being in the container's environment that `docker inspect` shows."""
-    import json
-
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
