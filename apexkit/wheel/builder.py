@@ -18,6 +18,7 @@ import subprocess
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
@@ -74,6 +75,19 @@ class BuildState:
         False  # whether the wheel cache may be read and written (ours, and a clean --apex-src)
     )
     ccache: dict | None = None  # ccache's hits and misses for the compile
+
+
+@dataclass(frozen=True)
+class Sources:
+    """What a backend hands the shared finish step (Builder._finish): the patched tree, the build directory, the patch
+    results, the cache key, and the sources the manifest names (Ascend's, None for CUDA; NVIDIA apex's commit)."""
+
+    tree: Path
+    work: Path
+    results: list[patches.PatchResult]
+    key: str
+    ascend: sources.AscendSource | None
+    nvidia_sha: str
 
 
 class Builder:
@@ -206,27 +220,45 @@ class Builder:
             ) as s:
                 sources.generate_tree(ascend, nvidia, nvidia_sha, tree)
                 s.note(f"{tree} (NVIDIA apex {nvidia_sha[:12]}, Ascend {ascend.commit[:19]})")
-        with log.step("apply our patches", self.state.timings, key="patches") as s:
-            results = patches.apply_all(tree, opts.skip_patches, patch_list)
+        results = self._apply_patches("apply our patches", tree, opts.skip_patches, patch_list)
+        return self._finish(
+            plan, interp, venv, Sources(tree, work, results, key, ascend, nvidia_sha)
+        )
+
+    def _apply_patches(
+        self, title: str, tree: Path, skip: Sequence[str], patch_list: list[patches.Patch]
+    ) -> list[patches.PatchResult]:
+        with log.step(title, self.state.timings, key="patches") as s:
+            results = patches.apply_all(tree, skip, patch_list)
             for r in results:
                 log.info(f"  {r.id:<18} {r.status}")
             s.note(", ".join(f"{r.id}: {r.status}" for r in results))
-        threading.Thread(
-            target=sbom.warm_up, name="sbom-warm-up", daemon=True
-        ).start()  # overlaps the compile
-        wheel = self._compile(plan, venv, tree, work)
-        checks = self._binary_checks(plan, venv, tree, wheel, results)
+        return results
+
+    def _finish(
+        self,
+        plan: buildplan.Plan,
+        interp: interpreters.Interpreter,
+        venv: venvs.Venv,
+        src: Sources,
+    ) -> Path:
+        """The steps both backends share once the tree is patched: compile, binary checks, retag, smoke test, then
+        the manifest, the wheel cache and dist/. What differs between them travels in `src`."""
+        # the SBOM's warm-up overlaps the compile
+        threading.Thread(target=sbom.warm_up, name="sbom-warm-up", daemon=True).start()
+        wheel = self._compile(plan, venv, src.tree, src.work)
+        checks = self._binary_checks(plan, venv, src.tree, wheel, src.results)
         wheel = self._retag(plan, venv, wheel, checks)
         smoke = (
-            self._smoke_test(plan, interp, wheel, work)
-            if opts.smoke_test
+            self._smoke_test(plan, interp, wheel, src.work)
+            if self.opts.smoke_test
             else {"skipped": "--no-smoke-test"}
         )
         manifest = self._manifest(
-            plan, ascend, nvidia_sha, results, wheel, venv, key, smoke, checks
+            plan, src.ascend, src.nvidia_sha, src.results, wheel, venv, src.key, smoke, checks
         )
         if self.state.use_cache:
-            self.cache.store(key, wheel, manifest)
+            self.cache.store(src.key, wheel, manifest)
         return self._publish(plan, wheel, manifest)
 
     def _cached(
@@ -326,13 +358,9 @@ class Builder:
                 objects["nvcc"] = kit.version
             cudatool.check_matches_torch(kit.found()[0], torch_cuda, plan.torch)
             plan = replace(plan, torch_cuda=torch_cuda)
-            with log.step(
-                "apply our patches (patches/cuda)", self.state.timings, key="patches"
-            ) as s:
-                results = patches.apply_all(export, (), cuda_patches)
-                for r in results:
-                    log.info(f"  {r.id:<18} {r.status}")
-                s.note(", ".join(f"{r.id}: {r.status}" for r in results))
+            results = self._apply_patches(
+                "apply our patches (patches/cuda)", export, (), cuda_patches
+            )
             with log.step("build tree (synced by content)", self.state.timings, key="tree") as s:
                 try:
                     counts = cudabuild.sync_tree(export, tree)
@@ -353,19 +381,7 @@ class Builder:
                         else "no objects kept (none yet, or another nvcc made them)"
                     )
                 )
-        threading.Thread(target=sbom.warm_up, name="sbom-warm-up", daemon=True).start()
-        wheel = self._compile(plan, venv, tree, work)
-        checks = self._binary_checks(plan, venv, tree, wheel, results)
-        wheel = self._retag(plan, venv, wheel, checks)
-        smoke = (
-            self._smoke_test(plan, interp, wheel, work)
-            if opts.smoke_test
-            else {"skipped": "--no-smoke-test"}
-        )
-        manifest = self._manifest(plan, None, sha, results, wheel, venv, key, smoke, checks)
-        if self.state.use_cache:
-            self.cache.store(key, wheel, manifest)
-        return self._publish(plan, wheel, manifest)
+        return self._finish(plan, interp, venv, Sources(tree, work, results, key, None, sha))
 
     def _torch_cuda(self, venv: venvs.Venv) -> str | None:
         """torch.version.cuda of the build venv's torch (None: a CPU build)."""
@@ -410,6 +426,24 @@ class Builder:
             ),
             ("torch build", plan.torch_build),
             *(self._cuda_rows(plan) if plan.backend == "cuda" else self._ascend_rows(plan)),
+            *self._where_rows(),
+            ("dist", str(o.dist_dir / plan.target_id)),
+            *(  # where each source you set came from (apexkit.config): flag, env NAME, project/user FILE
+                ("  " + key, f"from {origin}")
+                for key, _, origin in (item.partition("\t") for item in o.origins)
+            ),
+        ]
+        show = (
+            log.result if o.dry_run else log.info
+        )  # the plan is a dry run's result: shown under -q too
+        for name, value in rows:
+            show(f"  {name:<15} {value}")
+
+    def _where_rows(self) -> list[tuple[str, str]]:
+        """Where the build's packages, cached wheels and compiler cache come from."""
+        o = self.opts
+        team = self.remote is not None and o.use_cache and o.team_indexes
+        return [
             (
                 "index",
                 "offline"
@@ -423,7 +457,7 @@ class Builder:
                 + ("" if o.use_cache else " (--no-cache)")
                 + (
                     f", then the team index {', '.join(log.mask(i) for i in o.team_indexes)}"
-                    if self.remote is not None and o.use_cache and o.team_indexes
+                    if team
                     else ""
                 ),
             ),
@@ -433,17 +467,7 @@ class Builder:
                 if "CC" in self.env or "CXX" in self.env
                 else shutil.which("ccache") or "not on PATH (every compile from scratch)",
             ),
-            ("dist", str(o.dist_dir / plan.target_id)),
-            *(  # where each source you set came from (apexkit.config): flag, env NAME, project/user FILE
-                ("  " + key, f"from {origin}")
-                for key, _, origin in (item.partition("\t") for item in o.origins)
-            ),
         ]
-        show = (
-            log.result if o.dry_run else log.info
-        )  # the plan is a dry run's result: shown under -q too
-        for name, value in rows:
-            show(f"  {name:<15} {value}")
 
     def _ascend_rows(self, plan: buildplan.Plan) -> list[tuple[str, str]]:
         o = self.opts
@@ -686,52 +710,9 @@ class Builder:
         )
         env.update(reproducible_env(self.state.source_epoch, tree, venv.path, self.env))
         env.update(identity_env(plan))
-        if (
-            self.opts.sanitize
-        ):  # a +asan diagnosis build: instrumented objects, the runtime linked in
-            wanted = sanitize.flags(self.opts.sanitize)
-            for var in ("CFLAGS", "CXXFLAGS", "LDFLAGS"):
-                env[var] = f"{env.get(var, '')} {wanted}".strip()
-        ccache = shutil.which("ccache")
-        if ccache and "CC" not in env and "CXX" not in env:
-            env["CC"], env["CXX"] = f"{ccache} gcc", f"{ccache} g++"
-        # ccache's hits and misses for this compile alone (its counters before and after; the user's stats stay),
-        # whether we put it in CC/CXX or the user did; None in the manifest when no ccache wraps the compiler
-        wrapper = next(
-            (
-                shutil.which(w) or w
-                for w in (v.split()[0] for v in (env.get("CXX"), env.get("CC")) if v and v.split())
-                if Path(w).name == "ccache"
-            ),
-            None,
-        )
+        wrapper = self._compiler(env)
         self.state.ccache = None
-        argv = [
-            str(venv.python),
-            "setup.py",
-            *plan.flags,
-            "build_ext",
-            "-j",
-            str(self.opts.jobs),
-            "bdist_wheel",
-            "-d",
-            str(out),
-        ]
-        if (
-            plan.backend == "cuda"
-        ):  # ninja compiles MAX_JOBS objects at once; upstream's own command line
-            assert self.kit is not None
-            env.update(
-                cudabuild.compile_env(
-                    self.kit,
-                    plan.cuda_arch,
-                    self.opts.jobs,
-                    self.opts.nvcc_threads,
-                    env,
-                    Path(self._torch_facts(venv)["site"]),
-                )
-            )
-            argv = [str(venv.python), "setup.py", *plan.flags, "bdist_wheel", "-d", str(out)]
+        argv = self._setup_py(plan, venv, out, env)
         with log.step(
             f"compile ({' '.join(plan.flags)}, -j{self.opts.jobs}{', ccache' if wrapper else ''})",
             self.state.timings,
@@ -763,6 +744,49 @@ class Builder:
                 wheels[0].name + (f"; {ccachestats.describe(self.state.ccache)}" if wrapper else "")
             )
         return wheels[0]
+
+    def _compiler(self, env: dict[str, str]) -> str | None:
+        """--sanitize's flags and ccache into `env`; the ccache that wraps the compiler, whether we put it in CC/CXX
+        or the user did (None: none), whose hits and misses for this compile alone the manifest records (its
+        counters before and after; the user's stats stay)."""
+        if (
+            self.opts.sanitize
+        ):  # a +asan diagnosis build: instrumented objects, the runtime linked in
+            wanted = sanitize.flags(self.opts.sanitize)
+            for var in ("CFLAGS", "CXXFLAGS", "LDFLAGS"):
+                env[var] = f"{env.get(var, '')} {wanted}".strip()
+        ccache = shutil.which("ccache")
+        if ccache and "CC" not in env and "CXX" not in env:
+            env["CC"], env["CXX"] = f"{ccache} gcc", f"{ccache} g++"
+        words = [v.split()[0] for v in (env.get("CXX"), env.get("CC")) if v and v.split()]
+        return next((shutil.which(w) or w for w in words if Path(w).name == "ccache"), None)
+
+    def _setup_py(
+        self, plan: buildplan.Plan, venv: venvs.Venv, out: Path, env: dict[str, str]
+    ) -> list[str]:
+        """setup.py's command line; for CUDA upstream's own (ninja compiles MAX_JOBS objects at once), with nvcc's
+        environment added to `env`."""
+        if plan.backend != "cuda":
+            jobs = str(self.opts.jobs)
+            return [
+                str(venv.python),
+                "setup.py",
+                *plan.flags,
+                "build_ext",
+                "-j",
+                jobs,
+                "bdist_wheel",
+                "-d",
+                str(out),
+            ]
+        assert self.kit is not None
+        site = Path(self._torch_facts(venv)["site"])
+        env.update(
+            cudabuild.compile_env(
+                self.kit, plan.cuda_arch, self.opts.jobs, self.opts.nvcc_threads, env, site
+            )
+        )
+        return [str(venv.python), "setup.py", *plan.flags, "bdist_wheel", "-d", str(out)]
 
     def expectations(
         self, plan: buildplan.Plan, venv: venvs.Venv, tree: Path, results: list[patches.PatchResult]
@@ -870,50 +894,35 @@ class Builder:
                         f"{wheel.name}: identity: Requires-Dist {', '.join(report['requires_dist']) or '(none)'} "
                         f"lacks {', '.join(missing)}",
                     )
-            for module in report["modules"]:
-                log.info(
-                    f"  {module['file']}: {module['machine']}, NEEDED {', '.join(module['needed'])}; RPATH "
-                    f"{':'.join(module['rpath']) or '(none)'}; {module['glibc']}, {module['glibcxx']}"
-                )
-                for note in module["notes"]:
-                    log.info(f"    {note}")
-                if module.get("cuda"):
-                    log.info(f"    GPU code: {module['cuda']}")
+            _log_modules(report["modules"])
             report["platform"] = wheelcheck.platform_tag(wheel, plan.arch)
-            failures = report["failures"]
-            with open(self.log_path, "a") as fh:
-                fh.write(
-                    "binary checks:\n"
-                    + "".join(f"  FAIL {f}\n" for f in failures)
-                    + json.dumps(report, indent=1)
-                    + "\n"
-                )
-            if failures and not (self.opts.skip_patches or self.opts.sanitize):
-                more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
-                raise BuildError(
-                    f"binary check failed: {failures[0]}{more}; nothing was published",
-                    f"every failure is in {self.log_path}; compare with the ref's setup.py flags",
-                )
-            for failure in failures:
-                log.warn(
-                    f"binary check (diagnosis build, {'--sanitize' if self.opts.sanitize else '--skip-patch'}): {failure}"
-                )
-            s.note(
-                f"{report['version']}; requires {', '.join(report['requires_dist']) or 'nothing'}; "
-                + (
-                    f"{len(failures)} failure(s) kept for diagnosis"
-                    if failures
-                    else f"{len(report['modules'])} module(s) pass; max {report['max_glibc']}, {report['max_glibcxx']}"
-                    + (
-                        f" -> {report['platform']['tag']}"
-                        if report["platform"].get("computed")
-                        else ""
-                    )
-                )
-            )
+            self._checks_verdict(report)
+            s.note(_checks_note(report))
             if not report["platform"].get("computed"):
                 log.info(f"  manylinux tag not computed: {report['platform']['why']}")
             return report
+
+    def _checks_verdict(self, report: dict) -> None:
+        """The report into the build log; BuildError on the first failure, except in a diagnosis build (--skip-patch,
+        --sanitize), which keeps its wheel and warns."""
+        failures = report["failures"]
+        with open(self.log_path, "a") as fh:
+            fh.write(
+                "binary checks:\n"
+                + "".join(f"  FAIL {f}\n" for f in failures)
+                + json.dumps(report, indent=1)
+                + "\n"
+            )
+        if failures and not (self.opts.skip_patches or self.opts.sanitize):
+            more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
+            raise BuildError(
+                f"binary check failed: {failures[0]}{more}; nothing was published",
+                f"every failure is in {self.log_path}; compare with the ref's setup.py flags",
+            )
+        for failure in failures:
+            log.warn(
+                f"binary check (diagnosis build, {'--sanitize' if self.opts.sanitize else '--skip-patch'}): {failure}"
+            )
 
     def _retag(self, plan: buildplan.Plan, venv: venvs.Venv, wheel: Path, checks: dict) -> Path:
         """The wheel file named with the manylinux tag the binary checks computed (apexkit.wheel.wheelcheck.retag: `wheel
@@ -956,105 +965,17 @@ class Builder:
     def _smoke_test(
         self, plan: buildplan.Plan, interp: interpreters.Interpreter, wheel: Path, work: Path
     ) -> dict:
-        modules = [e for e in plan.extensions if e != "npu_float_status" or plan.torch_npu]
-        cuda = plan.backend == "cuda"
-        if cuda:  # every compiled module the wheel holds, imported without a GPU (loading needs no driver)
-            modules = cudabuild.compiled_modules(wheel)
         with log.step(
             "smoke test (fresh venv: install the wheel, import its compiled modules)",
             self.state.timings,
             key="smoke_test",
         ) as s:
             venv_path = work / "smoke-venv"
-            sanitizer_env = (
-                sanitize.runtime_env(self.opts.sanitize, self.env) if self.opts.sanitize else {}
-            )
             try:
-                venv = venvs.create(
-                    plan.interpreter,
-                    venv_path,
-                    self.log_path,
-                    system_site_packages=self.opts.use_system_torch,
-                    index=self.index,
-                )
-                if self.opts.use_system_torch:
-                    self._ensure_system_torch_visible(venv, interp)
-                else:
-                    self._install_torch(venv, plan, record=False)
-                venvs.pip_install(
-                    venv, [str(wheel)], self.index, self.log_path, extra=["--no-deps"], record=False
-                )
-                with (
-                    tempfile.TemporaryDirectory()
-                ) as cwd:  # not the tree: import what the wheel installed
-                    # LD_BIND_NOW: every undefined symbol resolved at import, not at first call; then the CPU tier
-                    # (bench/cpu_tier.py) in the same interpreter
-                    proc = subprocess.run(
-                        [
-                            str(venv.python),
-                            str(SMOKE_SCRIPT),
-                            ",".join(modules),
-                            # the CPU tier checks Ascend apex's own extensions (change_data_ptr, ...)
-                            *([] if cuda else [str(paths.BENCH / "cpu_tier.py")]),
-                        ],
-                        cwd=cwd,
-                        capture_output=True,
-                        text=True,
-                        env=dict(self.env, LD_BIND_NOW="1", **sanitizer_env),
-                    )
-                if self.opts.sanitize:
-                    found = sanitize.finding(proc.stderr)
-                    with open(self.log_path, "a") as fh:
-                        fh.write(f"sanitizer run ({sanitizer_env['LD_PRELOAD']}):\n{proc.stderr}\n")
-                    if found:
-                        raise SmokeTestError(
-                            f"sanitizer finding in the smoke test / CPU tier: {found}",
-                            f"the whole report is in {self.log_path}",
-                        )
-                smoke = next(
-                    (
-                        line[len(SMOKE_MARK) :]
-                        for line in proc.stdout.splitlines()
-                        if line.startswith(SMOKE_MARK)
-                    ),
-                    None,
-                )
-                if smoke is None:
-                    raise SmokeTestError(
-                        f"smoke test crashed: {(proc.stderr.strip().splitlines() or ['?'])[-1]}",
-                        f"see {self.log_path}",
-                    )
-                result = json.loads(smoke)
-                result["cpu_tier"] = (
-                    {"skipped": "the CPU tier checks Ascend apex's extensions"}
-                    if cuda
-                    else self._cpu_tier(proc)
-                )
+                result = self._smoke_run(plan, interp, wheel, venv_path)
             finally:
                 shutil.rmtree(venv_path, ignore_errors=True)
-            failed = {k: v["error"] for k, v in result["modules"].items() if not v["ok"]}
-            if failed:
-                name, err = next(iter(failed.items()))
-                hint = (
-                    known_failures.announce(err)
-                    or "check the link flags (readelf -d) and the torch version"
-                )
-                raise SmokeTestError(
-                    f"the wheel installs but {name} does not import in a fresh venv: {err}",
-                    f"see {self.log_path}; {hint}",
-                )
-            failed_tier = [
-                r for r in result["cpu_tier"].get("results", []) if r["status"] == "fail"
-            ]
-            if failed_tier or result["cpu_tier"].get("error"):
-                what = (
-                    f"{failed_tier[0]['name']}: {failed_tier[0]['detail']}"
-                    if failed_tier
-                    else result["cpu_tier"]["error"]
-                )
-                raise SmokeTestError(
-                    f"the CPU test tier failed in the clean venv: {what}", f"see {self.log_path}"
-                )
+            self._smoke_verdict(result)
             for r in result["cpu_tier"].get("results", []):
                 log.info(f"  cpu tier {r['status']:<4} {r['name']}: {r['detail']}")
             s.note(
@@ -1069,6 +990,98 @@ class Builder:
                     f"  needs the CANN runtime (not checked here): {'; '.join(result['needs_cann'])}"
                 )
             return result
+
+    def _smoke_run(
+        self, plan: buildplan.Plan, interp: interpreters.Interpreter, wheel: Path, venv_path: Path
+    ) -> dict:
+        """The wheel installed with --no-deps beside torch in a fresh venv, its compiled modules imported (a CUDA
+        wheel: every one it holds, without a GPU: loading needs no driver), then (Ascend) the CPU tier."""
+        cuda = plan.backend == "cuda"
+        modules = (
+            cudabuild.compiled_modules(wheel)
+            if cuda
+            else [e for e in plan.extensions if e != "npu_float_status" or plan.torch_npu]
+        )
+        sanitizer_env = (
+            sanitize.runtime_env(self.opts.sanitize, self.env) if self.opts.sanitize else {}
+        )
+        venv = venvs.create(
+            plan.interpreter,
+            venv_path,
+            self.log_path,
+            system_site_packages=self.opts.use_system_torch,
+            index=self.index,
+        )
+        if self.opts.use_system_torch:
+            self._ensure_system_torch_visible(venv, interp)
+        else:
+            self._install_torch(venv, plan, record=False)
+        venvs.pip_install(
+            venv, [str(wheel)], self.index, self.log_path, extra=["--no-deps"], record=False
+        )
+        with tempfile.TemporaryDirectory() as cwd:  # not the tree: import what the wheel installed
+            # LD_BIND_NOW: every undefined symbol resolved at import, not at first call; then the CPU tier
+            # (bench/cpu_tier.py) in the same interpreter
+            proc = subprocess.run(
+                [
+                    str(venv.python),
+                    str(SMOKE_SCRIPT),
+                    ",".join(modules),
+                    # the CPU tier checks Ascend apex's own extensions (change_data_ptr, ...)
+                    *([] if cuda else [str(paths.BENCH / "cpu_tier.py")]),
+                ],
+                cwd=cwd,
+                capture_output=True,
+                text=True,
+                env=dict(self.env, LD_BIND_NOW="1", **sanitizer_env),
+            )
+        if self.opts.sanitize:
+            found = sanitize.finding(proc.stderr)
+            with open(self.log_path, "a") as fh:
+                fh.write(f"sanitizer run ({sanitizer_env['LD_PRELOAD']}):\n{proc.stderr}\n")
+            if found:
+                raise SmokeTestError(
+                    f"sanitizer finding in the smoke test / CPU tier: {found}",
+                    f"the whole report is in {self.log_path}",
+                )
+        marked = [line for line in proc.stdout.splitlines() if line.startswith(SMOKE_MARK)]
+        if not marked:
+            raise SmokeTestError(
+                f"smoke test crashed: {(proc.stderr.strip().splitlines() or ['?'])[-1]}",
+                f"see {self.log_path}",
+            )
+        result = json.loads(marked[0][len(SMOKE_MARK) :])
+        result["cpu_tier"] = (
+            {"skipped": "the CPU tier checks Ascend apex's extensions"}
+            if cuda
+            else self._cpu_tier(proc)
+        )
+        return result
+
+    def _smoke_verdict(self, result: dict) -> None:
+        """SmokeTestError for the first module that does not import, else for the CPU tier's first failure."""
+        failed = {k: v["error"] for k, v in result["modules"].items() if not v["ok"]}
+        if failed:
+            name, err = next(iter(failed.items()))
+            hint = (
+                known_failures.announce(err)
+                or "check the link flags (readelf -d) and the torch version"
+            )
+            raise SmokeTestError(
+                f"the wheel installs but {name} does not import in a fresh venv: {err}",
+                f"see {self.log_path}; {hint}",
+            )
+        tier = result["cpu_tier"]
+        failed_tier = [r for r in tier.get("results", []) if r["status"] == "fail"]
+        if failed_tier or tier.get("error"):
+            what = (
+                f"{failed_tier[0]['name']}: {failed_tier[0]['detail']}"
+                if failed_tier
+                else tier["error"]
+            )
+            raise SmokeTestError(
+                f"the CPU test tier failed in the clean venv: {what}", f"see {self.log_path}"
+            )
 
     def _cpu_tier(self, proc: subprocess.CompletedProcess) -> dict:
         """bench/cpu_tier.py's report, run after the smoke script in its interpreter (the smoke venv: the wheel,
@@ -1482,6 +1495,31 @@ def build(opts: BuildOptions, remote: RemoteLookup | None = None) -> Path:
     if opts.verify_reproducible and not opts.dry_run:
         return verify_reproducible(opts)
     return Builder(opts, remote=remote).run()
+
+
+def _log_modules(modules: list[dict]) -> None:
+    """Each checked module's ELF facts, one line, then its notes and its GPU code."""
+    for module in modules:
+        log.info(
+            f"  {module['file']}: {module['machine']}, NEEDED {', '.join(module['needed'])}; RPATH "
+            f"{':'.join(module['rpath']) or '(none)'}; {module['glibc']}, {module['glibcxx']}"
+        )
+        for note in module["notes"]:
+            log.info(f"    {note}")
+        if module.get("cuda"):
+            log.info(f"    GPU code: {module['cuda']}")
+
+
+def _checks_note(report: dict) -> str:
+    """The binary checks' step note: the identity, then the failures kept or what passed and the tag."""
+    platform_tag = report["platform"]
+    passed = (
+        f"{len(report['modules'])} module(s) pass; max {report['max_glibc']}, {report['max_glibcxx']}"
+        + (f" -> {platform_tag['tag']}" if platform_tag.get("computed") else "")
+    )
+    return f"{report['version']}; requires {', '.join(report['requires_dist']) or 'nothing'}; " + (
+        f"{len(report['failures'])} failure(s) kept for diagnosis" if report["failures"] else passed
+    )
 
 
 def verify_reproducible(opts: BuildOptions) -> Path:

@@ -19,6 +19,7 @@ PATCHES = "cuda"  # patches/cuda/*.toml: our edits to NVIDIA apex's setup.py (ve
 # .ninja_log). Everything else is the source, made equal to the commit's: build/lib.* and the egg-info go, since
 # install_lib packs all of build/lib (a module upstream deleted would stay in the wheel)
 KEPT = ("build",)
+BUILD = Path(KEPT[0])
 STAMP = "apexkit-objects.json"  # build/<STAMP>: the inputs ninja cannot see (nvcc's version, its env flags)
 # variables nvcc reads itself: they change the objects without changing a command line ninja compares, so they
 # are part of the cache key and of the objects' stamp
@@ -213,7 +214,6 @@ def sync_tree(source: Path, tree: Path) -> dict[str, int]:
     """Make `tree` hold exactly the files of `source` (a fresh export with our patches applied), writing only the
     files whose bytes or mode differ: an unchanged file keeps its time, so ninja keeps its object. Of the build
     outputs only build/temp.* stays (KEPT). Links are made again as links, never followed."""
-    counts = {"written": 0, "kept": 0, "removed": 0}
     for top in KEPT:
         if os.path.lexists(source / top):
             raise ConfigError(
@@ -221,65 +221,73 @@ def sync_tree(source: Path, tree: Path) -> dict[str, int]:
                 "build from a tree without it (check --nvidia-apex-url)",
             )
     tree.mkdir(parents=True, exist_ok=True)
+    counts = {"written": 0, "kept": 0, "removed": 0}
     wanted: set[Path] = set()
     for src in sorted(source.rglob("*")):
         rel = src.relative_to(source)
         wanted.add(rel)
-        dest = tree / rel
-        if src.is_symlink():
-            target = os.readlink(src)
-            if dest.is_symlink() and os.readlink(dest) == target:
-                counts["kept"] += 1
-                continue
+        done = _sync_one(src, tree / rel, rel)
+        if done:
+            counts[done] += 1
+    counts["removed"] = _prune(tree, wanted)
+    return counts
+
+
+def _sync_one(src: Path, dest: Path, rel: Path) -> str | None:
+    """`dest` made like `src`: "written", "kept" (a file or link already the same) or None (a folder)."""
+    if src.is_symlink():
+        target = os.readlink(src)
+        if dest.is_symlink() and os.readlink(dest) == target:
+            return "kept"
+        _remove(dest)
+        dest.symlink_to(target)
+        return "written"
+    if src.is_dir():
+        if dest.is_symlink() or (os.path.lexists(dest) and not dest.is_dir()):
             _remove(dest)
-            dest.symlink_to(target)
-            counts["written"] += 1
-        elif src.is_dir():
-            if dest.is_symlink() or (os.path.lexists(dest) and not dest.is_dir()):
-                _remove(dest)
-            dest.mkdir(exist_ok=True)
-        elif src.is_file():
-            mode = src.stat().st_mode & 0o755
-            if dest.is_file() and not dest.is_symlink() and _same(src, dest):
-                if dest.stat().st_mode & 0o777 != mode:
-                    os.chmod(dest, mode)
-                counts["kept"] += 1
-                continue
-            _remove(dest)
-            tmp = dest.with_name(dest.name + ".apexkit-sync")
-            _remove(tmp)
-            shutil.copyfile(src, tmp)
-            os.chmod(tmp, mode)
-            os.replace(tmp, dest)
-            counts["written"] += 1
-        else:
-            raise ConfigError(
-                f"the NVIDIA apex tree holds {rel}, which is neither a file, a folder nor a link",
-                "build from a plain git tree (check --nvidia-apex-url)",
-            )
+        dest.mkdir(exist_ok=True)
+        return None
+    if not src.is_file():
+        raise ConfigError(
+            f"the NVIDIA apex tree holds {rel}, which is neither a file, a folder nor a link",
+            "build from a plain git tree (check --nvidia-apex-url)",
+        )
+    mode = src.stat().st_mode & 0o755
+    if dest.is_file() and not dest.is_symlink() and _same(src, dest):
+        if dest.stat().st_mode & 0o777 != mode:
+            os.chmod(dest, mode)
+        return "kept"
+    _remove(dest)
+    tmp = dest.with_name(dest.name + ".apexkit-sync")
+    _remove(tmp)
+    shutil.copyfile(src, tmp)
+    os.chmod(tmp, mode)
+    os.replace(tmp, dest)
+    return "written"
+
+
+def _prune(tree: Path, wanted: set[Path]) -> int:
+    """Removes from `tree` what is not `wanted`, except ninja's objects in build/temp.* (what install_lib would pack
+    goes); returns how many entries went."""
+    removed = 0
     for root, dirs, files in os.walk(tree, topdown=True):
         here = Path(root)
         rel_root = here.relative_to(tree)
-        if rel_root == Path("build"):  # ninja's objects stay; what install_lib would pack goes
-            keep = [d for d in dirs if d.startswith("temp.") and not (here / d).is_symlink()]
-            for name in [d for d in dirs if d not in keep] + [f for f in files if f != STAMP]:
-                _remove(here / name)
-                counts["removed"] += 1
-            dirs[:] = []
-            continue
-        for name in list(dirs):
-            rel = rel_root / name
-            if rel == Path("build") and not (here / name).is_symlink():
-                continue
-            if rel not in wanted:
-                _remove(here / name)
-                counts["removed"] += 1
-                dirs.remove(name)
-        for name in files:
-            if rel_root / name not in wanted:
-                _remove(here / name)
-                counts["removed"] += 1
-    return counts
+        if rel_root == BUILD:
+            gone = [d for d in dirs if not d.startswith("temp.") or (here / d).is_symlink()]
+            gone += [f for f in files if f != STAMP]
+        else:
+            gone = [
+                d
+                for d in dirs
+                if rel_root / d not in wanted and (rel_root / d != BUILD or (here / d).is_symlink())
+            ]
+            gone += [f for f in files if rel_root / f not in wanted]
+        for name in gone:
+            _remove(here / name)
+        removed += len(gone)
+        dirs[:] = [] if rel_root == BUILD else [d for d in dirs if d not in gone]
+    return removed
 
 
 def objects_for(tree: Path, inputs: dict) -> bool:

@@ -53,32 +53,30 @@ def available(setup_py: str) -> tuple[str, ...]:
             f"NVIDIA apex's setup.py does not parse ({type(exc).__name__} at line {getattr(exc, 'lineno', '?')})",
             "check --nvidia-commit / the checkout",
         ) from None
-    found: list[str] = []
-
-    def add(name: str | None) -> None:
-        if name is not None and name not in found and name not in NOT_EXTENSIONS:
-            found.append(name)
-
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Compare) and any(isinstance(op, ast.In) for op in node.ops):
-            if any(_is_argv(c) for c in node.comparators):
-                add(_flag(node.left))
-        elif (
-            isinstance(node, ast.Call)
-            and isinstance(node.func, ast.Name)
-            and node.func.id == "has_flag"
-        ):
-            if node.args:
-                add(_flag(node.args[0]))
-        elif (
-            isinstance(node, ast.Assign)
-            and isinstance(node.value, ast.Dict)
-            and any(isinstance(t, ast.Name) and t.id == "ENV_TO_FLAG" for t in node.targets)
-        ):
-            for value in node.value.values:
-                add(_flag(value))
+    named = (_flag(e) for node in ast.walk(tree) for e in _naming(node))
+    found = [n for n in dict.fromkeys(named) if n is not None and n not in NOT_EXTENSIONS]
     ordered = [n for n in CORE if n in found] + sorted(n for n in found if n not in CORE)
     return tuple(ordered)
+
+
+def _naming(node: ast.AST) -> list[ast.expr]:
+    """The expressions in `node` that may name an extension flag: X in `X in sys.argv`, has_flag(X), and the
+    values of ENV_TO_FLAG = {...}."""
+    if isinstance(node, ast.Compare) and any(isinstance(op, ast.In) for op in node.ops):
+        return [node.left] if any(_is_argv(c) for c in node.comparators) else []
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id == "has_flag"
+    ):
+        return node.args[:1]
+    if (
+        isinstance(node, ast.Assign)
+        and isinstance(node.value, ast.Dict)
+        and any(isinstance(t, ast.Name) and t.id == "ENV_TO_FLAG" for t in node.targets)
+    ):
+        return list(node.value.values)
+    return []
 
 
 def parse_asked(text: str) -> tuple[str, ...]:

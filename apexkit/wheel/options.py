@@ -6,17 +6,19 @@ The environment is a parameter so tests can pass their own.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 from collections.abc import Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import overload
+from urllib.parse import unquote, urlsplit
 
-from apexkit import envvars, paths, vocab
+from apexkit import config, envvars, paths, urls, vocab
 from apexkit.errors import ConfigError
 from apexkit.plan import matrix, target
-from apexkit.wheel import sanitize
+from apexkit.wheel import cudabin, cudatool, nvidiaext, sanitize, sources
 
 PROJECT_ROOT = matrix.PROJECT_ROOT
 TEAM_INDEX_ENV = "APEXKIT_INDEX"
@@ -296,11 +298,6 @@ def team_indexes(values: Sequence[str], what: str) -> tuple[str, ...]:
     password's reserved characters percent-encoded; an error quotes the scheme and host only), file:// with a
     local absolute path, or a directory path: both become the directory's absolute path. Duplicates dropped, order
     kept."""
-    import re
-    from urllib.parse import unquote, urlsplit
-
-    from apexkit import urls
-
     out = []
     for raw in values:
         value = raw.strip()
@@ -360,16 +357,12 @@ def _index(value: str | None, what: str) -> str | None:
     must be percent-encoded, and an error never quotes more than the scheme and host."""
     if value is None:
         return None
-    from apexkit import urls
-
     return urls.index_url(value, what)
 
 
 def _source_url(found, default: str) -> str:
     """A git source URL (a config.Value): an http(s) URL is checked like an index (its credentials must parse, or it
     is refused without being echoed); file://, ssh:// and scp-like URLs only for whitespace and control characters."""
-    from apexkit import config, urls
-
     value, what = found.text or default, found.where or found.origin
     if found.layer == config.DEFAULT:
         return value
@@ -388,28 +381,13 @@ def resolve(
 ) -> BuildOptions:
     """argv (session posargs) + env -> BuildOptions. `given`: typed option values by option name (a matrix
     combination's torch, torch_npu, ref or stack), which argv may still override. --help prints and raises
-    SystemExit(0)."""
-    from apexkit.wheel import sources
-
+    SystemExit(0). The steps, in the order their errors are raised: parse, check the flags against each other and
+    the stack, the backend, the folders, the settings (flag > environment > project file > user file), assemble."""
     env = os.environ if env is None else env
     m = matrix.load()
     m.check_python(python)
-    p = parser(prog)
-    if given:
-        known = {action.dest for action in p._actions}
-        unknown = sorted(set(given) - known)
-        if unknown:
-            raise ConfigError(
-                f"unknown build option(s) {', '.join(unknown)}", "report this: a caller passed them"
-            )
-        p.set_defaults(**given)
-    args = p.parse_args(list(argv))
+    args = _parse(prog, argv, given)
     if args.options_json is not None:
-        if given or len(argv) > 2 or (len(argv) == 2 and argv[0] != "--options-json"):
-            raise ConfigError(
-                "--options-json carries every option of the build",
-                "pass it alone (apexkit build 3.X --options-json FILE), not to a combination's session",
-            )
         return load_json(args.options_json, python)
     if args.python_path and args.image:
         raise ConfigError(
@@ -417,6 +395,46 @@ def resolve(
             f"python{python}",
             f"drop --interpreter ({vocab.command('image.build', '--pythons')} adds Pythons to an image)",
         )
+    jobs = _jobs(args, env)
+    _check_torch(args)
+    stack = _stack(args, m, python)
+    backend, cuda_arch, cuda_ext, nvcc_threads = _backend(args, env, m, python, stack)
+    if backend == "cuda" and args.jobs is None and "APEXKIT_JOBS" not in env:
+        jobs, nvcc_threads = cudatool.jobs(os.cpu_count() or 1, cudatool.free_gib())
+    if (args.network or args.ca_bundle) and not args.image:
+        raise ConfigError(
+            "--network and --ca-cert apply to container builds only",
+            "add --image IMAGE, or drop them",
+        )
+    return _assemble(
+        python, args, env, m, stack, jobs, (backend, cuda_arch, cuda_ext, nvcc_threads)
+    )
+
+
+def _parse(
+    prog: str, argv: Sequence[str], given: Mapping[str, object] | None
+) -> argparse.Namespace:
+    """argv parsed over `given` (each a known option); --options-json stands alone."""
+    p = parser(prog)
+    if given:
+        unknown = sorted(set(given) - {action.dest for action in p._actions})
+        if unknown:
+            raise ConfigError(
+                f"unknown build option(s) {', '.join(unknown)}", "report this: a caller passed them"
+            )
+        p.set_defaults(**given)
+    args = p.parse_args(list(argv))
+    alone = len(argv) < 2 or (len(argv) == 2 and argv[0] == "--options-json")
+    if args.options_json is not None and (given or not alone):
+        raise ConfigError(
+            "--options-json carries every option of the build",
+            "pass it alone (apexkit build 3.X --options-json FILE), not to a combination's session",
+        )
+    return args
+
+
+def _jobs(args: argparse.Namespace, env: Mapping[str, str]) -> int:
+    """--jobs, else $APEXKIT_JOBS, else the cores."""
     jobs = (
         args.jobs
         if args.jobs is not None
@@ -424,50 +442,52 @@ def resolve(
     )
     if jobs < 1:
         raise ConfigError(f"--jobs {jobs}: must be at least 1", "pass --jobs 1 or more")
+    return jobs
+
+
+def _check_torch(args: argparse.Namespace) -> None:
+    """--torch and --torch-npu are versions, and --torch is not the system torch."""
     if args.torch and args.use_system_torch:
         raise ConfigError(
             "--torch and --use-system-torch contradict each other",
             "drop --torch to build against the installed torch",
         )
-    for flag, value in (("--torch", args.torch), ("--torch-npu", args.torch_npu)):
+    _check_versions(args.torch, args.torch_npu)
+
+
+def _check_versions(torch: str | None, torch_npu: str | None) -> None:
+    """--torch and --torch-npu, when given, are PEP 440 versions."""
+    for flag, value in (("--torch", torch), ("--torch-npu", torch_npu)):
         if value is not None:
             target.check_version(value, flag, f"pass {flag} like 2.1.0 or 2.1.0.post10")
-    stack = None
+
+
+def _stack(args: argparse.Namespace, m: matrix.Matrix, python: str) -> matrix.Stack | None:
+    """The --stack (None: none given): named, not contradicted by a torch flag, of this session's Python."""
     if args.stack is not None and not args.stack.strip():
         raise ConfigError("--stack is empty", f"pass a stack name: {', '.join(m.stack_names())}")
-    if args.stack:
-        clash = [
-            flag
-            for flag, value in (
-                ("--torch", args.torch),
-                ("--torch-npu", args.torch_npu),
-                ("--use-system-torch", args.use_system_torch),
-            )
-            if value
-        ]
-        if clash:
-            raise ConfigError(
-                f"--stack {args.stack} sets torch and torch_npu itself; {' and '.join(clash)} "
-                "contradict it",
-                f"drop {' '.join(clash)}, or drop --stack",
-            )
-        stack = m.stack(args.stack)
-        if stack.python != python:
-            raise ConfigError(
-                f"stack {stack.name} is Python {stack.python}, this session builds for Python {python}",
-                vocab.build(stack.python, f"--stack {stack.name}")
-                + (f" (or nox -s build-{stack.name})" if vocab.entry() == vocab.NOX else ""),
-            )
-    backend, cuda_arch, cuda_ext, nvcc_threads = _backend(args, env, m, python, stack)
-    if backend == "cuda" and args.jobs is None and "APEXKIT_JOBS" not in env:
-        from apexkit.wheel import cudatool
-
-        jobs, nvcc_threads = cudatool.jobs(os.cpu_count() or 1, cudatool.free_gib())
-    if (args.network or args.ca_bundle) and not args.image:
+    if not args.stack:
+        return None
+    torches = (args.torch, args.torch_npu, args.use_system_torch)
+    clash = [f for f, v in zip(("--torch", "--torch-npu", "--use-system-torch"), torches) if v]
+    if clash:
         raise ConfigError(
-            "--network and --ca-cert apply to container builds only",
-            "add --image IMAGE, or drop them",
+            f"--stack {args.stack} sets torch and torch_npu itself; {' and '.join(clash)} "
+            "contradict it",
+            f"drop {' '.join(clash)}, or drop --stack",
         )
+    stack = m.stack(args.stack)
+    if stack.python != python:
+        raise ConfigError(
+            f"stack {stack.name} is Python {stack.python}, this session builds for Python {python}",
+            vocab.build(stack.python, f"--stack {stack.name}")
+            + (f" (or nox -s build-{stack.name})" if vocab.entry() == vocab.NOX else ""),
+        )
+    return stack
+
+
+def _folders(args: argparse.Namespace) -> tuple[Path, Path]:
+    """(dist, build) folders, each a directory or to be made under one; --apex-src a directory."""
     dist_dir = (args.dist or paths.dist_dir()).resolve()
     build_dir = (args.build_dir or paths.build_dir()).resolve()
     for flag, env_name, folder in (
@@ -489,11 +509,14 @@ def resolve(
         raise ConfigError(
             f"--apex-src {args.apex_src} is not a directory", "pass your Ascend apex checkout"
         )
-    from apexkit import config
+    return dist_dir, build_dir
 
+
+def _settings(args: argparse.Namespace, env: Mapping[str, str], m: matrix.Matrix) -> dict:
+    """Each source setting resolved once (apexkit.config): flag > environment > project file > user file > default."""
     cfg = config.load(env)
     defaults = {"ascend_apex_url": m.ascend_apex_url, "nvidia_apex_url": m.nvidia_apex_url}
-    found = {
+    return {
         key: cfg.get(key, env, flag=flag, default=defaults.get(key))
         for key, flag in (
             ("ascend_apex_url", args.ascend_apex_url),
@@ -506,19 +529,15 @@ def resolve(
         )
     }
 
-    def own(key: str):
-        """A value apexkit passes on: pip reads PIP_INDEX_URL / PIP_EXTRA_INDEX_URL itself, as before."""
-        value = found[key]
-        return () if value.layer == config.ENV and value.where.startswith("PIP_") else value.items
 
-    index_url = _index(next(iter(own("index_url")), None), found["index_url"].origin)
-    extra_index_urls = tuple(
-        _index(u, found["extra_index_urls"].origin) for u in own("extra_index_urls")
-    )
-    torch_index_url = _index(found["torch_index_url"].text or None, found["torch_index_url"].where)
-    ascend_url = _source_url(found["ascend_apex_url"], m.ascend_apex_url)
-    nvidia_url = _source_url(found["nvidia_apex_url"], m.nvidia_apex_url)
-    wheelhouses = tuple(Path(w).expanduser() for w in found["wheelhouses"].items)
+def _own(value) -> tuple[str, ...]:
+    """A value apexkit passes on: pip reads PIP_INDEX_URL / PIP_EXTRA_INDEX_URL itself, as before."""
+    return () if value.layer == config.ENV and value.where.startswith("PIP_") else value.items
+
+
+def _wheelhouses(args: argparse.Namespace, found) -> tuple[Path, ...]:
+    """The wheelhouses (a config.Value), each a directory; --offline needs one unless torch is the system's."""
+    wheelhouses = tuple(Path(w).expanduser() for w in found.items)
     if args.offline and not wheelhouses and not args.use_system_torch:
         raise ConfigError(
             "--offline needs --wheelhouse DIR holding torch and the build deps",
@@ -526,14 +545,36 @@ def resolve(
         )
     for w in wheelhouses:
         if not w.is_dir():
-            source = found["wheelhouses"]
             raise ConfigError(
                 f"--wheelhouse {w} is not a directory"
-                if source.layer == config.FLAG
-                else f"wheelhouse {w} ({source.origin}) is not a directory",
+                if found.layer == config.FLAG
+                else f"wheelhouse {w} ({found.origin}) is not a directory",
                 "pass a directory of .whl files",
             )
-    origins = tuple(f"{v.key}\t{v.origin}" for v in found.values() if v.configured)
+    return tuple(w.resolve() for w in wheelhouses)
+
+
+def _assemble(
+    python: str,
+    args: argparse.Namespace,
+    env: Mapping[str, str],
+    m: matrix.Matrix,
+    stack: matrix.Stack | None,
+    jobs: int,
+    shape: tuple[str, str | None, tuple[str, ...], int],
+) -> BuildOptions:
+    """The checked flags, folders and settings into BuildOptions; `shape`: _backend's answer."""
+    backend, cuda_arch, cuda_ext, nvcc_threads = shape
+    dist_dir, build_dir = _folders(args)
+    found = _settings(args, env, m)
+    index_url = _index(next(iter(_own(found["index_url"])), None), found["index_url"].origin)
+    extra = tuple(
+        _index(u, found["extra_index_urls"].origin) for u in _own(found["extra_index_urls"])
+    )
+    torch_index_url = _index(found["torch_index_url"].text or None, found["torch_index_url"].where)
+    ascend_url = _source_url(found["ascend_apex_url"], m.ascend_apex_url)
+    nvidia_url = _source_url(found["nvidia_apex_url"], m.nvidia_apex_url)
+    wheelhouses = _wheelhouses(args, found["wheelhouses"])
     return BuildOptions(
         python=python,
         python_path=args.python_path,
@@ -547,9 +588,9 @@ def resolve(
         nvidia_apex_url=nvidia_url,
         nvidia_commit=args.nvidia_commit,
         index_url=index_url,
-        extra_index_urls=extra_index_urls,
+        extra_index_urls=extra,
         torch_index_url=torch_index_url,
-        wheelhouses=tuple(w.resolve() for w in wheelhouses),
+        wheelhouses=wheelhouses,
         offline=args.offline,
         jobs=jobs,
         use_cache=not args.no_cache,
@@ -571,7 +612,7 @@ def resolve(
         network=args.network,
         ca_bundle=args.ca_bundle,
         team_indexes=_team_indexes(args, found["team_indexes"]),
-        origins=origins,
+        origins=tuple(f"{v.key}\t{v.origin}" for v in found.values() if v.configured),
         backend=backend,
         cuda_arch=cuda_arch,
         cuda_ext=cuda_ext,
@@ -584,8 +625,6 @@ def _backend(
 ) -> tuple[str, str | None, tuple[str, ...], int]:
     """(backend, arch list, extensions, nvcc threads) of --backend / --cuda-arch / --cuda-ext, checked together: a
     CUDA build takes none of the Ascend-only options, an Ascend build none of the CUDA ones."""
-    from apexkit.wheel import cudabin, nvidiaext
-
     backend = args.backend or "ascend"
     if backend != "cuda":
         given = [
@@ -713,25 +752,33 @@ def from_json(data: Mapping, python: str) -> BuildOptions:
     """BuildOptions from to_json's form. The file comes from the host that parsed and checked the options; fields are
     still checked for kind, and versions for PEP 440, since the options become paths and pip requirements.
     Its ENVIRONMENT is not an option (load_json sets it)."""
-    known = {f.name: f for f in fields(BuildOptions)}
     data = {k: v for k, v in data.items() if k != ENVIRONMENT}
+    _check_json(data, python)
+    values = {name: _from_json_value(name, value) for name, value in data.items()}
+    _check_versions(values.get("torch"), values.get("torch_npu"))
+    return BuildOptions(**values)
+
+
+_FROM_HOST = "it is written by the host's container build (invoke build --image ...); run that"
+
+
+def _check_json(data: Mapping, python: str) -> None:
+    """An options file's fields: known, of their kind, for this Python, none host-only, an Ascend build."""
+    known = {f.name: f for f in fields(BuildOptions)}
     unknown = sorted(set(data) - set(known))
     if unknown or data.get("python") != python:
         raise ConfigError(
             f"options file: {'unknown fields ' + ', '.join(unknown) if unknown else 'another Python'}",
-            "it is written by the host's container build (invoke build --image ...); run that",
+            _FROM_HOST,
         )
-    for name, value in data.items():
-        if not _of_kind(str(known[name].type), value):
-            raise ConfigError(
-                f"options file: {name} is not a {known[name].type}",
-                "it is written by the host's container build (invoke build --image ...); run that",
-            )
+    wrong = next((n for n, v in data.items() if not _of_kind(str(known[n].type), v)), None)
+    if wrong is not None:
+        raise ConfigError(f"options file: {wrong} is not a {known[wrong].type}", _FROM_HOST)
     host_only = [n for n in HOST_ONLY if data.get(n) is not None]
     if host_only:
         raise ConfigError(
             f"options file: {', '.join(host_only)} cannot be set inside a container build",
-            "it is written by the host's container build (invoke build --image ...); run that",
+            _FROM_HOST,
         )
     if data.get("backend", "ascend") != "ascend" or any(
         data.get(k) not in (None, (), [], 1) for k in ("cuda_arch", "cuda_ext", "nvcc_threads")
@@ -745,21 +792,17 @@ def from_json(data: Mapping, python: str) -> BuildOptions:
             f"options file: jobs {data['jobs']} is not at least 1",
             "pass --jobs 1 or more on the host",
         )
-    values = {}
-    for name, value in data.items():
-        if name in _PATH_FIELDS:
-            value = Path(value) if value is not None else None
-        elif name in _TUPLE_FIELDS:
-            value = (
-                tuple(Path(v) for v in value)
-                if name == "wheelhouses"
-                else (tuple(value) if value is not None else None)
-            )
-        values[name] = value
-    for flag, name in (("--torch", "torch"), ("--torch-npu", "torch_npu")):
-        if values.get(name) is not None:
-            target.check_version(values[name], flag, f"pass {flag} like 2.1.0 or 2.1.0.post10")
-    return BuildOptions(**values)
+
+
+def _from_json_value(name: str, value):
+    """One checked JSON value as its BuildOptions field holds it: paths as Path, lists as tuples."""
+    if value is None:
+        return None
+    if name in _PATH_FIELDS:
+        return Path(value)
+    if name == "wheelhouses":
+        return tuple(Path(v) for v in value)
+    return tuple(value) if name in _TUPLE_FIELDS else value
 
 
 def load_json(
@@ -768,8 +811,6 @@ def load_json(
     """The container's side of a container build (`apexkit build 3.X --options-json FILE`): the options, and the
     file's ENVIRONMENT set in `environ` (os.environ: pip, git and the fetches of this build inherit it), so that
     credentials reach the build without being in the container's environment that `docker inspect` shows."""
-    import json
-
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError) as exc:

@@ -277,89 +277,23 @@ for _name in ("py_serializable", "serializable", "cyclonedx"):
 def sbom_text(manifest: dict, wheel: Path, wheel_sha256: str) -> str:
     """The CycloneDX 1.6 JSON SBOM, or SbomError."""
     try:
-        from cyclonedx.model import HashAlgorithm, HashType, Property
         from cyclonedx.model.bom import Bom
-        from cyclonedx.model.component import Component, ComponentScope, ComponentType, Pedigree
+        from cyclonedx.model.component import Component, ComponentType
         from cyclonedx.model.lifecycle import LifecyclePhase, PredefinedLifecycle
         from cyclonedx.output.json import JsonV1Dot6
-        from packageurl import PackageURL
     except ImportError as exc:
         raise SbomError(
             f"cyclonedx-python-lib is not installed ({exc.name or exc}): "
             "pip install -r requirements/runtime.txt"
         ) from None
     facts = _wheel_facts(wheel)
-    identity, sources, tools = (_dict(manifest.get(k)) for k in ("identity", "sources", "tools"))
     packages = _packages(manifest)
-    serial = uuid.uuid5(_NAMESPACE, wheel_sha256 + json.dumps(packages, sort_keys=True))
-    created = _timestamp(manifest.get("created"))
-
-    def sha(value: str) -> HashType:
-        return HashType(alg=HashAlgorithm.SHA_256, content=value)
-
-    ancestors = []
-    for key, label in (("ascend_apex", "Ascend apex"), ("nvidia_apex", "NVIDIA apex")):
-        src = _dict(sources.get(key))
-        commit = _hex(src.get("commit"), 40) or _s(src.get("commit"))
-        if commit:
-            ancestors.append(
-                Component(
-                    name=label,
-                    version=commit,
-                    type=ComponentType.LIBRARY,
-                    bom_ref=f"source:{key}",
-                    properties=[
-                        Property(name="apexkit:git_commit", value=commit),
-                        *[
-                            Property(name="apexkit:origin", value=o)
-                            for o in [_s(src.get("origin")) or _s(src.get("url"))]
-                            if o
-                        ],
-                        *[Property(name="apexkit:ref", value=r) for r in [_s(src.get("ref"))] if r],
-                    ],
-                )
-            )
-    patches = (
-        [p for p in manifest.get("patches", []) if isinstance(p, dict)]
-        if isinstance(manifest.get("patches"), list)
-        else []
+    root = _root(manifest, facts, wheel, wheel_sha256)
+    bom = Bom(
+        serial_number=uuid.uuid5(_NAMESPACE, wheel_sha256 + json.dumps(packages, sort_keys=True))
     )
-    root_props = [
-        Property(name="apexkit:wheel_file", value=wheel.name),
-        *[Property(name="apexkit:requires_dist", value=r[:_MAX_STR]) for r in facts["requires"]],
-        *[
-            Property(
-                name="apexkit:patch",
-                value=f"{_s(p.get('id'))} {_s(p.get('status'))} sha256:{_hex(p.get('sha256'), 64)}",
-            )
-            for p in patches
-        ],
-        *[
-            Property(name=f"apexkit:{k}", value=v)
-            for k in ("manylinux_tag", "max_glibc", "max_glibcxx")
-            for v in [_s(identity.get(k))]
-            if v
-        ],
-    ]
-    root = Component(
-        name=facts["name"],
-        version=facts["version"],
-        type=ComponentType.LIBRARY,
-        bom_ref=f"wheel:{wheel.name}",
-        description="Apex for Ascend, built by apexkit",
-        hashes=[sha(wheel_sha256)],
-        purl=PackageURL(
-            type="pypi",
-            name=_canonical(facts["name"]),
-            version=facts["version"],
-            qualifiers={"file_name": wheel.name},
-        ),
-        pedigree=Pedigree(ancestors=ancestors) if ancestors else None,
-        properties=root_props,
-    )
-    bom = Bom(serial_number=serial)
     bom.metadata.component = root
-    bom.metadata.timestamp = created
+    bom.metadata.timestamp = _timestamp(manifest.get("created"))
     bom.metadata.lifecycles.add(PredefinedLifecycle(LifecyclePhase.BUILD))
     bom.metadata.tools.components.add(
         Component(
@@ -368,15 +302,10 @@ def sbom_text(manifest: dict, wheel: Path, wheel_sha256: str) -> str:
             type=ComponentType.APPLICATION,
         )
     )
-    bom.metadata.properties.add(
-        Property(
-            name="apexkit:target",
-            value=_s(_dict(manifest.get("target")).get("target_id"), "unknown"),
-        )
-    )
-    for k in ("python", "host"):
-        if _s(tools.get(k)):
-            bom.metadata.properties.add(Property(name=f"apexkit:build_{k}", value=_s(tools.get(k))))
+    tools = _dict(manifest.get("tools"))
+    target_id = _s(_dict(manifest.get("target")).get("target_id"), "unknown")
+    build = [(f"build_{k}", _s(tools.get(k))) for k in ("python", "host")]
+    bom.metadata.properties.update(_props(("target", target_id), *build))
     runtime = _runtime_names(facts["requires"])
     depends = []
     for module in facts["modules"]:
@@ -384,29 +313,13 @@ def sbom_text(manifest: dict, wheel: Path, wheel_sha256: str) -> str:
             name=module["file"],
             type=ComponentType.FILE,
             bom_ref=f"file:{module['file']}",
-            hashes=[sha(module["sha256"])],
-            properties=[Property(name="apexkit:size", value=str(module["size"]))],
+            hashes=[_sha(module["sha256"])],
+            properties=_props(("size", str(module["size"]))),
         )
         bom.components.add(c)
         depends.append(c)
     for p in packages:
-        props = [
-            Property(name=f"apexkit:{k}", value=p[k])
-            for k in ("record_sha256", "installer", "wheel_file", "wheel_from", "wheel_url")
-            if p[k]
-        ]
-        c = Component(
-            name=p["name"],
-            version=p["version"],
-            type=ComponentType.LIBRARY,
-            bom_ref=f"build-venv:{_canonical(p['name'])}@{p['version']}",
-            scope=ComponentScope.REQUIRED
-            if _canonical(p["name"]) in runtime
-            else ComponentScope.EXCLUDED,
-            purl=PackageURL(type="pypi", name=_canonical(p["name"]), version=p["version"]),
-            hashes=[sha(p["wheel_sha256"])] if p["wheel_sha256"] else None,
-            properties=props,
-        )
+        c = _package(p, _canonical(p["name"]) in runtime)
         bom.components.add(c)
         if _canonical(p["name"]) in runtime:
             depends.append(c)
@@ -415,6 +328,99 @@ def sbom_text(manifest: dict, wheel: Path, wheel_sha256: str) -> str:
         if c not in depends:
             bom.register_dependency(c, [])
     return JsonV1Dot6(bom).output_as_string(indent=2) + "\n"
+
+
+def _props(*pairs: tuple[str, str | None]) -> list:
+    """CycloneDX properties apexkit:NAME = value, those with a value."""
+    from cyclonedx.model import Property
+
+    return [Property(name=f"apexkit:{name}", value=value) for name, value in pairs if value]
+
+
+def _sha(value: str):
+    from cyclonedx.model import HashAlgorithm, HashType
+
+    return HashType(alg=HashAlgorithm.SHA_256, content=value)
+
+
+def _root(manifest: dict, facts: dict, wheel: Path, wheel_sha256: str):
+    """The wheel's component: its requirements, our patches, its tags, and the sources it descends from."""
+    from cyclonedx.model.component import Component, ComponentType, Pedigree
+    from packageurl import PackageURL
+
+    identity = _dict(manifest.get("identity"))
+    patches = manifest.get("patches")
+    patches = [p for p in patches if isinstance(p, dict)] if isinstance(patches, list) else []
+    ancestors = _ancestors(_dict(manifest.get("sources")))
+    return Component(
+        name=facts["name"],
+        version=facts["version"],
+        type=ComponentType.LIBRARY,
+        bom_ref=f"wheel:{wheel.name}",
+        description="Apex for Ascend, built by apexkit",
+        hashes=[_sha(wheel_sha256)],
+        purl=PackageURL(
+            type="pypi",
+            name=_canonical(facts["name"]),
+            version=facts["version"],
+            qualifiers={"file_name": wheel.name},
+        ),
+        pedigree=Pedigree(ancestors=ancestors) if ancestors else None,
+        properties=_props(
+            ("wheel_file", wheel.name),
+            *(("requires_dist", r[:_MAX_STR]) for r in facts["requires"]),
+            *(
+                (
+                    "patch",
+                    f"{_s(p.get('id'))} {_s(p.get('status'))} sha256:{_hex(p.get('sha256'), 64)}",
+                )
+                for p in patches
+            ),
+            *((k, _s(identity.get(k))) for k in ("manylinux_tag", "max_glibc", "max_glibcxx")),
+        ),
+    )
+
+
+def _ancestors(sources: dict) -> list:
+    """Ascend apex and NVIDIA apex, each by the commit the wheel was built from."""
+    from cyclonedx.model.component import Component, ComponentType
+
+    out = []
+    for key, label in (("ascend_apex", "Ascend apex"), ("nvidia_apex", "NVIDIA apex")):
+        src = _dict(sources.get(key))
+        commit = _hex(src.get("commit"), 40) or _s(src.get("commit"))
+        if commit:
+            origin = _s(src.get("origin")) or _s(src.get("url"))
+            out.append(
+                Component(
+                    name=label,
+                    version=commit,
+                    type=ComponentType.LIBRARY,
+                    bom_ref=f"source:{key}",
+                    properties=_props(
+                        ("git_commit", commit), ("origin", origin), ("ref", _s(src.get("ref")))
+                    ),
+                )
+            )
+    return out
+
+
+def _package(p: dict, runtime: bool):
+    """One build venv package: required at run time, or only present at build time."""
+    from cyclonedx.model.component import Component, ComponentScope, ComponentType
+    from packageurl import PackageURL
+
+    notes = ("record_sha256", "installer", "wheel_file", "wheel_from", "wheel_url")
+    return Component(
+        name=p["name"],
+        version=p["version"],
+        type=ComponentType.LIBRARY,
+        bom_ref=f"build-venv:{_canonical(p['name'])}@{p['version']}",
+        scope=ComponentScope.REQUIRED if runtime else ComponentScope.EXCLUDED,
+        purl=PackageURL(type="pypi", name=_canonical(p["name"]), version=p["version"]),
+        hashes=[_sha(p["wheel_sha256"])] if p["wheel_sha256"] else None,
+        properties=_props(*((k, p[k]) for k in notes)),
+    )
 
 
 def warm_up() -> None:
@@ -444,124 +450,17 @@ def provenance(
 ) -> dict:
     """An in-toto Statement v1 / SLSA provenance v1 for the wheel, from the manifest (plain JSON, no library)."""
     target, sources, tools = (_dict(manifest.get(k)) for k in ("target", "sources", "tools"))
-    deps: list[dict] = []
-    for key in ("ascend_apex", "nvidia_apex"):
-        if key not in sources:  # a CUDA build has NVIDIA apex only
-            continue
-        src = _dict(sources.get(key))
-        commit = _hex(src.get("commit"), 40)
-        entry: dict = {
-            "name": key.replace("_", "-"),
-            "uri": _s(src.get("origin")) or _s(src.get("url")) or "unknown",
-        }
-        entry["digest"] = {"gitCommit": commit} if commit else {}
-        if not commit and _s(src.get("commit")):
-            entry["annotations"] = {
-                "commit": _s(src.get("commit"))
-            }  # a --apex-src copy: not a plain commit
-        if _s(src.get("ref")):
-            entry.setdefault("annotations", {})["ref"] = _s(src.get("ref"))
-        deps.append(entry)
-    for p in manifest.get("patches") or []:
-        if isinstance(p, dict) and _s(
-            p.get("id")
-        ):  # the patch file's sha256 (patches/*.toml), as in the cache key
-            deps.append(
-                {
-                    "name": f"patch:{_s(p.get('id'))}",
-                    "digest": _only({"sha256": _hex(p.get("sha256"), 64)}),
-                    "annotations": {"edits": _s(p.get("file")), "status": _s(p.get("status"))},
-                }
-            )
-    for p in _packages(manifest):
-        notes = {}
-        if p["wheel_sha256"]:
-            digest, of = {"sha256": p["wheel_sha256"]}, f"the wheel file {p['wheel_file']}"
-            notes = {
-                k: v
-                for k, v in (
-                    ("digest_from", p["wheel_from"] or "wheelhouse"),
-                    ("download_location", p["wheel_url"]),
-                )
-                if v
-            }
-        else:
-            digest, of = _only({"sha256": p["record_sha256"]}), "its installed dist-info/RECORD"
-        deps.append(
-            {
-                "name": p["name"],
-                "uri": f"pkg:pypi/{_canonical(p['name'])}@{p['version']}",
-                "digest": digest,
-                "annotations": {"digest_of": of, **notes, "role": "build venv"},
-            }
-        )
-    cxx = _dict(tools.get("compiler"))
-    if cxx:
-        deps.append(
-            {
-                "name": "compiler",
-                "uri": f"file://{_s(cxx.get('path'), '')}",
-                "digest": _only({"sha256": _hex(cxx.get("sha256"), 64)}),
-                "annotations": {"version": _s(cxx.get("version"))},
-            }
-        )
-    nvcc = _dict(tools.get("nvcc"))
-    if nvcc:  # a CUDA build's toolkit
-        deps.append(
-            {
-                "name": "nvcc",
-                "uri": f"file://{_s(nvcc.get('path'), '')}",
-                "digest": _only({"sha256": _hex(nvcc.get("sha256"), 64)}),
-                "annotations": {
-                    "version": _s(nvcc.get("version")),
-                    "arch_list": _s(nvcc.get("arch_list")),
-                    "torch_cuda": _s(nvcc.get("torch_cuda")),
-                },
-            }
-        )
-    interp = _dict(tools.get("interpreter"))
-    if interp:
-        deps.append(
-            {
-                "name": "python",
-                "uri": f"file://{_s(interp.get('path'), '')}",
-                "digest": _only({"sha256": _hex(interp.get("sha256"), 64)}),
-                "annotations": {"version": _s(tools.get("python"))},
-            }
-        )
     image = _dict(manifest.get("builder_image"))
-    if image:
-        image_id = _s(image.get("id")) or ""
-        deps.append(
-            {
-                "name": "builder image",
-                "uri": f"docker-image://{_s(image.get('image'), '')}",
-                "digest": _only({"sha256": _hex(image_id.split(":", 1)[-1], 64)}),
-                "annotations": {
-                    "repo_digests": [_s(d) for d in image.get("repo_digests") or [] if _s(d)][:8]
-                    if isinstance(image.get("repo_digests"), list)
-                    else [],
-                    "recipe": _s(image.get("recipe")),
-                    "base": _s(image.get("base")),
-                },
-            }
-        )
-    external = {
-        k: target.get(k)
-        for k in (
-            "target_id",
-            "python",
-            "torch",
-            "torch_npu",
-            "arch",
-            "apex_ref",
-            "flags",
-            "identity",
-        )
-        if k in target
-    }
-    created = _s(manifest.get("created"))
-    built = _s(manifest.get("built")) or created
+    deps = [
+        *_source_deps(sources),
+        *_patch_deps(manifest),
+        *_package_deps(manifest),
+        *_tool_deps(tools),
+        *([_image_dep(image)] if image else []),
+    ]
+    keys = ("target_id", "python", "torch", "torch_npu", "arch", "apex_ref", "flags", "identity")
+    external = {k: target.get(k) for k in keys if k in target}
+    epoch = manifest.get("source_date_epoch")
     return {
         "_type": STATEMENT_TYPE,
         "subject": [{"name": wheel_name, "digest": {"sha256": wheel_sha256}}],
@@ -573,9 +472,7 @@ def provenance(
                 "internalParameters": {
                     "apexkit": _s(manifest.get("apexkit")),
                     "cache_key": _s(manifest.get("cache_key")),
-                    "source_date_epoch": manifest.get("source_date_epoch")
-                    if isinstance(manifest.get("source_date_epoch"), int)
-                    else None,
+                    "source_date_epoch": epoch if isinstance(epoch, int) else None,
                     "setup_flags": [
                         _s(f) for f in manifest.get("setup_flags") or [] if isinstance(f, str)
                     ],
@@ -589,10 +486,117 @@ def provenance(
                 },
                 "metadata": {
                     "invocationId": _s(manifest.get("cache_key"), ""),
-                    "finishedOn": built,
+                    "finishedOn": _s(manifest.get("built")) or _s(manifest.get("created")),
                 },
                 "byproducts": list(byproducts),
             },
+        },
+    }
+
+
+def _source_deps(sources: dict) -> list[dict]:
+    """Ascend apex and NVIDIA apex by git commit (a CUDA build has NVIDIA apex only)."""
+    deps = []
+    for key in ("ascend_apex", "nvidia_apex"):
+        if key not in sources:
+            continue
+        src = _dict(sources.get(key))
+        commit = _hex(src.get("commit"), 40)
+        entry: dict = {
+            "name": key.replace("_", "-"),
+            "uri": _s(src.get("origin")) or _s(src.get("url")) or "unknown",
+            "digest": {"gitCommit": commit} if commit else {},
+        }
+        # a --apex-src copy's commit is not a plain commit
+        notes = _only(
+            {"commit": None if commit else _s(src.get("commit")), "ref": _s(src.get("ref"))}
+        )
+        if notes:
+            entry["annotations"] = notes
+        deps.append(entry)
+    return deps
+
+
+def _patch_deps(manifest: dict) -> list[dict]:
+    """Our patches by the patch file's sha256 (patches/*.toml), as in the cache key."""
+    return [
+        {
+            "name": f"patch:{_s(p.get('id'))}",
+            "digest": _only({"sha256": _hex(p.get("sha256"), 64)}),
+            "annotations": {"edits": _s(p.get("file")), "status": _s(p.get("status"))},
+        }
+        for p in manifest.get("patches") or []
+        if isinstance(p, dict) and _s(p.get("id"))
+    ]
+
+
+def _package_deps(manifest: dict) -> list[dict]:
+    """The build venv's packages: by their wheel file's sha256 where known, else by their installed RECORD's."""
+    deps = []
+    for p in _packages(manifest):
+        notes = {}
+        if p["wheel_sha256"]:
+            digest, of = {"sha256": p["wheel_sha256"]}, f"the wheel file {p['wheel_file']}"
+            notes = _only(
+                {
+                    "digest_from": p["wheel_from"] or "wheelhouse",
+                    "download_location": p["wheel_url"],
+                }
+            )
+        else:
+            digest, of = _only({"sha256": p["record_sha256"]}), "its installed dist-info/RECORD"
+        deps.append(
+            {
+                "name": p["name"],
+                "uri": f"pkg:pypi/{_canonical(p['name'])}@{p['version']}",
+                "digest": digest,
+                "annotations": {"digest_of": of, **notes, "role": "build venv"},
+            }
+        )
+    return deps
+
+
+# (the manifest's tools key, the dependency's name, the tool's fields it notes: none for the interpreter, whose
+# version is tools["python"])
+_TOOLS = (
+    ("compiler", "compiler", ("version",)),
+    ("nvcc", "nvcc", ("version", "arch_list", "torch_cuda")),  # a CUDA build's toolkit
+    ("interpreter", "python", ()),
+)
+
+
+def _tool_deps(tools: dict) -> list[dict]:
+    """The compiler, nvcc and the interpreter, each by its file's sha256."""
+    deps = []
+    for key, name, noted in _TOOLS:
+        tool = _dict(tools.get(key))
+        if tool:
+            deps.append(
+                {
+                    "name": name,
+                    "uri": f"file://{_s(tool.get('path'), '')}",
+                    "digest": _only({"sha256": _hex(tool.get("sha256"), 64)}),
+                    "annotations": {k: _s(tool.get(k)) for k in noted}
+                    if noted
+                    else {"version": _s(tools.get("python"))},
+                }
+            )
+    return deps
+
+
+def _image_dep(image: dict) -> dict:
+    """The builder image a container build ran in, by its image id."""
+    digests = image.get("repo_digests")
+    return {
+        "name": "builder image",
+        "uri": f"docker-image://{_s(image.get('image'), '')}",
+        "digest": _only({"sha256": _hex((_s(image.get("id")) or "").split(":", 1)[-1], 64)}),
+        "annotations": {
+            "repo_digests": [_s(d) for d in digests if _s(d)][:8]
+            if isinstance(digests, list)
+            else [],
+            "recipe": _s(image.get("recipe")),
+            "base": _s(image.get("base")),
         },
     }
 

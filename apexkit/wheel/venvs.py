@@ -30,7 +30,7 @@ import sys
 import tempfile
 import urllib.parse
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -554,12 +554,9 @@ def _from_uv(
     except (OSError, subprocess.TimeoutExpired, ValueError, IndexError):
         own = {}
     known = installed_digests(venv.path)
-    out, pins, tags = [], [], {}
-    given = {}
-    for req in requirements:
-        if req.endswith(".whl") and os.path.isfile(req):
-            with contextlib.suppress(InvalidWheelFilename, ValueError):
-                given[canonicalize_name(parse_wheel_filename(os.path.basename(req))[0])] = Path(req)
+    out, pins = [], []
+    tags: dict[str, set] = {}
+    given = _given_wheels(requirements)
     for name, facts in own.items():
         key = canonicalize_name(name)
         if known.get(key, {}).get("version") == facts["version"]:
@@ -615,17 +612,30 @@ def _from_uv(
                 f"apexkit: no wheel digests from uv pip compile for {' '.join(pins)}: {log.mask(why)}\n"
             )
         return out
-    for package in uvtools.pylock_wheels(proc.stdout):
+    return out + _pylock_matches(uv, proc.stdout, tags)
+
+
+def _given_wheels(requirements: Sequence[str]) -> dict[str, Path]:
+    """The wheel files named as requirements, by their project's canonical name."""
+    given: dict[str, Path] = {}
+    for req in requirements:
+        if req.endswith(".whl") and os.path.isfile(req):
+            with contextlib.suppress(InvalidWheelFilename, ValueError):
+                given[canonicalize_name(parse_wheel_filename(os.path.basename(req))[0])] = Path(req)
+    return given
+
+
+def _pylock_matches(uv: uvtools.Uv, pylock: str, tags: Mapping[str, set]) -> list[dict]:
+    """Each package of uv's pylock.toml with exactly one wheel of the installed tags; a file:// wheel only when
+    what is on disk is what uv vouched for."""
+    out = []
+    for package in uvtools.pylock_wheels(pylock):
         key = canonicalize_name(package["name"])
-        if key not in tags:
-            continue
-        matches = [w for w in package["wheels"] if tags[key] & w["tags"]]
+        matches = [w for w in package["wheels"] if tags.get(key, set()) & w["tags"]]
         if len(matches) != 1:
             continue
         wheel = matches[0]
-        if wheel["url"].startswith(
-            "file://"
-        ):  # a local file: what is on disk must be what uv vouched for
+        if wheel["url"].startswith("file://"):
             local = Path(urllib.request.url2pathname(urllib.parse.urlsplit(wheel["url"]).path))
             try:
                 if untrusted.sha256_file(local) != wheel["sha256"]:

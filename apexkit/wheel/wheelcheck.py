@@ -156,33 +156,31 @@ def hardening_asked(setup_py: str) -> tuple[str, ...]:
         tree = ast.parse(setup_py)
     except SyntaxError:
         return ()
-    flags: list[str] = []
     names = {"secure_compile_args", "secure_link_args"}
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Assign) and any(
-            isinstance(t, ast.Name) and t.id in names for t in node.targets
-        ):
-            if isinstance(node.value, ast.List):
-                flags += [
-                    e.value
-                    for e in node.value.elts
-                    if isinstance(e, ast.Constant) and isinstance(e.value, str)
-                ]
-        elif (
-            isinstance(node, ast.Call)
-            and isinstance(node.func, ast.Attribute)
-            and node.func.attr in ("append", "extend")
-            and isinstance(node.func.value, ast.Name)
-            and node.func.value.id in names
-        ):
-            for arg in node.args:
-                items = arg.elts if isinstance(arg, (ast.List, ast.Tuple)) else [arg]
-                flags += [
-                    e.value
-                    for e in items
-                    if isinstance(e, ast.Constant) and isinstance(e.value, str)
-                ]
+    flags = [
+        e.value
+        for node in ast.walk(tree)
+        for e in _added_to(node, names)
+        if isinstance(e, ast.Constant) and isinstance(e.value, str)
+    ]
     return tuple(sorted({HARDENING_FLAGS[f] for f in flags if f in HARDENING_FLAGS}))
+
+
+def _added_to(node: ast.AST, names: set[str]) -> list[ast.expr]:
+    """What `node` puts in one of the lists `names`: a list assigned to it, or its .append/.extend arguments."""
+    if isinstance(node, ast.Assign) and any(
+        isinstance(t, ast.Name) and t.id in names for t in node.targets
+    ):
+        return node.value.elts if isinstance(node.value, ast.List) else []
+    if not (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in ("append", "extend")
+        and isinstance(node.func.value, ast.Name)
+        and node.func.value.id in names
+    ):
+        return []
+    return [e for a in node.args for e in (a.elts if isinstance(a, (ast.List, ast.Tuple)) else [a])]
 
 
 def declared_libs(setup_py: str) -> tuple[str, ...]:
@@ -309,16 +307,7 @@ def _check_open(fh, report: ModuleReport, expect: Expect, fail) -> None:
     if wanted and report.machine != wanted:
         fail("machine", f"ELF machine {report.machine}, the target is {expect.arch} ({wanted})")
         return  # the rest would read another architecture's conventions
-    dyn = _dynamic(elf)
-    tags: list[Any] = (
-        list(dyn.iter_tags()) if dyn is not None else []
-    )  # .needed/.rpath/.runpath: set by setattr
-    report.needed = [t.needed for t in tags if t.entry.d_tag == "DT_NEEDED"]
-    for t in tags:
-        if t.entry.d_tag == "DT_RPATH":
-            report.rpath += t.rpath.split(":")
-        elif t.entry.d_tag == "DT_RUNPATH":
-            report.rpath += t.runpath.split(":")
+    tags = _read_tags(elf, report)
     _check_needed(report, expect, fail)
     if expect.rpath is not None and tuple(report.rpath) != tuple(expect.rpath):
         fail(
@@ -326,28 +315,36 @@ def _check_open(fh, report: ModuleReport, expect: Expect, fail) -> None:
             f"RPATH {':'.join(report.rpath) or '(none)'}, expected "
             f"{':'.join(expect.rpath) or '(none)'}",
         )
-    undefined, weak = [], set()
     dynsym = cast(
         "SymbolTableSection | None", elf.get_section_by_name(".dynsym")
     )  # SHT_DYNSYM: a symbol table
-    for sym in dynsym.iter_symbols() if dynsym is not None else ():
-        if not sym.name:
-            continue
-        if sym["st_shndx"] == "SHN_UNDEF":
-            (
-                weak.add(sym.name)
-                if sym["st_info"]["bind"] == "STB_WEAK"
-                else undefined.append(sym.name)
-            )
+    symbols = [s for s in (dynsym.iter_symbols() if dynsym is not None else ()) if s.name]
+    missing = [s for s in symbols if s["st_shndx"] == "SHN_UNDEF"]
+    undefined = [s.name for s in missing if s["st_info"]["bind"] != "STB_WEAK"]
+    weak = {s.name for s in missing if s["st_info"]["bind"] == "STB_WEAK"}
     report.undefined = len(undefined)
     # the ABI first: a mismatch also leaves std::string symbols unresolved, and the ABI is the cause to name
-    symbols = [s for s in (dynsym.iter_symbols() if dynsym is not None else ()) if s.name]
     _check_abi(
         expect, [s.name for s in sorted(symbols, key=lambda s: s["st_shndx"] == "SHN_UNDEF")], fail
     )  # ours first
     _check_symbols(report, expect, undefined, fail)
     _check_hardening(elf, tags, undefined + sorted(weak), expect, fail)
     _symbol_versions(elf, report)
+
+
+def _read_tags(elf: ELFFile, report: ModuleReport) -> list[Any]:
+    """The dynamic section's tags, with the module's NEEDED and RPATH/RUNPATH noted in `report`."""
+    dyn = _dynamic(elf)
+    tags: list[Any] = (
+        list(dyn.iter_tags()) if dyn is not None else []
+    )  # .needed/.rpath/.runpath: by setattr
+    report.needed = [t.needed for t in tags if t.entry.d_tag == "DT_NEEDED"]
+    for t in tags:
+        if t.entry.d_tag == "DT_RPATH":
+            report.rpath += t.rpath.split(":")
+        elif t.entry.d_tag == "DT_RUNPATH":
+            report.rpath += t.runpath.split(":")
+    return tags
 
 
 def _check_needed(report: ModuleReport, expect: Expect, fail) -> None:
@@ -608,18 +605,8 @@ def check_wheel(
             f"{wheel.name}: identity: Requires-Dist {', '.join(found_requires) or '(none)'}, expected "
             f"{', '.join(requires) or '(none)'}"
         )
-    modules: list[ModuleReport] = []
-    with tempfile.TemporaryDirectory(prefix="apexkit-wheelcheck-") as tmp, zipfile.ZipFile(
-        wheel
-    ) as zf:
-        for name in sorted(
-            n for n in zf.namelist() if n.endswith(".so") or ".so." in n.rsplit("/", 1)[-1]
-        ):
-            target = Path(tmp) / f"{len(modules)}-{os.path.basename(name)}"
-            target.write_bytes(zf.read(name))
-            modules.append(check_module(target, expect, shown=name))
-    for m in modules:
-        failures += m.failures
+    modules = _check_modules(wheel, expect)
+    failures += [f for m in modules for f in m.failures]
     glibc = max((m.glibc for m in modules if m.glibc), key=_version_key, default=None)
     glibcxx = max((m.glibcxx for m in modules if m.glibcxx), key=_version_key, default=None)
     return {
@@ -634,6 +621,21 @@ def check_wheel(
         },
         "failures": failures,
     }
+
+
+def _check_modules(wheel: Path, expect: Expect) -> list[ModuleReport]:
+    """Every compiled module of the wheel (*.so, *.so.N), checked from a temporary copy."""
+    modules: list[ModuleReport] = []
+    with tempfile.TemporaryDirectory(prefix="apexkit-wheelcheck-") as tmp, zipfile.ZipFile(
+        wheel
+    ) as zf:
+        for name in sorted(
+            n for n in zf.namelist() if n.endswith(".so") or ".so." in n.rsplit("/", 1)[-1]
+        ):
+            target = Path(tmp) / f"{len(modules)}-{os.path.basename(name)}"
+            target.write_bytes(zf.read(name))
+            modules.append(check_module(target, expect, shown=name))
+    return modules
 
 
 # --- the file's platform tag ------------------------------------------------------------------------------------------
@@ -707,7 +709,6 @@ class RetagError(Exception):
 def wheel_problems(wheel: Path) -> list[str]:
     """What makes `wheel` disagree with itself: its file name's tags vs its WHEEL's Tag lines, and any member whose
     sha256/size differs from its RECORD row (or is missing from RECORD). [] for a consistent wheel."""
-    problems = []
     py, abi, plat = file_tags(wheel.name)
     expected = {
         f"{a}-{b}-{c}" for a in py.split(".") for b in abi.split(".") for c in plat.split(".")
@@ -715,12 +716,7 @@ def wheel_problems(wheel: Path) -> list[str]:
     try:
         with zipfile.ZipFile(wheel) as zf:
             names = zf.namelist()
-            info = next(
-                (n for n in names if n.count("/") == 1 and n.endswith(".dist-info/WHEEL")), None
-            )
-            record = next(
-                (n for n in names if n.count("/") == 1 and n.endswith(".dist-info/RECORD")), None
-            )
+            info, record = (_dist_info(names, leaf) for leaf in ("WHEEL", "RECORD"))
             if info is None or record is None:
                 return ["no .dist-info/WHEEL or RECORD"]
             tags = {
@@ -728,28 +724,40 @@ def wheel_problems(wheel: Path) -> list[str]:
                 for line in zf.read(info).decode("utf-8").splitlines()
                 if line.startswith("Tag:")
             }
+            problems = []
             if tags != expected:
                 problems.append(
                     f"WHEEL says Tag {', '.join(sorted(tags)) or '(none)'}, the file name "
                     f"{', '.join(sorted(expected))}"
                 )
-            rows = {
-                row[0]: (row[1], row[2])
-                for row in csv.reader(zf.read(record).decode("utf-8").splitlines())
-                if len(row) == 3
-            }
-            for name in names:
-                if name.endswith("/") or name == record:
-                    continue
-                data = zf.read(name)
-                want = (
-                    "sha256="
-                    + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-                )
-                if rows.get(name) != (want, str(len(data))):
-                    problems.append(
-                        f"{name}: {'not in RECORD' if name not in rows else 'differs from its RECORD row'}"
-                    )
+            return problems + _record_problems(zf, names, record)
     except (zipfile.BadZipFile, OSError, UnicodeDecodeError, ValueError) as exc:
         return [f"not a readable wheel ({exc})"]
+
+
+def _dist_info(names: list[str], leaf: str) -> str | None:
+    """The wheel's top-level X.dist-info/`leaf`, if it has one."""
+    return next((n for n in names if n.count("/") == 1 and n.endswith(f".dist-info/{leaf}")), None)
+
+
+def _record_problems(zf: zipfile.ZipFile, names: list[str], record: str) -> list[str]:
+    """Each member (but RECORD itself) whose sha256 and size are not its RECORD row."""
+    rows = {
+        row[0]: (row[1], row[2])
+        for row in csv.reader(zf.read(record).decode("utf-8").splitlines())
+        if len(row) == 3
+    }
+    problems = []
+    for name in names:
+        if name.endswith("/") or name == record:
+            continue
+        data = zf.read(name)
+        want = (
+            "sha256="
+            + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        )
+        if rows.get(name) != (want, str(len(data))):
+            problems.append(
+                f"{name}: {'not in RECORD' if name not in rows else 'differs from its RECORD row'}"
+            )
     return problems
