@@ -208,7 +208,7 @@ def _exercise(product: Installed) -> None:
     assert doctor.returncode in (0, 1) and doctor.stdout.lstrip().startswith("["), doctor.stderr[
         -2000:
     ]
-    product.ok("apexkit", "proxy.show", "--json", "--root", str(product.tmp / "root"))
+    product.ok("apexkit", "proxy.show", "--json", "--root", str(product.cwd))
 
     train = product.tmp / "train"  # a training venv holding a torch, and an empty team index
     subprocess.run(
