@@ -27,6 +27,7 @@ import http.client
 import json
 import math
 import os
+import re
 import struct
 import time
 import zipfile
@@ -47,6 +48,12 @@ from tools import run_main, wheelindex
 OLDEST = Version("2.1")
 MAX_RELEASES = 200  # read at most the newest 200 releases (the real index has ~50): a page cannot make it 100,000
 CANN_COMMENT = "cann: not in the wheel metadata; read it in Ascend/pytorch COMPATIBILITY.md"
+
+
+def local_label(requirement: str) -> str | None:
+    """`torch (==2.1.0+cpu)` -> "cpu": a torch build that PyPI's plain torch does not satisfy."""
+    match = re.search(r"==\s*[0-9][^,;)\s]*\+([A-Za-z0-9.]+)", requirement)
+    return match[1] if match else None
 
 
 def positive_seconds(value: str) -> float:
@@ -83,7 +90,7 @@ class Release:
         return {
             arch: label
             for arch, req in sorted(self.requires.items())
-            if (label := client.local_label(req))
+            if (label := local_label(req))
         }
 
 

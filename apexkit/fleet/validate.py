@@ -34,7 +34,7 @@ from apexkit import cann, envvars, fsedit, log, paths, vocab
 from apexkit.errors import ConfigError, SchedulerError
 from apexkit.fleet import inputs, slurm
 from apexkit.index import published
-from apexkit.plan.target import target_facts
+from apexkit.plan.target import Target
 
 BENCH = paths.BENCH  # the checkout's bench/, or the installed package's copy
 STATE_FILE = "fleet.json"
@@ -960,7 +960,7 @@ def make_plan(
     _check_words(("--target", target, "target"))
     data = published.read_index(full_idx)
     chosen = inputs.check("target", pick_target(data, target, matrix_stack), "the index's target")
-    facts = target_facts(chosen)
+    facts = Target.from_id(chosen).facts()
     plan = Plan(
         results=Path(results).expanduser().resolve(),
         index=idx,

@@ -324,9 +324,3 @@ def failure_reason(exc: BaseException, timeout: float) -> str:
         return f"no answer within {timeout:g} s"
     text = str(getattr(reason, "strerror", None) or reason)
     return log.mask(text) or type(reason).__name__
-
-
-def local_label(requirement: str) -> str | None:
-    """`torch (==2.1.0+cpu)` -> "cpu": a torch build that PyPI's plain torch does not satisfy."""
-    match = re.search(r"==\s*[0-9][^,;)\s]*\+([A-Za-z0-9.]+)", requirement)
-    return match[1] if match else None

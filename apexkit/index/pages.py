@@ -233,6 +233,7 @@ def facts(entry: Any) -> dict[str, Any]:
     target id."""
     _name, version, _, tags = parse_wheel_filename(entry.filename)
     tag = sorted(tags, key=str)[0]
+    label = plan_target.read_version(version)
     derived: dict[str, Any] = {
         "version": str(version),
         "python_tag": tag.interpreter,
@@ -240,12 +241,12 @@ def facts(entry: Any) -> dict[str, Any]:
         "platform_tag": tag.platform,
         "arch": next((a for a in _ARCHES if tag.platform.endswith(a)), tag.platform),
         "python": _python_of(tag.interpreter),
-        "torch": entry.torch or _label(version, "torch") or "?",
-        "torch_npu": _label(version, "npu"),
+        "torch": entry.torch or (label and label.torch) or "?",
+        "torch_npu": label and label.torch_npu,
         "cann": None,
     }
     try:
-        from_target = plan_target.target_facts(entry.target)
+        from_target = plan_target.Target.from_id(entry.target).facts()
     except ApexkitError:
         from_target = {}
     derived.update({k: v for k, v in from_target.items() if v})
@@ -266,13 +267,6 @@ def facts(entry: Any) -> dict[str, Any]:
 def _python_of(interpreter: str) -> str:
     found = re.fullmatch(r"(?:cp|py)(\d)(\d+)", interpreter)
     return f"{found[1]}.{found[2]}" if found else interpreter
-
-
-def _label(version: Version, key: str) -> str | None:
-    """torch / torch_npu from the local label .torch2.13.0.npu2.7.1.post8 (as version_label writes it)."""
-    local = version.local or ""
-    found = re.search(rf"(?:^|\.){key}((?:\d+\.)*\d+(?:\.post\d+)?)(?=\.[a-z]|$)", local)
-    return found[1] if found else None
 
 
 # --- coverage -------------------------------------------------------------------------------------------------------

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import email.parser
-import re
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +22,7 @@ from packaging.version import InvalidVersion, Version
 
 from apexkit import log, untrusted
 from apexkit.install.target import Target
+from apexkit.plan import target as plan_target
 
 METADATA_LIMIT = 1 << 20  # bytes of a wheel's METADATA / RECORD read
 GUARDED = ("torch", "torch-npu")  # never changed by apexkit install
@@ -78,7 +78,7 @@ def read_wheel(path: Path) -> WheelFacts:
             )
     except InvalidVersion:
         raise Misfit(f"METADATA version {untrusted.shown(meta_version)} is not PEP 440") from None
-    if not (version.local or "").startswith("ascend") and cuda_of(str(version)) is None:
+    if plan_target.read_version(version) is None:
         raise Misfit(
             f"apex {version} is not an apexkit wheel (no +ascend or +cuNNN.torch label): apexkit installs only its "
             "own"
@@ -94,13 +94,6 @@ def read_wheel(path: Path) -> WheelFacts:
         requires_dist=tuple(str(r) for r in msg.get_all("Requires-Dist") or ()),
         record=tuple(rows),
     )
-
-
-def cuda_of(version: str) -> str | None:
-    """The CUDA release an apexkit NVIDIA apex wheel was built for, off its label: 0.1+cu130.torch2.14.1 -> "13.0"
-    (the label keeps CUDA's major.minor as digits, the last one the minor); None for any other version."""
-    found = re.fullmatch(r"[^+]*\+cu(\d{2,4})\.torch[0-9a-z.]*", version.lower())
-    return f"{found[1][:-1]}.{found[1][-1]}" if found else None
 
 
 def check_tags(filename: str, target: Target) -> None:
@@ -158,7 +151,8 @@ def check_wheel(facts: WheelFacts, target: Target) -> list[str]:
             names.add(canonicalize_name(Requirement(raw).name))
     if "torch" not in names:
         raise Misfit(f"{facts.filename} pins no torch (Requires-Dist): not a wheel apexkit built")
-    cuda = cuda_of(facts.version)
+    label = plan_target.read_version(facts.version)
+    cuda = label.cuda if label else None
     if cuda is not None and cuda != target.torch_cuda:
         raise Misfit(
             f"{facts.filename} is NVIDIA apex for CUDA {cuda}; the venv's torch is "

@@ -462,30 +462,26 @@ class Combination:
     )
 
     @property
-    def id(self) -> str:
-        if self.stack:
-            return self.stack
-        suffix = (
-            ""
-            if self.ref == self.default_ref
-            else "-" + "".join(c if c.isalnum() or c in "._" else "_" for c in self.ref)
+    def target(self) -> target.Target:
+        """This combination as the one target codec sees it (apexkit.plan.target)."""
+        identity = (
+            {"backend": "cuda", "cuda_arch": self.cuda_arch} if self.backend == "cuda" else {}
         )
-        cuda = ""
-        if self.backend == "cuda":  # -cuda, and the arches when not [cuda] default_arch_list's
-            arches = [a for a in re.split(r"[;\s]+", self.cuda_arch or "") if a]
-            cuda = "-cuda" + "".join(f"-sm{a.replace('.', '').replace('+', '')}" for a in arches)
-            if self.cuda_arch == self.cuda_default_arch:
-                cuda = "-cuda"
-        return f"py{self.python}-torch{self.torch}-{self.arch}{cuda}{suffix}"
+        return target.Target.of(
+            self.python, self.torch, self.arch, self.ref, torch_npu=self.torch_npu,
+            backend=self.backend, identity=identity,
+        )  # fmt: skip
+
+    @property
+    def id(self) -> str:
+        """The matrix's name of this combination: a stack's name, else py3.11-torch2.13.0-x86_64[-cuda…][-REF]."""
+        return self.stack or self.target.cell_id(self.default_ref, self.cuda_default_arch)
 
     @property
     def target_id(self) -> str:
-        """The dist/<target-id>/ its build writes (apexkit.plan.target), e.g. py3.11-torch2.13.0-x86_64-master+npu2.7.1;
-        `--target` of every command takes this id, and the matrix's also takes the combination's own `id`."""
-        identity: dict = {"torch_npu": self.torch_npu} if self.torch_npu else {}
-        if self.backend == "cuda":
-            identity = {"backend": "cuda", "cuda_arch": self.cuda_arch}
-        return target.target_id(self.python, self.torch, self.arch, self.ref, identity)
+        """The dist/<target-id>/ its build writes, e.g. py3.11-torch2.13.0-x86_64-master+npu2.7.1; `--target` of
+        every command takes this id, and the matrix's also takes the combination's own `id`."""
+        return self.target.id
 
     def build_options(self) -> dict[str, str]:
         """The build options that make this combination, by their option names (apexkit.wheel.options)."""

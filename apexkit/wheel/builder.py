@@ -27,7 +27,7 @@ from packaging.version import InvalidVersion
 import apexkit
 from apexkit import cachetrust, cann, fsedit, locks, log, paths, untrusted, vocab
 from apexkit.errors import ApexkitError, BuildError, ConfigError, SmokeTestError
-from apexkit.plan import matrix, target
+from apexkit.plan import matrix
 from apexkit.proc import run_logged
 from apexkit.wheel import (
     buildplan,
@@ -877,11 +877,10 @@ class Builder:
         ) as s:
             expect = self.expectations(plan, venv, tree, results)
             env = identity_env(plan)
-            base = target.NVIDIA_BASE_VERSION if plan.backend == "cuda" else target.BASE_VERSION
             report = wheelcheck.check_wheel(
                 wheel,
                 expect,
-                version=base + env["APEXKIT_VERSION_LABEL"],
+                version=plan.target.version,
                 # NVIDIA apex declares its own requirements (packaging>20.6): ours must be among them
                 requires=None if plan.backend == "cuda" else env["APEXKIT_REQUIRES"].split(),
             )
@@ -1391,30 +1390,12 @@ def install_command(plan: buildplan.Plan, wheel: Path) -> str:
 
 
 def identity_env(plan: buildplan.Plan) -> dict[str, str]:
-    """What the pep440-version patch reads: the local label and the Requires-Dist pins of this build."""
-    try:
-        if plan.backend == "cuda":  # 0.1+cu130.torch2.14.1 (patches/cuda/0001-cuda-version.toml)
-            if not plan.torch_cuda:
-                raise ConfigError(
-                    f"torch {plan.torch} is a build without CUDA: a CUDA build of apex needs a CUDA torch",
-                    "pass --torch-index-url with a CUDA build of torch, or drop --backend cuda",
-                )
-            label = target.cuda_version(plan.torch, plan.torch_cuda)[
-                len(target.NVIDIA_BASE_VERSION) :
-            ]
-        else:
-            label = target.version_label(plan.torch, plan.torch_npu)
-        requires = target.runtime_requires(plan.torch, plan.torch_npu, plan.needs_npu_headers)
-    except InvalidVersion as exc:
-        raise ConfigError(
-            f"cannot name the wheel after torch {plan.torch!r} / torch_npu {plan.torch_npu!r}: {exc}",
-            "use a torch (and torch_npu) with a PEP 440 version",
-        ) from None
-    if plan.identity.get("sanitize"):
-        label += (
-            "." + sanitize.TARGET_PART
-        )  # 0.1+ascend.torch2.14.1.asan: never taken for a release wheel
-    return {"APEXKIT_VERSION_LABEL": label, "APEXKIT_REQUIRES": " ".join(requires)}
+    """What the version patches read: the local label and the Requires-Dist pins of this build (plan/target.py)."""
+    t = plan.target
+    return {
+        "APEXKIT_VERSION_LABEL": t.label,
+        "APEXKIT_REQUIRES": " ".join(t.requires(plan.needs_npu_headers)),
+    }
 
 
 def reproducible_env(epoch: int, tree: Path, venv: Path, env) -> dict[str, str]:

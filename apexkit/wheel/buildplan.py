@@ -51,6 +51,20 @@ class Plan:
         None  # the CUDA release of the torch build ([cuda.torch_cuda]), until it is installed
     )
 
+    @property
+    def target(self) -> target.Target:
+        """This build as the one target codec sees it (its label, version and pins: apexkit.plan.target)."""
+        return target.Target.of(
+            self.python,
+            self.torch,
+            self.arch,
+            self.apex_ref,
+            torch_npu=self.torch_npu,
+            backend=self.backend,
+            cuda=self.torch_cuda,
+            identity=self.identity,
+        )
+
 
 def identity(opts: BuildOptions, torch_npu: str | None, ref_flags: tuple[str, ...] | None) -> dict:
     """The inputs beyond python/torch/arch/ref that change what a wheel is, when they differ from the default: the
@@ -100,7 +114,15 @@ def expected_targets(
     found = {}
     for torch_npu in npus:
         inputs = identity(opts, torch_npu, spec.flags if spec is not None else None)
-        tid = target.target_id(opts.python, torch, arch, ref, inputs)
+        tid = target.Target.of(
+            opts.python,
+            torch,
+            arch,
+            ref,
+            torch_npu=torch_npu,
+            backend=opts.backend,
+            identity=inputs,
+        ).id
         found[tid] = {
             "python": opts.python,
             "torch": torch,
@@ -189,7 +211,9 @@ def make_plan(
         extensions=tuple(extensions),
         needs_npu_headers=needs_headers,
         ref_known=known,
-        target_id=target.target_id(opts.python, torch, interp.machine, ref, inputs),
+        target_id=target.Target.of(
+            opts.python, torch, interp.machine, ref, torch_npu=torch_npu, identity=inputs
+        ).id,
         stack=stack.name if stack else None,
         cann=stack.cann if stack else None,
         identity=inputs,
@@ -226,7 +250,9 @@ def _cuda_plan(opts: BuildOptions, m: matrix.Matrix, interp: interpreters.Interp
         extensions=(),  # the compiled modules the wheel holds, found in it (the smoke test imports each)
         needs_npu_headers=False,
         ref_known=True,
-        target_id=target.target_id(opts.python, torch, interp.machine, ref, inputs),
+        target_id=target.Target.of(
+            opts.python, torch, interp.machine, ref, backend="cuda", identity=inputs
+        ).id,
         identity=inputs,
         backend="cuda",
         cuda_arch=opts.cuda_arch or m.cuda_default_arch_list,

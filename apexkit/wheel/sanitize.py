@@ -17,7 +17,6 @@ from apexkit.errors import ConfigError
 
 KNOWN = ("address", "undefined")
 RUNTIMES = {"address": "libasan.so", "undefined": "libubsan.so"}
-TARGET_PART = "asan"  # target id +asan, wheel version ...+ascend.torchX.asan
 _FINDING = re.compile(r"ERROR: AddressSanitizer: (\S+)|runtime error: (.*)")
 _FRAME = re.compile(r"^\s*#\d+ 0x[0-9a-f]+ .*$")
 

@@ -114,13 +114,14 @@ def test_a_long_cuda_part_of_the_target_id_is_hashed():
     from apexkit.plan import target
 
     names = [f"contrib_{i}" for i in range(40)]
-    tid = target.target_id(
+    tid = target.Target.of(
         "3.11",
         "2.14.1",
         "x86_64",
         "master",
-        {"backend": "cuda", "cuda_arch": "9.0", "cuda_ext": names},
-    )
+        backend="cuda",
+        identity={"backend": "cuda", "cuda_arch": "9.0", "cuda_ext": names},
+    ).id
     assert len(tid) < 120 and tid.startswith("py3.11-torch2.14.1-x86_64-master+cuda.sm90+ext-")
 
 

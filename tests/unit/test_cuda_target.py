@@ -19,11 +19,18 @@ from apexkit.plan import target
     ],
 )
 def test_cuda_wheel_version_names_cuda_then_torch(torch, cuda, expect):
-    assert target.cuda_version(torch, cuda) == expect
+    t = target.Target.of("3.11", torch, "x86_64", backend="cuda", cuda=cuda)
+    assert t.version == expect and t.label == expect[len(target.NVIDIA_BASE_VERSION) :]
+    label = target.read_version(expect)  # the one reader reads back what the one writer wrote
+    assert label == target.Label(
+        "cuda",
+        str(Version(torch).public),
+        cuda=cuda[: cuda.rindex(".")] if cuda.count(".") > 1 else cuda,
+    )
 
 
 def test_the_torch_pin_accepts_torchs_cuda_build_and_no_other_release():
-    pin = Requirement(target.runtime_requires("2.14.1+cu130", None, False)[0])
+    pin = Requirement(target.Target.of("3.11", "2.14.1+cu130", "x86_64").requires(False)[0])
     assert str(pin) == "torch==2.14.1"
     assert Version("2.14.1+cu130") in pin.specifier
     assert Version("2.14.0") not in pin.specifier and Version("2.15.0") not in pin.specifier

@@ -363,34 +363,40 @@ def _wheel(where: str, name: str) -> list:
     from apexkit.plan import target
 
     m = WHEEL.match(name)
-    cuda = re.fullmatch(  # an NVIDIA apex CUDA wheel: target.cuda_version
+    cuda = re.fullmatch(  # an NVIDIA apex CUDA wheel: target.Target.version
         re.escape(target.NVIDIA_BASE_VERSION)
         + r"\+cu(?P<cu>\d{3,4})\.torch(?P<torch>\d+\.\d+\.\d+)",
         m.group("version") if m else "",
     )
     if cuda:
         cu = cuda["cu"]
-        if target.cuda_version(cuda["torch"], f"{cu[:-1]}.{cu[-1]}") != m.group("version"):
-            return [f"{where}: {name}: not target.cuda_version({cuda['torch']}, ...)"]
+        made = target.Target.of(
+            "3", cuda["torch"], "x86_64", backend="cuda", cuda=f"{cu[:-1]}.{cu[-1]}"
+        )
+        if made.version != m.group("version"):
+            return [
+                f"{where}: {name}: not what target.Target({cuda['torch']}, cuda …).version writes"
+            ]
         return []
     label = re.fullmatch(
         re.escape(target.BASE_VERSION)
         + r"\.torch(?:(?P<torch>\d+\.\d+\.\d+)|X\.Y\.Z|<T>)(?:\.npu(?P<npu>[0-9a-z.]+?|V|<N>))?"
-        + r"(?P<asan>\.asan)?",  # a --sanitize build (apexkit/wheel/sanitize.py TARGET_PART)
+        + r"(?P<asan>\.asan)?",  # a --sanitize build (apexkit/plan/target.py SANITIZED)
         m.group("version") if m else "",
     )
     if not m or not label:
         return [
             f"{where}: {name}: not an apexkit wheel name "
-            f"(apex-{target.BASE_VERSION}.torchX.Y.Z[.npuV]-cpXY-cpXY-PLAT.whl: plan/target.py version_label)"
+            f"(apex-{target.BASE_VERSION}.torchX.Y.Z[.npuV]-cpXY-cpXY-PLAT.whl: plan/target.py Target.label)"
         ]
     if (
         label["torch"]
-        and target.version_label(label["torch"], label["npu"]) + (label["asan"] or "")
+        and target.Target.of("3", label["torch"], "x86_64", torch_npu=label["npu"]).label
+        + (label["asan"] or "")
         != m.group("version")[len(target.BASE_VERSION) :]
     ):
         return [
-            f"{where}: {name}: its label is not version_label({label['torch']}, {label['npu']})"
+            f"{where}: {name}: its label is not Target.label of torch {label['torch']}, npu {label['npu']}"
         ]
     if m.group("abi") and m.group("abi") != m.group("python"):
         return [f"{where}: {name}: python tag {m.group('python')} with abi tag {m.group('abi')}"]

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from apexkit.install import fit, target
+from apexkit.plan import target as plan_target
 
 from .test_install_target import parsed
 
@@ -155,8 +156,12 @@ CUDA = "0.1+cu130.torch2.13.0"
 
 
 def test_nvidia_apex_on_cuda_fits_a_venv_whose_torch_is_that_cuda_only(tmp_path):
-    assert fit.cuda_of(CUDA) == "13.0" and fit.cuda_of("0.1+cu128.torch2.7.1") == "12.8"
-    assert fit.cuda_of("0.1+ascend.torch2.13.0") is None and fit.cuda_of("0.1+cuda.torch2") is None
+    def cuda_of(version: str) -> str | None:
+        label = plan_target.read_version(version)
+        return label.cuda if label else None
+
+    assert cuda_of(CUDA) == "13.0" and cuda_of("0.1+cu128.torch2.7.1") == "12.8"
+    assert cuda_of("0.1+ascend.torch2.13.0") is None and cuda_of("0.1+cuda.torch2") is None
     facts = fit.read_wheel(make_wheel(tmp_path, version=CUDA))
     fit.check_wheel(facts, dataclasses.replace(parsed(), torch_cuda="13.0"))
     for venv, why in [

@@ -67,8 +67,8 @@ def test_metadata_of_the_real_wheels_gives_torch_and_its_local_label():
     )
     assert meta["2.1.0.post17/x86_64"].torch == "torch (==2.1.0+cpu)"
     assert meta["2.1.0.post17/x86_64"].torch_version == "2.1.0"
-    assert client.local_label(meta["2.1.0.post17/x86_64"].torch) == "cpu"
-    assert client.local_label(meta["2.1.0.post17/aarch64"].torch) is None
+    assert refresh.local_label(meta["2.1.0.post17/x86_64"].torch) == "cpu"
+    assert refresh.local_label(meta["2.1.0.post17/aarch64"].torch) is None
 
 
 def test_plan_keeps_unknown_rows_and_picks_the_newest_post_release():

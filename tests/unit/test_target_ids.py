@@ -14,7 +14,7 @@ from apexkit.plan import matrix, target
 
 def test_every_combination_names_a_target_id_the_parser_reads_back():
     for combo in matrix.load().combinations():
-        facts = target.target_facts(combo.target_id)
+        facts = target.Target.from_id(combo.target_id).facts()
         assert (facts["python"], facts["torch"], facts["arch"], facts["torch_npu"]) == (
             combo.python,
             combo.torch,

@@ -46,10 +46,12 @@ def test_what_setup_py_asks_for_is_read_from_it():
     ],
 )
 def test_version_label_and_pins_are_pep440(torch, npu, label, requires):
-    assert target.version_label(torch, npu) == label
-    version = Version(target.BASE_VERSION + label)
+    t = target.Target.of("3.11", torch, "x86_64", torch_npu=npu)
+    assert t.label == label and t.version == target.BASE_VERSION + label
+    version = Version(t.version)
     assert str(version) == target.BASE_VERSION + label and version.public == "0.1"
-    assert target.runtime_requires(torch, npu, links_torch_npu=False) == requires
+    assert target.read_version(version) == target.Label("ascend", Version(torch).public, npu)
+    assert t.requires(links_torch_npu=False) == requires
     pins = [Requirement(r) for r in requires]
     assert pins[0].specifier.contains(
         torch.split("+")[0] + "+cpu"
@@ -57,10 +59,7 @@ def test_version_label_and_pins_are_pep440(torch, npu, label, requires):
     assert not pins[0].specifier.contains("2.13.1") and not pins[0].specifier.contains("2.6.0")
     if npu:
         assert pins[1].specifier.contains(npu) and not pins[1].specifier.contains("2.8.0")
-        assert (
-            target.runtime_requires(torch, npu, links_torch_npu=True)[1]
-            == f"torch_npu=={Version(npu).public}"
-        )
+        assert t.requires(links_torch_npu=True)[1] == f"torch_npu=={Version(npu).public}"
 
 
 def test_cpu_tier_junit_records_each_status(tmp_path):
