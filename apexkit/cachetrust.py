@@ -35,12 +35,9 @@ _guard = threading.Lock()
 def problem(path: Path) -> str | None:
     """Why the directory `path` may hold someone else's files (None: it is trusted, or does not exist yet). Checks
     `path` itself and every entry directly under it (the wheels/, venvs/, git/, uv/, containers/ ... folders)."""
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        return f"unreadable ({exc.strerror})"
+    st, why = _lstat(path)
+    if st is None:
+        return why
     if stat.S_ISLNK(st.st_mode):
         try:
             st = os.stat(
@@ -73,15 +70,20 @@ def problem(path: Path) -> str | None:
 def entry_problem(path: Path) -> str | None:
     """Why one file or directory in the cache is not ours alone (None: it is, or does not exist): a link, owned
     by another user, or writable by others."""
+    st, why = _lstat(path)
+    if st is None:
+        return why
+    return "a link" if stat.S_ISLNK(st.st_mode) else untrusted.others_can_write(st)
+
+
+def _lstat(path: Path) -> tuple[os.stat_result | None, str | None]:
+    """(the lstat of `path`, None); (None, None) when it does not exist; (None, why) when it cannot be read."""
     try:
-        st = os.lstat(path)
+        return os.lstat(path), None
     except FileNotFoundError:
-        return None
+        return None, None
     except OSError as exc:
-        return f"unreadable ({exc.strerror})"
-    if stat.S_ISLNK(st.st_mode):
-        return "a link"
-    return untrusted.others_can_write(st)
+        return None, f"unreadable ({exc.strerror})"
 
 
 def venv_problem(venv: Path) -> str | None:
@@ -92,32 +94,26 @@ def venv_problem(venv: Path) -> str | None:
         if reason:
             return f"{path} is {reason}"
     python = venv / "bin" / "python"
-    try:
-        st = os.lstat(python)
-    except OSError as exc:
-        return f"{python} is missing ({exc.strerror})"
-    seen = 0
     inside = True
-    while stat.S_ISLNK(
-        st.st_mode
+    for hops in range(
+        9
     ):  # venvs link bin/python to the base interpreter: follow, checking each hop
-        seen += 1
-        if seen > 8:
-            return f"{python} is a chain of links"
+        try:
+            st = os.lstat(python)
+        except OSError as exc:
+            return f"{python} is missing ({exc.strerror})"
+        if not stat.S_ISLNK(st.st_mode):
+            reason = _writable(st, inside)
+            return f"{python} is {reason}" if reason else None
+        if hops == 8:
+            break
         target = Path(os.path.normpath(os.path.join(os.path.dirname(python), os.readlink(python))))
         inside = inside and _within(target, venv)
         parent = _stat(target.parent)
         if parent is None or _writable(parent, inside):
             return f"{python} links into {target.parent}, which others can write"
         python = target
-        try:
-            st = os.lstat(python)
-        except OSError as exc:
-            return f"{python} is missing ({exc.strerror})"
-    reason = _writable(st, inside)
-    if reason:
-        return f"{python} is {reason}"
-    return None
+    return f"{python} is a chain of links"
 
 
 def _within(path: Path, top: Path) -> bool:

@@ -10,6 +10,7 @@ one pass, so what was checked is what was copied.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import json
@@ -17,6 +18,7 @@ import os
 import re
 import stat
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
@@ -40,6 +42,16 @@ def open_dir(name: str | Path, dir_fd: int | None = None) -> int:
         return os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | _CLOEXEC, dir_fd=dir_fd)
     except OSError as exc:
         raise Untrusted(f"{shown(str(name))} is not a directory (a symlink or other file)") from exc
+
+
+@contextlib.contextmanager
+def opened_dir(name: str | Path, dir_fd: int | None = None) -> Iterator[int]:
+    """`open_dir` for the length of a `with` block: the descriptor is closed after it."""
+    fd = open_dir(name, dir_fd)
+    try:
+        yield fd
+    finally:
+        os.close(fd)
 
 
 class Refused(Untrusted):

@@ -165,14 +165,13 @@ def require_emulation(arch: str, binfmt_dir: Path = BINFMT_DIR) -> Emulation:
 def tool_requirements(requirements: Path = paths.RUNTIME_PINS) -> str:
     """The direct pins (requirements/runtime.in) the builder's tool venv needs. Not the hashed lock: the image's pip
     resolves their dependencies from whatever index the image is given (a mirror may hold other releases of them)."""
-    lines = []
-    for line in requirements.read_text().splitlines():
-        name = re.split(r"[=<>!~;\[ ]", line.strip(), maxsplit=1)[0].lower()
-        if name in TOOL_REQUIREMENTS:
-            lines.append(line.strip())
-    missing = set(TOOL_REQUIREMENTS) - {
-        re.split(r"[=<>!~;\[ ]", x, maxsplit=1)[0].lower() for x in lines
-    }
+
+    def name(line: str) -> str:
+        return re.split(r"[=<>!~;\[ ]", line, maxsplit=1)[0].lower()
+
+    lines = [x.strip() for x in requirements.read_text().splitlines()]
+    lines = [x for x in lines if name(x) in TOOL_REQUIREMENTS]
+    missing = set(TOOL_REQUIREMENTS) - {name(x) for x in lines}
     if missing:
         raise ConfigError(
             f"{requirements.name} lacks {', '.join(sorted(missing))}",

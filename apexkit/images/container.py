@@ -237,7 +237,8 @@ def _passed_environment(
     plain: dict[str, str] = {}
     secret: dict[str, str] = {}
     for name, value in pairs:
-        (secret if _holds_login(value) else plain)[name] = value
+        # a value that may carry a login (user:password@ or token@ in a URL)
+        (secret if "@" in value else plain)[name] = value
     return plain, secret
 
 
@@ -248,11 +249,6 @@ def _container_user(labels: Mapping[str, str], euid: int) -> tuple[int, int, lis
     uid = int(labels.get(f"{builder.LABEL}.uid", builder.BUILD_ID))
     gid = int(labels.get(f"{builder.LABEL}.gid", builder.BUILD_ID))
     return uid, gid, [f"as the image's build user (uid {uid}), not root"]
-
-
-def _holds_login(value: str) -> bool:
-    """Whether an index or proxy variable's value may carry a login (user:password@ or token@ in a URL)."""
-    return "@" in value
 
 
 def preflight(spec: ContainerSpec) -> None:
@@ -276,7 +272,7 @@ def preflight(spec: ContainerSpec) -> None:
                 os.chown(m.host, spec.uid, int(spec.user.split(":")[1]))
 
 
-def inspect_image(c, image: str) -> tuple[dict, str]:
+def inspect_image(c, image: str) -> tuple[dict, str, object]:
     found = dockerclient.get_image(c, image)
     if found is None:
         raise ImageError(
@@ -292,15 +288,14 @@ def inspect_image(c, image: str) -> tuple[dict, str]:
                 f"--arch {dockerclient.image_arch(found) or dockerclient.host_arch()} --base {image}",
             ),
         )
-    return labels, dockerclient.image_arch(found)
+    return labels, dockerclient.image_arch(found), found
 
 
 def run(opts: BuildOptions) -> Path | None:
     """The whole container build. Returns the host's dist/<target>/ (None for --dry-run)."""
     assert opts.image is not None
     c = dockerclient.client()
-    labels, arch = inspect_image(c, opts.image)
-    found = dockerclient.get_image(c, opts.image)
+    labels, arch, found = inspect_image(c, opts.image)
     image_ref = {
         "id": getattr(found, "id", None),
         "repo_digests": (getattr(found, "attrs", None) or {}).get("RepoDigests") or [],
@@ -471,10 +466,6 @@ def _failure(code: int, spec: ContainerSpec) -> ImageError:
 TARGET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,199}")
 
 
-_Untrusted = untrusted.Untrusted
-_shown = untrusted.shown
-
-
 def produced_targets(workspace: Path) -> list[Path]:
     """The dist/<target>/ directories the container left in the workspace: real directories (no symlinks) with a
     regular manifest.json, named like a target. Anything else is not listed (and so never copied)."""
@@ -535,8 +526,8 @@ def _publish(
     where = spec.workspace / "dist"
     try:
         if produced.parent != where or not TARGET_NAME.fullmatch(produced.name):
-            raise _Untrusted(
-                f"{_shown(produced.name)} is not a target directory directly in {where}"
+            raise untrusted.Untrusted(
+                f"{untrusted.shown(produced.name)} is not a target directory directly in {where}"
             )
         dist_fd = untrusted.open_dir(where)
         try:
@@ -555,23 +546,21 @@ def _publish(
         finally:
             os.close(target_fd)
         try:
-            final = _install(
-                src,
-                name,
-                manifest,
-                dist_dir,
-                produced.name,
-                spec,
-                labels,
-                seconds,
-                force,
-                image_ref,
-            )
+            # never over a target built from other inputs (distdir.check_overwrite) unless `force`
+            with distdir.lock(dist_dir, produced.name):
+                distdir.check_overwrite(
+                    dist_dir, produced.name, manifest["target"]["identity"], force
+                )
+                final = _swap_in(
+                    src, name, manifest, dist_dir, produced.name, spec, labels, seconds, image_ref
+                )
         finally:
             os.close(src)
-    except _Untrusted as exc:
+    except untrusted.Untrusted as exc:
         left = where / (
-            produced.name if TARGET_NAME.fullmatch(produced.name) else _shown(produced.name)
+            produced.name
+            if TARGET_NAME.fullmatch(produced.name)
+            else untrusted.shown(produced.name)
         )
         raise ImageError(
             f"refusing what the container left in {left}: {exc}",
@@ -599,26 +588,6 @@ def _publish(
     return final
 
 
-def _install(
-    src: int,
-    name: str,
-    manifest: dict,
-    dist_dir: Path,
-    target: str,
-    spec: ContainerSpec,
-    labels: Mapping[str, str],
-    seconds: float,
-    force: bool = False,
-    image_ref: Mapping | None = None,
-) -> Path:
-    """dist/<target>/ from the open wheel `src`: appears complete (verified) or not at all, and never over a target
-    built from other inputs (distdir.check_overwrite) unless `force`."""
-    identity = manifest["target"]["identity"]  # the host's (distdir.check_planned)
-    with distdir.lock(dist_dir, target):
-        distdir.check_overwrite(dist_dir, target, identity, force)
-        return _swap_in(src, name, manifest, dist_dir, target, spec, labels, seconds, image_ref)
-
-
 def _swap_in(
     src: int,
     name: str,
@@ -630,13 +599,14 @@ def _swap_in(
     seconds: float,
     image_ref: Mapping | None = None,
 ) -> Path:
+    """dist/<target>/ from the open wheel `src`: appears complete (verified) or not at all."""
     tmp = Path(tempfile.mkdtemp(prefix=f".{target}.tmp-", dir=dist_dir))
     try:
         sha, size = untrusted.copy_fd(src, tmp / name)
         claimed = manifest["wheel"]["sha256"]
         if sha != claimed:
-            raise _Untrusted(
-                f"{_shown(name)} has sha256 {sha[:16]}…, its manifest says {_shown(claimed[:16])}"
+            raise untrusted.Untrusted(
+                f"{untrusted.shown(name)} has sha256 {sha[:16]}…, its manifest says {untrusted.shown(claimed[:16])}"
             )
         untrusted.check_zip(tmp / name)
         manifest["wheel"] = {"file": name, "sha256": sha, "size": size}
@@ -658,7 +628,7 @@ def _swap_in(
             ).items():  # sets manifest["attestations"]
                 (tmp / file_name).write_bytes(data)
         except sbom.SbomError as exc:
-            raise _Untrusted(str(exc)) from None
+            raise untrusted.Untrusted(str(exc)) from None
         (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
         os.chmod(tmp, 0o755)  # mkdtemp makes it 0700
         fsedit.swap_directory(tmp, dist_dir / target)

@@ -184,21 +184,7 @@ class Client:
     def open(self, url: str, headers: Mapping[str, str] | None = None, what: str = ""):
         """The response (caller reads and closes it), or an HTTPError for 4xx; retries timeouts, resets and 5xx.
         Unreachable after the retries -> SourceError."""
-        try:
-            url = public_url(url)
-            request = urllib.request.Request(
-                url, headers={"User-Agent": "apexkit-refresh", **(headers or {})}
-            )
-        except ValueError as exc:
-            raise ConfigError(f"cannot ask {log.mask(url)}: {exc}", INDEX_HINT) from None
-        if request.type not in SCHEMES:
-            raise ConfigError(
-                f"cannot ask {log.mask(url)}: a {request.type}: URL (apexkit asks an index over http(s) only)",
-                INDEX_HINT,
-            )
-        auth = self._authorization(url)
-        if auth:  # unredirected: a redirect to another host (a CDN) does not get the mirror's login
-            request.add_unredirected_header("Authorization", auth)
+        url, request = self._request(url, headers)
         delay = self.retry.backoff
         for attempt in range(1, self.retry.attempts + 1):
             try:
@@ -218,21 +204,7 @@ class Client:
                 if tunnel:
                     self._proxy_refused(url, int(tunnel[1]))
                 if attempt == self.retry.attempts or "certificate" in reason:
-                    target = public_url(what) if what else urllib.parse.urlsplit(url).netloc
-                    hint = (
-                        "pass your proxy's CA bundle (pip config set global.cert FILE, or PIP_CERT)"
-                        if "certificate" in reason
-                        else unreachable_hint()
-                    )
-                    if self.via(url) and reason == "connection refused":
-                        raise SourceError(
-                            f"cannot reach the proxy{self.via(url)[10:]} for {target}: connection "
-                            f"refused",
-                            f"is the proxy running? check it with {vocab.command('proxy.check')}",
-                        ) from None
-                    raise SourceError(
-                        f"cannot reach {target}{self.via(url)}: {reason}", hint
-                    ) from None
+                    raise self._unreachable(url, what, reason) from None
             except (
                 ValueError
             ) as exc:  # a URL, proxy or timeout urllib/socket refuse: no retry helps
@@ -243,6 +215,42 @@ class Client:
             time.sleep(delay)
             delay *= 2
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _request(
+        self, url: str, headers: Mapping[str, str] | None
+    ) -> tuple[str, urllib.request.Request]:
+        """`url` without its login, and the request for it (the login as an Authorization header); http(s) only."""
+        try:
+            url = public_url(url)
+            request = urllib.request.Request(
+                url, headers={"User-Agent": "apexkit-refresh", **(headers or {})}
+            )
+        except ValueError as exc:
+            raise ConfigError(f"cannot ask {log.mask(url)}: {exc}", INDEX_HINT) from None
+        if request.type not in SCHEMES:
+            raise ConfigError(
+                f"cannot ask {log.mask(url)}: a {request.type}: URL (apexkit asks an index over http(s) only)",
+                INDEX_HINT,
+            )
+        auth = self._authorization(url)
+        if auth:  # unredirected: a redirect to another host (a CDN) does not get the mirror's login
+            request.add_unredirected_header("Authorization", auth)
+        return url, request
+
+    def _unreachable(self, url: str, what: str, reason: str) -> SourceError:
+        """The error for an index (or its proxy) that did not answer `url` after the retries."""
+        target = public_url(what) if what else urllib.parse.urlsplit(url).netloc
+        if self.via(url) and reason == "connection refused":
+            return SourceError(
+                f"cannot reach the proxy{self.via(url)[10:]} for {target}: connection refused",
+                f"is the proxy running? check it with {vocab.command('proxy.check')}",
+            )
+        hint = (
+            "pass your proxy's CA bundle (pip config set global.cert FILE, or PIP_CERT)"
+            if "certificate" in reason
+            else unreachable_hint()
+        )
+        return SourceError(f"cannot reach {target}{self.via(url)}: {reason}", hint)
 
     def _authorization(self, url: str) -> str | None:
         """The Basic auth header for `url`: that of the index with the same scheme, host and port, if any."""

@@ -815,15 +815,13 @@ def make_plan(
     ca_bytes = build_ca_bundle(ca_cert) if ca_cert else None
     if ca_bytes is not None:
         settings = dataclasses.replace(settings, ca_bundle=paths.ca_bundle)
-    changes: list[fsedit.Change] = []
-    if "shell" in layers:
-        changes += plan_shell(settings, paths)
-    if "daemon" in layers:
-        changes += plan_daemon(settings, paths, mode)
-    if "container" in layers:
-        changes += plan_container(settings, paths)
-    if "pip" in layers:
-        changes += plan_pip(settings, paths)
+    planners = {
+        "shell": lambda: plan_shell(settings, paths),
+        "daemon": lambda: plan_daemon(settings, paths, mode),
+        "container": lambda: plan_container(settings, paths),
+        "pip": lambda: plan_pip(settings, paths),
+    }
+    changes = [change for layer in LAYERS if layer in layers for change in planners[layer]()]
     wanted = {c.display for c in changes}
     if ca_bytes is None and any(
         entry.settings.ca_bundle == paths.ca_bundle
@@ -875,17 +873,20 @@ def _peek(paths: Paths, display: str) -> bytes | None:
         return None
 
 
+def _peek_json(paths: Paths, display: str) -> dict:
+    """A layer's JSON file for reading back (`_peek`); a corrupt one counts as empty."""
+    try:
+        return fsedit.load_json_object(paths.real(display), display, _peek(paths, display))
+    except fsedit.CorruptFileError:
+        return {}
+
+
 def read_state(paths: Paths) -> dict[str, LayerState]:
     text = fsedit.decode(_peek(paths, paths.shell_profile))
     states = {"shell": LayerState("shell", [paths.shell_profile], _shell_values(text))}
     daemon_values = daemon_environment(paths)
     daemon_files = [d for d in paths.dropins.values() if paths.real(d).exists()]
-    try:
-        daemon_json = fsedit.load_json_object(
-            paths.real(paths.daemon_json), paths.daemon_json, _peek(paths, paths.daemon_json)
-        )
-    except fsedit.CorruptFileError:
-        daemon_json = {}
+    daemon_json = _peek_json(paths, paths.daemon_json)
     proxies = found if isinstance(found := daemon_json.get("proxies"), dict) else {}
     for key, name in (
         ("http-proxy", "HTTP_PROXY"),
@@ -902,13 +903,7 @@ def read_state(paths: Paths) -> dict[str, LayerState]:
     if proxies or daemon_json.get("registry-mirrors"):
         daemon_files.append(paths.daemon_json)
     states["daemon"] = LayerState("daemon", daemon_files, daemon_values)
-    try:
-        config = fsedit.load_json_object(
-            paths.real(paths.docker_config), paths.docker_config, _peek(paths, paths.docker_config)
-        )
-    except fsedit.CorruptFileError:
-        config = {}
-    default = _get_path(config, ("proxies", "default"))
+    default = _get_path(_peek_json(paths, paths.docker_config), ("proxies", "default"))
     states["container"] = LayerState(
         "container", [paths.docker_config], dict(default) if isinstance(default, dict) else {}
     )

@@ -91,20 +91,14 @@ class WheelCache:
         shutil.rmtree(dest, ignore_errors=True)
         dest.mkdir(parents=True)
         try:
-            shard = untrusted.open_dir(entry.parent)
-            try:
+            with untrusted.opened_dir(entry.parent) as shard:
                 _ours(os.fstat(shard), entry.parent.name)
-            finally:
-                os.close(shard)
-            fd = untrusted.open_dir(entry)
-            try:
+            with untrusted.opened_dir(entry) as fd:
                 _ours(os.fstat(fd), "the entry")
                 manifest, name = distdir.read_manifest(fd)
                 wheel = manifest["wheel"]
                 documents = _cached_documents(manifest, fd)
                 src = untrusted.open_regular(name, fd)
-            finally:
-                os.close(fd)
             try:
                 _ours(os.fstat(src), untrusted.shown(name))
                 sha, size = untrusted.copy_fd(src, dest / name)
@@ -147,7 +141,7 @@ class WheelCache:
     def store(self, key: str, wheel: Path, manifest: dict) -> None:
         entry = self.entry(key)
         try:
-            tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=_mkdir(entry.parent)))
+            tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=cachetrust.make_dir(entry.parent)))
             shutil.copy2(wheel, tmp / wheel.name)
             (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
             for name in (
@@ -233,7 +227,3 @@ def _ours(st: os.stat_result, what: str) -> None:
     reason = untrusted.others_can_write(st)
     if reason:
         raise untrusted.Untrusted(f"{what} is {reason}")
-
-
-def _mkdir(path: Path) -> Path:
-    return cachetrust.make_dir(path)

@@ -24,14 +24,13 @@ name only (no import of images or venvrun, which the layout test forbids).
 from __future__ import annotations
 
 import contextlib
-import errno
 import fcntl
 import json
 import os
 import shutil
 import stat
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -48,11 +47,14 @@ class Entry:
     kind: str
     name: str  # relative to the cache root
     path: Path
-    size: int = 0
-    last_used: float = 0.0
-    what: str = ""
+    inodes: dict = field(repr=False)  # (dev, ino) -> bytes
+    last_used: float
+    what: str
     link: bool = False
-    inodes: dict = field(default_factory=dict, repr=False)  # (dev, ino) -> bytes
+
+    @property
+    def size(self) -> int:
+        return sum(self.inodes.values())
 
     def row(self) -> dict:
         return {
@@ -72,10 +74,15 @@ def _lstat(path: Path) -> os.stat_result | None:
         return None
 
 
+def _is(path: Path, kind: Callable[[int], bool]) -> bool:
+    """Whether `path` itself (a link not followed) exists and is of `kind` (stat.S_ISDIR, S_ISREG, S_ISLNK)."""
+    st = _lstat(path)
+    return st is not None and kind(st.st_mode)
+
+
 def _children(folder: Path) -> list[Path]:
     """The entries of `folder` (not through a link to it), without lock, pid, log and half-made (.tmp) names."""
-    st = _lstat(folder)
-    if st is None or not stat.S_ISDIR(st.st_mode):
+    if not _is(folder, stat.S_ISDIR):
         return []
     try:
         names = sorted(os.listdir(folder))
@@ -112,15 +119,16 @@ def _walk(path: Path) -> dict:
     return found
 
 
+def _read(folder: Path, name: str) -> bytes:
+    """A small file in `folder`, read as untrusted input (no link followed, size bounded)."""
+    with untrusted.opened_dir(folder) as fd:
+        return untrusted.read_regular(name, fd, MARKER_MAX)
+
+
 def _read_json(folder: Path, name: str) -> dict:
-    """A small JSON file in `folder`, read as untrusted input (no link followed, size bounded): {} when not usable."""
+    """A small JSON file in `folder` (`_read`): {} when not usable."""
     try:
-        fd = untrusted.open_dir(folder)
-        try:
-            data = untrusted.read_regular(name, fd, MARKER_MAX)
-        finally:
-            os.close(fd)
-        value = json.loads(data.decode())
+        value = json.loads(_read(folder, name).decode())
     except (untrusted.Untrusted, OSError, ValueError):
         return {}
     return value if isinstance(value, dict) else {}
@@ -144,11 +152,7 @@ def _venv_for(path: Path) -> str:
 
 def _git_for(path: Path) -> str:
     try:
-        fd = untrusted.open_dir(path)
-        try:
-            config = untrusted.read_regular("config", fd, MARKER_MAX).decode(errors="replace")
-        finally:
-            os.close(fd)
+        config = _read(path, "config").decode(errors="replace")
     except (untrusted.Untrusted, OSError):
         return "git mirror"
     for line in config.splitlines():
@@ -164,31 +168,14 @@ def _wheel_for(path: Path) -> str:
     return f"cached wheel {name}" if name else "cached wheel (no manifest)"
 
 
-# kind -> (folder or pattern, what it is for, files whose mtime a use rewrites)
-def _entries(cache: Path, kinds: tuple[str, ...]) -> Iterator[tuple[str, Path]]:
-    if "venvs" in kinds:
-        for sub in ("venvs", "run-venvs"):
-            for p in _children(cache / sub):
-                yield "venvs", p
-    if "git" in kinds:
-        for p in _children(cache / "git"):
-            yield "git", p
-    if "wheels" in kinds:
-        for shard in _children(cache / "wheels"):
-            st = _lstat(shard)
-            if st is not None and stat.S_ISDIR(st.st_mode):
-                for p in _children(shard):
-                    yield "wheels", p
-            else:
-                yield "wheels", shard
-    if "uv" in kinds and os.path.lexists(cache / "uv"):
-        yield "uv", cache / "uv"
-    if "containers" in kinds:
-        for sub in ("containers", "base-images"):
-            for p in _children(cache / sub):
-                yield "containers", p
-
-
+# kind -> the folders whose children are its entries (uv's cache is one entry; a wheel entry sits in a shard)
+_FOLDERS = {
+    "venvs": ("venvs", "run-venvs"),
+    "git": ("git",),
+    "wheels": ("wheels",),
+    "containers": ("containers", "base-images"),
+}
+# kind -> the files whose mtime a use rewrites
 _USE_FILES = {
     "venvs": ("apexkit-ready.json", ".apexkit-complete"),
     "git": ("FETCH_HEAD", "HEAD", "packed-refs"),
@@ -196,6 +183,40 @@ _USE_FILES = {
     "uv": (".lock",),
     "containers": (),
 }
+# kind -> what an entry (a directory) is for
+_WHAT: dict[str, Callable[[Path], str]] = {
+    "venvs": _venv_for,
+    "git": _git_for,
+    "wheels": _wheel_for,
+    "uv": lambda p: "uv's cache (downloads, built wheels, Pythons)",
+    "containers": lambda p: (
+        "container build cache" if p.parent.name == "containers" else "debootstrapped base image"
+    ),
+}
+
+
+def _entries(cache: Path, kinds: tuple[str, ...]) -> Iterator[tuple[str, Path]]:
+    for kind in (k for k in KINDS if k in kinds):
+        if kind == "uv" and os.path.lexists(cache / "uv"):
+            yield kind, cache / "uv"
+        for p in (p for sub in _FOLDERS.get(kind, ()) for p in _children(cache / sub)):
+            if kind == "wheels" and _is(p, stat.S_ISDIR):  # a shard
+                yield from ((kind, q) for q in _children(p))
+            else:
+                yield kind, p
+
+
+def _last_used(path: Path, kind: str, mtime: float) -> float:
+    """The newest mtime of the entry, of the files a use rewrites (not links) and of its lock file."""
+    uses = (_lstat(path / name) for name in _USE_FILES[kind])
+    times = [
+        mtime,
+        *(st.st_mtime for st in uses if st is not None and not stat.S_ISLNK(st.st_mode)),
+    ]
+    lock = _lstat(locks.lock_file(path))
+    if lock is not None and stat.S_ISREG(lock.st_mode):
+        times.append(lock.st_mtime)
+    return max(times)
 
 
 def scan(cache: Path, kinds: tuple[str, ...] = KINDS) -> list[Entry]:
@@ -206,38 +227,13 @@ def scan(cache: Path, kinds: tuple[str, ...] = KINDS) -> list[Entry]:
         if st is None:
             continue
         # a name is shown on one line whatever it holds (a newline, an escape sequence)
-        entry = Entry(kind, log.sanitise(str(path.relative_to(cache))), path)
-        if stat.S_ISLNK(st.st_mode):
-            entry.link, entry.what = True, "a link (not followed; prune unlinks it)"
-            entry.inodes = {(st.st_dev, st.st_ino): st.st_blocks * 512}
-            entry.last_used = st.st_mtime
+        name = log.sanitise(str(path.relative_to(cache)))
+        if stat.S_ISLNK(st.st_mode):  # _walk counts the link itself
+            what, last_used = "a link (not followed; prune unlinks it)", st.st_mtime
         else:
-            entry.inodes = _walk(path)
-            times = [st.st_mtime]
-            for name in _USE_FILES[kind]:
-                fst = _lstat(path / name)
-                if fst is not None and not stat.S_ISLNK(fst.st_mode):
-                    times.append(fst.st_mtime)
-            lst = _lstat(locks.lock_file(path))
-            if lst is not None and stat.S_ISREG(lst.st_mode):
-                times.append(lst.st_mtime)
-            entry.last_used = max(times)
-            if stat.S_ISDIR(st.st_mode):
-                entry.what = {
-                    "venvs": _venv_for,
-                    "git": _git_for,
-                    "wheels": _wheel_for,
-                    "uv": lambda p: "uv's cache (downloads, built wheels, Pythons)",
-                    "containers": lambda p: (
-                        "container build cache"
-                        if p.parent.name == "containers"
-                        else "debootstrapped base image"
-                    ),
-                }[kind](path)
-            else:
-                entry.what = "a file"
-        entry.size = sum(entry.inodes.values())
-        out.append(entry)
+            what = _WHAT[kind](path) if stat.S_ISDIR(st.st_mode) else "a file"
+            last_used = _last_used(path, kind, st.st_mtime)
+        out.append(Entry(kind, name, path, _walk(path), last_used, what, stat.S_ISLNK(st.st_mode)))
     return out
 
 
@@ -276,13 +272,9 @@ def _kinds(what: str | None) -> tuple[str, ...]:
     return chosen
 
 
-def _cache(env: Mapping[str, str] | None = None) -> Path:
-    return paths.cache_dir(env)
-
-
 def list_command(as_json: bool = False, what: str | None = None) -> int:
     """apexkit cache.list: one row per entry, then the totals per kind."""
-    cache = _cache()
+    cache = paths.cache_dir()
     kinds = _kinds(what)
     reason = cachetrust.problem(cache)
     if reason:
@@ -350,12 +342,10 @@ def _uv_lock(path: Path) -> Iterator[None]:
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
-                raise locks.Busy(
-                    f"uv's cache {path} is in use by a running uv", "wait for it"
-                ) from None
-            raise
+        except BlockingIOError:  # EWOULDBLOCK/EAGAIN: another process holds it
+            raise locks.Busy(
+                f"uv's cache {path} is in use by a running uv", "wait for it"
+            ) from None
         yield
     finally:
         os.close(fd)
@@ -369,9 +359,27 @@ def _remove(e: Entry) -> None:
             e.path
         )  # fd-based: never follows a link inside (or one swapped in for the entry)
     log_file = e.path.with_name(e.path.name + ".log")
-    lst = _lstat(log_file)
-    if e.path.parent.name == "run-venvs" and lst is not None and stat.S_ISREG(lst.st_mode):
+    if e.path.parent.name == "run-venvs" and _is(log_file, stat.S_ISREG):
         os.unlink(log_file)
+
+
+def _removed(e: Entry) -> bool:
+    """Remove `e` under the lock its builder takes (not waiting); False, after one warning line, when it cannot."""
+    try:
+        hold = (
+            _uv_lock(e.path)
+            if e.kind == "uv" and not e.link
+            else locks.hold(e.path, f"cache entry {e.name}", wait=False)
+        )
+        with hold:
+            _remove(e)
+    except locks.Busy as exc:
+        log.warn(f"{e.name}: in use, skipped ({exc.cause})")
+        return False
+    except (OSError, locks.LockError) as exc:
+        log.warn(f"{e.name}: not removed ({getattr(exc, 'strerror', None) or exc})")
+        return False
+    return True
 
 
 def _number(value, flag: str, kind=float):
@@ -409,7 +417,7 @@ def prune_command(
             f"{vocab.command('cache.prune', '--older-than 30 --dry-run')} (or --keep-last 2) shows what would "
             "go",
         )
-    cache = _cache()
+    cache = paths.cache_dir()
     reason = cachetrust.problem(cache)
     if reason:
         raise ConfigError(
@@ -418,28 +426,10 @@ def prune_command(
         )
     now = time.time()
     chosen = selected(scan(cache, kinds), days, keep, now)
-    removed, skipped, freed = [], [], 0
+    removed: list[Entry] = []
+    skipped: list[Entry] = []
     for e in chosen:
-        if dry_run:
-            removed.append(e)
-            continue
-        try:
-            hold = (
-                _uv_lock(e.path)
-                if e.kind == "uv" and not e.link
-                else locks.hold(e.path, f"cache entry {e.name}", wait=False)
-            )
-            with hold:
-                _remove(e)
-        except locks.Busy as exc:
-            log.warn(f"{e.name}: in use, skipped ({exc.cause})")
-            skipped.append(e)
-            continue
-        except (OSError, locks.LockError) as exc:
-            log.warn(f"{e.name}: not removed ({getattr(exc, 'strerror', None) or exc})")
-            skipped.append(e)
-            continue
-        removed.append(e)
+        (removed if dry_run or _removed(e) else skipped).append(e)
     freed = totals(removed).get("all", 0)
     if as_json:
         print(

@@ -344,9 +344,6 @@ class AscendSource:
                 return match.group(1)
         return None
 
-    def detect_flags(self) -> tuple[str, ...]:
-        return flags_of(self.root)
-
 
 NPU_PATCH_MAX = 64 << 20  # far above any Ascend apex npu.patch (a few hundred KiB)
 

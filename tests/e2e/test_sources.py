@@ -71,7 +71,7 @@ def test_generated_tree_reproduces_build_sh_without_running_it(repos, tmp_path, 
     sha = ascend_mirror.resolve("master", offline=False)
     ascend = sources.checkout_ascend(ascend_mirror, sha, tmp_path / "ascend")
     assert ascend.pinned_nvidia_commit() == repos.nvidia_pin  # read from scripts/build.sh
-    assert ascend.detect_flags() == ("--cpp_ext",)
+    assert sources.flags_of(ascend.root) == ("--cpp_ext",)
     nvidia = sources.Mirror(repos.nvidia_url, tmp_path / "cache", FAST)
     nvidia.ensure_commit(repos.nvidia_pin, offline=False)
     tree = tmp_path / "tree"
