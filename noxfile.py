@@ -271,7 +271,7 @@ def _test_env(session: nox.Session) -> "dict[str, str]":
     installed = systools.ensure(plan.install)
     if installed:
         session.log(f"installed {' '.join(installed)}")
-    run_in_session(session, lambda: cli.emulation("aarch64", enable=True))
+    run_in_session(session, lambda: cli.emulation(cli.Emulation("aarch64", enable=True)))
     return {"APEXKIT_REQUIRE_SERVICES": "1"}
 
 

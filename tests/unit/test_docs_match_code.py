@@ -74,12 +74,12 @@ def apexkit_flags() -> dict:
 def invoke_flags() -> dict:
     """invoke task -> the --flags invoke takes for it: each option's flag, --no-X for a default-True one (invoke
     takes both spellings then), the renamed spelling; `invoke build` passes what follows a bare -- to the build."""
-    from apexkit import commands
+    from apexkit import commands, declare
 
     found = {}
     for c in commands.COMMANDS:
-        flags = set(_flags(commands.parser(c, f"invoke {c.name}")))
-        flags |= {o.flag for o in c.options} | {"--help"}
+        flags = set(_flags(declare.parser(c, f"invoke {c.name}")))
+        flags |= {o.flag for o in c.opts} | {"--help"}
         found[c.name] = frozenset(flags)
     return found
 
@@ -451,7 +451,7 @@ def help_texts():
 
     for c in commands.COMMANDS:
         yield f"{c.name} --help", c.doc
-        for o in c.options:
+        for o in c.opts:
             yield f"{c.name} --help {o.flag}", o.help
     for name, p in (("build --help", options.parser()), ("matrix --help", matrixrun.parser())):
         yield name, p.description or ""
