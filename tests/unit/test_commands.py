@@ -41,3 +41,30 @@ def test_tasks_py_only_hands_over():
         if line.strip() and not line.startswith("#")
     ]
     assert len(code) <= 6 and code[-1] == "ns = commands.namespace()"
+
+
+def test_a_setting_resolves_flag_then_environment_then_files_then_default(tmp_path, monkeypatch):
+    """An option with a config key resolves in one place (apexkit.config): flag > environment > project file >
+    user file > default; one with only a variable: flag > variable > default."""
+    from dataclasses import dataclass
+
+    from apexkit.declare import option
+
+    @dataclass(frozen=True)
+    class Probe:
+        """A probe."""
+
+        index_url: str = option("https://pypi.org/simple/", "an index", config="index_url")
+        uv: str | None = option(None, "uv to use", env="APEXKIT_UV")
+
+    command = declare.Command("probe", Probe, print)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "cfg"))
+    env = {"XDG_CONFIG_HOME": str(tmp_path / "cfg")}
+    assert declare.make(command, {}, env) == Probe()
+    (tmp_path / "apexkit.toml").write_text('index_url = "https://project.example/simple/"\n')
+    assert declare.make(command, {}, env).index_url == "https://project.example/simple/"
+    env = {**env, "PIP_INDEX_URL": "https://env.example/simple/", "APEXKIT_UV": "/x/uv"}
+    assert declare.make(command, {}, env) == Probe("https://env.example/simple/", "/x/uv")
+    given = {"index_url": "https://flag.example/simple/", "uv": "/y/uv"}
+    assert declare.make(command, given, env) == Probe(*given.values())
