@@ -10,6 +10,7 @@ lock            requirements/*.in -> the hashed locks (requirements/runtime.txt,
                 (maintainers: tools/pins.py)
 contracts       every torch_npu / apex name bench/ uses, checked in real wheels and apex trees (tools/contracts.py)
 refresh         matrix.toml [torch_npu.versions] against the package index; -- --write applies it (tools/refresh.py)
+docs            docs/commands.md's option tables from the command declarations; -- --check (tools/docgen.py)
 validate        environment checks in the built wheel's venv (bench/validate_env.py)
 bench           FP32 vs AMP benchmark in the built wheel's venv (bench/amp_bench.py)
 tests-unit      the fast tier, tests/unit: in-process, no daemons, no network; installs and starts nothing
@@ -210,6 +211,14 @@ def refresh(session: nox.Session) -> None:
     run_in_session(session, lambda: tool.main(session.posargs))
 
 
+@nox.session(python=False, default=False)
+def docs(session: nox.Session) -> None:
+    """docs/commands.md's option tables, generated from the command declarations (apexkit/commands.py); -- --check
+    writes nothing and fails when the committed tables differ."""
+    if _dev_tool(session, "docgen").main(session.posargs):
+        session.error("docs/commands.md differs from the declarations: run nox -s docs")
+
+
 def _bench_session(script: str, session: nox.Session) -> None:
     from apexkit import venvrun
     from apexkit.exits import run_in_session
@@ -271,7 +280,7 @@ def _test_env(session: nox.Session) -> "dict[str, str]":
     installed = systools.ensure(plan.install)
     if installed:
         session.log(f"installed {' '.join(installed)}")
-    run_in_session(session, lambda: cli.emulation("aarch64", enable=True))
+    run_in_session(session, lambda: cli.emulation(cli.Emulation("aarch64", enable=True)))
     return {"APEXKIT_REQUIRE_SERVICES": "1"}
 
 

@@ -110,7 +110,7 @@ def full_parser():
     """Every command as one argparse tree, for completion (argcomplete walks it): the parsers the commands use."""
     import argparse
 
-    from apexkit import commands, venvrun
+    from apexkit import commands, declare, venvrun
     from apexkit.fleet import matrixrun
     from apexkit.wheel import options
 
@@ -122,7 +122,6 @@ def full_parser():
         "-q", "--quiet", action="store_true", help="errors, warnings and each command's result only"
     )
     sub = top.add_subparsers(dest="command", metavar="COMMAND")
-    declared = {c.name: c for c in commands.COMMANDS}
     for name, _, line in entries():
         if name == "build":
             p = sub.add_parser(
@@ -130,8 +129,8 @@ def full_parser():
             )
             p.add_argument("target_python", metavar="PYTHON", nargs="?", help="3.X")
             continue
-        if name in declared:
-            parents = [commands.parser(declared[name], f"apexkit {name}")]
+        if name in commands.BY_NAME:
+            parents = [declare.parser(commands.BY_NAME[name], f"apexkit {name}")]
         elif name == "matrix":
             parents = [matrixrun.parser()]
         elif name in ("validate", "bench"):

@@ -1,4 +1,4 @@
-"""The `invoke image.*` commands as plain functions (tasks.py forwards options and turns errors into exits)."""
+"""The `image.*` commands: each one's options (apexkit.declare) and the function that runs it."""
 
 from __future__ import annotations
 
@@ -6,48 +6,114 @@ import json
 import os
 import shutil
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 
 from apexkit import dockerclient, log, vocab
+from apexkit.declare import json_option, option, whole_number
 from apexkit.errors import ImageError
 from apexkit.images import builder
 
 
-def build(
-    arch: str,
-    base: str,
-    tag: str | None = None,
-    network: str | None = None,
-    ca_bundle: str | None = None,
-    extra_packages: str = "",
-    uid: int = builder.BUILD_ID,
-    gid: int = builder.BUILD_ID,
-    pip_index: str | None = None,
-    no_cache: bool = False,
-    dry_run: bool = False,
-    quiet: bool = False,
-    pythons: str = "",
-) -> int:
+@dataclass(frozen=True)
+class Build:
+    """Build a builder image: the base + toolchain (its own package manager), tool venv, non-root user, CA hook."""
+
+    arch: str = option(
+        None,
+        "x86_64 or aarch64 (amd64/arm64 accepted); a foreign arch runs through QEMU binfmt (image.emulation)",
+        positional=True,
+    )
+    base: str = option(
+        None,
+        "base image: a local or pullable reference (openeuler/openeuler:22.03, ubuntu:22.04, a MindIE image), "
+        "or debootstrap[:suite] to make a Debian base here without a registry",
+        positional=True,
+    )
+    tag: str | None = option(None, "image name (default apexkit/builder:<base>-<arch>)")
+    network: str | None = option(
+        None,
+        "network for RUN steps, e.g. host (automatic when the proxy listens on this host's loopback)",
+    )
+    ca_cert: str | None = option(
+        None,
+        "PEM file of CA certificates to trust besides the base's (a TLS-intercepting proxy's CA), or 'none' "
+        "(default: proxy.setup's bundle, else $SSL_CERT_FILE)",
+    )
+    extra_packages: str = option(
+        "", "more distro packages, space separated (e.g. 'python3.9 python3.9-devel')"
+    )
+    uid: int = option(
+        builder.BUILD_ID,
+        f"uid of the non-root build user (default {builder.BUILD_ID})",
+        convert=whole_number,
+    )
+    gid: int = option(
+        builder.BUILD_ID, f"its gid (default {builder.BUILD_ID})", convert=whole_number
+    )
+    pip_index: str | None = option(
+        None,
+        "credential-free index for the tool venv (default: proxy.setup's mirror, else $PIP_INDEX_URL)",
+    )
+    no_cache: bool = option(False, "rebuild every layer")
+    dry_run: bool = option(False, "print the plan; make, pull and build nothing")
+    quiet: bool = option(False, "only the step lines, not every line of output")
+    pythons: str = option(
+        "",
+        "more Pythons, e.g. 3.8,3.10: those the base lacks are installed with uv (python-build-standalone "
+        "from github.com, through the proxy and CA); builder.json lists each Python and where it came from",
+    )
+
+
+@dataclass(frozen=True)
+class List:
+    """List apexkit builder and base images (stale ones: docker/ changed since they were built)."""
+
+    as_json: bool = json_option()
+
+
+@dataclass(frozen=True)
+class Prune:
+    """Remove stale builder images (docker/ changed since) and untagged ones; --all: every apexkit image."""
+
+    everything: bool = option(
+        False, "remove every apexkit image, not only stale and untagged ones", flag="--all"
+    )
+    dry_run: bool = option(False, "print what would be removed")
+
+
+@dataclass(frozen=True)
+class Emulation:
+    """Can this host run x86_64/aarch64 containers (natively or via QEMU binfmt)? Exit 1 when not; --enable
+    fixes it."""
+
+    arch: str | None = option(None, "one architecture (default: all)")
+    enable: bool = option(False, "register QEMU for it (root)")
+    dry_run: bool = option(False, "with --enable: print the commands")
+    as_json: bool = json_option()
+
+
+def build(o: Build) -> int:
     plan = builder.plan_image(
-        arch,
-        base,
-        tag=tag,
-        network=network,
-        ca_bundle=ca_bundle,
-        extra_packages=extra_packages,
-        uid=uid,
-        gid=gid,
-        pip_index=pip_index,
-        no_cache=no_cache,
-        pythons=pythons,
+        o.arch,
+        o.base,
+        tag=o.tag,
+        network=o.network,
+        ca_bundle=o.ca_cert,
+        extra_packages=o.extra_packages,
+        uid=o.uid,
+        gid=o.gid,
+        pip_index=o.pip_index,
+        no_cache=o.no_cache,
+        pythons=o.pythons,
     )
     log.info(f"builder image {plan.tag}")
     for name, value in plan.describe():
         log.info(f"  {name:<16}{value}")
-    if dry_run:
+    if o.dry_run:
         log.info("dry run: no base made or pulled, nothing built")
         return 0
-    info = builder.build(plan, verbose=not quiet)
+    info = builder.build(plan, verbose=not o.quiet)
     log.result(f"✓ {plan.tag}")
     for line in builder.summary_lines(info):
         log.info(line)
@@ -55,9 +121,9 @@ def build(
     return 0
 
 
-def list_images(as_json: bool = False) -> int:
+def list_images(o: List) -> int:
     rows = builder.list_rows(dockerclient.client())
-    if as_json:
+    if o.as_json:
         print(json.dumps(rows, indent=1))
         return 0
     if not rows:
@@ -78,7 +144,8 @@ def list_images(as_json: bool = False) -> int:
     return 0
 
 
-def prune(everything: bool = False, dry_run: bool = False) -> int:
+def prune(o: Prune) -> int:
+    everything, dry_run = o.everything, o.dry_run
     kept: list[str] = []
     removed = builder.prune(
         dockerclient.client(), everything=everything, dry_run=dry_run, kept=kept
@@ -99,22 +166,16 @@ def prune(everything: bool = False, dry_run: bool = False) -> int:
     return 0
 
 
-def emulation(
-    arch: str | None = None,
-    enable: bool = False,
-    dry_run: bool = False,
-    as_json: bool = False,
-    binfmt_dir: Path = builder.BINFMT_DIR,
-) -> int:
+def emulation(o: Emulation, binfmt_dir: Path = builder.BINFMT_DIR) -> int:
     """Show whether each architecture runs here (natively or through QEMU); --enable registers QEMU."""
-    arches = [dockerclient.normalize_arch(arch)] if arch else list(dockerclient.ARCHES)
-    if enable:
+    arches = [dockerclient.normalize_arch(o.arch)] if o.arch else list(dockerclient.ARCHES)
+    if o.enable:
         for a in arches:
-            _enable(a, binfmt_dir, dry_run)
+            _enable(a, binfmt_dir, o.dry_run)
     from apexkit import checks
 
     rows = [builder.emulation(a, binfmt_dir).row() for a in arches]
-    return checks.report(rows, as_json, legacy=builder.Emulation.legacy_json)
+    return checks.report(rows, o.as_json, legacy=builder.Emulation.legacy_json)
 
 
 def _enable(arch: str, binfmt_dir: Path, dry_run: bool) -> None:

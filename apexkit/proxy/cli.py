@@ -1,4 +1,4 @@
-"""The `invoke proxy.*` commands, as plain functions (tasks.py only forwards options and turns errors into exits)."""
+"""The `proxy.*` commands: each one's options (apexkit.declare) and the function that runs it."""
 
 from __future__ import annotations
 
@@ -10,20 +10,128 @@ import os
 import stat
 import sys
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
-from apexkit import locks, log, vocab
+from apexkit import locks, log, netenv, vocab
+from apexkit.declare import json_option, option
 from apexkit.errors import ConfigError, EnvironmentSetupError
 from apexkit.proxy import check as proxycheck
 from apexkit.proxy import layers as proxy
 
 
-def _paths(root: str | None, profile: str | None = None, system: bool = False) -> proxy.Paths:
-    base = Path(root).absolute() if root else Path("/")
-    if root and not base.is_dir():
-        raise ConfigError(f"--root {root} is not a directory", "create it first (it stands for /)")
-    return proxy.Paths(root=base, profile=profile, system=system)
+@dataclass(frozen=True)
+class Where:
+    """The files a proxy command reads and writes."""
+
+    profile: str | None = option(
+        None,
+        "shell file for the block (default ~/.bashrc; with --system /etc/profile.d/apexkit-proxy.sh)",
+    )
+    system: bool = option(
+        False, "system-wide files: /etc/profile.d/apexkit-proxy.sh and /etc/pip.conf"
+    )
+    root: str | None = option(
+        None,
+        "prefix for every path written or read (a test root standing for /); nothing is restarted",
+    )
+
+
+@dataclass(frozen=True)
+class Setup(Where):
+    """Configure the proxy in all three layers (shell, Docker daemon, containers) plus mirrors and a CA."""
+
+    http: str | None = option(
+        None,
+        "proxy for http:// URLs, e.g. http://user:password@proxy:3128 (default: $http_proxy/$HTTP_PROXY)",
+    )
+    https: str | None = option(
+        None, "proxy for https:// URLs (default: $https_proxy/$HTTPS_PROXY, else --http)"
+    )
+    no_proxy: str | None = option(
+        None,
+        "extra hosts/domains/CIDRs that bypass the proxy; localhost,127.0.0.0/8,::1 are always added",
+    )
+    ca_cert: str | None = option(
+        None,
+        "PEM file of a TLS-intercepting proxy's CA: a bundle (system CAs + it) is exported as "
+        + ", ".join(netenv.CA_VARIABLES),
+    )
+    pip_index: str | None = option(None, "pip index mirror written to pip.conf (the no-proxy path)")
+    registry_mirror: list[str] = option(
+        None,
+        "registry mirror for the Docker daemon (daemon.json registry-mirrors); repeat for several",
+        repeat=True,
+    )
+    layers: str | None = option(
+        None, "comma-separated layers to touch: shell,daemon,container,pip (default: all)"
+    )
+    daemon_mode: str = option(
+        "auto", "auto (from the engine version), systemd (drop-ins) or daemon-json (Docker >= 23)"
+    )
+    dry_run: bool = option(False, "print the unified diff of every file; write nothing")
+    write_config: bool = option(
+        False,
+        "also record --pip-index as index_url in the user config file (~/.config/apexkit/config.toml, "
+        "mode 0600), so builds and image.build use it",
+    )
+    restart: bool = option(
+        True,
+        "restart the Docker daemon under systemd after a daemon change (--no-restart: print the commands)",
+    )
+
+
+@dataclass(frozen=True)
+class Check(Where):
+    """Check every layer: configured? effective? a real request through the proxy. Exit 1 when one fails."""
+
+    index_url: str | None = option(
+        None,
+        "URL for the HTTPS probe (default: the pip mirror, $PIP_INDEX_URL, else https://pypi.org/simple/)",
+    )
+    image: str | None = option(
+        None, "local image for the container probe (needs bash; default: the first apexkit/* image)"
+    )
+    layers: str | None = option(None, "comma-separated layers: shell,daemon,container,sources")
+    probe_defaults: bool = option(
+        False,
+        "also probe the sources left at their default (gitcode.com, github.com, quay.io, ...), not only "
+        "the ones configured (apexkit config.show)",
+    )
+    as_json: bool = json_option()
+
+
+@dataclass(frozen=True)
+class Show(Where):
+    """Show the saved settings and what each layer's files hold (passwords masked)."""
+
+    as_json: bool = json_option()
+
+
+@dataclass(frozen=True)
+class Env(Where):
+    """Print export lines for the current shell, to eval there (eval "$(... proxy.env)" in bash)."""
+
+    reveal: bool = option(False, "print passwords even on a terminal")
+    unset: bool = option(False, "print unset lines instead")
+
+
+@dataclass(frozen=True)
+class Remove(Where):
+    """Undo proxy.setup: files restored from backups, your own content byte-identical."""
+
+    layers: str | None = option(None, "comma-separated layers to undo (default: all)")
+    dry_run: bool = option(False, "print the diffs; write nothing")
+
+
+def _paths(o: Where) -> proxy.Paths:
+    base = Path(o.root).absolute() if o.root else Path("/")
+    if o.root and not base.is_dir():
+        raise ConfigError(
+            f"--root {o.root} is not a directory", "create it first (it stands for /)"
+        )
+    return proxy.Paths(root=base, profile=o.profile, system=o.system)
 
 
 def _layers(only: str | None) -> tuple[str, ...]:
@@ -76,65 +184,42 @@ def _serialised(paths: proxy.Paths, dry_run: bool) -> Iterator[None]:
         yield
 
 
-def setup(
-    http=None,
-    https=None,
-    no_proxy=None,
-    ca_cert=None,
-    pip_index=None,
-    registry_mirror: Sequence[str] = (),
-    only=None,
-    profile=None,
-    system=False,
-    daemon_mode="auto",
-    root=None,
-    dry_run=False,
-    restart=True,
-    write_config=False,
-) -> int:
-    paths = _paths(root, profile, system)
-    if write_config:
-        if not pip_index:
+def setup(o: Setup) -> int:
+    paths = _paths(o)
+    if o.write_config:
+        if not o.pip_index:
             raise ConfigError(
                 "--write-config records the mirror keys of this setup, and none was given",
                 "add --pip-index URL (written as index_url to the user config file)",
             )
         change = plan_user_config(
-            paths, {"index_url": pip_index}
+            paths, {"index_url": o.pip_index}
         )  # checked before anything is written
     settings = proxy.make_settings(
-        http=http,
-        https=https,
-        no_proxy=no_proxy,
-        pip_index=pip_index,
-        registry_mirrors=list(registry_mirror or ()),
+        http=o.http,
+        https=o.https,
+        no_proxy=o.no_proxy,
+        pip_index=o.pip_index,
+        registry_mirrors=list(o.registry_mirror or ()),
     )
-    with _serialised(paths, dry_run):
-        code = _setup(paths, settings, ca_cert, only, daemon_mode, dry_run, restart)
-    if write_config:
-        write_user_config(change, dry_run)
+    with _serialised(paths, o.dry_run):
+        code = _setup(paths, settings, o)
+    if o.write_config:
+        write_user_config(change, o.dry_run)
     return code
 
 
-def _setup(
-    paths: proxy.Paths,
-    settings: proxy.ProxySettings,
-    ca_cert,
-    only,
-    daemon_mode: str,
-    dry_run: bool,
-    restart: bool,
-) -> int:
-    saved = proxy.load_saved(paths) if not ca_cert else {}
+def _setup(paths: proxy.Paths, settings: proxy.ProxySettings, o: Setup) -> int:
+    saved = proxy.load_saved(paths) if not o.ca_cert else {}
     if any(
         entry.settings.ca_bundle == paths.ca_bundle
         for name, entry in saved.items()
-        if name in _layers(only)
+        if name in _layers(o.layers)
     ):
         settings = dataclasses.replace(
             settings, ca_bundle=paths.ca_bundle
         )  # keep the earlier --ca-cert
-    plan = proxy.make_plan(settings, paths, _layers(only), daemon_mode, ca_cert)
+    plan = proxy.make_plan(settings, paths, _layers(o.layers), o.daemon_mode, o.ca_cert)
     before = proxy.read_state(paths)
     log.info(
         "now: "
@@ -144,8 +229,8 @@ def _setup(
             if name in plan.layers
         )
     )
-    proxy.setup(plan, dry_run=dry_run, restart=restart)
-    if not dry_run:
+    proxy.setup(plan, dry_run=o.dry_run, restart=o.restart)
+    if not o.dry_run:
         log.info(f"check every layer with: {vocab.command('proxy.check')}")
     return 0
 
@@ -195,11 +280,11 @@ def write_user_config(change: ConfigChange, dry_run: bool) -> None:
     )
 
 
-def remove(only=None, profile=None, system=False, root=None, dry_run=False) -> int:
-    paths = _paths(root, profile, system)
+def remove(o: Remove) -> int:
+    paths, dry_run = _paths(o), o.dry_run
     try:
         with _serialised(paths, dry_run):
-            results = proxy.remove(paths, dry_run=dry_run, layers=_layers(only))
+            results = proxy.remove(paths, dry_run=dry_run, layers=_layers(o.layers))
     except proxy.fsedit.UndoError as exc:
         for item in exc.results:  # what happened to the other files, then the one error line
             log.info(
@@ -220,10 +305,9 @@ def remove(only=None, profile=None, system=False, root=None, dry_run=False) -> i
     return 0
 
 
-def show(profile=None, system=False, root=None, as_json=False) -> int:
-    paths = _paths(root, profile, system)
-    data = proxy.describe(paths)
-    if as_json:
+def show(o: Show) -> int:
+    data = proxy.describe(_paths(o))
+    if o.as_json:
         print(json.dumps(data, indent=2))
         return 0
     saved = data["saved"]
@@ -250,21 +334,20 @@ def show(profile=None, system=False, root=None, as_json=False) -> int:
     return 0
 
 
-def env(profile=None, system=False, root=None, reveal=False, unset=False) -> int:
+def env(o: Env) -> int:
     """Print `export` lines for eval. On a terminal passwords are masked (use --reveal); piped, they are real."""
-    paths = _paths(root, profile, system)
-    settings = proxy.current_settings(paths)
+    settings = proxy.current_settings(_paths(o))
     if settings is None:
         raise ConfigError(
             "no proxy settings saved and none in the environment",
             "run invoke proxy.setup --http http://proxy:port first",
         )
     variables = settings.environment()
-    if unset:
+    if o.unset:
         sys.stdout.write("".join(f"unset {name}\n" for name in variables))
         return 0
     text = proxy.shell_exports(variables)
-    if sys.stdout.isatty() and not reveal:
+    if sys.stdout.isatty() and not o.reveal:
         text = log.mask(text)
         log.info(
             '(passwords masked on a terminal; eval "$(invoke proxy.env)" gets the real values)'
@@ -273,26 +356,17 @@ def env(profile=None, system=False, root=None, reveal=False, unset=False) -> int
     return 0
 
 
-def check(
-    profile=None,
-    system=False,
-    root=None,
-    index_url=None,
-    image=None,
-    only=None,
-    as_json=False,
-    probe_defaults=False,
-) -> int:
+def check(o: Check) -> int:
     from apexkit import checks
 
-    paths = _paths(root, profile, system)
+    paths = _paths(o)
     settings = proxy.current_settings(paths, environ=os.environ)
-    wanted = _check_layers(only)
+    wanted = _check_layers(o.layers)
     layers = [layer for layer in wanted if layer not in ("pip", SOURCES)]
-    rows = proxycheck.check(paths, settings, index_url=index_url, image=image, layers=layers)
+    rows = proxycheck.check(paths, settings, index_url=o.index_url, image=o.image, layers=layers)
     if SOURCES in wanted:  # each configured source, through this proxy (apexkit.proxy.sources)
-        rows += proxycheck.check_sources(settings, probe_defaults)
-    return checks.report(rows, as_json, legacy=proxycheck.legacy_json)
+        rows += proxycheck.check_sources(settings, o.probe_defaults)
+    return checks.report(rows, o.as_json, legacy=proxycheck.legacy_json)
 
 
 SOURCES = "sources"  # proxy.check's pseudo-layer: the configured sources, probed through the proxy

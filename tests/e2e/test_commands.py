@@ -27,7 +27,7 @@ def test_invoke_lists_every_declared_command_with_its_options():
         text=True,
         timeout=120,
     )
-    for opt in next(c for c in commands.COMMANDS if c.name == "fleet.submit").options:
+    for opt in commands.BY_NAME["fleet.submit"].opts:
         assert opt.flag in shown.stdout, opt.flag
     assert "--node-python" not in shown.stdout  # the 0.1 spelling is gone
 

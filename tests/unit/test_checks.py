@@ -56,18 +56,18 @@ def run_doctor(monkeypatch, rows, **options) -> int:
     monkeypatch.setattr(
         doctor, "check_sources", lambda *a, **k: []
     )  # no probes: tests/e2e/test_config_sources.py
-    return doctorcli.main(**options)
+    return doctorcli.main(doctorcli.Doctor(**options))
 
 
 def run_proxy_check(monkeypatch, tmp_path, rows, **options) -> int:
     monkeypatch.setattr(proxycheck, "check", lambda *args, **kwargs: rows)
     monkeypatch.setattr(proxycheck, "check_sources", lambda *a, **k: [])
-    return proxycli.check(root=str(tmp_path), **options)
+    return proxycli.check(proxycli.Check(root=str(tmp_path), **options))
 
 
 def run_emulation(tmp_path, **options) -> int:
     return imagecli.emulation(
-        binfmt_dir=tmp_path / "no-binfmt", **options
+        imagecli.Emulation(**options), binfmt_dir=tmp_path / "no-binfmt"
     )  # aarch64 (or x86_64) cannot run here
 
 

@@ -1,30 +1,37 @@
-"""Issue 15: one command edge -- each invoke command declares its options once (apexkit/commands.py), tasks.py is a
-one-liner onto them, and every declaration fits the function it calls. The command lines are run in
-tests/e2e/test_commands.py."""
+"""Issue 15/39: one command edge -- each command is one options dataclass (apexkit.declare) and the function that runs
+it, referenced directly; tasks.py is a one-liner onto them. The command lines are run in tests/e2e/test_commands.py."""
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 
 import pytest
 from conftest import ROOT
 
-from apexkit import commands
+from apexkit import commands, declare
 
 
 @pytest.mark.parametrize("command", commands.COMMANDS, ids=lambda c: c.name)
 def test_each_declaration_fits_its_function(command):
-    func = commands._resolve(command.target)
-    keywords = {
-        (o.to or o.name): (None if o.default is commands.REQUIRED else o.default)
-        for o in command.options
-    }
-    keywords.update(command.extra)
-    if command.name == "build":
-        keywords["remainder"] = ""
-    inspect.signature(func).bind(**keywords)  # TypeError names an option the function does not take
-    names = [o.name for o in command.options]
-    assert len(names) == len(set(names)), f"{command.name}: an option declared twice"
+    assert command.doc and all(o.help for o in command.opts), command.name
+    flags = [o.flag for o in command.opts]
+    assert len(flags) == len(set(flags)), f"{command.name}: an option declared twice"
+    o = command.options(**{f.dest: "x" for f in command.opts if f.positional})
+    run = command.run
+    if isinstance(run, declare.Spread):  # a library function that takes the fields as keywords
+        inspect.signature(run.func).bind(**declare.values(o), **run.fixed)
+    else:  # TypeError: the function does not take what the edge passes
+        inspect.signature(run).bind(o, *(("",) if command.rest else ()))
+    assert dataclasses.is_dataclass(o) and command.options.__dataclass_params__.frozen
+
+
+def test_a_bad_number_is_one_line_inside_the_run():
+    report = commands.BY_NAME["fleet.report"]
+    with pytest.raises(declare.ConfigError, match="'abc' is not a number"):
+        declare.make(report, {"results": "r", "threshold": "abc"})
+    made = declare.make(report, {"results": "r", "threshold": "0.2"})
+    assert (str(made.results), made.threshold, made.as_json) == ("r", 0.2, False)
 
 
 def test_tasks_py_only_hands_over():
@@ -34,3 +41,30 @@ def test_tasks_py_only_hands_over():
         if line.strip() and not line.startswith("#")
     ]
     assert len(code) <= 6 and code[-1] == "ns = commands.namespace()"
+
+
+def test_a_setting_resolves_flag_then_environment_then_files_then_default(tmp_path, monkeypatch):
+    """An option with a config key resolves in one place (apexkit.config): flag > environment > project file >
+    user file > default; one with only a variable: flag > variable > default."""
+    from dataclasses import dataclass
+
+    from apexkit.declare import option
+
+    @dataclass(frozen=True)
+    class Probe:
+        """A probe."""
+
+        index_url: str = option("https://pypi.org/simple/", "an index", config="index_url")
+        uv: str | None = option(None, "uv to use", env="APEXKIT_UV")
+
+    command = declare.Command("probe", Probe, print)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "cfg"))
+    env = {"XDG_CONFIG_HOME": str(tmp_path / "cfg")}
+    assert declare.make(command, {}, env) == Probe()
+    (tmp_path / "apexkit.toml").write_text('index_url = "https://project.example/simple/"\n')
+    assert declare.make(command, {}, env).index_url == "https://project.example/simple/"
+    env = {**env, "PIP_INDEX_URL": "https://env.example/simple/", "APEXKIT_UV": "/x/uv"}
+    assert declare.make(command, {}, env) == Probe("https://env.example/simple/", "/x/uv")
+    given = {"index_url": "https://flag.example/simple/", "uv": "/y/uv"}
+    assert declare.make(command, given, env) == Probe(*given.values())

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from conftest import ROOT
 
-from tools import contracts, refresh
+from tools import contracts, docgen, refresh
 
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 
@@ -74,12 +74,12 @@ def apexkit_flags() -> dict:
 def invoke_flags() -> dict:
     """invoke task -> the --flags invoke takes for it: each option's flag, --no-X for a default-True one (invoke
     takes both spellings then), the renamed spelling; `invoke build` passes what follows a bare -- to the build."""
-    from apexkit import commands
+    from apexkit import commands, declare
 
     found = {}
     for c in commands.COMMANDS:
-        flags = set(_flags(commands.parser(c, f"invoke {c.name}")))
-        flags |= {o.flag for o in c.options} | {"--help"}
+        flags = set(_flags(declare.parser(c, f"invoke {c.name}")))
+        flags |= {o.flag for o in c.opts} | {"--help"}
         found[c.name] = frozenset(flags)
     return found
 
@@ -457,7 +457,7 @@ def help_texts():
 
     for c in commands.COMMANDS:
         yield f"{c.name} --help", c.doc
-        for o in c.options:
+        for o in c.opts:
             yield f"{c.name} --help {o.flag}", o.help
     for name, p in (("build --help", options.parser()), ("matrix --help", matrixrun.parser())):
         yield name, p.description or ""
@@ -608,3 +608,18 @@ def test_a_stale_firewall_row_is_caught():
 
     code = {(s.key, s.env, s.flag) for s in config.SETTINGS}
     assert firewall_table(planted) != code
+
+
+def test_the_commands_option_tables_are_what_the_declarations_generate():
+    """docs/commands.md's option tables are generated (nox -s docs, tools/docgen.py): what is committed is what the
+    declarations give, every declared option in them; a planted stale row is caught."""
+    from apexkit import commands
+
+    text = docgen.DOC.read_text(encoding="utf-8")
+    assert docgen.generated(text) == text, "docs/commands.md is stale: run nox -s docs"
+    for c in commands.COMMANDS:
+        assert f"### `{c.name}`" in text and all(o.flag[2:] in text for o in c.opts), c.name
+    planted = text.replace(
+        "| `--daemon-mode VALUE` | `auto` |", "| `--daemon-mode VALUE` | `systemd` |"
+    )
+    assert planted != text and docgen.generated(planted) != planted

@@ -37,6 +37,7 @@ SHARED = {
     "pipconfig",
     "netenv",
     "envvars",
+    "declare",
 }
 CONCERNS = {
     "venvrun",

@@ -196,7 +196,7 @@ def test_invoke_build_records_the_target_it_wrote_like_the_other_doors(tmp_path,
     target.mkdir(parents=True)
     monkeypatch.setenv(statusfile.VARIABLE, str(path))
     monkeypatch.setattr(commands, "build_wheel", lambda python, argv, prog, given=None: target)
-    exits.run_task(lambda: commands.build(python="3.11"))
+    exits.run_task(lambda: commands.build(commands.Build(python="3.11")))
     assert statusfile.read(path) == statusfile.Status(0, None, str(target))
-    assert exits.exit_code(lambda: commands.build(python="3.11")) == 0
+    assert exits.exit_code(lambda: commands.build(commands.Build(python="3.11"))) == 0
     assert statusfile.read(path) == statusfile.Status(0, None, str(target))

@@ -51,5 +51,5 @@ def test_validate_takes_interpreter_and_passes_an_old_spelling_to_the_script():
 
 
 def test_invoke_tasks_have_no_old_keywords():
-    flags = {o.name for c in commands.COMMANDS for o in c.options}
+    flags = {o.name for c in commands.COMMANDS for o in c.opts}
     assert not flags & {"only", "ca_bundle", "python_path", "node_python"}

@@ -1,0 +1,188 @@
+"""How a command is declared, once (nox's `_options.py` style with stdlib dataclasses): each command is a frozen
+options dataclass whose docstring is its help and whose fields carry their flag, help and default (`option()`),
+plus the function that runs it (`Command`). From these declarations come `apexkit <command>`'s argparse parser
+(`parser`, `parse`), the invoke tasks (apexkit.commands), `apexkit --help`'s list and completion (apexkit.cli) and
+the option tables of docs/commands.md (tools/docgen.py). A shared module: the packages declare their commands'
+options with it; the command edge (cli, commands, exits) runs them.
+
+The rules every declared command keeps: a field without a default (`positional=True`) is a positional argument
+that may also be given as its --flag; a default-True boolean is switched off by --no-X; `repeat=True` may be given
+several times (a list); `convert` turns the string typed into what the function takes, inside the run (a bad value
+is one `error:` line and its exit code); `env`/`config`: an unset value resolves flag > environment > project file >
+user file > default (apexkit.config)."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from apexkit.errors import ConfigError
+
+
+def option(
+    default: object = None,
+    help: str = "",
+    flag: str | None = None,
+    env: str | None = None,
+    config: str | None = None,
+    repeat: bool = False,
+    metavar: str | None = None,
+    positional: bool = False,
+    convert: Callable[[Any], Any] | None = None,
+) -> Any:
+    """A dataclass field whose metadata is its command-line option (`flag`: default --<field name>)."""
+    meta = dict(flag=flag, env=env, config=config, repeat=repeat, metavar=metavar, positional=positional,
+                convert=convert, help=help)  # fmt: skip
+    if repeat:
+        return dataclasses.field(default_factory=list, metadata=meta)
+    return dataclasses.field(default=default, metadata=meta)
+
+
+def json_option(help: str = "print JSON on stdout") -> Any:
+    return option(False, help, flag="--json")
+
+
+def whole_number(value: str) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        raise ConfigError(f"{value!r} is not a number", "pass a whole number") from None
+
+
+def fraction(value: str) -> float:
+    try:
+        return float(value)
+    except ValueError:
+        raise ConfigError(f"{value!r} is not a number", "pass a fraction such as 0.10") from None
+
+
+@dataclass(frozen=True)
+class Opt:
+    """One declared option, as the generators read it."""
+
+    dest: str  # the field's name: the keyword the function takes
+    flag: str  # --name
+    help: str
+    default: object
+    repeat: bool
+    positional: bool
+    metavar: str | None
+    convert: Callable[[Any], Any] | None
+    env: str | None
+    config: str | None
+
+    @property
+    def name(self) -> str:
+        """The flag as a Python name (invoke's parameter): --node-interpreter -> node_interpreter."""
+        return self.flag[2:].replace("-", "_")
+
+
+def options_of(cls: type) -> tuple[Opt, ...]:
+    out = []
+    for f in dataclasses.fields(cls):
+        m = f.metadata
+        out.append(Opt(f.name, m["flag"] or "--" + f.name.replace("_", "-"), m["help"],
+                       [] if m["repeat"] else f.default, m["repeat"], m["positional"], m["metavar"],
+                       m["convert"], m["env"], m["config"]))  # fmt: skip
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class Command:
+    name: str  # "proxy.setup"
+    options: type  # the frozen options dataclass; its docstring is the command's help
+    run: Callable[..., object]  # run(options) -> exit code (or a Path: the dist/<target>/ written)
+    rest: bool = False  # run(options, rest): what follows a bare -- of `invoke NAME -- ...` (build's options)
+
+    @property
+    def doc(self) -> str:
+        return " ".join((self.options.__doc__ or "").split())
+
+    @property
+    def opts(self) -> tuple[Opt, ...]:
+        return options_of(self.options)
+
+
+@dataclass(frozen=True)
+class Spread:
+    """A run function for a library function that takes the options as keywords (plus `fixed` ones)."""
+
+    func: Callable[..., object]
+    fixed: Mapping[str, object] = dataclasses.field(default_factory=dict)
+
+    def __call__(self, o: object) -> object:
+        return self.func(**values(o), **self.fixed)
+
+
+def values(o: object) -> dict[str, object]:
+    return {f.name: getattr(o, f.name) for f in dataclasses.fields(o)}  # type: ignore[arg-type]
+
+
+def _settled(opt: Opt, value: object, environ: Mapping[str, str]) -> object:
+    """A given value converted, or an unset one resolved: config key, else environment variable, else default."""
+    if opt.config:
+        from apexkit import config
+
+        got = config.load(environ).get(opt.config, environ, flag=value)
+        return got.value if got.configured else opt.default
+    if value in (None, []) and opt.env and environ.get(opt.env, "").strip():
+        value = environ[opt.env].strip()
+    if value is None or value == []:
+        return opt.default
+    return opt.convert(value) if opt.convert and isinstance(value, str) else value
+
+
+def make(command: Command, given: Mapping[str, object], environ: Mapping[str, str] | None = None):
+    """The options object of `command` from what a door parsed (by flag name), every value settled."""
+    environ = os.environ if environ is None else environ
+    return command.options(
+        **{o.dest: _settled(o, given.get(o.name), environ) for o in command.opts}
+    )
+
+
+# --- argparse: `apexkit <command>` (builder images have no invoke) ----------------------------------------------
+
+
+def parser(command: Command, prog: str):
+    import argparse
+
+    p = argparse.ArgumentParser(prog=prog, description=command.doc, allow_abbrev=False)
+    for opt in command.opts:
+        if opt.positional:  # positional, or as --name (as invoke takes it): one of the two
+            upper = opt.name.upper()
+            p.add_argument(f"_{opt.name}", metavar=upper, nargs="?", help=opt.help)
+            p.add_argument(opt.flag, dest=opt.name, metavar="VALUE", help=f"the same as {upper}")
+        elif opt.default is True:
+            p.add_argument(f"--no-{opt.flag[2:]}", dest=opt.name, action="store_false", default=True,
+                           help=opt.help)  # fmt: skip
+        elif opt.default is False:
+            p.add_argument(opt.flag, dest=opt.name, action="store_true", help=opt.help)
+        else:
+            p.add_argument(opt.flag, dest=opt.name, metavar=opt.metavar or "VALUE", default=None,
+                           action="append" if opt.repeat else "store", help=opt.help)  # fmt: skip
+    return p
+
+
+def parse(command: Command, argv: list[str], prog: str) -> dict[str, object]:
+    """The parsed options of `command` by name, each positional one given as a --flag or as a positional word."""
+    p = parser(command, prog)
+    given = vars(p.parse_args(argv))
+    required = [o for o in command.opts if o.positional]
+    # argparse fills the positionals first to last; the ones given as --flag take none of them
+    words = [w for w in (given.pop(f"_{o.name}", None) for o in required) if w is not None]
+    free = [o for o in required if given.get(o.name) is None]
+    if len(words) > len(free):
+        named = ", ".join(o.flag for o in required if o not in free)
+        p.error(
+            f"{len(words)} positional argument(s) for {len(free)} place(s) "
+            f"({' '.join(o.name.upper() for o in free) or 'none'}; {named} given as an option)"
+        )
+    for opt, word in zip(free, words):
+        given[opt.name] = word
+    for opt in required:
+        if given.get(opt.name) is None:
+            p.error(f"{opt.name.upper()} is required (or {opt.flag} VALUE)")
+    return given
