@@ -21,7 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +32,8 @@ from apexkit.fleet import runreport, runwatch, slurm
 from apexkit.images import builder
 from apexkit.plan import matrix
 from apexkit.plan.matrix import Combination
+from apexkit.wheel import options
+from apexkit.wheel.options import BuildOptions
 
 
 def load_combinations(path: Path | None) -> tuple[matrix.Matrix, list[Combination]]:
@@ -91,15 +93,46 @@ def build_options(
     return given
 
 
-def build_args(
-    m: matrix.Matrix, combo: Combination, host: str | None = None, image: str | None = None
-) -> list[str]:
-    """The same as a command line for `apexkit build <python>` in another process (a local run, a Slurm job)."""
-    args = combo.build_args()
-    chosen = image_for(m, combo, host, image)
-    if chosen:
-        args += ["--image", chosen]
-    return args
+def resolve_cell(
+    m: matrix.Matrix,
+    combo: Combination,
+    passthrough: Sequence[str],
+    run: Mapping[str, object],
+    host: str | None = None,
+    image: str | None = None,
+) -> BuildOptions:
+    """The build options of one cell, resolved once here as `apexkit build` resolves them: the combination's typed
+    options (its builder image for a foreign arch) and the run's (`run`: dist, build_dir, jobs), the passthrough
+    flags over them. ConfigError when they do not resolve (argparse's exit 2 for a flag that is none)."""
+    given = {**build_options(m, combo, host, image), **run}
+    return options.resolve(combo.python, passthrough, prog=vocab.prog("build"), given=given)
+
+
+def prepare(
+    m: matrix.Matrix,
+    combo: Combination,
+    passthrough: Sequence[str],
+    facts: builder.ImageFacts | None,
+    run: Mapping[str, object],
+    host: str | None = None,
+    image: str | None = None,
+) -> Result | BuildOptions:
+    """One cell before anything runs: its refused row (by matrix.toml, its builder image or its build options), or
+    its build options (resolve_cell)."""
+    try:
+        m.validate(combo)
+        refusal = check_image(m, combo, facts, host, image)[2]
+        if refusal:
+            return Result(combo.id, "refused", detail=refusal)
+        return resolve_cell(m, combo, passthrough, run, host, image)
+    except ConfigError as exc:
+        return Result(combo.id, "refused", detail=exc.cause)
+
+
+def child_argv(interpreter: str, opts: BuildOptions, options_file: Path) -> list[str]:
+    """The child process of a cell (a local one, a Slurm job): `apexkit build <python> --options-json FILE`, FILE
+    holding the options resolved here (options.child_json); it answers with its status file and manifest."""
+    return [interpreter, "-m", "apexkit", "build", opts.python, "--options-json", str(options_file)]
 
 
 def check_image(
@@ -271,51 +304,25 @@ class Result:
 
 
 def run_one(
-    m: matrix.Matrix,
     combo: Combination,
-    passthrough: list[str],
-    dist: Path,
-    build_dir: Path,
-    jobs_each: int,
+    opts: BuildOptions,
     logs: Path,
-    facts: builder.ImageFacts | None = None,
-    image: str | None = None,
     on_start: Callable[[Path], None] | None = None,
 ) -> Result:
-    """Build one combination in a child process; `on_start(status file)` is called as the child starts (the
-    watch reads the child's current step beside that file)."""
-    try:
-        m.validate(combo)
-    except ConfigError as exc:
-        return Result(combo.id, "refused", detail=exc.cause)
-    _, _, refusal = check_image(m, combo, facts or builder.ImageFacts(), image=image)
-    if refusal:
-        return Result(combo.id, "refused", detail=refusal)
+    """Build one cell, its options resolved (prepare), in a child process; `on_start(status file)` is called as the
+    child starts (the watch reads the child's current step beside that file)."""
     log_path = logs / f"{combo.id}.log"
     status_path = logs / f"{combo.id}.status.json"  # kept beside the log once read
-    argv = [
-        sys.executable,
-        "-m",
-        "apexkit",
-        "build",
-        combo.python,
-        *build_args(m, combo, image=image),
-        "--dist",
-        str(dist),
-        "--build-dir",
-        str(build_dir),
-        "--jobs",
-        str(jobs_each),
-        *passthrough,
-    ]
     started = time.monotonic()
     # the child writes its status into a directory of this call's own: another matrix run sharing build/matrix/
     # (same --build-dir) never reads it or removes it, and an old one is never there
     private = Path(tempfile.mkdtemp(prefix=f".{combo.id}.", suffix=".status", dir=logs))
     child_status = private / "status.json"
+    argv = child_argv(sys.executable, opts, private / "options.json")
     if on_start is not None:
         on_start(child_status)
     try:
+        fsedit.atomic_write(private / "options.json", options.child_json(opts), 0o600)
         with open(log_path, "w", encoding="utf-8") as fh:
             fh.write("+ " + log.mask(" ".join(argv)) + "\n")
             fh.flush()
@@ -342,7 +349,7 @@ def run_one(
         )
         return Result(combo.id, "failed", seconds, detail[:300], log=str(log_path))
     try:
-        target, manifest = read_target(dist, status.target_dir)
+        target, manifest = read_target(opts.dist_dir, status.target_dir)
     except untrusted.Untrusted as exc:
         return Result(combo.id, "failed", seconds, f"the build reported {exc}", log=str(log_path))
     wheel = manifest.get("wheel", {}) if isinstance(manifest.get("wheel"), dict) else {}
@@ -404,20 +411,24 @@ def run_all(
     passthrough: list[str],
     dist: Path,
     build_dir: Path,
-    jobs: int,
+    parallel: int,
     image: str | None = None,
     heartbeat: float = runwatch.DEFAULT_SECONDS,
 ) -> list[Result]:
+    """`parallel` cells at a time, each a child with the cores // parallel compile jobs (unless the passthrough
+    options say --jobs), its options resolved here first."""
     cores = os.cpu_count() or 1
-    jobs = max(1, min(jobs, cores, len(combos) or 1))
-    jobs_each = max(1, cores // jobs)
+    parallel = max(1, min(parallel, cores, len(combos) or 1))
+    jobs_each = max(1, cores // parallel)
+    facts = builder.ImageFacts()  # every image is asked once, before its combinations run
+    run = {"dist": dist, "build_dir": build_dir, "jobs": jobs_each}
+    cells = {c.id: prepare(m, c, passthrough, facts, run, image=image) for c in combos}
     logs = build_dir / "matrix"
     logs.mkdir(parents=True, exist_ok=True)
     log.info(
-        f"▸ {len(combos)} combinations, {jobs} at a time ({jobs_each} compile jobs each); logs in {logs}/"
+        f"▸ {len(combos)} combinations, {parallel} at a time ({jobs_each} compile jobs each); logs in {logs}/"
     )
     results: dict[str, Result] = {}
-    facts = builder.ImageFacts()  # every image is asked once, before its combinations run
     watch = runwatch.Watch(len(combos), heartbeat)
     index = {c.id: i for i, c in enumerate(combos, 1)}
 
@@ -425,9 +436,8 @@ def run_all(
         def on_start(status_file: Path) -> None:
             watch.started(combo.id, index[combo.id], describe(combo, m, image), status_file)
 
-        result = run_one(
-            m, combo, passthrough, dist, build_dir, jobs_each, logs, facts, image, on_start
-        )
+        cell = cells[combo.id]
+        result = cell if isinstance(cell, Result) else run_one(combo, cell, logs, on_start)
         watch.ended(
             combo.id,
             index[combo.id],
@@ -439,7 +449,7 @@ def run_all(
 
     stop = watch.pulse()
     try:
-        with ThreadPoolExecutor(max_workers=jobs) as pool:
+        with ThreadPoolExecutor(max_workers=parallel) as pool:
             for result in pool.map(one, combos):
                 results[result.id] = result
     finally:
@@ -543,30 +553,14 @@ def slurm_options(args: argparse.Namespace) -> SlurmOptions:
 
 
 def batch_script(
-    m: matrix.Matrix,
-    combo: Combination,
-    passthrough: list[str],
-    stage: Path,
-    build_dir: Path,
-    logs: Path,
-    opts: SlurmOptions,
+    combo: Combination, cell: BuildOptions, stage: Path, logs: Path, opts: SlurmOptions
 ) -> str:
-    """The batch script of one combination (pure): one task on one node of its arch, `python -m apexkit build` from
-    the checkout into <stage>/dist-<id>; the output is build/matrix/<id>.log, as for a local run."""
+    """The batch script of one cell (pure): one task on one node of its arch, `apexkit build --options-json` from
+    the checkout with the options resolved here (<stage>/options-<id>.json; the compile jobs, unless the
+    passthrough options said --jobs, are the node's: $SLURM_CPUS_PER_TASK, else nproc) into <stage>/dist-<id>;
+    the output is build/matrix/<id>.log, as for a local run."""
     q = shlex.quote
     arch = combo.arch
-    argv = [
-        opts.python,
-        "-m",
-        "apexkit",
-        "build",
-        combo.python,
-        *build_args(m, combo, host=arch),
-        "--dist",
-        str(stage / f"dist-{combo.id}"),
-        "--build-dir",
-        opts.node_build_dir or str(build_dir),
-    ]
     header = [
         ("job-name", f"apexkit-{combo.id}"),
         ("partition", opts.partition.get(arch)),
@@ -596,10 +590,8 @@ def batch_script(
         "fi",
         f"rm -rf {q(str(stage / ('dist-' + combo.id)))} {q(str(status_path(stage, combo)))}",
         f"export {statusfile.VARIABLE}={q(str(status_path(stage, combo)))}",
-        "exec "
-        + " ".join(q(a) for a in argv)
-        + ' --jobs "${SLURM_CPUS_PER_TASK:-$(nproc)}"'
-        + "".join(" " + q(a) for a in passthrough),
+        'export APEXKIT_JOBS="${SLURM_CPUS_PER_TASK:-$(nproc)}"',
+        "exec " + " ".join(q(a) for a in child_argv(opts.python, cell, options_path(stage, combo))),
         "",
     ]
     return "\n".join(lines)
@@ -610,15 +602,25 @@ def status_path(stage: Path, combo: Combination) -> Path:
     return stage / f"status-{combo.id}.json"
 
 
-def planned_targets(
-    m: matrix.Matrix, combo: Combination, passthrough: list[str]
-) -> Callable[..., dict[str, dict]]:
-    """The dist/<target> ids a job for `combo` with these passthrough build options may leave, from this host's own
-    parse of them (buildplan.expected_targets on the combination's arch); ConfigError when they do not parse."""
-    from apexkit.wheel import buildplan, options
+def options_path(stage: Path, combo: Combination) -> Path:
+    """Where a job's build options lie (0600), on the shared staging directory."""
+    return stage / f"options-{combo.id}.json"
 
-    opts = options.resolve(combo.python, passthrough, given=combo.build_options())
-    planned = functools.partial(buildplan.expected_targets, opts, m, combo.arch)
+
+def planned_targets(
+    m: matrix.Matrix,
+    combo: Combination,
+    passthrough: Sequence[str] = (),
+    cell: BuildOptions | None = None,
+) -> Callable[..., dict[str, dict]]:
+    """The dist/<target> ids a job for `combo` may leave, from this host's own plan of its options (`cell`, else
+    resolved from the passthrough options): buildplan.expected_targets on the combination's arch; ConfigError when
+    there is none."""
+    from apexkit.wheel import buildplan
+
+    if cell is None:
+        cell = resolve_cell(m, combo, passthrough, {}, host=combo.arch)
+    planned = functools.partial(buildplan.expected_targets, cell, m, combo.arch)
     planned()
     return planned
 
@@ -665,9 +667,7 @@ def collect(
         wheel = manifest["wheel"]
         # which dist/<target> it replaces is this host's to say: its own plan of the combination and passthrough
         # options (+skip-…, the node's CANN: +npu…), the manifest's python/torch/arch matching; the host's identity
-        distdir.check_planned(
-            target, manifest, planned or planned_targets(matrix.load(), combo, [])
-        )
+        distdir.check_planned(target, manifest, planned or planned_targets(matrix.load(), combo))
         src = untrusted.open_regular(name, target_fd)
     finally:
         os.close(target_fd)
@@ -723,7 +723,9 @@ def run_slurm(
 
     logs = build_dir / "matrix"
     stage = logs / "slurm" / (time.strftime("run-%Y%m%d-%H%M%S-", time.gmtime()) + str(os.getpid()))
-    results, todo, planned = _sort_out(m, combos, passthrough)
+    node_build_dir = matrix.PROJECT_ROOT / opts.node_build_dir if opts.node_build_dir else build_dir
+    results, cells, planned = _sort_out(m, combos, passthrough, stage, node_build_dir)
+    todo = [c for c in combos if c.id in cells]
     refused = [
         f"✕ {c.id}: refused, not submitted — {results[c.id].detail}"
         for c in combos
@@ -734,14 +736,18 @@ def run_slurm(
             log.info(line)
         for combo in todo:
             print(f"# ---- {combo.id}: {stage / (combo.id + '.sbatch')}")
-            print(batch_script(m, combo, passthrough, stage, build_dir, logs, opts), end="")
+            print(batch_script(combo, cells[combo.id], stage, logs, opts), end="")
+            text = log.mask(options.child_json(cells[combo.id]).decode())
+            print(
+                f"# {options_path(stage, combo)}:\n"
+                + "".join(f"# {x}\n" for x in text.splitlines())
+            )
         return []
     slurm.check_slurm()
     poll = envvars.number(os.environ, "APEXKIT_SLURM_POLL", SLURM_POLL, low=0.1, high=600.0)
     watch = runwatch.Watch(len(combos), runwatch.interval(os.environ))
     index = {c.id: i for i, c in enumerate(combos, 1)}
     stage.mkdir(parents=True, exist_ok=True)
-    force = "--force" in passthrough
     jobs: dict[str, Combination] = {}
     submitted_at: dict[str, float] = {}
     log.info(
@@ -757,14 +763,18 @@ def run_slurm(
     def ended(job_id: str, combo: Combination) -> None:
         watch.forget(combo.id)
         elapsed = time.monotonic() - submitted_at[job_id]
+        options_path(stage, combo).unlink(missing_ok=True)
         results[combo.id] = _finish(
-            combo, job_id, stage, dist, logs, force, elapsed, planned[combo.id]
+            combo, job_id, stage, dist, logs, cells[combo.id].force, elapsed, planned[combo.id]
         )
 
     try:
         for combo in todo:
             script = stage / f"{combo.id}.sbatch"
-            script.write_text(batch_script(m, combo, passthrough, stage, build_dir, logs, opts))
+            fsedit.atomic_write(
+                options_path(stage, combo), options.child_json(cells[combo.id]), 0o600
+            )
+            script.write_text(batch_script(combo, cells[combo.id], stage, logs, opts))
             job_id = _submit(script, combo, logs, opts, results)
             if job_id is not None:
                 jobs[job_id] = combo
@@ -782,21 +792,33 @@ def run_slurm(
 
 
 def _sort_out(
-    m: matrix.Matrix, combos: list[Combination], passthrough: list[str]
-) -> tuple[dict[str, Result], list[Combination], dict[str, Callable[..., dict[str, dict]]]]:
-    """(the refused combinations' rows, the combinations to submit, what each job may leave by this host's plan)."""
+    m: matrix.Matrix,
+    combos: list[Combination],
+    passthrough: list[str],
+    stage: Path,
+    node_build_dir: Path,
+) -> tuple[dict[str, Result], dict[str, BuildOptions], dict[str, Callable[..., dict[str, dict]]]]:
+    """(the refused combinations' rows, the build options of each to submit, what each job may leave by this host's
+    plan): each job builds natively on its node into <stage>/dist-<id>, with the node's compile jobs."""
     refused: dict[str, Result] = {}
-    todo = []
+    cells: dict[str, BuildOptions] = {}
     planned = {}
     for combo in combos:
-        try:
-            m.validate(combo)
-            planned[combo.id] = planned_targets(m, combo, passthrough)
-        except ConfigError as exc:
-            refused[combo.id] = Result(combo.id, "refused", detail=exc.cause)
-            continue
-        todo.append(combo)
-    return refused, todo, planned
+        run = {
+            "dist": stage / f"dist-{combo.id}",
+            "build_dir": node_build_dir,
+            "jobs": options.THEIR_JOBS,
+        }
+        cell = prepare(m, combo, passthrough, None, run, combo.arch)
+        if isinstance(cell, BuildOptions):
+            try:
+                planned[combo.id] = planned_targets(m, combo, cell=cell)
+                cells[combo.id] = cell
+                continue
+            except ConfigError as exc:
+                cell = Result(combo.id, "refused", detail=exc.cause)
+        refused[combo.id] = cell
+    return refused, cells, planned
 
 
 def _submit(
@@ -1035,7 +1057,7 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--parallel",
-        dest="jobs",
+        dest="parallel",
         type=int,
         default=1,
         metavar="N",
@@ -1135,9 +1157,9 @@ def main(argv: list[str]) -> int:
     if not args.run:
         show(m, combos, args.format, args.image, args.allow_refused)
         return 0
-    if args.jobs < 1:
+    if args.parallel < 1:
         raise ConfigError(
-            f"--parallel {args.jobs}: must be at least 1", "pass --parallel 1 or more"
+            f"--parallel {args.parallel}: must be at least 1", "pass --parallel 1 or more"
         )
     dist = (args.dist or paths.dist_dir()).resolve()
     build_dir = (args.build_dir or paths.build_dir()).resolve()
@@ -1217,7 +1239,7 @@ def _build(
         args.build_options,
         dist,
         build_dir,
-        args.jobs,
+        args.parallel,
         image=args.image,
         heartbeat=heartbeat,
     )

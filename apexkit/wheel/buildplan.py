@@ -4,6 +4,7 @@ the target id and the non-default inputs it names, and the cache key (the conten
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import os
@@ -96,36 +97,27 @@ def expected_targets(
     opts: BuildOptions, m: matrix.Matrix, arch: str, system_torch: str | None = None
 ) -> dict[str, dict]:
     """What a build of `opts` on `arch` in another process (a builder container, a Slurm job) may leave as
-    dist/<target>/, from this host's own plan, never from what the other side says: {target id: the plan's
-    python, torch, torch_npu, arch, target_id and identity}. Two ids when the other side may find a CANN toolkit
-    and pair torch_npu itself (no --npu, and matrix.toml pairs one with this torch). `system_torch`: the version
-    a --use-system-torch build reports (the host has no way to know the other side's torch)."""
-    ref = opts.apex_ref or ("local" if opts.apex_src else m.default_ref)
-    spec = m.ref(ref)
-    torch = system_torch if opts.use_system_torch else (opts.torch or m.default_torch(opts.python))
-    if torch is None:
+    dist/<target>/, from this host's own plan (make_plan on an interpreter of `arch`), never from what the other
+    side says: {target id: the plan's python, torch, torch_npu, arch, target_id and identity}. Two ids when the
+    other side may find a CANN toolkit and pair torch_npu itself (no --npu, and matrix.toml pairs one with this
+    torch): the plan with --npu, and the same without its torch_npu. `system_torch`: the version a
+    --use-system-torch build reports (the host has no way to know the other side's torch). ConfigError: no plan."""
+    if opts.use_system_torch and system_torch is None:
         return {}
-    npus: list[str | None] = [None]
-    if opts.npu and not opts.use_system_torch:
-        npus = [opts.torch_npu or m.torch_npu_for(torch)]
-    elif not opts.use_system_torch:
-        with contextlib.suppress(ConfigError):
-            npus.append(m.torch_npu_for(torch))
+    interp = interpreters.Interpreter("", opts.python, opts.python, "", arch, "", "", "")
+    plan = make_plan(opts, m, interp, system_torch, {})  # its errors are the build's
+    if not (opts.npu or opts.use_system_torch):
+        with contextlib.suppress(
+            ConfigError
+        ):  # no torch_npu for this torch: the other side pairs none
+            plan = make_plan(dataclasses.replace(opts, npu=True), m, interp, system_torch, {})
     found = {}
-    for torch_npu in npus:
-        inputs = identity(opts, torch_npu, spec.flags if spec is not None else None)
-        tid = target.Target.of(
-            opts.python,
-            torch,
-            arch,
-            ref,
-            torch_npu=torch_npu,
-            backend=opts.backend,
-            identity=inputs,
-        ).id
+    for torch_npu in dict.fromkeys([plan.torch_npu] if opts.npu else [None, plan.torch_npu]):
+        inputs = {k: v for k, v in plan.identity.items() if torch_npu or k != "torch_npu"}
+        tid = dataclasses.replace(plan, torch_npu=torch_npu, identity=inputs).target.id
         found[tid] = {
-            "python": opts.python,
-            "torch": torch,
+            "python": plan.python,
+            "torch": plan.torch,
             "torch_npu": torch_npu,
             "arch": arch,
             "target_id": tid,

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import overload
 from urllib.parse import unquote, urlsplit
 
-from apexkit import config, envvars, paths, urls, vocab
+from apexkit import config, envvars, paths, untrusted, urls, vocab
 from apexkit.errors import ConfigError
 from apexkit.plan import matrix, target
 from apexkit.wheel import cudabin, cudatool, nvidiaext, sanitize, sources
@@ -713,16 +713,45 @@ _TUPLE_FIELDS = (
 )
 
 
+class _Deferred(int):
+    """The type of THEIR_JOBS."""
+
+
+# jobs left to the machine that runs the build (a Slurm node, whose CPUs only it knows): given to resolve() it stays
+# as given (an int, so --jobs on the command line still replaces it); to_json writes it as null, and from_json reads
+# null as that machine's default: $APEXKIT_JOBS, else its CPU count
+THEIR_JOBS = _Deferred(1)
+# the options file of a child on a host (a matrix cell, a Slurm job), not in a container: it may name an image to
+# build in, an interpreter or a CUDA build, and its environment is inherited
+ON_HOST = "on_host"
+MAX_JSON_BYTES = 256 * 1024
+
+
 def to_json(opts: BuildOptions) -> dict:
     """The parsed options as plain JSON: what a container build receives instead of argv to parse again."""
     data = {}
     for f in fields(BuildOptions):
         value = getattr(opts, f.name)
-        if isinstance(value, Path):
+        if value is THEIR_JOBS:
+            value = None
+        elif isinstance(value, Path):
             value = str(value)
         elif isinstance(value, tuple):
             value = [str(v) if isinstance(v, Path) else v for v in value]
         data[f.name] = value
+    return data
+
+
+def child_json(opts: BuildOptions) -> bytes:
+    """The options file of a child `apexkit build <python> --options-json FILE` on a host (ON_HOST): the options
+    resolved once by its parent, capped at MAX_JSON_BYTES as load_json reads it. Write it 0600: a URL may hold a
+    login."""
+    data = (json.dumps({**to_json(opts), ON_HOST: True}, indent=1) + "\n").encode()
+    if len(data) > MAX_JSON_BYTES:
+        raise ConfigError(
+            f"the build options take {len(data)} bytes as JSON, over {MAX_JSON_BYTES}",
+            "pass fewer or shorter options",
+        )
     return data
 
 
@@ -751,9 +780,12 @@ def read_environment(data: Mapping) -> dict[str, str]:
 def from_json(data: Mapping, python: str) -> BuildOptions:
     """BuildOptions from to_json's form. The file comes from the host that parsed and checked the options; fields are
     still checked for kind, and versions for PEP 440, since the options become paths and pip requirements.
-    Its ENVIRONMENT is not an option (load_json sets it)."""
-    data = {k: v for k, v in data.items() if k != ENVIRONMENT}
-    _check_json(data, python)
+    Its ENVIRONMENT is not an option (load_json sets it); ON_HOST says it is not a container's (child_json)."""
+    on_host = data.get(ON_HOST) is True
+    data = {k: v for k, v in data.items() if k not in (ENVIRONMENT, ON_HOST)}
+    if "jobs" in data and data["jobs"] is None:  # THEIR_JOBS: this machine's
+        data["jobs"] = _jobs(argparse.Namespace(jobs=None), os.environ)
+    _check_json(data, python, on_host)
     values = {name: _from_json_value(name, value) for name, value in data.items()}
     _check_versions(values.get("torch"), values.get("torch_npu"))
     return BuildOptions(**values)
@@ -762,8 +794,9 @@ def from_json(data: Mapping, python: str) -> BuildOptions:
 _FROM_HOST = "it is written by the host's container build (invoke build --image ...); run that"
 
 
-def _check_json(data: Mapping, python: str) -> None:
-    """An options file's fields: known, of their kind, for this Python, none host-only, an Ascend build."""
+def _check_json(data: Mapping, python: str, on_host: bool) -> None:
+    """An options file's fields: known, of their kind, for this Python; in a container none host-only and an Ascend
+    build."""
     known = {f.name: f for f in fields(BuildOptions)}
     unknown = sorted(set(data) - set(known))
     if unknown or data.get("python") != python:
@@ -774,14 +807,17 @@ def _check_json(data: Mapping, python: str) -> None:
     wrong = next((n for n, v in data.items() if not _of_kind(str(known[n].type), v)), None)
     if wrong is not None:
         raise ConfigError(f"options file: {wrong} is not a {known[wrong].type}", _FROM_HOST)
-    host_only = [n for n in HOST_ONLY if data.get(n) is not None]
+    host_only = [n for n in HOST_ONLY if data.get(n) is not None and not on_host]
     if host_only:
         raise ConfigError(
             f"options file: {', '.join(host_only)} cannot be set inside a container build",
             _FROM_HOST,
         )
-    if data.get("backend", "ascend") != "ascend" or any(
-        data.get(k) not in (None, (), [], 1) for k in ("cuda_arch", "cuda_ext", "nvcc_threads")
+    if not on_host and (
+        data.get("backend", "ascend") != "ascend"
+        or any(
+            data.get(k) not in (None, (), [], 1) for k in ("cuda_arch", "cuda_ext", "nvcc_threads")
+        )
     ):
         raise ConfigError(
             "options file: a CUDA build (--backend cuda) does not run in a builder image yet",
@@ -811,18 +847,13 @@ def load_json(
     """The container's side of a container build (`apexkit build 3.X --options-json FILE`): the options, and the
     file's ENVIRONMENT set in `environ` (os.environ: pip, git and the fetches of this build inherit it), so that
     credentials reach the build without being in the container's environment that `docker inspect` shows."""
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
+    try:  # a regular file, no link followed, capped: it may lie on storage that others share (a Slurm job's)
+        data = untrusted.read_json_object(path, None, MAX_JSON_BYTES)
+    except untrusted.Untrusted as exc:
         raise ConfigError(
-            f"--options-json {path}: {exc.__class__.__name__}",
-            "it is written by the host's container build; run the build with --image from the host",
+            f"--options-json: {exc}",
+            "it is written by the process that starts the build (a container build, a matrix run); run that",
         ) from None
-    if not isinstance(data, dict):
-        raise ConfigError(
-            f"--options-json {path} is not a JSON object",
-            "run the build with --image from the host",
-        )
     opts = from_json(data, python)
     (os.environ if environ is None else environ).update(read_environment(data))
     return opts

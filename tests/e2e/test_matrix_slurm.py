@@ -88,14 +88,20 @@ def test_dry_run_prints_one_batch_script_per_combination_without_slurm(tmp_path)
     assert "#SBATCH --partition=ascend" in arm and not any("--constraint" in line for line in arm)
     assert "#SBATCH --cpus-per-task=8" in arm and "#SBATCH --nodes=1" in arm
     assert f"#SBATCH --output={tmp_path / 'build' / 'matrix' / FOREIGN}.log" in arm
+    # the build's options resolved here, as a file (printed by the dry run), not a command line parsed on the node
     build = next(line for line in arm if line.startswith("exec "))
-    assert (
-        f"-m apexkit build 3.11 --torch 2.5.1 --dist {tmp_path / 'build'}/matrix/slurm/run-"
-        in build
+    stage = f"{tmp_path / 'build'}/matrix/slurm/run-"
+    assert f"-m apexkit build 3.11 --options-json {stage}" in build
+    assert build.endswith(f"/options-{FOREIGN}.json")
+    assert 'export APEXKIT_JOBS="${SLURM_CPUS_PER_TASK:-$(nproc)}"' in arm
+    given = json.loads("\n".join(line[2:] for line in arm[arm.index(build) + 2 :]))
+    assert (given["torch"], given["image"], given["jobs"], given["smoke_test"]) == (
+        "2.5.1",
+        None,
+        None,
+        False,
     )
-    assert "--image" not in build and build.endswith(
-        '--jobs "${SLURM_CPUS_PER_TASK:-$(nproc)}" --no-smoke-test'
-    )
+    assert given["dist_dir"].startswith(stage) and given["dist_dir"].endswith(f"/dist-{FOREIGN}")
     assert f"{REFUSED}: refused, not submitted" in proc.stderr
     assert not (tmp_path / "build").exists()  # a dry run writes nothing
 

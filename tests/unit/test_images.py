@@ -369,10 +369,7 @@ def test_matrix_image_states_without_a_daemon():
         "host",
         None,
     )  # native: no image
-    assert matrixrun.build_args(m, combo, host="aarch64", image="mine:1")[-2:] == [
-        "--image",
-        "mine:1",
-    ]
+    assert matrixrun.build_options(m, combo, host="aarch64", image="mine:1")["image"] == "mine:1"
 
 
 def test_plan_with_more_pythons(tmp_path):

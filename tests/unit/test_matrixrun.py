@@ -45,13 +45,28 @@ def test_a_symlinked_wheel_left_by_a_job_is_refused(tmp_path):
     assert not (tmp_path / "dist" / "py3.11-torch2.13.0-x86_64-master").exists()
 
 
+def _options(argv: list[str]):
+    """The options a child `apexkit build 3.X --options-json FILE` reads: resolved by its parent, not its argv."""
+    from apexkit.wheel import options
+
+    assert argv[-4:-2] == ["build", "3.11"] and argv[-2] == "--options-json", argv
+    return options.load_json(Path(argv[-1]), "3.11")
+
+
+def _cell(m, combo, dist: Path, build: Path):
+    from apexkit.fleet import matrixrun
+
+    run = {"dist": dist, "build_dir": build, "jobs": 1}
+    return matrixrun.prepare(m, combo, [], None, run, host="x86_64")
+
+
 def _fake_child(target_name: str, code: int, error: str | None = None, then=None):
     """A stand-in for the child `apexkit build` of run_one: it writes what a build would (dist/<target>/, its status
     file where $APEXKIT_STATUS_FILE says), then runs `then` (another matrix run starting meanwhile)."""
     from apexkit import statusfile
 
     def run(argv, env, **kwargs):
-        dist = Path(argv[argv.index("--dist") + 1])
+        dist = _options(argv).dist_dir
         target = None
         if code == 0:
             target = dist / target_name
@@ -87,13 +102,13 @@ def test_two_matrix_runs_sharing_build_matrix_each_read_their_own_childs_status(
             matrixrun.subprocess, "run", _fake_child("", 7, "compile failed in run B")
         )
         other.append(
-            matrixrun.run_one(m, combo, [], tmp_path / "dist-b", tmp_path / "build", 1, logs)
+            matrixrun.run_one(combo, _cell(m, combo, tmp_path / "dist-b", tmp_path / "build"), logs)
         )
 
     monkeypatch.setattr(
         matrixrun.subprocess, "run", _fake_child(combo.target_id, 0, then=second_run)
     )
-    first = matrixrun.run_one(m, combo, [], tmp_path / "dist-a", tmp_path / "build", 1, logs)
+    first = matrixrun.run_one(combo, _cell(m, combo, tmp_path / "dist-a", tmp_path / "build"), logs)
     assert (other[0].status, other[0].detail) == ("failed", "compile failed in run B")
     assert first.status == "built", first.detail
     assert first.detail == str(tmp_path / "dist-a" / combo.target_id)
@@ -175,7 +190,7 @@ def test_a_manifest_with_a_size_that_is_not_a_number_is_no_traceback(tmp_path, m
     monkeypatch.setattr(matrixrun.dockerclient, "host_arch", lambda: "x86_64")
 
     def child(argv, env, **kwargs):
-        target = Path(argv[argv.index("--dist") + 1]) / combo.target_id
+        target = _options(argv).dist_dir / combo.target_id
         target.mkdir(parents=True)
         wheel = {"file": WHEEL, "sha256": "0" * 64, "size": "a lot"}
         (target / "manifest.json").write_text(json.dumps({"wheel": wheel}))
@@ -183,5 +198,107 @@ def test_a_manifest_with_a_size_that_is_not_a_number_is_no_traceback(tmp_path, m
         return subprocess.CompletedProcess(argv, 0)
 
     monkeypatch.setattr(matrixrun.subprocess, "run", child)
-    result = matrixrun.run_one(m, combo, [], tmp_path / "dist", tmp_path / "build", 1, logs)
+    result = matrixrun.run_one(combo, _cell(m, combo, tmp_path / "dist", tmp_path / "build"), logs)
     assert (result.status, result.wheel, result.size) == ("built", WHEEL, 0)
+
+
+def test_a_local_run_resolves_each_cell_once_and_hands_its_child_the_options_file(
+    tmp_path, monkeypatch
+):
+    """--parallel N: N cells at a time, each child's compile jobs (cores // N) a field of its options, which the child
+    reads from its 0600 options file; a passthrough option that does not resolve refuses every cell before any
+    child starts (its one line, not N children's argparse errors)."""
+    import stat
+
+    from apexkit import statusfile
+    from apexkit.fleet import matrixrun
+    from apexkit.plan import matrix
+
+    m = matrix.load()
+    combos = m.combinations(
+        [
+            {"python": "3.11", "torch": "2.13.0", "arch": "x86_64"},
+            {"python": "3.11", "torch": "2.12.0", "arch": "x86_64"},
+        ]
+    )
+    monkeypatch.setattr(matrixrun.dockerclient, "host_arch", lambda: "x86_64")
+    monkeypatch.setattr(matrixrun.os, "cpu_count", lambda: 8)
+    seen = []
+
+    def child(argv, env, **kwargs):
+        path = Path(argv[-1])
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600
+        opts = _options(argv)
+        seen.append((opts.torch, opts.jobs, opts.smoke_test))
+        target = opts.dist_dir / f"py3.11-torch{opts.torch}-x86_64-master"
+        target.mkdir(parents=True)
+        (target / "manifest.json").write_text(
+            json.dumps({"wheel": {"file": WHEEL, "sha256": "0" * 64}})
+        )
+        statusfile.write(0, None, target, environ=env)
+        return subprocess.CompletedProcess(argv, 0)
+
+    monkeypatch.setattr(matrixrun.subprocess, "run", child)
+    dist, build = tmp_path / "dist", tmp_path / "build"
+    results = matrixrun.run_all(m, combos, ["--no-smoke-test"], dist, build, 2)
+    assert [r.status for r in results] == ["built", "built"]
+    assert sorted(seen) == [("2.12.0", 4, False), ("2.13.0", 4, False)]
+    assert not [
+        p for p in (build / "matrix").iterdir() if p.name.startswith(".")
+    ]  # no options left
+    seen.clear()
+    missing = tmp_path / "no-such-wheelhouse"
+    results = matrixrun.run_all(m, combos, ["--wheelhouse", str(missing)], dist, build, 1)
+    assert [(r.status, r.detail) for r in results] == [
+        ("refused", f"--wheelhouse {missing} is not a directory")
+    ] * 2
+    assert seen == []
+
+
+def test_the_batch_script_starts_the_build_with_the_options_file_the_host_resolved(
+    tmp_path, monkeypatch, capsys
+):
+    """A Slurm job gets no command line of build options: `apexkit build 3.X --options-json <stage>/options-<id>.json`,
+    the file the host writes at submission (printed, logins masked, by --dry-run), its compile jobs the node's
+    ($APEXKIT_JOBS from the job's CPUs) and its dist the job's staging folder."""
+    from apexkit.fleet import matrixrun
+    from apexkit.plan import matrix
+
+    m = matrix.load()
+    combos = m.combinations(
+        [
+            {"python": "3.11", "torch": "2.5.1", "arch": "aarch64"},
+            {"python": "3.8", "torch": "2.6.0", "arch": "x86_64"},  # refused by matrix.toml
+        ]
+    )
+    args = matrixrun.parser().parse_args(
+        ["--run", "--slurm", "--slurm-cpus", "8", "--slurm-interpreter", "/shared/venv/bin/python"]
+    )
+    build = tmp_path / "build"
+    index = "https://user:s3cret@mirror.example.com/simple/"
+    passthrough = ["--no-smoke-test", "--index-url", index]
+    assert (
+        matrixrun.run_slurm(
+            m, combos, passthrough, tmp_path / "dist", build, matrixrun.slurm_options(args), True
+        )
+        == []
+    )
+    out = capsys.readouterr()
+    assert "py3.8-torch2.6.0-x86_64: refused, not submitted" in out.err
+    assert out.out.count("# ---- ") == 1 and "s3cret" not in out.out
+    script, _, shown = out.out.partition("\n# /")
+    lines = script.splitlines()
+    stage = Path(lines[0].split(": ", 1)[1]).parent
+    assert stage.parent == build / "matrix" / "slurm"
+    assert "#SBATCH --cpus-per-task=8" in lines and "#SBATCH --constraint=aarch64" in lines
+    assert lines[-2:] == [
+        'export APEXKIT_JOBS="${SLURM_CPUS_PER_TASK:-$(nproc)}"',
+        f"exec /shared/venv/bin/python -m apexkit build 3.11 --options-json "
+        f"{stage}/options-py3.11-torch2.5.1-aarch64.json",
+    ]
+    data = json.loads("\n".join(x[2:] for x in shown.splitlines()[1:]))
+    assert data["on_host"] is True and data["jobs"] is None and data["smoke_test"] is False
+    assert data["torch"] == "2.5.1" and data["image"] is None  # natively on a node of its arch
+    assert data["dist_dir"] == str(stage / "dist-py3.11-torch2.5.1-aarch64")
+    assert data["build_dir"] == str(build) and data["index_url"].startswith("https://user:")
+    assert not build.exists()  # a dry run writes nothing

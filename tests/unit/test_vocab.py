@@ -30,7 +30,7 @@ def test_matrix_takes_target_parallel_and_slurm_interpreter():
     new = p.parse_args(
         ["--target", "a", "--target", "b", "--parallel", "3", "--slurm-interpreter", "/x/python"]
     )
-    assert (new.only, new.jobs, new.slurm_python) == (["a", "b"], 3, "/x/python")
+    assert (new.only, new.parallel, new.slurm_python) == (["a", "b"], 3, "/x/python")
     assert p.parse_args([]).only == []  # the default list is not shared between parses
 
 
