@@ -547,13 +547,13 @@ def numpy_works_with_torch(venv: venvs.Venv) -> bool:
 
 def parser(prog: str) -> argparse.ArgumentParser:
     """apexkit's own options of validate/bench; the others go to the script (--help lists both)."""
-    return declare.parser(COMMANDS[0], prog)
+    return declare.parser(COMMAND, prog)
 
 
 def parse(argv: list[str], prog: str, script: str = "bench") -> tuple[Run, list[str]]:
     p = parser(prog)
     given, rest = p.parse_known_args(argv)
-    args = declare.make(COMMANDS[0], vars(given))
+    args = declare.make(COMMAND, vars(given))
     if args.help and args.in_env:  # the script's own help, from the interpreter that runs it
         rest.append("--help")
     elif args.help or args.apexkit_help:
@@ -657,4 +657,4 @@ def main(script: str, argv: list[str], prog: str) -> int:
 
 
 # validate and bench: main(script, argv, prog) parses `Run`; the options apexkit does not know go to the script
-COMMANDS = tuple(declare.Command(script, Run, main) for script in SCRIPTS)
+COMMAND = declare.Command("validate/bench", Run, main)
