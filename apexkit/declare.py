@@ -100,9 +100,8 @@ def options_of(cls: type) -> tuple[Opt, ...]:
     for f in (f for f in dataclasses.fields(cls) if "flag" in f.metadata):
         m = f.metadata
         default = f.default if f.default is not dataclasses.MISSING else [] if m["repeat"] else None
-        out.append(Opt(f.name, m["flag"] or "--" + f.name.replace("_", "-"), m["help"], default, m["repeat"],
-                       m["positional"], m["metavar"], m["convert"], m["env"], m["config"], m["short"],
-                       m["choices"], m["type"], m["group"]))  # fmt: skip
+        out.append(Opt(**{**m, "dest": f.name, "flag": m["flag"] or "--" + f.name.replace("_", "-"),
+                          "default": default}))  # fmt: skip
     return tuple(out)
 
 
@@ -156,7 +155,7 @@ def settled(opt: Opt, value: object, environ: Mapping[str, str]) -> Any:
         return opt.default
     if isinstance(
         value, list
-    ):  # repeated: each converted, in the declared default's kind (a list or a tuple)
+    ):  # repeated: each converted, in the declared default's kind (a list, a tuple)
         return type(opt.default)(opt.convert(v) if opt.convert else v for v in value)  # type: ignore[call-arg]
     return opt.convert(value) if opt.convert and isinstance(value, str) else value
 

@@ -12,7 +12,6 @@ APEXKIT_BENCH_ARGS adds script options too, for one command line with a build: `
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import os
@@ -545,13 +544,10 @@ def numpy_works_with_torch(venv: venvs.Venv) -> bool:
     )
 
 
-def parser(prog: str) -> argparse.ArgumentParser:
-    """apexkit's own options of validate/bench; the others go to the script (--help lists both)."""
-    return declare.parser(COMMAND, prog)
-
-
 def parse(argv: list[str], prog: str, script: str = "bench") -> tuple[Run, list[str]]:
-    p = parser(prog)
+    p = declare.parser(
+        COMMAND, prog
+    )  # apexkit's own options; the others go to the script (--help lists both)
     given, rest = p.parse_known_args(argv)
     args = declare.make(COMMAND, vars(given))
     if args.help and args.in_env:  # the script's own help, from the interpreter that runs it

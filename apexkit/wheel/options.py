@@ -12,7 +12,7 @@ import re
 from collections.abc import Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, overload
+from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from apexkit import config, declare, envvars, paths, urls, vocab
@@ -297,18 +297,6 @@ def _team_indexes(args: argparse.Namespace, found) -> tuple[str, ...]:
     return team_indexes(list(found.items), found.where or found.origin)
 
 
-@overload
-def _index(value: str, what: str) -> str: ...
-@overload
-def _index(value: str | None, what: str) -> str | None: ...
-def _index(value: str | None, what: str) -> str | None:
-    """A package index URL, checked by the one URL validator (apexkit.urls): a password holding '/', '#', '?' or '@'
-    must be percent-encoded, and an error never quotes more than the scheme and host."""
-    if value is None:
-        return None
-    return urls.index_url(value, what)
-
-
 def _source_url(found, default: str) -> str:
     """A git source URL (a config.Value): an http(s) URL is checked like an index (its credentials must parse, or it
     is refused without being echoed); file://, ssh:// and scp-like URLs only for whitespace and control characters."""
@@ -477,6 +465,10 @@ def _settings(args: argparse.Namespace, env: Mapping[str, str], m: matrix.Matrix
     }
 
 
+def _index(value: str | None, what: str) -> str | None:
+    return urls.index_url(value, what) if value else None
+
+
 def _own(value) -> tuple[str, ...]:
     """A value apexkit passes on: pip reads PIP_INDEX_URL / PIP_EXTRA_INDEX_URL itself, as before."""
     return () if value.layer == config.ENV and value.where.startswith("PIP_") else value.items
@@ -522,9 +514,10 @@ def _assemble(
         "npu": bool(args.npu or args.torch_npu or (stack and stack.torch_npu)),
         "stack": stack.name if stack else None,
         "apex_src": args.apex_src.expanduser().resolve() if args.apex_src else None,
+        # each index URL checked by the one URL validator (apexkit.urls: an error never quotes a password)
         "index_url": _index(next(iter(_own(found["index_url"])), None), found["index_url"].origin),
-        "extra_index_urls": tuple(_index(u, extra.origin) for u in _own(extra)),
-        "torch_index_url": _index(found["torch_index_url"].text or None, found["torch_index_url"].where),
+        "extra_index_urls": tuple(urls.index_url(u, extra.origin) for u in _own(extra)),
+        "torch_index_url": _index(found["torch_index_url"].text, found["torch_index_url"].where),
         "ascend_apex_url": _source_url(found["ascend_apex_url"], m.ascend_apex_url),
         "nvidia_apex_url": _source_url(found["nvidia_apex_url"], m.nvidia_apex_url),
         "wheelhouses": _wheelhouses(args, found["wheelhouses"]),
