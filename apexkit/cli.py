@@ -122,6 +122,7 @@ def full_parser():
         "-q", "--quiet", action="store_true", help="errors, warnings and each command's result only"
     )
     sub = top.add_subparsers(dest="command", metavar="COMMAND")
+    declared = {**commands.BY_NAME, "validate": venvrun.COMMAND, "bench": venvrun.COMMAND}
     for name, _, line in entries():
         if name == "build":
             p = sub.add_parser(
@@ -129,14 +130,10 @@ def full_parser():
             )
             p.add_argument("target_python", metavar="PYTHON", nargs="?", help="3.X")
             continue
-        if name in commands.BY_NAME:
-            parents = [declare.parser(commands.BY_NAME[name], f"apexkit {name}")]
-        elif name == "matrix":
-            parents = [matrixrun.parser()]
-        elif name in ("validate", "bench"):
-            parents = [venvrun.parser(f"apexkit {name}")]
+        if name in declared:
+            parents = [declare.parser(declared[name], f"apexkit {name}")]
         else:
-            parents = []
+            parents = [matrixrun.parser()] if name == "matrix" else []
         p = sub.add_parser(name, parents=parents, add_help=not parents, help=line)
         if name == "completion":
             p.add_argument("shell", choices=("bash",))

@@ -7,13 +7,17 @@ options with it; the command edge (cli, commands, exits) runs them.
 
 The rules every declared command keeps: a field without a default (`positional=True`) is a positional argument
 that may also be given as its --flag; a default-True boolean is switched off by --no-X; `repeat=True` may be given
-several times (a list); `convert` turns the string typed into what the function takes, inside the run (a bad value
-is one `error:` line and its exit code); `env`/`config`: an unset value resolves flag > environment > project file >
-user file > default (apexkit.config)."""
+several times (a list, or a tuple when the declared default is one); `convert` turns the string typed (each one of a
+repeated option) into what the function takes, inside the run (a bad value is one `error:` line and its exit code),
+where `type` is argparse's (a bad value is a usage error, exit 2); `env`/`config`: an unset value resolves flag >
+environment > project file > user file > default (apexkit.config, `setting`). `short` adds a one-letter spelling,
+`choices` argparse's, `group` a titled section of --help; a declared --help replaces argparse's own. A field
+without option() metadata is not an option (a value the command computes)."""
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -32,12 +36,19 @@ def option(
     metavar: str | None = None,
     positional: bool = False,
     convert: Callable[[Any], Any] | None = None,
+    short: str | None = None,
+    choices: tuple[str, ...] | None = None,
+    type: Callable[[str], Any] | None = None,
+    group: str | None = None,
+    factory: Callable[[], Any] | None = None,
 ) -> Any:
-    """A dataclass field whose metadata is its command-line option (`flag`: default --<field name>)."""
+    """A dataclass field whose metadata is its command-line option (`flag`: default --<field name>); `factory`: a
+    default made per object (dataclasses' default_factory)."""
     meta = dict(flag=flag, env=env, config=config, repeat=repeat, metavar=metavar, positional=positional,
-                convert=convert, help=help)  # fmt: skip
-    if repeat:
-        return dataclasses.field(default_factory=list, metadata=meta)
+                convert=convert, help=help, short=short, choices=choices, type=type, group=group)  # fmt: skip
+    factory = factory or (list if repeat and default is None else None)
+    if factory:
+        return dataclasses.field(default_factory=factory, metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
 
 
@@ -73,6 +84,10 @@ class Opt:
     convert: Callable[[Any], Any] | None
     env: str | None
     config: str | None
+    short: str | None = None
+    choices: tuple[str, ...] | None = None
+    type: Callable[[str], Any] | None = None
+    group: str | None = None
 
     @property
     def name(self) -> str:
@@ -82,11 +97,11 @@ class Opt:
 
 def options_of(cls: type) -> tuple[Opt, ...]:
     out = []
-    for f in dataclasses.fields(cls):
+    for f in (f for f in dataclasses.fields(cls) if "flag" in f.metadata):
         m = f.metadata
-        out.append(Opt(f.name, m["flag"] or "--" + f.name.replace("_", "-"), m["help"],
-                       [] if m["repeat"] else f.default, m["repeat"], m["positional"], m["metavar"],
-                       m["convert"], m["env"], m["config"]))  # fmt: skip
+        default = f.default if f.default is not dataclasses.MISSING else [] if m["repeat"] else None
+        out.append(Opt(**{**m, "dest": f.name, "flag": m["flag"] or "--" + f.name.replace("_", "-"),
+                          "default": default}))  # fmt: skip
     return tuple(out)
 
 
@@ -121,26 +136,34 @@ def values(o: object) -> dict[str, object]:
     return {f.name: getattr(o, f.name) for f in dataclasses.fields(o)}  # type: ignore[arg-type]
 
 
-def _settled(opt: Opt, value: object, environ: Mapping[str, str]) -> object:
+def setting(opt: Opt, value: object, environ: Mapping[str, str], cfg=None, default: object = None):
+    """The config.Value of an option with a config key, and where it came from: the one resolution, flag >
+    environment > project file > user file > `default` (apexkit.config; `cfg`: the files, read once)."""
+    from apexkit import config
+
+    return (cfg or config.load(environ)).get(str(opt.config), environ, flag=value, default=default)
+
+
+def settled(opt: Opt, value: object, environ: Mapping[str, str]) -> Any:
     """A given value converted, or an unset one resolved: config key, else environment variable, else default."""
     if opt.config:
-        from apexkit import config
-
-        got = config.load(environ).get(opt.config, environ, flag=value)
+        got = setting(opt, value, environ)
         return got.value if got.configured else opt.default
     if value in (None, []) and opt.env and environ.get(opt.env, "").strip():
         value = environ[opt.env].strip()
     if value is None or value == []:
         return opt.default
+    if isinstance(
+        value, list
+    ):  # repeated: each converted, in the declared default's kind (a list, a tuple)
+        return type(opt.default)(opt.convert(v) if opt.convert else v for v in value)  # type: ignore[call-arg]
     return opt.convert(value) if opt.convert and isinstance(value, str) else value
 
 
 def make(command: Command, given: Mapping[str, object], environ: Mapping[str, str] | None = None):
     """The options object of `command` from what a door parsed (by flag name), every value settled."""
     environ = os.environ if environ is None else environ
-    return command.options(
-        **{o.dest: _settled(o, given.get(o.name), environ) for o in command.opts}
-    )
+    return command.options(**{o.dest: settled(o, given.get(o.name), environ) for o in command.opts})
 
 
 # --- argparse: `apexkit <command>` (builder images have no invoke) ----------------------------------------------
@@ -149,20 +172,31 @@ def make(command: Command, given: Mapping[str, object], environ: Mapping[str, st
 def parser(command: Command, prog: str):
     import argparse
 
-    p = argparse.ArgumentParser(prog=prog, description=command.doc, allow_abbrev=False)
+    p = argparse.ArgumentParser(prog=prog, description=command.doc, allow_abbrev=False,
+                                add_help=all(o.flag != "--help" for o in command.opts))  # fmt: skip
+    groups: dict[str | None, Any] = {None: p}
     for opt in command.opts:
+        if opt.group not in groups:
+            groups[opt.group] = p.add_argument_group(opt.group)
+        add = functools.partial(groups[opt.group].add_argument, *(opt.short,) if opt.short else ())
         if opt.positional:  # positional, or as --name (as invoke takes it): one of the two
             upper = opt.name.upper()
             p.add_argument(f"_{opt.name}", metavar=upper, nargs="?", help=opt.help)
-            p.add_argument(opt.flag, dest=opt.name, metavar="VALUE", help=f"the same as {upper}")
+            add(opt.flag, dest=opt.name, metavar="VALUE", help=f"the same as {upper}")
         elif opt.default is True:
-            p.add_argument(f"--no-{opt.flag[2:]}", dest=opt.name, action="store_false", default=True,
-                           help=opt.help)  # fmt: skip
+            add(
+                f"--no-{opt.flag[2:]}",
+                dest=opt.name,
+                action="store_false",
+                default=True,
+                help=opt.help,
+            )
         elif opt.default is False:
-            p.add_argument(opt.flag, dest=opt.name, action="store_true", help=opt.help)
+            add(opt.flag, dest=opt.name, action="store_true", help=opt.help)
         else:
-            p.add_argument(opt.flag, dest=opt.name, metavar=opt.metavar or "VALUE", default=None,
-                           action="append" if opt.repeat else "store", help=opt.help)  # fmt: skip
+            add(opt.flag, dest=opt.name, metavar=opt.metavar or (None if opt.choices else "VALUE"), default=None,
+                action="append" if opt.repeat else "store", choices=opt.choices, type=opt.type,
+                help=opt.help)  # fmt: skip
     return p
 
 

@@ -1,5 +1,4 @@
-"""`nox -s validate` / `nox -s bench`: run bench/validate_env.py or bench/amp_bench.py inside a venv that holds the
-built wheel of a target in dist/ (the newest, or --target ID), or inside any interpreter (--interpreter PATH).
+"""`nox -s validate` / `nox -s bench` / `apexkit validate|bench`: what `Run` says, its options declared there.
 
 The run venv is cached per target, wheel and package sources (cache/run-venvs/): torch (+ torch_npu) as the build
 had it, the wheel (--no-deps); for the bench also matplotlib for the chart, when it can be had (the bench runs without
@@ -13,7 +12,6 @@ APEXKIT_BENCH_ARGS adds script options too, for one command line with a build: `
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import os
@@ -23,9 +21,11 @@ import subprocess
 import sys
 import urllib.parse
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
-from apexkit import cachetrust, envvars, log, paths, pipconfig, untrusted, urls, vocab
+from apexkit import cachetrust, declare, envvars, log, paths, pipconfig, untrusted, urls, vocab
+from apexkit.declare import option
 from apexkit.errors import BenchError, ConfigError, EnvironmentSetupError
 from apexkit.plan import matrix
 from apexkit.wheel import venvs
@@ -43,6 +43,64 @@ NUMPY_PROBE = paths.PROBES / "numpy_torch.py"
 NUMPY_1 = "numpy<2"
 # dist/<target>/contracts.json: what `nox -s contracts -- --target ID` (tools/contracts.py) wrote
 CONTRACT_FILE = "contracts.json"
+FROM_BUILD = (
+    "package sources of the run venv (default: the build's, as its manifest.json records them)"
+)
+
+
+@dataclass(frozen=True)
+class Run:
+    """Run bench/validate_env.py or bench/amp_bench.py inside a venv that holds the built wheel of a target in dist/
+    (the newest, or --target ID), or inside any interpreter (--interpreter PATH)."""
+
+    target: str | None = option(
+        None, "target id in dist/ (default: the newest build)", metavar="ID"
+    )
+    python: str | None = option(
+        None, "the newest target for this Python (e.g. 3.11)", metavar="VERSION"
+    )
+    in_env: str | None = option(
+        None,
+        "run with this interpreter as it is (no run venv)",
+        flag="--interpreter",
+        metavar="PATH",
+    )
+    dist: str = option(
+        str(ROOT / "dist"), "where the builds are (default: $APEXKIT_DIST_DIR, else dist/)", env="APEXKIT_DIST_DIR",
+        metavar="DIR",
+    )  # fmt: skip
+    reports: str = option(
+        str(ROOT / "reports"),
+        "where outputs go by default: <reports>/<target>/ (default: $APEXKIT_REPORTS_DIR, else reports/)",
+        env="APEXKIT_REPORTS_DIR",
+        metavar="DIR",
+    )
+    index_url: str | None = option(
+        None, "package index (as for the build)", metavar="URL", group=FROM_BUILD
+    )
+    extra_index_url: tuple[str, ...] = option(
+        (), "additional package index (repeatable; replaces the build's)", metavar="URL", repeat=True,
+        group=FROM_BUILD,
+    )  # fmt: skip
+    torch_index_url: str | None = option(
+        None, "index for torch only (env APEXKIT_TORCH_INDEX_URL)", metavar="URL", group=FROM_BUILD
+    )
+    wheelhouse: tuple[Path, ...] = option(
+        (), "local wheels, pip --find-links (repeatable; replaces the build's)", metavar="DIR", repeat=True,
+        convert=Path, group=FROM_BUILD,
+    )  # fmt: skip
+    offline: bool = option(
+        False,
+        "no package index: the wheelhouses only (default: as the build; an index URL given now turns a recorded "
+        "offline off)",
+        group=FROM_BUILD,
+    )
+    help: bool = option(
+        False,
+        "these options and the script's (with --interpreter PATH: the script's, run by it)",
+        short="-h",
+    )
+    apexkit_help: bool = option(False, "these options only")
 
 
 def find_target(
@@ -253,7 +311,7 @@ def recorded_sources(manifest: dict, where: str) -> venvs.IndexOptions:
     )
 
 
-def given_sources(args: argparse.Namespace) -> venvs.IndexOptions:
+def given_sources(args: Run) -> venvs.IndexOptions:
     """The sources options given to validate/bench now, checked as the build checks its own."""
     for w in args.wheelhouse:
         if not w.is_dir():
@@ -486,74 +544,12 @@ def numpy_works_with_torch(venv: venvs.Venv) -> bool:
     )
 
 
-def parser(prog: str) -> argparse.ArgumentParser:
-    """apexkit's own options of validate/bench; the others go to the script (--help lists both)."""
-    parser = argparse.ArgumentParser(
-        prog=prog, add_help=False, description=__doc__.split("\n\n")[0]
-    )
-    parser.add_argument("--target", help="target id in dist/ (default: the newest build)")
-    parser.add_argument("--python", help="the newest target for this Python (e.g. 3.11)")
-    parser.add_argument(
-        "--interpreter",
-        dest="in_env",
-        metavar="PATH",
-        help="run with this interpreter as it is (no run venv)",
-    )
-    parser.add_argument(
-        "--dist",
-        default=os.environ.get("APEXKIT_DIST_DIR") or str(ROOT / "dist"),
-        help="where the builds are (default: $APEXKIT_DIST_DIR, else dist/)",
-    )
-    parser.add_argument(
-        "--reports",
-        default=os.environ.get("APEXKIT_REPORTS_DIR") or str(ROOT / "reports"),
-        help="where outputs go by default: <reports>/<target>/ (default: $APEXKIT_REPORTS_DIR, else reports/)",
-    )
-    box = parser.add_argument_group(
-        "package sources of the run venv (default: the build's, as its manifest.json records them)"
-    )
-    box.add_argument("--index-url", metavar="URL", help="package index (as for the build)")
-    box.add_argument(
-        "--extra-index-url",
-        metavar="URL",
-        action="append",
-        default=[],
-        help="additional package index (repeatable; replaces the build's)",
-    )
-    box.add_argument(
-        "--torch-index-url",
-        metavar="URL",
-        help="index for torch only (env APEXKIT_TORCH_INDEX_URL)",
-    )
-    box.add_argument(
-        "--wheelhouse",
-        metavar="DIR",
-        action="append",
-        default=[],
-        type=Path,
-        help="local wheels, pip --find-links (repeatable; replaces the build's)",
-    )
-    box.add_argument(
-        "--offline",
-        action="store_true",
-        help="no package index: the wheelhouses only (default: as the build; an index URL given now turns a "
-        "recorded offline off)",
-    )
-    parser.add_argument(
-        "-h",
-        "--help",
-        action="store_true",
-        help="these options and the script's (with --interpreter PATH: the script's, run by it)",
-    )
-    parser.add_argument("--apexkit-help", action="store_true", help="these options only")
-    return parser
-
-
-def parse(
-    argv: list[str], prog: str, script: str = "bench"
-) -> tuple[argparse.Namespace, list[str]]:
-    p = parser(prog)
-    args, rest = p.parse_known_args(argv)
+def parse(argv: list[str], prog: str, script: str = "bench") -> tuple[Run, list[str]]:
+    p = declare.parser(
+        COMMAND, prog
+    )  # apexkit's own options; the others go to the script (--help lists both)
+    given, rest = p.parse_known_args(argv)
+    args = declare.make(COMMAND, vars(given))
     if args.help and args.in_env:  # the script's own help, from the interpreter that runs it
         rest.append("--help")
     elif args.help or args.apexkit_help:
@@ -654,3 +650,7 @@ def main(script: str, argv: list[str], prog: str) -> int:
         )
         raise BenchError(what, f"fix what the report says, then run {vocab.command(script)} again")
     return 0
+
+
+# validate and bench: main(script, argv, prog) parses `Run`; the options apexkit does not know go to the script
+COMMAND = declare.Command("validate/bench", Run, main)

@@ -1,6 +1,7 @@
-"""The option tables of docs/commands.md, generated from the command declarations (apexkit/commands.py,
-apexkit.declare): what is between the marker comments is rewritten, the prose around it is kept. `nox -s docs` writes
-them; `nox -s docs -- --check` (and tests/unit/test_docs_match_code.py) fails when the committed file differs."""
+"""The option tables of docs/commands.md, generated from the command declarations (apexkit/commands.py, the build
+options of apexkit/wheel/options.py, validate/bench of apexkit/venvrun.py; apexkit.declare): what is between the
+marker comments is rewritten, the prose around it is kept. `nox -s docs` writes them; `nox -s docs -- --check` (and
+tests/unit/test_docs_match_code.py) fails when the committed file differs."""
 
 from __future__ import annotations
 
@@ -19,25 +20,39 @@ def _cell(text: str) -> str:
 def _spelling(opt) -> str:
     if opt.positional:
         return f"`{opt.name.upper()}` or `{opt.flag} {opt.name.upper()}`"
+    short = f" / `{opt.short}`" if opt.short else ""
     if opt.default is True:
         return f"`--no-{opt.flag[2:]}`"
     if opt.default is False:
-        return f"`{opt.flag}`"
-    return f"`{opt.flag} {opt.metavar or 'VALUE'}`" + (" (repeatable)" if opt.repeat else "")
+        return f"`{opt.flag}`{short}"
+    value = opt.metavar or ("{" + ",".join(opt.choices) + "}" if opt.choices else "VALUE")
+    return f"`{opt.flag} {value}`{short}" + (" (repeatable)" if opt.repeat else "")
 
 
 def _default(opt) -> str:
-    if opt.positional or opt.repeat or opt.default in (None, True, False, ""):
+    """The declared default; none where the help says it (`(default: …)`: an environment variable, a file)."""
+    if (
+        opt.positional
+        or opt.repeat
+        or opt.default in (None, True, False, "", ())
+        or "(default:" in opt.help
+    ):
         return ""
     return f"`{opt.default}`"
 
 
+def sections() -> tuple:
+    """The declared commands whose options docs/commands.md lists."""
+    from apexkit import commands, venvrun
+    from apexkit.wheel import options
+
+    return (*commands.COMMANDS, options.COMMAND, venvrun.COMMAND)
+
+
 def tables() -> str:
     """One section per declared command: its help, then its options (spelling, default, help)."""
-    from apexkit import commands
-
     out = []
-    for c in commands.COMMANDS:
+    for c in sections():
         out += [f"### `{c.name}`", "", _cell(c.doc), ""]
         if c.opts:
             out += ["| option | default | what it does |", "|---|---|---|"]

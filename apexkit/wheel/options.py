@@ -12,10 +12,11 @@ import re
 from collections.abc import Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import overload
+from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from apexkit import config, envvars, paths, untrusted, urls, vocab
+from apexkit import config, declare, envvars, paths, untrusted, urls, vocab
+from apexkit.declare import option
 from apexkit.errors import ConfigError
 from apexkit.plan import matrix, target
 from apexkit.wheel import cudabin, cudatool, nvidiaext, sanitize, sources
@@ -24,272 +25,220 @@ PROJECT_ROOT = matrix.PROJECT_ROOT
 TEAM_INDEX_ENV = "APEXKIT_INDEX"
 
 
+BACKENDS = ("ascend", "cuda")
+CUDA = "NVIDIA apex on CUDA GPUs (--backend cuda)"
+BOX = "in a builder image (invoke image.build makes one)"
+
+
 @dataclass(frozen=True)
 class BuildOptions:
+    """The options of one build. A field with option() metadata (apexkit.declare) is a build option: its flag, help
+    and default are written here once, and `parser` is generated from them; the others are computed by `resolve`."""
+
     python: str  # "3.11"
-    python_path: str | None = None
-    torch: str | None = None  # None -> matrix default for the Python (or the system torch)
-    torch_npu: str | None = None
-    npu: bool = False
-    stack: str | None = None  # matrix.toml [stacks] name: sets torch and torch_npu
-    apex_ref: str | None = None
-    apex_src: Path | None = None
-    ascend_apex_url: str = ""
-    nvidia_apex_url: str = ""
-    nvidia_commit: str | None = None
-    index_url: str | None = None
-    extra_index_urls: tuple[str, ...] = ()
-    torch_index_url: str | None = None
-    wheelhouses: tuple[Path, ...] = ()
-    offline: bool = False
-    jobs: int = 1
-    use_cache: bool = True
-    recreate_venv: bool = False
-    use_system_torch: bool = False
-    skip_patches: tuple[str, ...] = ()
-    sanitize: tuple[str, ...] = ()  # --sanitize address,undefined: a +asan diagnosis build
-    setup_flags: tuple[str, ...] | None = None
-    dist_dir: Path = field(default_factory=paths.dist_dir)
-    build_dir: Path = field(default_factory=paths.build_dir)
+    python_path: str | None = option(
+        None,
+        "interpreter to build with (default: find python3.X)",
+        flag="--interpreter",
+        metavar="PATH",
+    )
+    torch: str | None = option(  # None -> matrix default for the Python (or the system torch)
+        None, "torch release to build against (default: matrix.toml per Python)", metavar="VERSION"
+    )
+    torch_npu: str | None = option(
+        None, "torch_npu release (default: matrix.toml for the torch)", metavar="VERSION"
+    )
+    npu: bool = option(False, "also install torch_npu (automatic when a CANN toolkit is detected)")
+    stack: str | None = option(  # matrix.toml [stacks] name: sets torch and torch_npu
+        None,
+        "a training stack of matrix.toml [stacks] (its torch + torch_npu), e.g. mindspeed-llm-2.3.0 or field-report",
+        metavar="NAME",
+    )
+    apex_ref: str | None = option(
+        None, "Ascend apex branch, tag or commit (default: matrix.toml, master)", metavar="REF"
+    )
+    apex_src: Path | None = option(
+        None,
+        "build from your own Ascend apex checkout (copied, never modified)",
+        metavar="PATH",
+        type=Path,
+    )
+    ascend_apex_url: str = option(
+        "",
+        "Ascend apex git URL or mirror (env APEXKIT_ASCEND_APEX_URL)",
+        metavar="URL",
+        config="ascend_apex_url",
+    )
+    nvidia_apex_url: str = option(
+        "",
+        "NVIDIA apex git URL or mirror (env APEXKIT_NVIDIA_APEX_URL)",
+        metavar="URL",
+        config="nvidia_apex_url",
+    )
+    nvidia_commit: str | None = option(
+        None, "override the NVIDIA apex commit the Ascend ref pins", metavar="SHA"
+    )
+    index_url: str | None = option(
+        None,
+        "package index for torch and build deps (default: pip's config)",
+        metavar="URL",
+        config="index_url",
+    )
+    extra_index_urls: tuple[str, ...] = option(
+        (), "additional package index", flag="--extra-index-url", metavar="URL", repeat=True,
+        config="extra_index_urls",
+    )  # fmt: skip
+    torch_index_url: str | None = option(
+        None,
+        "index for torch only, e.g. https://download.pytorch.org/whl/cpu (env APEXKIT_TORCH_INDEX_URL)",
+        metavar="URL",
+        config="torch_index_url",
+    )
+    wheelhouses: tuple[Path, ...] = option(
+        (),
+        "local wheels (pip --find-links)",
+        flag="--wheelhouse",
+        metavar="DIR",
+        repeat=True,
+        config="wheelhouses",
+    )
+    offline: bool = option(False, "no package index and no git fetch: wheelhouse and cache only")
+    jobs: int = option(
+        1, "parallel compile jobs (default: CPU count)", short="-j", metavar="N", type=int
+    )
+    use_cache: bool = option(
+        True,
+        "rebuild even if the wheel cache (or a team index) has these exact inputs",
+        flag="--cache",
+    )
+    recreate_venv: bool = option(False, "recreate the cached build venv")
+    use_system_torch: bool = option(
+        False,
+        "build against the torch the interpreter already has (MindIE, lib64 installs) instead of installing one",
+    )
+    skip_patches: tuple[str, ...] = option(
+        (),
+        "do not apply one of our patches (diagnosis)",
+        flag="--skip-patch",
+        metavar="ID",
+        repeat=True,
+    )
+    sanitize: tuple[str, ...] = option(  # --sanitize address,undefined: a +asan diagnosis build
+        (),
+        "address,undefined: a diagnosis build compiled with those sanitizers (its own +asan target and cache key, "
+        "never published); its smoke test and CPU tier run with the sanitizer runtime preloaded",
+        metavar="LIST",
+        convert=sanitize.parse,
+    )
+    setup_flags: tuple[str, ...] | None = option(
+        None,
+        'setup.py flags for a ref not in matrix.toml, written with =: --setup-flags="--cpp_ext"',
+        metavar="FLAGS",
+        convert=lambda text: tuple(text.split()) or None,
+    )
+    dist_dir: Path = option(
+        help="output directory (default: $APEXKIT_DIST_DIR, else ./dist)", flag="--dist", metavar="DIR",
+        type=Path, factory=paths.dist_dir,
+    )  # fmt: skip
+    build_dir: Path = option(
+        help="work directory (default: $APEXKIT_BUILD_DIR, else ./build)", metavar="DIR", type=Path,
+        factory=paths.build_dir,
+    )  # fmt: skip
     cache_dir: Path = field(default_factory=paths.cache_dir)
-    dry_run: bool = False
-    verbose: bool = False
-    smoke_test: bool = True
-    verify_reproducible: bool = False
-    force: bool = False  # replace a dist/<target> built from other inputs
-    test_cached: bool = False  # smoke-test a wheel cache hit too
-    image: str | None = None  # build inside this builder image (apexkit/images/container.py)
+    dry_run: bool = option(False, "print the plan and change nothing")
+    verbose: bool = option(False, "stream compiler and pip output", short="-v")
+    smoke_test: bool = option(True, "skip importing the wheel in a fresh venv")
+    verify_reproducible: bool = option(
+        False,
+        "build twice (no wheel cache, two build directories) and require byte-identical wheels",
+    )
+    force: bool = option(  # replace a dist/<target> built from other inputs
+        False,
+        "replace a dist/<target> that was built from other inputs (default: refuse, say which inputs differ)",
+    )
+    test_cached: bool = option(  # smoke-test a wheel cache hit too
+        False,
+        "smoke-test a wheel cache hit as well (a hit is always re-hashed and zip-checked; env APEXKIT_TEST_CACHED=1)",
+    )
+    image: str | None = option(  # build inside this builder image (apexkit/images/container.py)
+        None,
+        "run this same build inside IMAGE; the wheel lands in the host's dist/ (repository read-only, only the "
+        "workspace and cache writable, no --privileged)",
+        metavar="IMAGE",
+        group=BOX,
+    )
     # team indexes (`invoke publish` output: http(s)://, file:// or a directory) asked for the cache key after a
     # local wheel-cache miss, before compiling (--team-index, else APEXKIT_INDEX; --no-team-index: none)
-    team_indexes: tuple[str, ...] = ()
-    network: str | None = None
-    ca_bundle: str | None = None
+    team_indexes: tuple[str, ...] = option(
+        (),
+        "an `invoke publish` index (http(s)://[user:password@]host/..., file:// or a directory) asked for this "
+        "build's cache key after a local cache miss, before compiling; repeat for several (default: "
+        f"${TEAM_INDEX_ENV}, whitespace or comma separated)",
+        flag="--team-index",
+        metavar="URL",
+        repeat=True,
+        config="team_indexes",
+    )
+    network: str | None = option(
+        None,
+        "container network, e.g. host (automatic when the proxy listens on this host's loopback)",
+        metavar="NAME",
+        group=BOX,
+    )
+    ca_bundle: str | None = option(
+        None,
+        "CA certificates the container trusts besides its system's (a PEM file; a full bundle works too), or "
+        "'none' (default: proxy.setup's bundle, else $SSL_CERT_FILE)",
+        flag="--ca-cert",
+        metavar="FILE",
+        group=BOX,
+    )
     # "key<TAB>origin" of each source the user configured (apexkit.config): the plan says where it came from
     origins: tuple[str, ...] = ()
     # what is built: Ascend apex (NVIDIA apex + npu.patch, for torch_npu) or upstream NVIDIA apex on CUDA
-    backend: str = "ascend"
-    cuda_arch: str | None = (
-        None  # TORCH_CUDA_ARCH_LIST, normalised ("8.0;9.0"); None: matrix.toml [cuda]
+    backend: str = option(
+        "ascend",
+        "ascend: Apex for Ascend for torch_npu (default); cuda: upstream NVIDIA apex for CUDA GPUs, compiled with "
+        "nvcc against a CUDA build of torch",
+        choices=BACKENDS,
+        group=CUDA,
     )
-    cuda_ext: tuple[str, ...] = ()  # "core" and contrib names (apexkit.wheel.nvidiaext); () : core
+    cuda_arch: str | None = (
+        option(  # TORCH_CUDA_ARCH_LIST, normalised ("8.0;9.0"); None: matrix.toml [cuda]
+            None,
+            'GPU architectures to compile for, e.g. "8.0;9.0" or "9.0+PTX" (default: $TORCH_CUDA_ARCH_LIST, else '
+            "matrix.toml [cuda] default_arch_list)",
+            metavar="LIST",
+            group=CUDA,
+        )
+    )
+    cuda_ext: tuple[str, ...] = (
+        option(  # "core" and contrib names (apexkit.wheel.nvidiaext); () : core
+            (),
+            "extensions to build: core (apex_C, amp_C, fused layer norm, ...; the default) and contrib names such as "
+            "xentropy,fast_layer_norm, comma separated",
+            metavar="NAMES",
+            group=CUDA,
+        )
+    )
     nvcc_threads: int = 1  # nvcc --threads per job (cudatool.jobs)
 
 
-BACKENDS = ("ascend", "cuda")
+@dataclass(frozen=True)
+class Flags(BuildOptions):
+    """Build an Apex for Ascend wheel in an isolated venv: fetch (cached) Ascend apex + NVIDIA apex, generate a fresh
+    tree, apply our patches, compile, smoke-test the wheel in a fresh venv."""
+
+    no_team_index: bool = option(False, f"ask no team index this run (ignore ${TEAM_INDEX_ENV})")
 
 
 def parser(prog: str = "nox -s build-3.X --") -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog=prog,
-        allow_abbrev=False,  # --image and --interpreter must not be reachable by a prefix such as --i
-        description="Build an Apex for Ascend wheel in an isolated venv: fetch (cached) Ascend apex + NVIDIA apex, "
-        "generate a fresh tree, apply our patches, compile, smoke-test the wheel in a fresh venv.",
-    )
-    add = p.add_argument
-    add(
-        "--interpreter",
-        dest="python_path",
-        metavar="PATH",
-        help="interpreter to build with (default: find python3.X)",
-    )
-    add(
-        "--stack",
-        metavar="NAME",
-        help="a training stack of matrix.toml [stacks] (its torch + torch_npu), e.g. "
-        "mindspeed-llm-2.3.0 or field-report",
-    )
-    add(
-        "--torch",
-        metavar="VERSION",
-        help="torch release to build against (default: matrix.toml per Python)",
-    )
-    add(
-        "--npu",
-        action="store_true",
-        help="also install torch_npu (automatic when a CANN toolkit is detected)",
-    )
-    add(
-        "--torch-npu",
-        metavar="VERSION",
-        help="torch_npu release (default: matrix.toml for the torch)",
-    )
-    add(
-        "--apex-ref",
-        metavar="REF",
-        help="Ascend apex branch, tag or commit (default: matrix.toml, master)",
-    )
-    add(
-        "--apex-src",
-        metavar="PATH",
-        type=Path,
-        help="build from your own Ascend apex checkout (copied, never modified)",
-    )
-    add(
-        "--ascend-apex-url",
-        metavar="URL",
-        help="Ascend apex git URL or mirror (env APEXKIT_ASCEND_APEX_URL)",
-    )
-    add(
-        "--nvidia-apex-url",
-        metavar="URL",
-        help="NVIDIA apex git URL or mirror (env APEXKIT_NVIDIA_APEX_URL)",
-    )
-    add(
-        "--nvidia-commit", metavar="SHA", help="override the NVIDIA apex commit the Ascend ref pins"
-    )
-    add(
-        "--index-url",
-        metavar="URL",
-        help="package index for torch and build deps (default: pip's config)",
-    )
-    add(
-        "--extra-index-url",
-        metavar="URL",
-        action="append",
-        default=[],
-        help="additional package index",
-    )
-    add(
-        "--torch-index-url",
-        metavar="URL",
-        help="index for torch only, e.g. https://download.pytorch.org/whl/cpu (env APEXKIT_TORCH_INDEX_URL)",
-    )
-    add(
-        "--wheelhouse",
-        metavar="DIR",
-        action="append",
-        default=[],
-        type=Path,
-        help="local wheels (pip --find-links)",
-    )
-    add(
-        "--offline",
-        action="store_true",
-        help="no package index and no git fetch: wheelhouse and cache only",
-    )
-    add(
-        "--jobs",
-        "-j",
-        type=int,
-        default=None,
-        metavar="N",
-        help="parallel compile jobs (default: CPU count)",
-    )
-    add(
-        "--no-cache",
-        action="store_true",
-        help="rebuild even if the wheel cache (or a team index) has these exact inputs",
-    )
-    add(
-        "--team-index",
-        metavar="URL",
-        action="append",
-        default=[],
-        help="an `invoke publish` index (http(s)://[user:password@]host/..., file:// or a directory) asked for "
-        "this build's cache key after a local cache miss, before compiling; repeat for several (default: "
-        f"${TEAM_INDEX_ENV}, whitespace or comma separated)",
-    )
-    add(
-        "--no-team-index",
-        action="store_true",
-        help=f"ask no team index this run (ignore ${TEAM_INDEX_ENV})",
-    )
-    add("--recreate-venv", action="store_true", help="recreate the cached build venv")
-    add(
-        "--use-system-torch",
-        action="store_true",
-        help="build against the torch the interpreter already has (MindIE, lib64 installs) instead of installing one",
-    )
-    add(
-        "--skip-patch",
-        metavar="ID",
-        action="append",
-        default=[],
-        help="do not apply one of our patches (diagnosis)",
-    )
-    add(
-        "--sanitize",
-        metavar="LIST",
-        help="address,undefined: a diagnosis build compiled with those sanitizers (its own +asan target and cache key, "
-        "never published); its smoke test and CPU tier run with the sanitizer runtime preloaded",
-    )
-    add(
-        "--setup-flags",
-        metavar="FLAGS",
-        help='setup.py flags for a ref not in matrix.toml, written with =: --setup-flags="--cpp_ext"',
-    )
-    add(
-        "--dist",
-        metavar="DIR",
-        type=Path,
-        help="output directory (default: $APEXKIT_DIST_DIR, else ./dist)",
-    )
-    add(
-        "--build-dir",
-        metavar="DIR",
-        type=Path,
-        help="work directory (default: $APEXKIT_BUILD_DIR, else ./build)",
-    )
-    add("--no-smoke-test", action="store_true", help="skip importing the wheel in a fresh venv")
-    add(
-        "--verify-reproducible",
-        action="store_true",
-        help="build twice (no wheel cache, two build directories) and require byte-identical wheels",
-    )
-    add(
-        "--test-cached",
-        action="store_true",
-        help="smoke-test a wheel cache hit as well (a hit is always re-hashed and zip-checked; env APEXKIT_TEST_CACHED=1)",
-    )
-    add(
-        "--force",
-        action="store_true",
-        help="replace a dist/<target> that was built from other inputs (default: refuse, say which inputs differ)",
-    )
-    add("--dry-run", action="store_true", help="print the plan and change nothing")
-    add("--verbose", "-v", action="store_true", help="stream compiler and pip output")
-    add(
+    """The build options' parser, generated from their declarations (--image and --interpreter must not be
+    reachable by a prefix such as --i: no abbreviations)."""
+    p = declare.parser(COMMAND, prog)
+    p.add_argument(
         "--options-json", metavar="FILE", type=Path, help=argparse.SUPPRESS
-    )  # a container build's parsed options
-    cuda = p.add_argument_group("NVIDIA apex on CUDA GPUs (--backend cuda)")
-    cuda.add_argument(
-        "--backend",
-        choices=BACKENDS,
-        default=None,
-        help="ascend: Apex for Ascend for torch_npu (default); cuda: upstream NVIDIA apex for CUDA GPUs, compiled "
-        "with nvcc against a CUDA build of torch",
-    )
-    cuda.add_argument(
-        "--cuda-arch",
-        metavar="LIST",
-        help='GPU architectures to compile for, e.g. "8.0;9.0" or "9.0+PTX" (default: $TORCH_CUDA_ARCH_LIST, '
-        "else matrix.toml [cuda] default_arch_list)",
-    )
-    cuda.add_argument(
-        "--cuda-ext",
-        metavar="NAMES",
-        help="extensions to build: core (apex_C, amp_C, fused layer norm, ...; the default) and contrib names "
-        "such as xentropy,fast_layer_norm, comma separated",
-    )
-    box = p.add_argument_group("in a builder image (invoke image.build makes one)")
-    box.add_argument(
-        "--image",
-        metavar="IMAGE",
-        help="run this same build inside IMAGE; the wheel lands in the "
-        "host's dist/ (repository read-only, only the workspace and cache writable, no --privileged)",
-    )
-    box.add_argument(
-        "--network",
-        metavar="NAME",
-        help="container network, e.g. host (automatic when the proxy listens on this host's loopback)",
-    )
-    box.add_argument(
-        "--ca-cert",
-        dest="ca_bundle",
-        metavar="FILE",
-        help="CA certificates the container trusts besides its system's (a PEM file; a full bundle works "
-        "too), or 'none' (default: proxy.setup's bundle, else $SSL_CERT_FILE)",
-    )
+    )  # a container build's options
     return p
 
 
@@ -348,18 +297,6 @@ def _team_indexes(args: argparse.Namespace, found) -> tuple[str, ...]:
     return team_indexes(list(found.items), found.where or found.origin)
 
 
-@overload
-def _index(value: str, what: str) -> str: ...
-@overload
-def _index(value: str | None, what: str) -> str | None: ...
-def _index(value: str | None, what: str) -> str | None:
-    """A package index URL, checked by the one URL validator (apexkit.urls): a password holding '/', '#', '?' or '@'
-    must be percent-encoded, and an error never quotes more than the scheme and host."""
-    if value is None:
-        return None
-    return urls.index_url(value, what)
-
-
 def _source_url(found, default: str) -> str:
     """A git source URL (a config.Value): an http(s) URL is checked like an index (its credentials must parse, or it
     is refused without being echoed); file://, ssh:// and scp-like URLs only for whitespace and control characters."""
@@ -389,9 +326,9 @@ def resolve(
     args = _parse(prog, argv, given)
     if args.options_json is not None:
         return load_json(args.options_json, python)
-    if args.python_path and args.image:
+    if args.interpreter and args.image:
         raise ConfigError(
-            f"--interpreter {args.python_path} is a host path; a build in an image uses the image's "
+            f"--interpreter {args.interpreter} is a host path; a build in an image uses the image's "
             f"python{python}",
             f"drop --interpreter ({vocab.command('image.build', '--pythons')} adds Pythons to an image)",
         )
@@ -401,7 +338,7 @@ def resolve(
     backend, cuda_arch, cuda_ext, nvcc_threads = _backend(args, env, m, python, stack)
     if backend == "cuda" and args.jobs is None and "APEXKIT_JOBS" not in env:
         jobs, nvcc_threads = cudatool.jobs(os.cpu_count() or 1, cudatool.free_gib())
-    if (args.network or args.ca_bundle) and not args.image:
+    if (args.network or args.ca_cert) and not args.image:
         raise ConfigError(
             "--network and --ca-cert apply to container builds only",
             "add --image IMAGE, or drop them",
@@ -409,6 +346,10 @@ def resolve(
     return _assemble(
         python, args, env, m, stack, jobs, (backend, cuda_arch, cuda_ext, nvcc_threads)
     )
+
+
+# the doors (apexkit build, nox -s build-*, invoke build, install --build-options) give resolve their argv
+COMMAND = declare.Command("build <python>", Flags, resolve)
 
 
 def _parse(
@@ -513,21 +454,19 @@ def _folders(args: argparse.Namespace) -> tuple[Path, Path]:
 
 
 def _settings(args: argparse.Namespace, env: Mapping[str, str], m: matrix.Matrix) -> dict:
-    """Each source setting resolved once (apexkit.config): flag > environment > project file > user file > default."""
+    """Each source setting by its config key, resolved once (apexkit.declare.setting): flag > environment > project
+    file > user file > default (matrix.toml's for the git URLs)."""
     cfg = config.load(env)
     defaults = {"ascend_apex_url": m.ascend_apex_url, "nvidia_apex_url": m.nvidia_apex_url}
     return {
-        key: cfg.get(key, env, flag=flag, default=defaults.get(key))
-        for key, flag in (
-            ("ascend_apex_url", args.ascend_apex_url),
-            ("nvidia_apex_url", args.nvidia_apex_url),
-            ("index_url", args.index_url),
-            ("extra_index_urls", args.extra_index_url),
-            ("torch_index_url", args.torch_index_url),
-            ("wheelhouses", [str(w) for w in args.wheelhouse]),
-            ("team_indexes", args.team_index),
-        )
+        o.config: declare.setting(o, getattr(args, o.name), env, cfg, defaults.get(o.config))
+        for o in COMMAND.opts
+        if o.config
     }
+
+
+def _index(value: str | None, what: str) -> str | None:
+    return urls.index_url(value, what) if value else None
 
 
 def _own(value) -> tuple[str, ...]:
@@ -563,61 +502,40 @@ def _assemble(
     jobs: int,
     shape: tuple[str, str | None, tuple[str, ...], int],
 ) -> BuildOptions:
-    """The checked flags, folders and settings into BuildOptions; `shape`: _backend's answer."""
-    backend, cuda_arch, cuda_ext, nvcc_threads = shape
+    """The checked flags, folders and settings into BuildOptions: each declared option as given (converted), then
+    the values computed from them; `shape`: _backend's answer."""
     dist_dir, build_dir = _folders(args)
     found = _settings(args, env, m)
-    index_url = _index(next(iter(_own(found["index_url"])), None), found["index_url"].origin)
-    extra = tuple(
-        _index(u, found["extra_index_urls"].origin) for u in _own(found["extra_index_urls"])
-    )
-    torch_index_url = _index(found["torch_index_url"].text or None, found["torch_index_url"].where)
-    ascend_url = _source_url(found["ascend_apex_url"], m.ascend_apex_url)
-    nvidia_url = _source_url(found["nvidia_apex_url"], m.nvidia_apex_url)
-    wheelhouses = _wheelhouses(args, found["wheelhouses"])
-    return BuildOptions(
-        python=python,
-        python_path=args.python_path,
-        torch=stack.torch if stack else args.torch,
-        torch_npu=stack.torch_npu if stack else args.torch_npu,
-        npu=bool(args.npu or args.torch_npu or (stack and stack.torch_npu)),
-        stack=stack.name if stack else None,
-        apex_ref=args.apex_ref,
-        apex_src=args.apex_src.expanduser().resolve() if args.apex_src else None,
-        ascend_apex_url=ascend_url,
-        nvidia_apex_url=nvidia_url,
-        nvidia_commit=args.nvidia_commit,
-        index_url=index_url,
-        extra_index_urls=extra,
-        torch_index_url=torch_index_url,
-        wheelhouses=wheelhouses,
-        offline=args.offline,
-        jobs=jobs,
-        use_cache=not args.no_cache,
-        recreate_venv=args.recreate_venv,
-        use_system_torch=args.use_system_torch,
-        skip_patches=tuple(args.skip_patch),
-        sanitize=sanitize.parse(args.sanitize) if args.sanitize is not None else (),
-        setup_flags=tuple(args.setup_flags.split()) if args.setup_flags else None,
-        dist_dir=dist_dir,
-        build_dir=build_dir,
-        cache_dir=sources.cache_dir(env),
-        dry_run=args.dry_run,
-        verbose=args.verbose,
-        smoke_test=not args.no_smoke_test,
-        verify_reproducible=args.verify_reproducible,
-        force=args.force,
-        test_cached=args.test_cached or env.get("APEXKIT_TEST_CACHED", "") in ("1", "true", "yes"),
-        image=args.image,
-        network=args.network,
-        ca_bundle=args.ca_bundle,
-        team_indexes=_team_indexes(args, found["team_indexes"]),
-        origins=tuple(f"{v.key}\t{v.origin}" for v in found.values() if v.configured),
-        backend=backend,
-        cuda_arch=cuda_arch,
-        cuda_ext=cuda_ext,
-        nvcc_threads=nvcc_threads,
-    )
+    extra = found["extra_index_urls"]
+    computed: dict[str, Any] = {
+        "python": python,
+        "torch": stack.torch if stack else args.torch,
+        "torch_npu": stack.torch_npu if stack else args.torch_npu,
+        "npu": bool(args.npu or args.torch_npu or (stack and stack.torch_npu)),
+        "stack": stack.name if stack else None,
+        "apex_src": args.apex_src.expanduser().resolve() if args.apex_src else None,
+        # each index URL checked by the one URL validator (apexkit.urls: an error never quotes a password)
+        "index_url": _index(next(iter(_own(found["index_url"])), None), found["index_url"].origin),
+        "extra_index_urls": tuple(urls.index_url(u, extra.origin) for u in _own(extra)),
+        "torch_index_url": _index(found["torch_index_url"].text, found["torch_index_url"].where),
+        "ascend_apex_url": _source_url(found["ascend_apex_url"], m.ascend_apex_url),
+        "nvidia_apex_url": _source_url(found["nvidia_apex_url"], m.nvidia_apex_url),
+        "wheelhouses": _wheelhouses(args, found["wheelhouses"]),
+        "jobs": jobs,
+        "dist_dir": dist_dir,
+        "build_dir": build_dir,
+        "cache_dir": sources.cache_dir(env),
+        "test_cached": args.test_cached or env.get("APEXKIT_TEST_CACHED", "") in ("1", "true", "yes"),
+        "team_indexes": _team_indexes(args, found["team_indexes"]),
+        "origins": tuple(f"{v.key}\t{v.origin}" for v in found.values() if v.configured),
+        **dict(zip(("backend", "cuda_arch", "cuda_ext", "nvcc_threads"), shape)),
+    }  # fmt: skip
+    given = {
+        o.dest: declare.settled(o, getattr(args, o.name), env)
+        for o in declare.options_of(BuildOptions)
+        if o.dest not in computed
+    }
+    return BuildOptions(**given, **computed)
 
 
 def _backend(

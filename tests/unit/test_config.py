@@ -213,3 +213,13 @@ def test_install_and_the_run_venvs_read_the_config_files_too(homes, tmp_path):
     with_env = {**env, "APEXKIT_TORCH_INDEX_URL": "http://127.0.0.1:8/env/simple"}
     merged, _notes = venvrun.merge_sources(none, none, with_env, lambda: {})
     assert merged.torch_index_url == "http://127.0.0.1:8/env/simple/"  # the variable beats the file
+
+
+def test_each_flag_of_a_setting_is_the_build_option_resolved_by_it():
+    """config.SETTINGS' flag column (config.show, README's firewall table) is the declared build option whose
+    config key is that setting: both ways."""
+    from apexkit import declare
+    from apexkit.wheel import options
+
+    declared = {o.config: o.flag for o in declare.options_of(options.BuildOptions) if o.config}
+    assert declared == {s.key: s.flag for s in config.SETTINGS if s.flag}

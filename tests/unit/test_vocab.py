@@ -15,7 +15,8 @@ def test_build_takes_interpreter_and_ca_cert():
     assert options.resolve("3.11", ["--interpreter", sys.executable, "--dry-run"]).python_path == (
         sys.executable
     )
-    assert options.parser().parse_args(["--ca-cert", "none"]).ca_bundle == "none"
+    given = ["--ca-cert", "none", "--image", "x", "--dry-run"]
+    assert options.resolve("3.11", given).ca_bundle == "none"
 
 
 @pytest.mark.parametrize("old", [["--python", "/x/python"], ["--ca-bundle", "none"]])
