@@ -99,6 +99,7 @@ def test_workflow_names_only_real_sessions_and_runs_the_readme_command(nox_sessi
         "${{ matrix.session }}",
         "lint",
         "tests-unit",
+        "tests-installed",
         "tests-e2e",
         "tests-aarch64",
     }
