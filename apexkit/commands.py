@@ -512,6 +512,20 @@ def main(name: str, argv: list[str], prog: str) -> int:
     return exit_code(lambda: command.run(declare.make(command, given)))
 
 
+def run_options_file(path: str) -> int:
+    """`python -m apexkit.commands FILE` (how `apexkit up` starts a stage): the declared command FILE names, run with
+    its options ({"command": NAME, "options": {...}}, no argv parsed again), its end in $APEXKIT_STATUS_FILE."""
+    from apexkit import untrusted
+    from apexkit.exits import exit_code
+
+    def run() -> object:
+        data = untrusted.read_json_object(path, None, 1 << 20, "the options file")
+        command = BY_NAME[data["command"]]
+        return command.run(command.options(**data["options"]))
+
+    return exit_code(run)
+
+
 # --- invoke tasks: tasks.py is `ns = commands.namespace()` ---------------------------------------------------
 
 
@@ -560,3 +574,9 @@ def namespace():
             ns.add_collection(groups[group])
         (groups[group] if group else ns).add_task(task(command))
     return ns
+
+
+if __name__ == "__main__":  # a stage of `apexkit up` (run_options_file)
+    import sys
+
+    sys.exit(run_options_file(sys.argv[1]))

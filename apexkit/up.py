@@ -4,16 +4,22 @@ first failure with its fix.
 
     apexkit up --venv ~/train-venv --index https://pypi.example/apex/simple/ [--bench] [--proxy-check] [--dry-run]
 
-Each stage is apexkit's own command run as a child process (`python -m apexkit <command> ...`), not a function call:
-  - every stage is exactly what a user would run by hand (the report names the command), with the same options,
-    locks and messages, so `up` adds no second code path to keep in step (install is its own command; validate and
-    bench need their own process anyway: they run the venv's interpreter);
-  - a stage's output goes to its own log file, whole, while the terminal gets one line per stage;
-  - a stage that dies (a traceback, SIGKILL, an out-of-memory compiler) fails its row, not the report: the next
-    stages are "skipped: <stage> failed" and the report is still written;
-  - the child's outcome comes back as data, not scraped text: its $APEXKIT_STATUS_FILE (exit code and its one-line
-    error, apexkit.statusfile), its --json output (doctor's and proxy.check's rows, install's wheel, validate's report).
-    The log's first `error:` line is only the fallback for a child that recorded nothing.
+Each stage is apexkit's own command given its options as data (`Stage.options`), never a command line put together
+again, run as a child process; its output goes whole to its own log and the terminal gets one line per stage.
+Per stage, and why not in this process (up is a library unit: the command edge, apexkit.commands, runs commands):
+  - proxy: a child with a JSON options file -- it talks to Docker and the network and prints through apexkit's
+    console and spinners; in-process, catching that whole in its log means swapping up's console and stdout;
+  - doctor: a child with a JSON options file -- the same output capture, and a probe that hangs or dies (a broken
+    interpreter, a C extension) takes only its row;
+  - install: a child with a JSON options file -- it may build for minutes, its pip and compilers write to the
+    process's own output, it tightens the umask and holds the venv's lock; a killed build fails its row, not up;
+  - validate, bench: a child with their own flags (`venvrun_argv`, the one command line up writes: venvrun is not a
+    declared command yet) -- it runs the venv's own interpreter, where torch is.
+The JSON options file is `<report>/logs/<stage>.options.json`, {"command": NAME, "options": {...}}; the edge's
+`python -m apexkit.commands FILE` (commands.run_options_file) runs that declared command with them. A child answers
+with its $APEXKIT_STATUS_FILE (exit code and one-line error, apexkit.statusfile) and its --json output or report
+(validate.json), each read as untrusted; one that recorded nothing (killed) is "exit N", with its log as the fix. A
+stage that fails or dies fails its row, not the report: the next stages are "skipped: <stage> failed".
 
 Re-running skips what is already done: the state (<report>/state.json) keeps, per stage, a digest of the inputs of
 its last successful run -- the venv, its Python, its torch and torch_npu, the installed apex (the digest of its RECORD:
@@ -37,20 +43,21 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from apexkit import envvars, fsedit, locks, log, paths, statusfile, untrusted
 from apexkit.errors import ConfigError
 
 STAGES = ("proxy", "doctor", "install", "validate", "bench")
+# the stages whose child takes its own flags (venvrun is not a declared command yet); the others: a JSON options file
+FLAGS = ("validate", "bench")
 OK, FAILED, SKIPPED, DONE = "ok", "failed", "skipped", "done"
-FORMAT = "apexkit-up/1"
+FORMAT = "apexkit-up/2"  # /2: a row names its command and options, not a command line
 STATE_FORMAT = "apexkit-up-state/1"
 STATE_FILE = "state.json"
 STATE_MAX = 256 * 1024
-OUT_MAX = 4 << 20  # a stage's --json output read back
-LOG_SCAN = 4 << 20  # how much of a stage's log is searched for its first `error:` line
-TEXT_MAX = 400  # a cause, fix or detail taken from a child: one line, at most this long
+OUT_MAX = 4 << 20  # a child's --json output or report read back
+TEXT_MAX = 400  # a cause, fix or detail taken from a stage: one line, at most this long
 DEVICES = ("npu", "cuda", "cpu")
 PROXY_VARIABLES = ("http_proxy", "https_proxy", "no_proxy", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
@@ -81,9 +88,9 @@ class Target:
     """The venv `up` works on: its interpreter, how the stages are told about it, and the report's name for it."""
 
     python: Path
-    flag: tuple[
+    given: tuple[
         str, str
-    ]  # ("--venv", DIR) or ("--interpreter", PATH): passed to doctor and install
+    ]  # ("venv", DIR) or ("interpreter", PATH): the option doctor and install get
     name: str  # reports/up/<name>/
 
 
@@ -105,10 +112,15 @@ class Options:
 @dataclass(frozen=True)
 class Stage:
     name: str
-    argv: tuple[str, ...]  # the whole command line (the interpreter first)
+    command: str  # the apexkit command it calls
+    options: Mapping[
+        str, Any
+    ]  # the options up sets (the others: the command's defaults); plain JSON values
     wanted: bool = True
     why_not: str = ""  # why a stage that is not wanted is skipped
-    json_out: bool = False  # its stdout is JSON (kept apart from the log)
+
+    def shown(self) -> str:
+        return log.mask(log.sanitise(f"{self.command} {json.dumps(dict(self.options))}"))
 
 
 def _safe_name(text: str) -> str:
@@ -128,7 +140,7 @@ def resolve_target(venv: str | None, interpreter: str | None, environ: Mapping[s
                 "pass the training venv's python, e.g. --interpreter ~/venv/bin/python",
             )
         home = path.parent.parent if path.parent.name == "bin" else path.parent
-        return Target(path, ("--interpreter", str(path)), _safe_name(home.name))
+        return Target(path, ("interpreter", str(path)), _safe_name(home.name))
     flag = "--venv"
     if not venv:
         venv = environ.get("VIRTUAL_ENV")
@@ -145,7 +157,7 @@ def resolve_target(venv: str | None, interpreter: str | None, environ: Mapping[s
             f"{flag} {venv}: {python} does not exist",
             "create the venv first (python3 -m venv DIR, then install torch into it), or pass --interpreter PATH",
         )
-    return Target(python, ("--venv", str(root)), _safe_name(root.name))
+    return Target(python, ("venv", str(root)), _safe_name(root.name))
 
 
 def _check_index(url: str) -> str:
@@ -153,7 +165,7 @@ def _check_index(url: str) -> str:
         raise ConfigError(f"--index {untrusted.shown(url)} is not a URL", "pass a URL or a path")
     if log.mask(url) != url:
         raise ConfigError(
-            f"--index {log.mask(url)} holds a password, and up passes --index on install's command line",
+            f"--index {log.mask(url)} holds a password, and up writes it into install's options and its report",
             "set APEXKIT_INDEX instead (it reaches install through the environment) or put the credentials "
             "in ~/.netrc",
         )
@@ -198,62 +210,43 @@ def make_options(
     )
 
 
-def plan(opts: Options, executable: str = sys.executable) -> list[Stage]:
-    """The five stages in order, each with the command it runs (pure: nothing is looked at)."""
-    apexkit = (executable, "-m", "apexkit")
-    target = opts.target
-    indexes = tuple(a for url in opts.indexes for a in ("--index", url))
+def plan(opts: Options) -> list[Stage]:
+    """The five stages in order, each with its command and options (pure: nothing is looked at)."""
+    target = dict([opts.target.given])
+    run = {"interpreter": str(opts.target.python), "device": opts.device}
+    install = {**target, "index": list(opts.indexes), "no_build": opts.no_build, "as_json": True}
+    bench = {**run, "out": str(opts.report / "bench"), "args": list(opts.bench_args)}
     return [
         Stage(
             "proxy",
-            (*apexkit, "proxy.check", "--json"),
-            wanted=opts.proxy_check,
-            why_not="not asked for (--proxy-check)",
-            json_out=True,
+            "proxy.check",
+            {"as_json": True},
+            opts.proxy_check,
+            "not asked for (--proxy-check)",
         ),
-        Stage("doctor", (*apexkit, "doctor", "--json", *target.flag), json_out=True),
-        Stage(
-            "install",
-            (
-                *apexkit,
-                "install",
-                *target.flag,
-                *indexes,
-                *(("--no-build",) if opts.no_build else ()),
-                "--json",
-            ),
-            json_out=True,
-        ),
-        Stage(
-            "validate",
-            (
-                *apexkit,
-                "validate",
-                "--interpreter",
-                str(target.python),
-                "--device",
-                opts.device,
-                "--json",
-                str(opts.report / "validate.json"),
-            ),
-        ),
-        Stage(
-            "bench",
-            (
-                *apexkit,
-                "bench",
-                "--interpreter",
-                str(target.python),
-                "--device",
-                opts.device,
-                "--out",
-                str(opts.report / "bench"),
-                *opts.bench_args,
-            ),
-            wanted=opts.bench,
-            why_not="not asked for (--bench)",
-        ),
+        Stage("doctor", "doctor", {**target, "as_json": True}),
+        Stage("install", "install", install),
+        Stage("validate", "validate", {**run, "json": str(opts.report / "validate.json")}),
+        Stage("bench", "bench", bench, opts.bench, "not asked for (--bench)"),
     ]
+
+
+def venvrun_argv(stage: Stage) -> list[str]:
+    """validate's and bench's child: `apexkit validate|bench` with their own flags (venvrun is not declared yet)."""
+    o = stage.options
+    argv = [
+        sys.executable,
+        "-m",
+        "apexkit",
+        stage.command,
+        "--interpreter",
+        o["interpreter"],
+        "--device",
+        o["device"],
+    ]
+    return argv + (
+        ["--json", o["json"]] if stage.command == "validate" else ["--out", o["out"], *o["args"]]
+    )
 
 
 # --- the venv's facts and each stage's inputs ------------------------------------------------------------------
@@ -267,13 +260,6 @@ class Facts:
     torch_npu: str | None = None
     apex: str | None = None  # the installed apex's version
     apex_record: str | None = None  # the digest of its RECORD: which wheel is installed
-
-    def shown(self) -> str:
-        bits = [f"python {self.python}", f"torch {self.torch or '(none)'}"]
-        if self.torch_npu:
-            bits.append(f"torch_npu {self.torch_npu}")
-        bits.append(f"apex {self.apex or '(none)'}")
-        return ", ".join(bits)
 
 
 def _text(value: object, limit: int = 200) -> str | None:
@@ -455,7 +441,8 @@ class Row:
     detail: str = ""
     seconds: float = 0.0
     log: str | None = None
-    command: list[str] = field(default_factory=list)
+    command: str = ""
+    options: Mapping[str, Any] = field(default_factory=dict)
     exit_code: int | None = None
     cause: str | None = None
     fix: str | None = None
@@ -470,6 +457,7 @@ class Row:
             "seconds": round(self.seconds, 3),
             "log": self.log,
             "command": self.command,
+            "options": dict(self.options),
             "exit_code": self.exit_code,
             "first_failure": {"cause": self.cause, "fix": self.fix} if self.cause else None,
             "finished": self.finished,
@@ -486,31 +474,6 @@ def split_error(line: str) -> tuple[str, str]:
     text = re.sub(r"^\s*error:\s*", "", line)
     cause, _, fix = text.partition(" -- next: ")
     return _line(cause), _line(fix)
-
-
-_ARGPARSE_ERROR = re.compile(
-    r"^\S+(?: \S+)?: error: "
-)  # "apexkit install: error: unrecognized arguments: ..."
-# an older apexkit's "apexkit: unknown command 'X'", and today's "error: unknown command 'X' -- next: ..."
-_UNKNOWN_COMMAND = re.compile(r"^(?:apexkit: |error: )unknown command '([A-Za-z0-9._-]{1,40})'")
-
-
-def first_error_line(text: str) -> str | None:
-    """The first `error:` line of a log (apexkit's own, then argparse's `prog: error:`); else the last line."""
-    lines = [x.strip() for x in text.splitlines() if x.strip()]
-    for x in lines:
-        found = _UNKNOWN_COMMAND.match(x)
-        if found:
-            return (
-                f"error: this apexkit has no `{found[1]}` command -- next: update apexkit to a "
-                f"version with `apexkit {found[1]}`"
-            )
-        if x.startswith("error:"):
-            return x
-    for x in lines:
-        if _ARGPARSE_ERROR.match(x):
-            return "error: " + _ARGPARSE_ERROR.sub("", x) + " -- next: see the command's --help"
-    return lines[-1] if lines else None
 
 
 def failure_from_rows(data: object) -> tuple[str, str] | None:
@@ -560,28 +523,16 @@ def install_result(data: object) -> dict[str, str]:
     return {k: result[k] for k in ("status", "wheel", "sha256", "source") if k in result}
 
 
-def _read_capped(path: Path, limit: int) -> bytes | None:
-    try:
-        return untrusted.read_regular(path, None, limit)
-    except untrusted.Refused as exc:
-        if exc.kind == "size":  # a long log: its beginning holds the first error
-            with contextlib.suppress(OSError), open(path, "rb") as fh:
-                return fh.read(limit)
-        return None
-
-
 def _read_json(path: Path) -> object:
-    data = _read_capped(path, OUT_MAX)
-    if data is None:
-        return None
+    """A child's JSON output or report, untrusted: None when it is not one."""
     try:
-        return json.loads(data.decode())
-    except ValueError:
+        return json.loads(untrusted.read_regular(path, None, OUT_MAX).decode())
+    except (untrusted.Untrusted, ValueError):
         return None
 
 
 def child_env(environ: Mapping[str, str], status_file: Path) -> dict[str, str]:
-    """The stage's environment: this apexkit first on the path, its own status file, and no APEXKIT_BENCH_ARGS
+    """A child's environment: this apexkit first on the path, its own status file, and no APEXKIT_BENCH_ARGS
     (up passes --bench-args to the bench stage only; the variable would reach validate too)."""
     env = {k: v for k, v in environ.items() if k != "APEXKIT_BENCH_ARGS"}
     here = str(paths.PACKAGE.parent)
@@ -592,11 +543,7 @@ def child_env(environ: Mapping[str, str], status_file: Path) -> dict[str, str]:
     return env
 
 
-def shown_command(argv: Sequence[str]) -> list[str]:
-    return [log.mask(log.sanitise(a)) for a in argv]
-
-
-def _open_log(path: Path):
+def _open_log(path: Path) -> TextIO:
     """A stage's log, written afresh: a regular file of ours (a link or FIFO planted there is refused, not followed)."""
     try:
         fd = untrusted.open_regular(path, write=True)
@@ -606,55 +553,60 @@ def _open_log(path: Path):
             f"remove it, or pass another --report DIR than {path.parent.parent}",
         ) from None
     os.ftruncate(fd, 0)
-    return os.fdopen(fd, "wb")
+    return os.fdopen(fd, "w", buffering=1, encoding="utf-8", errors="backslashreplace")
 
 
 def run_stage(
     stage: Stage, logs: Path, report: Path, environ: Mapping[str, str], extra_env: Mapping[str, str]
 ) -> Row:
-    """Run one stage's command, its output in logs/<stage>.log (its JSON in logs/<stage>.json), and make its row."""
-    log_path, out_path = logs / f"{stage.name}.log", logs / f"{stage.name}.json"
-    status_path = logs / f"{stage.name}.status.json"
-    stale = [out_path, status_path] + (
+    """Run one stage, its output in logs/<stage>.log, and make its row."""
+    log_path, status_path = logs / f"{stage.name}.log", logs / f"{stage.name}.status.json"
+    stale = [logs / f"{stage.name}.json", status_path] + (
         [report / "validate.json"] if stage.name == "validate" else []
     )
     for path in stale:  # what an earlier run left is never read as this run's
         path.unlink(missing_ok=True)
-    env = {**child_env(environ, status_path), **extra_env}
     start = time.monotonic()
-    code = _call(stage, log_path, out_path, env)
+    with _open_log(log_path) as fh:
+        fh.write(f"+ {stage.shown()}\n")
+        code, out = _child(stage, fh, logs, {**child_env(environ, status_path), **extra_env})
     row = Row(
         stage.name,
         OK if code == 0 else FAILED,
         seconds=time.monotonic() - start,
         log=str(log_path),
-        command=shown_command(stage.argv),
+        command=stage.command,
+        options=stage.options,
         exit_code=code,
         finished=now(),
     )
-    read = _STAGE_READERS.get(stage.name, _bench_read)
-    found = read(row, _read_json(out_path) if stage.json_out else None, report)
+    found = _STAGE_READERS.get(stage.name, _bench_read)(row, out, report)
     if code == 0:
         return row
-    row.cause, fix = found or _child_error(status_path, log_path, code)
+    error = _status_error(status_path)
+    row.cause, fix = found or (split_error(error) if error else (f"exit {code}", ""))
     row.fix = fix or f"read {log_path}"
     row.detail = row.cause
     return row
 
 
-def _call(stage: Stage, log_path: Path, out_path: Path, env: Mapping[str, str]) -> int:
-    """The stage's exit code (127: it could not be started); its command line first in its log."""
-    with _open_log(log_path) as fh, contextlib.ExitStack() as stack:
-        fh.write(("+ " + shlex.join(shown_command(stage.argv)) + "\n").encode())
-        fh.flush()
-        out = stack.enter_context(_open_log(out_path)) if stage.json_out else fh
+def _child(stage: Stage, fh: TextIO, logs: Path, env: Mapping[str, str]) -> tuple[int, object]:
+    """The stage's child, its stderr (and validate's or bench's stdout) in its log: (its exit code, 127 when it could
+    not be started; its --json output, None for validate and bench)."""
+    options, out_path = logs / f"{stage.name}.options.json", logs / f"{stage.name}.json"
+    if stage.name in FLAGS:
+        argv = venvrun_argv(stage)
+    else:
+        data = {"command": stage.command, "options": dict(stage.options)}
+        fsedit.atomic_write(options, (json.dumps(data, indent=1) + "\n").encode(), 0o600)
+        argv = [sys.executable, "-m", "apexkit.commands", str(options)]
+    with contextlib.nullcontext(fh) if stage.name in FLAGS else _open_log(out_path) as out:
         try:
-            return subprocess.call(
-                list(stage.argv), stdout=out, stderr=fh, stdin=subprocess.DEVNULL, env=env
-            )
+            code = subprocess.call(argv, stdout=out, stderr=fh, stdin=subprocess.DEVNULL, env=env)
         except OSError as exc:
-            fh.write(f"error: cannot run {stage.argv[0]}: {exc.strerror or exc}\n".encode())
-            return 127
+            fh.write(f"error: cannot run {argv[0]}: {exc.strerror or exc}\n")
+            return 127, None
+    return code, None if stage.name in FLAGS else _read_json(out_path)
 
 
 # each stage's output read into its row: -> (cause, fix) of the failure it names, or None
@@ -690,16 +642,12 @@ _STAGE_READERS: dict[str, Callable[[Row, Any, Path], tuple[str, str] | None]] = 
 }
 
 
-def _child_error(status_path: Path, log_path: Path, code: int) -> tuple[str, str]:
-    """A failed stage's (cause, fix): the child's own one line from its status file ("invalid arguments", a usage
-    error, says more in the log), else the first error line of its log, else its exit code."""
+def _status_error(path: Path) -> str | None:
+    """A child's one-line error from its status file (untrusted); None when it recorded none."""
     with contextlib.suppress(untrusted.Untrusted):
-        status = statusfile.read(status_path)
-        if status is not None and status.error and status.error != "invalid arguments":
-            return split_error(status.error)
-    text = (_read_capped(log_path, LOG_SCAN) or b"").decode(errors="replace")
-    line = first_error_line(text.split("\n", 1)[1] if "\n" in text else "")
-    return split_error(line) if line else (f"exit {code}", "")
+        status = statusfile.read(path)
+        return status.error if status is not None else None
+    return None
 
 
 def now() -> str:
@@ -715,7 +663,7 @@ def report_dict(
     failed = next((r for r in rows if r.status == FAILED), None)
     return {
         "format": FORMAT,
-        "venv": opts.target.flag[1],
+        "venv": opts.target.given[1],
         "interpreter": str(opts.target.python),
         "facts": None
         if facts is None
@@ -807,13 +755,12 @@ def print_summary(report: Mapping[str, Any], where: Path | None) -> None:
 
 def dry_run(opts: Options, stages: list[Stage]) -> int:
     log.out(
-        f"apexkit up --dry-run: {opts.target.flag[1]} (report {opts.report}); nothing runs, nothing is written"
+        f"apexkit up --dry-run: {opts.target.given[1]} (report {opts.report}); nothing runs, nothing is written"
     )
     for stage in stages:
-        if stage.wanted:
-            log.out(f"  {stage.name:<9} {shlex.join(shown_command(stage.argv))}")
-        else:
-            log.out(f"  {stage.name:<9} skipped: {stage.why_not}")
+        log.out(
+            f"  {stage.name:<9} {stage.shown() if stage.wanted else 'skipped: ' + stage.why_not}"
+        )
     log.out(
         "a stage whose last run succeeded for the same venv, torch and wheel is not run again (--force: all)"
     )
@@ -922,7 +869,8 @@ def _done_row(stage: Stage, done: Done, report_dir: Path) -> Row:
         f"done (from {done.finished})",
         seconds=done.seconds,
         log=str(report_dir / "logs" / f"{stage.name}.log"),
-        command=shown_command(stage.argv),
+        command=stage.command,
+        options=stage.options,
         finished=done.finished,
         result=done.result,
     )
@@ -943,7 +891,8 @@ def _run_logged(
             FAILED,
             "interrupted",
             log=str(report_dir / "logs" / f"{stage.name}.log"),
-            command=shown_command(stage.argv),
+            command=stage.command,
+            options=stage.options,
             cause="interrupted (Ctrl-C)",
             fix="run apexkit up again: the stages already done are not run again",
             finished=now(),

@@ -1,7 +1,7 @@
-"""Issue 25 item 6: `apexkit up` with its real stages -- apexkit's own commands as child processes, a real venv, a
-real (empty) index over HTTP on 127.0.0.1. The install stage is pointed at that empty index with --no-build, so it
-fails the same way whether or not this apexkit has `apexkit install` yet: the report names the failure and its fix,
-and the stages after it are skipped."""
+"""Issue 25 item 6: `apexkit up` with its real stages -- apexkit's own commands as child processes given their options
+as JSON (issue 39), a real venv, a real (empty) index over HTTP on 127.0.0.1. The install stage is pointed at that
+empty index with --no-build, so it fails: the report names the failure and its fix (from install's status file), and
+the stages after it are skipped."""
 
 from __future__ import annotations
 
@@ -70,13 +70,13 @@ def test_dry_run_prints_every_stage_and_runs_and_writes_nothing(train_venv, tmp_
     }
     assert list(lines) == ["proxy", "doctor", "install", "validate", "bench"]
     assert "skipped: not asked for (--proxy-check)" in lines["proxy"]
-    assert f"-m apexkit doctor --json --venv {train_venv}" in lines["doctor"]
+    assert f'doctor {{"venv": "{train_venv}", "as_json": true}}' in lines["doctor"]
     assert (
-        "-m apexkit install" in lines["install"]
-        and "--index http://127.0.0.1:9/simple/" in lines["install"]
+        f'install {{"venv": "{train_venv}"' in lines["install"]
+        and '"index": ["http://127.0.0.1:9/simple/"]' in lines["install"]
     )
-    assert f"validate --interpreter {train_venv}/bin/python" in lines["validate"]
-    assert lines["bench"].endswith("--model mlp")
+    assert f'validate {{"interpreter": "{train_venv}/bin/python"' in lines["validate"]
+    assert lines["bench"].endswith('"args": ["--model", "mlp"]}')
     assert not report.exists()
 
 
@@ -99,7 +99,7 @@ def test_invoke_up_is_the_same_command(train_venv, tmp_path):
         env=clean_env(tmp_path),
     )
     assert proc.returncode == 0, output(proc)
-    assert f"-m apexkit install --venv {train_venv} --json" in proc.stdout
+    assert f'install {{"venv": "{train_venv}", "index": [], "no_build": false' in proc.stdout
 
 
 def test_no_venv_is_one_line(tmp_path):
@@ -131,10 +131,20 @@ def test_install_failing_is_reported_with_its_fix_and_later_stages_are_skipped(
     install = stages["install"]
     assert install["status"] == "failed" and install["exit_code"] not in (0, None)
     assert install["first_failure"]["cause"] and install["first_failure"]["fix"]
-    assert empty_index in " ".join(install["command"]) and "--no-build" in install["command"]
+    assert install["command"] == "install"
+    assert install["options"]["index"] == [empty_index] and install["options"]["no_build"] is True
+    # the child got exactly these options as JSON (no command line), and answered in its status file
+    given = json.loads((report / "logs" / "install.options.json").read_text())
+    assert given == {"command": "install", "options": install["options"]}
+    status = json.loads((report / "logs" / "install.status.json").read_text())
+    assert status["exit_code"] == install["exit_code"]
+    assert (
+        status["error"]
+        == f"{install['first_failure']['cause']} -- next: {install['first_failure']['fix']}"
+    )
     install_log = Path(install["log"])
     assert install_log.is_file() and install_log.parent == report / "logs"
-    assert install_log.read_text().startswith("+ ")  # the command, then its whole output
+    assert install_log.read_text().startswith("+ install {")  # the stage, then its whole output
     for name in ("validate", "bench"):
         assert (stages[name]["status"], stages[name]["detail"]) == ("skipped", "install failed")
     assert data["first_failure"] == {"stage": "install", **install["first_failure"]}

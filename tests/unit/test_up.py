@@ -45,7 +45,7 @@ def facts(**kw) -> up.Facts:
 
 def test_plan_runs_doctor_install_validate_and_only_asked_for_proxy_and_bench(tmp_path):
     opts = options(tmp_path, index=["http://127.0.0.1:1/simple/"], no_build=True, device="cpu")
-    stages = up.plan(opts, executable="/py")
+    stages = up.plan(opts)
     assert [s.name for s in stages] == list(up.STAGES)
     wanted = {s.name: s.wanted for s in stages}
     assert wanted == {
@@ -55,21 +55,33 @@ def test_plan_runs_doctor_install_validate_and_only_asked_for_proxy_and_bench(tm
         "validate": True,
         "bench": False,
     }
-    by = {s.name: s.argv for s in stages}
+    by = {s.name: (s.command, dict(s.options)) for s in stages}
     root = str(tmp_path / "train")
-    assert by["doctor"] == ("/py", "-m", "apexkit", "doctor", "--json", "--venv", root)
+    assert by["doctor"] == ("doctor", {"venv": root, "as_json": True})
     assert by["install"] == (
-        "/py", "-m", "apexkit", "install", "--venv", root,
-        "--index", "http://127.0.0.1:1/simple/", "--no-build", "--json",
-    )  # fmt: skip
-    assert by["validate"][3:7] == ("validate", "--interpreter", f"{root}/bin/python", "--device")
-    assert by["validate"][-2:] == ("--json", str(tmp_path / "report" / "validate.json"))
+        "install",
+        {"venv": root, "index": ["http://127.0.0.1:1/simple/"], "no_build": True, "as_json": True},
+    )
+    assert by["proxy"] == ("proxy.check", {"as_json": True})
+    # each declared command takes these options as they are (the child builds its options dataclass from them)
+    from apexkit import commands
+
+    for stage in stages[:3]:
+        commands.BY_NAME[stage.command].options(**stage.options)
+    validate = up.venvrun_argv(stages[3])
+    assert validate[1:] == [
+        "-m", "apexkit", "validate", "--interpreter", f"{root}/bin/python", "--device", "cpu",
+        "--json", str(tmp_path / "report" / "validate.json"),
+    ]  # fmt: skip
 
 
 def test_bench_args_imply_bench_and_reach_the_bench_command(tmp_path):
     opts = options(tmp_path, bench_args="--model mlp --scale '0.05'")
     bench = up.plan(opts)[-1]
-    assert bench.wanted and bench.argv[-4:] == ("--model", "mlp", "--scale", "0.05")
+    assert bench.wanted and bench.options["args"] == ["--model", "mlp", "--scale", "0.05"]
+    assert up.venvrun_argv(bench)[-6:] == [
+        "--out", str(opts.report / "bench"), "--model", "mlp", "--scale", "0.05",
+    ]  # fmt: skip
     assert options(tmp_path / "b", proxy_check=True).proxy_check
     assert up.plan(options(tmp_path / "c", proxy_check=True))[0].wanted
 
@@ -77,11 +89,11 @@ def test_bench_args_imply_bench_and_reach_the_bench_command(tmp_path):
 def test_interpreter_target_and_default_report_name(tmp_path):
     root = venv(tmp_path, "my venv!")
     opts = up.make_options(interpreter=str(root / "bin" / "python"), environ={})
-    assert opts.target.flag == ("--interpreter", str(root / "bin" / "python"))
+    assert opts.target.given == ("interpreter", str(root / "bin" / "python"))
     assert opts.target.name == "my_venv"
     assert opts.report.parts[-3:] == ("reports", "up", "my_venv")
     active = up.make_options(environ={"VIRTUAL_ENV": str(root)}, report=str(tmp_path / "r"))
-    assert active.target.flag == ("--venv", str(root))
+    assert active.target.given == ("venv", str(root))
 
 
 @pytest.mark.parametrize(
@@ -230,7 +242,7 @@ def test_a_corrupt_linked_or_huge_state_file_is_ignored_with_one_line(tmp_path, 
 # --- what a stage's output says -----------------------------------------------------------------------------------
 
 
-def test_first_failure_from_rows_validate_and_logs():
+def test_first_failure_from_rows_validate_and_the_status_line():
     rows = [
         {"area": "python", "name": "python3", "status": "ok", "detail": "fine"},
         {"area": "compiler", "name": "g++", "status": "fail", "detail": "not found\nmore", "fix": "apt-get install g++"},
@@ -248,19 +260,61 @@ def test_first_failure_from_rows_validate_and_logs():
         ],
     }  # fmt: skip
     assert up.failure_from_validate(report) == ("import apex: No module", "install it")
-    log_text = "+ cmd\nstarting\nerror: no wheel for cp311 -- next: build it\nerror: second\n"
-    assert up.split_error(up.first_error_line(log_text) or "") == ("no wheel for cp311", "build it")
-    argparse_log = (
-        "usage: apexkit install [-h]\napexkit install: error: unrecognized arguments: --x\n"
+    # a child's status line: apexkit's `cause -- next: fix`, secrets masked, one bounded line
+    assert up.split_error("no wheel for cp311 -- next: build it") == (
+        "no wheel for cp311",
+        "build it",
     )
-    assert "unrecognized arguments: --x" in (up.first_error_line(argparse_log) or "")
-    unknown = "apexkit: unknown command 'install'\n\nusage: apexkit <command>\n"
-    cause, fix = up.split_error(up.first_error_line(unknown) or "")
-    assert "no `install` command" in cause and "update apexkit" in fix
-    today = "error: unknown command 'install' -- next: apexkit --help lists the commands\n"
-    cause, fix = up.split_error(up.first_error_line(today) or "")
-    assert "no `install` command" in cause and "update apexkit" in fix
-    assert up.first_error_line("Traceback\n  File x\nKeyError: 'a'\n") == "KeyError: 'a'"
+    cause, fix = up.split_error("error: at https://u:pw@x/\x1b[2J -- next: " + "y" * 999)
+    assert "pw" not in cause and "\x1b" not in cause and len(fix) == up.TEXT_MAX
+
+
+def test_the_child_runs_the_declared_command_its_options_file_names(tmp_path, monkeypatch):
+    """`python -m apexkit.commands FILE`, the child's side, here in-process: the command runs with the file's options;
+    options it does not take are one line in its status file (as `apexkit <command>` records it), not a traceback."""
+    from apexkit import commands, statusfile
+
+    options = tmp_path / "doctor.options.json"
+    options.write_text(json.dumps({"command": "doctor", "options": {"no_such_option": 1}}))
+    monkeypatch.setenv(statusfile.VARIABLE, str(tmp_path / "status.json"))
+    assert commands.run_options_file(str(options)) == 70
+    status = statusfile.read(tmp_path / "status.json")
+    assert (
+        status is not None and status.exit_code == 70 and "no_such_option" in (status.error or "")
+    )
+    options.write_text(json.dumps({"command": "config.show", "options": {"as_json": True}}))
+    assert commands.run_options_file(str(options)) == 0
+    assert statusfile.read(tmp_path / "status.json") == statusfile.Status(0)
+
+
+def test_a_failed_stage_takes_its_cause_from_the_status_file_else_its_exit_code(
+    tmp_path, monkeypatch
+):
+    from apexkit import statusfile
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    stage = up.plan(options(tmp_path))[2]  # install
+
+    def child(stage, fh, logs, env):
+        if code == 2:  # the child's own line, as exits.exit_code records it
+            statusfile.write(2, "no wheel fits -- next: build it", environ=env)
+        return code, None
+
+    monkeypatch.setattr(up, "_child", child)
+    code = 2
+    row = up.run_stage(stage, logs, tmp_path, {}, {})
+    assert (row.status, row.exit_code, row.cause, row.fix) == (
+        up.FAILED,
+        2,
+        "no wheel fits",
+        "build it",
+    )
+    assert row.to_json()["command"] == "install" and row.to_json()["options"] == dict(stage.options)
+    assert (logs / "install.log").read_text() == f"+ {stage.shown()}\n"
+    code = 137  # killed: it recorded nothing
+    row = up.run_stage(stage, logs, tmp_path, {}, {})
+    assert (row.cause, row.fix) == ("exit 137", f"read {logs / 'install.log'}")
 
 
 def test_install_result_is_checked_and_masked():
@@ -342,7 +396,7 @@ def test_rerun_skips_what_is_done_and_reruns_what_changed(tmp_path, monkeypatch,
     assert node.ran == ["doctor", "install", "validate"]
 
     node.ran.clear()
-    run(up.make_options(venv=opts.target.flag[1], report=str(opts.report), force=True, environ={}))
+    run(up.make_options(venv=opts.target.given[1], report=str(opts.report), force=True, environ={}))
     assert node.ran == ["doctor", "install", "validate"]
 
 
@@ -376,7 +430,7 @@ def test_dry_run_prints_every_stage_and_writes_nothing(tmp_path, monkeypatch, ca
     assert node.ran == [] and not opts.report.exists()
     for name in up.STAGES:
         assert f"  {name} " in out
-    assert "apexkit install --venv" in out and "--index file:///srv/index/simple/" in out
+    assert 'install {"venv": ' in out and '"index": ["file:///srv/index/simple/"]' in out
     assert "skipped: not asked for (--bench)" in out
 
 
