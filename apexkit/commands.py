@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 from apexkit import declare, envvars, up
 from apexkit.declare import Command, fraction, json_option, option, whole_number
 from apexkit.doctor import cli as doctorcli
+from apexkit.errors import ConfigError
 from apexkit.fleet import validate
 from apexkit.images import cli as imagecli
 from apexkit.install import run as installrun
@@ -512,6 +513,9 @@ def main(name: str, argv: list[str], prog: str) -> int:
     return exit_code(lambda: command.run(declare.make(command, given)))
 
 
+AGAIN = "start the stage again with apexkit up (it writes this file)"
+
+
 def run_options_file(path: str) -> int:
     """`python -m apexkit.commands FILE` (how `apexkit up` starts a stage): the declared command FILE names, run with
     its options ({"command": NAME, "options": {...}}, no argv parsed again), its end in $APEXKIT_STATUS_FILE."""
@@ -519,9 +523,19 @@ def run_options_file(path: str) -> int:
     from apexkit.exits import exit_code
 
     def run() -> object:
-        data = untrusted.read_json_object(path, None, 1 << 20, "the options file")
-        command = BY_NAME[data["command"]]
-        return command.run(command.options(**data["options"]))
+        try:
+            data = untrusted.read_json_object(path, None, 1 << 20, "the options file")
+        except (untrusted.Untrusted, OSError) as exc:
+            raise ConfigError(f"{path} is not an apexkit options file ({exc})", AGAIN) from None
+        name, options = data.get("command"), data.get("options")
+        command = BY_NAME.get(name) if isinstance(name, str) else None
+        names = {o.dest for o in command.opts} if command else set()
+        if command is None or not isinstance(options, dict) or not set(options) <= names:
+            raise ConfigError(
+                f"{path} is not an apexkit options file (a declared command and its own options)",
+                AGAIN,
+            )
+        return command.run(command.options(**options))
 
     return exit_code(run)
 

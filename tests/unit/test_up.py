@@ -271,17 +271,21 @@ def test_first_failure_from_rows_validate_and_the_status_line():
 
 def test_the_child_runs_the_declared_command_its_options_file_names(tmp_path, monkeypatch):
     """`python -m apexkit.commands FILE`, the child's side, here in-process: the command runs with the file's options;
-    options it does not take are one line in its status file (as `apexkit <command>` records it), not a traceback."""
+    a file naming no declared command, or options it does not take, is one line in its status file (a usage error,
+    as `apexkit <command>` records it), never a traceback or "an apexkit bug"."""
     from apexkit import commands, statusfile
+    from apexkit.errors import ConfigError
 
     options = tmp_path / "doctor.options.json"
     options.write_text(json.dumps({"command": "doctor", "options": {"no_such_option": 1}}))
     monkeypatch.setenv(statusfile.VARIABLE, str(tmp_path / "status.json"))
-    assert commands.run_options_file(str(options)) == 70
-    status = statusfile.read(tmp_path / "status.json")
-    assert (
-        status is not None and status.exit_code == 70 and "no_such_option" in (status.error or "")
-    )
+    for bad in ({"command": "doctor", "options": {"no_such_option": 1}}, {"command": "nope"}, ["doctor"],
+                {"command": ["doctor"], "options": {}}, {"command": "doctor", "options": "--venv x"}, "not json"):  # fmt: skip
+        options.write_text(bad if isinstance(bad, str) else json.dumps(bad))
+        assert commands.run_options_file(str(options)) == ConfigError.exit_code
+        status = statusfile.read(tmp_path / "status.json")
+        assert status is not None and status.exit_code == ConfigError.exit_code
+        assert "is not an apexkit options file" in (status.error or ""), status
     options.write_text(json.dumps({"command": "config.show", "options": {"as_json": True}}))
     assert commands.run_options_file(str(options)) == 0
     assert statusfile.read(tmp_path / "status.json") == statusfile.Status(0)
