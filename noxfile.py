@@ -258,11 +258,11 @@ def _test_env(session: nox.Session) -> "dict[str, str]":
     missing service skip with the reason (tools.testtools)."""
     import os
 
-    from apexkit import systools
     from apexkit.exits import run_in_session
     from apexkit.images import cli
 
     testtools = _dev_tool(session, "testtools")
+    systools = _dev_tool(session, "systools")
 
     plan = testtools.decide(os.environ, systools.can_install())
     if plan.missing_build_tools:

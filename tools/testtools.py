@@ -15,7 +15,7 @@ import shutil
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from apexkit import systools
+from tools import systools
 
 OPT_IN = "APEXKIT_INSTALL_SYSTEM_TOOLS"
 # command -> Debian package, for every command the build and the tests use (the docker CLI comes with docker.io)

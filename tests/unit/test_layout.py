@@ -31,7 +31,6 @@ SHARED = {
     "checks",
     "vocab",
     "cann",
-    "systools",
     "dockerclient",
     "statusfile",
     "pipconfig",

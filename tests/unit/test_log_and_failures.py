@@ -48,7 +48,7 @@ def test_known_failure_signatures():
 
 
 def test_missing_system_tools_are_named_with_their_package(monkeypatch, tmp_path):
-    from apexkit import systools
+    from tools import systools
 
     monkeypatch.setenv("PATH", str(tmp_path))
     assert systools.missing(("patch", "readelf")) == ["patch", "readelf"]

@@ -8,8 +8,7 @@ import os
 
 import pytest
 
-from apexkit import systools
-from tools import testtools
+from tools import systools, testtools
 
 EVERYTHING_MISSING = lambda commands: list(commands)  # noqa: E731 - a bare machine
 
