@@ -13,8 +13,7 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, output
 
-from apexkit import systools
-from tools import testtools
+from tools import systools, testtools
 
 NOX = [sys.executable, "-m", "nox", "-f", str(ROOT / "noxfile.py")]
 
