@@ -527,15 +527,16 @@ def run_options_file(path: str) -> int:
             data = untrusted.read_json_object(path, None, 1 << 20, "the options file")
         except (untrusted.Untrusted, OSError) as exc:
             raise ConfigError(f"{path} is not an apexkit options file ({exc})", AGAIN) from None
-        name, options = data.get("command"), data.get("options")
+        name, given = data.get("command"), data.get("options")
         command = BY_NAME.get(name) if isinstance(name, str) else None
-        names = {o.dest for o in command.opts} if command else set()
-        if command is None or not isinstance(options, dict) or not set(options) <= names:
+        options = declare.from_data(command, given) if command and isinstance(given, dict) else None
+        if command is None or options is None:
             raise ConfigError(
-                f"{path} is not an apexkit options file (a declared command and its own options)",
+                f"{path} is not an apexkit options file (a declared command and its own options, each of "
+                "its kind)",
                 AGAIN,
             )
-        return command.run(command.options(**options))
+        return command.run(options)
 
     return exit_code(run)
 
@@ -593,4 +594,10 @@ def namespace():
 if __name__ == "__main__":  # a stage of `apexkit up` (run_options_file)
     import sys
 
+    if len(sys.argv) != 2:
+        print(
+            "usage: python -m apexkit.commands OPTIONS.json (how apexkit up runs a stage)",
+            file=sys.stderr,
+        )
+        sys.exit(2)
     sys.exit(run_options_file(sys.argv[1]))

@@ -160,6 +160,31 @@ def settled(opt: Opt, value: object, environ: Mapping[str, str]) -> Any:
     return opt.convert(value) if opt.convert and isinstance(value, str) else value
 
 
+def _fits(opt: Opt, value: object) -> bool:
+    """Whether a value read from an options file (JSON: untrusted) has the kind a door would have given `opt`."""
+    if isinstance(opt.default, bool):
+        return isinstance(value, bool)
+    if opt.repeat:
+        return isinstance(value, list) and all(isinstance(v, str) for v in value)
+    number = (
+        isinstance(opt.default, (int, float)) or opt.convert is not None
+    )  # uid 1000, --threshold 0.1
+    kinds = (str, int, float) if number else (str,)
+    return value is None or (isinstance(value, kinds) and not isinstance(value, bool))
+
+
+def from_data(
+    command: Command, data: Mapping[str, object], environ: Mapping[str, str] | None = None
+):
+    """The options object of `command` from an options file's values (by field name), each checked to be of its
+    option's kind and then settled as a typed one is; None when a name is not an option or a value not of its kind."""
+    opts = {o.dest: o for o in command.opts}
+    if not set(data) <= set(opts) or not all(_fits(opts[k], v) for k, v in data.items()):
+        return None
+    environ = os.environ if environ is None else environ
+    return command.options(**{d: settled(o, data.get(d), environ) for d, o in opts.items()})
+
+
 def make(command: Command, given: Mapping[str, object], environ: Mapping[str, str] | None = None):
     """The options object of `command` from what a door parsed (by flag name), every value settled."""
     environ = os.environ if environ is None else environ

@@ -302,7 +302,7 @@ def _scan(bench: Path, files: list[Path], declared: Sequence[Declared]) -> list[
         if not line:
             raise ConfigError(
                 f"contracts: {d.file} no longer has {d.needle!r} (declared keyword {d.keyword} of {d.name})",
-                "update DECLARED in apexkit/contracts.py to what bench/ passes now",
+                "update DECLARED in tools/contracts.py to what bench/ passes now",
             )
         key = next((k for k, u in found.items() if u.name == d.name), f"{d.name} ")
         mine = found.setdefault(key, Use(d.name, [f"{d.file}:{line}"], required=True))

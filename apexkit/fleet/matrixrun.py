@@ -1145,6 +1145,11 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str]) -> int:
+    if "--refresh" in argv:  # the table refresher is a maintainers' tool now (tools/refresh.py)
+        raise ConfigError(
+            "matrix --refresh moved: refreshing matrix.toml's torch_npu table is a maintainers' tool",
+            "run nox -s refresh -- [--write] in a checkout of apexkit",
+        )
     args = parser().parse_args(argv)
     m, combos = load_combinations(args.matrix)
     if args.only:  # a combination's id (its session name) or the target id its build writes

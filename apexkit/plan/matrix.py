@@ -496,18 +496,6 @@ class Combination:
             given["apex_ref"] = self.ref
         return given
 
-    def build_args(self) -> list[str]:
-        """The same options as a command line, for a build in another process (a local matrix run, a Slurm job)."""
-        flags = {
-            "stack": "--stack",
-            "torch": "--torch",
-            "torch_npu": "--torch-npu",
-            "apex_ref": "--apex-ref",
-            "backend": "--backend",
-            "cuda_arch": "--cuda-arch",
-        }
-        return [arg for name, value in self.build_options().items() for arg in (flags[name], value)]
-
 
 _STACK_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*\Z")
 _STACK_KEYS = {"python", "torch", "torch_npu", "cann", "arch", "description", "source", "read"}

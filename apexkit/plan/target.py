@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from packaging.version import InvalidVersion, Version
 
-from apexkit import vocab
+from apexkit import untrusted, vocab
 from apexkit.errors import ConfigError
 
 BASE_VERSION = (
@@ -231,13 +231,18 @@ class Target:
         """python, torch, arch and torch_npu read off a target id (py3.11-torch2.13.0-x86_64-master+npu2.13.0); the
         ref is the id's ref part as written."""
         found = _TARGET.match(target)
-        if not found:
-            raise ConfigError(
-                f"target {target!r} is not an apexkit target id (py3.X-torchV-ARCH-REF[+...])",
-                f"copy one from the index's index.json ({vocab.command('publish')} prints them)",
-            )
         npu = next((part[3:] for part in target.split("+")[1:] if part.startswith("npu")), None)
-        return cls.of(found["python"], found["torch"], found["arch"], found["ref"], torch_npu=npu)
+        try:
+            if found:
+                return cls.of(
+                    found["python"], found["torch"], found["arch"], found["ref"], torch_npu=npu
+                )
+        except ConfigError:
+            pass  # a torch or torch_npu part that is no version: not an id apexkit wrote
+        raise ConfigError(
+            f"target {untrusted.shown(target)} is not an apexkit target id (py3.X-torchV-ARCH-REF[+...])",
+            f"copy one from the index's index.json ({vocab.command('publish')} prints them)",
+        )
 
 
 _TARGET = re.compile(r"^py(?P<python>3\.\d+)-torch(?P<torch>[^-]+)-(?P<arch>[^-]+)-(?P<ref>[^+]*)")

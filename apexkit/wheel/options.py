@@ -731,6 +731,16 @@ def _check_json(data: Mapping, python: str, on_host: bool) -> None:
             f"options file: {', '.join(host_only)} cannot be set inside a container build",
             _FROM_HOST,
         )
+    if data.get("backend", "ascend") not in BACKENDS or not set(data.get("sanitize") or ()) <= set(
+        sanitize.KNOWN
+    ):
+        raise ConfigError(
+            f"options file: backend must be one of {', '.join(BACKENDS)}, sanitize among "
+            f"{', '.join(sanitize.KNOWN)}",
+            _FROM_HOST,
+        )
+    if data.get("cuda_ext"):
+        nvidiaext.parse_asked(",".join(data["cuda_ext"]))  # names only: one line for anything else
     if not on_host and (
         data.get("backend", "ascend") != "ascend"
         or any(

@@ -122,3 +122,18 @@ def test_options_json_does_not_silently_drop_a_combinations_given_options(m, tmp
             env={},
             given=matrixrun.build_options(m, combo, host="x86_64"),
         )
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "says"),
+    [
+        ("backend", "rocm", "backend must be one of ascend, cuda"),
+        ("sanitize", ["bogus"], "sanitize among address, undefined"),
+        ("cuda_ext", ["a;rm -rf /"], "is not an extension name"),
+    ],
+)
+def test_a_hosts_options_file_is_checked_like_the_flags_it_stands_for(field, value, says):
+    """A matrix or Slurm child's file (on_host) may name an image or a CUDA build, but its values are still those a
+    flag could give: an unknown backend or sanitizer, or a word that is no extension name, is one line."""
+    with pytest.raises(ConfigError, match=says):
+        options.from_json({"python": "3.11", options.ON_HOST: True, field: value}, "3.11")

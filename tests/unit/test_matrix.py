@@ -149,7 +149,7 @@ def test_default_matrix_is_valid_and_ids_are_short(m):
         m.validate(c)
     cuda = next(c for c in combos if c.backend == "cuda")
     assert cuda.target_id == "py3.11-torch2.14.1-x86_64-master+cuda.sm80.sm90"
-    assert cuda.build_args() == ["--torch", "2.14.1", "--backend", "cuda", "--cuda-arch", "8.0;9.0"]
+    assert cuda.build_options() == {"torch": "2.14.1", "backend": "cuda", "cuda_arch": "8.0;9.0"}
     field = next(c for c in combos if c.id == "field-report")
     assert (field.python, field.torch, field.arch, field.stack) == (
         "3.8",
@@ -157,7 +157,7 @@ def test_default_matrix_is_valid_and_ids_are_short(m):
         "aarch64",
         "field-report",
     )
-    assert field.build_args() == ["--stack", "field-report"]
+    assert field.build_options() == {"stack": "field-report"}
     assert combo(m, ref="5.0.rc3").id == "py3.11-torch2.13.0-x86_64-5.0.rc3"
     foreign = matrixrun.build_options(m, combos[3], host="x86_64")
     assert foreign["image"] == "apexkit/builder:debian-bookworm-aarch64"

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from apexkit.errors import ConfigError
+
 WHEEL = "apex-0.1+ascend-cp311-cp311-linux_x86_64.whl"
 
 
@@ -302,3 +304,11 @@ def test_the_batch_script_starts_the_build_with_the_options_file_the_host_resolv
     assert data["dist_dir"] == str(stage / "dist-py3.11-torch2.5.1-aarch64")
     assert data["build_dir"] == str(build) and data["index_url"].startswith("https://user:")
     assert not build.exists()  # a dry run writes nothing
+
+
+def test_matrix_refresh_names_the_maintainers_session_it_moved_to():
+    from apexkit.fleet import matrixrun
+
+    with pytest.raises(ConfigError, match="matrix --refresh moved") as refused:
+        matrixrun.main(["--refresh", "--write"])
+    assert "nox -s refresh" in refused.value.hint

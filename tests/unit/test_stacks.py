@@ -34,7 +34,7 @@ def test_every_stack_has_provenance_and_validates(m):
 def test_default_matrix_builds_every_stack(m):
     combos = {c.id: c for c in m.combinations()}
     for name in m.stack_names():
-        assert combos[name].stack == name and combos[name].build_args() == ["--stack", name]
+        assert combos[name].stack == name and combos[name].build_options() == {"stack": name}
 
 
 def test_a_stack_whose_torch_npu_belongs_to_another_torch_is_refused(m):

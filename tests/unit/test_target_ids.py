@@ -31,3 +31,18 @@ def test_matrix_target_takes_the_combination_id_or_its_target_id(capsys):
         assert [r["id"] for r in rows] == [combo.id]
     with pytest.raises(ConfigError, match="not in the matrix"):
         matrixrun.main(["--target", "py3.11-torch9.9.9-x86_64-master"])
+
+
+@pytest.mark.parametrize(
+    "hostile",
+    [
+        "py3.11-torchabc-x86_64-master",
+        "py3.11-torch2.1.0-x86_64-master+npuX",
+        "py3.11-" + "x" * 400,
+        "\x1b[2J",
+    ],
+)
+def test_a_target_id_apexkit_did_not_write_is_one_bounded_line(hostile):
+    with pytest.raises(ConfigError, match="is not an apexkit target id") as refused:
+        target.Target.from_id(hostile)
+    assert len(refused.value.cause) < 220 and "\x1b" not in refused.value.cause

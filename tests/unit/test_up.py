@@ -280,7 +280,9 @@ def test_the_child_runs_the_declared_command_its_options_file_names(tmp_path, mo
     options.write_text(json.dumps({"command": "doctor", "options": {"no_such_option": 1}}))
     monkeypatch.setenv(statusfile.VARIABLE, str(tmp_path / "status.json"))
     for bad in ({"command": "doctor", "options": {"no_such_option": 1}}, {"command": "nope"}, ["doctor"],
-                {"command": ["doctor"], "options": {}}, {"command": "doctor", "options": "--venv x"}, "not json"):  # fmt: skip
+                {"command": ["doctor"], "options": {}}, {"command": "doctor", "options": "--venv x"}, "not json",
+                {"command": "cache.list", "options": {"what": 5}}, {"command": "doctor", "options": {"venv": {"a": 1}}},
+                {"command": "config.show", "options": {"as_json": "no"}}):  # fmt: skip
         options.write_text(bad if isinstance(bad, str) else json.dumps(bad))
         assert commands.run_options_file(str(options)) == ConfigError.exit_code
         status = statusfile.read(tmp_path / "status.json")
