@@ -47,8 +47,8 @@ class Setting:
     flag: str  # the command-line flag ("" when none), as the command that takes it spells it
     default: str  # "" when the tool's own default applies (pip's config)
     kind: str
-    what: str  # one line: what apexkit fetches with it
-    host: str  # the outside host it stands for (README "Behind a firewall")
+    what: str  # what comes from it, one line (README "Behind a firewall", generated: nox -s docs)
+    host: str  # the outside host it stands for (the same table)
 
     @property
     def is_list(self) -> bool:
@@ -62,7 +62,7 @@ SETTINGS: tuple[Setting, ...] = (
         "--ascend-apex-url",
         "matrix.toml [sources] ascend_apex_url",
         "git",
-        "Ascend apex git repository (build)",
+        "Ascend apex (git)",
         "gitcode.com",
     ),
     Setting(
@@ -71,7 +71,7 @@ SETTINGS: tuple[Setting, ...] = (
         "--nvidia-apex-url",
         "matrix.toml [sources] nvidia_apex_url",
         "git",
-        "NVIDIA apex git repository (build)",
+        "NVIDIA apex (git)",
         "github.com",
     ),
     Setting(
@@ -80,8 +80,8 @@ SETTINGS: tuple[Setting, ...] = (
         "--index-url",
         "",
         "url",
-        "package index for torch and the build deps (build; image.build's tool venv)",
-        "pypi.org",
+        "torch, torch_npu, build deps; image.build's tool venv",
+        "pypi.org (the package index)",
     ),
     Setting(
         "extra_index_urls",
@@ -89,8 +89,8 @@ SETTINGS: tuple[Setting, ...] = (
         "--extra-index-url",
         "",
         "urls",
-        "more package indexes (build)",
-        "pypi.org",
+        "more packages",
+        "pypi.org (more indexes)",
     ),
     Setting(
         "torch_index_url",
@@ -98,7 +98,7 @@ SETTINGS: tuple[Setting, ...] = (
         "--torch-index-url",
         "",
         "url",
-        "index for torch only (build, validate, bench)",
+        "torch only (CPU builds: `https://download.pytorch.org/whl/cpu`)",
         "download.pytorch.org",
     ),
     Setting(
@@ -107,8 +107,8 @@ SETTINGS: tuple[Setting, ...] = (
         "--wheelhouse",
         "",
         "dirs",
-        "local wheel directories, pip --find-links (build)",
-        "",
+        "pip `--find-links` directories",
+        "none (local wheels)",
     ),
     Setting(
         "team_indexes",
@@ -116,8 +116,8 @@ SETTINGS: tuple[Setting, ...] = (
         "--team-index",
         "",
         "urls",
-        "the team's apex index (build cache, install, up)",
-        "",
+        "built wheels (cache hits, `apexkit install`)",
+        "your team index",
     ),
     Setting(
         "debian_mirror",
@@ -125,7 +125,7 @@ SETTINGS: tuple[Setting, ...] = (
         "",
         "http://deb.debian.org/debian",
         "text",
-        "Debian mirror for debootstrap (image.build --base debootstrap:SUITE)",
+        "debootstrap bases (`image.build --base debootstrap:SUITE`)",
         "deb.debian.org",
     ),
     Setting(
@@ -134,7 +134,7 @@ SETTINGS: tuple[Setting, ...] = (
         "",
         "quay.io",
         "registry",
-        "registry standing for quay.io in base images (manylinux bases)",
+        "manylinux2014 bases (Python 3.8/3.10/3.12 images)",
         "quay.io",
     ),
     Setting(
@@ -143,7 +143,7 @@ SETTINGS: tuple[Setting, ...] = (
         "",
         "docker.io",
         "registry",
-        "registry standing for Docker Hub in base images (openeuler, ubuntu, ...)",
+        "openeuler, ubuntu, … bases",
         "Docker Hub",
     ),
     Setting(
@@ -152,8 +152,8 @@ SETTINGS: tuple[Setting, ...] = (
         "",
         "https://github.com/astral-sh/python-build-standalone/releases/download",
         "mirror",
-        "python-build-standalone mirror for image.build --pythons (uv python install)",
-        "github.com",
+        "`image.build --pythons` (uv python install)",
+        "github.com (python-build-standalone)",
     ),
 )
 BY_KEY = {s.key: s for s in SETTINGS}

@@ -1,7 +1,8 @@
 """The option tables of docs/commands.md, generated from the command declarations (apexkit/commands.py, the build
-options of apexkit/wheel/options.py, validate/bench of apexkit/venvrun.py; apexkit.declare): what is between the
-marker comments is rewritten, the prose around it is kept. `nox -s docs` writes them; `nox -s docs -- --check` (and
-tests/unit/test_docs_match_code.py) fails when the committed file differs."""
+options of apexkit/wheel/options.py, validate/bench of apexkit/venvrun.py; apexkit.declare), and README's "Behind a
+firewall" table, generated from apexkit/config.py SETTINGS: what is between the marker comments is rewritten, the
+prose around it is kept. `nox -s docs` writes them; `nox -s docs -- --check` (and tests/unit/test_docs_match_code.py)
+fails when a committed file differs."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "commands.md"
+README = ROOT / "README.md"
 BEGIN, END = "<!-- docgen:options:begin -->", "<!-- docgen:options:end -->"
+FIREWALL = "<!-- docgen:firewall:begin -->", "<!-- docgen:firewall:end -->"
 
 
 def _cell(text: str) -> str:
@@ -61,27 +64,54 @@ def tables() -> str:
     return "\n".join(out)
 
 
+def firewall() -> str:
+    """README's table of the outside hosts a build can touch: one row per config setting."""
+    from apexkit import config
+
+    def code(word: str) -> str:
+        return f"`{word}`" if word else ""
+
+    rows = [
+        "| outside host | what comes from it | config key | variable | flag |",
+        "|---|---|---|---|---|",
+    ]
+    rows += [
+        f"| {s.host} | {_cell(s.what)} | {code(s.key)} | {code(s.env)} | {code(s.flag)} |"
+        for s in config.SETTINGS
+    ]
+    return "\n".join(rows) + "\n"
+
+
+def _between(text: str, markers: tuple[str, str], body: str) -> str:
+    head, rest = text.split(markers[0], 1)
+    return f"{head}{markers[0]}\n{body}{markers[1]}{rest.split(markers[1], 1)[1]}"
+
+
 def generated(text: str) -> str:
-    """`text` with its marked block replaced by the tables."""
-    head, rest = text.split(BEGIN, 1)
-    tail = rest.split(END, 1)[1]
-    return f"{head}{BEGIN}\n\n{tables()}\n{END}{tail}"
+    """docs/commands.md's `text` with its marked block replaced by the tables."""
+    return _between(text, (BEGIN, END), f"\n{tables()}\n")
+
+
+def generated_readme(text: str) -> str:
+    """README's `text` with its firewall table replaced by the one config.SETTINGS gives."""
+    return _between(text, FIREWALL, firewall())
 
 
 def main(argv: list[str]) -> int:
-    text = DOC.read_text(encoding="utf-8")
-    new = generated(text)
-    if "--check" in argv:
-        if new != text:
-            print(
-                f"{DOC.relative_to(ROOT)} differs from the declarations: run nox -s docs",
-                file=sys.stderr,
-            )
-            return 1
-        return 0
-    if new != text:
-        DOC.write_text(new, encoding="utf-8")
-        print(f"written: {DOC.relative_to(ROOT)}")
+    stale = []
+    for path, make in ((DOC, generated), (README, generated_readme)):
+        text = path.read_text(encoding="utf-8")
+        new = make(text)
+        if new == text:
+            continue
+        if "--check" in argv:
+            stale.append(str(path.relative_to(ROOT)))
+        else:
+            path.write_text(new, encoding="utf-8")
+            print(f"written: {path.relative_to(ROOT)}")
+    if stale:
+        print(f"{', '.join(stale)} differ from the declarations: run nox -s docs", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -601,6 +601,16 @@ def test_the_readme_firewall_table_is_the_config_table():
     )
 
 
+def test_the_readme_firewall_table_is_generated_from_the_settings():
+    """README's "Behind a firewall" table is what config.SETTINGS generates (nox -s docs); a stale cell is caught."""
+    text = docgen.README.read_text(encoding="utf-8")
+    assert docgen.generated_readme(text) == text, (
+        "README.md's firewall table is stale: run nox -s docs"
+    )
+    planted = text.replace("| Docker Hub | openeuler,", "| Docker Hub | fedora,")
+    assert planted != text and docgen.generated_readme(planted) != planted
+
+
 def test_a_stale_firewall_row_is_caught():
     text = (ROOT / "README.md").read_text(encoding="utf-8")
     planted = text.replace("`APEXKIT_DEBIAN_MIRROR`", "`APEXKIT_DEBIAN_URL`")
