@@ -17,7 +17,7 @@ tests-unit      the fast tier, tests/unit: in-process, no daemons, no network; i
 tests-installed apexkit's own sdist and wheel installed in fresh venvs (3.8-3.13), run from another directory
 tests-e2e       tests/e2e: real venvs, git, compilers, tinyproxy, dockerd, Slurm, servers on 127.0.0.1; installs
                 system tools only when asked: APEXKIT_INSTALL_SYSTEM_TOOLS=1 or CI=true, as root
-tests           both tiers in one pytest run (unit first), installing as tests-e2e does
+tests           every tier in one pytest run (unit, installed, e2e), installing as tests-e2e does
 tests-aarch64   aarch64 builder image and wheel under QEMU
 lint            ruff check, mypy over apexkit/, shellcheck over docker/*.sh, bench/*.sh and .ci/run, actionlint, and last
                 ruff format --check (line length 100; ruff check allows 130)
@@ -307,8 +307,8 @@ def tests_e2e(session: nox.Session) -> None:
 
 @nox.session(python=False)
 def tests(session: nox.Session) -> None:
-    """Both tiers in one pytest run (tests/unit first, then tests/e2e; -- ARGS go to pytest), installing system tools
-    as tests-e2e does."""
+    """Every tier in one pytest run (tests/unit, tests/installed, then tests/e2e; -- ARGS go to pytest), installing
+    system tools as tests-e2e does."""
     session.run("python3", "-m", "pytest", *session.posargs, env=_test_env(session))
 
 
