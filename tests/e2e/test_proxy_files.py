@@ -279,6 +279,8 @@ def start_setup(root: Path, pause_after: int, *args: str) -> subprocess.Popen:
         stdout=subprocess.DEVNULL,
         env=env,
         text=True,
+        # as a login shell's command has it, even when the tests run under nohup (which ignores SIGHUP for all)
+        preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL),
     )
     assert process.stderr is not None
     for line in process.stderr:
