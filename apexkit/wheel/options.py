@@ -731,16 +731,7 @@ def _check_json(data: Mapping, python: str, on_host: bool) -> None:
             f"options file: {', '.join(host_only)} cannot be set inside a container build",
             _FROM_HOST,
         )
-    if data.get("backend", "ascend") not in BACKENDS or not set(data.get("sanitize") or ()) <= set(
-        sanitize.KNOWN
-    ):
-        raise ConfigError(
-            f"options file: backend must be one of {', '.join(BACKENDS)}, sanitize among "
-            f"{', '.join(sanitize.KNOWN)}",
-            _FROM_HOST,
-        )
-    if data.get("cuda_ext"):
-        nvidiaext.parse_asked(",".join(data["cuda_ext"]))  # names only: one line for anything else
+    _check_values(data)
     if not on_host and (
         data.get("backend", "ascend") != "ascend"
         or any(
@@ -756,6 +747,20 @@ def _check_json(data: Mapping, python: str, on_host: bool) -> None:
             f"options file: jobs {data['jobs']} is not at least 1",
             "pass --jobs 1 or more on the host",
         )
+
+
+def _check_values(data: Mapping) -> None:
+    """The values a flag could not have given: a backend, a sanitizer or an extension name apexkit does not know."""
+    if data.get("backend", "ascend") not in BACKENDS or not set(data.get("sanitize") or ()) <= set(
+        sanitize.KNOWN
+    ):
+        raise ConfigError(
+            f"options file: backend must be one of {', '.join(BACKENDS)}, sanitize among "
+            f"{', '.join(sanitize.KNOWN)}",
+            _FROM_HOST,
+        )
+    if data.get("cuda_ext"):
+        nvidiaext.parse_asked(",".join(data["cuda_ext"]))  # names only: one line for anything else
 
 
 def _from_json_value(name: str, value):
