@@ -122,7 +122,8 @@ def full_parser():
         "-q", "--quiet", action="store_true", help="errors, warnings and each command's result only"
     )
     sub = top.add_subparsers(dest="command", metavar="COMMAND")
-    declared = {**commands.BY_NAME, "validate": venvrun.COMMAND, "bench": venvrun.COMMAND}
+    declared = {**commands.BY_NAME, "validate": venvrun.COMMAND, "bench": venvrun.COMMAND,
+                "matrix": matrixrun.COMMAND}  # fmt: skip
     for name, _, line in entries():
         if name == "build":
             p = sub.add_parser(
@@ -130,10 +131,7 @@ def full_parser():
             )
             p.add_argument("target_python", metavar="PYTHON", nargs="?", help="3.X")
             continue
-        if name in declared:
-            parents = [declare.parser(declared[name], f"apexkit {name}")]
-        else:
-            parents = [matrixrun.parser()] if name == "matrix" else []
+        parents = [declare.parser(declared[name], f"apexkit {name}")] if name in declared else []
         p = sub.add_parser(name, parents=parents, add_help=not parents, help=line)
         if name == "completion":
             p.add_argument("shell", choices=("bash",))

@@ -47,9 +47,10 @@ def _default(opt) -> str:
 def sections() -> tuple:
     """The declared commands whose options docs/commands.md lists."""
     from apexkit import commands, venvrun
+    from apexkit.fleet import matrixrun
     from apexkit.wheel import options
 
-    return (*commands.COMMANDS, options.COMMAND, venvrun.COMMAND)
+    return (*commands.COMMANDS, options.COMMAND, matrixrun.COMMAND, venvrun.COMMAND)
 
 
 def tables() -> str:

@@ -26,7 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from apexkit import dockerclient, envvars, fsedit, log, paths, statusfile, untrusted, vocab
+from apexkit import declare, dockerclient, envvars, fsedit, log, paths, statusfile, untrusted, vocab
 from apexkit.errors import ApexkitError, ConfigError
 from apexkit.fleet import runreport, runwatch, slurm
 from apexkit.images import builder
@@ -510,7 +510,7 @@ class SlurmOptions:
     extra: tuple[str, ...] = ()
 
 
-def slurm_options(args: argparse.Namespace) -> SlurmOptions:
+def slurm_options(args: Matrix) -> SlurmOptions:
     if args.image:
         raise ConfigError(
             "--image with --slurm: on the cluster each combination builds natively on a node of its "
@@ -1015,127 +1015,114 @@ def summary(results: list[Result]) -> str:
     return "\n".join(lines)
 
 
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog=vocab.prog("matrix"), description="the build matrix: list, GitHub JSON, or run it"
-    )
-    p.add_argument(
-        "--format",
-        choices=("table", "json", "github", "markdown"),
-        default="table",
-        help="table (default), json (every field, refused ones too), github (strategy.matrix; a refused "
+@dataclass(frozen=True)
+class Matrix:
+    """the build matrix: list, GitHub JSON, or run it"""
+
+    format: str = declare.option(
+        "table",
+        "table (default), json (every field, refused ones too), github (strategy.matrix; a refused "
         "combination fails it, see --allow-refused), markdown (for $GITHUB_STEP_SUMMARY, refused ones first)",
+        choices=("table", "json", "github", "markdown"),
     )
-    p.add_argument(
-        "--allow-refused",
-        action="store_true",
-        help="with --format github: leave refused combinations "
+    allow_refused: bool = declare.option(
+        False,
+        "with --format github: leave refused combinations "
         "out of the matrix and exit 0 (default: exit 1 naming them, so CI cannot lose a combination)",
     )
-    p.add_argument(
-        "--matrix",
-        type=Path,
+    matrix: Path | None = declare.option(
+        None,
+        "a TOML file with [[include]] tables instead of matrix.toml [[matrix.include]]",
         metavar="FILE",
-        help="a TOML file with [[include]] tables instead of matrix.toml [[matrix.include]]",
+        type=Path,
     )
-    p.add_argument(
-        "--target",
-        dest="only",
-        action="append",
-        default=[],
-        metavar="ID",
-        help="only this combination (repeat)",
+    only: list[str] = declare.option(
+        None, "only this combination (repeat)", flag="--target", repeat=True, metavar="ID"
     )
-    p.add_argument(
-        "--run", action="store_true", help="build the combinations here and print a summary"
-    )
-    p.add_argument(
-        "--image",
-        metavar="IMAGE",
-        help="build every combination in this builder image (default: a "
+    run: bool = declare.option(False, "build the combinations here and print a summary")
+    image: str | None = declare.option(
+        None,
+        "build every combination in this builder image (default: a "
         "combination of another arch builds in the image matrix.toml [matrix.images] names for its Python)",
+        metavar="IMAGE",
     )
-    p.add_argument(
-        "--parallel",
-        dest="parallel",
-        type=int,
-        default=1,
-        metavar="N",
-        help="with --run: combinations "
+    parallel: int = declare.option(
+        1,
+        "with --run: combinations "
         "built at the same time (bounded by the CPU count; each build's compile jobs: -- --jobs N)",
+        metavar="N",
+        type=int,
     )
-    p.add_argument(
-        "--dist",
+    dist: Path | None = declare.option(
+        None,
+        "with --run: output directory (default: $APEXKIT_DIST_DIR, else ./dist)",
+        metavar="DIST",
         type=Path,
-        help="with --run: output directory (default: $APEXKIT_DIST_DIR, else ./dist)",
     )
-    p.add_argument(
-        "--build-dir",
+    build_dir: Path | None = declare.option(
+        None,
+        "with --run: work directory (default: $APEXKIT_BUILD_DIR, else ./build)",
+        metavar="BUILD_DIR",
         type=Path,
-        help="with --run: work directory (default: $APEXKIT_BUILD_DIR, else ./build)",
     )
-    p.add_argument(
-        "--slurm",
-        action="store_true",
-        help="with --run: submit each combination to Slurm as one job "
+    slurm: bool = declare.option(
+        False,
+        "with --run: submit each combination to Slurm as one job "
         "on a node of its arch (the checkout and --build-dir on shared storage), wait, and collect the "
         "wheels into --dist",
     )
-    p.add_argument(
-        "--dry-run",
-        action="store_true",
-        help="with --run --slurm: print the batch scripts, submit nothing",
+    dry_run: bool = declare.option(
+        False, "with --run --slurm: print the batch scripts, submit nothing"
     )
-    p.add_argument(
-        "--slurm-partition",
-        action="append",
-        default=[],
+    slurm_partition: list[str] = declare.option(
+        None,
+        "the partition (for every arch, or ARCH=NAME for one; repeat)",
+        repeat=True,
         metavar="[ARCH=]NAME",
-        help="the partition (for every arch, or ARCH=NAME for one; repeat)",
     )
-    p.add_argument(
-        "--slurm-constraint",
-        action="append",
-        default=[],
-        metavar="[ARCH=]EXPR",
-        help="the node "
+    slurm_constraint: list[str] = declare.option(
+        None,
+        "the node "
         "feature a combination's node must have (default: its arch, x86_64 / aarch64; ARCH=none or none: "
         "no constraint, e.g. with a per-arch --slurm-partition)",
+        repeat=True,
+        metavar="[ARCH=]EXPR",
     )
-    p.add_argument("--slurm-account", metavar="A", help="sbatch --account")
-    p.add_argument(
-        "--slurm-time",
-        default="02:00:00",
-        metavar="T",
-        help="each job's time limit (default 02:00:00)",
+    slurm_account: str | None = declare.option(None, "sbatch --account", metavar="A")
+    slurm_time: str = declare.option(
+        "02:00:00", "each job's time limit (default 02:00:00)", metavar="T"
     )
-    p.add_argument(
-        "--slurm-cpus",
-        type=int,
-        metavar="N",
-        help="sbatch --cpus-per-task (the build's --jobs); "
+    slurm_cpus: int | None = declare.option(
+        None,
+        "sbatch --cpus-per-task (the build's --jobs); "
         "default: the partition's, and the build uses the node's CPU count",
+        metavar="N",
+        type=int,
     )
-    p.add_argument(
-        "--slurm-interpreter",
-        dest="slurm_python",
-        metavar="PATH",
-        help="the interpreter on the nodes "
+    slurm_python: str | None = declare.option(
+        None,
+        "the interpreter on the nodes "
         "that runs apexkit (default: this one, a venv on shared storage)",
+        flag="--slurm-interpreter",
+        metavar="PATH",
     )
-    p.add_argument(
-        "--slurm-build-dir",
-        metavar="DIR",
-        help="each job's --build-dir (default: --build-dir, shared; "
+    slurm_build_dir: str | None = declare.option(
+        None,
+        "each job's --build-dir (default: --build-dir, shared; "
         "a node-local one such as /tmp/apexkit-build avoids the shared filesystem for compiling)",
+        metavar="DIR",
     )
-    p.add_argument(
-        "--slurm-sbatch",
-        action="append",
-        default=[],
+    slurm_sbatch: list[str] = declare.option(
+        None,
+        "another sbatch option for every job, e.g. --slurm-sbatch=--qos=build (repeat)",
+        repeat=True,
         metavar="OPT",
-        help="another sbatch option for every job, e.g. --slurm-sbatch=--qos=build (repeat)",
     )
+
+
+def parser() -> argparse.ArgumentParser:
+    """matrix's parser, generated from Matrix, plus the build options after -- (passed to every build)."""
+    p = declare.parser(COMMAND, vocab.prog("matrix"))
     p.add_argument(
         "build_options",
         nargs="*",
@@ -1144,13 +1131,24 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def parse(argv: list[str]) -> tuple[Matrix, list[str]]:
+    """matrix's options and the build options after --."""
+    given = vars(parser().parse_args(argv))
+    rest = given.pop("build_options")
+    return declare.make(COMMAND, given), rest
+
+
 def main(argv: list[str]) -> int:
     if "--refresh" in argv:  # the table refresher is a maintainers' tool now (tools/refresh.py)
         raise ConfigError(
             "matrix --refresh moved: refreshing matrix.toml's torch_npu table is a maintainers' tool",
             "run nox -s refresh -- [--write] in a checkout of apexkit",
         )
-    args = parser().parse_args(argv)
+    return run(*parse(argv))
+
+
+def run(args: Matrix, passthrough: list[str]) -> int:
+    """`apexkit matrix`: the matrix shown, or built (here or on Slurm), `passthrough` (after --) given to every build."""
     m, combos = load_combinations(args.matrix)
     if args.only:  # a combination's id (its session name) or the target id its build writes
         combos = _only(combos, args.only)
@@ -1168,7 +1166,7 @@ def main(argv: list[str]) -> int:
         )
     dist = (args.dist or paths.dist_dir()).resolve()
     build_dir = (args.build_dir or paths.build_dir()).resolve()
-    results = _build(m, combos, args, dist, build_dir)
+    results = _build(m, combos, args, passthrough, dist, build_dir)
     if results is None:  # a dry run: the batch scripts printed
         return 0
     write_reports(build_dir / "matrix", results, combos)
@@ -1180,6 +1178,9 @@ def main(argv: list[str]) -> int:
             f"see the summary above and {build_dir / 'matrix'}/<id>.log",
         )
     return 0
+
+
+COMMAND = declare.Command("matrix", Matrix, run, rest=True)
 
 
 def _only(combos: list[Combination], only: list[str]) -> list[Combination]:
@@ -1221,16 +1222,15 @@ def show(
 def _build(
     m: matrix.Matrix,
     combos: list[Combination],
-    args: argparse.Namespace,
+    args: Matrix,
+    passthrough: list[str],
     dist: Path,
     build_dir: Path,
 ) -> list[Result] | None:
     """Every combination built, on Slurm or here; None after a dry run (which only prints the batch scripts)."""
     if args.slurm:
         opts = slurm_options(args)
-        results = run_slurm(
-            m, combos, args.build_options, dist, build_dir, opts, dry_run=args.dry_run
-        )
+        results = run_slurm(m, combos, passthrough, dist, build_dir, opts, dry_run=args.dry_run)
         return None if args.dry_run else results
     if args.dry_run:
         raise ConfigError(
@@ -1241,7 +1241,7 @@ def _build(
     return run_all(
         m,
         combos,
-        args.build_options,
+        passthrough,
         dist,
         build_dir,
         args.parallel,

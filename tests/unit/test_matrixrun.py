@@ -273,7 +273,7 @@ def test_the_batch_script_starts_the_build_with_the_options_file_the_host_resolv
             {"python": "3.8", "torch": "2.6.0", "arch": "x86_64"},  # refused by matrix.toml
         ]
     )
-    args = matrixrun.parser().parse_args(
+    args, _ = matrixrun.parse(
         ["--run", "--slurm", "--slurm-cpus", "8", "--slurm-interpreter", "/shared/venv/bin/python"]
     )
     build = tmp_path / "build"

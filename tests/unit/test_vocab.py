@@ -27,12 +27,14 @@ def test_build_refuses_the_old_spellings(old, capsys):
 
 
 def test_matrix_takes_target_parallel_and_slurm_interpreter():
-    p = matrixrun.parser()
-    new = p.parse_args(
+    new, rest = matrixrun.parse(
         ["--target", "a", "--target", "b", "--parallel", "3", "--slurm-interpreter", "/x/python"]
     )
-    assert (new.only, new.parallel, new.slurm_python) == (["a", "b"], 3, "/x/python")
-    assert p.parse_args([]).only == []  # the default list is not shared between parses
+    assert (new.only, new.parallel, new.slurm_python, rest) == (["a", "b"], 3, "/x/python", [])
+    first, second = matrixrun.parse([])[0], matrixrun.parse([])[0]
+    assert (
+        first.only == [] and first.only is not second.only
+    )  # the default list is not shared between parses
 
 
 @pytest.mark.parametrize("old", [["--only", "a"], ["--jobs", "3"], ["--slurm-python", "/x/python"]])
