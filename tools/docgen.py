@@ -37,7 +37,8 @@ def _default(opt) -> str:
     if (
         opt.positional
         or opt.repeat
-        or opt.default in (None, True, False, "", ())
+        or isinstance(opt.default, bool)
+        or opt.default in (None, "", ())  # not 1 or 0, equal to True and False
         or "(default:" in opt.help
     ):
         return ""
