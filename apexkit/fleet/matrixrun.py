@@ -1133,9 +1133,8 @@ def parser() -> argparse.ArgumentParser:
 
 def parse(argv: list[str]) -> tuple[Matrix, list[str]]:
     """matrix's options and the build options after --."""
-    given = vars(parser().parse_args(argv))
-    rest = given.pop("build_options")
-    return declare.make(COMMAND, given), rest
+    given = vars(parser().parse_args(argv))  # make reads the declared options only
+    return declare.make(COMMAND, given), given["build_options"]
 
 
 def main(argv: list[str]) -> int:
