@@ -76,24 +76,18 @@ def check_python_names(environ: Mapping[str, str]) -> list[Check]:
         )
         if code == 0:
             rows.append(Check("python", name, OK, f"{path}: {_first(text)}"))
-        elif required:
-            rows.append(
-                Check(
-                    "python",
-                    name,
-                    FAIL,
-                    _first(text) or f"{path} fails",
-                    "install python3 (apt-get install python3 / dnf install python3)",
-                )
-            )
         else:
             rows.append(
                 Check(
                     "python",
                     name,
-                    WARN,
-                    f"no working `python` ({_first(text) or 'exit ' + str(code)})",
-                    "call python3 / python3.X explicitly (apexkit does; many images ship no `python`)",
+                    FAIL if required else WARN,
+                    _first(text) or f"{path} fails"
+                    if required
+                    else f"no working `python` ({_first(text) or 'exit ' + str(code)})",
+                    "install python3 (apt-get install python3 / dnf install python3)"
+                    if required
+                    else "call python3 / python3.X explicitly (apexkit does; many images ship no `python`)",
                 )
             )
     return rows
@@ -299,24 +293,16 @@ def check_compiler(environ: Mapping[str, str]) -> list[Check]:
         path = shutil.which(tool, path=environ.get("PATH"))
         if path:
             rows.append(Check("compiler", tool, OK, path))
-        elif required:
-            rows.append(
-                Check(
-                    "compiler",
-                    tool,
-                    FAIL,
-                    "not found",
-                    f"apt-get install {package} (nox -s tests does)",
-                )
-            )
         else:
             rows.append(
                 Check(
                     "compiler",
                     tool,
-                    SKIP,
-                    "not installed",
-                    "optional: apt-get install ccache speeds rebuilds",
+                    FAIL if required else SKIP,
+                    "not found" if required else "not installed",
+                    f"apt-get install {package} (nox -s tests does)"
+                    if required
+                    else "optional: apt-get install ccache speeds rebuilds",
                 )
             )
     return rows
@@ -370,8 +356,7 @@ def check_build_venvs(cache: Path) -> list[Check]:
 # --- Ascend --------------------------------------------------------------------------------------------------------------
 
 
-def cann_home(environ: Mapping[str, str]) -> str | None:
-    return cann.home(environ)
+cann_home = cann.home
 
 
 def check_cann(environ: Mapping[str, str]) -> list[Check]:
@@ -418,20 +403,18 @@ def check_cann(environ: Mapping[str, str]) -> list[Check]:
 
 def check_docker(environ: Mapping[str, str], settings: layers.ProxySettings | None) -> list[Check]:
     path = shutil.which("docker", path=environ.get("PATH"))
-    rows = []
-    if path:
-        code, text = _run([path, "--version"], env=environ)
-        rows.append(Check("docker", "client", OK if code == 0 else WARN, _first(text)))
-    else:
-        rows.append(
-            Check(
-                "docker",
-                "client",
-                SKIP,
-                "not installed",
-                "only builder images need it: apt-get install docker.io",
-            )
+    code, text = _run([path, "--version"], env=environ) if path else (0, "")
+    rows = [
+        Check("docker", "client", OK if code == 0 else WARN, _first(text))
+        if path
+        else Check(
+            "docker",
+            "client",
+            SKIP,
+            "not installed",
+            "only builder images need it: apt-get install docker.io",
         )
+    ]
     try:
         c = dockerclient.client(timeout=15)
     except Exception as exc:
@@ -471,21 +454,12 @@ def check_docker(environ: Mapping[str, str], settings: layers.ProxySettings | No
 
 
 def check_emulation() -> list[Check]:
-    rows = []
-    for arch in dockerclient.ARCHES:
-        state = builder.emulation(arch)
-        if state.native:
-            continue
-        rows.append(
-            Check(
-                "docker",
-                f"{arch} containers",
-                OK if state.usable else WARN,
-                state.detail,
-                state.hint,
-            )
-        )
-    return rows
+    states = {arch: builder.emulation(arch) for arch in dockerclient.ARCHES}
+    return [
+        Check("docker", f"{arch} containers", OK if s.usable else WARN, s.detail, s.hint)
+        for arch, s in states.items()
+        if not s.native
+    ]
 
 
 # --- disk, caches, proxy, CA -----------------------------------------------------------------------------------------------
@@ -697,18 +671,17 @@ def apex_rows(
         Check(
             "apex", name, status, found, verdict.next_step, {**verdict.as_dict(), "target": target}
         )
-    ]
-    for e in verdict.evidence:
-        rows.append(
-            Check(
-                "apex",
-                e.name,
-                EVIDENCE_STATUS[e.effect],
-                f"{e.where} {e.what}",
-                e.alternative or f"source: {e.source}",
-                {"effect": e.effect, "source": e.source},
-            )
+    ] + [
+        Check(
+            "apex",
+            e.name,
+            EVIDENCE_STATUS[e.effect],
+            f"{e.where} {e.what}",
+            e.alternative or f"source: {e.source}",
+            {"effect": e.effect, "source": e.source},
         )
+        for e in verdict.evidence
+    ]
     if verdict.notes:
         # the first note says what was scanned; any further one is a limit hit or a file that could not be read
         rows.append(
@@ -770,34 +743,21 @@ def run_all(
     m = matrix.load()
     cache = sources.cache_dir(environ)
     settings = layers.current_settings(layers.Paths(), environ)
-    rows: list[Check] = []
-
-    def stage(name: str) -> None:
-        if progress:
-            progress(name)
-
+    stage = progress or (lambda name: None)
     stage("interpreters")
-    rows += check_python_names(environ)
+    rows = check_python_names(environ)
     interp_rows, found = check_interpreters(environ, list(m.supported_pythons))
-    rows += interp_rows
     stage("torch per interpreter")
-    home = cann_home(environ)
-    rows += check_torch(found, environ, home)
+    rows += interp_rows + check_torch(found, environ, cann_home(environ))
     stage("apex need")
     rows += check_apex_need(found, apex)
     stage("compiler")
-    rows += check_compiler(environ)
-    rows += check_build_venvs(cache)
-    rows += check_cann(environ)
+    rows += check_compiler(environ) + check_build_venvs(cache) + check_cann(environ)
     stage("docker")
-    rows += check_docker(environ, settings)
-    rows += check_emulation()
+    rows += check_docker(environ, settings) + check_emulation()
     stage("disk and caches")
-    rows += check_disk({"cache": cache, "build": paths.build_dir(environ)})
-    rows += check_cache(cache)
-    rows += check_proxy_variables(environ)
-    rows += check_ca(environ, settings)
-    return rows
+    rows += check_disk({"cache": cache, "build": paths.build_dir(environ)}) + check_cache(cache)
+    return rows + check_proxy_variables(environ) + check_ca(environ, settings)
 
 
 def check_sources(
