@@ -966,27 +966,23 @@ def _finish(
 def cells(results: list[Result], combos: list[Combination]) -> list[runreport.Cell]:
     """The results as the grid and the timeline see them (each with its combination's Python, torch, arch)."""
     by_id = {c.id: c for c in combos}
-    out = []
-    for r in results:
-        c = by_id.get(r.id)
-        if c is None:
-            continue
-        out.append(
-            runreport.Cell(
-                r.id,
-                c.python,
-                c.torch,
-                c.torch_npu or "",
-                c.arch,
-                r.status,
-                r.wheel,
-                r.detail,
-                r.steps,
-                c.cann or "",
-                c.ref,
-            )
+    return [
+        runreport.Cell(
+            r.id,
+            c.python,
+            c.torch,
+            c.torch_npu or "",
+            c.arch,
+            r.status,
+            r.wheel,
+            r.detail,
+            r.steps,
+            c.cann or "",
+            c.ref,
         )
-    return out
+        for r in results
+        if (c := by_id.get(r.id)) is not None
+    ]
 
 
 def report_markdown(results: list[Result], combos: list[Combination]) -> tuple[str, str]:
