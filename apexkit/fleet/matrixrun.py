@@ -185,9 +185,9 @@ def rows(
 ) -> list[dict]:
     out = []
     for combo in combos:
+        refused = None
         try:
             m.validate(combo)
-            refused = None
         except ConfigError as exc:
             refused = exc.cause
         chosen, state, image_refused = check_image(m, combo, facts, image=image)
@@ -339,7 +339,13 @@ def run_one(
         except untrusted.Untrusted as exc:
             return Result(combo.id, "failed", seconds, f"its status file: {exc}", log=str(log_path))
     finally:  # also on Ctrl-C: nothing of this run's left in build/matrix/ but the log and its status
-        _keep_status(child_status, status_path)
+        with contextlib.suppress(
+            OSError
+        ):  # this run's child status beside its log (none if it left none)
+            if os.path.lexists(child_status):
+                os.replace(child_status, status_path)
+            elif os.path.lexists(status_path):
+                os.unlink(status_path)
         shutil.rmtree(private, ignore_errors=True)
     if proc.returncode != 0 or status is None or status.exit_code != 0:
         detail = (
@@ -367,15 +373,6 @@ def run_one(
     )
 
 
-def _keep_status(child_status: Path, kept: Path) -> None:
-    """build/matrix/<id>.status.json: this run's child status beside its log (none when the child left none)."""
-    with contextlib.suppress(OSError):
-        if os.path.lexists(child_status):
-            os.replace(child_status, kept)
-        elif os.path.lexists(kept):
-            os.unlink(kept)
-
-
 def read_target(dist: Path, reported: str | None) -> tuple[Path, dict]:
     """The dist/<target>/ a child build recorded in its status file, and its manifest: a target directly in `dist`
     (whatever passthrough options made of its id, e.g. +skip-…), a real directory, a regular manifest.json."""
@@ -385,14 +382,9 @@ def read_target(dist: Path, reported: str | None) -> tuple[Path, dict]:
     if not reported:
         raise untrusted.Untrusted("no dist/<target>/ in its status file")
     path = Path(reported)
-    try:
+    parent = None  # a link loop, a NUL: not a directory of ours either way
+    with contextlib.suppress(OSError, RuntimeError, ValueError):
         parent = path.parent.resolve()
-    except (
-        OSError,
-        RuntimeError,
-        ValueError,
-    ):  # a link loop, a NUL: not a directory of ours either way
-        parent = None
     if parent != dist.resolve() or not TARGET_NAME.fullmatch(path.name):
         raise untrusted.Untrusted(
             f"{untrusted.shown(reported)}, which is not a target directly in {dist}"
@@ -428,7 +420,6 @@ def run_all(
     log.info(
         f"▸ {len(combos)} combinations, {parallel} at a time ({jobs_each} compile jobs each); logs in {logs}/"
     )
-    results: dict[str, Result] = {}
     watch = runwatch.Watch(len(combos), heartbeat)
     index = {c.id: i for i, c in enumerate(combos, 1)}
 
@@ -450,27 +441,27 @@ def run_all(
     stop = watch.pulse()
     try:
         with ThreadPoolExecutor(max_workers=parallel) as pool:
-            for result in pool.map(one, combos):
-                results[result.id] = result
+            return list(pool.map(one, combos))  # in the combinations' order
     finally:
         stop()
-    return [results[c.id] for c in combos]
 
 
 def describe(combo: Combination, m: matrix.Matrix | None = None, image: str | None = None) -> str:
     """What a start line says of a combination: Python, torch (+ torch_npu, CANN), arch, ref, where it builds."""
-    parts = [f"Python {combo.python}", f"torch {combo.torch}"]
-    if combo.torch_npu:
-        parts.append(f"torch_npu {combo.torch_npu}")
-    if combo.cann:
-        parts.append(f"CANN {combo.cann}")
-    parts += [combo.arch, f"ref {combo.ref}"]
+    where = None
     if m is not None:
         with contextlib.suppress(ApexkitError):
             where = image_for(m, combo, image=image)
-            if where:
-                parts.append(f"in {where}")
-    return ", ".join(parts)
+    parts = [
+        f"Python {combo.python}",
+        f"torch {combo.torch}",
+        combo.torch_npu and f"torch_npu {combo.torch_npu}",
+        combo.cann and f"CANN {combo.cann}",
+        combo.arch,
+        f"ref {combo.ref}",
+        where and f"in {where}",
+    ]
+    return ", ".join(p for p in parts if p)
 
 
 # --- the matrix on a Slurm cluster (--run --slurm) -----------------------------------------------------------------
