@@ -34,6 +34,7 @@ from apexkit import cann, envvars, fsedit, log, paths, vocab
 from apexkit.errors import ConfigError, SchedulerError
 from apexkit.fleet import inputs, slurm
 from apexkit.index import published
+from apexkit.plan import matrix
 from apexkit.plan.target import Target
 
 BENCH = paths.BENCH  # the checkout's bench/, or the installed package's copy
@@ -319,11 +320,6 @@ def save_state(results: Path, state: dict) -> None:
     fsedit.atomic_write(results / STATE_FILE, fsedit.dump_json(state), 0o644)
 
 
-def results_by_node(results: Path) -> dict[str, dict]:
-    """The nodes' results that read back as what they claim (inputs.read_result); see read_results."""
-    return read_results(results)[0]
-
-
 def read_results(results: Path) -> tuple[dict[str, dict], dict[str, str]]:
     """({node: its checked result}, {file stem: why it is unreadable}) for every <results>/*.json but fleet.json."""
     found: dict[str, dict] = {}
@@ -412,14 +408,13 @@ def submit(plan: Plan, dry_run: bool = False, resume: bool = False) -> str | Non
             fsedit.atomic_write(plan.fleet_dir / "bench" / source.name, source.read_bytes(), 0o755)
     fsedit.atomic_write(plan.plan_file, fsedit.dump_json(plan.node_plan()), 0o644)
     fsedit.atomic_write(plan.script_file, script.encode(), 0o755)
-    proc = slurm.run(["sbatch", "--parsable", str(plan.script_file)], timeout=120)
-    if proc.returncode != 0:
+    job_id, why = slurm.sbatch(plan.script_file)
+    if job_id is None:
         raise SchedulerError(
-            f"sbatch refused the job: {log.mask(' '.join(proc.stderr.split()))[:300]}",
+            f"sbatch refused the job: {log.mask(why)}",
             f"fix the placement (--partition/--nodes/--nodelist/--gres/--account); the script is "
             f"{plan.script_file}",
         )
-    job_id = proc.stdout.strip().split(";")[0]
     if not inputs.valid("job", job_id):
         raise SchedulerError(
             f"sbatch answered {inputs.untrusted.shown(job_id)[:80]}, not a job id",
@@ -467,7 +462,7 @@ def resume_plan(plan: Plan, state: dict) -> Plan | None:
             f"{plan.results} has no earlier submission to resume", "submit without --resume first"
         )
     results = plan.results
-    done = set(results_by_node(results))  # an unreadable result is not done: its node runs again
+    done = set(read_results(results)[0])  # an unreadable result is not done: its node runs again
     live = [
         s
         for s in state["submissions"]
@@ -486,32 +481,21 @@ def resume_plan(plan: Plan, state: dict) -> Plan | None:
         return None
     last = state["submissions"][-1]
     number = max(int(s.get("submission", 0)) for s in state["submissions"]) + 1
-    if extra:
-        placement = Placement(
-            partition=plan.placement.partition or _text(last.get("partition")),
-            nodes=len(missing) + extra,
-            exclude=tuple(sorted(done)),
-            gres=plan.placement.gres,
-            account=plan.placement.account,
-            time_limit=plan.placement.time_limit,
-        )
-    else:
-        placement = Placement(
-            partition=plan.placement.partition or _text(last.get("partition")),
-            nodelist=tuple(missing),
-            gres=plan.placement.gres,
-            account=plan.placement.account,
-            time_limit=plan.placement.time_limit,
-        )
+    placement = Placement(  # the names when known, else a count with the done nodes excluded
+        partition=plan.placement.partition or _text(last.get("partition")),
+        nodes=len(missing) + extra if extra else None,
+        nodelist=() if extra else tuple(missing),
+        exclude=tuple(sorted(done)) if extra else (),
+        gres=plan.placement.gres,
+        account=plan.placement.account,
+        time_limit=plan.placement.time_limit,
+    )
     log.info(
         f"resume: {len(done)} node(s) have a result; resubmitting "
         f"{', '.join(missing) if missing else ''}{' + ' if missing and extra else ''}"
         f"{f'{extra} unplaced node(s)' if extra else ''}"
     )
     return dataclasses.replace(plan, placement=placement, submission=number)
-
-
-# --- job states ----------------------------------------------------------------------------------------------------
 
 
 # --- the report ----------------------------------------------------------------------------------------------------
@@ -591,8 +575,9 @@ _RESULT_FIELDS: tuple[str, ...] = (
     "wheel_sha256",
     "step_ms",
     "job_id",
+    "set_env",
+    "first_failure",
 )
-_RESULT_FIELDS += ("set_env", "first_failure")
 # a job without a result: (its status, what the row says) by the Slurm state; any other state is a dead job
 _JOB_STATUS = {
     "PENDING": ("pending", "job {job} pending"),
@@ -678,12 +663,8 @@ def _mark_outliers(table: list[dict], threshold: float) -> float | None:
 
 
 def _last_submission_for(results: Path, state: dict, node: str) -> dict | None:
-    last = None
-    for sub in state["submissions"]:
-        allocated = _allocated(results, sub) or _asked(sub)
-        if node in allocated:
-            last = sub
-    return last
+    placed = [s for s in state["submissions"] if node in (_allocated(results, s) or _asked(s))]
+    return placed[-1] if placed else None
 
 
 def _short(value: Any, width: int = 0) -> str:
@@ -956,7 +937,7 @@ def make_plan(
         ("--venv", venv, "node_dir"),
     )
     names = _nodelist(nodes, nodelist, resume)
-    matrix_stack = _stack(stack)
+    matrix_stack = matrix.load().stack(stack) if stack else None
     _check_words(("--target", target, "target"))
     data = published.read_index(full_idx)
     chosen = inputs.check("target", pick_target(data, target, matrix_stack), "the index's target")
@@ -983,17 +964,13 @@ def make_plan(
         extra_index_urls=tuple(extra_index_url),
         node_python=node_python,
         node_dir=node_dir or None,
-        set_env=_set_env_files(set_env),
+        set_env=tuple(x for x in set_env.split(",") if x) if set_env else SET_ENV,
         keep_venv=keep_venv,
         venv=venv or None,
         credentials=tuple(logins.items()),
     )
     check_plan(plan)  # and so --bench-args and --set-env
     return plan
-
-
-def _set_env_files(set_env: str | None) -> tuple[str, ...]:
-    return tuple(x for x in set_env.split(",") if x) if set_env else SET_ENV
 
 
 def _check_words(*checks: tuple[str, str | None, str]) -> None:
@@ -1022,14 +999,6 @@ def _nodelist(nodes: int | None, nodelist: str | None, resume: bool) -> tuple[st
             f"--nodes {nodes} but --nodelist names {len(names)} node(s)", "pass one of them"
         )
     return names
-
-
-def _stack(name: str | None) -> Any:
-    if not name:
-        return None
-    from apexkit.plan import matrix
-
-    return matrix.load().stack(name)
 
 
 def _index_torch(data: dict | None, target: str, default: str) -> str:
