@@ -244,11 +244,12 @@ def read_environment(python: str, timeout: float = 120) -> Environment:
         data = json.loads(line[len("APEXKIT-PROBE ") :])
         dists: dict[str, Dist] = {}
         for d in data["dists"]:
-            key = canonicalize_name(d["name"])
-            if key not in dists:
-                dists[key] = Dist(
+            dists.setdefault(  # the first on sys.path, as import sees it
+                canonicalize_name(d["name"]),
+                Dist(
                     d["name"], d["version"], _source_dir(d.get("direct_url"), d.get("path") or "")
-                )
+                ),
+            )
         return Environment(data["python"], data["executable"], data["prefix"], dists)
     except (
         ValueError,
@@ -413,17 +414,16 @@ def stack_evidence(
 
 
 def environment_sightings(env: Environment, facts: Facts) -> list[Sighting]:
-    sightings = []
-    for key in facts.distributions:
-        dist = env.dists.get(key)
-        if dist is not None:
-            checkout = Path(dist.source_dir) if dist.source_dir else None
-            sightings.append(
-                Sighting(
-                    key, dist.version, checkout, f" (from {dist.source_dir})" if checkout else ""
-                )
-            )
-    return sightings
+    return [
+        Sighting(
+            key,
+            dist.version,
+            Path(dist.source_dir) if dist.source_dir else None,
+            f" (from {dist.source_dir})" if dist.source_dir else "",
+        )
+        for key in facts.distributions
+        if (dist := env.dists.get(key)) is not None
+    ]
 
 
 def stacks_evidence(sightings: list[Sighting], facts: Facts) -> list[Evidence]:
@@ -670,28 +670,23 @@ def script_evidence(hits: list[Hit], facts: Facts, standins: bool) -> list[Evide
                 if shipped or not names
                 else ""
             )
-        if pattern.needs == "unless-standins" and standins:
-            evidence.append(
-                Evidence(
-                    INFO,
-                    pattern.id,
-                    where,
-                    f"{pattern.what}: covered by MindSpeed's stand-in",
-                    pattern.source,
-                )
+        covered = pattern.needs == "unless-standins" and standins
+        evidence.append(
+            Evidence(
+                INFO,
+                pattern.id,
+                where,
+                f"{pattern.what}: covered by MindSpeed's stand-in",
+                pattern.source,
             )
-        else:
-            evidence.append(
-                Evidence(NEEDS, pattern.id, where, pattern.what, pattern.source, alternative)
-            )
+            if covered
+            else Evidence(NEEDS, pattern.id, where, pattern.what, pattern.source, alternative)
+        )
     return evidence
 
 
 def _where(hits: list[Hit]) -> str:
-    where = ", ".join(f"{h.file}:{h.line}" for h in hits[:SHOWN_PER_PATTERN])
-    return where + (
-        f" (+{len(hits) - SHOWN_PER_PATTERN} more)" if len(hits) > SHOWN_PER_PATTERN else ""
-    )
+    return _first([f"{h.file}:{h.line}" for h in hits])
 
 
 # --- one verdict for one environment (+ scripts) --------------------------------------------------------------------------
