@@ -481,11 +481,14 @@ def resume_plan(plan: Plan, state: dict) -> Plan | None:
         return None
     last = state["submissions"][-1]
     number = max(int(s.get("submission", 0)) for s in state["submissions"]) + 1
+    count, nodelist, exclude = (
+        (len(missing) + extra, (), tuple(sorted(done))) if extra else (None, tuple(missing), ())
+    )
     placement = Placement(  # the names when known, else a count with the done nodes excluded
         partition=plan.placement.partition or _text(last.get("partition")),
-        nodes=len(missing) + extra if extra else None,
-        nodelist=() if extra else tuple(missing),
-        exclude=tuple(sorted(done)) if extra else (),
+        nodes=count,
+        nodelist=nodelist,
+        exclude=exclude,
         gres=plan.placement.gres,
         account=plan.placement.account,
         time_limit=plan.placement.time_limit,
@@ -964,13 +967,17 @@ def make_plan(
         extra_index_urls=tuple(extra_index_url),
         node_python=node_python,
         node_dir=node_dir or None,
-        set_env=tuple(x for x in set_env.split(",") if x) if set_env else SET_ENV,
+        set_env=_set_env_files(set_env),
         keep_venv=keep_venv,
         venv=venv or None,
         credentials=tuple(logins.items()),
     )
     check_plan(plan)  # and so --bench-args and --set-env
     return plan
+
+
+def _set_env_files(set_env: str | None) -> tuple[str, ...]:
+    return tuple(x for x in set_env.split(",") if x) if set_env else SET_ENV
 
 
 def _check_words(*checks: tuple[str, str | None, str]) -> None:
