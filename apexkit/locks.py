@@ -9,9 +9,15 @@ build/<target>, dist/<target>.
 - The lock is `<path>.lock` next to `path` (the directory holding it is created), taken with filelock's kernel lock
   (flock): a holder that dies, even by SIGKILL, releases it with its last file descriptor, so a stale lock never
   blocks. The file itself stays (unlinking a lock file splits later waiters across two inodes).
-- Whoever has to wait prints one line first: "waiting for the lock on <what> held by pid N" (the holder writes its
-  pid into `<path>.lock.pid`). After the wait, check again whether the other process already did the work (a venv
-  with its ready marker, a wheel now in the cache) before doing it again.
+- The lock file is 0600: a flock needs only a read-only descriptor, so a file others could open would let them stall
+  us. An older one of ours that others can open is made 0600; one owned by another uid is refused in one line
+  (the cache trust rule).
+- Whoever has to wait prints one line first: "waiting for the lock on <what> held by pid N (uid U, <lock file>)"
+  (the kernel's /proc/locks names the holder; else the pid the holder wrote into `<path>.lock.pid`). After the wait,
+  check again whether the other process already did the work (a venv with its ready marker, a wheel now in the
+  cache) before doing it again.
+- A holder of another uid (one who opened the file before it was made 0600) is waited on for FOREIGN_WAIT seconds
+  at most, whatever `timeout` says, then LockError names it and the fix.
 - Re-entrant in one thread (an inner `hold` on the same path is free); another thread of the same process waits
   like another process.
 - `timeout` (seconds; None waits for as long as the holder lives) ends in LockError, one line naming the pid;
@@ -48,6 +54,7 @@ class Busy(LockError):
         self.pid = pid
 
 
+FOREIGN_WAIT = 60.0  # seconds a lock held by another uid's process is waited on before LockError
 _registry: dict[str, FileLock] = {}
 _registry_guard = threading.Lock()
 
@@ -64,7 +71,7 @@ def _lock_for(file: Path) -> FileLock:
     with _registry_guard:
         lock = _registry.get(key)
         if lock is None:
-            lock = _registry[key] = FileLock(key, thread_local=True, mode=0o644)
+            lock = _registry[key] = FileLock(key, thread_local=True, mode=0o600)
         return lock
 
 
@@ -79,6 +86,56 @@ def holder(path: Path) -> int | None:
     except (OSError, UnicodeDecodeError):
         return None
     return int(text) if text.isdigit() else None
+
+
+def _flock_holder(file: Path) -> tuple[int, int | None] | None:
+    """(pid, uid or None) of the process holding the kernel lock on `file`, read from /proc/locks (Linux)."""
+    try:
+        st = os.stat(file)
+        with open("/proc/locks", encoding="ascii", errors="replace") as fh:
+            rows = [line.split() for line in fh]
+    except OSError:
+        return None
+    dev = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    for row in (
+        rows
+    ):  # "1: FLOCK  ADVISORY  WRITE 1234 fd:01:5678 0 EOF" (a waiter's row has "->" in row[1])
+        if (
+            len(row) > 5
+            and row[1] == "FLOCK"
+            and row[5] == dev
+            and row[4].isdigit()
+            and row[4] != "0"
+        ):
+            try:
+                return int(row[4]), os.stat(f"/proc/{row[4]}").st_uid
+            except OSError:
+                return int(row[4]), None
+    return None
+
+
+def _who(path: Path, file: Path) -> tuple[str, str, int | None, bool]:
+    """How the waiting and error lines name the holder: ("pid N" or "another process", "(uid U, <file>)", the pid,
+    whether it is another user's)."""
+    found = _flock_holder(file)
+    pid, uid = found if found else (holder(path), None)
+    where = f"({'' if uid is None else f'uid {uid}, '}{file})"
+    return (f"pid {pid}" if pid else "another process"), where, pid, uid not in (None, os.geteuid())
+
+
+def _private(file: Path, what: str) -> None:
+    """An existing lock file of ours that others can open becomes 0600; one of another uid is refused."""
+    try:
+        st = os.lstat(file)
+    except OSError:
+        return  # none yet (filelock makes it 0600), or filelock's own open says why
+    if st.st_uid not in (os.geteuid(), 0):
+        raise LockError(
+            f"the lock file for {what} is owned by uid {st.st_uid}: not using it ({file})",
+            "remove that file (apexkit makes a new one only you can open), then run again",
+        )
+    if stat.S_ISREG(st.st_mode) and st.st_mode & 0o077 and st.st_uid == os.geteuid():
+        os.chmod(file, 0o600)
 
 
 def _write_pid(pid_file: Path) -> None:
@@ -97,6 +154,36 @@ def _write_pid(pid_file: Path) -> None:
         os.close(fd)
 
 
+def _wait(
+    lock: FileLock, path: Path, file: Path, what: str, timeout: float | None, wait: bool
+) -> None:
+    """The lock is held: Busy (not `wait`), or one line, then wait up to `timeout` (FOREIGN_WAIT at most for a
+    holder of another uid) or LockError."""
+    who, where, pid, foreign = _who(path, file)
+    if not wait:
+        raise Busy(
+            f"the lock on {what} is held by {who} {where}", "wait for that process to finish", pid
+        )
+    if foreign:
+        timeout = FOREIGN_WAIT if timeout is None else min(timeout, FOREIGN_WAIT)
+    log.info(
+        f"waiting for the lock on {what} held by {who} {where}"
+        + (f": another user's process, giving up after {timeout:g}s" if foreign else "")
+    )
+    try:
+        lock.acquire(timeout=-1 if timeout is None else timeout)
+    except Timeout:
+        who, where, pid, foreign = _who(path, file)
+        raise LockError(
+            f"the lock on {what} is still held by {who} after {timeout:g}s {where}",
+            (
+                f"stop that process of another user, or remove {file} (apexkit makes a new one only you can open)"
+                if foreign
+                else "wait for that process to finish, or stop it (a killed holder releases the lock)"
+            ),
+        ) from None
+
+
 @contextlib.contextmanager
 def hold(path: Path, what: str, timeout: float | None = None, wait: bool = True) -> Iterator[None]:
     """Hold the lock on `path` (a file or directory that need not exist) for the `with` block; see the module doc."""
@@ -108,28 +195,11 @@ def hold(path: Path, what: str, timeout: float | None = None, wait: bool = True)
         cachetrust.make_dir(
             file.parent
         )  # 0755 whatever the umask (filelock's own mkdir follows it)
+        _private(file, what)
         try:
             lock.acquire(timeout=0)
         except Timeout:
-            pid = holder(Path(path))
-            if not wait:
-                raise Busy(
-                    f"the lock on {what} is held by {f'pid {pid}' if pid else 'another process'} ({file})",
-                    "wait for that process to finish",
-                    pid,
-                ) from None
-            log.info(
-                f"waiting for the lock on {what} held by {f'pid {pid}' if pid else 'another process'} ({file})"
-            )
-            try:
-                lock.acquire(timeout=-1 if timeout is None else timeout)
-            except Timeout:
-                pid = holder(Path(path))
-                raise LockError(
-                    f"the lock on {what} is still held by {f'pid {pid}' if pid else 'another process'} after "
-                    f"{timeout:g}s ({file})",
-                    "wait for that process to finish, or stop it (a killed holder releases the lock)",
-                ) from None
+            _wait(lock, Path(path), file, what, timeout, wait)
     except OSError as exc:  # the directory is not writable, or is not a directory
         raise LockError(
             f"cannot take the lock on {what}: {file}: {exc.strerror or exc}",

@@ -32,6 +32,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.parse
 import urllib.request
@@ -402,31 +403,26 @@ class Node:
         lock = root / ".apexkit-fleet-install.lock"
         self.mark("install wheel")
         start = time.monotonic()
-        deadline = start + LOCK_WAIT
-        while True:
-            try:
-                os.mkdir(lock, 0o700)  # atomic on local disks and NFS alike
-                break
-            except FileExistsError:
-                if time.monotonic() > deadline:
-                    self.stage(
-                        "install wheel",
-                        False,
-                        time.monotonic() - start,
-                        f"another node has held {lock} for {int(LOCK_WAIT)} s",
-                        f"if no node is installing into {root}, remove {lock} and resubmit with --resume",
-                    )
-                    return False
-                time.sleep(1)
-            except OSError as exc:
-                self.stage(
-                    "install wheel",
-                    False,
-                    0,
-                    f"cannot lock {root}: {exc.strerror or exc}",
-                    f"this user must be able to write {root} (the training venv)",
-                )
-                return False
+        try:
+            held = InstallLock.take(lock, LOCK_WAIT)
+        except TimeoutError as exc:
+            self.stage(
+                "install wheel",
+                False,
+                time.monotonic() - start,
+                str(exc),
+                f"if no node is installing into {root}, remove {lock} and resubmit with --resume",
+            )
+            return False
+        except OSError as exc:
+            self.stage(
+                "install wheel",
+                False,
+                0,
+                f"cannot lock {root}: {exc.strerror or exc}",
+                f"this user must be able to write {root} (the training venv)",
+            )
+            return False
         try:
             found = installed(py)
             if found is not None and same_build(wheel, found.get("apex_record")):
@@ -453,8 +449,7 @@ class Node:
             ):
                 return False
         finally:
-            with contextlib.suppress(OSError):
-                os.rmdir(lock)
+            held.release()
         after = installed(py) or {}
         changed = [
             f"{name} {self.before[name]} -> {after.get(name)}"
@@ -595,6 +590,139 @@ class Node:
 
 
 LOCK_WAIT = 900.0  # seconds a node waits for another node's install into a shared training venv
+STALE_AFTER = (
+    120.0  # another host's lock whose holder record has not changed for this long is stale
+)
+HEARTBEAT = 10.0  # how often a holder touches its record (well under STALE_AFTER)
+
+
+class InstallLock:
+    """The training venv's install lock: a directory `lock`, made with mkdir, holding `holder`, a JSON record of
+    its holder (host, pid, start, a nonce) written atomically and touched every HEARTBEAT s while held.
+
+    A directory and not fcntl.flock, although a flock would vanish with its holder: the venv may sit on NFS or
+    Lustre, where flock is either cluster-wide, node-local (mounted nolock, local_lock=flock, localflock: every node
+    "gets" it and two pips write one venv at once) or refused (Lustre's noflock), and a node cannot tell which.
+    mkdir is atomic on all of them, so staleness is judged instead, by the waiter: a holder on this host whose pid
+    is gone is stale at once; a holder on another host (or none recorded) is stale once its record has not changed
+    for STALE_AFTER s by the waiter's own clock (no timestamp from another machine is compared with ours: node and
+    file-server clocks may disagree). A stale lock is renamed away (only if it is still the one judged), then
+    taken by mkdir as usual, with one line naming its holder."""
+
+    NAME = "holder"
+
+    def __init__(self, lock: Path) -> None:
+        self.lock, self.nonce = lock, os.urandom(8).hex()
+        self.stop = threading.Event()
+        record = {
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "started": now(),
+            "nonce": self.nonce,
+        }
+        tmp = lock / f".holder-{self.nonce}"
+        try:
+            tmp.write_text(json.dumps(record))
+            os.replace(tmp, lock / self.NAME)
+        except OSError:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+            os.rmdir(lock)
+            raise
+        threading.Thread(target=self._beat, daemon=True).start()
+
+    def _beat(self) -> None:
+        while not self.stop.wait(HEARTBEAT):
+            with contextlib.suppress(OSError):
+                os.utime(self.lock / self.NAME)
+
+    def release(self) -> None:
+        """Stop the heartbeat; remove the lock if it is still ours (not taken over meanwhile)."""
+        self.stop.set()
+        if InstallLock.state(self.lock)[1].get("nonce") == self.nonce:
+            with contextlib.suppress(OSError):
+                os.unlink(self.lock / self.NAME)
+                os.rmdir(self.lock)
+
+    @staticmethod
+    def state(lock: Path) -> tuple[tuple, dict]:
+        """(what changes whenever the lock or its record does, the holder record ({}: none or unreadable));
+        FileNotFoundError when there is no lock."""
+        ino = os.stat(lock).st_ino
+        try:
+            fd = os.open(lock / InstallLock.NAME, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+            with os.fdopen(fd, "rb") as fh:
+                st = os.fstat(fd)
+                record = json.loads(fh.read(4096)) if stat.S_ISREG(st.st_mode) else {}
+            return (ino, st.st_ino, st.st_mtime_ns), record if isinstance(record, dict) else {}
+        except (OSError, ValueError):
+            return (ino,), {}
+
+    @staticmethod
+    def stale(record: dict, unchanged: float) -> str | None:
+        """Why the lock holding `record`, unchanged for `unchanged` s, is stale (None: it is not)."""
+        host, pid = record.get("host"), record.get("pid")
+        who = (
+            f"pid {pid} on {host}, since {record.get('started')}" if host else "no holder recorded"
+        )
+        if host == socket.gethostname() and isinstance(pid, int) and pid > 0:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                return f"its holder ({who}) is gone"
+            except OSError:
+                pass  # alive, another user's
+            return None
+        if unchanged >= STALE_AFTER:
+            return f"its holder ({who}) has not touched it for {int(unchanged)} s"
+        return None
+
+    @classmethod
+    def take(cls, lock: Path, wait: float) -> InstallLock:
+        """The lock, waiting up to `wait` s and taking over a stale one; TimeoutError after that, OSError when
+        it cannot be made."""
+        start = time.monotonic()
+        seen, since, record = None, start, {}
+        while True:
+            try:
+                os.mkdir(lock, 0o700)  # atomic on local disks and NFS alike
+                return cls(lock)
+            except FileExistsError:
+                pass
+            try:
+                now_seen, record = cls.state(lock)
+            except FileNotFoundError:
+                continue  # released just now
+            if now_seen != seen:
+                seen, since = now_seen, time.monotonic()
+            why = cls.stale(record, time.monotonic() - since)
+            if why and cls._set_aside(lock, seen):
+                print(f"taking over the stale install lock {lock}: {why}", flush=True)
+                continue
+            if time.monotonic() - start > wait:
+                holder = (
+                    f"pid {record.get('pid')} on {record.get('host')}" if record else "another node"
+                )
+                raise TimeoutError(f"{holder} has held {lock} for {int(wait)} s")
+            time.sleep(1)
+
+    @classmethod
+    def _set_aside(cls, lock: Path, judged: tuple) -> bool:
+        """Rename the stale lock away if it is still the one judged (a fresh one that slipped in is put back)."""
+        aside = lock.with_name(f"{lock.name}.stale-{os.urandom(8).hex()}")
+        try:
+            if cls.state(lock)[0] != judged:
+                return False
+            os.rename(lock, aside)
+            if cls.state(aside)[0] != judged:
+                os.rename(aside, lock)
+                return False
+        except OSError:
+            return False
+        shutil.rmtree(aside, ignore_errors=True)
+        return True
+
+
 RECORD_MAX = 4 << 20
 _INSTALLED = """
 import importlib.metadata as m, json, platform

@@ -9,6 +9,7 @@ import shlex
 import stat
 import subprocess
 import sys
+import threading
 import time
 import urllib.parse
 from pathlib import Path
@@ -580,3 +581,112 @@ def test_fleet_venv_installs_into_the_training_venv_once_and_keeps_torch(cluster
     assert not list(
         (bare / "lib").glob("python3*/site-packages/apex*")
     )  # nothing installed into it
+
+
+# --- the shared training venv's install lock (bench/fleet_node.py, run here as a node runs it) -----------------------
+
+# One node's install into the training venv argv[3] (argv[4]: the wheel), with LOCK_WAIT and STALE_AFTER set from
+# argv[5:7]; prints the install stage as JSON.
+NODE_INSTALL = """
+import json, sys
+from pathlib import Path
+sys.path.insert(0, sys.argv[1])
+import fleet_node
+fleet_node.LOCK_WAIT, fleet_node.STALE_AFTER = float(sys.argv[5]), float(sys.argv[6])
+node = fleet_node.Node({"results": sys.argv[2], "target": "t", "index": "i", "device": "cpu"})
+if sys.argv[3].endswith("/python"):
+    node.before = fleet_node.installed(sys.argv[3])
+ok = node.install_into_training_venv(sys.argv[3], Path(sys.argv[4]))
+print(json.dumps({"ok": ok, "stage": node.result["stages"][0]}))
+"""
+LOCK = ".apexkit-fleet-install.lock"
+
+
+def _node_argv(tmp_path, py: Path, wheel: Path, wait: float, stale: float) -> list[str]:
+    argv = [sys.executable, "-c", NODE_INSTALL, str(ROOT / "bench"), str(tmp_path / "results")]
+    return [*argv, str(py), str(wheel), str(wait), str(stale)]
+
+
+def _train_venv(tmp_path) -> tuple[Path, Path]:
+    train = tmp_path / "train"
+    subprocess.run([sys.executable, "-m", "venv", str(train)], check=True)
+    (tmp_path / "built").mkdir()
+    return train, fakes.make_wheel(tmp_path / "built")
+
+
+def _run_node(tmp_path, train: Path, wheel: Path, wait: float, stale: float) -> tuple[dict, str]:
+    argv = _node_argv(tmp_path, train / "bin" / "python", wheel, wait, stale)
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, output(proc)
+    return json.loads(proc.stdout.splitlines()[-1]), proc.stdout
+
+
+def test_a_node_killed_holding_the_install_lock_is_taken_over_at_once(tmp_path):
+    import socket
+
+    train, wheel = _train_venv(tmp_path)
+    hang = (
+        train / "bin" / "hang"
+    )  # the node's "python": holds the lock while it hangs in its first probe
+    hang.write_text(f"#!/bin/sh\ntouch {tmp_path / 'probing'}\nexec sleep 600\n")
+    hang.chmod(0o755)
+    argv = _node_argv(tmp_path, hang, wheel, 60, 120)
+    holder = subprocess.Popen(argv, stdout=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "probing").exists():
+        assert holder.poll() is None and time.monotonic() < deadline, "the node never took the lock"
+        time.sleep(0.1)
+    recorded = train / LOCK / "holder"
+    record = json.loads(recorded.read_text()) if recorded.is_file() else {}
+    os.killpg(holder.pid, 9)  # SIGKILL: no cleanup runs
+    holder.wait(30)
+    assert (train / LOCK).is_dir()  # left behind
+    # LOCK_WAIT 20 s: without the stale check this node waits it out and fails
+    result, out = _run_node(tmp_path, train, wheel, 20, 120)
+    assert result["ok"] and result["stage"]["stage"] == "install wheel", (result, out)
+    line = next(x for x in out.splitlines() if x.startswith("taking over"))
+    assert line.startswith(
+        f"taking over the stale install lock {train / LOCK}: its holder (pid {holder.pid} on "
+    )
+    assert line.endswith(") is gone") and socket.gethostname() in line, line
+    assert list((train / "lib").glob("python3*/site-packages/apex/__init__.py"))
+    assert record["pid"] == holder.pid and record["host"] == socket.gethostname(), record
+    assert (
+        sorted(p.name for p in train.iterdir() if p.name.startswith(LOCK)) == []
+    )  # nothing left behind
+
+
+def test_another_hosts_install_lock_is_stale_only_when_its_holder_stops_touching_it(tmp_path):
+    train, wheel = _train_venv(tmp_path)
+    (train / LOCK).mkdir()
+    record = train / LOCK / "holder"
+    record.write_text(
+        json.dumps({"host": "node-elsewhere", "pid": 4242, "started": "2026-12-04T10:00:00+00:00"})
+    )
+    # alive elsewhere: its heartbeat moves the record, so the lock is never taken, however long the wait
+    stop = threading.Event()
+
+    def beat() -> None:
+        while not stop.wait(0.3):
+            os.utime(record)
+
+    beating = threading.Thread(target=beat)
+    beating.start()
+    try:
+        result, out = _run_node(tmp_path, train, wheel, 5, 2)
+    finally:
+        stop.set()
+        beating.join()
+    assert not result["ok"] and "taking over" not in out, (result, out)
+    assert (
+        result["stage"]["detail"] == f"pid 4242 on node-elsewhere has held {train / LOCK} for 5 s"
+    )
+    assert json.loads(record.read_text())["pid"] == 4242
+    # its heartbeat stopped (the node died): taken over once the record sat still for STALE_AFTER by our clock
+    result, out = _run_node(tmp_path, train, wheel, 20, 2)
+    assert result["ok"], (result, out)
+    assert (
+        f"taking over the stale install lock {train / LOCK}: its holder (pid 4242 on node-elsewhere, since "
+        "2026-12-04T10:00:00+00:00) has not touched it for " in out
+    ), out
+    assert not (train / LOCK).exists()

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import os
 import signal
+import stat
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, output
+from fakes import NOBODY
 
 from apexkit import locks
 
@@ -144,3 +147,126 @@ def test_two_builds_share_one_venv_the_second_reuses_it(tmp_path):
     )
     assert probe.stdout.strip() == str(path)
     assert sorted(p.name for p in path.parent.iterdir() if p.is_dir()) == ["build-py3.11-x"]
+
+
+# --- lock files others cannot hold (uid 65534, a real second user) ----------------------------------------------------
+
+# Run as uid 65534: opens argv[1] read-only and flocks it ("held" once it has it, then holds it until stdin closes),
+# or prints why it cannot.
+OTHER_USER = """
+import fcntl, os, sys
+try:
+    fd = os.open(sys.argv[1], os.O_RDONLY)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+except OSError as exc:
+    print(type(exc).__name__, flush=True)
+    sys.exit(0)
+print("held", flush=True)
+sys.stdin.read()
+"""
+
+# Takes the lock on argv[1] with FOREIGN_WAIT = argv[2]: "got it", or the error line.
+TAKER = """
+import sys
+from pathlib import Path
+from apexkit import locks
+locks.FOREIGN_WAIT = float(sys.argv[2])
+try:
+    with locks.hold(Path(sys.argv[1]), "the mirror"):
+        print("got it")
+except locks.LockError as exc:
+    print(exc.format())
+"""
+
+
+@pytest.fixture
+def shared_dir():
+    """A folder uid 65534 can reach (pytest's own tmp_path is root's 0700)."""
+    import shutil
+    import tempfile
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root to run a process as uid 65534")
+    folder = tempfile.mkdtemp(prefix="apexkit-locks-")
+    os.chmod(folder, 0o755)
+    yield Path(folder)
+    shutil.rmtree(folder)
+
+
+def _as_nobody(path: Path, **kw) -> subprocess.Popen:
+    python = next(
+        (p for p in ("/usr/bin/python3", "/usr/local/bin/python3") if os.access(p, os.X_OK)), None
+    )
+    if python is None:
+        pytest.skip("no system python3 that uid 65534 can run")
+    return subprocess.Popen(
+        [python, "-c", OTHER_USER, str(path)],
+        user=NOBODY,
+        group=NOBODY,
+        extra_groups=[],
+        text=True,
+        stdout=subprocess.PIPE,
+        **kw,
+    )
+
+
+def test_another_user_cannot_open_a_new_lock_file(shared_dir):
+    thing = shared_dir / "git" / "mirror.git"
+    with locks.hold(thing, "the mirror"):
+        pass
+    file = locks.lock_file(thing)
+    assert stat.S_IMODE(file.stat().st_mode) == 0o600
+    other = _as_nobody(file)
+    assert other.communicate(timeout=60)[0] == "PermissionError\n"
+
+
+def test_an_old_0644_lock_file_held_by_another_user_does_not_stall_us(shared_dir):
+    thing = shared_dir / "git" / "mirror.git"
+    file = locks.lock_file(thing)
+    file.parent.mkdir()
+    file.write_text("")
+    file.chmod(0o644)  # as apexkit made them before
+    other = _as_nobody(file, stdin=subprocess.PIPE)
+    _wait_for_output(other, "held")
+    try:
+        taker = subprocess.run(
+            [sys.executable, "-c", TAKER, str(thing), "2"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,  # before the fix it waited for as long as the other user liked
+        )
+    finally:
+        other.stdin.close()
+        other.wait(30)
+    where = f"(uid {NOBODY}, {file})"
+    assert taker.stderr.startswith(
+        f"waiting for the lock on the mirror held by pid {other.pid} {where}: another user's process, "
+        "giving up after 2s\n"
+    ), taker.stderr
+    assert taker.stdout == (
+        f"the lock on the mirror is still held by pid {other.pid} after 2s {where} -- next: stop that process "
+        f"of another user, or remove {file} (apexkit makes a new one only you can open)\n"
+    )
+    assert (
+        stat.S_IMODE(file.stat().st_mode) == 0o600
+    )  # made private: once let go, it cannot be opened again
+    assert _as_nobody(file).communicate(timeout=60)[0] == "PermissionError\n"
+    again = subprocess.run(
+        [sys.executable, "-c", TAKER, str(thing), "2"], cwd=ROOT, capture_output=True, text=True
+    )
+    assert again.stdout == "got it\n", output(again)
+
+
+def test_a_lock_file_owned_by_another_user_is_refused_in_one_line(shared_dir):
+    thing = shared_dir / "venvs" / "build-x"
+    file = locks.lock_file(thing)
+    file.parent.mkdir()
+    file.write_text("")
+    os.chown(file, NOBODY, NOBODY)
+    with pytest.raises(locks.LockError) as exc, locks.hold(thing, "venv build-x"):
+        pass
+    assert exc.value.format() == (
+        f"the lock file for venv build-x is owned by uid {NOBODY}: not using it ({file}) -- next: remove that "
+        "file (apexkit makes a new one only you can open), then run again"
+    )

@@ -184,7 +184,7 @@ def test_under_umask_000_locks_and_the_cache_get_explicit_modes(tmp_path, umask_
         assert stat.S_IMODE(pid_file.stat().st_mode) == 0o644
         assert locks.holder(thing) == os.getpid()
     modes = _modes(tmp_path / "cache")
-    assert modes == {".": 0o755, "venvs": 0o755, "venvs/build-x.lock": 0o644}
+    assert modes == {".": 0o755, "venvs": 0o755, "venvs/build-x.lock": 0o600}
     made = cachetrust.trusted(tmp_path / "fresh" / "cache")
     assert made == tmp_path / "fresh" / "cache"
     assert _modes(tmp_path / "fresh") == {".": 0o755, "cache": 0o755}
@@ -200,7 +200,7 @@ def test_under_umask_000_dist_gets_0755_and_0644(tmp_path, umask_000):
     distdir.replace_dir(dist, "py3.11-x", files, manifest)
     modes = _modes(dist)
     assert modes.pop(".") == 0o755 and modes.pop(".locks") == 0o755
-    assert modes.pop("py3.11-x") == 0o755 and modes.pop(".locks/py3.11-x.lock") == 0o644
+    assert modes.pop("py3.11-x") == 0o755 and modes.pop(".locks/py3.11-x.lock") == 0o600
     assert modes == {
         f"py3.11-x/{n}": 0o644
         for n in (wheel.name, "manifest.json", "sbom.cdx.json", "provenance.json")
