@@ -21,31 +21,36 @@ with its $APEXKIT_STATUS_FILE (exit code and one-line error, apexkit.statusfile)
 (validate.json), each read as untrusted; one that recorded nothing (killed) is "exit N", with its log as the fix. A
 stage that fails or dies fails its row, not the report: the next stages are "skipped: <stage> failed".
 
-Re-running skips what is already done: the state (<report>/state.json) keeps, per stage, a digest of the inputs of
-its last successful run -- the venv, its Python, its torch and torch_npu, the installed apex (the digest of its RECORD:
-which files of which wheel) and the stage's own options. A stage whose digest is unchanged is "done (from <time>)"
-and not run again; `--force` runs every stage. The state is read back as untrusted input: a corrupt one is ignored
-with one line and every stage runs.
+Re-running skips what is already done: the state (<report>/state.json, in a report directory that passes the
+cache's trust rule, `report_problem`) keeps, per stage, a digest of the inputs of its last successful run -- the
+venv, this node and the venv directory's inode (`node_of`), its Python, its torch and torch_npu, the installed apex
+(the digest of its RECORD: which files of which wheel) and the stage's own options. A stage whose digest is
+unchanged is "done (from <time>)" and not run again, once what it left is seen to be still there (`undone`);
+`--force` runs every stage. The state is read back as untrusted input: a corrupt one is ignored with one line and
+every stage runs. Each stage's child runs in a process group of its own that up never leaves behind (`_call`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import datetime
 import hashlib
 import json
 import os
 import re
 import shlex
+import signal
+import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TextIO
 
-from apexkit import envvars, fsedit, locks, log, paths, statusfile, untrusted
+from apexkit import cachetrust, config, envvars, fsedit, locks, log, paths, statusfile, untrusted
 from apexkit.errors import ConfigError
 
 STAGES = ("proxy", "doctor", "install", "validate", "bench")
@@ -260,6 +265,17 @@ class Facts:
     torch_npu: str | None = None
     apex: str | None = None  # the installed apex's version
     apex_record: str | None = None  # the digest of its RECORD: which wheel is installed
+    node: str = ""  # this host and the venv directory itself (`node_of`)
+
+
+def node_of(prefix: str) -> str:
+    """The host, and the venv directory's device, inode and owner: a state copied from another node, or made for
+    another venv that had the same path or name, never matches."""
+    try:
+        st = os.stat(prefix)
+    except OSError as exc:
+        return f"{socket.gethostname()} {prefix}: {exc.strerror}"
+    return f"{socket.gethostname()} {st.st_dev}:{st.st_ino} uid {st.st_uid}"
 
 
 def _text(value: object, limit: int = 200) -> str | None:
@@ -308,7 +324,7 @@ def probe(python: Path) -> Facts:
     try:
         if proc.returncode != 0 or len(proc.stdout) > OUT_MAX:
             raise ValueError
-        return parse_facts(json.loads(proc.stdout.decode().strip().splitlines()[-1]))
+        facts = parse_facts(json.loads(proc.stdout.decode().strip().splitlines()[-1]))
     except (ValueError, IndexError, UnicodeDecodeError):
         last = (proc.stderr.decode(errors="replace").strip().splitlines() or ["no output"])[-1]
         raise ConfigError(
@@ -316,13 +332,14 @@ def probe(python: Path) -> Facts:
             "check that it is Python 3.8 or newer and runs: "
             + shlex.join([str(python), "--version"]),
         ) from None
+    return replace(facts, node=node_of(facts.prefix))
 
 
 def stage_inputs(
     name: str, facts: Facts, opts: Options, environ: Mapping[str, str]
 ) -> dict[str, Any]:
     """What a stage's result depends on: the same inputs, the same result."""
-    inputs: dict[str, Any] = {"venv": facts.prefix, "python": facts.python}
+    inputs: dict[str, Any] = {"venv": facts.prefix, "node": facts.node, "python": facts.python}
     if name == "proxy":
         return {
             **inputs,
@@ -429,6 +446,30 @@ def previous_run(name: str, key: str, state: Mapping[str, Done], force: bool) ->
     """The earlier successful run with the same inputs, unless --force."""
     done = state.get(name)
     return done if done is not None and done.key == key and not force else None
+
+
+def undone(name: str, facts: Facts, opts: Options, report: Path) -> str | None:
+    """Why a stage the state says is done must run again all the same (None: what it left is still there), looked at
+    now, not taken from the state: install -- apex is installed in the venv (its RECORD digest, probed now, is in
+    the key); validate -- <report>/validate.json says ready for this interpreter and device; doctor, proxy -- their
+    --json output is there and names no failure; bench -- its results are there. (`report_problem` has checked that
+    these files are ours: not links, not another user's.)"""
+    if name == "install":
+        return None if facts.apex_record else "apex is not installed in the venv now"
+    if name == "bench":
+        return None if (report / "bench").is_dir() else f"{report / 'bench'} is gone"
+    if name == "validate":
+        path, data = report / "validate.json", _read_json(report / "validate.json")
+        said = [data.get(k) for k in ("ok", "python", "device")] if isinstance(data, dict) else []
+        ready = said == [True, str(opts.target.python), opts.device]
+        return None if ready else f"{path} does not say ready for this venv"
+    path = report / "logs" / f"{name}.json"
+    data = _read_json(path)
+    return (
+        None
+        if isinstance(data, list) and not failure_from_rows(data)
+        else f"{path} is missing or names a failure"
+    )
 
 
 # --- one stage's row ------------------------------------------------------------------------------------------------
@@ -590,6 +631,73 @@ def run_stage(
     return row
 
 
+GRACE = 30.0  # seconds a stopped stage's children have to finish as after Ctrl-C (install takes back what it began)
+
+
+@contextlib.contextmanager
+def _stops_like_ctrl_c() -> Iterator[None]:
+    """SIGTERM and SIGHUP stop up as Ctrl-C does: the running stage's children are stopped, the report written."""
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    try:
+        old = {s: signal.signal(s, interrupt) for s in (signal.SIGTERM, signal.SIGHUP)}
+    except ValueError:  # not the main thread: signals stay as they are
+        old = {}
+    try:
+        yield
+    finally:
+        for number, handler in old.items():
+            signal.signal(number, handler)
+
+
+def _call(argv: Sequence[str], **kwargs: Any) -> int:
+    """Run a stage's child in a process group of its own, and leave nothing of that group behind: when the child
+    exits, or up stops (Ctrl-C, SIGTERM, SIGHUP), what is left of it gets SIGINT (what Ctrl-C sends), then SIGKILL
+    after GRACE seconds. up killed outright cannot do that: then the kernel sends the child SIGINT
+    (PR_SET_PDEATHSIG)."""
+    proc = subprocess.Popen(
+        argv, start_new_session=True, preexec_fn=_dies_with(os.getpid()), **kwargs
+    )
+    try:
+        return proc.wait()
+    finally:
+        _end_group(proc)
+
+
+def _dies_with(parent: int) -> Callable[[], None] | None:
+    """For the child, between fork and exec: SIGINT when `parent` dies (Linux; elsewhere nothing)."""
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+    def arm() -> None:
+        prctl(1, int(signal.SIGINT))  # PR_SET_PDEATHSIG
+        if os.getppid() != parent:  # up died before that
+            os._exit(130)
+
+    return arm
+
+
+def _end_group(proc: subprocess.Popen) -> None:
+    """SIGINT to what is left of `proc`'s process group, SIGKILL after GRACE seconds (or a second Ctrl-C); returns
+    once nothing is left, or after 5 s more."""
+    for number, grace in ((signal.SIGINT, GRACE), (signal.SIGKILL, 5.0)):
+        deadline = time.monotonic() + grace
+        try:
+            os.killpg(proc.pid, number)
+            while time.monotonic() < deadline:
+                proc.poll()  # the child itself, once it exits: a zombie still counts as a member
+                time.sleep(0.05)
+                os.killpg(proc.pid, 0)
+        except OSError:  # none left (or none we may signal)
+            return
+        except KeyboardInterrupt:
+            continue
+
+
 def _child(stage: Stage, fh: TextIO, logs: Path, env: Mapping[str, str]) -> tuple[int, object]:
     """The stage's child, its stderr (and validate's or bench's stdout) in its log: (its exit code, 127 when it could
     not be started; its --json output, None for validate and bench)."""
@@ -602,7 +710,7 @@ def _child(stage: Stage, fh: TextIO, logs: Path, env: Mapping[str, str]) -> tupl
         argv = [sys.executable, "-m", "apexkit.commands", str(options)]
     with contextlib.nullcontext(fh) if stage.name in FLAGS else _open_log(out_path) as out:
         try:
-            code = subprocess.call(argv, stdout=out, stderr=fh, stdin=subprocess.DEVNULL, env=env)
+            code = _call(argv, stdout=out, stderr=fh, stdin=subprocess.DEVNULL, env=env)
         except OSError as exc:
             fh.write(f"error: cannot run {argv[0]}: {exc.strerror or exc}\n")
             return 127, None
@@ -753,7 +861,7 @@ def print_summary(report: Mapping[str, Any], where: Path | None) -> None:
 # --- doing it ------------------------------------------------------------------------------------------------------
 
 
-def dry_run(opts: Options, stages: list[Stage]) -> int:
+def dry_run(opts: Options, stages: list[Stage], environ: Mapping[str, str]) -> int:
     log.out(
         f"apexkit up --dry-run: {opts.target.given[1]} (report {opts.report}); nothing runs, nothing is written"
     )
@@ -764,6 +872,11 @@ def dry_run(opts: Options, stages: list[Stage]) -> int:
     log.out(
         "a stage whose last run succeeded for the same venv, torch and wheel is not run again (--force: all)"
     )
+    for line in project_settings(opts, environ):
+        log.out(line)
+    error = report_problem(opts.report)
+    if error is not None:
+        log.warn(f"up would refuse: {error.format()}")
     return 0
 
 
@@ -797,10 +910,13 @@ def execute(opts: Options, environ: Mapping[str, str] | None = None) -> int:
     environ = os.environ if environ is None else environ
     stages = plan(opts)
     if opts.dry_run:
-        return dry_run(opts, stages)
+        return dry_run(opts, stages, environ)
+    for line in project_settings(opts, environ):
+        log.info(line)
     facts = probe(opts.target.python)
+    cachetrust.tighten_umask()  # what the stages write into the report stays ours alone (report_problem)
     report_dir = _report_dir(opts.report)
-    with locks.hold(report_dir, f"the up report {report_dir}"):
+    with _stops_like_ctrl_c(), locks.hold(report_dir, f"the up report {report_dir}"):
         state = dict(load_state(report_dir))
         started, start = now(), time.monotonic()
         rows: list[Row] = []
@@ -814,7 +930,13 @@ def execute(opts: Options, environ: Mapping[str, str] | None = None) -> int:
                 )
                 continue
             key = digest(stage_inputs(stage.name, facts, opts, environ))
-            done = previous_run(stage.name, key, state, opts.force)
+            done = _still_done(
+                stage.name,
+                previous_run(stage.name, key, state, opts.force),
+                facts,
+                opts,
+                report_dir,
+            )
             if done is not None:
                 log.info(
                     f"▸ {stage.name}: done (from {done.finished}), not run again (--force runs it)"
@@ -843,15 +965,55 @@ def execute(opts: Options, environ: Mapping[str, str] | None = None) -> int:
     return 0 if report["ok"] else 1
 
 
+def _still_done(
+    name: str, done: Done | None, facts: Facts, opts: Options, report: Path
+) -> Done | None:
+    """`done`, unless `undone` finds what it left gone: then None, and one line says why the stage runs again."""
+    why = undone(name, facts, opts, report) if done is not None else None
+    if why:
+        log.info(f"▸ {name}: the state says done, but {why}: running it again")
+    return None if why else done
+
+
 def _report_dir(report_dir: Path) -> Path:
     try:
-        (report_dir / "logs").mkdir(parents=True, exist_ok=True)
+        cachetrust.make_dir(report_dir / "logs")
     except OSError as exc:
         raise ConfigError(
             f"cannot create the report directory {report_dir}: {exc.strerror or exc}",
             "pass --report DIR somewhere writable",
         ) from None
+    error = report_problem(report_dir)
+    if error is not None:
+        raise error
     return report_dir
+
+
+def report_problem(report_dir: Path) -> ConfigError | None:
+    """Why up may not keep its state and report in `report_dir` (None: it may): the cache's trust rule
+    (cachetrust.problem) -- ours or root's, nobody else can write it or what lies directly in it, not a link,
+    parents nobody else can swap. A state someone else wrote there could make up skip stages and say "ready"."""
+    reason = cachetrust.problem(report_dir)
+    return (
+        None
+        if reason is None
+        else ConfigError(
+            f"the up report directory {report_dir} is {reason}: up neither reads its state nor writes there",
+            "pass --report DIR (a directory only you can write), or make this one yours alone "
+            "(chmod -R go-w; remove it if someone else made it)",
+        )
+    )
+
+
+def project_settings(opts: Options, environ: Mapping[str, str]) -> list[str]:
+    """`<key> from project <file>: <value>` for each source a project ./apexkit.toml sets for the stages (a cloned
+    repository carries its own): an index, a team index, a git URL."""
+    cfg = config.load(environ)
+    values = [
+        cfg.get(s.key, environ, flag=list(opts.indexes) if s.key == "team_indexes" else None)
+        for s in config.SETTINGS
+    ]
+    return [f"{v.key} from {v.origin}: {v.shown()}" for v in values if v.layer == config.PROJECT]
 
 
 def _print_report(report: dict, report_dir: Path, as_json: bool) -> None:

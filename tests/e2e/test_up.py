@@ -193,13 +193,26 @@ def test_a_link_planted_as_a_stage_log_is_refused_not_followed(train_venv, tmp_p
     assert victim.read_text() == "keep me\n" and "Traceback" not in output(proc)
 
 
+def venv_with_apex(path: Path) -> Path:
+    """A bare venv holding a stand-in apex distribution (its metadata and RECORD, no code)."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(path)], check=True)
+    info = next(path.glob("lib/python*/site-packages")) / "apex-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: apex\nVersion: 0.1\n")
+    (info / "RECORD").write_text("apex-0.1.dist-info/METADATA,,\napex-0.1.dist-info/RECORD,,\n")
+    return path
+
+
 def test_validate_runs_for_real_once_install_is_done_and_names_the_failed_check(
-    train_venv, empty_index, tmp_path
+    empty_index, tmp_path
 ):
     """The state says install is done for exactly this venv (the key up itself computes): validate then runs the
     real bench/validate_env.py in the venv, which holds no torch, and its first failed check is the stage's failure."""
     from apexkit import up
 
+    train_venv = venv_with_apex(
+        tmp_path / "train"
+    )  # install's claim holds: apex is there (up.undone)
     report = tmp_path / "report"
     argv = ["--venv", str(train_venv), "--index", empty_index, "--no-build", "--device", "cpu"]
     opts = up.make_options(
@@ -320,3 +333,177 @@ def test_a_whole_up_with_an_index_hit_then_again_with_everything_done(team_index
     }
     assert {s["name"]: s["result"] for s in data["stages"]}["install"] == install["result"]
     assert "▸ install (log" not in again.stderr and "install: done (from " in again.stderr
+
+
+# --- issue 40 items 3 and 7: what up believes, and its children ------------------------------------------------
+
+
+def plant(
+    venv: Path, report: Path, stages=("doctor", "install", "validate"), device="cpu", **kw
+) -> None:
+    """A state.json saying `stages` are done, its keys computed with apexkit's own functions for `venv` as it is now
+    (review M3's planting script), with the files a done doctor and validate leave."""
+    from apexkit import up
+
+    opts = up.make_options(venv=str(venv), device=device, report=str(report), environ={}, **kw)
+    facts = up.probe(opts.target.python)
+    done = {
+        name: up.Done(
+            up.digest(up.stage_inputs(name, facts, opts, {})), "2026-12-04T00:00:00+00:00", 1.0
+        )
+        for name in stages
+    }
+    (report / "logs").mkdir(parents=True, exist_ok=True)
+    (report / "state.json").write_bytes(up.state_bytes(done))
+    (report / "logs" / "doctor.json").write_text("[]\n")
+    said = {"ok": True, "python": str(opts.target.python), "device": device, "checks": []}
+    (report / "validate.json").write_text(json.dumps(said))
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0, reason="needs root: the report directory belongs to uid 65534"
+)
+def test_a_state_planted_by_another_user_is_refused_not_ready(train_venv, tmp_path):
+    """Review M3 as it was run: another user's report directory holds a state that says every stage is done."""
+    report = tmp_path / "reports" / "up" / "train"
+    plant(train_venv, report)
+    for path in (tmp_path / "reports", tmp_path / "reports" / "up", report):
+        os.chown(path, 65534, 65534)
+    argv = ("up", "--venv", str(train_venv), "--device", "cpu", "--report", str(report))
+    proc = apexkit(*argv, env=clean_env(tmp_path))
+    assert proc.returncode == 2, output(proc)
+    assert "ready" not in proc.stdout and not (report / "up.json").exists()
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and f"the up report directory {report} is " in errors[0], output(proc)
+    assert "--report DIR" in errors[0] and "Traceback" not in output(proc)
+
+
+def test_a_state_made_for_another_venv_of_that_name_skips_nothing(empty_index, tmp_path):
+    """The same path, the same Python and torch, but another venv directory (or node): the state does not match."""
+    venv = venv_with_apex(tmp_path / "train")
+    report = tmp_path / "report"
+    plant(venv, report, index=[empty_index], no_build=True)
+    venv.rename(tmp_path / "train.old")
+    venv_with_apex(tmp_path / "train")  # same path, same facts, another inode
+    argv = ("up", "--venv", str(venv), "--index", empty_index, "--no-build", "--device", "cpu")
+    proc = apexkit(*argv, "--report", str(report), env=clean_env(tmp_path))
+    assert proc.returncode == 1, output(proc)
+    stages = {
+        s["name"]: s["status"] for s in json.loads((report / "up.json").read_text())["stages"]
+    }
+    assert stages["doctor"] == "ok" and stages["install"] == "failed", output(proc)
+    assert "done (from" not in proc.stderr and proc.stdout.splitlines()[-1] == "failed at install"
+
+
+def test_install_claimed_done_with_no_apex_in_the_venv_runs_again(
+    train_venv, empty_index, tmp_path
+):
+    """The state is ours and for this very venv and node, but apex is not installed now: install runs again."""
+    report = tmp_path / "report"
+    plant(train_venv, report, index=[empty_index], no_build=True)
+    argv = (
+        "up",
+        "--venv",
+        str(train_venv),
+        "--index",
+        empty_index,
+        "--no-build",
+        "--device",
+        "cpu",
+    )
+    proc = apexkit(*argv, "--report", str(report), env=clean_env(tmp_path))
+    assert proc.returncode == 1, output(proc)
+    stages = {
+        s["name"]: s["status"] for s in json.loads((report / "up.json").read_text())["stages"]
+    }
+    assert stages == {
+        "proxy": "skipped",
+        "doctor": "done",
+        "install": "failed",
+        "validate": "skipped",
+        "bench": "skipped",
+    }
+    said = "▸ install: the state says done, but apex is not installed in the venv now: running it again"
+    assert said in proc.stderr.splitlines(), output(proc)
+
+
+def dead(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+def wait_for(what, seconds: float = 120.0) -> bool:
+    import time
+
+    deadline = time.monotonic() + seconds
+    while not what():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
+def test_a_stage_child_leaves_nothing_of_its_process_group_behind(tmp_path):
+    from apexkit import up
+
+    spawn = "import subprocess, sys; print(subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']).pid)"
+    with open(tmp_path / "out", "w") as out:
+        assert up._call([sys.executable, "-c", spawn], stdout=out, stdin=subprocess.DEVNULL) == 0
+    assert dead(int((tmp_path / "out").read_text()))
+
+
+@pytest.mark.parametrize("how", ["SIGTERM", "SIGKILL"])
+def test_killing_up_kills_its_install_child(tmp_path, how):
+    """Review: `up` killed, its install child went on installing. Here install hangs in its probe of the venv (the
+    venv's python sleeps when install runs it): up is killed there, and the install child and what it runs die."""
+    import signal
+
+    venv = tmp_path / "train"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    python.unlink()
+    python.write_text(
+        f'#!/bin/sh\nif [ "$1" = -s ]; then echo $$ > {tmp_path}/probe.pid\n'
+        f"  exec {sys.executable} -c 'import time; time.sleep(600)'; fi\nexec {sys.executable} \"$@\"\n"
+    )
+    python.chmod(0o755)
+    report = tmp_path / "report"
+    plant(venv, report, stages=("doctor",))
+    argv = [sys.executable, "-m", "apexkit", "up", "--venv", str(venv), "--report", str(report)]
+    proc = subprocess.Popen(
+        argv,
+        cwd=ROOT,
+        env=clean_env(tmp_path),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    pid_file = tmp_path / "probe.pid"
+    hanging: list[int] = []
+    try:
+        assert wait_for(lambda: pid_file.exists() and pid_file.read_text().strip()), (
+            "install never probed"
+        )
+        hanging.append(int(pid_file.read_text()))
+        stat = Path(f"/proc/{hanging[0]}/stat").read_text().rsplit(")", 1)[1].split()
+        hanging.append(
+            int(stat[1])
+        )  # its parent: install's child (python -m apexkit.commands FILE)
+        assert "apexkit.commands" in Path(f"/proc/{hanging[1]}/cmdline").read_text()
+        proc.send_signal(getattr(signal, how))
+        out, err = proc.communicate(timeout=120)
+        assert wait_for(lambda: all(dead(p) for p in hanging)), f"still running after up: {hanging}"
+    finally:
+        for pid in hanging:
+            if not dead(pid):
+                os.kill(pid, signal.SIGKILL)
+        if proc.poll() is None:
+            proc.kill()
+    if how == "SIGTERM":  # up stopped as after Ctrl-C: the report says so
+        assert proc.returncode == 130, out + err
+        install = json.loads((report / "up.json").read_text())["stages"][2]
+        assert install["status"] == "failed" and install["first_failure"]["cause"].startswith(
+            "interrupted"
+        )

@@ -8,6 +8,7 @@ import json
 import os
 from pathlib import Path
 
+import fakes
 import pytest
 
 from apexkit import up
@@ -359,6 +360,10 @@ class FakeNode:
         if stage.name == "install" and stage.name not in self.fail:
             self.facts = dataclasses.replace(self.facts, apex="0.1", apex_record=SHA)  # the wheel
         failed = stage.name in self.fail
+        if (
+            not failed
+        ):  # what the real stage leaves, looked at before it is skipped next time (up.undone)
+            self.leave(stage, logs, report)
         return up.Row(
             stage.name,
             up.FAILED if failed else up.OK,
@@ -371,6 +376,20 @@ class FakeNode:
             finished=up.now(),
             result={"sha256": SHA} if stage.name == "install" and not failed else {},
         )
+
+    @staticmethod
+    def leave(stage, logs, report):
+        if stage.name in ("doctor", "proxy"):
+            (logs / f"{stage.name}.json").write_text('[{"status": "ok"}]')
+        if stage.name == "validate":
+            said = {
+                "ok": True,
+                "python": stage.options["interpreter"],
+                "device": stage.options["device"],
+            }
+            (report / "validate.json").write_text(json.dumps(said))
+        if stage.name == "bench":
+            (report / "bench").mkdir(exist_ok=True)
 
 
 def run(opts) -> tuple[int, dict]:
@@ -484,3 +503,113 @@ def test_ctrl_c_in_a_stage_still_writes_the_report_then_stops(tmp_path, monkeypa
     assert report["first_failure"]["cause"] == "interrupted (Ctrl-C)"
     assert report["stages"][3]["detail"] == "install failed"
     assert set(json.loads((opts.report / up.STATE_FILE).read_text())["stages"]) == {"doctor"}
+
+
+# --- issue 40 item 3: what up believes -------------------------------------------------------------------------------
+
+
+def test_a_key_holds_the_node_and_the_venv_directory_itself(tmp_path):
+    opts = options(tmp_path)
+    for stage in up.STAGES:
+        assert up.digest(up.stage_inputs(stage, facts(node="n1"), opts, {})) != up.digest(
+            up.stage_inputs(stage, facts(node="n2"), opts, {})
+        )
+    here = tmp_path / "v"
+    here.mkdir()
+    first = up.node_of(str(here))
+    assert first == up.node_of(str(here)) and first.startswith(__import__("socket").gethostname())
+    (tmp_path / "v").rename(tmp_path / "v.old")
+    here.mkdir()  # another venv at the same path: another inode
+    assert up.node_of(str(here)) != first
+
+
+def test_what_a_done_stage_left_is_looked_at_before_it_is_skipped(tmp_path):
+    opts = options(tmp_path)
+    report = opts.report
+    (report / "logs").mkdir(parents=True)
+    assert up.undone("install", facts(), opts, report) is None
+    assert "apex is not installed" in up.undone(
+        "install", facts(apex=None, apex_record=None), opts, report
+    )
+    assert "doctor.json is missing" in up.undone("doctor", facts(), opts, report)
+    (report / "logs" / "doctor.json").write_text('[{"status": "fail", "detail": "x"}]')
+    assert "names a failure" in up.undone("doctor", facts(), opts, report)
+    (report / "logs" / "doctor.json").write_text('[{"status": "ok"}]')
+    assert up.undone("doctor", facts(), opts, report) is None
+    said = {"ok": True, "python": str(opts.target.python), "device": opts.device}
+    for wrong in ({"ok": False}, {"python": "/other/bin/python"}, {"device": "cpu"}):
+        (report / "validate.json").write_text(json.dumps({**said, **wrong}))
+        assert "does not say ready" in up.undone("validate", facts(), opts, report)
+    (report / "validate.json").write_text(json.dumps(said))
+    assert up.undone("validate", facts(), opts, report) is None
+    assert "bench is gone" in up.undone("bench", facts(), opts, report)
+
+
+def test_install_claimed_done_but_apex_absent_runs_again_and_says_why(
+    tmp_path, monkeypatch, capsys
+):
+    """Review M3: a state whose install key was computed for the venv as it is, without apex (anyone can: the
+    inputs are public facts), does not skip install."""
+    node = FakeNode(monkeypatch)  # no apex in the venv
+    opts = options(tmp_path)
+    key = up.digest(up.stage_inputs("install", node.facts, opts, {}))
+    (opts.report / "logs").mkdir(parents=True)
+    (opts.report / up.STATE_FILE).write_bytes(
+        up.state_bytes({"install": up.Done(key, "2026-12-04T00:00:00+00:00", 1.0)})
+    )
+    code, _ = run(opts)
+    assert code == 0 and node.ran == ["doctor", "install", "validate"]
+    said = (
+        "install: the state says done, but apex is not installed in the venv now: running it again"
+    )
+    assert said in capsys.readouterr().err
+
+
+@fakes.needs_root
+@pytest.mark.parametrize("how", ["owner", "group-write", "parent"])
+def test_a_report_directory_others_can_write_is_refused_before_its_state_is_read(
+    tmp_path, monkeypatch, capsys, how
+):
+    """Review M3: a state planted where another user can write would have said "ready" for every stage."""
+    node = FakeNode(monkeypatch)
+    node.facts = facts()  # apex installed: the planted state's claims all hold
+    opts = options(tmp_path / "runs", report=str(tmp_path / "shared" / "up" / "train"))
+    assert run(opts)[0] == 0
+    report = opts.report
+    (report / "up.json").unlink()
+    if how == "owner":
+        os.chown(report, fakes.NOBODY, fakes.NOBODY)
+    elif how == "group-write":
+        os.chmod(report, 0o775)
+        os.chown(report, os.getuid(), 1)  # a group that is not ours alone
+    else:
+        os.chown(report.parent, fakes.NOBODY, fakes.NOBODY)
+    node.ran.clear()
+    with pytest.raises(ConfigError) as exc:
+        up.execute(opts, environ={})
+    assert str(report) in exc.value.format() and "--report DIR" in exc.value.format()
+    assert node.ran == [] and not (report / "up.json").exists()
+
+
+def test_dry_run_names_a_project_file_that_sets_sources_and_a_report_it_would_refuse(
+    tmp_path, monkeypatch, capsys
+):
+    """Review L2: a cloned repository's ./apexkit.toml redirects install: up says so, naming the file."""
+    project = tmp_path / "clone"
+    project.mkdir()
+    (project / "apexkit.toml").write_text('team_indexes = ["https://idx.example/simple/"]\n')
+    monkeypatch.chdir(project)
+    report = tmp_path / "report"
+    report.mkdir(mode=0o777)
+    os.chmod(report, 0o777)
+    assert up.execute(options(tmp_path, dry_run=True, report=str(report)), environ={}) == 0
+    out, err = capsys.readouterr()
+    assert (
+        f"team_indexes from project {project / 'apexkit.toml'}: https://idx.example/simple/" in out
+    )
+    assert f"up would refuse: the up report directory {report} is world-writable" in err
+    given = options(tmp_path / "o", dry_run=True, index=["https://mine.example/simple/"])
+    up.execute(given, environ={})
+    assert (
+        "team_indexes from project" not in capsys.readouterr().out
+    )  # --index wins: the file is not used
