@@ -596,3 +596,11 @@ def make(base: Path) -> FixtureRepos:
         git(asc, "commit", "-q", "--allow-empty", "-m", f"fixture: {branch}")
     git(asc, "checkout", "-q", "master")
     return FixtureRepos(nvidia_path=nv, ascend_path=asc, nvidia_pin=pin, nvidia_head=head)
+
+
+def shallow_mirror(source: str, dest: Path, *refspecs: str) -> Path:
+    """A mirror for an air-gapped site made as docs/building.md says: a bare repository holding only the given
+    commits and branches (`<commit>:refs/tags/pin-<commit>`, `<branch>:refs/heads/<branch>`), one deep."""
+    git(dest.parent, "init", "-q", "--bare", str(dest))
+    git(dest, "fetch", "-q", "--depth", "1", source, *refspecs)
+    return dest

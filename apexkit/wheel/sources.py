@@ -127,7 +127,8 @@ class Mirror:
     mirror: `url` and the mirror's config hold the URL without them, and each fetch gets them from its environment."""
 
     def __init__(self, url: str, cache: Path, retry: RetryPolicy | None = None) -> None:
-        self.url, self._credentials = split_credentials(url)
+        self.url, self._credentials = split_credentials(local_url(url))
+        self.local = self.url.startswith("file://")  # needs no network: fetched from even --offline
         # keyed by the URL without credentials: a rotated token keeps its mirror
         slug = (
             re.sub(r"[^A-Za-z0-9]+", "-", self.url.rstrip("/").rsplit("/", 1)[-1]).strip("-")
@@ -192,7 +193,7 @@ class Mirror:
         last = ""
         for attempt in range(1, self.retry.attempts + 1):
             proc = git(
-                ["fetch", "--quiet", "--prune", "origin", *refspecs],
+                ["fetch", "--quiet", "--prune", "--update-shallow", "origin", *refspecs],
                 git_dir=self.path,
                 check=False,
                 credentials=self._credentials,
@@ -200,11 +201,9 @@ class Mirror:
             if proc.returncode == 0:
                 return
             last = _last_line(proc.stderr)
-            if _is_missing_ref(last):
-                raise SourceError(
-                    f"{log.mask(self.url)} has no {' '.join(refspecs)}: {log.mask(last)}",
-                    "check the ref name or commit",
-                )
+            final = self._no_retry(refspecs, proc.stderr)
+            if final is not None:
+                raise final
             if attempt < self.retry.attempts:
                 log.warn(
                     f"fetch from {self.url} failed (attempt {attempt}/{self.retry.attempts}): {last}; "
@@ -221,10 +220,40 @@ class Mirror:
             "APEXKIT_NVIDIA_APEX_URL at a reachable mirror",
         )
 
+    def _no_retry(self, refspecs: Sequence[str], stderr: str) -> SourceError | None:
+        """The error of a fetch no retry mends (a missing ref, a repository git refuses to read, a mirror that lacks
+        objects), else None."""
+        last = _last_line(stderr)
+        if _is_missing_ref(last):
+            return NoSuchRef(
+                f"{log.mask(self.url)} has no {' '.join(refspecs)}: {log.mask(last)}",
+                "check the ref name or commit",
+            )
+        dubious = _DUBIOUS.search(stderr)
+        if dubious:
+            return SourceError(
+                f"git refuses {log.mask(self.url)}: detected dubious ownership in repository at "
+                f"'{dubious[1]}' (another user owns it)",
+                f"git config --global --add safe.directory {dubious[1]}, or use a mirror you own",
+            )
+        from apexkit.wheel import known_failures
+
+        for f in known_failures.match(stderr):
+            if f.id == "git-mirror-incomplete":
+                hole = re.search(r"unable to read [0-9a-f]{40}", stderr)
+                return SourceError(
+                    f"{log.mask(self.url)} lacks objects its history names "
+                    f"({hole[0] if hole else log.mask(last)}): no retry fetches them",
+                    f"known failure '{f.id}': {f.fix}",
+                )
+        return None
+
     def resolve(self, ref: str, offline: bool) -> str:
-        """Ref (branch, tag or SHA) -> full commit SHA. Branches and tags are refreshed unless offline."""
+        """Ref (branch, tag or SHA) -> full commit SHA. Branches and tags are refreshed unless offline (a local
+        mirror is read even offline)."""
         if SHA_RE.match(ref) and self.has_commit(ref):
             return ref
+        offline = offline and not self.local
         if not offline:
             self.fetch(["+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*"])
         elif not (self.path / "HEAD").exists():
@@ -260,7 +289,7 @@ class Mirror:
                 f"pin '{sha}' is not a full 40-hex commit SHA", "pin NVIDIA apex by its full SHA"
             )
         if not self.has_commit(sha):
-            if offline:
+            if offline and not self.local:
                 raise SourceError(
                     f"--offline, and commit {sha[:12]} of {log.mask(self.url)} is not in the cache",
                     "run once without --offline to fill the cache",
@@ -271,7 +300,7 @@ class Mirror:
                 ):  # another build may have fetched it while this one waited
                     try:
                         self.fetch([sha])  # servers with protocol v2 / allowReachableSHA1InWant
-                    except SourceError:
+                    except NoSuchRef:
                         self.fetch(["+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*"])
         proc = git(
             ["rev-parse", "--verify", "--quiet", f"{sha}^{{commit}}"],
@@ -310,8 +339,30 @@ def _extract(tar: tarfile.TarFile, dest: Path) -> None:
 
 def _is_missing_ref(message: str) -> bool:
     return any(
-        s in message for s in ("couldn't find remote ref", "not our ref", "no such remote ref")
+        s in message
+        for s in (
+            "couldn't find remote ref",
+            "not our ref",
+            "no such remote ref",
+            "not allow request for unadvertised object",
+        )
     )
+
+
+class NoSuchRef(SourceError):
+    """The source answered and lacks the ref or commit asked for."""
+
+
+_DUBIOUS = re.compile(r"detected dubious ownership in repository at '([^'\n]*)'")
+
+
+def local_url(url: str) -> str:
+    """A plain path (/srv/apex.git, ./apex, ~/m/apex) as the file:// URL git reads the same: one mirror for both
+    spellings. URLs (scheme://, scp-like host:path) come back unchanged."""
+    head = url.split("/", 1)[0]
+    if "://" in url or (":" in head and not url.startswith((".", "~"))):
+        return url.rstrip("/") if url.startswith("file://") else url
+    return "file://" + str(Path(url).expanduser().absolute()).rstrip("/")
 
 
 # --- the Ascend side -------------------------------------------------------------------------------------------

@@ -9,8 +9,10 @@ import sys
 import threading
 import urllib.parse
 
+import fixture_repos
 import pytest
 from conftest import ROOT
+from fakes import NOBODY, needs_root
 
 from apexkit import locks
 from apexkit.errors import ConfigError, SourceError
@@ -302,3 +304,78 @@ def test_cache_dir_naming_a_file_is_one_line(tmp_path):
         f"error: the apexkit cache {afile} (APEXKIT_CACHE_DIR) is not a directory -- next: point APEXKIT_CACHE_DIR "
         "at a directory (or unset it: ~/.cache/apexkit)"
     ]
+
+
+# --- issue 41 items 2 and 3: local mirrors offline, another user's mirror, a mirror with holes -------------------
+
+
+def _fetches(err: str) -> int:
+    return sum(1 for line in err.splitlines() if line.startswith("+ git") and " fetch " in line)
+
+
+def test_a_local_mirror_serves_offline_with_a_fresh_cache_and_a_path_is_its_file_url(
+    repos, tmp_path
+):
+    by_url = sources.Mirror(repos.nvidia_url, tmp_path, FAST)
+    by_path = sources.Mirror(str(repos.nvidia_path) + "/", tmp_path, FAST)
+    assert by_path.url == repos.nvidia_url and by_path.path == by_url.path  # one cache entry
+    assert by_path.ensure_commit(repos.nvidia_pin, offline=True) == repos.nvidia_pin
+    ascend = sources.Mirror(str(repos.ascend_path), tmp_path, FAST)
+    assert ascend.resolve("5.0.rc3", offline=True) == fixture_repos.git(
+        repos.ascend_path, "rev-parse", "5.0.rc3"
+    )
+    assert sorted(p.name for p in (tmp_path / "git").glob("*.git")) == sorted(
+        {by_url.path.name, ascend.path.name}
+    )
+    # a network URL is still never fetched offline
+    remote = sources.Mirror("https://127.0.0.1:9/apex.git", tmp_path, FAST)
+    with pytest.raises(SourceError, match="is not in the cache"):
+        remote.ensure_commit(repos.nvidia_pin, offline=True)
+
+
+@needs_root
+def test_a_mirror_owned_by_another_user_is_one_line_with_gits_cause_and_fix(repos, tmp_path, capfd):
+    theirs = tmp_path / "theirs.git"
+    fixture_repos.git(tmp_path, "clone", "-q", "--bare", str(repos.nvidia_path), str(theirs))
+    subprocess.run(["chown", "-R", f"{NOBODY}:{NOBODY}", str(theirs)], check=True)
+    with pytest.raises(SourceError) as exc:
+        sources.Mirror(f"file://{theirs}", tmp_path / "cache", FAST).ensure_commit(
+            repos.nvidia_pin, offline=False
+        )
+    assert f"detected dubious ownership in repository at '{theirs}'" in exc.value.cause
+    assert exc.value.hint == (
+        f"git config --global --add safe.directory {theirs}, or use a mirror you own"
+    )
+    err = capfd.readouterr().err
+    assert _fetches(err) == 1 and "attempt" not in err  # diagnosed once, never retried
+
+
+def test_a_mirror_lacking_an_object_is_diagnosed_once_and_a_shallow_mirror_of_it_serves(
+    repos, tmp_path, capfd
+):
+    holed = tmp_path / "holed.git"
+    fixture_repos.git(tmp_path, "init", "-q", "--bare", str(holed))
+    fixture_repos.git(
+        holed, "-c", "fetch.unpackLimit=100000", "fetch", "-q", repos.nvidia_url, "master:master"
+    )
+    old = fixture_repos.git(repos.nvidia_path, "rev-parse", f"{repos.nvidia_pin}:setup.py")
+    (holed / "objects" / old[:2] / old[2:]).unlink()  # a blob only the old commit names
+    with pytest.raises(SourceError) as exc:
+        sources.Mirror(f"file://{holed}", tmp_path / "a", FAST).ensure_commit(
+            repos.nvidia_head, offline=False
+        )
+    assert f"lacks objects its history names (unable to read {old})" in exc.value.cause
+    assert "known failure 'git-mirror-incomplete'" in exc.value.hint
+    assert "git -C M.git fetch --depth 1 <mirror> <commit>" in exc.value.hint
+    err = capfd.readouterr().err
+    assert _fetches(err) == 1 and "attempt" not in err  # once: no retry, no second refspec
+    # the fix it names: a shallow mirror of the commit the build needs, made from that same mirror, served offline
+    shallow = fixture_repos.shallow_mirror(
+        f"file://{holed}",
+        tmp_path / "shallow.git",
+        f"{repos.nvidia_head}:refs/tags/pin-{repos.nvidia_head}",
+    )
+    mirror = sources.Mirror(str(shallow), tmp_path / "b", FAST)
+    assert mirror.ensure_commit(repos.nvidia_head, offline=True) == repos.nvidia_head
+    mirror.export(repos.nvidia_head, tmp_path / "tree")
+    assert (tmp_path / "tree" / "README.md").read_text() == "later upstream work\n"
