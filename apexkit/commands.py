@@ -347,6 +347,15 @@ class Up:
         False,
         "a wheel missing from the indexes fails install instead of building",
     )
+    offline: bool = option(
+        False,
+        "a build on a miss is offline (no package index; git only from local mirrors): give --build-options "
+        '"--wheelhouse DIR" or set wheelhouses',
+    )
+    build_options: str | None = option(
+        "",
+        'more options for install\'s build on a miss, as for nox -s build-3.X -- (e.g. "--wheelhouse DIR")',
+    )
     proxy_check: bool = option(
         False,
         "first run invoke proxy.check (every layer, a real request)",

@@ -105,6 +105,7 @@ class Options:
     report: Path
     indexes: tuple[str, ...] = ()
     no_build: bool = False
+    build_options: str = ""  # install's --build-options (up's --offline is its first word)
     proxy_check: bool = False
     bench: bool = False
     bench_args: tuple[str, ...] = ()
@@ -191,6 +192,8 @@ def make_options(
     dry_run: bool = False,
     as_json: bool = False,
     environ: Mapping[str, str] | None = None,
+    offline: bool = False,
+    build_options: str | None = "",
 ) -> Options:
     environ = os.environ if environ is None else environ
     if device not in DEVICES:
@@ -198,6 +201,8 @@ def make_options(
             f"--device {untrusted.shown(device)} is not a device", "choose npu, cuda or cpu"
         )
     extra = tuple(envvars.split_words(bench_args or "", "--bench-args", "--scale 0.05"))
+    build = " ".join(w for w in ("--offline" if offline else "", build_options or "") if w)
+    envvars.split_words(build, "--build-options")  # bad quotes: one line now, not in install's log
     target = resolve_target(venv, interpreter, environ)
     where = Path(report) if report else paths.reports_dir(environ) / "up" / target.name
     return Options(
@@ -205,6 +210,7 @@ def make_options(
         report=where.absolute(),
         indexes=tuple(_check_index(u) for u in index or ()),
         no_build=no_build,
+        build_options=build,
         proxy_check=proxy_check,
         bench=bench or bool(extra),
         bench_args=extra,
@@ -220,6 +226,8 @@ def plan(opts: Options) -> list[Stage]:
     target = dict([opts.target.given])
     run = {"interpreter": str(opts.target.python), "device": opts.device}
     install = {**target, "index": list(opts.indexes), "no_build": opts.no_build, "as_json": True}
+    if opts.build_options:
+        install["build_options"] = opts.build_options
     bench = {**run, "out": str(opts.report / "bench"), "args": list(opts.bench_args)}
     return [
         Stage(
@@ -1080,6 +1088,8 @@ def main(
     force: bool = False,
     dry_run: bool = False,
     as_json: bool = False,
+    offline: bool = False,
+    build_options: str | None = "",
 ) -> int:
     """`apexkit up` / `invoke up`: exit 0 when every stage run is ok or done, 1 when one failed."""
     opts = make_options(
@@ -1095,6 +1105,8 @@ def main(
         force,
         dry_run,
         as_json,
+        offline=offline,
+        build_options=build_options,
     )
     return execute(opts)
 

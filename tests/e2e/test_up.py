@@ -9,11 +9,13 @@ import functools
 import http.server
 import json
 import os
+import shutil
 import subprocess
 import sys
 import threading
 from pathlib import Path
 
+import fixture_repos
 import pytest
 import services
 from conftest import ROOT, output
@@ -507,3 +509,76 @@ def test_killing_up_kills_its_install_child(tmp_path, how):
         assert install["status"] == "failed" and install["first_failure"]["cause"].startswith(
             "interrupted"
         )
+
+
+# --- issue 41 item 2: up offline, in a network namespace with no network ---------------------------------------
+
+
+def _no_network() -> list[str]:
+    """`unshare -n` (a network namespace without a network, loopback down) where this user may make one."""
+    can = os.geteuid() == 0 and shutil.which("unshare")
+    if can and subprocess.run(["unshare", "-n", "true"], capture_output=True).returncode == 0:
+        return ["unshare", "-n"]
+    return []
+
+
+WHEELHOUSE = (
+    "torch==2.13.0",
+    "setuptools>=61",
+    "wheel",
+)  # the build venv's, for the fixture's Ascend apex
+
+
+def test_up_offline_builds_from_shallow_mirrors_and_a_wheelhouse_with_no_network(repos, tmp_path):
+    """`up --offline --build-options "--wheelhouse W"` with a fresh cache, the sources being mirrors made the
+    documented way (shallow, at the pinned commit and the branch) and given as a path and as a file:// URL."""
+    house = tmp_path / "wheelhouse"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "download", "-q", "-d", str(house), *WHEELHOUSE],
+        check=True,
+        timeout=600,
+        capture_output=True,
+    )
+    mirrors = tmp_path / "mirrors"
+    mirrors.mkdir()
+    ascend = fixture_repos.shallow_mirror(
+        repos.ascend_url, mirrors / "ascend-apex.git", "master:refs/heads/master"
+    )
+    pin = repos.nvidia_pin
+    nvidia = fixture_repos.shallow_mirror(
+        repos.nvidia_url, mirrors / "nvidia-apex.git", f"{pin}:refs/tags/pin-{pin}"
+    )
+    venv = make_torch_venv(tmp_path / "train")
+    env = {
+        k: v
+        for k, v in clean_env(tmp_path).items()
+        if not k.lower().endswith("_proxy") and not k.startswith(("PIP_", "UV_"))
+    }
+    env.update(
+        PIP_CONFIG_FILE=os.devnull,  # no index but the wheelhouse
+        APEXKIT_ASCEND_APEX_URL=str(ascend),
+        APEXKIT_NVIDIA_APEX_URL=nvidia.as_uri(),
+        APEXKIT_DIST_DIR=str(tmp_path / "dist"),
+        APEXKIT_BUILD_DIR=str(tmp_path / "build"),
+    )
+    report = tmp_path / "report"
+    argv = ["up", "--venv", str(venv), "--offline", "--build-options", f"--wheelhouse {house}"]
+    argv += ["--device", "cpu", "--report", str(report)]
+    proc = subprocess.run(
+        [*_no_network(), sys.executable, "-m", "apexkit", *argv],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=env,
+        cwd=ROOT,
+    )
+    assert proc.returncode == 0, output(proc)[-4000:]
+    stages = {s["name"]: s for s in json.loads((report / "up.json").read_text())["stages"]}
+    assert stages["install"]["result"]["status"] == "built-and-installed"
+    assert stages["validate"]["status"] == "ok" and stages["validate"]["detail"] == "ready"
+    log = (report / "logs" / "install.log").read_text()
+    assert '"build_options": "--offline --wheelhouse ' in log.splitlines()[0]
+    uv = [line for line in log.splitlines() if line.startswith("+ ") and "uv pip install " in line]
+    assert uv and all("--offline" in line for line in uv), uv  # uv never asks an index
+    assert "trying pip" not in log and "attempt" not in log
+    assert len(list((tmp_path / "cache" / "git").glob("*.git"))) == 2
