@@ -24,6 +24,10 @@ from apexkit.errors import ConfigError, PatchError, SourceError
 
 SHA_RE = re.compile(r"^[0-9a-f]{40}\Z")
 _BUILD_SH_PIN = re.compile(r"git\s+checkout\s+([0-9a-f]{40})\b")
+ALL_REFS = ("+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*")
+_FILL_HINT = (
+    "run once without --offline to fill the cache, or use a local mirror (a path or file:// URL)"
+)
 
 
 cache_dir = paths.cache_dir  # the one home of the cache location is apexkit.paths
@@ -255,11 +259,11 @@ class Mirror:
             return ref
         offline = offline and not self.local
         if not offline:
-            self.fetch(["+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*"])
+            self.fetch(ALL_REFS)
         elif not (self.path / "HEAD").exists():
             raise SourceError(
                 f"--offline, and {log.mask(self.url)} is not in the cache ({self.path})",
-                "run once without --offline to fill the cache",
+                _FILL_HINT,
             )
         for candidate in (f"refs/heads/{ref}", f"refs/tags/{ref}", ref):
             proc = git(
@@ -292,7 +296,7 @@ class Mirror:
             if offline and not self.local:
                 raise SourceError(
                     f"--offline, and commit {sha[:12]} of {log.mask(self.url)} is not in the cache",
-                    "run once without --offline to fill the cache",
+                    _FILL_HINT,
                 )
             with self._lock():
                 if not self.has_commit(
@@ -301,7 +305,7 @@ class Mirror:
                     try:
                         self.fetch([sha])  # servers with protocol v2 / allowReachableSHA1InWant
                     except NoSuchRef:
-                        self.fetch(["+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*"])
+                        self.fetch(ALL_REFS)
         proc = git(
             ["rev-parse", "--verify", "--quiet", f"{sha}^{{commit}}"],
             git_dir=self.path,

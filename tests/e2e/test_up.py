@@ -111,6 +111,18 @@ def test_no_venv_is_one_line(tmp_path):
     assert "Traceback" not in output(proc)
 
 
+def test_offline_and_build_options_reach_install_and_bad_quotes_are_one_line(train_venv, tmp_path):
+    argv = ("up", "--venv", str(train_venv), "--dry-run", "--build-options")
+    proc = apexkit(*argv, "--jobs 2", "--offline", env=clean_env(tmp_path))
+    assert proc.returncode == 0, output(proc)
+    assert '"build_options": "--offline --jobs 2"}' in proc.stdout
+    bad = apexkit(*argv, '"--wheelhouse x', env=clean_env(tmp_path))
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1, output(bad)
+    assert bad.stderr.startswith(
+        "error: --build-options '\"--wheelhouse x' cannot be split into words"
+    )
+
+
 def test_install_failing_is_reported_with_its_fix_and_later_stages_are_skipped(
     train_venv, empty_index, tmp_path
 ):
