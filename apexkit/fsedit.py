@@ -326,10 +326,10 @@ def write_target(path: Path, display: str, within: Path | None = None) -> Path:
     return target
 
 
-def nearest_owner(path: Path, follow: bool = True) -> int | None:
+def nearest_owner(path: Path) -> int | None:
     for candidate in (path, *path.parents):
         try:
-            return (os.stat(candidate) if follow else os.lstat(candidate)).st_uid
+            return os.stat(candidate).st_uid
         except (FileNotFoundError, NotADirectoryError):
             continue
     return None
@@ -695,9 +695,6 @@ class Change:
     new: bytes | None
     mode: int = 0o644
     note: str = ""  # e.g. "holds credentials: 0600"
-    undo: Callable[[bytes, bytes | None, dict], bytes | None] | None = (
-        None  # (current, original, record) -> restored
-    )
     extra: dict = field(
         default_factory=dict
     )  # recorded in the backup manifest (e.g. added_newline)
