@@ -128,10 +128,11 @@ class ProxySettings:
         return env
 
     def to_json(self) -> dict:
-        data = asdict(self)
-        data["no_proxy"] = list(self.no_proxy)
-        data["registry_mirrors"] = list(self.registry_mirrors)
-        return data
+        return {
+            **asdict(self),
+            "no_proxy": list(self.no_proxy),
+            "registry_mirrors": list(self.registry_mirrors),
+        }
 
     def validated(self) -> ProxySettings:
         """The same settings, each URL through the one validator (saved settings are read back from a file)."""
@@ -796,19 +797,16 @@ def read_state(paths: Paths) -> dict[str, LayerState]:
     daemon_files = [d for d in paths.dropins.values() if paths.real(d).exists()]
     daemon_json = _peek_json(paths, paths.daemon_json)
     proxies = found if isinstance(found := daemon_json.get("proxies"), dict) else {}
-    for key, name in (
-        ("http-proxy", "HTTP_PROXY"),
-        ("https-proxy", "HTTPS_PROXY"),
-        ("no-proxy", "NO_PROXY"),
-    ):
-        if proxies.get(key):
-            daemon_values[f"daemon.json {name}"] = proxies[key]
+    names = {"http-proxy": "HTTP_PROXY", "https-proxy": "HTTPS_PROXY", "no-proxy": "NO_PROXY"}
+    daemon_values.update(
+        {f"daemon.json {n}": proxies[k] for k, n in names.items() if proxies.get(k)}
+    )
     mirrors = daemon_json.get("registry-mirrors")
     if mirrors:
         daemon_values["registry-mirrors"] = (
             ",".join(map(str, mirrors)) if isinstance(mirrors, list) else str(mirrors)
         )
-    if proxies or daemon_json.get("registry-mirrors"):
+    if proxies or mirrors:
         daemon_files.append(paths.daemon_json)
     states["daemon"] = LayerState("daemon", daemon_files, daemon_values)
     default = _get_path(_peek_json(paths, paths.docker_config), ("proxies", "default"))
@@ -863,18 +861,12 @@ def _bad_state(paths: Paths, where: str, what: str) -> ConfigError:
 def _settings_from_json(paths: Paths, data: object, where: str) -> ProxySettings:
     if not isinstance(data, dict):
         raise _bad_state(paths, where, f"is {_json_kind(data)}, not an object")
-    for key in ("http", "https", "ca_bundle", "pip_index"):
-        value = data.get(key)
-        if value is not None and not isinstance(value, str):
-            raise _bad_state(paths, f"{where}.{key}", f"is {_json_kind(value)}, not a string")
-    for key in ("no_proxy", "registry_mirrors"):
-        value = data.get(key)
-        if value is not None and not (
-            isinstance(value, list) and all(isinstance(v, str) for v in value)
-        ):
-            raise _bad_state(
-                paths, f"{where}.{key}", f"is {_json_kind(value)}, not a list of strings"
-            )
+    for key in ("http", "https", "ca_bundle", "pip_index", "no_proxy", "registry_mirrors"):
+        value, listed = data.get(key), key in ("no_proxy", "registry_mirrors")
+        strings = isinstance(value, list) and all(isinstance(v, str) for v in value)
+        if value is not None and not (strings if listed else isinstance(value, str)):
+            what = "a list of strings" if listed else "a string"
+            raise _bad_state(paths, f"{where}.{key}", f"is {_json_kind(value)}, not {what}")
     return ProxySettings.from_json(data)
 
 
@@ -1088,9 +1080,7 @@ def remove(
     away with the CA bundle -- and the state folders apexkit made -- once none is left. A failure is raised at
     the end, after everything else was done."""
     store = paths.backups()
-
     undo = functools.partial(_undo, paths)
-
     try:
         saved: dict[str, SavedLayer] | None = load_saved(paths)
     except ApexkitError as exc:
