@@ -36,6 +36,11 @@ PROBES = (
 NOXFILE = ROOT / "noxfile.py"
 
 
+# what points each output directory elsewhere, for cachetrust.trusted_output's refusal
+DIST_SETTING, BUILD_SETTING = "APEXKIT_DIST_DIR (or --dist)", "APEXKIT_BUILD_DIR (or --build-dir)"
+REPORTS_SETTING = "APEXKIT_REPORTS_DIR"
+
+
 def _outputs_base() -> Path:
     return Path.cwd() if INSTALLED else ROOT
 
