@@ -2,8 +2,9 @@
 
 apexkit runs from a checkout (the repository: matrix.toml, patches/, docker/, bench/, noxfile.py beside apexkit/) or
 installed (`pip install .`: the same files packaged as apexkit/_data). ROOT is whichever holds them. Outputs default
-to the checkout's dist/ and build/ -- or, installed, to the current directory's -- and the cache to
-~/.cache/apexkit, unless the environment says otherwise.
+to the checkout's dist/ and build/ -- or, installed, to the current directory's, where users look for the wheel --
+and the cache to ~/.cache/apexkit, unless the environment says otherwise. Whoever writes into or reads back from an
+output directory holds it to the cache's rule first (cachetrust.trusted_output): refused in one line, never used.
 """
 
 from __future__ import annotations
