@@ -34,7 +34,7 @@ from pathlib import Path
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from apexkit import cachetrust, envvars, locks, log, untrusted, vocab
+from apexkit import cachetrust, envvars, locks, log, paths, untrusted, vocab
 from apexkit.errors import ConfigError, EnvironmentSetupError
 from apexkit.install import fit
 from apexkit.install import target as targets
@@ -365,7 +365,8 @@ def _build(t: Target, build_options: str, as_json: bool, build: Builder) -> Path
 
 
 def _built_wheel(target_dir: Path) -> tuple[Path, str]:
-    """The wheel of dist/<target>/ and its sha256, checked against its manifest.json."""
+    """The wheel of dist/<target>/ (a folder only we can write) and its sha256, checked against its manifest.json."""
+    cachetrust.trusted_output(target_dir, paths.DIST_SETTING, make=False)
     try:
         manifest = untrusted.read_json_object(target_dir / "manifest.json", None, MANIFEST_LIMIT)
         wheel_info = manifest.get("wheel")
