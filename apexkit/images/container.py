@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-from apexkit import cann, dockerclient, fsedit, locks, log, netenv, paths, untrusted, vocab
+from apexkit import cann, dockerclient, fsedit, locks, log, netenv, paths, untrusted, urls, vocab
 from apexkit.errors import BuildError, ConfigError, ImageError
 from apexkit.images import builder
 from apexkit.plan import matrix
@@ -237,8 +237,8 @@ def _passed_environment(
     plain: dict[str, str] = {}
     secret: dict[str, str] = {}
     for name, value in pairs:
-        # a value that may carry a login (user:password@ or token@ in a URL)
-        (secret if "@" in value else plain)[name] = value
+        # a value that may carry a login (user:password@ or token@ in a URL, or a ?token= query)
+        (secret if urls.may_hold_secret(value) else plain)[name] = value
     return plain, secret
 
 

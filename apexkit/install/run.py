@@ -278,10 +278,26 @@ def _from_index(
 ):
     """(candidate, the verified wheel file or None for a dry run, its sha256) of the first fitting wheel, or None
     (a miss, or every fitting one out of reach: one line each). A refused file is an error: nothing installed."""
+    from apexkit import config
     from apexkit.index import remote
+    from apexkit.wheel import options
 
+    told = config.told(
+        "team_indexes", indexes, environ
+    )  # a project file's index: say so in every line
+    if told:
+        log.notice(f"team index {', '.join(map(_shown, indexes))}{told}")
     client = remote.make_client(indexes, environ)
-    candidates, near = remote.find_by_facts(client, indexes, t.want())
+    try:
+        candidates, near = remote.find_by_facts(client, indexes, t.want())
+    except (
+        remote.client.Denied
+    ) as exc:  # TLS or credentials refused: stop, unless asked to build instead
+        if not options.fallback_asked(environ):
+            raise
+        log.warn(f"{exc.format()} ({options.FALLBACK_ENV}=1: building)")
+        return None
+    candidates = [dataclasses.replace(c, shown=c.shown + told) for c in candidates]
     if not candidates:
         log.info(f"no wheel in the index{'es' if len(indexes) > 1 else ''} fits {t.cell()}")
         for miss in near[:5]:

@@ -26,7 +26,7 @@ from packaging.version import InvalidVersion
 
 import apexkit
 from apexkit import cachetrust, cann, fsedit, locks, log, paths, untrusted, vocab
-from apexkit.errors import ApexkitError, BuildError, ConfigError, SmokeTestError
+from apexkit.errors import ApexkitError, BuildError, ConfigError, SmokeTestError, SourceError
 from apexkit.plan import matrix
 from apexkit.proc import run_logged
 from apexkit.wheel import (
@@ -1230,6 +1230,14 @@ class Builder:
             with log.step("ask the team index", self.state.timings, key="team_index") as s:
                 try:
                     hit = self.remote(key, landing)
+                except (
+                    SourceError
+                ) as exc:  # TLS or credentials refused: the user's to fix, unless told to go on
+                    if not self.opts.team_index_fallback:
+                        raise
+                    log.warn(f"{exc.format()} (--team-index-fallback: compiling)")
+                    s.note("failed")
+                    return None
                 # the lookup says its own causes in one line; anything else it raises must not stop the build
                 except Exception as exc:
                     log.warn(
