@@ -446,11 +446,13 @@ def build(o: Build, remainder: str = "") -> Path | None:
 
 
 def publish(o: Publish) -> int:
-    from apexkit import paths
+    from apexkit import cachetrust, paths
     from apexkit.index import publish
 
-    publish.publish(
-        Path(o.dist) if o.dist else paths.dist_dir(os.environ),
+    publish.publish(  # the wheels publish serves come from a dist/ only we can write
+        cachetrust.trusted_output(
+            Path(o.dist) if o.dist else paths.dist_dir(os.environ), paths.DIST_SETTING, make=False
+        ),
         Path(o.index),
         o.target or None,
         o.split_by_torch,

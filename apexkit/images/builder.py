@@ -588,11 +588,19 @@ def build(plan: ImagePlan, c=None, verbose: bool = True) -> dict:
         )
     c = c or dockerclient.client()
     ensure_base(c, plan)
-    log_path = plan.log_path or (paths.build_dir() / "images" / f"{slug(plan.tag)}.log")
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="apexkit-image-") as tmp, open(
-        log_path, "w", encoding="utf-8"
-    ) as fh, log.step(f"docker build {plan.tag}") as s:
+    log_path = plan.log_path or (
+        cachetrust.trusted_output(paths.build_dir(), paths.BUILD_SETTING)
+        / "images"
+        / f"{slug(plan.tag)}.log"
+    )
+    cachetrust.make_dir(log_path.parent)
+    try:  # never through a link planted there
+        log_file = untrusted.open_log(log_path)
+    except untrusted.Refused as exc:
+        raise ImageError(f"cannot write the image log {exc}", f"remove it: rm {log_path}") from None
+    with tempfile.TemporaryDirectory(prefix="apexkit-image-") as tmp, log_file as fh, log.step(
+        f"docker build {plan.tag}"
+    ) as s:
         context = write_context(plan, Path(tmp))
         fh.write(f"image.build {plan.tag}\n" + "".join(f"{k}: {v}\n" for k, v in plan.describe()))
         stream = c.api.build(

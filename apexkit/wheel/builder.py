@@ -202,11 +202,10 @@ class Builder:
         cachetrust.trusted_output(work, paths.BUILD_SETTING)
         self.state.log_path = work / "build.log"
         try:  # never through a link planted there
-            fd = untrusted.open_regular(self.log_path, write=True, one_link=True)
+            fh = untrusted.open_log(self.log_path)
         except untrusted.Refused as exc:
             raise ConfigError(f"the build log {exc}", f"remove it: rm {self.log_path}") from None
-        with os.fdopen(fd, "w") as fh:
-            fh.truncate()
+        with fh:
             fh.write(f"apexkit {apexkit.__version__} build of {plan.target_id}\n")
         if plan.backend == "cuda":
             return self._run_cuda(work, plan, interp, held)

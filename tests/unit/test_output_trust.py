@@ -105,3 +105,45 @@ def test_kept_cuda_objects_another_uid_owns_are_refused_not_reused(tmp_path):
     os.chown(tmp_path / "build" / "temp.x", fakes.NOBODY, fakes.NOBODY)
     with pytest.raises(ConfigError, match="holding temp.x, which is owned by uid 65534"):
         cudabuild.objects_for(tmp_path, {"nvcc": "13.0.88"})
+
+
+def test_a_log_is_written_afresh_and_never_through_a_planted_link(tmp_path):
+    victim = tmp_path / "victim"
+    victim.write_text("root's own\n")
+    log_path = tmp_path / "image.log"
+    log_path.symlink_to(victim)
+    with pytest.raises(untrusted.Refused):
+        untrusted.open_log(log_path)
+    assert victim.read_text() == "root's own\n"
+    log_path.unlink()
+    log_path.write_text("an older, longer log\n")
+    with untrusted.open_log(log_path) as fh:
+        fh.write("new\n")
+    assert log_path.read_text() == "new\n"
+
+
+@fakes.needs_root
+def test_publish_refuses_a_dist_another_uid_owns_before_reading_a_wheel(tmp_path, capsys):
+    from apexkit import cli
+
+    dist = tmp_path / "dist"
+    (dist / "t").mkdir(parents=True)
+    os.chown(dist, fakes.NOBODY, fakes.NOBODY)
+    code = cli.main(["publish", "--dist", str(dist), "--index", str(tmp_path / "index")])
+    err = capsys.readouterr().err
+    assert code == 2 and f"the output directory {dist} is owned by uid 65534" in err
+    assert not (tmp_path / "index").exists()
+
+
+@fakes.needs_root
+def test_a_matrix_run_refuses_a_build_dir_another_uid_owns_before_any_cell(tmp_path, capsys):
+    from apexkit import cli
+
+    build = tmp_path / "build"
+    build.mkdir()
+    os.chown(build, fakes.NOBODY, fakes.NOBODY)
+    argv = ["matrix", "--run", "--dist", str(tmp_path / "dist"), "--build-dir", str(build)]
+    code = cli.main(argv)
+    err = capsys.readouterr().err
+    assert code == 2 and f"the output directory {build} is owned by uid 65534" in err
+    assert not (build / "matrix").exists()
