@@ -24,6 +24,7 @@ from apexkit.doctor import cli as doctorcli
 from apexkit.errors import ConfigError
 from apexkit.fleet import validate
 from apexkit.images import cli as imagecli
+from apexkit.index import signing
 from apexkit.install import run as installrun
 from apexkit.proxy import cli as proxycli
 from apexkit.wheel import cachedirs
@@ -378,6 +379,16 @@ class Up:
     as_json: bool = json_option()
 
 
+@dataclass(frozen=True)
+class KeyGenerate:
+    """Make the team's Ed25519 signing key pair: NAME.key (PEM PKCS#8, mode 0600; never over an existing file) and
+    NAME.pub (PEM SubjectPublicKeyInfo, the one to trust); prints its key id (sha256 of the public key's DER)."""
+
+    name: str = option(None, "the key's name: NAME.key and NAME.pub are written", positional=True)
+    out: str = option(".", "directory to write them into (default: the current one)")
+    dry_run: bool = option(False, DRY_RUN)
+
+
 # --- the functions two commands need beyond their package's --------------------------------------------------------
 
 
@@ -495,6 +506,7 @@ COMMANDS: tuple[Command, ...] = (
     Command("cache.prune", CachePrune, declare.Spread(cachedirs.prune_command)),
     Command("config.show", ConfigShow, config_show),
     Command("up", Up, declare.Spread(up.main)),
+    Command("key.generate", KeyGenerate, declare.Spread(signing.generate)),
 )
 BY_NAME = {c.name: c for c in COMMANDS}
 NAMES = tuple(BY_NAME)

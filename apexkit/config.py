@@ -37,7 +37,7 @@ FLAG, ENV, PROJECT, USER, DEFAULT = "flag", "env", "project", "user", "default"
 
 # kinds: "url" an http(s) index; "git" a git URL (http(s), ssh, file, scp-like); "urls"/"dirs" lists; "dir" a
 # directory; "registry" host[:port][/path] standing for a registry in image references; "mirror" an http(s) URL
-# or file:// (uv's Python mirror); "text" a URL checked for characters only.
+# or file:// (uv's Python mirror); "text" a URL checked for characters only; "file"/"files" local file paths.
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,7 @@ class Setting:
 
     @property
     def is_list(self) -> bool:
-        return self.kind in ("urls", "dirs")
+        return self.kind in ("urls", "dirs", "files")
 
 
 SETTINGS: tuple[Setting, ...] = (
@@ -154,6 +154,24 @@ SETTINGS: tuple[Setting, ...] = (
         "mirror",
         "`image.build --pythons` (uv python install)",
         "github.com (python-build-standalone)",
+    ),
+    Setting(
+        "signing_key",
+        "",
+        "",
+        "",
+        "file",
+        "the Ed25519 key publish signs wheels with (CI: `APEXKIT_SIGNING_KEY_PEM` holds the PEM; docs/signing.md)",
+        "none (a local key file)",
+    ),
+    Setting(
+        "trusted_keys",
+        "APEXKIT_TRUSTED_KEYS",
+        "",
+        "",
+        "files",
+        "the public keys a signed wheel must verify against (docs/signing.md)",
+        "none (local key files)",
     ),
 )
 BY_KEY = {s.key: s for s in SETTINGS}

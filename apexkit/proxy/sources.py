@@ -199,7 +199,7 @@ def probe(
     details, ok = [], True
     for item in items:
         lower = item.lower()
-        local = setting.kind == "dirs" or (
+        local = setting.kind in ("dirs", "file", "files") or (
             value.key == "team_indexes" and not lower.startswith(("http://", "https://"))
         )
         if setting.kind == "git":
@@ -209,8 +209,10 @@ def probe(
             and (lower.startswith("file://") or item.startswith("/"))
         ):
             path = Path(urllib.parse.unquote(item[7:]) if lower.startswith("file://") else item)
-            good = (path.expanduser() if local else path).is_dir()
-            text = f"{path}: {'a directory' if good else 'not a directory'}"
+            found = path.expanduser() if local else path
+            kind = "file" if setting.kind in ("file", "files") else "directory"
+            good = found.is_file() if kind == "file" else found.is_dir()
+            text = f"{path}: {'a' if good else 'not a'} {kind}"
         elif setting.kind == "registry":
             code, text = http_get(registry_url(item), proxy, no_proxy, ca_bundle)
             good = code in (200, 401)  # 401: a registry that wants a token has answered
