@@ -21,6 +21,7 @@ them written by the process that publishes, from data it has checked.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -35,6 +36,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from apexkit import paths, untrusted
+from apexkit.wheel import wheelcheck
 
 SBOM_FILE = "sbom.cdx.json"
 PROVENANCE_FILE = "provenance.json"
@@ -118,10 +120,8 @@ def inventory(
 
 def _wheelhouse_files(wheelhouses: Sequence[Path]) -> dict:
     """(canonical name, version) -> [(wheel path, its tags)] of the wheelhouses' *.whl files."""
-    try:
-        from packaging.utils import InvalidWheelFilename, parse_wheel_filename
-    except ImportError:  # packaging is a runtime dependency; without it no wheel file is matched
-        return {}
+    from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+
     out: dict = {}
     for folder in wheelhouses:
         try:
@@ -207,63 +207,34 @@ def _packages(manifest: dict) -> list[dict]:
     return out
 
 
-METADATA_MAX = 1 << 20  # bytes: a wheel's METADATA is a few KiB; more is read no further
-_CHUNK = 1 << 20
-
-
-def _read_metadata(zf: zipfile.ZipFile, name: str) -> str:
-    """The first METADATA_MAX bytes of the METADATA member (a wheel from a container or a Slurm job may be a zip
-    bomb: never read a member whole). Only the headers before the first blank line are used."""
-    with zf.open(name) as fh:
-        return fh.read(METADATA_MAX).decode("utf-8", "replace")
-
-
-def _member_sha256(zf: zipfile.ZipFile, name: str) -> tuple[str, int]:
-    """sha256 and size of a member, decompressed as a stream in 1 MiB chunks (bounded memory, whatever its size)."""
-    digest, size = hashlib.sha256(), 0
-    with zf.open(name) as fh:
-        for chunk in iter(lambda: fh.read(_CHUNK), b""):
-            digest.update(chunk)
-            size += len(chunk)
-    return digest.hexdigest(), size
-
-
 def _wheel_facts(wheel: Path) -> dict:
-    """Name, version, Requires-Dist (METADATA) and the sha256 of every compiled module, read from the wheel."""
+    """Name, version, Requires-Dist (METADATA) and the sha256 and size of every compiled module, read from the wheel.
+    A wheel from a container or a Slurm job may be a zip bomb: METADATA is read up to its bound, each module
+    decompressed as a stream in 1 MiB chunks (bounded memory, whatever its size)."""
+    modules = []
     try:
         with zipfile.ZipFile(wheel) as zf:
-            names = zf.namelist()
-            meta_name = next(
-                (n for n in names if n.count("/") == 1 and n.endswith(".dist-info/METADATA")), None
-            )
-            meta = _read_metadata(zf, meta_name) if meta_name else ""
-            modules = []
-            for n in sorted(names):
-                if n.endswith(".so") or ".so." in n.rsplit("/", 1)[-1]:
-                    digest, size = _member_sha256(zf, n)
-                    modules.append({"file": n, "sha256": digest, "size": size})
+            meta = wheelcheck.read_metadata(zf)
+            for name in wheelcheck.compiled_modules(zf.namelist()):
+                digest, size = hashlib.sha256(), 0
+                with zf.open(name) as fh:
+                    for chunk in iter(functools.partial(fh.read, 1 << 20), b""):
+                        digest.update(chunk)
+                        size += len(chunk)
+                modules.append({"file": name, "sha256": digest.hexdigest(), "size": size})
     except (zipfile.BadZipFile, OSError, KeyError, EOFError, ValueError) as exc:
         raise SbomError(f"{wheel.name} cannot be read ({exc})") from None
     except Exception as exc:  # zlib.error, NotImplementedError (unknown compression)
         raise SbomError(f"{wheel.name} cannot be read ({type(exc).__name__})") from None
-    headers: dict[str, list[str]] = {}
-    for line in meta.split("\n\n", 1)[0].splitlines():
-        if ":" in line and not line.startswith((" ", "\t")):
-            key, value = line.split(":", 1)
-            headers.setdefault(key.strip().lower(), []).append(value.strip())
     parts = wheel.name.split(
         "-"
     )  # no METADATA (not a wheel we made): name and version from the file name
     return {
-        "name": (headers.get("name") or [parts[0]])[0][:_MAX_STR],
-        "version": (headers.get("version") or [parts[1] if len(parts) > 1 else "0"])[0][:_MAX_STR],
-        "requires": headers.get("requires-dist", []),
+        "name": (meta["Name"] or parts[0])[:_MAX_STR],
+        "version": (meta["Version"] or (parts[1] if len(parts) > 1 else "0"))[:_MAX_STR],
+        "requires": meta.get_all("Requires-Dist") or [],
         "modules": modules,
     }
-
-
-def _runtime_names(requires: list[str]) -> set[str]:
-    return {_canonical(re.split(r"[\s;<>=!~\[(]", r, maxsplit=1)[0]) for r in requires if r.strip()}
 
 
 # --- the SBOM ------------------------------------------------------------------------------------------------------
@@ -306,7 +277,11 @@ def sbom_text(manifest: dict, wheel: Path, wheel_sha256: str) -> str:
     target_id = _s(_dict(manifest.get("target")).get("target_id"), "unknown")
     build = [(f"build_{k}", _s(tools.get(k))) for k in ("python", "host")]
     bom.metadata.properties.update(_props(("target", target_id), *build))
-    runtime = _runtime_names(facts["requires"])
+    runtime = {
+        _canonical(re.split(r"[\s;<>=!~\[(]", r, maxsplit=1)[0])
+        for r in facts["requires"]
+        if r.strip()
+    }
     depends = []
     for module in facts["modules"]:
         c = Component(
