@@ -186,6 +186,13 @@ def _dict(value) -> dict:
     return value if isinstance(value, dict) else {}
 
 
+def _patches(manifest: dict) -> list[dict]:
+    raw = manifest.get("patches")
+    return (
+        [p for p in raw if isinstance(p, dict) and _s(p.get("id"))] if isinstance(raw, list) else []
+    )
+
+
 def _packages(manifest: dict) -> list[dict]:
     out = []
     raw = _dict(manifest.get("build_venv")).get("packages")
@@ -324,8 +331,7 @@ def _root(manifest: dict, facts: dict, wheel: Path, wheel_sha256: str):
     from packageurl import PackageURL
 
     identity = _dict(manifest.get("identity"))
-    patches = manifest.get("patches")
-    patches = [p for p in patches if isinstance(p, dict)] if isinstance(patches, list) else []
+    patches = _patches(manifest)
     ancestors = _ancestors(_dict(manifest.get("sources")))
     return Component(
         name=facts["name"],
@@ -428,7 +434,14 @@ def provenance(
     image = _dict(manifest.get("builder_image"))
     deps = [
         *_source_deps(sources),
-        *_patch_deps(manifest),
+        *(  # our patches by the patch file's sha256 (patches/*.toml), as in the cache key
+            {
+                "name": f"patch:{_s(p.get('id'))}",
+                "digest": _only({"sha256": _hex(p.get("sha256"), 64)}),
+                "annotations": {"edits": _s(p.get("file")), "status": _s(p.get("status"))},
+            }
+            for p in _patches(manifest)
+        ),
         *_package_deps(manifest),
         *_tool_deps(tools),
         *([_image_dep(image)] if image else []),
@@ -490,19 +503,6 @@ def _source_deps(sources: dict) -> list[dict]:
             entry["annotations"] = notes
         deps.append(entry)
     return deps
-
-
-def _patch_deps(manifest: dict) -> list[dict]:
-    """Our patches by the patch file's sha256 (patches/*.toml), as in the cache key."""
-    return [
-        {
-            "name": f"patch:{_s(p.get('id'))}",
-            "digest": _only({"sha256": _hex(p.get("sha256"), 64)}),
-            "annotations": {"edits": _s(p.get("file")), "status": _s(p.get("status"))},
-        }
-        for p in manifest.get("patches") or []
-        if isinstance(p, dict) and _s(p.get("id"))
-    ]
 
 
 def _package_deps(manifest: dict) -> list[dict]:
