@@ -145,11 +145,7 @@ def list_images(o: List) -> int:
 
 
 def prune(o: Prune) -> int:
-    everything, dry_run = o.everything, o.dry_run
-    kept: list[str] = []
-    removed = builder.prune(
-        dockerclient.client(), everything=everything, dry_run=dry_run, kept=kept
-    )
+    removed, kept = builder.prune(dockerclient.client(), everything=o.everything, dry_run=o.dry_run)
     for name in kept:
         log.warn(f"kept {name}")
     if not removed and not kept:
@@ -157,12 +153,12 @@ def prune(o: Prune) -> int:
             "nothing to prune"
             + (
                 ""
-                if everything
+                if o.everything
                 else " (only stale and untagged images; --all removes every apexkit image)"
             )
         )
     for name in removed:
-        log.info(f"{'would remove' if dry_run else 'removed'} {name}")
+        log.info(f"{'would remove' if o.dry_run else 'removed'} {name}")
     return 0
 
 
