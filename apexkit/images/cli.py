@@ -175,12 +175,8 @@ def emulation(o: Emulation, binfmt_dir: Path = builder.BINFMT_DIR) -> int:
 
 
 def _enable(arch: str, binfmt_dir: Path, dry_run: bool) -> None:
-    state = builder.emulation(arch, binfmt_dir)
-    if state.usable:
+    if builder.emulation(arch, binfmt_dir).usable:
         return
-    commands = []
-    if not (binfmt_dir / "status").exists():
-        commands.append(["mount", "-t", "binfmt_misc", "binfmt_misc", str(binfmt_dir)])
     if (
         shutil.which("update-binfmts") is None
         or not Path(f"/usr/share/binfmts/qemu-{arch}").exists()
@@ -189,6 +185,8 @@ def _enable(arch: str, binfmt_dir: Path, dry_run: bool) -> None:
             f"QEMU user emulation for {arch} is not installed (no /usr/share/binfmts/qemu-{arch})",
             "apt-get install qemu-user-static binfmt-support (dnf install qemu-user-static), then retry",
         )
+    mount = ["mount", "-t", "binfmt_misc", "binfmt_misc", str(binfmt_dir)]
+    commands = [] if (binfmt_dir / "status").exists() else [mount]
     commands.append(["update-binfmts", "--enable", f"qemu-{arch}"])
     for argv in commands:
         log.echo_command(argv)

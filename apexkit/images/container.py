@@ -271,16 +271,15 @@ def inspect_image(c, image: str) -> tuple[dict, str, object]:
             f"image {image} is not in the Docker daemon",
             builder.build_hint(image, data=matrix.load().data),
         )
-    labels = dockerclient.labels(found)
+    labels, arch = dockerclient.labels(found), dockerclient.image_arch(found)
     if f"{builder.LABEL}.builder" not in labels:
         raise ImageError(
             f"{image} is not an apexkit builder image (no {builder.LABEL}.builder label)",
             vocab.command(
-                "image.build",
-                f"--arch {dockerclient.image_arch(found) or dockerclient.host_arch()} --base {image}",
+                "image.build", f"--arch {arch or dockerclient.host_arch()} --base {image}"
             ),
         )
-    return labels, dockerclient.image_arch(found), found
+    return labels, arch, found
 
 
 def run(opts: BuildOptions) -> Path | None:
@@ -486,23 +485,14 @@ def _publish(
             raise untrusted.Untrusted(
                 f"{untrusted.shown(produced.name)} is not a target directory directly in {where}"
             )
-        dist_fd = untrusted.open_dir(where)
-        try:
-            target_fd = untrusted.open_dir(produced.name, dist_fd)
-        finally:
-            os.close(dist_fd)
-        try:
+        with untrusted.opened_dir(where) as dist_fd, untrusted.opened_dir(
+            produced.name, dist_fd
+        ) as target_fd:
             manifest, name = distdir.read_manifest(target_fd)
             # a planted link is refused first, as itself, then the plan is checked
             src = untrusted.open_regular(name, target_fd)
-            try:
-                distdir.check_planned(produced.name, manifest, planned)
-            except BaseException:
-                os.close(src)
-                raise
-        finally:
-            os.close(target_fd)
         try:
+            distdir.check_planned(produced.name, manifest, planned)
             # never over a target built from other inputs (distdir.check_overwrite) unless `force`
             with distdir.lock(dist_dir, produced.name):
                 distdir.check_overwrite(
