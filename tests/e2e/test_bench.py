@@ -584,6 +584,80 @@ def test_build_then_bench_and_validate_in_the_wheels_venv(repos, tmp_path):
     )
     assert failing.returncode != 0 and "not ready" in failing.stdout + failing.stderr
 
+    # one invocation, one `-- ARGS`: the build leaves --device cpu to validate, validate leaves --jobs 1 to the
+    # build, and validate runs the target that build wrote
+    both = subprocess.run(
+        [*NOX, "-s", "build-3.11", "validate", "--", "--jobs", "1", "--device", "cpu"],
+        cwd=ROOT,
+        env=runner.env(**env),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    said = both.stdout + both.stderr
+    assert both.returncode == 0, said[-3000:]
+    assert "build-3.11: leaving --device cpu to validate (not build-3.11's options)" in said
+    assert "validate: leaving --jobs 1 to build-3.11 (not validate's options)" in said
+    assert f"validate: the wheel this nox invocation built, {runner.dist / target}" in said
+
+
+NOX = [sys.executable, "-m", "nox", "-f", str(ROOT / "noxfile.py")]
+
+
+def _other_build(dist: Path, python: str, torch: str) -> str:
+    """A built target in dist/ (a small wheel and its manifest, as a build leaves them): its id."""
+    import fakes
+
+    folder = fakes.publishable(dist, python=python, torch=torch).parent
+    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest["target"]["interpreter"] = sys.executable
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    return folder.name
+
+
+def test_a_failed_build_stops_bench_in_the_same_invocation_instead_of_another_wheel(
+    runner, tmp_path
+):
+    """Issue 41: the design card's `nox -s build-3.8 bench` with a build that fails and a py3.11 wheel in dist/."""
+    other = _other_build(runner.dist, "3.11", "2.13.0")
+    (tmp_path / "wheelhouse").mkdir()
+    env = runner.env(
+        APEXKIT_DIST_DIR=str(runner.dist),
+        APEXKIT_REPORTS_DIR=str(tmp_path / "reports"),
+        APEXKIT_CACHE_DIR=str(tmp_path / "cache"),
+    )
+    offline = ["--offline", "--wheelhouse", str(tmp_path / "wheelhouse")]  # nothing is downloaded
+    argv = [*NOX, "-s", "build-3.8", "bench", "--", "--ascend-apex-url", "file:///nonexistent"]
+    done = subprocess.run(
+        [*argv, *offline, "--build-dir", str(runner.build), "--device", "cpu"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    said = done.stdout + done.stderr
+    assert done.returncode != 0
+    bench = said.split("Running session bench", 1)[1]
+    assert (
+        "bench: leaving --ascend-apex-url file:///nonexistent --build-dir "
+        f"{runner.build} to build-3.8 (not bench's options)" in bench
+    )
+    assert (
+        "build-3.8 failed in this nox invocation: bench takes no other wheel from dist/ -- next: fix the "
+        "build (its error above) and run nox -s build-3.8 bench again" in bench
+    )
+    assert other not in bench and "run venv" not in bench and not (tmp_path / "reports").exists()
+    assert "build-3.8: leaving --device cpu to bench" in said  # the build did not refuse it
+
+    # a bare `nox -s bench` with two builds in dist/ says which it took and how to pick the other
+    newer = _other_build(runner.dist, "3.8", "2.1.0")
+    os.utime(runner.dist / newer / "manifest.json", (2e9, 2e9))
+    bare = subprocess.run(
+        [*NOX, "-s", "bench", "--", *offline],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert (
+        f"2 builds in {runner.dist}/: taking the newest, {newer} (--target ID for another: {other})"
+        in bare.stdout + bare.stderr
+    )
+
 
 def test_bench_without_a_build_says_what_to_do(runner, tmp_path):
     env = {"APEXKIT_DIST_DIR": str(tmp_path / "empty")}
