@@ -639,9 +639,9 @@ def main(
                 "--no-png"
             )  # run_venv said why in one line; the script need not say it again
         python, label = str(venv.python), target_dir.name
-        env["APEXKIT_APEX_WHEEL_SHA256"] = manifest["wheel"][
-            "sha256"
-        ]  # the bench's environment block records it
+        # the bench's report and chart name the wheel (its target id, its sha256)
+        env["APEXKIT_APEX_WHEEL_SHA256"] = manifest["wheel"]["sha256"]
+        env["APEXKIT_TARGET_ID"] = target_dir.name
         # which API contract (nox -s contracts) this wheel's torch_npu release and apex ref passed: one line, and
         # validate's table gets it as a row
         env["APEXKIT_CONTRACT"] = contract_line(target_dir)
