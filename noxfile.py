@@ -21,6 +21,11 @@ tests           every tier in one pytest run (unit, installed, e2e), installing 
 tests-aarch64   aarch64 builder image and wheel under QEMU
 lint            ruff check, mypy over apexkit/, shellcheck over docker/*.sh, bench/*.sh and .ci/run, actionlint, and last
                 ruff format --check (line length 100; ruff check allows 130)
+
+One invocation, one wheel: `nox -s build-3.8 bench -- ARGS` benches the wheel build-3.8 wrote and stops when that build
+failed, never taking another from dist/. Every session gets the same ARGS: each takes the options it knows and names,
+in one line, those it leaves to another session of the invocation (--device to validate/bench, --jobs to the build);
+docs/validate.md.
 """
 
 import sys
@@ -58,13 +63,10 @@ nox.options.default_venv_backend = (
 
 def _build_session(python: str) -> None:
     def build(session: nox.Session) -> None:
-        from apexkit import commands
-        from apexkit.exits import run_in_session
+        from apexkit import commands, noxrun
 
-        run_in_session(
-            session,
-            lambda: commands.build_wheel(python, session.posargs, prog=f"nox -s build-{python} --"),
-        )
+        prog = f"nox -s build-{python} --"
+        noxrun.build(session, lambda argv: commands.build_wheel(python, argv, prog=prog), prog)
 
     build.__doc__ = (
         f"Build the Apex for Ascend wheel for Python {python} into dist/ (-- --help for options)."
@@ -78,16 +80,13 @@ for _python in _MATRIX.session_pythons:
 
 def _cuda_session(python: str) -> None:
     def build(session: nox.Session) -> None:
-        from apexkit import commands
-        from apexkit.exits import run_in_session
+        from apexkit import commands, noxrun
 
-        run_in_session(
+        prog = f"nox -s build-cuda-{python} --"
+        noxrun.build(
             session,
-            lambda: commands.build_wheel(
-                python,
-                ["--backend", "cuda", *session.posargs],
-                prog=f"nox -s build-cuda-{python} --",
-            ),
+            lambda argv: commands.build_wheel(python, ["--backend", "cuda", *argv], prog=prog),
+            prog,
         )
 
     build.__doc__ = (
@@ -104,22 +103,18 @@ for _python in _MATRIX.cuda.get("default_torch", {}):
 
 def _combination_session(combo: matrix.Combination) -> None:
     def build(session: nox.Session) -> None:
-        from apexkit import commands
-        from apexkit.exits import run_in_session
+        from apexkit import commands, noxrun
         from apexkit.fleet import matrixrun
 
-        m = matrix.load()
+        m, prog = matrix.load(), f"nox -s build-{combo.id} --"
 
-        def go():
+        def go(argv: "list[str]"):
             m.validate(combo)
             return commands.build_wheel(
-                combo.python,
-                session.posargs,
-                prog=f"nox -s build-{combo.id} --",
-                given=matrixrun.build_options(m, combo),
+                combo.python, argv, prog=prog, given=matrixrun.build_options(m, combo)
             )
 
-        run_in_session(session, go)
+        noxrun.build(session, go, prog)
 
     build.__doc__ = (
         ("Stack" if combo.stack else "Matrix")
@@ -219,15 +214,6 @@ def docs(session: nox.Session) -> None:
         session.error("docs/commands.md differs from the declarations: run nox -s docs")
 
 
-def _bench_session(script: str, session: nox.Session) -> None:
-    from apexkit import venvrun
-    from apexkit.exits import run_in_session
-
-    run_in_session(
-        session, lambda: venvrun.main(script, session.posargs, prog=f"nox -s {script} --")
-    )
-
-
 @nox.session(python=False, default=False)
 def install(session: nox.Session) -> None:
     """Install the apexkit wheel that fits a venv (index hit, else build), torch untouched; -- --venv DIR --index URL."""
@@ -240,14 +226,20 @@ def install(session: nox.Session) -> None:
 
 @nox.session(python=False, default=False, tags=["bench"])
 def validate(session: nox.Session) -> None:
-    """Check the environment for the built wheel (torch, torch_npu, CANN, apex, device, AMP step); -- --device cpu|npu|cuda."""
-    _bench_session("validate", session)
+    """Check the environment for the built wheel (torch, torch_npu, CANN, apex, device, AMP step); -- --device cpu|npu|cuda.
+    After a build-* session in the same invocation: that build's wheel, or a stop when it failed."""
+    from apexkit import noxrun
+
+    noxrun.run(session, "validate")
 
 
 @nox.session(python=False, default=False, tags=["bench"])
 def bench(session: nox.Session) -> None:
-    """FP32 vs AMP benchmark in the built wheel's venv (JSON, Markdown, PNG); -- --device cpu --model qwen3-block."""
-    _bench_session("bench", session)
+    """FP32 vs AMP benchmark in the built wheel's venv (JSON, Markdown, PNG); -- --device cpu --model qwen3-block.
+    After a build-* session in the same invocation: that build's wheel, or a stop when it failed."""
+    from apexkit import noxrun
+
+    noxrun.run(session, "bench")
 
 
 def _test_env(session: nox.Session) -> "dict[str, str]":

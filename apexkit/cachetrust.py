@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from apexkit import log, paths, untrusted
+from apexkit.errors import ConfigError
 
 _resolved: dict[str, Path] = {}
 _TEMPORARY = "apexkit-cache-"  # the prefix of a private cache for one run (_private)
@@ -47,15 +48,9 @@ def problem(path: Path) -> str | None:
             return f"a link that cannot be followed ({exc.strerror})"
     if not stat.S_ISDIR(st.st_mode):
         return "not a directory"
-    reason = untrusted.others_can_write(st)
+    reason = untrusted.others_can_write(st) or _swappable(path)
     if reason:
         return reason
-    for parent in Path(
-        os.path.realpath(path)
-    ).parents:  # one that others can write, unless sticky, can swap it
-        pst = _stat(parent)
-        if pst is not None and not pst.st_mode & stat.S_ISVTX and untrusted.others_can_write(pst):
-            return f"inside {parent}, which is {untrusted.others_can_write(pst)} (anyone there can replace it)"
     try:
         names = sorted(os.listdir(path))
     except OSError as exc:
@@ -65,6 +60,37 @@ def problem(path: Path) -> str | None:
         if reason:
             return f"holding {name}, which is {reason}"
     return None
+
+
+def _swappable(path: Path) -> str | None:
+    """Why someone else can replace `path` (a parent others can write, unless sticky), else None."""
+    for parent in Path(os.path.realpath(path)).parents:
+        pst = _stat(parent)
+        if pst is not None and not pst.st_mode & stat.S_ISVTX and untrusted.others_can_write(pst):
+            return f"inside {parent}, which is {untrusted.others_can_write(pst)} (anyone there can replace it)"
+    return None
+
+
+def trusted_output(path: Path, setting: str, make: bool = True) -> Path:
+    """`path`, a directory apexkit writes into or reads back from outside the cache (build/, dist/, reports/, the
+    <target> folders under them, the kept CUDA objects), held to the cache's rule (`problem`) before anything is
+    written there: made 0755 when missing (unless not `make`), else ConfigError naming it, why, and `setting` (the
+    option or variable that points elsewhere). Never a private fallback: outputs are where the user looks."""
+    path = Path(path)
+    reason = problem(path) if os.path.lexists(path) else _swappable(path)
+    if reason is None and make and not os.path.lexists(path):
+        try:
+            make_dir(path)
+            reason = problem(path)  # ours now, unless someone raced us to it
+        except OSError as exc:
+            reason = f"not creatable ({exc.strerror})"
+    if reason:
+        raise ConfigError(
+            f"the output directory {path} is {reason}: not writing into it nor reading from it",
+            f"remove it (or, as its owner, chown it to you and chmod go-w), or set {setting} to a directory "
+            "only you can write",
+        )
+    return path
 
 
 def entry_problem(path: Path) -> str | None:

@@ -24,6 +24,7 @@ from apexkit.doctor import cli as doctorcli
 from apexkit.errors import ConfigError
 from apexkit.fleet import validate
 from apexkit.images import cli as imagecli
+from apexkit.index import signing
 from apexkit.install import run as installrun
 from apexkit.proxy import cli as proxycli
 from apexkit.wheel import cachedirs
@@ -387,6 +388,16 @@ class Up:
     as_json: bool = json_option()
 
 
+@dataclass(frozen=True)
+class KeyGenerate:
+    """Make the team's Ed25519 signing key pair: NAME.key (PEM PKCS#8, mode 0600; never over an existing file) and
+    NAME.pub (PEM SubjectPublicKeyInfo, the one to trust); prints its key id (sha256 of the public key's DER)."""
+
+    name: str = option(None, "the key's name: NAME.key and NAME.pub are written", positional=True)
+    out: str = option(".", "directory to write them into (default: the current one)")
+    dry_run: bool = option(False, DRY_RUN)
+
+
 # --- the functions two commands need beyond their package's --------------------------------------------------------
 
 
@@ -455,11 +466,13 @@ def build(o: Build, remainder: str = "") -> Path | None:
 
 
 def publish(o: Publish) -> int:
-    from apexkit import paths
+    from apexkit import cachetrust, paths
     from apexkit.index import publish
 
-    publish.publish(
-        Path(o.dist) if o.dist else paths.dist_dir(os.environ),
+    publish.publish(  # the wheels publish serves come from a dist/ only we can write
+        cachetrust.trusted_output(
+            Path(o.dist) if o.dist else paths.dist_dir(os.environ), paths.DIST_SETTING, make=False
+        ),
         Path(o.index),
         o.target or None,
         o.split_by_torch,
@@ -502,6 +515,7 @@ COMMANDS: tuple[Command, ...] = (
     Command("cache.prune", CachePrune, declare.Spread(cachedirs.prune_command)),
     Command("config.show", ConfigShow, config_show),
     Command("up", Up, declare.Spread(up.main)),
+    Command("key.generate", KeyGenerate, declare.Spread(signing.generate)),
 )
 BY_NAME = {c.name: c for c in COMMANDS}
 NAMES = tuple(BY_NAME)

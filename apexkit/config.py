@@ -37,7 +37,7 @@ FLAG, ENV, PROJECT, USER, DEFAULT = "flag", "env", "project", "user", "default"
 
 # kinds: "url" an http(s) index; "git" a git URL (http(s), ssh, file, scp-like); "urls"/"dirs" lists; "dir" a
 # directory; "registry" host[:port][/path] standing for a registry in image references; "mirror" an http(s) URL
-# or file:// (uv's Python mirror); "text" a URL checked for characters only.
+# or file:// (uv's Python mirror); "text" a URL checked for characters only; "file"/"files" local file paths.
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,7 @@ class Setting:
 
     @property
     def is_list(self) -> bool:
-        return self.kind in ("urls", "dirs")
+        return self.kind in ("urls", "dirs", "files")
 
 
 SETTINGS: tuple[Setting, ...] = (
@@ -155,6 +155,24 @@ SETTINGS: tuple[Setting, ...] = (
         "`image.build --pythons` (uv python install)",
         "github.com (python-build-standalone)",
     ),
+    Setting(
+        "signing_key",
+        "",
+        "",
+        "",
+        "file",
+        "the Ed25519 key publish signs wheels with (CI: `APEXKIT_SIGNING_KEY_PEM` holds the PEM; docs/signing.md)",
+        "none (a local key file)",
+    ),
+    Setting(
+        "trusted_keys",
+        "APEXKIT_TRUSTED_KEYS",
+        "",
+        "",
+        "files",
+        "the public keys a signed wheel must verify against (docs/signing.md)",
+        "none (local key files)",
+    ),
 )
 BY_KEY = {s.key: s for s in SETTINGS}
 
@@ -186,6 +204,12 @@ class Value:
     def configured(self) -> bool:
         """Set by the user (any layer but the default)."""
         return self.layer != DEFAULT
+
+    @property
+    def told(self) -> str:
+        """' (from project ./apexkit.toml)' when a project file set it (a cloned repository's file would redirect
+        quietly otherwise: say it wherever the value takes effect), else the empty string."""
+        return f" (from project {log.sanitise(self.where)})" if self.layer == PROJECT else ""
 
     def shown(self) -> str:
         """The value for a person: credentials masked, a list comma separated."""
@@ -246,6 +270,11 @@ def read_file(path: Path, what: str) -> dict[str, object]:
         )
     try:
         table = tomllib.loads(data.decode("utf-8"))
+    except RecursionError:  # [[[...]]] thousands deep: no key takes more than a list of strings
+        raise ConfigError(
+            f"{what} config {shown} is nested too deeply to read",
+            'write key = "value" or key = ["…", "…"] lines, nothing nested',
+        ) from None
     except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         first = log.sanitise(str(exc).splitlines()[0] if str(exc) else "not TOML")[:120]
         raise ConfigError(
@@ -290,6 +319,10 @@ def check(setting: Setting, value: str, what: str) -> str:
     kind = setting.kind
     if kind in ("url", "urls") and setting.key != "team_indexes":
         return urls.index_url(value, what)
+    if setting.key == "team_indexes" and value.lower().startswith(("http://", "https://")):
+        urls.index_url(
+            value, what
+        )  # a directory or file:// otherwise (apexkit.wheel.options.team_indexes)
     if value.startswith("-"):  # never an option to git, pip or debootstrap
         raise ConfigError(
             f"{what} {untrusted.shown(value)} starts with '-'",
@@ -380,6 +413,13 @@ def load(environ: Mapping[str, str] | None = None, cwd: Path | None = None) -> C
         project_path=project_path,
         user_path=user_path,
     )
+
+
+def told(key: str, values: Sequence[str], environ: Mapping[str, str] | None = None) -> str:
+    """' (from project <path>)' when `values` are what the project file sets for `key` (no flag, no environment
+    variable), else the empty string: for `install` and `up` to name the file that redirected them."""
+    value = load(environ).get(key, environ)
+    return value.told if list(value.items) == list(values) else ""
 
 
 def effective_with(

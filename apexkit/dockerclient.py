@@ -1,13 +1,18 @@
-"""The one Docker client (the Docker SDK): a daemon that answered a ping, images by name, architectures by our
-names. Used by images, proxy.check and doctor; it knows nothing of what the images hold."""
+"""The one Docker client (the Docker SDK): a daemon that answered a ping, images by name, their labels, architectures
+by our names, and the host's log of what a daemon prints. Used by images, proxy.check and doctor; it knows nothing of
+what the images hold."""
 
 from __future__ import annotations
 
+import codecs
 import logging
 import os
 import platform
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import TextIO
 
-from apexkit import log
+from apexkit import log, untrusted
 from apexkit.errors import ConfigError, ImageError
 
 LABEL = "org.apexkit"  # our image labels: <LABEL>.arch, <LABEL>.builder, <LABEL>.recipe
@@ -81,8 +86,56 @@ def get_image(c, reference: str):
         return None
 
 
+def labels(image) -> dict:
+    """An image's labels ({} when it has none)."""
+    return image.attrs.get("Config", {}).get("Labels") or {}
+
+
 def image_arch(image) -> str:
     """Our label wins: `docker import` (docker.io 20.10) records amd64 whatever the root file system holds."""
-    labels = image.attrs.get("Config", {}).get("Labels") or {}
-    raw = labels.get(f"{LABEL}.arch") or image.attrs.get("Architecture") or ""
+    raw = labels(image).get(f"{LABEL}.arch") or image.attrs.get("Architecture") or ""
     return _ARCH_ALIASES.get(raw.lower(), raw)
+
+
+def invoking_user(environ: Mapping[str, str] | None = None) -> tuple[int, int]:
+    """The user the outputs belong to: SUDO_UID/SUDO_GID under sudo, else this process's."""
+    environ = os.environ if environ is None else environ
+    if os.geteuid() == 0 and environ.get("SUDO_UID", "").isdigit():
+        return int(environ["SUDO_UID"]), int(environ.get("SUDO_GID", environ["SUDO_UID"]))
+    return os.geteuid(), os.getegid()
+
+
+def open_log(path: Path, what: str) -> TextIO:
+    """The host's log of a daemon's output (`what`: "image log", "container log"), written afresh as
+    untrusted.open_log opens it (never through a symlink, into a FIFO or device, or into a file hard-linked
+    elsewhere) and owned by the invoking user. The caller keeps it outside every mount a container can write."""
+    try:
+        fh = untrusted.open_log(path)
+    except untrusted.Refused as exc:
+        why = {
+            "links": "it is not a regular file with one link",
+            "os": (exc.strerror or "unwritable").lower(),
+        }.get(exc.kind, f"it {exc.why}")
+        raise ImageError(
+            f"refusing to write the {what} {path}: {why}",
+            f"remove {path} (apexkit writes a fresh log there) and look at who made it",
+        ) from None
+    uid, gid = invoking_user()
+    if os.geteuid() == 0 and uid != 0:
+        os.fchown(fh.fileno(), uid, gid)
+    return fh
+
+
+def lines(chunks: Iterable[bytes | str]) -> Iterator[str]:
+    """The text lines of a daemon's output however it is chunked, the last one even without its newline (bytes
+    read as UTF-8, what does not decode replaced)."""
+    decode = codecs.getincrementaldecoder("utf-8")("replace").decode
+    pending = ""
+    for chunk in chunks:
+        *complete, pending = (
+            pending + (decode(chunk) if isinstance(chunk, bytes) else chunk)
+        ).split("\n")
+        yield from complete
+    pending += decode(b"", True)
+    if pending:
+        yield pending

@@ -127,15 +127,8 @@ def atomic_write(
             | getattr(os, "O_NOFOLLOW", 0)
             | getattr(os, "O_CLOEXEC", 0)
         )
-        for _ in range(100):
-            tmp = f".{name}.{secrets.token_hex(4)}.apexkit-tmp"
-            try:
-                fd = os.open(tmp, flags, 0o600, dir_fd=directory)
-                break
-            except FileExistsError:
-                continue
-        else:
-            raise FileExistsError(errno.EEXIST, "no free temporary name", str(path.parent))
+        tmp = f".{name}.{secrets.token_hex(8)}.apexkit-tmp"  # O_EXCL: never an existing file
+        fd = os.open(tmp, flags, 0o600, dir_fd=directory)
         try:
             os.fchmod(fd, mode)
             with os.fdopen(fd, "wb") as handle:
@@ -326,10 +319,10 @@ def write_target(path: Path, display: str, within: Path | None = None) -> Path:
     return target
 
 
-def nearest_owner(path: Path, follow: bool = True) -> int | None:
+def nearest_owner(path: Path) -> int | None:
     for candidate in (path, *path.parents):
         try:
-            return (os.stat(candidate) if follow else os.lstat(candidate)).st_uid
+            return os.stat(candidate).st_uid
         except (FileNotFoundError, NotADirectoryError):
             continue
     return None
@@ -578,19 +571,12 @@ MAX_JSON_DEPTH = (
 )
 
 
-def _too_deep(value: object, limit: int = MAX_JSON_DEPTH) -> bool:
-    pending = [(value, 1)]
-    while pending:
-        node, depth = pending.pop()
-        children = (
-            node.values() if isinstance(node, dict) else node if isinstance(node, list) else ()
-        )
-        for child in children:
-            if isinstance(child, (dict, list)):
-                if depth + 1 > limit:
-                    return True
-                pending.append((child, depth + 1))
-    return False
+def _depth(value: object) -> int:
+    """How deep lists and objects nest in a JSON value (a RecursionError once past the stack's depth)."""
+    children = (
+        value.values() if isinstance(value, dict) else value if isinstance(value, list) else None
+    )
+    return 0 if children is None else 1 + max(map(_depth, children), default=0)
 
 
 def load_json_object(path: Path, display: str, data: bytes | None) -> dict:
@@ -598,9 +584,9 @@ def load_json_object(path: Path, display: str, data: bytes | None) -> dict:
         return {}
     try:
         value = json.loads(data.decode("utf-8"))
+        deep = _depth(value) > MAX_JSON_DEPTH
     except RecursionError:
-        value = None
-        deep = True
+        value, deep = None, True
     except ValueError as exc:  # not UTF-8, not JSON, an integer of thousands of digits
         where = (
             f" (line {exc.lineno}, column {exc.colno})"
@@ -611,8 +597,6 @@ def load_json_object(path: Path, display: str, data: bytes | None) -> dict:
             f"{display} is not valid JSON{where}; nothing was changed",
             f"fix or move {display} away, then run again",
         ) from None
-    else:
-        deep = _too_deep(value)
     if deep:
         raise CorruptFileError(
             f"{display} nests JSON more than {MAX_JSON_DEPTH} levels deep: not a file apexkit "
@@ -695,9 +679,6 @@ class Change:
     new: bytes | None
     mode: int = 0o644
     note: str = ""  # e.g. "holds credentials: 0600"
-    undo: Callable[[bytes, bytes | None, dict], bytes | None] | None = (
-        None  # (current, original, record) -> restored
-    )
     extra: dict = field(
         default_factory=dict
     )  # recorded in the backup manifest (e.g. added_newline)

@@ -54,10 +54,16 @@ def set_quiet(on: bool) -> None:
 _HOST_START = r"(?=[\w\[%.-])"
 _USERINFO_IN_URL = re.compile(
     r"(?<![A-Za-z0-9+.-])(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)"
-    r"(?:(?P<info>[^\s/]+)@" + _HOST_START + "|"
-    r"(?P<user>[^\s/:@\"'<>`]*):[^\r\n\f\v/\"'<>`]*@" + _HOST_START + "|"
-    r"(?P<suser>[^\s/:@\"'<>`]*):(?![0-9]*(?:[/\s]|$))[^\s\"'<>`]*@" + _HOST_START + ")"
+    r"(?:(?P<suser>[^\s/:@\"'<>`]*):(?![0-9]*(?:[/\s]|$))[^\s\"'<>`]*@" + _HOST_START + "|"
+    r"(?P<info>[^\s/]+)@" + _HOST_START + "|"
+    r"(?P<user>[^\s/:@\"'<>`]*):[^\r\n\f\v/\"'<>`]*@" + _HOST_START + ")"
 )
+# A URL's ?query and #fragment may hold a token (?token=, ?private_token=, #access_token=): every value is hidden,
+# the names kept (?token=***&x=***; a piece without '=' is hidden whole).
+_QUERY_IN_URL = re.compile(
+    r"(?<![A-Za-z0-9+.-])(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^\s?#\"'<>`]*)(?P<query>[?#][^\s\"'<>`]*)"
+)
+_QUERY_PIECE = re.compile(r"([?#&;])([^?#&;=]*)(=?)[^?#&;]*")
 
 
 def _masked(match: re.Match) -> str:
@@ -72,8 +78,18 @@ def _masked(match: re.Match) -> str:
 def mask(text: str) -> str:
     """Hide the secret of every URL's userinfo: http://user:secret@host -> http://user:***@host, also
     http://:pw@host -> http://:***@host, http://user:p@ss@host and http://user:pa ss@host -> http://user:***@host,
-    http://TOKEN@host -> http://***@host."""
-    return _USERINFO_IN_URL.sub(_masked, text)
+    http://TOKEN@host -> http://***@host; and every value of its query and fragment: ?token=s -> ?token=***."""
+    text = _USERINFO_IN_URL.sub(_masked, text)
+    return _QUERY_IN_URL.sub(
+        lambda m: m["head"] + _QUERY_PIECE.sub(_hidden_piece, m["query"]), text
+    )
+
+
+def _hidden_piece(match: re.Match) -> str:
+    sep, name, equals = match.groups()
+    if equals:
+        return f"{sep}{name}=***"
+    return f"{sep}***" if name else sep
 
 
 # Control characters other than tab: C0 (ESC included), DEL, C1. A terminal acts on them (OSC 52 clipboard writes,

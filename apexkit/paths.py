@@ -2,8 +2,9 @@
 
 apexkit runs from a checkout (the repository: matrix.toml, patches/, docker/, bench/, noxfile.py beside apexkit/) or
 installed (`pip install .`: the same files packaged as apexkit/_data). ROOT is whichever holds them. Outputs default
-to the checkout's dist/ and build/ -- or, installed, to the current directory's -- and the cache to
-~/.cache/apexkit, unless the environment says otherwise.
+to the checkout's dist/ and build/ -- or, installed, to the current directory's, where users look for the wheel --
+and the cache to ~/.cache/apexkit, unless the environment says otherwise. Whoever writes into or reads back from an
+output directory holds it to the cache's rule first (cachetrust.trusted_output): refused in one line, never used.
 """
 
 from __future__ import annotations
@@ -34,6 +35,11 @@ PROBES = (
     BENCH / "probes"
 )  # the programs apexkit runs in target interpreters (python PROBES/<name>.py)
 NOXFILE = ROOT / "noxfile.py"
+
+
+# what points each output directory elsewhere, for cachetrust.trusted_output's refusal
+DIST_SETTING, BUILD_SETTING = "APEXKIT_DIST_DIR (or --dist)", "APEXKIT_BUILD_DIR (or --build-dir)"
+REPORTS_SETTING = "APEXKIT_REPORTS_DIR"
 
 
 def _outputs_base() -> Path:

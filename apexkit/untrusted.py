@@ -20,6 +20,7 @@ import stat
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TextIO
 
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
@@ -158,6 +159,14 @@ def open_regular(
         os.close(fd)
         raise
     return fd
+
+
+def open_log(path: str | os.PathLike[str]) -> TextIO:
+    """`path` written afresh as a text log: only a regular file with one link (`open_regular`: a link, FIFO or hard
+    link planted there is `Refused`, never written through), truncated once it passed, line-buffered."""
+    fd = open_regular(path, write=True, one_link=True)
+    os.ftruncate(fd, 0)
+    return os.fdopen(fd, "w", buffering=1, encoding="utf-8", errors="backslashreplace")
 
 
 def read_regular(

@@ -595,14 +595,12 @@ def child_env(environ: Mapping[str, str], status_file: Path) -> dict[str, str]:
 def _open_log(path: Path) -> TextIO:
     """A stage's log, written afresh: a regular file of ours (a link or FIFO planted there is refused, not followed)."""
     try:
-        fd = untrusted.open_regular(path, write=True)
+        return untrusted.open_log(path)
     except untrusted.Refused as exc:
         raise ConfigError(
             f"cannot write the stage log {exc}",
             f"remove it, or pass another --report DIR than {path.parent.parent}",
         ) from None
-    os.ftruncate(fd, 0)
-    return os.fdopen(fd, "w", buffering=1, encoding="utf-8", errors="backslashreplace")
 
 
 def run_stage(

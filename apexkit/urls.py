@@ -66,6 +66,12 @@ def has_userinfo(url: str | None) -> bool:
     return "@" in rest
 
 
+def may_hold_secret(value: str) -> bool:
+    """Whether a value may carry a credential: a user, password or token before a host ('@'), or a ?query or
+    #fragment (?token=, ?private_token=, #access_token=): such a value goes into files only their owner reads."""
+    return any(c in value for c in "@?#")
+
+
 def check_chars(value: str, what: str) -> None:
     """Refuse control characters and whitespace anywhere in a URL (a newline would inject lines into pip.conf)."""
     bad = _BAD_CHAR.search(value)

@@ -125,6 +125,12 @@ def find_target(
             f"build one first ({vocab.build('3.11')}), pick one with --target ID, or use --interpreter PATH",
         )
     _, path, manifest = max(found, key=lambda item: item[0])
+    if len(found) > 1 and not target:
+        others = sorted(p.parent.name for _, p, _ in found if p != path)
+        log.info(
+            f"{len(found)} builds in {dist}/: taking the newest, {path.parent.name} (--target ID for another: "
+            f"{', '.join(others[:3])}{', …' if len(others) > 3 else ''})"
+        )
     return path.parent, manifest
 
 
@@ -608,13 +614,23 @@ def contract_line(folder: Path) -> str:
     )
 
 
-def main(script: str, argv: list[str], prog: str) -> int:
+def main(
+    script: str, argv: list[str], prog: str, built: Callable[[], Path | None] | None = None
+) -> int:
+    """`built`: the dist/<target>/ a build of the same nox invocation wrote, asked once --help is done (apexkit.
+    noxrun); run unless --target, --python or --interpreter names another."""
     args, rest = parse(argv, prog, script)
     env = dict(os.environ)
+    made = built() if built else None  # a failed build stops here, whatever is asked
+    if made and not (args.target or args.python or args.in_env):
+        log.info(f"{script}: the wheel this nox invocation built, {made}")
+    else:
+        made = None
     if args.in_env:
         python, label = args.in_env, "in-env"
     else:
-        target_dir, manifest = find_target(Path(args.dist), args.target, args.python)
+        dist, target = (made.parent, made.name) if made else (Path(args.dist), args.target)
+        target_dir, manifest = find_target(dist, target, args.python)
         index = resolve_sources(manifest, target_dir, given_sources(args))
         chart = script == "bench" and "--no-png" not in rest
         venv = run_venv(target_dir, manifest, cachetrust.root(), index=index, chart=chart)
@@ -623,9 +639,9 @@ def main(script: str, argv: list[str], prog: str) -> int:
                 "--no-png"
             )  # run_venv said why in one line; the script need not say it again
         python, label = str(venv.python), target_dir.name
-        env["APEXKIT_APEX_WHEEL_SHA256"] = manifest["wheel"][
-            "sha256"
-        ]  # the bench's environment block records it
+        # the bench's report and chart name the wheel (its target id, its sha256)
+        env["APEXKIT_APEX_WHEEL_SHA256"] = manifest["wheel"]["sha256"]
+        env["APEXKIT_TARGET_ID"] = target_dir.name
         # which API contract (nox -s contracts) this wheel's torch_npu release and apex ref passed: one line, and
         # validate's table gets it as a row
         env["APEXKIT_CONTRACT"] = contract_line(target_dir)

@@ -20,7 +20,9 @@ Every run of every mode starts from the same weights and data (fixed seeds); spe
 are against the fp32 runs of the same invocation.
 A mode this torch or device cannot run (probed by trying: e.g. torch 2.1's CPU autocast has no float16) is
 skipped with its reason; a mode that fails while running is reported as failed (exit 1), never as a traceback.
-Outputs in --out: results.json, results.md, results.png; the last line printed is the headline.
+Outputs in --out: results.json, results.md, results.png; the headline is the last line on stdout, and stderr ends
+with the paths of the three files. A loaded host (the 1-minute load above the core count at the start or the end, or
+a mode's p90/p10 step time beyond SPREAD_BOUND = 1.5x) is flagged in the report and in one warning line.
 Runs inside the target venv (Python 3.8+, torch 2.1+): standard library + torch (+ torch_npu, apex, matplotlib).
 """
 
@@ -80,6 +82,9 @@ SCHEMA = 1
 # Relative difference of the final training loss vs fp32 that still counts as parity. Low precision changes the
 # rounding of every step; after the short runs here bf16 (8-bit mantissa) stays well inside 5 %.
 PARITY_TOLERANCE = 0.05
+# A mode's step time over its runs: p90 above this multiple of p10 means something else ran on the host meanwhile (a
+# quiet host stays well inside 1.5x here: only the machine, not the code, varies between runs of the same seed).
+SPREAD_BOUND = 1.5
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -764,8 +769,9 @@ def headline(report: dict) -> str:
 
 def markdown(report: dict) -> str:
     d = report["device"]
+    wheel = f"wheel {report['target']}, " if report.get("target") else ""
     lines = [
-        f"**{report['label']}** — {d['kind']} ({d['name']}), torch {report['versions']['torch']}, "
+        f"**{report['label']}** — {wheel}{d['kind']} ({d['name']}), torch {report['versions']['torch']}, "
         f"Python {report['versions']['python']}, "
         f"{report['config']['nproc']} process(es), {report['config']['repeats']} whole runs per mode (a fresh model "
         f"from the seed, {max(1, report['config']['warmup'])} warm-up step(s), then {report['config']['steps']} "
@@ -942,6 +948,14 @@ def markdown(report: dict) -> str:
             f"host: {host.get('cpu')}, {host.get('cores')} cores, {host.get('torch_threads')} torch threads; "
             f"load average (1/5/15 min) {host['load_avg_start']} at start, {host.get('load_avg_end')} at end",
         ]
+    check = report.get("loaded_host")
+    if check:
+        lines.append(
+            f"**loaded host**: {'; '.join(check['reasons'])}: the timings are not those of a quiet machine"
+            if check["loaded"]
+            else f"quiet host: 1-minute load within the cores at start and end, p90/p10 within "
+            f"{check['spread_bound_p90_p10']}× for every mode"
+        )
     overhead = report.get("harness_overhead")
     if overhead:
         lines += [
@@ -966,14 +980,22 @@ TITLE_WIDTH = 95  # characters per line of the chart's headline (wrapped at word
 
 
 def chart_title(report: dict, width: int = TITLE_WIDTH) -> str:
-    """The chart's title: the label and device, then the headline wrapped at words on at most two more lines of
-    `width` characters; a longer headline ends with "… (full text in results.md)" at a word, never mid-word."""
+    """The chart's title: the label and device; the wheel's target id, the machine and a loaded-host flag where the
+    report has them; then the headline wrapped at words on at most two more lines of `width` characters; a longer
+    headline ends with "… (full text in results.md)" at a word, never mid-word."""
     import textwrap
 
-    d = report["device"]
+    d, host = report["device"], report.get("host") or {}
     first = f"{report.get('label', 'bench')} on {d['kind']} ({d.get('name', '')})".replace(
         " ()", ""
     )
+    machine = [
+        f"wheel {report['target']}" if report.get("target") else "",
+        f"host {host['hostname']} ({host.get('machine')}, {host.get('cores')} cores)"
+        if host.get("hostname")
+        else "",
+        "LOADED HOST (results.md)" if (report.get("loaded_host") or {}).get("loaded") else "",
+    ]
     lines = textwrap.wrap(
         report["headline"],
         width,
@@ -982,7 +1004,8 @@ def chart_title(report: dict, width: int = TITLE_WIDTH) -> str:
         max_lines=2,
         placeholder=" … (full text in results.md)",
     )
-    return "\n".join([first, *lines])
+    second = textwrap.wrap(" · ".join(w for w in machine if w), width, break_long_words=False)
+    return "\n".join([first, *second, *lines])
 
 
 def _memory_mib(r: dict):
@@ -1145,7 +1168,7 @@ def chart(report: dict, path: Path) -> str | None:
             path,
             dpi=110,
             metadata={
-                "Title": f"{report.get('label', 'bench')} AMP bench",
+                "Title": " — ".join(chart_title(report).splitlines()[:2]),
                 "Description": report["headline"],
                 "Skipped modes": json.dumps(skipped),
             },
@@ -1222,6 +1245,34 @@ def _loadavg() -> list | None:
         return [round(x, 2) for x in os.getloadavg()]
     except (AttributeError, OSError):
         return None
+
+
+def loaded_host(report: dict) -> dict:
+    """Whether other work on the host disturbed the timings: the 1-minute load above the core count at the start or
+    the end, or a mode's p90/p10 step time over its runs beyond SPREAD_BOUND."""
+    host, reasons = report["host"], []
+    for when in ("start", "end"):
+        load = host.get(f"load_avg_{when}")
+        if load and host.get("cores") and load[0] > host["cores"]:
+            reasons.append(f"1-minute load {load[0]} above the {host['cores']} cores at the {when}")
+    spreads = {
+        f"{name} {r['mode']}": r["step_ms_p90"] / r["step_ms_p10"]
+        for name, entry in report["models"].items()
+        for r in entry["results"]
+        if r["status"] == "ok" and r.get("step_ms_p10")
+    }
+    wide = sorted((s, run) for run, s in spreads.items() if s > SPREAD_BOUND)
+    if wide:
+        more = f" and {len(wide) - 1} more" if len(wide) > 1 else ""
+        reasons.append(
+            f"p90/p10 step time {wide[-1][0]:.2f}× for {wide[-1][1]}{more}, beyond {SPREAD_BOUND}×"
+        )
+    return {
+        "loaded": bool(reasons),
+        "reasons": reasons,
+        "spread_bound_p90_p10": SPREAD_BOUND,
+        "max_spread_p90_p10": round(max(spreads.values()), 3) if spreads else None,
+    }
 
 
 def fp32_kind(device: device_adapter.Device) -> str:
@@ -1443,11 +1494,13 @@ def main(argv=None) -> int:
         "schema": SCHEMA,
         "tool": "apexkit bench/amp_bench.py",
         "label": args.label or kind,
+        "target": os.environ.get("APEXKIT_TARGET_ID"),  # the wheel's target id, set by nox -s bench
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "device": device.describe(),
         "versions": versions(),
         "host": {
             "machine": platform.machine(),
+            "hostname": platform.node(),
             "cpu": device_adapter.cpu_name(),
             "cores": os.cpu_count(),
             "torch_threads": torch.get_num_threads(),
@@ -1493,6 +1546,7 @@ def main(argv=None) -> int:
         _loadavg()
     )  # other work on a shared host shows in every number above
     report["headline"] = headline(report)
+    report["loaded_host"] = loaded_host(report)
     if size > 1:
         torch.distributed.barrier()
         torch.distributed.destroy_process_group()
@@ -1508,7 +1562,12 @@ def main(argv=None) -> int:
     (out / "results.json").write_text(json.dumps(report, indent=2) + "\n")
     (out / "results.md").write_text(markdown(report))
     print(markdown(report), file=sys.stderr)
-    print(report["headline"])
+    print(report["headline"], flush=True)
+    return finish_lines(report, args, out, png_problem)
+
+
+def finish_lines(report: dict, args, out: Path, png_problem: str | None) -> int:
+    """The last lines: parity and loaded-host warnings, failed modes, then the report's files; the exit code."""
     failed_parity = [
         (n, r["mode"])
         for n, e in report["models"].items()
@@ -1518,6 +1577,12 @@ def main(argv=None) -> int:
     if failed_parity:
         print(
             f"warning: loss parity beyond {args.tolerance:.0%} for {failed_parity}", file=sys.stderr
+        )
+    if report["loaded_host"]["loaded"]:
+        print(
+            f"warning: loaded host ({'; '.join(report['loaded_host']['reasons'])}): the timings are not those "
+            "of a quiet machine -- next: rerun when the host is idle (results.md says so too)",
+            file=sys.stderr,
         )
     failed = [
         f"{n} {r['mode']}"
@@ -1536,8 +1601,10 @@ def main(argv=None) -> int:
             f"error: {len(failed)} mode(s) failed ({', '.join(failed)}); the reasons are in {out / 'results.md'}",
             file=sys.stderr,
         )
-        return 1
-    return 0
+    chart_line = out / "results.png" if report["png"] else f"no chart ({png_problem or '--no-png'})"
+    for line in (out / "results.json", out / "results.md", chart_line):
+        print(f"report: {line.resolve() if isinstance(line, Path) else line}", file=sys.stderr)
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

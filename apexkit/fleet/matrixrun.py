@@ -26,7 +26,18 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from apexkit import declare, dockerclient, envvars, fsedit, log, paths, statusfile, untrusted, vocab
+from apexkit import (
+    cachetrust,
+    declare,
+    dockerclient,
+    envvars,
+    fsedit,
+    log,
+    paths,
+    statusfile,
+    untrusted,
+    vocab,
+)
 from apexkit.errors import ApexkitError, ConfigError
 from apexkit.fleet import runreport, runwatch, slurm
 from apexkit.images import builder
@@ -1150,8 +1161,13 @@ def run(args: Matrix, passthrough: list[str]) -> int:
         raise ConfigError(
             f"--parallel {args.parallel}: must be at least 1", "pass --parallel 1 or more"
         )
-    dist = (args.dist or paths.dist_dir()).resolve()
-    build_dir = (args.build_dir or paths.build_dir()).resolve()
+    dist, build_dir = (  # checked before any cell writes there (a dry run makes neither)
+        cachetrust.trusted_output(given.resolve(), setting, make=not args.dry_run)
+        for given, setting in (
+            (args.dist or paths.dist_dir(), paths.DIST_SETTING),
+            (args.build_dir or paths.build_dir(), paths.BUILD_SETTING),
+        )
+    )
     results = _build(m, combos, args, passthrough, dist, build_dir)
     if results is None:  # a dry run: the batch scripts printed
         return 0

@@ -14,21 +14,10 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from apexkit import cachetrust, log, vocab
+from apexkit import cachetrust, dockerclient, log, vocab
 from apexkit.errors import EnvironmentSetupError
 
 DEBIAN_MIRROR = "http://deb.debian.org/debian"
-
-
-def cache_dir() -> Path:
-    return cachetrust.root() / "base-images"
-
-
-def tarball_name(suite: str, arch: str, variant: str, include: Sequence[str]) -> str:
-    extra = (
-        "-" + hashlib.sha256(",".join(sorted(include)).encode()).hexdigest()[:8] if include else ""
-    )
-    return f"debian-{suite}-{arch}-{variant}{extra}.tar"
 
 
 def rootfs_tarball(
@@ -39,7 +28,10 @@ def rootfs_tarball(
     mirror: str | None = None,
 ) -> Path:
     """A cached tarball of a debootstrapped root file system (made on first use, about a minute)."""
-    target = cache_dir() / tarball_name(suite, arch, variant, include)
+    extra = (
+        "-" + hashlib.sha256(",".join(sorted(include)).encode()).hexdigest()[:8] if include else ""
+    )
+    target = cachetrust.root() / "base-images" / f"debian-{suite}-{arch}-{variant}{extra}.tar"
     if target.is_file():
         return target
     if shutil.which("debootstrap") is None:
@@ -61,13 +53,9 @@ def rootfs_tarball(
             log.echo_command(argv)
             result = subprocess.run(argv, capture_output=True, text=True)
             if result.returncode != 0:
-                tail = log.mask(
-                    (result.stdout + result.stderr).strip().splitlines()[-1:][0]
-                    if (result.stdout + result.stderr).strip()
-                    else ""
-                )
+                tail = (result.stdout + result.stderr).strip().splitlines()[-1:]
                 raise EnvironmentSetupError(
-                    f"debootstrap failed: {tail}",
+                    f"debootstrap failed: {log.mask(''.join(tail))}",
                     "check the mirror (APEXKIT_DEBIAN_MIRROR, or debian_mirror in the config file) and the "
                     f"proxy ({vocab.command('proxy.check')})",
                 )
@@ -89,11 +77,8 @@ def import_image(
 
     `changes` are Dockerfile instructions applied on import (e.g. a LABEL with the real architecture)."""
     reference = f"{repository}:{tag}"
-    try:
-        client.images.get(reference)
+    if dockerclient.get_image(client, reference) is not None:
         return reference
-    except Exception:  # docker.errors.ImageNotFound; the SDK is imported lazily by callers
-        pass
     with log.step(f"docker import {tarball.name} as {reference}"):
         client.api.import_image_from_file(
             str(tarball), repository=repository, tag=tag, changes=list(changes) or None

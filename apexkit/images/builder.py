@@ -22,7 +22,7 @@ import shutil
 import tarfile
 import tempfile
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -94,11 +94,11 @@ class Emulation:
         """image.emulation --json's keys from before the shared model (detail is common), kept for scripts."""
         return {"arch": row.name, **row.data, "hint": row.fix}
 
-
-ENABLE_HINT = (
-    "apt-get install qemu-user-static binfmt-support (dnf install qemu-user-static on openEuler), "
-    "mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc, update-binfmts --enable qemu-{arch}"
-)
+    def require(self, doing: str) -> Emulation:
+        """This state when usable, else ImageError: cannot <doing> on this <host> host."""
+        if not self.usable:
+            raise ImageError(f"cannot {doing} on this {self.host} host: {self.detail}", self.hint)
+        return self
 
 
 def emulation(arch: str, binfmt_dir: Path = BINFMT_DIR, host: str | None = None) -> Emulation:
@@ -106,57 +106,36 @@ def emulation(arch: str, binfmt_dir: Path = BINFMT_DIR, host: str | None = None)
     host = host or dockerclient.host_arch()
     if arch == host:
         return Emulation(arch, host, True, True, "native")
-    hint = ENABLE_HINT.format(arch=arch)
-    if not (binfmt_dir / "status").exists():
-        return Emulation(
-            arch, host, False, False, f"binfmt_misc is not mounted at {binfmt_dir}", hint
-        )
     entry = binfmt_dir / f"qemu-{arch}"
-    if not entry.exists():
-        return Emulation(
-            arch,
-            host,
-            False,
-            False,
-            f"no QEMU handler for {arch} is registered ({entry} missing)",
-            hint,
-        )
-    text = entry.read_text(errors="replace")
+    text = entry.read_text(errors="replace") if entry.exists() else ""
     fields = dict(line.split(" ", 1) for line in text.splitlines() if " " in line)
-    flags = fields.get("flags:", "").strip()
-    interpreter = fields.get("interpreter", "?").strip()
-    if not text.startswith("enabled"):
-        return Emulation(
-            arch,
-            host,
-            False,
-            False,
+    flags, interpreter = fields.get("flags:", "").strip(), fields.get("interpreter", "?").strip()
+    enable = (
+        "apt-get install qemu-user-static binfmt-support (dnf install qemu-user-static on openEuler), "
+        f"mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc, update-binfmts --enable qemu-{arch}"
+    )
+    for failed, detail, hint in (
+        (
+            not (binfmt_dir / "status").exists(),
+            f"binfmt_misc is not mounted at {binfmt_dir}",
+            enable,
+        ),
+        (not entry.exists(), f"no QEMU handler for {arch} is registered ({entry} missing)", enable),
+        (
+            not text.startswith("enabled"),
             f"qemu-{arch} is registered but disabled",
             f"update-binfmts --enable qemu-{arch}",
-        )
-    if "F" not in flags:
-        return Emulation(
-            arch,
-            host,
-            False,
-            False,
+        ),
+        (
+            "F" not in flags,
             f"qemu-{arch} is registered without the F (fix-binary) flag, so containers cannot reach "
             f"{interpreter}",
             "install Debian's qemu-user-static (it registers with F), or re-register the handler with flags F",
-        )
+        ),
+    ):
+        if failed:
+            return Emulation(arch, host, False, False, detail, hint)
     return Emulation(arch, host, False, True, f"QEMU {interpreter} (flags {flags})")
-
-
-def require_emulation(arch: str, binfmt_dir: Path = BINFMT_DIR) -> Emulation:
-    state = emulation(arch, binfmt_dir)
-    if not state.usable:
-        raise ImageError(
-            f"cannot run {arch} containers on this {state.host} host: {state.detail}", state.hint
-        )
-    return state
-
-
-# --- Docker client ---------------------------------------------------------------------------------------------------
 
 
 # --- inputs ----------------------------------------------------------------------------------------------------------
@@ -234,17 +213,6 @@ def resolve_ca_bundle(
     return None
 
 
-def proxy_settings(environ: Mapping[str, str] | None = None) -> layers.ProxySettings | None:
-    return layers.current_settings(layers.Paths(), environ)
-
-
-def proxy_build_args(settings: layers.ProxySettings | None) -> dict[str, str]:
-    if settings is None:
-        return {}
-    env = settings.environment()
-    return {name: env[name] for name in netenv.DOCKER_PROXY_ARGS if env.get(name)}
-
-
 def slug(reference: str) -> str:
     """An image reference as a tag fragment: registry.example.com/openeuler/openeuler:22.03 -> openeuler-22.03."""
     name = reference.rsplit("/", 1)[-1]
@@ -307,12 +275,12 @@ class ImagePlan:
     labels: dict[str, str]
     emulation: Emulation
     no_cache: bool = False
-    log_path: Path | None = None
-    extra: dict = field(default_factory=dict)
+    suite: str | None = None  # --base debootstrap[:suite]
+    pythons: list[str] = field(default_factory=list)  # --pythons
 
     def describe(self) -> list[tuple[str, str]]:
         args = {k: log.mask(v) for k, v in self.build_args.items()}
-        return [
+        rows = [
             ("arch", f"{self.arch} ({self.emulation.detail})"),
             (
                 "base",
@@ -323,19 +291,17 @@ class ImagePlan:
             ("CA bundle", str(self.ca_bundle) if self.ca_bundle else "none"),
             ("build args", ", ".join(f"{k}={v}" for k, v in sorted(args.items())) or "none"),
             ("recipe", f"docker/ ({self.labels[f'{LABEL}.recipe']})"),
-            *(
-                [
-                    (
-                        "pythons",
-                        f"{', '.join(self.extra['pythons'])} where the base lacks them: uv "
-                        f"{self.build_args['APEXKIT_UV_VERSION']} python install (downloads from "
-                        f"{self.build_args.get('UV_PYTHON_INSTALL_MIRROR') or 'github.com'})",
-                    )
-                ]
-                if self.extra.get("pythons")
-                else []
-            ),
         ]
+        if self.pythons:
+            rows.append(
+                (
+                    "pythons",
+                    f"{', '.join(self.pythons)} where the base lacks them: uv "
+                    f"{self.build_args['APEXKIT_UV_VERSION']} python install (downloads from "
+                    f"{self.build_args.get('UV_PYTHON_INSTALL_MIRROR') or 'github.com'})",
+                )
+            )
+        return rows
 
 
 def plan_image(
@@ -357,7 +323,25 @@ def plan_image(
     environ = os.environ if environ is None else environ
     arch = dockerclient.normalize_arch(arch)
     wanted = parse_pythons(pythons)
-    suite = _check_base(base, tag)
+    if not base:
+        raise ConfigError(
+            "--base is required",
+            "e.g. --base openeuler/openeuler:22.03 or --base debootstrap:bookworm",
+        )
+    suite = debootstrap_suite(base)
+    for reference, option in ((None if suite else base, "--base"), (tag, "--tag")):
+        if reference is not None:
+            check_reference(reference, option)
+    if min(uid, gid) <= 0:
+        raise ConfigError(
+            f"--uid {uid} / --gid {gid}: the build user must not be root",
+            f"pass --uid {BUILD_ID} --gid {BUILD_ID}",
+        )
+    if max(uid, gid) > ID_MAX:
+        raise ConfigError(
+            f"--uid {uid} / --gid {gid}: beyond the largest id useradd takes ({ID_MAX})",
+            "pass your own id (id -u / id -g)",
+        )
     from apexkit import config
 
     cfg = config.load(environ)
@@ -368,8 +352,8 @@ def plan_image(
         if suite
         else config.mirrored_base(base, environ, cfg)[0]
     )
-    _check_ids(uid, gid)
-    settings = proxy_settings(environ)
+    settings = layers.current_settings(layers.Paths(), environ)
+    proxy = settings.environment() if settings else {}
     build_args = {
         "BASE_IMAGE": base_ref,
         "APEXKIT_ARCH": arch,
@@ -377,7 +361,7 @@ def plan_image(
         "APEXKIT_PIP_INDEX_URL": _image_pip_index(pip_index, settings, cfg, environ),
         "BUILD_UID": str(uid),
         "BUILD_GID": str(gid),
-        **proxy_build_args(settings),
+        **{name: proxy[name] for name in netenv.DOCKER_PROXY_ARGS if proxy.get(name)},
         **_python_build_args(wanted, cfg, environ),
     }
     labels = {
@@ -399,52 +383,22 @@ def plan_image(
         labels=labels,
         emulation=emulation(arch, binfmt_dir),
         no_cache=no_cache,
-        extra={"suite": suite, "pythons": wanted},
+        suite=suite,
+        pythons=wanted,
     )
-
-
-def _check_base(base: str, tag: str | None) -> str | None:
-    """--base is given and a reference (or debootstrap[:suite], whose suite is returned); --tag a reference."""
-    if not base:
-        raise ConfigError(
-            "--base is required",
-            "e.g. --base openeuler/openeuler:22.03 or --base debootstrap:bookworm",
-        )
-    suite = debootstrap_suite(base)
-    if not suite:
-        check_reference(base, "--base")
-    if tag is not None:
-        check_reference(tag, "--tag")
-    return suite
-
-
-def _check_ids(uid: int, gid: int) -> None:
-    if uid <= 0 or gid <= 0:
-        raise ConfigError(
-            f"--uid {uid} / --gid {gid}: the build user must not be root",
-            f"pass --uid {BUILD_ID} --gid {BUILD_ID}",
-        )
-    if uid > ID_MAX or gid > ID_MAX:
-        raise ConfigError(
-            f"--uid {uid} / --gid {gid}: beyond the largest id useradd takes ({ID_MAX})",
-            "pass your own id (id -u / id -g)",
-        )
 
 
 def _image_pip_index(
     pip_index: str | None, settings: layers.ProxySettings | None, cfg, environ: Mapping[str, str]
 ) -> str:
     """--pip-index, else proxy.setup's, else PIP_INDEX_URL / index_url of the config files; checked, login-free."""
-    index_from = (
-        "--pip-index"
+    setting = cfg.get("index_url", environ)
+    index, index_from = (
+        (pip_index, "--pip-index")
         if pip_index
-        else "the pip index of proxy.setup"
+        else (settings.pip_index, "the pip index of proxy.setup")
         if settings and settings.pip_index
-        else cfg.get("index_url", environ).origin
-    )
-    # PIP_INDEX_URL, else index_url of the config files
-    index = (
-        pip_index or (settings and settings.pip_index) or str(cfg.get("index_url", environ).value)
+        else (str(setting.value), setting.origin)
     )
     if index:  # the one URL validator; then no userinfo of any form (user:pw@, :pw@, TOKEN@): `docker history` keeps it
         urls.index_url(index, index_from)
@@ -458,7 +412,10 @@ def _python_build_args(wanted: list[str], cfg, environ: Mapping[str, str]) -> di
     """--pythons: which to add with uv, its version and (uv_python_mirror) where uv downloads them from."""
     if not wanted:
         return {}
-    args = {"APEXKIT_PYTHONS": " ".join(wanted), "APEXKIT_UV_VERSION": uv_version()}
+    from apexkit.plan import matrix
+
+    uv = matrix.load().data.get("matrix", {}).get("images", {}).get("uv", "")
+    args = {"APEXKIT_PYTHONS": " ".join(wanted), "APEXKIT_UV_VERSION": str(uv)}
     mirror = cfg.get("uv_python_mirror", environ)
     # uv python install reads it (python-build-standalone from github.com otherwise)
     if mirror.configured:
@@ -495,50 +452,29 @@ def parse_pythons(value: str) -> list[str]:
     return list(dict.fromkeys(wanted))
 
 
-def uv_version() -> str:
-    from apexkit.plan import matrix
-
-    return str(matrix.load().data.get("matrix", {}).get("images", {}).get("uv", ""))
-
-
 def auto_network(settings: layers.ProxySettings | None) -> str | None:
     """A proxy on this host's loopback is reachable from a build only on the host network."""
-    if settings is None:
-        return None
-    for url in (settings.http, settings.https):
+    for url in (settings.http, settings.https) if settings else ():
         host = layers.host_port(url).rsplit(":", 1)[0].strip("[]")
         if host in ("localhost", "::1") or host.startswith("127."):
             return "host"
     return None
 
 
-def write_context(plan: ImagePlan, dest: Path) -> Path:
-    for name in CONTEXT_FILES:
-        shutil.copy2(DOCKER_DIR / name, dest / name)
-    (dest / "requirements-tools.txt").write_text(tool_requirements())
-    (dest / "ca").mkdir()
-    (dest / "ca" / "ca-bundle.pem").write_bytes(
-        plan.ca_bundle.read_bytes() if plan.ca_bundle else b""
-    )
-    return dest
-
-
 def ensure_base(c, plan: ImagePlan) -> None:
     """The base image in the daemon: made by debootstrap (cached tarball), found locally, or pulled."""
     from apexkit.images import bases
 
-    if plan.extra.get("suite"):
-        if dockerclient.get_image(c, plan.base_ref) is None:
-            tarball = bases.rootfs_tarball(plan.extra["suite"], dockerclient.ARCHES[plan.arch])
+    image = dockerclient.get_image(c, plan.base_ref)
+    if plan.suite:
+        if image is None:
+            tarball = bases.rootfs_tarball(plan.suite, dockerclient.ARCHES[plan.arch])
             repository, tag = plan.base_ref.split(":", 1)  # f"{BASE_REPO}:debian-{suite}-{arch}"
             bases.import_image(
                 c, tarball, repository, tag, changes=[f"LABEL {LABEL}.arch={plan.arch}"]
             )
         return
-    image = dockerclient.get_image(c, plan.base_ref)
-    if image is None:
-        image = _pull(c, plan.base_ref, plan.arch)
-    found = dockerclient.image_arch(image)
+    found = dockerclient.image_arch(image or _pull(c, plan.base_ref, plan.arch))
     if found and found != plan.arch:
         log.warn(
             f"{plan.base_ref} says it is {found}; building for {plan.arch} anyway (docker import labels "
@@ -548,22 +484,17 @@ def ensure_base(c, plan: ImagePlan) -> None:
 
 def _pull(c, reference: str, arch: str):
     with log.step(f"pull {reference} ({arch})") as s:
+        last = ""
         try:
-            last = ""
             for event in c.api.pull(
                 reference, platform=f"linux/{dockerclient.ARCHES[arch]}", stream=True, decode=True
             ):
-                status = event.get("status", "")
-                if (
-                    status
-                    and status != last
-                    and "Downloading" not in status
-                    and "Extracting" not in status
-                ):
-                    log.info(f"  {event.get('id', '')} {status}".rstrip())
-                    last = status
                 if "error" in event:
                     raise RuntimeError(event["error"])
+                status = event.get("status", "")
+                if status not in ("", last) and not re.match("Downloading|Extracting", status):
+                    log.info(f"  {event.get('id', '')} {status}".rstrip())
+                    last = status
         except Exception as exc:
             raise ImageError(
                 f"base image {reference} is not in the daemon and could not be pulled: "
@@ -581,19 +512,26 @@ def _pull(c, reference: str, arch: str):
 
 def build(plan: ImagePlan, c=None, verbose: bool = True) -> dict:
     """Build the image, streaming the daemon's output with step progress. Returns builder.json of the image."""
-    if not plan.emulation.usable:
-        raise ImageError(
-            f"cannot build an {plan.arch} image on this {plan.emulation.host} host: {plan.emulation.detail}",
-            plan.emulation.hint,
-        )
+    plan.emulation.require(f"build an {plan.arch} image")
     c = c or dockerclient.client()
     ensure_base(c, plan)
-    log_path = plan.log_path or (paths.build_dir() / "images" / f"{slug(plan.tag)}.log")
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="apexkit-image-") as tmp, open(
-        log_path, "w", encoding="utf-8"
-    ) as fh, log.step(f"docker build {plan.tag}") as s:
-        context = write_context(plan, Path(tmp))
+    log_path = (
+        cachetrust.trusted_output(paths.build_dir(), paths.BUILD_SETTING)
+        / "images"
+        / f"{slug(plan.tag)}.log"
+    )
+    cachetrust.make_dir(log_path.parent)
+    with dockerclient.open_log(log_path, "image log") as fh, tempfile.TemporaryDirectory(
+        prefix="apexkit-image-"
+    ) as tmp, log.step(f"docker build {plan.tag}") as s:
+        context = Path(tmp)  # the recipe, the tool pins and the CA bundle (or an empty file)
+        for name in CONTEXT_FILES:
+            shutil.copy2(DOCKER_DIR / name, context / name)
+        (context / "requirements-tools.txt").write_text(tool_requirements())
+        (context / "ca").mkdir()
+        (context / "ca" / "ca-bundle.pem").write_bytes(
+            plan.ca_bundle.read_bytes() if plan.ca_bundle else b""
+        )
         fh.write(f"image.build {plan.tag}\n" + "".join(f"{k}: {v}\n" for k, v in plan.describe()))
         stream = c.api.build(
             path=str(context),
@@ -611,43 +549,44 @@ def build(plan: ImagePlan, c=None, verbose: bool = True) -> dict:
         error, lines = _follow_build(stream, fh, verbose)
         if error:
             raise _build_failure(error, lines, log_path)
-        info = read_builder_info(c, plan.tag)
+        info = builder_json(c, plan.tag)
+        if info is None:
+            raise ImageError(
+                f"{plan.tag} was built but does not describe itself ({BUILDER_JSON} unreadable)",
+                "rebuild with --no-cache",
+            )
         s.note(f"{len(lines)} lines of output, log {log_path}")
     return info
 
 
 def _follow_build(stream: Iterable[dict], fh, verbose: bool) -> tuple[str, list[str]]:
+    """The daemon's build output, masked, into the log `fh` (timed steps) and onto the console (step lines, and
+    with `verbose` the others). Returns (the daemon's error, "" when none; the lines)."""
     started = time.monotonic()
+    errors: list[str] = []
+
+    def text() -> Iterator[str]:
+        for chunk in stream:
+            if "error" in chunk:
+                errors.append(chunk.get("errorDetail", {}).get("message") or chunk["error"])
+                fh.write(log.mask(errors[-1]) + "\n")
+            else:
+                yield chunk.get("stream", "")
+
     lines: list[str] = []
-    error = ""
-    pending = ""
-    for chunk in stream:
-        if "error" in chunk:
-            error = chunk.get("errorDetail", {}).get("message") or chunk["error"]
-            fh.write(log.mask(error) + "\n")
-            continue
-        pending += chunk.get("stream", "")
-        *complete, pending = pending.split("\n")
-        for line in complete:
-            line = log.mask(_ANSI.sub("", line).rstrip("\r"))
-            lines.append(line)
-            step = _STEP.match(line)
-            fh.write(line + (f"  [+{time.monotonic() - started:.0f}s]" if step else "") + "\n")
-            if step:
-                log.console.print(
-                    f"[bold]  [{step[1]}/{step[2]}][/bold] {log.escape(log.sanitise(step[3][:110]))} "
-                    f"[dim]({log.format_seconds(time.monotonic() - started)})[/dim]"
-                )
-            elif (
-                verbose
-                and line.strip()
-                and not line.startswith((" ---> ", "Removing intermediate container"))
-            ):
-                log.console.print(f"[dim]    {log.escape(log.sanitise(line[:200]))}[/dim]")
-    if pending.strip():
-        lines.append(log.mask(_ANSI.sub("", pending)))
-        fh.write(lines[-1] + "\n")
-    return error, lines
+    for line in dockerclient.lines(text()):
+        line = log.mask(_ANSI.sub("", line).rstrip("\r"))
+        lines.append(line)
+        step, seconds = _STEP.match(line), time.monotonic() - started
+        fh.write(line + (f"  [+{seconds:.0f}s]" if step else "") + "\n")
+        if step:
+            log.console.print(
+                f"[bold]  [{step[1]}/{step[2]}][/bold] {log.escape(log.sanitise(step[3][:110]))} "
+                f"[dim]({log.format_seconds(seconds)})[/dim]"
+            )
+        elif verbose and line.strip() and not line.startswith((" ---> ", "Removing intermediate")):
+            log.console.print(f"[dim]    {log.escape(log.sanitise(line[:200]))}[/dim]")
+    return (errors[-1] if errors else ""), lines
 
 
 def _build_failure(error: str, lines: list[str], log_path: Path) -> ImageError:
@@ -664,18 +603,6 @@ def _build_failure(error: str, lines: list[str], log_path: Path) -> ImageError:
     ):
         hint += f"; downloads failed: check the proxy ({vocab.command('proxy.check')}) and --network host for a loopback proxy"
     return ImageError(f"docker build failed{where}: {log.mask(error.strip()[:200])}", hint)
-
-
-def read_builder_info(c, tag: str) -> dict:
-    """builder.json of the image (the image's default command prints it)."""
-    out = c.containers.run(tag, remove=True, network_mode="none")
-    try:
-        return json.loads(out.decode())
-    except ValueError:
-        raise ImageError(
-            f"{tag} was built but does not describe itself (builder.json unreadable: {out[-80:]!r})",
-            "rebuild with --no-cache",
-        ) from None
 
 
 def summary_lines(info: dict) -> list[str]:
@@ -735,26 +662,17 @@ def base_for_tag(image: str) -> str | None:
     return f"debootstrap:{match[1]}" if match else None
 
 
-def arch_for_tag(image: str) -> str | None:
-    """apexkit/builder:<base>-<arch> -> arch; None when the name does not say."""
-    match = re.fullmatch(re.escape(BUILDER_REPO) + r":.+-(x86_64|aarch64)", image)
-    return match[1] if match else None
-
-
 def build_hint(image: str, arch: str | None = None, data: Mapping | None = None) -> str:
-    """The command that makes a missing builder image, with its own arch and (where the name or matrix.toml
-    [matrix.images] says it) its base."""
-    arch = arch or arch_for_tag(image) or dockerclient.host_arch()
-    known = [
-        choose_image(data or {}, python, arch)
-        for python in (data or {}).get("matrix", {}).get("images", {})
-        if python[:1].isdigit()
-    ]
-    for choice in known:
-        if choice.image == image:
+    """The command that makes a missing builder image, with its own arch (apexkit/builder:<base>-<arch> says it) and
+    (where the name or matrix.toml [matrix.images] says it) its base."""
+    named = re.fullmatch(re.escape(BUILDER_REPO) + r":.+-(x86_64|aarch64)", image)
+    arch = arch or (named[1] if named else dockerclient.host_arch())
+    for python in (data or {}).get("matrix", {}).get("images", {}):
+        choice = choose_image(data or {}, python, arch) if python[:1].isdigit() else None
+        if choice and choice.image == image:
             return choice.build_command
     base = base_for_tag(image)
-    made = default_tag(f"debian:{base.split(':', 1)[1]}", arch) if base else None
+    made = base and default_tag(f"debian:{base.split(':', 1)[1]}", arch)
     tag = "" if made == image else f" --tag {image}"
     return vocab.command("image.build", f"--arch {arch} --base {base or '<base image>'}{tag}")
 
@@ -847,17 +765,12 @@ class ImageFacts:
 # --- list and prune --------------------------------------------------------------------------------------------------
 
 
-def our_images(c) -> list:
-    return c.images.list(filters={"label": f"{LABEL}.builder"}) + c.images.list(
-        filters={"reference": f"{BASE_REPO}"}
-    )
-
-
 def list_rows(c) -> list[dict]:
     current = recipe_digest()
     rows = []
-    for image in our_images(c):
-        labels = image.attrs.get("Config", {}).get("Labels") or {}
+    ours = c.images.list(filters={"label": f"{LABEL}.builder"})
+    for image in ours + c.images.list(filters={"reference": BASE_REPO}):
+        labels = dockerclient.labels(image)
         builder = f"{LABEL}.builder" in labels
         rows.append(
             {
@@ -874,29 +787,24 @@ def list_rows(c) -> list[dict]:
     return rows
 
 
-def prune(
-    c, everything: bool = False, dry_run: bool = False, kept: list[str] | None = None
-) -> list[str]:
-    """Remove stale builder images (recipe changed) and untagged ones; with `everything`, all of ours. An image the
-    daemon will not remove (another image is built FROM it, a container uses it) is kept and named in `kept` with
-    the daemon's reason; the others are removed all the same."""
+def prune(c, everything: bool = False, dry_run: bool = False) -> tuple[list[str], list[str]]:
+    """Remove stale builder images (recipe changed) and untagged ones; with `everything`, all of ours. Returns (the
+    removed, the kept): an image the daemon will not remove (another image is built FROM it, a container uses it) is
+    kept, named with the daemon's reason; the others are removed all the same."""
     import docker
 
-    removed = []
+    removed: list[str] = []
+    kept: list[str] = []
     for row in list_rows(c):
-        if not (everything or row["stale"] or row["tags"] == ["<none>"]):
-            continue
-        name = row["tags"][0] if row["tags"] != ["<none>"] else row["id"]
-        if dry_run:
-            removed.append(name)
+        untagged = row["tags"] == ["<none>"]
+        names = [row["id"]] if untagged else row["tags"]
+        if not (everything or row["stale"] or untagged):
             continue
         try:
-            for tag in row["tags"] if row["tags"] != ["<none>"] else [row["id"]]:
-                c.images.remove(tag, noprune=False)
+            for name in [] if dry_run else names:
+                c.images.remove(name, noprune=False)
+            removed.append(names[0])
         except docker.errors.APIError as exc:
             reason = getattr(exc, "explanation", None) or str(exc)
-            if kept is not None:
-                kept.append(f"{name} ({log.sanitise(str(reason))[:160]})")
-            continue
-        removed.append(name)
-    return removed
+            kept.append(f"{names[0]} ({log.sanitise(str(reason))[:160]})")
+    return removed, kept

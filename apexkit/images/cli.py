@@ -145,11 +145,7 @@ def list_images(o: List) -> int:
 
 
 def prune(o: Prune) -> int:
-    everything, dry_run = o.everything, o.dry_run
-    kept: list[str] = []
-    removed = builder.prune(
-        dockerclient.client(), everything=everything, dry_run=dry_run, kept=kept
-    )
+    removed, kept = builder.prune(dockerclient.client(), everything=o.everything, dry_run=o.dry_run)
     for name in kept:
         log.warn(f"kept {name}")
     if not removed and not kept:
@@ -157,12 +153,12 @@ def prune(o: Prune) -> int:
             "nothing to prune"
             + (
                 ""
-                if everything
+                if o.everything
                 else " (only stale and untagged images; --all removes every apexkit image)"
             )
         )
     for name in removed:
-        log.info(f"{'would remove' if dry_run else 'removed'} {name}")
+        log.info(f"{'would remove' if o.dry_run else 'removed'} {name}")
     return 0
 
 
@@ -179,12 +175,8 @@ def emulation(o: Emulation, binfmt_dir: Path = builder.BINFMT_DIR) -> int:
 
 
 def _enable(arch: str, binfmt_dir: Path, dry_run: bool) -> None:
-    state = builder.emulation(arch, binfmt_dir)
-    if state.usable:
+    if builder.emulation(arch, binfmt_dir).usable:
         return
-    commands = []
-    if not (binfmt_dir / "status").exists():
-        commands.append(["mount", "-t", "binfmt_misc", "binfmt_misc", str(binfmt_dir)])
     if (
         shutil.which("update-binfmts") is None
         or not Path(f"/usr/share/binfmts/qemu-{arch}").exists()
@@ -193,6 +185,8 @@ def _enable(arch: str, binfmt_dir: Path, dry_run: bool) -> None:
             f"QEMU user emulation for {arch} is not installed (no /usr/share/binfmts/qemu-{arch})",
             "apt-get install qemu-user-static binfmt-support (dnf install qemu-user-static), then retry",
         )
+    mount = ["mount", "-t", "binfmt_misc", "binfmt_misc", str(binfmt_dir)]
+    commands = [] if (binfmt_dir / "status").exists() else [mount]
     commands.append(["update-binfmts", "--enable", f"qemu-{arch}"])
     for argv in commands:
         log.echo_command(argv)

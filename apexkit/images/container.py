@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-from apexkit import cann, dockerclient, fsedit, locks, log, netenv, paths, untrusted, vocab
+from apexkit import cann, dockerclient, fsedit, locks, log, netenv, paths, untrusted, urls, vocab
 from apexkit.errors import BuildError, ConfigError, ImageError
 from apexkit.images import builder
 from apexkit.plan import matrix
@@ -99,14 +99,6 @@ class ContainerSpec:
             str(m.host): {"bind": m.container, "mode": "ro" if m.read_only else "rw"}
             for m in self.mounts
         }
-
-
-def invoking_user(environ: Mapping[str, str] | None = None) -> tuple[int, int]:
-    """The user the outputs belong to: SUDO_UID/SUDO_GID under sudo, else this process's."""
-    environ = os.environ if environ is None else environ
-    if os.geteuid() == 0 and environ.get("SUDO_UID", "").isdigit():
-        return int(environ["SUDO_UID"]), int(environ.get("SUDO_GID", environ["SUDO_UID"]))
-    return os.geteuid(), os.getegid()
 
 
 def _file_url_path(url: str) -> Path | None:
@@ -237,8 +229,8 @@ def _passed_environment(
     plain: dict[str, str] = {}
     secret: dict[str, str] = {}
     for name, value in pairs:
-        # a value that may carry a login (user:password@ or token@ in a URL)
-        (secret if "@" in value else plain)[name] = value
+        # a value that may carry a login (user:password@ or token@ in a URL, or a ?token= query)
+        (secret if urls.may_hold_secret(value) else plain)[name] = value
     return plain, secret
 
 
@@ -279,16 +271,15 @@ def inspect_image(c, image: str) -> tuple[dict, str, object]:
             f"image {image} is not in the Docker daemon",
             builder.build_hint(image, data=matrix.load().data),
         )
-    labels = found.attrs.get("Config", {}).get("Labels") or {}
+    labels, arch = dockerclient.labels(found), dockerclient.image_arch(found)
     if f"{builder.LABEL}.builder" not in labels:
         raise ImageError(
             f"{image} is not an apexkit builder image (no {builder.LABEL}.builder label)",
             vocab.command(
-                "image.build",
-                f"--arch {dockerclient.image_arch(found) or dockerclient.host_arch()} --base {image}",
+                "image.build", f"--arch {arch or dockerclient.host_arch()} --base {image}"
             ),
         )
-    return labels, dockerclient.image_arch(found), found
+    return labels, arch, found
 
 
 def run(opts: BuildOptions) -> Path | None:
@@ -307,8 +298,8 @@ def run(opts: BuildOptions) -> Path | None:
     # the dist/<target> the container may leave, from this host's plan: the container never chooses which it replaces
     planned = functools.partial(buildplan.expected_targets, opts, matrix.load(), arch)
     planned()  # an impossible combination (no torch_npu for this torch) fails here, before any container runs
-    emulated = builder.require_emulation(arch)
-    settings = builder.proxy_settings()
+    emulated = builder.emulation(arch).require(f"run {arch} containers")
+    settings = layers.current_settings(layers.Paths())
     spec = make_spec(opts, opts.image, labels, arch, settings=settings)
     log.info(f"build in container {spec.image} ({arch}, {emulated.detail})")
     log.info(f"  {'user':<15}{spec.user}" + (f" ({'; '.join(spec.notes)})" if spec.notes else ""))
@@ -397,9 +388,8 @@ def _run_container(c, spec: ContainerSpec) -> int:
         use_config_proxy=False,
     )
     try:
-        with open_host_log(
-            spec.log_path
-        ) as fh:  # before start: a refused log path leaves nothing running
+        # before start: a refused log path leaves nothing running
+        with dockerclient.open_log(spec.log_path, "container log") as fh:
             container.start()
             stream_output(container.logs(stream=True, follow=True), fh)
         return int(container.wait().get("StatusCode", 1))
@@ -412,45 +402,11 @@ def _run_container(c, spec: ContainerSpec) -> int:
 
 def stream_output(chunks, fh) -> None:
     """The container's output, line by line and masked, into the host's log `fh` and onto stderr."""
-    pending = b""
-    for chunk in chunks:
-        pending += chunk
-        *lines, pending = pending.split(b"\n")
-        for raw in lines:
-            text = log.mask(raw.decode("utf-8", "replace"))
-            fh.write(text + "\n")
-            sys.stderr.write("│ " + log.sanitise(text) + "\n")  # the log keeps the raw text
-        sys.stderr.flush()
-    if pending:
-        text = log.mask(pending.decode("utf-8", "replace"))
+    for line in dockerclient.lines(chunks):
+        text = log.mask(line)
         fh.write(text + "\n")
         sys.stderr.write("│ " + log.sanitise(text) + "\n")  # the log keeps the raw text
-
-
-def open_host_log(path: Path):
-    """`path` truncated for writing as a text file, refused when it is anything but this process's own regular file:
-    never through a symlink (O_NOFOLLOW), never into a FIFO or device (O_NONBLOCK, then fstat), never into a file
-    hard-linked elsewhere. It lives outside the container's mounts (ContainerSpec.log_path); this is the second line."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    hint = f"remove {path} (apexkit writes a fresh log there) and look at who made it"
-    try:
-        fd = untrusted.open_regular(path, write=True, one_link=True)
-    except untrusted.Refused as exc:
-        what = {
-            "link": "it is a symbolic link",
-            "type": "it is not a regular file",
-            "links": "it is not a regular file with one link",
-        }.get(exc.kind, (exc.strerror or "unwritable").lower())
-        raise ImageError(f"refusing to write the container log {path}: {what}", hint) from None
-    try:
-        os.ftruncate(fd, 0)
-        uid, gid = invoking_user()
-        if os.geteuid() == 0 and uid != 0:
-            os.fchown(fd, uid, gid)
-        return os.fdopen(fd, "w", encoding="utf-8")
-    except BaseException:
-        os.close(fd)
-        raise
+        sys.stderr.flush()
 
 
 def _failure(code: int, spec: ContainerSpec) -> ImageError:
@@ -529,23 +485,14 @@ def _publish(
             raise untrusted.Untrusted(
                 f"{untrusted.shown(produced.name)} is not a target directory directly in {where}"
             )
-        dist_fd = untrusted.open_dir(where)
-        try:
-            target_fd = untrusted.open_dir(produced.name, dist_fd)
-        finally:
-            os.close(dist_fd)
-        try:
+        with untrusted.opened_dir(where) as dist_fd, untrusted.opened_dir(
+            produced.name, dist_fd
+        ) as target_fd:
             manifest, name = distdir.read_manifest(target_fd)
             # a planted link is refused first, as itself, then the plan is checked
             src = untrusted.open_regular(name, target_fd)
-            try:
-                distdir.check_planned(produced.name, manifest, planned)
-            except BaseException:
-                os.close(src)
-                raise
-        finally:
-            os.close(target_fd)
         try:
+            distdir.check_planned(produced.name, manifest, planned)
             # never over a target built from other inputs (distdir.check_overwrite) unless `force`
             with distdir.lock(dist_dir, produced.name):
                 distdir.check_overwrite(
@@ -567,7 +514,7 @@ def _publish(
             f"nothing was copied to {dist_dir}; inspect {left} and the image {spec.image} "
             f"(rebuild it with {vocab.command('image.build')})",
         ) from None
-    uid, gid = invoking_user()
+    uid, gid = dockerclient.invoking_user()
     if os.geteuid() == 0 and uid != 0:
         locks_dir = (
             dist_dir / ".locks"

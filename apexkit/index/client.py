@@ -27,7 +27,7 @@ import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from apexkit import log, netenv, pipconfig, vocab
+from apexkit import log, netenv, pipconfig, urls, vocab
 from apexkit.errors import ConfigError, SourceError
 from apexkit.wheel.sources import RetryPolicy
 
@@ -37,6 +37,32 @@ SCHEMES = ("http", "https")  # what the client asks, and what a remote page may 
 
 def unreachable_hint() -> str:
     return f"check the proxy ({vocab.command('proxy.check')}) or pass --index-url"
+
+
+CA_HINT = (
+    "give the CA that signed its certificate: PIP_CERT=FILE, or pip's cert (pip config set global.cert FILE: "
+    "cert = FILE in pip.conf), or SSL_CERT_FILE=FILE"
+)
+
+
+class Denied(SourceError):
+    """The index answered, but not to this client as configured: its TLS certificate is not verified by the CA
+    bundle given, or it refused the credentials (HTTP 401/403). Asking again does not help: with a team index
+    configured, the build and `install` stop on it (unless asked to fall back to compiling)."""
+
+
+def credentials_refused(cl: Client, url: str, code: int) -> Denied:
+    """The error for an index that answered `url` with 401/403: where the credentials came from, masked."""
+    sent = (
+        "the user:password@ of its URL was sent"
+        if cl._authorization(url)
+        else "none were sent: its URL has no user:password@"
+    )
+    return Denied(
+        f"credentials refused by {log.mask(url)} (HTTP {code}; {sent})",
+        "put the right user:password@ in the index URL (percent-encode reserved characters), or ask the index's "
+        "owner for access",
+    )
 
 
 INDEX_HINT = "pass --index-url with a PEP 503/691 simple index that serves torch-npu (e.g. https://pypi.org/simple)"
@@ -111,12 +137,14 @@ def check_index_url(url: str, where: str) -> None:
     if not url:
         return
     hint = (
-        "pass --index-url with an http://, https:// or file:// simple index (e.g. https://pypi.org/simple)"
-        if where == "--index-url"
+        f"pass {where} with an http://, https:// or file:// index (e.g. https://pypi.org/simple)"
+        if where.startswith("--")
         else "fix it (pip config list; pip config set global.index-url URL) or pass --index-url"
     )
     try:
         parts = urllib.parse.urlsplit(url)
+        if parts.scheme.lower() in SCHEMES and parts.hostname:
+            urls.index_url(url, where)  # the one URL validator: a password is never quoted
         _ = parts.port  # raises ValueError for a port that is not a number
     except ValueError as exc:
         raise ConfigError(f"{where} {log.mask(url)} is not a URL ({exc})", hint) from None
@@ -245,12 +273,9 @@ class Client:
                 f"cannot reach the proxy{self.via(url)[10:]} for {target}: connection refused",
                 f"is the proxy running? check it with {vocab.command('proxy.check')}",
             )
-        hint = (
-            "pass your proxy's CA bundle (pip config set global.cert FILE, or PIP_CERT)"
-            if "certificate" in reason
-            else unreachable_hint()
-        )
-        return SourceError(f"cannot reach {target}{self.via(url)}: {reason}", hint)
+        if "certificate" in reason:
+            return Denied(f"cannot reach {target}{self.via(url)}: {reason}", CA_HINT)
+        return SourceError(f"cannot reach {target}{self.via(url)}: {reason}", unreachable_hint())
 
     def _authorization(self, url: str) -> str | None:
         """The Basic auth header for `url`: that of the index with the same scheme, host and port, if any."""

@@ -11,7 +11,9 @@ digests, facts as plain strings: publish.check_facts), an entry that fails is le
 taken only when the bytes downloaded match the sha256 of index.json and of its own build manifest, the provenance
 names that wheel with that sha256, the SBOM describes it, and the zip reads back (the same checks as a hit of the
 local wheel cache); anything else is `Refused`. A network failure is `Unreachable`: callers fall back to building
-(build) or say so (install).
+(build) or say so (install). An index that answers but refuses this client (TLS not verified by the CA given,
+credentials refused: HTTP 401/403) is `client.Denied`: the build and install stop with its fix, unless asked to
+fall back (--team-index-fallback, APEXKIT_TEAM_INDEX_FALLBACK=1).
 """
 
 from __future__ import annotations
@@ -117,14 +119,22 @@ def _get(cl: client.Client, url: str, limit: int) -> bytes:
     try:
         with cl.open(url) as response:
             body = response.read(limit + 1)
-    except urllib.error.HTTPError as exc:
-        raise Unreachable(f"{client.public_url(url)}: HTTP {exc.code}") from None
-    except (ApexkitError, OSError, ValueError) as exc:
-        raise Unreachable(_why(exc)) from None
+    except (urllib.error.HTTPError, ApexkitError, OSError, ValueError) as exc:
+        raise _unreachable(cl, url, exc) from None
     if len(body) > limit:
         raise Refused(f"{client.public_url(url)} is larger than {limit} bytes")
     cl.count(len(body))
     return body
+
+
+def _unreachable(cl: client.Client, url: str, exc: BaseException) -> Exception:
+    """What a failed read of `url` raises: client.Denied (TLS not verified, credentials refused: asking again or
+    another index does not help, the fix is the user's) as it is, else Unreachable with the cause."""
+    if isinstance(exc, urllib.error.HTTPError):
+        if exc.code in (401, 403):
+            return client.credentials_refused(cl, url, exc.code)
+        return Unreachable(f"{client.public_url(url)}: HTTP {exc.code}")
+    return exc if isinstance(exc, client.Denied) else Unreachable(_why(exc))
 
 
 def _download(cl: client.Client, url: str, dest: Path, limit: int) -> str:
@@ -147,10 +157,8 @@ def _download(cl: client.Client, url: str, dest: Path, limit: int) -> str:
                     raise Refused(f"{client.public_url(url)} is larger than {limit} bytes")
                 digest.update(chunk)
                 out.write(chunk)
-    except urllib.error.HTTPError as exc:
-        raise Unreachable(f"{client.public_url(url)}: HTTP {exc.code}") from None
-    except (ApexkitError, OSError, ValueError) as exc:
-        raise Unreachable(_why(exc)) from None
+    except (urllib.error.HTTPError, ApexkitError, OSError, ValueError) as exc:
+        raise _unreachable(cl, url, exc) from None
     cl.count(size)
     return digest.hexdigest()
 
@@ -506,6 +514,8 @@ def build_lookup(indexes: Sequence[str], env: Mapping[str, str]) -> RemoteLookup
             except Refused as exc:
                 log.warn(f"team index {where}: wheel refused ({exc}); nothing of it kept: {then}")
                 continue
+            except client.Denied:  # the builder stops on it (unless --team-index-fallback)
+                raise
             except (Unreachable, ApexkitError, OSError) as exc:
                 log.warn(f"team index {where}: {cause(exc)}: {then}")
                 continue

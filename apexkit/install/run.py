@@ -24,19 +24,21 @@ import hashlib
 import json
 import os
 import shlex
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from apexkit import cachetrust, envvars, locks, log, untrusted, vocab
-from apexkit.errors import ConfigError, EnvironmentSetupError
-from apexkit.install import fit
+from apexkit import cachetrust, envvars, locks, log, paths, untrusted, vocab
+from apexkit.errors import ApexkitError, ConfigError, EnvironmentSetupError
+from apexkit.install import files, fit
 from apexkit.install import target as targets
 from apexkit.install.target import Target
 
@@ -71,12 +73,48 @@ class Result:
         return dataclasses.asdict(self)
 
 
-def _lock_path(python: str) -> Path:
+def _lock_path(python: str, suffix: str = "") -> Path:
     """Where the lock on one venv lives: the apexkit cache, keyed by the venv's directory (nothing is written into the
-    venv itself)."""
+    venv itself); with `suffix`, its journal (".journal") and its work folder (".work", emptied by each run)."""
     root = os.path.realpath(Path(python).expanduser().parent.parent)
     digest = hashlib.sha256(root.encode()).hexdigest()[:24]
-    return cachetrust.root() / "install-locks" / digest
+    return cachetrust.root() / "install-locks" / (digest + suffix)
+
+
+def _work(python: str) -> str:
+    """The folder of this run's temporary folders (the wheel's copy, pip's report): in the cache, not /tmp, so
+    that a run killed -9 leaves them where the next run into the venv removes them (`_repair`)."""
+    return str(cachetrust.make_dir(_lock_path(python, ".work"), 0o700))
+
+
+def _repair(python: str, named: str, environ: Mapping[str, str]) -> None:
+    """What a run into this venv that was killed left: its temporary folders, and, by its journal, what its pip
+    calls installed (uninstalled again) and the files pip wrote before it died, which no distribution lists
+    (removed). One line says so."""
+    import shutil
+
+    shutil.rmtree(_lock_path(python, ".work"), ignore_errors=True)
+    journal = files.Journal(_lock_path(python, ".journal"))
+    found = files.read_journal(journal.path)
+    if found is None:
+        return journal.done()
+    paths, dists = found
+    now = targets.probe(python, named, environ, versions_only=True)
+    back = [n for n, was in dists.items() if n in now.dists and now.dists[n] != was]
+    removed, kept = _take_back(now, back, named, environ)
+    after = targets.probe(python, named, environ, versions_only=True)
+    orphans = files.remove_orphans(paths, after, files.owners(after))
+    what = [f"{', '.join(removed)} uninstalled"] if removed else []
+    what += [f"removed {len(orphans)} files it left ({', '.join(orphans[:3])})"] if orphans else []
+    what += [_kept(kept)] if kept else []
+    if dists.get("apex") and "apex" not in after.dists:
+        what.append(f"the venv's apex {dists['apex']} is gone: install it again")
+    log.warn(
+        f"an earlier apexkit install into {named} was interrupted: "
+        + ("; ".join(what) or "it had changed nothing")
+        + "; repaired"
+    )
+    journal.done()
 
 
 def indexes_from(given: Sequence[str] | None, environ: Mapping[str, str]) -> list[str]:
@@ -113,8 +151,64 @@ def main(
     build: Builder,
 ) -> int:
     """`build`: the one door to a wheel build (commands.build_wheel: python, argv, prog -> dist/<target>/), passed in
-    by the command edge."""
+    by the command edge. With `as_json`, a failure too is one object on stdout (status "failed", error, hint)."""
     environ = os.environ if environ is None else environ
+    try:
+        with _terminated_as_interrupt():
+            result = _main(
+                venv,
+                interpreter,
+                index,
+                no_build,
+                publish_to,
+                build_options,
+                dry_run,
+                as_json,
+                environ,
+                build,
+            )
+    except ApexkitError as exc:
+        if as_json:
+            failed = {"status": "failed", "error": log.mask(exc.cause), "hint": log.mask(exc.hint)}
+            print(json.dumps({**failed, "exit_code": exc.exit_code, "venv": venv or interpreter}))
+        raise
+    if as_json:
+        print(json.dumps(result.as_dict()))
+    else:
+        log.out(_summary(result))
+    return 0
+
+
+@contextlib.contextmanager
+def _terminated_as_interrupt() -> Iterator[None]:
+    """SIGTERM (a closed session, `up` stopped, a scheduler) as Ctrl-C: the temporary folders are removed, pip is
+    killed and what it wrote into the venv taken back (`_repair`), not left half-written."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
+
+
+def _main(
+    venv: str | None,
+    interpreter: str | None,
+    index: list[str] | None,
+    no_build: bool,
+    publish_to: str | None,
+    build_options: str,
+    dry_run: bool,
+    as_json: bool,
+    environ: Mapping[str, str],
+    build: Builder,
+) -> Result:
     python, named = targets.interpreter_for(venv, interpreter, environ)
     indexes = indexes_from(index, environ)
     if publish_to is not None and Path(publish_to).exists() and not Path(publish_to).is_dir():
@@ -124,29 +218,30 @@ def main(
     lock = _lock_path(python)
     try:
         with locks.hold(lock, f"apexkit install into {named}", wait=False):
-            result = _run(
-                python,
-                named,
-                indexes,
-                no_build,
-                publish_to,
-                build_options,
-                dry_run,
-                as_json,
-                environ,
-                build,
-            )
+            _repair(python, named, environ)
+            try:
+                return _run(
+                    python,
+                    named,
+                    indexes,
+                    no_build,
+                    publish_to,
+                    build_options,
+                    dry_run,
+                    as_json,
+                    environ,
+                    build,
+                )
+            except KeyboardInterrupt:
+                with contextlib.suppress(Exception):
+                    _repair(python, named, environ)
+                raise
     except locks.Busy as exc:
         raise InstallError(
             f"another apexkit install into {named} is running"
             + (f" (pid {exc.pid})" if exc.pid else ""),
             "wait for it to finish, then run apexkit install again",
         ) from None
-    if as_json:
-        print(json.dumps(result.as_dict()))
-    else:
-        log.out(_summary(result))
-    return 0
 
 
 def _summary(r: Result) -> str:
@@ -181,7 +276,7 @@ def _run(
     result = Result(
         "would-build", None, None, "build", before.venv, None, before.torch, before.torch_npu
     )
-    with tempfile.TemporaryDirectory(prefix="apexkit-install-") as work:
+    with tempfile.TemporaryDirectory(prefix="apexkit-install-", dir=_work(python)) as work:
         if indexes:
             found = _from_index(before, indexes, Path(work), dry_run, environ)
             if found is not None:
@@ -278,10 +373,26 @@ def _from_index(
 ):
     """(candidate, the verified wheel file or None for a dry run, its sha256) of the first fitting wheel, or None
     (a miss, or every fitting one out of reach: one line each). A refused file is an error: nothing installed."""
+    from apexkit import config
     from apexkit.index import remote
+    from apexkit.wheel import options
 
+    told = config.told(
+        "team_indexes", indexes, environ
+    )  # a project file's index: say so in every line
+    if told:
+        log.notice(f"team index {', '.join(map(_shown, indexes))}{told}")
     client = remote.make_client(indexes, environ)
-    candidates, near = remote.find_by_facts(client, indexes, t.want())
+    try:
+        candidates, near = remote.find_by_facts(client, indexes, t.want())
+    except (
+        remote.client.Denied
+    ) as exc:  # TLS or credentials refused: stop, unless asked to build instead
+        if not options.fallback_asked(environ):
+            raise
+        log.warn(f"{exc.format()} ({options.FALLBACK_ENV}=1: building)")
+        return None
+    candidates = [dataclasses.replace(c, shown=c.shown + told) for c in candidates]
     if not candidates:
         log.info(f"no wheel in the index{'es' if len(indexes) > 1 else ''} fits {t.cell()}")
         for miss in near[:5]:
@@ -365,7 +476,8 @@ def _build(t: Target, build_options: str, as_json: bool, build: Builder) -> Path
 
 
 def _built_wheel(target_dir: Path) -> tuple[Path, str]:
-    """The wheel of dist/<target>/ and its sha256, checked against its manifest.json."""
+    """The wheel of dist/<target>/ (a folder only we can write) and its sha256, checked against its manifest.json."""
+    cachetrust.trusted_output(target_dir, paths.DIST_SETTING, make=False)
     try:
         manifest = untrusted.read_json_object(target_dir / "manifest.json", None, MANIFEST_LIMIT)
         wheel_info = manifest.get("wheel")
@@ -388,12 +500,15 @@ def _built_wheel(target_dir: Path) -> tuple[Path, str]:
 def _install(
     before: Target, named: str, wheel: Path, sha: str, result: Result, status: str, environ
 ) -> Result:
+    owned = files.owners(before)
     try:
         facts = fit.read_wheel(wheel)
         if fit.same_files(facts, before):
             result.status = "already-installed"
             return result
         missing = fit.check_wheel(facts, before)
+        journal = files.Journal(_lock_path(before.python_path, ".journal"))
+        journal.paths = files.check_wheel(wheel, before, owned)
     except fit.Misfit as exc:
         where = "the index's wheel" if result.source != "build" else "the built wheel"
         raise InstallError(
@@ -404,17 +519,59 @@ def _install(
         ) from None
     # from a folder holding only this wheel, by name and version: pip records it as an index install (no
     # direct_url.json), so `pip freeze` says apex==V, not `apex @ file://` a temporary path gone after this run
-    with tempfile.TemporaryDirectory(prefix="apexkit-install-") as folder:
+    torch_files = files.stamp(before, owned, fit.GUARDED)
+    try:
+        _install_files(before, named, wheel, sha, facts, missing, result, journal, environ)
+        after = targets.probe(before.python_path, named, environ, versions_only=True)
+        problems = fit.moved(before, after)
+        problems += [f"a file of torch changed ({p})" for p in files.changed(torch_files)[:3]]
+        if after.apex is None or not fit.same_files(facts, after):
+            problems.append("the wheel's files are not what is installed")
+        problems += fit.unmet(facts.requires_dist, after)
+        if problems:
+            _pip(before, ["uninstall", "--yes", "apex"], environ, quiet=True)
+            raise InstallError(
+                f"after installing {wheel.name} into {named}: {'; '.join(problems)}; apex uninstalled again; "
+                + _undo_apex(before, named, environ, result.added),
+                "report this with the venv's pip list",
+            )
+    except ApexkitError:
+        journal.done()  # taken back: the venv is as it was, as far as words say
+        raise
+    journal.done()
+    result.status = status
+    return result
+
+
+def _install_files(
+    before: Target,
+    named: str,
+    wheel: Path,
+    sha: str,
+    facts: fit.WheelFacts,
+    missing: list[str],
+    result: Result,
+    journal: files.Journal,
+    environ: Mapping[str, str],
+) -> None:
+    """What the wheel requires and the venv lacks, then the wheel itself, each pip call written in the journal
+    first."""
+    with tempfile.TemporaryDirectory(
+        prefix="apexkit-install-", dir=_work(before.python_path)
+    ) as folder:
         _copy(wheel, folder)  # a copy, not a link: the folder holds nothing another user can change
         if untrusted.sha256_file(Path(folder) / wheel.name) != sha:
             raise InstallError(
                 f"{wheel} changed while it was being installed; nothing installed",
                 "run apexkit install again",
             )
-        added = (
-            _add_dependencies(before, named, facts.filename, missing, environ) if missing else []
-        )
-        result.added = added
+        apex = {"apex": before.apex.version if before.apex else None}
+        if missing:
+            result.added = _add_dependencies(
+                before, named, facts.filename, missing, environ, journal, apex
+            )
+        else:
+            journal.add([], apex)
         try:
             _pip(
                 before,
@@ -433,22 +590,8 @@ def _install(
             InstallError
         ) as exc:  # pip may have installed apex and failed after (pip 26 on a legacy version)
             raise InstallError(
-                f"{exc.cause}; {_undo_apex(before, named, environ)}", exc.hint
+                f"{exc.cause}; {_undo_apex(before, named, environ, result.added)}", exc.hint
             ) from None
-    after = targets.probe(before.python_path, named, environ, versions_only=True)
-    problems = fit.moved(before, after)
-    if after.apex is None or not fit.same_files(facts, after):
-        problems.append("the wheel's files are not what is installed")
-    problems += fit.unmet(facts.requires_dist, after)
-    if problems:
-        _pip(before, ["uninstall", "--yes", "apex"], environ, quiet=True)
-        raise InstallError(
-            f"after installing {wheel.name} into {named}: {'; '.join(problems)}; apex uninstalled again; "
-            + _undo_apex(before, named, environ),
-            "report this with the venv's pip list",
-        )
-    result.status = status
-    return result
 
 
 # what a dependency's install takes from this shell: where the user's index is and how to reach it, never what
@@ -482,15 +625,22 @@ REPORT_LIMIT = 4 << 20  # bytes of pip's report read
 
 
 def _add_dependencies(
-    before: Target, named: str, wheel: str, missing: list[str], environ: Mapping[str, str]
+    before: Target,
+    named: str,
+    wheel: str,
+    missing: list[str],
+    environ: Mapping[str, str],
+    journal: files.Journal,
+    apex: dict[str, str | None],
 ) -> list[str]:
     """What the wheel requires and the venv lacks (`packaging>20.6` for NVIDIA apex), from the venv pip's own index
     (its pip.conf and this shell's index settings: the user's mirror), wheels only (no setup.py runs), every
     distribution the venv sees held at its exact version and torch / torch_npu / apex, where absent, kept out by a
     constraints file. pip first says what it would install (--dry-run --report), dependencies of dependencies
     included: all of it must be new, at most MAX_ADDED, none of torch, torch_npu, apex. Then exactly that is
-    installed, --no-deps, and the venv probed again: anything else, and what was added is removed again. The venv is
-    probed first too: a build on a miss can take an hour. Returns what was added, `name==version`."""
+    installed, --no-deps, from the very files pip downloaded and apexkit read first (each must write only under its
+    own names: files.check_wheel), and the venv probed again: anything else, and what was added is removed again.
+    The venv is probed first too: a build on a miss can take an hour. Returns what was added, `name==version`."""
     now = targets.probe(before.python_path, named, environ, versions_only=True)
     moved = fit.moved(before, now)
     if moved:
@@ -509,7 +659,9 @@ def _add_dependencies(
             f"'pip>={REPORT_PIP}'), then run apexkit install again",
         )
     log.info(f"{lacks}: asking its pip what that takes (its own index, everything it has held)")
-    with tempfile.TemporaryDirectory(prefix="apexkit-install-") as folder:
+    with tempfile.TemporaryDirectory(
+        prefix="apexkit-install-", dir=_work(now.python_path)
+    ) as folder:
         held, report = Path(folder) / "constraints.txt", Path(folder) / "report.json"
         held.write_text(_constraints(now))
         resolve = [
@@ -541,6 +693,22 @@ def _add_dependencies(
         # calls (another build of foo 1.0 requiring more) is refused, not installed --no-deps
         pinned = Path(folder) / "requirements.txt"
         pinned.write_text("".join(f"{n}==={v} --hash=sha256:{h}\n" for n, v, h in planned))
+        wheels = Path(folder) / "wheels"
+        fetch = ["--no-deps", "--require-hashes", "--only-binary=:all:"]
+        try:
+            _pip(
+                now,
+                ["download", *fetch, "--dest", str(wheels), "-r", str(pinned)],
+                environ,
+                pip_env=True,
+            )
+        except InstallError as exc:
+            raise InstallError(
+                f"{lacks}, and its pip could not fetch them ({exc.cause}); nothing installed", fix
+            ) from None
+        _check_added(
+            now, named, lacks, wheels, journal, {**{n: None for n, _, _ in planned}, **apex}
+        )
         try:
             _pip(
                 now,
@@ -549,6 +717,9 @@ def _add_dependencies(
                     "--no-deps",
                     "--require-hashes",
                     *resolve,
+                    "--no-index",
+                    "--find-links",
+                    str(wheels),
                     "--requirement",
                     str(pinned),
                 ],
@@ -558,7 +729,7 @@ def _add_dependencies(
         except InstallError as exc:
             raise InstallError(
                 f"{lacks}, and its pip could not add them ({exc.cause}); "
-                + _gone(_take_back(now, named, environ)),
+                + _gone(*_take_back(now, None, named, environ)),
                 fix,
             ) from None
     after = targets.probe(before.python_path, named, environ, versions_only=True)
@@ -571,10 +742,33 @@ def _add_dependencies(
     if problems:
         raise InstallError(
             f"after adding what {wheel} requires to {named}: {'; '.join(problems)}; "
-            + _gone(_take_back(now, named, environ)),
+            + _gone(*_take_back(now, None, named, environ, after)),
             "report this with the venv's pip list",
         )
     return added
+
+
+def _check_added(
+    now: Target,
+    named: str,
+    lacks: str,
+    wheels: Path,
+    journal: files.Journal,
+    dists: dict[str, str | None],
+) -> None:
+    """Each wheel pip downloaded writes only under its own names (files.check_wheel: no .pth, nothing of torch or of
+    any other distribution), read before any of it is installed; then the journal says what is about to be."""
+    owned, paths = files.owners(now), []
+    for path in sorted(wheels.glob("*.whl")):
+        try:
+            paths += files.check_wheel(path, now, owned)
+        except fit.Misfit as exc:
+            raise InstallError(
+                f"{lacks}, and {exc}; nothing installed",
+                "ask whoever publishes that package, or install what you trust by hand, then run apexkit install "
+                "again",
+            ) from None
+    journal.add(paths, dists)
 
 
 def _normal(version: str) -> str:
@@ -647,28 +841,44 @@ def _sha256_of(info: object) -> str | None:
 
 
 def _take_back(
-    t: Target, named: str, environ: Mapping[str, str], now: Target | None = None
-) -> list[str]:
-    """Uninstall what is in the venv `now` (probed here when not given) and was not in `t` (the packages pip just
-    added); returns their names."""
+    t: Target,
+    names: Iterable[str] | None,
+    named: str,
+    environ: Mapping[str, str],
+    now: Target | None = None,
+) -> tuple[list[str], list[str]]:
+    """Uninstall `names` (what this run's pip calls installed; None: what the venv holds `now`, probed here when not
+    given, and `t`, probed just before that pip call, did not) -- each only when no other distribution's RECORD
+    lists one of its files (pip would delete them). Returns (uninstalled, left in place)."""
     after = now or targets.probe(t.python_path, named, environ, versions_only=True)
-    new = sorted(set(after.dists) - set(t.seen))
-    if new:
-        _pip(t, ["uninstall", "--yes", *new], environ, quiet=True)
-    return new
+    wanted = set(after.dists) - set(t.seen) if names is None else set(names) & set(after.dists)
+    owned = files.owners(after)
+    shared = {n for n in wanted if any(n in who and len(who) > 1 for who in owned.values())}
+    gone = sorted(wanted - shared)
+    if gone:
+        _pip(t, ["uninstall", "--yes", *gone], environ, quiet=True)
+    return gone, sorted(shared)
 
 
-def _gone(removed: list[str]) -> str:
+def _kept(kept: list[str]) -> str:
     return (
+        f"{', '.join(kept)} left in place (another distribution lists its files: remove it by hand)"
+    )
+
+
+def _gone(removed: list[str], kept: Sequence[str] = ()) -> str:
+    words = (
         f"{', '.join(removed)} uninstalled again, nothing installed"
         if removed
         else "nothing installed"
     )
+    return f"{words}; {_kept(list(kept))}" if kept else words
 
 
-def _undo_apex(before: Target, named: str, environ: Mapping[str, str]) -> str:
-    """After apex's own pip install failed: an apex other than the venv's before uninstalled, then what was added
-    for it; in words (an apex it replaced cannot be put back: that is said)."""
+def _undo_apex(before: Target, named: str, environ: Mapping[str, str], added: list[str]) -> str:
+    """After apex's own pip install failed: an apex other than the venv's before uninstalled, then what this run
+    added for it (`added`, name==version: never what someone else installed since the start); in words (an apex it
+    replaced cannot be put back: that is said)."""
     now = targets.probe(before.python_path, named, environ, versions_only=True)
     words = []
     if before.apex is not None and (now.apex is None or now.apex.version != before.apex.version):
@@ -676,7 +886,8 @@ def _undo_apex(before: Target, named: str, environ: Mapping[str, str]) -> str:
             _pip(before, ["uninstall", "--yes", "apex"], environ, quiet=True)
             words.append(f"apex {now.apex.version} uninstalled again")
         words.append(f"the venv's apex {before.apex.version} is gone: install that again")
-    return "; ".join([*words, _gone(_take_back(before, named, environ, now))])
+    names = [a.split("==", 1)[0] for a in added]
+    return "; ".join([*words, _gone(*_take_back(before, names, named, environ, now))])
 
 
 def _constraints(t: Target) -> str:
@@ -692,6 +903,26 @@ def _copy(wheel: Path, folder: str) -> None:
     import shutil
 
     shutil.copyfile(wheel, Path(folder) / wheel.name, follow_symlinks=False)
+
+
+def _dies_with(parent: int) -> typing.Callable[[], None] | None:
+    """For pip's child, before it runs: killed when apexkit dies, even by kill -9 (Linux's PR_SET_PDEATHSIG), so no
+    pip goes on writing into the venv after apexkit is gone; None where there is no prctl."""
+    try:
+        import ctypes
+
+        prctl = ctypes.CDLL(
+            None, use_errno=True
+        ).prctl  # looked up here: nothing is loaded after the fork
+    except (OSError, AttributeError):
+        return None
+
+    def set_it() -> None:
+        prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        if os.getppid() != parent:  # apexkit died before that
+            os._exit(1)
+
+    return set_it
 
 
 def _pip(
@@ -722,6 +953,7 @@ def _pip(
             env=env,
             timeout=PIP_TIMEOUT,
             stdin=subprocess.DEVNULL,
+            preexec_fn=_dies_with(os.getpid()),
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise InstallError(

@@ -72,6 +72,8 @@ class Target:
     visible: dict[str, str] = field(default_factory=dict)
     apex: Apex | None = None
     torch_cuda: str | None = None  # torch.version.cuda ("13.0"); None: a CPU build, or no torch
+    site_dirs: tuple[str, ...] = ()  # every folder a distribution is found in (realpath)
+    scripts: str | None = None  # where pip writes a wheel's scripts
 
     @property
     def seen(self) -> dict[str, str]:
@@ -315,6 +317,19 @@ def _apex(data: dict, named: str) -> Apex | None:
     )
 
 
+def _paths(data: dict, named: str) -> tuple[tuple[str, ...], str | None]:
+    """(the site directories, the scripts folder): absolute paths, or none (an older probe's answer)."""
+    paths = data.get("paths")
+    if paths is None:
+        return (), None
+    dirs, scripts = paths.get("site_dirs") if isinstance(paths, dict) else None, None
+    if isinstance(paths, dict):
+        scripts = _str(paths, "scripts", named, optional=True)
+    if not isinstance(dirs, list) or not all(isinstance(d, str) and os.path.isabs(d) for d in dirs):
+        raise _bad(named, "paths.site_dirs is not a list of absolute paths")
+    return tuple(dirs), scripts if scripts and os.path.isabs(scripts) else None
+
+
 def parse(stdout: bytes, python: str, named: str) -> Target:
     """The probe's last stdout line (torch may print before it) as a Target; anything else is one ProbeError."""
     data = _load(stdout, named)
@@ -325,6 +340,7 @@ def parse(stdout: bytes, python: str, named: str) -> Target:
     visible = _dists(data, "visible", named) if data.get("visible") is not None else {}
     apex = _apex(data, named)
     base = _str(data, "base_executable", named, optional=True)
+    site_dirs, scripts = _paths(data, named)
     return Target(
         python_path=python,
         venv=_str(data, "prefix", named) or "",
@@ -347,6 +363,8 @@ def parse(stdout: bytes, python: str, named: str) -> Target:
         torch_cxx11_abi=abi,
         torch_import_error=import_error,
         torch_cuda=torch_cuda,
+        site_dirs=site_dirs,
+        scripts=scripts,
     )
 
 

@@ -16,13 +16,13 @@ import re
 import shutil
 import ssl
 import subprocess
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from urllib.parse import urlsplit
 
 from apexkit import checks, dockerclient, log, netenv, vocab
+from apexkit.proxy import sources
 from apexkit.proxy.layers import Paths, ProxySettings, host_port, read_state, systemd_running
 
 DEFAULT_INDEX = "https://pypi.org/simple/"
@@ -81,22 +81,11 @@ def probe_https(
     url: str, proxy: str | None, ca_bundle: str | None, timeout: float = 20.0
 ) -> tuple[bool, str, str]:
     """One HTTPS GET through `proxy`. Returns (ok, what happened, hint)."""
-    context = (
-        ssl.create_default_context(cafile=ca_bundle) if ca_bundle else ssl.create_default_context()
-    )
-    handlers: list[urllib.request.BaseHandler] = [urllib.request.HTTPSHandler(context=context)]
-    handlers.append(urllib.request.ProxyHandler({"https": proxy, "http": proxy} if proxy else {}))
-    opener = urllib.request.build_opener(*handlers)
-    start = time.monotonic()
     via = f" via {host_port(proxy)}" if proxy else " (direct)"
-    try:
-        with opener.open(urllib.request.Request(url, method="GET"), timeout=timeout) as response:
-            response.read(1024)
-            code = response.status
-    except urllib.error.HTTPError as exc:
-        code = exc.code
-    except (urllib.error.URLError, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
+    request = urllib.request.Request(url, method="GET")
+    proxies = {"https": proxy, "http": proxy} if proxy else {}
+    code, reason, seconds = sources.fetch(request, proxies, ca_bundle, timeout)
+    if code is None:
         text = log.mask(str(reason))
         if isinstance(reason, ssl.SSLCertVerificationError) or "CERTIFICATE_VERIFY_FAILED" in text:
             return (
@@ -122,7 +111,6 @@ def probe_https(
             f"GET {url}{via}: {text}",
             "check the proxy URL and that the index is allowed through it",
         )
-    seconds = time.monotonic() - start
     ok = code < 400
     return (
         ok,

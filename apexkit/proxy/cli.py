@@ -4,17 +4,18 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import difflib
 import hashlib
 import json
 import os
 import stat
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from apexkit import locks, log, netenv, vocab
+from apexkit import fsedit, locks, log, netenv, vocab
 from apexkit.declare import json_option, option
 from apexkit.errors import ConfigError, EnvironmentSetupError
 from apexkit.proxy import check as proxycheck
@@ -186,15 +187,15 @@ def _serialised(paths: proxy.Paths, dry_run: bool) -> Iterator[None]:
 
 def setup(o: Setup) -> int:
     paths = _paths(o)
-    if o.write_config:
-        if not o.pip_index:
-            raise ConfigError(
-                "--write-config records the mirror keys of this setup, and none was given",
-                "add --pip-index URL (written as index_url to the user config file)",
-            )
-        change = plan_user_config(
-            paths, {"index_url": o.pip_index}
-        )  # checked before anything is written
+    if o.write_config and not o.pip_index:
+        raise ConfigError(
+            "--write-config records the mirror keys of this setup, and none was given",
+            "add --pip-index URL (written as index_url to the user config file)",
+        )
+    # the user config file is checked before anything is written
+    write_config = (
+        _user_config(paths, {"index_url": o.pip_index}, o.dry_run) if o.write_config else None
+    )
     settings = proxy.make_settings(
         http=o.http,
         https=o.https,
@@ -204,8 +205,8 @@ def setup(o: Setup) -> int:
     )
     with _serialised(paths, o.dry_run):
         code = _setup(paths, settings, o)
-    if o.write_config:
-        write_user_config(change, o.dry_run)
+    if write_config:
+        write_config()
     return code
 
 
@@ -235,49 +236,36 @@ def _setup(paths: proxy.Paths, settings: proxy.ProxySettings, o: Setup) -> int:
     return 0
 
 
-@dataclasses.dataclass(frozen=True)
-class ConfigChange:
-    display: str  # the user config file as the user knows it
-    target: Path  # where it is written (under --root when given)
-    before: bytes | None
-    after: bytes
-    owner: tuple[int, int] | None
-
-
-def plan_user_config(paths: proxy.Paths, changes: dict[str, object]) -> ConfigChange:
-    """Set `changes` in the user config file (apexkit.config), under --root when given: the file and the values
-    checked now, before the proxy setup writes anything."""
+def _user_config(
+    paths: proxy.Paths, changes: dict[str, object], dry_run: bool
+) -> Callable[[], None]:
+    """Set `changes` in the user config file (apexkit.config), under --root when given: the file and the values are
+    checked now; the returned function shows the diff, then writes the file atomically with mode 0600 (an index
+    URL may hold a password)."""
     from apexkit import config
 
     display = str(config.user_file(paths.environ))
     target = paths.real(display)
     before, after = config.updated_file(target, changes)
-    return ConfigChange(display, target, before, after, paths.home_owner())
+    owner = paths.home_owner()
 
+    def write() -> None:
+        if before == after:
+            log.info(f"unchanged: {display}")
+            return
+        old, new = fsedit.decode(before).splitlines(True), after.decode().splitlines(True)
+        sys.stdout.write(
+            log.mask("".join(difflib.unified_diff(old, new, f"a{display}", f"b{display}")))
+        )
+        if dry_run:
+            log.info(f"would write: {display} (mode 0600)")
+            return
+        fsedit.atomic_write(target, after, 0o600, owner=owner, nofollow=True)
+        log.info(
+            f"written: {display} (mode 0600; {vocab.command('config.show')} lists the effective values)"
+        )
 
-def write_user_config(change: ConfigChange, dry_run: bool) -> None:
-    """The diff shown, then the file written atomically with mode 0600 (an index URL may hold a password)."""
-    import difflib
-
-    from apexkit import fsedit, vocab
-
-    if change.before == change.after:
-        log.info(f"unchanged: {change.display}")
-        return
-    diff = difflib.unified_diff(
-        fsedit.decode(change.before).splitlines(keepends=True),
-        change.after.decode().splitlines(keepends=True),
-        f"a{change.display}",
-        f"b{change.display}",
-    )
-    sys.stdout.write(log.mask("".join(diff)))
-    if dry_run:
-        log.info(f"would write: {change.display} (mode 0600)")
-        return
-    fsedit.atomic_write(change.target, change.after, 0o600, owner=change.owner, nofollow=True)
-    log.info(
-        f"written: {change.display} (mode 0600; {vocab.command('config.show')} lists the effective values)"
-    )
+    return write
 
 
 def remove(o: Remove) -> int:
@@ -285,7 +273,7 @@ def remove(o: Remove) -> int:
     try:
         with _serialised(paths, dry_run):
             results = proxy.remove(paths, dry_run=dry_run, layers=_layers(o.layers))
-    except proxy.fsedit.UndoError as exc:
+    except fsedit.UndoError as exc:
         for item in exc.results:  # what happened to the other files, then the one error line
             log.info(
                 f"{item.how}: {item.display}"
@@ -317,13 +305,13 @@ def show(o: Show) -> int:
             s = entry["settings"]
             extra = entry.get("profile") or entry.get("daemon_mode")
             print(f"  {name}{f' ({extra})' if extra else ''}:")
-            for key in ("http", "https", "ca_bundle", "pip_index"):
-                if s.get(key):
-                    print(f"    {key:<16} {s[key]}")
+            shown = {k: s.get(k) for k in ("http", "https", "ca_bundle", "pip_index")}
             if s.get("http") or s.get("https"):
-                print(f"    {'no_proxy':<16} {','.join(s.get('no_proxy') or [])}")
-            if s.get("registry_mirrors"):
-                print(f"    {'registry_mirrors':<16} {','.join(s['registry_mirrors'])}")
+                shown["no_proxy"] = ",".join(s.get("no_proxy") or [])
+            shown["registry_mirrors"] = ",".join(s.get("registry_mirrors") or [])
+            print(
+                "".join(f"    {key:<16} {value}\n" for key, value in shown.items() if value), end=""
+            )
     else:
         print("settings: none saved (invoke proxy.setup has not run here)")
     for name, layer in data["layers"].items():

@@ -14,6 +14,7 @@ Credentials are masked in every output; files that hold them are 0600.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import ipaddress
 import os
 import re
@@ -127,10 +128,11 @@ class ProxySettings:
         return env
 
     def to_json(self) -> dict:
-        data = asdict(self)
-        data["no_proxy"] = list(self.no_proxy)
-        data["registry_mirrors"] = list(self.registry_mirrors)
-        return data
+        return {
+            **asdict(self),
+            "no_proxy": list(self.no_proxy),
+            "registry_mirrors": list(self.registry_mirrors),
+        }
 
     def validated(self) -> ProxySettings:
         """The same settings, each URL through the one validator (saved settings are read back from a file)."""
@@ -434,29 +436,8 @@ def daemon_environment(paths: Paths) -> dict[str, str]:
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def _secret_mode(holds_secret: bool, current: int | None, default: int = 0o644) -> int:
-    if holds_secret:
-        return 0o600
-    return current if current is not None else default
-
-
 def _has_userinfo(*values: str | None) -> bool:
     return any(urls.has_userinfo(u) for u in values)
-
-
-def _json_undo(keys: Sequence[tuple[str, ...]], indent: str | int):
-    """Undo for a JSON file edited since: each key path we manage goes back to its original value (or away)."""
-
-    def undo(display: str, current: bytes, original: bytes | None, record: dict) -> bytes | None:
-        now = fsedit.load_json_object(Path(display), display, current)
-        before = fsedit.load_json_object(Path(display), display, original)
-        for key_path in keys:
-            _set_path(now, key_path, _get_path(before, key_path))
-        if not now and original is None:
-            return None
-        return fsedit.dump_json(now, indent)
-
-    return undo
 
 
 _MISSING = object()
@@ -470,66 +451,75 @@ def _get_path(data: dict, key_path: tuple[str, ...]):
     return data
 
 
-def _set_path(data: dict, key_path: tuple[str, ...], value) -> None:
+def _set_path(data: dict, key_path: Sequence[str], value) -> None:
     """Set a nested key; with _MISSING, delete it and drop the parents that became empty."""
-    *parents, last = key_path
-    if value is not _MISSING:
-        node = data
-        for key in parents:
-            if not isinstance(node.get(key), dict):
-                node[key] = {}
-            node = node[key]
-        node[last] = value
+    key, *rest = key_path
+    if not rest:
+        if value is _MISSING:
+            data.pop(key, None)
+        else:
+            data[key] = value
         return
-    nodes = [data]
-    for key in parents:
-        child = nodes[-1].get(key)
-        if not isinstance(child, dict):
+    if not isinstance(data.get(key), dict):
+        if value is _MISSING:
             return
-        nodes.append(child)
-    nodes[-1].pop(last, None)
-    for node, key in zip(reversed(nodes[:-1]), reversed(parents)):
-        if node.get(key) == {}:
-            node.pop(key)
+        data[key] = {}
+    _set_path(data[key], rest, value)
+    if not data[key]:
+        data.pop(key)
 
 
-def _shell_undo(display: str, current: bytes, original: bytes | None, record: dict) -> bytes | None:
-    text = BLOCK.strip(
-        fsedit.decode(current), added_newline=record.get("added_newline", False), display=display
-    )
-    return None if not text and original is None else fsedit.encode(text)
-
-
-def _ini_undo(keys: Sequence[str]):
-    def undo(display: str, current: bytes, original: bytes | None, record: dict) -> bytes | None:
-        text = fsedit.decode(current)
-        before = fsedit.decode(original)
-        for key in keys:
-            text = fsedit.ini_set(text, "global", key, fsedit.ini_get(before, "global", key))
-        if original is None and not re.sub(r"\[global\]\s*", "", text).strip():
-            return None
-        return fsedit.encode(text)
-
-    return undo
-
-
-def _whole_file_undo(
-    display: str, current: bytes, original: bytes | None, record: dict
-) -> bytes | None:
-    return original
+def _undo(paths: Paths, display: str, current: bytes, original: bytes | None, record: dict):
+    """Undo for a file edited since apexkit wrote it: only apexkit's part goes (the shell block; the JSON keys and
+    pip.conf keys apexkit manages, back to their original values or away); a file of apexkit's own goes back whole.
+    A file left empty that did not exist before is deleted (None)."""
+    layer = paths.layer_of(display)
+    if layer == "shell":
+        added_newline = record.get("added_newline", False)
+        text = BLOCK.strip(fsedit.decode(current), added_newline=added_newline, display=display)
+        return None if not text and original is None else fsedit.encode(text)
+    if layer == "pip":
+        text, old = fsedit.decode(current), fsedit.decode(original)
+        for key in ("index-url", "trusted-host"):
+            text = fsedit.ini_set(text, "global", key, fsedit.ini_get(old, "global", key))
+        empty = not re.sub(r"\[global\]\s*", "", text).strip()
+        return None if empty and original is None else fsedit.encode(text)
+    json_keys: dict[str, list[tuple[str, ...]]] = {
+        paths.daemon_json: [("proxies",), ("registry-mirrors",)],
+        paths.docker_config: [("proxies", "default")],
+    }
+    keys = json_keys.get(display)
+    if keys is None:
+        return original
+    now = fsedit.load_json_object(Path(display), display, current)
+    before = fsedit.load_json_object(Path(display), display, original)
+    for key_path in keys:
+        _set_path(now, key_path, _get_path(before, key_path))
+    if not now and original is None:
+        return None
+    return fsedit.dump_json(now, 2 if display == paths.daemon_json else "\t")
 
 
 def _change(
-    paths: Paths, display: str, new: bytes | None, mode: int, undo, note: str = "", **extra
+    paths: Paths,
+    display: str,
+    new: bytes | None,
+    secret: bool = False,
+    note: str = "",
+    mode: int | None = None,
+    extra: dict | None = None,
 ) -> fsedit.Change:
+    """The change of one layer file: 0600 when it holds credentials, else the mode it has (new: 0644)."""
+    if mode is None:
+        current = fsedit.file_mode(paths.real(display))
+        mode = 0o600 if secret else 0o644 if current is None else current
     return fsedit.Change(
         display,
         paths.real(display),
         new,
         mode=mode,
-        note=note,
-        undo=undo,
-        extra=extra,
+        note=note or ("holds credentials: 0600" if secret else ""),
+        extra=extra or {},
         within=paths.within,
         new_owner=paths.owner_for(display),
     )
@@ -543,9 +533,12 @@ def _read(paths: Paths, display: str) -> bytes | None:
     return fsedit.read_target(fsedit.write_target(real, display, paths.within), display)
 
 
-def plan_shell(settings: ProxySettings, paths: Paths) -> list[fsedit.Change]:
+def _read_json(paths: Paths, display: str) -> dict:
+    return fsedit.load_json_object(paths.real(display), display, _read(paths, display))
+
+
+def plan_shell(settings: ProxySettings, paths: Paths, mode: str) -> list[fsedit.Change]:
     display = paths.shell_profile
-    real = paths.real(display)
     current = fsedit.decode(_read(paths, display))
     env = settings.environment()
     if not env:
@@ -553,48 +546,29 @@ def plan_shell(settings: ProxySettings, paths: Paths) -> list[fsedit.Change]:
     block = BLOCK.render(shell_exports(env).splitlines(), BLOCK_COMMENT)
     appended = BLOCK.find(current, display) is None
     text, added_newline = BLOCK.put(current, block, display)
-    secret = settings.has_credentials
-    note = "holds credentials: 0600" if secret else ""
     # whether a newline was added before the block is known only when it is appended: a block replaced in place
     # keeps what the record says
     extra = {"added_newline": added_newline} if appended else {}
-    return [
-        _change(
-            paths,
-            display,
-            fsedit.encode(text),
-            _secret_mode(secret, fsedit.file_mode(real)),
-            _shell_undo,
-            note,
-            **extra,
-        )
-    ]
+    return [_change(paths, display, fsedit.encode(text), settings.has_credentials, extra=extra)]
 
 
 def plan_daemon(settings: ProxySettings, paths: Paths, mode: str) -> list[fsedit.Change]:
-    changes: list[fsedit.Change] = []
     secret = _has_userinfo(settings.http, settings.https)
-    note = "holds credentials: 0600" if secret else ""
-    proxied = bool(settings.http or settings.https)
-    for kind, display in paths.dropins.items():
-        url = settings.http if kind == "http" else settings.https
-        if mode == "systemd" and proxied and url:
-            content = render_dropin(
-                {f"{kind.upper()}_PROXY": url, "NO_PROXY": settings.no_proxy_text}
-            )
-            changes.append(
-                _change(paths, display, content, 0o600 if secret else 0o644, _whole_file_undo, note)
-            )
-    json_keys: list[tuple[str, ...]] = []
-    if mode == "daemon-json" and proxied:
-        json_keys.append(("proxies",))
-    if settings.registry_mirrors:
-        json_keys.append(("registry-mirrors",))
-    if json_keys:
-        real = paths.real(paths.daemon_json)
-        old = _read(paths, paths.daemon_json)
-        data = fsedit.load_json_object(real, paths.daemon_json, old)
-        if ("proxies",) in json_keys:
+    changes = [
+        _change(
+            paths,
+            display,
+            render_dropin({f"{kind.upper()}_PROXY": url, "NO_PROXY": settings.no_proxy_text}),
+            secret,
+            mode=0o600 if secret else 0o644,
+        )
+        for kind, display in paths.dropins.items()
+        if mode == "systemd" and (url := getattr(settings, kind))
+    ]
+    json_proxies = mode == "daemon-json" and bool(settings.http or settings.https)
+    if json_proxies or settings.registry_mirrors:
+        data = _read_json(paths, paths.daemon_json)
+        if json_proxies:
             proxies = {
                 k: v
                 for k, v in (("http-proxy", settings.http), ("https-proxy", settings.https))
@@ -603,75 +577,44 @@ def plan_daemon(settings: ProxySettings, paths: Paths, mode: str) -> list[fsedit
             data["proxies"] = {**proxies, "no-proxy": settings.no_proxy_text}
         if settings.registry_mirrors:
             data["registry-mirrors"] = list(settings.registry_mirrors)
-        json_secret = secret and ("proxies",) in json_keys
-        changes.append(
-            _change(
-                paths,
-                paths.daemon_json,
-                fsedit.dump_json(data),
-                _secret_mode(json_secret, fsedit.file_mode(real)),
-                _json_undo(json_keys, 2),
-                note if json_secret else "",
-            )
-        )
+        data_json = fsedit.dump_json(data)
+        changes.append(_change(paths, paths.daemon_json, data_json, secret and json_proxies))
     return changes
 
 
-def plan_container(settings: ProxySettings, paths: Paths) -> list[fsedit.Change]:
+def plan_container(settings: ProxySettings, paths: Paths, mode: str) -> list[fsedit.Change]:
     if not (settings.http or settings.https):
         return []
-    real = paths.real(paths.docker_config)
-    data = fsedit.load_json_object(real, paths.docker_config, _read(paths, paths.docker_config))
+    data = _read_json(paths, paths.docker_config)
     default = {k: v for k, v in (("httpProxy", settings.http), ("httpsProxy", settings.https)) if v}
     default["noProxy"] = settings.no_proxy_text
     proxies = found if isinstance(found := data.get("proxies"), dict) else {}
     data["proxies"] = {**proxies, "default": default}
     # the docker CLI writes config.json 0600 with tab indentation; keep both
+    new = fsedit.dump_json(data, "\t")
     return [
-        _change(
-            paths,
-            paths.docker_config,
-            fsedit.dump_json(data, "\t"),
-            0o600,
-            _json_undo([("proxies", "default")], "\t"),
-            "0600, like the docker CLI's own",
-        )
+        _change(paths, paths.docker_config, new, note="0600, like the docker CLI's own", mode=0o600)
     ]
 
 
-def plan_pip(settings: ProxySettings, paths: Paths) -> list[fsedit.Change]:
+def plan_pip(settings: ProxySettings, paths: Paths, mode: str) -> list[fsedit.Change]:
     if not settings.pip_index:
         return []
-    real = paths.real(paths.pip_conf)
     text = fsedit.decode(_read(paths, paths.pip_conf))
     text = fsedit.ini_set(text, "global", "index-url", settings.pip_index)
     parts = urlsplit(settings.pip_index)
-    keys = ["index-url"]
     if parts.scheme == "http":  # pip refuses plain-http indexes unless the host is trusted
         text = fsedit.ini_set(text, "global", "trusted-host", parts.hostname)
-        keys.append("trusted-host")
     secret = _has_userinfo(settings.pip_index)
-    return [
-        _change(
-            paths,
-            paths.pip_conf,
-            fsedit.encode(text),
-            _secret_mode(secret, fsedit.file_mode(real)),
-            _ini_undo(keys),
-            "holds credentials: 0600" if secret else "",
-        )
-    ]
+    return [_change(paths, paths.pip_conf, fsedit.encode(text), secret)]
 
 
-def layer_uses(layer: str, settings: ProxySettings) -> bool:
-    """Whether these settings give `layer` anything to write."""
-    if layer == "shell":
-        return bool(settings.environment())
-    if layer == "daemon":
-        return bool(settings.http or settings.https or settings.registry_mirrors)
-    if layer == "container":
-        return bool(settings.http or settings.https)
-    return layer == "pip" and bool(settings.pip_index)
+PLANNERS = {
+    "shell": plan_shell,
+    "daemon": plan_daemon,
+    "container": plan_container,
+    "pip": plan_pip,
+}
 
 
 def state_layers(
@@ -680,45 +623,26 @@ def state_layers(
     """The settings of every layer after this run: the layers it is given get these settings (or none, when the
     settings give them nothing to write), every other layer keeps the settings of the run that set it up."""
     saved = {name: entry for name, entry in load_saved(paths).items() if name not in layers}
-    for layer in layers:
-        if layer_uses(layer, settings):
-            saved[layer] = SavedLayer(
-                settings,
-                daemon_mode if layer == "daemon" else None,
-                paths.shell_profile if layer == "shell" else None,
-            )
+    proxied = bool(settings.http or settings.https)
+    uses = {
+        "shell": bool(settings.environment()),
+        "daemon": proxied or bool(settings.registry_mirrors),
+        "container": proxied,
+        "pip": bool(settings.pip_index),
+    }
+    for layer in (layer for layer in layers if uses[layer]):
+        saved[layer] = SavedLayer(
+            settings,
+            daemon_mode if layer == "daemon" else None,
+            paths.shell_profile if layer == "shell" else None,
+        )
     return {name: saved[name] for name in LAYERS if name in saved}
 
 
 def _settings_change(paths: Paths, saved: Mapping[str, SavedLayer]) -> fsedit.Change:
     state = {"version": 2, "layers": {name: entry.to_json() for name, entry in saved.items()}}
-    return _change(
-        paths,
-        paths.settings_file,
-        fsedit.dump_json(state),
-        0o600,
-        _whole_file_undo,
-        "holds the settings: 0600",
-    )
-
-
-def plan_state(
-    settings: ProxySettings,
-    paths: Paths,
-    layers: Sequence[str],
-    daemon_mode: str,
-    ca_bytes: bytes | None,
-) -> list[fsedit.Change]:
-    saved = state_layers(settings, paths, layers, daemon_mode)
-    changes = [_settings_change(paths, saved)] if saved else []
-    if ca_bytes is not None:
-        count = ca_bytes.count(b"-----BEGIN CERTIFICATE-----")
-        change = _change(
-            paths, paths.ca_bundle, ca_bytes, 0o644, _whole_file_undo, "system CAs + the given CA"
-        )
-        change.summary = f"{count} certificates (the system bundle plus --ca-cert)"
-        changes.append(change)
-    return changes
+    new = fsedit.dump_json(state)
+    return _change(paths, paths.settings_file, new, note="holds the settings: 0600", mode=0o600)
 
 
 def build_ca_bundle(ca_cert: str, system_bundles: Sequence[str] = SYSTEM_CA_BUNDLES) -> bytes:
@@ -775,25 +699,11 @@ def _stale_changes(paths: Paths, layers: Sequence[str], wanted: set[str]) -> lis
             or paths.layer_of(display) not in layers
         ):
             continue
-        change, _ = fsedit.undo_change(
-            store, display, path, record, _undo_for(paths, display), paths.within
-        )
+        undo = functools.partial(_undo, paths)
+        change, _ = fsedit.undo_change(store, display, path, record, undo, paths.within)
         change.note = "no longer needed"
         stale.append(change)
     return stale
-
-
-def _undo_for(paths: Paths, display: str):
-    layer = paths.layer_of(display)
-    if layer == "shell":
-        return _shell_undo
-    if display == paths.daemon_json:
-        return _json_undo([("proxies",), ("registry-mirrors",)], 2)
-    if layer == "container":
-        return _json_undo([("proxies", "default")], "\t")
-    if layer == "pip":
-        return _ini_undo(["index-url", "trusted-host"])
-    return _whole_file_undo
 
 
 def make_plan(
@@ -815,20 +725,19 @@ def make_plan(
     ca_bytes = build_ca_bundle(ca_cert) if ca_cert else None
     if ca_bytes is not None:
         settings = dataclasses.replace(settings, ca_bundle=paths.ca_bundle)
-    planners = {
-        "shell": lambda: plan_shell(settings, paths),
-        "daemon": lambda: plan_daemon(settings, paths, mode),
-        "container": lambda: plan_container(settings, paths),
-        "pip": lambda: plan_pip(settings, paths),
-    }
-    changes = [change for layer in LAYERS if layer in layers for change in planners[layer]()]
+    changes = [
+        c for layer in LAYERS if layer in layers for c in PLANNERS[layer](settings, paths, mode)
+    ]
+    saved = state_layers(settings, paths, layers, mode)
     wanted = {c.display for c in changes}
-    if ca_bytes is None and any(
-        entry.settings.ca_bundle == paths.ca_bundle
-        for entry in state_layers(settings, paths, layers, mode).values()
-    ):
+    if any(entry.settings.ca_bundle == paths.ca_bundle for entry in saved.values()):
         wanted.add(paths.ca_bundle)  # a layer (set up now or earlier) still exports the bundle
-    changes += plan_state(settings, paths, layers, mode, ca_bytes)
+    changes += [_settings_change(paths, saved)] if saved else []
+    if ca_bytes is not None:
+        note = "system CAs + the given CA"
+        changes.append(_change(paths, paths.ca_bundle, ca_bytes, note=note, mode=0o644))
+        count = ca_bytes.count(b"-----BEGIN CERTIFICATE-----")
+        changes[-1].summary = f"{count} certificates (the system bundle plus --ca-cert)"
     wanted |= {c.display for c in changes}
     stale = _stale_changes(paths, [*layers, "state"], wanted)
     return Plan(settings, paths, tuple(layers), mode, why, changes, stale)
@@ -888,19 +797,16 @@ def read_state(paths: Paths) -> dict[str, LayerState]:
     daemon_files = [d for d in paths.dropins.values() if paths.real(d).exists()]
     daemon_json = _peek_json(paths, paths.daemon_json)
     proxies = found if isinstance(found := daemon_json.get("proxies"), dict) else {}
-    for key, name in (
-        ("http-proxy", "HTTP_PROXY"),
-        ("https-proxy", "HTTPS_PROXY"),
-        ("no-proxy", "NO_PROXY"),
-    ):
-        if proxies.get(key):
-            daemon_values[f"daemon.json {name}"] = proxies[key]
+    names = {"http-proxy": "HTTP_PROXY", "https-proxy": "HTTPS_PROXY", "no-proxy": "NO_PROXY"}
+    daemon_values.update(
+        {f"daemon.json {n}": proxies[k] for k, n in names.items() if proxies.get(k)}
+    )
     mirrors = daemon_json.get("registry-mirrors")
     if mirrors:
         daemon_values["registry-mirrors"] = (
             ",".join(map(str, mirrors)) if isinstance(mirrors, list) else str(mirrors)
         )
-    if proxies or daemon_json.get("registry-mirrors"):
+    if proxies or mirrors:
         daemon_files.append(paths.daemon_json)
     states["daemon"] = LayerState("daemon", daemon_files, daemon_values)
     default = _get_path(_peek_json(paths, paths.docker_config), ("proxies", "default"))
@@ -955,18 +861,12 @@ def _bad_state(paths: Paths, where: str, what: str) -> ConfigError:
 def _settings_from_json(paths: Paths, data: object, where: str) -> ProxySettings:
     if not isinstance(data, dict):
         raise _bad_state(paths, where, f"is {_json_kind(data)}, not an object")
-    for key in ("http", "https", "ca_bundle", "pip_index"):
-        value = data.get(key)
-        if value is not None and not isinstance(value, str):
-            raise _bad_state(paths, f"{where}.{key}", f"is {_json_kind(value)}, not a string")
-    for key in ("no_proxy", "registry_mirrors"):
-        value = data.get(key)
-        if value is not None and not (
-            isinstance(value, list) and all(isinstance(v, str) for v in value)
-        ):
-            raise _bad_state(
-                paths, f"{where}.{key}", f"is {_json_kind(value)}, not a list of strings"
-            )
+    for key in ("http", "https", "ca_bundle", "pip_index", "no_proxy", "registry_mirrors"):
+        value, listed = data.get(key), key in ("no_proxy", "registry_mirrors")
+        strings = isinstance(value, list) and all(isinstance(v, str) for v in value)
+        if value is not None and not (strings if listed else isinstance(value, str)):
+            what = "a list of strings" if listed else "a string"
+            raise _bad_state(paths, f"{where}.{key}", f"is {_json_kind(value)}, not {what}")
     return ProxySettings.from_json(data)
 
 
@@ -1046,33 +946,36 @@ def combined_settings(saved: Mapping[str, SavedLayer]) -> ProxySettings | None:
 
 def verify(plan: Plan) -> list[str]:
     """After writing: read every layer back and list what does not hold the settings."""
-    problems = []
-    states = read_state(plan.paths)
-    s = plan.settings
-    if "shell" in plan.layers and s.environment():
-        got = states["shell"].values
-        problems += [
-            f"{plan.paths.shell_profile}: {k}"
+    states, s, paths = read_state(plan.paths), plan.settings, plan.paths
+    values = {name: state.values for name, state in states.items()}
+    prefix = "daemon.json " if plan.daemon_mode == "daemon-json" else ""
+    container = values["container"].get("httpsProxy", values["container"].get("httpProxy"))
+    checked: dict[
+        str, list[tuple[str, object, object]]
+    ] = {  # layer -> (what is named, what the files hold, what they should hold)
+        "shell": [
+            (f"{paths.shell_profile}: {k}", values["shell"].get(k), v)
             for k, v in s.environment().items()
-            if got.get(k) != v
-        ]
-    if "daemon" in plan.layers and (s.http or s.https):
-        got = states["daemon"].values
-        prefix = "daemon.json " if plan.daemon_mode == "daemon-json" else ""
-        for name, value in (("HTTP_PROXY", s.http), ("HTTPS_PROXY", s.https)):
-            if value and got.get(prefix + name) != value:
-                problems.append(f"daemon: {name}")
-    if "container" in plan.layers and (s.http or s.https):
-        got = states["container"].values
-        if got.get("httpsProxy", got.get("httpProxy")) != (s.https or s.http):
-            problems.append(f"{plan.paths.docker_config}: proxies.default")
-    if (
-        "pip" in plan.layers
-        and s.pip_index
-        and states["pip"].values.get("index-url") != s.pip_index
-    ):
-        problems.append(f"{plan.paths.pip_conf}: index-url")
-    return problems
+        ],
+        "daemon": [
+            (f"daemon: {name}", values["daemon"].get(prefix + name), value)
+            for name, value in (("HTTP_PROXY", s.http), ("HTTPS_PROXY", s.https))
+            if value
+        ],
+        "container": [(f"{paths.docker_config}: proxies.default", container, s.https or s.http)]
+        if s.http or s.https
+        else [],
+        "pip": [(f"{paths.pip_conf}: index-url", values["pip"].get("index-url"), s.pip_index)]
+        if s.pip_index
+        else [],
+    }
+    return [
+        what
+        for layer, rows in checked.items()
+        if layer in plan.layers
+        for what, got, want in rows
+        if got != want
+    ]
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -1177,10 +1080,7 @@ def remove(
     away with the CA bundle -- and the state folders apexkit made -- once none is left. A failure is raised at
     the end, after everything else was done."""
     store = paths.backups()
-
-    def undo(display, current, original, record):
-        return _undo_for(paths, display)(display, current, original, record)
-
+    undo = functools.partial(_undo, paths)
     try:
         saved: dict[str, SavedLayer] | None = load_saved(paths)
     except ApexkitError as exc:

@@ -73,6 +73,29 @@ def _bypass(url: str, no_proxy: str) -> bool:
     return False
 
 
+def fetch(
+    request: urllib.request.Request,
+    proxies: Mapping[str, str],
+    ca_bundle: str | None,
+    timeout: float,
+) -> tuple[int | None, object, float]:
+    """One request through `proxies` only (the environment's proxy variables are not read): (HTTP status or None,
+    why it failed, seconds)."""
+    opener = urllib.request.build_opener(
+        urllib.request.ProxyHandler(dict(proxies)),
+        urllib.request.HTTPSHandler(context=ssl.create_default_context(cafile=ca_bundle)),
+    )
+    start = time.monotonic()
+    try:
+        with opener.open(request, timeout=timeout) as response:
+            response.read(1024)
+            return response.status, None, time.monotonic() - start
+    except urllib.error.HTTPError as exc:
+        return exc.code, None, time.monotonic() - start
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        return None, getattr(exc, "reason", exc), time.monotonic() - start
+
+
 def http_get(
     url: str, proxy: str | None, no_proxy: str, ca_bundle: str | None, timeout: float = TIMEOUT
 ) -> tuple[int | None, str]:
@@ -83,30 +106,17 @@ def http_get(
     request = urllib.request.Request(public, method="GET")
     if auth:
         request.add_header("Authorization", auth)
+    via = ""
     if via_proxy:
         proxy_public, proxy_auth = _split_userinfo(via_proxy)
         request.set_proxy(urllib.parse.urlsplit(proxy_public).netloc, "http")
+        via = f" via {urllib.parse.urlsplit(proxy_public).netloc}"
         if proxy_auth:
             request.add_header("Proxy-Authorization", proxy_auth)
-    context = (
-        ssl.create_default_context(cafile=ca_bundle) if ca_bundle else ssl.create_default_context()
-    )
-    opener = urllib.request.build_opener(
-        urllib.request.ProxyHandler({}), urllib.request.HTTPSHandler(context=context)
-    )
-    via = f" via {urllib.parse.urlsplit(_split_userinfo(via_proxy)[0]).netloc}" if via_proxy else ""
-    start = time.monotonic()
-    try:
-        with opener.open(request, timeout=timeout) as response:
-            response.read(1024)
-            code = response.status
-    except urllib.error.HTTPError as exc:
-        code = exc.code
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        reason = getattr(exc, "reason", exc)
-        text = log.mask(str(reason))[:160]
-        return None, f"GET {log.mask(public)}{via}: {text}"
-    return code, f"GET {log.mask(public)}{via}: HTTP {code} in {time.monotonic() - start:.1f}s"
+    code, reason, seconds = fetch(request, {}, ca_bundle, timeout)
+    if code is None:
+        return None, f"GET {log.mask(public)}{via}: {log.mask(str(reason))[:160]}"
+    return code, f"GET {log.mask(public)}{via}: HTTP {code} in {seconds:.1f}s"
 
 
 def git_ls_remote(
@@ -117,16 +127,8 @@ def git_ls_remote(
     public, auth = (
         _split_userinfo(url) if url.lower().startswith(("http://", "https://")) else (url, None)
     )
-    env = dict(os.environ)
-    for name in (
-        "http_proxy",
-        "https_proxy",
-        "HTTP_PROXY",
-        "HTTPS_PROXY",
-        "all_proxy",
-        "ALL_PROXY",
-    ):
-        env.pop(name, None)
+    proxies = ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "all_proxy", "ALL_PROXY")
+    env = {k: v for k, v in os.environ.items() if k not in proxies}
     if proxy:
         env.update(http_proxy=proxy, https_proxy=proxy, no_proxy=no_proxy, NO_PROXY=no_proxy)
     env.update(
@@ -196,28 +198,27 @@ def probe(
     items = value.value if isinstance(value.value, tuple) else (str(value.value),)
     details, ok = [], True
     for item in items:
+        lower = item.lower()
+        local = setting.kind in ("dirs", "file", "files") or (
+            value.key == "team_indexes" and not lower.startswith(("http://", "https://"))
+        )
         if setting.kind == "git":
             good, text = git_ls_remote(item, proxy, no_proxy, ca_bundle)
-        elif setting.kind == "dirs" or (
-            value.key == "team_indexes" and not item.lower().startswith(("http://", "https://"))
+        elif local or (
+            setting.kind not in ("registry", "url", "urls")
+            and (lower.startswith("file://") or item.startswith("/"))
         ):
-            path = Path(
-                urllib.parse.unquote(item[7:]) if item.lower().startswith("file://") else item
-            )
-            good = path.expanduser().is_dir()
-            text = f"{path}: {'a directory' if good else 'not a directory'}"
+            path = Path(urllib.parse.unquote(item[7:]) if lower.startswith("file://") else item)
+            found = path.expanduser() if local else path
+            kind = "file" if setting.kind in ("file", "files") else "directory"
+            good = found.is_file() if kind == "file" else found.is_dir()
+            text = f"{path}: {'a' if good else 'not a'} {kind}"
         elif setting.kind == "registry":
             code, text = http_get(registry_url(item), proxy, no_proxy, ca_bundle)
             good = code in (200, 401)  # 401: a registry that wants a token has answered
         elif setting.kind in ("url", "urls"):
             code, text = http_get(item, proxy, no_proxy, ca_bundle)
             good = code is not None and code < 400
-        elif item.lower().startswith("file://") or item.startswith("/"):
-            path = Path(
-                urllib.parse.unquote(item[7:]) if item.lower().startswith("file://") else item
-            )
-            good = path.is_dir()
-            text = f"{path}: {'a directory' if good else 'not a directory'}"
         else:
             code, text = http_get(item, proxy, no_proxy, ca_bundle)
             good = code is not None and code < 500  # a mirror's root may 404; the host answered

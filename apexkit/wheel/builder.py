@@ -26,7 +26,7 @@ from packaging.version import InvalidVersion
 
 import apexkit
 from apexkit import cachetrust, cann, fsedit, locks, log, paths, untrusted, vocab
-from apexkit.errors import ApexkitError, BuildError, ConfigError, SmokeTestError
+from apexkit.errors import ApexkitError, BuildError, ConfigError, SmokeTestError, SourceError
 from apexkit.plan import matrix
 from apexkit.proc import run_logged
 from apexkit.wheel import (
@@ -171,6 +171,11 @@ class Builder:
             )
         patch_list = patches.load_all()
         patches.check_skips(patch_list, opts.skip_patches)
+        make = (
+            not opts.dry_run
+        )  # dist/ and build/ (with the <target> folders in them) only ours, or refused
+        cachetrust.trusted_output(opts.dist_dir, paths.DIST_SETTING, make=make)
+        cachetrust.trusted_output(opts.build_dir, paths.BUILD_SETTING, make=make)
         check_overwrite(
             opts.dist_dir, plan.target_id, plan.identity, opts.force
         )  # before hours of compiling
@@ -194,9 +199,14 @@ class Builder:
         held: contextlib.ExitStack,
     ) -> Path:
         opts = self.opts
-        work.mkdir(parents=True, exist_ok=True)
+        cachetrust.trusted_output(work, paths.BUILD_SETTING)
         self.state.log_path = work / "build.log"
-        self.log_path.write_text(f"apexkit {apexkit.__version__} build of {plan.target_id}\n")
+        try:  # never through a link planted there
+            fh = untrusted.open_log(self.log_path)
+        except untrusted.Refused as exc:
+            raise ConfigError(f"the build log {exc}", f"remove it: rm {self.log_path}") from None
+        with fh:
+            fh.write(f"apexkit {apexkit.__version__} build of {plan.target_id}\n")
         if plan.backend == "cuda":
             return self._run_cuda(work, plan, interp, held)
 
@@ -1219,6 +1229,14 @@ class Builder:
             with log.step("ask the team index", self.state.timings, key="team_index") as s:
                 try:
                     hit = self.remote(key, landing)
+                except (
+                    SourceError
+                ) as exc:  # TLS or credentials refused: the user's to fix, unless told to go on
+                    if not self.opts.team_index_fallback:
+                        raise
+                    log.warn(f"{exc.format()} (--team-index-fallback: compiling)")
+                    s.note("failed")
+                    return None
                 # the lookup says its own causes in one line; anything else it raises must not stop the build
                 except Exception as exc:
                     log.warn(
@@ -1433,10 +1451,6 @@ def _unfit(filename: str, plan: buildplan.Plan, interp: interpreters.Interpreter
     )
 
 
-def _mkdir(path: Path) -> Path:
-    return cachetrust.make_dir(path)
-
-
 def _first_line(argv) -> str | None:
     try:
         out = subprocess.run(argv, capture_output=True, text=True, timeout=20)
@@ -1510,7 +1524,9 @@ def verify_reproducible(opts: BuildOptions) -> Path:
     import zipfile
 
     runs = []
-    with tempfile.TemporaryDirectory(prefix=".reproducible-", dir=_mkdir(opts.build_dir)) as tmp:
+    with tempfile.TemporaryDirectory(
+        prefix=".reproducible-", dir=cachetrust.trusted_output(opts.build_dir, paths.BUILD_SETTING)
+    ) as tmp:
         for name in ("a", "b"):
             log.info(
                 f"▸ reproducibility build {name}/2 in {opts.build_dir / f'reproducible-{name}'}"

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import itertools
 import json
 import os
 import shutil
@@ -40,6 +41,18 @@ from apexkit.errors import ConfigError
 KINDS = ("venvs", "git", "wheels", "uv", "containers")
 MARKER_MAX = 4 << 20  # a ready marker or manifest larger than this is not read
 DAY = 86400.0
+_VENV_USES = ("apexkit-ready.json", ".apexkit-complete")
+# a folder of the cache -> the kind of its entries, the files whose mtime a use rewrites, and what an entry is for
+# when nothing in it says more (uv's cache is itself one entry; a wheel entry sits in a shard: wheels/<key[:2]>/<key>)
+_LAYOUT = {
+    "venvs": ("venvs", _VENV_USES, "build venv (not ready)"),
+    "run-venvs": ("venvs", _VENV_USES, "run venv"),
+    "git": ("git", ("FETCH_HEAD", "HEAD", "packed-refs"), "git mirror"),
+    "wheels": ("wheels", ("manifest.json",), "cached wheel (no manifest)"),
+    "uv": ("uv", (".lock",), "uv's cache (downloads, built wheels, Pythons)"),
+    "containers": ("containers", (), "container build cache"),
+    "base-images": ("containers", (), "debootstrapped base image"),
+}
 
 
 @dataclass
@@ -67,7 +80,7 @@ class Entry:
         }
 
 
-def _lstat(path: Path) -> os.stat_result | None:
+def _lstat(path: Path | str) -> os.stat_result | None:
     try:
         return os.lstat(path)
     except OSError:
@@ -82,10 +95,8 @@ def _is(path: Path, kind: Callable[[int], bool]) -> bool:
 
 def _children(folder: Path) -> list[Path]:
     """The entries of `folder` (not through a link to it), without lock, pid, log and half-made (.tmp) names."""
-    if not _is(folder, stat.S_ISDIR):
-        return []
     try:
-        names = sorted(os.listdir(folder))
+        names = sorted(os.listdir(folder)) if _is(folder, stat.S_ISDIR) else []
     except OSError:
         return []
     skip = (".lock", ".lock.pid", ".log", ".tmp")
@@ -93,43 +104,26 @@ def _children(folder: Path) -> list[Path]:
 
 
 def _walk(path: Path) -> dict:
-    """(dev, ino) -> bytes on disk of everything under `path`, links not followed (a link counts as itself)."""
-    found: dict = {}
+    """(dev, ino) -> bytes on disk of `path` and everything under it, links not followed (a link counts as itself)."""
     st = _lstat(path)
-    if st is None:
-        return found
-    found[(st.st_dev, st.st_ino)] = st.st_blocks * 512
-    if not stat.S_ISDIR(st.st_mode):
-        return found
-    stack = [str(path)]
-    while stack:
-        top = stack.pop()
-        try:
-            with os.scandir(top) as it:
-                for item in it:
-                    try:
-                        ist = item.stat(follow_symlinks=False)
-                    except OSError:
-                        continue
-                    found[(ist.st_dev, ist.st_ino)] = ist.st_blocks * 512
-                    if stat.S_ISDIR(ist.st_mode):
-                        stack.append(item.path)
-        except OSError:
-            continue
-    return found
+    tops = os.walk(path) if st is not None and stat.S_ISDIR(st.st_mode) else ()
+    found = [st, *(_lstat(os.path.join(top, n)) for top, dirs, files in tops for n in dirs + files)]
+    return {(s.st_dev, s.st_ino): s.st_blocks * 512 for s in found if s is not None}
 
 
-def _read(folder: Path, name: str) -> bytes:
-    """A small file in `folder`, read as untrusted input (no link followed, size bounded)."""
-    with untrusted.opened_dir(folder) as fd:
-        return untrusted.read_regular(name, fd, MARKER_MAX)
+def _read(folder: Path, name: str) -> str:
+    """A small file in `folder`, read as untrusted input (no link followed, size bounded); "" when not readable."""
+    try:
+        with untrusted.opened_dir(folder) as fd:
+            return untrusted.read_regular(name, fd, MARKER_MAX).decode(errors="replace")
+    except (untrusted.Untrusted, OSError):
+        return ""
 
 
 def _read_json(folder: Path, name: str) -> dict:
-    """A small JSON file in `folder` (`_read`): {} when not usable."""
     try:
-        value = json.loads(_read(folder, name).decode())
-    except (untrusted.Untrusted, OSError, ValueError):
+        value = json.loads(_read(folder, name))
+    except ValueError:
         return {}
     return value if isinstance(value, dict) else {}
 
@@ -138,102 +132,62 @@ def _text(value: object, limit: int = 60) -> str:
     return log.sanitise(str(value))[:limit] if isinstance(value, (str, int, float)) else ""
 
 
-def _venv_for(path: Path) -> str:
-    marker = _read_json(path, "apexkit-ready.json")
-    packages = marker.get("packages")
-    if not isinstance(packages, dict):
-        return "build venv (not ready)" if path.parent.name == "venvs" else "run venv"
-    parts = [
-        f"{n} {_text(packages[n])}" for n in ("torch", "torch-npu", "torch_npu") if n in packages
-    ]
-    python = path.name[len("build-py") :].split("-")[0] if path.name.startswith("build-py") else ""
-    return ", ".join([f"build venv python {_text(python)}" if python else "build venv", *parts])
-
-
-def _git_for(path: Path) -> str:
-    try:
-        config = _read(path, "config").decode(errors="replace")
-    except (untrusted.Untrusted, OSError):
-        return "git mirror"
-    for line in config.splitlines():
-        key, _, value = line.strip().partition("=")
-        if key.strip() == "url":
-            return f"git mirror of {log.mask(_text(value.strip(), 200))}"
-    return "git mirror"
-
-
-def _wheel_for(path: Path) -> str:
-    wheel = _read_json(path, "manifest.json").get("wheel")
+def _what(kind: str, path: Path) -> str:
+    """What a directory entry's ready marker, git config or manifest says it is for; "" when it says nothing."""
+    if kind == "venvs":
+        packages = _read_json(path, "apexkit-ready.json").get("packages")
+        if not isinstance(packages, dict):
+            return ""
+        python = (
+            path.name[len("build-py") :].split("-")[0] if path.name.startswith("build-py") else ""
+        )
+        torch = [
+            f"{n} {_text(packages[n])}"
+            for n in ("torch", "torch-npu", "torch_npu")
+            if n in packages
+        ]
+        return ", ".join([f"build venv python {_text(python)}" if python else "build venv", *torch])
+    if kind == "git":
+        lines = (line.partition("=") for line in _read(path, "config").splitlines())
+        urls = [value.strip() for key, _, value in lines if key.strip() == "url"]
+        return f"git mirror of {log.mask(_text(urls[0], 200))}" if urls else ""
+    wheel = _read_json(path, "manifest.json").get("wheel") if kind == "wheels" else None
     name = _text(wheel.get("file"), 120) if isinstance(wheel, dict) else ""
-    return f"cached wheel {name}" if name else "cached wheel (no manifest)"
-
-
-# kind -> the folders whose children are its entries (uv's cache is one entry; a wheel entry sits in a shard)
-_FOLDERS = {
-    "venvs": ("venvs", "run-venvs"),
-    "git": ("git",),
-    "wheels": ("wheels",),
-    "containers": ("containers", "base-images"),
-}
-# kind -> the files whose mtime a use rewrites
-_USE_FILES = {
-    "venvs": ("apexkit-ready.json", ".apexkit-complete"),
-    "git": ("FETCH_HEAD", "HEAD", "packed-refs"),
-    "wheels": ("manifest.json",),
-    "uv": (".lock",),
-    "containers": (),
-}
-# kind -> what an entry (a directory) is for
-_WHAT: dict[str, Callable[[Path], str]] = {
-    "venvs": _venv_for,
-    "git": _git_for,
-    "wheels": _wheel_for,
-    "uv": lambda p: "uv's cache (downloads, built wheels, Pythons)",
-    "containers": lambda p: (
-        "container build cache" if p.parent.name == "containers" else "debootstrapped base image"
-    ),
-}
+    return f"cached wheel {name}" if name else ""
 
 
 def _entries(cache: Path, kinds: tuple[str, ...]) -> Iterator[tuple[str, Path]]:
-    for kind in (k for k in KINDS if k in kinds):
-        if kind == "uv" and os.path.lexists(cache / "uv"):
-            yield kind, cache / "uv"
-        for p in (p for sub in _FOLDERS.get(kind, ()) for p in _children(cache / sub)):
-            if kind == "wheels" and _is(p, stat.S_ISDIR):  # a shard
-                yield from ((kind, q) for q in _children(p))
-            else:
-                yield kind, p
-
-
-def _last_used(path: Path, kind: str, mtime: float) -> float:
-    """The newest mtime of the entry, of the files a use rewrites (not links) and of its lock file."""
-    uses = (_lstat(path / name) for name in _USE_FILES[kind])
-    times = [
-        mtime,
-        *(st.st_mtime for st in uses if st is not None and not stat.S_ISLNK(st.st_mode)),
-    ]
-    lock = _lstat(locks.lock_file(path))
-    if lock is not None and stat.S_ISREG(lock.st_mode):
-        times.append(lock.st_mtime)
-    return max(times)
+    """(folder of _LAYOUT, path) of every entry of `kinds`, in the order of KINDS."""
+    for folder, (kind, _uses, _for) in _LAYOUT.items():
+        if kind not in kinds:
+            continue
+        top = cache / folder
+        found = ([top] if os.path.lexists(top) else []) if folder == "uv" else _children(top)
+        for p in found:
+            shard = kind == "wheels" and _is(p, stat.S_ISDIR)
+            yield from ((folder, q) for q in (_children(p) if shard else [p]))
 
 
 def scan(cache: Path, kinds: tuple[str, ...] = KINDS) -> list[Entry]:
-    """Every entry of `kinds` in the cache at `cache`, with its size, last use and purpose."""
+    """Every entry of `kinds` in the cache at `cache`, with its size, last use and purpose. Last used: the newest
+    mtime of the entry, of the files a use rewrites and of its lock file (regular files only, never through a link)."""
     out = []
-    for kind, path in _entries(cache, kinds):
+    for folder, path in _entries(cache, kinds):
+        kind, uses, default = _LAYOUT[folder]
         st = _lstat(path)
         if st is None:
             continue
         # a name is shown on one line whatever it holds (a newline, an escape sequence)
         name = log.sanitise(str(path.relative_to(cache)))
-        if stat.S_ISLNK(st.st_mode):  # _walk counts the link itself
+        link = stat.S_ISLNK(st.st_mode)
+        if link:  # _walk counts the link itself
             what, last_used = "a link (not followed; prune unlinks it)", st.st_mtime
         else:
-            what = _WHAT[kind](path) if stat.S_ISDIR(st.st_mode) else "a file"
-            last_used = _last_used(path, kind, st.st_mtime)
-        out.append(Entry(kind, name, path, _walk(path), last_used, what, stat.S_ISLNK(st.st_mode)))
+            what = (_what(kind, path) or default) if stat.S_ISDIR(st.st_mode) else "a file"
+            found = (_lstat(p) for p in (*(path / n for n in uses), locks.lock_file(path)))
+            times = (s.st_mtime for s in found if s is not None and stat.S_ISREG(s.st_mode))
+            last_used = max([st.st_mtime, *times])
+        out.append(Entry(kind, name, path, _walk(path), last_used, what, link))
     return out
 
 
@@ -246,17 +200,22 @@ def totals(entries: list[Entry]) -> dict[str, int]:
     return {k: sum(v.values()) for k, v in seen.items()}
 
 
-def human(size: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if size < 1024 or unit == "GiB":
+def human(size: float) -> str:
+    for unit in ("B", "KiB", "MiB"):
+        if size < 1024:
             return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024  # type: ignore[assignment]
-    return f"{size} B"
+        size /= 1024
+    return f"{size:.1f} GiB"
 
 
 def _ago(when: float, now: float) -> str:
     days = (now - when) / DAY
     return f"{days:.0f} days ago" if days >= 1 else f"{(now - when) / 3600:.0f} h ago"
+
+
+def _by_use(e: Entry) -> tuple[int, float]:
+    """Per kind, the most recently used first."""
+    return KINDS.index(e.kind), -e.last_used
 
 
 def _kinds(what: str | None) -> tuple[str, ...]:
@@ -272,27 +231,26 @@ def _kinds(what: str | None) -> tuple[str, ...]:
     return chosen
 
 
+def _fix(cache: Path) -> str:
+    return f"chmod -R go-w {cache} (as its owner), or set APEXKIT_CACHE_DIR to a directory only you can write"
+
+
 def list_command(as_json: bool = False, what: str | None = None) -> int:
     """apexkit cache.list: one row per entry, then the totals per kind."""
-    cache = paths.cache_dir()
-    kinds = _kinds(what)
+    cache, kinds = paths.cache_dir(), _kinds(what)
     reason = cachetrust.problem(cache)
     if reason:
         log.warn(
-            f"the apexkit cache {cache} is {reason}: builds do not use it -- next: chmod -R go-w {cache} (as "
-            "its owner), or set APEXKIT_CACHE_DIR to a directory only you can write"
+            f"the apexkit cache {cache} is {reason}: builds do not use it -- next: {_fix(cache)}"
         )
     entries = scan(cache, kinds)
     sums = totals(entries)
     if as_json:
+        rows = [e.row() for e in entries]
+        sums = {k: sums.get(k, 0) for k in (*kinds, "all")}
         print(
             json.dumps(
-                {
-                    "cache": str(cache),
-                    "trusted": reason is None,
-                    "entries": [e.row() for e in entries],
-                    "totals": {k: sums.get(k, 0) for k in (*kinds, "all")},
-                },
+                {"cache": str(cache), "trusted": reason is None, "entries": rows, "totals": sums},
                 indent=2,
             )
         )
@@ -301,7 +259,7 @@ def list_command(as_json: bool = False, what: str | None = None) -> int:
     log.out(f"apexkit cache {cache}")
     if not entries:
         log.out("  (empty)")
-    for e in sorted(entries, key=lambda e: (KINDS.index(e.kind), -e.last_used)):
+    for e in sorted(entries, key=_by_use):
         log.out(
             f"  {e.kind:<16} {human(e.size):>10}  {_ago(e.last_used, now):>12}  {e.name}  {e.what}"
         )
@@ -319,16 +277,13 @@ def selected(
 ) -> list[Entry]:
     """The entries to remove: per kind, not among the `keep_last` most recently used, and (when given) last used
     more than `older_than` days ago."""
-    out = []
-    for kind in KINDS:
-        mine = sorted((e for e in entries if e.kind == kind), key=lambda e: -e.last_used)
-        for rank, e in enumerate(mine):
-            if keep_last is not None and rank < keep_last:
-                continue
-            if older_than is not None and now - e.last_used < older_than * DAY:
-                continue
-            out.append(e)
-    return out
+    return [
+        e
+        for _kind, mine in itertools.groupby(sorted(entries, key=_by_use), key=lambda e: e.kind)
+        for rank, e in enumerate(mine)
+        if (keep_last is None or rank >= keep_last)
+        and (older_than is None or now - e.last_used >= older_than * DAY)
+    ]
 
 
 @contextlib.contextmanager
@@ -351,28 +306,20 @@ def _uv_lock(path: Path) -> Iterator[None]:
         os.close(fd)
 
 
-def _remove(e: Entry) -> None:
-    if e.link or not os.path.isdir(e.path) or os.path.islink(e.path):
-        os.unlink(e.path)  # a link goes, its target stays
-    else:
-        shutil.rmtree(
-            e.path
-        )  # fd-based: never follows a link inside (or one swapped in for the entry)
-    log_file = e.path.with_name(e.path.name + ".log")
-    if e.path.parent.name == "run-venvs" and _is(log_file, stat.S_ISREG):
-        os.unlink(log_file)
-
-
 def _removed(e: Entry) -> bool:
-    """Remove `e` under the lock its builder takes (not waiting); False, after one warning line, when it cannot."""
+    """Remove `e` under the lock its builder takes (not waiting); False, after one warning line, when it cannot. A
+    link goes, its target stays; rmtree is fd-based: it never follows a link inside (or one swapped in for the entry)."""
+    hold = (
+        _uv_lock
+        if e.kind == "uv" and not e.link
+        else lambda p: locks.hold(p, f"cache entry {e.name}", wait=False)
+    )
+    log_file = e.path.with_name(e.path.name + ".log")  # a run venv's
     try:
-        hold = (
-            _uv_lock(e.path)
-            if e.kind == "uv" and not e.link
-            else locks.hold(e.path, f"cache entry {e.name}", wait=False)
-        )
-        with hold:
-            _remove(e)
+        with hold(e.path):
+            (os.unlink if e.link or not _is(e.path, stat.S_ISDIR) else shutil.rmtree)(e.path)
+            if e.path.parent.name == "run-venvs" and _is(log_file, stat.S_ISREG):
+                os.unlink(log_file)
     except locks.Busy as exc:
         log.warn(f"{e.name}: in use, skipped ({exc.cause})")
         return False
@@ -383,15 +330,12 @@ def _removed(e: Entry) -> bool:
 
 
 def _number(value, flag: str, kind=float):
-    if value is None:
-        return None
     try:
-        number = kind(value)
+        number = None if value is None else kind(value)
     except (TypeError, ValueError):
         number = -1
-    if not (
-        0 <= number < float("inf")
-    ):  # nan compares false with everything: it would select every entry
+    # nan compares false with everything: it would select every entry
+    if number is not None and not 0 <= number < float("inf"):
         raise ConfigError(
             f"{flag} {log.sanitise(str(value))!r} is not a number >= 0",
             f"e.g. {flag} {30 if kind is float else 2}",
@@ -408,41 +352,30 @@ def prune_command(
 ) -> int:
     """apexkit cache.prune: remove whole entries last used more than --older-than DAYS ago and/or beyond the
     --keep-last N most recent per kind; --dry-run removes nothing."""
-    days = _number(older_than, "--older-than")
-    keep = _number(keep_last, "--keep-last", int)
+    days, keep = _number(older_than, "--older-than"), _number(keep_last, "--keep-last", int)
     kinds = _kinds(what)
     if days is None and keep is None:
         raise ConfigError(
             "cache prune needs a selector: it never removes everything by default",
-            f"{vocab.command('cache.prune', '--older-than 30 --dry-run')} (or --keep-last 2) shows what would "
-            "go",
+            f"{vocab.command('cache.prune', '--older-than 30 --dry-run')} (or --keep-last 2) shows what would go",
         )
     cache = paths.cache_dir()
     reason = cachetrust.problem(cache)
     if reason:
         raise ConfigError(
             f"the apexkit cache {cache} is {reason}: not pruning a cache others can write",
-            f"chmod -R go-w {cache} (as its owner), or set APEXKIT_CACHE_DIR to a directory only you can write",
+            _fix(cache),
         )
     now = time.time()
-    chosen = selected(scan(cache, kinds), days, keep, now)
     removed: list[Entry] = []
     skipped: list[Entry] = []
-    for e in chosen:
+    for e in selected(scan(cache, kinds), days, keep, now):
         (removed if dry_run or _removed(e) else skipped).append(e)
     freed = totals(removed).get("all", 0)
     if as_json:
+        rows = {"removed": [e.row() for e in removed], "skipped": [e.row() for e in skipped]}
         print(
-            json.dumps(
-                {
-                    "cache": str(cache),
-                    "dry_run": dry_run,
-                    "removed": [e.row() for e in removed],
-                    "skipped": [e.row() for e in skipped],
-                    "freed": freed,
-                },
-                indent=2,
-            )
+            json.dumps({"cache": str(cache), "dry_run": dry_run, **rows, "freed": freed}, indent=2)
         )
         return 0
     verb = "would remove" if dry_run else "removed"

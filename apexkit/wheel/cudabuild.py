@@ -11,6 +11,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from apexkit import cachetrust, paths
 from apexkit.errors import ConfigError
 from apexkit.wheel import cudabin, cudatool
 
@@ -296,7 +297,10 @@ def objects_for(tree: Path, inputs: dict) -> bool:
     records `inputs`."""
     import json
 
-    stamp = tree / "build" / STAMP
+    cachetrust.trusted_output(
+        tree / BUILD, paths.BUILD_SETTING, make=False
+    )  # ninja trusts what it holds
+    stamp = tree / BUILD / STAMP
     before = None
     if stamp.is_file() and not stamp.is_symlink():
         try:

@@ -23,6 +23,9 @@ from apexkit.wheel import cudabin, cudatool, nvidiaext, sanitize, sources
 
 PROJECT_ROOT = matrix.PROJECT_ROOT
 TEAM_INDEX_ENV = "APEXKIT_INDEX"
+FALLBACK_ENV = (
+    "APEXKIT_TEAM_INDEX_FALLBACK"  # 1: compile when a team index refuses TLS or the credentials
+)
 
 
 BACKENDS = ("ascend", "cuda")
@@ -179,6 +182,11 @@ class BuildOptions:
         repeat=True,
         config="team_indexes",
     )
+    team_index_fallback: bool = option(
+        False,
+        "compile when a team index refuses this client (its TLS certificate not verified, the credentials "
+        f"refused) instead of stopping (env {FALLBACK_ENV}=1; `apexkit install` reads that variable too)",
+    )
     network: str | None = option(
         None,
         "container network, e.g. host (automatic when the proxy listens on this host's loopback)",
@@ -283,6 +291,11 @@ def team_indexes(values: Sequence[str], what: str) -> tuple[str, ...]:
         else:
             out.append(str(Path(value).expanduser().resolve()))
     return tuple(dict.fromkeys(out))
+
+
+def fallback_asked(env: Mapping[str, str]) -> bool:
+    """APEXKIT_TEAM_INDEX_FALLBACK=1 (true, yes): a team index that refuses TLS or the credentials is passed over."""
+    return env.get(FALLBACK_ENV, "").strip().lower() in ("1", "true", "yes")
 
 
 def _team_indexes(args: argparse.Namespace, found) -> tuple[str, ...]:
@@ -527,6 +540,7 @@ def _assemble(
         "cache_dir": sources.cache_dir(env),
         "test_cached": args.test_cached or env.get("APEXKIT_TEST_CACHED", "") in ("1", "true", "yes"),
         "team_indexes": _team_indexes(args, found["team_indexes"]),
+        "team_index_fallback": args.team_index_fallback or fallback_asked(env),
         "origins": tuple(f"{v.key}\t{v.origin}" for v in found.values() if v.configured),
         **dict(zip(("backend", "cuda_arch", "cuda_ext", "nvcc_threads"), shape)),
     }  # fmt: skip

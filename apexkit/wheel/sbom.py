@@ -21,6 +21,7 @@ them written by the process that publishes, from data it has checked.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -35,6 +36,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from apexkit import paths, untrusted
+from apexkit.wheel import wheelcheck
 
 SBOM_FILE = "sbom.cdx.json"
 PROVENANCE_FILE = "provenance.json"
@@ -118,10 +120,8 @@ def inventory(
 
 def _wheelhouse_files(wheelhouses: Sequence[Path]) -> dict:
     """(canonical name, version) -> [(wheel path, its tags)] of the wheelhouses' *.whl files."""
-    try:
-        from packaging.utils import InvalidWheelFilename, parse_wheel_filename
-    except ImportError:  # packaging is a runtime dependency; without it no wheel file is matched
-        return {}
+    from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+
     out: dict = {}
     for folder in wheelhouses:
         try:
@@ -186,6 +186,13 @@ def _dict(value) -> dict:
     return value if isinstance(value, dict) else {}
 
 
+def _patches(manifest: dict) -> list[dict]:
+    raw = manifest.get("patches")
+    return (
+        [p for p in raw if isinstance(p, dict) and _s(p.get("id"))] if isinstance(raw, list) else []
+    )
+
+
 def _packages(manifest: dict) -> list[dict]:
     out = []
     raw = _dict(manifest.get("build_venv")).get("packages")
@@ -207,63 +214,34 @@ def _packages(manifest: dict) -> list[dict]:
     return out
 
 
-METADATA_MAX = 1 << 20  # bytes: a wheel's METADATA is a few KiB; more is read no further
-_CHUNK = 1 << 20
-
-
-def _read_metadata(zf: zipfile.ZipFile, name: str) -> str:
-    """The first METADATA_MAX bytes of the METADATA member (a wheel from a container or a Slurm job may be a zip
-    bomb: never read a member whole). Only the headers before the first blank line are used."""
-    with zf.open(name) as fh:
-        return fh.read(METADATA_MAX).decode("utf-8", "replace")
-
-
-def _member_sha256(zf: zipfile.ZipFile, name: str) -> tuple[str, int]:
-    """sha256 and size of a member, decompressed as a stream in 1 MiB chunks (bounded memory, whatever its size)."""
-    digest, size = hashlib.sha256(), 0
-    with zf.open(name) as fh:
-        for chunk in iter(lambda: fh.read(_CHUNK), b""):
-            digest.update(chunk)
-            size += len(chunk)
-    return digest.hexdigest(), size
-
-
 def _wheel_facts(wheel: Path) -> dict:
-    """Name, version, Requires-Dist (METADATA) and the sha256 of every compiled module, read from the wheel."""
+    """Name, version, Requires-Dist (METADATA) and the sha256 and size of every compiled module, read from the wheel.
+    A wheel from a container or a Slurm job may be a zip bomb: METADATA is read up to its bound, each module
+    decompressed as a stream in 1 MiB chunks (bounded memory, whatever its size)."""
+    modules = []
     try:
         with zipfile.ZipFile(wheel) as zf:
-            names = zf.namelist()
-            meta_name = next(
-                (n for n in names if n.count("/") == 1 and n.endswith(".dist-info/METADATA")), None
-            )
-            meta = _read_metadata(zf, meta_name) if meta_name else ""
-            modules = []
-            for n in sorted(names):
-                if n.endswith(".so") or ".so." in n.rsplit("/", 1)[-1]:
-                    digest, size = _member_sha256(zf, n)
-                    modules.append({"file": n, "sha256": digest, "size": size})
+            meta = wheelcheck.read_metadata(zf)
+            for name in wheelcheck.compiled_modules(zf.namelist()):
+                digest, size = hashlib.sha256(), 0
+                with zf.open(name) as fh:
+                    for chunk in iter(functools.partial(fh.read, 1 << 20), b""):
+                        digest.update(chunk)
+                        size += len(chunk)
+                modules.append({"file": name, "sha256": digest.hexdigest(), "size": size})
     except (zipfile.BadZipFile, OSError, KeyError, EOFError, ValueError) as exc:
         raise SbomError(f"{wheel.name} cannot be read ({exc})") from None
     except Exception as exc:  # zlib.error, NotImplementedError (unknown compression)
         raise SbomError(f"{wheel.name} cannot be read ({type(exc).__name__})") from None
-    headers: dict[str, list[str]] = {}
-    for line in meta.split("\n\n", 1)[0].splitlines():
-        if ":" in line and not line.startswith((" ", "\t")):
-            key, value = line.split(":", 1)
-            headers.setdefault(key.strip().lower(), []).append(value.strip())
     parts = wheel.name.split(
         "-"
     )  # no METADATA (not a wheel we made): name and version from the file name
     return {
-        "name": (headers.get("name") or [parts[0]])[0][:_MAX_STR],
-        "version": (headers.get("version") or [parts[1] if len(parts) > 1 else "0"])[0][:_MAX_STR],
-        "requires": headers.get("requires-dist", []),
+        "name": (meta["Name"] or parts[0])[:_MAX_STR],
+        "version": (meta["Version"] or (parts[1] if len(parts) > 1 else "0"))[:_MAX_STR],
+        "requires": meta.get_all("Requires-Dist") or [],
         "modules": modules,
     }
-
-
-def _runtime_names(requires: list[str]) -> set[str]:
-    return {_canonical(re.split(r"[\s;<>=!~\[(]", r, maxsplit=1)[0]) for r in requires if r.strip()}
 
 
 # --- the SBOM ------------------------------------------------------------------------------------------------------
@@ -306,7 +284,11 @@ def sbom_text(manifest: dict, wheel: Path, wheel_sha256: str) -> str:
     target_id = _s(_dict(manifest.get("target")).get("target_id"), "unknown")
     build = [(f"build_{k}", _s(tools.get(k))) for k in ("python", "host")]
     bom.metadata.properties.update(_props(("target", target_id), *build))
-    runtime = _runtime_names(facts["requires"])
+    runtime = {
+        _canonical(re.split(r"[\s;<>=!~\[(]", r, maxsplit=1)[0])
+        for r in facts["requires"]
+        if r.strip()
+    }
     depends = []
     for module in facts["modules"]:
         c = Component(
@@ -349,8 +331,7 @@ def _root(manifest: dict, facts: dict, wheel: Path, wheel_sha256: str):
     from packageurl import PackageURL
 
     identity = _dict(manifest.get("identity"))
-    patches = manifest.get("patches")
-    patches = [p for p in patches if isinstance(p, dict)] if isinstance(patches, list) else []
+    patches = _patches(manifest)
     ancestors = _ancestors(_dict(manifest.get("sources")))
     return Component(
         name=facts["name"],
@@ -453,7 +434,14 @@ def provenance(
     image = _dict(manifest.get("builder_image"))
     deps = [
         *_source_deps(sources),
-        *_patch_deps(manifest),
+        *(  # our patches by the patch file's sha256 (patches/*.toml), as in the cache key
+            {
+                "name": f"patch:{_s(p.get('id'))}",
+                "digest": _only({"sha256": _hex(p.get("sha256"), 64)}),
+                "annotations": {"edits": _s(p.get("file")), "status": _s(p.get("status"))},
+            }
+            for p in _patches(manifest)
+        ),
         *_package_deps(manifest),
         *_tool_deps(tools),
         *([_image_dep(image)] if image else []),
@@ -515,19 +503,6 @@ def _source_deps(sources: dict) -> list[dict]:
             entry["annotations"] = notes
         deps.append(entry)
     return deps
-
-
-def _patch_deps(manifest: dict) -> list[dict]:
-    """Our patches by the patch file's sha256 (patches/*.toml), as in the cache key."""
-    return [
-        {
-            "name": f"patch:{_s(p.get('id'))}",
-            "digest": _only({"sha256": _hex(p.get("sha256"), 64)}),
-            "annotations": {"edits": _s(p.get("file")), "status": _s(p.get("status"))},
-        }
-        for p in manifest.get("patches") or []
-        if isinstance(p, dict) and _s(p.get("id"))
-    ]
 
 
 def _package_deps(manifest: dict) -> list[dict]:

@@ -16,8 +16,10 @@ from __future__ import annotations
 import ast
 import base64
 import csv
+import email.message
 import email.parser
 import hashlib
+import io
 import json
 import os
 import re
@@ -198,30 +200,9 @@ def _dynamic(elf: ELFFile) -> DynamicSection | None:
     return None
 
 
-_EXPORTS: dict[str, frozenset[str]] = {}
-
-
-def exports(path: str) -> frozenset[str]:
-    """Names of the dynamic symbols `path` defines (cached per file: libtorch_cpu takes seconds)."""
-    real = os.path.realpath(path)
-    if real not in _EXPORTS:
-        names = set()
-        with open(real, "rb") as fh:
-            elf = ELFFile(fh)
-            dynsym = cast(
-                "SymbolTableSection | None", elf.get_section_by_name(".dynsym")
-            )  # SHT_DYNSYM: a symbol table
-            if dynsym is not None:
-                for sym in dynsym.iter_symbols():
-                    if sym["st_shndx"] != "SHN_UNDEF" and sym.name:
-                        names.add(sym.name)
-        _EXPORTS[real] = frozenset(names)
-    return _EXPORTS[real]
-
-
 def defined_in(path: str, names: set[str]) -> set[str]:
     """Which of `names` the library at `path` defines: looked up in its .gnu.hash/.hash table (libtorch_cpu has
-    ~75k dynamic symbols; reading them all takes seconds, a lookup per name does not), all exports otherwise."""
+    ~75k dynamic symbols; reading them all takes seconds, a lookup per name does not), its .dynsym otherwise."""
     with open(os.path.realpath(path), "rb") as fh:
         elf = ELFFile(fh)
         table = next(
@@ -229,13 +210,13 @@ def defined_in(path: str, names: set[str]) -> set[str]:
             None,
         )
         if table is None:
-            return names & exports(path)
-        found = set()
-        for name in names:
-            sym = table.get_symbol(name)
-            if sym is not None and sym["st_shndx"] != "SHN_UNDEF":
-                found.add(name)
-        return found
+            dynsym = cast("SymbolTableSection | None", elf.get_section_by_name(".dynsym"))
+            symbols = [
+                s for s in (dynsym.iter_symbols() if dynsym is not None else ()) if s.name in names
+            ]
+        else:
+            symbols = [s for s in map(table.get_symbol, names) if s is not None]
+        return {s.name for s in symbols if s["st_shndx"] != "SHN_UNDEF"}
 
 
 def _find_lib(name: str, dirs: list[str]) -> str | None:
@@ -533,9 +514,11 @@ def platform_tag(wheel: Path, arch: str, ld_paths: tuple[str, ...] = ()) -> dict
     sym_tag (from GLIBC_/GLIBCXX_/CXXABI_ versions alone: the NEEDED check above already vouches for the libraries);
     `overall_tag` stays linux_* because libc10 and friends are not in any manylinux policy's whitelist.
     `retag` then gives the wheel file `tag` (docs/wheels.md)."""
-    import importlib.util
+    from importlib import metadata
 
-    if importlib.util.find_spec("auditwheel") is None:
+    try:
+        version = metadata.version("auditwheel")
+    except metadata.PackageNotFoundError:
         return {
             "computed": False,
             "why": "auditwheel is not installed (auditwheel >= 6.5 with `show --json` needs "
@@ -562,27 +545,26 @@ def platform_tag(wheel: Path, arch: str, ld_paths: tuple[str, ...] = ()) -> dict
         "tag": data.get("sym_tag"),
         "overall_tag": data.get("overall_tag"),
         "external_libs": sorted(data.get("external_libs") or {}),
-        "tool": f"auditwheel {_dist_version('auditwheel')}",
+        "tool": f"auditwheel {version}",
     }
 
 
-def _dist_version(name: str) -> str:
-    from importlib import metadata
-
-    try:
-        return metadata.version(name)
-    except metadata.PackageNotFoundError:
-        return "?"
+METADATA_MAX = (
+    1 << 20
+)  # bytes: a wheel's METADATA is a few KiB; more is read no further (a zip bomb never whole)
 
 
-def read_metadata(wheel: Path) -> tuple[str, list[str]]:
-    """(Version, Requires-Dist lines) of the wheel's *.dist-info/METADATA."""
-    with zipfile.ZipFile(wheel) as zf:
-        name = next(
-            n for n in zf.namelist() if n.count("/") == 1 and n.endswith(".dist-info/METADATA")
-        )
-        msg = email.parser.Parser().parsestr(zf.read(name).decode("utf-8"))
-    return msg["Version"], list(msg.get_all("Requires-Dist") or [])
+def read_metadata(zf: zipfile.ZipFile) -> email.message.Message:
+    """The headers of the wheel's *.dist-info/METADATA, from its first METADATA_MAX bytes (none when it has none)."""
+    name = dist_info(zf.namelist(), "METADATA")
+    with zf.open(name) if name else io.BytesIO() as fh:
+        text = fh.read(METADATA_MAX).decode("utf-8", "replace")
+    return email.parser.Parser().parsestr(text, headersonly=True)
+
+
+def compiled_modules(names: list[str]) -> list[str]:
+    """The wheel's compiled modules (*.so, *.so.N), sorted."""
+    return sorted(n for n in names if n.endswith(".so") or ".so." in n.rsplit("/", 1)[-1])
 
 
 def check_wheel(
@@ -595,7 +577,9 @@ def check_wheel(
             "pip install -r requirements/runtime.txt (a builder image: rebuild it with invoke image.build)",
         )
     failures: list[str] = []
-    found_version, found_requires = read_metadata(wheel)
+    with zipfile.ZipFile(wheel) as zf:
+        meta = read_metadata(zf)
+    found_version, found_requires = meta["Version"], meta.get_all("Requires-Dist") or []
     if version is not None and found_version != version:
         failures.append(
             f"{wheel.name}: identity: METADATA Version {found_version}, expected {version}"
@@ -629,9 +613,7 @@ def _check_modules(wheel: Path, expect: Expect) -> list[ModuleReport]:
     with tempfile.TemporaryDirectory(prefix="apexkit-wheelcheck-") as tmp, zipfile.ZipFile(
         wheel
     ) as zf:
-        for name in sorted(
-            n for n in zf.namelist() if n.endswith(".so") or ".so." in n.rsplit("/", 1)[-1]
-        ):
+        for name in compiled_modules(zf.namelist()):
             target = Path(tmp) / f"{len(modules)}-{os.path.basename(name)}"
             target.write_bytes(zf.read(name))
             modules.append(check_module(target, expect, shown=name))
@@ -708,7 +690,8 @@ class RetagError(Exception):
 
 def wheel_problems(wheel: Path) -> list[str]:
     """What makes `wheel` disagree with itself: its file name's tags vs its WHEEL's Tag lines, and any member whose
-    sha256/size differs from its RECORD row (or is missing from RECORD). [] for a consistent wheel."""
+    sha256/size differs from its RECORD row (RECORD itself aside; or is missing from RECORD). [] for a consistent
+    wheel."""
     py, abi, plat = file_tags(wheel.name)
     expected = {
         f"{a}-{b}-{c}" for a in py.split(".") for b in abi.split(".") for c in plat.split(".")
@@ -716,7 +699,7 @@ def wheel_problems(wheel: Path) -> list[str]:
     try:
         with zipfile.ZipFile(wheel) as zf:
             names = zf.namelist()
-            info, record = (_dist_info(names, leaf) for leaf in ("WHEEL", "RECORD"))
+            info, record = (dist_info(names, leaf) for leaf in ("WHEEL", "RECORD"))
             if info is None or record is None:
                 return ["no .dist-info/WHEEL or RECORD"]
             tags = {
@@ -730,34 +713,24 @@ def wheel_problems(wheel: Path) -> list[str]:
                     f"WHEEL says Tag {', '.join(sorted(tags)) or '(none)'}, the file name "
                     f"{', '.join(sorted(expected))}"
                 )
-            return problems + _record_problems(zf, names, record)
+            rows = {
+                row[0]: (row[1], row[2])
+                for row in csv.reader(zf.read(record).decode("utf-8").splitlines())
+                if len(row) == 3
+            }
+            for name in (n for n in names if not n.endswith("/") and n != record):
+                data = zf.read(name)
+                digest = (
+                    base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+                )
+                if rows.get(name) != (f"sha256={digest}", str(len(data))):
+                    why = "not in RECORD" if name not in rows else "differs from its RECORD row"
+                    problems.append(f"{name}: {why}")
+            return problems
     except (zipfile.BadZipFile, OSError, UnicodeDecodeError, ValueError) as exc:
         return [f"not a readable wheel ({exc})"]
 
 
-def _dist_info(names: list[str], leaf: str) -> str | None:
+def dist_info(names: list[str], leaf: str) -> str | None:
     """The wheel's top-level X.dist-info/`leaf`, if it has one."""
     return next((n for n in names if n.count("/") == 1 and n.endswith(f".dist-info/{leaf}")), None)
-
-
-def _record_problems(zf: zipfile.ZipFile, names: list[str], record: str) -> list[str]:
-    """Each member (but RECORD itself) whose sha256 and size are not its RECORD row."""
-    rows = {
-        row[0]: (row[1], row[2])
-        for row in csv.reader(zf.read(record).decode("utf-8").splitlines())
-        if len(row) == 3
-    }
-    problems = []
-    for name in names:
-        if name.endswith("/") or name == record:
-            continue
-        data = zf.read(name)
-        want = (
-            "sha256="
-            + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-        )
-        if rows.get(name) != (want, str(len(data))):
-            problems.append(
-                f"{name}: {'not in RECORD' if name not in rows else 'differs from its RECORD row'}"
-            )
-    return problems

@@ -9,7 +9,8 @@
     it imports: a --system-site-packages base's; pip counts them as installed; pip, torch and torch_npu are read off
     both, the prefix's first),
     apex null | {version, apexkit (its local label starts with "ascend"), dist_info (the directory name),
-    record [[path, hash], ...], tags [WHEEL Tag lines]}.
+    record [[path, hash], ...], tags [WHEEL Tag lines]},
+    paths {scripts (where pip puts scripts), site_dirs [every folder a distribution is found in, realpath]}.
 
 `--versions-only`: torch is not imported (cxx11_abi null): the check after an install needs only versions.
 
@@ -87,6 +88,16 @@ def _apex(dist):
         "record": record,
         "tags": tags,
     }
+
+
+def _paths(dists):
+    """Where pip writes (the scripts folder) and every folder a distribution is found in (the site directories)."""
+    import sysconfig
+
+    paths = sysconfig.get_paths()
+    found = {os.path.realpath(paths[k]) for k in ("purelib", "platlib")}
+    found |= {os.path.realpath(str(d.locate_file(""))) for d in dists}
+    return {"scripts": os.path.realpath(paths["scripts"]), "site_dirs": sorted(found)}
 
 
 def _torch_cuda(dist):
@@ -222,6 +233,7 @@ def main():
         "dists": {name: dist.version for name, dist in dists.items()},
         "visible": {name: dist.version for name, dist in visible.items()},
         "apex": _apex(dists.get("apex")),
+        "paths": _paths(seen.values()),
     }
     print(json.dumps(out))
 

@@ -251,6 +251,75 @@ def report_words() -> set:
     ) | {"2.43x"}
 
 
+def test_bench_names_the_wheel_and_machine_flags_a_loaded_host_and_ends_with_its_files(
+    bench_python, tmp_path
+):
+    """Issue 41: the chart's title names the wheel's target id (nox -s bench passes it) and the machine; the report
+    says whether the host was loaded, against a stated bound; the last lines are the report's three files."""
+    import platform
+
+    out = tmp_path / "out"
+    argv = [bench_python, str(BENCH / "amp_bench.py"), "--device", "cpu", "--model", "mlp"]
+    result = subprocess.run(
+        [*argv, "--modes", "fp32,autocast-bf16", "--optimizers", "none", "--out", str(out), *SMALL],
+        capture_output=True, text=True, timeout=900, cwd=tmp_path,
+        env=dict(os.environ, APEXKIT_TARGET_ID="py3.11-torch2.13.0-x86_64-master"),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.splitlines()[-3:] == [
+        f"report: {out / name}" for name in ("results.json", "results.md", "results.png")
+    ]
+    report = json.loads((out / "results.json").read_text())
+    check, host = report["loaded_host"], report["host"]
+    assert report["target"] == "py3.11-torch2.13.0-x86_64-master"
+    assert check["spread_bound_p90_p10"] == 1.5 and check["max_spread_p90_p10"] > 0
+    assert check["loaded"] is bool(check["reasons"])
+    busy = max(host["load_avg_start"][0], host["load_avg_end"][0]) > host["cores"]
+    assert check["loaded"] is (busy or check["max_spread_p90_p10"] > 1.5), check
+    said = [
+        line for line in result.stderr.splitlines() if line.startswith("warning: loaded host (")
+    ]
+    markdown = (out / "results.md").read_text()
+    if check["loaded"]:
+        assert len(said) == 1 and "**loaded host**: " + "; ".join(check["reasons"]) in markdown
+    else:
+        assert not said and "quiet host: 1-minute load within the cores" in markdown
+    title = png_text(out / "results.png")["Title"]
+    assert title.startswith("cpu on cpu (") and (
+        f"wheel py3.11-torch2.13.0-x86_64-master · host {platform.node()} ({platform.machine()}, "
+        f"{host['cores']} cores)" in title
+    )
+    assert ("LOADED HOST" in title) is check["loaded"]
+
+
+LOADED_CHECK = r"""
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import amp_bench
+
+row = lambda p10, p90: {"mode": "fp32", "status": "ok", "step_ms_p10": p10, "step_ms_p90": p90}
+report = lambda start, end, p10, p90: {"host": {"cores": 2, "load_avg_start": [start, 1, 1], "load_avg_end": [end, 1, 1]},
+    "models": {"mlp": {"results": [row(p10, p90), {"mode": "apex-O1", "status": "skipped"}]}}}
+print(json.dumps([amp_bench.loaded_host(report(0.5, 1.9, 10, 14)), amp_bench.loaded_host(report(2.5, 0.1, 10, 14)),
+    amp_bench.loaded_host(report(0.5, 0.5, 10, 16))]))
+"""
+
+
+def test_a_loaded_host_is_the_load_above_the_cores_or_a_wide_spread(bench_python):
+    proc = subprocess.run(
+        [bench_python, "-c", LOADED_CHECK, str(BENCH)], capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr
+    quiet, busy, spread = json.loads(proc.stdout)
+    assert quiet == {
+        "loaded": False, "reasons": [], "spread_bound_p90_p10": 1.5, "max_spread_p90_p10": 1.4,
+    }  # fmt: skip
+    assert busy["loaded"] and busy["reasons"] == [
+        "1-minute load 2.5 above the 2 cores at the start"
+    ]
+    assert spread["reasons"] == ["p90/p10 step time 1.60× for mlp fp32, beyond 1.5×"]
+
+
 def test_bench_runs_fp16_where_this_torchs_cpu_autocast_has_it(bench_python, tmp_path):
     """torch 2.13's CPU autocast takes float16 and torch.amp.GradScaler('cpu') exists: the mode runs (on torch 2.1
     the same mode is skipped with its reason: tests/e2e/test_bench_stacks.py)."""
@@ -536,6 +605,9 @@ def test_build_then_bench_and_validate_in_the_wheels_venv(repos, tmp_path):
     ).name  # not dist/.locks
     report = json.loads((reports / target / "bench" / "results.json").read_text())
     assert [r["mode"] for r in report["models"]["mlp"]["results"]] == ["fp32", "autocast-bf16"]
+    assert (
+        report["target"] == target
+    )  # the chart's title names the wheel (nox -s bench passes its target id)
 
     env.pop("APEXKIT_BENCH_ARGS")
     validate = subprocess.run(
@@ -583,6 +655,80 @@ def test_build_then_bench_and_validate_in_the_wheels_venv(repos, tmp_path):
         timeout=600,
     )
     assert failing.returncode != 0 and "not ready" in failing.stdout + failing.stderr
+
+    # one invocation, one `-- ARGS`: the build leaves --device cpu to validate, validate leaves --jobs 1 to the
+    # build, and validate runs the target that build wrote
+    both = subprocess.run(
+        [*NOX, "-s", "build-3.11", "validate", "--", "--jobs", "1", "--device", "cpu"],
+        cwd=ROOT,
+        env=runner.env(**env),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    said = both.stdout + both.stderr
+    assert both.returncode == 0, said[-3000:]
+    assert "build-3.11: leaving --device cpu to validate (not build-3.11's options)" in said
+    assert "validate: leaving --jobs 1 to build-3.11 (not validate's options)" in said
+    assert f"validate: the wheel this nox invocation built, {runner.dist / target}" in said
+
+
+NOX = [sys.executable, "-m", "nox", "-f", str(ROOT / "noxfile.py")]
+
+
+def _other_build(dist: Path, python: str, torch: str) -> str:
+    """A built target in dist/ (a small wheel and its manifest, as a build leaves them): its id."""
+    import fakes
+
+    folder = fakes.publishable(dist, python=python, torch=torch).parent
+    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest["target"]["interpreter"] = sys.executable
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    return folder.name
+
+
+def test_a_failed_build_stops_bench_in_the_same_invocation_instead_of_another_wheel(
+    runner, tmp_path
+):
+    """Issue 41: the design card's `nox -s build-3.8 bench` with a build that fails and a py3.11 wheel in dist/."""
+    other = _other_build(runner.dist, "3.11", "2.13.0")
+    (tmp_path / "wheelhouse").mkdir()
+    env = runner.env(
+        APEXKIT_DIST_DIR=str(runner.dist),
+        APEXKIT_REPORTS_DIR=str(tmp_path / "reports"),
+        APEXKIT_CACHE_DIR=str(tmp_path / "cache"),
+    )
+    offline = ["--offline", "--wheelhouse", str(tmp_path / "wheelhouse")]  # nothing is downloaded
+    argv = [*NOX, "-s", "build-3.8", "bench", "--", "--ascend-apex-url", "file:///nonexistent"]
+    done = subprocess.run(
+        [*argv, *offline, "--build-dir", str(runner.build), "--device", "cpu"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    said = done.stdout + done.stderr
+    assert done.returncode != 0
+    bench = said.split("Running session bench", 1)[1]
+    assert (
+        "bench: leaving --ascend-apex-url file:///nonexistent --build-dir "
+        f"{runner.build} to build-3.8 (not bench's options)" in bench
+    )
+    assert (
+        "build-3.8 failed in this nox invocation: bench takes no other wheel from dist/ -- next: fix the "
+        "build (its error above) and run nox -s build-3.8 bench again" in bench
+    )
+    assert other not in bench and "run venv" not in bench and not (tmp_path / "reports").exists()
+    assert "build-3.8: leaving --device cpu to bench" in said  # the build did not refuse it
+
+    # a bare `nox -s bench` with two builds in dist/ says which it took and how to pick the other
+    newer = _other_build(runner.dist, "3.8", "2.1.0")
+    os.utime(runner.dist / newer / "manifest.json", (2e9, 2e9))
+    bare = subprocess.run(
+        [*NOX, "-s", "bench", "--", *offline],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert (
+        f"2 builds in {runner.dist}/: taking the newest, {newer} (--target ID for another: {other})"
+        in bare.stdout + bare.stderr
+    )
 
 
 def test_bench_without_a_build_says_what_to_do(runner, tmp_path):

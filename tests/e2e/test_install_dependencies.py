@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import zipfile
 from pathlib import Path
 
@@ -20,12 +21,18 @@ from apexkit import untrusted
 from apexkit.install import run
 from apexkit.install import target as targets
 
+ROOT = Path(__file__).resolve().parents[2]
 
-def tiny_wheel(folder: Path, name: str, version: str, *requires: str) -> Path:
-    """A pure-Python wheel holding one empty module and its METADATA, RECORD with real hashes (pip checks them)."""
+
+def tiny_wheel(
+    folder: Path, name: str, version: str, *requires: str, files: dict[str, bytes] | None = None
+) -> Path:
+    """A pure-Python wheel holding one empty module (and `files`) and its METADATA, RECORD with real hashes (pip
+    checks them)."""
     stem = name.replace("-", "_")
     dist_info = f"{stem}-{version}.dist-info"
     files = {
+        **(files or {}),
         f"{stem}_mod/__init__.py": b"",
         f"{dist_info}/METADATA": (
             f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
@@ -63,6 +70,16 @@ def venv(tmp_path):
         *((f"d{i}", "1.0") for i in range(9)),
     ]:
         tiny_wheel(links, name, version, *requires)
+    ran = tmp_path / "ran"  # what a file of a refused package leaves when it runs
+    for name, files in [
+        ("overtorch", {"torch_mod/__init__.py": b"import os\nos.system('id > %s')\n" % bytes(ran)}),
+        ("intotorch", {"torch_mod/extra.py": b""}),
+        ("twodists", {"twodists-1.0.data/purelib/zzz-1.0.dist-info/METADATA": b"Name: zzz\n"}),
+        ("haspth", {"haspth.pth": b"import os; os.system('id > %s')\n" % bytes(ran)}),
+        ("customize", {"sitecustomize.py": b""}),
+        ("overpip", {"overpip-1.0.data/scripts/pip": b"#!/bin/sh\n"}),
+    ]:
+        tiny_wheel(links, name, "1.0", files=files)
     path = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(path)], check=True, timeout=300)
     env = {
@@ -147,3 +164,128 @@ def test_a_file_other_than_the_one_pips_dry_run_chose_is_not_installed(venv, tmp
     done, error, after = install(venv, tmp_path, "foo")
     assert done is None and "nothing installed" in error and "HASHES" in error, error
     assert after == before
+
+
+def site_files(venv) -> dict[str, bytes]:
+    """Every file of the venv's lib/ and bin/ (no __pycache__) and its bytes."""
+    path, _ = venv
+    return {
+        str(p.relative_to(path)): p.read_bytes()
+        for top in ("lib", "bin")
+        for p in sorted((path / top).rglob("*"))
+        if p.is_file() and not p.is_symlink() and "__pycache__" not in p.parts
+    }
+
+
+@pytest.mark.parametrize(
+    ("requires", "why"),
+    [
+        ("overtorch", "site-packages/torch_mod/__init__.py', which torch installed"),  # review M1
+        ("intotorch", "inside the package torch_mod of torch"),
+        (
+            "twodists",
+            "another distribution's metadata ('twodists-1.0.data/purelib/zzz-1.0.dist-info",
+        ),
+        ("haspth", "'haspth.pth', which every start of the venv's python runs"),
+        ("customize", "'sitecustomize.py', which every start of the venv's python runs"),
+        ("overpip", "would write 'bin/pip', which pip installed"),
+    ],
+)
+def test_a_dependency_writing_outside_its_own_names_is_refused_before_anything_runs(
+    venv, tmp_path, requires, why
+):
+    """Review M1: the files of each package pip would add are read before it is installed (zip members and RECORD):
+    one that would write torch's files (or into torch's package, a .pth, a sitecustomize, another distribution's
+    metadata, a script of pip) is refused, nothing installed, torch's files intact, nothing of it run."""
+    before, files = listed(venv), site_files(venv)
+    done, error, after = install(venv, tmp_path, requires)
+    assert done is None and why in error and "; nothing installed --" in error, error
+    assert "\n" not in error and "Traceback" not in error
+    assert after == before and site_files(venv) == files
+    assert not (tmp_path / "ran").exists()
+
+
+def test_the_undo_removes_only_what_this_run_installed(venv, tmp_path):
+    """Review M2: another user installs d0 (and moves numpy) after apexkit's first probe; apexkit's install then
+    fails its check (numpy moved) and takes apex back -- and only apex: d0 stays."""
+    path, env = venv
+    folder = tmp_path / "apex"
+    folder.mkdir()
+    wheel = tiny_wheel(folder, "apex", "0.1+ascend.torch2.0.0", "torch==2.0.0")
+    named = f"--venv {path}"
+    before = targets.probe(str(path / "bin" / "python"), named, env)
+    meanwhile = [
+        str(path / "bin" / "python"),
+        "-m",
+        "pip",
+        "install",
+        "-q",
+        "d0==1.0",
+        "numpy==3.0",
+    ]
+    subprocess.run(meanwhile, env=env, check=True, capture_output=True, timeout=300)
+    result = run.Result("would-install", None, None, "x", before.venv, None, None, None)
+    with pytest.raises(run.InstallError) as err:
+        run._install(before, named, wheel, untrusted.sha256_file(wheel), result, "installed", env)
+    assert "numpy 2.0 -> 3.0" in err.value.cause and "apex uninstalled again" in err.value.cause
+    after = listed(venv)
+    assert after.get("d0") == "1.0" and "apex" not in after
+
+
+def test_an_install_killed_while_pip_writes_is_repaired_by_the_next_run(venv, tmp_path):
+    """Item 7: apexkit killed -9 while pip writes apex into the venv: pip dies with it; the next run says so in one
+    line and takes back what was written (files with no dist-info), the venv as it was; no copy of the wheel left,
+    in /tmp or in the cache. That next run, failing (--no-build, no index), prints one JSON object (review F4)."""
+    path, env = venv
+    folder = tmp_path / "apex"
+    folder.mkdir()
+    extra = {f"apex/m{i}.py": b"x = %d\n" % i for i in range(6)}
+    wheel = tiny_wheel(folder, "apex", "0.1+ascend.torch2.0.0", "torch==2.0.0", files=extra)
+    before, files = listed(venv), site_files(venv)
+    paused, tmpdir = tmp_path / "paused", tmp_path / "tmp"
+    tmpdir.mkdir()
+    env = {**env, "APEXKIT_CACHE_DIR": str(tmp_path / "cache"), "TMPDIR": str(tmpdir)}
+    env["APEXKIT_TEST_PIP_PAUSED"] = str(paused)
+    script = Path(__file__).with_name("pause_in_pip.py")
+    proc = subprocess.Popen([sys.executable, str(script), "3", str(path), str(wheel)], env=env)
+    try:
+        for _ in range(1200):
+            if paused.exists() or proc.poll() is not None:
+                break
+            time.sleep(0.1)
+        assert paused.exists(), "pip never paused"
+        pip = int(paused.read_text())
+        left = [p for p in (path / "lib").rglob("apex/*.py")]
+        assert left, "pip wrote nothing of apex"
+    finally:
+        proc.kill()
+        proc.wait()
+    for _ in range(300):  # pip dies with it (PR_SET_PDEATHSIG), reaped by init
+        if not _alive(pip):
+            break
+        time.sleep(0.1)
+    assert not _alive(pip)
+    again = subprocess.run(
+        [sys.executable, "-m", "apexkit", "install", "--venv", str(path), "--no-build", "--json"],
+        env={**{k: v for k, v in env.items() if not k.startswith("PIP_")}, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+    )
+    assert again.returncode == 1, again.stderr
+    assert "an earlier apexkit install into" in again.stderr and "was interrupted" in again.stderr
+    assert "removed" in again.stderr and "repaired" in again.stderr, again.stderr
+    out = json.loads(again.stdout)  # one object, nothing else on stdout
+    assert out["status"] == "failed" and "no wheel fits" in out["error"] and out["hint"]
+    assert listed(venv) == before and site_files(venv) == files
+    assert not list(tmpdir.glob("apexkit-install-*"))
+    assert not list((tmp_path / "cache").rglob("apexkit-install-*"))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    return "State:\tZ" not in status

@@ -14,6 +14,7 @@ from pathlib import Path
 import fakes
 import pytest
 
+from apexkit import dockerclient
 from apexkit.errors import ImageError
 from apexkit.images import container
 from apexkit.wheel import options
@@ -278,7 +279,7 @@ def test_the_host_log_lives_outside_every_mount_the_container_can_write(tmp_path
 
 def test_a_container_log_symlink_left_in_the_workspace_is_not_written_through(host):
     (host.workspace / "container.log").symlink_to(host.victim)
-    with container.open_host_log(host.spec.log_path) as fh:
+    with dockerclient.open_log(host.spec.log_path, "container log") as fh:
         container.stream_output([b"* * * * * root sh -c 'id > /tmp/pwned'\n", b"tail"], fh)
     assert host.victim.read_text() == "# the host's own file\n"
     assert host.spec.log_path.read_text() == "* * * * * root sh -c 'id > /tmp/pwned'\ntail\n"
@@ -287,7 +288,7 @@ def test_a_container_log_symlink_left_in_the_workspace_is_not_written_through(ho
 def test_the_host_log_is_never_opened_through_a_symlink(host):
     host.spec.log_path.symlink_to(host.victim)
     with pytest.raises(ImageError, match="is a symbolic link") as info:
-        container.open_host_log(host.spec.log_path)
+        dockerclient.open_log(host.spec.log_path, "container log")
     assert info.value.exit_code == 10 and "-- next: remove" in info.value.format()
     assert host.victim.read_text() == "# the host's own file\n"
 
@@ -295,17 +296,19 @@ def test_the_host_log_is_never_opened_through_a_symlink(host):
 def test_the_host_log_is_never_a_fifo_or_a_hard_link(host):
     os.mkfifo(host.spec.log_path)
     with pytest.raises(ImageError, match="not a regular file"):
-        container.open_host_log(host.spec.log_path)  # O_NONBLOCK: refused, not blocked
+        dockerclient.open_log(
+            host.spec.log_path, "container log"
+        )  # O_NONBLOCK: refused, not blocked
     os.unlink(host.spec.log_path)
     os.link(host.victim, host.spec.log_path)
     with pytest.raises(ImageError, match="one link"):
-        container.open_host_log(host.spec.log_path)
+        dockerclient.open_log(host.spec.log_path, "container log")
     assert host.victim.read_text() == "# the host's own file\n"
 
 
 def test_the_host_log_is_truncated_and_rewritten(host):
     host.spec.log_path.write_text("an older run's output, longer than this one\n")
-    with container.open_host_log(host.spec.log_path) as fh:
+    with dockerclient.open_log(host.spec.log_path, "container log") as fh:
         container.stream_output([b"new\n"], fh)
     assert host.spec.log_path.read_text() == "new\n"
 

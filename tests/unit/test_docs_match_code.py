@@ -340,16 +340,18 @@ def _nox(where: str, words: list) -> list:
         names += _expand(rest.pop(0))
     out = []
     known = sessions()
+    accepted: frozenset | None = (
+        frozenset()
+    )  # one `-- ARGS` for all: each session takes its own (apexkit.noxrun)
     for name in names:
         if name not in known and not _known(name, known):
             out.append(f"{where}: nox -s {name}: no such session (nox -l)")
-        elif "--" in rest:
-            accepted = session_flags().get(
-                name, _build_flags() if name.startswith("build-") else None
-            )
-            out += _flag_problems(
-                where, f"nox -s {name} --", rest[rest.index("--") + 1 :], accepted
-            )
+            continue
+        flags = session_flags().get(name, _build_flags() if name.startswith("build-") else None)
+        accepted = None if flags is None or accepted is None else accepted | flags
+    if "--" in rest and names and not out:
+        said = f"nox -s {' '.join(names)} --"
+        out += _flag_problems(where, said, rest[rest.index("--") + 1 :], accepted)
     return out
 
 

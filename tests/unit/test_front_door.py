@@ -213,3 +213,47 @@ def test_python_m_apexkit_is_told_python_m_apexkit(tmp_path, monkeypatch):
     monkeypatch.setattr(sys, "argv", ["/venv/bin/apexkit", "validate"])
     assert cli.main() == 2
     assert "build one first (apexkit build 3.11)" in json.loads(status.read_text())["error"]
+
+
+def test_bench_and_validate_name_the_newest_of_several_builds(tmp_path, capsys):
+    """Issue 41: a bare `nox -s bench` with several builds in dist/ says which it took and how to pick another."""
+    import os
+
+    for n, name in enumerate(("py3.8-a", "py3.11-b", "py3.9-c")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "manifest.json").write_text(json.dumps({"target": {"python": "3.x"}}))
+        os.utime(tmp_path / name / "manifest.json", (1e9 + n, 1e9 + n))
+    assert venvrun.find_target(tmp_path)[0].name == "py3.9-c"
+    err = capsys.readouterr().err
+    assert (
+        f"3 builds in {tmp_path}/: taking the newest, py3.9-c (--target ID for another: py3.11-b, py3.8-a)"
+        in (" ".join(err.split()))
+    )
+    venvrun.find_target(tmp_path, "py3.8-a")  # asked for by name: nothing to say
+    assert "taking the newest" not in capsys.readouterr().err
+
+
+def test_a_failed_or_later_build_of_the_invocation_stops_validate_and_bench(tmp_path):
+    from apexkit import noxrun
+    from apexkit.errors import BenchError
+
+    noxrun.BUILT.clear()
+    assert (
+        noxrun._built(["lint", "bench"], "bench") is None
+    )  # no build in the invocation: dist/'s newest
+    with pytest.raises(
+        BenchError, match="build-3.8 has not run before bench in this nox invocation"
+    ):
+        noxrun._built(["bench", "build-3.8"], "bench")
+    noxrun.BUILT["build-3.8"] = "failed"
+    with pytest.raises(BenchError) as failed:
+        noxrun._built(["build-3.8", "bench"], "bench")
+    assert failed.value.format().startswith(
+        "build-3.8 failed in this nox invocation: bench takes no other wheel from dist/ -- next: "
+    )
+    noxrun.BUILT["build-3.11"] = tmp_path
+    assert noxrun._built(["build-3.8", "build-3.11", "validate"], "validate") == tmp_path
+    noxrun.BUILT.clear()
+    # each session keeps its own words of one `-- ARGS`, values and all, in order
+    argv = ["--jobs", "2", "--device", "cpu", "--steps", "2", "--offline"]
+    assert noxrun._minus(argv, ["--device", "cpu", "--steps", "2"]) == ["--jobs", "2", "--offline"]

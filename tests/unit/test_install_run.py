@@ -64,6 +64,8 @@ def world(tmp_path, monkeypatch):
             w.pip_env.append(pip_env)
         if "--requirement" in args:  # what pip is asked to install, by version and sha256
             w.reqs.append(Path(args[args.index("--requirement") + 1]).read_text())
+        if args[0] == "download":  # the files pip would install, read before: none here
+            Path(args[args.index("--dest") + 1]).mkdir()
         if "--report" in args:  # what pip says it would install
             Path(args[args.index("--report") + 1]).write_text(json.dumps(w.report))
         if "--find-links" in args:  # what pip would find there: the folder holds only the wheel
@@ -169,10 +171,12 @@ def test_a_dependency_the_venv_lacks_is_added_first_everything_installed_held(
     and torch_npu / apex kept out; exactly that is installed, --no-deps; then apex alone, --no-deps --no-index."""
     _needs_packaging(world, tmp_path)
     assert install(world, index=["http://u:secret@127.0.0.1:9/"], as_json=True) == 0
-    plan, add, apex = world.pip
+    plan, fetch, add, apex = world.pip
     assert plan[:3] == ["install", "--dry-run", "--quiet"] and plan[-1] == "packaging>20.6"
     assert "--only-binary=:all:" in plan and "--only-binary=:all:" in add
-    assert add[:3] == ["install", "--no-deps", "--require-hashes"]
+    # the files are fetched first, read (files.check_wheel), then installed from that folder alone
+    assert fetch[:3] == ["download", "--no-deps", "--require-hashes"]
+    assert add[:3] == ["install", "--no-deps", "--require-hashes"] and "--no-index" in add
     sha = hashlib.sha256(b"packaging").hexdigest()
     assert world.reqs == [
         f"packaging===25.0 --hash=sha256:{sha}\n"
@@ -578,3 +582,13 @@ def test_an_index_that_is_neither_url_nor_directory_is_one_line(world):
         install(world, index=["not-here"])
     with pytest.raises(run.ConfigError, match="ftp://"):
         install(world, index=["ftp://u:pw@host/x"])
+
+
+def test_a_failure_with_json_is_one_object_on_stdout(world, capsys):
+    """Review F4: `--json` prints one object on stdout when the install fails too: status, error, hint."""
+    with pytest.raises(run.InstallError) as err:
+        install(world, no_build=True, as_json=True)
+    out = json.loads(capsys.readouterr().out)
+    assert out["status"] == "failed" and out["error"] == err.value.cause
+    assert out["hint"] == err.value.hint and out["exit_code"] == 1
+    assert out["venv"] == str(world.venv)

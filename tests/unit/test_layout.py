@@ -46,6 +46,7 @@ EDGE = {
     "cli",
     "commands",
     "exits",
+    "noxrun",  # the nox sessions' door: one invocation's sessions agree on the wheel and share -- ARGS
     "__main__",
     "__init__",
 }  # the command edge: dispatches to every package

@@ -296,3 +296,97 @@ def test_saved_settings_that_no_longer_validate_are_ignored_with_a_warning(fsroo
     state.write_text(json.dumps({"settings": {"http": "http://proxy:3128\n[x]", "https": None}}))
     assert layers.current_settings(where, environ={}) is None
     assert "saved proxy settings" in capsys.readouterr().err
+
+
+# --- issue 40 (review 2026-12-04 L1, F2, L3): queries, unencoded passwords, nested config files ------------------
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("https://idx.corp/simple?token=SECRET123", "https://idx.corp/simple?token=***"),
+        (
+            "x https://h/s?private_token=GLPAT-SECRET&a=1#access_token=AT-SECRET y",
+            "x https://h/s?private_token=***&a=***#access_token=*** y",
+        ),
+        ("https://h/simple/?SECRET", "https://h/simple/?***"),
+        ("https://u:SECRET@h/s?token=***", "https://u:***@h/s?token=***"),  # idempotent
+        # a raw '#', '/' or '@' in a password: hidden up to the token's last '@', none of it shown
+        ("http://tuser:t@k:en/#%@host/", "http://tuser:***@host/"),
+    ],
+)
+def test_mask_hides_query_strings_and_unencoded_passwords(text, expected):
+    assert log.mask(text) == expected
+
+
+def test_a_query_token_goes_into_the_options_file_not_the_container_environment(
+    tmp_path, monkeypatch
+):
+    from apexkit.images import container
+    from apexkit.wheel import options
+
+    monkeypatch.setenv("APEXKIT_CACHE_DIR", str(tmp_path / "cache"))
+    opts = options.resolve(
+        "3.11", ["--dist", str(tmp_path / "dist"), "--build-dir", str(tmp_path / "build")], env={}
+    )
+    environ = {
+        "PIP_INDEX_URL": "https://idx.corp/simple?token=SECRET123",
+        "PIP_EXTRA_INDEX_URL": "https://gl.corp/api/v4/simple?private_token=GLPAT-SECRET",
+        "APEXKIT_TORCH_INDEX_URL": "https://download.pytorch.org/whl/cpu",
+    }
+    spec = container.make_spec(
+        opts, "apexkit/builder:debian-bookworm-x86_64", {}, "x86_64", environ=environ, euid=4321
+    )
+    for secret in ("SECRET123", "GLPAT-SECRET"):
+        assert secret not in json.dumps(spec.environment) and secret not in " ".join(spec.command)
+    assert spec.environment["APEXKIT_TORCH_INDEX_URL"] == environ["APEXKIT_TORCH_INDEX_URL"]
+    spec.workspace.mkdir(parents=True)
+    with container._options_file(spec) as path:
+        assert (path.stat().st_mode & 0o777) == 0o600
+        assert "SECRET123" in path.read_text() and "GLPAT-SECRET" in path.read_text()
+
+
+@pytest.mark.parametrize("where", ["--index", "--team-index", "APEXKIT_INDEX"])
+def test_an_index_password_with_unencoded_reserved_characters_is_refused_unquoted(where):
+    """F2: `install --index 'http://u:t@k:en/#%@host/'` printed `http://u:***@k:en/#%@host/` and named --index-url."""
+    from apexkit.index import client
+
+    with pytest.raises(ConfigError) as info:
+        client.check_index_url("http://tuser:t@k:en/#%@host/", where)
+    message = info.value.format()
+    assert message.startswith(f"{where} http://host: ") and "percent-encode" in message
+    assert "\n" not in message
+    for leak in ("t@k", "k:en", "en/", "#%", "tuser"):
+        assert leak not in message, leak
+    assert "--index-url" not in message
+
+
+def test_a_config_files_team_index_with_an_unencoded_password_is_refused_unquoted(tmp_path):
+    from apexkit import config
+
+    (tmp_path / "apexkit.toml").write_text('team_indexes = ["http://tuser:t@k:en/#%@host/"]\n')
+    with pytest.raises(ConfigError) as info:
+        config.load({}, cwd=tmp_path)
+    message = info.value.format()
+    assert "percent-encode" in message and "apexkit.toml" in message
+    assert "t@k" not in message and "k:en" not in message
+
+
+def test_a_deeply_nested_config_file_is_one_line_naming_it(tmp_path):
+    from apexkit import config
+
+    path = tmp_path / "apexkit.toml"
+    path.write_text("team_indexes = " + "[" * 30000 + "]" * 30000 + "\n")
+    assert path.stat().st_size < config.MAX_BYTES
+    with pytest.raises(ConfigError) as info:
+        config.load({}, cwd=tmp_path)
+    assert str(path) in info.value.format() and "nested too deeply" in info.value.format()
+
+
+def test_a_project_files_value_says_where_it_comes_from(tmp_path):
+    from apexkit import config
+
+    (tmp_path / "apexkit.toml").write_text(f'team_indexes = ["{tmp_path}"]\n')
+    value = config.load({}, cwd=tmp_path).get("team_indexes", {})
+    assert value.told == f" (from project {tmp_path / 'apexkit.toml'})"
+    assert config.load({}, cwd=tmp_path).get("team_indexes", {}, flag=["/x"]).told == ""
