@@ -67,9 +67,10 @@ def has_userinfo(url: str | None) -> bool:
 
 
 def may_hold_secret(value: str) -> bool:
-    """Whether a value may carry a credential: a user, password or token before a host ('@'), or a ?query or
-    #fragment (?token=, ?private_token=, #access_token=): such a value goes into files only their owner reads."""
-    return any(c in value for c in "@?#")
+    """Whether a value may carry a credential: any URL (a user, password or token before the host, a ?query, a
+    #fragment, a ;parameter, or a token as a path segment, as entitlement-token mirrors do: /<token>/simple/), or
+    anything holding '@': such a value goes into files only their owner reads."""
+    return "://" in value or any(c in value for c in "@?#;")
 
 
 def check_chars(value: str, what: str) -> None:

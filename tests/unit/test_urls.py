@@ -332,18 +332,21 @@ def test_a_query_token_goes_into_the_options_file_not_the_container_environment(
     environ = {
         "PIP_INDEX_URL": "https://idx.corp/simple?token=SECRET123",
         "PIP_EXTRA_INDEX_URL": "https://gl.corp/api/v4/simple?private_token=GLPAT-SECRET",
-        "APEXKIT_TORCH_INDEX_URL": "https://download.pytorch.org/whl/cpu",
+        # a token as a path segment (entitlement-token mirrors) or a ;parameter: any URL is kept out
+        "APEXKIT_TORCH_INDEX_URL": "https://dl.mirror.corp/ENTITLEMENT-abc123/whl/cpu;token=SEMI",
+        "PIP_TRUSTED_HOST": "idx.corp",
     }
     spec = container.make_spec(
         opts, "apexkit/builder:debian-bookworm-x86_64", {}, "x86_64", environ=environ, euid=4321
     )
-    for secret in ("SECRET123", "GLPAT-SECRET"):
+    secrets = ("SECRET123", "GLPAT-SECRET", "ENTITLEMENT-abc123", "SEMI")
+    for secret in secrets:
         assert secret not in json.dumps(spec.environment) and secret not in " ".join(spec.command)
-    assert spec.environment["APEXKIT_TORCH_INDEX_URL"] == environ["APEXKIT_TORCH_INDEX_URL"]
+    assert spec.environment["PIP_TRUSTED_HOST"] == "idx.corp"  # what holds no URL stays plain
     spec.workspace.mkdir(parents=True)
     with container._options_file(spec) as path:
         assert (path.stat().st_mode & 0o777) == 0o600
-        assert "SECRET123" in path.read_text() and "GLPAT-SECRET" in path.read_text()
+        assert all(secret in path.read_text() for secret in secrets)
 
 
 @pytest.mark.parametrize("where", ["--index", "--team-index", "APEXKIT_INDEX"])
