@@ -50,17 +50,18 @@ CSS = """
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;margin:24px;color:#1f2328;background:#fff}
 h1{font-size:22px;margin:0 0 4px}h2{font-size:17px;margin:28px 0 8px}
 p.lead{color:#57606a;margin:0 0 16px}
-table.grid{border-collapse:collapse;width:100%}
-.grid th,.grid td{border:1px solid #d0d7de;padding:8px;vertical-align:top;text-align:left}
-.grid thead th{background:#f6f8fa;font-weight:600;min-width:7em}
-.grid tbody th{background:#f6f8fa;width:10em;font-weight:600;white-space:nowrap}
-.grid tbody th span{display:block;font-weight:400;color:#57606a}
+table.grid{border-collapse:collapse;width:100%;table-layout:fixed}
+.grid th,.grid td{border:1px solid #d0d7de;padding:6px;vertical-align:top;text-align:left;overflow-wrap:anywhere}
+.grid thead th{background:#f6f8fa;font-weight:600}
+.grid thead th:first-child{width:9em}
+.grid tbody th{background:#f6f8fa;font-weight:600}
+.grid tbody th span{display:block;font-weight:400;color:#57606a;font-size:12px}
 td.empty{color:#8c959f;text-align:center;vertical-align:middle}
-td.wheel-cell{min-width:24em}
 td.missing{background:#fff8c5;color:#7d4e00}
 .wheel+.wheel{border-top:1px dashed #d0d7de;margin-top:8px;padding-top:8px}
-.name{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:12px;overflow-wrap:anywhere;font-weight:600}
-.meta{color:#57606a;font-size:12px;margin:2px 0}
+.name{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:11px;font-weight:600}
+.meta{color:#57606a;font-size:11px;margin:2px 0}
+.meta code{font-size:11px}
 .links a{margin-right:8px;font-size:12px}
 pre{background:#f6f8fa;border:1px solid #d0d7de;border-radius:4px;padding:4px 6px;margin:4px 0 0;font-size:11px;
 white-space:pre-wrap;overflow-wrap:anywhere;user-select:all}

@@ -3,7 +3,10 @@ server): <index>/simple/index.html, <index>/simple/<project>/index.html with `<w
 wheels beside them, and index.json (which build each file came from).
 
 One filename is one wheel: a filename already in the index with other bytes, or two targets offering different
-wheels under one name, is refused. Wheel names carry the build tuple in their local version label
+wheels under one name, is refused. One target id is one wheel: a rebuild of a target under another file name
+replaces the older wheel of that target (by the build time its manifest records), named in one line. A wheel whose
+platform tag contradicts its manifest (the machine, or the glibc floor its build computed) is refused: renamed, it
+would install where it cannot load. Wheel names carry the build tuple in their local version label
 (apex-0.1+ascend.torch2.13.0-..., see docs/wheels.md) and METADATA pins that torch, so wheels for several torches
 share one index and pip picks the one that installs next to the user's torch (`pip install
 "apex==0.1+ascend.torch2.7.1.npu2.7.1.post11"` names one). --split-by-torch (one index per torch version) still
@@ -37,6 +40,7 @@ and re-hashed on the host while it is copied.
 
 from __future__ import annotations
 
+import calendar
 import contextlib
 import hashlib
 import json
@@ -69,6 +73,9 @@ MANIFEST_SUFFIX = (
     ".manifest.json"  # the build's dist manifest beside its wheel: the index is a wheel cache too
 )
 _SHA256 = re.compile(r"[0-9a-f]{64}")
+# a platform tag's glibc floor and machine: manylinux_2_24_x86_64, the legacy manylinux2014_x86_64, linux_x86_64
+_PLATFORM = re.compile(r"(?:manylinux_(\d+)_(\d+)|manylinux(1|2010|2014)|linux)_([a-z0-9_]+)")
+_LEGACY_GLIBC = {"1": (2, 5), "2010": (2, 12), "2014": (2, 17)}
 _REBUILD = "rebuild that target (or remove it from the dist directory)"
 # What a fact of index.json may be: short printable text from a small alphabet (versions, tags, refs, pins), so a
 # reader may show it, compare it and put it in a page after escaping, never a path or markup.
@@ -330,6 +337,11 @@ def _built(dist: Path, manifest_path: Path, targets: list[str] | None) -> Entry 
         raise ConfigError(f"{manifest_path}: wheel.file {file} {exc}", _REBUILD) from None
     if digest != expected:
         raise ConfigError(f"{wheel} does not match the sha256 in its manifest", f"rebuild {target}")
+    why = _contradiction(file, manifest)
+    if why:
+        raise ConfigError(
+            f"{wheel}: {why}", f"rebuild {target} (a wheel keeps the tags its build computed)"
+        )
     attestations = _attestations(manifest, manifest_path, file, digest)
     if not attestations:
         log.info(
@@ -354,6 +366,86 @@ def _built(dist: Path, manifest_path: Path, targets: list[str] | None) -> Entry 
             hashlib.sha256(manifest_bytes).hexdigest(),
         ),
     )
+
+
+def _platform(tag: Any) -> tuple[tuple[int, int] | None, str] | None:
+    """(glibc floor or None, machine) of a linux platform tag; None for another tag (any, win_amd64, ...)."""
+    m = _PLATFORM.fullmatch(tag) if isinstance(tag, str) else None
+    if m is None:
+        return None
+    return _LEGACY_GLIBC.get(m[3]) or ((int(m[1]), int(m[2])) if m[1] else None), m[4]
+
+
+def _contradiction(file: str, manifest: dict) -> str | None:
+    """How the wheel's platform tag contradicts its manifest (None when it does not): the machine (target.arch), the
+    manylinux tag its build computed from the modules' symbols (identity.manylinux_tag, recorded as null when none
+    was), or the newest glibc symbol its modules need (identity.max_glibc): a renamed wheel would install where it
+    cannot load, or be refused where it would."""
+    identity, arch = _object(manifest, "identity"), _object(manifest, "target").get("arch")
+    need = re.fullmatch(r"GLIBC_(\d+)\.(\d+)", str(identity.get("max_glibc")))
+    computed = _platform(identity.get("manylinux_tag"))
+    for tag in sorted({t.platform for t in parse_wheel_filename(file)[3]}):
+        found = _platform(tag)
+        if found is None:
+            continue
+        glibc, machine = found
+        if isinstance(arch, str) and machine != arch:
+            return f"its platform tag {tag} is for {machine}, its manifest's target.arch is {arch}"
+        if glibc and "manylinux_tag" in identity and (computed is None or computed[0] != glibc):
+            return (
+                f"its platform tag {tag} says glibc {glibc[0]}.{glibc[1]}, its manifest records the build computed "
+                f"{identity['manylinux_tag'] or 'no manylinux tag'} (identity.manylinux_tag)"
+            )
+        if glibc and need and glibc < (int(need[1]), int(need[2])):
+            return (
+                f"its platform tag {tag} says glibc {glibc[0]}.{glibc[1]}, below the {need[0]} its manifest records "
+                "its modules need (identity.max_glibc)"
+            )
+    return None
+
+
+def _built_at(e: Entry) -> float:
+    """When a wheel was built: its manifest's `built` (a cache hit: the build it came from) or `created`, else the
+    wheel file's mtime (0 when unreadable)."""
+    manifest: Any = {}
+    if e.manifest:
+        with contextlib.suppress(untrusted.Refused, UnicodeDecodeError, ValueError, RecursionError):
+            manifest = json.loads(
+                untrusted.read_regular(e.manifest.path, None, distdir.MANIFEST_MAX)
+            )
+    for key in ("built", "created"):
+        with contextlib.suppress(TypeError, ValueError, AttributeError):
+            return float(calendar.timegm(time.strptime(manifest.get(key), "%Y-%m-%dT%H:%M:%SZ")))
+    try:
+        return e.path.lstat().st_mtime
+    except OSError:
+        return 0.0
+
+
+def _one_per_target(files: list[Entry]) -> list[Entry]:
+    """One wheel per target id: of wheels built as one dist/<target> (a rebuild under another file name), the newest
+    by build time stays (a tie: the one being published) and each older one leaves the index, named in one line."""
+    by_target: dict[str, list[Entry]] = {}
+    for e in files:
+        by_target.setdefault(e.target if e.target != "?" else f"?{e.filename}", []).append(e)
+    out = []
+    for tid, mine in by_target.items():
+        if len(mine) > 1:
+            built = {e.filename: _built_at(e) for e in mine}
+            mine.sort(key=lambda e: (built[e.filename], not e.in_index))
+            for old in mine[:-1]:
+                log.info(
+                    f"  {tid}: one wheel per target id: keeping {mine[-1].filename} (built "
+                    f"{_when(built[mine[-1].filename])}), dropping the older {old.filename} (built "
+                    f"{_when(built[old.filename])}"
+                    + (", published before)" if old.in_index else f", in {old.path.parent})")
+                )
+        out.append(mine[-1])
+    return sorted(out, key=lambda e: (e.project, e.filename))
+
+
+def _when(seconds: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
 
 
 def _read_manifest(dist: Path, manifest_path: Path) -> tuple[dict, bytes]:
@@ -650,7 +742,7 @@ def plan(
                     "another --index",
                 )
             by_name[entry.filename] = entry
-        groups[root] = sorted(by_name.values(), key=lambda e: (e.project, e.filename))
+        groups[root] = _one_per_target(list(by_name.values()))
     return groups
 
 
@@ -765,7 +857,10 @@ def _replaced(root: Path, files: list[Entry]) -> str:
         "metadata": {name + pages.METADATA_SUFFIX for name in wheels},
     }
     found = {kind: len(names.intersection(old)) for kind, names in kinds.items()}
-    rewritten = [name for name in old if name not in set().union(*kinds.values())]
+    gone = [name for name in old if name not in set().union(*kinds.values())]
+    # pages are rewritten; a wheel that leaves (an older one of its target id) goes with the files beside it
+    rewritten = [name for name in gone if name.endswith(".html") or name == "index.json"]
+    removed = [name for name in gone if name not in rewritten]
     return (
         f"replace {root}/ (an apexkit index): rewrite {', '.join(rewritten)}"
         + (
@@ -779,7 +874,7 @@ def _replaced(root: Path, files: list[Entry]) -> str:
             if found["document"]
             else ""
         )
-        + "; remove nothing else"
+        + (f"; remove {', '.join(removed)}" if removed else "; remove nothing else")
     )
 
 

@@ -255,13 +255,18 @@ def _cuda_plan(opts: BuildOptions, m: matrix.Matrix, interp: interpreters.Interp
 def torch_build(
     m: matrix.Matrix, torch: str, arch: str, opts: BuildOptions, env, system: bool = False
 ) -> str:
-    """Which torch build pip will install, in words, with its download size (matrix.toml [index.torch_builds])."""
+    """Which torch build pip will install, in words, with what it costs before anything is fetched: its download
+    and installed size (a wheelhouse's wheel: measured from the file; the package index: matrix.toml
+    [index.torch_builds], per arch and for a CPU torch index) and the cheaper build when there is one."""
     if system:
         return "the interpreter's own torch (nothing downloaded)"
     local = "+" in torch and torch.split("+", 1)[1]
+    builds = m.data.get("index", {}).get("torch_builds", {})
     if opts.torch_index_url:
-        kind = "CPU build" if "cpu" in opts.torch_index_url or local == "cpu" else "build"
-        return f"{kind} from {log.mask(opts.torch_index_url)}"
+        cpu = "cpu" in opts.torch_index_url or local == "cpu"
+        return f"{'CPU build' if cpu else 'build'} from {log.mask(opts.torch_index_url)}" + (
+            _cost(builds.get("cpu")) if cpu else ""
+        )
     houses = [
         *opts.wheelhouses,
         *(Path(p) for p in env.get("PIP_FIND_LINKS", "").split() if "://" not in p),
@@ -271,7 +276,7 @@ def torch_build(
             sorted(house.glob(f"torch-{torch.split('+')[0]}*{arch}.whl")) if house.is_dir() else []
         )
         if wheels:
-            return f"{wheels[0].name} from --wheelhouse {house} ({wheels[0].stat().st_size / 2**20:.0f} MiB)"
+            return f"{wheels[0].name} from --wheelhouse {house}" + _cost(_measured(wheels[0]))
     if local:
         return (
             f"the {local} build torch {torch}, if the package index serves it (the default index serves none with a "
@@ -279,10 +284,27 @@ def torch_build(
         )
     facts = m.torch_build(arch)
     return (
-        f"{facts['kind']} from the package index (~{facts['download']}); {facts['hint']}"
+        f"{facts['kind']} from the package index{_cost(facts)}; {facts['hint']}"
         if facts
         else "from the package index"
     )
+
+
+def _cost(facts: dict | None) -> str:
+    """The sizes of a [index.torch_builds] row or a measured wheel: ' (~D to download, ~I installed)', or ''."""
+    sizes = [f"~{facts[k]} {w}" for k, w in (("download", "to download"), ("install", "installed"))
+             if facts and facts.get(k)]  # fmt: skip
+    return f" ({', '.join(sizes)})" if sizes else ""
+
+
+def _measured(wheel: Path) -> dict:
+    """A wheelhouse torch's download (the file) and installed size (its members, uncompressed), in MiB."""
+    import zipfile
+
+    facts = {"download": f"{wheel.stat().st_size / 2**20:.0f} MiB"}
+    with contextlib.suppress(OSError, zipfile.BadZipFile), zipfile.ZipFile(wheel) as zf:
+        facts["install"] = f"{sum(i.file_size for i in zf.infolist()) / 2**20:.0f} MiB"
+    return facts
 
 
 def _extensions_for(flags) -> tuple[str, ...]:

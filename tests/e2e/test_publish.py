@@ -145,6 +145,8 @@ def test_index_installs_with_pip_and_refuses_a_second_wheel_under_one_name(runne
             "sha256": sha(renamed),
             "size": renamed.stat().st_size,
         }
+        # recorded as its build's tag too: a wheel whose tag contradicts its manifest is refused (issue 41 item 9)
+        trap_manifest["identity"]["manylinux_tag"] = wheelnames.platform_tag()
         distdir.replace_dir(other.dist, trap, {renamed.name: renamed}, trap_manifest, force=True)
     assert sha(other.dist / trap / WHEEL) != digest
     refused = invoke("publish", "--dist", str(other.dist), "--index", str(index), "--target", trap)
@@ -664,3 +666,83 @@ def test_publish_refuses_an_index_json_whose_attestation_names_leave_the_index(t
     refused(
         invoke("publish", "--dist", str(dist), "--index", str(index)), "attestations.sbom.filename"
     )
+
+
+# --- issue 41 item 9 (review F6): one wheel per target id; a wheel's tags agree with its manifest ----------------------
+
+
+def test_publish_keeps_the_newest_wheel_per_target_and_refuses_a_retagged_one(runner, tmp_path):
+    """A real fixture build, then that wheel as a rebuild would leave it (another file name: `wheel tags --build`)
+    and as someone renaming it would (`wheel tags --platform-tag`, the manifest's wheel rewritten to match, its
+    recorded tag left): the index keeps the newest wheel of the target and names the one it drops; a wheel whose
+    tag contradicts the glibc floor or the machine its manifest records is refused, the index untouched."""
+    proc = runner.nox("3.11", "--no-smoke-test")
+    assert proc.returncode == 0, output(proc)[-3000:]
+    manifest = json.loads((runner.dist / TARGET / "manifest.json").read_text())
+    tool = next((runner.cache / "venvs").glob("build-py3.11-*/bin/python"))
+    built = manifest.get("built") or manifest["created"]  # a cache hit: the build it came from
+    index = tmp_path / "index"
+    assert invoke("publish", "--dist", str(runner.dist), "--index", str(index)).returncode == 0
+
+    def variant(name: str, *tags: str, created: str = built, **edit: dict) -> Path:
+        """dist <name>/<TARGET>: the fixture wheel after `wheel tags ...`, with its manifest rewritten to match."""
+        work = tmp_path / name
+        work.mkdir()
+        shutil.copy(runner.dist / TARGET / WHEEL, work)
+        if tags:
+            subprocess.run(
+                [tool, "-m", "wheel", "tags", "--remove", *tags, WHEEL], cwd=work, check=True
+            )
+        wheel = next(work.glob("*.whl"))
+        changed = {**json.loads(json.dumps(manifest)), "created": created, "built": created}
+        changed["wheel"] = {"file": wheel.name, "sha256": sha(wheel), "size": wheel.stat().st_size}
+        for key, value in edit.items():
+            changed[key] = {**changed[key], **value}
+        changed.pop(
+            "attestations", None
+        )  # written again for the renamed wheel (distdir.replace_dir)
+        distdir.replace_dir(work / "dist", TARGET, {wheel.name: wheel}, changed, force=True)
+        return work / "dist"
+
+    def wheels() -> list[str]:
+        return sorted(
+            f["filename"] for f in json.loads((index / "index.json").read_text())["files"]
+        )
+
+    # a rebuild of the target under another name, an hour later: it replaces the published one, which is named
+    newer = variant("newer", "--build", "2", created=_later(built, 3600))
+    rebuilt = WHEEL.replace("-cp311-", "-2-cp311-", 1)
+    proc = invoke("publish", "--dist", str(newer), "--index", str(index))
+    assert proc.returncode == 0, output(proc)
+    assert wheels() == [rebuilt] and not (index / "simple" / "apex" / WHEEL).exists()
+    line = [x for x in proc.stderr.splitlines() if "one wheel per target id" in x]
+    assert len(line) == 1 and f"keeping {rebuilt}" in line[0], proc.stderr
+    assert f"dropping the older {WHEEL} (built {built}, published before)" in line[0]
+    # an older build of the same target arriving later: the newer published one stays, the older is named
+    older = variant("older", "--build", "1", created=_later(built, -3600))
+    proc = invoke("publish", "--dist", str(older), "--index", str(index))
+    assert proc.returncode == 0, output(proc)
+    assert wheels() == [rebuilt]
+    assert f"dropping the older {WHEEL.replace('-cp311-', '-1-cp311-', 1)}" in proc.stderr
+
+    before = tree(index)
+    recorded = manifest["identity"]["manylinux_tag"] or "no manylinux tag"
+    for name, tags, edit, needles in (
+        # review F6: renamed to a newer glibc than its build computed
+        ("up", ("--platform-tag", "manylinux_2_39_x86_64"), {}, ("tag manylinux_2_39_x86_64", recorded)),
+        # the reverse: renamed to an older glibc, so pip would take it where it cannot load
+        ("down", ("--platform-tag", "manylinux_2_17_x86_64"), {}, ("tag manylinux_2_17_x86_64", recorded)),
+        # the machine: an x86_64 wheel whose manifest says it was built for aarch64
+        ("arch", (), {"target": {"arch": "aarch64"}}, ("is for x86_64", "target.arch is aarch64")),
+    ):  # fmt: skip
+        proc = invoke("publish", "--dist", str(variant(name, *tags, **edit)), "--index", str(index))
+        refused(proc, *needles, "-- next: rebuild " + TARGET)
+        assert tree(index) == before
+
+
+def _later(stamp: str, seconds: int) -> str:
+    import calendar
+    import time
+
+    epoch = calendar.timegm(time.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ")) + seconds
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))

@@ -120,3 +120,25 @@ def test_the_index_pages_are_the_index_own_and_anything_else_is_foreign(tmp_path
         with pytest.raises(ConfigError, match=f"it holds {foreign}"):
             publish._existing(index)
         (index / foreign).unlink()
+
+
+# --- issue 41 item 9 (review F6): a wheel's platform tag agrees with its manifest -------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("tag", "identity", "arch", "needle"),
+    [
+        ("manylinux_2_28_aarch64", {"manylinux_tag": "manylinux_2_28_aarch64"}, "aarch64", None),
+        ("linux_aarch64", {"manylinux_tag": "manylinux_2_28_aarch64"}, "aarch64", None),  # not retagged
+        ("manylinux2014_aarch64", {"manylinux_tag": "manylinux_2_17_aarch64"}, "aarch64", None),
+        ("manylinux_2_24_aarch64", {"max_glibc": "GLIBC_2.4"}, "aarch64", None),  # GLIBCXX sets the tag
+        ("manylinux_2_39_aarch64", {"manylinux_tag": "manylinux_2_34_aarch64"}, "aarch64", "computed manylinux_2_34"),
+        ("manylinux_2_17_aarch64", {"manylinux_tag": None}, "aarch64", "computed no manylinux tag"),
+        ("manylinux_2_17_aarch64", {"max_glibc": "GLIBC_2.34"}, "aarch64", "below the GLIBC_2.34"),
+        ("manylinux_2_28_x86_64", {}, "aarch64", "is for x86_64, its manifest's target.arch is aarch64"),
+    ],
+)  # fmt: skip
+def test_a_platform_tag_that_contradicts_its_manifest_is_named(tag, identity, arch, needle):
+    name = f"apex-0.1-cp310-cp310-{tag}.whl"
+    why = publish._contradiction(name, {"identity": identity, "target": {"arch": arch}})
+    assert (why is None) if needle is None else (needle in str(why)), why
