@@ -596,6 +596,21 @@ STALE_AFTER = (
 HEARTBEAT = 10.0  # how often a holder touches its record (well under STALE_AFTER)
 
 
+def here() -> str:
+    """Where a pid means one process: this host, this boot and this pid namespace. Two containers may share a
+    hostname and still number their processes apart; a pid from another boot is another process."""
+    parts = [socket.gethostname()]
+    for read in (
+        lambda: Path("/proc/sys/kernel/random/boot_id").read_text().strip(),
+        lambda: os.readlink("/proc/self/ns/pid"),
+    ):
+        try:
+            parts.append(read())
+        except OSError:
+            parts.append("?")
+    return " ".join(parts)
+
+
 class InstallLock:
     """The training venv's install lock: a directory `lock`, made with mkdir, holding `holder`, a JSON record of
     its holder (host, pid, start, a nonce) written atomically and touched every HEARTBEAT s while held.
@@ -603,11 +618,11 @@ class InstallLock:
     A directory and not fcntl.flock, although a flock would vanish with its holder: the venv may sit on NFS or
     Lustre, where flock is either cluster-wide, node-local (mounted nolock, local_lock=flock, localflock: every node
     "gets" it and two pips write one venv at once) or refused (Lustre's noflock), and a node cannot tell which.
-    mkdir is atomic on all of them, so staleness is judged instead, by the waiter: a holder on this host whose pid
-    is gone is stale at once; a holder on another host (or none recorded) is stale once its record has not changed
-    for STALE_AFTER s by the waiter's own clock (no timestamp from another machine is compared with ours: node and
-    file-server clocks may disagree). A stale lock is renamed away (only if it is still the one judged), then
-    taken by mkdir as usual, with one line naming its holder."""
+    mkdir is atomic on all of them, so staleness is judged instead, by the waiter: a holder here (this host, boot
+    and pid namespace: `here`) whose pid is gone is stale at once; any other holder (or none recorded) is stale
+    once its record has not changed for STALE_AFTER s by the waiter's own clock (no timestamp from another machine
+    is compared with ours: node and file-server clocks may disagree). A stale lock is renamed away (only if it is
+    still the one judged), then taken by mkdir as usual, with one line naming its holder."""
 
     NAME = "holder"
 
@@ -616,6 +631,7 @@ class InstallLock:
         self.stop = threading.Event()
         record = {
             "host": socket.gethostname(),
+            "where": here(),
             "pid": os.getpid(),
             "started": now(),
             "nonce": self.nonce,
@@ -665,7 +681,7 @@ class InstallLock:
         who = (
             f"pid {pid} on {host}, since {record.get('started')}" if host else "no holder recorded"
         )
-        if host == socket.gethostname() and isinstance(pid, int) and pid > 0:
+        if record.get("where") == here() and isinstance(pid, int) and pid > 0:
             try:
                 os.kill(pid, 0)
             except ProcessLookupError:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import socket
 import stat
 import subprocess
 import sys
@@ -690,3 +691,30 @@ def test_another_hosts_install_lock_is_stale_only_when_its_holder_stops_touching
         "2026-12-04T10:00:00+00:00) has not touched it for " in out
     ), out
     assert not (train / LOCK).exists()
+
+
+def test_a_holder_with_our_hostname_in_another_pid_namespace_is_judged_by_its_heartbeat(tmp_path):
+    """Hostile pass F6: a node in another pid namespace (a container sharing the hostname) held the lock; its pid
+    means nothing here, so `kill(pid, 0)` must not declare it gone while it still touches its record."""
+    train, wheel = _train_venv(tmp_path)
+    (train / LOCK).mkdir()
+    record = train / LOCK / "holder"
+    host = socket.gethostname()
+    dead = 4194000  # no process of ours has this pid (pid_max is 4194304 at most)
+    where = f"{host} another-boot pid:[4026531836]"
+    record.write_text(json.dumps({"host": host, "where": where, "pid": dead, "started": "now"}))
+    stop = threading.Event()
+
+    def beat() -> None:
+        while not stop.wait(0.3):
+            os.utime(record)
+
+    beating = threading.Thread(target=beat)
+    beating.start()
+    try:
+        result, out = _run_node(tmp_path, train, wheel, 5, 2)
+    finally:
+        stop.set()
+        beating.join()
+    assert not result["ok"] and "taking over" not in out, (result, out)
+    assert json.loads(record.read_text())["pid"] == dead
