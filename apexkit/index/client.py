@@ -51,15 +51,18 @@ class Denied(SourceError):
     configured, the build and `install` stop on it (unless asked to fall back to compiling)."""
 
 
-def credentials_refused(cl: Client, url: str, code: int) -> Denied:
-    """The error for an index that answered `url` with 401/403: where the credentials came from, masked."""
-    sent = (
-        "the user:password@ of its URL was sent"
-        if cl._authorization(url)
-        else "none were sent: its URL has no user:password@"
-    )
+def credentials_refused(cl: Client, url: str, code: int, answered: str | None = None) -> Denied:
+    """The error for an index that answered `url` with 401/403 (from `answered`, where a redirect led): where the
+    credentials came from, masked."""
+    answered = url if not answered or public_url(answered) == public_url(url) else answered
+    if answered != url:  # the login is never forwarded past a redirect (Client.open)
+        sent = f"redirected from {log.mask(url)}; the index URL's user:password@ is not sent there"
+    elif cl._authorization(url):
+        sent = "the user:password@ of its URL was sent"
+    else:
+        sent = "none were sent: its URL has no user:password@"
     return Denied(
-        f"credentials refused by {log.mask(url)} (HTTP {code}; {sent})",
+        f"credentials refused by {log.mask(answered)} (HTTP {code}; {sent})",
         "put the right user:password@ in the index URL (percent-encode reserved characters), or ask the index's "
         "owner for access",
     )

@@ -132,7 +132,7 @@ def _unreachable(cl: client.Client, url: str, exc: BaseException) -> Exception:
     another index does not help, the fix is the user's) as it is, else Unreachable with the cause."""
     if isinstance(exc, urllib.error.HTTPError):
         if exc.code in (401, 403):
-            return client.credentials_refused(cl, url, exc.code)
+            return client.credentials_refused(cl, url, exc.code, exc.filename)
         return Unreachable(f"{client.public_url(url)}: HTTP {exc.code}")
     return exc if isinstance(exc, client.Denied) else Unreachable(_why(exc))
 

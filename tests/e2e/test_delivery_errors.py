@@ -56,12 +56,24 @@ class Index:
     """An empty apexkit index (index.json with no files) served on 127.0.0.1: over HTTPS with `cert`, or answering
     401 to every request when `deny`."""
 
-    def __init__(self, root: Path, cert: tuple[Path, Path] | None = None, deny: bool = False):
+    def __init__(
+        self,
+        root: Path,
+        cert: tuple[Path, Path] | None = None,
+        deny: bool = False,
+        redirect: str = "",
+    ):
         root.mkdir(parents=True, exist_ok=True)
         (root / "index.json").write_text(json.dumps({"format": "apexkit-index/1", "files": []}))
 
         class Handler(http.server.SimpleHTTPRequestHandler):
             def do_GET(self) -> None:
+                if redirect:  # every path to the same path there
+                    self.send_response(302)
+                    self.send_header("Location", redirect.rstrip("/") + self.path)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
                 if deny:
                     self.send_response(401)
                     self.send_header("WWW-Authenticate", 'Basic realm="team"')
@@ -167,6 +179,23 @@ def test_install_says_credentials_refused_and_where_they_came_from(denying, venv
     assert f"credentials refused by http://team:***@127.0.0.1:{denying.port}/" in errors[0], errors
     assert "user:password@ of its URL was sent" in errors[0]
     assert PASSWORD not in output(proc)
+
+
+def test_a_401_after_a_redirect_names_where_it_came_from_not_the_login_sent(
+    denying, venv, tmp_path
+):
+    """Hostile pass F10: the index redirected to another port, which answered 401; the error named the first URL
+    and said its password was sent, though the login is never forwarded past a redirect."""
+    moved = Index(tmp_path / "moved", redirect=denying.url())
+    try:
+        proc = install(venv, "--index", moved.url(f"team:{PASSWORD}"))
+    finally:
+        moved.stop()
+    errors = _errors(proc)
+    assert proc.returncode == 4 and len(errors) == 1, output(proc)
+    assert f"credentials refused by http://127.0.0.1:{denying.port}/index.json" in errors[0], errors
+    assert f"redirected from http://team:***@127.0.0.1:{moved.port}/" in errors[0], errors
+    assert "is not sent there" in errors[0] and PASSWORD not in output(proc)
 
 
 def test_an_unencoded_password_in_install_index_is_refused_naming_index(venv):
