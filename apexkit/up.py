@@ -52,6 +52,7 @@ from typing import Any, TextIO
 
 from apexkit import cachetrust, config, envvars, fsedit, locks, log, paths, statusfile, untrusted
 from apexkit.errors import ConfigError
+from apexkit.plan import target as targets
 
 STAGES = ("proxy", "doctor", "install", "validate", "bench")
 # the stages whose child takes its own flags (venvrun is not a declared command yet); the others: a JSON options file
@@ -960,15 +961,27 @@ def execute(opts: Options, environ: Mapping[str, str] | None = None) -> int:
                 else:
                     state.pop(stage.name, None)
                     failed = stage.name
-            sha = rows[-1].result.get("sha256") if stage.name == "install" else None
-            if sha:  # the bench's environment block records the wheel it measured
-                extra_env["APEXKIT_APEX_WHEEL_SHA256"] = sha
+            if stage.name == "install":  # the bench's report names the wheel it measured
+                extra_env.update(_wheel_env(rows[-1].result))
         report = report_dict(opts, facts, rows, started, time.monotonic() - start)
         write_report(report_dir, report, state)
     _print_report(report, report_dir, opts.as_json)
     if interrupted:
         raise KeyboardInterrupt
     return 0 if report["ok"] else 1
+
+
+def _wheel_env(result: Mapping[str, Any]) -> dict[str, str]:
+    """The bench's variables for the wheel install put in (its --json, read back as untrusted): its sha256 and its
+    target id, each only when it is one."""
+    env = {}
+    sha, target = result.get("sha256"), result.get("target")
+    if isinstance(sha, str) and re.fullmatch(r"[0-9a-f]{64}", sha):
+        env["APEXKIT_APEX_WHEEL_SHA256"] = sha
+    if isinstance(target, str):
+        with contextlib.suppress(ConfigError):
+            env["APEXKIT_TARGET_ID"] = targets.Target.from_id(target).id
+    return env
 
 
 def _still_done(

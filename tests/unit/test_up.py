@@ -613,3 +613,15 @@ def test_dry_run_names_a_project_file_that_sets_sources_and_a_report_it_would_re
     assert (
         "team_indexes from project" not in capsys.readouterr().out
     )  # --index wins: the file is not used
+
+
+def test_the_bench_after_install_names_the_wheel_and_takes_only_valid_values():
+    """The bench's chart names the wheel's target id (issue 41 item 5); install's --json is read back as untrusted."""
+    sha = "ab" * 32
+    target = "py3.11-torch2.13.0-x86_64-master"
+    assert up._wheel_env({"sha256": sha, "target": target}) == {
+        "APEXKIT_APEX_WHEEL_SHA256": sha,
+        "APEXKIT_TARGET_ID": target,
+    }
+    assert up._wheel_env({"sha256": "x; rm -rf /", "target": "$(id)\n"}) == {}
+    assert up._wheel_env({"sha256": 7, "target": ["py3.11"]}) == {}
