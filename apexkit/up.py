@@ -974,6 +974,9 @@ def _still_done(
 
 
 def _report_dir(report_dir: Path) -> Path:
+    error = report_problem(report_dir)  # before anything is made there
+    if error is not None:
+        raise error
     try:
         cachetrust.make_dir(report_dir / "logs")
     except OSError as exc:
