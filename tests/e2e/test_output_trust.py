@@ -103,6 +103,23 @@ def test_output_dirs_we_own_still_build_up_to_the_sources(tmp_path):
     assert log.read_text().startswith("apexkit ") and TARGET in log.read_text()
 
 
+def test_a_build_dir_given_as_a_link_another_uid_controls_is_refused(tmp_path):
+    """Issue 40 (F9): the link was resolved before the check, so only its target (root's own folder) was judged and
+    root wrote build/<target> wherever the link's owner pointed it."""
+    rootdir = tmp_path / "rootdir"
+    rootdir.mkdir(mode=0o755)
+    hers = tmp_path / "hers"
+    hers.mkdir()
+    _theirs(hers, 0o755)
+    fakes.users_link(hers / "build", str(rootdir))
+    proc = _build(tmp_path, hers / "build", tmp_path / "dist")
+    assert proc.returncode == 2, output(proc)[-3000:]
+    assert f"the output directory {hers / 'build'} is a link owned by uid 65534" in _error_line(
+        proc
+    )
+    assert os.listdir(rootdir) == []
+
+
 def test_a_build_log_swapped_for_a_link_after_it_was_opened_is_never_appended_through(tmp_path):
     """Issue 40 (F1): the build log was opened afresh by name, then appended to by name (run_logged, the binary
     checks' report ...): build/ renamed away and a new build/<target>/build.log link put in its place sent every
