@@ -38,8 +38,10 @@ def problem(path: Path) -> str | None:
     `path` itself and every entry directly under it (the wheels/, venvs/, git/, uv/, containers/ ... folders)."""
     st, why = _lstat(path)
     if st is None:
-        return why
+        return why or _swappable(path)
     if stat.S_ISLNK(st.st_mode):
+        if st.st_uid not in (0, os.geteuid()):
+            return f"a link owned by uid {st.st_uid}"
         try:
             st = os.stat(
                 path
@@ -63,11 +65,21 @@ def problem(path: Path) -> str | None:
 
 
 def _swappable(path: Path) -> str | None:
-    """Why someone else can replace `path` (a parent others can write, unless sticky), else None."""
-    for parent in Path(os.path.realpath(path)).parents:
-        pst = _stat(parent)
-        if pst is not None and not pst.st_mode & stat.S_ISVTX and untrusted.others_can_write(pst):
-            return f"inside {parent}, which is {untrusted.others_can_write(pst)} (anyone there can replace it)"
+    """Why someone else can replace `path` or a folder above it, as written or with its links resolved, else None:
+    a parent others can write, unless it is sticky and ours or root's and so is the entry in it (in a sticky
+    folder, only the folder's owner and the entry's owner may rename that entry: the kernel's rule)."""
+    me = os.geteuid()
+    for chain in dict.fromkeys((Path(os.path.abspath(path)), Path(os.path.realpath(path)))):
+        for entry, parent in zip((chain, *chain.parents), chain.parents):
+            pst = _stat(parent)
+            why = untrusted.others_can_write(pst) if pst is not None else None
+            if why and pst and pst.st_mode & stat.S_ISVTX and pst.st_uid in (0, me):
+                est = _lstat(entry)[0]
+                if est is None or est.st_uid in (0, me):
+                    continue
+                return f"inside {parent}, where uid {est.st_uid} owns {entry.name} (and so can replace it)"
+            if why:
+                return f"inside {parent}, which is {why} (anyone there can replace it)"
     return None
 
 
@@ -77,7 +89,7 @@ def trusted_output(path: Path, setting: str, make: bool = True) -> Path:
     written there: made 0755 when missing (unless not `make`), else ConfigError naming it, why, and `setting` (the
     option or variable that points elsewhere). Never a private fallback: outputs are where the user looks."""
     path = Path(path)
-    reason = problem(path) if os.path.lexists(path) else _swappable(path)
+    reason = problem(path)
     if reason is None and make and not os.path.lexists(path):
         try:
             make_dir(path)
@@ -234,7 +246,13 @@ def make_dir(path: Path, mode: int = 0o755) -> Path:
             os.mkdir(folder, mode)
         except FileExistsError:
             continue
-        os.chmod(folder, mode)
+        fd = os.open(
+            folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+        )  # never a link swapped in
+        try:
+            os.fchmod(fd, mode)
+        finally:
+            os.close(fd)
     return path
 
 

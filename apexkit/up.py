@@ -33,7 +33,6 @@ every stage runs. Each stage's child runs in a process group of its own that up 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import datetime
 import hashlib
 import json
@@ -53,6 +52,7 @@ from typing import Any, TextIO
 from apexkit import cachetrust, config, envvars, fsedit, locks, log, paths, statusfile, untrusted
 from apexkit.errors import ConfigError
 from apexkit.plan import target as targets
+from apexkit.proc import group_child
 
 STAGES = ("proxy", "doctor", "install", "validate", "bench")
 # the stages whose child takes its own flags (venvrun is not a declared command yet); the others: a JSON options file
@@ -660,49 +660,10 @@ def _stops_like_ctrl_c() -> Iterator[None]:
 
 
 def _call(argv: Sequence[str], **kwargs: Any) -> int:
-    """Run a stage's child in a process group of its own, and leave nothing of that group behind: when the child
-    exits, or up stops (Ctrl-C, SIGTERM, SIGHUP), what is left of it gets SIGINT (what Ctrl-C sends), then SIGKILL
-    after GRACE seconds. up killed outright cannot do that: then the kernel sends the child SIGINT
-    (PR_SET_PDEATHSIG)."""
-    proc = subprocess.Popen(
-        argv, start_new_session=True, preexec_fn=_dies_with(os.getpid()), **kwargs
-    )
-    try:
-        return proc.wait()
-    finally:
-        _end_group(proc)
-
-
-def _dies_with(parent: int) -> Callable[[], None] | None:
-    """For the child, between fork and exec: SIGINT when `parent` dies (Linux; elsewhere nothing)."""
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-
-    def arm() -> None:
-        prctl(1, int(signal.SIGINT))  # PR_SET_PDEATHSIG
-        if os.getppid() != parent:  # up died before that
-            os._exit(130)
-
-    return arm
-
-
-def _end_group(proc: subprocess.Popen) -> None:
-    """SIGINT to what is left of `proc`'s process group, SIGKILL after GRACE seconds (or a second Ctrl-C); returns
-    once nothing is left, or after 5 s more."""
-    for number, grace in ((signal.SIGINT, GRACE), (signal.SIGKILL, 5.0)):
-        deadline = time.monotonic() + grace
-        try:
-            os.killpg(proc.pid, number)
-            while time.monotonic() < deadline:
-                proc.poll()  # the child itself, once it exits: a zombie still counts as a member
-                time.sleep(0.05)
-                os.killpg(proc.pid, 0)
-        except OSError:  # none left (or none we may signal)
-            return
-        except KeyboardInterrupt:
-            continue
+    """Run a stage's child in a process group of its own and leave nothing of it behind (group_child: SIGINT,
+    then SIGKILL after GRACE seconds; SIGINT from the kernel when up is killed outright)."""
+    with group_child(argv, grace=GRACE, **kwargs) as child:
+        return child.wait()
 
 
 def _child(stage: Stage, fh: TextIO, logs: Path, env: Mapping[str, str]) -> tuple[int, object]:
@@ -995,6 +956,9 @@ def _still_done(
 
 
 def _report_dir(report_dir: Path) -> Path:
+    error = report_problem(report_dir)  # before anything is made there
+    if error is not None:
+        raise error
     try:
         cachetrust.make_dir(report_dir / "logs")
     except OSError as exc:

@@ -28,7 +28,7 @@ import apexkit
 from apexkit import cachetrust, cann, fsedit, locks, log, paths, untrusted, vocab
 from apexkit.errors import ApexkitError, BuildError, ConfigError, SmokeTestError, SourceError
 from apexkit.plan import matrix
-from apexkit.proc import run_logged
+from apexkit.proc import appending, keep_log, run_logged
 from apexkit.wheel import (
     buildplan,
     cudabin,
@@ -201,11 +201,8 @@ class Builder:
         opts = self.opts
         cachetrust.trusted_output(work, paths.BUILD_SETTING)
         self.state.log_path = work / "build.log"
-        try:  # never through a link planted there
-            fh = untrusted.open_log(self.log_path)
-        except untrusted.Refused as exc:
-            raise ConfigError(f"the build log {exc}", f"remove it: rm {self.log_path}") from None
-        with fh:
+        held.enter_context(keep_log(self.log_path))  # opened once: every append goes there
+        with appending(self.log_path) as fh:
             fh.write(f"apexkit {apexkit.__version__} build of {plan.target_id}\n")
         if plan.backend == "cuda":
             return self._run_cuda(work, plan, interp, held)
@@ -915,7 +912,7 @@ class Builder:
         """The report into the build log; BuildError on the first failure, except in a diagnosis build (--skip-patch,
         --sanitize), which keeps its wheel and warns."""
         failures = report["failures"]
-        with open(self.log_path, "a") as fh:
+        with appending(self.log_path) as fh:
             fh.write(
                 "binary checks:\n"
                 + "".join(f"  FAIL {f}\n" for f in failures)
@@ -956,7 +953,7 @@ class Builder:
                     f"cannot retag the wheel: {exc}; nothing was published",
                     f"see {self.log_path}; report it (apexkit/wheel/wheelcheck.py retag)",
                 ) from None
-            with open(self.log_path, "a") as fh:
+            with appending(self.log_path) as fh:
                 fh.write(f"platform tag: {json.dumps(platform_report)}\n")
             s.note(
                 f"{wheel.name} -> {new.name}"
@@ -1046,7 +1043,7 @@ class Builder:
             )
         if self.opts.sanitize:
             found = sanitize.finding(proc.stderr)
-            with open(self.log_path, "a") as fh:
+            with appending(self.log_path) as fh:
                 fh.write(f"sanitizer run ({sanitizer_env['LD_PRELOAD']}):\n{proc.stderr}\n")
             if found:
                 raise SmokeTestError(
@@ -1099,7 +1096,7 @@ class Builder:
         lines = [
             line for line in proc.stdout.strip().splitlines() if not line.startswith(SMOKE_MARK)
         ]
-        with open(self.log_path, "a") as fh:
+        with appending(self.log_path) as fh:
             fh.write(f"cpu tier (exit {proc.returncode}):\n{proc.stderr}{chr(10).join(lines)}\n")
         try:
             return json.loads(lines[-1])

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from apexkit import config, declare, envvars, paths, untrusted, urls, vocab
+from apexkit import cachetrust, config, declare, envvars, paths, untrusted, urls, vocab
 from apexkit.declare import option
 from apexkit.errors import ConfigError
 from apexkit.plan import matrix, target
@@ -442,12 +442,18 @@ def _stack(args: argparse.Namespace, m: matrix.Matrix, python: str) -> matrix.St
 
 def _folders(args: argparse.Namespace) -> tuple[Path, Path]:
     """(dist, build) folders, each a directory or to be made under one; --apex-src a directory."""
-    dist_dir = (args.dist or paths.dist_dir()).resolve()
-    build_dir = (args.build_dir or paths.build_dir()).resolve()
-    for flag, env_name, folder in (
-        ("--dist", "APEXKIT_DIST_DIR", dist_dir),
-        ("--build-dir", "APEXKIT_BUILD_DIR", build_dir),
+    given = (
+        (args.dist or paths.dist_dir()).absolute(),
+        (args.build_dir or paths.build_dir()).absolute(),
+    )
+    dist_dir, build_dir = given[0].resolve(), given[1].resolve()
+    for flag, env_name, folder, as_given in (
+        ("--dist", "APEXKIT_DIST_DIR", dist_dir, given[0]),
+        ("--build-dir", "APEXKIT_BUILD_DIR", build_dir, given[1]),
     ):
+        # through a link: one someone else may replace (to pick where we write) is refused
+        if as_given != folder:
+            cachetrust.trusted_output(as_given, f"{env_name} (or {flag})", make=False)
         existing = next(p for p in (folder, *folder.parents) if os.path.lexists(p))
         if not existing.is_dir():
             where = (

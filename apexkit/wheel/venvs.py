@@ -41,7 +41,7 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 from apexkit import cachetrust, locks, log, paths, pipconfig, untrusted, vocab
 from apexkit.cachetrust import root as cache_dir
 from apexkit.errors import EnvironmentSetupError
-from apexkit.proc import run_logged
+from apexkit.proc import appending, run_logged
 from apexkit.wheel import known_failures, uvtools
 
 
@@ -420,7 +420,7 @@ def _verified(
         f"  uv installed {', '.join(names)} with files that differ from their RECORD ({first}): cleaning those "
         "uv cache entries and installing again"
     )
-    with open(log_path, "a") as fh:
+    with appending(log_path) as fh:
         fh.write(
             f"apexkit: RECORD mismatches after uv install: {json.dumps({d.name: p for d, p in bad.items()})}\n"
         )
@@ -605,8 +605,8 @@ def _from_uv(
     except (OSError, subprocess.TimeoutExpired) as exc:
         why = str(exc)
     if why:
-        with open(
-            log_path, "a"
+        with appending(
+            log_path
         ) as fh:  # the SBOM falls back to RECORD digests for these; not a failed install
             fh.write(
                 f"apexkit: no wheel digests from uv pip compile for {' '.join(pins)}: {log.mask(why)}\n"

@@ -15,6 +15,11 @@ import fakes
 import pytest
 from conftest import ROOT, output
 
+from apexkit import proc
+from apexkit.errors import ConfigError
+from apexkit.wheel.builder import Builder, BuildState
+from apexkit.wheel.options import BuildOptions
+
 pytestmark = fakes.needs_root
 TARGET = "py3.11-torch2.13.0-x86_64-master"
 ORIGINAL = "ROOT-SECRET-CONFIG original content\n"
@@ -96,6 +101,61 @@ def test_output_dirs_we_own_still_build_up_to_the_sources(tmp_path):
     log = tmp_path / "build" / TARGET / "build.log"
     assert log.is_file() and not log.is_symlink() and stat_mode(log) == 0o644
     assert log.read_text().startswith("apexkit ") and TARGET in log.read_text()
+
+
+def test_a_build_dir_given_as_a_link_another_uid_controls_is_refused(tmp_path):
+    """Issue 40 (F9): the link was resolved before the check, so only its target (root's own folder) was judged and
+    root wrote build/<target> wherever the link's owner pointed it."""
+    rootdir = tmp_path / "rootdir"
+    rootdir.mkdir(mode=0o755)
+    hers = tmp_path / "hers"
+    hers.mkdir()
+    _theirs(hers, 0o755)
+    fakes.users_link(hers / "build", str(rootdir))
+    proc = _build(tmp_path, hers / "build", tmp_path / "dist")
+    assert proc.returncode == 2, output(proc)[-3000:]
+    assert f"the output directory {hers / 'build'} is a link owned by uid 65534" in _error_line(
+        proc
+    )
+    assert os.listdir(rootdir) == []
+
+
+def test_a_build_log_swapped_for_a_link_after_it_was_opened_is_never_appended_through(tmp_path):
+    """Issue 40 (F1): the build log was opened afresh by name, then appended to by name (run_logged, the binary
+    checks' report ...): build/ renamed away and a new build/<target>/build.log link put in its place sent every
+    later append into root's file. Every append now goes to the file first opened; a link is never written."""
+    victim = tmp_path / "victim.conf"
+    victim.write_text("secret\n")
+    builder = Builder.__new__(Builder)  # only what writes into the log
+    builder.opts = BuildOptions(python="3.11")
+    builder.state = BuildState(log_path=tmp_path / "build" / "t" / "build.log")
+    builder.log_path.parent.mkdir(parents=True)
+    with proc.keep_log(builder.log_path):
+        (tmp_path / "build").rename(tmp_path / "build.root")  # the swap a racing user did
+        builder.log_path.parent.mkdir(parents=True)
+        builder.log_path.symlink_to(victim)
+        assert (
+            proc.run_logged([sys.executable, "-c", "print('compiled')"], builder.log_path)[0] == 0
+        )
+        builder._checks_verdict({"failures": []})
+    assert victim.read_text() == "secret\n"
+    kept = (tmp_path / "build.root" / "t" / "build.log").read_text()
+    assert "compiled" in kept and "binary checks:" in kept
+
+
+def test_a_log_appended_to_by_name_is_never_written_through_a_link(tmp_path):
+    """Issue 40 (F1): run_logged and the builder's reports appended with open(path, "a"), following a link."""
+    victim = tmp_path / "victim.conf"
+    victim.write_text("secret\n")
+    builder = Builder.__new__(Builder)
+    builder.opts = BuildOptions(python="3.11")
+    builder.state = BuildState(log_path=tmp_path / "build.log")
+    builder.log_path.symlink_to(victim)
+    with pytest.raises(ConfigError, match="is a symbolic link"):
+        proc.run_logged([sys.executable, "-c", "print('compiled')"], builder.log_path)
+    with pytest.raises(ConfigError, match="is a symbolic link"):
+        builder._checks_verdict({"failures": []})
+    assert victim.read_text() == "secret\n"
 
 
 def stat_mode(path: Path) -> int:

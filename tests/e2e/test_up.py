@@ -594,3 +594,23 @@ def test_up_offline_builds_from_shallow_mirrors_and_a_wheelhouse_with_no_network
     assert uv and all("--offline" in line for line in uv), uv  # uv never asks an index
     assert "trying pip" not in log and "attempt" not in log
     assert len(list((tmp_path / "cache" / "git").glob("*.git"))) == 2
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root: the reports folder belongs to uid 65534")
+def test_a_report_dir_others_can_swap_is_refused_before_anything_is_made_there(
+    train_venv, tmp_path
+):
+    """Issue 40 (F2): root's up made reports/up/train/logs in a world-writable folder of uid 65534 before it
+    refused it (and chmod-ed through a link swapped in meanwhile). Now it refuses first: nothing is made there."""
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    os.chown(reports, 65534, 65534)
+    os.chmod(reports, 0o777)
+    report = reports / "up" / "train"
+    proc = apexkit(
+        "up", "--venv", str(train_venv), "--report", str(report), env=clean_env(tmp_path)
+    )
+    assert proc.returncode == 2, output(proc)
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and f"the up report directory {report} is inside {reports}" in errors[0]
+    assert os.listdir(reports) == [], "made before it was checked"

@@ -238,3 +238,25 @@ def test_when_the_default_is_no_better_the_private_cache_is_a_fresh_0700_one(
     assert chosen not in (shared, mine) and stat.S_IMODE(chosen.stat().st_mode) == 0o700
     assert "(for this run: removed at exit)" in capsys.readouterr().err
     chosen.rmdir()
+
+
+def test_make_dir_sets_the_mode_of_what_it_made_never_through_a_link_swapped_in(
+    tmp_path, monkeypatch
+):
+    """Issue 40 (F2): make_dir chmod-ed the folder it had just made by name; a link swapped in between (here the
+    swap is done right after the real mkdir, as a racing user would) made it chmod root's file 0755."""
+    victim = tmp_path / "victim.conf"
+    victim.write_text("secret\n")
+    os.chmod(victim, 0o600)
+    real_mkdir = os.mkdir
+
+    def mkdir_then_swapped(path, mode=0o777, **kwargs):
+        real_mkdir(path, mode, **kwargs)
+        if os.fspath(path).endswith("logs"):
+            os.rmdir(path)
+            os.symlink(victim, path)
+
+    monkeypatch.setattr(os, "mkdir", mkdir_then_swapped)
+    with pytest.raises(OSError):
+        cachetrust.make_dir(tmp_path / "report" / "logs")
+    assert stat.S_IMODE(victim.stat().st_mode) == 0o600

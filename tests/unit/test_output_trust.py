@@ -147,3 +147,39 @@ def test_a_matrix_run_refuses_a_build_dir_another_uid_owns_before_any_cell(tmp_p
     err = capsys.readouterr().err
     assert code == 2 and f"the output directory {build} is owned by uid 65534" in err
     assert not (build / "matrix").exists()
+
+
+@fakes.needs_root
+def test_a_sticky_folder_another_uid_owns_is_no_safe_parent(tmp_path):
+    """Issue 40 (F1): a sticky parent was skipped whoever owned it, but a sticky folder's owner may rename
+    anything in it (build/ away and a new one with a build.log link in its place). Only root's or ours is safe."""
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    os.chown(proj, fakes.NOBODY, fakes.NOBODY)
+    os.chmod(proj, 0o1755)
+    assert f"inside {proj}, which is owned by uid 65534" in _refused(proj / "build").cause
+    assert not (proj / "build").exists()
+    assert "owned by uid 65534" in cachetrust.problem(proj / "cache")
+    os.chown(proj, 0, 0)  # root's sticky folder (like /tmp): what we made in it stays ours
+    assert cachetrust.trusted_output(proj / "build", paths.BUILD_SETTING).is_dir()
+
+
+@fakes.needs_root
+def test_a_link_another_uid_controls_is_refused_as_an_output_directory(tmp_path):
+    """Issue 40 (F9): only a link's target was judged, so the user who may replace the link picked which of root's
+    folders root wrote build/<target> into: a link in her own folder, or hers in a sticky one, is refused."""
+    rootdir = tmp_path / "rootdir"
+    rootdir.mkdir(mode=0o755)
+    hers = tmp_path / "hers"
+    hers.mkdir()
+    os.chown(hers, fakes.NOBODY, fakes.NOBODY)
+    (hers / "build").symlink_to(rootdir)  # ours, but she may replace it
+    assert f"inside {hers}, which is owned by uid 65534" in _refused(hers / "build").cause
+    sticky = tmp_path / "sticky"
+    sticky.mkdir()
+    os.chmod(sticky, 0o1777)
+    fakes.users_link(sticky / "build", str(rootdir))
+    assert "a link owned by uid 65534" in _refused(sticky / "build").cause
+    assert "where uid 65534 owns build" in _refused(sticky / "build" / "t").cause
+    os.lchown(sticky / "build", 0, 0)  # our own link (to a bigger disk) is still followed
+    assert cachetrust.trusted_output(sticky / "build", paths.BUILD_SETTING) == sticky / "build"
