@@ -17,38 +17,93 @@ from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
-from apexkit import cachetrust, fsedit, untrusted
+from apexkit import cachetrust, fsedit, log, untrusted
 from apexkit.install.fit import Misfit
 from apexkit.install.target import Target
 
 RECORD_LIMIT = 64 << 20  # bytes of one installed RECORD (torch's: ~2 MB)
-STARTUP = (
-    "sitecustomize.py",
-    "usercustomize.py",
-)  # code every start of the interpreter runs, as a .pth
+# modules every start of the interpreter imports, as it runs a .pth: in any form (x.py, x/, x.pyc, x.*.so)
+STARTUP = ("sitecustomize", "usercustomize")
+NOT_NAMES = (
+    ".dist-info",
+    ".egg-info",
+    ".egg-link",
+    ".data",
+    ".pth",
+)  # top-level entries that import nothing
 
 
 def _rows(data: bytes) -> list[str]:
     return [row[0] for row in csv.reader(io.StringIO(data.decode(errors="replace"))) if row]
 
 
-def owners(t: Target) -> dict[str, set[str]]:
-    """{absolute path: the distributions whose RECORD lists it} over every site directory of the venv."""
-    found: dict[str, set[str]] = {}
+def _records(t: Target) -> Iterable[tuple[str, str, Path]]:
+    """(site directory, canonical name, RECORD path) of every distribution installed in the venv's site dirs."""
     for site in t.site_dirs:
         with contextlib.suppress(OSError):
             for entry in os.scandir(site):
-                if not entry.name.endswith(".dist-info") or not entry.is_dir(follow_symlinks=False):
-                    continue
-                dist = canonicalize_name(entry.name.split("-", 1)[0])
-                try:
-                    rows = _rows(
-                        untrusted.read_regular(Path(entry.path, "RECORD"), None, RECORD_LIMIT)
+                if entry.name.endswith(".dist-info") and entry.is_dir(follow_symlinks=False):
+                    yield (
+                        site,
+                        canonicalize_name(entry.name.split("-", 1)[0]),
+                        Path(entry.path, "RECORD"),
                     )
-                except untrusted.Untrusted:
-                    continue
-                for row in rows:
-                    found.setdefault(os.path.normpath(os.path.join(site, row)), set()).add(dist)
+
+
+def owners(t: Target) -> dict[str, set[str]]:
+    """{absolute path: the distributions whose RECORD lists it} over every site directory of the venv."""
+    found: dict[str, set[str]] = {}
+    for site, dist, record in _records(t):
+        try:
+            rows = _rows(untrusted.read_regular(record, None, RECORD_LIMIT))
+        except untrusted.Untrusted:
+            continue
+        for row in rows:
+            found.setdefault(os.path.normpath(os.path.join(site, row)), set()).add(dist)
+    return found
+
+
+def written(t: Target, dists: Iterable[str]) -> dict[str, list]:
+    """{name: (device, inode, size, mtime, sha256) of its installed RECORD} for each of `dists` the venv holds: what
+    a pip call just wrote, told apart from the same files installed again later by someone else (a new RECORD)."""
+    found: dict[str, list] = {}
+    for _, dist, record in _records(t):
+        if dist in dists:
+            with contextlib.suppress(OSError, untrusted.Untrusted):
+                st, data = os.lstat(record), untrusted.read_regular(record, None, RECORD_LIMIT)
+                found[dist] = [
+                    st.st_dev,
+                    st.st_ino,
+                    st.st_size,
+                    st.st_mtime_ns,
+                    fsedit.sha256(data),
+                ]
+    return found
+
+
+def _name(top: str) -> str:
+    """The import name a top-level entry of a site directory provides: x for x/, x.py, x.pyc, x.cpython-311-....so."""
+    return top.split(".", 1)[0]
+
+
+def names(t: Target, owned: dict[str, set[str]]) -> dict[str, set[str]]:
+    """{top-level import name: the distributions whose RECORD lists a file under it ("" for one on disk that none
+    lists)} over the venv's site dirs: what a wheel must not write under, unless it is the wheel's own."""
+    found: dict[str, set[str]] = {}
+    for path, who in owned.items():
+        for site in t.site_dirs:
+            top = os.path.relpath(path, site).split(os.sep)[0]
+            if (
+                path.startswith(site + os.sep)
+                and top != "__pycache__"
+                and not top.endswith(NOT_NAMES)
+            ):
+                found.setdefault(_name(top), set()).update(who)
+    for site in t.site_dirs:
+        with contextlib.suppress(OSError):
+            for top in os.listdir(site):
+                if top != "__pycache__" and not top.endswith(NOT_NAMES):
+                    found.setdefault(_name(top), {""})
     return found
 
 
@@ -69,17 +124,21 @@ def _destinations(member: str, own: tuple[str, str], t: Target) -> list[str] | s
             return f"a file for the venv's prefix ({untrusted.shown(member)})"
         parts = parts[2:]
     top = parts[0]
-    if len(parts) == 1 and (top.endswith(".pth") or top in STARTUP):
-        return f"{untrusted.shown(top)}, which every start of the venv's python runs"
+    module = parts[1] if top == "__pycache__" and len(parts) > 1 else top
+    if top.endswith(".pth") or _name(module) in STARTUP:
+        return f"{untrusted.shown('/'.join(parts))}, which every start of the venv's python runs"
     if top.endswith((".dist-info", ".egg-info", ".egg-link", ".data")):
         return f"another distribution's metadata ({untrusted.shown(member)})"
     return [os.path.join(site, *parts) for site in t.site_dirs]
 
 
-def check_wheel(wheel: Path, t: Target, owned: dict[str, set[str]]) -> list[str]:
+def check_wheel(
+    wheel: Path, t: Target, owned: dict[str, set[str]], taken: dict[str, set[str]]
+) -> list[str]:
     """Every file of the wheel file `wheel` where pip would write it in the venv, or Misfit: one that would land
-    outside its own names -- over a file another distribution lists (or none does), inside a package another
-    installed, a .pth. Its zip members and its RECORD both: pip writes the members."""
+    outside its own names -- over a file another distribution lists (or none does), under a top-level import name
+    another provides (`taken`: installed, or a wheel checked before in the same run; this one's names are added to
+    it), a .pth. Its zip members and its RECORD both: pip writes the members."""
     stem = wheel.name.split("-", 2)
     dist = canonicalize_name(stem[0])
     own = (f"{stem[0]}-{stem[1]}.dist-info", f"{stem[0]}-{stem[1]}.data")
@@ -96,7 +155,7 @@ def check_wheel(wheel: Path, t: Target, owned: dict[str, set[str]]) -> list[str]
         if isinstance(where, str):
             raise Misfit(f"{untrusted.shown(wheel.name)} brings {where}")
         for dest in where:
-            problem = _overwrites(dest, dist, owned, t)
+            problem = _overwrites(dest, dist, owned, t, taken)
             if problem:
                 raise Misfit(
                     f"{untrusted.shown(wheel.name)} would write "
@@ -106,23 +165,24 @@ def check_wheel(wheel: Path, t: Target, owned: dict[str, set[str]]) -> list[str]
     return found
 
 
-def _overwrites(dest: str, dist: str, owned: dict[str, set[str]], t: Target) -> str | None:
+def _overwrites(
+    dest: str, dist: str, owned: dict[str, set[str]], t: Target, taken: dict[str, set[str]]
+) -> str | None:
     """Why `dest` is not the wheel's `dist` to write: listed by another distribution, present but listed by none,
-    or inside a package (a folder with __init__.py) of another distribution."""
+    or under a top-level import name (package, module, namespace) another provides; else `dist` takes that name."""
     others = owned.get(dest, set()) - {dist}
     if others:
         return f"which {', '.join(sorted(others))} installed"
     if os.path.lexists(dest) and dist not in owned.get(dest, set()):
         return "which no distribution lists"
     site = next((s for s in t.site_dirs if dest.startswith(s + os.sep)), None)
-    if site is None:
+    top = os.path.relpath(dest, site).split(os.sep)[0] if site else "__pycache__"
+    if top == "__pycache__":
         return None
-    top = os.path.relpath(dest, site).split(os.sep)[0]
-    package = os.path.join(site, top, "__init__.py")
-    if top != os.path.relpath(dest, site) and os.path.lexists(package):
-        holders = owned.get(package, set()) - {dist}
-        if holders or dist not in owned.get(package, set()):
-            return f"inside the package {top} of {', '.join(sorted(holders)) or 'no distribution'}"
+    holders = taken.setdefault(_name(top), {dist}) - {dist}
+    if holders:
+        shown = ", ".join(sorted(h or "no distribution" for h in holders))
+        return f"inside the package {log.sanitise(_name(top)[:100])} of {shown}"
     return None
 
 
@@ -152,48 +212,74 @@ def changed(stamps: dict[str, tuple[int, ...]]) -> list[str]:
 
 @dataclasses.dataclass
 class Journal:
-    """Before pip writes into the venv: every file it will write and each distribution it installs (name: the
-    version the venv had before, None for a new one), in a file of the cache; removed once the run is done, so a
-    run killed on the way leaves it for the next one (`read_journal`)."""
+    """Before pip writes into the venv: the venv's directory (device, inode: a venv made again at the same path is
+    another), every file pip will write and each distribution it installs (name: the version the venv had before,
+    None for a new one), and after each pip call the RECORD it wrote (`written`); in a private file of the cache,
+    removed once the run is done, so a run killed on the way leaves it for the next one (`read_journal`)."""
 
     path: Path
+    venv: list[int]
     paths: list[str] = dataclasses.field(default_factory=list)
     dists: dict[str, str | None] = dataclasses.field(default_factory=dict)
+    records: dict[str, list] = dataclasses.field(default_factory=dict)
 
     def add(self, paths: Iterable[str], dists: dict[str, str | None]) -> None:
         self.paths += paths
         self.dists.update(dists)
-        data = json.dumps({"paths": sorted(set(self.paths)), "dists": self.dists}).encode()
+        self._save()
+
+    def wrote(self, t: Target, dists: Iterable[str]) -> None:
+        """Right after a pip call installed `dists`: their RECORDs, the only ones a repair may take back."""
+        self.records.update(written(t, set(dists)))
+        self._save()
+
+    def _save(self) -> None:
+        data = {**dataclasses.asdict(self), "path": None, "paths": sorted(set(self.paths))}
         cachetrust.make_dir(self.path.parent, 0o700)
-        fsedit.atomic_write(self.path, data, 0o600)
+        fsedit.atomic_write(self.path, json.dumps(data).encode(), 0o600)
 
     def done(self) -> None:
         with contextlib.suppress(FileNotFoundError):
             self.path.unlink()
 
 
-def read_journal(journal: Path) -> tuple[list[str], dict[str, str | None]] | None:
+def read_journal(path: Path) -> Journal | None:
+    """The journal a killed run left, or None (none, or not one apexkit wrote: dropped). Only a regular file of
+    ours that nobody else can write (fsedit.check_private: EnvironmentSetupError otherwise) is acted on."""
+    fsedit.check_private(path, "the install journal", directory=False)
     try:
-        data = untrusted.read_json_object(journal, None, RECORD_LIMIT, "the install journal")
+        data = untrusted.read_json_object(path, None, RECORD_LIMIT, "the install journal")
     except (untrusted.Untrusted, OSError):
         return None
-    paths, dists = data.get("paths"), data.get("dists")
-    if not isinstance(paths, list) or not isinstance(dists, dict):
+    venv, paths, dists, records = (data.get(k) for k in ("venv", "paths", "dists", "records"))
+    if not (isinstance(venv, list) and isinstance(paths, list) and isinstance(dists, dict)):
         return None
-    return [p for p in paths if isinstance(p, str)], {
-        k: v for k, v in dists.items() if isinstance(k, str) and isinstance(v, (str, type(None)))
-    }
+    return Journal(
+        path,
+        venv,
+        [p for p in paths if isinstance(p, str)],
+        {k: v for k, v in dists.items() if isinstance(k, str) and isinstance(v, (str, type(None)))},
+        records if isinstance(records, dict) else {},
+    )
 
 
-def remove_orphans(paths: Iterable[str], t: Target, owned: dict[str, set[str]]) -> list[str]:
-    """Delete each of `paths` that is a file inside the venv's site or scripts directories and that no
-    distribution's RECORD lists (what pip wrote before it was killed), then its folders left empty."""
+def remove_orphans(
+    paths: Iterable[str], t: Target, owned: dict[str, set[str]], dry_run: bool = False
+) -> list[str]:
+    """Delete each of `paths` that is a file inside the venv's site or scripts directories, reached through no
+    symbolic link, and that no distribution's RECORD lists (what pip wrote before it was killed), then its folders
+    left empty; with `dry_run`, only say which."""
     prefix = os.path.realpath(t.venv) + os.sep
     homes = [h for h in (*t.site_dirs, t.scripts or "") if h.startswith(prefix)]
     removed = []
     for path in paths:
         home = next((h for h in homes if os.path.normpath(path).startswith(h + os.sep)), None)
-        if home is None or path in owned or not os.path.isfile(path) or os.path.islink(path):
+        if home is None or path in owned or not os.path.isfile(path):
+            continue
+        if os.path.realpath(path) != os.path.normpath(path):  # a link, or inside a linked folder
+            continue
+        if dry_run:
+            removed.append(os.path.relpath(path, home))
             continue
         with contextlib.suppress(OSError):
             os.unlink(path)

@@ -76,9 +76,21 @@ class Result:
 def _lock_path(python: str, suffix: str = "") -> Path:
     """Where the lock on one venv lives: the apexkit cache, keyed by the venv's directory (nothing is written into the
     venv itself); with `suffix`, its journal (".journal") and its work folder (".work", emptied by each run)."""
-    root = os.path.realpath(Path(python).expanduser().parent.parent)
-    digest = hashlib.sha256(root.encode()).hexdigest()[:24]
+    digest = hashlib.sha256(_root(python).encode()).hexdigest()[:24]
     return cachetrust.root() / "install-locks" / (digest + suffix)
+
+
+def _root(python: str) -> str:
+    return os.path.realpath(Path(python).expanduser().parent.parent)
+
+
+def _venv_id(python: str) -> list[int]:
+    """The venv directory's (device, inode): a journal of the venv once at the same path is not this one's."""
+    try:
+        st = os.stat(_root(python))
+    except OSError:
+        return []
+    return [st.st_dev, st.st_ino]
 
 
 def _work(python: str) -> str:
@@ -87,34 +99,62 @@ def _work(python: str) -> str:
     return str(cachetrust.make_dir(_lock_path(python, ".work"), 0o700))
 
 
-def _repair(python: str, named: str, environ: Mapping[str, str]) -> None:
+def _repair(python: str, named: str, environ: Mapping[str, str], dry_run: bool = False) -> None:
     """What a run into this venv that was killed left: its temporary folders, and, by its journal, what its pip
-    calls installed (uninstalled again) and the files pip wrote before it died, which no distribution lists
-    (removed). One line says so."""
+    calls installed (uninstalled again: only a distribution whose RECORD is still the one that run's pip wrote,
+    never torch or torch_npu) and the files pip wrote before it died, which no distribution lists (removed). One
+    line says so; with `dry_run`, what it would do, nothing touched."""
     import shutil
 
-    shutil.rmtree(_lock_path(python, ".work"), ignore_errors=True)
-    journal = files.Journal(_lock_path(python, ".journal"))
-    found = files.read_journal(journal.path)
-    if found is None:
-        return journal.done()
-    paths, dists = found
+    journal = files.read_journal(_lock_path(python, ".journal"))
+    if dry_run:
+        journal = journal if journal is not None and journal.venv == _venv_id(python) else None
+    else:
+        shutil.rmtree(_lock_path(python, ".work"), ignore_errors=True)
+        if journal is None or journal.venv != _venv_id(python):
+            return files.Journal(_lock_path(python, ".journal"), []).done()
+    if journal is None:
+        return None
     now = targets.probe(python, named, environ, versions_only=True)
-    back = [n for n, was in dists.items() if n in now.dists and now.dists[n] != was]
+    mine = files.written(now, journal.records)
+    back = [n for n, was in journal.records.items() if n not in fit.GUARDED and mine.get(n) == was]
+    other = [
+        n for n, was in journal.dists.items() if n not in back and now.dists.get(n, was) != was
+    ]
+    if dry_run:
+        orphans = files.remove_orphans(journal.paths, now, files.owners(now), dry_run=True)
+        words = _repaired(sorted(back), orphans, [], other, "would be ")
+        return log.warn(
+            f"{_interrupted(named)}: {words}; apexkit install without --dry-run repairs it"
+        )
     removed, kept = _take_back(now, back, named, environ)
     after = targets.probe(python, named, environ, versions_only=True)
-    orphans = files.remove_orphans(paths, after, files.owners(after))
-    what = [f"{', '.join(removed)} uninstalled"] if removed else []
-    what += [f"removed {len(orphans)} files it left ({', '.join(orphans[:3])})"] if orphans else []
+    orphans = files.remove_orphans(journal.paths, after, files.owners(after))
+    words = _repaired(removed, orphans, kept, other, "")
+    if journal.dists.get("apex") and "apex" not in after.dists:
+        words += f"; the venv's apex {journal.dists['apex']} is gone: install it again"
+    log.warn(f"{_interrupted(named)}: {words}; repaired")
+    return journal.done()
+
+
+def _interrupted(named: str) -> str:
+    return f"an earlier apexkit install into {named} was interrupted"
+
+
+def _repaired(
+    removed: list[str], orphans: list[str], kept: list[str], other: list[str], would: str
+) -> str:
+    """What `_repair` did (`would`: "would be ", for a dry run), in words."""
+    what = [f"{', '.join(removed)} {would}uninstalled"] if removed else []
+    if orphans:
+        verb = "would remove" if would else "removed"
+        what.append(f"{verb} {len(orphans)} files it left ({', '.join(orphans[:3])})")
     what += [_kept(kept)] if kept else []
-    if dists.get("apex") and "apex" not in after.dists:
-        what.append(f"the venv's apex {dists['apex']} is gone: install it again")
-    log.warn(
-        f"an earlier apexkit install into {named} was interrupted: "
-        + ("; ".join(what) or "it had changed nothing")
-        + "; repaired"
-    )
-    journal.done()
+    if other:
+        what.append(
+            f"{', '.join(sorted(other))} left as found (not what that run's pip wrote, or changed since)"
+        )
+    return "; ".join(what) or "it had changed nothing"
 
 
 def indexes_from(given: Sequence[str] | None, environ: Mapping[str, str]) -> list[str]:
@@ -218,7 +258,7 @@ def _main(
     lock = _lock_path(python)
     try:
         with locks.hold(lock, f"apexkit install into {named}", wait=False):
-            _repair(python, named, environ)
+            _repair(python, named, environ, dry_run)
             try:
                 return _run(
                     python,
@@ -507,8 +547,10 @@ def _install(
             result.status = "already-installed"
             return result
         missing = fit.check_wheel(facts, before)
-        journal = files.Journal(_lock_path(before.python_path, ".journal"))
-        journal.paths = files.check_wheel(wheel, before, owned)
+        journal = files.Journal(
+            _lock_path(before.python_path, ".journal"), _venv_id(before.python_path)
+        )
+        journal.paths = files.check_wheel(wheel, before, owned, files.names(before, owned))
     except fit.Misfit as exc:
         where = "the index's wheel" if result.source != "build" else "the built wheel"
         raise InstallError(
@@ -567,9 +609,7 @@ def _install_files(
             )
         apex = {"apex": before.apex.version if before.apex else None}
         if missing:
-            result.added = _add_dependencies(
-                before, named, facts.filename, missing, environ, journal, apex
-            )
+            result.added = _add_dependencies(before, named, wheel, missing, environ, journal, apex)
         else:
             journal.add([], apex)
         try:
@@ -592,6 +632,7 @@ def _install_files(
             raise InstallError(
                 f"{exc.cause}; {_undo_apex(before, named, environ, result.added)}", exc.hint
             ) from None
+        journal.wrote(before, ["apex"])
 
 
 # what a dependency's install takes from this shell: where the user's index is and how to reach it, never what
@@ -627,7 +668,7 @@ REPORT_LIMIT = 4 << 20  # bytes of pip's report read
 def _add_dependencies(
     before: Target,
     named: str,
-    wheel: str,
+    wheel: Path,
     missing: list[str],
     environ: Mapping[str, str],
     journal: files.Journal,
@@ -651,7 +692,7 @@ def _add_dependencies(
     pins = [f"{n}=={now.seen[n]}" for n in fit.GUARDED if n in now.seen]
     by_hand = shlex.join([now.python_path, "-m", "pip", "install", *missing, *pins])
     fix = f"install them into the venv ({by_hand}) or give its pip an index that holds them, then run apexkit install again"
-    lacks = f"{wheel} requires {', '.join(missing)}, which {named} lacks"
+    lacks = f"{wheel.name} requires {', '.join(missing)}, which {named} lacks"
     if not _pip_at_least(now.pip, REPORT_PIP):
         raise InstallError(
             f"{lacks}, and its pip {now.pip} cannot say what it would install (pip {REPORT_PIP}+); nothing installed",
@@ -706,9 +747,8 @@ def _add_dependencies(
             raise InstallError(
                 f"{lacks}, and its pip could not fetch them ({exc.cause}); nothing installed", fix
             ) from None
-        _check_added(
-            now, named, lacks, wheels, journal, {**{n: None for n, _, _ in planned}, **apex}
-        )
+        _check_added(now, named, lacks, [wheel, *sorted(wheels.glob("*.whl"))], journal)
+        journal.add([], {**{n: None for n, _, _ in planned}, **apex})
         try:
             _pip(
                 now,
@@ -732,6 +772,7 @@ def _add_dependencies(
                 + _gone(*_take_back(now, None, named, environ)),
                 fix,
             ) from None
+        journal.wrote(now, [n for n, _, _ in planned])
     after = targets.probe(before.python_path, named, environ, versions_only=True)
     new = {n: v for n, v in after.seen.items() if n not in now.seen}
     problems = fit.moved(now, after)
@@ -741,7 +782,7 @@ def _add_dependencies(
         )
     if problems:
         raise InstallError(
-            f"after adding what {wheel} requires to {named}: {'; '.join(problems)}; "
+            f"after adding what {wheel.name} requires to {named}: {'; '.join(problems)}; "
             + _gone(*_take_back(now, None, named, environ, after)),
             "report this with the venv's pip list",
         )
@@ -749,26 +790,23 @@ def _add_dependencies(
 
 
 def _check_added(
-    now: Target,
-    named: str,
-    lacks: str,
-    wheels: Path,
-    journal: files.Journal,
-    dists: dict[str, str | None],
+    now: Target, named: str, lacks: str, wheels: list[Path], journal: files.Journal
 ) -> None:
-    """Each wheel pip downloaded writes only under its own names (files.check_wheel: no .pth, nothing of torch or of
-    any other distribution), read before any of it is installed; then the journal says what is about to be."""
+    """Each wheel pip downloaded writes only under its own names (files.check_wheel: no .pth, nothing of torch, of
+    any other installed distribution, of apex's wheel `wheels[0]` or of another of them), read before any of it is
+    installed; then the journal says which files are about to be written."""
     owned, paths = files.owners(now), []
-    for path in sorted(wheels.glob("*.whl")):
+    taken = files.names(now, owned)
+    for path in wheels:
         try:
-            paths += files.check_wheel(path, now, owned)
+            paths += files.check_wheel(path, now, owned, taken)
         except fit.Misfit as exc:
             raise InstallError(
                 f"{lacks}, and {exc}; nothing installed",
                 "ask whoever publishes that package, or install what you trust by hand, then run apexkit install "
                 "again",
             ) from None
-    journal.add(paths, dists)
+    journal.add(paths, {})
 
 
 def _normal(version: str) -> str:

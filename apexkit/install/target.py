@@ -155,7 +155,14 @@ def probe(
     with tempfile.TemporaryDirectory(prefix="apexkit-probe-") as cwd:
         try:
             proc = subprocess.run(
-                [str(path), "-s", str(PROBE), *(["--versions-only"] if versions_only else [])],
+                # -S: no .pth file and no sitecustomize of the venv runs (the probe adds its site dirs itself)
+                [
+                    str(path),
+                    "-s",
+                    "-S",
+                    str(PROBE),
+                    *(["--versions-only"] if versions_only else []),
+                ],
                 capture_output=True,
                 env=env,
                 cwd=cwd,

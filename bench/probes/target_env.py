@@ -201,7 +201,53 @@ def _base_executable():
     return None
 
 
+def _site_off():
+    """Run with -S (apexkit does): what site.py would set, set without running anything of the venv -- no .pth line
+    that imports, no sitecustomize -- so a package just installed runs no code before apexkit's verdict on it: the
+    venv's prefix (by its pyvenv.cfg, as site.venv), its site directories and the folders their .pth files name."""
+    if not sys.flags.no_site:
+        return
+    import site
+
+    bin_dir = os.path.dirname(os.path.abspath(sys.executable))
+    home = os.path.dirname(bin_dir)
+    prefixes = [sys.prefix]
+    for conf in (os.path.join(bin_dir, "pyvenv.cfg"), os.path.join(home, "pyvenv.cfg")):
+        if os.path.isfile(conf):
+            with open(conf, errors="replace") as fh:
+                system = re.search(
+                    r"^\s*include-system-site-packages\s*=\s*true\s*$", fh.read(), re.M | re.I
+                )
+            sys.prefix = sys.exec_prefix = home
+            prefixes = [home, *([sys.base_prefix] if system else [])]
+            break
+    for folder in site.getsitepackages(prefixes):
+        if os.path.isdir(folder) and folder not in sys.path:
+            sys.path.append(folder)
+            for line in _pth_lines(folder):
+                path = os.path.join(folder, line)
+                if os.path.isdir(path) and path not in sys.path:
+                    sys.path.append(path)
+
+
+def _pth_lines(folder):
+    """The folder lines of the .pth files in `folder` (site.addpackage's; its `import` lines are not run)."""
+    lines = []
+    for name in sorted(os.listdir(folder)):
+        if name.endswith(".pth") and not name.startswith("."):
+            with contextlib.suppress(OSError), open(
+                os.path.join(folder, name), errors="replace"
+            ) as fh:
+                lines += [
+                    x.rstrip()
+                    for x in fh
+                    if x.strip() and not x.startswith(("#", "import ", "import\t"))
+                ]
+    return lines
+
+
 def main():
+    _site_off()
     dists, visible = _dists()
     seen = {
         **visible,

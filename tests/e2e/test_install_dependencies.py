@@ -16,8 +16,10 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from fakes import NOBODY
 
 from apexkit import untrusted
+from apexkit.errors import EnvironmentSetupError
 from apexkit.install import run
 from apexkit.install import target as targets
 
@@ -78,6 +80,19 @@ def venv(tmp_path):
         ("haspth", {"haspth.pth": b"import os; os.system('id > %s')\n" % bytes(ran)}),
         ("customize", {"sitecustomize.py": b""}),
         ("overpip", {"overpip-1.0.data/scripts/pip": b"#!/bin/sh\n"}),
+        # review 3, F3: startup code in any form, F4: under another's top-level name (apex's own included)
+        (
+            "scpackage",
+            {"sitecustomize/__init__.py": b"import os\nos.system('id > %s')\n" % bytes(ran)},
+        ),
+        ("scdata", {"scdata-1.0.data/purelib/usercustomize/__init__.py": b""}),
+        ("scpyc", {"sitecustomize.pyc": b""}),
+        ("scext", {"usercustomize.cpython-311-x86_64-linux-gnu.so": b""}),
+        ("pth_dir", {"x.pth/y.py": b""}),
+        ("oversix", {"six/__init__.py": b"X = 'not six'\n"}),
+        ("intoapex", {"apex_mod/zz_other.py": b""}),  # the test apex wheel's package
+        ("twin1", {"shared/a.py": b""}),
+        ("twin2", {"shared/b.py": b""}),
     ]:
         tiny_wheel(links, name, "1.0", files=files)
     path = tmp_path / "venv"
@@ -89,7 +104,11 @@ def venv(tmp_path):
         "PIP_NO_INDEX": "1",
         "PIP_FIND_LINKS": str(links),
     }
+    tiny_wheel(
+        links, "six", "1.16", files={"six.py": b"X = 'six'\n"}
+    )  # a single-module distribution
     pip = [str(path / "bin" / "python"), "-m", "pip", "install", "-q", "torch==2.0.0", "numpy==2.0"]
+    pip.append("six==1.16")
     made = subprocess.run(pip, env=env, capture_output=True, text=True, timeout=300)
     assert made.returncode == 0, made.stderr[-2000:]
     return path, env
@@ -189,6 +208,17 @@ def site_files(venv) -> dict[str, bytes]:
         ("haspth", "'haspth.pth', which every start of the venv's python runs"),
         ("customize", "'sitecustomize.py', which every start of the venv's python runs"),
         ("overpip", "would write 'bin/pip', which pip installed"),
+        ("scpackage", "'sitecustomize/__init__.py', which every start of the venv's python runs"),
+        ("scdata", "'usercustomize/__init__.py', which every start of the venv's python runs"),
+        ("scpyc", "'sitecustomize.pyc', which every start of the venv's python runs"),
+        (
+            "scext",
+            "usercustomize.cpython-311-x86_64-linux-gnu.so', which every start of the venv's",
+        ),
+        ("pth_dir", "'x.pth/y.py', which every start of the venv's python runs"),
+        ("oversix", "site-packages/six/__init__.py', inside the package six of six"),
+        ("intoapex", "site-packages/apex_mod/zz_other.py', inside the package apex_mod of apex"),
+        ("twin1 twin2", "site-packages/shared/b.py', inside the package shared of twin1"),
     ],
 )
 def test_a_dependency_writing_outside_its_own_names_is_refused_before_anything_runs(
@@ -198,7 +228,7 @@ def test_a_dependency_writing_outside_its_own_names_is_refused_before_anything_r
     one that would write torch's files (or into torch's package, a .pth, a sitecustomize, another distribution's
     metadata, a script of pip) is refused, nothing installed, torch's files intact, nothing of it run."""
     before, files = listed(venv), site_files(venv)
-    done, error, after = install(venv, tmp_path, requires)
+    done, error, after = install(venv, tmp_path, *requires.split())
     assert done is None and why in error and "; nothing installed --" in error, error
     assert "\n" not in error and "Traceback" not in error
     assert after == before and site_files(venv) == files
@@ -289,3 +319,153 @@ def _alive(pid: int) -> bool:
     except OSError:
         return False
     return "State:\tZ" not in status
+
+
+def test_the_probe_runs_no_startup_code_of_the_venv(venv, tmp_path):
+    """Review 3, F3: the probe (before and after each pip call) runs with site processing off: a sitecustomize or a
+    .pth `import` line in the venv runs nothing, and the probe still sees what the venv holds (a .pth's folder too)."""
+    path, env = venv
+    site = next((path / "lib").glob("python*/site-packages"))
+    ran = tmp_path / "ran"
+    (site / "sitecustomize.py").write_text(f"open({str(ran)!r}, 'a').write('sitecustomize')\n")
+    extra = tmp_path / "extra"
+    (extra / "other-1.0.dist-info").mkdir(parents=True)
+    (extra / "other-1.0.dist-info" / "METADATA").write_text("Name: other\nVersion: 1.0\n")
+    (site / "x.pth").write_text(f"{extra}\nimport os; open({str(ran)!r}, 'a').write('pth')\n")
+    found = targets.probe(str(path / "bin" / "python"), f"--venv {path}", env)
+    assert not ran.exists(), ran.read_text()
+    assert (found.torch, found.dists["numpy"], found.seen["other"]) == ("2.0.0", "2.0", "1.0")
+    assert found.is_venv and found.venv == str(path) and str(site) in found.site_dirs
+
+
+def _journal(venv, tmp_path, monkeypatch, dists, records, venv_id=None) -> Path:
+    """A journal as a killed run into `venv` leaves, in a cache of this test (0600, ours): `records` names the
+    distributions whose RECORD that run's pip wrote (their RECORDs as they are now: device, inode, size, mtime,
+    sha256)."""
+    path, _ = venv
+    monkeypatch.setenv("APEXKIT_CACHE_DIR", str(tmp_path / "cache"))
+    journal = run._lock_path(str(path / "bin" / "python"), ".journal")
+    journal.parent.mkdir(parents=True, mode=0o700, exist_ok=True)
+    written = {}
+    for record in (path / "lib").glob("python*/site-packages/*.dist-info/RECORD"):
+        name = record.parent.name.split("-")[0].lower()
+        if name in records:
+            st, data = record.stat(), record.read_bytes()
+            written[name] = [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns]
+            written[name].append(hashlib.sha256(data).hexdigest())
+    st = path.stat()
+    data = {"venv": venv_id or [st.st_dev, st.st_ino], "paths": [], "dists": dists}
+    journal.write_text(json.dumps({**data, "records": written}))
+    journal.chmod(0o600)
+    return journal
+
+
+def test_a_repair_uninstalls_what_that_runs_pip_wrote_never_torch(venv, tmp_path, monkeypatch):
+    """Review 3, F5: a journal names torch and numpy, their RECORDs as pip wrote them: the repair takes back numpy
+    (as it would a dependency that run added) and never torch."""
+    path, env = venv
+    journal = _journal(
+        venv, tmp_path, monkeypatch, {"torch": "1.0", "numpy": None}, ["torch", "numpy"]
+    )
+    run._repair(str(path / "bin" / "python"), f"--venv {path}", env)
+    after = listed(venv)
+    assert after["torch"] == "2.0.0" and "numpy" not in after
+    assert not journal.exists()
+
+
+def test_a_journal_of_another_venv_or_a_dry_run_undoes_nothing(venv, tmp_path, monkeypatch):
+    """Review 3, F5: a journal of the venv once at this path (another directory inode) is dropped, nothing
+    undone; with --dry-run the repair is only said, the venv and the journal left as they are."""
+    path, env = venv
+    python, named, before = str(path / "bin" / "python"), f"--venv {path}", listed(venv)
+    journal = _journal(venv, tmp_path, monkeypatch, {"numpy": None}, ["numpy"])
+    dry = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "apexkit",
+            "install",
+            "--venv",
+            str(path),
+            "--no-build",
+            "--dry-run",
+        ],
+        env={**env, "APEXKIT_CACHE_DIR": str(tmp_path / "cache"), "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+    )
+    assert "numpy would be uninstalled" in dry.stderr, dry.stderr
+    assert listed(venv) == before and journal.exists()
+    journal = _journal(venv, tmp_path, monkeypatch, {"numpy": None}, ["numpy"], venv_id=[1, 2])
+    run._repair(python, named, env)
+    assert listed(venv) == before and not journal.exists()
+
+
+def test_a_journal_another_user_can_write_is_refused(venv, tmp_path, monkeypatch):
+    """Review 3, F5: the journal is acted on only when it is ours and nobody else can write it."""
+    path, env = venv
+    before = listed(venv)
+    journal = _journal(venv, tmp_path, monkeypatch, {"numpy": None}, ["numpy"])
+    os.chown(journal, NOBODY, NOBODY)
+    with pytest.raises(EnvironmentSetupError) as err:
+        run._repair(str(path / "bin" / "python"), f"--venv {path}", env)
+    assert "belongs to" in err.value.cause and "nothing was changed" in err.value.cause
+    assert listed(venv) == before
+
+
+def test_a_stale_journal_leaves_what_the_user_installed_since(venv, tmp_path):
+    """Review 3, F5: apexkit killed -9 while pip writes apex; the venv's owner then installs that apex by hand. The
+    next run (a dry run, then a real one) leaves that apex in place: it is not what the killed run's pip wrote."""
+    path, env = venv
+    folder = tmp_path / "apex"
+    folder.mkdir()
+    extra = {f"apex/m{i}.py": b"x = %d\n" % i for i in range(6)}
+    wheel = tiny_wheel(folder, "apex", "0.1+ascend.torch2.0.0", "torch==2.0.0", files=extra)
+    paused = tmp_path / "paused"
+    env = {
+        **env,
+        "APEXKIT_CACHE_DIR": str(tmp_path / "cache"),
+        "APEXKIT_TEST_PIP_PAUSED": str(paused),
+    }
+    script = Path(__file__).with_name("pause_in_pip.py")
+    proc = subprocess.Popen([sys.executable, str(script), "3", str(path), str(wheel)], env=env)
+    try:
+        for _ in range(1200):
+            if paused.exists() or proc.poll() is not None:
+                break
+            time.sleep(0.1)
+        assert paused.exists(), "pip never paused"
+    finally:
+        proc.kill()
+        proc.wait()
+    pip = [
+        str(path / "bin" / "python"),
+        "-m",
+        "pip",
+        "install",
+        "-q",
+        "--force-reinstall",
+        "--no-deps",
+    ]
+    subprocess.run([*pip, str(wheel)], env=env, check=True, capture_output=True, timeout=300)
+    by_hand = listed(venv)
+    assert by_hand["apex"] == "0.1+ascend.torch2.0.0"
+    for flags in (["--dry-run"], []):
+        again = subprocess.run(
+            [sys.executable, "-m", "apexkit", "install", "--venv", str(path), "--no-build", *flags],
+            env={
+                **{k: v for k, v in env.items() if not k.startswith("PIP_")},
+                "PYTHONPATH": str(ROOT),
+            },
+            capture_output=True,
+            text=True,
+            timeout=600,
+            cwd=ROOT,
+        )
+        assert again.returncode == 1 and "was interrupted" in again.stderr, again.stderr
+        assert "apex left as found" in again.stderr and "uninstall" not in again.stderr, (
+            again.stderr
+        )
+        assert listed(venv) == by_hand
