@@ -110,7 +110,7 @@ def group_child(
     (what Ctrl-C sends), then SIGKILL after `grace` seconds. apexkit killed outright cannot do that: then the kernel
     sends the child `death` (PR_SET_PDEATHSIG; Linux)."""
     child = subprocess.Popen(
-        argv, start_new_session=True, preexec_fn=_dies_with(os.getpid(), death), **popen
+        argv, start_new_session=True, preexec_fn=dies_with(os.getpid(), death), **popen
     )
     try:
         yield child
@@ -118,7 +118,7 @@ def group_child(
         _end_group(child, grace)
 
 
-def _dies_with(parent: int, death: int) -> Callable[[], None] | None:
+def dies_with(parent: int, death: int) -> Callable[[], None] | None:
     """For the child, between fork and exec: `death` when `parent` dies (Linux; elsewhere nothing)."""
     try:
         prctl = ctypes.CDLL(

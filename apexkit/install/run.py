@@ -41,6 +41,7 @@ from apexkit.errors import ApexkitError, ConfigError, EnvironmentSetupError
 from apexkit.install import files, fit
 from apexkit.install import target as targets
 from apexkit.install.target import Target
+from apexkit.proc import dies_with
 
 PIP_TIMEOUT = 900.0
 STATUSES = ("installed", "already-installed", "built-and-installed", "would-install", "would-build")
@@ -943,26 +944,6 @@ def _copy(wheel: Path, folder: str) -> None:
     shutil.copyfile(wheel, Path(folder) / wheel.name, follow_symlinks=False)
 
 
-def _dies_with(parent: int) -> typing.Callable[[], None] | None:
-    """For pip's child, before it runs: killed when apexkit dies, even by kill -9 (Linux's PR_SET_PDEATHSIG), so no
-    pip goes on writing into the venv after apexkit is gone; None where there is no prctl."""
-    try:
-        import ctypes
-
-        prctl = ctypes.CDLL(
-            None, use_errno=True
-        ).prctl  # looked up here: nothing is loaded after the fork
-    except (OSError, AttributeError):
-        return None
-
-    def set_it() -> None:
-        prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-        if os.getppid() != parent:  # apexkit died before that
-            os._exit(1)
-
-    return set_it
-
-
 def _pip(
     t: Target,
     args: list[str],
@@ -991,7 +972,7 @@ def _pip(
             env=env,
             timeout=PIP_TIMEOUT,
             stdin=subprocess.DEVNULL,
-            preexec_fn=_dies_with(os.getpid()),
+            preexec_fn=dies_with(os.getpid(), signal.SIGKILL),  # no pip outlives us
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise InstallError(
