@@ -90,6 +90,19 @@ class Publish:
         False,
         "also list the cells of matrix.toml that have no wheel in the index (stdout, Markdown)",
     )
+    sign_key: str | None = option(
+        None,
+        (
+            "sign each new wheel with this Ed25519 key (apexkit key generate; mode 0600): "
+            "<wheel>.intoto.jsonl beside it (CI: $APEXKIT_SIGNING_KEY_PEM instead; docs/signing.md)"
+        ),
+        config="signing_key",
+        metavar="FILE",
+    )
+    resign: bool = option(
+        False,
+        "sign every wheel already in the index again with the signing key (a key rotation); dist/ is not read",
+    )
     dry_run: bool = option(
         False,
         "print what would be published",
@@ -469,16 +482,17 @@ def publish(o: Publish) -> int:
     from apexkit import cachetrust, paths
     from apexkit.index import publish
 
-    publish.publish(  # the wheels publish serves come from a dist/ only we can write
-        cachetrust.trusted_output(
-            Path(o.dist) if o.dist else paths.dist_dir(os.environ), paths.DIST_SETTING, make=False
-        ),
+    dist = Path(o.dist) if o.dist else paths.dist_dir(os.environ)
+    publish.publish(  # the wheels publish serves come from a dist/ only we can write (--resign reads none)
+        dist if o.resign else cachetrust.trusted_output(dist, paths.DIST_SETTING, make=False),
         Path(o.index),
         o.target or None,
         o.split_by_torch,
         o.dry_run,
         base_url=o.base_url or None,
         coverage=o.coverage,
+        sign_key=o.sign_key or None,
+        resign=o.resign,
     )
     return 0
 

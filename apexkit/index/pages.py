@@ -6,9 +6,9 @@ inside the same temporary directory that is swapped in (apexkit.index.publish.wr
   page's anchor carries `data-dist-info-metadata` and `data-core-metadata` (`sha256=<hex>`) and, when METADATA has
   one, `data-requires-python`, so pip and uv resolve without downloading wheels.
 - `index.html` at the root, for people: a grid (rows torch / torch_npu / CANN, columns Python x arch), each cell the
-  wheel with its size, sha256, SBOM / provenance / metadata links and the copy-paste `apexkit install` and
-  `pip install` lines, and the cells of matrix.toml that have no wheel ("missing"). Plain HTML, inline CSS, no
-  JavaScript.
+  wheel with its size, sha256, signer key id (or "unsigned"), SBOM / provenance / signature / metadata links and the
+  copy-paste `apexkit install` and `pip install` lines, and the cells of matrix.toml that have no wheel
+  ("missing"). Plain HTML, inline CSS, no JavaScript.
 - `torch-<version>.html` at the root, one per torch: a find-links page (`pip install apex -f <URL>/torch-2.13.0.html`),
   the way PyG and PyTorch serve theirs.
 
@@ -511,20 +511,28 @@ def _wheel_html(
         size = _size(wheel.stat().st_size)
     except OSError:
         size = "?"
+    sig = getattr(e, "signature", None)  # <wheel>.intoto.jsonl; its keyid: the signer
     files = {a.kind: a.filename for a in getattr(e, "attestations", ())}
     files.update(wheel=e.filename, METADATA=getattr(metadata.get(e.filename), "filename", None))
+    files.update(signature=sig and sig.filename)
     order = (
         ("wheel", "wheel"),
         ("sbom", "SBOM"),
         ("provenance", "provenance"),
+        ("signature", "signature"),
         ("METADATA", "METADATA"),
+    )
+    signer = (
+        f'signed by <code class="signer" title="{esc(sig.keyid)}">{esc(sig.keyid[:16])}</code>'
+        if sig
+        else '<span class="signer">unsigned</span>'
     )
     links = [f'<a href="{esc(folder + files[k])}">{text}</a>' for k, text in order if files.get(k)]
     return (
         '<div class="wheel">'
         f'<div class="name">{esc(e.filename)}</div>'
         f'<div class="meta">{esc(size)} &middot; sha256 <code title="{esc(e.sha256)}">{esc(e.sha256[:12])}</code>'
-        f" &middot; target <code>{esc(e.target)}</code></div>"
+        f" &middot; target <code>{esc(e.target)}</code> &middot; {signer}</div>"
         f'<div class="links">{" ".join(links)}</div>'
         f"<pre>apexkit install --index {esc(base_url)}</pre>"
         f'<pre>pip install --no-deps "{esc(e.project)}=={esc(f["version"])}" --index-url {esc(base_url)}/simple/</pre>'

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import calendar
 import contextlib
+import dataclasses
 import hashlib
 import json
 import os
@@ -58,7 +59,7 @@ from packaging.version import InvalidVersion, Version
 
 from apexkit import fsedit, locks, log, untrusted, vocab
 from apexkit.errors import ConfigError
-from apexkit.index import pages
+from apexkit.index import pages, signing
 from apexkit.plan import target
 from apexkit.wheel import distdir, sbom
 
@@ -72,6 +73,7 @@ ATTESTATION_MAX = 16 << 20  # bytes; a torch build venv's SBOM is ~100 KiB
 MANIFEST_SUFFIX = (
     ".manifest.json"  # the build's dist manifest beside its wheel: the index is a wheel cache too
 )
+SIGNATURE = "signature"  # the Attestation kind of <wheel>.intoto.jsonl (signing.SUFFIX), its keyid the signer's
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 # a platform tag's glibc floor and machine: manylinux_2_24_x86_64, the legacy manylinux2014_x86_64, linux_x86_64
 _PLATFORM = re.compile(r"(?:manylinux_(\d+)_(\d+)|manylinux(1|2010|2014)|linux)_([a-z0-9_]+)")
@@ -103,6 +105,7 @@ class Attestation:
     filename: str  # in the index: <wheel filename><suffix>
     path: Path  # where it is read from (dist/<target>/sbom.cdx.json, or the index itself)
     sha256: str
+    keyid: str = ""  # a signature's: the key id that signed it
 
 
 @dataclass(frozen=True)
@@ -122,6 +125,7 @@ class Entry:
         default_factory=dict
     )  # what the wheel is for (FACT_FIELDS, cxx11_abi, requires_dist, ...)
     manifest: Attestation | None = None  # the build's manifest, published as <wheel>.manifest.json
+    signature: Attestation | None = None  # <wheel>.intoto.jsonl (docs/signing.md); None: unsigned
 
 
 def normalize(name: str) -> str:
@@ -656,6 +660,9 @@ def _published(root: Path, data_file: Path, n: int, f: Any, fix: str) -> Entry:
     manifest, name = f.get("manifest"), f["filename"] + MANIFEST_SUFFIX
     if manifest is not None and not is_record(manifest, name):
         raise ConfigError(f"{where}.manifest is not {{filename: {name}, sha256}}", fix)
+    sig, sig_name = f.get(SIGNATURE), f["filename"] + signing.SUFFIX
+    if sig is not None and not (is_record(sig, sig_name) and is_sha256(sig.get("keyid"))):
+        raise ConfigError(f"{where}.signature is not {{filename: {sig_name}, sha256, keyid}}", fix)
     target = f.get("target")
     return Entry(
         project,
@@ -670,6 +677,9 @@ def _published(root: Path, data_file: Path, n: int, f: Any, fix: str) -> Entry:
         facts=check_facts(f.get("facts"), where, fix),
         manifest=Attestation("manifest", name, folder / name, manifest["sha256"])
         if manifest
+        else None,
+        signature=Attestation(SIGNATURE, sig_name, folder / sig_name, sig["sha256"], sig["keyid"])
+        if sig
         else None,
     )
 
@@ -694,8 +704,8 @@ def _published_attestations(f: dict, folder: Path, where: str, fix: str) -> tupl
 
 
 def _documents(e: Entry) -> tuple[Attestation, ...]:
-    """The files published beside a wheel: its manifest (when recorded), SBOM and provenance."""
-    return ((e.manifest,) if e.manifest else ()) + e.attestations
+    """The files published beside a wheel: its manifest (when recorded), SBOM, provenance and signature."""
+    return tuple(a for a in (e.manifest, *e.attestations, e.signature) if a)
 
 
 def _list(names: list[str]) -> str:
@@ -741,6 +751,9 @@ def plan(
                     "rebuild both (a diagnosis build and a good one share a name), pick one with --target, or use "
                     "another --index",
                 )
+            # the same bytes published again keep their signature
+            if other is not None and entry.signature is None:
+                entry = dataclasses.replace(entry, signature=other.signature)
             by_name[entry.filename] = entry
         groups[root] = _one_per_target(list(by_name.values()))
     return groups
@@ -751,10 +764,12 @@ def write(
     files: list[Entry],
     base_url: str | None = None,
     cells: list[pages.Cell] | None = None,
+    key: signing.SigningKey | None = None,
+    resign: bool = False,
 ) -> None:
     """Build the index for `root` next to it (simple/, index.json and the pages of apexkit.index.pages), then swap
     it in. `base_url`: where it will be served (default: root's file:// URI); `cells`: matrix.toml's, for the grid's
-    "missing" section."""
+    "missing" section; `key`: sign each new wheel (each wheel: `resign`)."""
     root.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{root.name}.tmp-", dir=root.parent))
     generated = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
@@ -765,10 +780,17 @@ def write(
         (tmp / "simple" / "index.html").write_text(
             pages.simple_page("Simple index", [(f"{p}/", p, None) for p in projects])
         )
-        for project in projects:
-            _write_project(
-                tmp / "simple" / project, [e for e in files if e.project == project], metadata
+        files = [
+            signed
+            for project in projects
+            for signed in _write_project(
+                tmp / "simple" / project,
+                [e for e in files if e.project == project],
+                metadata,
+                key,
+                resign,
             )
+        ]
         pages.write_pages(tmp, files, metadata, base_url or root.as_uri(), cells or [], generated)
         listing = {
             "format": FORMAT,
@@ -784,15 +806,27 @@ def write(
         raise
 
 
-def _write_project(folder: Path, mine: list[Entry], metadata: dict[str, pages.Metadata]) -> None:
-    """simple/<project>/ of the new index: each wheel with its manifest, SBOM and provenance, re-read without
-    following links and re-hashed on the way, its PEP 658 metadata (into `metadata`), and the PEP 503 page."""
+def _write_project(
+    folder: Path,
+    mine: list[Entry],
+    metadata: dict[str, pages.Metadata],
+    key: signing.SigningKey | None,
+    resign: bool,
+) -> list[Entry]:
+    """simple/<project>/ of the new index: each wheel with its manifest, SBOM, provenance and signature, re-read
+    without following links and re-hashed on the way, a new signature by `key` (for a new wheel; for each one when
+    `resign`), its PEP 658 metadata (into `metadata`), and the PEP 503 page. Returns the entries as written."""
     folder.mkdir()
+    out = []
     for e in mine:
-        for path, filename, sha256 in [(e.path, e.filename, e.sha256)] + [
-            (a.path, a.filename, a.sha256) for a in _documents(e)
-        ]:
-            _copy_checked(e, path, folder / filename, sha256)
+        digest = _copy_checked(e, e.path, folder / e.filename, e.sha256)
+        signer = key if resign or not e.in_index else None
+        for a in _documents(e):
+            if not (signer and a.kind == SIGNATURE):
+                _copy_checked(e, a.path, folder / a.filename, a.sha256)
+        if signer:
+            e = dataclasses.replace(e, signature=_sign(e, folder, digest, signer))
+        out.append(e)
         found = pages.write_metadata(folder, e.filename)  # PEP 658
         if found:
             metadata[e.filename] = found
@@ -800,9 +834,38 @@ def _write_project(folder: Path, mine: list[Entry], metadata: dict[str, pages.Me
         (f"{e.filename}#sha256={e.sha256}", e.filename, metadata.get(e.filename)) for e in mine
     ]
     (folder / "index.html").write_text(pages.simple_page(f"Links for {folder.name}", links))
+    return out
 
 
-def _copy_checked(e: Entry, src: Path, dst: Path, sha256: str) -> None:
+def _sign(e: Entry, folder: Path, sha256: str, key: signing.SigningKey) -> Attestation:
+    """<wheel>.intoto.jsonl in the new index's `folder`: a DSSE envelope by `key` over the statement of the wheel
+    copied there (`sha256`: hashed from the bytes copied, never a recorded one) and of its manifest's copy beside it,
+    which must record that same sha256. A new file (never through a link); the index's swap makes it appear."""
+    fix = f"publish {e.filename} again from its dist/{e.target}/ (or rebuild it)"
+    try:
+        if e.manifest is None:
+            raise untrusted.Untrusted("it has no manifest in the index to say what it is for")
+        manifest = untrusted.read_json_object(
+            folder / e.manifest.filename, None, distdir.MANIFEST_MAX
+        )
+    except (OSError, untrusted.Untrusted) as exc:
+        raise ConfigError(f"cannot sign {e.filename}: {exc}", fix) from None
+    if _object(manifest, "wheel").get("sha256") != sha256:
+        raise ConfigError(
+            f"cannot sign {e.filename}: its sha256 {sha256[:12]} is not the one its manifest records",
+            fix,
+        )
+    facts = facts_of(manifest, e.filename, folder / e.filename)
+    line = signing.envelope_line(
+        signing.sign(signing.statement(manifest, e.filename, sha256, facts), key)
+    )
+    name = e.filename + signing.SUFFIX
+    with open(folder / name, "xb") as out:  # O_CREAT|O_EXCL: never an existing file or a link
+        out.write(line)
+    return Attestation(SIGNATURE, name, folder / name, hashlib.sha256(line).hexdigest(), key.keyid)
+
+
+def _copy_checked(e: Entry, src: Path, dst: Path, sha256: str) -> str:
     """Copy a file of `e` (the wheel or one beside it) into the new index, refused unless it still has `sha256`."""
     try:
         digest = _copy_hashed(src, dst)
@@ -817,6 +880,7 @@ def _copy_checked(e: Entry, src: Path, dst: Path, sha256: str) -> None:
             f"{src} changed since it was checked (sha256 {digest[:12]}, expected {sha256[:12]})",
             f"rebuild {e.target} and publish again",
         )
+    return digest
 
 
 def _listed(e: Entry, metadata: dict[str, pages.Metadata]) -> dict:
@@ -824,6 +888,8 @@ def _listed(e: Entry, metadata: dict[str, pages.Metadata]) -> dict:
 
     def ref(file: Attestation | pages.Metadata | None) -> dict | None:
         return {"filename": file.filename, "sha256": file.sha256} if file else None
+
+    sig = e.signature
 
     optional = {
         "cache_key": e.cache_key,
@@ -839,6 +905,7 @@ def _listed(e: Entry, metadata: dict[str, pages.Metadata]) -> dict:
         "target": e.target,
         "torch": e.torch,
         **{key: value for key, value in optional.items() if value},
+        SIGNATURE: {**(ref(sig) or {}), "keyid": sig.keyid} if sig else None,  # null: unsigned
     }
 
 
@@ -886,10 +953,17 @@ def publish(
     dry_run: bool = False,
     base_url: str | None = None,
     coverage: bool = False,
+    sign_key: str | None = None,
+    resign: bool = False,
 ) -> dict[Path, list[Entry]]:
     """Publish dist/ into `index`. `base_url`: where the index will be served, for the copy-paste lines of
-    index.html (checked: no userinfo); `coverage`: also print which cells of matrix.toml have no wheel (stdout)."""
+    index.html (checked: no userinfo); `coverage`: also print which cells of matrix.toml have no wheel (stdout);
+    `sign_key`: the private key file that signs each new wheel (else $APEXKIT_SIGNING_KEY_PEM when set; none:
+    unsigned); `resign`: sign every wheel already in `index` again with that key (a rotation), dist/ not read."""
     base = pages.check_base_url(base_url) if base_url else None
+    key = _signing_key(
+        sign_key, resign
+    )  # a key others can read is refused before anything is read or written
     # One publish at a time per index, from reading what it holds (`_existing`, in `plan`) to the swap: two at once
     # would each build on the same old index and the later swap would drop the other's wheel. A dry run writes
     # nothing and takes no lock. The one waiting says so ("waiting for the lock on ... held by pid N").
@@ -899,21 +973,46 @@ def publish(
         else locks.hold(index.resolve(), f"the index {index.resolve()}")
     )
     with hold:
-        return _publish(dist, index, targets, split_by_torch, dry_run, base, coverage)
+        groups = (
+            _resign_plan(index.resolve(), split_by_torch, targets)
+            if resign
+            else plan(collect(dist, targets), index.resolve(), split_by_torch)
+        )  # refuses before anything is written
+        return _publish(groups, index, dry_run, base, coverage, key, resign)
+
+
+def _signing_key(path: str | None, resign: bool) -> signing.SigningKey | None:
+    """The key publish signs with (--sign-key, config signing_key, or $APEXKIT_SIGNING_KEY_PEM), or None."""
+    if path or os.environ.get(signing.PEM_ENV, "").strip() or resign:
+        return signing.private_key(path)  # --resign without a key: "no signing key given"
+    return None
+
+
+def _resign_plan(
+    index: Path, split_by_torch: bool, targets: list[str] | None
+) -> dict[Path, list[Entry]]:
+    """--resign: each index root (index/, or index/torch*/ with --split-by-torch) -> the wheels it holds."""
+    if targets:
+        raise ConfigError("--resign signs every wheel of the index again", "drop --target")
+    roots = sorted(p.parent for p in index.glob("torch*/index.json")) if split_by_torch else [index]
+    groups = {root: _existing(root) for root in roots}
+    if not any(groups.values()):
+        raise ConfigError(
+            f"{index} holds no published wheel to sign again",
+            f"publish first: {vocab.command('publish', f'--index {index} --sign-key FILE')}",
+        )
+    return groups
 
 
 def _publish(
-    dist: Path,
+    groups: dict[Path, list[Entry]],
     index: Path,
-    targets: list[str] | None,
-    split_by_torch: bool,
     dry_run: bool,
     base: str | None,
     coverage: bool,
+    key: signing.SigningKey | None,
+    resign: bool,
 ) -> dict[Path, list[Entry]]:
-    groups = plan(
-        collect(dist, targets), index.resolve(), split_by_torch
-    )  # refuses before anything is written
     cells = _matrix_cells(coverage)
     for root, files in groups.items():
         log.info(f"{'would ' if dry_run else ''}{_replaced(root, files)}")
@@ -922,13 +1021,23 @@ def _publish(
         )
         for e in files:
             extra = ", ".join(a.filename[len(e.filename) :] for a in e.attestations)
+            signer = (
+                key.keyid
+                if key and (resign or not e.in_index)
+                else getattr(e.signature, "keyid", "")
+            )
             log.info(
                 f"  {e.filename}  sha256 {e.sha256[:12]}  ({e.target})"
                 + (f" + {extra}" if extra else "")
+                + (f"  signed by {signer[:16]}" if signer else "  unsigned")
+            )
+        if key:
+            log.info(
+                f"  {'would sign' if dry_run else 'signing'} with key id {key.keyid} ({key.origin})"
             )
         if not dry_run:
             served = base and "/".join([base, *root.relative_to(index.resolve()).parts])
-            write(root, files, served, cells)
+            write(root, files, served, cells, key, resign)
             where = log.mask(served) if served else root.as_uri()  # --base-url: where it is served
             serve = (
                 ""

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, output
 
+from apexkit.index import signing
 from tools import testtools
 
 WIDTH = 1280
@@ -65,9 +66,12 @@ def chromium(tmp: Path, *args: str) -> subprocess.CompletedProcess:
 
 def test_the_grid_reads_at_1280_px_in_chromium(tmp_path):
     index = tmp_path / "index"
+    dist = grid_dist(tmp_path)
+    signing.generate("team", str(tmp_path))  # issue 42: each wheel names its signer
+    (keyid,) = signing.public_keys([str(tmp_path / "team.pub")])
     proc = subprocess.run(
-        [sys.executable, "-m", "invoke", "-r", str(ROOT), "publish", "--dist", str(grid_dist(tmp_path)),
-         "--index", str(index)],
+        [sys.executable, "-m", "invoke", "-r", str(ROOT), "publish", "--dist", str(dist),
+         "--index", str(index), "--sign-key", str(tmp_path / "team.key")],
         capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert proc.returncode == 0, output(proc)
@@ -86,6 +90,9 @@ def test_the_grid_reads_at_1280_px_in_chromium(tmp_path):
     dom = chromium(tmp_path, "--dump-dom", probe.as_uri())
     assert dom.returncode == 0, dom.stderr[-2000:]
     title = dom.stdout.split("<title>", 1)[1].split("</title>", 1)[0]
+    # chromium's DOM names each wheel's signer: the short key id, the full one in its title
+    shown = f'signed by <code class="signer" title="{keyid}">{keyid[:16]}</code>'
+    assert dom.stdout.count(shown) == len(CELLS), dom.stdout[-3000:]
     scroll, client, last_column = map(int, title.split())
     assert client > WIDTH - 40, title  # the window was WIDTH wide (less a scroll bar)
     assert scroll <= client and last_column <= client, (

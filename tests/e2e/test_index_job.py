@@ -27,6 +27,7 @@ import wheelnames
 import yaml
 from conftest import ROOT, Runner, output
 
+from apexkit.index import signing
 from apexkit.wheel import interpreters
 from tools import testtools
 
@@ -121,6 +122,8 @@ def job(repos, shared_cache, tmp_path_factory):
 
     (step,) = [s for s in index_steps if "invoke publish" in s.get("run", "")]
     summary = tmp / "summary.md"
+    signing.generate("ci-test", str(tmp / "keys"))  # the repository secret's stand-in
+    secrets = {"${{ secrets.APEXKIT_SIGNING_KEY }}": (tmp / "keys" / "ci-test.key").read_text()}
     env = {
         k: v
         for k, v in os.environ.items()
@@ -128,7 +131,7 @@ def job(repos, shared_cache, tmp_path_factory):
     }
     env.update(
         {
-            k: v.replace("${{ vars.APEXKIT_INDEX_URL }}", base)
+            k: secrets.get(v, v).replace("${{ vars.APEXKIT_INDEX_URL }}", base)
             for k, v in step.get("env", {}).items()
         }
     )
@@ -145,6 +148,7 @@ def job(repos, shared_cache, tmp_path_factory):
         timeout=300,
     )
     assert published.returncode == 0, output(published)
+    (workspace / "ci-test.pub").write_bytes((tmp / "keys" / "ci-test.pub").read_bytes())
     yield workspace, base, summary.read_text(), output(published)
     server.shutdown()
 
@@ -169,6 +173,24 @@ def test_the_index_job_publishes_the_build_jobs_artifacts_with_its_pages(job):
     assert summary.startswith("coverage: 1 of ") and "cells of matrix.toml have a wheel" in summary
     assert "- py3.10-torch2.1.0-x86_64:" in summary and f"- {COMBO}:" not in summary
     assert "sha256" not in summary
+
+
+def test_the_index_job_signs_each_wheel_with_the_repository_secret(job):
+    workspace, _, summary, said = job
+    trusted = signing.public_keys([str(workspace / "ci-test.pub")])
+    (keyid,) = trusted
+    folder = workspace / "index" / "simple" / "apex"
+    files = json.loads((workspace / "index" / "index.json").read_text())["files"]
+    for f in files:
+        statement, signer = signing.verify(
+            (folder / (f["filename"] + signing.SUFFIX)).read_bytes(), trusted
+        )
+        assert signer == keyid == f["signature"]["keyid"]
+        assert signing.subject_mismatch(statement, folder / f["filename"]) is None
+        assert signing.signed_facts(statement)["torch"] == f["facts"]["torch"]
+    assert len(files) == 2 and f"signing with key id {keyid}" in said
+    assert "BEGIN" not in said + summary  # the secret is never echoed
+    assert "::warning::" not in said
 
 
 def test_pip_resolves_from_the_metadata_and_downloads_from_the_find_links_page(job, tmp_path):
@@ -243,4 +265,6 @@ def test_chromium_renders_the_grid_with_both_wheels(job, tmp_path):
     wheels = [c for c in parsed.cells if ".whl" in c]
     assert len(wheels) == 2, parsed.cells
     assert any(WHEEL in c for c in wheels) and any("torch2.12.0" in c for c in wheels)
+    (keyid,) = signing.public_keys([str(workspace / "ci-test.pub")])
+    assert all(f"signed by {keyid[:16]}" in c for c in wheels), wheels  # issue 42: the signer
     assert any(c.startswith("missing") for c in parsed.cells)

@@ -142,3 +142,69 @@ def test_a_platform_tag_that_contradicts_its_manifest_is_named(tag, identity, ar
     name = f"apex-0.1-cp310-cp310-{tag}.whl"
     why = publish._contradiction(name, {"identity": identity, "target": {"arch": arch}})
     assert (why is None) if needle is None else (needle in str(why)), why
+
+
+# --- issue 42: publish signs (docs/signing.md) ------------------------------------------------------------------------
+
+
+def _signed_index(tmp_path, monkeypatch):
+    import fakes
+
+    from apexkit.index import signing
+
+    monkeypatch.delenv(signing.PEM_ENV, raising=False)
+    signing.generate("team", str(tmp_path / "keys"))
+    dist = tmp_path / "dist"
+    wheel = fakes.publishable(dist)
+    index = tmp_path / "index"
+    publish.publish(dist, index, sign_key=str(tmp_path / "keys" / "team.key"))
+    return dist, index, wheel, signing.public_keys([str(tmp_path / "keys" / "team.pub")])
+
+
+def test_a_republish_without_a_key_keeps_each_signature(tmp_path, monkeypatch):
+    from apexkit.index import signing
+
+    dist, index, wheel, trusted = _signed_index(tmp_path, monkeypatch)
+    envelope = index / "simple" / "apex" / (wheel.name + signing.SUFFIX)
+    signed = envelope.read_bytes()
+    publish.publish(dist, index)  # the same bytes again, unsigned this time: the signature stays
+    publish.publish(dist, index, dry_run=True, sign_key=str(tmp_path / "keys" / "team.key"))
+    assert envelope.read_bytes() == signed
+    (keyid,) = trusted
+    assert signing.verify(signed, trusted)[1] == keyid
+    (entry,) = publish._existing(index)
+    assert entry.signature is not None and entry.signature.keyid == keyid
+
+
+def test_the_ci_secret_signs_when_it_holds_the_pem(tmp_path, monkeypatch):
+    import fakes
+
+    from apexkit.index import signing
+
+    signing.generate("ci", str(tmp_path))
+    monkeypatch.setenv(signing.PEM_ENV, (tmp_path / "ci.key").read_text())
+    wheel = fakes.publishable(tmp_path / "dist")
+    publish.publish(tmp_path / "dist", tmp_path / "index")
+    data = (tmp_path / "index" / "simple" / "apex" / (wheel.name + signing.SUFFIX)).read_bytes()
+    assert signing.verify(data, signing.public_keys([str(tmp_path / "ci.pub")]))
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        "a string",
+        {"filename": "other.intoto.jsonl", "sha256": "0" * 64, "keyid": "1" * 64},
+        {"sha256": "0" * 64},
+    ],
+)
+def test_an_index_json_signature_record_of_another_shape_is_one_line(tmp_path, monkeypatch, record):
+    import json
+
+    _dist, index, _wheel, _ = _signed_index(tmp_path, monkeypatch)
+    data = json.loads((index / "index.json").read_text())
+    data["files"][0]["signature"] = record
+    (index / "index.json").write_text(json.dumps(data))
+    with pytest.raises(
+        ConfigError, match=r"files\[0\]\.signature is not \{filename: .*intoto.jsonl"
+    ):
+        publish._existing(index)
