@@ -407,7 +407,11 @@ def test_publish_refuses_a_target_folder_that_leads_out_of_dist(tmp_path):
     dist.mkdir()
     (dist / TARGET).symlink_to(outside)
     index = tmp_path / "index"
-    refused(invoke("publish", "--dist", str(dist), "--index", str(index)), str(dist / TARGET))
+    # dist/ itself fails the output trust rule: it holds a link (issue 40)
+    refused(
+        invoke("publish", "--dist", str(dist), "--index", str(index)),
+        f"{dist} is holding {TARGET}, which is a link",
+    )
     assert not index.exists()
 
 
