@@ -383,8 +383,9 @@ class Up:
         "more bench/amp_bench.py options in one string (implies --bench)",
     )
     device: str = option(
-        "npu",
-        "what the venv must be ready for: npu (default), cuda or cpu",
+        "auto",
+        "what the venv must be ready for: npu, cuda or cpu (default: the one its torch finds -- npu where torch_npu "
+        "and a CANN runtime answer, cuda where torch sees a GPU, else cpu -- said with why)",
     )
     report: str | None = option(
         None,

@@ -110,7 +110,7 @@ class Options:
     proxy_check: bool = False
     bench: bool = False
     bench_args: tuple[str, ...] = ()
-    device: str = "npu"
+    device: str = "auto"  # the one the venv's torch finds, picked as up runs (venvrun.pick_device)
     force: bool = False
     dry_run: bool = False
     as_json: bool = False
@@ -187,7 +187,7 @@ def make_options(
     proxy_check: bool = False,
     bench: bool = False,
     bench_args: str | None = None,
-    device: str = "npu",
+    device: str = "auto",
     report: str | None = None,
     force: bool = False,
     dry_run: bool = False,
@@ -197,9 +197,10 @@ def make_options(
     build_options: str | None = "",
 ) -> Options:
     environ = os.environ if environ is None else environ
-    if device not in DEVICES:
+    if device not in (*DEVICES, "auto"):
         raise ConfigError(
-            f"--device {untrusted.shown(device)} is not a device", "choose npu, cuda or cpu"
+            f"--device {untrusted.shown(device)} is not a device",
+            "choose npu, cuda or cpu, or leave --device out (the one the venv's torch finds)",
         )
     extra = tuple(envvars.split_words(bench_args or "", "--bench-args", "--scale 0.05"))
     build = " ".join(w for w in ("--offline" if offline else "", build_options or "") if w)
@@ -837,6 +838,10 @@ def dry_run(opts: Options, stages: list[Stage], environ: Mapping[str, str]) -> i
         log.out(
             f"  {stage.name:<9} {stage.shown() if stage.wanted else 'skipped: ' + stage.why_not}"
         )
+    if opts.device == "auto":
+        log.out(
+            "device auto: up picks the one the venv's torch finds when it runs (--device forces one)"
+        )
     log.out(
         "a stage whose last run succeeded for the same venv, torch and wheel is not run again (--force: all)"
     )
@@ -876,12 +881,16 @@ def write_report(report_dir: Path, report: dict, state: Mapping[str, Done]) -> N
 
 def execute(opts: Options, environ: Mapping[str, str] | None = None) -> int:
     environ = os.environ if environ is None else environ
-    stages = plan(opts)
     if opts.dry_run:
-        return dry_run(opts, stages, environ)
+        return dry_run(opts, plan(opts), environ)
     for line in project_settings(opts, environ):
         log.info(line)
     facts = probe(opts.target.python)
+    if opts.device == "auto":  # the one the venv's torch finds, said with why
+        from apexkit import venvrun
+
+        opts = replace(opts, device=venvrun.pick_device(opts.target.python))
+    stages = plan(opts)
     cachetrust.tighten_umask()  # what the stages write into the report stays ours alone (report_problem)
     report_dir = _report_dir(opts.report)
     with _stops_like_ctrl_c(), locks.hold(report_dir, f"the up report {report_dir}"):
@@ -1058,7 +1067,7 @@ def main(
     proxy_check: bool = False,
     bench: bool = False,
     bench_args: str | None = None,
-    device: str = "npu",
+    device: str = "auto",
     report: str | None = None,
     force: bool = False,
     dry_run: bool = False,

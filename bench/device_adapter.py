@@ -53,15 +53,31 @@ def import_torch_npu():
 
 
 def detect(requested: str = "auto") -> str:
-    """auto: npu > cuda > cpu."""
-    if requested != "auto":
-        return requested
-    npu, _ = import_torch_npu()
+    """auto: npu > cuda > cpu (`pick`)."""
+    return pick()[0] if requested == "auto" else requested
+
+
+def pick() -> tuple[str, str]:
+    """(the device this torch finds, why in a few words): npu where torch_npu imports and a CANN runtime answers
+    (torch.npu.is_available()), cuda where a CUDA torch sees a GPU (torch.cuda.is_available()), else cpu."""
+    npu, why = import_torch_npu()
     if npu is not None and torch.npu.is_available():
-        return "npu"
+        return (
+            "npu",
+            f"torch_npu {npu.__version__} imports and a CANN runtime answers (torch.npu.is_available())",
+        )
+    if npu is not None:
+        no_npu = "torch_npu imports but no NPU answers (torch.npu.is_available() is False)"
+    elif why.startswith("ModuleNotFoundError: No module named 'torch_npu'"):
+        no_npu = "torch_npu is not installed"
+    else:
+        no_npu = f"torch_npu does not import ({why})"
     if torch.cuda.is_available():
-        return "cuda"
-    return "cpu"
+        return (
+            "cuda",
+            f"torch {torch.__version__} sees {torch.cuda.device_count()} CUDA GPU(s); {no_npu}",
+        )
+    return "cpu", f"{no_npu} and torch sees no CUDA GPU"
 
 
 def _proc_field(path: str, prefix: str) -> str | None:

@@ -4,7 +4,10 @@ check required for --device passes.
 
     python bench/validate_env.py --device npu --json report.json
     python bench/validate_env.py --device cpu          # apex/NPU checks reported as skipped, with the reason
+    python bench/validate_env.py                       # the device this torch finds (probes/found_device.py)
 
+Without --device: the device this torch finds (npu, cuda, else cpu), said with why; --device npu or cuda on a host
+whose torch finds another names the flag for the one there is in the first failed check's hint.
 Checks: torch; torch_npu (or its import error); CANN version and whether set_env.sh was sourced; the driver
 (npu-smi info); apex and its compiled modules (apex_C, change_data_ptr); the device (available, count, current,
 name); what this torch can do on the device (autocast dtypes, GradScaler, distributed backend: probed by trying);
@@ -31,6 +34,8 @@ import types
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, str(Path(__file__).resolve().parent / "probes"))
+import found_device
 import targetenv
 
 # torch >= 2.5 imports installed device backends at `import torch`, and torch_npu needs CANN for that; the torch_npu
@@ -43,6 +48,7 @@ SET_ENV_HINT = targetenv.SET_ENV_HINT
 class Report:
     def __init__(self, device: str) -> None:
         self.device = device
+        self.why = ""  # why this device, when it was picked (no --device)
         self.checks: list[dict] = []
         self.standins: dict | None = (
             None  # apex stand-ins MindSpeed put in place, when apex itself is absent
@@ -497,6 +503,17 @@ def check_apex_amp(report: Report, torch, device, apex_ok: bool) -> None:
         report.add("NpuFusedAdam step", "fail", _first_line(exc), required_for=required)
 
 
+def name_the_device_found(report: Report, asked: str, found: tuple) -> None:
+    """--device npu or cuda on a host whose torch finds another device: the first failed check's hint (what `apexkit
+    up` shows as the fix) starts with the flag for the device there is."""
+    kind, why = found
+    failed = next((c for c in report.checks if c["required"] and c["status"] != "ok"), None)
+    if asked in (kind, "cpu") or failed is None or failed["check"] == "torch":
+        return
+    hint = f"this host has {kind} ({why}): --device {kind} validates for it"
+    failed["hint"] = hint + (f"; or {failed['hint']}" if failed["hint"] else "")
+
+
 def run(device: str) -> Report:
     report = Report(device)
     torch = check_torch(report)
@@ -517,6 +534,8 @@ def run(device: str) -> Report:
 def render(report: Report) -> str:
     width = max(len(c["check"]) for c in report.checks)
     lines = [f"environment for --device {report.device}:"]
+    if report.why:  # picked, not asked for
+        lines.insert(0, f"device {report.device}: {report.why} (--device npu|cuda|cpu forces one)")
     for c in report.checks:
         mark = {"ok": "ok  ", "fail": "FAIL", "skip": "skip", "warn": "warn"}[c["status"]]
         needed = "" if c["required"] else " (not required)"
@@ -537,9 +556,9 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument(
         "--device",
-        default="npu",
         choices=("npu", "cuda", "cpu"),
-        help="the device the environment must be ready for (default npu)",
+        help="the device the environment must be ready for (default: the one this torch finds -- npu where "
+        "torch_npu imports and a CANN runtime answers, cuda where a CUDA torch sees a GPU, else cpu)",
     )
     p.add_argument("--json", metavar="PATH", help="also write the report as JSON ('-' for stdout)")
     p.add_argument(
@@ -553,9 +572,11 @@ def main(argv=None) -> int:
         "--junit", metavar="PATH", help="--device npu: write the NPU tier's JUnit XML here"
     )
     args = p.parse_args(argv)
-    report = run(args.device)
+    found = found_device.found()
+    report = run(args.device or found[0])
+    report.why = "" if args.device else found[1]
     if (
-        args.device == "npu"
+        report.device == "npu"
     ):  # the NPU test tier: Ascend's own suites + equivalence checks, or what it needs
         import npu_tier
 
@@ -579,8 +600,10 @@ def main(argv=None) -> int:
             detail,
             required_for=("npu",),
         )
+    name_the_device_found(report, args.device or found[0], found)
     data = {
         "device": report.device,
+        "found": {"device": found[0], "why": found[1]},
         "ok": report.ok,
         "checks": report.checks,
         "python": sys.executable,

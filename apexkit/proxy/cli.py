@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from apexkit import fsedit, locks, log, netenv, vocab
+from apexkit import fsedit, locks, log, netenv, untrusted, vocab
 from apexkit.declare import json_option, option
 from apexkit.errors import ConfigError, EnvironmentSetupError
 from apexkit.proxy import check as proxycheck
@@ -120,7 +120,8 @@ class Env(Where):
 
 @dataclass(frozen=True)
 class Remove(Where):
-    """Undo proxy.setup: files restored from backups, your own content byte-identical."""
+    """Undo proxy.setup: files restored from backups, your own content byte-identical; the index_url --write-config
+    recorded taken out of the user config file."""
 
     layers: str | None = option(None, "comma-separated layers to undo (default: all)")
     dry_run: bool = option(False, "print the diffs; write nothing")
@@ -245,9 +246,16 @@ def _user_config(
     from apexkit import config
 
     display = str(config.user_file(paths.environ))
-    target = paths.real(display)
-    before, after = config.updated_file(target, changes)
-    owner = paths.home_owner()
+    return _config_writer(
+        paths, display, *config.updated_file(paths.real(display), changes), dry_run
+    )
+
+
+def _config_writer(
+    paths: proxy.Paths, display: str, before: bytes | None, after: bytes, dry_run: bool
+) -> Callable[[], None]:
+    """Show the user config file's diff, then write it atomically (mode 0600), unless --dry-run."""
+    target, owner = paths.real(display), paths.home_owner()
 
     def write() -> None:
         if before == after:
@@ -268,8 +276,34 @@ def _user_config(
     return write
 
 
+def _forget_index_url(
+    paths: proxy.Paths, layers: tuple[str, ...], dry_run: bool
+) -> Callable[[], None] | None:
+    """What undoes `proxy.setup --write-config` when the pip layer is removed: the user config file's index_url taken
+    out while it still holds the mirror that setup saved; another value is kept, with one line saying so."""
+    from apexkit import config
+
+    saved = proxy.load_saved(paths).get("pip")
+    mirror = saved.settings.pip_index if saved is not None and "pip" in layers else None
+    display = str(config.user_file(paths.environ))
+    table = config.read_file(paths.real(display), "user") if mirror else {}
+    if "index_url" not in table:
+        return None
+    if table["index_url"] != mirror:
+        log.info(
+            f"kept: index_url in {display} (not the mirror proxy.setup wrote; edit the file to remove it)"
+        )
+        return None
+    before = untrusted.read_regular(paths.real(display), None, config.MAX_BYTES)
+    after = config.render({k: v for k, v in table.items() if k != "index_url"}).encode()
+    return _config_writer(paths, display, before, after, dry_run)
+
+
 def remove(o: Remove) -> int:
     paths, dry_run = _paths(o), o.dry_run
+    forget = _forget_index_url(
+        paths, _layers(o.layers), dry_run
+    )  # checked before anything is undone
     try:
         with _serialised(paths, dry_run):
             results = proxy.remove(paths, dry_run=dry_run, layers=_layers(o.layers))
@@ -285,6 +319,8 @@ def remove(o: Remove) -> int:
         log.info("nothing to remove: apexkit has not written any proxy file here")
     for item in results:
         log.info(f"{'would be ' if dry_run else ''}{item.how}: {item.display}")
+    if forget is not None:
+        forget()
     if results and not dry_run:
         log.info(
             "shells that already ran the block keep the variables until they exit; "

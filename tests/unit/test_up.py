@@ -11,7 +11,7 @@ from pathlib import Path
 import fakes
 import pytest
 
-from apexkit import up
+from apexkit import up, venvrun
 from apexkit.errors import ConfigError
 
 SHA = "a" * 64
@@ -346,13 +346,14 @@ def test_install_result_is_checked_and_masked():
 
 
 class FakeNode:
-    """probe() and run_stage() stand-ins: the venv's facts, and which stages fail."""
+    """probe(), the device pick and run_stage() stand-ins: the venv's facts, its device (npu), which stages fail."""
 
     def __init__(self, monkeypatch):
         self.facts = facts(apex=None, apex_record=None)
         self.fail: set[str] = set()
         self.ran: list[str] = []
         monkeypatch.setattr(up, "probe", lambda python: self.facts)
+        monkeypatch.setattr(venvrun, "pick_device", lambda python: "npu")
         monkeypatch.setattr(up, "run_stage", self.run_stage)
 
     def run_stage(self, stage, logs, report, environ, extra_env):
