@@ -163,11 +163,13 @@ class Builder:
             if self.kit.wheels and opts.offline:
                 cudabuild.check_offline(self.kit, opts.wheelhouses)
         self._summary(plan)
-        arch = self.m.stack(plan.stack).arch if plan.stack else plan.arch
-        if arch != plan.arch:
+        stack = self.m.stack(plan.stack) if plan.stack else None
+        if stack is not None and stack.arch != plan.arch:
             log.warn(
-                f"stack {plan.stack} trains on {arch}; this wheel is for {plan.arch} (this machine). For {arch}: "
-                f"{vocab.build(str(plan.stack))} (a builder image under QEMU) or build on an {arch} host"
+                f"stack {stack.name} trains on {stack.arch}; this wheel is for {plan.arch} (this machine). For "
+                f"{stack.arch}: {vocab.command('image.build', f'--arch {stack.arch}')}, then "
+                f"{vocab.build(stack.python, f'--stack {stack.name} --image IMAGE')} (under QEMU), or build on an "
+                f"{stack.arch} host"
             )
         patch_list = patches.load_all()
         patches.check_skips(patch_list, opts.skip_patches)

@@ -79,6 +79,13 @@ def test_stack_dry_run_prints_the_stack_and_which_torch_build_it_downloads(tmp_p
         assert "torch build     CUDA build from the package index (~2.6-2.8 GB" in out
         assert "--torch-index-url https://download.pytorch.org/whl/cpu" in out
     assert "dry run: nothing fetched, built or written" in out and not (tmp_path / "d").exists()
+    if (
+        os.uname().machine == "x86_64"
+    ):  # the stack trains on aarch64: the two commands that build for it
+        assert (
+            "For aarch64: python -m apexkit image.build --arch aarch64, then python -m apexkit build 3.10 "
+            "--stack mindspeed-llm-2.3.0 --image IMAGE (under QEMU)"
+        ) in out, out
 
 
 @pytest.mark.network
