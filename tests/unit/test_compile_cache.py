@@ -53,3 +53,16 @@ def test_the_remote_wait_is_bounded_unless_given_and_the_password_masked():
 def test_apexkit_ccache_0_turns_it_off():
     assert ccachestats.find({"APEXKIT_CCACHE": "0", "PATH": "/usr/bin"}) is None
     assert ccachestats.describe_setup(None, {"APEXKIT_CCACHE": "0"}, None).startswith("off (")
+
+
+def test_matrix_cells_slurm_jobs_and_containers_get_it_in_their_options_file_not_argv(tmp_path):
+    from apexkit.wheel import options
+
+    opts = options.resolve(
+        "3.11",
+        ["--compile-cache", "redis://:s3cret@cache:6379|read-only", "--dist", str(tmp_path / "d")],
+        env={"HOME": str(tmp_path), "APEXKIT_CACHE_DIR": str(tmp_path / "c")},
+    )
+    data = options.child_json(opts)  # the 0600 file a cell, a Slurm job or a container build reads
+    assert b'"compile_cache": "redis://:s3cret@cache:6379|read-only"' in data
+    assert options.from_json(options.to_json(opts), "3.11").compile_cache == opts.compile_cache
