@@ -120,6 +120,15 @@ SETTINGS: tuple[Setting, ...] = (
         "your team index",
     ),
     Setting(
+        "compile_cache",
+        "APEXKIT_COMPILE_CACHE",
+        "--compile-cache",
+        "",
+        "cache",
+        "ccache's shared remote storage (`redis://host:port` or `http(s)://…`, read-only for CI; docs/building.md)",
+        "your team's Redis or HTTP cache",
+    ),
+    Setting(
         "debian_mirror",
         "APEXKIT_DEBIAN_MIRROR",
         "",
@@ -328,6 +337,8 @@ def check(setting: Setting, value: str, what: str) -> str:
             f"{what} {untrusted.shown(value)} starts with '-'",
             "write the URL itself (https://…, file://…)",
         )
+    if kind == "cache":
+        _compile_cache(value, what)
     if kind == "git" and value.lower().startswith(("http://", "https://")):
         urls.split(value, what, ("http", "https"), "https://git.example.com/ascend/apex.git")
     if kind == "mirror" and not value.lower().startswith("file://"):
@@ -344,6 +355,23 @@ def check(setting: Setting, value: str, what: str) -> str:
             "write host[:port][/path], no scheme, e.g. mirror.example.com:5000/quay",
         )
     return value
+
+
+# ccache's remote storage attributes a compile_cache URL may carry (`|read-only`); its others (bearer-token ...) are
+# refused: they would hold a secret that apexkit.log.mask does not know
+CACHE_ATTRIBUTES = re.compile(r"read-only|(connect|operation)-timeout=\d{1,6}|layout=[a-z-]+")
+
+
+def _compile_cache(value: str, what: str) -> None:
+    """A ccache remote storage: redis:// or http(s):// URL, then `|attribute`s ccache knows and apexkit allows."""
+    url, *attributes = value.split("|")
+    urls.split(url, what, ("redis", "http", "https"), "redis://cache.example.com:6379")
+    bad = next((a for a in attributes if not CACHE_ATTRIBUTES.fullmatch(a)), None)
+    if bad is not None:
+        raise ConfigError(
+            f"{what}: the attribute {untrusted.shown(bad.split('=')[0])} is not one apexkit passes to ccache",
+            "use read-only, connect-timeout=MS, operation-timeout=MS or layout=NAME, e.g. redis://host:6379|read-only",
+        )
 
 
 def _from_env(setting: Setting, raw: str) -> object:

@@ -26,6 +26,8 @@ TEST_PACKAGES = {
     "debootstrap": "debootstrap",
     # a private Slurm cluster for the fleet tests (tests/services.py SlurmCluster)
     "munged": "munge",
+    # ccache's remote storage for the compile-cache tests (tests/e2e/test_compile_cache.py starts it on 127.0.0.1)
+    "redis-server": "redis-server",
     "slurmctld": "slurmctld",
     "slurmd": "slurmd",
     "sbatch": "slurm-client",

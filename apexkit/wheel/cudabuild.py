@@ -338,11 +338,18 @@ def _remove(path: Path) -> None:
 
 
 def compile_env(
-    kit: Toolkit, arch_list: str, jobs: int, nvcc_threads: int, env, site_dir: Path
+    kit: Toolkit,
+    arch_list: str,
+    jobs: int,
+    nvcc_threads: int,
+    env,
+    site_dir: Path,
+    ccache: str | None = None,
 ) -> dict[str, str]:
     """What setup.py and torch's cpp_extension read: CUDA_HOME (upstream master reads `nvcc -V` from it
     unconditionally), TORCH_CUDA_ARCH_LIST, MAX_JOBS (ninja's -j), nvcc's --threads through NVCC_APPEND_FLAGS (nvcc
-    reads it itself), PYTORCH_NVCC when ccache can wrap nvcc (torch >= 2.6 reads it), and CPATH: the build venv's
+    reads it itself), PYTORCH_NVCC when `ccache` (the build's, ccachestats.find) wraps nvcc (torch >= 2.6 reads
+    it; the host compiler is wrapped by the masquerade directory on PATH), and CPATH: the build venv's
     CUDA wheel headers (cusparse.h, which torch's ATen/cuda headers include and a toolkit without its math
     libraries lacks), searched after every -I, so the toolkit's own headers come first. gcc reads CPATH, and nvcc
     preprocesses with gcc."""
@@ -359,7 +366,6 @@ def compile_env(
         out["NVCC_APPEND_FLAGS"] = (
             f"{env.get('NVCC_APPEND_FLAGS', '')} --threads {nvcc_threads}".strip()
         )
-    ccache = shutil.which("ccache")
     if ccache and "PYTORCH_NVCC" not in env:
         out["PYTORCH_NVCC"] = f"{ccache} {nvcc.path}"
     return out

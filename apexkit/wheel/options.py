@@ -182,6 +182,14 @@ class BuildOptions:
         repeat=True,
         config="team_indexes",
     )
+    # ccache's shared remote storage (apexkit.wheel.ccachestats): in its environment, never in argv
+    compile_cache: str = option(
+        "",
+        "ccache's remote storage the team shares: redis://[:password@]host:port or http(s)://host/path, after the "
+        "local cache; |read-only to read and never write (env APEXKIT_COMPILE_CACHE; APEXKIT_CCACHE=0: no ccache)",
+        metavar="URL",
+        config="compile_cache",
+    )
     team_index_fallback: bool = option(
         False,
         "compile when a team index refuses this client (its TLS certificate not verified, the credentials "

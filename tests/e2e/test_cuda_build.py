@@ -18,6 +18,8 @@ import fixture_repos
 import pytest
 from conftest import ROOT, output
 
+from apexkit.wheel import ccachestats
+
 from .test_apexkit_install import dists
 
 TARGET = "py3.11-torch2.14.1-x86_64-master+cuda.sm80.sm90_PTX"
@@ -96,6 +98,11 @@ def test_a_cuda_wheel_is_built_checked_cached_and_rebuilt_incrementally(runner, 
     deps = provenance["predicate"]["buildDefinition"]["resolvedDependencies"]
     assert any(d["name"] == "nvcc" and d["digest"].get("sha256") for d in deps)
     assert not any(d["name"] == "ascend-apex" for d in deps)
+    if ccachestats.find(
+        os.environ
+    ):  # the lock's ccache wraps nvcc and (masquerading) g++: torch's check passes
+        stats = manifest["ccache"]
+        assert stats["hits"] + stats["misses"] >= 2, stats  # amp_C's .cu and apex_C's .cpp at least
 
     again = build(runner, cuda_repo, *ARCH)
     assert again.returncode == 0 and "wheel cache hit" in output(again), output(again)[-2000:]
