@@ -131,6 +131,14 @@ class Install:
         ),
         repeat=True,
     )
+    trusted_key: list[str] = option(
+        None,
+        "a trusted public key (NAME.pub): only a wheel whose signature (<wheel>.intoto.jsonl) verifies against "
+        "one of these keys, signs the bytes downloaded and fits the venv is installed; "
+        "repeat for several (default: $APEXKIT_TRUSTED_KEYS, else the user config's trusted_keys; docs/signing.md)",
+        repeat=True,
+        metavar="FILE",
+    )
     no_build: bool = option(
         False,
         "a miss is an error instead of a build",
@@ -157,6 +165,14 @@ class FleetSubmit:
     index: str | None = option(
         None,
         "the wheel index (invoke publish --index output) on shared storage, or its http(s) URL",
+    )
+    trusted_key: list[str] = option(
+        None,
+        "a trusted public key (NAME.pub): each node installs only a wheel whose signature verifies against one "
+        "of them (with or without --venv); repeat for several (default: $APEXKIT_TRUSTED_KEYS, else the user "
+        "config's trusted_keys; docs/signing.md)",
+        repeat=True,
+        metavar="FILE",
     )
     results: str = option(
         "fleet-results",
@@ -357,6 +373,14 @@ class Up:
         ),
         repeat=True,
     )
+    trusted_key: list[str] = option(
+        None,
+        "a trusted public key (NAME.pub), passed to apexkit install: only a wheel whose signature "
+        "(<wheel>.intoto.jsonl) verifies against one of these keys is installed; "
+        "repeat for several (default: $APEXKIT_TRUSTED_KEYS, else the user config's trusted_keys; docs/signing.md)",
+        repeat=True,
+        metavar="FILE",
+    )
     no_build: bool = option(
         False,
         "a wheel missing from the indexes fails install instead of building",
@@ -459,9 +483,10 @@ def team_index_lookup(
     None when none is asked (--no-cache, --no-team-index)."""
     if not opts.team_indexes or not opts.use_cache:
         return None
-    from apexkit.index import remote
+    from apexkit.index import remote, signing
 
-    return remote.build_lookup(opts.team_indexes, os.environ if env is None else env)
+    env = os.environ if env is None else env
+    return remote.build_lookup(opts.team_indexes, env, signing.trusted_keys(opts.trusted_keys, env))
 
 
 def build(o: Build, remainder: str = "") -> Path | None:

@@ -110,6 +110,7 @@ class Options:
     proxy_check: bool = False
     bench: bool = False
     bench_args: tuple[str, ...] = ()
+    trusted_keys: tuple[str, ...] = ()  # install's --trusted-key files (absolute)
     device: str = "auto"  # the one the venv's torch finds, picked as up runs (venvrun.pick_device)
     force: bool = False
     dry_run: bool = False
@@ -195,6 +196,7 @@ def make_options(
     environ: Mapping[str, str] | None = None,
     offline: bool = False,
     build_options: str | None = "",
+    trusted_key: Sequence[str] = (),
 ) -> Options:
     environ = os.environ if environ is None else environ
     if device not in (*DEVICES, "auto"):
@@ -216,6 +218,7 @@ def make_options(
         proxy_check=proxy_check,
         bench=bench or bool(extra),
         bench_args=extra,
+        trusted_keys=tuple(os.path.abspath(k) for k in trusted_key),
         device=device,
         force=force,
         dry_run=dry_run,
@@ -230,6 +233,8 @@ def plan(opts: Options) -> list[Stage]:
     install = {**target, "index": list(opts.indexes), "no_build": opts.no_build, "as_json": True}
     if opts.build_options:
         install["build_options"] = opts.build_options
+    if opts.trusted_keys:
+        install["trusted_key"] = list(opts.trusted_keys)
     bench = {**run, "out": str(opts.report / "bench"), "args": list(opts.bench_args)}
     return [
         Stage(
@@ -1074,6 +1079,7 @@ def main(
     as_json: bool = False,
     offline: bool = False,
     build_options: str | None = "",
+    trusted_key: Sequence[str] | None = None,
 ) -> int:
     """`apexkit up` / `invoke up`: exit 0 when every stage run is ok or done, 1 when one failed."""
     opts = make_options(
@@ -1091,6 +1097,7 @@ def main(
         as_json,
         offline=offline,
         build_options=build_options,
+        trusted_key=trusted_key or (),
     )
     return execute(opts)
 

@@ -303,6 +303,8 @@ class Node:
             "the index changed under the run or a cache/mirror serves another file: publish again",
         ):
             return self.finish("fail")
+        if plan.get("trusted_keys") and not self.signature(wheel, digest):
+            return self.finish("fail")
         if (
             training is not None
         ):  # the training venv: torch as it is, the wheel --no-deps, once per venv
@@ -466,6 +468,45 @@ class Node:
             )
         return True
 
+    def read(self, url: str, limit: int, what: str) -> bytes:
+        """The bytes at `url` (at most `limit`: else ValueError), the plan's login as a header that a redirect does
+        not carry on (urllib would resolve user:token@host)."""
+        request = urllib.request.Request(url)
+        auth = basic_auth(with_login(url, self.logins) or "")
+        if auth:
+            request.add_unredirected_header("Authorization", auth)
+        with urllib.request.urlopen(request, timeout=30) as response:
+            body = response.read(limit + 1)
+        if len(body) > limit:
+            raise ValueError(f"{what} is larger than {limit >> 20} MiB")
+        return body
+
+    def signature(self, wheel: Path, digest: str) -> bool:
+        """With the plan's trusted keys (fleet.submit --trusted-key): the wheel's envelope <wheel>.intoto.jsonl beside
+        it in the index verifies against one of them (apexkit's format, docs/signing.md, checked here without
+        apexkit), its subject is this file with the sha256 `digest` of the bytes downloaded, and its signed facts
+        are the plan's Python, torch and torch_npu. Else the stage fails: nothing goes into a venv."""
+        self.mark("wheel signature")
+        start = time.monotonic()
+        trusted = {k["keyid"]: k["pem"] for k in self.plan["trusted_keys"]}
+        url = (
+            self.plan["simple_url"].rstrip("/") + "/apex/" + urllib.parse.quote(wheel.name + SUFFIX)
+        )
+        try:
+            why = signed_wrongly(
+                self.read(url, ENVELOPE_MAX, SUFFIX), trusted, wheel.name, digest, self.plan
+            )
+        except (
+            Exception
+        ) as exc:  # unreadable, not JSON, no verifier: this node's finding, never a crash
+            why = f"{wheel.name}{SUFFIX}: {exc.__class__.__name__}: {str(exc)[:300]}"
+        fix = (
+            "only a wheel signed by a trusted key is installed: publish it signed (invoke publish --sign-key) "
+            "or pass the signer's .pub with --trusted-key"
+        )
+        detail = f"{why}; trusted key {', '.join(sorted(trusted))}" if why else ""
+        return self.stage("wheel signature", why is None, time.monotonic() - start, detail, fix)
+
     def index_entry(self) -> dict | None:
         """The target's file and sha256, read from the index the way this node sees it."""
         plan = self.plan
@@ -476,16 +517,9 @@ class Node:
             "over http(s) from a host the nodes reach"
         )
         try:
-            # the login as a header that a redirect does not carry on (urllib would resolve user:token@host)
-            request = urllib.request.Request(plan["index_json"])
-            auth = basic_auth(with_login(plan["index_json"], self.logins) or "")
-            if auth:
-                request.add_unredirected_header("Authorization", auth)
-            with urllib.request.urlopen(request, timeout=30) as response:
-                body = response.read(INDEX_JSON_MAX + 1)
-            if len(body) > INDEX_JSON_MAX:
-                raise ValueError(f"index.json is larger than {INDEX_JSON_MAX >> 20} MiB")
-            data = json.loads(body.decode("utf-8"))
+            data = json.loads(
+                self.read(plan["index_json"], INDEX_JSON_MAX, "index.json").decode("utf-8")
+            )
             if not isinstance(data, dict) or not isinstance(data.get("files", []), list):
                 raise ValueError("index.json is not an apexkit index (no files list)")
         except Exception as exc:  # any failure to read it is this node's finding, not a crash
@@ -790,6 +824,105 @@ def same_build(wheel: Path, record) -> bool:
     have = set(record.splitlines())
     files = [line for line in wanted if line and not line.split(",")[0].endswith("/RECORD")]
     return bool(files) and all(line in have for line in files)
+
+
+# --- signed delivery (apexkit/index/signing.py's format; this script never imports apexkit) ---------------------------
+SUFFIX = ".intoto.jsonl"
+ENVELOPE_MAX = 8 << 20
+PAYLOAD_TYPE = "application/vnd.in-toto+json"
+
+
+def signed_wrongly(data: bytes, trusted: dict, name: str, digest: str, plan: dict) -> str | None:
+    """Why the envelope file `data` is not a signature by a key of `trusted` (key id -> PEM) over an in-toto
+    statement about the wheel `name` with sha256 `digest` for the plan's Python, torch and torch_npu; None if it is.
+    The first of at most 16 lines signed by a trusted key counts."""
+    lines = [line for line in data.splitlines() if line.strip()][:16]
+    keyids = set()
+    for line in lines:
+        env = json.loads(line)
+        if not isinstance(env, dict) or env.get("payloadType") != PAYLOAD_TYPE:
+            return f"the envelope is not a DSSE envelope of {PAYLOAD_TYPE}"
+        payload = base64.b64decode(env.get("payload", ""), validate=True)
+        message = b"DSSEv1 %d %s %d %s" % (
+            len(PAYLOAD_TYPE),
+            PAYLOAD_TYPE.encode(),
+            len(payload),
+            payload,
+        )
+        for sig in env.get("signatures") or []:
+            keyids.add(str(sig.get("keyid")))
+            pem = trusted.get(sig.get("keyid"))
+            if pem and ed25519_valid(
+                pem, base64.b64decode(sig.get("sig", ""), validate=True), message
+            ):
+                return statement_wrongly(json.loads(payload), name, digest, plan)
+    return f"signed by {', '.join(sorted(keyids)) or 'no key'}, none of them a trusted key (or a bad signature)"
+
+
+def statement_wrongly(statement: dict, name: str, digest: str, plan: dict) -> str | None:
+    """Why a verified statement is not about this wheel file, or not for the plan's Python, torch and torch_npu."""
+    subjects = [
+        s for s in statement.get("subject") or [] if isinstance(s, dict) and s.get("name") == name
+    ]
+    if not any((s.get("digest") or {}).get("sha256") == digest for s in subjects):
+        return f"the signature is not for {name} with sha256 {digest}"
+    facts = (statement.get("predicate") or {}).get("apexkit_target") or {}
+    wanted = {
+        "python": plan.get("python"),
+        "torch": str(plan.get("torch") or "").split("+")[0],
+        "torch_npu": plan.get("torch_npu"),
+    }
+    wrong = [
+        f"{k}: signed {facts.get(k)}, wanted {v}"
+        for k, v in wanted.items()
+        if v and facts.get(k) != v
+    ]
+    return f"the signed target facts differ ({'; '.join(wrong)})" if wrong else None
+
+
+def ed25519_valid(pem: str, sig: bytes, message: bytes) -> bool:
+    """An Ed25519 signature check: the `cryptography` package when this Python has it, else OpenSSL 3's
+    `openssl pkeyutl -verify -rawin`; neither: RuntimeError (the node's finding: install one of them)."""
+    try:
+        from cryptography.exceptions import InvalidSignature
+        from cryptography.hazmat.primitives.serialization import load_pem_public_key
+    except ImportError:
+        return openssl_valid(pem, sig, message)
+    try:
+        load_pem_public_key(pem.encode()).verify(sig, message)
+    except InvalidSignature:
+        return False
+    return True
+
+
+def openssl_valid(pem: str, sig: bytes, message: bytes) -> bool:
+    if not shutil.which("openssl"):
+        raise RuntimeError(
+            "no Ed25519 verifier on this node: install the cryptography package for its python3, or OpenSSL 3"
+        )
+    with tempfile.TemporaryDirectory(prefix="apexkit-verify-") as tmp:
+        files = {"pub.pem": pem.encode(), "sig.bin": sig, "msg.bin": message}
+        for name, data in files.items():
+            Path(tmp, name).write_bytes(data)
+        argv = [
+            "openssl",
+            "pkeyutl",
+            "-verify",
+            "-pubin",
+            "-inkey",
+            "pub.pem",
+            "-rawin",
+            "-in",
+            "msg.bin",
+        ]
+        proc = subprocess.run(
+            [*argv, "-sigfile", "sig.bin"], cwd=tmp, capture_output=True, timeout=60
+        )
+    if proc.returncode not in (0, 1) or b"rawin" in proc.stderr:  # OpenSSL 1.1 has no -rawin
+        raise RuntimeError(
+            f"openssl cannot verify Ed25519 here: {tail(proc.stderr.decode(errors='replace'))}"
+        )
+    return proc.returncode == 0
 
 
 def write_json(path: Path, data: dict) -> None:

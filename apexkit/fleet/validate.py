@@ -139,6 +139,8 @@ class Plan:
         None  # the training venv on the nodes (up's way); None: a fresh venv per node
     )
     submission: int = 1
+    # (key id, PEM) of each trusted public key (--trusted-key, else apexkit's trusted keys): the nodes verify the wheel
+    trusted_keys: tuple[tuple[str, str], ...] = ()
     extra_sbatch: tuple[str, ...] = field(default=())
     # (URL as written to shared files, the same URL with its user:token@): never in fleet.json, the plan or the script
     credentials: tuple[tuple[str, str], ...] = field(default=(), repr=False)
@@ -186,6 +188,7 @@ class Plan:
             "keep_venv": self.keep_venv,
             "venv": self.venv,
             "credentials": str(self.credentials_file) if self.credentials else None,
+            "trusted_keys": [{"keyid": k, "pem": pem} for k, pem in self.trusted_keys],
         }
 
 
@@ -870,6 +873,9 @@ def stored_plan(results: str) -> Plan:
             keep_venv=bool(p.get("keep_venv")),
             venv=_text(p.get("venv")),
             submission=int(last.get("submission", 1)),
+            trusted_keys=tuple(
+                (str(k["keyid"]), str(k["pem"])) for k in p.get("trusted_keys") or ()
+            ),
             credentials=tuple(logins.items()),
         )
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
@@ -906,6 +912,7 @@ def make_plan(
     keep_venv: bool = False,
     venv: str | None = None,
     resume: bool = False,
+    trusted_key: list[str] | None = None,
 ) -> Plan:
     """Options -> a checked Plan (the command edge calls this; tests too)."""
     if device not in ("npu", "cuda", "cpu"):
@@ -970,10 +977,22 @@ def make_plan(
         set_env=_set_env_files(set_env),
         keep_venv=keep_venv,
         venv=venv or None,
+        trusted_keys=_trusted_pems(trusted_key or []),
         credentials=tuple(logins.items()),
     )
     check_plan(plan)  # and so --bench-args and --set-env
     return plan
+
+
+def _trusted_pems(flags: list[str]) -> tuple[tuple[str, str], ...]:
+    """(key id, PEM) of each trusted key (apexkit.index.signing.trusted_keys), for the nodes' own check."""
+    from cryptography.hazmat.primitives import serialization
+
+    from apexkit.index import signing
+
+    spki = serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    keys = signing.trusted_keys(flags)
+    return tuple((k, v.public_bytes(*spki).decode()) for k, v in sorted(keys.items()))
 
 
 def _set_env_files(set_env: str | None) -> tuple[str, ...]:

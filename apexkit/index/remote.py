@@ -28,9 +28,10 @@ import tempfile
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Optional
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
@@ -38,7 +39,7 @@ from packaging.version import InvalidVersion, Version
 
 from apexkit import log, untrusted
 from apexkit.errors import ApexkitError, ConfigError
-from apexkit.index import client, publish, published
+from apexkit.index import client, publish, published, signing
 from apexkit.wheel import distdir, sbom
 from apexkit.wheel.cache import RemoteHit, RemoteLookup
 
@@ -79,6 +80,19 @@ class Fetched:
         str, bytes
     ]  # {sbom.SBOM_FILE: ..., sbom.PROVENANCE_FILE: ...} as the index keeps them
     index: str  # shown (password masked)
+    signer: str | None = (
+        None  # the trusted key id whose envelope verified it (None: verification off)
+    )
+
+
+Fits = Callable[
+    [dict], Optional[str]
+]  # why a verified statement's signed facts do not fit what is asked, or None
+UNVERIFIED = (
+    "installing without verifying its signature: no trusted key is configured -- to verify, pass "
+    "--trusted-key FILE (the team's .pub), set APEXKIT_TRUSTED_KEYS or trusted_keys in the user config file "
+    "(docs/signing.md)"
+)
 
 
 def shown(index: str) -> str:
@@ -397,22 +411,63 @@ def _version(version: object) -> Version | None:
 # --- fetch and verify ------------------------------------------------------------------------------------------------
 
 
-def fetch(cl: client.Client, candidate: Candidate, work: Path) -> Fetched:
+def fetch(
+    cl: client.Client,
+    candidate: Candidate,
+    work: Path,
+    trusted: Mapping[str, Any] | None = None,
+    fits: Fits | None = None,
+) -> Fetched:
     """Download the candidate's wheel (and its manifest, SBOM and provenance) into a new folder of `work` and verify
-    them. Refused / Unreachable; nothing of a refused wheel is left behind."""
+    them; with `trusted` keys (key id -> public key), first its envelope (`verified`). Refused / Unreachable; nothing
+    of a refused wheel is left behind."""
     work.mkdir(parents=True, exist_ok=True)
     folder = Path(tempfile.mkdtemp(prefix="team-index-", dir=work))
     try:
-        return _fetch(cl, candidate, folder)
+        return _fetch(cl, candidate, folder, trusted or {}, fits or (lambda statement: None))
     except BaseException:
         shutil.rmtree(folder, ignore_errors=True)
         raise
 
 
-def _fetch(cl: client.Client, candidate: Candidate, folder: Path) -> Fetched:
+def verified(
+    cl: client.Client,
+    candidate: Candidate,
+    wheel: Path,
+    sha: str,
+    trusted: Mapping[str, Any],
+    fits: Fits,
+) -> str:
+    """The trusted key id whose envelope (<wheel>.intoto.jsonl beside it, whatever index.json says) signs a
+    statement about `wheel` with the sha256 `sha` of the bytes downloaded, whose signed facts `fits` accepts; else
+    Refused naming the reason and the key ids."""
+    trusting = f"trusted key {', '.join(sorted(trusted))}"
+    try:
+        data = _get(
+            cl,
+            candidate.base + urllib.parse.quote(wheel.name + signing.SUFFIX),
+            signing.ENVELOPE_MAX,
+        )
+        statement, keyid = signing.verify(data, trusted)
+    except Unreachable as exc:
+        raise Refused(f"it has no signature {signing.SUFFIX} ({exc}); {trusting}") from None
+    except Refused as exc:
+        raise Refused(f"its signature file {exc}; {trusting}") from None
+    except signing.Unverified as exc:
+        raise Refused(f"its signature does not verify: {exc}; {trusting}") from None
+    why = signing.subject_mismatch(statement, wheel, sha) or fits(statement)
+    if why:
+        raise Refused(f"{why} (signed by {keyid})")
+    return keyid
+
+
+def _fetch(
+    cl: client.Client, candidate: Candidate, folder: Path, trusted: Mapping[str, Any], fits: Fits
+) -> Fetched:
     entry, name = candidate.entry, candidate.filename
     quoted = urllib.parse.quote(name)
     sha = _download(cl, candidate.base + quoted, folder / name, WHEEL_MAX)
+    signer = verified(cl, candidate, folder / name, sha, trusted, fits) if trusted else None
     if sha != entry["sha256"]:
         raise Refused(
             f"{untrusted.shown(name)} from {candidate.shown} does not match the sha256 its index.json records"
@@ -449,7 +504,7 @@ def _fetch(cl: client.Client, candidate: Candidate, folder: Path) -> Fetched:
     documents = {sbom.PROVENANCE_FILE: texts["provenance"]}
     if "sbom" in texts:
         documents[sbom.SBOM_FILE] = texts["sbom"]
-    return Fetched(folder / name, manifest, documents, candidate.shown)
+    return Fetched(folder / name, manifest, documents, candidate.shown, signer)
 
 
 def _manifest(texts: dict[str, bytes], name: str, sha: str, entry: dict, where: str) -> dict:
@@ -485,11 +540,14 @@ def _manifest(texts: dict[str, bytes], name: str, sha: str, entry: dict, where: 
 # --- the build's cache after the local one ---------------------------------------------------------------------------
 
 
-def build_lookup(indexes: Sequence[str], env: Mapping[str, str]) -> RemoteLookup:
+def build_lookup(
+    indexes: Sequence[str], env: Mapping[str, str], trusted: Mapping[str, Any] | None = None
+) -> RemoteLookup:
     """The team indexes as a build's cache after the local one (apexkit.wheel.cache.RemoteLookup: the builder never
     imports apexkit.index): reached through pip's proxy and CA settings, user:password@ in an index URL sent as Basic
-    auth; each index in turn, every failure one warning line, then a compile."""
-    indexes = tuple(indexes)
+    auth; each index in turn, every failure one warning line, then a compile. With `trusted` keys a hit is taken
+    only when its envelope verifies and signs this cache key (`verified`); a refused one is a failure as above."""
+    indexes, trusted = tuple(indexes), dict(trusted or {})
 
     def lookup(key: str, work: Path) -> RemoteHit | None:
         def cause(exc: Exception) -> str:
@@ -510,7 +568,13 @@ def build_lookup(indexes: Sequence[str], env: Mapping[str, str]) -> RemoteLookup
                 if candidate is None:
                     continue
                 where = candidate.shown
-                fetched = fetch(http, candidate, work)
+                fetched = fetch(
+                    http,
+                    candidate,
+                    work,
+                    trusted,
+                    lambda st: signing.facts_mismatch(st, {"cache_key": key}),
+                )
             except Refused as exc:
                 log.warn(f"team index {where}: wheel refused ({exc}); nothing of it kept: {then}")
                 continue
@@ -519,6 +583,8 @@ def build_lookup(indexes: Sequence[str], env: Mapping[str, str]) -> RemoteLookup
             except (Unreachable, ApexkitError, OSError) as exc:
                 log.warn(f"team index {where}: {cause(exc)}: {then}")
                 continue
+            if not trusted:
+                log.info(UNVERIFIED.replace("installing", "taking the team index's wheel"))
             return RemoteHit(fetched.wheel, fetched.manifest, fetched.documents, fetched.index)
         return None
 

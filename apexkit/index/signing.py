@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
 import hashlib
 import json
 import os
@@ -234,9 +235,17 @@ def public_keys(paths: Sequence[str]) -> dict[str, Any]:
 def trusted_keys(
     flags: Sequence[str] = (), environ: Mapping[str, str] | None = None
 ) -> dict[str, Any]:
-    """The trusted public keys: --trusted-key files, else $APEXKIT_TRUSTED_KEYS, else the config's trusted_keys
-    (apexkit.config's one resolution). Empty: verification is off."""
-    value = config.load(environ).get("trusted_keys", environ, flag=list(flags))
+    """The trusted public keys: --trusted-key files, else $APEXKIT_TRUSTED_KEYS, else the user config file's
+    trusted_keys. Empty: verification is off. A project ./apexkit.toml's trusted_keys is ignored, with one warning
+    line: a cloned repository must not swap the team's key."""
+    found = config.load(environ)
+    value = found.get("trusted_keys", environ, flag=list(flags))
+    if value.layer == config.PROJECT:
+        log.warn(
+            f"trusted_keys in {log.sanitise(value.where)} is ignored: a project file cannot choose the keys "
+            "-- pass --trusted-key, set APEXKIT_TRUSTED_KEYS or trusted_keys in the user config file"
+        )
+        value = dataclasses.replace(found, project={}).get("trusted_keys", environ)
     return public_keys(value.items)
 
 

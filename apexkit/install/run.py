@@ -188,6 +188,7 @@ def main(
     dry_run: bool = False,
     as_json: bool = False,
     environ: Mapping[str, str] | None = None,
+    trusted_key: list[str] | None = None,
     *,
     build: Builder,
 ) -> int:
@@ -207,6 +208,7 @@ def main(
                 as_json,
                 environ,
                 build,
+                trusted_key or [],
             )
     except ApexkitError as exc:
         if as_json:
@@ -249,9 +251,13 @@ def _main(
     as_json: bool,
     environ: Mapping[str, str],
     build: Builder,
+    trusted_key: list[str],
 ) -> Result:
     python, named = targets.interpreter_for(venv, interpreter, environ)
     indexes = indexes_from(index, environ)
+    from apexkit.index import signing  # the trusted keys, read before anything is fetched
+
+    trusted = signing.trusted_keys(trusted_key, environ) if indexes else {}
     if publish_to is not None and Path(publish_to).exists() and not Path(publish_to).is_dir():
         raise ConfigError(
             f"--publish-to {publish_to} is not a directory", "pass an index directory"
@@ -272,6 +278,7 @@ def _main(
                     as_json,
                     environ,
                     build,
+                    trusted,
                 )
             except KeyboardInterrupt:
                 with contextlib.suppress(Exception):
@@ -310,6 +317,7 @@ def _run(
     as_json: bool,
     environ: Mapping[str, str],
     build: Builder,
+    trusted: Mapping[str, typing.Any],
 ) -> Result:
     before = targets.probe(python, named, environ)
     targets.check_usable(before, named)
@@ -319,7 +327,7 @@ def _run(
     )
     with tempfile.TemporaryDirectory(prefix="apexkit-install-", dir=_work(python)) as work:
         if indexes:
-            found = _from_index(before, indexes, Path(work), dry_run, environ)
+            found = _from_index(before, indexes, Path(work), dry_run, environ, trusted)
             if found is not None:
                 candidate, wheel, sha = found
                 result.source, result.target = (
@@ -410,14 +418,22 @@ def _same_version(t: Target, filename: str | None) -> bool:
 
 
 def _from_index(
-    t: Target, indexes: list[str], work: Path, dry_run: bool, environ: Mapping[str, str]
+    t: Target,
+    indexes: list[str],
+    work: Path,
+    dry_run: bool,
+    environ: Mapping[str, str],
+    trusted: Mapping[str, typing.Any],
 ):
     """(candidate, the verified wheel file or None for a dry run, its sha256) of the first fitting wheel, or None
-    (a miss, or every fitting one out of reach: one line each). A refused file is an error: nothing installed."""
+    (a miss, or every fitting one out of reach: one line each). A refused file is an error: nothing installed. With
+    trusted keys only a wheel whose envelope verifies, signs the bytes downloaded and whose signed facts fit the
+    venv is taken (remote.verified); without, one warning line says how to turn verification on."""
     from apexkit import config
-    from apexkit.index import remote
+    from apexkit.index import remote, signing
     from apexkit.wheel import options
 
+    want = t.want()
     told = config.told(
         "team_indexes", indexes, environ
     )  # a project file's index: say so in every line
@@ -425,7 +441,7 @@ def _from_index(
         log.notice(f"team index {', '.join(map(_shown, indexes))}{told}")
     client = remote.make_client(indexes, environ)
     try:
-        candidates, near = remote.find_by_facts(client, indexes, t.want())
+        candidates, near = remote.find_by_facts(client, indexes, want)
     except (
         remote.client.Denied
     ) as exc:  # TLS or credentials refused: stop, unless asked to build instead
@@ -444,7 +460,13 @@ def _from_index(
         if dry_run:
             return candidate, None, sha
         try:
-            fetched = remote.fetch(client, candidate, work)
+            fetched = remote.fetch(
+                client,
+                candidate,
+                work,
+                trusted,
+                lambda st: _signed_misfit(remote.misfit(signing.signed_facts(st), want)),
+            )
         except remote.Unreachable as exc:
             log.warn(f"{candidate.shown}: {exc}; trying the next source")
             continue
@@ -453,9 +475,17 @@ def _from_index(
                 f"refused {_entry_str(candidate.entry, 'filename')} from {candidate.shown}: {exc}; nothing installed",
                 f"tell whoever publishes that index ({vocab.command('publish')} writes it again), or pass another --index",
             ) from None
+        if fetched.signer:
+            log.info(f"{candidate.filename}: signature verified (key {fetched.signer})")
+        else:
+            log.warn(remote.UNVERIFIED)
         return candidate, fetched.wheel, untrusted.sha256_file(fetched.wheel)
     log.info("no fitting wheel could be fetched: building it")
     return None
+
+
+def _signed_misfit(why: str | None) -> str | None:
+    return f"the signed target facts do not fit the venv: {why}" if why else None
 
 
 def _near(miss: object) -> str:

@@ -195,6 +195,15 @@ class BuildOptions:
         "compile when a team index refuses this client (its TLS certificate not verified, the credentials "
         f"refused) instead of stopping (env {FALLBACK_ENV}=1; `apexkit install` reads that variable too)",
     )
+    trusted_keys: tuple[str, ...] = option(
+        (),
+        "a trusted public key (NAME.pub): a team-index wheel is taken only when its signature verifies against one "
+        "of them and signs this cache key; repeat for several (default: $APEXKIT_TRUSTED_KEYS, else the user "
+        "config's trusted_keys; docs/signing.md)",
+        flag="--trusted-key",
+        metavar="FILE",
+        repeat=True,
+    )
     network: str | None = option(
         None,
         "container network, e.g. host (automatic when the proxy listens on this host's loopback)",
@@ -654,6 +663,7 @@ _TUPLE_FIELDS = (
     "sanitize",
     "setup_flags",
     "team_indexes",
+    "trusted_keys",
     "origins",
     "cuda_ext",
 )

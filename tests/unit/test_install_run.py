@@ -45,7 +45,7 @@ def world(tmp_path, monkeypatch):
     def probe(python, named, environ=None, versions_only=False):
         return w.probes.pop(0) if len(w.probes) > 1 else w.probes[0]
 
-    def fetch(client, candidate, work):
+    def fetch(client, candidate, work, trusted=None, fits=None):
         if w.fetch_error:
             raise w.fetch_error
         return remote.Fetched(w.wheel, {}, {}, candidate.shown)

@@ -305,12 +305,24 @@ def test_trusted_keys_come_from_flags_environment_or_config(keys, tmp_path, monk
     monkeypatch.chdir(tmp_path)
     env = {"XDG_CONFIG_HOME": str(tmp_path / "xdg")}
     assert signing.trusted_keys((), env) == {}
-    (tmp_path / "apexkit.toml").write_text(f'trusted_keys = ["{keys[1]}"]\n')
+    (tmp_path / "xdg" / "apexkit").mkdir(parents=True)
+    (tmp_path / "xdg" / "apexkit" / "config.toml").write_text(f'trusted_keys = ["{keys[1]}"]\n')
     (keyid,) = signing.trusted_keys((), env)
-    assert config.load(env).get("trusted_keys", env).layer == config.PROJECT
+    assert config.load(env).get("trusted_keys", env).layer == config.USER
     assert list(signing.trusted_keys((), {**env, "APEXKIT_TRUSTED_KEYS": str(keys[1])})) == [keyid]
     with pytest.raises(ConfigError, match="nothing.pub"):
         signing.trusted_keys([str(tmp_path / "nothing.pub")], env)
+
+
+def test_a_project_file_cannot_choose_the_trusted_keys(keys, tmp_path, monkeypatch, capsys):
+    """A cloned repository's ./apexkit.toml must not swap the team key: its trusted_keys is ignored, loudly."""
+    monkeypatch.chdir(tmp_path)
+    env = {"XDG_CONFIG_HOME": str(tmp_path / "xdg")}
+    (tmp_path / "apexkit.toml").write_text(f'trusted_keys = ["{keys[1]}"]\n')
+    assert signing.trusted_keys((), env) == {}
+    err = capsys.readouterr().err
+    assert "apexkit.toml is ignored: a project file cannot choose the keys" in err
+    assert len(err.strip().splitlines()) == 1
 
 
 def test_the_statement_is_apexkits_provenance_with_the_target_facts():
