@@ -1401,7 +1401,8 @@ class Builder:
                 )
             else:
                 log.warn(f"no SBOM written: {manifest['attestations']['sbom_missing']}")
-        log.info(f"  install:  {install_command(plan, final / wheel.name)}")
+        log.info(f"  install:  {install_venv_command(self.opts.team_indexes)}")
+        log.info(f"            or {install_command(plan, final / wheel.name)}")
         return final
 
 
@@ -1417,6 +1418,13 @@ def dist_files(wheel: Path, manifest: dict) -> dict[str, Path | bytes]:
             "report it: the SBOM is written by apexkit/wheel/sbom.py",
         ) from None
     return {wheel.name: wheel, **documents}
+
+
+def install_venv_command(team_indexes: Sequence[str]) -> str:
+    """How a training venv gets this wheel: apexkit install (it finds the wheel just built in the cache, checks the
+    venv's torch, glibc and ABI and installs without touching torch), from the team index when one is configured."""
+    where = "".join(f" --index {shlex.quote(log.mask(i))}" for i in team_indexes)
+    return f"{vocab.command('install', '--venv VENV' + where)}   (the training venv: torch stays as it is)"
 
 
 def install_command(plan: buildplan.Plan, wheel: Path) -> str:

@@ -132,7 +132,8 @@ def test_build_311_end_to_end_then_wheel_cache_hit(runner, repos, tmp_path):
     assert "wheel cache hit" in output(again) and "▸ compile" not in output(again)
     # the last lines say where the manifest is and how to install the wheel next to its torch
     assert f"  manifest: {dist / 'manifest.json'}" in output(again)
-    assert f"  install:  pip install torch==2.13.0 {dist / WHEEL}" in output(again)
+    assert "  install:  nox -s install -- --venv VENV   (the training venv" in output(again)
+    assert f"            or pip install torch==2.13.0 {dist / WHEEL}" in output(again)
     manifest2 = json.loads((dist / "manifest.json").read_text())
     assert (
         manifest2["cache_hit"] is True
