@@ -177,7 +177,8 @@ class Builder:
         make = (
             not opts.dry_run
         )  # dist/ and build/ (with the <target> folders in them) only ours, or refused
-        cachetrust.trusted_output(opts.dist_dir, paths.DIST_SETTING, make=make)
+        # dist/ is only judged here (made when the wheel lands: distdir.replace_dir): a failed build leaves none
+        cachetrust.trusted_output(opts.dist_dir, paths.DIST_SETTING, make=False)
         cachetrust.trusted_output(opts.build_dir, paths.BUILD_SETTING, make=make)
         check_overwrite(
             opts.dist_dir, plan.target_id, plan.identity, opts.force

@@ -15,7 +15,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from apexkit import fsedit, locks, log, untrusted
+from apexkit import cachetrust, fsedit, locks, log, paths, untrusted
 from apexkit.errors import BuildError, ConfigError
 from apexkit.plan import target
 from apexkit.wheel import sbom
@@ -138,6 +138,7 @@ def replace_dir(
                 f"{exc}; nothing was published", "report it: apexkit/wheel/sbom.py writes the SBOM"
             ) from None
     final = dist_dir / name
+    cachetrust.trusted_output(dist_dir, paths.DIST_SETTING)  # made now, ours alone, or refused
     with lock(dist_dir, name):
         check_overwrite(dist_dir, name, manifest.get("target", {}).get("identity") or {}, force)
         tmp = Path(tempfile.mkdtemp(prefix=f".{name}.tmp-", dir=dist_dir))
