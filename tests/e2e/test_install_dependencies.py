@@ -93,6 +93,12 @@ def venv(tmp_path):
         ("intoapex", {"apex_mod/zz_other.py": b""}),  # the test apex wheel's package
         ("twin1", {"shared/a.py": b""}),
         ("twin2", {"shared/b.py": b""}),
+        # review 4, F2: bytecode `import six` runs (no six.opt-2 .pyc there yet); F3: a script over bin/python3
+        ("pycsix", {f"__pycache__/six.{sys.implementation.cache_tag}.opt-2.pyc": b""}),
+        (
+            "eppython",
+            {"eppython-1.0.dist-info/entry_points.txt": b"[console_scripts]\npython3 = x:y\n"},
+        ),
     ]:
         tiny_wheel(links, name, "1.0", files=files)
     path = tmp_path / "venv"
@@ -219,6 +225,8 @@ def site_files(venv) -> dict[str, bytes]:
         ("oversix", "site-packages/six/__init__.py', inside the package six of six"),
         ("intoapex", "site-packages/apex_mod/zz_other.py', inside the package apex_mod of apex"),
         ("twin1 twin2", "site-packages/shared/b.py', inside the package shared of twin1"),
+        ("pycsix", ".opt-2.pyc', inside the package six of six"),
+        ("eppython", "would write 'bin/python3', which no distribution lists"),
     ],
 )
 def test_a_dependency_writing_outside_its_own_names_is_refused_before_anything_runs(
