@@ -6,6 +6,7 @@ venv holds, or be too many, is refused with nothing installed."""
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hashlib
 import json
 import os
@@ -344,6 +345,33 @@ def test_the_probe_runs_no_startup_code_of_the_venv(venv, tmp_path):
     assert not ran.exists(), ran.read_text()
     assert (found.torch, found.dists["numpy"], found.seen["other"]) == ("2.0.0", "2.0", "1.0")
     assert found.is_venv and found.venv == str(path) and str(site) in found.site_dirs
+
+
+def test_ups_probe_runs_no_startup_code_and_reports_the_same(venv, tmp_path):
+    """Review 4: `apexkit up`'s probe runs with site processing off as install's does (a .pth `import` line of the
+    venv runs nothing), and reports what it did with site processing on (python -I)."""
+    from apexkit import up
+
+    path, _ = venv
+    site = next((path / "lib").glob("python*/site-packages"))
+    ran = tmp_path / "ran"
+    extra = tmp_path / "extra" / "apex-0.1.dist-info"  # a folder a .pth line names: still seen
+    extra.mkdir(parents=True)
+    (extra / "METADATA").write_text("Name: apex\nVersion: 0.1\n")
+    (extra / "RECORD").write_text("apex-0.1.dist-info/METADATA,,\n")
+    (site / "x.pth").write_text(
+        f"{extra.parent}\nimport os; open({str(ran)!r}, 'a').write('pth')\n"
+    )
+    found = up.probe(path / "bin" / "python")
+    assert not ran.exists(), ran.read_text()
+    old = subprocess.run([str(path / "bin" / "python"), "-I", "-c", up._PROBE], capture_output=True)
+    assert ran.exists()  # the .pth runs with site processing on: what the probe no longer does
+    assert found == dataclasses.replace(up.parse_facts(json.loads(old.stdout)), node=found.node)
+    assert (found.prefix, found.torch, found.apex) == (
+        str(path),
+        "2.0.0",
+        "0.1",
+    ) and found.apex_record
 
 
 def _journal(venv, tmp_path, monkeypatch, dists, records, venv_id=None) -> Path:
