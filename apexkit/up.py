@@ -70,6 +70,9 @@ _SHA256 = re.compile(r"[0-9a-f]{64}")
 # The venv's facts, read by its own Python (3.8+): prefix, version, and torch / torch_npu / apex from the metadata
 # (torch is not imported: fast, and a torch_npu without CANN does not break the probe). apex's RECORD digest names the
 # wheel that is installed (its files' hashes), whichever installer put it there.
+# It runs with -S (no .pth line, no sitecustomize of the venv runs) and adds the site dirs as site.py would, with
+# install's probe's own code (bench/probes/target_env.py's _site_off).
+_SITE_OFF = "import runpy, sys\nrunpy.run_path(sys.argv[1])['_site_off']()"
 _PROBE = """
 import hashlib, json, platform, sys
 from importlib import metadata
@@ -326,7 +329,14 @@ def probe(python: Path) -> Facts:
     """The venv's facts, from its own interpreter."""
     try:
         proc = subprocess.run(
-            [str(python), "-I", "-c", _PROBE],
+            [
+                str(python),
+                "-I",
+                "-S",
+                "-c",
+                _SITE_OFF + _PROBE,
+                str(paths.PROBES / "target_env.py"),
+            ],
             capture_output=True,
             timeout=120,
             stdin=subprocess.DEVNULL,

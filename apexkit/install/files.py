@@ -18,7 +18,7 @@ from pathlib import Path
 from packaging.utils import canonicalize_name
 
 from apexkit import cachetrust, fsedit, log, untrusted
-from apexkit.install.fit import Misfit
+from apexkit.install.fit import Misfit, read_member
 from apexkit.install.target import Target
 
 RECORD_LIMIT = 64 << 20  # bytes of one installed RECORD (torch's: ~2 MB)
@@ -86,19 +86,21 @@ def _name(top: str) -> str:
     return top.split(".", 1)[0]
 
 
+def _import_name(parts: list[str]) -> str:
+    """The top-level import name the path `parts` (under a site directory) belongs to: `_name` of its first part, and
+    x for __pycache__/x.cpython-311[.opt-1].pyc -- the bytecode `import x` runs in place of x.py."""
+    return _name(parts[1] if parts[0] == "__pycache__" and len(parts) > 1 else parts[0])
+
+
 def names(t: Target, owned: dict[str, set[str]]) -> dict[str, set[str]]:
     """{top-level import name: the distributions whose RECORD lists a file under it ("" for one on disk that none
     lists)} over the venv's site dirs: what a wheel must not write under, unless it is the wheel's own."""
     found: dict[str, set[str]] = {}
     for path, who in owned.items():
         for site in t.site_dirs:
-            top = os.path.relpath(path, site).split(os.sep)[0]
-            if (
-                path.startswith(site + os.sep)
-                and top != "__pycache__"
-                and not top.endswith(NOT_NAMES)
-            ):
-                found.setdefault(_name(top), set()).update(who)
+            parts = os.path.relpath(path, site).split(os.sep)
+            if path.startswith(site + os.sep) and not parts[0].endswith(NOT_NAMES):
+                found.setdefault(_import_name(parts), set()).update(who)
     for site in t.site_dirs:
         with contextlib.suppress(OSError):
             for top in os.listdir(site):
@@ -124,8 +126,7 @@ def _destinations(member: str, own: tuple[str, str], t: Target) -> list[str] | s
             return f"a file for the venv's prefix ({untrusted.shown(member)})"
         parts = parts[2:]
     top = parts[0]
-    module = parts[1] if top == "__pycache__" and len(parts) > 1 else top
-    if top.endswith(".pth") or _name(module) in STARTUP:
+    if top.endswith(".pth") or _import_name(parts) in STARTUP:
         return f"{untrusted.shown('/'.join(parts))}, which every start of the venv's python runs"
     if top.endswith((".dist-info", ".egg-info", ".egg-link", ".data")):
         return f"another distribution's metadata ({untrusted.shown(member)})"
@@ -143,10 +144,16 @@ def check_wheel(
     dist = canonicalize_name(stem[0])
     own = (f"{stem[0]}-{stem[1]}.dist-info", f"{stem[0]}-{stem[1]}.data")
     try:
+        untrusted.check_zip(wheel)
         with zipfile.ZipFile(wheel) as archive:
             members = {i.filename for i in archive.infolist() if not i.is_dir()}
-            if f"{own[0]}/RECORD" in members:
-                members |= set(_rows(archive.read(f"{own[0]}/RECORD")[:RECORD_LIMIT]))
+            members |= set(_rows(read_member(archive, own[0], "RECORD", RECORD_LIMIT, b"")))
+            scripts = _scripts(
+                read_member(archive, own[0], "entry_points.txt", missing=b""), t.python
+            )
+            members |= {f"{own[1]}/scripts/{name}" for name in scripts}
+    except untrusted.Untrusted as exc:  # check_zip's: a bomb, a bad CRC (it names the wheel)
+        raise Misfit(str(exc)) from None
     except (OSError, zipfile.BadZipFile) as exc:
         raise Misfit(f"{untrusted.shown(wheel.name)} is not a readable wheel ({exc})") from None
     found = []
@@ -165,25 +172,46 @@ def check_wheel(
     return found
 
 
+def _scripts(entry_points: bytes, python: str) -> set[str]:
+    """The scripts pip writes for a wheel's entry_points.txt (read as importlib.metadata and pkg_resources read it):
+    each name of its [console_scripts] and [gui_scripts], and for pip (easy_install) the copies pip adds: pip3,
+    pip3.11 (easy_install-3.11) of the venv's `python`."""
+    found, section = set(), None
+    for line in entry_points.decode(errors="replace").splitlines():
+        line = line.strip()
+        if line.startswith("[") and line.endswith("]"):
+            section = line.strip("[]").strip()
+        elif line and not line.startswith("#") and section in ("console_scripts", "gui_scripts"):
+            found.add(line.split("=", 1)[0].strip())
+    if "pip" in found:
+        found |= {f"pip{python.split('.')[0]}", f"pip{python}"}
+    if "easy_install" in found:
+        found.add(f"easy_install-{python}")
+    return found
+
+
 def _overwrites(
     dest: str, dist: str, owned: dict[str, set[str]], t: Target, taken: dict[str, set[str]]
 ) -> str | None:
     """Why `dest` is not the wheel's `dist` to write: listed by another distribution, present but listed by none,
-    or under a top-level import name (package, module, namespace) another provides; else `dist` takes that name."""
+    under a top-level import name (package, module, namespace, its bytecode) another provides, or a script another
+    wheel of the run writes; else `dist` takes that name (that script)."""
     others = owned.get(dest, set()) - {dist}
     if others:
         return f"which {', '.join(sorted(others))} installed"
     if os.path.lexists(dest) and dist not in owned.get(dest, set()):
         return "which no distribution lists"
     site = next((s for s in t.site_dirs if dest.startswith(s + os.sep)), None)
-    top = os.path.relpath(dest, site).split(os.sep)[0] if site else "__pycache__"
-    if top == "__pycache__":
+    name = _import_name(os.path.relpath(dest, site).split(os.sep)) if site else dest
+    holders = taken.setdefault(name, {dist}) - {dist}
+    if not holders:
         return None
-    holders = taken.setdefault(_name(top), {dist}) - {dist}
-    if holders:
-        shown = ", ".join(sorted(h or "no distribution" for h in holders))
-        return f"inside the package {log.sanitise(_name(top)[:100])} of {shown}"
-    return None
+    shown = ", ".join(sorted(h or "no distribution" for h in holders))
+    return (
+        f"inside the package {log.sanitise(name[:100])} of {shown}"
+        if site
+        else f"which {shown} writes too"
+    )
 
 
 def stamp(

@@ -42,14 +42,29 @@ class WheelFacts:
     record: tuple[tuple[str, str], ...]  # (path, hash) of its files, RECORD itself left out
 
 
-def _member(archive: zipfile.ZipFile, dist_info: str, name: str) -> bytes:
+def read_member(
+    archive: zipfile.ZipFile,
+    dist_info: str,
+    name: str,
+    limit: int = METADATA_LIMIT,
+    missing: bytes | None = None,
+) -> bytes:
+    """The member `dist_info/name` of a wheel, at most `limit` bytes (Misfit beyond: refused before it is inflated);
+    `missing` when it has none (None: Misfit)."""
     try:
         info = archive.getinfo(f"{dist_info}/{name}")
     except KeyError:
-        raise Misfit(f"the wheel has no {dist_info}/{name}") from None
-    if info.file_size > METADATA_LIMIT:
-        raise Misfit(f"the wheel's {name} is larger than {METADATA_LIMIT} bytes")
-    return archive.read(info)
+        if missing is not None:
+            return missing
+        raise Misfit(f"{_shown(archive)} has no {dist_info}/{name}") from None
+    if info.file_size > limit:
+        raise Misfit(f"{name} of {_shown(archive)} is larger than {limit} bytes")
+    with archive.open(info) as fh:
+        return fh.read(limit + 1)
+
+
+def _shown(archive: zipfile.ZipFile) -> str:
+    return untrusted.shown(Path(archive.filename or "the wheel").name)
 
 
 def read_wheel(path: Path) -> WheelFacts:
@@ -63,8 +78,8 @@ def read_wheel(path: Path) -> WheelFacts:
     dist_info = f"{path.name.split('-', 2)[0]}-{path.name.split('-', 2)[1]}.dist-info"
     try:
         with zipfile.ZipFile(path) as archive:
-            metadata = _member(archive, dist_info, "METADATA")
-            record = _member(archive, dist_info, "RECORD")
+            metadata = read_member(archive, dist_info, "METADATA")
+            record = read_member(archive, dist_info, "RECORD")
     except (OSError, zipfile.BadZipFile) as exc:
         raise Misfit(f"{untrusted.shown(path.name)} is not a readable wheel ({exc})") from None
     msg = email.parser.BytesParser().parsebytes(metadata, headersonly=True)

@@ -6,6 +6,7 @@ venv holds, or be too many, is refused with nothing installed."""
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hashlib
 import json
 import os
@@ -93,6 +94,12 @@ def venv(tmp_path):
         ("intoapex", {"apex_mod/zz_other.py": b""}),  # the test apex wheel's package
         ("twin1", {"shared/a.py": b""}),
         ("twin2", {"shared/b.py": b""}),
+        # review 4, F2: bytecode `import six` runs (no six.opt-2 .pyc there yet); F3: a script over bin/python3
+        ("pycsix", {f"__pycache__/six.{sys.implementation.cache_tag}.opt-2.pyc": b""}),
+        (
+            "eppython",
+            {"eppython-1.0.dist-info/entry_points.txt": b"[console_scripts]\npython3 = x:y\n"},
+        ),
     ]:
         tiny_wheel(links, name, "1.0", files=files)
     path = tmp_path / "venv"
@@ -219,6 +226,8 @@ def site_files(venv) -> dict[str, bytes]:
         ("oversix", "site-packages/six/__init__.py', inside the package six of six"),
         ("intoapex", "site-packages/apex_mod/zz_other.py', inside the package apex_mod of apex"),
         ("twin1 twin2", "site-packages/shared/b.py', inside the package shared of twin1"),
+        ("pycsix", ".opt-2.pyc', inside the package six of six"),
+        ("eppython", "would write 'bin/python3', which no distribution lists"),
     ],
 )
 def test_a_dependency_writing_outside_its_own_names_is_refused_before_anything_runs(
@@ -336,6 +345,33 @@ def test_the_probe_runs_no_startup_code_of_the_venv(venv, tmp_path):
     assert not ran.exists(), ran.read_text()
     assert (found.torch, found.dists["numpy"], found.seen["other"]) == ("2.0.0", "2.0", "1.0")
     assert found.is_venv and found.venv == str(path) and str(site) in found.site_dirs
+
+
+def test_ups_probe_runs_no_startup_code_and_reports_the_same(venv, tmp_path):
+    """Review 4: `apexkit up`'s probe runs with site processing off as install's does (a .pth `import` line of the
+    venv runs nothing), and reports what it did with site processing on (python -I)."""
+    from apexkit import up
+
+    path, _ = venv
+    site = next((path / "lib").glob("python*/site-packages"))
+    ran = tmp_path / "ran"
+    extra = tmp_path / "extra" / "apex-0.1.dist-info"  # a folder a .pth line names: still seen
+    extra.mkdir(parents=True)
+    (extra / "METADATA").write_text("Name: apex\nVersion: 0.1\n")
+    (extra / "RECORD").write_text("apex-0.1.dist-info/METADATA,,\n")
+    (site / "x.pth").write_text(
+        f"{extra.parent}\nimport os; open({str(ran)!r}, 'a').write('pth')\n"
+    )
+    found = up.probe(path / "bin" / "python")
+    assert not ran.exists(), ran.read_text()
+    old = subprocess.run([str(path / "bin" / "python"), "-I", "-c", up._PROBE], capture_output=True)
+    assert ran.exists()  # the .pth runs with site processing on: what the probe no longer does
+    assert found == dataclasses.replace(up.parse_facts(json.loads(old.stdout)), node=found.node)
+    assert (found.prefix, found.torch, found.apex) == (
+        str(path),
+        "2.0.0",
+        "0.1",
+    ) and found.apex_record
 
 
 def _journal(venv, tmp_path, monkeypatch, dists, records, venv_id=None) -> Path:
