@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from apexkit import venvrun
+from apexkit import pipconfig, venvrun
 from apexkit.errors import ConfigError
 from apexkit.wheel.venvs import IndexOptions
 
@@ -128,7 +128,10 @@ def test_offline_comes_from_the_build_or_now_and_an_index_given_now_turns_it_off
     recorded = IndexOptions(wheelhouses=(tmp_path,), offline=True)
     index, notes = merged(recorded)
     assert index.offline and index.wheelhouses == (tmp_path,) and notes == []
-    assert index.pip_args() == ["--no-index", "--find-links", str(tmp_path)]
+    assert index.sources(pipconfig.PipConfig()).environment("PIP") == {
+        "PIP_NO_INDEX": "1",
+        "PIP_FIND_LINKS": str(tmp_path),
+    }
     assert merged(IndexOptions(), IndexOptions(offline=True))[0].offline
     online, notes = merged(recorded, IndexOptions(index_url="https://mirror.example/simple/"))
     assert not online.offline and "makes this run venv online" in notes[0]
