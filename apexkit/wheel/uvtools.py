@@ -137,11 +137,11 @@ class Sources:
 
     def shown(self) -> str:
         """Where from, for the install log: every URL masked."""
-        named = [f"index {self.index_url}"] if self.index_url else []
+        named = ["no index (offline)"] if self.offline else []
+        named += [f"index {self.index_url}"] if self.index_url else []
         named += [f"extra index {u}" for u in self.extra_index_urls]
         named += [f"find-links {place}" for place in self.find_links]
-        head = ["no index (offline)"] if self.offline else []
-        return log.mask(", ".join(head + named) or "pip's default index")
+        return ", ".join(map(log.mask, named)) or "pip's default index"
 
 
 def install_options(
