@@ -423,17 +423,17 @@ def _pip_logins(pip_config: Callable[[], Mapping[str, str]]) -> Callable[[], lis
 def _unmasked(
     url: str | None, now: list[str], configured: Callable[[], list[str]], notes: list[str]
 ) -> str | None:
-    """A recorded URL whose password was masked, with the login of a URL given now, else of pip's configuration;
-    else without credentials, saying so."""
+    """A recorded URL whose secrets were masked (a login, query values): the URL given now, else in pip's
+    configuration, that masks to it, or the login of one for its host; else without what was masked, saying so."""
     if url is None or not is_masked(url):
         return url
-    found = with_credentials_of(url, now) or with_credentials_of(url, configured())
-    if found:
+    found = _recovered(url, now) or _recovered(url, configured())
+    if found and not is_masked(found):
         return found
-    bare = without_credentials(url)
+    bare = _without_masked(found or url)
     notes.append(
-        f"the build's index {url} was recorded with its password masked: using {bare} without it (pip's "
-        "own config or ~/.netrc may log in); to log in, pass the URL again (--index-url, "
+        f"the build's index {url} was recorded with its secrets masked: using {log.mask(bare)} without them "
+        "(pip's own config or ~/.netrc may log in); to log in, pass the URL again (--index-url, "
         "--extra-index-url or --torch-index-url)"
     )
     return bare
@@ -455,7 +455,28 @@ def resolve_sources(
 
 
 def _credentialed(candidates: list[str | None]) -> list[str]:
-    return [c for c in candidates if c and urls.has_userinfo(c) and not is_masked(c)]
+    """The URLs that hold a secret (a login, a query value) log.mask would hide."""
+    return [c for c in candidates if c and log.mask(c) != c and not is_masked(c)]
+
+
+def _recovered(masked: str, candidates: list[str]) -> str | None:
+    """The candidate whose masked form is `masked` (the very URL the build recorded, ?token= and all), else
+    `masked` with the login of a candidate for its host."""
+    same = next((c for c in candidates if log.mask(c) == masked), None)
+    return same or with_credentials_of(masked, candidates)
+
+
+def _without_masked(url: str) -> str:
+    """`url` without what log.mask hid: a masked login, masked query and fragment values."""
+    info, hostport = _userinfo(url)
+    parts = urllib.parse.urlsplit(url)
+    return urllib.parse.urlunsplit(
+        parts._replace(
+            netloc=hostport if _masked_login(info) else parts.netloc,
+            query="&".join(p for p in parts.query.split("&") if not p.endswith("***")),
+            fragment="" if "***" in parts.fragment else parts.fragment,
+        )
+    )
 
 
 def _userinfo(url: str) -> tuple[str, str]:
@@ -466,8 +487,12 @@ def _userinfo(url: str) -> tuple[str, str]:
 
 
 def is_masked(url: str) -> bool:
-    """Whether a URL's credentials are log.mask's stand-in (user:***@, ***@) rather than a password."""
-    info, _ = _userinfo(url)
+    """Whether a URL holds log.mask's stand-in (user:***@, ***@, ?token=***, #***) rather than a secret."""
+    parts = urllib.parse.urlsplit(url)
+    return _masked_login(_userinfo(url)[0]) or "***" in parts.query + parts.fragment
+
+
+def _masked_login(info: str) -> bool:
     return info == "***" or info.endswith(":***")
 
 
@@ -498,7 +523,7 @@ def with_credentials_of(masked: str, candidates: list[str]) -> str | None:
             cand_info = _userinfo(candidate)[0]
         except ValueError:  # a port that is not a number, an unbalanced '[': not this host
             continue
-        if same and (user is None or cand_info.partition(":")[0] == user):
+        if same and cand_info and (user is None or cand_info.partition(":")[0] == user):
             parts = urllib.parse.urlsplit(masked)
             return urllib.parse.urlunsplit(parts._replace(netloc=f"{cand_info}@{hostport}"))
     return None
@@ -518,7 +543,7 @@ def sources_key(index: venvs.IndexOptions) -> dict:
 
 
 def describe(index: venvs.IndexOptions) -> str:
-    """The sources in a few words, for the run venv's step line (no credentials)."""
+    """The sources in a few words, for the run venv's step line (no credentials, query values masked)."""
     houses = (
         f"wheelhouse {', '.join(str(w) for w in index.wheelhouses)}" if index.wheelhouses else ""
     )
@@ -530,7 +555,7 @@ def describe(index: venvs.IndexOptions) -> str:
         f"{len(index.extra_index_urls)} extra index" if index.extra_index_urls else "",
         houses,
     ]
-    return ", ".join(n for n in named if n) or "pip's configuration"
+    return log.mask(", ".join(n for n in named if n)) or "pip's configuration"  # a ?token= too
 
 
 def _is_directory(path: Path) -> bool:

@@ -403,7 +403,9 @@ def _image_pip_index(
     if index:  # the one URL validator; then no userinfo of any form (user:pw@, :pw@, TOKEN@): `docker history` keeps it
         urls.index_url(index, index_from)
         _no_login_in_history(
-            index, index_from, "the pip index URL holds a password or token (user info before '@')"
+            index,
+            index_from,
+            "the pip index URL holds a password or token (user info before '@', a query)",
         )
     return index
 
@@ -427,13 +429,12 @@ def _python_build_args(wanted: list[str], cfg, environ: Mapping[str, str]) -> di
 
 
 def _no_login_in_history(url: str, origin: str, why: str) -> None:
-    """A build argument stays in `docker history`: a URL holding a login is refused."""
-    urls.no_userinfo(
-        url,
-        origin,
-        f"{why}, which a build argument would store in the image history",
-        "use a credential-free mirror for the image build, or the proxy",
-    )
+    """A build argument stays in `docker history`: a URL holding a login or a query value (?token=) is refused."""
+    if log.mask(url) != url:
+        raise ConfigError(
+            f"{origin} {urls.shown(url)}: {why}, which a build argument would store in the image history",
+            "use a credential-free mirror for the image build, or the proxy",
+        )
 
 
 def parse_pythons(value: str) -> list[str]:

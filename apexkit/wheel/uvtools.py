@@ -3,8 +3,9 @@
 uv makes a venv in a fraction of a second and installs from its cache by hard links (torch 2.13.0 into a fresh venv:
 ~1 s warm, against ~40 s for virtualenv + pip). But uv does not read pip.conf, so a corporate setup that works for
 pip (index-url, extra-index-url, find-links, trusted-host, cert, proxy, constraint, timeout -- from files or PIP_*
-variables) is read once (`apexkit.pipconfig`) and handed to uv as its own options and variables. Where uv is
-missing, too old, or fails where pip may not, apexkit uses virtualenv + pip and says so in one line.
+variables) is read once (`apexkit.pipconfig`) and handed to uv as its own variables (every URL and path: never on a
+command line) and options. Where uv is missing, too old, or fails where pip may not, apexkit uses virtualenv + pip and
+says so in one line.
 
 APEXKIT_INSTALLER=pip forces virtualenv + pip, =uv refuses the fallback (for tests and for users who want to know);
 APEXKIT_UV names a uv binary.
@@ -113,31 +114,53 @@ def _find(candidates: tuple[str, ...]) -> Uv | None:
 # --- pip's configuration, for uv -----------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Sources:
+    """Where an install looks (venvs.IndexOptions.sources: apexkit's options over pip's configuration). pip and uv
+    get it in their environment, never on their command line: an index URL may hold a password or a token, and any
+    user reads a process's command line (ps, /proc/PID/cmdline), only its owner its environment."""
+
+    offline: bool = False
+    index_url: str | None = None
+    extra_index_urls: tuple[str, ...] = ()
+    find_links: tuple[str, ...] = ()
+
+    def environment(self, tool: str) -> dict[str, str]:
+        """The variables that say it to `tool` ("PIP" or "UV"; uv 0.13 has no variable for --no-index: an option)."""
+        values = {
+            f"{tool}_INDEX_URL": self.index_url or "",
+            f"{tool}_EXTRA_INDEX_URL": " ".join(self.extra_index_urls),
+            f"{tool}_FIND_LINKS": ("," if tool == "UV" else " ").join(self.find_links),
+            f"{tool}_NO_INDEX": "1" if self.offline and tool == "PIP" else "",
+        }
+        return {name: value for name, value in values.items() if value}
+
+    def shown(self) -> str:
+        """Where from, for the install log: every URL masked."""
+        named = ["no index (offline)"] if self.offline else []
+        named += [f"index {self.index_url}"] if self.index_url else []
+        named += [f"extra index {u}" for u in self.extra_index_urls]
+        named += [f"find-links {place}" for place in self.find_links]
+        return ", ".join(map(log.mask, named)) or "pip's default index"
+
+
 def install_options(
-    config: pipconfig.PipConfig, pip_args: list[str]
+    config: pipconfig.PipConfig, sources: Sources
 ) -> tuple[list[str], dict[str, str]]:
-    """uv pip install options and environment for pip's config plus apexkit's own index arguments (`pip_args`, as
-    IndexOptions.pip_args gives them to pip). apexkit's arguments win where both name a primary index."""
+    """uv pip install options and environment for pip's config and where to install from (`sources`): every URL
+    and path that pip.conf or apexkit names goes into the environment, the switches alone onto the command line."""
     args: list[str] = [
         "--index-strategy",
         "unsafe-best-match",
     ]  # pip picks the best version across all indexes
-    env: dict[str, str] = {}
-    offline = "--no-index" in pip_args or config.get("no-index") in ("1", "true", "yes", "on")
-    if offline:
+    env = sources.environment("UV")
+    if sources.offline:
         args += ["--no-index", "--offline"]
-    elif "--index-url" not in pip_args and config.get("index-url"):
-        args += ["--index-url", config.get("index-url") or ""]
-    if not offline:
-        for url in config.get_list("extra-index-url"):
-            args += ["--extra-index-url", url]
+    else:
         for host in config.get_list("trusted-host"):
             args += ["--allow-insecure-host", host]
-    for place in config.get_list("find-links"):
-        args += ["--find-links", place]
-    for constraint in config.get_list("constraint"):
-        args += ["--constraint", constraint]
-    args += [a for a in pip_args if a != "--no-index"]
+    if config.get("constraint"):  # uv venv takes no constraints: it does not read this variable
+        env["UV_CONSTRAINT"] = " ".join(config.get_list("constraint"))
     if config.get("cert"):
         env["SSL_CERT_FILE"] = config.get("cert") or ""
     if config.get("client-cert"):
@@ -150,6 +173,10 @@ def install_options(
     return args, env
 
 
+# where to install from, as an option on the command line would be: over what the user exported
+_SOURCE_VARIABLES = ("UV_INDEX_URL", "UV_EXTRA_INDEX_URL", "UV_FIND_LINKS", "UV_CONSTRAINT")
+
+
 def environment(cache: Path, extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """The environment uv runs in: its cache beside apexkit's (hard links need one file system), pip's settings
     translated (`extra`). pip's proxy option wins over the exported proxy variables, as in pip (PipSession passes
@@ -160,7 +187,7 @@ def environment(cache: Path, extra: Mapping[str, str] | None = None) -> dict[str
     env["UV_NO_PROGRESS"] = "1"
     env.pop("VIRTUAL_ENV", None)  # uv would otherwise prefer the venv apexkit itself runs in
     for name, value in (extra or {}).items():
-        if netenv.is_proxy_variable(name):
+        if netenv.is_proxy_variable(name) or name in _SOURCE_VARIABLES:
             env[name] = value
         else:
             env.setdefault(name, value)

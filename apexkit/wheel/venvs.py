@@ -53,24 +53,21 @@ class IndexOptions:
     wheelhouses: tuple[Path, ...] = ()
     offline: bool = False
 
-    def pip_args(self, for_torch: bool = False) -> list[str]:
-        args: list[str] = []
-        if self.offline:
-            args.append("--no-index")
-        else:
-            primary = (
-                self.torch_index_url if (for_torch and self.torch_index_url) else self.index_url
-            )
-            if primary:
-                args += ["--index-url", primary]
-            extras = list(self.extra_index_urls)
-            if for_torch and self.torch_index_url and self.index_url:
-                extras.insert(0, self.index_url)
-            for url in extras:
-                args += ["--extra-index-url", url]
-        for w in self.wheelhouses:
-            args += ["--find-links", str(w)]
-        return args
+    def sources(self, config: pipconfig.PipConfig, for_torch: bool = False) -> uvtools.Sources:
+        """Where an install looks: these options over pip's configuration (`config`), as pip puts its command line
+        over its config -- a primary index here wins, the extra indexes and find-links are pip.conf's then these;
+        for torch the torch index is the primary and the index the first extra one. Offline: no index at all."""
+        offline = self.offline or config.get("no-index") in ("1", "true", "yes", "on")
+        primary = self.torch_index_url if (for_torch and self.torch_index_url) else self.index_url
+        extras = list(self.extra_index_urls)
+        if for_torch and self.torch_index_url and self.index_url:
+            extras.insert(0, self.index_url)
+        return uvtools.Sources(
+            offline=offline,
+            index_url=None if offline else primary or config.get("index-url"),
+            extra_index_urls=() if offline else (*config.get_list("extra-index-url"), *extras),
+            find_links=(*config.get_list("find-links"), *map(_link, self.wheelhouses)),
+        )
 
     def recorded(self) -> dict:
         """These options as manifest.json records them ("package_sources", read back by apexkit.venvrun for the run
@@ -96,6 +93,12 @@ class IndexOptions:
             "wheelhouses": [str(w) for w in self.wheelhouses],
             "offline": self.offline,
         }
+
+
+def _link(wheelhouse: Path) -> str:
+    """A wheelhouse as one find-links entry: its path, or its file: URL where a space or comma would split it."""
+    text = str(wheelhouse)
+    return wheelhouse.absolute().as_uri() if re.search(r"[\s,]", text) else text
 
 
 @dataclass(frozen=True)
@@ -170,12 +173,9 @@ def _create_uv(
         interpreter,
         *(["--system-site-packages"] if system_site_packages else []),
     ]
-    args, env = uvtools.install_options(pipconfig.read(), index.pip_args())
-    seed = _without(
-        args, "--constraint"
-    )  # uv venv takes the index options (for the seed), not constraints
+    args, env = uvtools.install_options(*_sources(index, False, log_path))
     env = uvtools.environment(cache_dir(), env)
-    code, tail = run_logged([*base, "--seed", *seed, str(path)], log_path, env=env)
+    code, tail = run_logged([*base, "--seed", *args, str(path)], log_path, env=env)
     if (
         code != 0 or not (path / "bin" / "python").exists()
     ):  # no index for pip (an index serving only a mirror
@@ -192,20 +192,6 @@ def _create_uv(
     log.info(f"  uv venv failed ({reason}): making it with virtualenv instead")
     shutil.rmtree(path, ignore_errors=True)
     return None
-
-
-def _without(args: list[str], option: str) -> list[str]:
-    """`args` without `option` and its value."""
-    out: list[str] = []
-    skip = False
-    for arg in args:
-        if skip:
-            skip = False
-        elif arg == option:
-            skip = True
-        else:
-            out.append(arg)
-    return out
 
 
 def _ensure_pip(venv: Venv, log_path: Path) -> None:
@@ -270,6 +256,10 @@ def pip_install(
     ):
         return
     _ensure_pip(venv, log_path)
+    sources = _sources(index, for_torch, log_path, str(venv.python))[
+        1
+    ]  # as this pip reads its config
+    env = {**os.environ, **sources.environment("PIP")}
     argv = [
         str(venv.python),
         "-m",
@@ -279,7 +269,6 @@ def pip_install(
         "--disable-pip-version-check",
         "--progress-bar",
         "off",
-        *index.pip_args(for_torch=for_torch),
         *extra,
         *requirements,
     ]
@@ -290,7 +279,7 @@ def pip_install(
             2,
         ):  # --report: pip 22.2+ (an older pip records nothing)
             argv[4:4] = ["--report", str(report)]
-        code, tail = run_logged(argv, log_path, verbose=verbose, progress=_pip_progress)
+        code, tail = run_logged(argv, log_path, env=env, verbose=verbose, progress=_pip_progress)
         if code == 0 and report.is_file():
             _record(venv, _from_pip_report(report))
     if code != 0:
@@ -319,7 +308,7 @@ def _uv_install(
     record: bool = True,
 ) -> bool:
     """uv pip install with pip's configuration carried over; False (after one line) when pip should try instead."""
-    args, env = uvtools.install_options(pipconfig.read(), index.pip_args(for_torch=for_torch))
+    args, env = uvtools.install_options(*_sources(index, for_torch, log_path))
     argv = [uv.binary, "pip", "install", "--python", str(venv.python), *args, *extra, *requirements]
     uv_env = uvtools.environment(cache_dir(), env)
     with lock(venv.path):
@@ -346,6 +335,19 @@ def _uv_install(
         f"  uv could not install {' '.join(requirements)} ({reason.strip()[:160]}): trying pip"
     )
     return False
+
+
+def _sources(
+    index: IndexOptions, for_torch: bool, log_path: Path, python: str = sys.executable
+) -> tuple[pipconfig.PipConfig, uvtools.Sources]:
+    """pip's configuration (as `python`'s pip reads it) and where this install looks, said (masked) in the log:
+    the command line holds no URL."""
+    config = pipconfig.read(python=python)
+    sources = index.sources(config, for_torch)
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with appending(log_path) as fh:
+        fh.write(f"\napexkit: installing from {sources.shown()}\n")
+    return config, sources
 
 
 def _dist_infos(venv: Venv) -> set[Path]:

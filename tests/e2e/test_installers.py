@@ -280,7 +280,7 @@ def test_pips_proxy_option_wins_over_the_exported_variables_and_the_users_ca_win
     monkeypatch.delenv("http_proxy", raising=False)
     monkeypatch.delenv("HTTPS_PROXY", raising=False)
     config = pipconfig.parse("global.proxy='http://pip-conf:3128'\nglobal.cert='/pip-conf/ca.pem'")
-    _, extra = uvtools.install_options(config, [])
+    _, extra = uvtools.install_options(config, uvtools.Sources())
     env = uvtools.environment(tmp_path, extra)
     assert {
         name: env[name] for name in ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY")
@@ -289,8 +289,106 @@ def test_pips_proxy_option_wins_over_the_exported_variables_and_the_users_ca_win
     )
     assert env["SSL_CERT_FILE"] == "/exported/ca.pem"
     # without a proxy in pip's config, the exported ones are what uv gets
-    env = uvtools.environment(tmp_path, uvtools.install_options(pipconfig.parse(""), [])[1])
+    env = uvtools.environment(
+        tmp_path, uvtools.install_options(pipconfig.parse(""), uvtools.Sources())[1]
+    )
     assert (
         env["https_proxy"] == env["HTTP_PROXY"] == "http://exported:3128"
         and "HTTPS_PROXY" not in env
     )
+
+
+SECRET = "s3cret-ARGV-7f"  # the index password: in no process's command line, ever
+
+
+@pytest.fixture
+def login_index(tmp_path):
+    """The probe wheel behind Basic auth (user:SECRET) at /simple/ and /extra/; `authorized` counts the requests
+    that brought the password."""
+    root = tmp_path / "login-index"
+    project = root / "simple" / "apexkit-probe"
+    wheel = _wheel(project)
+    sha = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    (project / "index.html").write_text(f'<a href="{PROBE}#sha256={sha}">{PROBE}</a>\n')
+    (root / "extra").symlink_to(root / "simple")
+    login = "Basic " + base64.b64encode(f"user:{SECRET}".encode()).decode()
+    authorized: list[str] = []
+
+    class Handler(http.server.SimpleHTTPRequestHandler):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, directory=str(root), **kwargs)
+
+        def send_head(self):
+            if self.headers.get("Authorization") != login:
+                self.send_response(401)
+                self.send_header("WWW-Authenticate", 'Basic realm="index"')
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return None
+            authorized.append(self.path)
+            return super().send_head()
+
+        def log_message(self, *args):  # quiet
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://user:{SECRET}@127.0.0.1:{server.server_address[1]}", authorized
+    server.shutdown()
+
+
+def _watch_command_lines(seen: set[str], stop: threading.Event) -> None:
+    """Every process's command line, as any user on the node reads it (ps, /proc/PID/cmdline), until `stop`."""
+    while not stop.is_set():
+        for entry in os.scandir("/proc"):
+            if entry.name.isdigit():
+                try:
+                    with open(f"/proc/{entry.name}/cmdline", "rb") as fh:
+                        seen.add(fh.read().replace(b"\0", b" ").decode(errors="replace"))
+                except OSError:
+                    pass
+
+
+@pytest.mark.parametrize("installer", ["uv", "pip"])
+def test_index_passwords_reach_the_installer_but_no_command_line(
+    installer, login_index, clean_env, monkeypatch
+):
+    """apexkit's --index-url and pip.conf's extra-index-url, both with user:SECRET@: the installer logs in (the
+    index saw the password, the probe is installed), and no process's command line ever held SECRET -- neither
+    uv venv nor uv/pip install; the install log names the index with the password masked."""
+    base, authorized = login_index
+    real_uv = uvtools.find()
+    assert real_uv is not None
+    monkeypatch.setenv("APEXKIT_INSTALLER", installer)
+    monkeypatch.setenv("APEXKIT_CACHE_DIR", str(clean_env / "cache"))
+    monkeypatch.setenv("PIP_NO_INPUT", "1")
+    (clean_env / "pip.conf").write_text(f"[global]\nextra-index-url = {base}/extra/\n")
+    wrapper = (
+        clean_env / "uv-wrapper"
+    )  # uv may finish between two reads of /proc: it also writes its argv down
+    wrapper.write_text(
+        f'#!/bin/sh\nprintf "%s\\n" "$*" >> {clean_env}/uv-argv\nexec {real_uv.binary} "$@"\n'
+    )
+    wrapper.chmod(0o755)
+    monkeypatch.setenv("APEXKIT_UV", str(wrapper))
+    seen: set[str] = set()
+    stop = threading.Event()
+    watcher = threading.Thread(target=_watch_command_lines, args=(seen, stop), daemon=True)
+    watcher.start()
+    options = venvs.IndexOptions(index_url=f"{base}/simple/")
+    log = clean_env / "install.log"
+    try:
+        venv = venvs.create(python311(), clean_env / "venv", log, index=options)
+        venvs.pip_install(venv, ["apexkit-probe==1.0"], options, log)
+    finally:
+        stop.set()
+        watcher.join()
+    assert probe(venv) == "probe 1.0"
+    assert any("/apexkit-probe/" in path for path in authorized), authorized
+    if installer == "uv":
+        seen |= set((clean_env / "uv-argv").read_text().splitlines())
+    installs = [line for line in seen if " install " in line and ("pip" in line or "uv" in line)]
+    assert installs, "the watcher saw the install's command line"
+    assert not [line for line in seen if SECRET in line]
+    text = log.read_text()
+    assert SECRET not in text and "user:***@127.0.0.1" in text

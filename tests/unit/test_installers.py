@@ -4,6 +4,8 @@ tests/e2e/test_installers.py."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from apexkit import pipconfig
 from apexkit.wheel import uvtools, venvs
 
@@ -26,31 +28,64 @@ def test_pip_config_scopes_and_translation():
     assert (
         config.get("index-url") == "https://env.corp/simple/"
     )  # PIP_INDEX_URL beats the file, as in pip
-    args, env = uvtools.install_options(config, [])
-    assert args[:2] == ["--index-strategy", "unsafe-best-match"]
-    joined = " ".join(args)
-    assert "--index-url https://env.corp/simple/" in joined
-    assert (
-        "--extra-index-url https://a.corp/simple --extra-index-url https://b.corp/simple" in joined
-    )
-    assert "--allow-insecure-host a.corp --allow-insecure-host b.corp" in joined
-    assert (
-        "--find-links /opt/wheels" in joined and "--constraint /etc/pip/constraints.txt" in joined
-    )
+    args, env = uvtools.install_options(config, venvs.IndexOptions().sources(config))
+    assert args == [
+        "--index-strategy",
+        "unsafe-best-match",
+        "--allow-insecure-host",
+        "a.corp",
+        "--allow-insecure-host",
+        "b.corp",
+    ]  # the switches alone: no URL, no path
     proxy = "http://u:p@proxy.corp:3128"
     assert env == {
+        "UV_INDEX_URL": "https://env.corp/simple/",
+        "UV_EXTRA_INDEX_URL": "https://a.corp/simple https://b.corp/simple",
+        "UV_FIND_LINKS": "/opt/wheels",
+        "UV_CONSTRAINT": "/etc/pip/constraints.txt",
         "SSL_CERT_FILE": "/etc/corp-ca.pem",
         "http_proxy": proxy,
         "HTTP_PROXY": proxy,
-        "https_proxy": proxy,
         "HTTPS_PROXY": proxy,
+        "https_proxy": proxy,
         "UV_HTTP_TIMEOUT": "60",
     }
-    # apexkit's own --index-url wins over the config's; offline drops every index
-    args, _ = uvtools.install_options(config, ["--index-url", "https://opt.corp/simple/"])
-    assert args.count("--index-url") == 1 and "https://opt.corp/simple/" in args
-    args, _ = uvtools.install_options(config, ["--no-index", "--find-links", "/w"])
-    assert "--offline" in args and "--index-url" not in args and "--extra-index-url" not in args
+    # apexkit's own index wins over the config's, its extra indexes and wheelhouses come after the config's
+    own = venvs.IndexOptions(
+        index_url="https://opt.corp/simple/",
+        extra_index_urls=("https://c.corp/simple",),
+        wheelhouses=(Path("/w"),),
+    )
+    _, env = uvtools.install_options(config, own.sources(config))
+    assert env["UV_INDEX_URL"] == "https://opt.corp/simple/"
+    assert (
+        env["UV_EXTRA_INDEX_URL"]
+        == "https://a.corp/simple https://b.corp/simple https://c.corp/simple"
+    )
+    assert env["UV_FIND_LINKS"] == "/opt/wheels,/w"
+    # offline drops every index
+    offline = venvs.IndexOptions(wheelhouses=(Path("/w"),), offline=True)
+    args, env = uvtools.install_options(config, offline.sources(config))
+    assert "--offline" in args and "--no-index" in args
+    assert "UV_INDEX_URL" not in env and "UV_EXTRA_INDEX_URL" not in env
+
+
+def test_the_sources_override_what_the_user_exported_for_uv_and_the_log_line_is_masked(monkeypatch):
+    """An option on uv's command line beat the user's UV_* variables; the variables apexkit sets do too. The
+    install log names the sources with every secret masked."""
+    monkeypatch.setenv("UV_INDEX_URL", "https://exported.example/simple/")
+    monkeypatch.setenv("UV_HTTP_TIMEOUT", "5")
+    env = uvtools.environment(
+        Path("/cache"), {"UV_INDEX_URL": "https://own.example/", "UV_HTTP_TIMEOUT": "60"}
+    )
+    assert env["UV_INDEX_URL"] == "https://own.example/" and env["UV_HTTP_TIMEOUT"] == "5"
+    sources = uvtools.Sources(
+        index_url="https://u:SECRET@team.example/simple/",
+        extra_index_urls=("https://m.example/simple/?token=SECRET",),
+    )
+    assert sources.shown() == (
+        "index https://u:***@team.example/simple/, extra index https://m.example/simple/?token=***"
+    )
 
 
 def test_record_rows_naming_a_fifo_are_never_read(tmp_path):

@@ -55,21 +55,31 @@ def test_missing_system_tools_are_named_with_their_package(monkeypatch, tmp_path
     assert systools.ensure(("patch", "readelf"), dry_run=True) == ["binutils", "patch"]
 
 
-def test_index_options_turn_into_pip_arguments(tmp_path):
+def test_index_options_turn_into_pip_and_uv_variables(tmp_path):
+    """Every index URL and find-links place goes to pip and uv through their environment, none as an argument."""
+    from apexkit.pipconfig import PipConfig
     from apexkit.wheel.venvs import IndexOptions
 
+    none = PipConfig()
     offline = IndexOptions(wheelhouses=(tmp_path,), offline=True, index_url="https://idx/simple")
-    assert offline.pip_args() == ["--no-index", "--find-links", str(tmp_path)]
+    assert offline.sources(none).environment("PIP") == {
+        "PIP_NO_INDEX": "1",
+        "PIP_FIND_LINKS": str(tmp_path),
+    }
+    assert offline.sources(none).environment("UV") == {"UV_FIND_LINKS": str(tmp_path)}
     idx = IndexOptions(
         index_url="https://idx/simple", torch_index_url="https://download.pytorch.org/whl/cpu"
     )
-    assert idx.pip_args(for_torch=True) == [
-        "--index-url",
-        "https://download.pytorch.org/whl/cpu",
-        "--extra-index-url",
-        "https://idx/simple",
-    ]
-    assert idx.pip_args() == ["--index-url", "https://idx/simple"]
+    assert idx.sources(none, for_torch=True).environment("PIP") == {
+        "PIP_INDEX_URL": "https://download.pytorch.org/whl/cpu",
+        "PIP_EXTRA_INDEX_URL": "https://idx/simple",
+    }
+    assert idx.sources(none).environment("UV") == {"UV_INDEX_URL": "https://idx/simple"}
+    # a wheelhouse whose path a separator would split is named by its file: URL
+    odd = tmp_path / "a b,c"
+    assert IndexOptions(wheelhouses=(odd, tmp_path)).sources(none).environment("UV") == {
+        "UV_FIND_LINKS": f"{odd.as_uri()},{tmp_path}"
+    }
 
 
 def test_mask_hides_a_password_with_a_slash_and_keeps_paths_and_ports():

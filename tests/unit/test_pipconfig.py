@@ -61,5 +61,5 @@ def test_one_option_under_two_names_is_one_setting():
     text = "\n".join([":env:.default-timeout='60'", "global.timeout='30'"])
     conf = pipconfig.parse(text)
     assert conf.get("timeout") == "60"
-    assert uvtools.install_options(conf, [])[1]["UV_HTTP_TIMEOUT"] == "60"
+    assert uvtools.install_options(conf, uvtools.Sources())[1]["UV_HTTP_TIMEOUT"] == "60"
     assert pipconfig.parse("global.default-timeout='45'")["timeout"] == "45"

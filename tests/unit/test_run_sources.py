@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from apexkit import venvrun
+from apexkit import pipconfig, venvrun
 from apexkit.errors import ConfigError
 from apexkit.wheel.venvs import IndexOptions
 
@@ -128,7 +128,10 @@ def test_offline_comes_from_the_build_or_now_and_an_index_given_now_turns_it_off
     recorded = IndexOptions(wheelhouses=(tmp_path,), offline=True)
     index, notes = merged(recorded)
     assert index.offline and index.wheelhouses == (tmp_path,) and notes == []
-    assert index.pip_args() == ["--no-index", "--find-links", str(tmp_path)]
+    assert index.sources(pipconfig.PipConfig()).environment("PIP") == {
+        "PIP_NO_INDEX": "1",
+        "PIP_FIND_LINKS": str(tmp_path),
+    }
     assert merged(IndexOptions(), IndexOptions(offline=True))[0].offline
     online, notes = merged(recorded, IndexOptions(index_url="https://mirror.example/simple/"))
     assert not online.offline and "makes this run venv online" in notes[0]
@@ -186,6 +189,36 @@ def test_a_masked_url_without_credentials_here_is_used_bare_with_one_line():
     assert index.index_url == "https://team.example/simple/"
     assert len(notes) == 1 and "pass the URL again" in notes[0] and ".netrc" in notes[0]
     assert "alice:***@team.example" in notes[0]
+
+
+def test_a_masked_query_token_takes_the_url_that_masks_to_it_given_now_or_in_pips_config():
+    """The manifest records ?token=*** (as log.mask hides any query value): a later run gets the URL given now, or
+    in pip's configuration, whose masked form is the recorded one; without one, the URL without the masked values,
+    saying so -- never a literal *** sent to the index."""
+    query = "https://mirror.example/simple/?token=q5ecret"
+    both = "https://alice:pw@team.example/simple/?private_token=p5ecret"
+    other = "https://mirror.example/other/?token=n0tthis"  # same host, another path: masks to another URL
+    build = IndexOptions(index_url=query, extra_index_urls=(both,))
+    recorded = venvrun.recorded_sources({"package_sources": build.recorded()}, "m.json")
+    assert recorded.index_url == "https://mirror.example/simple/?token=***"
+    assert "secret" not in json.dumps(build.recorded()) and venvrun.is_masked(recorded.index_url)
+    index, notes = merged(
+        recorded,
+        IndexOptions(extra_index_urls=(other,)),
+        config=lambda: {"index-url": query, "extra-index-url": f"https://x.example/ {both}"},
+    )
+    assert index.index_url == query and notes == []
+    assert index.extra_index_urls == (other,)  # given now: replaces the recorded ones
+    given = IndexOptions(index_url=query)
+    index, notes = merged(recorded, given, config=lambda: {"extra-index-url": both})
+    assert index.index_url == query and index.extra_index_urls == (both,) and notes == []
+    # nothing here masks to it: the URL without its token (pip's config or .netrc may still log in), one line
+    index, notes = merged(recorded, config=lambda: {"index-url": other})
+    assert index.index_url == "https://mirror.example/simple/"
+    assert index.extra_index_urls == ("https://team.example/simple/",)
+    assert len(notes) == 2 and "pass the URL again" in notes[0] and "?token=***" in notes[0]
+    assert not any(secret in " ".join(notes) for secret in ("q5ecret", "p5ecret", "n0tthis"))
+    assert "q5ecret" not in venvrun.describe(IndexOptions(index_url=query))
 
 
 def test_offline_no_url_is_resolved_and_pips_config_is_not_read(tmp_path):
