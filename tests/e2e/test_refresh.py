@@ -567,25 +567,24 @@ def test_write_through_a_symlink_writes_its_target_and_keeps_the_link(served, tm
     assert sorted(p.name for p in tmp_path.iterdir()) == ["link.toml", "matrix.toml"]
 
 
+SCHEMES_HINT = "--index-url with an http://, https:// or file://"
+
+
 @pytest.mark.parametrize(
-    ("url", "fragment"),
+    ("url", "fragment", "hint"),
     [
-        ("notaurl", "--index-url notaurl is not a URL (no scheme)"),
-        ("http://[::1", "--index-url http://[::1 is not a URL (Invalid IPv6 URL)"),
-        ("ftp://x/simple", "--index-url ftp://x/simple is a ftp:// URL"),
-        ("http:///simple", "--index-url http:///simple has no host name"),
-        ("http://127.0.0.1:port/simple", "is not a URL (Port could not be cast"),
+        ("notaurl", "--index-url notaurl is not a URL (no scheme)", SCHEMES_HINT),
+        ("http://[::1", "--index-url http://[::1 is not a URL (Invalid IPv6 URL)", SCHEMES_HINT),
+        ("ftp://x/simple", "--index-url ftp://x/simple is a ftp:// URL", SCHEMES_HINT),
+        ("http:///simple", "--index-url http:///simple has no host name", SCHEMES_HINT),
+        # a port that is no number is most often a password's unencoded reserved character (issue 40, F2)
+        ("http://127.0.0.1:port/simple", "the port is not a number", "percent-encode"),
     ],
 )
-def test_an_index_url_that_is_not_an_http_or_file_url_is_one_line(tmp_path, url, fragment):
+def test_an_index_url_that_is_not_an_http_or_file_url_is_one_line(tmp_path, url, fragment, hint):
     matrix = aged_matrix(tmp_path)
     proc = run_refresh("--matrix", str(matrix), "--index-url", url, "--write")
-    assert_one_line_error(
-        proc,
-        fragment,
-        "--index-url with an http://, https:// or file://",
-        code=ConfigError.exit_code,
-    )
+    assert_one_line_error(proc, fragment, hint, code=ConfigError.exit_code)
     assert "DNS" not in proc.stderr
 
 
