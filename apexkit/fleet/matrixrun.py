@@ -1161,8 +1161,11 @@ def run(args: Matrix, passthrough: list[str]) -> int:
         raise ConfigError(
             f"--parallel {args.parallel}: must be at least 1", "pass --parallel 1 or more"
         )
-    dist, build_dir = (  # checked before any cell writes there (a dry run makes neither)
-        cachetrust.trusted_output(given.resolve(), setting, make=not args.dry_run)
+    (
+        dist,
+        build_dir,
+    ) = (  # judged before any cell runs, made by the cells (a run that stops at once makes none)
+        cachetrust.trusted_output(given.resolve(), setting, make=False)
         for given, setting in (
             (args.dist or paths.dist_dir(), paths.DIST_SETTING),
             (args.build_dir or paths.build_dir(), paths.BUILD_SETTING),
@@ -1255,7 +1258,7 @@ def _build(
 def write_reports(where: Path, results: list[Result], combos: list[Combination]) -> None:
     """summary.md (grid, table, timeline; timeline.png when matplotlib imports here), summary.json, the grid and
     table on the terminal, and the same Markdown appended to $GITHUB_STEP_SUMMARY when it names a file."""
-    where.mkdir(parents=True, exist_ok=True)
+    cachetrust.trusted_output(where, paths.BUILD_SETTING)  # made now, ours alone, or refused
     text, shown = report_markdown(results, combos)
     png = where / "timeline.png"
     why_not = runreport.draw_timeline(cells(results, combos), png)
