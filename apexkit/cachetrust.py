@@ -33,9 +33,9 @@ _TEMPORARY = "apexkit-cache-"  # the prefix of a private cache for one run (_pri
 _guard = threading.Lock()
 
 
-def problem(path: Path) -> str | None:
+def problem(path: Path, entries: bool = True) -> str | None:
     """Why the directory `path` may hold someone else's files (None: it is trusted, or does not exist yet). Checks
-    `path` itself and every entry directly under it (the wheels/, venvs/, git/, uv/, containers/ ... folders)."""
+    `path` itself and (unless not `entries`) every entry directly under it (the wheels/, venvs/, git/ ... folders)."""
     st, why = _lstat(path)
     if st is None:
         return why or _swappable(path)
@@ -51,7 +51,7 @@ def problem(path: Path) -> str | None:
     if not stat.S_ISDIR(st.st_mode):
         return "not a directory"
     reason = untrusted.others_can_write(st) or _swappable(path)
-    if reason:
+    if reason or not entries:
         return reason
     try:
         names = sorted(os.listdir(path))
@@ -83,17 +83,18 @@ def _swappable(path: Path) -> str | None:
     return None
 
 
-def trusted_output(path: Path, setting: str, make: bool = True) -> Path:
+def trusted_output(path: Path, setting: str, make: bool = True, entries: bool = True) -> Path:
     """`path`, a directory apexkit writes into or reads back from outside the cache (build/, dist/, reports/, the
     <target> folders under them, the kept CUDA objects), held to the cache's rule (`problem`) before anything is
     written there: made 0755 when missing (unless not `make`), else ConfigError naming it, why, and `setting` (the
-    option or variable that points elsewhere). Never a private fallback: outputs are where the user looks."""
+    option or variable that points elsewhere). Never a private fallback: outputs are where the user looks.
+    `entries`: judge what is already in it too (not for a folder apexkit only adds new files to, O_EXCL)."""
     path = Path(path)
-    reason = problem(path)
+    reason = problem(path, entries)
     if reason is None and make and not os.path.lexists(path):
         try:
             make_dir(path)
-            reason = problem(path)  # ours now, unless someone raced us to it
+            reason = problem(path, entries)  # ours now, unless someone raced us to it
         except OSError as exc:
             reason = f"not creatable ({exc.strerror})"
     if reason:

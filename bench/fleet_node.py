@@ -645,6 +645,16 @@ def here() -> str:
     return " ".join(parts)
 
 
+def pid_start(pid: int) -> int | None:
+    """When process `pid` started (clock ticks since boot: /proc/<pid>/stat field 22), None when unknown: with
+    `here`, it tells the process that wrote a record from a later one the kernel gave the same pid."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+        return int(fields[19])  # field 22; the fields after "(comm)" start at field 3
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 class InstallLock:
     """The training venv's install lock: a directory `lock`, made with mkdir, holding `holder`, a JSON record of
     its holder (host, pid, start, a nonce) written atomically and touched every HEARTBEAT s while held.
@@ -653,7 +663,8 @@ class InstallLock:
     Lustre, where flock is either cluster-wide, node-local (mounted nolock, local_lock=flock, localflock: every node
     "gets" it and two pips write one venv at once) or refused (Lustre's noflock), and a node cannot tell which.
     mkdir is atomic on all of them, so staleness is judged instead, by the waiter: a holder here (this host, boot
-    and pid namespace: `here`) whose pid is gone is stale at once; any other holder (or none recorded) is stale
+    and pid namespace: `here`) whose pid is gone, or now names a process started later (`pid_start`: a reused pid),
+    is stale at once; any other holder (or none recorded) is stale
     once its record has not changed for STALE_AFTER s by the waiter's own clock (no timestamp from another machine
     is compared with ours: node and file-server clocks may disagree). A stale lock is renamed away (only if it is
     still the one judged), then taken by mkdir as usual, with one line naming its holder."""
@@ -667,6 +678,7 @@ class InstallLock:
             "host": socket.gethostname(),
             "where": here(),
             "pid": os.getpid(),
+            "pid_start": pid_start(os.getpid()),
             "started": now(),
             "nonce": self.nonce,
         }
@@ -722,6 +734,9 @@ class InstallLock:
                 return f"its holder ({who}) is gone"
             except OSError:
                 pass  # alive, another user's
+            started = pid_start(pid)
+            if started is not None and record.get("pid_start", started) != started:
+                return f"its holder ({who}) is gone (pid {pid} is another process now)"
             return None
         if unchanged >= STALE_AFTER:
             return f"its holder ({who}) has not touched it for {int(unchanged)} s"

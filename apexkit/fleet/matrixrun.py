@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TextIO
 
 from apexkit import (
     cachetrust,
@@ -43,6 +44,7 @@ from apexkit.fleet import runreport, runwatch, slurm
 from apexkit.images import builder
 from apexkit.plan import matrix
 from apexkit.plan.matrix import Combination
+from apexkit.proc import group_child
 from apexkit.wheel import options
 from apexkit.wheel.options import BuildOptions
 
@@ -314,6 +316,15 @@ class Result:
     steps: dict | None = None  # the manifest's step timings (durations_s), checked; None when none
 
 
+def build_child(argv: list[str], out: TextIO, env: dict[str, str]) -> int:
+    """A cell's `apexkit build`, its output into `out`, in a process group of its own (proc.group_child): a matrix
+    run stopped (Ctrl-C, an error) or killed outright leaves none of its builds running. Returns its exit code."""
+    with group_child(
+        argv, stdout=out, stderr=subprocess.STDOUT, cwd=matrix.PROJECT_ROOT, env=env
+    ) as child:
+        return child.wait()
+
+
 def run_one(
     combo: Combination,
     opts: BuildOptions,
@@ -334,16 +345,15 @@ def run_one(
         on_start(child_status)
     try:
         fsedit.atomic_write(private / "options.json", options.child_json(opts), 0o600)
-        with open(log_path, "w", encoding="utf-8") as fh:
+        try:
+            fh = untrusted.open_log(log_path)  # never through a link or FIFO planted there
+        except untrusted.Refused as exc:
+            return Result(combo.id, "failed", 0.0, f"its log: {exc}", log=str(log_path))
+        with fh:
             fh.write("+ " + log.mask(" ".join(argv)) + "\n")
             fh.flush()
-            proc = subprocess.run(
-                argv,
-                stdout=fh,
-                stderr=subprocess.STDOUT,
-                cwd=matrix.PROJECT_ROOT,
-                env=dict(os.environ, COLUMNS="160", **{statusfile.VARIABLE: str(child_status)}),
-            )
+            env = dict(os.environ, COLUMNS="160", **{statusfile.VARIABLE: str(child_status)})
+            returncode = build_child(argv, fh, env)
         seconds = time.monotonic() - started
         try:
             status = statusfile.read(child_status)
@@ -358,11 +368,11 @@ def run_one(
             elif os.path.lexists(status_path):
                 os.unlink(status_path)
         shutil.rmtree(private, ignore_errors=True)
-    if proc.returncode != 0 or status is None or status.exit_code != 0:
+    if returncode != 0 or status is None or status.exit_code != 0:
         detail = (
             status.error
             if status is not None and status.error
-            else f"exit {proc.returncode}{'' if status else ', no status recorded'} (see {log_path})"
+            else f"exit {returncode}{'' if status else ', no status recorded'} (see {log_path})"
         )
         return Result(combo.id, "failed", seconds, detail[:300], log=str(log_path))
     try:

@@ -48,6 +48,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -57,7 +58,7 @@ from typing import Any
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from apexkit import fsedit, locks, log, untrusted, vocab
+from apexkit import cachetrust, fsedit, locks, log, untrusted, vocab
 from apexkit.errors import ConfigError
 from apexkit.index import pages, signing
 from apexkit.plan import target
@@ -770,40 +771,80 @@ def write(
     """Build the index for `root` next to it (simple/, index.json and the pages of apexkit.index.pages), then swap
     it in. `base_url`: where it will be served (default: root's file:// URI); `cells`: matrix.toml's, for the grid's
     "missing" section; `key`: sign each new wheel (each wheel: `resign`)."""
-    root.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{root.name}.tmp-", dir=root.parent))
+    cachetrust.make_dir(root.parent)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{root.name}.tmp-", dir=root.parent))  # 0700
+    made = os.open(tmp, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    # every file is written through the folder made, wherever its name goes (a link swapped in leads nowhere)
+    here = Path(f"/proc/self/fd/{made}") if os.path.isdir("/proc/self/fd") else tmp
     generated = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     metadata: dict[str, pages.Metadata] = {}
     try:
         projects = sorted({e.project for e in files})
-        (tmp / "simple").mkdir()
-        (tmp / "simple" / "index.html").write_text(
+        (here / "simple").mkdir()
+        (here / "simple" / "index.html").write_text(
             pages.simple_page("Simple index", [(f"{p}/", p, None) for p in projects])
         )
         files = [
             signed
             for project in projects
             for signed in _write_project(
-                tmp / "simple" / project,
+                here / "simple" / project,
                 [e for e in files if e.project == project],
                 metadata,
                 key,
                 resign,
             )
         ]
-        pages.write_pages(tmp, files, metadata, base_url or root.as_uri(), cells or [], generated)
+        pages.write_pages(here, files, metadata, base_url or root.as_uri(), cells or [], generated)
         listing = {
             "format": FORMAT,
             "generated": generated,
             "files": [_listed(e, metadata) for e in files],
         }
-        (tmp / "index.json").write_text(json.dumps(listing, indent=1) + "\n")
-        for path in (tmp, *tmp.rglob("*")):
-            os.chmod(path, 0o755 if path.is_dir() else 0o644)  # served by any web server
-        fsedit.swap_directory(tmp, root)
+        (here / "index.json").write_text(json.dumps(listing, indent=1) + "\n")
+        _served_modes(made)
+        _swap(tmp, root, made)
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if _same(tmp, made):  # never a folder swapped in for ours
+            shutil.rmtree(tmp, ignore_errors=True)
         raise
+    finally:
+        os.close(made)
+
+
+def _served_modes(top: int) -> None:
+    """0755 folders and 0644 files (any web server serves them) for the folder `top` and all in it, each set
+    through a descriptor opened without following links: never a chmod of what a link names."""
+    os.fchmod(top, 0o755)
+    for _, dirs, names, folder in os.fwalk(".", dir_fd=top):
+        for name in dirs + names:
+            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=folder)
+            try:
+                os.fchmod(fd, 0o755 if stat.S_ISDIR(os.fstat(fd).st_mode) else 0o644)
+            finally:
+                os.close(fd)
+
+
+def _swap(tmp: Path, root: Path, made: int) -> None:
+    """The folder `made` (named `tmp`) in place of `root`; refused when another one is there in its stead."""
+    if _same(tmp, made):
+        fsedit.swap_directory(tmp, root)
+        if _same(root, made):
+            return
+    raise ConfigError(
+        f"the new index for {root} was replaced while it was written (in {root.parent}): {root} may not be "
+        "what publish wrote",
+        f"publish into a folder only you can write (--index), then remove {root}",
+    )
+
+
+def _same(path: Path, fd: int) -> bool:
+    """`path` (not followed) is the file open as `fd`."""
+    try:
+        st, mine = os.lstat(path), os.fstat(fd)
+    except OSError:
+        return False
+    return (st.st_dev, st.st_ino) == (mine.st_dev, mine.st_ino)
 
 
 def _write_project(
@@ -964,6 +1005,8 @@ def publish(
     key = _signing_key(
         sign_key, resign
     )  # a key others can read is refused before anything is read or written
+    # an index (or a folder above it) another user can swap: they would pick where root writes (and chmods)
+    cachetrust.trusted_output(index, "--index", make=False)
     # One publish at a time per index, from reading what it holds (`_existing`, in `plan`) to the swap: two at once
     # would each build on the same old index and the later swap would drop the other's wheel. A dry run writes
     # nothing and takes no lock. The one waiting says so ("waiting for the lock on ... held by pid N").

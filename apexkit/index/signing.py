@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from apexkit import config, log, untrusted
+from apexkit import cachetrust, config, log, untrusted
 from apexkit.errors import ConfigError, EnvironmentSetupError
 from apexkit.wheel import sbom
 
@@ -93,7 +93,8 @@ def generate(name: str, out: str = ".", dry_run: bool = False) -> int:
             f"key name {untrusted.shown(name)} is not a plain name",
             "use letters, digits, '.', '_' or '-' (e.g. --name team-2026)",
         )
-    folder = Path(out)
+    # a folder another user controls: they could swap NAME.pub (or the key) once written
+    folder = cachetrust.trusted_output(Path(out), "--out", make=False, entries=False)
     key_path, pub_path = folder / f"{name}.key", folder / f"{name}.pub"
     for path in (key_path, pub_path):
         if os.path.lexists(path):
@@ -114,7 +115,7 @@ def generate(name: str, out: str = ".", dry_run: bool = False) -> int:
     public = private.public_key().public_bytes(
         serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
     )
-    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    cachetrust.make_dir(folder, 0o700)
     _write_new(key_path, secret, 0o600)
     try:
         _write_new(pub_path, public, 0o644)
@@ -173,7 +174,7 @@ def _read_key_file(path: str, private: bool) -> bytes:
     """A key file's bytes: a regular file (no link), ours, not over KEY_MAX; a private one that no one else may read
     or write, a public one that no one else may write."""
     shown = untrusted.shown(path)
-    fix = "chmod 600 " + shown if private else f"chmod go-w {shown} (and own it yourself)"
+    fix = "chmod 600 " + shown if private else f"chmod go-w {shown}"
     try:
         fd = untrusted.open_regular(path)
         with os.fdopen(fd, "rb") as fh:
@@ -182,7 +183,10 @@ def _read_key_file(path: str, private: bool) -> bytes:
     except untrusted.Refused as exc:
         raise ConfigError(f"key file {exc}", "give the key file itself, a regular file") from None
     if st.st_uid != os.geteuid() and (private or st.st_uid != 0):
-        raise ConfigError(f"key file {shown} is owned by uid {st.st_uid}, not by you", fix)
+        raise ConfigError(
+            f"key file {shown} is owned by uid {st.st_uid}, not by you",
+            "use a key file only you own; one another user owns may have been swapped",
+        )
     mode = stat.S_IMODE(st.st_mode)
     bad = mode & 0o077 if private else mode & 0o022
     if private and bad:

@@ -718,3 +718,36 @@ def test_a_holder_with_our_hostname_in_another_pid_namespace_is_judged_by_its_he
         beating.join()
     assert not result["ok"] and "taking over" not in out, (result, out)
     assert json.loads(record.read_text())["pid"] == dead
+
+
+def test_a_holder_whose_pid_a_live_process_reuses_is_taken_over_at_once(tmp_path):
+    """Second hostile pass, finding 5: a holder here (this host, boot and pid namespace) killed long ago, its pid
+    since given to another live process (a daemon): kill(pid, 0) succeeds, but the start time the record keeps
+    (/proc/<pid>/stat field 22) is not that process's, so the lock is taken over at once with the usual line. The
+    same record with that process's own start time is a live holder, and waited for."""
+    train, wheel = _train_venv(tmp_path)
+    where = subprocess.run(
+        [sys.executable, "-c", "import sys; sys.path.insert(0, sys.argv[1]); import fleet_node; "
+         "print(fleet_node.here())", str(ROOT / "bench")],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    daemon = subprocess.Popen(["sleep", "300"])
+    try:
+        started = int(Path(f"/proc/{daemon.pid}/stat").read_text().rpartition(")")[2].split()[19])
+        (train / LOCK).mkdir()
+        record = {"host": socket.gethostname(), "where": where, "pid": daemon.pid}
+        record.update(started="2026-12-01T00:00:00Z", nonce="dead")
+        for start, taken in ((started, False), (started - 100, True)):
+            (train / LOCK / "holder").write_text(json.dumps({**record, "pid_start": start}))
+            result, out = _run_node(tmp_path, train, wheel, 3, 120)
+            assert result["ok"] is taken and ("taking over" in out) is taken, (result, out)
+        line = next(x for x in out.splitlines() if x.startswith("taking over"))
+        assert line == (
+            f"taking over the stale install lock {train / LOCK}: its holder (pid {daemon.pid} on "
+            f"{socket.gethostname()}, since 2026-12-01T00:00:00Z) is gone (pid {daemon.pid} is another "
+            "process now)"
+        )
+        assert daemon.poll() is None and not (train / LOCK).exists()
+    finally:
+        daemon.kill()
+        daemon.wait()

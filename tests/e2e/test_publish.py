@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import fakes
 import pytest
 import wheelnames
 from conftest import ROOT, Runner, output
@@ -444,6 +445,28 @@ def test_publish_refuses_a_symlink_planted_in_an_index(tmp_path):
         invoke("publish", "--dist", str(dist), "--index", str(index)), "simple/apex (a symlink)"
     )
     assert (secret / WHEEL).read_bytes() == b"KEY" and (index / "simple" / "apex").is_symlink()
+
+
+@fakes.needs_root
+def test_publish_refuses_an_index_in_a_folder_another_user_owns_before_writing_anything(tmp_path):
+    """Issue 40, second hostile pass, finding 1: `--index` inside a folder the real uid 65534 owns (they could swap
+    the new index while root writes it, and point root's writes and chmods at root's own files) is refused in one
+    line naming the folder and the fix; nothing is written there, not even the lock."""
+    secret = tmp_path / "secret"
+    secret.write_text("root only\n")
+    secret.chmod(0o600)
+    alice = tmp_path / "alice"
+    alice.mkdir()
+    fakes.users_link(alice / "index.json", str(secret))
+    os.chown(alice, fakes.NOBODY, fakes.NOBODY)
+    dist = fake_dist(tmp_path)
+    for index in (alice / "index", alice / "index" / "deeper"):
+        line = refused(invoke("publish", "--dist", str(dist), "--index", str(index)), "--index")
+        assert (
+            f"the output directory {index} is inside {alice}, which is owned by uid 65534" in line
+        )
+    assert sorted(p.name for p in alice.iterdir()) == ["index.json"]
+    assert secret.read_text() == "root only\n" and secret.stat().st_mode & 0o777 == 0o600
 
 
 def test_publish_leaves_a_diagnosis_build_out_unless_named(tmp_path):

@@ -12,9 +12,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import fakes
 import pytest
 from conftest import ROOT
 
+from apexkit.errors import ConfigError
 from apexkit.index import signing
 
 WHEEL = "apex-0.1+ascend.torch2.6.0-cp311-cp311-manylinux_2_28_aarch64.whl"
@@ -67,6 +69,44 @@ def test_key_generate_writes_the_pair_with_their_modes_and_refuses_to_overwrite(
         "move the old pair away first (rotation: keep trusting the old .pub)"
     ]
     assert (key.read_bytes(), pub.read_bytes()) == before
+
+
+@fakes.needs_root
+def test_key_generate_refuses_a_folder_another_user_owns_and_writes_nothing(tmp_path):
+    """Issue 40, second hostile pass, finding 6: `--out` in a folder the real uid 65534 owns (they could swap
+    team.pub once written) is refused in one line before any key is made; so is a folder inside it."""
+    alice = tmp_path / "alice"
+    alice.mkdir()
+    os.chown(alice, fakes.NOBODY, fakes.NOBODY)
+    for out, why in (
+        (alice, "is owned by uid 65534"),
+        (alice / "keys", f"is inside {alice}, which is"),
+    ):
+        made = apexkit("key", "generate", "--name", "team", "--out", str(out), cwd=tmp_path)
+        assert made.returncode == 2, made.stderr
+        (line,) = made.stderr.strip().splitlines()
+        assert (
+            line.startswith(f"error: the output directory {out} {why}") and "set --out to" in line
+        )
+    assert list(alice.iterdir()) == []
+
+
+def test_a_key_file_another_user_owns_is_refused_without_a_chown_hint(tmp_path):
+    """Finding 6's hint: a key another uid owns may have been swapped; never "own it yourself" (a chown of it)."""
+    assert apexkit("key", "generate", "--name", "team", cwd=tmp_path).returncode == 0
+    for name in ("team.pub", "team.key"):
+        os.chown(tmp_path / name, fakes.NOBODY, fakes.NOBODY)
+    with pytest.raises(ConfigError) as pub:
+        signing.public_keys([str(tmp_path / "team.pub")])
+    with pytest.raises(ConfigError) as key:
+        signing.private_key(str(tmp_path / "team.key"), {})
+    for err in (pub.value, key.value):
+        assert "is owned by uid 65534, not by you" in err.cause and "own it yourself" not in str(
+            err
+        )
+        assert (
+            err.hint == "use a key file only you own; one another user owns may have been swapped"
+        )
 
 
 def test_a_private_key_at_0644_is_refused_on_load(tmp_path):

@@ -62,6 +62,13 @@ def _cell(m, combo, dist: Path, build: Path):
     return matrixrun.prepare(m, combo, [], None, run, host="x86_64")
 
 
+def _child_is(monkeypatch, fake) -> None:
+    """run_one's child build (matrixrun.build_child) is `fake(argv, env)`, returning a CompletedProcess."""
+    from apexkit.fleet import matrixrun
+
+    monkeypatch.setattr(matrixrun, "build_child", lambda argv, out, env: fake(argv, env).returncode)
+
+
 def _fake_child(target_name: str, code: int, error: str | None = None, then=None):
     """A stand-in for the child `apexkit build` of run_one: it writes what a build would (dist/<target>/, its status
     file where $APEXKIT_STATUS_FILE says), then runs `then` (another matrix run starting meanwhile)."""
@@ -100,16 +107,12 @@ def test_two_matrix_runs_sharing_build_matrix_each_read_their_own_childs_status(
     other: list = []
 
     def second_run():  # run B: same build dir, its own dist, its child fails
-        monkeypatch.setattr(
-            matrixrun.subprocess, "run", _fake_child("", 7, "compile failed in run B")
-        )
+        _child_is(monkeypatch, _fake_child("", 7, "compile failed in run B"))
         other.append(
             matrixrun.run_one(combo, _cell(m, combo, tmp_path / "dist-b", tmp_path / "build"), logs)
         )
 
-    monkeypatch.setattr(
-        matrixrun.subprocess, "run", _fake_child(combo.target_id, 0, then=second_run)
-    )
+    _child_is(monkeypatch, _fake_child(combo.target_id, 0, then=second_run))
     first = matrixrun.run_one(combo, _cell(m, combo, tmp_path / "dist-a", tmp_path / "build"), logs)
     assert (other[0].status, other[0].detail) == ("failed", "compile failed in run B")
     assert first.status == "built", first.detail
@@ -199,7 +202,7 @@ def test_a_manifest_with_a_size_that_is_not_a_number_is_no_traceback(tmp_path, m
         statusfile.write(0, None, target, environ=env)
         return subprocess.CompletedProcess(argv, 0)
 
-    monkeypatch.setattr(matrixrun.subprocess, "run", child)
+    _child_is(monkeypatch, child)
     result = matrixrun.run_one(combo, _cell(m, combo, tmp_path / "dist", tmp_path / "build"), logs)
     assert (result.status, result.wheel, result.size) == ("built", WHEEL, 0)
 
@@ -240,7 +243,7 @@ def test_a_local_run_resolves_each_cell_once_and_hands_its_child_the_options_fil
         statusfile.write(0, None, target, environ=env)
         return subprocess.CompletedProcess(argv, 0)
 
-    monkeypatch.setattr(matrixrun.subprocess, "run", child)
+    _child_is(monkeypatch, child)
     dist, build = tmp_path / "dist", tmp_path / "build"
     results = matrixrun.run_all(m, combos, ["--no-smoke-test"], dist, build, 2)
     assert [r.status for r in results] == ["built", "built"]
@@ -312,3 +315,28 @@ def test_matrix_refresh_names_the_maintainers_session_it_moved_to():
     with pytest.raises(ConfigError, match="matrix --refresh moved") as refused:
         matrixrun.main(["--refresh", "--write"])
     assert "nox -s refresh" in refused.value.hint
+
+
+def test_a_link_planted_as_a_cells_log_is_never_written_through(tmp_path, monkeypatch):
+    """Issue 40 (second hostile pass, reviewer's note): run_one opened its cell's log with open(..., "w"), which
+    follows a link planted there; it is untrusted.open_log now: the cell fails in one line, the target untouched,
+    and no build starts."""
+    from apexkit.fleet import matrixrun
+    from apexkit.plan import matrix
+
+    m = matrix.load()
+    combo = m.combinations([{"python": "3.11", "torch": "2.13.0", "arch": "x86_64"}])[0]
+    logs = tmp_path / "build" / "matrix"
+    logs.mkdir(parents=True)
+    victim = tmp_path / "victim.conf"
+    victim.write_text("keep me\n")
+    (logs / f"{combo.id}.log").symlink_to(victim)
+    monkeypatch.setattr(matrixrun.dockerclient, "host_arch", lambda: "x86_64")
+    started = []
+    _child_is(monkeypatch, lambda argv, env: started.append(argv) or _fake_child("", 1)(argv, env))
+    result = matrixrun.run_one(combo, _cell(m, combo, tmp_path / "dist", tmp_path / "build"), logs)
+    assert victim.read_text() == "keep me\n" and started == []
+    assert (result.status, result.detail) == (
+        "failed",
+        f"its log: '{logs / combo.id}.log' is a symbolic link",
+    )

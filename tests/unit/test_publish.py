@@ -3,6 +3,8 @@ ConfigError line whatever its shape. Publishing to a real index and pip installi
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from apexkit.errors import ConfigError
@@ -208,3 +210,43 @@ def test_an_index_json_signature_record_of_another_shape_is_one_line(tmp_path, m
         ConfigError, match=r"files\[0\]\.signature is not \{filename: .*intoto.jsonl"
     ):
         publish._existing(index)
+
+
+# --- issue 40 (second hostile pass, finding 1): the new index cannot be redirected while it is written --------------
+
+
+def test_a_link_swapped_in_for_the_new_index_mid_write_gets_no_write_and_no_chmod(
+    tmp_path, monkeypatch
+):
+    """Another user renames publish's temporary folder away (once simple/ is in it) and puts a link to their own
+    folder in its place, holding index.json -> a file only root can read: publish's writes stay in the folder it
+    made, nothing is chmodded through the link, and their folder never becomes the index (one line)."""
+    victim = tmp_path / "secret"
+    victim.write_text("root only\n")
+    victim.chmod(0o600)
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    (theirs / "index.json").symlink_to(victim)
+    parent = tmp_path / "www"
+    parent.mkdir()
+    real = publish.pages.write_pages
+
+    def swapped(here, *args):  # the attacker's move, between two of publish's writes
+        (tmp,) = [p for p in parent.iterdir() if ".tmp-" in p.name]
+        tmp.rename(parent / "moved")
+        tmp.symlink_to(theirs)
+        return real(here, *args)
+
+    monkeypatch.setattr(publish.pages, "write_pages", swapped)
+    with pytest.raises(ConfigError, match="was replaced while it was written"):
+        publish.write(parent / "index", [])
+    assert victim.read_text() == "root only\n" and victim.stat().st_mode & 0o777 == 0o600
+    assert sorted(p.name for p in theirs.iterdir()) == ["index.json"]  # nothing written there
+    assert (theirs / "index.json").is_symlink() and not os.path.lexists(parent / "index")
+    assert sorted(
+        p.name for p in (parent / "moved").iterdir()
+    ) == [  # all of it went to the folder made
+        "index.html",
+        "index.json",
+        "simple",
+    ]
