@@ -25,10 +25,11 @@ import os
 import re
 import shutil
 import tempfile
+import typing
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
@@ -85,9 +86,8 @@ class Fetched:
     )
 
 
-Fits = Callable[
-    [dict], Optional[str]
-]  # why a verified statement's signed facts do not fit what is asked, or None
+# why a verified statement's signed facts do not fit what is asked, or None (typing's form: Python 3.8)
+Fits = typing.Callable[[dict], Optional[str]]
 UNVERIFIED = (
     "installing without verifying its signature: no trusted key is configured -- to verify, pass "
     "--trusted-key FILE (the team's .pub), set APEXKIT_TRUSTED_KEYS or trusted_keys in the user config file "
