@@ -400,15 +400,19 @@ def submit(plan: Plan, dry_run: bool = False, resume: bool = False) -> str | Non
         (plan.fleet_dir / sub).mkdir(parents=True, exist_ok=True)
     if plan.credentials:
         inputs.write_logins(plan.credentials_file, plan.logins)
-    for source in sorted(
-        BENCH.iterdir()
-    ):  # what the nodes run: bench/'s scripts and data (stdlib + torch only)
-        if (
-            source.is_file()
-            and not source.is_symlink()
-            and source.suffix in (".py", ".json", ".toml")
-        ):
-            fsedit.atomic_write(plan.fleet_dir / "bench" / source.name, source.read_bytes(), 0o755)
+    for sub in (
+        "",
+        "probes",
+    ):  # what the nodes run: bench/'s scripts, probes and data (stdlib + torch only)
+        (plan.fleet_dir / "bench" / sub).mkdir(parents=True, exist_ok=True)
+        for source in sorted((BENCH / sub).iterdir()):
+            if (
+                source.is_file()
+                and not source.is_symlink()
+                and source.suffix in (".py", ".json", ".toml")
+            ):
+                target = plan.fleet_dir / "bench" / sub / source.name
+                fsedit.atomic_write(target, source.read_bytes(), 0o755)
     fsedit.atomic_write(plan.plan_file, fsedit.dump_json(plan.node_plan()), 0o644)
     fsedit.atomic_write(plan.script_file, script.encode(), 0o755)
     job_id, why = slurm.sbatch(plan.script_file)

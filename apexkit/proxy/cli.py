@@ -17,7 +17,7 @@ from pathlib import Path
 
 from apexkit import fsedit, locks, log, netenv, untrusted, vocab
 from apexkit.declare import json_option, option
-from apexkit.errors import ConfigError, EnvironmentSetupError
+from apexkit.errors import ApexkitError, ConfigError, EnvironmentSetupError
 from apexkit.proxy import check as proxycheck
 from apexkit.proxy import layers as proxy
 
@@ -283,10 +283,13 @@ def _forget_index_url(
     out while it still holds the mirror that setup saved; another value is kept, with one line saying so."""
     from apexkit import config
 
-    saved = proxy.load_saved(paths).get("pip")
-    mirror = saved.settings.pip_index if saved is not None and "pip" in layers else None
-    display = str(config.user_file(paths.environ))
-    table = config.read_file(paths.real(display), "user") if mirror else {}
+    try:  # a state or config file apexkit cannot read never stops the undo of the layers themselves
+        saved = proxy.load_saved(paths).get("pip")
+        mirror = saved.settings.pip_index if saved is not None and "pip" in layers else None
+        display = str(config.user_file(paths.environ))
+        table = config.read_file(paths.real(display), "user") if mirror else {}
+    except ApexkitError:
+        return None
     if "index_url" not in table:
         return None
     if table["index_url"] != mirror:
