@@ -1449,16 +1449,28 @@ def identity_env(plan: buildplan.Plan) -> dict[str, str]:
 
 
 def reproducible_env(epoch: int, tree: Path, venv: Path, env) -> dict[str, str]:
-    """Same inputs, same bytes: zip timestamps from the source commit, no build paths in the objects.
+    """Same inputs, same bytes, and one ccache entry whichever build directory a build runs in.
 
     The tree and the build venv differ per build directory/cache; their paths reach the objects through __FILE__
-    (torch's headers use it in checks) and debug info, so both are mapped to fixed names."""
-    maps = f"-ffile-prefix-map={tree}=/apex -ffile-prefix-map={venv}=/venv"
-    return {
+    (torch's headers use it in checks) and debug info, so both are mapped to fixed names -- for the host compiler
+    (CFLAGS/CXXFLAGS) and for the host side of nvcc's compiles (NVCC_APPEND_FLAGS, which nvcc reads itself).
+    ccache hashes the tree's paths relative to the compile's folder (CCACHE_BASEDIR: it hands the compiler those
+    relative paths too, so a ccache build's bytes differ from an APEXKIT_CCACHE=0 one's, and each is reproducible)
+    and leaves that folder out of the hash (CCACHE_NOHASHDIR: the maps above keep it out of the objects): a second
+    build directory or a --verify-reproducible run hits the first one's objects. A CCACHE_BASEDIR set by the user
+    stays."""
+    maps = [f"-ffile-prefix-map={tree}=/apex", f"-ffile-prefix-map={venv}=/venv"]
+    out = {
         "SOURCE_DATE_EPOCH": str(epoch),
-        "CFLAGS": f"{env.get('CFLAGS', '')} {maps}".strip(),
-        "CXXFLAGS": f"{env.get('CXXFLAGS', '')} {maps}".strip(),
+        "CCACHE_BASEDIR": env.get("CCACHE_BASEDIR") or str(tree),
+        "CCACHE_NOHASHDIR": env.get("CCACHE_NOHASHDIR", "1"),
+        "NVCC_APPEND_FLAGS": " ".join(
+            [env.get("NVCC_APPEND_FLAGS", ""), *(f"-Xcompiler={m}" for m in maps)]
+        ).strip(),
     }
+    for var in ("CFLAGS", "CXXFLAGS"):
+        out[var] = " ".join([env.get(var, ""), *maps]).strip()
+    return out
 
 
 def _unfit(filename: str, plan: buildplan.Plan, interp: interpreters.Interpreter) -> str | None:

@@ -603,7 +603,6 @@ def _backend(
             ("--sanitize", args.sanitize),
             ("--use-system-torch", args.use_system_torch),
             ("--image", args.image),
-            ("--verify-reproducible", args.verify_reproducible),
         )
         if value
     ]

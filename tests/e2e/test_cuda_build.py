@@ -317,3 +317,28 @@ def test_apexkit_install_builds_nvidia_apex_for_a_cuda_venv_and_serves_it_from_t
     assert result["status"] == "installed", result
     assert result["added"] == [f"packaging=={dists(venv)['packaging']}"], result
     assert dists(venv).get("apex") == "0.1+cu130.torch2.14.1"
+
+
+@pytest.mark.skipif(
+    ccachestats.find(os.environ) is None, reason="needs ccache (requirements/dev.txt)"
+)
+def test_cuda_objects_are_shared_across_build_directories_and_the_wheel_is_reproducible(
+    runner, cuda_repo, tmp_path
+):
+    """Paths that differ between build directories neither split ccache (CCACHE_BASEDIR on the tree: ninja's
+    absolute source paths hash relative; CCACHE_NOHASHDIR) nor reach the objects (prefix maps, nvcc's host side
+    too): --verify-reproducible's second build hits the first's objects, so its wheel has the same bytes, and a
+    deeper build directory compiles nothing either."""
+    shared = {"CCACHE_DIR": str(tmp_path / "ccache")}
+    verified = build(runner, cuda_repo, *ARCH, "--no-cache", "--verify-reproducible", **shared)
+    assert verified.returncode == 0, output(verified)[-3000:]
+    manifest = json.loads((runner.dist / TARGET / "manifest.json").read_text())
+    assert manifest["reproducible"]["verified"] is True
+    wheel = runner.dist / TARGET / manifest["wheel"]["file"]
+    first = wheel.read_bytes()
+    deeper = tmp_path / "a/deeper/build/dir"
+    again = build(runner, cuda_repo, *ARCH, "--no-cache", "--build-dir", str(deeper), **shared)
+    assert again.returncode == 0, output(again)[-3000:]
+    stats = json.loads((runner.dist / TARGET / "manifest.json").read_text())["ccache"]
+    assert stats["misses"] == 0 and stats["hits"] >= 2, stats
+    assert wheel.read_bytes() == first
