@@ -32,9 +32,14 @@ def integer(
 
 
 def number(
-    environ: Mapping[str, str], name: str, default: float, low: float = 0.0, high: float = 3600.0
+    environ: Mapping[str, str],
+    name: str,
+    default: float,
+    low: float = 0.0,
+    high: float = 3600.0,
+    unit: str = "seconds",
 ) -> float:
-    """$name as a finite float in [low, high], else `default` when unset or empty."""
+    """$name as a finite float in [low, high] (of `unit`), else `default` when unset or empty."""
     raw = (environ.get(name) or "").strip()
     if not raw:
         return default
@@ -45,7 +50,7 @@ def number(
     if not math.isfinite(value) or not low <= value <= high:
         raise ConfigError(
             f"${name}={untrusted.shown(raw)} is not a number from {low:g} to {high:g}",
-            f"set {name} to such a number of seconds, or unset it (default {default:g})",
+            f"set {name} to such a number of {unit}, or unset it (default {default:g})",
         )
     return value
 

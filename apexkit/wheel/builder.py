@@ -31,6 +31,7 @@ from apexkit.plan import matrix
 from apexkit.proc import appending, keep_log, run_logged
 from apexkit.wheel import (
     buildplan,
+    cachedirs,
     ccachestats,
     cudabin,
     cudabuild,
@@ -1404,6 +1405,9 @@ class Builder:
                 log.warn(f"no SBOM written: {manifest['attestations']['sbom_missing']}")
         log.info(f"  install:  {install_venv_command(self.opts.team_indexes)}")
         log.info(f"            or {install_command(plan, final / wheel.name)}")
+        grown = cachedirs.grown_past(self.opts.cache_dir, self.env)
+        if grown:
+            log.warn(grown)
         return final
 
 

@@ -389,6 +389,28 @@ def prune_command(
     return 0
 
 
+WARN_ENV = "APEXKIT_CACHE_WARN_GIB"  # the size (GiB) past which a build names the cache's size and `cache prune`
+
+
+def grown_past(cache: Path, environ) -> str | None:
+    """After a build: one line naming the cache's size and `cache prune` when it holds more than $APEXKIT_CACHE_WARN_GIB
+    (default 30; 0: never say), else None."""
+    from apexkit import envvars
+
+    limit = envvars.number(environ, WARN_ENV, 30, high=100_000, unit="GiB")
+    if not limit:
+        return None
+    sums = totals(scan(cache))
+    if sums.get("all", 0) <= limit * (1 << 30):
+        return None
+    parts = ", ".join(f"{k} {human(sums[k])}" for k in KINDS if sums.get(k))
+    return (
+        f"the apexkit cache {cache} holds {human(sums['all'])} ({parts}), past {limit:g} GiB -- next: "
+        f"{vocab.command('cache.list')} shows each entry, {vocab.command('cache.prune', '--older-than 30 --dry-run')} "
+        f"what would go (set {WARN_ENV}=0 to stop this line)"
+    )
+
+
 def size_summary(cache: Path) -> str:
     """One line for doctor: the size on disk per kind and in all."""
     sums = totals(scan(cache))

@@ -127,9 +127,13 @@ def test_build_311_end_to_end_then_wheel_cache_hit(runner, repos, tmp_path):
     assert "Library rpath: [$ORIGIN/torch/lib]" in dyn
     assert "[libstdc++.so.6]" in dyn and "[libc10.so]" in dyn
 
-    again = runner.nox("3.11")
+    again = runner.nox("3.11", APEXKIT_CACHE_WARN_GIB="0.00001")  # a cache past ~10 KiB is "grown"
     assert again.returncode == 0, output(again)[-3000:]
     assert "wheel cache hit" in output(again) and "▸ compile" not in output(again)
+    # past the threshold the last lines name the cache's size and prune; below it (default 30 GiB) they do not
+    grown = [line for line in output(again).splitlines() if line.startswith("! the apexkit cache ")]
+    assert len(grown) == 1 and "cache.prune --older-than 30 --dry-run" in grown[0], grown
+    assert "! the apexkit cache " not in output(proc)
     # the last lines say where the manifest is and how to install the wheel next to its torch
     assert f"  manifest: {dist / 'manifest.json'}" in output(again)
     assert "  install:  nox -s install -- --venv VENV   (the training venv" in output(again)

@@ -228,3 +228,19 @@ def test_cache_commands_are_declared():
     from apexkit import commands
 
     assert {"cache.list", "cache.prune"} <= set(commands.NAMES)
+
+
+def test_a_cache_grown_past_the_threshold_is_named_with_prune(cache):
+    """After a build (issue 41 item 6): the cache's size and `cache prune` once it holds more than
+    $APEXKIT_CACHE_WARN_GIB; nothing below it or with 0; a bad value is one ConfigError naming the variable."""
+    line = cachedirs.grown_past(cache, {"APEXKIT_CACHE_WARN_GIB": "0.00001"})  # ~10 KiB
+    assert line is not None and f"the apexkit cache {cache} holds " in line
+    assert (
+        "venvs " in line and "wheels " in line and "cache.prune --older-than 30 --dry-run" in line
+    )
+    assert cachedirs.grown_past(cache, {}) is None  # default 30 GiB
+    assert cachedirs.grown_past(cache, {"APEXKIT_CACHE_WARN_GIB": "0"}) is None
+    with pytest.raises(
+        ConfigError, match="WARN_GIB='lots' is not a number from 0 to 100000 .*number of GiB"
+    ):
+        cachedirs.grown_past(cache, {"APEXKIT_CACHE_WARN_GIB": "lots"})
