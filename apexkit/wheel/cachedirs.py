@@ -245,12 +245,19 @@ def list_command(as_json: bool = False, what: str | None = None) -> int:
         )
     entries = scan(cache, kinds)
     sums = totals(entries)
+    compiled = _ccache_row()
     if as_json:
         rows = [e.row() for e in entries]
         sums = {k: sums.get(k, 0) for k in (*kinds, "all")}
         print(
             json.dumps(
-                {"cache": str(cache), "trusted": reason is None, "entries": rows, "totals": sums},
+                {
+                    "cache": str(cache),
+                    "trusted": reason is None,
+                    "entries": rows,
+                    "totals": sums,
+                    "ccache": compiled,
+                },
                 indent=2,
             )
         )
@@ -269,7 +276,21 @@ def list_command(as_json: bool = False, what: str | None = None) -> int:
             f"  total {k:<10} {human(sums.get(k, 0)):>10}  ({count} entr{'y' if count == 1 else 'ies'})"
         )
     log.out(f"  total {'all':<10} {human(sums.get('all', 0)):>10}")
+    log.out(f"ccache {compiled}")
     return 0
+
+
+def _ccache_row() -> str:
+    """The compile cache beside apexkit's: which ccache, its cache, the team's remote (masked) and their use so far."""
+    from apexkit import config
+    from apexkit.errors import ApexkitError
+    from apexkit.wheel import ccachestats
+
+    try:
+        remote = config.load(os.environ).get("compile_cache", os.environ).text or None
+    except ApexkitError as exc:
+        return f"unknown: {exc.cause}"
+    return ccachestats.describe_setup(ccachestats.find(os.environ), os.environ, remote)
 
 
 def selected(

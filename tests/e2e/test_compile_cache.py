@@ -11,6 +11,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -112,6 +113,19 @@ def test_a_second_host_hits_the_http_storage_and_read_only_writes_nothing(
     assert got["misses"] == 0 and got["cache_dir"] == str(tmp_path / "ccache-b"), got
     assert "from the remote" in output(second)
     assert "s3cret" not in output(second) + (runner.dist / TARGET / "manifest.json").read_text()
+    # cache.list and doctor show the remote's use so far on that host (its hits), the password masked
+    env = runner.env(CCACHE_DIR=str(tmp_path / "ccache-b"), APEXKIT_COMPILE_CACHE=url)
+    for argv in (["cache.list"], ["cache.list", "--json"], ["doctor"]):
+        shown = subprocess.run(
+            [sys.executable, "-m", "apexkit", *argv], env=env, capture_output=True, text=True
+        )
+        text = output(shown)
+        assert "Traceback" not in text and "s3cret" not in text, text[-2000:]
+        row = next(line for line in text.splitlines() if "(4.14.2), cache " in line)
+        assert (
+            f"so far {got['hits']} hits, {got['remote_hits']} from the remote, 0 misses" in row
+        ), row
+        assert "builder:***@127.0.0.1" in row, row
 
     written = len(storage.puts)
     storage.objects.clear()  # a CI consumer: reads, never writes

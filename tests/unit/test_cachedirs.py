@@ -67,6 +67,9 @@ def cache(tmp_path, monkeypatch):
         if folder.is_dir() and not folder.is_symlink():
             folder.chmod(0o755)
     monkeypatch.setenv("APEXKIT_CACHE_DIR", str(root))
+    monkeypatch.setenv(
+        "APEXKIT_CCACHE", "0"
+    )  # cache.list's ccache row would run ccache (tests/e2e does)
     return root
 
 
@@ -88,6 +91,9 @@ def test_list_gives_kinds_sizes_last_use_and_purpose(cache, capsys):
     assert cachedirs.list_command(as_json=True) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["trusted"] is True and len(out["entries"]) == 6
+    assert out["ccache"].startswith(
+        "off (APEXKIT_CCACHE=0"
+    )  # the compile cache's row (its use: tests/e2e)
     sums = out["totals"]
     assert sums["all"] == sum(sums[k] for k in cachedirs.KINDS) > 0
     assert sums["venvs"] == sum(e["size"] for e in out["entries"] if e["kind"] == "venvs")
