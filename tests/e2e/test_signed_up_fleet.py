@@ -187,3 +187,32 @@ def test_fleet_nodes_verify_the_wheel_before_it_enters_the_training_venv(cluster
     assert found["wheel signature"]["ok"] and found["install wheel"]["ok"], result
     assert result["wheel"]["filename"] == name
     assert list((venv / "lib").glob("python3*/site-packages/apex/__init__.py"))
+
+
+# fleet.submit as a host without the cryptography package runs it (Python 3.9.0/3.9.1: no supported release installs)
+NO_CRYPTOGRAPHY = (
+    "import runpy, sys; sys.modules['cryptography'] = None; sys.argv[0] = 'apexkit'; "
+    "runpy.run_module('apexkit', run_name='__main__')"
+)
+
+
+def test_fleet_submit_needs_cryptography_only_when_a_key_is_trusted(team, tmp_path):
+    """No trusted key: verification is off and the submit host needs no cryptography (the batch script is made);
+    a trusted key without it: one line saying what to install, nothing submitted."""
+    tmp, keys = team
+    argv = ["fleet.submit", "--index", str(tmp / "signed"), "--target", TARGET, "--nodes", "2"]
+    argv += ["--device", "cpu", "--results", str(tmp_path / "results"), "--dry-run"]
+
+    def submit(*extra: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-c", NO_CRYPTOGRAPHY, *argv, *extra], capture_output=True,
+                              text=True, timeout=120, cwd=tmp_path, env=clean_env(tmp_path))  # fmt: skip
+
+    plain = submit()
+    assert plain.returncode == 0, output(plain)
+    assert plain.stdout.startswith("#!/bin/bash") and "Traceback" not in output(plain)
+    keyed = submit("--trusted-key", str(keys / "team-a.pub"))
+    errors = [line for line in keyed.stderr.splitlines() if line.startswith("error:")]
+    assert keyed.returncode != 0 and len(errors) == 1, output(keyed)
+    assert "signing needs the cryptography package" in errors[0] and "Traceback" not in output(
+        keyed
+    )
