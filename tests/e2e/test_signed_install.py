@@ -386,6 +386,40 @@ def test_a_team_index_hit_is_taken_only_when_signed_for_its_cache_key(team, tmp_
         served.stop()
 
 
+def test_a_team_index_hit_through_tinyproxy_is_verified_as_directly(
+    team, tinyproxy, tmp_path, capsys
+):
+    """remote.build_lookup with the proxy in its environment: the hit signed by the trusted key is taken, the same
+    index signed by an untrusted key refused in one warning line, nothing kept; both came through tinyproxy."""
+    _tmp, keys = team
+    env = {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}
+    env.update(http_proxy=tinyproxy.url, HTTP_PROXY=tinyproxy.url)
+    for index, key, taken in (("signed", "team-a", True), ("other", "team-a", False)):
+        root, served = serve_copy(team, tmp_path / index, index)
+        entry = next(
+            f for f in json.loads((root / "index.json").read_text())["files"]
+            if f["facts"]["torch"] == "2.13.0"
+        )  # fmt: skip
+        work, mark = tmp_path / index / "landing", tinyproxy.log_size()
+        try:
+            trusted = signing.public_keys([str(keys / f"{key}.pub")])
+            hit = remote.build_lookup([served.url], env, trusted)(entry["cache_key"], work)
+        finally:
+            served.stop()
+        quoted = urllib.parse.quote(entry["filename"] + signing.SUFFIX)
+        assert f"GET {served.url}simple/apex/{quoted} " in tinyproxy.log_since(mark)
+        err = capsys.readouterr().err.strip().splitlines()
+        if taken:
+            assert hit is not None and hit.wheel.name == entry["filename"] and not err, err
+        else:
+            assert hit is None and not list(work.iterdir())
+            assert (
+                len(err) == 1
+                and "wheel refused" in err[0]
+                and "none of them a trusted key" in err[0]
+            )
+
+
 # --- the fleet node ---------------------------------------------------------------------------------------------------
 
 NODE_VERIFY = """
