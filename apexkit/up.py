@@ -114,6 +114,8 @@ class Options:
     bench: bool = False
     bench_args: tuple[str, ...] = ()
     trusted_keys: tuple[str, ...] = ()  # install's --trusted-key files (absolute)
+    # the key ids install verifies against, from whichever source (flag, environment, user config): in its inputs
+    trusted_keyids: tuple[str, ...] = ()
     device: str = "auto"  # the one the venv's torch finds, picked as up runs (venvrun.pick_device)
     force: bool = False
     dry_run: bool = False
@@ -212,6 +214,11 @@ def make_options(
     envvars.split_words(build, "--build-options")  # bad quotes: one line now, not in install's log
     target = resolve_target(venv, interpreter, environ)
     where = Path(report) if report else paths.reports_dir(environ) / "up" / target.name
+    keys = tuple(os.path.abspath(k) for k in trusted_key)
+    # read once here: a key that cannot be used stops up before any stage
+    from apexkit.index import signing
+
+    keyids = tuple(sorted(signing.trusted_keys(keys, environ)))
     return Options(
         target=target,
         report=where.absolute(),
@@ -221,7 +228,8 @@ def make_options(
         proxy_check=proxy_check,
         bench=bench or bool(extra),
         bench_args=extra,
-        trusted_keys=tuple(os.path.abspath(k) for k in trusted_key),
+        trusted_keys=keys,
+        trusted_keyids=keyids,
         device=device,
         force=force,
         dry_run=dry_run,
@@ -376,7 +384,11 @@ def stage_inputs(
     inputs["apex"] = facts.apex_record  # the installed wheel
     if name == "install":
         indexes = list(opts.indexes) or [log.mask(environ.get("APEXKIT_INDEX", ""))]
-        return {**inputs, "indexes": indexes, "no_build": opts.no_build}
+        inputs.update(indexes=indexes, no_build=opts.no_build)
+        # a wheel installed unverified, or verified by a key since revoked, is not done
+        if opts.trusted_keyids:
+            inputs["trusted_keys"] = list(opts.trusted_keyids)
+        return inputs
     inputs["device"] = opts.device
     if name == "bench":
         inputs["bench_args"] = list(opts.bench_args)

@@ -990,12 +990,14 @@ def make_plan(
 
 def _trusted_pems(flags: list[str]) -> tuple[tuple[str, str], ...]:
     """(key id, PEM) of each trusted key (apexkit.index.signing.trusted_keys), for the nodes' own check."""
-    from cryptography.hazmat.primitives import serialization
-
     from apexkit.index import signing
 
-    spki = serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
     keys = signing.trusted_keys(flags)
+    if not keys:  # verification off: no cryptography needed (Python 3.9.0/3.9.1 have none)
+        return ()
+    from cryptography.hazmat.primitives import serialization
+
+    spki = serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
     return tuple((k, v.public_bytes(*spki).decode()) for k, v in sorted(keys.items()))
 
 

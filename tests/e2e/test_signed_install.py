@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import urllib.parse
 from pathlib import Path
 
 import fakes
@@ -270,6 +271,80 @@ def test_a_project_file_cannot_trust_a_key(team, venv, tmp_path):
     assert tree(venv) == before
 
 
+# --- the same through tinyproxy ------------------------------------------------------------------------------------
+
+
+def hostile(team, tmp_path: Path, case: str) -> tuple[Path, str]:
+    """(the served index's folder, the wheel it offers for torch 2.13.0) of one attack on a copy of the signed index:
+    `tampered` (another wheel under the same name, its entry, manifest and provenance consistent, the team's envelope
+    kept), `stripped` (the envelope deleted), `unknown-key` (the index signed by team-b), `intact` (none)."""
+    tmp, _keys = team
+    root = tmp_path / "served"
+    if case == "tampered":  # whoever can write the index publishes their own wheel there
+        fakes.publishable(tmp_path / "evil-dist", torch="2.13.0", requires_python=">=3.9")
+        proc = apexkit(
+            "publish", "--dist", str(tmp_path / "evil-dist"), "--index", str(root), cwd=tmp_path
+        )
+        assert proc.returncode == 0, output(proc)
+    else:
+        shutil.copytree(tmp / ("other" if case == "unknown-key" else "signed"), root)
+    good = wheels(root)["2.13.0"]
+    envelope = good.parent / (good.name + signing.SUFFIX)
+    if case == "stripped":
+        envelope.unlink()
+    if case == "tampered":  # ... and keeps the team's envelope of the genuine wheel beside it
+        genuine = wheels(tmp / "signed")["2.13.0"]
+        assert genuine.name == good.name and genuine.read_bytes() != good.read_bytes()
+        shutil.copy(genuine.parent / envelope.name, envelope)
+    return root, good.name
+
+
+@pytest.mark.parametrize("case", ["tampered", "stripped", "unknown-key", "intact"])
+def test_through_tinyproxy_each_attack_is_refused_as_it_is_directly(
+    team, venv, tinyproxy, tmp_path, case
+):
+    """Issue 42's proxy case: install reaches the index through the real tinyproxy (Basic auth), whose log shows the
+    envelope's and the wheel's requests; each attack is refused with the very line a direct install gives, the venv
+    unchanged; the intact index installs through the proxy, verified."""
+    _tmp, keys = team
+    root, name = hostile(team, tmp_path, case)
+    served = Served(root)
+    via = {k: tinyproxy.url for k in ("http_proxy", "HTTP_PROXY")}
+    before = tree(venv) if case != "intact" else {}
+    fresh = tmp_path / "train"
+    target = (
+        make_venv(fresh, "3.11", str(stub_wheel(tmp_path, "torch", "2.13.0")))
+        if case == "intact"
+        else venv
+    )
+    try:
+        mark = tinyproxy.log_size()
+        flags = ("--trusted-key", str(keys / "team-a.pub"), "--no-build")
+        argv = ("install", "--venv", str(target), "--index", served.url, *flags)
+        proxied = apexkit(*argv, cwd=tmp_path, no_proxy="", NO_PROXY="", **via)
+        seen = tinyproxy.log_since(mark)
+        direct = apexkit(*argv, cwd=tmp_path) if case != "intact" else proxied
+    finally:
+        served.stop()
+    assert tinyproxy.PASSWORD not in output(proxied)
+    quoted = urllib.parse.quote(name + signing.SUFFIX)
+    assert f"GET {served.url}simple/apex/{quoted} " in seen, seen  # the envelope came through it
+    if case == "intact":
+        assert proxied.returncode == 0, output(proxied)
+        assert f"signature verified (key {keyid(keys, 'team-a')})" in proxied.stderr
+        assert f"GET {served.url}simple/apex/{urllib.parse.quote(name)} " in seen, seen
+        assert list((target / "lib").glob("python3*/site-packages/apex/__init__.py"))
+        return
+    why = {
+        "tampered": "is not the file that was signed",
+        "stripped": f"it has no signature {signing.SUFFIX}",
+        "unknown-key": "none of them a trusted key",
+    }[case]
+    line = refused(proxied, name, why)
+    assert refused(direct, name, why) == line
+    assert tree(venv) == before
+
+
 # --- the build's team-index cache hit --------------------------------------------------------------------------------
 
 
@@ -309,6 +384,40 @@ def test_a_team_index_hit_is_taken_only_when_signed_for_its_cache_key(team, tmp_
         )
     finally:
         served.stop()
+
+
+def test_a_team_index_hit_through_tinyproxy_is_verified_as_directly(
+    team, tinyproxy, tmp_path, capsys
+):
+    """remote.build_lookup with the proxy in its environment: the hit signed by the trusted key is taken, the same
+    index signed by an untrusted key refused in one warning line, nothing kept; both came through tinyproxy."""
+    _tmp, keys = team
+    env = {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}
+    env.update(http_proxy=tinyproxy.url, HTTP_PROXY=tinyproxy.url)
+    for index, key, taken in (("signed", "team-a", True), ("other", "team-a", False)):
+        root, served = serve_copy(team, tmp_path / index, index)
+        entry = next(
+            f for f in json.loads((root / "index.json").read_text())["files"]
+            if f["facts"]["torch"] == "2.13.0"
+        )  # fmt: skip
+        work, mark = tmp_path / index / "landing", tinyproxy.log_size()
+        try:
+            trusted = signing.public_keys([str(keys / f"{key}.pub")])
+            hit = remote.build_lookup([served.url], env, trusted)(entry["cache_key"], work)
+        finally:
+            served.stop()
+        quoted = urllib.parse.quote(entry["filename"] + signing.SUFFIX)
+        assert f"GET {served.url}simple/apex/{quoted} " in tinyproxy.log_since(mark)
+        err = capsys.readouterr().err.strip().splitlines()
+        if taken:
+            assert hit is not None and hit.wheel.name == entry["filename"] and not err, err
+        else:
+            assert hit is None and not list(work.iterdir())
+            assert (
+                len(err) == 1
+                and "wheel refused" in err[0]
+                and "none of them a trusted key" in err[0]
+            )
 
 
 # --- the fleet node ---------------------------------------------------------------------------------------------------

@@ -166,6 +166,32 @@ def test_inputs_change_with_the_venv_torch_and_wheel_but_proxy_and_doctor_ignore
     assert "pw123" not in json.dumps(inputs)
 
 
+def test_install_inputs_name_the_trusted_key_ids_from_the_flag_or_the_environment(tmp_path):
+    """Issue 42: install done unverified, or verified against a key since revoked, is not done once the trusted keys
+    differ; the key's id counts, wherever it is given; no key: the inputs an earlier state was written with."""
+    from apexkit.index import signing
+
+    for name in ("team-a", "team-b"):
+        signing.generate(name, str(tmp_path / "keys"))
+    a, b = (str(tmp_path / "keys" / f"{n}.pub") for n in ("team-a", "team-b"))
+    plain = options(tmp_path / "p")
+
+    def key(stage, opts):
+        return up.digest(up.stage_inputs(stage, facts(), opts, {}))
+
+    with_a = options(tmp_path / "a", trusted_key=[a])
+    assert with_a.trusted_keyids == tuple(signing.public_keys([a]))
+    assert "trusted_keys" not in up.stage_inputs("install", facts(), plain, {})
+    with_b = options(tmp_path / "b", trusted_key=[b])
+    assert len({key("install", o) for o in (plain, with_a, with_b)}) == 3
+    assert key("validate", plain) == key("validate", with_a)
+    root = venv(tmp_path / "e")
+    from_env = up.make_options(
+        venv=str(root), report=str(tmp_path / "r"), environ={"APEXKIT_TRUSTED_KEYS": a}
+    )
+    assert key("install", from_env) == key("install", with_a)
+
+
 def test_previous_run_counts_only_for_the_same_key_and_not_with_force():
     state = {"doctor": up.Done(SHA, "2026-12-02T07:00:00+00:00", 1.5)}
     assert up.previous_run("doctor", SHA, state, force=False) is state["doctor"]
