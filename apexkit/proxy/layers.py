@@ -111,10 +111,6 @@ class ProxySettings:
     registry_mirrors: tuple[str, ...] = ()
 
     @property
-    def has_credentials(self) -> bool:
-        return _has_userinfo(self.http, self.https, self.pip_index)
-
-    @property
     def no_proxy_text(self) -> str:
         return ",".join(self.no_proxy)
 
@@ -276,15 +272,15 @@ class Paths:
     def managed(self) -> dict[str, str]:
         """Every file a layer may write, as the user knows it -> its layer. Undo records name files by these display
         names; the real path is always derived from here (and --root), never read back from a record."""
-        files = {
+        return {
             self.shell_profile: "shell",
             **dict.fromkeys(self.dropins.values(), "daemon"),
             self.daemon_json: "daemon",
             self.docker_config: "container",
             self.pip_conf: "pip",
+            self.settings_file: "state",
+            self.ca_bundle: "state",
         }
-        files.update({self.settings_file: "state", self.ca_bundle: "state"})
-        return files
 
     @property
     def within(self) -> Path | None:
@@ -314,11 +310,6 @@ class Paths:
         except OSError:
             return None
         return (st.st_uid, st.st_gid) if st.st_uid != 0 else None
-
-    def owner_for(self, display: str) -> tuple[int, int] | None:
-        """The owner a new file (and its new folders) gets when root creates it: the home's owner inside a user's
-        home, root elsewhere (None: whoever runs this)."""
-        return self.home_owner() if self.in_home(display) else None
 
     def backups(self) -> fsedit.BackupStore:
         managed = self.managed()
@@ -391,19 +382,18 @@ def systemd_running() -> bool:
     return Path("/run/systemd/system").is_dir()
 
 
-def _systemd_quote(value: str) -> str:
-    # In unit files "%" starts a specifier and the value sits in double quotes: a percent-encoded password
-    # (p%40ss) would be mangled without this.
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%")
-
-
-def _systemd_unquote(value: str) -> str:
-    return re.sub(r"\\(.)", r"\1", value).replace("%%", "%")
-
-
 def render_dropin(variables: Mapping[str, str]) -> bytes:
-    lines = [FILE_HEADER.rstrip("\n"), "[Service]"]
-    lines += [f'Environment="{name}={_systemd_quote(value)}"' for name, value in variables.items()]
+    # In unit files "%" starts a specifier and the value sits in double quotes: a percent-encoded password
+    # (p%40ss) would be mangled without the quoting.
+    quoted = {
+        name: value.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%")
+        for name, value in variables.items()
+    }
+    lines = [
+        FILE_HEADER.rstrip("\n"),
+        "[Service]",
+        *(f'Environment="{name}={value}"' for name, value in quoted.items()),
+    ]
     return ("\n".join(lines) + "\n").encode()
 
 
@@ -415,7 +405,7 @@ def dropin_environment(text: str) -> dict[str, str]:
         if not match:
             continue
         for item in re.findall(r'"((?:[^"\\]|\\.)*)"|(\S+)', match[1]):
-            assignment = _systemd_unquote(item[0] or item[1])
+            assignment = re.sub(r"\\(.)", r"\1", item[0] or item[1]).replace("%%", "%")
             name, _, value = assignment.partition("=")
             env[name] = value
     return env
@@ -425,9 +415,7 @@ def daemon_environment(paths: Paths) -> dict[str, str]:
     """The proxy environment our drop-ins give dockerd (empty when none are written)."""
     env: dict[str, str] = {}
     for display in paths.dropins.values():
-        data = _peek(paths, display)
-        if data:
-            env.update(dropin_environment(fsedit.decode(data)))
+        env.update(dropin_environment(fsedit.decode(_peek(paths, display))))
     return env
 
 
@@ -475,14 +463,13 @@ def _undo(paths: Paths, display: str, current: bytes, original: bytes | None, re
     A file left empty that did not exist before is deleted (None)."""
     layer = paths.layer_of(display)
     if layer == "shell":
-        added_newline = record.get("added_newline", False)
-        text = BLOCK.strip(fsedit.decode(current), added_newline=added_newline, display=display)
+        text = BLOCK.strip(fsedit.decode(current), record.get("added_newline", False), display)
         return None if not text and original is None else fsedit.encode(text)
     if layer == "pip":
         text, old = fsedit.decode(current), fsedit.decode(original)
         for key in ("index-url", "trusted-host"):
             text = fsedit.ini_set(text, "global", key, fsedit.ini_get(old, "global", key))
-        empty = not re.sub(r"\[global\]\s*", "", text).strip()
+        empty = not re.sub(r"\[global\]\s*", "", text).strip()  # nothing but our section's header
         return None if empty and original is None else fsedit.encode(text)
     json_keys: dict[str, list[tuple[str, ...]]] = {
         paths.daemon_json: [("proxies",), ("registry-mirrors",)],
@@ -495,9 +482,11 @@ def _undo(paths: Paths, display: str, current: bytes, original: bytes | None, re
     before = fsedit.load_json_object(Path(display), display, original)
     for key_path in keys:
         _set_path(now, key_path, _get_path(before, key_path))
-    if not now and original is None:
-        return None
-    return fsedit.dump_json(now, 2 if display == paths.daemon_json else "\t")
+    return (
+        None
+        if not now and original is None
+        else fsedit.dump_json(now, 2 if display == paths.daemon_json else "\t")
+    )
 
 
 def _change(
@@ -510,9 +499,8 @@ def _change(
     extra: dict | None = None,
 ) -> fsedit.Change:
     """The change of one layer file: 0600 when it holds credentials, else the mode it has (new: 0644)."""
-    if mode is None:
-        current = fsedit.file_mode(paths.real(display))
-        mode = 0o600 if secret else 0o644 if current is None else current
+    current = fsedit.file_mode(paths.real(display))
+    mode = mode if mode is not None else 0o600 if secret else 0o644 if current is None else current
     return fsedit.Change(
         display,
         paths.real(display),
@@ -521,7 +509,8 @@ def _change(
         note=note or ("holds credentials: 0600" if secret else ""),
         extra=extra or {},
         within=paths.within,
-        new_owner=paths.owner_for(display),
+        # as root, a new file (and its new folders) in a user's home is theirs; elsewhere root's
+        new_owner=paths.home_owner() if paths.in_home(display) else None,
     )
 
 
@@ -549,7 +538,15 @@ def plan_shell(settings: ProxySettings, paths: Paths, mode: str) -> list[fsedit.
     # whether a newline was added before the block is known only when it is appended: a block replaced in place
     # keeps what the record says
     extra = {"added_newline": added_newline} if appended else {}
-    return [_change(paths, display, fsedit.encode(text), settings.has_credentials, extra=extra)]
+    return [
+        _change(
+            paths,
+            display,
+            fsedit.encode(text),
+            _has_userinfo(settings.http, settings.https, settings.pip_index),
+            extra=extra,
+        )
+    ]
 
 
 def plan_daemon(settings: ProxySettings, paths: Paths, mode: str) -> list[fsedit.Change]:
@@ -734,10 +731,12 @@ def make_plan(
         wanted.add(paths.ca_bundle)  # a layer (set up now or earlier) still exports the bundle
     changes += [_settings_change(paths, saved)] if saved else []
     if ca_bytes is not None:
-        note = "system CAs + the given CA"
-        changes.append(_change(paths, paths.ca_bundle, ca_bytes, note=note, mode=0o644))
-        count = ca_bytes.count(b"-----BEGIN CERTIFICATE-----")
-        changes[-1].summary = f"{count} certificates (the system bundle plus --ca-cert)"
+        changes.append(
+            _change(paths, paths.ca_bundle, ca_bytes, note="system CAs + the given CA", mode=0o644)
+        )
+        changes[
+            -1
+        ].summary = f"{ca_bytes.count(b'-----BEGIN CERTIFICATE-----')} certificates (the system bundle plus --ca-cert)"
     wanted |= {c.display for c in changes}
     stale = _stale_changes(paths, [*layers, "state"], wanted)
     return Plan(settings, paths, tuple(layers), mode, why, changes, stale)
@@ -761,19 +760,6 @@ class LayerState:
         return bool(self.values)
 
 
-def _shell_values(text: str) -> dict[str, str]:
-    try:
-        block = BLOCK.find(text) or ""
-    except fsedit.MarkerError:
-        return {}  # setup and remove say what is wrong; show reports the layer as not configured
-    values = {}
-    for line in block.splitlines():
-        match = re.match(r"^export ([A-Za-z_][A-Za-z0-9_]*)=(.*)$", line)
-        if match:
-            values[match[1]] = (shlex.split(match[2]) or [""])[0]
-    return values
-
-
 def _peek(paths: Paths, display: str) -> bytes | None:
     """A layer's file for reading back; one that cannot be read counts as empty (setup and remove say why)."""
     try:
@@ -791,15 +777,28 @@ def _peek_json(paths: Paths, display: str) -> dict:
 
 
 def read_state(paths: Paths) -> dict[str, LayerState]:
-    text = fsedit.decode(_peek(paths, paths.shell_profile))
-    states = {"shell": LayerState("shell", [paths.shell_profile], _shell_values(text))}
+    try:
+        block = BLOCK.find(fsedit.decode(_peek(paths, paths.shell_profile))) or ""
+    except fsedit.MarkerError:
+        block = ""  # setup and remove say what is wrong; show reports the layer as not configured
+    exports = (
+        re.match(r"^export ([A-Za-z_][A-Za-z0-9_]*)=(.*)$", line) for line in block.splitlines()
+    )
+    shell = {match[1]: (shlex.split(match[2]) or [""])[0] for match in exports if match}
     daemon_values = daemon_environment(paths)
     daemon_files = [d for d in paths.dropins.values() if paths.real(d).exists()]
     daemon_json = _peek_json(paths, paths.daemon_json)
     proxies = found if isinstance(found := daemon_json.get("proxies"), dict) else {}
-    names = {"http-proxy": "HTTP_PROXY", "https-proxy": "HTTPS_PROXY", "no-proxy": "NO_PROXY"}
     daemon_values.update(
-        {f"daemon.json {n}": proxies[k] for k, n in names.items() if proxies.get(k)}
+        {
+            f"daemon.json {n}": proxies[k]
+            for k, n in (
+                ("http-proxy", "HTTP_PROXY"),
+                ("https-proxy", "HTTPS_PROXY"),
+                ("no-proxy", "NO_PROXY"),
+            )
+            if proxies.get(k)
+        }
     )
     mirrors = daemon_json.get("registry-mirrors")
     if mirrors:
@@ -808,17 +807,24 @@ def read_state(paths: Paths) -> dict[str, LayerState]:
         )
     if proxies or mirrors:
         daemon_files.append(paths.daemon_json)
-    states["daemon"] = LayerState("daemon", daemon_files, daemon_values)
     default = _get_path(_peek_json(paths, paths.docker_config), ("proxies", "default"))
-    states["container"] = LayerState(
-        "container", [paths.docker_config], dict(default) if isinstance(default, dict) else {}
-    )
     pip_text = fsedit.decode(_peek(paths, paths.pip_conf))
-    pip_values = {
-        k: v for k in ("index-url", "trusted-host") if (v := fsedit.ini_get(pip_text, "global", k))
+    return {
+        "shell": LayerState("shell", [paths.shell_profile], shell),
+        "daemon": LayerState("daemon", daemon_files, daemon_values),
+        "container": LayerState(
+            "container", [paths.docker_config], dict(default) if isinstance(default, dict) else {}
+        ),
+        "pip": LayerState(
+            "pip",
+            [paths.pip_conf],
+            {
+                k: v
+                for k in ("index-url", "trusted-host")
+                if (v := fsedit.ini_get(pip_text, "global", k))
+            },
+        ),
     }
-    states["pip"] = LayerState("pip", [paths.pip_conf], pip_values)
-    return states
 
 
 @dataclass(frozen=True)
@@ -830,12 +836,12 @@ class SavedLayer:
     profile: str | None = None  # shell layer: the file holding the block
 
     def to_json(self) -> dict:
-        data: dict = {"settings": self.settings.to_json()}
-        if self.daemon_mode:
-            data["daemon_mode"] = self.daemon_mode
-        if self.profile:
-            data["profile"] = self.profile
-        return data
+        data = (
+            ("settings", self.settings.to_json()),
+            ("daemon_mode", self.daemon_mode),
+            ("profile", self.profile),
+        )
+        return {key: value for key, value in data if value}
 
 
 def _json_kind(value: object) -> str:
@@ -987,9 +993,8 @@ def daemon_next_steps(plan: Plan, restart: bool) -> list[list[str]]:
     """The commands that make dockerd read the new settings; run here when systemd manages docker."""
     if not any(plan.paths.layer_of(c.display) == "daemon" and c.changed for c in plan.all_changes):
         return []
-    commands = [["systemctl", "daemon-reload"], ["systemctl", "restart", "docker"]]
-    if plan.daemon_mode == "daemon-json":
-        commands = [["systemctl", "restart", "docker"]]
+    reload = [["systemctl", "daemon-reload"]] if plan.daemon_mode != "daemon-json" else []
+    commands = [*reload, ["systemctl", "restart", "docker"]]
     if restart and str(plan.paths.root) == "/" and systemd_running() and shutil.which("systemctl"):
         for argv in commands:
             log.echo_command(argv)
@@ -1031,9 +1036,9 @@ def setup(
             note = f"  ({change.note})" if change.note else ""
             log.info(f"=== {change.display}{note}")
             log.console.print(change.diff(), markup=False, highlight=False, end="")
-        unchanged = len(plan.all_changes) - len(changed)
         log.info(
-            f"dry run: {len(changed)} file(s) would change, {unchanged} already up to date; nothing written"
+            f"dry run: {len(changed)} file(s) would change, {len(plan.all_changes) - len(changed)} already up to "
+            "date; nothing written"
         )
         return len(changed)
     fsedit.preflight(
@@ -1047,8 +1052,7 @@ def setup(
     )
     for change in written:
         note = f" ({change.note})" if change.note else ""
-        verb = "removed" if change.new is None else "wrote"
-        log.info(f"{verb} {change.display}{note}")
+        log.info(f"{'removed' if change.new is None else 'wrote'} {change.display}{note}")
     if not written:
         log.info("every layer already holds these settings; nothing written")
         problems = verify(plan)
