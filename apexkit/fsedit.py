@@ -221,10 +221,8 @@ def resolve_links(path: Path) -> tuple[Path, list[tuple[Path, int, Path]]]:
     real path it leads to). A path below a missing folder is completed as written."""
     absolute = str(path) if str(path).startswith("/") else os.path.join(os.getcwd(), str(path))
     pending: list[object] = list(reversed(_parts(absolute)))
-    current = Path("/")
     opened: list[list] = []  # [link, uid, where it leads], in the order met
-    exists = True
-    hops = 0
+    current, exists = Path("/"), True
     while pending:
         item = pending.pop()
         if isinstance(
@@ -244,8 +242,7 @@ def resolve_links(path: Path) -> tuple[Path, list[tuple[Path, int, Path]]]:
                 exists = False
             else:
                 if stat.S_ISLNK(st.st_mode):
-                    hops += 1
-                    if hops > 40:
+                    if len(opened) >= 40:  # the 41st link on one path
                         raise TargetError(
                             f"{path} goes through too many symbolic links (a loop?); nothing was changed",
                             "fix the links on that path, then run again",
@@ -401,6 +398,7 @@ read_target = read_regular
 
 
 _RENAME_EXCHANGE = 2  # linux/fs.h: swap the two names in one step
+_AT_FDCWD = -100  # fcntl.h: names relative to the working directory (they are absolute here)
 
 
 def _exchange(a: Path, b: Path) -> bool:
@@ -412,9 +410,6 @@ def _exchange(a: Path, b: Path) -> bool:
         renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
     except (OSError, AttributeError):  # a C library older than glibc 2.28 / musl 1.2.2
         return False
-    at_fdcwd = (
-        -100
-    )  # AT_FDCWD: the names are relative to the working directory (they are absolute here)
     renameat2.argtypes = [
         ctypes.c_int,
         ctypes.c_char_p,
@@ -422,7 +417,7 @@ def _exchange(a: Path, b: Path) -> bool:
         ctypes.c_char_p,
         ctypes.c_uint,
     ]
-    if renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+    if renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
         return True
     code = ctypes.get_errno()
     if code in (

@@ -280,9 +280,13 @@ def _forget_index_url(
             f"kept: index_url in {display} (not the mirror proxy.setup wrote; edit the file to remove it)"
         )
         return None
-    before = untrusted.read_regular(paths.real(display), None, config.MAX_BYTES)
-    after = config.render({k: v for k, v in table.items() if k != "index_url"}).encode()
-    return _config_writer(paths, display, before, after, dry_run)
+    return _config_writer(
+        paths,
+        display,
+        untrusted.read_regular(paths.real(display), None, config.MAX_BYTES),
+        config.render({k: v for k, v in table.items() if k != "index_url"}).encode(),
+        dry_run,
+    )
 
 
 def remove(o: Remove) -> int:

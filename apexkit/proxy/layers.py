@@ -64,8 +64,7 @@ def merge_no_proxy(*sources: str | Sequence[str] | None) -> tuple[str, ...]:
     for source in (DEFAULT_NO_PROXY, *sources):
         if not source:
             continue
-        items = re.split(r"[,\s]+", source) if isinstance(source, str) else source
-        for item in items:
+        for item in re.split(r"[,\s]+", source) if isinstance(source, str) else source:
             item = item.strip()
             if item and item.lower() not in seen:
                 if re.search(r"[\x00-\x1f\x7f-\x9f\"'\\]", item):
@@ -142,17 +141,6 @@ class ProxySettings:
             environ={},
         )
 
-    @classmethod
-    def from_json(cls, data: Mapping) -> ProxySettings:
-        return cls(
-            http=data.get("http"),
-            https=data.get("https"),
-            no_proxy=tuple(data.get("no_proxy") or DEFAULT_NO_PROXY),
-            ca_bundle=data.get("ca_bundle"),
-            pip_index=data.get("pip_index"),
-            registry_mirrors=tuple(data.get("registry_mirrors") or ()),
-        )
-
 
 def _from_environment(environ: Mapping[str, str], name: str) -> str | None:
     lower, upper = netenv.cases(environ, name)
@@ -188,11 +176,12 @@ def make_settings(
             "no proxy given and none set in this environment (http_proxy/https_proxy)",
             "pass --http http://proxy:3128 (or --pip-index / --registry-mirror for the no-proxy path)",
         )
-    user_no_proxy = no_proxy if no_proxy is not None else _from_environment(environ, "no_proxy")
     return ProxySettings(
         http=http_url,
         https=https_url,
-        no_proxy=merge_no_proxy(user_no_proxy),
+        no_proxy=merge_no_proxy(
+            no_proxy if no_proxy is not None else _from_environment(environ, "no_proxy")
+        ),
         ca_bundle=ca_bundle,
         pip_index=urls.index_url(pip_index, "--pip-index") if pip_index else None,
         registry_mirrors=tuple(
@@ -291,17 +280,20 @@ class Paths:
         """Whether `display` is a file of the home's owner in that home: its path (with '..' taken out) lies in the
         home, and its real path (links followed) in the real home -- or, through the owner's own link, in a folder
         of that owner (a dotfiles checkout elsewhere). A root-made link out of the home does not count."""
-        if not self.home.startswith("/"):
-            return False
         home, name = os.path.normpath(self.home), os.path.normpath(display)
-        if home == "/" or not (name == home or name.startswith(home + "/")):
+        if (
+            not self.home.startswith("/")
+            or home == "/"
+            or not (name == home or name.startswith(home + "/"))
+        ):
             return False
         real_home = Path(os.path.realpath(self.real(home)))
         real = Path(os.path.realpath(self.real(name)))
-        if real == real_home or real_home in real.parents:
-            return True
-        owner = self.home_owner()
-        return owner is not None and fsedit.nearest_owner(real) == owner[0]
+        return (
+            real == real_home
+            or real_home in real.parents
+            or ((owner := self.home_owner()) is not None and fsedit.nearest_owner(real) == owner[0])
+        )
 
     def home_owner(self) -> tuple[int, int] | None:
         """(uid, gid) of the home when it is not root's: what root creates there is given to them (sudo -E)."""
@@ -644,10 +636,12 @@ def _settings_change(paths: Paths, saved: Mapping[str, SavedLayer]) -> fsedit.Ch
 
 def build_ca_bundle(ca_cert: str, system_bundles: Sequence[str] = SYSTEM_CA_BUNDLES) -> bytes:
     """The system's CA bundle plus the given certificate(s), each certificate once."""
-    path = Path(ca_cert).expanduser()
     try:  # a regular file of at most 16 MiB, read without blocking (not a named pipe, not /dev/zero)
         data = fsedit.read_regular(
-            path, f"--ca-cert {ca_cert}", ConfigError, "pass the PEM file of your proxy's CA"
+            Path(ca_cert).expanduser(),
+            f"--ca-cert {ca_cert}",
+            ConfigError,
+            "pass the PEM file of your proxy's CA",
         )
         if data is None:
             raise FileNotFoundError(ca_cert)
@@ -666,8 +660,9 @@ def build_ca_bundle(ca_cert: str, system_bundles: Sequence[str] = SYSTEM_CA_BUND
         )
     system = next((Path(b) for b in system_bundles if Path(b).is_file()), None)
     existing = pem.findall(system.read_text()) if system else []
-    unique = list(dict.fromkeys([*existing, *certificates]))
-    return ("\n".join(unique) + "\n").encode()
+    return (
+        "\n".join(dict.fromkeys([*existing, *certificates])) + "\n"
+    ).encode()  # each certificate once
 
 
 @dataclass
@@ -873,7 +868,14 @@ def _settings_from_json(paths: Paths, data: object, where: str) -> ProxySettings
         if value is not None and not (strings if listed else isinstance(value, str)):
             what = "a list of strings" if listed else "a string"
             raise _bad_state(paths, f"{where}.{key}", f"is {_json_kind(value)}, not {what}")
-    return ProxySettings.from_json(data)
+    return ProxySettings(
+        http=data.get("http"),
+        https=data.get("https"),
+        no_proxy=tuple(data.get("no_proxy") or DEFAULT_NO_PROXY),
+        ca_bundle=data.get("ca_bundle"),
+        pip_index=data.get("pip_index"),
+        registry_mirrors=tuple(data.get("registry_mirrors") or ()),
+    )
 
 
 def load_saved(paths: Paths) -> dict[str, SavedLayer]:

@@ -265,16 +265,18 @@ def probe_all(
     futures = {pool.submit(probe, v, proxy, no_proxy, ca_bundle): v for v in wanted}
     done, _ = concurrent.futures.wait(futures, timeout=total)
     for future, value in futures.items():
-        if future in done and future.exception() is None:
-            rows[value.key] = future.result()
-        else:
-            rows[value.key] = checks.Row(
+        answered = future in done and future.exception() is None
+        rows[value.key] = (
+            future.result()
+            if answered
+            else checks.Row(
                 AREA,
                 value.key,
                 checks.WARN,
                 f"{value.shown()}: no answer within {total:.0f}s ({value.origin})",
                 _fix(value),
             )
+        )
     pool.shutdown(wait=False)
     out = [rows[s.key] for s in config.SETTINGS if s.key in rows]
     for row in out:  # the keys proxy.check's rows have always had (its --json readers rely on them)
