@@ -323,8 +323,7 @@ def check_links(
     if os.geteuid() != 0:
         return
     for link, uid, target in resolve_links(path)[1] if links is None else links:
-        owner = nearest_owner(target)
-        if uid == 0 or owner == uid:
+        if uid == 0 or (owner := nearest_owner(target)) == uid:  # root's own links are followed
             continue
         whose = _user_name(owner if owner is not None else -1)
         where = (

@@ -165,18 +165,23 @@ def docker_client(paths: Paths, timeout: int = 30):
             os.environ["DOCKER_CONFIG"] = saved
 
 
+def _systemd_environment() -> str | None:
+    if not (systemd_running() and shutil.which("systemctl")):
+        return None
+    result = subprocess.run(
+        ["systemctl", "show", "--property=Environment", "docker"], capture_output=True, text=True
+    )
+    return result.stdout.strip() if result.returncode == 0 else None
+
+
 def check_daemon(paths: Paths, settings: ProxySettings | None, client, why: str) -> checks.Row:
     state = read_state(paths)["daemon"]
     configured = (
         ", ".join(state.files) if state.configured else "no drop-in and no daemon.json proxies"
     )
     want = host_port(settings.https or settings.http) if settings else ""
-    systemd = ""
-    if systemd_running() and shutil.which("systemctl"):
-        argv = ["systemctl", "show", "--property=Environment", "docker"]
-        result = subprocess.run(argv, capture_output=True, text=True)
-        if result.returncode == 0:
-            systemd = f"systemctl: {log.mask(result.stdout.strip()) or 'Environment='}"
+    systemd_env = _systemd_environment()
+    systemd = "" if systemd_env is None else f"systemctl: {log.mask(systemd_env) or 'Environment='}"
     if client is None:
         return layer_row("daemon", configured, systemd or "-", why, "skip", NO_DAEMON)
     info = client.info()

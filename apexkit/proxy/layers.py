@@ -491,8 +491,9 @@ def _change(
     extra: dict | None = None,
 ) -> fsedit.Change:
     """The change of one layer file: 0600 when it holds credentials, else the mode it has (new: 0644)."""
-    current = fsedit.file_mode(paths.real(display))
-    mode = mode if mode is not None else 0o600 if secret else 0o644 if current is None else current
+    if mode is None:
+        current = fsedit.file_mode(paths.real(display))
+        mode = 0o600 if secret else 0o644 if current is None else current
     return fsedit.Change(
         display,
         paths.real(display),

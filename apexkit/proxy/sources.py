@@ -201,47 +201,46 @@ def registry_url(prefix: str) -> str:
     return f"{scheme}://{host}/v2/"
 
 
+def _probe_item(
+    value: config.Value, item: str, proxy: str | None, no_proxy: str, ca_bundle: str | None
+) -> tuple[bool, str]:
+    """(whether it answered, what happened) for one URL, path or prefix of a source."""
+    kind, lower = config.BY_KEY[value.key].kind, item.lower()
+    local = kind in ("dirs", "file", "files") or (
+        value.key == "team_indexes" and not lower.startswith(("http://", "https://"))
+    )
+    if kind == "git":
+        return git_ls_remote(item, proxy, no_proxy, ca_bundle)
+    if local or (
+        kind not in ("registry", "url", "urls")
+        and (lower.startswith("file://") or item.startswith("/"))
+    ):
+        path = Path(urllib.parse.unquote(item[7:]) if lower.startswith("file://") else item)
+        found = path.expanduser() if local else path
+        what = "file" if kind in ("file", "files") else "directory"
+        good = found.is_file() if what == "file" else found.is_dir()
+        return good, f"{path}: {'a' if good else 'not a'} {what}"
+    code, text = http_get(
+        registry_url(item) if kind == "registry" else item, proxy, no_proxy, ca_bundle
+    )
+    if kind == "registry":
+        return code in (200, 401), text  # 401: a registry that wants a token has answered
+    # a mirror's root may 404: the host answered
+    return code is not None and code < (400 if kind in ("url", "urls") else 500), text
+
+
 def probe(
     value: config.Value, proxy: str | None, no_proxy: str, ca_bundle: str | None
 ) -> checks.Row:
-    """One source's row."""
-    setting = config.BY_KEY[value.key]
+    """One source's row: each of its URLs, paths or prefixes probed."""
     items = value.value if isinstance(value.value, tuple) else (str(value.value),)
-    details, ok = [], True
-    for item in items:
-        lower = item.lower()
-        local = setting.kind in ("dirs", "file", "files") or (
-            value.key == "team_indexes" and not lower.startswith(("http://", "https://"))
-        )
-        if setting.kind == "git":
-            good, text = git_ls_remote(item, proxy, no_proxy, ca_bundle)
-        elif local or (
-            setting.kind not in ("registry", "url", "urls")
-            and (lower.startswith("file://") or item.startswith("/"))
-        ):
-            path = Path(urllib.parse.unquote(item[7:]) if lower.startswith("file://") else item)
-            found = path.expanduser() if local else path
-            kind = "file" if setting.kind in ("file", "files") else "directory"
-            good = found.is_file() if kind == "file" else found.is_dir()
-            text = f"{path}: {'a' if good else 'not a'} {kind}"
-        else:
-            registry = setting.kind == "registry"
-            code, text = http_get(
-                registry_url(item) if registry else item, proxy, no_proxy, ca_bundle
-            )
-            # a registry that wants a token (401) has answered; so has a mirror whose root is a 404
-            good = (
-                code in (200, 401)
-                if registry
-                else code is not None and code < (400 if setting.kind in ("url", "urls") else 500)
-            )
-        ok = ok and good
-        details.append(text)
+    found = [_probe_item(value, item, proxy, no_proxy, ca_bundle) for item in items]
+    ok = all(good for good, _ in found)
     return checks.Row(
         AREA,
         value.key,
         checks.OK if ok else checks.WARN,
-        "\n".join([*details, f"({value.origin})"]),
+        "\n".join([*(text for _, text in found), f"({value.origin})"]),
         "" if ok else _fix(value),
         {"origin": value.origin, "value": value.shown()},
     )
