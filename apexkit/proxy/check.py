@@ -59,12 +59,11 @@ def layer_row(
     layer: str, configured: str, effective: str, probe: str, status: str, hint: str = ""
 ) -> checks.Row:
     """One layer's row of the shared report: the three findings in its detail (and in data), the hint as its fix."""
-    detail = f"configured: {configured}\neffective: {effective}\nprobe: {probe}"
     return checks.Row(
         "proxy layers",
         layer,
         status,
-        detail,
+        f"configured: {configured}\neffective: {effective}\nprobe: {probe}",
         hint,
         {"configured": configured, "effective": effective, "probe": probe},
     )
@@ -322,8 +321,8 @@ def check_sources(settings: ProxySettings | None, probe_defaults: bool = False) 
     except ConfigError as exc:
         return [checks.Row(sources.AREA, "config files", checks.FAIL, exc.cause, exc.hint)]
     proxy, no_proxy = sources.proxy_of(os.environ, settings)
-    ca = settings.ca_bundle if settings is not None else None
-    return sources.probe_all(values, proxy, no_proxy, ca, defaults=probe_defaults)
+    ca_bundle = settings.ca_bundle if settings is not None else None
+    return sources.probe_all(values, proxy, no_proxy, ca_bundle, defaults=probe_defaults)
 
 
 def legacy_json(row: checks.Row) -> dict:

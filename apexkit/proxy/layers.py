@@ -525,9 +525,10 @@ def plan_shell(settings: ProxySettings, paths: Paths, mode: str) -> list[fsedit.
     env = settings.environment()
     if not env:
         return []
-    block = BLOCK.render(shell_exports(env).splitlines(), BLOCK_COMMENT)
     appended = BLOCK.find(current, display) is None
-    text, added_newline = BLOCK.put(current, block, display)
+    text, added_newline = BLOCK.put(
+        current, BLOCK.render(shell_exports(env).splitlines(), BLOCK_COMMENT), display
+    )
     # whether a newline was added before the block is known only when it is appended: a block replaced in place
     # keeps what the record says
     extra = {"added_newline": added_newline} if appended else {}
@@ -559,16 +560,13 @@ def plan_daemon(settings: ProxySettings, paths: Paths, mode: str) -> list[fsedit
     if json_proxies or settings.registry_mirrors:
         data = _read_json(paths, paths.daemon_json)
         if json_proxies:
-            proxies = {
-                k: v
-                for k, v in (("http-proxy", settings.http), ("https-proxy", settings.https))
-                if v
-            }
-            data["proxies"] = {**proxies, "no-proxy": settings.no_proxy_text}
+            given = (("http-proxy", settings.http), ("https-proxy", settings.https))
+            data["proxies"] = {**{k: v for k, v in given if v}, "no-proxy": settings.no_proxy_text}
         if settings.registry_mirrors:
             data["registry-mirrors"] = list(settings.registry_mirrors)
-        data_json = fsedit.dump_json(data)
-        changes.append(_change(paths, paths.daemon_json, data_json, secret and json_proxies))
+        changes.append(
+            _change(paths, paths.daemon_json, fsedit.dump_json(data), secret and json_proxies)
+        )
     return changes
 
 
@@ -576,10 +574,12 @@ def plan_container(settings: ProxySettings, paths: Paths, mode: str) -> list[fse
     if not (settings.http or settings.https):
         return []
     data = _read_json(paths, paths.docker_config)
-    default = {k: v for k, v in (("httpProxy", settings.http), ("httpsProxy", settings.https)) if v}
-    default["noProxy"] = settings.no_proxy_text
+    given = (("httpProxy", settings.http), ("httpsProxy", settings.https))
     proxies = found if isinstance(found := data.get("proxies"), dict) else {}
-    data["proxies"] = {**proxies, "default": default}
+    data["proxies"] = {
+        **proxies,
+        "default": {**{k: v for k, v in given if v}, "noProxy": settings.no_proxy_text},
+    }
     # the docker CLI writes config.json 0600 with tab indentation; keep both
     new = fsedit.dump_json(data, "\t")
     return [
@@ -595,8 +595,7 @@ def plan_pip(settings: ProxySettings, paths: Paths, mode: str) -> list[fsedit.Ch
     parts = urlsplit(settings.pip_index)
     if parts.scheme == "http":  # pip refuses plain-http indexes unless the host is trusted
         text = fsedit.ini_set(text, "global", "trusted-host", parts.hostname)
-    secret = _has_userinfo(settings.pip_index)
-    return [_change(paths, paths.pip_conf, fsedit.encode(text), secret)]
+    return [_change(paths, paths.pip_conf, fsedit.encode(text), _has_userinfo(settings.pip_index))]
 
 
 PLANNERS = {
@@ -631,8 +630,13 @@ def state_layers(
 
 def _settings_change(paths: Paths, saved: Mapping[str, SavedLayer]) -> fsedit.Change:
     state = {"version": 2, "layers": {name: entry.to_json() for name, entry in saved.items()}}
-    new = fsedit.dump_json(state)
-    return _change(paths, paths.settings_file, new, note="holds the settings: 0600", mode=0o600)
+    return _change(
+        paths,
+        paths.settings_file,
+        fsedit.dump_json(state),
+        note="holds the settings: 0600",
+        mode=0o600,
+    )
 
 
 def build_ca_bundle(ca_cert: str, system_bundles: Sequence[str] = SYSTEM_CA_BUNDLES) -> bytes:
@@ -1187,7 +1191,7 @@ def container_args(settings: ProxySettings) -> list[str]:
     """`docker run` arguments that give a container the CA bundle (the proxy variables come from config.json)."""
     if not settings.ca_bundle:
         return []
-    args = ["-v", f"{settings.ca_bundle}:{CONTAINER_CA_PATH}:ro"]
-    for name in netenv.CA_VARIABLES:
-        args += ["-e", f"{name}={CONTAINER_CA_PATH}"]
-    return args
+    variables = (
+        arg for name in netenv.CA_VARIABLES for arg in ("-e", f"{name}={CONTAINER_CA_PATH}")
+    )
+    return ["-v", f"{settings.ca_bundle}:{CONTAINER_CA_PATH}:ro", *variables]
