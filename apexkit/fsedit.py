@@ -73,10 +73,8 @@ def _open_parent(path: Path, nofollow: bool) -> int:
     fd = os.open("/", flags)
     try:
         for part in _parts(os.path.normpath(os.path.abspath(path.parent))):
-            fd, above = (
-                os.open(part, flags, dir_fd=fd),
-                fd,
-            )  # on a failure `fd` is still the one above
+            # on a failure `fd` is still the one above, closed below
+            fd, above = os.open(part, flags, dir_fd=fd), fd
             os.close(above)
     except BaseException as exc:
         os.close(fd)
@@ -107,9 +105,8 @@ def atomic_write(
     The temporary file, its owner and the rename all work on one descriptor of the parent folder; with `nofollow`
     (a real path, as `write_target` gives) that folder is opened from / without following any link, so a folder
     swapped for a link after the plan (review M5: ~/.docker -> /root/.docker) is refused, never written through."""
-    make_parents(
-        path
-    )  # one mkdir per missing folder: a link put in the place of one is not followed
+    # one mkdir per missing folder: a link put in the place of one is not followed
+    make_parents(path)
     directory = _open_parent(path, nofollow)
     name = path.name
     try:
@@ -134,9 +131,8 @@ def atomic_write(
                 who = (previous.st_uid, previous.st_gid) if previous is not None else owner
                 if os.geteuid() == 0 and who is not None:
                     os.fchown(handle.fileno(), *who)
-                    os.fchmod(
-                        handle.fileno(), mode
-                    )  # chown clears setgid-like bits; keep the mode exact
+                    # chown clears setgid-like bits; keep the mode exact
+                    os.fchmod(handle.fileno(), mode)
                 os.fsync(handle.fileno())
             os.replace(tmp, name, src_dir_fd=directory, dst_dir_fd=directory)
         except BaseException:

@@ -213,9 +213,8 @@ def setup(o: Setup) -> int:
             for name, entry in saved.items()
             if name in layers
         ):
-            settings = dataclasses.replace(
-                settings, ca_bundle=paths.ca_bundle
-            )  # keep the earlier --ca-cert
+            # keep the earlier --ca-cert
+            settings = dataclasses.replace(settings, ca_bundle=paths.ca_bundle)
         plan = proxy.make_plan(settings, paths, layers, o.daemon_mode, o.ca_cert)
         before = proxy.read_state(paths)
         log.info(

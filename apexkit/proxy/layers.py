@@ -665,9 +665,8 @@ def build_ca_bundle(ca_cert: str, system_bundles: Sequence[str] = SYSTEM_CA_BUND
         )
     system = next((Path(b) for b in system_bundles if Path(b).is_file()), None)
     existing = pem.findall(system.read_text()) if system else []
-    return (
-        "\n".join(dict.fromkeys([*existing, *certificates])) + "\n"
-    ).encode()  # each certificate once
+    # each certificate once
+    return ("\n".join(dict.fromkeys([*existing, *certificates])) + "\n").encode()
 
 
 @dataclass
