@@ -62,37 +62,34 @@ def file_mode(path: Path) -> int | None:
         return None
 
 
-def _walk_dir(directory: Path) -> int:
-    """A descriptor of `directory`, opened one folder at a time from / with O_NOFOLLOW: a folder on the way that is
-    (now) a symbolic link, or not a folder, fails with ELOOP or ENOTDIR instead of being followed."""
-    flags = (
-        os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
-    )
+def _open_parent(path: Path, nofollow: bool) -> int:
+    """A descriptor of `path`'s folder. With `nofollow` it is opened one folder at a time from / with O_NOFOLLOW: a
+    folder on the way that is (now) a symbolic link, or not a folder, fails with ELOOP or ENOTDIR instead of being
+    followed."""
+    flags = os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0)
+    if not nofollow:
+        return os.open(path.parent, flags)
+    flags |= getattr(os, "O_NOFOLLOW", 0)
     fd = os.open("/", flags)
     try:
-        for part in _parts(os.path.normpath(os.path.abspath(directory))):
-            below = os.open(part, flags, dir_fd=fd)
-            os.close(fd)
-            fd = below
-    except BaseException:
+        for part in _parts(os.path.normpath(os.path.abspath(path.parent))):
+            # on a failure `fd` is still the one above, closed below
+            fd, above = os.open(part, flags, dir_fd=fd), fd
+            os.close(above)
+    except BaseException as exc:
         os.close(fd)
-        raise
-    return fd
-
-
-def _open_parent(path: Path, nofollow: bool) -> int:
-    if not nofollow:
-        return os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
-    try:
-        return _walk_dir(path.parent)
-    except OSError as exc:
-        if exc.errno not in (errno.ELOOP, errno.ENOTDIR, errno.ENOENT):
+        if not isinstance(exc, OSError) or exc.errno not in (
+            errno.ELOOP,
+            errno.ENOTDIR,
+            errno.ENOENT,
+        ):
             raise
         raise TargetError(
             f"{path.parent} changed while apexkit was writing {path.name}: a folder on the way is now a symbolic "
             "link (or gone); it was not followed",
             "check who changed it, then run again",
         ) from None
+    return fd
 
 
 def atomic_write(
@@ -108,12 +105,8 @@ def atomic_write(
     The temporary file, its owner and the rename all work on one descriptor of the parent folder; with `nofollow`
     (a real path, as `write_target` gives) that folder is opened from / without following any link, so a folder
     swapped for a link after the plan (review M5: ~/.docker -> /root/.docker) is refused, never written through."""
-    if nofollow:
-        make_parents(
-            path
-        )  # one mkdir per missing folder: a link put in the place of one is not followed
-    else:
-        path.parent.mkdir(parents=True, exist_ok=True)
+    # one mkdir per missing folder: a link put in the place of one is not followed
+    make_parents(path)
     directory = _open_parent(path, nofollow)
     name = path.name
     try:
@@ -134,15 +127,12 @@ def atomic_write(
             with os.fdopen(fd, "wb") as handle:
                 handle.write(data)
                 handle.flush()
-                if (
-                    os.geteuid() == 0
-                ):  # keep the owner of a user's file we edit as root; a new file gets `owner`
-                    who = (previous.st_uid, previous.st_gid) if previous is not None else owner
-                    if who is not None:
-                        os.fchown(handle.fileno(), *who)
-                        os.fchmod(
-                            handle.fileno(), mode
-                        )  # chown clears setgid-like bits; keep the mode exact
+                # as root: keep the owner of a user's file we edit; a new file gets `owner`
+                who = (previous.st_uid, previous.st_gid) if previous is not None else owner
+                if os.geteuid() == 0 and who is not None:
+                    os.fchown(handle.fileno(), *who)
+                    # chown clears setgid-like bits; keep the mode exact
+                    os.fchmod(handle.fileno(), mode)
                 os.fsync(handle.fileno())
             os.replace(tmp, name, src_dir_fd=directory, dst_dir_fd=directory)
         except BaseException:
@@ -227,10 +217,8 @@ def resolve_links(path: Path) -> tuple[Path, list[tuple[Path, int, Path]]]:
     real path it leads to). A path below a missing folder is completed as written."""
     absolute = str(path) if str(path).startswith("/") else os.path.join(os.getcwd(), str(path))
     pending: list[object] = list(reversed(_parts(absolute)))
-    current = Path("/")
     opened: list[list] = []  # [link, uid, where it leads], in the order met
-    exists = True
-    hops = 0
+    current, exists = Path("/"), True
     while pending:
         item = pending.pop()
         if isinstance(
@@ -250,8 +238,7 @@ def resolve_links(path: Path) -> tuple[Path, list[tuple[Path, int, Path]]]:
                 exists = False
             else:
                 if stat.S_ISLNK(st.st_mode):
-                    hops += 1
-                    if hops > 40:
+                    if len(opened) >= 40:  # the 41st link on one path
                         raise TargetError(
                             f"{path} goes through too many symbolic links (a loop?); nothing was changed",
                             "fix the links on that path, then run again",
@@ -269,10 +256,6 @@ def resolve_links(path: Path) -> tuple[Path, list[tuple[Path, int, Path]]]:
     ]
 
 
-def _outside(path: Path, limit: Path) -> bool:
-    return path != limit and limit not in path.parents
-
-
 def write_target(path: Path, display: str, within: Path | None = None) -> Path:
     """The file a writer really edits for `path`: itself, or -- when it (or a folder above it) is a symbolic link --
     the link's target, so that an atomic rename edits the dotfiles repository's file and leaves the link a link.
@@ -282,16 +265,14 @@ def write_target(path: Path, display: str, within: Path | None = None) -> Path:
     target, links = resolve_links(path)
     if within is not None and str(within) != "/":
         limit = Path(os.path.realpath(within))
-        if _outside(
-            Path(os.path.normpath(os.path.abspath(path))),
-            Path(os.path.normpath(os.path.abspath(within))),
-        ):
+        written, tree = (Path(os.path.normpath(os.path.abspath(p))) for p in (path, within))
+        if written != tree and tree not in written.parents:
             raise TargetError(
                 f"{display} lies outside {within}: its '..' climbs out of the managed tree; nothing was "
                 "changed",
                 f"give a path inside {within} without '..', or run without --root",
             )
-        if _outside(target, limit):
+        if target != limit and limit not in target.parents:
             raise TargetError(
                 f"{display} is a symbolic link to {target}, outside {within}: following it would edit a file outside "
                 "the managed tree; nothing was changed",
@@ -337,19 +318,15 @@ def check_links(
     on the way, the folders above the file included; root's own links are followed."""
     if os.geteuid() != 0:
         return
-    if links is None:
-        links = resolve_links(path)[1]
-    for link, uid, target in links:
-        if uid == 0:
-            continue
-        owner = nearest_owner(target)
-        if owner == uid:
+    for link, uid, target in resolve_links(path)[1] if links is None else links:
+        if uid == 0 or (owner := nearest_owner(target)) == uid:  # root's own links are followed
             continue
         whose = _user_name(owner if owner is not None else -1)
-        if link == Path(os.path.abspath(path)):
-            where = f"{display} is a symbolic link of {_user_name(uid)}"
-        else:
-            where = f"{display} lies under {link}, a symbolic link of {_user_name(uid)}"
+        where = (
+            f"{display} is a symbolic link of {_user_name(uid)}"
+            if link == Path(os.path.abspath(path))
+            else f"{display} lies under {link}, a symbolic link of {_user_name(uid)}"
+        )
         raise TargetError(
             f"{where} to {target}, which belongs to {whose}: root does not follow it; nothing was "
             "changed",
@@ -411,12 +388,12 @@ def _refused(
     raise error(*messages.get(kind, messages["os"])) from None
 
 
-def read_target(path: Path, display: str) -> bytes | None:
-    """The bytes of a file a writer edits (through a link); None when missing; anything else is one line."""
-    return read_regular(path, display)
+# The bytes of a file a writer edits (through a link); None when missing; anything else is one line.
+read_target = read_regular
 
 
 _RENAME_EXCHANGE = 2  # linux/fs.h: swap the two names in one step
+_AT_FDCWD = -100  # fcntl.h: names relative to the working directory (they are absolute here)
 
 
 def _exchange(a: Path, b: Path) -> bool:
@@ -428,7 +405,6 @@ def _exchange(a: Path, b: Path) -> bool:
         renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
     except (OSError, AttributeError):  # a C library older than glibc 2.28 / musl 1.2.2
         return False
-    at_fdcwd = -100
     renameat2.argtypes = [
         ctypes.c_int,
         ctypes.c_char_p,
@@ -436,7 +412,7 @@ def _exchange(a: Path, b: Path) -> bool:
         ctypes.c_char_p,
         ctypes.c_uint,
     ]
-    if renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+    if renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
         return True
     code = ctypes.get_errno()
     if code in (
@@ -458,9 +434,8 @@ def swap_directory(tmp: Path, final: Path) -> None:
     if os.path.isdir(final) and not os.path.islink(final) and _exchange(tmp, final):
         shutil.rmtree(tmp, ignore_errors=True)  # tmp now holds the old directory
         return
-    old = None
-    if final.exists():
-        old = final.with_name(f".{final.name}.old-{os.getpid()}")
+    old = final.with_name(f".{final.name}.old-{os.getpid()}") if final.exists() else None
+    if old:
         os.replace(final, old)
     os.replace(tmp, final)
     if old:
@@ -470,9 +445,7 @@ def swap_directory(tmp: Path, final: Path) -> None:
 def _writable(path: Path) -> bool:
     if path.exists():
         return path.is_file() and os.access(path, os.W_OK) and os.access(path.parent, os.W_OK)
-    parent = path.parent
-    while not parent.exists():
-        parent = parent.parent
+    parent = next(p for p in path.parents if p.exists())  # the nearest that exists: / at the latest
     return parent.is_dir() and os.access(parent, os.W_OK | os.X_OK)
 
 
@@ -496,8 +469,9 @@ class Block:
         return f"# <<< {self.name} <<<"
 
     def render(self, lines: Iterable[str], comment: str = "") -> str:
-        head = [self.begin] + ([f"# {comment}"] if comment else [])
-        return "\n".join([*head, *lines, self.end]) + "\n"
+        return (
+            "\n".join([self.begin, *([f"# {comment}"] if comment else []), *lines, self.end]) + "\n"
+        )
 
     def _span(self, text: str, display: str = "the file") -> tuple[int, int] | None:
         """Where our block is: exactly one begin line followed by one end line, or none of either. Anything else
@@ -640,28 +614,21 @@ def ini_set(text: str, section: str, key: str, value: str | None) -> str:
     lines = text.splitlines(keepends=True)
     if lines and not lines[-1].endswith("\n"):
         lines[-1] += "\n"
-    start = end = None
-    for index, line in enumerate(lines):
-        head = _SECTION.match(line)
-        if head and start is None and head["name"].strip() == section:
-            start = index
-        elif head and start is not None and end is None:
-            end = index
+    heads = [
+        (index, head["name"].strip())
+        for index, head in enumerate(map(_SECTION.match, lines))
+        if head
+    ]
+    start = next((index for index, name in heads if name == section), None)
     if start is None:
-        if value is None:
-            return text
         prefix = "" if not lines or lines[-1].strip() == "" else "\n"
-        return "".join(lines) + f"{prefix}[{section}]\n{key} = {value}\n"
-    end = len(lines) if end is None else end
-    for index in range(start + 1, end):
-        if _ini_key(lines[index]) == key:
-            if value is None:
-                del lines[index]
-            else:
-                lines[index] = f"{key} = {value}\n"
-            return "".join(lines)
+        return text if value is None else "".join(lines) + f"{prefix}[{section}]\n{key} = {value}\n"
+    end = next((index for index, _ in heads if index > start), len(lines))
+    found = next((index for index in range(start + 1, end) if _ini_key(lines[index]) == key), None)
+    if found is not None:
+        del lines[found]
     if value is not None:
-        lines.insert(start + 1, f"{key} = {value}\n")
+        lines.insert(start + 1 if found is None else found, f"{key} = {value}\n")
     return "".join(lines)
 
 
@@ -700,23 +667,25 @@ class Change:
 
     @property
     def changed(self) -> bool:
-        if self.new is None:
-            return self.old is not None
-        return self.new != self.old or self.old_mode != self.mode
+        return (
+            self.old is not None
+            if self.new is None
+            else self.new != self.old or self.old_mode != self.mode
+        )
 
     def diff(self) -> str:
         if self.summary:
             return f"{'create' if self.old is None else 'replace'} {self.display}: {self.summary}\n"
-        old = (self.old or b"").decode("utf-8", "replace").splitlines(keepends=True)
-        new = (self.new or b"").decode("utf-8", "replace").splitlines(keepends=True)
-        a = self.display if self.old is not None else "/dev/null"
-        b = self.display if self.new is not None else "/dev/null"
+        old, new = (
+            (data or b"").decode("utf-8", "replace").splitlines(True)
+            for data in (self.old, self.new)
+        )
+        a, b = (self.display if data is not None else "/dev/null" for data in (self.old, self.new))
         text = "".join(difflib.unified_diff(old, new, a, b))
         if text and not text.endswith("\n"):
             text += "\n\\ No newline at end of file\n"
         if self.new is not None and self.old_mode != self.mode:
-            old_mode = "absent" if self.old_mode is None else oct(self.old_mode)
-            text += f"mode {self.display}: {old_mode} -> {oct(self.mode)}\n"
+            text += f"mode {self.display}: {'absent' if self.old_mode is None else oct(self.old_mode)} -> {oct(self.mode)}\n"
         return log.mask(text)
 
 
@@ -806,8 +775,7 @@ def read_private(path: Path, what: str) -> bytes | None:
 def clamp_mode(mode: object, private: bool = False, default: int = 0o644) -> int:
     """A mode read back from undo records, made safe: permission bits only (no setuid, setgid or sticky bit),
     and at most 0600 for a file that holds credentials."""
-    value = mode if isinstance(mode, int) and not isinstance(mode, bool) else default
-    value &= 0o777
+    value = (mode if isinstance(mode, int) and not isinstance(mode, bool) else default) & 0o777
     return value & 0o600 if private else value
 
 
@@ -849,11 +817,9 @@ class BackupStore:
         self.within = within
         self._made = 0  # folders this process made for the store (recorded in the manifest's STATE_KEY entry)
         self._warned: set[str] = set()
-
-    def _state_paths(self) -> list[tuple[Path, str, bool]]:
-        return [
-            (self.directory.parent, "the apexkit state directory", True),
-            (self.directory, "the backups directory", True),
+        self._state = [  # (path, what it is, whether a directory)
+            (directory.parent, "the apexkit state directory", True),
+            (directory, "the backups directory", True),
             (self.manifest_path, "the backups manifest", False),
         ]
 
@@ -862,18 +828,8 @@ class BackupStore:
             self.manifest_path, str(self.manifest_path)
         )  # as root: no user's link into root's own state
         also = self.home_owner[0] if self.home_owner else None
-        for path, what, directory in self._state_paths():
+        for path, what, directory in self._state:
             check_private(path, what, directory, also)
-
-    def _user_owned(self) -> bool:
-        """Whether some of the state belongs to the home's owner (not to root) -- see the class docstring."""
-        if not self.home_owner:
-            return False
-        for path, _, _ in self._state_paths():
-            with contextlib.suppress(FileNotFoundError):
-                if os.lstat(path).st_uid == self.home_owner[0]:
-                    return True
-        return False
 
     def _prepare(self) -> int:
         """Create the state and backups directories closed to others (whatever the umask), then check them.
@@ -892,14 +848,16 @@ class BackupStore:
     def load(self) -> dict[str, dict]:
         self.check()
         data = read_private(self.manifest_path, "the backups manifest")
-        manifest = (
-            load_json_object(self.manifest_path, str(self.manifest_path), data) if data else {}
-        )
+        manifest = load_json_object(self.manifest_path, str(self.manifest_path), data)
         for display, record in list(manifest.items()):
             if not isinstance(record, dict):
                 log.warn(f"backups manifest entry {display!r} is not an object; ignored")
                 del manifest[display]
-        if self._user_owned():
+        uids = set()  # whether some of the state belongs to the home's owner (not to root): see the class docstring
+        for path, _, _ in self._state:
+            with contextlib.suppress(FileNotFoundError):
+                uids.add(os.lstat(path).st_uid)
+        if self.home_owner and self.home_owner[0] in uids:
             outside = sorted(d for d in records(manifest) if not self.in_home(d))
             if outside:
                 raise EnvironmentSetupError(
@@ -919,27 +877,23 @@ class BackupStore:
         if self._made and STATE_KEY not in manifest:
             manifest[STATE_KEY] = {"made_dirs": self._made}
         self._write_private(self.manifest_path, dump_json(manifest))
-        self._give_owner(manifest)
+        if not self.home_owner:
+            return
+        owner = self.home_owner if all(self.in_home(d) for d in records(manifest)) else (0, 0)
+        for path in [
+            self.directory.parent,
+            self.directory,
+            self.manifest_path,
+            *self.directory.glob("*.orig"),
+        ]:
+            with contextlib.suppress(FileNotFoundError):
+                os.chown(path, *owner, follow_symlinks=False)
 
     def _write_private(self, path: Path, data: bytes) -> None:
         """A state file, written into the real folder the links (checked as root by `check`) lead to, that folder
         opened without following links: one swapped for a link since the check is refused (review M5)."""
         self.check()
         atomic_write(resolve_links(path)[0], data, 0o600, nofollow=True)
-
-    def _give_owner(self, manifest: dict[str, dict]) -> None:
-        if not self.home_owner:
-            return
-        owner = self.home_owner if all(self.in_home(d) for d in records(manifest)) else (0, 0)
-        paths = [
-            self.directory.parent,
-            self.directory,
-            self.manifest_path,
-            *self.directory.glob("*.orig"),
-        ]
-        for path in paths:
-            with contextlib.suppress(FileNotFoundError):
-                os.chown(path, *owner, follow_symlinks=False)
 
     def _clean_up(self, manifest: dict[str, dict]) -> None:
         self.check()
@@ -987,11 +941,10 @@ class BackupStore:
         """Keep the original of a file at apexkit's first edit; returns whether a record was added."""
         if change.display in manifest:
             return False  # the original is the state before apexkit's first edit
-        record = {"existed": change.old is not None, "mode": change.old_mode}
         if change.old is not None:
             self._prepare()
             self._write_private(self._file(change.display), change.old)
-        manifest[change.display] = record
+        manifest[change.display] = {"existed": change.old is not None, "mode": change.old_mode}
         return True
 
     def forget(self, manifest: dict[str, dict], display: str) -> None:
@@ -1097,11 +1050,15 @@ def apply(
                 record["edited"] = (
                     True  # sticky: remove must keep the user's edits and take out only our part
                 )
-            record.update(owner=owner, **change.extra)
-            record["written_sha256"] = sha256(change.new)
-            record["before_sha256"] = sha256(
-                change.old
-            )  # what the file holds if this write never happens
+            # before_sha256: what the file holds if this write never happens
+            record.update(
+                {
+                    "owner": owner,
+                    **change.extra,
+                    "written_sha256": sha256(change.new),
+                    "before_sha256": sha256(change.old),
+                }
+            )
             new_dirs = len(missing_parents(change.target)) if change.new is not None else 0
             if new_dirs:
                 record["made_dirs"] = max(
@@ -1144,12 +1101,8 @@ def _edited_since(record: dict, current: bytes | None) -> bool:
     """Whether a file apexkit wrote was changed by somebody else since: it holds neither what apexkit wrote last
     nor -- when that write never happened (a setup killed after its write-ahead record) -- what it held before.
     Once true, it stays true (the record's "edited")."""
-    if record.get("edited") is True:
-        return True
-    if current is None:
-        return False
     known = {record.get("written_sha256"), record.get("before_sha256")} - {None}
-    return sha256(current) not in known
+    return record.get("edited") is True or (current is not None and sha256(current) not in known)
 
 
 def undo_change(
@@ -1172,9 +1125,6 @@ def undo_change(
     if current is None and original is None:
         return Change(display, path, None, within=within), "already gone"
     if not lost and (current is None or not _edited_since(record, current)):
-        owner = (
-            store.home_owner if store.in_home(display) else None
-        )  # a file recreated in a user's home is theirs
         return (
             Change(
                 display,
@@ -1182,7 +1132,9 @@ def undo_change(
                 original,
                 mode=clamp_mode(record.get("mode"), private),
                 within=within,
-                new_owner=owner,
+                new_owner=store.home_owner
+                if store.in_home(display)
+                else None,  # a file recreated in a home is theirs
             ),
             "restored" if original is not None else "deleted",
         )

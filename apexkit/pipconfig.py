@@ -113,11 +113,13 @@ def read(
 def _read(relevant: tuple[tuple[str, str], ...], python: str, command: str) -> PipConfig:
     # pip's files and variables come from `env` alone; everything else (PATH, locale) from this process
     child = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith("PIP_") and k not in LOCATION_VARIABLES
+        **{
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith("PIP_") and k not in LOCATION_VARIABLES
+        },
+        **dict(relevant),
     }
-    child.update(relevant)
     try:
         proc = subprocess.run(
             [python, "-m", "pip", "config", "list"],

@@ -10,15 +10,12 @@ container  ~/.docker/config.json; a throwaway container (`--network host`) print
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import shutil
 import ssl
 import subprocess
-import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from urllib.parse import urlsplit
 
 from apexkit import checks, dockerclient, log, netenv, vocab
@@ -62,19 +59,14 @@ def layer_row(
     layer: str, configured: str, effective: str, probe: str, status: str, hint: str = ""
 ) -> checks.Row:
     """One layer's row of the shared report: the three findings in its detail (and in data), the hint as its fix."""
-    detail = f"configured: {configured}\neffective: {effective}\nprobe: {probe}"
     return checks.Row(
         "proxy layers",
         layer,
         status,
-        detail,
+        f"configured: {configured}\neffective: {effective}\nprobe: {probe}",
         hint,
         {"configured": configured, "effective": effective, "probe": probe},
     )
-
-
-def _proxy_for_requests(settings: ProxySettings) -> str | None:
-    return settings.https or settings.http
 
 
 def probe_https(
@@ -119,12 +111,6 @@ def probe_https(
     )
 
 
-def _env_matches(environ, settings: ProxySettings) -> bool:
-    want = host_port(_proxy_for_requests(settings))
-    have = netenv.proxy(environ, "https_proxy") or netenv.proxy(environ, "http_proxy")
-    return bool(want) and host_port(have) == want
-
-
 def check_shell(
     paths: Paths, settings: ProxySettings | None, index_url: str, environ=None
 ) -> checks.Row:
@@ -135,7 +121,7 @@ def check_shell(
         if state.configured
         else f"no block in {paths.shell_profile}"
     )
-    if settings is None or not _proxy_for_requests(settings):
+    if settings is None or not (settings.https or settings.http):
         return layer_row(
             "shell",
             configured,
@@ -144,42 +130,38 @@ def check_shell(
             "skip",
             "no proxy configured: invoke proxy.setup --http http://proxy:port",
         )
-    effective = "this shell has it" if _env_matches(environ, settings) else "not in this shell"
-    ok, probe, hint = probe_https(index_url, _proxy_for_requests(settings), settings.ca_bundle)
+    want = host_port(settings.https or settings.http)
+    have = netenv.proxy(environ, "https_proxy") or netenv.proxy(environ, "http_proxy")
+    matches = bool(want) and host_port(have) == want
+    ok, probe, hint = probe_https(index_url, settings.https or settings.http, settings.ca_bundle)
     status = "ok" if ok else "fail"
-    if ok and not _env_matches(environ, settings):
+    if ok and not matches:
         status, hint = "warn", 'open a new shell, or: eval "$(invoke proxy.env)"'
     if ok and not state.configured:
         status, hint = (
             "warn",
             f"{vocab.command('proxy.setup')} writes the block, so new shells get the variables",
         )
+    effective = "this shell has it" if matches else "not in this shell"
     return layer_row("shell", configured, effective, probe, status, hint)
 
 
-@contextlib.contextmanager
-def _docker_config(paths: Paths) -> Iterator[None]:
-    """Point the Docker SDK at the config.json of `paths` (under --root too) while a client is made."""
+def docker_client(paths: Paths, timeout: int = 30):
+    """The one Docker client (images.client), made with this root's Docker config, or (None, why): the Docker SDK
+    is pointed at the config.json of `paths` (under --root too) while the client is made."""
+    from apexkit.errors import ImageError
+
     saved = os.environ.get("DOCKER_CONFIG")
     os.environ["DOCKER_CONFIG"] = str(paths.real(paths.docker_config).parent)
     try:
-        yield
+        return dockerclient.client(timeout=timeout), ""
+    except ImageError as exc:
+        return None, exc.cause
     finally:
         if saved is None:
             os.environ.pop("DOCKER_CONFIG", None)
         else:
             os.environ["DOCKER_CONFIG"] = saved
-
-
-def docker_client(paths: Paths, timeout: int = 30):
-    """The one Docker client (images.client), made with this root's Docker config, or (None, why)."""
-    from apexkit.errors import ImageError
-
-    try:
-        with _docker_config(paths):
-            return dockerclient.client(timeout=timeout), ""
-    except ImageError as exc:
-        return None, exc.cause
 
 
 def _systemd_environment() -> str | None:
@@ -196,7 +178,7 @@ def check_daemon(paths: Paths, settings: ProxySettings | None, client, why: str)
     configured = (
         ", ".join(state.files) if state.configured else "no drop-in and no daemon.json proxies"
     )
-    want = host_port(_proxy_for_requests(settings)) if settings else ""
+    want = host_port(settings.https or settings.http) if settings else ""
     systemd_env = _systemd_environment()
     systemd = "" if systemd_env is None else f"systemctl: {log.mask(systemd_env) or 'Environment='}"
     if client is None:
@@ -218,33 +200,6 @@ def check_daemon(paths: Paths, settings: ProxySettings | None, client, why: str)
     return layer_row("daemon", configured, systemd or "daemon does not use it", probe, "fail", hint)
 
 
-def _probe_image(client, image: str | None) -> str | None:
-    if image:
-        return image
-    for candidate in client.images.list():
-        for tag in candidate.tags:
-            if tag.startswith("apexkit/"):
-                return tag
-    return None
-
-
-def run_container_probe(
-    client, image: str, target: str, extra_env: dict[str, str] | None = None
-) -> str:
-    """Output of the probe script in a throwaway container on the host network (the SDK adds config.json's
-    proxies, as the docker CLI does)."""
-    output = client.containers.run(
-        image,
-        ["bash", "-c", CONTAINER_PROBE],
-        network_mode="host",
-        remove=True,
-        environment={"APEXKIT_PROBE_TARGET": target, **(extra_env or {})},
-        stdout=True,
-        stderr=True,
-    )
-    return output.decode("utf-8", "replace")
-
-
 def check_container(
     paths: Paths,
     settings: ProxySettings | None,
@@ -261,7 +216,10 @@ def check_container(
     )
     if client is None:
         return layer_row("container", configured, "-", why, "skip", NO_DAEMON)
-    chosen = _probe_image(client, image)
+    chosen = image or next(  # the first apexkit/* image
+        (tag for found in client.images.list() for tag in found.tags if tag.startswith("apexkit/")),
+        None,
+    )
     if chosen is None:
         return layer_row(
             "container",
@@ -274,7 +232,7 @@ def check_container(
     parts = urlsplit(index_url)
     target = f"{parts.hostname}:{parts.port or 443}"
     names, seen, result = _read_probe(_probe_output(client, chosen, target))
-    want = host_port(_proxy_for_requests(settings)) if settings else ""
+    want = host_port(settings.https or settings.http) if settings else ""
     ok = bool(re.match(r"HTTP/1\.[01] 200", result)) and (not want or host_port(seen) == want)
     hint = ""
     if not names:
@@ -292,8 +250,19 @@ def check_container(
 
 
 def _probe_output(client, image: str, target: str) -> str:
+    """Output of the probe script in a throwaway container on the host network (the SDK adds config.json's
+    proxies, as the docker CLI does)."""
     try:
-        return run_container_probe(client, image, target)
+        output = client.containers.run(
+            image,
+            ["bash", "-c", CONTAINER_PROBE],
+            network_mode="host",
+            remove=True,
+            environment={"APEXKIT_PROBE_TARGET": target},
+            stdout=True,
+            stderr=True,
+        )
+        return output.decode("utf-8", "replace")
     except Exception as exc:  # ContainerError (probe exit != 0) carries the output in stderr
         return (getattr(exc, "stderr", None) or b"").decode("utf-8", "replace") or str(
             exc
@@ -343,7 +312,6 @@ def check_sources(settings: ProxySettings | None, probe_defaults: bool = False) 
     from apexkit import config
     from apexkit.errors import ConfigError
     from apexkit.plan import matrix
-    from apexkit.proxy import sources
 
     m = matrix.load()
     try:
@@ -353,8 +321,8 @@ def check_sources(settings: ProxySettings | None, probe_defaults: bool = False) 
     except ConfigError as exc:
         return [checks.Row(sources.AREA, "config files", checks.FAIL, exc.cause, exc.hint)]
     proxy, no_proxy = sources.proxy_of(os.environ, settings)
-    ca = settings.ca_bundle if settings is not None else None
-    return sources.probe_all(values, proxy, no_proxy, ca, defaults=probe_defaults)
+    ca_bundle = settings.ca_bundle if settings is not None else None
+    return sources.probe_all(values, proxy, no_proxy, ca_bundle, defaults=probe_defaults)
 
 
 def legacy_json(row: checks.Row) -> dict:

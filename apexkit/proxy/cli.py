@@ -153,9 +153,20 @@ def _layers(only: str | None) -> tuple[str, ...]:
     return layers
 
 
-def _lock_dir() -> Path:
-    """This user's private folder for the proxy locks, outside every home and --root tree (a lock file there would
-    be left behind by remove, and as root it would be a file root creates in a folder the user controls)."""
+@contextlib.contextmanager
+def _serialised(paths: proxy.Paths, dry_run: bool) -> Iterator[None]:
+    """One proxy setup or remove at a time per backups store, from reading the files and the store (the plan) to the
+    last write and read-back. The second one waits, saying "waiting for the lock on ... held by pid N", then plans
+    from what the first one left: two setups end as if run one after the other (the later one's settings), never
+    with one's put-back undoing the other's files. Waiting rather than failing fast: two setups at once are a
+    fleet script or two terminals, and the one that runs second would only be run again by hand. A dry run writes
+    nothing and takes no lock.
+
+    The lock lives in this user's private folder, outside every home and --root tree (a lock file there would be
+    left behind by remove, and as root it would be a file root creates in a folder the user controls)."""
+    if dry_run:
+        yield
+        return
     directory = Path(tempfile.gettempdir()) / f"apexkit-locks-{os.geteuid()}"
     with contextlib.suppress(FileExistsError):
         os.mkdir(directory, 0o700)
@@ -166,37 +177,27 @@ def _lock_dir() -> Path:
             "user's, or open to others); nothing was changed",
             f"remove it (rm -r {directory}) and run again",
         )
-    return directory
-
-
-@contextlib.contextmanager
-def _serialised(paths: proxy.Paths, dry_run: bool) -> Iterator[None]:
-    """One proxy setup or remove at a time per backups store, from reading the files and the store (the plan) to the
-    last write and read-back. The second one waits, saying "waiting for the lock on ... held by pid N", then plans
-    from what the first one left: two setups end as if run one after the other (the later one's settings), never
-    with one's put-back undoing the other's files. Waiting rather than failing fast: two setups at once are a
-    fleet script or two terminals, and the one that runs second would only be run again by hand. A dry run writes
-    nothing and takes no lock."""
-    if dry_run:
-        yield
-        return
     store = os.path.realpath(paths.real(f"{paths.state_dir}/backups"))
     name = "proxy-" + hashlib.sha256(os.fsencode(store)).hexdigest()[:16]
-    with locks.hold(_lock_dir() / name, f"the proxy backups {store}"):
+    with locks.hold(directory / name, f"the proxy backups {store}"):
         yield
 
 
 def setup(o: Setup) -> int:
-    paths = _paths(o)
-    if o.write_config and not o.pip_index:
-        raise ConfigError(
-            "--write-config records the mirror keys of this setup, and none was given",
-            "add --pip-index URL (written as index_url to the user config file)",
-        )
-    # the user config file is checked before anything is written
-    write_config = (
-        _user_config(paths, {"index_url": o.pip_index}, o.dry_run) if o.write_config else None
-    )
+    from apexkit import config
+
+    paths, write_config = _paths(o), None
+    if o.write_config:
+        if not o.pip_index:
+            raise ConfigError(
+                "--write-config records the mirror keys of this setup, and none was given",
+                "add --pip-index URL (written as index_url to the user config file)",
+            )
+        # index_url set in the user config file (apexkit.config), under --root when given: the file and the value
+        # are checked now, before anything is written; it is written (0600: an index URL may hold a password) last
+        display = str(config.user_file(paths.environ))
+        after = config.updated_file(paths.real(display), {"index_url": o.pip_index})
+        write_config = _config_writer(paths, display, *after, o.dry_run)
     settings = proxy.make_settings(
         http=o.http,
         https=o.https,
@@ -205,50 +206,31 @@ def setup(o: Setup) -> int:
         registry_mirrors=list(o.registry_mirror or ()),
     )
     with _serialised(paths, o.dry_run):
-        code = _setup(paths, settings, o)
-    if write_config:
-        write_config()
-    return code
-
-
-def _setup(paths: proxy.Paths, settings: proxy.ProxySettings, o: Setup) -> int:
-    saved = proxy.load_saved(paths) if not o.ca_cert else {}
-    if any(
-        entry.settings.ca_bundle == paths.ca_bundle
-        for name, entry in saved.items()
-        if name in _layers(o.layers)
-    ):
-        settings = dataclasses.replace(
-            settings, ca_bundle=paths.ca_bundle
-        )  # keep the earlier --ca-cert
-    plan = proxy.make_plan(settings, paths, _layers(o.layers), o.daemon_mode, o.ca_cert)
-    before = proxy.read_state(paths)
-    log.info(
-        "now: "
-        + ", ".join(
-            f"{name} {'configured' if s.configured else 'not configured'}"
-            for name, s in before.items()
-            if name in plan.layers
+        saved = proxy.load_saved(paths) if not o.ca_cert else {}
+        layers = _layers(o.layers)
+        if any(
+            entry.settings.ca_bundle == paths.ca_bundle
+            for name, entry in saved.items()
+            if name in layers
+        ):
+            # keep the earlier --ca-cert
+            settings = dataclasses.replace(settings, ca_bundle=paths.ca_bundle)
+        plan = proxy.make_plan(settings, paths, layers, o.daemon_mode, o.ca_cert)
+        before = proxy.read_state(paths)
+        log.info(
+            "now: "
+            + ", ".join(
+                f"{name} {'configured' if s.configured else 'not configured'}"
+                for name, s in before.items()
+                if name in plan.layers
+            )
         )
-    )
-    proxy.setup(plan, dry_run=o.dry_run, restart=o.restart)
+        proxy.setup(plan, dry_run=o.dry_run, restart=o.restart)
     if not o.dry_run:
         log.info(f"check every layer with: {vocab.command('proxy.check')}")
+    if write_config:
+        write_config()
     return 0
-
-
-def _user_config(
-    paths: proxy.Paths, changes: dict[str, object], dry_run: bool
-) -> Callable[[], None]:
-    """Set `changes` in the user config file (apexkit.config), under --root when given: the file and the values are
-    checked now; the returned function shows the diff, then writes the file atomically with mode 0600 (an index
-    URL may hold a password)."""
-    from apexkit import config
-
-    display = str(config.user_file(paths.environ))
-    return _config_writer(
-        paths, display, *config.updated_file(paths.real(display), changes), dry_run
-    )
 
 
 def _config_writer(
@@ -297,19 +279,21 @@ def _forget_index_url(
             f"kept: index_url in {display} (not the mirror proxy.setup wrote; edit the file to remove it)"
         )
         return None
-    before = untrusted.read_regular(paths.real(display), None, config.MAX_BYTES)
-    after = config.render({k: v for k, v in table.items() if k != "index_url"}).encode()
-    return _config_writer(paths, display, before, after, dry_run)
+    return _config_writer(
+        paths,
+        display,
+        untrusted.read_regular(paths.real(display), None, config.MAX_BYTES),
+        config.render({k: v for k, v in table.items() if k != "index_url"}).encode(),
+        dry_run,
+    )
 
 
 def remove(o: Remove) -> int:
-    paths, dry_run = _paths(o), o.dry_run
-    forget = _forget_index_url(
-        paths, _layers(o.layers), dry_run
-    )  # checked before anything is undone
+    paths, dry_run, layers = _paths(o), o.dry_run, _layers(o.layers)
+    forget = _forget_index_url(paths, layers, dry_run)  # checked before anything is undone
     try:
         with _serialised(paths, dry_run):
-            results = proxy.remove(paths, dry_run=dry_run, layers=_layers(o.layers))
+            results = proxy.remove(paths, dry_run=dry_run, layers=layers)
     except fsedit.UndoError as exc:
         for item in exc.results:  # what happened to the other files, then the one error line
             log.info(
@@ -344,10 +328,13 @@ def show(o: Show) -> int:
             s = entry["settings"]
             extra = entry.get("profile") or entry.get("daemon_mode")
             print(f"  {name}{f' ({extra})' if extra else ''}:")
-            shown = {k: s.get(k) for k in ("http", "https", "ca_bundle", "pip_index")}
-            if s.get("http") or s.get("https"):
-                shown["no_proxy"] = ",".join(s.get("no_proxy") or [])
-            shown["registry_mirrors"] = ",".join(s.get("registry_mirrors") or [])
+            shown = {
+                **{k: s.get(k) for k in ("http", "https", "ca_bundle", "pip_index")},
+                "no_proxy": ",".join(s.get("no_proxy") or [])
+                if s.get("http") or s.get("https")
+                else "",
+                "registry_mirrors": ",".join(s.get("registry_mirrors") or []),
+            }
             print(
                 "".join(f"    {key:<16} {value}\n" for key, value in shown.items() if value), end=""
             )

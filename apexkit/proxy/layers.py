@@ -64,8 +64,7 @@ def merge_no_proxy(*sources: str | Sequence[str] | None) -> tuple[str, ...]:
     for source in (DEFAULT_NO_PROXY, *sources):
         if not source:
             continue
-        items = re.split(r"[,\s]+", source) if isinstance(source, str) else source
-        for item in items:
+        for item in re.split(r"[,\s]+", source) if isinstance(source, str) else source:
             item = item.strip()
             if item and item.lower() not in seen:
                 if re.search(r"[\x00-\x1f\x7f-\x9f\"'\\]", item):
@@ -111,10 +110,6 @@ class ProxySettings:
     registry_mirrors: tuple[str, ...] = ()
 
     @property
-    def has_credentials(self) -> bool:
-        return _has_userinfo(self.http, self.https, self.pip_index)
-
-    @property
     def no_proxy_text(self) -> str:
         return ",".join(self.no_proxy)
 
@@ -144,17 +139,6 @@ class ProxySettings:
             pip_index=self.pip_index,
             registry_mirrors=self.registry_mirrors,
             environ={},
-        )
-
-    @classmethod
-    def from_json(cls, data: Mapping) -> ProxySettings:
-        return cls(
-            http=data.get("http"),
-            https=data.get("https"),
-            no_proxy=tuple(data.get("no_proxy") or DEFAULT_NO_PROXY),
-            ca_bundle=data.get("ca_bundle"),
-            pip_index=data.get("pip_index"),
-            registry_mirrors=tuple(data.get("registry_mirrors") or ()),
         )
 
 
@@ -192,11 +176,12 @@ def make_settings(
             "no proxy given and none set in this environment (http_proxy/https_proxy)",
             "pass --http http://proxy:3128 (or --pip-index / --registry-mirror for the no-proxy path)",
         )
-    user_no_proxy = no_proxy if no_proxy is not None else _from_environment(environ, "no_proxy")
     return ProxySettings(
         http=http_url,
         https=https_url,
-        no_proxy=merge_no_proxy(user_no_proxy),
+        no_proxy=merge_no_proxy(
+            no_proxy if no_proxy is not None else _from_environment(environ, "no_proxy")
+        ),
         ca_bundle=ca_bundle,
         pip_index=urls.index_url(pip_index, "--pip-index") if pip_index else None,
         registry_mirrors=tuple(
@@ -276,15 +261,15 @@ class Paths:
     def managed(self) -> dict[str, str]:
         """Every file a layer may write, as the user knows it -> its layer. Undo records name files by these display
         names; the real path is always derived from here (and --root), never read back from a record."""
-        files = {
+        return {
             self.shell_profile: "shell",
             **dict.fromkeys(self.dropins.values(), "daemon"),
             self.daemon_json: "daemon",
             self.docker_config: "container",
             self.pip_conf: "pip",
+            self.settings_file: "state",
+            self.ca_bundle: "state",
         }
-        files.update({self.settings_file: "state", self.ca_bundle: "state"})
-        return files
 
     @property
     def within(self) -> Path | None:
@@ -295,17 +280,20 @@ class Paths:
         """Whether `display` is a file of the home's owner in that home: its path (with '..' taken out) lies in the
         home, and its real path (links followed) in the real home -- or, through the owner's own link, in a folder
         of that owner (a dotfiles checkout elsewhere). A root-made link out of the home does not count."""
-        if not self.home.startswith("/"):
-            return False
         home, name = os.path.normpath(self.home), os.path.normpath(display)
-        if home == "/" or not (name == home or name.startswith(home + "/")):
+        if (
+            not self.home.startswith("/")
+            or home == "/"
+            or not (name == home or name.startswith(home + "/"))
+        ):
             return False
         real_home = Path(os.path.realpath(self.real(home)))
         real = Path(os.path.realpath(self.real(name)))
-        if real == real_home or real_home in real.parents:
-            return True
-        owner = self.home_owner()
-        return owner is not None and fsedit.nearest_owner(real) == owner[0]
+        return (
+            real == real_home
+            or real_home in real.parents
+            or ((owner := self.home_owner()) is not None and fsedit.nearest_owner(real) == owner[0])
+        )
 
     def home_owner(self) -> tuple[int, int] | None:
         """(uid, gid) of the home when it is not root's: what root creates there is given to them (sudo -E)."""
@@ -314,11 +302,6 @@ class Paths:
         except OSError:
             return None
         return (st.st_uid, st.st_gid) if st.st_uid != 0 else None
-
-    def owner_for(self, display: str) -> tuple[int, int] | None:
-        """The owner a new file (and its new folders) gets when root creates it: the home's owner inside a user's
-        home, root elsewhere (None: whoever runs this)."""
-        return self.home_owner() if self.in_home(display) else None
 
     def backups(self) -> fsedit.BackupStore:
         managed = self.managed()
@@ -391,19 +374,18 @@ def systemd_running() -> bool:
     return Path("/run/systemd/system").is_dir()
 
 
-def _systemd_quote(value: str) -> str:
-    # In unit files "%" starts a specifier and the value sits in double quotes: a percent-encoded password
-    # (p%40ss) would be mangled without this.
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%")
-
-
-def _systemd_unquote(value: str) -> str:
-    return re.sub(r"\\(.)", r"\1", value).replace("%%", "%")
-
-
 def render_dropin(variables: Mapping[str, str]) -> bytes:
-    lines = [FILE_HEADER.rstrip("\n"), "[Service]"]
-    lines += [f'Environment="{name}={_systemd_quote(value)}"' for name, value in variables.items()]
+    # In unit files "%" starts a specifier and the value sits in double quotes: a percent-encoded password
+    # (p%40ss) would be mangled without the quoting.
+    quoted = {
+        name: value.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%")
+        for name, value in variables.items()
+    }
+    lines = [
+        FILE_HEADER.rstrip("\n"),
+        "[Service]",
+        *(f'Environment="{name}={value}"' for name, value in quoted.items()),
+    ]
     return ("\n".join(lines) + "\n").encode()
 
 
@@ -415,7 +397,7 @@ def dropin_environment(text: str) -> dict[str, str]:
         if not match:
             continue
         for item in re.findall(r'"((?:[^"\\]|\\.)*)"|(\S+)', match[1]):
-            assignment = _systemd_unquote(item[0] or item[1])
+            assignment = re.sub(r"\\(.)", r"\1", item[0] or item[1]).replace("%%", "%")
             name, _, value = assignment.partition("=")
             env[name] = value
     return env
@@ -425,9 +407,7 @@ def daemon_environment(paths: Paths) -> dict[str, str]:
     """The proxy environment our drop-ins give dockerd (empty when none are written)."""
     env: dict[str, str] = {}
     for display in paths.dropins.values():
-        data = _peek(paths, display)
-        if data:
-            env.update(dropin_environment(fsedit.decode(data)))
+        env.update(dropin_environment(fsedit.decode(_peek(paths, display))))
     return env
 
 
@@ -475,14 +455,13 @@ def _undo(paths: Paths, display: str, current: bytes, original: bytes | None, re
     A file left empty that did not exist before is deleted (None)."""
     layer = paths.layer_of(display)
     if layer == "shell":
-        added_newline = record.get("added_newline", False)
-        text = BLOCK.strip(fsedit.decode(current), added_newline=added_newline, display=display)
+        text = BLOCK.strip(fsedit.decode(current), record.get("added_newline", False), display)
         return None if not text and original is None else fsedit.encode(text)
     if layer == "pip":
         text, old = fsedit.decode(current), fsedit.decode(original)
         for key in ("index-url", "trusted-host"):
             text = fsedit.ini_set(text, "global", key, fsedit.ini_get(old, "global", key))
-        empty = not re.sub(r"\[global\]\s*", "", text).strip()
+        empty = not re.sub(r"\[global\]\s*", "", text).strip()  # nothing but our section's header
         return None if empty and original is None else fsedit.encode(text)
     json_keys: dict[str, list[tuple[str, ...]]] = {
         paths.daemon_json: [("proxies",), ("registry-mirrors",)],
@@ -495,9 +474,11 @@ def _undo(paths: Paths, display: str, current: bytes, original: bytes | None, re
     before = fsedit.load_json_object(Path(display), display, original)
     for key_path in keys:
         _set_path(now, key_path, _get_path(before, key_path))
-    if not now and original is None:
-        return None
-    return fsedit.dump_json(now, 2 if display == paths.daemon_json else "\t")
+    return (
+        None
+        if not now and original is None
+        else fsedit.dump_json(now, 2 if display == paths.daemon_json else "\t")
+    )
 
 
 def _change(
@@ -521,7 +502,8 @@ def _change(
         note=note or ("holds credentials: 0600" if secret else ""),
         extra=extra or {},
         within=paths.within,
-        new_owner=paths.owner_for(display),
+        # as root, a new file (and its new folders) in a user's home is theirs; elsewhere root's
+        new_owner=paths.home_owner() if paths.in_home(display) else None,
     )
 
 
@@ -543,13 +525,22 @@ def plan_shell(settings: ProxySettings, paths: Paths, mode: str) -> list[fsedit.
     env = settings.environment()
     if not env:
         return []
-    block = BLOCK.render(shell_exports(env).splitlines(), BLOCK_COMMENT)
     appended = BLOCK.find(current, display) is None
-    text, added_newline = BLOCK.put(current, block, display)
+    text, added_newline = BLOCK.put(
+        current, BLOCK.render(shell_exports(env).splitlines(), BLOCK_COMMENT), display
+    )
     # whether a newline was added before the block is known only when it is appended: a block replaced in place
     # keeps what the record says
     extra = {"added_newline": added_newline} if appended else {}
-    return [_change(paths, display, fsedit.encode(text), settings.has_credentials, extra=extra)]
+    return [
+        _change(
+            paths,
+            display,
+            fsedit.encode(text),
+            _has_userinfo(settings.http, settings.https, settings.pip_index),
+            extra=extra,
+        )
+    ]
 
 
 def plan_daemon(settings: ProxySettings, paths: Paths, mode: str) -> list[fsedit.Change]:
@@ -569,16 +560,13 @@ def plan_daemon(settings: ProxySettings, paths: Paths, mode: str) -> list[fsedit
     if json_proxies or settings.registry_mirrors:
         data = _read_json(paths, paths.daemon_json)
         if json_proxies:
-            proxies = {
-                k: v
-                for k, v in (("http-proxy", settings.http), ("https-proxy", settings.https))
-                if v
-            }
-            data["proxies"] = {**proxies, "no-proxy": settings.no_proxy_text}
+            given = (("http-proxy", settings.http), ("https-proxy", settings.https))
+            data["proxies"] = {**{k: v for k, v in given if v}, "no-proxy": settings.no_proxy_text}
         if settings.registry_mirrors:
             data["registry-mirrors"] = list(settings.registry_mirrors)
-        data_json = fsedit.dump_json(data)
-        changes.append(_change(paths, paths.daemon_json, data_json, secret and json_proxies))
+        changes.append(
+            _change(paths, paths.daemon_json, fsedit.dump_json(data), secret and json_proxies)
+        )
     return changes
 
 
@@ -586,10 +574,12 @@ def plan_container(settings: ProxySettings, paths: Paths, mode: str) -> list[fse
     if not (settings.http or settings.https):
         return []
     data = _read_json(paths, paths.docker_config)
-    default = {k: v for k, v in (("httpProxy", settings.http), ("httpsProxy", settings.https)) if v}
-    default["noProxy"] = settings.no_proxy_text
+    given = (("httpProxy", settings.http), ("httpsProxy", settings.https))
     proxies = found if isinstance(found := data.get("proxies"), dict) else {}
-    data["proxies"] = {**proxies, "default": default}
+    data["proxies"] = {
+        **proxies,
+        "default": {**{k: v for k, v in given if v}, "noProxy": settings.no_proxy_text},
+    }
     # the docker CLI writes config.json 0600 with tab indentation; keep both
     new = fsedit.dump_json(data, "\t")
     return [
@@ -605,8 +595,7 @@ def plan_pip(settings: ProxySettings, paths: Paths, mode: str) -> list[fsedit.Ch
     parts = urlsplit(settings.pip_index)
     if parts.scheme == "http":  # pip refuses plain-http indexes unless the host is trusted
         text = fsedit.ini_set(text, "global", "trusted-host", parts.hostname)
-    secret = _has_userinfo(settings.pip_index)
-    return [_change(paths, paths.pip_conf, fsedit.encode(text), secret)]
+    return [_change(paths, paths.pip_conf, fsedit.encode(text), _has_userinfo(settings.pip_index))]
 
 
 PLANNERS = {
@@ -641,16 +630,23 @@ def state_layers(
 
 def _settings_change(paths: Paths, saved: Mapping[str, SavedLayer]) -> fsedit.Change:
     state = {"version": 2, "layers": {name: entry.to_json() for name, entry in saved.items()}}
-    new = fsedit.dump_json(state)
-    return _change(paths, paths.settings_file, new, note="holds the settings: 0600", mode=0o600)
+    return _change(
+        paths,
+        paths.settings_file,
+        fsedit.dump_json(state),
+        note="holds the settings: 0600",
+        mode=0o600,
+    )
 
 
 def build_ca_bundle(ca_cert: str, system_bundles: Sequence[str] = SYSTEM_CA_BUNDLES) -> bytes:
     """The system's CA bundle plus the given certificate(s), each certificate once."""
-    path = Path(ca_cert).expanduser()
     try:  # a regular file of at most 16 MiB, read without blocking (not a named pipe, not /dev/zero)
         data = fsedit.read_regular(
-            path, f"--ca-cert {ca_cert}", ConfigError, "pass the PEM file of your proxy's CA"
+            Path(ca_cert).expanduser(),
+            f"--ca-cert {ca_cert}",
+            ConfigError,
+            "pass the PEM file of your proxy's CA",
         )
         if data is None:
             raise FileNotFoundError(ca_cert)
@@ -669,8 +665,8 @@ def build_ca_bundle(ca_cert: str, system_bundles: Sequence[str] = SYSTEM_CA_BUND
         )
     system = next((Path(b) for b in system_bundles if Path(b).is_file()), None)
     existing = pem.findall(system.read_text()) if system else []
-    unique = list(dict.fromkeys([*existing, *certificates]))
-    return ("\n".join(unique) + "\n").encode()
+    # each certificate once
+    return ("\n".join(dict.fromkeys([*existing, *certificates])) + "\n").encode()
 
 
 @dataclass
@@ -734,10 +730,12 @@ def make_plan(
         wanted.add(paths.ca_bundle)  # a layer (set up now or earlier) still exports the bundle
     changes += [_settings_change(paths, saved)] if saved else []
     if ca_bytes is not None:
-        note = "system CAs + the given CA"
-        changes.append(_change(paths, paths.ca_bundle, ca_bytes, note=note, mode=0o644))
-        count = ca_bytes.count(b"-----BEGIN CERTIFICATE-----")
-        changes[-1].summary = f"{count} certificates (the system bundle plus --ca-cert)"
+        changes.append(
+            _change(paths, paths.ca_bundle, ca_bytes, note="system CAs + the given CA", mode=0o644)
+        )
+        changes[
+            -1
+        ].summary = f"{ca_bytes.count(b'-----BEGIN CERTIFICATE-----')} certificates (the system bundle plus --ca-cert)"
     wanted |= {c.display for c in changes}
     stale = _stale_changes(paths, [*layers, "state"], wanted)
     return Plan(settings, paths, tuple(layers), mode, why, changes, stale)
@@ -761,19 +759,6 @@ class LayerState:
         return bool(self.values)
 
 
-def _shell_values(text: str) -> dict[str, str]:
-    try:
-        block = BLOCK.find(text) or ""
-    except fsedit.MarkerError:
-        return {}  # setup and remove say what is wrong; show reports the layer as not configured
-    values = {}
-    for line in block.splitlines():
-        match = re.match(r"^export ([A-Za-z_][A-Za-z0-9_]*)=(.*)$", line)
-        if match:
-            values[match[1]] = (shlex.split(match[2]) or [""])[0]
-    return values
-
-
 def _peek(paths: Paths, display: str) -> bytes | None:
     """A layer's file for reading back; one that cannot be read counts as empty (setup and remove say why)."""
     try:
@@ -791,15 +776,28 @@ def _peek_json(paths: Paths, display: str) -> dict:
 
 
 def read_state(paths: Paths) -> dict[str, LayerState]:
-    text = fsedit.decode(_peek(paths, paths.shell_profile))
-    states = {"shell": LayerState("shell", [paths.shell_profile], _shell_values(text))}
+    try:
+        block = BLOCK.find(fsedit.decode(_peek(paths, paths.shell_profile))) or ""
+    except fsedit.MarkerError:
+        block = ""  # setup and remove say what is wrong; show reports the layer as not configured
+    exports = (
+        re.match(r"^export ([A-Za-z_][A-Za-z0-9_]*)=(.*)$", line) for line in block.splitlines()
+    )
+    shell = {match[1]: (shlex.split(match[2]) or [""])[0] for match in exports if match}
     daemon_values = daemon_environment(paths)
     daemon_files = [d for d in paths.dropins.values() if paths.real(d).exists()]
     daemon_json = _peek_json(paths, paths.daemon_json)
     proxies = found if isinstance(found := daemon_json.get("proxies"), dict) else {}
-    names = {"http-proxy": "HTTP_PROXY", "https-proxy": "HTTPS_PROXY", "no-proxy": "NO_PROXY"}
     daemon_values.update(
-        {f"daemon.json {n}": proxies[k] for k, n in names.items() if proxies.get(k)}
+        {
+            f"daemon.json {n}": proxies[k]
+            for k, n in (
+                ("http-proxy", "HTTP_PROXY"),
+                ("https-proxy", "HTTPS_PROXY"),
+                ("no-proxy", "NO_PROXY"),
+            )
+            if proxies.get(k)
+        }
     )
     mirrors = daemon_json.get("registry-mirrors")
     if mirrors:
@@ -808,17 +806,24 @@ def read_state(paths: Paths) -> dict[str, LayerState]:
         )
     if proxies or mirrors:
         daemon_files.append(paths.daemon_json)
-    states["daemon"] = LayerState("daemon", daemon_files, daemon_values)
     default = _get_path(_peek_json(paths, paths.docker_config), ("proxies", "default"))
-    states["container"] = LayerState(
-        "container", [paths.docker_config], dict(default) if isinstance(default, dict) else {}
-    )
     pip_text = fsedit.decode(_peek(paths, paths.pip_conf))
-    pip_values = {
-        k: v for k in ("index-url", "trusted-host") if (v := fsedit.ini_get(pip_text, "global", k))
+    return {
+        "shell": LayerState("shell", [paths.shell_profile], shell),
+        "daemon": LayerState("daemon", daemon_files, daemon_values),
+        "container": LayerState(
+            "container", [paths.docker_config], dict(default) if isinstance(default, dict) else {}
+        ),
+        "pip": LayerState(
+            "pip",
+            [paths.pip_conf],
+            {
+                k: v
+                for k in ("index-url", "trusted-host")
+                if (v := fsedit.ini_get(pip_text, "global", k))
+            },
+        ),
     }
-    states["pip"] = LayerState("pip", [paths.pip_conf], pip_values)
-    return states
 
 
 @dataclass(frozen=True)
@@ -830,12 +835,12 @@ class SavedLayer:
     profile: str | None = None  # shell layer: the file holding the block
 
     def to_json(self) -> dict:
-        data: dict = {"settings": self.settings.to_json()}
-        if self.daemon_mode:
-            data["daemon_mode"] = self.daemon_mode
-        if self.profile:
-            data["profile"] = self.profile
-        return data
+        data = (
+            ("settings", self.settings.to_json()),
+            ("daemon_mode", self.daemon_mode),
+            ("profile", self.profile),
+        )
+        return {key: value for key, value in data if value}
 
 
 def _json_kind(value: object) -> str:
@@ -867,7 +872,14 @@ def _settings_from_json(paths: Paths, data: object, where: str) -> ProxySettings
         if value is not None and not (strings if listed else isinstance(value, str)):
             what = "a list of strings" if listed else "a string"
             raise _bad_state(paths, f"{where}.{key}", f"is {_json_kind(value)}, not {what}")
-    return ProxySettings.from_json(data)
+    return ProxySettings(
+        http=data.get("http"),
+        https=data.get("https"),
+        no_proxy=tuple(data.get("no_proxy") or DEFAULT_NO_PROXY),
+        ca_bundle=data.get("ca_bundle"),
+        pip_index=data.get("pip_index"),
+        registry_mirrors=tuple(data.get("registry_mirrors") or ()),
+    )
 
 
 def load_saved(paths: Paths) -> dict[str, SavedLayer]:
@@ -987,9 +999,8 @@ def daemon_next_steps(plan: Plan, restart: bool) -> list[list[str]]:
     """The commands that make dockerd read the new settings; run here when systemd manages docker."""
     if not any(plan.paths.layer_of(c.display) == "daemon" and c.changed for c in plan.all_changes):
         return []
-    commands = [["systemctl", "daemon-reload"], ["systemctl", "restart", "docker"]]
-    if plan.daemon_mode == "daemon-json":
-        commands = [["systemctl", "restart", "docker"]]
+    reload = [["systemctl", "daemon-reload"]] if plan.daemon_mode != "daemon-json" else []
+    commands = [*reload, ["systemctl", "restart", "docker"]]
     if restart and str(plan.paths.root) == "/" and systemd_running() and shutil.which("systemctl"):
         for argv in commands:
             log.echo_command(argv)
@@ -1031,9 +1042,9 @@ def setup(
             note = f"  ({change.note})" if change.note else ""
             log.info(f"=== {change.display}{note}")
             log.console.print(change.diff(), markup=False, highlight=False, end="")
-        unchanged = len(plan.all_changes) - len(changed)
         log.info(
-            f"dry run: {len(changed)} file(s) would change, {unchanged} already up to date; nothing written"
+            f"dry run: {len(changed)} file(s) would change, {len(plan.all_changes) - len(changed)} already up to "
+            "date; nothing written"
         )
         return len(changed)
     fsedit.preflight(
@@ -1047,8 +1058,7 @@ def setup(
     )
     for change in written:
         note = f" ({change.note})" if change.note else ""
-        verb = "removed" if change.new is None else "wrote"
-        log.info(f"{verb} {change.display}{note}")
+        log.info(f"{'removed' if change.new is None else 'wrote'} {change.display}{note}")
     if not written:
         log.info("every layer already holds these settings; nothing written")
         problems = verify(plan)
@@ -1180,7 +1190,7 @@ def container_args(settings: ProxySettings) -> list[str]:
     """`docker run` arguments that give a container the CA bundle (the proxy variables come from config.json)."""
     if not settings.ca_bundle:
         return []
-    args = ["-v", f"{settings.ca_bundle}:{CONTAINER_CA_PATH}:ro"]
-    for name in netenv.CA_VARIABLES:
-        args += ["-e", f"{name}={CONTAINER_CA_PATH}"]
-    return args
+    variables = (
+        arg for name in netenv.CA_VARIABLES for arg in ("-e", f"{name}={CONTAINER_CA_PATH}")
+    )
+    return ["-v", f"{settings.ca_bundle}:{CONTAINER_CA_PATH}:ro", *variables]

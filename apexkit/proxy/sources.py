@@ -23,7 +23,7 @@ import urllib.request
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from apexkit import checks, config, log, vocab
+from apexkit import checks, config, log, netenv, vocab
 
 AREA = "sources"
 TIMEOUT = 5.0  # one probe
@@ -127,18 +127,30 @@ def git_ls_remote(
     public, auth = (
         _split_userinfo(url) if url.lower().startswith(("http://", "https://")) else (url, None)
     )
-    proxies = ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "all_proxy", "ALL_PROXY")
-    env = {k: v for k, v in os.environ.items() if k not in proxies}
+    env = {
+        **{
+            k: v
+            for k, v in os.environ.items()
+            if k
+            not in (
+                "http_proxy",
+                "https_proxy",
+                "HTTP_PROXY",
+                "HTTPS_PROXY",
+                "all_proxy",
+                "ALL_PROXY",
+            )
+        },
+        "GIT_TERMINAL_PROMPT": "0",
+        "GIT_ASKPASS": "true",
+        "SSH_ASKPASS": "true",
+        "GIT_SSH_COMMAND": f"ssh -o BatchMode=yes -o ConnectTimeout={int(timeout)}",
+    }
     if proxy:
         env.update(http_proxy=proxy, https_proxy=proxy, no_proxy=no_proxy, NO_PROXY=no_proxy)
-    env.update(
-        GIT_TERMINAL_PROMPT="0",
-        GIT_ASKPASS="true",
-        SSH_ASKPASS="true",
-        GIT_SSH_COMMAND=f"ssh -o BatchMode=yes -o ConnectTimeout={int(timeout)}",
-    )
     if ca_bundle:
         env["GIT_SSL_CAINFO"] = ca_bundle
+    start = time.monotonic()
     argv = [
         "git",
         "-c",
@@ -152,7 +164,6 @@ def git_ls_remote(
         public,
         "HEAD",
     ]
-    start = time.monotonic()
     try:
         proc = subprocess.run(
             argv,
@@ -166,10 +177,12 @@ def git_ls_remote(
         return False, "git is not installed (not on PATH)"
     except subprocess.TimeoutExpired:
         return False, f"git ls-remote {log.mask(public)}: no answer within {timeout + 1:.0f}s"
-    seconds = time.monotonic() - start
     if proc.returncode == 0:
         head = (proc.stdout.split() or ["(no HEAD)"])[0][:12]
-        return True, f"git ls-remote {log.mask(public)}: HEAD {head} in {seconds:.1f}s"
+        return (
+            True,
+            f"git ls-remote {log.mask(public)}: HEAD {head} in {time.monotonic() - start:.1f}s",
+        )
     last = log.mask((proc.stderr.strip().splitlines() or ["failed"])[-1])[:160]
     if auth and re.search(r"Authentication failed|could not read Username|401|403", proc.stderr):
         return (
@@ -188,47 +201,46 @@ def registry_url(prefix: str) -> str:
     return f"{scheme}://{host}/v2/"
 
 
+def _probe_item(
+    value: config.Value, item: str, proxy: str | None, no_proxy: str, ca_bundle: str | None
+) -> tuple[bool, str]:
+    """(whether it answered, what happened) for one URL, path or prefix of a source."""
+    kind, lower = config.BY_KEY[value.key].kind, item.lower()
+    local = kind in ("dirs", "file", "files") or (
+        value.key == "team_indexes" and not lower.startswith(("http://", "https://"))
+    )
+    if kind == "git":
+        return git_ls_remote(item, proxy, no_proxy, ca_bundle)
+    if local or (
+        kind not in ("registry", "url", "urls")
+        and (lower.startswith("file://") or item.startswith("/"))
+    ):
+        path = Path(urllib.parse.unquote(item[7:]) if lower.startswith("file://") else item)
+        found = path.expanduser() if local else path
+        what = "file" if kind in ("file", "files") else "directory"
+        good = found.is_file() if what == "file" else found.is_dir()
+        return good, f"{path}: {'a' if good else 'not a'} {what}"
+    code, text = http_get(
+        registry_url(item) if kind == "registry" else item, proxy, no_proxy, ca_bundle
+    )
+    if kind == "registry":
+        return code in (200, 401), text  # 401: a registry that wants a token has answered
+    # a mirror's root may 404: the host answered
+    return code is not None and code < (400 if kind in ("url", "urls") else 500), text
+
+
 def probe(
     value: config.Value, proxy: str | None, no_proxy: str, ca_bundle: str | None
 ) -> checks.Row:
-    """One source's row."""
-    setting = config.BY_KEY[value.key]
-    name = value.key
-    origin = f"({value.origin})"
+    """One source's row: each of its URLs, paths or prefixes probed."""
     items = value.value if isinstance(value.value, tuple) else (str(value.value),)
-    details, ok = [], True
-    for item in items:
-        lower = item.lower()
-        local = setting.kind in ("dirs", "file", "files") or (
-            value.key == "team_indexes" and not lower.startswith(("http://", "https://"))
-        )
-        if setting.kind == "git":
-            good, text = git_ls_remote(item, proxy, no_proxy, ca_bundle)
-        elif local or (
-            setting.kind not in ("registry", "url", "urls")
-            and (lower.startswith("file://") or item.startswith("/"))
-        ):
-            path = Path(urllib.parse.unquote(item[7:]) if lower.startswith("file://") else item)
-            found = path.expanduser() if local else path
-            kind = "file" if setting.kind in ("file", "files") else "directory"
-            good = found.is_file() if kind == "file" else found.is_dir()
-            text = f"{path}: {'a' if good else 'not a'} {kind}"
-        elif setting.kind == "registry":
-            code, text = http_get(registry_url(item), proxy, no_proxy, ca_bundle)
-            good = code in (200, 401)  # 401: a registry that wants a token has answered
-        elif setting.kind in ("url", "urls"):
-            code, text = http_get(item, proxy, no_proxy, ca_bundle)
-            good = code is not None and code < 400
-        else:
-            code, text = http_get(item, proxy, no_proxy, ca_bundle)
-            good = code is not None and code < 500  # a mirror's root may 404; the host answered
-        ok = ok and good
-        details.append(text)
+    found = [_probe_item(value, item, proxy, no_proxy, ca_bundle) for item in items]
+    ok = all(good for good, _ in found)
     return checks.Row(
         AREA,
-        name,
+        value.key,
         checks.OK if ok else checks.WARN,
-        "\n".join([*details, origin]),
+        "\n".join([*(text for _, text in found), f"({value.origin})"]),
         "" if ok else _fix(value),
         {"origin": value.origin, "value": value.shown()},
     )
@@ -252,16 +264,18 @@ def probe_all(
     futures = {pool.submit(probe, v, proxy, no_proxy, ca_bundle): v for v in wanted}
     done, _ = concurrent.futures.wait(futures, timeout=total)
     for future, value in futures.items():
-        if future in done and future.exception() is None:
-            rows[value.key] = future.result()
-        else:
-            rows[value.key] = checks.Row(
+        answered = future in done and future.exception() is None
+        rows[value.key] = (
+            future.result()
+            if answered
+            else checks.Row(
                 AREA,
                 value.key,
                 checks.WARN,
                 f"{value.shown()}: no answer within {total:.0f}s ({value.origin})",
                 _fix(value),
             )
+        )
     pool.shutdown(wait=False)
     out = [rows[s.key] for s in config.SETTINGS if s.key in rows]
     for row in out:  # the keys proxy.check's rows have always had (its --json readers rely on them)
@@ -285,8 +299,6 @@ def probe_all(
 def proxy_of(environ: Mapping[str, str], settings) -> tuple[str | None, str]:
     """(the proxy for the probes, no_proxy): this environment's variables when it sets a proxy (what a build's git
     and pip read), else proxy.setup's saved settings."""
-    from apexkit import netenv
-
     proxy = netenv.proxy(environ, "https_proxy") or netenv.proxy(environ, "http_proxy")
     if proxy:
         return proxy, environ.get("no_proxy") or environ.get("NO_PROXY") or ""
