@@ -276,6 +276,11 @@ def list_command(as_json: bool = False, what: str | None = None) -> int:
             f"  total {k:<10} {human(sums.get(k, 0)):>10}  ({count} entr{'y' if count == 1 else 'ies'})"
         )
     log.out(f"  total {'all':<10} {human(sums.get('all', 0)):>10}")
+    if sum(e.size for e in entries) > sums.get("all", 0):
+        log.out(
+            "  (the rows add up to more than the total: a file hard-linked into several entries, as uv links "
+            "its cache into the venvs, counts in each row and once in the totals)"
+        )
     log.out(f"ccache {compiled}")
     return 0
 

@@ -99,12 +99,17 @@ def test_list_gives_kinds_sizes_last_use_and_purpose(cache, capsys):
     assert sums["venvs"] == sum(e["size"] for e in out["entries"] if e["kind"] == "venvs")
 
 
-def test_a_hard_linked_file_counts_once_in_the_totals(cache):
+def test_a_hard_linked_file_counts_once_in_the_totals(cache, capsys):
+    assert cachedirs.list_command() == 0
+    assert "hard-linked" not in capsys.readouterr().out  # nothing shared: the rows add up
     a = cache / "venvs" / "build-py3.11-aaaa" / "bin" / "blob"
     os.link(a, cache / "uv" / "wheels-v5" / "blob")  # uv hard-links its cache into the venvs
     entries = cachedirs.scan(cache)
     sums = cachedirs.totals(entries)
     assert sums["all"] < sum(e.size for e in entries)
+    # the listing says why its rows add up to more than its total
+    assert cachedirs.list_command() == 0
+    assert "a file hard-linked into several entries" in capsys.readouterr().out
 
 
 def test_prune_by_age_removes_whole_old_entries_only(cache, capsys):
