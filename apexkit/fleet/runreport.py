@@ -10,6 +10,7 @@ file (no link followed), and at most STEP_SUMMARY_MAX bytes of it in all."""
 from __future__ import annotations
 
 import importlib
+import itertools
 import math
 import os
 import re
@@ -133,14 +134,10 @@ def bar(start: float, length: float, scale: float, width: int = BAR_WIDTH) -> st
 def segments(steps: Mapping[str, float]) -> tuple[list[tuple[str, float, float]], float]:
     """(step, start, seconds) laid end to end in the order recorded, and the total (the manifest's `total`, or their
     sum); time the steps do not cover ends it as "other"."""
-    total = steps.get("total")
-    out: list[tuple[str, float, float]] = []
-    at = 0.0
-    for key, seconds in steps.items():
-        if key == "total":
-            continue
-        out.append((key, at, seconds))
-        at += seconds
+    total, parts = steps.get("total"), [(k, s) for k, s in steps.items() if k != "total"]
+    starts = list(itertools.accumulate((s for _, s in parts), initial=0.0))
+    out = [(key, start, seconds) for (key, seconds), start in zip(parts, starts)]
+    at = starts[-1]
     if total is None or total < at:
         total = at
     elif total - at >= 0.05:
