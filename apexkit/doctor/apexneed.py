@@ -574,16 +574,8 @@ def _line_hits(text: str, shown: str, facts: Facts, anything: re.Pattern) -> lis
             name = next((g for g in m.groups() if g and g.startswith("NpuFused")), "")
             if pattern.optional_in_try and guarded is None:
                 guarded = guarded_lines(text)
-            hits.append(
-                Hit(
-                    pattern.id,
-                    shown,
-                    number,
-                    line.strip()[:160],
-                    name,
-                    bool(pattern.optional_in_try and number in (guarded or ())),
-                )
-            )
+            optional = bool(pattern.optional_in_try and number in (guarded or ()))
+            hits.append(Hit(pattern.id, shown, number, line.strip()[:160], name, optional))
             break
     return hits
 
@@ -650,8 +642,8 @@ def script_evidence(hits: list[Hit], facts: Facts, standins: bool) -> list[Evide
     evidence = []
     for pattern in facts.patterns:
         optional = [h for h in hits if h.pattern == pattern.id and h.guarded]
-        evidence += (
-            [
+        if optional:
+            evidence.append(
                 Evidence(
                     INFO,
                     pattern.id,
@@ -659,10 +651,7 @@ def script_evidence(hits: list[Hit], facts: Facts, standins: bool) -> list[Evide
                     f"{pattern.what}, inside try/except ImportError: optional, runs without apex",
                     pattern.source,
                 )
-            ]
-            if optional
-            else []
-        )
+            )
         mine = [h for h in hits if h.pattern == pattern.id and not h.guarded]
         if not mine:
             continue

@@ -62,13 +62,13 @@ def pick_target(data: dict | None, target: str | None, stack: Any = None) -> str
     targets = sorted({f["target"] for f in index_files(data) if isinstance(f.get("target"), str)})
     if stack is not None:
         prefix = f"py{stack.python}-torch{stack.torch}-{stack.arch}-"
-        matching = [
+        matching = [  # --target narrows the stack's builds to that one
             t
             for t in targets
-            if t.startswith(prefix) and (not stack.torch_npu or f"+npu{stack.torch_npu}" in t)
+            if t.startswith(prefix)
+            and (not stack.torch_npu or f"+npu{stack.torch_npu}" in t)
+            and (not target or t == target)
         ]
-        if target:
-            matching = [t for t in matching if t == target]
         _refuse(
             not matching,
             ConfigError(
@@ -889,9 +889,7 @@ def stored_plan(results: str) -> Plan:
             if index_url.startswith("file:")
             else None,
         )
-        logins: dict[str, str] = {}
-        if p.get("credentials"):
-            logins = inputs.read_logins(Path(str(p["credentials"])))
+        logins = inputs.read_logins(Path(str(p["credentials"]))) if p.get("credentials") else {}
         plan = Plan(
             results=path,
             index=index,
