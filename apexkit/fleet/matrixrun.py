@@ -67,14 +67,14 @@ def load_combinations(path: Path | None) -> tuple[matrix.Matrix, list[Combinatio
         raise ConfigError(
             f"--matrix {path}: {exc}", "pass a TOML file with [[include]] tables"
         ) from None
-    if "images" in data or "image" in data:
-        table = dict(m.data.get("matrix", {}))
-        table.update({k: data[k] for k in ("images", "image") if k in data})
-        m = matrix.Matrix({**m.data, "matrix": table})
+    if "images" in data or "image" in data:  # the file's own, over matrix.toml's
+        own = {k: data[k] for k in ("images", "image") if k in data}
+        m = matrix.Matrix({**m.data, "matrix": {**m.data.get("matrix", {}), **own}})
     include = data.get("include")
-    if not isinstance(include, list) or not include:
-        whole = "matrix" in data and isinstance(data["matrix"], dict)
-        raise ConfigError(
+    whole = "matrix" in data and isinstance(data["matrix"], dict)
+    _refuse(
+        not isinstance(include, list) or not include,
+        ConfigError(
             f"--matrix {path} holds no [[include]] tables"
             + (
                 " (it is a whole matrix.toml: its combinations are [[matrix.include]])"
@@ -85,7 +85,8 @@ def load_combinations(path: Path | None) -> tuple[matrix.Matrix, list[Combinatio
             "drop --matrix to use matrix.toml"
             if whole
             else "add [[include]] tables (python, torch, ...)",
-        )
+        ),
+    )
     return m, m.combinations(include)
 
 
