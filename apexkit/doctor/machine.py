@@ -24,7 +24,7 @@ from apexkit.images import builder
 from apexkit.plan import matrix
 from apexkit.proxy import check, layers
 from apexkit.proxy import sources as probes
-from apexkit.wheel import cachedirs, ccachestats, interpreters, known_failures, sources
+from apexkit.wheel import cachedirs, interpreters, known_failures, sources
 
 OK, WARN, FAIL, SKIP = checks.OK, checks.WARN, checks.FAIL, checks.SKIP
 LOW_DISK_GIB = (
@@ -286,6 +286,8 @@ def check_compiler(environ: Mapping[str, str]) -> list[Check]:
 
 def _ccache(environ: Mapping[str, str]) -> Check:
     """The ccache a build uses (the lock's before PATH's), where its cache lives, the team's remote storage."""
+    from apexkit.wheel import ccachestats  # imports importlib.metadata: not on doctor --log's path
+
     try:
         remote = config.load(environ).get("compile_cache", environ).text or None
     except ConfigError as exc:

@@ -41,11 +41,11 @@ from apexkit import (
 )
 from apexkit.errors import ApexkitError, ConfigError
 from apexkit.fleet import runreport, runwatch, slurm
-from apexkit.images import builder, container
+from apexkit.images import builder
 from apexkit.plan import matrix
 from apexkit.plan.matrix import Combination
 from apexkit.proc import group_child
-from apexkit.wheel import buildplan, distdir, options
+from apexkit.wheel import options
 from apexkit.wheel.options import BuildOptions
 
 
@@ -403,6 +403,9 @@ def run_one(
 def read_target(dist: Path, reported: str | None) -> tuple[Path, dict]:
     """The dist/<target>/ a child build recorded in its status file, and its manifest: a target directly in `dist`
     (whatever passthrough options made of its id, e.g. +skip-…), a real directory, a regular manifest.json."""
+    from apexkit.images.container import TARGET_NAME
+    from apexkit.wheel import distdir
+
     if not reported:
         raise untrusted.Untrusted("no dist/<target>/ in its status file")
     path = Path(reported)
@@ -410,7 +413,7 @@ def read_target(dist: Path, reported: str | None) -> tuple[Path, dict]:
     with contextlib.suppress(OSError, RuntimeError, ValueError):
         parent = path.parent.resolve()
     _refuse(
-        parent != dist.resolve() or not container.TARGET_NAME.fullmatch(path.name),
+        parent != dist.resolve() or not TARGET_NAME.fullmatch(path.name),
         untrusted.Untrusted(
             f"{untrusted.shown(reported)}, which is not a target directly in {dist}"
         ),
@@ -644,6 +647,8 @@ def planned_targets(
     """The dist/<target> ids a job for `combo` may leave, from this host's own plan of its options (`cell`, else
     resolved from the passthrough options): buildplan.expected_targets on the combination's arch; ConfigError when
     there is none."""
+    from apexkit.wheel import buildplan
+
     if cell is None:
         cell = resolve_cell(m, combo, passthrough, {}, host=combo.arch)
     planned = functools.partial(buildplan.expected_targets, cell, m, combo.arch)
@@ -664,6 +669,9 @@ def collect(
     wrote (untrusted.py): real directories, regular files opened without following links, wheel.file a plain wheel
     name, the wheel copied and re-hashed here and matching its manifest; dist/<target> swapped in whole and never
     over a target built from other inputs (distdir.replace_dir / check_overwrite). Untrusted or ConfigError."""
+    from apexkit.images.container import TARGET_NAME
+    from apexkit.wheel import distdir
+
     _refuse(
         not os.path.lexists(stage_dist),
         untrusted.Untrusted(f"the job ended without error but left nothing in {stage_dist}"),
@@ -680,7 +688,7 @@ def collect(
         )
         target = names[0]
         _refuse(
-            not container.TARGET_NAME.fullmatch(target),
+            not TARGET_NAME.fullmatch(target),
             untrusted.Untrusted(f"{untrusted.shown(target)} is not a target name"),
         )
         _refuse(

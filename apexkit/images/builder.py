@@ -40,7 +40,6 @@ from apexkit import (
     vocab,
 )
 from apexkit.errors import ApexkitError, ConfigError, ImageError, InterpreterNotFoundError
-from apexkit.images import bases
 from apexkit.plan import matrix
 from apexkit.proxy import layers
 
@@ -484,6 +483,8 @@ def auto_network(settings: layers.ProxySettings | None) -> str | None:
 
 def ensure_base(c, plan: ImagePlan) -> None:
     """The base image in the daemon: made by debootstrap (cached tarball), found locally, or pulled."""
+    from apexkit.images import bases
+
     image = dockerclient.get_image(c, plan.base_ref)
     if plan.suite:
         if image is None:
