@@ -75,32 +75,27 @@ class Facts:
     patterns: tuple
     scan: dict
 
-    @property
-    def any_pattern(self) -> re.Pattern:
-        return re.compile("|".join(f"(?:{p.regex.pattern})" for p in self.patterns))
-
 
 def load(path: Path = DATA) -> Facts:
     with open(path, "rb") as fh:
         data = tomllib.load(fh)
-    patterns = tuple(
-        Pattern(
-            p["id"],
-            re.compile(p["regex"]),
-            p["needs"],
-            p["what"],
-            p["source"],
-            p.get("alternative", ""),
-            p.get("optional_in_try", False),
-        )
-        for p in data["patterns"]
-    )
     return Facts(
         data["read"],
         data["verdict"]["labels"],
         {canonicalize_name(k): {**v, "name": k} for k, v in data["distributions"].items()},
         tuple(data["torch_npu"]["fused_optimizers"]),
-        patterns,
+        tuple(
+            Pattern(
+                p["id"],
+                re.compile(p["regex"]),
+                p["needs"],
+                p["what"],
+                p["source"],
+                p.get("alternative", ""),
+                p.get("optional_in_try", False),
+            )
+            for p in data["patterns"]
+        ),
         data["scan"],
     )
 
@@ -138,23 +133,17 @@ class Verdict:
         return f"{self.label}: {first.where} {first.what}{more}; source: {first.source}"
 
     def as_dict(self) -> dict:
-        return {
-            **asdict(self),
-            "reasons": [asdict(e) for e in self.reasons],
-            "evidence": [asdict(e) for e in self.evidence],
-        }
+        return asdict(self)  # the evidence in reasons and evidence as dicts too
 
 
 def decide(evidence: list[Evidence], facts: Facts) -> Verdict:
     """apex_need.toml [verdict]: any `needs` -> needed; else any `replaces` -> not needed; else unknown."""
-    needs = [e for e in evidence if e.effect == NEEDS]
-    replaces = [e for e in evidence if e.effect == REPLACES]
-    if needs:
-        verdict, reasons = NEEDED, needs
-    elif replaces:
-        verdict, reasons = NOT_NEEDED, replaces
-    else:
-        verdict, reasons = UNKNOWN, [e for e in evidence if e.effect == UNCLEAR]
+    needs, replaces, unclear = (
+        [e for e in evidence if e.effect == k] for k in (NEEDS, REPLACES, UNCLEAR)
+    )
+    verdict, reasons = (
+        (NEEDED, needs) if needs else (NOT_NEEDED, replaces) if replaces else (UNKNOWN, unclear)
+    )
     return Verdict(verdict, facts.labels[verdict], reasons, list(evidence))
 
 
@@ -272,9 +261,9 @@ def _source_dir(direct_url: str | None, dist_path: str) -> str | None:
         url = info.get("url", "")
         if "dir_info" in info and url.startswith("file:"):
             return unquote(urlparse(url).path)
-    if dist_path.endswith(".egg-info") and (Path(dist_path).parent / "setup.py").is_file():
-        return str(Path(dist_path).parent)  # setup.py develop: the egg-info sits in the checkout
-    return None
+    # setup.py develop: the egg-info sits in the checkout
+    develop = dist_path.endswith(".egg-info") and (Path(dist_path).parent / "setup.py").is_file()
+    return str(Path(dist_path).parent) if develop else None
 
 
 def git_refs(checkout: Path) -> list[str]:
@@ -413,27 +402,20 @@ def stack_evidence(
     )
 
 
-def environment_sightings(env: Environment, facts: Facts) -> list[Sighting]:
-    return [
-        Sighting(
-            key,
-            dist.version,
-            Path(dist.source_dir) if dist.source_dir else None,
-            f" (from {dist.source_dir})" if dist.source_dir else "",
-        )
-        for key in facts.distributions
-        if (dist := env.dists.get(key)) is not None
-    ]
-
-
 def stacks_evidence(sightings: list[Sighting], facts: Facts) -> list[Evidence]:
     """In apex_need.toml order, so that a project's release is known before the one paired with it is read."""
     known: dict[str, str] = {}
     evidence = []
     for key, table in facts.distributions.items():
         for s in (s for s in sightings if s.key == key):
-            paired = known.get(canonicalize_name(table.get("paired_with", "")))
-            e = stack_evidence(key, s.version, s.checkout, facts, s.how, paired)
+            e = stack_evidence(
+                key,
+                s.version,
+                s.checkout,
+                facts,
+                s.how,
+                known.get(canonicalize_name(table.get("paired_with", ""))),
+            )
             known.setdefault(key, e.release)
             evidence.append(e)
     return evidence
@@ -451,8 +433,14 @@ def checkout_sightings(root: Path, facts: Facts, installed: set[str]) -> list[Si
             if _regular_file(directory / "setup.py") and _regular_file(
                 directory / table["package"] / "__init__.py"
             ):
-                version = _setup_py_version(directory) or "?"
-                sightings.append(Sighting(key, version, directory, f" (checkout {directory})"))
+                sightings.append(
+                    Sighting(
+                        key,
+                        _setup_py_version(directory) or "?",
+                        directory,
+                        f" (checkout {directory})",
+                    )
+                )
                 break
     return sightings
 
@@ -483,24 +471,21 @@ def guarded_lines(text: str) -> set[int]:
     except (SyntaxError, ValueError):
         return set()
     lines: set[int] = set()
-    for node in ast.walk(tree):
-        if not isinstance(node, ast.Try):
-            continue
-        caught = set()
-        for handler in node.handlers:
-            kinds = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]
-            caught |= {
-                "BaseException" if k is None else getattr(k, "id", getattr(k, "attr", ""))
-                for k in kinds
-            }
+    for node in (n for n in ast.walk(tree) if isinstance(n, ast.Try)):
+        caught = {
+            "BaseException" if k is None else getattr(k, "id", getattr(k, "attr", ""))
+            for handler in node.handlers
+            for k in (handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type])
+        }
         if caught & GUARDS:
-            for statement in node.body:
-                lines.update(
-                    range(
-                        statement.lineno,
-                        (getattr(statement, "end_lineno", None) or statement.lineno) + 1,
-                    )
+            lines.update(
+                number
+                for statement in node.body
+                for number in range(
+                    statement.lineno,
+                    (getattr(statement, "end_lineno", None) or statement.lineno) + 1,
                 )
+            )
     return lines
 
 
@@ -546,8 +531,11 @@ def _list_scripts(root: Path, limits: dict) -> tuple[list[Path], list[str], list
         )  # a venv inside the tree
         for name in sorted(n for n in filenames if n.endswith(suffixes)):
             if len(files) >= limits["max_files"]:
-                note = f"scanned the first {limits['max_files']} {'/'.join(suffixes)} files only"
-                return files, [note], unlistable
+                return (
+                    files,
+                    [f"scanned the first {limits['max_files']} {'/'.join(suffixes)} files only"],
+                    unlistable,
+                )
             files.append(Path(dirpath) / name)
     return files, [], unlistable
 
@@ -565,9 +553,11 @@ def _read_script(path: Path, limits: dict) -> tuple[str, str]:
             data = fh.read(limits["max_file_bytes"] + 1)
     except OSError as exc:
         return "error", f"{path}: {exc.strerror or exc}"
-    if b"\0" in data[:BINARY_SNIFF]:
-        return "binary", ""
-    return "text", data.decode("utf-8", errors="replace")
+    return (
+        ("binary", "")
+        if b"\0" in data[:BINARY_SNIFF]
+        else ("text", data.decode("utf-8", errors="replace"))
+    )
 
 
 def _line_hits(text: str, shown: str, facts: Facts, anything: re.Pattern) -> list[Hit]:
@@ -600,7 +590,7 @@ def scan_scripts(
     limits = facts.scan
     files, notes, unlistable = _list_scripts(root, limits)
     base = shown_as or str(root)
-    anything = facts.any_pattern
+    anything = re.compile("|".join(f"(?:{p.regex.pattern})" for p in facts.patterns))
     hits: list[Hit] = []
     skipped: dict[str, list[str]] = {"too_big": [], "special": [], "binary": []}
     scanned = 0
@@ -612,11 +602,17 @@ def scan_scripts(
             skipped[kind].append(str(path))
         else:
             scanned += 1
-            shown = base if path == root else os.path.join(base, os.path.relpath(path, root))
-            hits += _line_hits(text, shown, facts, anything)
-    notes += _skip_notes(skipped, unlistable, limits)
-    notes.insert(0, f"scanned {scanned} file(s) under {base}")
-    return hits, notes
+            hits += _line_hits(
+                text,
+                base if path == root else os.path.join(base, os.path.relpath(path, root)),
+                facts,
+                anything,
+            )
+    return hits, [
+        f"scanned {scanned} file(s) under {base}",
+        *notes,
+        *_skip_notes(skipped, unlistable, limits),
+    ]
 
 
 def _skip_notes(skipped: dict[str, list[str]], unlistable: list[str], limits: dict) -> list[str]:
@@ -631,9 +627,8 @@ def _skip_notes(skipped: dict[str, list[str]], unlistable: list[str], limits: di
         for kind, what, named in kinds
         if skipped[kind]
     ]
-    if unlistable:
-        notes.append(f"could not list {len(unlistable)} directory(ies): {_first(unlistable)}")
-    return notes
+    unlisted = f"could not list {len(unlistable)} directory(ies): {_first(unlistable)}"
+    return notes + ([unlisted] if unlistable else [])
 
 
 def _first(paths: list[str]) -> str:
@@ -670,7 +665,6 @@ def script_evidence(hits: list[Hit], facts: Facts, standins: bool) -> list[Evide
                 if shipped or not names
                 else ""
             )
-        covered = pattern.needs == "unless-standins" and standins
         evidence.append(
             Evidence(
                 INFO,
@@ -679,7 +673,7 @@ def script_evidence(hits: list[Hit], facts: Facts, standins: bool) -> list[Evide
                 f"{pattern.what}: covered by MindSpeed's stand-in",
                 pattern.source,
             )
-            if covered
+            if pattern.needs == "unless-standins" and standins
             else Evidence(NEEDS, pattern.id, where, pattern.what, pattern.source, alternative)
         )
     return evidence
@@ -706,11 +700,12 @@ def build_command(env: Environment | None, stacks: dict) -> str:
             and (npu is None or stack.get("torch_npu") == npu.version)
         ):
             return vocab.build(env.minor, f"--stack {name}")
-    if torch_base:
-        return vocab.build(
-            env.minor, f"--torch {torch_base}" + (f" --torch-npu {npu.version}" if npu else "")
-        )
-    return vocab.build(env.minor)
+    npu_option = f" --torch-npu {npu.version}" if npu else ""
+    return (
+        vocab.build(env.minor, f"--torch {torch_base}{npu_option}")
+        if torch_base
+        else vocab.build(env.minor)
+    )
 
 
 def assess(
@@ -720,19 +715,35 @@ def assess(
     stacks: dict,
     scripts_shown: str | None = None,
 ) -> Verdict:
-    sightings = environment_sightings(env, facts) if env else []
+    sightings = (
+        [  # the stack distributions installed in the environment
+            Sighting(
+                key,
+                dist.version,
+                Path(dist.source_dir) if dist.source_dir else None,
+                f" (from {dist.source_dir})" if dist.source_dir else "",
+            )
+            for key in facts.distributions
+            if (dist := env.dists.get(key)) is not None
+        ]
+        if env
+        else []
+    )
     hits: list[Hit] = []
     notes: list[str] = []
     if scripts is not None:
         sightings += checkout_sightings(scripts, facts, set(env.dists) if env else set())
         hits, notes = scan_scripts(scripts, facts, scripts_shown)
     evidence = stacks_evidence(sightings, facts)
-    standins = any(
-        facts.distributions[e.name].get("standins")
-        for e in evidence
-        if e.name in facts.distributions
+    evidence += script_evidence(
+        hits,
+        facts,
+        any(
+            facts.distributions[e.name].get("standins")
+            for e in evidence
+            if e.name in facts.distributions
+        ),
     )
-    evidence += script_evidence(hits, facts, standins)
     verdict = decide(evidence, facts)
     apex = env.dists.get("apex") if env else None
     verdict.apex_installed = apex.version if apex else None

@@ -17,12 +17,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from apexkit import cachetrust, cann, checks, dockerclient, netenv, paths, vocab
+from apexkit import cachetrust, cann, checks, config, dockerclient, netenv, paths, vocab
 from apexkit.doctor import apexneed
 from apexkit.errors import ConfigError
 from apexkit.images import builder
 from apexkit.plan import matrix
-from apexkit.proxy import layers
+from apexkit.proxy import check, layers
+from apexkit.proxy import sources as probes
 from apexkit.wheel import cachedirs, interpreters, known_failures, sources
 
 OK, WARN, FAIL, SKIP = checks.OK, checks.WARN, checks.FAIL, checks.SKIP
@@ -74,35 +75,30 @@ def check_python_names(environ: Mapping[str, str]) -> list[Check]:
         code, text = (
             _run([path, "--version"], env=environ) if path else (127, f"{name}: command not found")
         )
-        if code == 0:
-            rows.append(Check("python", name, OK, f"{path}: {_first(text)}"))
-        else:
-            rows.append(
-                Check(
-                    "python",
-                    name,
-                    FAIL if required else WARN,
-                    _first(text) or f"{path} fails"
-                    if required
-                    else f"no working `python` ({_first(text) or 'exit ' + str(code)})",
-                    "install python3 (apt-get install python3 / dnf install python3)"
-                    if required
-                    else "call python3 / python3.X explicitly (apexkit does; many images ship no `python`)",
-                )
+        rows.append(
+            Check("python", name, OK, f"{path}: {_first(text)}")
+            if code == 0
+            else Check(
+                "python",
+                name,
+                FAIL if required else WARN,
+                _first(text) or f"{path} fails"
+                if required
+                else f"no working `python` ({_first(text) or 'exit ' + str(code)})",
+                "install python3 (apt-get install python3 / dnf install python3)"
+                if required
+                else "call python3 / python3.X explicitly (apexkit does; many images ship no `python`)",
             )
+        )
     return rows
 
 
 def layout(interp: interpreters.Interpreter) -> str:
     """Where the interpreter keeps packages: lib, lib64 (openEuler/CentOS/Fedora) or dist-packages (Debian/Ubuntu)."""
-    kinds = []
-    for path in dict.fromkeys((interp.purelib, interp.platlib)):
-        if "dist-packages" in path:
-            kinds.append("dist-packages")
-        elif "/lib64/" in path:
-            kinds.append("lib64")
-        else:
-            kinds.append("lib")
+    kinds = [
+        "dist-packages" if "dist-packages" in path else "lib64" if "/lib64/" in path else "lib"
+        for path in dict.fromkeys((interp.purelib, interp.platlib))
+    ]
     return "+".join(dict.fromkeys(kinds))
 
 
@@ -114,13 +110,12 @@ def check_interpreters(
         try:
             interp = interpreters.find(version, environ)
         except Exception as exc:
-            why = getattr(exc, "cause", str(exc))
             rows.append(
                 Check(
                     "python",
                     f"python{version}",
                     SKIP,
-                    why[:160],
+                    getattr(exc, "cause", str(exc))[:160],
                     f"only needed to build for {version}: pyenv install {version} or your distro's package",
                 )
             )
@@ -159,6 +154,7 @@ def check_torch(
     rows: list[Check] = []
     without: list[str] = []
     for interp in found:
+        name, npu_name = f"torch (python{interp.version})", f"torch_npu (python{interp.version})"
         try:
             proc = subprocess.run(
                 [interp.path, str(_TORCH_PROBE), "doctor"],
@@ -174,14 +170,13 @@ def check_torch(
             rows.append(
                 Check(
                     "torch",
-                    f"torch (python{interp.version})",
+                    name,
                     FAIL,
                     _first(text)[:160],
                     "see the message; reinstall torch for that interpreter",
                 )
             )
             continue
-        name = f"torch (python{interp.version})"
         if data.get("torch_error"):
             hit = known_failures.match(data["torch_error"])
             rows.append(
@@ -198,37 +193,32 @@ def check_torch(
             without.append(interp.version)
             continue
         abi = "cxx11 ABI" if data["cxx11_abi"] else "pre-cxx11 ABI"
-        rows.append(
-            Check("torch", name, OK, f"{data['torch']} in {data['torch_dir']} ({abi})", "", data)
-        )
-        npu_name = f"torch_npu (python{interp.version})"
-        if data.get("torch_npu_error"):
-            hit = known_failures.match(data["torch_npu_error"])
-            rows.append(
-                Check(
-                    "torch",
-                    npu_name,
-                    FAIL,
-                    data["torch_npu_error"][:160],
-                    hit[0].fix
-                    if hit
-                    else "install the torch_npu matching torch (matrix.toml) and CANN",
-                )
+        error = data.get("torch_npu_error")
+        hit = known_failures.match(error) if error else []
+        rows += [
+            Check("torch", name, OK, f"{data['torch']} in {data['torch_dir']} ({abi})", "", data),
+            Check(
+                "torch",
+                npu_name,
+                FAIL,
+                error[:160],
+                hit[0].fix
+                if hit
+                else "install the torch_npu matching torch (matrix.toml) and CANN",
             )
-        elif data.get("torch_npu"):
-            rows.append(Check("torch", npu_name, OK, data["torch_npu"]))
-        else:
-            rows.append(
-                Check(
-                    "torch",
-                    npu_name,
-                    WARN if cann else SKIP,
-                    "not installed",
-                    "pip install torch_npu==<matrix.toml pairing>, or build with --npu"
-                    if cann
-                    else "only needed on NPU hosts (build with --npu to pair one)",
-                )
-            )
+            if error
+            else Check("torch", npu_name, OK, data["torch_npu"])
+            if data.get("torch_npu")
+            else Check(
+                "torch",
+                npu_name,
+                WARN if cann else SKIP,
+                "not installed",
+                "pip install torch_npu==<matrix.toml pairing>, or build with --npu"
+                if cann
+                else "only needed on NPU hosts (build with --npu to pair one)",
+            ),
+        ]
     if without:
         rows.append(
             Check(
@@ -261,10 +251,9 @@ def check_compiler(environ: Mapping[str, str]) -> list[Check]:
             continue
         code, text = _run([path, "-dumpfullversion"], env=environ)
         version = _first(text) if code == 0 else "?"
-        major = int(version.split(".")[0]) if version.split(".")[0].isdigit() else 0
         status, fix = (
             (OK, "")
-            if major >= 9
+            if (int(version.split(".")[0]) if version.split(".")[0].isdigit() else 0) >= 9
             else (WARN, "torch >= 2.1 needs gcc >= 9 (C++17): use a newer toolchain")
         )
         rows.append(Check("compiler", tool, status, f"{path} {version}", fix, {"version": version}))
@@ -284,26 +273,20 @@ def check_compiler(environ: Mapping[str, str]) -> list[Check]:
                 "" if code == 0 else "install a g++ with C++17 (gcc >= 9)",
             )
         )
-    for tool, package in (("git", "git"), ("patch", "patch"), ("readelf", "binutils")):
-        path = shutil.which(tool, path=environ.get("PATH"))
-        rows.append(
-            Check("compiler", tool, OK, path)
-            if path
-            else Check(
-                "compiler",
-                tool,
-                FAIL,
-                "not found",
-                f"apt-get install {package} (nox -s tests does)",
-            )
+    rows += [
+        Check("compiler", tool, OK, path)
+        if (path := shutil.which(tool, path=environ.get("PATH")))
+        else Check(
+            "compiler", tool, FAIL, "not found", f"apt-get install {package} (nox -s tests does)"
         )
+        for tool, package in (("git", "git"), ("patch", "patch"), ("readelf", "binutils"))
+    ]
     return [*rows, _ccache(environ)]
 
 
 def _ccache(environ: Mapping[str, str]) -> Check:
     """The ccache a build uses (the lock's before PATH's), where its cache lives, the team's remote storage."""
-    from apexkit import config
-    from apexkit.wheel import ccachestats
+    from apexkit.wheel import ccachestats  # imports importlib.metadata: not on doctor --log's path
 
     try:
         remote = config.load(environ).get("compile_cache", environ).text or None
@@ -392,8 +375,8 @@ def check_cann(environ: Mapping[str, str]) -> list[Check]:
                 version = m.group(1)
                 break
     sourced = bool(environ.get("ASCEND_HOME_PATH")) and home in environ.get("LD_LIBRARY_PATH", "")
-    rows = [Check("ascend", "CANN toolkit", OK, f"{home} (version {version})")]
-    rows.append(
+    return [
+        Check("ascend", "CANN toolkit", OK, f"{home} (version {version})"),
         Check(
             "ascend",
             "set_env.sh sourced",
@@ -402,9 +385,8 @@ def check_cann(environ: Mapping[str, str]) -> list[Check]:
             if sourced
             else "ASCEND_HOME_PATH/LD_LIBRARY_PATH do not point at the toolkit",
             "" if sourced else f"source {cann.set_env_for(home)}",
-        )
-    )
-    return rows
+        ),
+    ]
 
 
 # --- Docker and emulation ------------------------------------------------------------------------------------------------
@@ -427,39 +409,30 @@ def check_docker(environ: Mapping[str, str], settings: layers.ProxySettings | No
     try:
         c = dockerclient.client(timeout=15)
     except Exception as exc:
-        rows.append(
-            Check(
-                "docker",
-                "daemon",
-                SKIP if not path else WARN,
-                getattr(exc, "cause", str(exc))[:160],
-                getattr(exc, "hint", ""),
-            )
-        )
-        return rows
+        why = getattr(exc, "cause", str(exc))[:160]
+        return [
+            *rows,
+            Check("docker", "daemon", SKIP if not path else WARN, why, getattr(exc, "hint", "")),
+        ]
     version = c.version()
-    rows.append(
+    row = check.check_daemon(layers.Paths(), settings, c, "")
+    return [
+        *rows,
         Check(
             "docker",
             "daemon",
             OK,
             f"{version.get('Version')} ({version.get('Os')}/{version.get('Arch')}), "
             f"{environ.get('DOCKER_HOST') or 'unix:///var/run/docker.sock'}",
-        )
-    )
-    from apexkit.proxy import check
-
-    row = check.check_daemon(layers.Paths(), settings, c, "")
-    rows.append(
+        ),
         Check(
             "docker",
             "daemon proxy",
             row.status,
             f"{row.data['effective']}; {row.data['probe']}"[:200],
             row.fix,
-        )
-    )
-    return rows
+        ),
+    ]
 
 
 def check_emulation() -> list[Check]:
@@ -546,8 +519,8 @@ def check_proxy_variables(environ: Mapping[str, str]) -> list[Check]:
     for name in netenv.PROXY_VARIABLES:
         lower, upper = netenv.cases(environ, name)
         any_set |= bool(lower or upper)
-        if lower and upper and lower != upper:
-            rows.append(
+        rows += (
+            [
                 Check(
                     "proxy",
                     name,
@@ -555,20 +528,22 @@ def check_proxy_variables(environ: Mapping[str, str]) -> list[Check]:
                     f"{name}={netenv.shown(lower)} but {name.upper()}={netenv.shown(upper)}",
                     f"set both cases to one value ({vocab.command('proxy.setup')} writes both)",
                 )
-            )
-        elif bool(lower) != bool(upper):
-            have = name if lower else name.upper()
-            rows.append(
+            ]
+            if lower and upper and lower != upper
+            else [
                 Check(
                     "proxy",
                     name,
                     WARN,
-                    f"only {have} is set ({netenv.shown(lower or upper)})",
+                    f"only {name if lower else name.upper()} is set ({netenv.shown(lower or upper)})",
                     f"set both cases: curl reads lower case, some tools only upper ({vocab.command('proxy.setup')})",
                 )
-            )
-        elif lower:
-            rows.append(Check("proxy", name, OK, netenv.shown(lower)))
+            ]
+            if bool(lower) != bool(upper)
+            else [Check("proxy", name, OK, netenv.shown(lower))]
+            if lower
+            else []
+        )
     if not any_set:
         rows.append(Check("proxy", "proxy variables", OK, "none set (direct connection)"))
     no_proxy = netenv.proxy(environ, "no_proxy") or ""
@@ -628,11 +603,9 @@ def check_ca(environ: Mapping[str, str], settings: layers.ProxySettings | None) 
                 "" if ok else f"{vocab.command('proxy.setup', '--ca-cert FILE')} again",
             )
         )
-    if not rows:
-        rows.append(
-            Check("ca", "CA bundle", OK, "system default (no SSL_CERT_FILE/PIP_CERT/... set)")
-        )
-    return rows
+    return rows or [
+        Check("ca", "CA bundle", OK, "system default (no SSL_CERT_FILE/PIP_CERT/... set)")
+    ]
 
 
 # --- does the training environment need Apex for Ascend at all? ------------------------------------------------------------
@@ -676,33 +649,37 @@ def apex_rows(
     found = verdict.summary() + (
         f" (looked at {looked_at})" if looked_at and not verdict.evidence else ""
     )
-    rows = [
+    # the first note says what was scanned; any further one is a limit hit or a file that could not be read
+    notes = verdict.notes
+    return [
         Check(
             "apex", name, status, found, verdict.next_step, {**verdict.as_dict(), "target": target}
-        )
-    ] + [
-        Check(
-            "apex",
-            e.name,
-            EVIDENCE_STATUS[e.effect],
-            f"{e.where} {e.what}",
-            e.alternative or f"source: {e.source}",
-            {"effect": e.effect, "source": e.source},
-        )
-        for e in verdict.evidence
-    ]
-    if verdict.notes:
-        # the first note says what was scanned; any further one is a limit hit or a file that could not be read
-        rows.append(
+        ),
+        *(
             Check(
                 "apex",
-                "scripts",
-                WARN if len(verdict.notes) > 1 else OK,
-                "; ".join(verdict.notes),
-                "pass a narrower --scripts" if len(verdict.notes) > 1 else "",
+                e.name,
+                EVIDENCE_STATUS[e.effect],
+                f"{e.where} {e.what}",
+                e.alternative or f"source: {e.source}",
+                {"effect": e.effect, "source": e.source},
             )
-        )
-    return rows
+            for e in verdict.evidence
+        ),
+        *(
+            [
+                Check(
+                    "apex",
+                    "scripts",
+                    WARN if len(notes) > 1 else OK,
+                    "; ".join(notes),
+                    "pass a narrower --scripts" if len(notes) > 1 else "",
+                )
+            ]
+            if notes
+            else []
+        ),
+    ]
 
 
 def check_apex_need(
@@ -728,16 +705,21 @@ def check_apex_need(
             envs.append(env)
     if not envs:
         verdict = apexneed.assess(None, scripts, facts, stacks, target.scripts)
-        looked = ", ".join(f"python{i.version}" for i in found) or "no interpreter"
-        return apex_rows(verdict, "verdict", "", looked)
-    rows = []
-    for env in envs:
-        rows += apex_rows(
+        return apex_rows(
+            verdict,
+            "verdict",
+            "",
+            ", ".join(f"python{i.version}" for i in found) or "no interpreter",
+        )
+    return [
+        row
+        for env in envs
+        for row in apex_rows(
             apexneed.assess(env, scripts, facts, stacks, target.scripts),
             f"verdict (python{env.minor})",
             env.executable,
         )
-    return rows
+    ]
 
 
 # --- all -----------------------------------------------------------------------------------------------------------------
@@ -774,9 +756,6 @@ def check_sources(
 ) -> list[Check]:
     """Every source apexkit reaches (apexkit.config), probed through the configured proxy: one row each, with its
     origin and the fix (apexkit.proxy.sources). A bad config file is one fail row, not a traceback."""
-    from apexkit import config
-    from apexkit.proxy import sources as probes
-
     environ = os.environ if environ is None else environ
     m = matrix.load()
     try:
@@ -787,8 +766,13 @@ def check_sources(
         return [Check(probes.AREA, "config files", FAIL, exc.cause, exc.hint)]
     settings = layers.current_settings(layers.Paths(), environ)
     proxy, no_proxy = probes.proxy_of(environ, settings)
-    ca = settings.ca_bundle if settings is not None else None
-    return probes.probe_all(values, proxy, no_proxy, ca, defaults=probe_defaults)
+    return probes.probe_all(
+        values,
+        proxy,
+        no_proxy,
+        settings.ca_bundle if settings is not None else None,
+        defaults=probe_defaults,
+    )
 
 
 def legacy_json(row: Check) -> dict:

@@ -49,6 +49,12 @@ from apexkit.wheel import options
 from apexkit.wheel.options import BuildOptions
 
 
+def _refuse(bad: object, error: Exception) -> None:
+    """Raise `error` when `bad` holds: a refusal in one line (the error says what is wrong and what to do)."""
+    if bad:
+        raise error
+
+
 def load_combinations(path: Path | None) -> tuple[matrix.Matrix, list[Combination]]:
     """matrix.toml, or a file with [[include]] tables (and optionally its own [images] / image, as [matrix.images] /
     [matrix] image)."""
@@ -61,14 +67,14 @@ def load_combinations(path: Path | None) -> tuple[matrix.Matrix, list[Combinatio
         raise ConfigError(
             f"--matrix {path}: {exc}", "pass a TOML file with [[include]] tables"
         ) from None
-    if "images" in data or "image" in data:
-        table = dict(m.data.get("matrix", {}))
-        table.update({k: data[k] for k in ("images", "image") if k in data})
-        m = matrix.Matrix({**m.data, "matrix": table})
+    if "images" in data or "image" in data:  # the file's own, over matrix.toml's
+        own = {k: data[k] for k in ("images", "image") if k in data}
+        m = matrix.Matrix({**m.data, "matrix": {**m.data.get("matrix", {}), **own}})
     include = data.get("include")
-    if not isinstance(include, list) or not include:
-        whole = "matrix" in data and isinstance(data["matrix"], dict)
-        raise ConfigError(
+    whole = "matrix" in data and isinstance(data["matrix"], dict)
+    _refuse(
+        not isinstance(include, list) or not include,
+        ConfigError(
             f"--matrix {path} holds no [[include]] tables"
             + (
                 " (it is a whole matrix.toml: its combinations are [[matrix.include]])"
@@ -79,7 +85,8 @@ def load_combinations(path: Path | None) -> tuple[matrix.Matrix, list[Combinatio
             "drop --matrix to use matrix.toml"
             if whole
             else "add [[include]] tables (python, torch, ...)",
-        )
+        ),
+    )
     return m, m.combinations(include)
 
 
@@ -99,11 +106,8 @@ def build_options(
     m: matrix.Matrix, combo: Combination, host: str | None = None, image: str | None = None
 ) -> dict[str, str]:
     """The build options that make this combination here, typed (the builder image for a foreign arch)."""
-    given = combo.build_options()
     chosen = image_for(m, combo, host, image)
-    if chosen:
-        given["image"] = chosen
-    return given
+    return {**combo.build_options(), **({"image": chosen} if chosen else {})}
 
 
 def resolve_cell(
@@ -117,8 +121,12 @@ def resolve_cell(
     """The build options of one cell, resolved once here as `apexkit build` resolves them: the combination's typed
     options (its builder image for a foreign arch) and the run's (`run`: dist, build_dir, jobs), the passthrough
     flags over them. ConfigError when they do not resolve (argparse's exit 2 for a flag that is none)."""
-    given = {**build_options(m, combo, host, image), **run}
-    return options.resolve(combo.python, passthrough, prog=vocab.prog("build"), given=given)
+    return options.resolve(
+        combo.python,
+        passthrough,
+        prog=vocab.prog("build"),
+        given={**build_options(m, combo, host, image), **run},
+    )
 
 
 def prepare(
@@ -264,23 +272,21 @@ def markdown(table: list[dict]) -> str:
     def cell(text: str) -> str:
         return log.sanitise(str(text)).replace("|", "\\|")
 
-    lines = []
     refused = refusals(table)
-    if refused:
-        lines += [f"### {len(refused)} of {len(table)} combinations refused", ""]
-        lines += [f"- `{cell(rid)}`: {cell(why)}" for rid, why in refused] + [""]
-    lines += [
+    head = [f"### {len(refused)} of {len(table)} combinations refused", ""]
+    head += [f"- `{cell(rid)}`: {cell(why)}" for rid, why in refused] + [""]
+    lines = [
+        *(head if refused else []),
         f"### Build matrix: {len(table) - len(refused)} of {len(table)} combinations to build",
         "",
         "| combination | python | torch | torch_npu | arch | runner | session |",
         "|---|---|---|---|---|---|---|",
-    ]
-    for r in table:
-        why = r["refused"] or r["image_refused"]
-        lines.append(
+        *(
             f"| {cell(r['id'])} | {r['python']} | {r['torch']} | {r['torch_npu'] or '-'} | {r['arch']} | "
-            f"{r['runner']} | {'REFUSED' if why else cell(r['session'])} |"
-        )
+            f"{r['runner']} | {'REFUSED' if r['refused'] or r['image_refused'] else cell(r['session'])} |"
+            for r in table
+        ),
+    ]
     return "\n".join(lines)
 
 
@@ -350,10 +356,12 @@ def run_one(
         except untrusted.Refused as exc:
             return Result(combo.id, "failed", 0.0, f"its log: {exc}", log=str(log_path))
         with fh:
-            fh.write("+ " + log.mask(" ".join(argv)) + "\n")
-            fh.flush()
-            env = dict(os.environ, COLUMNS="160", **{statusfile.VARIABLE: str(child_status)})
-            returncode = build_child(argv, fh, env)
+            print("+ " + log.mask(" ".join(argv)), file=fh, flush=True)
+            returncode = build_child(
+                argv,
+                fh,
+                dict(os.environ, COLUMNS="160", **{statusfile.VARIABLE: str(child_status)}),
+            )
         seconds = time.monotonic() - started
         try:
             status = statusfile.read(child_status)
@@ -369,10 +377,8 @@ def run_one(
                 os.unlink(status_path)
         shutil.rmtree(private, ignore_errors=True)
     if returncode != 0 or status is None or status.exit_code != 0:
-        detail = (
-            status.error
-            if status is not None and status.error
-            else f"exit {returncode}{'' if status else ', no status recorded'} (see {log_path})"
+        detail = (status.error if status is not None else "") or (
+            f"exit {returncode}{'' if status else ', no status recorded'} (see {log_path})"
         )
         return Result(combo.id, "failed", seconds, detail[:300], log=str(log_path))
     try:
@@ -406,10 +412,12 @@ def read_target(dist: Path, reported: str | None) -> tuple[Path, dict]:
     parent = None  # a link loop, a NUL: not a directory of ours either way
     with contextlib.suppress(OSError, RuntimeError, ValueError):
         parent = path.parent.resolve()
-    if parent != dist.resolve() or not TARGET_NAME.fullmatch(path.name):
-        raise untrusted.Untrusted(
+    _refuse(
+        parent != dist.resolve() or not TARGET_NAME.fullmatch(path.name),
+        untrusted.Untrusted(
             f"{untrusted.shown(reported)}, which is not a target directly in {dist}"
-        )
+        ),
+    )
     fd = untrusted.open_dir(dist / path.name)
     try:
         manifest, _ = distdir.read_manifest(fd)
@@ -523,12 +531,14 @@ class SlurmOptions:
 
 
 def slurm_options(args: Matrix) -> SlurmOptions:
-    if args.image:
-        raise ConfigError(
+    _refuse(
+        args.image,
+        ConfigError(
             "--image with --slurm: on the cluster each combination builds natively on a node of its "
             "arch, not in a builder image",
             "drop --image (or build here without --slurm)",
-        )
+        ),
+    )
     for option in (
         "slurm_partition",
         "slurm_constraint",
@@ -538,16 +548,20 @@ def slurm_options(args: Matrix) -> SlurmOptions:
     ):
         values = getattr(args, option)
         for value in values if isinstance(values, list) else [values]:
-            if value is not None and ("\n" in value or "\r" in value):
-                raise ConfigError(
+            _refuse(
+                value is not None and ("\n" in value or "\r" in value),
+                ConfigError(
                     f"--{option.replace('_', '-')} {value!r}: one line (it becomes an #SBATCH line)",
                     f"pass --{option.replace('_', '-')} without line breaks",
-                )
-    if args.slurm_cpus is not None and args.slurm_cpus < 1:
-        raise ConfigError(
+                ),
+            )
+    _refuse(
+        args.slurm_cpus is not None and args.slurm_cpus < 1,
+        ConfigError(
             f"--slurm-cpus {args.slurm_cpus}: must be at least 1",
             "pass --slurm-cpus 8, or leave it out",
-        )
+        ),
+    )
     return SlurmOptions(
         partition=_per_arch(
             args.slurm_partition, "--slurm-partition", {"x86_64": None, "aarch64": None}
@@ -573,20 +587,25 @@ def batch_script(
     the output is build/matrix/<id>.log, as for a local run."""
     q = shlex.quote
     arch = combo.arch
-    header = [
-        ("job-name", f"apexkit-{combo.id}"),
-        ("partition", opts.partition.get(arch)),
-        ("constraint", opts.constraint.get(arch)),
-        ("nodes", 1),
-        ("ntasks", 1),
-        ("cpus-per-task", opts.cpus),
-        ("account", opts.account),
-        ("time", opts.time_limit),
-        ("export", "ALL"),
-        ("chdir", matrix.PROJECT_ROOT),
-        ("output", logs / (combo.id + ".log")),
+    lines = [
+        "#!/bin/bash",
+        *slurm.batch_header(
+            [
+                ("job-name", f"apexkit-{combo.id}"),
+                ("partition", opts.partition.get(arch)),
+                ("constraint", opts.constraint.get(arch)),
+                ("nodes", 1),
+                ("ntasks", 1),
+                ("cpus-per-task", opts.cpus),
+                ("account", opts.account),
+                ("time", opts.time_limit),
+                ("export", "ALL"),
+                ("chdir", matrix.PROJECT_ROOT),
+                ("output", logs / (combo.id + ".log")),
+            ],
+            opts.extra,
+        ),
     ]
-    lines = ["#!/bin/bash", *slurm.batch_header(header, opts.extra)]
     lines += [
         f"# apexkit matrix: {combo.id} on one {arch} node, from the checkout {matrix.PROJECT_ROOT} (shared "
         "storage), into the shared staging directory; the submitting process copies the wheel into dist/",
@@ -653,24 +672,32 @@ def collect(
     from apexkit.images.container import TARGET_NAME
     from apexkit.wheel import distdir
 
-    if not os.path.lexists(stage_dist):
-        raise untrusted.Untrusted(f"the job ended without error but left nothing in {stage_dist}")
+    _refuse(
+        not os.path.lexists(stage_dist),
+        untrusted.Untrusted(f"the job ended without error but left nothing in {stage_dist}"),
+    )
     stage_fd = untrusted.open_dir(stage_dist)
     try:
         names = sorted(n for n in os.listdir(stage_fd) if not n.startswith("."))
-        if len(names) != 1:
-            raise untrusted.Untrusted(
+        _refuse(
+            len(names) != 1,
+            untrusted.Untrusted(
                 f"{len(names)} entries in {stage_dist} ({', '.join(map(untrusted.shown, names[:5]))})"
                 f", expected one dist/<target>/"
-            )
+            ),
+        )
         target = names[0]
-        if not TARGET_NAME.fullmatch(target):
-            raise untrusted.Untrusted(f"{untrusted.shown(target)} is not a target name")
-        if expected is not None and target != expected:
-            raise untrusted.Untrusted(
+        _refuse(
+            not TARGET_NAME.fullmatch(target),
+            untrusted.Untrusted(f"{untrusted.shown(target)} is not a target name"),
+        )
+        _refuse(
+            expected is not None and target != expected,
+            untrusted.Untrusted(
                 f"it left {untrusted.shown(target)}, its status file names "
                 f"{untrusted.shown(expected)}"
-            )
+            ),
+        )
         target_fd = untrusted.open_dir(target, stage_fd)
     finally:
         os.close(stage_fd)
@@ -690,11 +717,13 @@ def collect(
             sha, size = untrusted.copy_fd(src, tmp / name)
         finally:
             os.close(src)
-        if sha != wheel["sha256"]:
-            raise untrusted.Untrusted(
+        _refuse(
+            sha != wheel["sha256"],
+            untrusted.Untrusted(
                 f"{untrusted.shown(name)} has sha256 {sha[:16]}…, its manifest says "
                 f"{untrusted.shown(wheel['sha256'][:16])}"
-            )
+            ),
+        )
         untrusted.check_zip(tmp / name)
         manifest["wheel"] = {**wheel, "file": name, "sha256": sha, "size": size}
         manifest["slurm"] = job
@@ -735,8 +764,13 @@ def run_slurm(
 
     logs = build_dir / "matrix"
     stage = logs / "slurm" / (time.strftime("run-%Y%m%d-%H%M%S-", time.gmtime()) + str(os.getpid()))
-    node_build_dir = matrix.PROJECT_ROOT / opts.node_build_dir if opts.node_build_dir else build_dir
-    results, cells, planned = _sort_out(m, combos, passthrough, stage, node_build_dir)
+    results, cells, planned = _sort_out(
+        m,
+        combos,
+        passthrough,
+        stage,
+        matrix.PROJECT_ROOT / opts.node_build_dir if opts.node_build_dir else build_dir,
+    )
     todo = [c for c in combos if c.id in cells]
     refused = [
         f"✕ {c.id}: refused, not submitted — {results[c.id].detail}"
@@ -816,12 +850,18 @@ def _sort_out(
     cells: dict[str, BuildOptions] = {}
     planned = {}
     for combo in combos:
-        run = {
-            "dist": stage / f"dist-{combo.id}",
-            "build_dir": node_build_dir,
-            "jobs": options.THEIR_JOBS,
-        }
-        cell = prepare(m, combo, passthrough, None, run, combo.arch)
+        cell = prepare(
+            m,
+            combo,
+            passthrough,
+            None,
+            {
+                "dist": stage / f"dist-{combo.id}",
+                "build_dir": node_build_dir,
+                "jobs": options.THEIR_JOBS,
+            },
+            combo.arch,
+        )
         if isinstance(cell, BuildOptions):
             try:
                 planned[combo.id] = planned_targets(m, combo, cell=cell)
@@ -915,14 +955,12 @@ def _finish(
         or info.get("ExitCode", "0:0") != "0:0"
         or status_problem
     ):
-        cause = _failure_cause(status, info) + (
-            f"; refusing its status file: {status_problem}" if status_problem else ""
-        )
+        refusing = f"; refusing its status file: {status_problem}" if status_problem else ""
         result = Result(
             combo.id,
             "failed",
             seconds,
-            cause[:300],
+            (_failure_cause(status, info) + refusing)[:300],
             log=str(log_path),
             extra={"job_id": job_id, "node": node, "state": info.get("JobState")},
         )
@@ -1009,17 +1047,13 @@ def summary(results: list[Result]) -> str:
         "| combination | wheel | size | sha256 | build time | cache hit |",
         "|---|---|---|---|---|---|",
     ]
-    for r in results:
-        if r.status in ("refused", "failed"):
-            lines.append(
-                f"| {r.id} | {r.status.upper()}: {r.detail} | | | {log.format_seconds(r.seconds) if r.seconds else ''}"
-                f" | |"
-            )
-        else:
-            lines.append(
-                f"| {r.id} | {r.wheel} | {r.size / 1024:.0f} KiB | {r.sha256[:12]} | "
-                f"{log.format_seconds(r.seconds)} | {'yes' if r.cache_hit else 'no'} |"
-            )
+    lines += [
+        f"| {r.id} | {r.status.upper()}: {r.detail} | | | {log.format_seconds(r.seconds) if r.seconds else ''} | |"
+        if r.status in ("refused", "failed")
+        else f"| {r.id} | {r.wheel} | {r.size / 1024:.0f} KiB | {r.sha256[:12]} | "
+        f"{log.format_seconds(r.seconds)} | {'yes' if r.cache_hit else 'no'} |"
+        for r in results
+    ]
     return "\n".join(lines)
 
 
@@ -1146,31 +1180,43 @@ def parse(argv: list[str]) -> tuple[Matrix, list[str]]:
 
 
 def main(argv: list[str]) -> int:
-    if "--refresh" in argv:  # the table refresher is a maintainers' tool now (tools/refresh.py)
-        raise ConfigError(
+    _refuse(  # the table refresher is a maintainers' tool now (tools/refresh.py)
+        "--refresh" in argv,
+        ConfigError(
             "matrix --refresh moved: refreshing matrix.toml's torch_npu table is a maintainers' tool",
             "run nox -s refresh -- [--write] in a checkout of apexkit",
-        )
+        ),
+    )
     return run(*parse(argv))
 
 
 def run(args: Matrix, passthrough: list[str]) -> int:
     """`apexkit matrix`: the matrix shown, or built (here or on Slurm), `passthrough` (after --) given to every build."""
     m, combos = load_combinations(args.matrix)
-    if args.only:  # a combination's id (its session name) or the target id its build writes
-        combos = _only(combos, args.only)
-    if (args.slurm or args.dry_run) and not args.run:
-        raise ConfigError(
+    # --target: a combination's id (its session name) or the target id its build writes
+    unknown = sorted(set(args.only or ()) - {c.id for c in combos} - {c.target_id for c in combos})
+    _refuse(
+        unknown,
+        ConfigError(
+            f"--target {', '.join(unknown)}: not in the matrix",
+            f"ids: {', '.join(c.id for c in combos)} (or their target ids, as in dist/)",
+        ),
+    )
+    combos = [c for c in combos if not args.only or c.id in args.only or c.target_id in args.only]
+    _refuse(
+        (args.slurm or args.dry_run) and not args.run,
+        ConfigError(
             f"{'--slurm' if args.slurm else '--dry-run'} is for --run",
             f"add --run ({vocab.command('matrix', '--run --slurm [--dry-run]')})",
-        )
+        ),
+    )
     if not args.run:
         show(m, combos, args.format, args.image, args.allow_refused)
         return 0
-    if args.parallel < 1:
-        raise ConfigError(
-            f"--parallel {args.parallel}: must be at least 1", "pass --parallel 1 or more"
-        )
+    _refuse(
+        args.parallel < 1,
+        ConfigError(f"--parallel {args.parallel}: must be at least 1", "pass --parallel 1 or more"),
+    )
     (
         dist,
         build_dir,
@@ -1186,26 +1232,18 @@ def run(args: Matrix, passthrough: list[str]) -> int:
         return 0
     write_reports(build_dir / "matrix", results, combos)
     bad = [r for r in results if r.status in ("refused", "failed")]
-    if bad:
-        raise MatrixError(
+    _refuse(
+        bad,
+        MatrixError(
             f"{len(bad)} of {len(results)} combinations did not build "
             f"({', '.join(f'{r.id}: {r.status}' for r in bad)})",
             f"see the summary above and {build_dir / 'matrix'}/<id>.log",
-        )
+        ),
+    )
     return 0
 
 
 COMMAND = declare.Command("matrix", Matrix, run, rest=True)
-
-
-def _only(combos: list[Combination], only: list[str]) -> list[Combination]:
-    unknown = sorted(set(only) - {c.id for c in combos} - {c.target_id for c in combos})
-    if unknown:
-        raise ConfigError(
-            f"--target {', '.join(unknown)}: not in the matrix",
-            f"ids: {', '.join(c.id for c in combos)} (or their target ids, as in dist/)",
-        )
-    return [c for c in combos if c.id in only or c.target_id in only]
 
 
 def show(
@@ -1216,13 +1254,15 @@ def show(
     facts = None if form in ("github", "markdown") else builder.ImageFacts()
     table = rows(m, combos, facts, image=image)
     refused = refusals(table) if form == "github" else []
-    if refused and not allow_refused:
-        raise MatrixError(
+    _refuse(
+        refused and not allow_refused,
+        MatrixError(
             f"{len(refused)} of {len(table)} combinations refused: "
             + "; ".join(f"{rid}: {why}" for rid, why in refused),
             f"fix or remove those rows ({vocab.command('matrix')} shows every row), or pass --allow-refused "
             "to build the others",
-        )
+        ),
+    )
     writers: dict[str, Callable[[list[dict]], str]] = {
         "github": github,
         "markdown": markdown,
@@ -1244,14 +1284,17 @@ def _build(
 ) -> list[Result] | None:
     """Every combination built, on Slurm or here; None after a dry run (which only prints the batch scripts)."""
     if args.slurm:
-        opts = slurm_options(args)
-        results = run_slurm(m, combos, passthrough, dist, build_dir, opts, dry_run=args.dry_run)
+        results = run_slurm(
+            m, combos, passthrough, dist, build_dir, slurm_options(args), dry_run=args.dry_run
+        )
         return None if args.dry_run else results
-    if args.dry_run:
-        raise ConfigError(
+    _refuse(
+        args.dry_run,
+        ConfigError(
             "--dry-run is for --run --slurm (it prints the batch scripts)",
             "add --slurm, or drop --dry-run",
-        )
+        ),
+    )
     heartbeat = runwatch.interval(os.environ)  # checked before anything runs
     return run_all(
         m,

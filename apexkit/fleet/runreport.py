@@ -10,6 +10,7 @@ file (no link followed), and at most STEP_SUMMARY_MAX bytes of it in all."""
 from __future__ import annotations
 
 import importlib
+import itertools
 import math
 import os
 import re
@@ -50,9 +51,8 @@ def step_timings(manifest: Mapping) -> dict[str, float] | None:
         return None
     out: dict[str, float] = {}
     for key, value in raw.items():
-        if not (isinstance(key, str) and _STEP_KEY.fullmatch(key)):
-            return None
-        if type(value) not in (int, float) or not math.isfinite(value) or value < 0:
+        plain = type(value) in (int, float) and math.isfinite(value) and value >= 0
+        if not (isinstance(key, str) and _STEP_KEY.fullmatch(key) and plain):
             return None
         out[key] = float(value)
     return out
@@ -78,12 +78,11 @@ def grid(cells: Sequence[Cell]) -> str:
         return "### Matrix grid\n\nno combinations"
 
     def stack(c: Cell) -> str:
-        text = f"torch {c.torch}"
-        if c.torch_npu:
-            text += f" + torch_npu {c.torch_npu}"
-        if c.cann:
-            text += f" (CANN {c.cann})"
-        return text
+        npu, cann = (
+            f" + torch_npu {c.torch_npu}" if c.torch_npu else "",
+            f" (CANN {c.cann})" if c.cann else "",
+        )
+        return f"torch {c.torch}{npu}{cann}"
 
     columns = sorted(
         {(c.python, c.arch) for c in cells}, key=lambda pa: (_version_key(pa[0]), pa[1])
@@ -105,10 +104,8 @@ def grid(cells: Sequence[Cell]) -> str:
         "|---|" + "---|" * len(columns),
     ]
     for key, shown in rows:
-        out = []
-        for python, arch in columns:
-            here = by_place.get((*key, python, arch), [])
-            out.append("<br>".join(_cell(c, len(here) > 1) for c in here) or "·")
+        places = [by_place.get((*key, python, arch), []) for python, arch in columns]
+        out = ["<br>".join(_cell(c, len(here) > 1) for c in here) or "·" for here in places]
         lines.append(f"| {_md(shown)} | " + " | ".join(out) + " |")
     return "\n".join(lines)
 
@@ -117,9 +114,8 @@ def _cell(c: Cell, several: bool) -> str:
     said = state(c.status)
     mark = {"ok": "✓ ok", "failed": "✕ failed", "skipped": "– skipped"}.get(said, _md(said))
     ref = f" ({_md(c.ref)})" if several and c.ref else ""
-    if said == "ok" and c.wheel:
-        return f"{mark}{ref} `{_md(c.wheel)}`" + (" (cached)" if c.status == "cached" else "")
-    return f"{mark}{ref}"
+    cached = " (cached)" if c.status == "cached" else ""
+    return f"{mark}{ref} `{_md(c.wheel)}`{cached}" if said == "ok" and c.wheel else f"{mark}{ref}"
 
 
 def bar(start: float, length: float, scale: float, width: int = BAR_WIDTH) -> str:
@@ -128,9 +124,7 @@ def bar(start: float, length: float, scale: float, width: int = BAR_WIDTH) -> st
     if scale <= 0:
         return "·" * width
     first = min(width, round(start / scale * width))
-    cells = round(length / scale * width)
-    if length > 0 and cells == 0:
-        cells = 1
+    cells = max(round(length / scale * width), 1 if length > 0 else 0)
     cells = min(cells, width - first) if first < width else 0
     if length > 0 and cells == 0 and first >= width:  # a tail step at the far end
         first, cells = width - 1, 1
@@ -140,14 +134,10 @@ def bar(start: float, length: float, scale: float, width: int = BAR_WIDTH) -> st
 def segments(steps: Mapping[str, float]) -> tuple[list[tuple[str, float, float]], float]:
     """(step, start, seconds) laid end to end in the order recorded, and the total (the manifest's `total`, or their
     sum); time the steps do not cover ends it as "other"."""
-    total = steps.get("total")
-    out: list[tuple[str, float, float]] = []
-    at = 0.0
-    for key, seconds in steps.items():
-        if key == "total":
-            continue
-        out.append((key, at, seconds))
-        at += seconds
+    total, parts = steps.get("total"), [(k, s) for k, s in steps.items() if k != "total"]
+    starts = list(itertools.accumulate((s for _, s in parts), initial=0.0))
+    out = [(key, start, seconds) for (key, seconds), start in zip(parts, starts)]
+    at = starts[-1]
     if total is None or total < at:
         total = at
     elif total - at >= 0.05:
@@ -169,11 +159,11 @@ def timeline(cells: Sequence[Cell]) -> str:
         "|---|---|---|---|---|",
     ]
     for c, (parts, total) in timed:
-        for key, start, seconds in parts:
-            lines.append(
-                f"| {_md(c.id)} | {key} | {log.format_seconds(seconds)} | +{log.format_seconds(start)} | "
-                f"`{bar(start, seconds, scale)}` |"
-            )
+        lines += [
+            f"| {_md(c.id)} | {key} | {log.format_seconds(seconds)} | +{log.format_seconds(start)} | "
+            f"`{bar(start, seconds, scale)}` |"
+            for key, start, seconds in parts
+        ]
         lines.append(
             f"| {_md(c.id)} | **total**{' (cache hit)' if c.status == 'cached' else ''} | "
             f"{log.format_seconds(total)} | | `{bar(0, total, scale)}` |"
@@ -207,9 +197,8 @@ def draw_timeline(cells: Sequence[Cell], path: Path) -> str | None:
     ax.invert_yaxis()
     ax.set_xlabel("seconds since the build started")
     ax.set_title("apexkit matrix run: build timeline (manifest step timings)", fontsize=10)
-    handles = [plt.Rectangle((0, 0), 1, 1, color=colour[k]) for k in keys]
     ax.legend(  # beside the bars: never over them or the axis label
-        handles,
+        [plt.Rectangle((0, 0), 1, 1, color=colour[k]) for k in keys],
         keys,
         fontsize=7,
         ncol=1 if len(keys) <= 12 else 2,
@@ -250,8 +239,7 @@ def append_step_summary(text: str, environ: Mapping[str, str] = os.environ) -> s
         cut = None
         if len(data) > room:
             note = b"\n(cut: the step summary is full; the whole report is in summary.md)\n"
-            keep = max(0, room - len(note))
-            head = data[:keep]
+            head = data[: max(0, room - len(note))]
             head = head[: head.rfind(b"\n") + 1] if b"\n" in head else b""
             data = head + note if room >= len(note) else b""
             cut = f"${STEP_SUMMARY} {shown} is near its {STEP_SUMMARY_MAX // 1024} KiB cap: " + (

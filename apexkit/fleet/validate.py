@@ -48,6 +48,12 @@ MIN_FOR_OUTLIERS = 3  # ... once at least this many nodes have a step time
 SHORT_BENCH = "--model mlp --modes fp32 --warmup 1 --repeats 3 --steps 2 --peak table"
 
 
+def _refuse(bad: object, error: Exception) -> None:
+    """Raise `error` when `bad` holds: a refusal in one line (the error says what is wrong and what to do)."""
+    if bad:
+        raise error
+
+
 # --- the index -----------------------------------------------------------------------------------------------------
 
 
@@ -56,37 +62,45 @@ def pick_target(data: dict | None, target: str | None, stack: Any = None) -> str
     targets = sorted({f["target"] for f in index_files(data) if isinstance(f.get("target"), str)})
     if stack is not None:
         prefix = f"py{stack.python}-torch{stack.torch}-{stack.arch}-"
-        matching = [
+        matching = [  # --target narrows the stack's builds to that one
             t
             for t in targets
-            if t.startswith(prefix) and (not stack.torch_npu or f"+npu{stack.torch_npu}" in t)
+            if t.startswith(prefix)
+            and (not stack.torch_npu or f"+npu{stack.torch_npu}" in t)
+            and (not target or t == target)
         ]
-        if target:
-            matching = [t for t in matching if t == target]
-        if not matching:
-            raise ConfigError(
+        _refuse(
+            not matching,
+            ConfigError(
                 f"the index has no build of stack {stack.name} ({prefix}*"
                 f"{'+npu' + stack.torch_npu if stack.torch_npu else ''})",
                 f"build it ({vocab.build(stack.python, f'--stack {stack.name}')}) and publish it ({vocab.command('publish')})",
-            )
+            ),
+        )
         return matching[0]
     if target:
-        if data is not None and target not in targets:
-            raise ConfigError(
+        _refuse(
+            data is not None and target not in targets,
+            ConfigError(
                 f"the index has no target {target} (it has: {', '.join(targets) or 'nothing'})",
                 "pick one of those with --target, or publish that build",
-            )
+            ),
+        )
         return target
-    if data is None:
-        raise ConfigError(
+    _refuse(
+        data is None,
+        ConfigError(
             "the index cannot be read from this host, so the target must be named",
             "pass --target py3.X-torchV-ARCH-REF (as in the index's index.json)",
-        )
-    if len(targets) != 1:
-        raise ConfigError(
+        ),
+    )
+    _refuse(
+        len(targets) != 1,
+        ConfigError(
             f"the index holds {len(targets)} targets ({', '.join(targets) or 'none'})",
             "pick one with --target or --stack",
-        )
+        ),
+    )
     return targets[0]
 
 
@@ -205,35 +219,43 @@ def check_plan(plan: Plan) -> None:
         *(("the node list to exclude (from the result files)", node, "node") for node in p.exclude),
         ("the target", plan.target, "target"),
     )
-    if plan.device not in ("npu", "cuda", "cpu"):
-        raise ConfigError(
+    _refuse(
+        plan.device not in ("npu", "cuda", "cpu"),
+        ConfigError(
             f"--device {inputs.untrusted.shown(plan.device)}: not one of npu, cuda, cpu",
             "pass --device npu (default) or cpu",
-        )
+        ),
+    )
     inputs.check("path", str(plan.results), "--results")
-    if "%" in str(plan.results):  # sbatch --output expands %j, %N, ...
-        raise ConfigError(
+    _refuse(  # sbatch --output expands %j, %N, ...
+        "%" in str(plan.results),
+        ConfigError(
             f"--results {inputs.untrusted.shown(str(plan.results))} holds a '%' (Slurm file name pattern)",
             "use a directory without '%'; nothing was submitted",
-        )
+        ),
+    )
     _check_words(
         ("--node-interpreter", plan.node_python, "path"),
         ("the target's Python", plan.python, "path"),
         ("--node-dir", plan.node_dir, "node_dir"),
     )
     # srun's cwd is the shared submit directory
-    if plan.node_dir is not None and not plan.node_dir.startswith(("/", "$")):
-        raise ConfigError(
+    _refuse(
+        plan.node_dir is not None and not plan.node_dir.startswith(("/", "$")),
+        ConfigError(
             f"--node-dir {inputs.untrusted.shown(plan.node_dir)} is not an absolute path (on the nodes it "
             "would be inside the shared submit directory)",
             "pass a node-local path like /tmp/apexkit-fleet or $TMPDIR/apexkit-fleet",
-        )
+        ),
+    )
     _check_words(("--venv", plan.venv, "node_dir"))
-    if plan.venv is not None and not plan.venv.startswith(("/", "$")):
-        raise ConfigError(
+    _refuse(
+        plan.venv is not None and not plan.venv.startswith(("/", "$")),
+        ConfigError(
             f"--venv {inputs.untrusted.shown(plan.venv)} is not an absolute path",
             "pass the training venv's path as the nodes see it, e.g. /shared/envs/train or $HOME/venvs/train",
-        )
+        ),
+    )
     _check_words(
         *(("--set-env", item, "path") for item in plan.set_env),
         *(("--bench-args", arg, "bench_arg") for arg in plan.bench or ()),
@@ -247,20 +269,25 @@ def render_script(plan: Plan) -> str:
     p = plan.placement
     q = shlex.quote
     fleet = plan.fleet_dir
-    header = [
-        ("job-name", f"apexkit-fleet-{int(plan.submission)}"),
-        ("partition", p.partition),
-        ("nodes", int(p.count())),
-        ("nodelist", p.nodelist),
-        ("exclude", p.exclude),
-        ("ntasks-per-node", 1),
-        ("gres", p.gres),
-        ("account", p.account),
-        ("time", p.time_limit),
-        ("no-kill", True),
-        ("output", f"{fleet}/logs/job-%j.out"),
+    lines = [
+        "#!/bin/bash",
+        *slurm.batch_header(
+            [
+                ("job-name", f"apexkit-fleet-{int(plan.submission)}"),
+                ("partition", p.partition),
+                ("nodes", int(p.count())),
+                ("nodelist", p.nodelist),
+                ("exclude", p.exclude),
+                ("ntasks-per-node", 1),
+                ("gres", p.gres),
+                ("account", p.account),
+                ("time", p.time_limit),
+                ("no-kill", True),
+                ("output", f"{fleet}/logs/job-%j.out"),
+            ],
+            plan.extra_sbatch,
+        ),
     ]
-    lines = ["#!/bin/bash", *slurm.batch_header(header, plan.extra_sbatch)]
     lines += [
         f"# apexkit fleet: {q(plan.target)} from {log.sanitise(inputs.shown_url(plan.index.url, plan.logins))}"
         + (
@@ -308,14 +335,12 @@ def load_state(results: Path) -> dict:
         return {"format": FORMAT, "submissions": []}
     state = fsedit.load_json_object(path, str(path), data)
     subs = state.get("submissions")
-    if (
+    _refuse(
         state.get("format") != FORMAT
         or not isinstance(subs, list)
-        or not all(isinstance(s, dict) for s in subs)
-    ):
-        raise ConfigError(
-            f"{path} is not an apexkit fleet record", "use another --results directory"
-        )
+        or not all(isinstance(s, dict) for s in subs),
+        ConfigError(f"{path} is not an apexkit fleet record", "use another --results directory"),
+    )
     return state
 
 
@@ -355,9 +380,8 @@ def expected_nodes(results: Path, state: dict) -> tuple[list[str], list[dict]]:
 
 def _allocated(results: Path, sub: dict) -> list[str] | None:
     job = sub.get("job_id")
-    if not inputs.valid("job", job):
-        return None
-    return inputs.read_node_names(results / ".fleet" / "jobs" / f"{job}.nodes")
+    nodes = results / ".fleet" / "jobs" / f"{job}.nodes"
+    return inputs.read_node_names(nodes) if inputs.valid("job", job) else None
 
 
 def _asked(sub: dict) -> list[str]:
@@ -380,11 +404,13 @@ def submit(plan: Plan, dry_run: bool = False, resume: bool = False) -> str | Non
             log.info(f"every node in {results} has a result: nothing to resubmit")
             return None
         plan = resumed
-    if not resume and state["submissions"] and not dry_run:
-        raise ConfigError(
+    _refuse(
+        not resume and state["submissions"] and not dry_run,
+        ConfigError(
             f"{results} already holds fleet submissions ({len(state['submissions'])})",
             "resubmit the nodes without a result with --resume, or use another --results directory",
-        )
+        ),
+    )
     script = render_script(plan)
     if dry_run:
         print(script, end="")
@@ -411,22 +437,27 @@ def submit(plan: Plan, dry_run: bool = False, resume: bool = False) -> str | Non
                 and not source.is_symlink()
                 and source.suffix in (".py", ".json", ".toml")
             ):
-                target = plan.fleet_dir / "bench" / sub / source.name
-                fsedit.atomic_write(target, source.read_bytes(), 0o755)
+                fsedit.atomic_write(
+                    plan.fleet_dir / "bench" / sub / source.name, source.read_bytes(), 0o755
+                )
     fsedit.atomic_write(plan.plan_file, fsedit.dump_json(plan.node_plan()), 0o644)
     fsedit.atomic_write(plan.script_file, script.encode(), 0o755)
     job_id, why = slurm.sbatch(plan.script_file)
-    if job_id is None:
-        raise SchedulerError(
+    _refuse(
+        job_id is None,
+        SchedulerError(
             f"sbatch refused the job: {log.mask(why)}",
             f"fix the placement (--partition/--nodes/--nodelist/--gres/--account); the script is "
             f"{plan.script_file}",
-        )
-    if not inputs.valid("job", job_id):
-        raise SchedulerError(
+        ),
+    )
+    _refuse(
+        not inputs.valid("job", job_id),
+        SchedulerError(
             f"sbatch answered {inputs.untrusted.shown(job_id)[:80]}, not a job id",
             f"check the job with squeue; the script is {plan.script_file}",
-        )
+        ),
+    )
     p = plan.placement
     state["submissions"].append(
         {
@@ -464,10 +495,12 @@ def submit(plan: Plan, dry_run: bool = False, resume: bool = False) -> str | Non
 def resume_plan(plan: Plan, state: dict) -> Plan | None:
     """The same run for the nodes without a result only: their names when known, else a count with the done ones
     excluded. Jobs still queued or running are left alone (resubmitting them would run those nodes twice)."""
-    if not state["submissions"]:
-        raise ConfigError(
+    _refuse(
+        not state["submissions"],
+        ConfigError(
             f"{plan.results} has no earlier submission to resume", "submit without --resume first"
-        )
+        ),
+    )
     results = plan.results
     done = set(read_results(results)[0])  # an unreadable result is not done: its node runs again
     live = [
@@ -476,11 +509,13 @@ def resume_plan(plan: Plan, state: dict) -> Plan | None:
         if slurm.job_state(s.get("job_id"))[0]
         in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING")
     ]
-    if live:
-        raise ConfigError(
+    _refuse(
+        live,
+        ConfigError(
             f"job {', '.join(s['job_id'] for s in live)} is still queued or running",
             f"wait for it ({vocab.command('fleet.status', str(results))}) or cancel it (scancel JOBID), then --resume",
-        )
+        ),
+    )
     nodes, unplaced = expected_nodes(results, state)
     missing = [n for n in nodes if n not in done]
     extra = sum(int(s.get("nodes") or 0) for s in unplaced)
@@ -521,23 +556,26 @@ def _progress(results: Path, node: str) -> dict:
         return {}
     data = inputs.read_small_json(results / ".fleet" / "progress" / f"{node}.json")
     stage, job = data.get("stage"), data.get("job_id")
-    if not isinstance(stage, str) or len(stage) > 100:
-        return {}
-    return {"stage": stage, "job_id": job if isinstance(job, str) else None}
+    plain = isinstance(stage, str) and len(stage) <= 100
+    return {"stage": stage, "job_id": job if isinstance(job, str) else None} if plain else {}
 
 
 def rows(results: Path, threshold: float = DEFAULT_THRESHOLD) -> tuple[list[dict], dict]:
     """One row per node: its result, or what happened to it (running, dead with the job's state, never placed)."""
-    if not results.is_dir():
-        raise ConfigError(
+    _refuse(
+        not results.is_dir(),
+        ConfigError(
             f"{results} is not a directory", "pass the --results directory fleet.submit wrote"
-        )
+        ),
+    )
     state = load_state(results)
-    if not state["submissions"]:
-        raise ConfigError(
+    _refuse(
+        not state["submissions"],
+        ConfigError(
             f"{results} holds no fleet submission ({STATE_FILE} missing)",
             f"submit first: {vocab.command('fleet.submit', f'--results {results} ...')}",
-        )
+        ),
+    )
     found, unreadable = read_results(results)
     jobs = {
         s["job_id"]: slurm.job_state(s["job_id"])
@@ -621,8 +659,8 @@ def _unreadable_row(results: Path, node: str, why: str) -> dict:
 
 def _job_row(results: Path, state: dict, jobs: dict, node: str) -> dict:
     """The row of a node without a result: what its last job is doing, or that it died."""
-    sub = _last_submission_for(results, state, node)
-    job_id = sub.get("job_id") if sub else None
+    placed = [s for s in state["submissions"] if node in (_allocated(results, s) or _asked(s))]
+    job_id = placed[-1].get("job_id") if placed else None
     jstate, source = jobs.get(job_id, ("UNKNOWN", "no job"))
     stage = _progress(results, node)
     stage_text = (
@@ -672,11 +710,6 @@ def _mark_outliers(table: list[dict], threshold: float) -> float | None:
     return median
 
 
-def _last_submission_for(results: Path, state: dict, node: str) -> dict | None:
-    placed = [s for s in state["submissions"] if node in (_allocated(results, s) or _asked(s))]
-    return placed[-1] if placed else None
-
-
 def _short(value: Any, width: int = 0) -> str:
     text = "-" if value in (None, "") else str(value)
     return text[:width] if width else text
@@ -701,19 +734,12 @@ def render(table: list[dict], summary: dict) -> str:
         dev = r.get("deviation")
         dev_text = "-" if dev is None else f"{dev:+.1%}" + (" OUTLIER" if r.get("outlier") else "")
         failure = r.get("first_failure") or {}
-        fail_text = (
-            "-"
-            if not failure
-            else f"{failure.get('check')}: {failure.get('detail')}"
-            + (f" -> {failure['fix']}" if failure.get("fix") else "")
-        )
-        status = {"ok": "ok", "fail": "FAIL", "dead": "DEAD", "unreadable": "UNREADABLE"}.get(
-            r["status"], r["status"]
-        )
         body.append(
             [
                 r["node"],
-                status,
+                {"ok": "ok", "fail": "FAIL", "dead": "DEAD", "unreadable": "UNREADABLE"}.get(
+                    r["status"], r["status"]
+                ),
                 _short(r.get("chip"), 28),
                 _short(r.get("driver")),
                 _short(r.get("cann")),
@@ -722,16 +748,26 @@ def render(table: list[dict], summary: dict) -> str:
                 _short(r.get("wheel_sha256"), 12),
                 "-" if r.get("step_ms") is None else f"{r['step_ms']:.2f}",
                 dev_text,
-                fail_text,
+                (
+                    "-"
+                    if not failure
+                    else f"{failure.get('check')}: {failure.get('detail')}"
+                    + (f" -> {failure['fix']}" if failure.get("fix") else "")
+                ),
             ]
         )
     widths = [
         max(len(log.sanitise(str(row[i]))) for row in [head, *body]) for i in range(len(head) - 1)
     ]
-    lines = []
-    for row in [head, *body]:
-        cells = [log.sanitise(str(c)).ljust(w) for c, w in zip(row[:-1], widths)]
-        lines.append("  ".join([*cells, log.sanitise(str(row[-1]))]).rstrip())
+    lines = [
+        "  ".join(
+            [
+                *[log.sanitise(str(c)).ljust(w) for c, w in zip(row[:-1], widths)],
+                log.sanitise(str(row[-1])),
+            ]
+        ).rstrip()
+        for row in [head, *body]
+    ]
     median = summary["median_step_ms"]
     unreadable = f", {summary['unreadable']} unreadable" if summary.get("unreadable") else ""
     lines.append(
@@ -748,30 +784,33 @@ def report(
 ) -> int:
     """Print the per-node table (or JSON); exit 1 when a node failed, died or has not reported."""
     threshold = DEFAULT_THRESHOLD if threshold is None else threshold
-    if (
+    _refuse(
         isinstance(threshold, bool)
         or not isinstance(threshold, (int, float))
-        or not (math.isfinite(threshold) and threshold >= 0)
-    ):
-        raise ConfigError(
+        or not (math.isfinite(threshold) and threshold >= 0),
+        ConfigError(
             f"--threshold {threshold!r} is not a fraction >= 0", "pass --threshold 0.1 (10 %)"
-        )
+        ),
+    )
     table, summary = rows(results, threshold)
-    if as_json:
-        print(json.dumps({"summary": summary, "nodes": table}, indent=2, allow_nan=False))
-    else:
-        print(render(table, summary))
+    print(
+        json.dumps({"summary": summary, "nodes": table}, indent=2, allow_nan=False)
+        if as_json
+        else render(table, summary)
+    )
     return 0 if summary["nodes"] and summary["ok"] == summary["nodes"] else 1
 
 
 def status(results: Path, as_json: bool = False) -> int:
     """The submissions' job states and where each node is now; exit 0 (it is a look, not a verdict)."""
     state = load_state(results)
-    if not state["submissions"]:
-        raise ConfigError(
+    _refuse(
+        not state["submissions"],
+        ConfigError(
             f"{results} holds no fleet submission",
             f"submit first: {vocab.command('fleet.submit', f'--results {results}')}",
-        )
+        ),
+    )
     jobs = []
     for sub in state["submissions"]:
         job = sub.get("job_id")
@@ -833,10 +872,10 @@ def stored_plan(results: str) -> Plan:
     """The last submission's plan, for --resume without repeating the options (its logins from its 0600 file)."""
     path = Path(results).expanduser().resolve()
     state = load_state(path)
-    if not state["submissions"]:
-        raise ConfigError(
-            f"{path} has no earlier submission to resume", "submit without --resume first"
-        )
+    _refuse(
+        not state["submissions"],
+        ConfigError(f"{path} has no earlier submission to resume", "submit without --resume first"),
+    )
     last = state["submissions"][-1]
     try:
         p = last["plan"]
@@ -850,9 +889,7 @@ def stored_plan(results: str) -> Plan:
             if index_url.startswith("file:")
             else None,
         )
-        logins: dict[str, str] = {}
-        if p.get("credentials"):
-            logins = inputs.read_logins(Path(str(p["credentials"])))
+        logins = inputs.read_logins(Path(str(p["credentials"]))) if p.get("credentials") else {}
         plan = Plan(
             results=path,
             index=index,
@@ -919,10 +956,12 @@ def make_plan(
     trusted_key: list[str] | None = None,
 ) -> Plan:
     """Options -> a checked Plan (the command edge calls this; tests too)."""
-    if device not in ("npu", "cuda", "cpu"):
-        raise ConfigError(
+    _refuse(
+        device not in ("npu", "cuda", "cpu"),
+        ConfigError(
             f"--device {device}: not one of npu, cuda, cpu", "pass --device npu (default) or cpu"
-        )
+        ),
+    )
     logins: dict[str, str] = {}
 
     def public(value: str, option: str) -> str:
@@ -978,7 +1017,7 @@ def make_plan(
         extra_index_urls=tuple(extra_index_url),
         node_python=node_python,
         node_dir=node_dir or None,
-        set_env=_set_env_files(set_env),
+        set_env=tuple(x for x in set_env.split(",") if x) if set_env else SET_ENV,
         keep_venv=keep_venv,
         venv=venv or None,
         trusted_keys=_trusted_pems(trusted_key or []),
@@ -1001,10 +1040,6 @@ def _trusted_pems(flags: list[str]) -> tuple[tuple[str, str], ...]:
     return tuple((k, v.public_bytes(*spki).decode()) for k, v in sorted(keys.items()))
 
 
-def _set_env_files(set_env: str | None) -> tuple[str, ...]:
-    return tuple(x for x in set_env.split(",") if x) if set_env else SET_ENV
-
-
 def _check_words(*checks: tuple[str, str | None, str]) -> None:
     """Each (option, value, kind) given against the strict pattern of its kind."""
     for option, value, kind in checks:
@@ -1017,36 +1052,39 @@ def _nodelist(nodes: int | None, nodelist: str | None, resume: bool) -> tuple[st
     names = tuple(n for n in re.split(r"[,\s]+", nodelist or "") if n)
     for name in names:
         inputs.check("node", name, "--nodelist")
-    if nodes is not None and nodes < 1:
-        raise ConfigError(
-            f"--nodes {nodes}: must be at least 1", "pass --nodes N or --nodelist a,b,c"
-        )
-    if not names and not nodes and not resume:
-        raise ConfigError(
+    _refuse(
+        nodes is not None and nodes < 1,
+        ConfigError(f"--nodes {nodes}: must be at least 1", "pass --nodes N or --nodelist a,b,c"),
+    )
+    _refuse(
+        not names and not nodes and not resume,
+        ConfigError(
             "no placement: neither --nodes nor --nodelist",
             "pass --nodes N (with --partition) or --nodelist node1,node2",
-        )
-    if names and nodes and nodes != len(names):
-        raise ConfigError(
+        ),
+    )
+    _refuse(
+        names and nodes and nodes != len(names),
+        ConfigError(
             f"--nodes {nodes} but --nodelist names {len(names)} node(s)", "pass one of them"
-        )
+        ),
+    )
     return names
 
 
 def _index_torch(data: dict | None, target: str, default: str) -> str:
     """The torch the index says the target's wheel was built against, else the one its name gives."""
-    for f in index_files(data):
-        if f.get("target") == target and isinstance(f.get("torch"), str) and f.get("torch"):
-            return str(f["torch"])
-    return default
+    torches = [f.get("torch") for f in index_files(data) if f.get("target") == target]
+    return next((str(t) for t in torches if isinstance(t, str) and t), default)
 
 
 def _bench(bench: bool, args: str | None) -> tuple[str, ...] | None:
     """What the nodes benchmark with: the short run, then --bench-args; None: no benchmark."""
     if not (bench or args):
         return None
-    extra = tuple(envvars.split_words(args, "--bench-args", "--scale 0.05")) if args else ()
-    return tuple(shlex.split(SHORT_BENCH)) + extra
+    return tuple(shlex.split(SHORT_BENCH)) + (
+        tuple(envvars.split_words(args, "--bench-args", "--scale 0.05")) if args else ()
+    )
 
 
 # --- helpers for other submitters (nox -s matrix -- --run --slurm) ---------------------------------------------------

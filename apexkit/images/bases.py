@@ -14,7 +14,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from apexkit import cachetrust, dockerclient, log, vocab
+from apexkit import cachetrust, config, dockerclient, log, vocab
 from apexkit.errors import EnvironmentSetupError
 
 DEBIAN_MIRROR = "http://deb.debian.org/debian"
@@ -39,8 +39,6 @@ def rootfs_tarball(
     if os.geteuid() != 0:
         raise EnvironmentSetupError("debootstrap needs root", "run as root (or with sudo)")
     if not mirror:  # APEXKIT_DEBIAN_MIRROR, else debian_mirror of the config files (apexkit.config)
-        from apexkit import config
-
         mirror = config.load().get("debian_mirror", default=DEBIAN_MIRROR).text
     target.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="rootfs-", dir=target.parent))

@@ -62,6 +62,12 @@ PASS_ENV = (
 )
 
 
+def _refuse(bad: object, error: Exception) -> None:
+    """Raise `error` when `bad` holds: a refusal in one line (the error says what is wrong and what to do)."""
+    if bad:
+        raise error
+
+
 @dataclass
 class Mount:
     host: Path
@@ -145,11 +151,18 @@ def make_spec(
     if log.is_interactive():
         env["FORCE_COLOR"] = "1"
     uid, gid, notes = _container_user(labels, os.geteuid() if euid is None else euid)
-    command = [TOOL_PYTHON, "-m", "apexkit", "build", opts.python, "--options-json", OPTIONS_FILE]
     return ContainerSpec(
         image=image,
         arch=arch,
-        command=command,
+        command=[
+            TOOL_PYTHON,
+            "-m",
+            "apexkit",
+            "build",
+            opts.python,
+            "--options-json",
+            OPTIONS_FILE,
+        ],
         user=f"{uid}:{gid}",
         uid=uid,
         mounts=mounts,
@@ -239,25 +252,31 @@ def _container_user(labels: Mapping[str, str], euid: int) -> tuple[int, int, lis
     if euid != 0:
         return euid, os.getegid(), []
     uid = int(labels.get(f"{builder.LABEL}.uid", builder.BUILD_ID))
-    gid = int(labels.get(f"{builder.LABEL}.gid", builder.BUILD_ID))
-    return uid, gid, [f"as the image's build user (uid {uid}), not root"]
+    return (
+        uid,
+        int(labels.get(f"{builder.LABEL}.gid", builder.BUILD_ID)),
+        [f"as the image's build user (uid {uid}), not root"],
+    )
 
 
 def preflight(spec: ContainerSpec) -> None:
     """Every read-only mount must exist and be readable by the container's user; make the writable ones."""
     for m in spec.mounts:
         if m.read_only:
-            if not m.host.exists():
-                raise ConfigError(f"{m.why} {m.host} does not exist", "fix the path")
+            _refuse(
+                not m.host.exists(), ConfigError(f"{m.why} {m.host} does not exist", "fix the path")
+            )
             st = m.host.stat()
             readable = st.st_uid == spec.uid or (
                 st.st_mode & (0o005 if m.host.is_dir() else 0o004)
             ) == (0o005 if m.host.is_dir() else 0o004)
-            if not readable:
-                raise ConfigError(
+            _refuse(
+                not readable,
+                ConfigError(
                     f"{m.why} {m.host} is not readable by the container's build user (uid {spec.uid})",
                     f"chmod -R a+rX {m.host}, or build as a non-root user",
-                )
+                ),
+            )
         else:
             m.host.mkdir(parents=True, exist_ok=True)
             if os.geteuid() == 0 and m.host.stat().st_uid != spec.uid:
@@ -272,13 +291,15 @@ def inspect_image(c, image: str) -> tuple[dict, str, object]:
             builder.build_hint(image, data=matrix.load().data),
         )
     labels, arch = dockerclient.labels(found), dockerclient.image_arch(found)
-    if f"{builder.LABEL}.builder" not in labels:
-        raise ImageError(
+    _refuse(
+        f"{builder.LABEL}.builder" not in labels,
+        ImageError(
             f"{image} is not an apexkit builder image (no {builder.LABEL}.builder label)",
             vocab.command(
                 "image.build", f"--arch {arch or dockerclient.host_arch()} --base {image}"
             ),
-        )
+        ),
+    )
     return labels, arch, found
 
 
@@ -299,8 +320,9 @@ def run(opts: BuildOptions) -> Path | None:
     planned = functools.partial(buildplan.expected_targets, opts, matrix.load(), arch)
     planned()  # an impossible combination (no torch_npu for this torch) fails here, before any container runs
     emulated = builder.emulation(arch).require(f"run {arch} containers")
-    settings = layers.current_settings(layers.Paths())
-    spec = make_spec(opts, opts.image, labels, arch, settings=settings)
+    spec = make_spec(
+        opts, opts.image, labels, arch, settings=layers.current_settings(layers.Paths())
+    )
     log.info(f"build in container {spec.image} ({arch}, {emulated.detail})")
     log.info(f"  {'user':<15}{spec.user}" + (f" ({'; '.join(spec.notes)})" if spec.notes else ""))
     for m in spec.mounts:
@@ -326,12 +348,14 @@ def run(opts: BuildOptions) -> Path | None:
             if opts.dry_run:
                 s.note("dry run")
                 return None
-            if len(produced) != 1:
-                raise BuildError(
+            _refuse(
+                len(produced) != 1,
+                BuildError(
                     f"the container build ended without one dist/<target> in {spec.workspace / 'dist'} "
                     f"(found {len(produced)})",
                     f"see {spec.log_path}",
-                )
+                ),
+            )
             final = _publish(
                 produced[0],
                 opts.dist_dir,
@@ -481,10 +505,12 @@ def _publish(
     target folder is taken. Anything else: ImageError, nothing in dist/."""
     where = spec.workspace / "dist"
     try:
-        if produced.parent != where or not TARGET_NAME.fullmatch(produced.name):
-            raise untrusted.Untrusted(
+        _refuse(
+            produced.parent != where or not TARGET_NAME.fullmatch(produced.name),
+            untrusted.Untrusted(
                 f"{untrusted.shown(produced.name)} is not a target directory directly in {where}"
-            )
+            ),
+        )
         with untrusted.opened_dir(where) as dist_fd, untrusted.opened_dir(
             produced.name, dist_fd
         ) as target_fd:
@@ -551,10 +577,12 @@ def _swap_in(
     try:
         sha, size = untrusted.copy_fd(src, tmp / name)
         claimed = manifest["wheel"]["sha256"]
-        if sha != claimed:
-            raise untrusted.Untrusted(
+        _refuse(
+            sha != claimed,
+            untrusted.Untrusted(
                 f"{untrusted.shown(name)} has sha256 {sha[:16]}…, its manifest says {untrusted.shown(claimed[:16])}"
-            )
+            ),
+        )
         untrusted.check_zip(tmp / name)
         manifest["wheel"] = {"file": name, "sha256": sha, "size": size}
         manifest["builder_image"] = {

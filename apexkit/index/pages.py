@@ -90,6 +90,12 @@ class Cell:
     session: str  # the nox session that builds it
 
 
+def _refuse(bad: object, error: Exception) -> None:
+    """Raise `error` when `bad` holds: a refusal in one line (the error says what is wrong and what to do)."""
+    if bad:
+        raise error
+
+
 def esc(value: object) -> str:
     return html.escape(str(value), quote=True)
 
@@ -106,26 +112,36 @@ def check_base_url(url: str) -> str:
     """--base-url, checked: http(s):// or file://, no userinfo (a password would be printed in every page), no
     query or fragment, no spaces or control characters. Returned without its trailing slash."""
     hint = "pass where the index will be served, e.g. --base-url https://wheels.example.com/apex (no user:password@)"
-    if any(not ch.isprintable() or ch.isspace() for ch in url):
-        raise ConfigError("--base-url has spaces or control characters", hint)
+    _refuse(
+        any(not ch.isprintable() or ch.isspace() for ch in url),
+        ConfigError("--base-url has spaces or control characters", hint),
+    )
     try:
         parts = urllib.parse.urlsplit(url)
         parts.port  # noqa: B018 -- raises ValueError on a bad port
     except ValueError:
         raise ConfigError("--base-url is not a URL", hint) from None
-    if parts.scheme not in ("http", "https", "file"):
-        raise ConfigError(
+    _refuse(
+        parts.scheme not in ("http", "https", "file"),
+        ConfigError(
             f"--base-url {log.sanitise(log.mask(url))!r} is not an http(s):// or file:// URL", hint
-        )
-    if "@" in parts.netloc:
-        raise ConfigError(
+        ),
+    )
+    _refuse(
+        "@" in parts.netloc,
+        ConfigError(
             "--base-url holds a user name or password: index.html would show it to every reader",
             "publish with the plain URL; readers give their credentials to pip (netrc, keyring) themselves",
-        )
-    if parts.scheme != "file" and not parts.hostname:
-        raise ConfigError(f"--base-url {url!r} names no host", hint)
-    if parts.query or parts.fragment or any(c in url for c in "\"'<>`\\"):
-        raise ConfigError(f"--base-url {url!r} has a query, fragment or quote characters", hint)
+        ),
+    )
+    _refuse(
+        parts.scheme != "file" and not parts.hostname,
+        ConfigError(f"--base-url {url!r} names no host", hint),
+    )
+    _refuse(
+        parts.query or parts.fragment or any(c in url for c in "\"'<>`\\"),
+        ConfigError(f"--base-url {url!r} has a query, fragment or quote characters", hint),
+    )
     return url.rstrip("/")
 
 
@@ -139,17 +155,21 @@ def read_metadata(wheel: Path) -> bytes:
     try:
         with zipfile.ZipFile(wheel) as zf:
             members = [i for i in zf.infolist() if _METADATA_MEMBER.fullmatch(i.filename)]
-            if len(members) != 1:
-                raise ConfigError(
+            _refuse(
+                len(members) != 1,
+                ConfigError(
                     f"{wheel.name}: {'no' if not members else len(members)} *.dist-info/METADATA in the wheel",
                     hint,
-                )
+                ),
+            )
             info = members[0]
-            if info.file_size > METADATA_MAX:
-                raise ConfigError(
+            _refuse(
+                info.file_size > METADATA_MAX,
+                ConfigError(
                     f"{wheel.name}: its METADATA is {info.file_size} bytes (more than {METADATA_MAX})",
                     hint,
-                )
+                ),
+            )
             with zf.open(info) as fh:
                 data = fh.read(METADATA_MAX + 1)
     except ConfigError:
@@ -166,8 +186,10 @@ def read_metadata(wheel: Path) -> bytes:
             f"{wheel.name}: cannot read its METADATA ({type(exc).__name__}: {log.sanitise(str(exc))[:80]})",
             hint,
         ) from None
-    if len(data) > METADATA_MAX:
-        raise ConfigError(f"{wheel.name}: its METADATA is more than {METADATA_MAX} bytes", hint)
+    _refuse(
+        len(data) > METADATA_MAX,
+        ConfigError(f"{wheel.name}: its METADATA is more than {METADATA_MAX} bytes", hint),
+    )
     return data
 
 
@@ -332,10 +354,6 @@ def torch_page_name(torch: str) -> str:
     return f"torch-{torch}.html"
 
 
-def is_torch_page(name: str) -> bool:
-    return bool(_TORCH_PAGE.fullmatch(name))
-
-
 def _size(n: int) -> str:
     if n < 1024:
         return f"{n} B"
@@ -370,19 +388,23 @@ def write_pages(
     names = []
     for torch, mine in sorted(by_torch.items(), key=lambda kv: _vkey(kv[0]), reverse=True):
         name = torch_page_name(torch)
-        if _vkey(torch)[0] != 0 or not is_torch_page(
+        if _vkey(torch)[0] != 0 or not _TORCH_PAGE.fullmatch(
             name
         ):  # a torch that is no version never names a file
             continue
-        links = [
-            (
-                f"simple/{e.project}/{e.filename}#sha256={e.sha256}",
-                e.filename,
-                metadata.get(e.filename),
+        (root / name).write_text(
+            simple_page(
+                f"apex wheels for torch {torch}",
+                [
+                    (
+                        f"simple/{e.project}/{e.filename}#sha256={e.sha256}",
+                        e.filename,
+                        metadata.get(e.filename),
+                    )
+                    for e in mine
+                ],
             )
-            for e in mine
-        ]
-        (root / name).write_text(simple_page(f"apex wheels for torch {torch}", links))
+        )
         names.append(name)
     (root / "index.html").write_text(
         grid_page(root, entries, metadata, base_url, cells, names, generated)
@@ -430,14 +452,15 @@ def grid_page(
         "<tbody>",
     ]
     for torch, npu, cann in rows:
-        out.append(
-            f"<tr><th>torch {esc(torch)}<span>torch_npu {esc(npu or '-')}</span>"
-            f"<span>CANN {esc(cann or '-')}</span></th>"
-        )
         out += [
-            grid.get(((torch, npu, cann), col), '<td class="empty">&ndash;</td>') for col in cols
+            f"<tr><th>torch {esc(torch)}<span>torch_npu {esc(npu or '-')}</span>"
+            f"<span>CANN {esc(cann or '-')}</span></th>",
+            *(
+                grid.get(((torch, npu, cann), col), '<td class="empty">&ndash;</td>')
+                for col in cols
+            ),
+            "</tr>",
         ]
-        out.append("</tr>")
     out += ["</tbody>", "</table>", *_missing_html(absent, len(cells))]
     out.append("<h2>Find-links pages, one per torch</h2><ul>")
     out += [
@@ -494,40 +517,50 @@ def _missing_html(absent: Sequence[Cell], total: int) -> list[str]:
     head = f'<h2 id="missing">Missing: cells of matrix.toml with no wheel ({len(absent)} of {total})</h2>'
     if not absent:
         return [head, "<p>None: every cell of matrix.toml has a wheel here.</p>"]
-    items = [
-        f"<li><code>{esc(c.id)}</code>: {esc(_cell_words(c))} &mdash; build: "
-        f"<code>nox -s {esc(c.session)}</code></li>"
-        for c in absent
+    return [
+        head,
+        '<ul class="missing">',
+        *[
+            f"<li><code>{esc(c.id)}</code>: {esc(_cell_words(c))} &mdash; build: "
+            f"<code>nox -s {esc(c.session)}</code></li>"
+            for c in absent
+        ],
+        "</ul>",
     ]
-    return [head, '<ul class="missing">', *items, "</ul>"]
 
 
 def _wheel_html(
     root: Path, e: Any, f: dict, metadata: Mapping[str, Metadata], base_url: str
 ) -> str:
     folder = f"simple/{e.project}/"
-    wheel = root / "simple" / e.project / e.filename
     try:
-        size = _size(wheel.stat().st_size)
+        size = _size((root / folder / e.filename).stat().st_size)
     except OSError:
         size = "?"
     sig = getattr(e, "signature", None)  # <wheel>.intoto.jsonl; its keyid: the signer
-    files = {a.kind: a.filename for a in getattr(e, "attestations", ())}
-    files.update(wheel=e.filename, METADATA=getattr(metadata.get(e.filename), "filename", None))
-    files.update(signature=sig and sig.filename)
-    order = (
-        ("wheel", "wheel"),
-        ("sbom", "SBOM"),
-        ("provenance", "provenance"),
-        ("signature", "signature"),
-        ("METADATA", "METADATA"),
-    )
+    files = {
+        **{a.kind: a.filename for a in getattr(e, "attestations", ())},
+        "wheel": e.filename,
+        "METADATA": getattr(metadata.get(e.filename), "filename", None),
+        "signature": sig and sig.filename,
+    }
+    order = {
+        "wheel": "wheel",
+        "sbom": "SBOM",
+        "provenance": "provenance",
+        "signature": "signature",
+        "METADATA": "METADATA",
+    }
     signer = (
         f'signed by <code class="signer" title="{esc(sig.keyid)}">{esc(sig.keyid[:16])}</code>'
         if sig
         else '<span class="signer">unsigned</span>'
     )
-    links = [f'<a href="{esc(folder + files[k])}">{text}</a>' for k, text in order if files.get(k)]
+    links = [
+        f'<a href="{esc(folder + files[k])}">{text}</a>'
+        for k, text in order.items()
+        if files.get(k)
+    ]
     return (
         '<div class="wheel">'
         f'<div class="name">{esc(e.filename)}</div>'

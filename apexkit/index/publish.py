@@ -59,9 +59,9 @@ from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 from apexkit import cachetrust, fsedit, locks, log, untrusted, vocab
-from apexkit.errors import ConfigError
+from apexkit.errors import ApexkitError, ConfigError
 from apexkit.index import pages, signing
-from apexkit.plan import target
+from apexkit.plan import matrix, target
 from apexkit.wheel import distdir, sbom
 
 FORMAT = "apexkit-index/1"  # index.json's marker: this directory is an index apexkit wrote
@@ -129,6 +129,12 @@ class Entry:
     signature: Attestation | None = None  # <wheel>.intoto.jsonl (docs/signing.md); None: unsigned
 
 
+def _refuse(bad: object, cause: str, hint: str = _REBUILD) -> None:
+    """One check of one line: ConfigError(cause, hint) when `bad` holds (a flag, or the words of what is wrong)."""
+    if bad:
+        raise ConfigError(cause, hint)
+
+
 def normalize(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
@@ -137,8 +143,7 @@ def _field(data: Any, dotted: str, where: Path) -> Any:
     """data["a"]["b"] for "a.b", or a one-line refusal naming the file and the field."""
     value = data
     for key in dotted.split("."):
-        if not isinstance(value, dict) or key not in value:
-            raise ConfigError(f"{where}: no {dotted}", _REBUILD)
+        _refuse(not isinstance(value, dict) or key not in value, f"{where}: no {dotted}")
         value = value[key]
     return value
 
@@ -160,8 +165,7 @@ def _wheel_name(name: Any) -> str | None:
 
 def torch_version(raw: Any, where: Path, field: str) -> str:
     """The public PEP 440 version (2.13.0 for 2.13.0+cpu) a torch field names, checked before it becomes a path."""
-    version = target.check_version(raw, f"{where}: {field}", _REBUILD)
-    return Version(version).public
+    return Version(target.check_version(raw, f"{where}: {field}", _REBUILD)).public
 
 
 def _why(exc: untrusted.Refused) -> str:
@@ -185,11 +189,6 @@ def _copy_hashed(src: Path, dst: Path | None) -> str:
             digest.update(chunk)
             out.write(chunk)
     return digest.hexdigest()
-
-
-def _inside(path: Path, root: Path) -> bool:
-    path, root = path.resolve(), root.resolve()
-    return path == root or root in path.parents
 
 
 def _fact(value: Any) -> str | None:
@@ -219,7 +218,6 @@ def facts_of(manifest: dict, filename: str, wheel: Path | None = None) -> dict:
         torch = None
     abi = expect.get("cxx11_abi")
     pins = identity.get("requires_dist")
-    plan_identity = _object(plan, "identity")
     return {
         "python": _fact(plan.get("python")),
         "python_tag": tag.interpreter,
@@ -237,7 +235,7 @@ def facts_of(manifest: dict, filename: str, wheel: Path | None = None) -> dict:
         # NVIDIA apex on CUDA: for a venv whose torch is that CUDA release only (an Ascend wheel: null, null)
         "backend": "cuda" if plan.get("backend") == "cuda" else None,
         "cuda": _fact(plan.get("torch_cuda")) if plan.get("backend") == "cuda" else None,
-        "identity": _plain(plan_identity),
+        "identity": _plain(_object(plan, "identity")),
     }
 
 
@@ -265,16 +263,24 @@ def check_facts(raw: Any, where: str, fix: str) -> dict:
     """files[i].facts of an index.json read back: an object whose FACT_FIELDS are plain strings or null."""
     if raw is None:
         return {}
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{where}.facts is not an object", fix)
+    _refuse(not isinstance(raw, dict), f"{where}.facts is not an object", fix)
     for key in FACT_FIELDS:
-        if raw.get(key) is not None and _fact(raw.get(key)) is None:
-            raise ConfigError(f"{where}.facts.{key} is not a plain version or tag", fix)
-    if raw.get("cxx11_abi") not in (None, 0, 1) or isinstance(raw.get("cxx11_abi"), bool):
-        raise ConfigError(f"{where}.facts.cxx11_abi is not 0, 1 or null", fix)
-    pins = raw.get("requires_dist", [])
-    if not isinstance(pins, list) or any(_fact(p) is None for p in pins):
-        raise ConfigError(f"{where}.facts.requires_dist is not a list of pins", fix)
+        _refuse(
+            raw.get(key) is not None and _fact(raw.get(key)) is None,
+            f"{where}.facts.{key} is not a plain version or tag",
+            fix,
+        )
+    abi, pins = raw.get("cxx11_abi"), raw.get("requires_dist", [])
+    _refuse(
+        abi not in (None, 0, 1) or isinstance(abi, bool),
+        f"{where}.facts.cxx11_abi is not 0, 1 or null",
+        fix,
+    )
+    _refuse(
+        not isinstance(pins, list) or any(_fact(p) is None for p in pins),
+        f"{where}.facts.requires_dist is not a list of pins",
+        fix,
+    )
     return {**raw, "identity": _plain(raw.get("identity") or {})}
 
 
@@ -293,23 +299,18 @@ def is_record(record: Any, filename: str) -> bool:
 
 def collect(dist: Path, targets: list[str] | None = None) -> list[Entry]:
     """Every dist/<target>/ with a manifest and its wheel (checked against the manifest's sha256)."""
-    if not dist.is_dir():
-        raise ConfigError(
-            f"{dist} does not exist", f"build first: {vocab.build('3.11')} (or pass --dist DIR)"
-        )
+    build = f"build first: {vocab.build('3.11')}"
+    _refuse(not dist.is_dir(), f"{dist} does not exist", f"{build} (or pass --dist DIR)")
     built = sorted(dist.glob("*/manifest.json"))
     named = [m for m in built if not targets or m.parent.name in targets]
     entries = [e for m in named if (e := _built(dist, m, targets)) is not None]
     missing = sorted(set(targets or ()) - {e.target for e in entries})
-    if missing:
-        raise ConfigError(
-            f"no built target {', '.join(missing)} in {dist}",
-            f"choose from {', '.join(p.parent.name for p in built)}",
-        )
-    if not entries:
-        raise ConfigError(
-            f"no built wheel in {dist} (no */manifest.json)", f"build first: {vocab.build('3.11')}"
-        )
+    _refuse(
+        missing,
+        f"no built target {', '.join(missing)} in {dist}",
+        f"choose from {', '.join(p.parent.name for p in built)}",
+    )
+    _refuse(not entries, f"no built wheel in {dist} (no */manifest.json)", build)
     return entries
 
 
@@ -321,13 +322,12 @@ def _built(dist: Path, manifest_path: Path, targets: list[str] | None) -> Entry 
         return None
     file = _field(manifest, "wheel.file", manifest_path)
     why = _wheel_name(file)
-    if why:
-        raise ConfigError(f"{manifest_path}: wheel.file {file!r} {why}", _REBUILD)
+    _refuse(why, f"{manifest_path}: wheel.file {file!r} {why}")
     expected = _field(manifest, "wheel.sha256", manifest_path)
-    if not is_sha256(expected):
-        raise ConfigError(
-            f"{manifest_path}: wheel.sha256 {expected!r} is not a sha256 hex digest", _REBUILD
-        )
+    _refuse(
+        not is_sha256(expected),
+        f"{manifest_path}: wheel.sha256 {expected!r} is not a sha256 hex digest",
+    )
     torch = torch_version(
         _field(manifest, "target.torch", manifest_path), manifest_path, "target.torch"
     )
@@ -340,13 +340,13 @@ def _built(dist: Path, manifest_path: Path, targets: list[str] | None) -> Entry 
         ) from None
     except (OSError, ValueError) as exc:
         raise ConfigError(f"{manifest_path}: wheel.file {file} {exc}", _REBUILD) from None
-    if digest != expected:
-        raise ConfigError(f"{wheel} does not match the sha256 in its manifest", f"rebuild {target}")
+    _refuse(
+        digest != expected,
+        f"{wheel} does not match the sha256 in its manifest",
+        f"rebuild {target}",
+    )
     why = _contradiction(file, manifest)
-    if why:
-        raise ConfigError(
-            f"{wheel}: {why}", f"rebuild {target} (a wheel keeps the tags its build computed)"
-        )
+    _refuse(why, f"{wheel}: {why}", f"rebuild {target} (a wheel keeps the tags its build computed)")
     attestations = _attestations(manifest, manifest_path, file, digest)
     if not attestations:
         log.info(
@@ -376,9 +376,11 @@ def _built(dist: Path, manifest_path: Path, targets: list[str] | None) -> Entry 
 def _platform(tag: Any) -> tuple[tuple[int, int] | None, str] | None:
     """(glibc floor or None, machine) of a linux platform tag; None for another tag (any, win_amd64, ...)."""
     m = _PLATFORM.fullmatch(tag) if isinstance(tag, str) else None
-    if m is None:
-        return None
-    return _LEGACY_GLIBC.get(m[3]) or ((int(m[1]), int(m[2])) if m[1] else None), m[4]
+    return (
+        None
+        if m is None
+        else (_LEGACY_GLIBC.get(m[3]) or ((int(m[1]), int(m[2])) if m[1] else None), m[4])
+    )
 
 
 def _contradiction(file: str, manifest: dict) -> str | None:
@@ -433,7 +435,6 @@ def _one_per_target(files: list[Entry]) -> list[Entry]:
     by_target: dict[str, list[Entry]] = {}
     for e in files:
         by_target.setdefault(e.target if e.target != "?" else f"?{e.filename}", []).append(e)
-    out = []
     for tid, mine in by_target.items():
         if len(mine) > 1:
             built = {e.filename: _built_at(e) for e in mine}
@@ -445,8 +446,7 @@ def _one_per_target(files: list[Entry]) -> list[Entry]:
                     f"{_when(built[old.filename])}"
                     + (", published before)" if old.in_index else f", in {old.path.parent})")
                 )
-        out.append(mine[-1])
-    return sorted(out, key=lambda e: (e.project, e.filename))
+    return sorted((mine[-1] for mine in by_target.values()), key=lambda e: (e.project, e.filename))
 
 
 def _when(seconds: float) -> str:
@@ -456,12 +456,14 @@ def _when(seconds: float) -> str:
 def _read_manifest(dist: Path, manifest_path: Path) -> tuple[dict, bytes]:
     """dist/<target>/manifest.json as an object and its bytes: read without following links, inside `dist`."""
     folder = manifest_path.parent
-    if folder.is_symlink() or not _inside(folder, dist) or manifest_path.is_symlink():
-        raise ConfigError(
-            f"{folder if folder.is_symlink() else manifest_path} is a symlink: publish takes only "
-            f"what was built inside {dist}",
-            "replace it with the directory itself, or remove it",
-        )
+    _refuse(
+        folder.is_symlink()
+        or not (folder.resolve() == dist.resolve() or dist.resolve() in folder.resolve().parents)
+        or manifest_path.is_symlink(),
+        f"{folder if folder.is_symlink() else manifest_path} is a symlink: publish takes only "
+        f"what was built inside {dist}",
+        "replace it with the directory itself, or remove it",
+    )
     try:
         manifest_bytes = untrusted.read_regular(manifest_path, None, distdir.MANIFEST_MAX)
         manifest = json.loads(manifest_bytes.decode("utf-8"))
@@ -481,11 +483,11 @@ def _left_out(target: str, manifest: dict, targets: list[str] | None) -> bool:
     build unless named."""
     identity = _object(_object(manifest, "target"), "identity")
     if identity.get("sanitize") or "asan" in target.split("+")[1:]:
-        if targets:
-            raise ConfigError(
-                f"{target} is a sanitizer build (--sanitize, +asan): it is never published",
-                "build the target without --sanitize and publish that one",
-            )
+        _refuse(
+            targets,
+            f"{target} is a sanitizer build (--sanitize, +asan): it is never published",
+            "build the target without --sanitize and publish that one",
+        )
         log.info(f"  skipping {target}: a sanitizer build (--sanitize, +asan) is never published")
         return True
     if identity.get("skip_patches") and not targets:
@@ -513,14 +515,17 @@ def _attestations(
             record is None
         ):  # no SBOM without cyclonedx-python-lib (attestations.sbom_missing says why)
             continue
-        if not isinstance(record, dict) or record.get("file") != source:
-            raise ConfigError(f"{manifest_path}: attestations.{kind}.file is not {source}", hint)
+        _refuse(
+            not isinstance(record, dict) or record.get("file") != source,
+            f"{manifest_path}: attestations.{kind}.file is not {source}",
+            hint,
+        )
         expected = record.get("sha256")
-        if not is_sha256(expected):
-            raise ConfigError(
-                f"{manifest_path}: attestations.{kind}.sha256 {expected!r} is not a sha256 hex digest",
-                hint,
-            )
+        _refuse(
+            not is_sha256(expected),
+            f"{manifest_path}: attestations.{kind}.sha256 {expected!r} is not a sha256 hex digest",
+            hint,
+        )
         path = folder / source
         try:
             data = untrusted.read_regular(path, None, ATTESTATION_MAX)
@@ -535,11 +540,13 @@ def _attestations(
                     f"{path} does not match the sha256 in its manifest", hint
                 ) from None
             raise ConfigError(f"{path} {_why(exc)}", hint) from None
-        if hashlib.sha256(data).hexdigest() != expected:
-            raise ConfigError(f"{path} does not match the sha256 in its manifest", hint)
+        _refuse(
+            hashlib.sha256(data).hexdigest() != expected,
+            f"{path} does not match the sha256 in its manifest",
+            hint,
+        )
         why = not_about(kind, data, wheel, wheel_sha256)
-        if why:
-            raise ConfigError(f"{path} {why}", hint)
+        _refuse(why, f"{path} {why}", hint)
         out.append(Attestation(kind, wheel + suffix, path, expected))
     return tuple(out)
 
@@ -553,17 +560,20 @@ def not_about(kind: str, data: bytes, wheel: str, wheel_sha256: str) -> str | No
     if not isinstance(doc, dict):
         return "is not a JSON object"
     if kind == "provenance":
-        subjects = found if isinstance(found := doc.get("subject"), list) else []
-        if {"name": wheel, "digest": {"sha256": wheel_sha256}} not in subjects:
-            return f"has no subject {wheel} with the wheel's sha256"
-        return None
+        subjects = doc.get("subject")
+        named = (
+            isinstance(subjects, list)
+            and {"name": wheel, "digest": {"sha256": wheel_sha256}} in subjects
+        )
+        return None if named else f"has no subject {wheel} with the wheel's sha256"
     component = (
         doc.get("metadata", {}).get("component") if isinstance(doc.get("metadata"), dict) else None
     )
     hashes = component.get("hashes") if isinstance(component, dict) else None
-    if not isinstance(hashes, list) or {"alg": "SHA-256", "content": wheel_sha256} not in hashes:
-        return "does not describe the wheel (metadata.component has not its sha256)"
-    return None
+    described = isinstance(hashes, list) and {"alg": "SHA-256", "content": wheel_sha256} in hashes
+    return (
+        None if described else "does not describe the wheel (metadata.component has not its sha256)"
+    )
 
 
 def _foreign(root: Path, hint: str, what: str) -> ConfigError:
@@ -581,12 +591,12 @@ def _existing(root: Path) -> list[Entry]:
         "publish into a new or empty directory (e.g. --index ./index), or move the other files out of "
         f"{root}"
     )
-    if root.is_symlink():
-        raise ConfigError(
-            f"{root} is a symlink", f"pass the directory it points to ({root.resolve()}) as --index"
-        )
-    if root.exists() and not root.is_dir():
-        raise ConfigError(f"{root} is not a directory", hint)
+    _refuse(
+        root.is_symlink(),
+        f"{root} is a symlink",
+        f"pass the directory it points to ({root.resolve()}) as --index",
+    )
+    _refuse(root.exists() and not root.is_dir(), f"{root} is not a directory", hint)
     if not root.exists() or not any(root.iterdir()):
         return []
     data_file = root / "index.json"
@@ -631,7 +641,7 @@ def _index_files(root: Path, hint: str) -> list:
         raise _foreign(root, hint, "its index.json is not JSON") from None
     if not isinstance(data, dict) or not isinstance(data.get("files"), list):
         data = {}
-    legacy = "format" not in data and set(data) == {"generated", "files"}
+    legacy = "format" not in data and set(data) == {"generated", "files"}  # before the marker
     if data.get("format") != FORMAT and not legacy:
         raise _foreign(root, hint, f'its index.json has no "format": "{FORMAT}"')
     return data["files"]
@@ -640,30 +650,41 @@ def _index_files(root: Path, hint: str) -> list:
 def _published(root: Path, data_file: Path, n: int, f: Any, fix: str) -> Entry:
     """files[n] of an index's index.json, checked, as an Entry already in the index."""
     where = f"{data_file}: files[{n}]"
-    if not isinstance(f, dict):
-        raise ConfigError(f"{where} is not an object", fix)
+    _refuse(not isinstance(f, dict), f"{where} is not an object", fix)
     why = _wheel_name(f.get("filename"))
-    if why:
-        raise ConfigError(f"{where}.filename {f.get('filename')!r} {why}", fix)
+    _refuse(why, f"{where}.filename {f.get('filename')!r} {why}", fix)
     project = normalize(parse_wheel_filename(f["filename"])[0])
-    if f.get("project") != project:
-        raise ConfigError(f"{where}.project {f.get('project')!r} is not {project!r}", fix)
-    if not is_sha256(f.get("sha256")):
-        raise ConfigError(f"{where}.sha256 {f.get('sha256')!r} is not a sha256 hex digest", fix)
+    _refuse(
+        f.get("project") != project, f"{where}.project {f.get('project')!r} is not {project!r}", fix
+    )
+    _refuse(
+        not is_sha256(f.get("sha256")),
+        f"{where}.sha256 {f.get('sha256')!r} is not a sha256 hex digest",
+        fix,
+    )
     torch = f.get("torch", "")
     if torch:
         torch_version(torch, data_file, f"files[{n}].torch")
     folder = root / "simple" / project
     attestations = _published_attestations(f, folder, where, fix)
     cache_key = f.get("cache_key")
-    if cache_key is not None and not is_sha256(cache_key):
-        raise ConfigError(f"{where}.cache_key is not a sha256 hex digest", fix)
+    _refuse(
+        cache_key is not None and not is_sha256(cache_key),
+        f"{where}.cache_key is not a sha256 hex digest",
+        fix,
+    )
     manifest, name = f.get("manifest"), f["filename"] + MANIFEST_SUFFIX
-    if manifest is not None and not is_record(manifest, name):
-        raise ConfigError(f"{where}.manifest is not {{filename: {name}, sha256}}", fix)
+    _refuse(
+        manifest is not None and not is_record(manifest, name),
+        f"{where}.manifest is not {{filename: {name}, sha256}}",
+        fix,
+    )
     sig, sig_name = f.get(SIGNATURE), f["filename"] + signing.SUFFIX
-    if sig is not None and not (is_record(sig, sig_name) and is_sha256(sig.get("keyid"))):
-        raise ConfigError(f"{where}.signature is not {{filename: {sig_name}, sha256, keyid}}", fix)
+    _refuse(
+        sig is not None and not (is_record(sig, sig_name) and is_sha256(sig.get("keyid"))),
+        f"{where}.signature is not {{filename: {sig_name}, sha256, keyid}}",
+        fix,
+    )
     target = f.get("target")
     return Entry(
         project,
@@ -689,17 +710,24 @@ def _published_attestations(f: dict, folder: Path, where: str, fix: str) -> tupl
     """files[n].attestations of an index.json: {kind: {filename: <wheel><suffix>, sha256}} for kinds of
     ATTESTATIONS."""
     recorded = f.get("attestations", {})
-    if not isinstance(recorded, dict) or set(recorded) - set(ATTESTATIONS):
-        raise ConfigError(
-            f"{where}.attestations is not an object of {', '.join(ATTESTATIONS)}", fix
-        )
+    _refuse(
+        not isinstance(recorded, dict) or set(recorded) - set(ATTESTATIONS),
+        f"{where}.attestations is not an object of {', '.join(ATTESTATIONS)}",
+        fix,
+    )
     out = []
     for kind, record in sorted(recorded.items()):
         name = f["filename"] + ATTESTATIONS[kind][1]
-        if not isinstance(record, dict) or record.get("filename") != name:
-            raise ConfigError(f"{where}.attestations.{kind}.filename is not {name}", fix)
-        if not is_sha256(record.get("sha256")):
-            raise ConfigError(f"{where}.attestations.{kind}.sha256 is not a sha256 hex digest", fix)
+        _refuse(
+            not isinstance(record, dict) or record.get("filename") != name,
+            f"{where}.attestations.{kind}.filename is not {name}",
+            fix,
+        )
+        _refuse(
+            not is_sha256(record.get("sha256")),
+            f"{where}.attestations.{kind}.sha256 is not a sha256 hex digest",
+            fix,
+        )
         out.append(Attestation(kind, name, folder / name, record["sha256"]))
     return tuple(out)
 
@@ -726,13 +754,11 @@ def plan(
             if split_by_torch
             else index
         )
-        if (
-            split_by_torch and root.parent != index
-        ):  # a checked version is one path component; keep it that way
-            raise ConfigError(
-                f"{entry.target}: torch {entry.torch!r} does not name a folder inside {index}",
-                f"rebuild {entry.target}",
-            )
+        _refuse(  # a checked version is one path component; keep it that way
+            split_by_torch and root.parent != index,
+            f"{entry.target}: torch {entry.torch!r} does not name a folder inside {index}",
+            f"rebuild {entry.target}",
+        )
         if root not in groups:
             groups[root] = _existing(root)
         groups[root].append(entry)
@@ -796,12 +822,17 @@ def write(
             )
         ]
         pages.write_pages(here, files, metadata, base_url or root.as_uri(), cells or [], generated)
-        listing = {
-            "format": FORMAT,
-            "generated": generated,
-            "files": [_listed(e, metadata) for e in files],
-        }
-        (here / "index.json").write_text(json.dumps(listing, indent=1) + "\n")
+        (here / "index.json").write_text(
+            json.dumps(
+                {
+                    "format": FORMAT,
+                    "generated": generated,
+                    "files": [_listed(e, metadata) for e in files],
+                },
+                indent=1,
+            )
+            + "\n"
+        )
         _served_modes(made)
         _swap(tmp, root, made)
     except BaseException:
@@ -871,10 +902,15 @@ def _write_project(
         found = pages.write_metadata(folder, e.filename)  # PEP 658
         if found:
             metadata[e.filename] = found
-    links = [
-        (f"{e.filename}#sha256={e.sha256}", e.filename, metadata.get(e.filename)) for e in mine
-    ]
-    (folder / "index.html").write_text(pages.simple_page(f"Links for {folder.name}", links))
+    (folder / "index.html").write_text(
+        pages.simple_page(
+            f"Links for {folder.name}",
+            [
+                (f"{e.filename}#sha256={e.sha256}", e.filename, metadata.get(e.filename))
+                for e in mine
+            ],
+        )
+    )
     return out
 
 
@@ -891,14 +927,18 @@ def _sign(e: Entry, folder: Path, sha256: str, key: signing.SigningKey) -> Attes
         )
     except (OSError, untrusted.Untrusted) as exc:
         raise ConfigError(f"cannot sign {e.filename}: {exc}", fix) from None
-    if _object(manifest, "wheel").get("sha256") != sha256:
-        raise ConfigError(
-            f"cannot sign {e.filename}: its sha256 {sha256[:12]} is not the one its manifest records",
-            fix,
-        )
-    facts = facts_of(manifest, e.filename, folder / e.filename)
+    _refuse(
+        _object(manifest, "wheel").get("sha256") != sha256,
+        f"cannot sign {e.filename}: its sha256 {sha256[:12]} is not the one its manifest records",
+        fix,
+    )
     line = signing.envelope_line(
-        signing.sign(signing.statement(manifest, e.filename, sha256, facts), key)
+        signing.sign(
+            signing.statement(
+                manifest, e.filename, sha256, facts_of(manifest, e.filename, folder / e.filename)
+            ),
+            key,
+        )
     )
     name = e.filename + signing.SUFFIX
     with open(folder / name, "xb") as out:  # O_CREAT|O_EXCL: never an existing file or a link
@@ -916,11 +956,11 @@ def _copy_checked(e: Entry, src: Path, dst: Path, sha256: str) -> str:
             f"{exc}",
             f"rebuild {e.target} or restore the file",
         ) from None
-    if digest != sha256:
-        raise ConfigError(
-            f"{src} changed since it was checked (sha256 {digest[:12]}, expected {sha256[:12]})",
-            f"rebuild {e.target} and publish again",
-        )
+    _refuse(
+        digest != sha256,
+        f"{src} changed since it was checked (sha256 {digest[:12]}, expected {sha256[:12]})",
+        f"rebuild {e.target} and publish again",
+    )
     return digest
 
 
@@ -1002,9 +1042,13 @@ def publish(
     `sign_key`: the private key file that signs each new wheel (else $APEXKIT_SIGNING_KEY_PEM when set; none:
     unsigned); `resign`: sign every wheel already in `index` again with that key (a rotation), dist/ not read."""
     base = pages.check_base_url(base_url) if base_url else None
-    key = _signing_key(
-        sign_key, resign
-    )  # a key others can read is refused before anything is read or written
+    # the key (--sign-key, config signing_key, or $APEXKIT_SIGNING_KEY_PEM), or None; a key others can read is
+    # refused before anything is read or written (--resign without a key: "no signing key given")
+    key = (
+        signing.private_key(sign_key)
+        if (sign_key or os.environ.get(signing.PEM_ENV, "").strip() or resign)
+        else None
+    )
     # an index (or a folder above it) another user can swap: they would pick where root writes (and chmods)
     cachetrust.trusted_output(index, "--index", make=False)
     # One publish at a time per index, from reading what it holds (`_existing`, in `plan`) to the swap: two at once
@@ -1024,26 +1068,18 @@ def publish(
         return _publish(groups, index, dry_run, base, coverage, key, resign)
 
 
-def _signing_key(path: str | None, resign: bool) -> signing.SigningKey | None:
-    """The key publish signs with (--sign-key, config signing_key, or $APEXKIT_SIGNING_KEY_PEM), or None."""
-    if path or os.environ.get(signing.PEM_ENV, "").strip() or resign:
-        return signing.private_key(path)  # --resign without a key: "no signing key given"
-    return None
-
-
 def _resign_plan(
     index: Path, split_by_torch: bool, targets: list[str] | None
 ) -> dict[Path, list[Entry]]:
     """--resign: each index root (index/, or index/torch*/ with --split-by-torch) -> the wheels it holds."""
-    if targets:
-        raise ConfigError("--resign signs every wheel of the index again", "drop --target")
+    _refuse(targets, "--resign signs every wheel of the index again", "drop --target")
     roots = sorted(p.parent for p in index.glob("torch*/index.json")) if split_by_torch else [index]
     groups = {root: _existing(root) for root in roots}
-    if not any(groups.values()):
-        raise ConfigError(
-            f"{index} holds no published wheel to sign again",
-            f"publish first: {vocab.command('publish', f'--index {index} --sign-key FILE')}",
-        )
+    _refuse(
+        not any(groups.values()),
+        f"{index} holds no published wheel to sign again",
+        f"publish first: {vocab.command('publish', f'--index {index} --sign-key FILE')}",
+    )
     return groups
 
 
@@ -1106,9 +1142,6 @@ def _publish(
 def _matrix_cells(required: bool) -> list[pages.Cell]:
     """matrix.toml's cells, for the grid's "missing" section and --coverage; without a readable matrix.toml the
     grid goes without that section (one warning), and --coverage is an error."""
-    from apexkit.errors import ApexkitError
-    from apexkit.plan import matrix
-
     try:
         return pages.matrix_cells(matrix.load())
     except ApexkitError as exc:
