@@ -49,12 +49,6 @@ from apexkit.wheel import options
 from apexkit.wheel.options import BuildOptions
 
 
-def _refuse(bad: object, error: Exception) -> None:
-    """Raise `error` when `bad` holds: a refusal in one line (the error says what is wrong and what to do)."""
-    if bad:
-        raise error
-
-
 def load_combinations(path: Path | None) -> tuple[matrix.Matrix, list[Combination]]:
     """matrix.toml, or a file with [[include]] tables (and optionally its own [images] / image, as [matrix.images] /
     [matrix] image)."""
@@ -72,9 +66,8 @@ def load_combinations(path: Path | None) -> tuple[matrix.Matrix, list[Combinatio
         m = matrix.Matrix({**m.data, "matrix": {**m.data.get("matrix", {}), **own}})
     include = data.get("include")
     whole = "matrix" in data and isinstance(data["matrix"], dict)
-    _refuse(
-        not isinstance(include, list) or not include,
-        ConfigError(
+    if not isinstance(include, list) or not include:
+        raise ConfigError(
             f"--matrix {path} holds no [[include]] tables"
             + (
                 " (it is a whole matrix.toml: its combinations are [[matrix.include]])"
@@ -85,8 +78,7 @@ def load_combinations(path: Path | None) -> tuple[matrix.Matrix, list[Combinatio
             "drop --matrix to use matrix.toml"
             if whole
             else "add [[include]] tables (python, torch, ...)",
-        ),
-    )
+        )
     return m, m.combinations(include)
 
 
@@ -412,12 +404,10 @@ def read_target(dist: Path, reported: str | None) -> tuple[Path, dict]:
     parent = None  # a link loop, a NUL: not a directory of ours either way
     with contextlib.suppress(OSError, RuntimeError, ValueError):
         parent = path.parent.resolve()
-    _refuse(
-        parent != dist.resolve() or not TARGET_NAME.fullmatch(path.name),
-        untrusted.Untrusted(
+    if parent != dist.resolve() or not TARGET_NAME.fullmatch(path.name):
+        raise untrusted.Untrusted(
             f"{untrusted.shown(reported)}, which is not a target directly in {dist}"
-        ),
-    )
+        )
     fd = untrusted.open_dir(dist / path.name)
     try:
         manifest, _ = distdir.read_manifest(fd)
@@ -531,14 +521,12 @@ class SlurmOptions:
 
 
 def slurm_options(args: Matrix) -> SlurmOptions:
-    _refuse(
-        args.image,
-        ConfigError(
+    if args.image:
+        raise ConfigError(
             "--image with --slurm: on the cluster each combination builds natively on a node of its "
             "arch, not in a builder image",
             "drop --image (or build here without --slurm)",
-        ),
-    )
+        )
     for option in (
         "slurm_partition",
         "slurm_constraint",
@@ -548,20 +536,16 @@ def slurm_options(args: Matrix) -> SlurmOptions:
     ):
         values = getattr(args, option)
         for value in values if isinstance(values, list) else [values]:
-            _refuse(
-                value is not None and ("\n" in value or "\r" in value),
-                ConfigError(
+            if value is not None and ("\n" in value or "\r" in value):
+                raise ConfigError(
                     f"--{option.replace('_', '-')} {value!r}: one line (it becomes an #SBATCH line)",
                     f"pass --{option.replace('_', '-')} without line breaks",
-                ),
-            )
-    _refuse(
-        args.slurm_cpus is not None and args.slurm_cpus < 1,
-        ConfigError(
+                )
+    if args.slurm_cpus is not None and args.slurm_cpus < 1:
+        raise ConfigError(
             f"--slurm-cpus {args.slurm_cpus}: must be at least 1",
             "pass --slurm-cpus 8, or leave it out",
-        ),
-    )
+        )
     return SlurmOptions(
         partition=_per_arch(
             args.slurm_partition, "--slurm-partition", {"x86_64": None, "aarch64": None}
@@ -672,32 +656,24 @@ def collect(
     from apexkit.images.container import TARGET_NAME
     from apexkit.wheel import distdir
 
-    _refuse(
-        not os.path.lexists(stage_dist),
-        untrusted.Untrusted(f"the job ended without error but left nothing in {stage_dist}"),
-    )
+    if not os.path.lexists(stage_dist):
+        raise untrusted.Untrusted(f"the job ended without error but left nothing in {stage_dist}")
     stage_fd = untrusted.open_dir(stage_dist)
     try:
         names = sorted(n for n in os.listdir(stage_fd) if not n.startswith("."))
-        _refuse(
-            len(names) != 1,
-            untrusted.Untrusted(
+        if len(names) != 1:
+            raise untrusted.Untrusted(
                 f"{len(names)} entries in {stage_dist} ({', '.join(map(untrusted.shown, names[:5]))})"
                 f", expected one dist/<target>/"
-            ),
-        )
+            )
         target = names[0]
-        _refuse(
-            not TARGET_NAME.fullmatch(target),
-            untrusted.Untrusted(f"{untrusted.shown(target)} is not a target name"),
-        )
-        _refuse(
-            expected is not None and target != expected,
-            untrusted.Untrusted(
+        if not TARGET_NAME.fullmatch(target):
+            raise untrusted.Untrusted(f"{untrusted.shown(target)} is not a target name")
+        if expected is not None and target != expected:
+            raise untrusted.Untrusted(
                 f"it left {untrusted.shown(target)}, its status file names "
                 f"{untrusted.shown(expected)}"
-            ),
-        )
+            )
         target_fd = untrusted.open_dir(target, stage_fd)
     finally:
         os.close(stage_fd)
@@ -717,13 +693,11 @@ def collect(
             sha, size = untrusted.copy_fd(src, tmp / name)
         finally:
             os.close(src)
-        _refuse(
-            sha != wheel["sha256"],
-            untrusted.Untrusted(
+        if sha != wheel["sha256"]:
+            raise untrusted.Untrusted(
                 f"{untrusted.shown(name)} has sha256 {sha[:16]}…, its manifest says "
                 f"{untrusted.shown(wheel['sha256'][:16])}"
-            ),
-        )
+            )
         untrusted.check_zip(tmp / name)
         manifest["wheel"] = {**wheel, "file": name, "sha256": sha, "size": size}
         manifest["slurm"] = job
@@ -1180,13 +1154,12 @@ def parse(argv: list[str]) -> tuple[Matrix, list[str]]:
 
 
 def main(argv: list[str]) -> int:
-    _refuse(  # the table refresher is a maintainers' tool now (tools/refresh.py)
-        "--refresh" in argv,
-        ConfigError(
+    # the table refresher is a maintainers' tool now (tools/refresh.py)
+    if "--refresh" in argv:
+        raise ConfigError(
             "matrix --refresh moved: refreshing matrix.toml's torch_npu table is a maintainers' tool",
             "run nox -s refresh -- [--write] in a checkout of apexkit",
-        ),
-    )
+        )
     return run(*parse(argv))
 
 
@@ -1195,28 +1168,24 @@ def run(args: Matrix, passthrough: list[str]) -> int:
     m, combos = load_combinations(args.matrix)
     # --target: a combination's id (its session name) or the target id its build writes
     unknown = sorted(set(args.only or ()) - {c.id for c in combos} - {c.target_id for c in combos})
-    _refuse(
-        unknown,
-        ConfigError(
+    if unknown:
+        raise ConfigError(
             f"--target {', '.join(unknown)}: not in the matrix",
             f"ids: {', '.join(c.id for c in combos)} (or their target ids, as in dist/)",
-        ),
-    )
+        )
     combos = [c for c in combos if not args.only or c.id in args.only or c.target_id in args.only]
-    _refuse(
-        (args.slurm or args.dry_run) and not args.run,
-        ConfigError(
+    if (args.slurm or args.dry_run) and not args.run:
+        raise ConfigError(
             f"{'--slurm' if args.slurm else '--dry-run'} is for --run",
             f"add --run ({vocab.command('matrix', '--run --slurm [--dry-run]')})",
-        ),
-    )
+        )
     if not args.run:
         show(m, combos, args.format, args.image, args.allow_refused)
         return 0
-    _refuse(
-        args.parallel < 1,
-        ConfigError(f"--parallel {args.parallel}: must be at least 1", "pass --parallel 1 or more"),
-    )
+    if args.parallel < 1:
+        raise ConfigError(
+            f"--parallel {args.parallel}: must be at least 1", "pass --parallel 1 or more"
+        )
     (
         dist,
         build_dir,
@@ -1232,14 +1201,12 @@ def run(args: Matrix, passthrough: list[str]) -> int:
         return 0
     write_reports(build_dir / "matrix", results, combos)
     bad = [r for r in results if r.status in ("refused", "failed")]
-    _refuse(
-        bad,
-        MatrixError(
+    if bad:
+        raise MatrixError(
             f"{len(bad)} of {len(results)} combinations did not build "
             f"({', '.join(f'{r.id}: {r.status}' for r in bad)})",
             f"see the summary above and {build_dir / 'matrix'}/<id>.log",
-        ),
-    )
+        )
     return 0
 
 
@@ -1254,15 +1221,13 @@ def show(
     facts = None if form in ("github", "markdown") else builder.ImageFacts()
     table = rows(m, combos, facts, image=image)
     refused = refusals(table) if form == "github" else []
-    _refuse(
-        refused and not allow_refused,
-        MatrixError(
+    if refused and not allow_refused:
+        raise MatrixError(
             f"{len(refused)} of {len(table)} combinations refused: "
             + "; ".join(f"{rid}: {why}" for rid, why in refused),
             f"fix or remove those rows ({vocab.command('matrix')} shows every row), or pass --allow-refused "
             "to build the others",
-        ),
-    )
+        )
     writers: dict[str, Callable[[list[dict]], str]] = {
         "github": github,
         "markdown": markdown,
@@ -1288,13 +1253,11 @@ def _build(
             m, combos, passthrough, dist, build_dir, slurm_options(args), dry_run=args.dry_run
         )
         return None if args.dry_run else results
-    _refuse(
-        args.dry_run,
-        ConfigError(
+    if args.dry_run:
+        raise ConfigError(
             "--dry-run is for --run --slurm (it prints the batch scripts)",
             "add --slurm, or drop --dry-run",
-        ),
-    )
+        )
     heartbeat = runwatch.interval(os.environ)  # checked before anything runs
     return run_all(
         m,

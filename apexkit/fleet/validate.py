@@ -48,12 +48,6 @@ MIN_FOR_OUTLIERS = 3  # ... once at least this many nodes have a step time
 SHORT_BENCH = "--model mlp --modes fp32 --warmup 1 --repeats 3 --steps 2 --peak table"
 
 
-def _refuse(bad: object, error: Exception) -> None:
-    """Raise `error` when `bad` holds: a refusal in one line (the error says what is wrong and what to do)."""
-    if bad:
-        raise error
-
-
 # --- the index -----------------------------------------------------------------------------------------------------
 
 
@@ -69,38 +63,30 @@ def pick_target(data: dict | None, target: str | None, stack: Any = None) -> str
             and (not stack.torch_npu or f"+npu{stack.torch_npu}" in t)
             and (not target or t == target)
         ]
-        _refuse(
-            not matching,
-            ConfigError(
+        if not matching:
+            raise ConfigError(
                 f"the index has no build of stack {stack.name} ({prefix}*"
                 f"{'+npu' + stack.torch_npu if stack.torch_npu else ''})",
                 f"build it ({vocab.build(stack.python, f'--stack {stack.name}')}) and publish it ({vocab.command('publish')})",
-            ),
-        )
+            )
         return matching[0]
     if target:
-        _refuse(
-            data is not None and target not in targets,
-            ConfigError(
+        if data is not None and target not in targets:
+            raise ConfigError(
                 f"the index has no target {target} (it has: {', '.join(targets) or 'nothing'})",
                 "pick one of those with --target, or publish that build",
-            ),
-        )
+            )
         return target
-    _refuse(
-        data is None,
-        ConfigError(
+    if data is None:
+        raise ConfigError(
             "the index cannot be read from this host, so the target must be named",
             "pass --target py3.X-torchV-ARCH-REF (as in the index's index.json)",
-        ),
-    )
-    _refuse(
-        len(targets) != 1,
-        ConfigError(
+        )
+    if len(targets) != 1:
+        raise ConfigError(
             f"the index holds {len(targets)} targets ({', '.join(targets) or 'none'})",
             "pick one with --target or --stack",
-        ),
-    )
+        )
     return targets[0]
 
 
@@ -219,43 +205,36 @@ def check_plan(plan: Plan) -> None:
         *(("the node list to exclude (from the result files)", node, "node") for node in p.exclude),
         ("the target", plan.target, "target"),
     )
-    _refuse(
-        plan.device not in ("npu", "cuda", "cpu"),
-        ConfigError(
+    if plan.device not in ("npu", "cuda", "cpu"):
+        raise ConfigError(
             f"--device {inputs.untrusted.shown(plan.device)}: not one of npu, cuda, cpu",
             "pass --device npu (default) or cpu",
-        ),
-    )
+        )
     inputs.check("path", str(plan.results), "--results")
-    _refuse(  # sbatch --output expands %j, %N, ...
-        "%" in str(plan.results),
-        ConfigError(
+    # sbatch --output expands %j, %N, ...
+    if "%" in str(plan.results):
+        raise ConfigError(
             f"--results {inputs.untrusted.shown(str(plan.results))} holds a '%' (Slurm file name pattern)",
             "use a directory without '%'; nothing was submitted",
-        ),
-    )
+        )
     _check_words(
         ("--node-interpreter", plan.node_python, "path"),
         ("the target's Python", plan.python, "path"),
         ("--node-dir", plan.node_dir, "node_dir"),
     )
     # srun's cwd is the shared submit directory
-    _refuse(
-        plan.node_dir is not None and not plan.node_dir.startswith(("/", "$")),
-        ConfigError(
+    if plan.node_dir is not None and not plan.node_dir.startswith(("/", "$")):
+        raise ConfigError(
             f"--node-dir {inputs.untrusted.shown(plan.node_dir)} is not an absolute path (on the nodes it "
             "would be inside the shared submit directory)",
             "pass a node-local path like /tmp/apexkit-fleet or $TMPDIR/apexkit-fleet",
-        ),
-    )
+        )
     _check_words(("--venv", plan.venv, "node_dir"))
-    _refuse(
-        plan.venv is not None and not plan.venv.startswith(("/", "$")),
-        ConfigError(
+    if plan.venv is not None and not plan.venv.startswith(("/", "$")):
+        raise ConfigError(
             f"--venv {inputs.untrusted.shown(plan.venv)} is not an absolute path",
             "pass the training venv's path as the nodes see it, e.g. /shared/envs/train or $HOME/venvs/train",
-        ),
-    )
+        )
     _check_words(
         *(("--set-env", item, "path") for item in plan.set_env),
         *(("--bench-args", arg, "bench_arg") for arg in plan.bench or ()),
@@ -335,12 +314,14 @@ def load_state(results: Path) -> dict:
         return {"format": FORMAT, "submissions": []}
     state = fsedit.load_json_object(path, str(path), data)
     subs = state.get("submissions")
-    _refuse(
+    if (
         state.get("format") != FORMAT
         or not isinstance(subs, list)
-        or not all(isinstance(s, dict) for s in subs),
-        ConfigError(f"{path} is not an apexkit fleet record", "use another --results directory"),
-    )
+        or not all(isinstance(s, dict) for s in subs)
+    ):
+        raise ConfigError(
+            f"{path} is not an apexkit fleet record", "use another --results directory"
+        )
     return state
 
 
@@ -404,13 +385,11 @@ def submit(plan: Plan, dry_run: bool = False, resume: bool = False) -> str | Non
             log.info(f"every node in {results} has a result: nothing to resubmit")
             return None
         plan = resumed
-    _refuse(
-        not resume and state["submissions"] and not dry_run,
-        ConfigError(
+    if not resume and state["submissions"] and not dry_run:
+        raise ConfigError(
             f"{results} already holds fleet submissions ({len(state['submissions'])})",
             "resubmit the nodes without a result with --resume, or use another --results directory",
-        ),
-    )
+        )
     script = render_script(plan)
     if dry_run:
         print(script, end="")
@@ -443,21 +422,17 @@ def submit(plan: Plan, dry_run: bool = False, resume: bool = False) -> str | Non
     fsedit.atomic_write(plan.plan_file, fsedit.dump_json(plan.node_plan()), 0o644)
     fsedit.atomic_write(plan.script_file, script.encode(), 0o755)
     job_id, why = slurm.sbatch(plan.script_file)
-    _refuse(
-        job_id is None,
-        SchedulerError(
+    if job_id is None:
+        raise SchedulerError(
             f"sbatch refused the job: {log.mask(why)}",
             f"fix the placement (--partition/--nodes/--nodelist/--gres/--account); the script is "
             f"{plan.script_file}",
-        ),
-    )
-    _refuse(
-        not inputs.valid("job", job_id),
-        SchedulerError(
+        )
+    if not inputs.valid("job", job_id):
+        raise SchedulerError(
             f"sbatch answered {inputs.untrusted.shown(job_id)[:80]}, not a job id",
             f"check the job with squeue; the script is {plan.script_file}",
-        ),
-    )
+        )
     p = plan.placement
     state["submissions"].append(
         {
@@ -495,12 +470,10 @@ def submit(plan: Plan, dry_run: bool = False, resume: bool = False) -> str | Non
 def resume_plan(plan: Plan, state: dict) -> Plan | None:
     """The same run for the nodes without a result only: their names when known, else a count with the done ones
     excluded. Jobs still queued or running are left alone (resubmitting them would run those nodes twice)."""
-    _refuse(
-        not state["submissions"],
-        ConfigError(
+    if not state["submissions"]:
+        raise ConfigError(
             f"{plan.results} has no earlier submission to resume", "submit without --resume first"
-        ),
-    )
+        )
     results = plan.results
     done = set(read_results(results)[0])  # an unreadable result is not done: its node runs again
     live = [
@@ -509,13 +482,11 @@ def resume_plan(plan: Plan, state: dict) -> Plan | None:
         if slurm.job_state(s.get("job_id"))[0]
         in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING")
     ]
-    _refuse(
-        live,
-        ConfigError(
+    if live:
+        raise ConfigError(
             f"job {', '.join(s['job_id'] for s in live)} is still queued or running",
             f"wait for it ({vocab.command('fleet.status', str(results))}) or cancel it (scancel JOBID), then --resume",
-        ),
-    )
+        )
     nodes, unplaced = expected_nodes(results, state)
     missing = [n for n in nodes if n not in done]
     extra = sum(int(s.get("nodes") or 0) for s in unplaced)
@@ -562,20 +533,16 @@ def _progress(results: Path, node: str) -> dict:
 
 def rows(results: Path, threshold: float = DEFAULT_THRESHOLD) -> tuple[list[dict], dict]:
     """One row per node: its result, or what happened to it (running, dead with the job's state, never placed)."""
-    _refuse(
-        not results.is_dir(),
-        ConfigError(
+    if not results.is_dir():
+        raise ConfigError(
             f"{results} is not a directory", "pass the --results directory fleet.submit wrote"
-        ),
-    )
+        )
     state = load_state(results)
-    _refuse(
-        not state["submissions"],
-        ConfigError(
+    if not state["submissions"]:
+        raise ConfigError(
             f"{results} holds no fleet submission ({STATE_FILE} missing)",
             f"submit first: {vocab.command('fleet.submit', f'--results {results} ...')}",
-        ),
-    )
+        )
     found, unreadable = read_results(results)
     jobs = {
         s["job_id"]: slurm.job_state(s["job_id"])
@@ -784,14 +751,14 @@ def report(
 ) -> int:
     """Print the per-node table (or JSON); exit 1 when a node failed, died or has not reported."""
     threshold = DEFAULT_THRESHOLD if threshold is None else threshold
-    _refuse(
+    if (
         isinstance(threshold, bool)
         or not isinstance(threshold, (int, float))
-        or not (math.isfinite(threshold) and threshold >= 0),
-        ConfigError(
+        or not (math.isfinite(threshold) and threshold >= 0)
+    ):
+        raise ConfigError(
             f"--threshold {threshold!r} is not a fraction >= 0", "pass --threshold 0.1 (10 %)"
-        ),
-    )
+        )
     table, summary = rows(results, threshold)
     print(
         json.dumps({"summary": summary, "nodes": table}, indent=2, allow_nan=False)
@@ -804,13 +771,11 @@ def report(
 def status(results: Path, as_json: bool = False) -> int:
     """The submissions' job states and where each node is now; exit 0 (it is a look, not a verdict)."""
     state = load_state(results)
-    _refuse(
-        not state["submissions"],
-        ConfigError(
+    if not state["submissions"]:
+        raise ConfigError(
             f"{results} holds no fleet submission",
             f"submit first: {vocab.command('fleet.submit', f'--results {results}')}",
-        ),
-    )
+        )
     jobs = []
     for sub in state["submissions"]:
         job = sub.get("job_id")
@@ -872,10 +837,10 @@ def stored_plan(results: str) -> Plan:
     """The last submission's plan, for --resume without repeating the options (its logins from its 0600 file)."""
     path = Path(results).expanduser().resolve()
     state = load_state(path)
-    _refuse(
-        not state["submissions"],
-        ConfigError(f"{path} has no earlier submission to resume", "submit without --resume first"),
-    )
+    if not state["submissions"]:
+        raise ConfigError(
+            f"{path} has no earlier submission to resume", "submit without --resume first"
+        )
     last = state["submissions"][-1]
     try:
         p = last["plan"]
@@ -956,12 +921,10 @@ def make_plan(
     trusted_key: list[str] | None = None,
 ) -> Plan:
     """Options -> a checked Plan (the command edge calls this; tests too)."""
-    _refuse(
-        device not in ("npu", "cuda", "cpu"),
-        ConfigError(
+    if device not in ("npu", "cuda", "cpu"):
+        raise ConfigError(
             f"--device {device}: not one of npu, cuda, cpu", "pass --device npu (default) or cpu"
-        ),
-    )
+        )
     logins: dict[str, str] = {}
 
     def public(value: str, option: str) -> str:
@@ -1052,23 +1015,19 @@ def _nodelist(nodes: int | None, nodelist: str | None, resume: bool) -> tuple[st
     names = tuple(n for n in re.split(r"[,\s]+", nodelist or "") if n)
     for name in names:
         inputs.check("node", name, "--nodelist")
-    _refuse(
-        nodes is not None and nodes < 1,
-        ConfigError(f"--nodes {nodes}: must be at least 1", "pass --nodes N or --nodelist a,b,c"),
-    )
-    _refuse(
-        not names and not nodes and not resume,
-        ConfigError(
+    if nodes is not None and nodes < 1:
+        raise ConfigError(
+            f"--nodes {nodes}: must be at least 1", "pass --nodes N or --nodelist a,b,c"
+        )
+    if not names and not nodes and not resume:
+        raise ConfigError(
             "no placement: neither --nodes nor --nodelist",
             "pass --nodes N (with --partition) or --nodelist node1,node2",
-        ),
-    )
-    _refuse(
-        names and nodes and nodes != len(names),
-        ConfigError(
+        )
+    if names and nodes and nodes != len(names):
+        raise ConfigError(
             f"--nodes {nodes} but --nodelist names {len(names)} node(s)", "pass one of them"
-        ),
-    )
+        )
     return names
 
 

@@ -62,12 +62,6 @@ PASS_ENV = (
 )
 
 
-def _refuse(bad: object, error: Exception) -> None:
-    """Raise `error` when `bad` holds: a refusal in one line (the error says what is wrong and what to do)."""
-    if bad:
-        raise error
-
-
 @dataclass
 class Mount:
     host: Path
@@ -263,20 +257,17 @@ def preflight(spec: ContainerSpec) -> None:
     """Every read-only mount must exist and be readable by the container's user; make the writable ones."""
     for m in spec.mounts:
         if m.read_only:
-            _refuse(
-                not m.host.exists(), ConfigError(f"{m.why} {m.host} does not exist", "fix the path")
-            )
+            if not m.host.exists():
+                raise ConfigError(f"{m.why} {m.host} does not exist", "fix the path")
             st = m.host.stat()
             readable = st.st_uid == spec.uid or (
                 st.st_mode & (0o005 if m.host.is_dir() else 0o004)
             ) == (0o005 if m.host.is_dir() else 0o004)
-            _refuse(
-                not readable,
-                ConfigError(
+            if not readable:
+                raise ConfigError(
                     f"{m.why} {m.host} is not readable by the container's build user (uid {spec.uid})",
                     f"chmod -R a+rX {m.host}, or build as a non-root user",
-                ),
-            )
+                )
         else:
             m.host.mkdir(parents=True, exist_ok=True)
             if os.geteuid() == 0 and m.host.stat().st_uid != spec.uid:
@@ -291,15 +282,13 @@ def inspect_image(c, image: str) -> tuple[dict, str, object]:
             builder.build_hint(image, data=matrix.load().data),
         )
     labels, arch = dockerclient.labels(found), dockerclient.image_arch(found)
-    _refuse(
-        f"{builder.LABEL}.builder" not in labels,
-        ImageError(
+    if f"{builder.LABEL}.builder" not in labels:
+        raise ImageError(
             f"{image} is not an apexkit builder image (no {builder.LABEL}.builder label)",
             vocab.command(
                 "image.build", f"--arch {arch or dockerclient.host_arch()} --base {image}"
             ),
-        ),
-    )
+        )
     return labels, arch, found
 
 
@@ -348,14 +337,12 @@ def run(opts: BuildOptions) -> Path | None:
             if opts.dry_run:
                 s.note("dry run")
                 return None
-            _refuse(
-                len(produced) != 1,
-                BuildError(
+            if len(produced) != 1:
+                raise BuildError(
                     f"the container build ended without one dist/<target> in {spec.workspace / 'dist'} "
                     f"(found {len(produced)})",
                     f"see {spec.log_path}",
-                ),
-            )
+                )
             final = _publish(
                 produced[0],
                 opts.dist_dir,
@@ -505,12 +492,10 @@ def _publish(
     target folder is taken. Anything else: ImageError, nothing in dist/."""
     where = spec.workspace / "dist"
     try:
-        _refuse(
-            produced.parent != where or not TARGET_NAME.fullmatch(produced.name),
-            untrusted.Untrusted(
+        if produced.parent != where or not TARGET_NAME.fullmatch(produced.name):
+            raise untrusted.Untrusted(
                 f"{untrusted.shown(produced.name)} is not a target directory directly in {where}"
-            ),
-        )
+            )
         with untrusted.opened_dir(where) as dist_fd, untrusted.opened_dir(
             produced.name, dist_fd
         ) as target_fd:
@@ -577,12 +562,10 @@ def _swap_in(
     try:
         sha, size = untrusted.copy_fd(src, tmp / name)
         claimed = manifest["wheel"]["sha256"]
-        _refuse(
-            sha != claimed,
-            untrusted.Untrusted(
+        if sha != claimed:
+            raise untrusted.Untrusted(
                 f"{untrusted.shown(name)} has sha256 {sha[:16]}…, its manifest says {untrusted.shown(claimed[:16])}"
-            ),
-        )
+            )
         untrusted.check_zip(tmp / name)
         manifest["wheel"] = {"file": name, "sha256": sha, "size": size}
         manifest["builder_image"] = {

@@ -90,12 +90,6 @@ class Cell:
     session: str  # the nox session that builds it
 
 
-def _refuse(bad: object, error: Exception) -> None:
-    """Raise `error` when `bad` holds: a refusal in one line (the error says what is wrong and what to do)."""
-    if bad:
-        raise error
-
-
 def esc(value: object) -> str:
     return html.escape(str(value), quote=True)
 
@@ -112,36 +106,26 @@ def check_base_url(url: str) -> str:
     """--base-url, checked: http(s):// or file://, no userinfo (a password would be printed in every page), no
     query or fragment, no spaces or control characters. Returned without its trailing slash."""
     hint = "pass where the index will be served, e.g. --base-url https://wheels.example.com/apex (no user:password@)"
-    _refuse(
-        any(not ch.isprintable() or ch.isspace() for ch in url),
-        ConfigError("--base-url has spaces or control characters", hint),
-    )
+    if any(not ch.isprintable() or ch.isspace() for ch in url):
+        raise ConfigError("--base-url has spaces or control characters", hint)
     try:
         parts = urllib.parse.urlsplit(url)
         parts.port  # noqa: B018 -- raises ValueError on a bad port
     except ValueError:
         raise ConfigError("--base-url is not a URL", hint) from None
-    _refuse(
-        parts.scheme not in ("http", "https", "file"),
-        ConfigError(
+    if parts.scheme not in ("http", "https", "file"):
+        raise ConfigError(
             f"--base-url {log.sanitise(log.mask(url))!r} is not an http(s):// or file:// URL", hint
-        ),
-    )
-    _refuse(
-        "@" in parts.netloc,
-        ConfigError(
+        )
+    if "@" in parts.netloc:
+        raise ConfigError(
             "--base-url holds a user name or password: index.html would show it to every reader",
             "publish with the plain URL; readers give their credentials to pip (netrc, keyring) themselves",
-        ),
-    )
-    _refuse(
-        parts.scheme != "file" and not parts.hostname,
-        ConfigError(f"--base-url {url!r} names no host", hint),
-    )
-    _refuse(
-        parts.query or parts.fragment or any(c in url for c in "\"'<>`\\"),
-        ConfigError(f"--base-url {url!r} has a query, fragment or quote characters", hint),
-    )
+        )
+    if parts.scheme != "file" and not parts.hostname:
+        raise ConfigError(f"--base-url {url!r} names no host", hint)
+    if parts.query or parts.fragment or any(c in url for c in "\"'<>`\\"):
+        raise ConfigError(f"--base-url {url!r} has a query, fragment or quote characters", hint)
     return url.rstrip("/")
 
 
@@ -155,21 +139,17 @@ def read_metadata(wheel: Path) -> bytes:
     try:
         with zipfile.ZipFile(wheel) as zf:
             members = [i for i in zf.infolist() if _METADATA_MEMBER.fullmatch(i.filename)]
-            _refuse(
-                len(members) != 1,
-                ConfigError(
+            if len(members) != 1:
+                raise ConfigError(
                     f"{wheel.name}: {'no' if not members else len(members)} *.dist-info/METADATA in the wheel",
                     hint,
-                ),
-            )
+                )
             info = members[0]
-            _refuse(
-                info.file_size > METADATA_MAX,
-                ConfigError(
+            if info.file_size > METADATA_MAX:
+                raise ConfigError(
                     f"{wheel.name}: its METADATA is {info.file_size} bytes (more than {METADATA_MAX})",
                     hint,
-                ),
-            )
+                )
             with zf.open(info) as fh:
                 data = fh.read(METADATA_MAX + 1)
     except ConfigError:
@@ -186,10 +166,8 @@ def read_metadata(wheel: Path) -> bytes:
             f"{wheel.name}: cannot read its METADATA ({type(exc).__name__}: {log.sanitise(str(exc))[:80]})",
             hint,
         ) from None
-    _refuse(
-        len(data) > METADATA_MAX,
-        ConfigError(f"{wheel.name}: its METADATA is more than {METADATA_MAX} bytes", hint),
-    )
+    if len(data) > METADATA_MAX:
+        raise ConfigError(f"{wheel.name}: its METADATA is more than {METADATA_MAX} bytes", hint)
     return data
 
 

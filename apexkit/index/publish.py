@@ -129,12 +129,6 @@ class Entry:
     signature: Attestation | None = None  # <wheel>.intoto.jsonl (docs/signing.md); None: unsigned
 
 
-def _refuse(bad: object, cause: str, hint: str = _REBUILD) -> None:
-    """One check of one line: ConfigError(cause, hint) when `bad` holds (a flag, or the words of what is wrong)."""
-    if bad:
-        raise ConfigError(cause, hint)
-
-
 def normalize(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
@@ -143,7 +137,8 @@ def _field(data: Any, dotted: str, where: Path) -> Any:
     """data["a"]["b"] for "a.b", or a one-line refusal naming the file and the field."""
     value = data
     for key in dotted.split("."):
-        _refuse(not isinstance(value, dict) or key not in value, f"{where}: no {dotted}")
+        if not isinstance(value, dict) or key not in value:
+            raise ConfigError(f"{where}: no {dotted}", _REBUILD)
         value = value[key]
     return value
 
@@ -263,24 +258,16 @@ def check_facts(raw: Any, where: str, fix: str) -> dict:
     """files[i].facts of an index.json read back: an object whose FACT_FIELDS are plain strings or null."""
     if raw is None:
         return {}
-    _refuse(not isinstance(raw, dict), f"{where}.facts is not an object", fix)
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}.facts is not an object", fix)
     for key in FACT_FIELDS:
-        _refuse(
-            raw.get(key) is not None and _fact(raw.get(key)) is None,
-            f"{where}.facts.{key} is not a plain version or tag",
-            fix,
-        )
+        if raw.get(key) is not None and _fact(raw.get(key)) is None:
+            raise ConfigError(f"{where}.facts.{key} is not a plain version or tag", fix)
     abi, pins = raw.get("cxx11_abi"), raw.get("requires_dist", [])
-    _refuse(
-        abi not in (None, 0, 1) or isinstance(abi, bool),
-        f"{where}.facts.cxx11_abi is not 0, 1 or null",
-        fix,
-    )
-    _refuse(
-        not isinstance(pins, list) or any(_fact(p) is None for p in pins),
-        f"{where}.facts.requires_dist is not a list of pins",
-        fix,
-    )
+    if abi not in (None, 0, 1) or isinstance(abi, bool):
+        raise ConfigError(f"{where}.facts.cxx11_abi is not 0, 1 or null", fix)
+    if not isinstance(pins, list) or any(_fact(p) is None for p in pins):
+        raise ConfigError(f"{where}.facts.requires_dist is not a list of pins", fix)
     return {**raw, "identity": _plain(raw.get("identity") or {})}
 
 
@@ -300,17 +287,19 @@ def is_record(record: Any, filename: str) -> bool:
 def collect(dist: Path, targets: list[str] | None = None) -> list[Entry]:
     """Every dist/<target>/ with a manifest and its wheel (checked against the manifest's sha256)."""
     build = f"build first: {vocab.build('3.11')}"
-    _refuse(not dist.is_dir(), f"{dist} does not exist", f"{build} (or pass --dist DIR)")
+    if not dist.is_dir():
+        raise ConfigError(f"{dist} does not exist", f"{build} (or pass --dist DIR)")
     built = sorted(dist.glob("*/manifest.json"))
     named = [m for m in built if not targets or m.parent.name in targets]
     entries = [e for m in named if (e := _built(dist, m, targets)) is not None]
     missing = sorted(set(targets or ()) - {e.target for e in entries})
-    _refuse(
-        missing,
-        f"no built target {', '.join(missing)} in {dist}",
-        f"choose from {', '.join(p.parent.name for p in built)}",
-    )
-    _refuse(not entries, f"no built wheel in {dist} (no */manifest.json)", build)
+    if missing:
+        raise ConfigError(
+            f"no built target {', '.join(missing)} in {dist}",
+            f"choose from {', '.join(p.parent.name for p in built)}",
+        )
+    if not entries:
+        raise ConfigError(f"no built wheel in {dist} (no */manifest.json)", build)
     return entries
 
 
@@ -322,12 +311,13 @@ def _built(dist: Path, manifest_path: Path, targets: list[str] | None) -> Entry 
         return None
     file = _field(manifest, "wheel.file", manifest_path)
     why = _wheel_name(file)
-    _refuse(why, f"{manifest_path}: wheel.file {file!r} {why}")
+    if why:
+        raise ConfigError(f"{manifest_path}: wheel.file {file!r} {why}", _REBUILD)
     expected = _field(manifest, "wheel.sha256", manifest_path)
-    _refuse(
-        not is_sha256(expected),
-        f"{manifest_path}: wheel.sha256 {expected!r} is not a sha256 hex digest",
-    )
+    if not is_sha256(expected):
+        raise ConfigError(
+            f"{manifest_path}: wheel.sha256 {expected!r} is not a sha256 hex digest", _REBUILD
+        )
     torch = torch_version(
         _field(manifest, "target.torch", manifest_path), manifest_path, "target.torch"
     )
@@ -340,13 +330,13 @@ def _built(dist: Path, manifest_path: Path, targets: list[str] | None) -> Entry 
         ) from None
     except (OSError, ValueError) as exc:
         raise ConfigError(f"{manifest_path}: wheel.file {file} {exc}", _REBUILD) from None
-    _refuse(
-        digest != expected,
-        f"{wheel} does not match the sha256 in its manifest",
-        f"rebuild {target}",
-    )
+    if digest != expected:
+        raise ConfigError(f"{wheel} does not match the sha256 in its manifest", f"rebuild {target}")
     why = _contradiction(file, manifest)
-    _refuse(why, f"{wheel}: {why}", f"rebuild {target} (a wheel keeps the tags its build computed)")
+    if why:
+        raise ConfigError(
+            f"{wheel}: {why}", f"rebuild {target} (a wheel keeps the tags its build computed)"
+        )
     attestations = _attestations(manifest, manifest_path, file, digest)
     if not attestations:
         log.info(
@@ -456,14 +446,16 @@ def _when(seconds: float) -> str:
 def _read_manifest(dist: Path, manifest_path: Path) -> tuple[dict, bytes]:
     """dist/<target>/manifest.json as an object and its bytes: read without following links, inside `dist`."""
     folder = manifest_path.parent
-    _refuse(
+    if (
         folder.is_symlink()
         or not (folder.resolve() == dist.resolve() or dist.resolve() in folder.resolve().parents)
-        or manifest_path.is_symlink(),
-        f"{folder if folder.is_symlink() else manifest_path} is a symlink: publish takes only "
-        f"what was built inside {dist}",
-        "replace it with the directory itself, or remove it",
-    )
+        or manifest_path.is_symlink()
+    ):
+        raise ConfigError(
+            f"{folder if folder.is_symlink() else manifest_path} is a symlink: publish takes only "
+            f"what was built inside {dist}",
+            "replace it with the directory itself, or remove it",
+        )
     try:
         manifest_bytes = untrusted.read_regular(manifest_path, None, distdir.MANIFEST_MAX)
         manifest = json.loads(manifest_bytes.decode("utf-8"))
@@ -483,11 +475,11 @@ def _left_out(target: str, manifest: dict, targets: list[str] | None) -> bool:
     build unless named."""
     identity = _object(_object(manifest, "target"), "identity")
     if identity.get("sanitize") or "asan" in target.split("+")[1:]:
-        _refuse(
-            targets,
-            f"{target} is a sanitizer build (--sanitize, +asan): it is never published",
-            "build the target without --sanitize and publish that one",
-        )
+        if targets:
+            raise ConfigError(
+                f"{target} is a sanitizer build (--sanitize, +asan): it is never published",
+                "build the target without --sanitize and publish that one",
+            )
         log.info(f"  skipping {target}: a sanitizer build (--sanitize, +asan) is never published")
         return True
     if identity.get("skip_patches") and not targets:
@@ -515,17 +507,14 @@ def _attestations(
             record is None
         ):  # no SBOM without cyclonedx-python-lib (attestations.sbom_missing says why)
             continue
-        _refuse(
-            not isinstance(record, dict) or record.get("file") != source,
-            f"{manifest_path}: attestations.{kind}.file is not {source}",
-            hint,
-        )
+        if not isinstance(record, dict) or record.get("file") != source:
+            raise ConfigError(f"{manifest_path}: attestations.{kind}.file is not {source}", hint)
         expected = record.get("sha256")
-        _refuse(
-            not is_sha256(expected),
-            f"{manifest_path}: attestations.{kind}.sha256 {expected!r} is not a sha256 hex digest",
-            hint,
-        )
+        if not is_sha256(expected):
+            raise ConfigError(
+                f"{manifest_path}: attestations.{kind}.sha256 {expected!r} is not a sha256 hex digest",
+                hint,
+            )
         path = folder / source
         try:
             data = untrusted.read_regular(path, None, ATTESTATION_MAX)
@@ -540,13 +529,11 @@ def _attestations(
                     f"{path} does not match the sha256 in its manifest", hint
                 ) from None
             raise ConfigError(f"{path} {_why(exc)}", hint) from None
-        _refuse(
-            hashlib.sha256(data).hexdigest() != expected,
-            f"{path} does not match the sha256 in its manifest",
-            hint,
-        )
+        if hashlib.sha256(data).hexdigest() != expected:
+            raise ConfigError(f"{path} does not match the sha256 in its manifest", hint)
         why = not_about(kind, data, wheel, wheel_sha256)
-        _refuse(why, f"{path} {why}", hint)
+        if why:
+            raise ConfigError(f"{path} {why}", hint)
         out.append(Attestation(kind, wheel + suffix, path, expected))
     return tuple(out)
 
@@ -591,12 +578,12 @@ def _existing(root: Path) -> list[Entry]:
         "publish into a new or empty directory (e.g. --index ./index), or move the other files out of "
         f"{root}"
     )
-    _refuse(
-        root.is_symlink(),
-        f"{root} is a symlink",
-        f"pass the directory it points to ({root.resolve()}) as --index",
-    )
-    _refuse(root.exists() and not root.is_dir(), f"{root} is not a directory", hint)
+    if root.is_symlink():
+        raise ConfigError(
+            f"{root} is a symlink", f"pass the directory it points to ({root.resolve()}) as --index"
+        )
+    if root.exists() and not root.is_dir():
+        raise ConfigError(f"{root} is not a directory", hint)
     if not root.exists() or not any(root.iterdir()):
         return []
     data_file = root / "index.json"
@@ -650,41 +637,30 @@ def _index_files(root: Path, hint: str) -> list:
 def _published(root: Path, data_file: Path, n: int, f: Any, fix: str) -> Entry:
     """files[n] of an index's index.json, checked, as an Entry already in the index."""
     where = f"{data_file}: files[{n}]"
-    _refuse(not isinstance(f, dict), f"{where} is not an object", fix)
+    if not isinstance(f, dict):
+        raise ConfigError(f"{where} is not an object", fix)
     why = _wheel_name(f.get("filename"))
-    _refuse(why, f"{where}.filename {f.get('filename')!r} {why}", fix)
+    if why:
+        raise ConfigError(f"{where}.filename {f.get('filename')!r} {why}", fix)
     project = normalize(parse_wheel_filename(f["filename"])[0])
-    _refuse(
-        f.get("project") != project, f"{where}.project {f.get('project')!r} is not {project!r}", fix
-    )
-    _refuse(
-        not is_sha256(f.get("sha256")),
-        f"{where}.sha256 {f.get('sha256')!r} is not a sha256 hex digest",
-        fix,
-    )
+    if f.get("project") != project:
+        raise ConfigError(f"{where}.project {f.get('project')!r} is not {project!r}", fix)
+    if not is_sha256(f.get("sha256")):
+        raise ConfigError(f"{where}.sha256 {f.get('sha256')!r} is not a sha256 hex digest", fix)
     torch = f.get("torch", "")
     if torch:
         torch_version(torch, data_file, f"files[{n}].torch")
     folder = root / "simple" / project
     attestations = _published_attestations(f, folder, where, fix)
     cache_key = f.get("cache_key")
-    _refuse(
-        cache_key is not None and not is_sha256(cache_key),
-        f"{where}.cache_key is not a sha256 hex digest",
-        fix,
-    )
+    if cache_key is not None and not is_sha256(cache_key):
+        raise ConfigError(f"{where}.cache_key is not a sha256 hex digest", fix)
     manifest, name = f.get("manifest"), f["filename"] + MANIFEST_SUFFIX
-    _refuse(
-        manifest is not None and not is_record(manifest, name),
-        f"{where}.manifest is not {{filename: {name}, sha256}}",
-        fix,
-    )
+    if manifest is not None and not is_record(manifest, name):
+        raise ConfigError(f"{where}.manifest is not {{filename: {name}, sha256}}", fix)
     sig, sig_name = f.get(SIGNATURE), f["filename"] + signing.SUFFIX
-    _refuse(
-        sig is not None and not (is_record(sig, sig_name) and is_sha256(sig.get("keyid"))),
-        f"{where}.signature is not {{filename: {sig_name}, sha256, keyid}}",
-        fix,
-    )
+    if sig is not None and not (is_record(sig, sig_name) and is_sha256(sig.get("keyid"))):
+        raise ConfigError(f"{where}.signature is not {{filename: {sig_name}, sha256, keyid}}", fix)
     target = f.get("target")
     return Entry(
         project,
@@ -710,24 +686,17 @@ def _published_attestations(f: dict, folder: Path, where: str, fix: str) -> tupl
     """files[n].attestations of an index.json: {kind: {filename: <wheel><suffix>, sha256}} for kinds of
     ATTESTATIONS."""
     recorded = f.get("attestations", {})
-    _refuse(
-        not isinstance(recorded, dict) or set(recorded) - set(ATTESTATIONS),
-        f"{where}.attestations is not an object of {', '.join(ATTESTATIONS)}",
-        fix,
-    )
+    if not isinstance(recorded, dict) or set(recorded) - set(ATTESTATIONS):
+        raise ConfigError(
+            f"{where}.attestations is not an object of {', '.join(ATTESTATIONS)}", fix
+        )
     out = []
     for kind, record in sorted(recorded.items()):
         name = f["filename"] + ATTESTATIONS[kind][1]
-        _refuse(
-            not isinstance(record, dict) or record.get("filename") != name,
-            f"{where}.attestations.{kind}.filename is not {name}",
-            fix,
-        )
-        _refuse(
-            not is_sha256(record.get("sha256")),
-            f"{where}.attestations.{kind}.sha256 is not a sha256 hex digest",
-            fix,
-        )
+        if not isinstance(record, dict) or record.get("filename") != name:
+            raise ConfigError(f"{where}.attestations.{kind}.filename is not {name}", fix)
+        if not is_sha256(record.get("sha256")):
+            raise ConfigError(f"{where}.attestations.{kind}.sha256 is not a sha256 hex digest", fix)
         out.append(Attestation(kind, name, folder / name, record["sha256"]))
     return tuple(out)
 
@@ -754,11 +723,12 @@ def plan(
             if split_by_torch
             else index
         )
-        _refuse(  # a checked version is one path component; keep it that way
-            split_by_torch and root.parent != index,
-            f"{entry.target}: torch {entry.torch!r} does not name a folder inside {index}",
-            f"rebuild {entry.target}",
-        )
+        # a checked version is one path component; keep it that way
+        if split_by_torch and root.parent != index:
+            raise ConfigError(
+                f"{entry.target}: torch {entry.torch!r} does not name a folder inside {index}",
+                f"rebuild {entry.target}",
+            )
         if root not in groups:
             groups[root] = _existing(root)
         groups[root].append(entry)
@@ -927,11 +897,11 @@ def _sign(e: Entry, folder: Path, sha256: str, key: signing.SigningKey) -> Attes
         )
     except (OSError, untrusted.Untrusted) as exc:
         raise ConfigError(f"cannot sign {e.filename}: {exc}", fix) from None
-    _refuse(
-        _object(manifest, "wheel").get("sha256") != sha256,
-        f"cannot sign {e.filename}: its sha256 {sha256[:12]} is not the one its manifest records",
-        fix,
-    )
+    if _object(manifest, "wheel").get("sha256") != sha256:
+        raise ConfigError(
+            f"cannot sign {e.filename}: its sha256 {sha256[:12]} is not the one its manifest records",
+            fix,
+        )
     line = signing.envelope_line(
         signing.sign(
             signing.statement(
@@ -956,11 +926,11 @@ def _copy_checked(e: Entry, src: Path, dst: Path, sha256: str) -> str:
             f"{exc}",
             f"rebuild {e.target} or restore the file",
         ) from None
-    _refuse(
-        digest != sha256,
-        f"{src} changed since it was checked (sha256 {digest[:12]}, expected {sha256[:12]})",
-        f"rebuild {e.target} and publish again",
-    )
+    if digest != sha256:
+        raise ConfigError(
+            f"{src} changed since it was checked (sha256 {digest[:12]}, expected {sha256[:12]})",
+            f"rebuild {e.target} and publish again",
+        )
     return digest
 
 
@@ -1072,14 +1042,15 @@ def _resign_plan(
     index: Path, split_by_torch: bool, targets: list[str] | None
 ) -> dict[Path, list[Entry]]:
     """--resign: each index root (index/, or index/torch*/ with --split-by-torch) -> the wheels it holds."""
-    _refuse(targets, "--resign signs every wheel of the index again", "drop --target")
+    if targets:
+        raise ConfigError("--resign signs every wheel of the index again", "drop --target")
     roots = sorted(p.parent for p in index.glob("torch*/index.json")) if split_by_torch else [index]
     groups = {root: _existing(root) for root in roots}
-    _refuse(
-        not any(groups.values()),
-        f"{index} holds no published wheel to sign again",
-        f"publish first: {vocab.command('publish', f'--index {index} --sign-key FILE')}",
-    )
+    if not any(groups.values()):
+        raise ConfigError(
+            f"{index} holds no published wheel to sign again",
+            f"publish first: {vocab.command('publish', f'--index {index} --sign-key FILE')}",
+        )
     return groups
 
 
