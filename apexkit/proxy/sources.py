@@ -211,14 +211,20 @@ def _probe_item(
     )
     if kind == "git":
         return git_ls_remote(item, proxy, no_proxy, ca_bundle)
-    if local or (
-        kind not in ("registry", "url", "urls")
-        and (lower.startswith("file://") or item.startswith("/"))
+    # a file:// index or mirror is a folder (or a file) here, never a GET (urllib answers a folder with EISDIR)
+    if (
+        local
+        or lower.startswith("file://")
+        or (kind not in ("registry", "url", "urls") and item.startswith("/"))
     ):
         path = Path(urllib.parse.unquote(item[7:]) if lower.startswith("file://") else item)
         found = path.expanduser() if local else path
         what = "file" if kind in ("file", "files") else "directory"
-        good = found.is_file() if what == "file" else found.is_dir()
+        good = (
+            found.is_file()
+            if what == "file"
+            else found.is_dir() or (kind in ("url", "urls") and found.is_file())
+        )
         return good, f"{path}: {'a' if good else 'not a'} {what}"
     code, text = http_get(
         registry_url(item) if kind == "registry" else item, proxy, no_proxy, ca_bundle

@@ -27,3 +27,18 @@ def test_defaults_are_listed_not_probed_unless_asked():
     assert [(r.name, r.status) for r in rows] == [("defaults", "skip")] and "debian_mirror" in rows[
         0
     ].detail
+
+
+def test_a_file_index_is_looked_at_as_a_folder_not_fetched(tmp_path):
+    """The newcomer walk (issue 41): doctor warned `GET file:///opt/pypi/simple: [Errno 21] Is a directory` for a
+    working local index. A file:// index_url is a folder here (ok), a missing one is a warning naming the path."""
+    (tmp_path / "simple").mkdir()
+    (tmp_path / "links.html").write_text("<a href='x.whl'>x</a>")
+    for url, status in (
+        (f"file://{tmp_path}/simple", "ok"),
+        (f"file://{tmp_path}/links.html", "ok"),
+        (f"file://{tmp_path}/missing", "warn"),
+    ):
+        row = sources.probe(config.Value("index_url", url, "env"), None, "", None)
+        assert row.status == status and "Errno" not in row.detail, (url, row)
+    assert f"{tmp_path}/missing: not a directory" in row.detail
