@@ -139,6 +139,50 @@ def test_offline_wheelhouse_with_either_installer(installer, clean_env, monkeypa
         assert "--offline" in log.read_text() and "--no-index" in log.read_text()
 
 
+@pytest.mark.parametrize("installer", ["auto", "pip"])
+def test_offline_a_wheelhouse_without_a_build_requirement_names_it_and_the_download(
+    installer, clean_env, monkeypatch
+):
+    """issue 41 B: a wheelhouse without the build requirements failed with pip's line and proxy advice; offline
+    there is no index and no proxy: one line naming what is missing and the pip download that fills the wheelhouse."""
+    monkeypatch.setenv("APEXKIT_INSTALLER", installer)
+    options, log = _offline(clean_env)
+    venv = venvs.create(python311(), clean_env / "venv", log, index=options)
+    with pytest.raises(EnvironmentSetupError) as err:
+        venvs.pip_install(venv, ["apexkit-probe", "apexkit-absent>=61"], options, log)
+    house = options.wheelhouses[0]
+    assert err.value.format() == (
+        f"apexkit-absent>=61 is not in the wheelhouse ({house}) and the build is offline -- next: on a host "
+        f"with network: pip download apexkit-probe 'apexkit-absent>=61' -d {house}"
+    )
+
+
+def test_an_unreachable_index_is_said_once_without_pips_retries(clean_env, monkeypatch):
+    """issue 41 D: uv could not resolve the index's host (its real output under `unshare -n`,
+    tests/data/installer-logs/uv-dns-error.log); pip retried the same index for ~42 s and then blamed a requirement.
+    Now: the index host is unreachable, one line, and pip is never started."""
+    from conftest import DATA
+
+    recorded = DATA / "installer-logs" / "uv-dns-error.log"
+    uv = clean_env / "uv-dns"
+    uv.write_text(
+        "#!/bin/sh\nif [ \"$1\" = --version ]; then echo 'uv 0.13.9'; exit 0; fi\n"
+        f"cat '{recorded}' >&2; exit 2\n"
+    )
+    uv.chmod(uv.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setenv("APEXKIT_UV", str(uv))
+    log = clean_env / "install.log"
+    options = venvs.IndexOptions(index_url="https://pypi.example.org/simple")
+    venv = venvs.create(python311(), clean_env / "venv", log, index=options)
+    with pytest.raises(EnvironmentSetupError) as err:
+        venvs.pip_install(venv, ["setuptools>=61", "wheel"], options, log)
+    assert err.value.format() == (
+        "the package index pypi.example.org is unreachable (error resolving DNS) -- next: set index_url to "
+        "your mirror, or --offline --wheelhouse DIR"
+    )
+    assert " -m pip install" not in log.read_text()
+
+
 def _offline(clean_env: Path) -> tuple[venvs.IndexOptions, Path]:
     """--offline --wheelhouse holding the probe wheel, and the install log."""
     house = clean_env / "wheelhouse"
