@@ -183,6 +183,48 @@ def test_an_unreachable_index_is_said_once_without_pips_retries(clean_env, monke
     assert " -m pip install" not in log.read_text()
 
 
+def test_with_no_network_the_real_uv_failure_is_one_line_and_pip_never_runs(clean_env):
+    """The same with the real uv in a network namespace without a network (`unshare -n`; loopback down, so the
+    index on 127.0.0.1 cannot be reached)."""
+    import shutil
+    import sys
+    import time
+
+    if not (
+        os.geteuid() == 0
+        and shutil.which("unshare")
+        and subprocess.run(["unshare", "-n", "true"], capture_output=True).returncode == 0
+    ):
+        pytest.skip("needs a network namespace (root and unshare -n)")
+    code = (
+        "import sys; from pathlib import Path; from apexkit.wheel import venvs\n"
+        "from apexkit.errors import EnvironmentSetupError\n"
+        "o = venvs.IndexOptions(index_url='http://127.0.0.1:9/simple/'); d = Path(sys.argv[1])\n"
+        "v = venvs.create(sys.argv[2], d / 'venv', d / 'install.log', index=o)\n"
+        "try: venvs.pip_install(v, ['setuptools>=61', 'wheel'], o, d / 'install.log')\n"
+        "except EnvironmentSetupError as e: print(e.format())\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(venvs.__file__).parents[2])}
+    env.pop("APEXKIT_INSTALLER", None)
+    started = time.monotonic()
+    proc = subprocess.run(
+        ["unshare", "-n", sys.executable, "-c", code, str(clean_env), python311()],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    said = (proc.stdout.strip().splitlines() or [""])[-1]
+    assert said.startswith("the package index 127.0.0.1:9 is unreachable ("), (
+        proc.stdout + proc.stderr[-2000:]
+    )
+    assert proc.stdout.strip().endswith(
+        "-- next: set index_url to your mirror, or --offline --wheelhouse DIR"
+    )
+    assert " -m pip install" not in (clean_env / "install.log").read_text()
+    assert time.monotonic() - started < 120
+
+
 def _offline(clean_env: Path) -> tuple[venvs.IndexOptions, Path]:
     """--offline --wheelhouse holding the probe wheel, and the install log."""
     house = clean_env / "wheelhouse"
