@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from apexkit import cann, log
+from apexkit import cann, log, pipconfig
 from apexkit.errors import ConfigError
 from apexkit.plan import matrix, target
 from apexkit.wheel import interpreters, nvidiaext, patches, sources
@@ -197,7 +197,9 @@ def make_plan(
         arch=interp.machine,
         torch=torch,
         torch_npu=torch_npu,
-        torch_build=torch_build(m, torch, interp.machine, opts, env, system=opts.use_system_torch),
+        torch_build=torch_build(
+            m, torch, interp.machine, opts, env, system=opts.use_system_torch, torch_npu=torch_npu
+        ),
         apex_ref=ref,
         flags=tuple(flags),
         extensions=tuple(extensions),
@@ -253,30 +255,35 @@ def _cuda_plan(opts: BuildOptions, m: matrix.Matrix, interp: interpreters.Interp
 
 
 def torch_build(
-    m: matrix.Matrix, torch: str, arch: str, opts: BuildOptions, env, system: bool = False
+    m: matrix.Matrix,
+    torch: str,
+    arch: str,
+    opts: BuildOptions,
+    env,
+    system: bool = False,
+    torch_npu: str | None = None,
 ) -> str:
     """Which torch build pip will install, in words, with what it costs before anything is fetched: its download
     and installed size (a wheelhouse's wheel: measured from the file; the package index: matrix.toml
-    [index.torch_builds], per arch and for a CPU torch index) and the cheaper build when there is one."""
+    [index.torch_builds], per arch and for a CPU torch index) and the cheaper build when there is one. Offline:
+    whether the wheelhouses hold the torch (and torch_npu) for this Python and machine, and the download if not."""
     if system:
         return "the interpreter's own torch (nothing downloaded)"
     local = "+" in torch and torch.split("+", 1)[1]
     builds = m.data.get("index", {}).get("torch_builds", {})
+    if opts.offline:
+        return _offline_torch(torch, torch_npu, arch, opts, env)
     if opts.torch_index_url:
         cpu = "cpu" in opts.torch_index_url or local == "cpu"
         return f"{'CPU build' if cpu else 'build'} from {log.mask(opts.torch_index_url)}" + (
             _cost(builds.get("cpu")) if cpu else ""
         )
-    houses = [
-        *opts.wheelhouses,
-        *(Path(p) for p in env.get("PIP_FIND_LINKS", "").split() if "://" not in p),
-    ]
-    for house in houses:
+    for source, house in _wheelhouses(opts, env):
         wheels = (
             sorted(house.glob(f"torch-{torch.split('+')[0]}*{arch}.whl")) if house.is_dir() else []
         )
         if wheels:
-            return f"{wheels[0].name} from --wheelhouse {house}" + _cost(_measured(wheels[0]))
+            return f"{wheels[0].name} from {source} {house}" + _cost(_measured(wheels[0]))
     if local:
         return (
             f"the {local} build torch {torch}, if the package index serves it (the default index serves none with a "
@@ -287,6 +294,74 @@ def torch_build(
         f"{facts['kind']} from the package index{_cost(facts)}; {facts['hint']}"
         if facts
         else "from the package index"
+    )
+
+
+def _wheelhouses(opts: BuildOptions, env) -> list[tuple[str, Path]]:
+    """The local folders pip installs from, each with where it was named (--wheelhouse, or pip's PIP_FIND_LINKS)."""
+    found = [
+        ("PIP_FIND_LINKS", Path(p)) for p in env.get("PIP_FIND_LINKS", "").split() if "://" not in p
+    ]
+    return [("--wheelhouse", w) for w in opts.wheelhouses] + found
+
+
+def _wheel_in(house: Path, name: str, version: str, arch: str, python: str) -> Path | None:
+    """A wheel of `name`==`version` (its local label optional unless given) for CPython `python` and `arch`."""
+    from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+
+    tag = "cp" + python.replace(".", "")
+    for wheel in sorted(house.glob("*.whl")) if house.is_dir() else []:
+        try:
+            wname, wversion, _, tags = parse_wheel_filename(wheel.name)
+        except (InvalidWheelFilename, ValueError):
+            continue
+        same = str(wversion) == version or ("+" not in version and wversion.public == version)
+        if (
+            canonicalize_name(wname) == canonicalize_name(name)
+            and same
+            and any(
+                t.interpreter in (tag, "py3") and (arch in t.platform or t.platform == "any")
+                for t in tags
+            )
+        ):
+            return wheel
+    return None
+
+
+def _offline_torch(torch: str, torch_npu: str | None, arch: str, opts: BuildOptions, env) -> str:
+    """Offline: the wheelhouse's torch (and torch_npu) for this build, or that it is missing and its download."""
+    houses = _wheelhouses(opts, env)
+    named = {h for _, h in houses}
+    # pip's own find-links (pip.conf) are a wheelhouse too when offline
+    houses += [
+        ("pip's find-links", Path(p))
+        for p in pipconfig.read(env).get_list("find-links")
+        if "://" not in p and Path(p) not in named
+    ]
+    said, missing = [], []
+    for name, version in (("torch", torch), ("torch_npu", torch_npu)):
+        if not version:
+            continue
+        hits = [
+            (s, h, w)
+            for s, h in houses
+            for w in [_wheel_in(h, name, version, arch, opts.python)]
+            if w
+        ]
+        if hits:
+            source, house, wheel = hits[0]
+            said.append(f"{wheel.name} from {source} {house}" + _cost(_measured(wheel)))
+        else:
+            missing.append((name, version))
+    if not missing:
+        return "; ".join(said)
+    where = ", ".join(f"{s} {h}" for s, h in houses) or "no wheelhouse"
+    into = str(houses[0][1]) if houses else "DIR"
+    what = " and ".join(f"{n} {v} cp{opts.python.replace('.', '')} {arch}" for n, v in missing)
+    fetch = " ".join(f"{n}=={v}" for n, v in missing)
+    return (
+        f"{what} is not in {where}: this build will fail -- next: pip download {fetch} --python-version "
+        f"{opts.python} --only-binary :all: -d {into} on a host with network"
     )
 
 

@@ -221,7 +221,8 @@ class Mirror:
             f"could not fetch {log.mask(self.url)} after {self.retry.attempts} attempts: {log.mask(last)}",
             known_failures.announce(proc.stderr)
             or f"check the URL and your proxy ({vocab.command('proxy.check')}), or point APEXKIT_ASCEND_APEX_URL / "
-            "APEXKIT_NVIDIA_APEX_URL at a reachable mirror",
+            "APEXKIT_NVIDIA_APEX_URL at a reachable mirror; with no network: a local mirror and --offline "
+            "--wheelhouse DIR (docs/building.md#mirrors-for-air-gapped-sites)",
         )
 
     def _no_retry(self, refspecs: Sequence[str], stderr: str) -> SourceError | None:

@@ -286,6 +286,8 @@ def pip_install(
         reason = next(
             (line for line in reversed(tail) if line.startswith("ERROR")), tail[-1] if tail else ""
         )
+        if sources.offline:
+            _offline_failure(requirements, reason, index, sources, log_path)
         hint = (
             known_failures.announce("\n".join(tail))
             or f"check --torch / --index-url / --wheelhouse (or the proxy: {vocab.command('proxy.check')})"
@@ -294,6 +296,34 @@ def pip_install(
             f"pip could not install {' '.join(requirements)}: {log.mask(reason)}",
             f"see {log_path}; {hint}",
         )
+
+
+def _offline_failure(
+    requirements: Sequence[str],
+    reason: str,
+    index: IndexOptions,
+    sources: uvtools.Sources,
+    log_path: Path,
+) -> None:
+    """An offline install pip could not do: what the wheelhouse lacks and the download that fills it (an offline
+    run has no index and no proxy to check)."""
+    import shlex
+
+    missing = re.search(
+        r"(?:No matching distribution found for|satisfies the requirement) (\S+)", reason
+    )
+    houses = [str(w) for w in index.wheelhouses] or list(sources.find_links) or ["DIR"]
+    fetch = " ".join(shlex.quote(r) for r in requirements if not r.startswith(("/", ".")))
+    next_step = f"on a host with network: pip download {fetch} -d {shlex.quote(houses[0])}"
+    if missing is None:
+        raise EnvironmentSetupError(
+            f"pip could not install {' '.join(requirements)} offline: {log.mask(reason)}",
+            f"see {log_path}; {next_step}",
+        )
+    raise EnvironmentSetupError(
+        f"{missing.group(1)} is not in the wheelhouse ({', '.join(houses)}) and the build is offline",
+        next_step,
+    )
 
 
 def _uv_install(
@@ -326,6 +356,12 @@ def _uv_install(
     reason = log.mask(
         next((line for line in reversed(tail) if "error" in line.lower()), _last("\n".join(tail)))
     )
+    host = None if "--offline" in args else unreachable_index("\n".join(tail))
+    if host is not None:  # pip would only retry the same index (~42 s) and then blame a requirement
+        raise EnvironmentSetupError(
+            f"the package index {host} is unreachable ({reason.replace('cause:', '').strip()})",
+            "set index_url to your mirror, or --offline --wheelhouse DIR",
+        )
     if uvtools.choice() == "uv":
         raise EnvironmentSetupError(
             f"uv could not install {' '.join(requirements)}: {reason}",
@@ -335,6 +371,22 @@ def _uv_install(
         f"  uv could not install {' '.join(requirements)} ({reason.strip()[:160]}): trying pip"
     )
     return False
+
+
+# uv's causes when no connection to an index could be made (uv 0.13: "dns error", "error resolving DNS",
+# "tcp connect error", "Network is unreachable", "Connection refused"); not an HTTP status, not a TLS failure
+_UNREACHABLE = re.compile(
+    r"error resolving DNS|dns error|tcp connect error|Network is unreachable|Connection refused"
+)
+
+
+def unreachable_index(output: str) -> str | None:
+    """The host (and port) of the index uv could not connect to, from its output; None when that is not the failure."""
+    if not _UNREACHABLE.search(output):
+        return None
+    url = re.search(r"Failed to fetch: `?([a-z+]+://[^\s`]+)", output)
+    host = urllib.parse.urlsplit(url.group(1)).netloc.rsplit("@", 1)[-1] if url else ""
+    return host or "(the configured one)"
 
 
 def _sources(

@@ -139,6 +139,92 @@ def test_offline_wheelhouse_with_either_installer(installer, clean_env, monkeypa
         assert "--offline" in log.read_text() and "--no-index" in log.read_text()
 
 
+@pytest.mark.parametrize("installer", ["auto", "pip"])
+def test_offline_a_wheelhouse_without_a_build_requirement_names_it_and_the_download(
+    installer, clean_env, monkeypatch
+):
+    """issue 41 B: a wheelhouse without the build requirements failed with pip's line and proxy advice; offline
+    there is no index and no proxy: one line naming what is missing and the pip download that fills the wheelhouse."""
+    monkeypatch.setenv("APEXKIT_INSTALLER", installer)
+    options, log = _offline(clean_env)
+    venv = venvs.create(python311(), clean_env / "venv", log, index=options)
+    with pytest.raises(EnvironmentSetupError) as err:
+        venvs.pip_install(venv, ["apexkit-probe", "apexkit-absent>=61"], options, log)
+    house = options.wheelhouses[0]
+    assert err.value.format() == (
+        f"apexkit-absent>=61 is not in the wheelhouse ({house}) and the build is offline -- next: on a host "
+        f"with network: pip download apexkit-probe 'apexkit-absent>=61' -d {house}"
+    )
+
+
+def test_an_unreachable_index_is_said_once_without_pips_retries(clean_env, monkeypatch):
+    """issue 41 D: uv could not resolve the index's host (its real output under `unshare -n`,
+    tests/data/installer-logs/uv-dns-error.log); pip retried the same index for ~42 s and then blamed a requirement.
+    Now: the index host is unreachable, one line, and pip is never started."""
+    from conftest import DATA
+
+    recorded = DATA / "installer-logs" / "uv-dns-error.log"
+    uv = clean_env / "uv-dns"
+    uv.write_text(
+        "#!/bin/sh\nif [ \"$1\" = --version ]; then echo 'uv 0.13.9'; exit 0; fi\n"
+        f"cat '{recorded}' >&2; exit 2\n"
+    )
+    uv.chmod(uv.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setenv("APEXKIT_UV", str(uv))
+    log = clean_env / "install.log"
+    options = venvs.IndexOptions(index_url="https://pypi.example.org/simple")
+    venv = venvs.create(python311(), clean_env / "venv", log, index=options)
+    with pytest.raises(EnvironmentSetupError) as err:
+        venvs.pip_install(venv, ["setuptools>=61", "wheel"], options, log)
+    assert err.value.format() == (
+        "the package index pypi.example.org is unreachable (error resolving DNS) -- next: set index_url to "
+        "your mirror, or --offline --wheelhouse DIR"
+    )
+    assert " -m pip install" not in log.read_text()
+
+
+def test_with_no_network_the_real_uv_failure_is_one_line_and_pip_never_runs(clean_env):
+    """The same with the real uv in a network namespace without a network (`unshare -n`; loopback down, so the
+    index on 127.0.0.1 cannot be reached)."""
+    import shutil
+    import sys
+    import time
+
+    if not (
+        os.geteuid() == 0
+        and shutil.which("unshare")
+        and subprocess.run(["unshare", "-n", "true"], capture_output=True).returncode == 0
+    ):
+        pytest.skip("needs a network namespace (root and unshare -n)")
+    code = (
+        "import sys; from pathlib import Path; from apexkit.wheel import venvs\n"
+        "from apexkit.errors import EnvironmentSetupError\n"
+        "o = venvs.IndexOptions(index_url='http://127.0.0.1:9/simple/'); d = Path(sys.argv[1])\n"
+        "v = venvs.create(sys.argv[2], d / 'venv', d / 'install.log', index=o)\n"
+        "try: venvs.pip_install(v, ['setuptools>=61', 'wheel'], o, d / 'install.log')\n"
+        "except EnvironmentSetupError as e: print(e.format())\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(venvs.__file__).parents[2])}
+    env.pop("APEXKIT_INSTALLER", None)
+    started = time.monotonic()
+    proc = subprocess.run(
+        ["unshare", "-n", sys.executable, "-c", code, str(clean_env), python311()],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    said = (proc.stdout.strip().splitlines() or [""])[-1]
+    assert said.startswith("the package index 127.0.0.1:9 is unreachable ("), (
+        proc.stdout + proc.stderr[-2000:]
+    )
+    assert proc.stdout.strip().endswith(
+        "-- next: set index_url to your mirror, or --offline --wheelhouse DIR"
+    )
+    assert " -m pip install" not in (clean_env / "install.log").read_text()
+    assert time.monotonic() - started < 120
+
+
 def _offline(clean_env: Path) -> tuple[venvs.IndexOptions, Path]:
     """--offline --wheelhouse holding the probe wheel, and the install log."""
     house = clean_env / "wheelhouse"

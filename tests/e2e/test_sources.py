@@ -379,3 +379,20 @@ def test_a_mirror_lacking_an_object_is_diagnosed_once_and_a_shallow_mirror_of_it
     assert mirror.ensure_commit(repos.nvidia_head, offline=True) == repos.nvidia_head
     mirror.export(repos.nvidia_head, tmp_path / "tree")
     assert (tmp_path / "tree" / "README.md").read_text() == "later upstream work\n"
+
+
+def test_a_fetch_that_fails_names_the_air_gapped_recipe(tmp_path):
+    """issue 41 A: the hint named only the proxy and a reachable mirror; a site with no network needs the mirror
+    recipe and --offline --wheelhouse."""
+
+    cache = tmp_path / "cache"
+    cache.mkdir(mode=0o700)
+    mirror = sources.Mirror("file:///nonexistent/apex.git", cache, sources.RetryPolicy(1, 0.0))
+    with pytest.raises(SourceError) as err:
+        mirror.fetch(["master"])
+    line = err.value.format()
+    assert line.startswith("could not fetch file:///nonexistent/apex.git after 1 attempts"), line
+    assert line.endswith(
+        "with no network: a local mirror and --offline --wheelhouse DIR "
+        "(docs/building.md#mirrors-for-air-gapped-sites)"
+    ), line

@@ -635,3 +635,23 @@ def test_the_commands_option_tables_are_what_the_declarations_generate():
         "| `--daemon-mode VALUE` | `auto` |", "| `--daemon-mode VALUE` | `systemd` |"
     )
     assert planted != text and docgen.generated(planted) != planted
+
+
+def test_the_air_gapped_path_is_in_start_here_and_a_wheelhouse_is_documented_from_the_code():
+    """issue 41 A/B: README's Start here had no air-gapped row, command 1 no offline recipe, and no doc said what a
+    wheelhouse must hold; the requirements listed are the ones the build installs (matrix.toml)."""
+    from apexkit.plan import matrix
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    start = readme.split("## Start here", 1)[1].split("\n## ", 1)[0]
+    row = next((line for line in start.splitlines() if line.startswith("| air-gapped")), "")
+    assert "--offline --wheelhouse DIR" in row, row
+    assert "docs/building.md#mirrors-for-air-gapped-sites" in row, row
+    assert "pip download -r requirements/runtime.txt -d DIR" in readme
+    assert "pip install --no-index --find-links DIR -r requirements/runtime.txt" in readme
+    building = (ROOT / "docs" / "building.md").read_text(encoding="utf-8")
+    section = building.split("### What a wheelhouse must hold", 1)[1].split("\n## ", 1)[0]
+    m = matrix.load()
+    for requirement in {*m.build_requires, *m.cuda_requires, *m.npu_requires}:
+        assert f"`{requirement}`" in section, requirement
+    assert "pip download wheel 'setuptools>=61' -d W" in section

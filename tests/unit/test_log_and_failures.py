@@ -104,3 +104,20 @@ def test_mask_is_linear_on_long_lines():
     quadratic, 4.5 s for 40 kB, so hours for this)."""
     line = "a" * 1_000_000 + " http://u:pw@h " + "b" * 1_000_000
     assert log.mask(line).count("http://u:***@h") == 1
+
+
+def test_a_bare_resolution_impossible_is_not_the_setuptools_pin_conflict():
+    """issue 41 C: torch missing from the wheelhouse ended in pip's generic ResolutionImpossible and was blamed on a
+    setuptools pin; the real log (uv, then pip) names torch, and the setuptools signature needs setuptools."""
+    from conftest import DATA
+
+    text = (DATA / "failure-logs" / "torch-not-in-wheelhouse.log").read_text()
+    assert [h.failure.id for h in known_failures.find(text)] == ["torch-not-in-wheelhouse"]
+    generic = "ERROR: ResolutionImpossible: for help visit https://pip.pypa.io/en/latest/topics/x\n"
+    assert known_failures.find(generic) == []
+    uv_other_version = (
+        "  ╰─▶ Because there is no version of torch==2.1.0 and you require torch==2.1.0, ...\n"
+    )
+    assert [h.failure.id for h in known_failures.find(uv_other_version)] == [
+        "torch-not-in-wheelhouse"
+    ]
