@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import inspect
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -448,11 +448,24 @@ def build_wheel(
     """Every door to a wheel build (nox -s build-*, apexkit build, invoke build): resolve the options once (`given`:
     typed values, e.g. a matrix combination's, that argv may override), then build on this machine or, with --image,
     in a builder container. Returns the dist/<target-id>/ written (the status file records it), None for a dry run."""
+    import dataclasses
+    import tempfile
+
     from apexkit.wheel import builder, options
 
-    opts = options.resolve(python, argv, prog=prog, given=given)
-    import dataclasses
-
+    try:
+        opts = options.resolve(python, argv, prog=prog, given=given)
+    except ConfigError as exc:
+        # --offline with no wheelhouse: a wheel-cache hit needs none (nor a venv that holds the cache's wheel
+        # already: install compares it), so only a build that has to compile asks for one (a builder image looks
+        # at its own cache: there the flags stay as they are)
+        if not exc.cause.startswith(NO_WHEELHOUSE) or "--options-json" in argv or "--image" in argv:
+            raise
+        with tempfile.TemporaryDirectory(prefix="apexkit-no-wheelhouse-") as stand_in:
+            opts = options.resolve(
+                python, [*argv, "--wheelhouse", stand_in], prog=prog, given=given
+            )
+        return _cached_only(dataclasses.replace(opts, wheelhouses=()), exc)
     if (
         not opts.dry_run
     ):  # one trust rule for the whole cache, before a host or container build uses any of it
@@ -473,6 +486,33 @@ def build_wheel(
         built = container.run(dataclasses.replace(opts, team_indexes=()))
     else:
         built = builder.build(opts, remote=team_index_lookup(opts))
+    return None if opts.dry_run else built
+
+
+# apexkit.wheel.options' cause for an --offline build with no wheelhouse
+NO_WHEELHOUSE = "--offline needs --wheelhouse"
+
+
+def _cached_only(opts: BuildOptions, no_wheelhouse: ConfigError) -> Path | None:
+    """An --offline build with no wheelhouse: the wheel cache's (or the team index's) wheel when it has one for these
+    inputs; when the build has to compile (it cannot make its build venv), the wheelhouse error, saying why."""
+    from apexkit import cachetrust
+    from apexkit.errors import ApexkitError
+    from apexkit.wheel import builder
+
+    if opts.image:  # a builder image (from the config): its own cache, looked at in the container
+        raise no_wheelhouse
+    if not opts.dry_run:
+        cachetrust.tighten_umask()
+        opts = replace(opts, cache_dir=cachetrust.trusted(opts.cache_dir))
+    try:
+        built = builder.build(opts, remote=team_index_lookup(opts))
+    except ApexkitError as exc:
+        raise ConfigError(
+            f"{no_wheelhouse.cause}: no cached wheel could be used, so the build has to compile (it stopped at: "
+            f"{exc.cause})",
+            no_wheelhouse.hint,
+        ) from None
     return None if opts.dry_run else built
 
 
