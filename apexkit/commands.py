@@ -465,7 +465,8 @@ def build_wheel(
             opts = options.resolve(
                 python, [*argv, "--wheelhouse", stand_in], prog=prog, given=given
             )
-        return _cached_only(dataclasses.replace(opts, wheelhouses=()), exc)
+        origins = tuple(o for o in opts.origins if not o.startswith("wheelhouses\t"))
+        return _cached_only(dataclasses.replace(opts, wheelhouses=(), origins=origins), exc)
     if (
         not opts.dry_run
     ):  # one trust rule for the whole cache, before a host or container build uses any of it
@@ -493,26 +494,44 @@ def build_wheel(
 NO_WHEELHOUSE = "--offline needs --wheelhouse"
 
 
+class _MustCompile(BaseException):
+    """No tier of the wheel cache has the wheel (raised from the build's team-index lookup, after a local miss): an
+    --offline build with no wheelhouse stops there, before its build venv. A BaseException: the build takes any
+    Exception from that lookup as "compile"."""
+
+
 def _cached_only(opts: BuildOptions, no_wheelhouse: ConfigError) -> Path | None:
     """An --offline build with no wheelhouse: the wheel cache's (or the team index's) wheel when it has one for these
-    inputs; when the build has to compile (it cannot make its build venv), the wheelhouse error, saying why."""
+    inputs; when the build would have to compile, the wheelhouse error, saying why."""
     from apexkit import cachetrust
     from apexkit.errors import ApexkitError
     from apexkit.wheel import builder
 
-    if opts.image:  # a builder image (from the config): its own cache, looked at in the container
+    if opts.image or not opts.use_cache:  # a builder image's own cache; --no-cache always compiles
         raise no_wheelhouse
     if not opts.dry_run:
         cachetrust.tighten_umask()
         opts = replace(opts, cache_dir=cachetrust.trusted(opts.cache_dir))
+    team = team_index_lookup(opts)
+
+    def lookup(key: str, work: Path):
+        hit = team(key, work) if team is not None else None
+        if hit is None:
+            raise _MustCompile(key)
+        return hit
+
+    def needs(why: str) -> ConfigError:
+        return ConfigError(f"{no_wheelhouse.cause}: {why}", no_wheelhouse.hint)
+
     try:
-        built = builder.build(opts, remote=team_index_lookup(opts))
-    except ApexkitError as exc:
-        raise ConfigError(
-            f"{no_wheelhouse.cause}: no cached wheel could be used, so the build has to compile (it stopped at: "
-            f"{exc.cause})",
-            no_wheelhouse.hint,
+        built = builder.build(opts, remote=lookup)
+    except _MustCompile as miss:
+        raise needs(
+            f"the wheel cache has no wheel for these inputs (cache key {str(miss)[:12]}), so the build has to "
+            "compile"
         ) from None
+    except ApexkitError as exc:
+        raise needs(f"no cached wheel could be used (the build stopped at: {exc.cause})") from None
     return None if opts.dry_run else built
 
 

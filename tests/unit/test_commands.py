@@ -101,19 +101,26 @@ def test_an_offline_build_with_no_wheelhouse_takes_a_cache_hit(offline_env, tmp_
 
 
 def test_an_offline_build_with_no_wheelhouse_that_must_compile_asks_for_one(
-    offline_env, monkeypatch
+    offline_env, tmp_path, monkeypatch
 ):
-    from apexkit.errors import EnvironmentSetupError
+    """A miss in the local cache and the team index stops the build there (the cache's second tier is asked, then
+    the build venv would be made): the wheelhouse error, with the cache key; --no-cache asks at once."""
     from apexkit.wheel import builder
 
     def build(opts, remote=None):
-        raise EnvironmentSetupError("no matching distribution for torch==2.13.0", "check --torch")
+        remote("ab" * 32, tmp_path)
+        raise AssertionError("went on to compile")
 
     monkeypatch.setattr(builder, "build", build)
     with pytest.raises(declare.ConfigError) as caught:
         commands.build_wheel("3.11", ["--offline", "--torch", "2.13.0"])
-    assert caught.value.cause.startswith(
-        "--offline needs --wheelhouse DIR holding torch and the build deps: no cached wheel could be used"
+    assert caught.value.cause == (
+        "--offline needs --wheelhouse DIR holding torch and the build deps: the wheel cache has no wheel for "
+        "these inputs (cache key abababababab), so the build has to compile"
     )
-    assert "(it stopped at: no matching distribution for torch==2.13.0)" in caught.value.cause
     assert caught.value.hint.startswith("add --wheelhouse DIR")
+    with pytest.raises(
+        declare.ConfigError,
+        match="^--offline needs --wheelhouse DIR holding torch and the build deps -- next: ",
+    ):
+        commands.build_wheel("3.11", ["--offline", "--torch", "2.13.0", "--no-cache"])
