@@ -721,9 +721,25 @@ def _rows_read(row: Row, data: Any, report: Path) -> tuple[str, str] | None:
 
 def _install_read(row: Row, data: Any, report: Path) -> None:
     row.result = install_result(data)
-    row.detail = " ".join(
-        filter(None, (row.result.get("status"), row.result.get("wheel"), row.result.get("source")))
-    )
+    row.detail = install_detail(row.result)
+
+
+# install's words for where a build's wheel came from (apexkit.install.run.built_source); any other source is the
+# index the wheel was fetched from
+BUILD_SOURCES = ("wheel cache", "built", "build")
+
+
+def install_detail(result: Mapping[str, str]) -> str:
+    """The install row's detail: the wheel and where it really came from -- `wheel cache`, `team index <url>`
+    (masked), `built`, or `installed already` (the venv held that wheel: nothing was installed)."""
+    status, wheel, source = (result.get(k) for k in ("status", "wheel", "source"))
+    if not wheel:
+        return status or ""
+    if status == "already-installed":
+        return f"{wheel}: installed already"
+    if source and source not in BUILD_SOURCES and not source.startswith("team index "):
+        source = f"team index {source}"
+    return f"{wheel}: {source}" if source else wheel
 
 
 def _validate_read(row: Row, data: Any, report: Path) -> tuple[str, str] | None:

@@ -242,6 +242,23 @@ def _add_chart(venv: venvs.Venv, index: venvs.IndexOptions, log_path: Path, torc
     _pin_numpy_1_if_needed(venv, torch_pin, index, log_path)
 
 
+# why the bench runs with --no-png (bench/amp_bench.py's last lines say it)
+NO_CHART_VARIABLE = "APEXKIT_NO_CHART"
+
+
+def no_chart_reason(index: venvs.IndexOptions) -> str:
+    """Why the run venv has no matplotlib, and how to get the chart: for the bench's `report: no chart (...)`."""
+    if index.offline:
+        return (
+            "no matplotlib in the run venv: offline, and the wheelhouse has none -- next: add matplotlib and its "
+            "dependencies to the --wheelhouse (pip download -d DIR matplotlib) and run the bench again"
+        )
+    return (
+        "no matplotlib in the run venv: it could not be installed (the run venv's log says why) -- next: make "
+        "matplotlib reachable from the run venv's index or a --wheelhouse and run the bench again"
+    )
+
+
 def _pin_numpy_1_if_needed(
     venv: venvs.Venv, torch_pin: str, index: venvs.IndexOptions, log_path: Path
 ) -> None:
@@ -684,9 +701,9 @@ def main(
         chart = script == "bench" and "--no-png" not in rest
         venv = run_venv(target_dir, manifest, cachetrust.root(), index=index, chart=chart)
         if chart and not _installed(venv, "matplotlib"):
-            rest.append(
-                "--no-png"
-            )  # run_venv said why in one line; the script need not say it again
+            # run_venv said why in one line; the bench's last lines say it again where the chart would be named
+            rest.append("--no-png")
+            env[NO_CHART_VARIABLE] = no_chart_reason(index)
         python, label = str(venv.python), target_dir.name
         # the bench's report and chart name the wheel (its target id, its sha256)
         env["APEXKIT_APEX_WHEEL_SHA256"] = manifest["wheel"]["sha256"]

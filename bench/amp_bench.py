@@ -38,16 +38,20 @@ import platform
 import statistics
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+# torch warns at import when NumPy is not installed at all; the bench never uses NumPy, so in a run venv without it
+# that warning is noise (a NumPy that is there and broken still warns)
+warnings.filterwarnings("ignore", message="Failed to initialize NumPy: No module named 'numpy'")
 
-import device_adapter
-import flops
-import models
-import peaks
-import targetenv
-import torch
+import device_adapter  # noqa: E402 (after the warnings filter: it imports torch)
+import flops  # noqa: E402
+import models  # noqa: E402
+import peaks  # noqa: E402
+import targetenv  # noqa: E402
+import torch  # noqa: E402
 
 MODES = ("fp32", "apex-O1", "apex-O2", "autocast-fp16", "autocast-bf16", "bf16")
 # The dtype a mode's matmuls run in: MFU is against the device's peak for it.
@@ -1560,8 +1564,13 @@ def main(argv=None) -> int:
         report["png_skipped"] = png_problem
         print(f"  chart skipped: {png_problem}", file=sys.stderr)
     (out / "results.json").write_text(json.dumps(report, indent=2) + "\n")
-    (out / "results.md").write_text(markdown(report))
-    print(markdown(report), file=sys.stderr)
+    text = markdown(report)
+    (out / "results.md").write_text(text)
+    # results.md ends with the headline; on screen it is stdout's last line alone, not printed twice in a row
+    shown = text.rstrip("\n")
+    if shown.endswith("\n" + report["headline"]):
+        shown = shown[: -len(report["headline"])].rstrip("\n")
+    print(shown + "\n", file=sys.stderr)
     print(report["headline"], flush=True)
     return finish_lines(report, args, out, png_problem)
 
@@ -1601,7 +1610,9 @@ def finish_lines(report: dict, args, out: Path, png_problem: str | None) -> int:
             f"error: {len(failed)} mode(s) failed ({', '.join(failed)}); the reasons are in {out / 'results.md'}",
             file=sys.stderr,
         )
-    chart_line = out / "results.png" if report["png"] else f"no chart ({png_problem or '--no-png'})"
+    # --no-png that apexkit added (no matplotlib in the run venv) comes with its reason; the user's own says so
+    why = png_problem or os.environ.get("APEXKIT_NO_CHART") or "--no-png"
+    chart_line = out / "results.png" if report["png"] else f"no chart ({why})"
     for line in (out / "results.json", out / "results.md", chart_line):
         print(f"report: {line.resolve() if isinstance(line, Path) else line}", file=sys.stderr)
     return 1 if failed else 0

@@ -62,7 +62,10 @@ class Result:
     status: str
     wheel: str | None
     sha256: str | None
-    source: str  # the index, password masked, or "build"
+    # where the wheel came from: the index (password masked) for an index hit; for a build, "wheel cache" (a local
+    # cache hit), "team index <url>" (the build's cache hit from a team index) or "built" (compiled now); "build"
+    # before a build ran (--dry-run)
+    source: str
     venv: str
     target: str | None  # the build's target id
     torch: str | None
@@ -365,7 +368,7 @@ def _run(
             )
             return result
         target_dir = _build(before, build_options, as_json, build)
-        wheel, sha = _built_wheel(target_dir)
+        wheel, sha, result.source = _built_wheel(target_dir)
         result.target, result.wheel, result.sha256 = target_dir.name, wheel.name, sha
         if publish_to is not None:
             from apexkit.index import publish
@@ -546,8 +549,9 @@ def _build(t: Target, build_options: str, as_json: bool, build: Builder) -> Path
     return built
 
 
-def _built_wheel(target_dir: Path) -> tuple[Path, str]:
-    """The wheel of dist/<target>/ (a folder only we can write) and its sha256, checked against its manifest.json."""
+def _built_wheel(target_dir: Path) -> tuple[Path, str, str]:
+    """The wheel of dist/<target>/ (a folder only we can write), its sha256, checked against its manifest.json, and
+    where the build got it (`built_source`)."""
     cachetrust.trusted_output(target_dir, paths.DIST_SETTING, make=False)
     try:
         manifest = untrusted.read_json_object(target_dir / "manifest.json", None, MANIFEST_LIMIT)
@@ -565,7 +569,20 @@ def _built_wheel(target_dir: Path) -> tuple[Path, str]:
             f"{wheel} does not match its manifest's sha256; nothing installed",
             "build again with --no-cache (--build-options '--no-cache')",
         )
-    return wheel, sha
+    return wheel, sha, built_source(manifest)
+
+
+def built_source(manifest: Mapping) -> str:
+    """Where the build's wheel came from, by its manifest: "wheel cache" (a local cache hit), "team index <url>"
+    (a cache hit the team index had; the URL as the build masked it) or "built" (compiled by this build)."""
+    if manifest.get("cache_hit") is not True:
+        return "built"
+    source = manifest.get("cache_source")
+    return (
+        f"team index {log.mask(log.sanitise(source))[:400]}"
+        if isinstance(source, str)
+        else "wheel cache"
+    )
 
 
 def _install(
@@ -583,11 +600,12 @@ def _install(
         )
         journal.paths = files.check_wheel(wheel, before, owned, files.names(before, owned))
     except fit.Misfit as exc:
-        where = "the index's wheel" if result.source != "build" else "the built wheel"
+        from_index = status == "installed"
+        where = "the index's wheel" if from_index else "the built wheel"
         raise InstallError(
             f"{where} does not fit {named}: {exc}; nothing installed",
             "report it to whoever publishes the index (its index.json says otherwise)"
-            if result.source != "build"
+            if from_index
             else "report this (the build made a wheel for another venv)",
         ) from None
     # from a folder holding only this wheel, by name and version: pip records it as an index install (no

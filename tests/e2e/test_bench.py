@@ -743,3 +743,42 @@ def test_bench_without_a_build_says_what_to_do(runner, tmp_path):
     )
     assert result.returncode != 0
     assert "no built wheel" in result.stderr and "nox -s build-3.11" in result.stderr
+
+
+def test_an_offline_bench_in_a_numpy_free_run_venv_says_why_there_is_no_chart(repos, tmp_path):
+    """Issue 41: `nox -s build-3.11 bench -- --offline --wheelhouse W` with a wheelhouse of torch and the build deps
+    alone (no NumPy, no matplotlib): torch's raw NumPy warning, the headline twice in a row and `no chart
+    (--no-png)`, a flag the user never passed. Now: no warning, the headline once, the real reason and its fix."""
+    from conftest import Runner
+
+    runner = Runner(repos, tmp_path / "cache", tmp_path)
+    house = tmp_path / "wheelhouse"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "download", "-q", "-d", str(house), "torch==2.13.0", "setuptools>=61", "wheel"],
+        check=True, timeout=600, capture_output=True,
+    )  # fmt: skip
+    assert not list(house.glob("numpy-*")) and not list(house.glob("matplotlib-*"))
+    env = runner.env(
+        APEXKIT_DIST_DIR=str(runner.dist),
+        APEXKIT_BUILD_DIR=str(runner.build),
+        APEXKIT_REPORTS_DIR=str(tmp_path / "reports"),
+        PIP_CONFIG_FILE=os.devnull,
+    )
+    env = {k: v for k, v in env.items() if not k.startswith(("PIP_FIND", "PIP_EXTRA", "PIP_INDEX"))}
+    bench = ["--device", "cpu", "--model", "mlp", "--modes", "fp32", *SMALL]
+    done = subprocess.run(
+        [*NOX, "-s", "build-3.11", "bench", "--", "--offline", "--wheelhouse", str(house), *bench],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500,
+    )  # fmt: skip
+    said = done.stdout + done.stderr
+    assert done.returncode == 0, said[-4000:]
+    assert "Failed to initialize NumPy" not in said
+    headline = "no mixed-precision mode ran"
+    lines = [line.strip() for line in said.splitlines() if line.strip()]
+    assert lines.count(headline) == 1, [line for line in lines if headline in line]
+    assert "report: no chart (--no-png)" not in said
+    assert (
+        "report: no chart (no matplotlib in the run venv: offline, and the wheelhouse has none -- next: add "
+        "matplotlib and its dependencies to the --wheelhouse (pip download -d DIR matplotlib)"
+        in said
+    )

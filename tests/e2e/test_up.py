@@ -594,6 +594,28 @@ def test_up_offline_builds_from_shallow_mirrors_and_a_wheelhouse_with_no_network
     assert uv and all("--offline" in line for line in uv), uv  # uv never asks an index
     assert "trying pip" not in log and "attempt" not in log
     assert len(list((tmp_path / "cache" / "git").glob("*.git"))) == 2
+    wheel = stages["install"]["result"]["wheel"]
+    assert stages["install"]["detail"] == f"{wheel}: built"
+
+    # Issue 41: --offline with no wheelhouse needs none when nothing is built. A rerun with --force (apex installed
+    # already, its wheel in the wheel cache), then a second venv (a wheel-cache hit): each row names the real source
+    def offline_up(venv: Path, report: Path) -> dict:
+        argv = ["up", "--venv", str(venv), "--offline", "--device", "cpu", "--force"]
+        proc = subprocess.run(
+            [*_no_network(), sys.executable, "-m", "apexkit", *argv, "--report", str(report)],
+            capture_output=True, text=True, timeout=900, env=env, cwd=ROOT,
+        )  # fmt: skip
+        assert proc.returncode == 0, output(proc)[-4000:]
+        assert "--offline needs --wheelhouse" not in proc.stdout + proc.stderr
+        return {s["name"]: s for s in json.loads((report / "up.json").read_text())["stages"]}
+
+    again = offline_up(venv, tmp_path / "report-again")
+    assert again["install"]["result"]["status"] == "already-installed"
+    assert again["install"]["detail"] == f"{wheel}: installed already"
+    hit = offline_up(make_torch_venv(tmp_path / "train2"), tmp_path / "report-hit")
+    assert hit["install"]["result"]["status"] == "built-and-installed"
+    assert hit["install"]["detail"] == f"{wheel}: wheel cache"
+    assert hit["validate"]["detail"] == "ready"
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root: the reports folder belongs to uid 65534")

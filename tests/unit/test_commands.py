@@ -68,3 +68,59 @@ def test_a_setting_resolves_flag_then_environment_then_files_then_default(tmp_pa
     assert declare.make(command, {}, env) == Probe("https://env.example/simple/", "/x/uv")
     given = {"index_url": "https://flag.example/simple/", "uv": "/y/uv"}
     assert declare.make(command, given, env) == Probe(*given.values())
+
+
+@pytest.fixture
+def offline_env(tmp_path, monkeypatch):
+    """No wheelhouse anywhere: no variable, no config file; the cache and dist/ in tmp_path."""
+    for name in ("APEXKIT_WHEELHOUSE", "APEXKIT_CONFIG", "APEXKIT_BUILD_IMAGE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "home" / ".config"))
+    monkeypatch.setenv("APEXKIT_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("APEXKIT_DIST_DIR", str(tmp_path / "dist"))
+    monkeypatch.setenv("APEXKIT_BUILD_DIR", str(tmp_path / "build"))
+    monkeypatch.chdir(tmp_path)
+
+
+def test_an_offline_build_with_no_wheelhouse_takes_a_cache_hit(offline_env, tmp_path, monkeypatch):
+    """Issue 41: `up --offline` (install's build) failed before the wheel cache was looked at; a hit needs no
+    wheelhouse. The build runs offline with no wheelhouse (none made up is recorded)."""
+    from apexkit.wheel import builder
+
+    seen = []
+
+    def build(opts, remote=None):
+        seen.append(opts)
+        return tmp_path / "dist" / "py3.11-target"
+
+    monkeypatch.setattr(builder, "build", build)
+    got = commands.build_wheel("3.11", ["--offline", "--torch", "2.13.0"])
+    assert got == tmp_path / "dist" / "py3.11-target"
+    assert seen[0].offline and seen[0].wheelhouses == ()
+
+
+def test_an_offline_build_with_no_wheelhouse_that_must_compile_asks_for_one(
+    offline_env, tmp_path, monkeypatch
+):
+    """A miss in the local cache and the team index stops the build there (the cache's second tier is asked, then
+    the build venv would be made): the wheelhouse error, with the cache key; --no-cache asks at once."""
+    from apexkit.wheel import builder
+
+    def build(opts, remote=None):
+        remote("ab" * 32, tmp_path)
+        raise AssertionError("went on to compile")
+
+    monkeypatch.setattr(builder, "build", build)
+    with pytest.raises(declare.ConfigError) as caught:
+        commands.build_wheel("3.11", ["--offline", "--torch", "2.13.0"])
+    assert caught.value.cause == (
+        "--offline needs --wheelhouse DIR holding torch and the build deps: the wheel cache has no wheel for "
+        "these inputs (cache key abababababab), so the build has to compile"
+    )
+    assert caught.value.hint.startswith("add --wheelhouse DIR")
+    with pytest.raises(
+        declare.ConfigError,
+        match="^--offline needs --wheelhouse DIR holding torch and the build deps -- next: ",
+    ):
+        commands.build_wheel("3.11", ["--offline", "--torch", "2.13.0", "--no-cache"])

@@ -592,3 +592,33 @@ def test_a_failure_with_json_is_one_object_on_stdout(world, capsys):
     assert out["status"] == "failed" and out["error"] == err.value.cause
     assert out["hint"] == err.value.hint and out["exit_code"] == 1
     assert out["venv"] == str(world.venv)
+
+
+@pytest.mark.parametrize(
+    ("manifest", "source"),
+    [
+        ({}, "built"),
+        ({"cache_hit": False}, "built"),
+        ({"cache_hit": True}, "wheel cache"),
+        (
+            {"cache_hit": True, "cache_source": "https://u:pw@team.example/simple/"},
+            "team index https://u:***@team.example/simple/",
+        ),
+    ],
+)
+def test_a_built_wheel_says_whether_the_cache_the_team_index_or_a_compile_gave_it(
+    world, tmp_path, capsys, manifest, source
+):
+    """Issue 41: install said source "build" for a wheel-cache hit as for a compile; the manifest tells which."""
+    dist = tmp_path / "dist" / "py3.11-torch2.13.0-x86_64-master"
+    dist.mkdir(parents=True)
+    wheel = make_wheel(dist)
+    sha = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    (dist / "manifest.json").write_text(
+        json.dumps({"wheel": {"file": wheel.name, "sha256": sha}, **manifest})
+    )
+    world.wheel = wheel
+    world.probes = [parsed(), installed_now(world)]
+    assert install(world, build=lambda *a: dist, as_json=True) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert (result["status"], result["source"]) == ("built-and-installed", source)

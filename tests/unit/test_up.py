@@ -368,6 +368,27 @@ def test_install_result_is_checked_and_masked():
     assert up.install_result([1]) == {}
 
 
+WHEEL = "apex-0.1+ascend-cp311-cp311-linux_x86_64.whl"
+
+
+@pytest.mark.parametrize(
+    ("status", "source", "detail"),
+    [
+        ("built-and-installed", "wheel cache", f"{WHEEL}: wheel cache"),
+        ("built-and-installed", "built", f"{WHEEL}: built"),
+        ("built-and-installed", "team index https://u:***@t.example/", f"{WHEEL}: team index https://u:***@t.example/"),
+        ("installed", "https://u:pw@index.example/simple/", f"{WHEEL}: team index https://u:***@index.example/simple/"),
+        ("already-installed", "wheel cache", f"{WHEEL}: installed already"),
+        ("already-installed", "build", f"{WHEEL}: installed already"),
+    ],
+)  # fmt: skip
+def test_the_install_row_names_where_the_wheel_really_came_from(status, source, detail):
+    """Issue 41: a wheel-cache hit read `built-and-installed ... build`, a rerun `already-installed ... build`."""
+    row = up.Row("install", up.OK)
+    up._install_read(row, {"status": status, "wheel": WHEEL, "source": source}, Path("/r"))
+    assert row.detail == detail and "build" not in row.detail.split()
+
+
 # --- a whole run, the stages stood in for -------------------------------------------------------------------------
 
 
