@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import inspect
 import os
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -448,25 +448,11 @@ def build_wheel(
     """Every door to a wheel build (nox -s build-*, apexkit build, invoke build): resolve the options once (`given`:
     typed values, e.g. a matrix combination's, that argv may override), then build on this machine or, with --image,
     in a builder container. Returns the dist/<target-id>/ written (the status file records it), None for a dry run."""
-    import dataclasses
-    import tempfile
-
     from apexkit.wheel import builder, options
 
-    try:
-        opts = options.resolve(python, argv, prog=prog, given=given)
-    except ConfigError as exc:
-        # --offline with no wheelhouse: a wheel-cache hit needs none (nor a venv that holds the cache's wheel
-        # already: install compares it), so only a build that has to compile asks for one (a builder image looks
-        # at its own cache: there the flags stay as they are)
-        if not exc.cause.startswith(NO_WHEELHOUSE) or "--options-json" in argv or "--image" in argv:
-            raise
-        with tempfile.TemporaryDirectory(prefix="apexkit-no-wheelhouse-") as stand_in:
-            opts = options.resolve(
-                python, [*argv, "--wheelhouse", stand_in], prog=prog, given=given
-            )
-        origins = tuple(o for o in opts.origins if not o.startswith("wheelhouses\t"))
-        return _cached_only(dataclasses.replace(opts, wheelhouses=(), origins=origins), exc)
+    opts = options.resolve(python, argv, prog=prog, given=given)
+    import dataclasses
+
     if (
         not opts.dry_run
     ):  # one trust rule for the whole cache, before a host or container build uses any of it
@@ -487,51 +473,6 @@ def build_wheel(
         built = container.run(dataclasses.replace(opts, team_indexes=()))
     else:
         built = builder.build(opts, remote=team_index_lookup(opts))
-    return None if opts.dry_run else built
-
-
-# apexkit.wheel.options' cause for an --offline build with no wheelhouse
-NO_WHEELHOUSE = "--offline needs --wheelhouse"
-
-
-class _MustCompile(BaseException):
-    """No tier of the wheel cache has the wheel (raised from the build's team-index lookup, after a local miss): an
-    --offline build with no wheelhouse stops there, before its build venv. A BaseException: the build takes any
-    Exception from that lookup as "compile"."""
-
-
-def _cached_only(opts: BuildOptions, no_wheelhouse: ConfigError) -> Path | None:
-    """An --offline build with no wheelhouse: the wheel cache's (or the team index's) wheel when it has one for these
-    inputs; when the build would have to compile, the wheelhouse error, saying why."""
-    from apexkit import cachetrust
-    from apexkit.errors import ApexkitError
-    from apexkit.wheel import builder
-
-    if opts.image or not opts.use_cache:  # a builder image's own cache; --no-cache always compiles
-        raise no_wheelhouse
-    if not opts.dry_run:
-        cachetrust.tighten_umask()
-        opts = replace(opts, cache_dir=cachetrust.trusted(opts.cache_dir))
-    team = team_index_lookup(opts)
-
-    def lookup(key: str, work: Path):
-        hit = team(key, work) if team is not None else None
-        if hit is None:
-            raise _MustCompile(key)
-        return hit
-
-    def needs(why: str) -> ConfigError:
-        return ConfigError(f"{no_wheelhouse.cause}: {why}", no_wheelhouse.hint)
-
-    try:
-        built = builder.build(opts, remote=lookup)
-    except _MustCompile as miss:
-        raise needs(
-            f"the wheel cache has no wheel for these inputs (cache key {str(miss)[:12]}), so the build has to "
-            "compile"
-        ) from None
-    except ApexkitError as exc:
-        raise needs(f"no cached wheel could be used (the build stopped at: {exc.cause})") from None
     return None if opts.dry_run else built
 
 

@@ -609,6 +609,20 @@ class Builder:
         return self.m.build_requires
 
     def _build_venv(self, plan: buildplan.Plan, interp: interpreters.Interpreter) -> venvs.Venv:
+        o = self.opts
+        if (
+            o.offline and not o.wheelhouses and not o.use_system_torch
+        ):  # a miss: this build compiles
+            raise ConfigError(
+                "--offline needs --wheelhouse DIR holding torch and the build deps: "
+                + (
+                    f"the wheel cache has no wheel for these inputs (cache key {self.state.cache_key[:12]})"
+                    if o.use_cache and self.state.cache_key
+                    else "--no-cache"
+                )
+                + ", so the build has to compile",
+                "add --wheelhouse DIR (or wheelhouses in the config file), or drop --offline",
+            )
         path = self._venv_dir(plan, interp)
         marker = path / "apexkit-ready.json"
         # Two timed steps: "venv" (waiting for its lock, creating it, or finding it ready) and "torch_install"

@@ -472,3 +472,19 @@ def test_a_url_whose_password_does_not_parse_is_refused_without_echoing_it(runne
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "percent-encode" in errors[0]
     assert "Tok3n" not in output(proc) and "Secret" not in output(proc)
+
+
+def test_an_offline_build_without_a_wheelhouse_stops_at_its_cache_miss(runner):
+    """Issue 41: --offline with no wheelhouse is refused only when the build has to compile (a wheel-cache hit needs
+    none: tests/unit/test_commands.py, tests/e2e/test_up.py), in one line naming the cache key, before any venv."""
+    for args, why in (
+        ((), "the wheel cache has no wheel for these inputs (cache key "),
+        (("--no-cache",), "--no-cache, so the build has to compile"),
+    ):
+        proc = runner.nox("3.11", "--offline", *args)
+        text = output(proc)
+        assert proc.returncode != 0 and "Traceback" not in text, text[-3000:]
+        errors = [line for line in text.splitlines() if "--offline needs --wheelhouse DIR" in line]
+        assert len(errors) == 1 and "aborted: " in errors[0], text[-3000:]  # nox's one line
+        assert why in errors[0] and "next: add --wheelhouse DIR" in errors[0], errors
+        assert "▸ build venv" not in text, text[-3000:]

@@ -98,29 +98,3 @@ def test_an_offline_build_with_no_wheelhouse_takes_a_cache_hit(offline_env, tmp_
     got = commands.build_wheel("3.11", ["--offline", "--torch", "2.13.0"])
     assert got == tmp_path / "dist" / "py3.11-target"
     assert seen[0].offline and seen[0].wheelhouses == ()
-
-
-def test_an_offline_build_with_no_wheelhouse_that_must_compile_asks_for_one(
-    offline_env, tmp_path, monkeypatch
-):
-    """A miss in the local cache and the team index stops the build there (the cache's second tier is asked, then
-    the build venv would be made): the wheelhouse error, with the cache key; --no-cache asks at once."""
-    from apexkit.wheel import builder
-
-    def build(opts, remote=None):
-        remote("ab" * 32, tmp_path)
-        raise AssertionError("went on to compile")
-
-    monkeypatch.setattr(builder, "build", build)
-    with pytest.raises(declare.ConfigError) as caught:
-        commands.build_wheel("3.11", ["--offline", "--torch", "2.13.0"])
-    assert caught.value.cause == (
-        "--offline needs --wheelhouse DIR holding torch and the build deps: the wheel cache has no wheel for "
-        "these inputs (cache key abababababab), so the build has to compile"
-    )
-    assert caught.value.hint.startswith("add --wheelhouse DIR")
-    with pytest.raises(
-        declare.ConfigError,
-        match="^--offline needs --wheelhouse DIR holding torch and the build deps -- next: ",
-    ):
-        commands.build_wheel("3.11", ["--offline", "--torch", "2.13.0", "--no-cache"])
