@@ -617,8 +617,8 @@ class Builder:
                 "--offline needs --wheelhouse DIR holding torch and the build deps: "
                 + (
                     f"the wheel cache has no wheel for these inputs (cache key {self.state.cache_key[:12]})"
-                    if o.use_cache and self.state.cache_key
-                    else "--no-cache"
+                    if o.use_cache and self.state.use_cache and self.state.cache_key
+                    else "the wheel cache is not used (--no-cache, --verify-reproducible or a dirty checkout)"
                 )
                 + ", so the build has to compile",
                 "add --wheelhouse DIR (or wheelhouses in the config file), or drop --offline",

@@ -423,7 +423,10 @@ def grown_past(cache: Path, environ) -> str | None:
     (default 30; 0: never say), else None."""
     from apexkit import envvars
 
-    limit = envvars.number(environ, WARN_ENV, 30, high=100_000, unit="GiB")
+    try:
+        limit = envvars.number(environ, WARN_ENV, 30, high=100_000, unit="GiB")
+    except ConfigError as exc:  # the wheel is built by now: a warning, never a failed build
+        return f"{exc.cause} -- next: {exc.hint}"
     if not limit:
         return None
     sums = totals(scan(cache))

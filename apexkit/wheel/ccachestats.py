@@ -95,18 +95,18 @@ def describe_setup(ccache: str | None, env: Mapping[str, str], remote: str | Non
     if got is None:
         return f"{ccache} does not run: the build compiles without it"
     shared = f", remote {log.mask(remote)}" if remote else ""
-    return f"{ccache} ({got['version']}), cache {got['cache_dir']}{shared}; {used(ccache, env)}"
+    return f"{ccache} ({got['version']}), cache {got['cache_dir']}{shared}; {used(ccache, env, bool(remote))}"
 
 
-def used(ccache: str, env: Mapping[str, str]) -> str:
+def used(ccache: str, env: Mapping[str, str], remote: bool) -> str:
     """What this ccache's statistics say so far (since they were last zeroed): hits, the remote's share and errors,
     misses -- the figures `doctor`, the plan and `cache.list` show."""
     stats = diff(
-        {c: 0 for c in (*HIT_COUNTERS, *MISS_COUNTERS)}, snapshot(ccache, dict(env)), remote=True
+        {c: 0 for c in (*HIT_COUNTERS, *MISS_COUNTERS)}, snapshot(ccache, dict(env)), remote=remote
     )
     if stats["hits"] == "unknown":
         return f"use unknown: {stats['reason']}"
-    errors = f", {stats['remote_errors']} remote errors" if stats["remote_errors"] else ""
+    errors = f", {stats['remote_errors']} remote errors" if stats.get("remote_errors") else ""
     return f"so far {describe(stats)[len('ccache ') :]}{errors}"
 
 

@@ -286,10 +286,11 @@ def pip_install(
         reason = next(
             (line for line in reversed(tail) if line.startswith("ERROR")), tail[-1] if tail else ""
         )
-        if sources.offline:
+        known = known_failures.announce("\n".join(tail))
+        if sources.offline and not known:  # a known failure's own fix comes first
             _offline_failure(requirements, reason, index, sources, log_path)
         hint = (
-            known_failures.announce("\n".join(tail))
+            known
             or f"check --torch / --index-url / --wheelhouse (or the proxy: {vocab.command('proxy.check')})"
         )
         raise EnvironmentSetupError(
@@ -312,16 +313,20 @@ def _offline_failure(
     missing = re.search(
         r"(?:No matching distribution found for|satisfies the requirement) (\S+)", reason
     )
-    houses = [str(w) for w in index.wheelhouses] or list(sources.find_links) or ["DIR"]
+    # pip.conf's find-links may be an https://user:token@ URL: masked, and never a download folder
+    houses = [str(w) for w in index.wheelhouses] or [log.mask(f) for f in sources.find_links]
+    local = [h[len("file://") :] if h.startswith("file://") else h for h in houses]
+    folder = next((h for h in local if "://" not in h), "DIR")
+    houses = houses or ["no wheelhouse"]
     fetch = " ".join(shlex.quote(r) for r in requirements if not r.startswith(("/", ".")))
-    next_step = f"on a host with network: pip download {fetch} -d {shlex.quote(houses[0])}"
+    next_step = f"on a host with network: pip download {fetch} -d {shlex.quote(folder)}"
     if missing is None:
         raise EnvironmentSetupError(
             f"pip could not install {' '.join(requirements)} offline: {log.mask(reason)}",
             f"see {log_path}; {next_step}",
         )
     raise EnvironmentSetupError(
-        f"{missing.group(1)} is not in the wheelhouse ({', '.join(houses)}) and the build is offline",
+        f"{log.mask(missing.group(1))} is not in the wheelhouse ({', '.join(houses)}) and the build is offline",
         next_step,
     )
 

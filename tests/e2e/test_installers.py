@@ -157,6 +157,22 @@ def test_offline_a_wheelhouse_without_a_build_requirement_names_it_and_the_downl
     )
 
 
+def test_offline_by_pip_conf_never_shows_a_find_links_password(clean_env, monkeypatch):
+    """pip.conf's no-index + an https://user:token@ find-links makes the install offline with no --wheelhouse: the
+    line names the find-links masked, and the download goes to a folder, never to that URL."""
+    monkeypatch.setenv("APEXKIT_INSTALLER", "pip")
+    (clean_env / "pip.conf").write_text(
+        "[global]\nno-index = true\nfind-links = https://ci:s3cret@127.0.0.1:9/wheels/\nretries = 0\n"
+    )
+    log = clean_env / "install.log"
+    venv = venvs.create(python311(), clean_env / "venv", log)
+    with pytest.raises(EnvironmentSetupError) as err:
+        venvs.pip_install(venv, ["apexkit-absent"], venvs.IndexOptions(), log)
+    shown = err.value.format()
+    assert "s3cret" not in shown and "https://ci:***@127.0.0.1:9/wheels/" in shown, shown
+    assert shown.endswith("pip download apexkit-absent -d DIR"), shown
+
+
 def test_an_unreachable_index_is_said_once_without_pips_retries(clean_env, monkeypatch):
     """issue 41 D: uv could not resolve the index's host (its real output under `unshare -n`,
     tests/data/installer-logs/uv-dns-error.log); pip retried the same index for ~42 s and then blamed a requirement.

@@ -251,7 +251,7 @@ def test_a_cache_grown_past_the_threshold_is_named_with_prune(cache):
     )
     assert cachedirs.grown_past(cache, {}) is None  # default 30 GiB
     assert cachedirs.grown_past(cache, {"APEXKIT_CACHE_WARN_GIB": "0"}) is None
-    with pytest.raises(
-        ConfigError, match="WARN_GIB='lots' is not a number from 0 to 100000 .*number of GiB"
-    ):
-        cachedirs.grown_past(cache, {"APEXKIT_CACHE_WARN_GIB": "lots"})
+    # a bad value is a warning line (the build it follows has its wheel already), never an error
+    bad = cachedirs.grown_past(cache, {"APEXKIT_CACHE_WARN_GIB": "lots"})
+    assert bad is not None and "WARN_GIB='lots' is not a number from 0 to 100000 -- next: " in bad
+    assert "number of GiB" in bad
