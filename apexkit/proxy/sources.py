@@ -24,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from apexkit import checks, config, log, netenv, vocab
+from apexkit.proxy.layers import host_port
 
 AREA = "sources"
 TIMEOUT = 5.0  # one probe
@@ -87,7 +88,7 @@ def get(
     # ProxyHandler sets the proxy after the Host header is made (request.set_proxy before it would send the proxy's
     # host as Host through an https tunnel); it sends the proxy URL's own credentials as Proxy-Authorization
     proxies = dict.fromkeys(("http", "https"), via_proxy) if via_proxy else {}
-    via = f" via {urllib.parse.urlsplit(via_proxy).netloc.rpartition('@')[2]}" if via_proxy else ""
+    via = f" via {host_port(via_proxy)}" if via_proxy else ""
     opener = urllib.request.build_opener(
         urllib.request.ProxyHandler(proxies),
         urllib.request.HTTPSHandler(context=ssl.create_default_context(cafile=ca_bundle)),
