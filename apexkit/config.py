@@ -511,16 +511,13 @@ def render(table: Mapping[str, object]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def updated_file(
-    path: Path, changes: Mapping[str, object], what: str = "user"
-) -> tuple[bytes | None, bytes]:
-    """(the config file's bytes now or None, its bytes with `changes` set): the file read and checked first (a
-    link, another user's file or a bad key is refused before anything is written); the values checked too."""
+def updated_file(path: Path, changes: Mapping[str, object], what: str = "user") -> bytes:
+    """The config file's bytes with `changes` set: the file read and checked first (a link, another user's file or
+    a bad key is refused before anything is written); the values checked too."""
     table = dict(read_file(path, what))
     for key, value in changes.items():
         table[key] = _typed(BY_KEY[key], list(value) if isinstance(value, tuple) else value, key)
-    before = untrusted.read_regular(path, None, MAX_BYTES) if path.is_file() else None
-    return before, render(table).encode()
+    return render(table).encode()
 
 
 # --- apexkit config.show ---------------------------------------------------------------------------------------

@@ -249,9 +249,3 @@ def registry_mirror(value: str, what: str) -> str:
         f"use {_base(parts)}",
     )
     return _base(parts)
-
-
-def no_userinfo(url: str, what: str, why: str, hint: str) -> None:
-    """Refuse any user, password or token in `url` (one line, quoting only scheme and host)."""
-    if has_userinfo(url):
-        raise ConfigError(f"{what} {shown(url)}: {why}", hint)

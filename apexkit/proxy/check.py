@@ -15,7 +15,6 @@ import re
 import shutil
 import ssl
 import subprocess
-import urllib.request
 from urllib.parse import urlsplit
 
 from apexkit import checks, dockerclient, log, netenv, vocab
@@ -72,43 +71,28 @@ def layer_row(
 def probe_https(
     url: str, proxy: str | None, ca_bundle: str | None, timeout: float = 20.0
 ) -> tuple[bool, str, str]:
-    """One HTTPS GET through `proxy`. Returns (ok, what happened, hint)."""
-    via = f" via {host_port(proxy)}" if proxy else " (direct)"
-    request = urllib.request.Request(url, method="GET")
-    proxies = {"https": proxy, "http": proxy} if proxy else {}
-    code, reason, seconds = sources.fetch(request, proxies, ca_bundle, timeout)
+    """One HTTPS GET through `proxy` (sources.get). Returns (ok, what happened, hint)."""
+    code, reason, what = sources.get(url, proxy, "", ca_bundle, timeout)
     if code is None:
         text = log.mask(str(reason))
         if isinstance(reason, ssl.SSLCertVerificationError) or "CERTIFICATE_VERIFY_FAILED" in text:
             return (
                 False,
-                f"GET {url}{via}: TLS verify failed",
+                f"{what.partition(': ')[0]}: TLS verify failed",
                 "pass --ca-cert with your proxy's CA (a TLS-intercepting proxy)",
             )
         status = re.search(r"Tunnel connection failed: (40[17])", text)
         if status:  # 407 is the standard answer; tinyproxy, among others, sends 401
             return (
                 False,
-                f"GET {url}{via}: the proxy refused the credentials ({status[1]})",
+                f"{what.partition(': ')[0]}: the proxy refused the credentials ({status[1]})",
                 "check user:password in the proxy URL (percent-encode @ : / in them)",
             )
         if isinstance(reason, ConnectionRefusedError) or "refused" in text.lower():
-            return (
-                False,
-                f"GET {url}{via}: connection refused",
-                f"is the proxy running on {host_port(proxy)}?",
-            )
-        return (
-            False,
-            f"GET {url}{via}: {text}",
-            "check the proxy URL and that the index is allowed through it",
-        )
+            return False, what, f"is the proxy running on {host_port(proxy)}?"
+        return False, what, "check the proxy URL and that the index is allowed through it"
     ok = code < 400
-    return (
-        ok,
-        f"GET {url}{via}: HTTP {code} in {seconds:.1f}s",
-        "" if ok else "the proxy or index answered with an error",
-    )
+    return ok, what, "" if ok else "the proxy or index answered with an error"
 
 
 def check_shell(

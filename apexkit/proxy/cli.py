@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import difflib
 import hashlib
 import json
 import os
@@ -15,7 +14,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from apexkit import fsedit, locks, log, netenv, untrusted, vocab
+from apexkit import fsedit, locks, log, netenv, vocab
 from apexkit.declare import json_option, option
 from apexkit.errors import ApexkitError, ConfigError, EnvironmentSetupError
 from apexkit.proxy import check as proxycheck
@@ -136,19 +135,19 @@ def _paths(o: Where) -> proxy.Paths:
     return proxy.Paths(root=base, profile=o.profile, system=o.system)
 
 
-def _layers(only: str | None) -> tuple[str, ...]:
+def _layers(only: str | None, known: tuple[str, ...] = proxy.LAYERS) -> tuple[str, ...]:
     if only is None:
-        return proxy.LAYERS
+        return known
     layers = tuple(item.strip() for item in only.split(",") if item.strip())
     if not layers:  # `--layers ''` (an unset shell variable, say) is not "every layer"
         raise ConfigError(
             f"--layers {only!r} names no layer",
-            f"name them (--layers {','.join(proxy.LAYERS)}), or leave --layers out for every layer",
+            f"name them (--layers {','.join(known)}), or leave --layers out for every layer",
         )
     for layer in layers:
-        if layer not in proxy.LAYERS:
+        if layer not in known:
             raise ConfigError(
-                f"--layers {layer!r} is not a layer", f"choose from {','.join(proxy.LAYERS)}"
+                f"--layers {layer!r} is not a layer", f"choose from {','.join(known)}"
             )
     return layers
 
@@ -197,7 +196,7 @@ def setup(o: Setup) -> int:
         # are checked now, before anything is written; it is written (0600: an index URL may hold a password) last
         display = str(config.user_file(paths.environ))
         after = config.updated_file(paths.real(display), {"index_url": o.pip_index})
-        write_config = _config_writer(paths, display, *after, o.dry_run)
+        write_config = _config_writer(paths, display, after, o.dry_run)
     settings = proxy.make_settings(
         http=o.http,
         https=o.https,
@@ -234,23 +233,29 @@ def setup(o: Setup) -> int:
 
 
 def _config_writer(
-    paths: proxy.Paths, display: str, before: bytes | None, after: bytes, dry_run: bool
+    paths: proxy.Paths, display: str, after: bytes, dry_run: bool
 ) -> Callable[[], None]:
     """Show the user config file's diff, then write it atomically (mode 0600), unless --dry-run."""
-    target, owner = paths.real(display), paths.home_owner()
+    # as root in a user's home, a new file belongs to the home's owner
+    change = fsedit.Change(
+        display,
+        paths.real(display),
+        after,
+        0o600,
+        within=paths.within,
+        new_owner=paths.home_owner(),
+    )
 
     def write() -> None:
-        if before == after:
+        if not change.changed:
             log.info(f"unchanged: {display}")
             return
-        old, new = fsedit.decode(before).splitlines(True), after.decode().splitlines(True)
-        sys.stdout.write(
-            log.mask("".join(difflib.unified_diff(old, new, f"a{display}", f"b{display}")))
-        )
+        sys.stdout.write(change.diff())
         if dry_run:
             log.info(f"would write: {display} (mode 0600)")
             return
-        fsedit.atomic_write(target, after, 0o600, owner=owner, nofollow=True)
+        fsedit.check_again(change)  # the links on the way still lead where they did
+        fsedit.atomic_write(change.target, after, 0o600, owner=change.new_owner, nofollow=True)
         log.info(
             f"written: {display} (mode 0600; {vocab.command('config.show')} lists the effective values)"
         )
@@ -282,7 +287,6 @@ def _forget_index_url(
     return _config_writer(
         paths,
         display,
-        untrusted.read_regular(paths.real(display), None, config.MAX_BYTES),
         config.render({k: v for k, v in table.items() if k != "index_url"}).encode(),
         dry_run,
     )
@@ -375,7 +379,7 @@ def check(o: Check) -> int:
 
     paths = _paths(o)
     settings = proxy.current_settings(paths, environ=os.environ)
-    wanted = _check_layers(o.layers)
+    wanted = _layers(o.layers, (*proxy.LAYERS, SOURCES))
     layers = [layer for layer in wanted if layer not in ("pip", SOURCES)]
     rows = proxycheck.check(paths, settings, index_url=o.index_url, image=o.image, layers=layers)
     if SOURCES in wanted:  # each configured source, through this proxy (apexkit.proxy.sources)
@@ -384,11 +388,3 @@ def check(o: Check) -> int:
 
 
 SOURCES = "sources"  # proxy.check's pseudo-layer: the configured sources, probed through the proxy
-
-
-def _check_layers(only: str | None) -> tuple[str, ...]:
-    if only is None:
-        return (*proxy.LAYERS, SOURCES)
-    names = [item.strip() for item in only.split(",")]
-    rest = ",".join(n for n in names if n and n != SOURCES)
-    return (*(_layers(rest) if rest else ()), *((SOURCES,) if SOURCES in names else ()))

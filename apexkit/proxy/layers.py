@@ -1184,13 +1184,3 @@ def current_settings(
         return make_settings(environ=environ)
     except ConfigError:
         return None
-
-
-def container_args(settings: ProxySettings) -> list[str]:
-    """`docker run` arguments that give a container the CA bundle (the proxy variables come from config.json)."""
-    if not settings.ca_bundle:
-        return []
-    variables = (
-        arg for name in netenv.CA_VARIABLES for arg in ("-e", f"{name}={CONTAINER_CA_PATH}")
-    )
-    return ["-v", f"{settings.ca_bundle}:{CONTAINER_CA_PATH}:ro", *variables]

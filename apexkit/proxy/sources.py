@@ -24,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from apexkit import checks, config, log, netenv, vocab
+from apexkit.proxy.layers import host_port
 
 AREA = "sources"
 TIMEOUT = 5.0  # one probe
@@ -73,50 +74,40 @@ def _bypass(url: str, no_proxy: str) -> bool:
     return False
 
 
-def fetch(
-    request: urllib.request.Request,
-    proxies: Mapping[str, str],
-    ca_bundle: str | None,
-    timeout: float,
-) -> tuple[int | None, object, float]:
-    """One request through `proxies` only (the environment's proxy variables are not read): (HTTP status or None,
-    why it failed, seconds)."""
+def get(
+    url: str, proxy: str | None, no_proxy: str, ca_bundle: str | None, timeout: float = TIMEOUT
+) -> tuple[int | None, object, str]:
+    """One GET, through `proxy` unless no_proxy covers the host: (HTTP status or None, why it failed, what happened).
+    The environment's proxy variables are not read: `proxy` is the one configured. Credentials in either URL go in
+    an Authorization or Proxy-Authorization header, never into what is shown."""
+    public, auth = _split_userinfo(url)
+    via_proxy = proxy if proxy and not _bypass(public, no_proxy) else None
+    request = urllib.request.Request(public, method="GET")
+    if auth:
+        request.add_header("Authorization", auth)
+    # ProxyHandler sets the proxy after the Host header is made (request.set_proxy before it would send the proxy's
+    # host as Host through an https tunnel); it sends the proxy URL's own credentials as Proxy-Authorization
+    proxies = dict.fromkeys(("http", "https"), via_proxy) if via_proxy else {}
+    via = f" via {host_port(via_proxy)}" if via_proxy else ""
     opener = urllib.request.build_opener(
-        urllib.request.ProxyHandler(dict(proxies)),
+        urllib.request.ProxyHandler(proxies),
         urllib.request.HTTPSHandler(context=ssl.create_default_context(cafile=ca_bundle)),
     )
     start = time.monotonic()
     try:
         with opener.open(request, timeout=timeout) as response:
             response.read(1024)
-            return response.status, None, time.monotonic() - start
+            code = response.status
     except urllib.error.HTTPError as exc:
-        return exc.code, None, time.monotonic() - start
+        code = exc.code
     except (urllib.error.URLError, OSError, ValueError) as exc:
-        return None, getattr(exc, "reason", exc), time.monotonic() - start
-
-
-def http_get(
-    url: str, proxy: str | None, no_proxy: str, ca_bundle: str | None, timeout: float = TIMEOUT
-) -> tuple[int | None, str]:
-    """(HTTP status or None, what happened) of one GET, through `proxy` unless no_proxy covers the host. The
-    environment's proxy variables are not read: `proxy` is the one configured."""
-    public, auth = _split_userinfo(url)
-    via_proxy = proxy if proxy and not _bypass(public, no_proxy) else None
-    request = urllib.request.Request(public, method="GET")
-    if auth:
-        request.add_header("Authorization", auth)
-    via = ""
-    if via_proxy:
-        proxy_public, proxy_auth = _split_userinfo(via_proxy)
-        request.set_proxy(urllib.parse.urlsplit(proxy_public).netloc, "http")
-        via = f" via {urllib.parse.urlsplit(proxy_public).netloc}"
-        if proxy_auth:
-            request.add_header("Proxy-Authorization", proxy_auth)
-    code, reason, seconds = fetch(request, {}, ca_bundle, timeout)
-    if code is None:
-        return None, f"GET {log.mask(public)}{via}: {log.mask(str(reason))[:160]}"
-    return code, f"GET {log.mask(public)}{via}: HTTP {code} in {seconds:.1f}s"
+        reason = getattr(exc, "reason", exc)
+        return None, reason, f"GET {log.mask(public)}{via}: {log.mask(str(reason))[:160]}"
+    return (
+        code,
+        None,
+        f"GET {log.mask(public)}{via}: HTTP {code} in {time.monotonic() - start:.1f}s",
+    )
 
 
 def git_ls_remote(
@@ -226,7 +217,7 @@ def _probe_item(
             else found.is_dir() or (kind in ("url", "urls") and found.is_file())
         )
         return good, f"{path}: {'a' if good else 'not a'} {what}"
-    code, text = http_get(
+    code, _, text = get(
         registry_url(item) if kind == "registry" else item, proxy, no_proxy, ca_bundle
     )
     if kind == "registry":

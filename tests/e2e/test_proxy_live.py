@@ -19,6 +19,7 @@ import services
 from conftest import ROOT
 from proxyroot import invoke
 
+from apexkit import netenv
 from apexkit.images import bases
 from apexkit.proxy import layers
 
@@ -245,15 +246,17 @@ def test_containers_get_the_variables_and_reach_the_proxy(docker_env, tinyproxy)
 
 
 def test_containers_get_the_ca_bundle(docker_env):
-    settings = layers.ProxySettings(
-        http="http://127.0.0.1:1", ca_bundle="/etc/ssl/certs/ca-certificates.crt"
-    )
+    """The CA bundle mounted at CONTAINER_CA_PATH with CA_VARIABLES naming it, as images/container.py gives it."""
+    bundle = "/etc/ssl/certs/ca-certificates.crt"
+    variables = (f"{name}={layers.CONTAINER_CA_PATH}" for name in netenv.CA_VARIABLES)
     run = docker_env.daemon.docker(
         "run",
         "--rm",
         "--network",
         "host",
-        *layers.container_args(settings),
+        "-v",
+        f"{bundle}:{layers.CONTAINER_CA_PATH}:ro",
+        *(arg for variable in variables for arg in ("-e", variable)),
         docker_env.image,
         "sh",
         "-c",

@@ -180,12 +180,8 @@ def test_pip_reads_its_own_variables_as_before(homes):
 def test_the_user_file_is_updated_and_checked_first(homes):
     _, user, _ = homes
     write(user, f'{GIT} = "file:///keep.git"\n')
-    before, after = config.updated_file(user, {"index_url": "https://m.corp/simple"})
-    assert (
-        before is not None
-        and b"keep.git" in after
-        and b'index_url = "https://m.corp/simple/"' in after
-    )
+    after = config.updated_file(user, {"index_url": "https://m.corp/simple"})
+    assert b"keep.git" in after and b'index_url = "https://m.corp/simple/"' in after
     write(user, 'index_ur = "x"\n')
     with pytest.raises(ConfigError, match="did you mean index_url"):
         config.updated_file(user, {"index_url": "https://m.corp/simple"})
