@@ -142,12 +142,8 @@ class Plan:
     # (key id, PEM) of each trusted public key (--trusted-key, else apexkit's trusted keys): the nodes verify the wheel
     trusted_keys: tuple[tuple[str, str], ...] = ()
     extra_sbatch: tuple[str, ...] = field(default=())
-    # (URL as written to shared files, the same URL with its user:token@): never in fleet.json, the plan or the script
-    credentials: tuple[tuple[str, str], ...] = field(default=(), repr=False)
-
-    @property
-    def logins(self) -> dict[str, str]:
-        return dict(self.credentials)
+    # {URL as written to shared files: the same URL with its user:token@}: never in fleet.json, the plan or the script
+    logins: dict[str, str] = field(default_factory=dict, repr=False)
 
     @property
     def credentials_file(self) -> Path:
@@ -187,7 +183,7 @@ class Plan:
             "set_env": list(self.set_env),
             "keep_venv": self.keep_venv,
             "venv": self.venv,
-            "credentials": str(self.credentials_file) if self.credentials else None,
+            "credentials": str(self.credentials_file) if self.logins else None,
             "trusted_keys": [{"keyid": k, "pem": pem} for k, pem in self.trusted_keys],
         }
 
@@ -374,11 +370,7 @@ def _asked(sub: dict) -> list[str]:
 def submit(plan: Plan, dry_run: bool = False, resume: bool = False) -> str | None:
     """Write what the nodes run into <results>/.fleet/ and sbatch the script; returns the job id."""
     results = plan.results
-    state: dict = (
-        load_state(results)
-        if (results / STATE_FILE).exists()
-        else {"format": FORMAT, "submissions": []}
-    )
+    state = load_state(results)
     if resume:
         resumed = resume_plan(plan, state)
         if resumed is None:
@@ -393,9 +385,9 @@ def submit(plan: Plan, dry_run: bool = False, resume: bool = False) -> str | Non
     script = render_script(plan)
     if dry_run:
         print(script, end="")
-        if plan.credentials:
+        if plan.logins:
             log.info(
-                f"the login(s) of {', '.join(log.mask(full) for _, full in plan.credentials)} would go to "
+                f"the login(s) of {', '.join(map(log.mask, plan.logins.values()))} would go to "
                 f"{plan.credentials_file} (0600, in a 0700 directory), read on each node into pip's "
                 "environment; no file, script or log gets them"
             )
@@ -403,7 +395,7 @@ def submit(plan: Plan, dry_run: bool = False, resume: bool = False) -> str | Non
     slurm.check_slurm()
     for sub in ("bench", "logs", "jobs", "progress"):
         (plan.fleet_dir / sub).mkdir(parents=True, exist_ok=True)
-    if plan.credentials:
+    if plan.logins:
         inputs.write_logins(plan.credentials_file, plan.logins)
     for sub in (
         "",
@@ -882,7 +874,7 @@ def stored_plan(results: str) -> Plan:
             trusted_keys=tuple(
                 (str(k["keyid"]), str(k["pem"])) for k in p.get("trusted_keys") or ()
             ),
-            credentials=tuple(logins.items()),
+            logins=logins,
         )
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise ConfigError(
@@ -984,7 +976,7 @@ def make_plan(
         keep_venv=keep_venv,
         venv=venv or None,
         trusted_keys=_trusted_pems(trusted_key or []),
-        credentials=tuple(logins.items()),
+        logins=logins,
     )
     check_plan(plan)  # and so --bench-args and --set-env
     return plan
