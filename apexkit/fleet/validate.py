@@ -193,6 +193,7 @@ def check_plan(plan: Plan) -> None:
     index.json's target, node names read back from files for --resume): one ConfigError, nothing written."""
     p = plan.placement
     _check_words(
+        ("--device", plan.device, "device"),
         ("--partition", p.partition, "partition"),
         ("--account", p.account, "account"),
         ("--gres", p.gres, "gres"),
@@ -201,11 +202,6 @@ def check_plan(plan: Plan) -> None:
         *(("the node list to exclude (from the result files)", node, "node") for node in p.exclude),
         ("the target", plan.target, "target"),
     )
-    if plan.device not in ("npu", "cuda", "cpu"):
-        raise ConfigError(
-            f"--device {inputs.untrusted.shown(plan.device)}: not one of npu, cuda, cpu",
-            "pass --device npu (default) or cpu",
-        )
     inputs.check("path", str(plan.results), "--results")
     # sbatch --output expands %j, %N, ...
     if "%" in str(plan.results):
@@ -913,10 +909,19 @@ def make_plan(
     trusted_key: list[str] | None = None,
 ) -> Plan:
     """Options -> a checked Plan (the command edge calls this; tests too)."""
-    if device not in ("npu", "cuda", "cpu"):
-        raise ConfigError(
-            f"--device {device}: not one of npu, cuda, cpu", "pass --device npu (default) or cpu"
-        )
+    names = _nodelist(nodes, nodelist, resume)
+    _check_words(  # before anything is read; check_plan checks them all again with the rest
+        ("--device", device, "device"),
+        ("--partition", partition, "partition"),
+        ("--account", account, "account"),
+        ("--gres", gres, "gres"),
+        ("--time-limit", time_limit, "time"),
+        *(("--nodelist", name, "node") for name in names),
+        ("--node-interpreter", node_python, "path"),
+        ("--node-dir", node_dir, "node_dir"),
+        ("--venv", venv, "node_dir"),
+        ("--target", target, "target"),
+    )
     logins: dict[str, str] = {}
 
     def public(value: str, option: str) -> str:
@@ -935,18 +940,7 @@ def make_plan(
     find_links = [public(x, "--find-links") for x in find_links or ()]
     torch_index_url = public(torch_index_url, "--torch-index-url") if torch_index_url else None
     extra_index_url = [public(x, "--extra-index-url") for x in extra_index_url or ()]
-    _check_words(
-        ("--partition", partition, "partition"),
-        ("--account", account, "account"),
-        ("--gres", gres, "gres"),
-        ("--time-limit", time_limit, "time"),
-        ("--node-interpreter", node_python, "path"),
-        ("--node-dir", node_dir, "node_dir"),
-        ("--venv", venv, "node_dir"),
-    )
-    names = _nodelist(nodes, nodelist, resume)
     matrix_stack = matrix.load().stack(stack) if stack else None
-    _check_words(("--target", target, "target"))
     data = published.read_index(full_idx)
     chosen = inputs.check("target", pick_target(data, target, matrix_stack), "the index's target")
     facts = Target.from_id(chosen).facts()
@@ -1005,8 +999,6 @@ def _check_words(*checks: tuple[str, str | None, str]) -> None:
 def _nodelist(nodes: int | None, nodelist: str | None, resume: bool) -> tuple[str, ...]:
     """--nodelist's names, checked with --nodes (--resume may give neither: it asks for the nodes without a result)."""
     names = tuple(n for n in re.split(r"[,\s]+", nodelist or "") if n)
-    for name in names:
-        inputs.check("node", name, "--nodelist")
     if nodes is not None and nodes < 1:
         raise ConfigError(
             f"--nodes {nodes}: must be at least 1", "pass --nodes N or --nodelist a,b,c"
@@ -1036,6 +1028,3 @@ def _bench(bench: bool, args: str | None) -> tuple[str, ...] | None:
     return tuple(shlex.split(SHORT_BENCH)) + (
         tuple(envvars.split_words(args, "--bench-args", "--scale 0.05")) if args else ()
     )
-
-
-# --- helpers for other submitters (nox -s matrix -- --run --slurm) ---------------------------------------------------
