@@ -55,6 +55,11 @@ KINDS: dict[str, tuple[re.Pattern[str], str, str]] = {
         "a Slurm gres specification",
         "pass NAME[:TYPE]:COUNT, e.g. npu:8",
     ),
+    "device": (
+        re.compile(r"npu|cuda|cpu"),
+        "one of npu, cuda, cpu",
+        "pass --device npu (default), cuda or cpu",
+    ),
     "node": (
         re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}"),
         "a Slurm node name",

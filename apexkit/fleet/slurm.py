@@ -27,6 +27,7 @@ ENDED = (
 
 
 CHECK_CMD = "scontrol ping && sinfo"
+SILENT = "Slurm did not answer"
 
 
 def batch_header(options: Iterable[tuple[str, object]], extra: Iterable[str] = ()) -> list[str]:
@@ -90,7 +91,7 @@ def check_slurm() -> None:
 
 
 def job_state(job_id: str | None) -> tuple[str, str]:
-    """(STATE, where it came from): squeue for live jobs, scontrol for recently ended ones, sacct with accounting."""
+    """(STATE, where it came from): squeue for live jobs, else job_info (scontrol, sacct with accounting)."""
     if not job_id:
         return "UNKNOWN", "no job id"
     if shutil.which("squeue") is None:
@@ -99,26 +100,12 @@ def job_state(job_id: str | None) -> tuple[str, str]:
         q = subprocess.run(
             ["squeue", "-h", "-j", job_id, "-o", "%T"], capture_output=True, text=True, timeout=30
         )
-        if q.returncode == 0 and q.stdout.strip():
-            return q.stdout.split()[0], "squeue"
-        s = subprocess.run(
-            ["scontrol", "show", "job", "-o", job_id], capture_output=True, text=True, timeout=30
-        )
-        found = re.search(r"\bJobState=(\S+)", s.stdout)
-        if s.returncode == 0 and found:
-            return found.group(1), "scontrol"
-        if shutil.which("sacct"):
-            a = subprocess.run(
-                ["sacct", "-n", "-X", "-P", "-j", job_id, "-o", "State"],
-                capture_output=True,
-                text=True,
-                timeout=30,
-            )
-            if a.returncode == 0 and a.stdout.strip():
-                return a.stdout.split()[0].rstrip("+"), "sacct"
     except subprocess.TimeoutExpired:
-        return "UNKNOWN", "Slurm did not answer"
-    return "UNKNOWN", "Slurm no longer lists the job (no accounting)"
+        return "UNKNOWN", SILENT
+    if q.returncode == 0 and q.stdout.strip():
+        return q.stdout.split()[0], "squeue"
+    info = job_info(job_id)
+    return info["JobState"], info["source"]
 
 
 def sbatch(script: Path, timeout: float = 120) -> tuple[str | None, str]:
@@ -162,18 +149,17 @@ def queue_states(job_ids: list[str]) -> dict[str, str]:
 
 
 def job_info(job_id: str) -> dict[str, str]:
-    """What scontrol (else sacct) says of a job: JobState, ExitCode (code:signal), NodeList, RunTime, Reason;
-    {'JobState': 'UNKNOWN'} when Slurm no longer lists it."""
+    """What scontrol (else sacct) says of a job: JobState, ExitCode (code:signal), NodeList, RunTime, Reason, and
+    the source it came from; JobState UNKNOWN when Slurm no longer lists it."""
     try:
         s = subprocess.run(
             ["scontrol", "show", "job", "-o", job_id], capture_output=True, text=True, timeout=30
         )
         if s.returncode == 0 and "JobState=" in s.stdout:
-            return dict(
-                re.findall(
-                    r"\b(JobState|ExitCode|NodeList|RunTime|Reason|BatchHost)=(\S*)", s.stdout
-                )
+            found = re.findall(
+                r"\b(JobState|ExitCode|NodeList|RunTime|Reason|BatchHost)=(\S*)", s.stdout
             )
+            return dict(found, source="scontrol")
         if shutil.which("sacct"):
             a = subprocess.run(
                 ["sacct", "-n", "-X", "-P", "-j", job_id, "-o", "State,ExitCode,NodeList,Elapsed"],
@@ -192,10 +178,11 @@ def job_info(job_id: str) -> dict[str, str]:
                     "ExitCode": fields[1],
                     "NodeList": fields[2],
                     "RunTime": fields[3],
+                    "source": "sacct",
                 }
     except subprocess.TimeoutExpired:
-        pass
-    return {"JobState": "UNKNOWN"}
+        return {"JobState": "UNKNOWN", "source": SILENT}
+    return {"JobState": "UNKNOWN", "source": "Slurm no longer lists the job (no accounting)"}
 
 
 def slurm_seconds(text: str | None) -> float:

@@ -142,12 +142,8 @@ class Plan:
     # (key id, PEM) of each trusted public key (--trusted-key, else apexkit's trusted keys): the nodes verify the wheel
     trusted_keys: tuple[tuple[str, str], ...] = ()
     extra_sbatch: tuple[str, ...] = field(default=())
-    # (URL as written to shared files, the same URL with its user:token@): never in fleet.json, the plan or the script
-    credentials: tuple[tuple[str, str], ...] = field(default=(), repr=False)
-
-    @property
-    def logins(self) -> dict[str, str]:
-        return dict(self.credentials)
+    # {URL as written to shared files: the same URL with its user:token@}: never in fleet.json, the plan or the script
+    logins: dict[str, str] = field(default_factory=dict, repr=False)
 
     @property
     def credentials_file(self) -> Path:
@@ -187,7 +183,7 @@ class Plan:
             "set_env": list(self.set_env),
             "keep_venv": self.keep_venv,
             "venv": self.venv,
-            "credentials": str(self.credentials_file) if self.credentials else None,
+            "credentials": str(self.credentials_file) if self.logins else None,
             "trusted_keys": [{"keyid": k, "pem": pem} for k, pem in self.trusted_keys],
         }
 
@@ -197,6 +193,7 @@ def check_plan(plan: Plan) -> None:
     index.json's target, node names read back from files for --resume): one ConfigError, nothing written."""
     p = plan.placement
     _check_words(
+        ("--device", plan.device, "device"),
         ("--partition", p.partition, "partition"),
         ("--account", p.account, "account"),
         ("--gres", p.gres, "gres"),
@@ -205,11 +202,6 @@ def check_plan(plan: Plan) -> None:
         *(("the node list to exclude (from the result files)", node, "node") for node in p.exclude),
         ("the target", plan.target, "target"),
     )
-    if plan.device not in ("npu", "cuda", "cpu"):
-        raise ConfigError(
-            f"--device {inputs.untrusted.shown(plan.device)}: not one of npu, cuda, cpu",
-            "pass --device npu (default) or cpu",
-        )
     inputs.check("path", str(plan.results), "--results")
     # sbatch --output expands %j, %N, ...
     if "%" in str(plan.results):
@@ -374,11 +366,7 @@ def _asked(sub: dict) -> list[str]:
 def submit(plan: Plan, dry_run: bool = False, resume: bool = False) -> str | None:
     """Write what the nodes run into <results>/.fleet/ and sbatch the script; returns the job id."""
     results = plan.results
-    state: dict = (
-        load_state(results)
-        if (results / STATE_FILE).exists()
-        else {"format": FORMAT, "submissions": []}
-    )
+    state = load_state(results)
     if resume:
         resumed = resume_plan(plan, state)
         if resumed is None:
@@ -393,9 +381,9 @@ def submit(plan: Plan, dry_run: bool = False, resume: bool = False) -> str | Non
     script = render_script(plan)
     if dry_run:
         print(script, end="")
-        if plan.credentials:
+        if plan.logins:
             log.info(
-                f"the login(s) of {', '.join(log.mask(full) for _, full in plan.credentials)} would go to "
+                f"the login(s) of {', '.join(map(log.mask, plan.logins.values()))} would go to "
                 f"{plan.credentials_file} (0600, in a 0700 directory), read on each node into pip's "
                 "environment; no file, script or log gets them"
             )
@@ -403,7 +391,7 @@ def submit(plan: Plan, dry_run: bool = False, resume: bool = False) -> str | Non
     slurm.check_slurm()
     for sub in ("bench", "logs", "jobs", "progress"):
         (plan.fleet_dir / sub).mkdir(parents=True, exist_ok=True)
-    if plan.credentials:
+    if plan.logins:
         inputs.write_logins(plan.credentials_file, plan.logins)
     for sub in (
         "",
@@ -882,7 +870,7 @@ def stored_plan(results: str) -> Plan:
             trusted_keys=tuple(
                 (str(k["keyid"]), str(k["pem"])) for k in p.get("trusted_keys") or ()
             ),
-            credentials=tuple(logins.items()),
+            logins=logins,
         )
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise ConfigError(
@@ -921,10 +909,19 @@ def make_plan(
     trusted_key: list[str] | None = None,
 ) -> Plan:
     """Options -> a checked Plan (the command edge calls this; tests too)."""
-    if device not in ("npu", "cuda", "cpu"):
-        raise ConfigError(
-            f"--device {device}: not one of npu, cuda, cpu", "pass --device npu (default) or cpu"
-        )
+    names = _nodelist(nodes, nodelist, resume)
+    _check_words(  # before anything is read; check_plan checks them all again with the rest
+        ("--device", device, "device"),
+        ("--partition", partition, "partition"),
+        ("--account", account, "account"),
+        ("--gres", gres, "gres"),
+        ("--time-limit", time_limit, "time"),
+        *(("--nodelist", name, "node") for name in names),
+        ("--node-interpreter", node_python, "path"),
+        ("--node-dir", node_dir, "node_dir"),
+        ("--venv", venv, "node_dir"),
+        ("--target", target, "target"),
+    )
     logins: dict[str, str] = {}
 
     def public(value: str, option: str) -> str:
@@ -943,18 +940,7 @@ def make_plan(
     find_links = [public(x, "--find-links") for x in find_links or ()]
     torch_index_url = public(torch_index_url, "--torch-index-url") if torch_index_url else None
     extra_index_url = [public(x, "--extra-index-url") for x in extra_index_url or ()]
-    _check_words(
-        ("--partition", partition, "partition"),
-        ("--account", account, "account"),
-        ("--gres", gres, "gres"),
-        ("--time-limit", time_limit, "time"),
-        ("--node-interpreter", node_python, "path"),
-        ("--node-dir", node_dir, "node_dir"),
-        ("--venv", venv, "node_dir"),
-    )
-    names = _nodelist(nodes, nodelist, resume)
     matrix_stack = matrix.load().stack(stack) if stack else None
-    _check_words(("--target", target, "target"))
     data = published.read_index(full_idx)
     chosen = inputs.check("target", pick_target(data, target, matrix_stack), "the index's target")
     facts = Target.from_id(chosen).facts()
@@ -984,7 +970,7 @@ def make_plan(
         keep_venv=keep_venv,
         venv=venv or None,
         trusted_keys=_trusted_pems(trusted_key or []),
-        credentials=tuple(logins.items()),
+        logins=logins,
     )
     check_plan(plan)  # and so --bench-args and --set-env
     return plan
@@ -1013,8 +999,6 @@ def _check_words(*checks: tuple[str, str | None, str]) -> None:
 def _nodelist(nodes: int | None, nodelist: str | None, resume: bool) -> tuple[str, ...]:
     """--nodelist's names, checked with --nodes (--resume may give neither: it asks for the nodes without a result)."""
     names = tuple(n for n in re.split(r"[,\s]+", nodelist or "") if n)
-    for name in names:
-        inputs.check("node", name, "--nodelist")
     if nodes is not None and nodes < 1:
         raise ConfigError(
             f"--nodes {nodes}: must be at least 1", "pass --nodes N or --nodelist a,b,c"
@@ -1044,6 +1028,3 @@ def _bench(bench: bool, args: str | None) -> tuple[str, ...] | None:
     return tuple(shlex.split(SHORT_BENCH)) + (
         tuple(envvars.split_words(args, "--bench-args", "--scale 0.05")) if args else ()
     )
-
-
-# --- helpers for other submitters (nox -s matrix -- --run --slurm) ---------------------------------------------------
