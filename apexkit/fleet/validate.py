@@ -301,7 +301,8 @@ def render_script(plan: Plan) -> str:
 
 def load_state(results: Path) -> dict:
     path = results / STATE_FILE
-    data = fsedit.read_bytes(path)
+    # fsedit.read_regular: a named pipe, a device or a huge file planted as fleet.json is one line, never a hang
+    data = fsedit.read_regular(path, str(path), ConfigError, "use another --results directory")
     if data is None:
         return {"format": FORMAT, "submissions": []}
     state = fsedit.load_json_object(path, str(path), data)

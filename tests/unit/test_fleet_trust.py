@@ -391,3 +391,21 @@ def test_same_build_compares_the_wheels_record_with_the_installed_one(tmp_path):
     assert not fleet_node.same_build(wheel, None) and not fleet_node.same_build(wheel, "")
     (tmp_path / "bad.whl").write_bytes(b"not a zip")
     assert not fleet_node.same_build(tmp_path / "bad.whl", installed)
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("planted", ["fifo", "huge", "directory"])
+def test_a_planted_fleet_record_is_one_line_never_a_hang(tmp_path, planted):
+    results = tmp_path / "r"
+    results.mkdir()
+    record = results / validate.STATE_FILE
+    if planted == "fifo":  # a read of a named pipe with no writer would block for ever
+        os.mkfifo(record)
+    elif planted == "huge":
+        with open(record, "wb") as fh:
+            fh.truncate(64 << 20)
+    else:
+        record.mkdir()
+    with pytest.raises(ApexkitError) as caught:
+        validate.load_state(results)
+    assert "fleet.json" in caught.value.cause and "\n" not in str(caught.value)
