@@ -12,6 +12,7 @@ APEXKIT_BENCH_ARGS adds script options too, for one command line with a build: `
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -421,15 +422,11 @@ def _present_wheelhouses(recorded: tuple[Path, ...], notes: list[str]) -> tuple[
 
 def _pip_logins(pip_config: Callable[[], Mapping[str, str]]) -> Callable[[], list[str]]:
     """The index URLs of pip's configuration that carry a login, read once and only when first asked."""
-    read: list[list[str]] = []
 
+    @functools.lru_cache(maxsize=None)
     def configured() -> list[str]:
-        if not read:
-            config = pipconfig.PipConfig(pip_config())
-            read.append(
-                _credentialed([config.get("index-url"), *config.get_list("extra-index-url")])
-            )
-        return read[0]
+        config = pipconfig.PipConfig(pip_config())
+        return _credentialed([config.get("index-url"), *config.get_list("extra-index-url")])
 
     return configured
 
