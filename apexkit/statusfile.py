@@ -107,19 +107,10 @@ class Progress:
 def read_step(path: Path) -> Progress | None:
     """The step the child writing the status file `path` is in now, or None: none recorded, or what is there is
     not a regular file of at most 4 KiB holding {"step": str, "since": finite number} (not shown, never an error)."""
-    target = step_path(path)
     try:
-        dir_fd = untrusted.open_dir(target.parent)
-    except (untrusted.Untrusted, ValueError):
-        return None
-    try:
-        if not os.path.lexists(target):
-            return None
-        data = untrusted.read_json_object(target.name, dir_fd, STEP_MAX_BYTES)
+        data = _read_object(step_path(path), STEP_MAX_BYTES) or {}
     except (untrusted.Untrusted, ValueError, OSError):
         return None
-    finally:
-        os.close(dir_fd)
     step, since = data.get("step"), data.get("since")
     if not isinstance(step, str) or not step.strip():
         return None
@@ -128,21 +119,26 @@ def read_step(path: Path) -> Progress | None:
     return Progress(log.sanitise(step)[:STEP_TITLE_MAX], float(since))
 
 
+def _read_object(path: Path, limit: int) -> dict | None:
+    """The JSON object in the regular file `path`, read through its folder opened without following a link; None
+    when there is no file there. untrusted.Untrusted when the folder or the file is not what it must be."""
+    with untrusted.opened_dir(path.parent) as dir_fd:
+        if not os.path.lexists(path):
+            return None
+        return untrusted.read_json_object(path.name, dir_fd, limit)
+
+
 def read(path: Path) -> Status | None:
     """The status a child left at `path`; None when it left none. untrusted.Untrusted when the file is a link, not
     a regular file, too large, not JSON, or its fields have the wrong types."""
     try:
-        dir_fd = untrusted.open_dir(path.parent)
+        data = _read_object(path, MAX_BYTES)
     except untrusted.Untrusted:
         if not os.path.lexists(path.parent):
             return None
         raise
-    try:
-        if not os.path.lexists(path):
-            return None
-        data = untrusted.read_json_object(path.name, dir_fd, MAX_BYTES)
-    finally:
-        os.close(dir_fd)
+    if data is None:
+        return None
     if type(data.get("exit_code")) is not int:
         raise untrusted.Untrusted(f"{untrusted.shown(path.name)} has no integer exit_code")
     for key in ("error", "target_dir"):

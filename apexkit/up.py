@@ -65,6 +65,8 @@ STATE_MAX = 256 * 1024
 OUT_MAX = 4 << 20  # a child's --json output or report read back
 TEXT_MAX = 400  # a cause, fix or detail taken from a stage: one line, at most this long
 DEVICES = ("npu", "cuda", "cpu")
+# the device a venv's torch finds (npu, cuda, else cpu) and why, for --device auto (pick_device)
+DEVICE_PROBE = paths.PROBES / "found_device.py"
 PROXY_VARIABLES = ("http_proxy", "https_proxy", "no_proxy", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 # The venv's facts, read by its own Python (3.8+): prefix, version, and torch / torch_npu / apex from the metadata
@@ -116,7 +118,7 @@ class Options:
     trusted_keys: tuple[str, ...] = ()  # install's --trusted-key files (absolute)
     # the key ids install verifies against, from whichever source (flag, environment, user config): in its inputs
     trusted_keyids: tuple[str, ...] = ()
-    device: str = "auto"  # the one the venv's torch finds, picked as up runs (venvrun.pick_device)
+    device: str = "auto"  # the one the venv's torch finds, picked as up runs (pick_device)
     force: bool = False
     dry_run: bool = False
     as_json: bool = False
@@ -188,7 +190,7 @@ def _check_index(url: str) -> str:
 def make_options(
     venv: str | None = None,
     interpreter: str | None = None,
-    index: Sequence[str] = (),
+    index: Sequence[str] | None = (),
     no_build: bool = False,
     proxy_check: bool = False,
     bench: bool = False,
@@ -201,7 +203,7 @@ def make_options(
     environ: Mapping[str, str] | None = None,
     offline: bool = False,
     build_options: str | None = "",
-    trusted_key: Sequence[str] = (),
+    trusted_key: Sequence[str] | None = (),
 ) -> Options:
     environ = os.environ if environ is None else environ
     if device not in (*DEVICES, "auto"):
@@ -214,7 +216,7 @@ def make_options(
     envvars.split_words(build, "--build-options")  # bad quotes: one line now, not in install's log
     target = resolve_target(venv, interpreter, environ)
     where = Path(report) if report else paths.reports_dir(environ) / "up" / target.name
-    keys = tuple(os.path.abspath(k) for k in trusted_key)
+    keys = tuple(os.path.abspath(k) for k in trusted_key or ())
     # read once here: a key that cannot be used stops up before any stage
     from apexkit.index import signing
 
@@ -366,6 +368,27 @@ def probe(python: Path) -> Facts:
             + shlex.join([str(python), "--version"]),
         ) from None
     return replace(facts, node=node_of(facts.prefix))
+
+
+def pick_device(python: Path | str) -> str:
+    """The device the interpreter's torch finds (bench/probes/found_device.py), said in one line with why."""
+    argv = [str(python), str(DEVICE_PROBE)]
+    log.echo_command(argv)
+    try:
+        proc = subprocess.run(
+            argv, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL
+        )
+        data = json.loads(proc.stdout.strip().splitlines()[-1])
+        device, why = data["device"], log.sanitise(data["why"])[:400]
+        if device not in DEVICES:
+            raise ValueError(device)
+    except (OSError, subprocess.TimeoutExpired, ValueError, IndexError, KeyError, TypeError) as exc:
+        raise ConfigError(
+            f"cannot tell which device {python} finds ({exc.__class__.__name__})",
+            "pass --device npu, cuda or cpu",
+        ) from None
+    log.info(f"device {device}: {why} (--device npu|cuda|cpu forces one)")
+    return device
 
 
 def stage_inputs(
@@ -930,9 +953,7 @@ def execute(opts: Options, environ: Mapping[str, str] | None = None) -> int:
         log.info(line)
     facts = probe(opts.target.python)
     if opts.device == "auto":  # the one the venv's torch finds, said with why
-        from apexkit import venvrun
-
-        opts = replace(opts, device=venvrun.pick_device(opts.target.python))
+        opts = replace(opts, device=pick_device(opts.target.python))
     stages = plan(opts)
     cachetrust.tighten_umask()  # what the stages write into the report stays ours alone (report_problem)
     report_dir = _report_dir(opts.report)
@@ -1102,42 +1123,10 @@ def _run_logged(
     return row, interrupted
 
 
-def main(
-    venv: str | None = None,
-    interpreter: str | None = None,
-    index: Sequence[str] | None = None,
-    no_build: bool = False,
-    proxy_check: bool = False,
-    bench: bool = False,
-    bench_args: str | None = None,
-    device: str = "auto",
-    report: str | None = None,
-    force: bool = False,
-    dry_run: bool = False,
-    as_json: bool = False,
-    offline: bool = False,
-    build_options: str | None = "",
-    trusted_key: Sequence[str] | None = None,
-) -> int:
-    """`apexkit up` / `invoke up`: exit 0 when every stage run is ok or done, 1 when one failed."""
-    opts = make_options(
-        venv,
-        interpreter,
-        index or (),
-        no_build,
-        proxy_check,
-        bench,
-        bench_args,
-        device,
-        report,
-        force,
-        dry_run,
-        as_json,
-        offline=offline,
-        build_options=build_options,
-        trusted_key=trusted_key or (),
-    )
-    return execute(opts)
+def main(**given: Any) -> int:
+    """`apexkit up` / `invoke up`, given the declared options (apexkit.commands' `Up`) as make_options' keywords:
+    exit 0 when every stage run is ok or done, 1 when one failed."""
+    return execute(make_options(**given))
 
 
 __all__ = ["Options", "Stage", "execute", "main", "make_options", "plan"]

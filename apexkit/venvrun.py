@@ -12,6 +12,7 @@ APEXKIT_BENCH_ARGS adds script options too, for one command line with a build: `
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -41,9 +42,6 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 # torch.from_numpy when matplotlib pulls NumPy 2 (Python >= 3.9). Asked of the venv by trying, not by torch version.
 NUMPY_PROBE = paths.PROBES / "numpy_torch.py"
 NUMPY_1 = "numpy<2"
-# the device a venv's torch finds (npu, cuda, else cpu) and why: `up` and validate without --device (pick_device)
-DEVICE_PROBE = paths.PROBES / "found_device.py"
-DEVICES = ("npu", "cuda", "cpu")
 # dist/<target>/contracts.json: what `nox -s contracts -- --target ID` (tools/contracts.py) wrote
 CONTRACT_FILE = "contracts.json"
 FROM_BUILD = (
@@ -424,15 +422,11 @@ def _present_wheelhouses(recorded: tuple[Path, ...], notes: list[str]) -> tuple[
 
 def _pip_logins(pip_config: Callable[[], Mapping[str, str]]) -> Callable[[], list[str]]:
     """The index URLs of pip's configuration that carry a login, read once and only when first asked."""
-    read: list[list[str]] = []
 
+    @functools.lru_cache(maxsize=None)
     def configured() -> list[str]:
-        if not read:
-            config = pipconfig.PipConfig(pip_config())
-            read.append(
-                _credentialed([config.get("index-url"), *config.get_list("extra-index-url")])
-            )
-        return read[0]
+        config = pipconfig.PipConfig(pip_config())
+        return _credentialed([config.get("index-url"), *config.get_list("extra-index-url")])
 
     return configured
 
@@ -593,27 +587,6 @@ def numpy_works_with_torch(venv: venvs.Venv) -> bool:
         and "compiled using NumPy 1.x" not in proc.stderr
         and "Failed to initialize NumPy" not in proc.stderr
     )
-
-
-def pick_device(python: Path | str) -> str:
-    """The device the interpreter's torch finds (bench/probes/found_device.py), said in one line with why."""
-    argv = [str(python), str(DEVICE_PROBE)]
-    log.echo_command(argv)
-    try:
-        proc = subprocess.run(
-            argv, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL
-        )
-        data = json.loads(proc.stdout.strip().splitlines()[-1])
-        device, why = data["device"], log.sanitise(data["why"])[:400]
-        if device not in DEVICES:
-            raise ValueError(device)
-    except (OSError, subprocess.TimeoutExpired, ValueError, IndexError, KeyError, TypeError) as exc:
-        raise ConfigError(
-            f"cannot tell which device {python} finds ({exc.__class__.__name__})",
-            "pass --device npu, cuda or cpu",
-        ) from None
-    log.info(f"device {device}: {why} (--device npu|cuda|cpu forces one)")
-    return device
 
 
 def parse(argv: list[str], prog: str, script: str = "bench") -> tuple[Run, list[str]]:

@@ -11,7 +11,7 @@ from pathlib import Path
 import fakes
 import pytest
 
-from apexkit import up, venvrun
+from apexkit import up
 from apexkit.errors import ConfigError
 
 SHA = "a" * 64
@@ -400,7 +400,7 @@ class FakeNode:
         self.fail: set[str] = set()
         self.ran: list[str] = []
         monkeypatch.setattr(up, "probe", lambda python: self.facts)
-        monkeypatch.setattr(venvrun, "pick_device", lambda python: "npu")
+        monkeypatch.setattr(up, "pick_device", lambda python: "npu")
         monkeypatch.setattr(up, "run_stage", self.run_stage)
 
     def run_stage(self, stage, logs, report, environ, extra_env):
