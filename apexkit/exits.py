@@ -15,6 +15,7 @@ T = TypeVar("T")
 
 
 STATUS_FILE = statusfile.VARIABLE
+USAGE_ERROR = "invalid arguments"  # the status file's error of a usage error (exit 2: argparse's, the edge's own)
 UNEXPECTED = 70  # an exception apexkit did not turn into its own error: one line, not a traceback
 TRACEBACK = (
     "APEXKIT_TRACEBACK"  # =1: let such an exception through, with its traceback (for a bug report)
@@ -79,7 +80,7 @@ def run_in_session(session, func: Callable[[], T]) -> T | None:
         _, line, result = settle(func, codes=False)
     except SystemExit as exc:  # argparse: --help (0) or a usage error (2)
         if exc.code not in (0, None):
-            record_status(2, "invalid arguments")
+            record_status(2, USAGE_ERROR)
             session.error("invalid arguments (see the usage line above; -- --help lists them)")
         record_status(0)
         return None
