@@ -551,16 +551,11 @@ NAMES = tuple(BY_NAME)
 def main(name: str, argv: list[str], prog: str) -> int:
     """`apexkit <name> [options]` (and nox -s install --): the declared command, parsed by argparse, run with errors
     as the CLI's (apexkit.exits)."""
-    from apexkit.exits import USAGE_ERROR, exit_code, record_status
+    from apexkit.exits import exit_code
 
     command = BY_NAME[name]
-    try:
-        given = declare.parse(command, argv, prog)
-    except SystemExit as exc:  # argparse: --help (0) or a usage error (2), recorded
-        code = exc.code if isinstance(exc.code, int) else 2
-        record_status(code, USAGE_ERROR if exc.code else None)
-        raise
-    return exit_code(lambda: command.run(declare.make(command, given)))
+    # argparse's SystemExit (--help 0, a usage error 2) is recorded by the edge (exits.settle), then on its way
+    return exit_code(lambda: command.run(declare.make(command, declare.parse(command, argv, prog))))
 
 
 AGAIN = "start the stage again with apexkit up (it writes this file)"

@@ -52,7 +52,8 @@ def record_status(code: int, error: str | None = None, result: object = None) ->
 def settle(func: Callable[[], T], codes: bool = True) -> tuple[int, str | None, T | None]:
     """The one mapping of what `func` did onto an exit code: (code, the error's one line or None, its result), the
     same in $APEXKIT_STATUS_FILE. An ApexkitError is its own code, another Exception UNEXPECTED (or let through, see
-    `unexpected`); with `codes`, an int result is the exit code (a nox session's never is: its code is nox's)."""
+    `unexpected`), argparse's SystemExit is recorded and raised again; with `codes`, an int result is the exit code
+    (a nox session's never is: its code is nox's)."""
     statusfile.clear()
     line: str | None = None
     result: T | None = None
@@ -60,6 +61,12 @@ def settle(func: Callable[[], T], codes: bool = True) -> tuple[int, str | None, 
         result = func()
     except ApexkitError as exc:
         code, line = exc.exit_code, exc.format()
+    except (
+        SystemExit
+    ) as exc:  # argparse: --help (0) or a usage error (2), recorded, then on its way
+        failed = exc.code not in (0, None)
+        record_status(2 if failed else 0, USAGE_ERROR if failed else None)
+        raise
     except Exception as exc:
         line = unexpected(exc)
         if line is None:
@@ -78,11 +85,9 @@ def run_in_session(session, func: Callable[[], T]) -> T | None:
     )  # its messages name nox sessions (and invoke for the tasks nox has not)
     try:
         _, line, result = settle(func, codes=False)
-    except SystemExit as exc:  # argparse: --help (0) or a usage error (2)
+    except SystemExit as exc:  # argparse's, recorded by settle
         if exc.code not in (0, None):
-            record_status(2, USAGE_ERROR)
             session.error("invalid arguments (see the usage line above; -- --help lists them)")
-        record_status(0)
         return None
     if line is not None:
         session.error(line)
