@@ -61,44 +61,32 @@ nox.options.default_venv_backend = (
 )
 
 
-def _build_session(python: str) -> None:
+def _build_session(python: str, backend: str = "") -> None:
+    """build-<python> (Ascend), or with `backend` "cuda" build-cuda-<python> (upstream NVIDIA apex)."""
+    name = f"build-{backend}-{python}" if backend else f"build-{python}"
+
     def build(session: nox.Session) -> None:
         from apexkit import commands, noxrun
 
-        prog = f"nox -s build-{python} --"
-        noxrun.build(session, lambda argv: commands.build_wheel(python, argv, prog=prog), prog)
-
-    build.__doc__ = (
-        f"Build the Apex for Ascend wheel for Python {python} into dist/ (-- --help for options)."
-    )
-    nox.session(name=f"build-{python}", python=False, default=False, tags=["build"])(build)
-
-
-for _python in _MATRIX.session_pythons:
-    _build_session(_python)
-
-
-def _cuda_session(python: str) -> None:
-    def build(session: nox.Session) -> None:
-        from apexkit import commands, noxrun
-
-        prog = f"nox -s build-cuda-{python} --"
+        prog = f"nox -s {name} --"
+        first = ["--backend", backend] if backend else []
         noxrun.build(
-            session,
-            lambda argv: commands.build_wheel(python, ["--backend", "cuda", *argv], prog=prog),
-            prog,
+            session, lambda argv: commands.build_wheel(python, [*first, *argv], prog=prog), prog
         )
 
     build.__doc__ = (
         f"Build upstream NVIDIA apex for CUDA GPUs for Python {python} (--backend cuda)."
+        if backend
+        else f"Build the Apex for Ascend wheel for Python {python} into dist/ (-- --help for options)."
     )
-    nox.session(name=f"build-cuda-{python}", python=False, default=False, tags=["build-cuda"])(
-        build
-    )
+    tags = ["build-cuda"] if backend else ["build"]
+    nox.session(name=name, python=False, default=False, tags=tags)(build)
 
 
+for _python in _MATRIX.session_pythons:
+    _build_session(_python)
 for _python in _MATRIX.cuda.get("default_torch", {}):
-    _cuda_session(_python)
+    _build_session(_python, "cuda")
 
 
 def _combination_session(combo: matrix.Combination) -> None:

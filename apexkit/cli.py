@@ -9,7 +9,14 @@ import os
 import sys
 
 from apexkit import log, vocab
-from apexkit.exits import STATUS_FILE, exit_code, record_status, run_in_session, run_task
+from apexkit.exits import (
+    STATUS_FILE,
+    USAGE_ERROR,
+    exit_code,
+    record_status,
+    run_in_session,
+    run_task,
+)
 
 __all__ = ["STATUS_FILE", "exit_code", "main", "record_status", "run_in_session", "run_task"]
 
@@ -149,31 +156,34 @@ def complete() -> None:
     sys.exit(1)  # autocomplete exits itself when it answered
 
 
+def answer(text: str, code: int = 0, error: str | None = None) -> int:
+    """The edge's own answers (help, version, usage errors): `text` on stdout, or on stderr when `code` is not 0,
+    `code` and `error` in the status file, and `code` returned."""
+    print(text, file=sys.stderr if code else sys.stdout)
+    record_status(code, error)
+    return code
+
+
 def completion(argv: list[str]) -> int:
     if argv in (["-h"], ["--help"]):
-        print(
+        return answer(
             'usage: apexkit completion bash\n\nPrint the bash completion script: eval "$(apexkit completion bash)"'
         )
-        record_status(0)
-        return 0
     if argv != ["bash"]:
         given = " ".join(argv) or "no shell"
         line = (
             f'apexkit completion knows bash, not {given} -- next: eval "$(apexkit completion bash)"'
         )
-        print(f"error: {line}", file=sys.stderr)
-        record_status(2, "invalid arguments")  # a usage error, as argparse's
-        return 2
+        return answer(f"error: {line}", 2, USAGE_ERROR)
     try:
         import argcomplete
     except ImportError:
-        print(
+        return answer(
             "error: argcomplete is not installed in this Python -- next: python -m pip install argcomplete "
             '(requirements/runtime.txt brings it), then eval "$(apexkit completion bash)"',
-            file=sys.stderr,
+            3,
+            "argcomplete is not installed",
         )
-        record_status(3, "argcomplete is not installed")
-        return 3
     sys.stdout.write(argcomplete.shellcode(["apexkit"], shell="bash"))
     record_status(0)
     return 0
@@ -181,32 +191,20 @@ def completion(argv: list[str]) -> int:
 
 def _help(argv: list[str]) -> int:
     # bare `apexkit`: the help on stderr, exit 2 -- a script that forgot its command must not pass as a success
-    print(usage(), file=sys.stdout if argv else sys.stderr, end="")
-    code = 0 if argv else 2
-    record_status(code, "invalid arguments" if code else None)
-    return code
-
-
-def _version(argv: list[str]) -> int:
-    print(version())
-    record_status(0)
-    return 0
+    return answer(usage().rstrip("\n"), *((0, None) if argv else (2, USAGE_ERROR)))
 
 
 def _build(argv: list[str]) -> int:
     if len(argv) >= 2 and argv[1] in ("-h", "--help"):
         from apexkit.wheel import options
 
-        options.parser("apexkit build <python>").print_help()
-        record_status(0)
-        return 0
+        return answer(options.parser("apexkit build <python>").format_help().rstrip("\n"))
     if len(argv) < 2 or argv[1].startswith("-"):
-        print(
+        return answer(
             "usage: apexkit build <python-version> [options]  (options: apexkit build 3.11 --help)",
-            file=sys.stderr,
+            2,
+            USAGE_ERROR,
         )
-        record_status(2, "invalid arguments")
-        return 2
     from apexkit import commands
 
     return exit_code(
@@ -229,7 +227,7 @@ def _venvrun(argv: list[str]) -> int:
 # the commands that are not declared in apexkit.commands: name -> what runs it (given the whole argv)
 DOORS = {
     **dict.fromkeys(("", "-h", "--help", "help"), _help),
-    **dict.fromkeys(("--version", "-V", "version"), _version),
+    **dict.fromkeys(("--version", "-V", "version"), lambda argv: answer(version())),
     "build": _build,
     "matrix": _matrix,
     "validate": _venvrun,
@@ -279,6 +277,4 @@ def unknown(command: str) -> int:
     if command in MAINTAINERS:
         hint = f"it is a maintainers' tool: nox -s {command} in a checkout of apexkit; "
     line = f"unknown command {command[:80]!r} -- next: {hint}apexkit --help lists the commands"
-    print(f"error: {log.sanitise(line)}", file=sys.stderr)
-    record_status(2, "invalid arguments")  # a usage error, as argparse's
-    return 2
+    return answer(f"error: {log.sanitise(line)}", 2, USAGE_ERROR)

@@ -6,11 +6,12 @@ beside their functions (apexkit/{proxy,images,doctor}/cli.py); the others are he
 
 from __future__ import annotations
 
+import functools
 import inspect
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -30,6 +31,27 @@ from apexkit.proxy import cli as proxycli
 from apexkit.wheel import cachedirs
 
 DRY_RUN = "print what would change; change nothing"
+# options two or more commands share, declared once (pip's cmdoptions): each call is one more command's field
+VENV = functools.partial(option, None, "the training venv (default: the active one, $VIRTUAL_ENV)")
+CACHE_KINDS = functools.partial(
+    option, None, "only these kinds, comma separated: venvs,git,wheels,uv,containers"
+)
+
+
+def fleet_results() -> Any:
+    """RESULTS of fleet.status and fleet.report."""
+    return option(None, "the results directory of fleet.submit", positional=True, convert=Path)
+
+
+def trusted_key(rule: str) -> Any:
+    """--trusted-key FILE, repeatable: `rule` says which wheel the command then installs."""
+    return option(
+        None,
+        f"a trusted public key (NAME.pub): {rule}; repeat for several (default: $APEXKIT_TRUSTED_KEYS, else the "
+        "user config's trusted_keys; docs/signing.md)",
+        repeat=True,
+        metavar="FILE",
+    )
 
 
 @dataclass(frozen=True)
@@ -115,10 +137,7 @@ class Install:
     looked up in the indexes and verified, else built; installed with the venv's pip --no-deps --no-index. torch
     and torch_npu never change; an apex that is not an apexkit wheel is refused."""
 
-    venv: str | None = option(
-        None,
-        "the training venv (default: the active one, $VIRTUAL_ENV)",
-    )
+    venv: str | None = VENV()
     interpreter: str | None = option(
         None,
         "the training venv's python (instead of --venv)",
@@ -131,13 +150,9 @@ class Install:
         ),
         repeat=True,
     )
-    trusted_key: list[str] = option(
-        None,
-        "a trusted public key (NAME.pub): only a wheel whose signature (<wheel>.intoto.jsonl) verifies against "
-        "one of these keys, signs the bytes downloaded and fits the venv is installed; "
-        "repeat for several (default: $APEXKIT_TRUSTED_KEYS, else the user config's trusted_keys; docs/signing.md)",
-        repeat=True,
-        metavar="FILE",
+    trusted_key: list[str] = trusted_key(
+        "only a wheel whose signature (<wheel>.intoto.jsonl) verifies against one of these keys, signs the bytes "
+        "downloaded and fits the venv is installed"
     )
     no_build: bool = option(
         False,
@@ -166,13 +181,8 @@ class FleetSubmit:
         None,
         "the wheel index (invoke publish --index output) on shared storage, or its http(s) URL",
     )
-    trusted_key: list[str] = option(
-        None,
-        "a trusted public key (NAME.pub): each node installs only a wheel whose signature verifies against one "
-        "of them (with or without --venv); repeat for several (default: $APEXKIT_TRUSTED_KEYS, else the user "
-        "config's trusted_keys; docs/signing.md)",
-        repeat=True,
-        metavar="FILE",
+    trusted_key: list[str] = trusted_key(
+        "each node installs only a wheel whose signature verifies against one of them (with or without --venv)"
     )
     results: str = option(
         "fleet-results",
@@ -281,12 +291,7 @@ class FleetSubmit:
 class FleetStatus:
     """The fleet's Slurm jobs (squeue/scontrol/sacct) and the stage each node is at."""
 
-    results: Path = option(
-        None,
-        "the results directory of fleet.submit",
-        positional=True,
-        convert=Path,
-    )
+    results: Path = fleet_results()
     as_json: bool = json_option()
 
 
@@ -295,12 +300,7 @@ class FleetReport:
     """One row per node: chip, driver, CANN, torch, torch_npu, wheel sha256, verdict, step time vs the median,
     first failing check + fix. Exit 1 when a node failed, died or did not report."""
 
-    results: Path = option(
-        None,
-        "the results directory of fleet.submit",
-        positional=True,
-        convert=Path,
-    )
+    results: Path = fleet_results()
     as_json: bool = json_option()
     threshold: float | None = option(
         None,
@@ -314,10 +314,7 @@ class CacheList:
     """List the cache's entries with their size on disk, last use and purpose (build and run venvs, git mirrors,
     wheel-cache entries, uv's cache, container caches), then the totals per kind."""
 
-    what: str | None = option(
-        None,
-        "only these kinds, comma separated: venvs,git,wheels,uv,containers",
-    )
+    what: str | None = CACHE_KINDS()
     as_json: bool = json_option()
 
 
@@ -336,10 +333,7 @@ class CachePrune:
         "keep the N most recently used entries of each kind",
     )
     dry_run: bool = option(False, DRY_RUN)
-    what: str | None = option(
-        None,
-        "only these kinds, comma separated: venvs,git,wheels,uv,containers",
-    )
+    what: str | None = CACHE_KINDS()
     as_json: bool = json_option()
 
 
@@ -357,10 +351,7 @@ class Up:
     one report (JSON + Markdown) of each stage's status, time, log and first failure with its fix. Stages
     already done for the same venv, torch and wheel are not run again. Exit 1 when a stage failed."""
 
-    venv: str | None = option(
-        None,
-        "the training venv (default: the active one, $VIRTUAL_ENV)",
-    )
+    venv: str | None = VENV()
     interpreter: str | None = option(
         None,
         "the training environment's interpreter (instead of --venv)",
@@ -373,13 +364,9 @@ class Up:
         ),
         repeat=True,
     )
-    trusted_key: list[str] = option(
-        None,
-        "a trusted public key (NAME.pub), passed to apexkit install: only a wheel whose signature "
-        "(<wheel>.intoto.jsonl) verifies against one of these keys is installed; "
-        "repeat for several (default: $APEXKIT_TRUSTED_KEYS, else the user config's trusted_keys; docs/signing.md)",
-        repeat=True,
-        metavar="FILE",
+    trusted_key: list[str] = trusted_key(
+        "passed on to apexkit install, which installs only a wheel whose signature (<wheel>.intoto.jsonl) "
+        "verifies against one of these keys"
     )
     no_build: bool = option(
         False,
@@ -564,16 +551,11 @@ NAMES = tuple(BY_NAME)
 def main(name: str, argv: list[str], prog: str) -> int:
     """`apexkit <name> [options]` (and nox -s install --): the declared command, parsed by argparse, run with errors
     as the CLI's (apexkit.exits)."""
-    from apexkit.exits import exit_code, record_status
+    from apexkit.exits import exit_code
 
     command = BY_NAME[name]
-    try:
-        given = declare.parse(command, argv, prog)
-    except SystemExit as exc:  # argparse: --help (0) or a usage error (2), recorded
-        code = exc.code if isinstance(exc.code, int) else 2
-        record_status(code, "invalid arguments" if exc.code else None)
-        raise
-    return exit_code(lambda: command.run(declare.make(command, given)))
+    # argparse's SystemExit (--help 0, a usage error 2) is recorded by the edge (exits.settle), then on its way
+    return exit_code(lambda: command.run(declare.make(command, declare.parse(command, argv, prog))))
 
 
 AGAIN = "start the stage again with apexkit up (it writes this file)"

@@ -15,6 +15,7 @@ T = TypeVar("T")
 
 
 STATUS_FILE = statusfile.VARIABLE
+USAGE_ERROR = "invalid arguments"  # the status file's error of a usage error (exit 2: argparse's, the edge's own)
 UNEXPECTED = 70  # an exception apexkit did not turn into its own error: one line, not a traceback
 TRACEBACK = (
     "APEXKIT_TRACEBACK"  # =1: let such an exception through, with its traceback (for a bug report)
@@ -48,32 +49,49 @@ def record_status(code: int, error: str | None = None, result: object = None) ->
     statusfile.write(code, error, target_dir)
 
 
+def settle(func: Callable[[], T], codes: bool = True) -> tuple[int, str | None, T | None]:
+    """The one mapping of what `func` did onto an exit code: (code, the error's one line or None, its result), the
+    same in $APEXKIT_STATUS_FILE. An ApexkitError is its own code, another Exception UNEXPECTED (or let through, see
+    `unexpected`), argparse's SystemExit is recorded and raised again; with `codes`, an int result is the exit code
+    (a nox session's never is: its code is nox's)."""
+    statusfile.clear()
+    line: str | None = None
+    result: T | None = None
+    try:
+        result = func()
+    except ApexkitError as exc:
+        code, line = exc.exit_code, exc.format()
+    except (
+        SystemExit
+    ) as exc:  # argparse: --help (0) or a usage error (2), recorded, then on its way
+        failed = exc.code not in (0, None)
+        record_status(2 if failed else 0, USAGE_ERROR if failed else None)
+        raise
+    except Exception as exc:
+        line = unexpected(exc)
+        if line is None:
+            raise
+        code = UNEXPECTED
+    else:
+        code = result if codes and isinstance(result, int) else 0
+    record_status(code, line, result)
+    return code, line, result
+
+
 def run_in_session(session, func: Callable[[], T]) -> T | None:
     """Call `func` inside a nox session: an ApexkitError aborts the session with its one line, no traceback."""
     vocab.set_entry(
         vocab.NOX
     )  # its messages name nox sessions (and invoke for the tasks nox has not)
-    statusfile.clear()
     try:
-        result = func()
-    except ApexkitError as exc:
-        record_status(exc.exit_code, exc.format())
-        session.error(exc.format())
-    except SystemExit as exc:  # argparse: --help (0) or a usage error (2)
+        _, line, result = settle(func, codes=False)
+    except SystemExit as exc:  # argparse's, recorded by settle
         if exc.code not in (0, None):
-            record_status(2, "invalid arguments")
             session.error("invalid arguments (see the usage line above; -- --help lists them)")
-        record_status(0)
-    except Exception as exc:
-        line = unexpected(exc)
-        if line is None:
-            raise
-        record_status(UNEXPECTED, line)
+        return None
+    if line is not None:
         session.error(line)
-    else:
-        record_status(0, result=result)
-        return result
-    return None
+    return result
 
 
 def run_task(func: Callable[[], object]) -> None:
@@ -84,20 +102,9 @@ def run_task(func: Callable[[], object]) -> None:
     vocab.set_entry(
         vocab.INVOKE
     )  # its messages name invoke tasks (and nox for the sessions invoke has not)
-    statusfile.clear()
-    try:
-        result = func()
-    except ApexkitError as exc:
-        record_status(exc.exit_code, exc.format())
-        raise Exit(f"error: {log.mask(exc.format())}", code=exc.exit_code) from None
-    except Exception as exc:
-        line = unexpected(exc)
-        if line is None:
-            raise
-        record_status(UNEXPECTED, line)
-        raise Exit(f"error: {line}", code=UNEXPECTED) from None
-    code = result if isinstance(result, int) else 0
-    record_status(code, result=result)
+    code, line, _ = settle(func)
+    if line is not None:
+        raise Exit(f"error: {log.mask(line)}", code=code)
     if code:
         raise Exit(code=code)
 
@@ -105,26 +112,14 @@ def run_task(func: Callable[[], object]) -> None:
 def exit_code(func: Callable[[], object]) -> int:
     """Call `func` from a plain command line: its int result is the exit code (anything else: 0), an ApexkitError is
     one `error:` line and its exit code, Ctrl-C is 130."""
-    statusfile.clear()
     try:
-        result = func()
-    except ApexkitError as exc:
-        log.console.print(
-            f"[red]error:[/red] {log.escape(log.mask(exc.format()))}", highlight=False, markup=True
-        )
-        record_status(exc.exit_code, exc.format())
-        return exc.exit_code
+        code, line, _ = settle(func)
     except KeyboardInterrupt:
         log.console.print("interrupted", style="red")
         record_status(130, "interrupted")
         return 130
-    except Exception as exc:
-        line = unexpected(exc)
-        if line is None:
-            raise
-        log.console.print(f"[red]error:[/red] {log.escape(line)}", highlight=False, markup=True)
-        record_status(UNEXPECTED, line)
-        return UNEXPECTED
-    code = result if isinstance(result, int) else 0
-    record_status(code, result=result)
+    if line is not None:
+        log.console.print(
+            f"[red]error:[/red] {log.escape(log.mask(line))}", highlight=False, markup=True
+        )
     return code

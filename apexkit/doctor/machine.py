@@ -617,7 +617,6 @@ class ApexTarget:
 
     python: str | None = None
     scripts: str | None = None
-    label: str = ""  # how the user named the environment, e.g. "--venv /opt/train"
 
 
 def apex_target(
@@ -627,9 +626,7 @@ def apex_target(
     path = apexneed.resolve_target(venv, python)
     if scripts is not None:
         apexneed.check_scripts_path(Path(scripts), scripts)
-    return ApexTarget(
-        path, scripts, f"--venv {venv}" if venv else f"--interpreter {python}" if python else ""
-    )
+    return ApexTarget(path, scripts)
 
 
 VERDICT_STATUS = {apexneed.NOT_NEEDED: OK, apexneed.UNKNOWN: SKIP}

@@ -39,6 +39,7 @@ from apexkit import (
     urls,
     vocab,
 )
+from apexkit.declare import option, whole_number
 from apexkit.errors import ApexkitError, ConfigError, ImageError, InterpreterNotFoundError
 from apexkit.plan import matrix
 from apexkit.proxy import layers
@@ -263,6 +264,54 @@ def debootstrap_suite(base: str) -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class ImageOptions:
+    """Build a builder image: the base + toolchain (its own package manager), tool venv, non-root user, CA hook."""
+
+    arch: str = option(
+        None,
+        "x86_64 or aarch64 (amd64/arm64 accepted); a foreign arch runs through QEMU binfmt (image.emulation)",
+        positional=True,
+    )
+    base: str = option(
+        None,
+        "base image: a local or pullable reference (openeuler/openeuler:22.03, ubuntu:22.04, a MindIE image), "
+        "or debootstrap[:suite] to make a Debian base here without a registry",
+        positional=True,
+    )
+    tag: str | None = option(None, "image name (default apexkit/builder:<base>-<arch>)")
+    network: str | None = option(
+        None,
+        "network for RUN steps, e.g. host (automatic when the proxy listens on this host's loopback)",
+    )
+    ca_cert: str | None = option(
+        None,
+        "PEM file of CA certificates to trust besides the base's (a TLS-intercepting proxy's CA), or 'none' "
+        "(default: proxy.setup's bundle, else $SSL_CERT_FILE)",
+    )
+    extra_packages: str = option(
+        "", "more distro packages, space separated (e.g. 'python3.9 python3.9-devel')"
+    )
+    uid: int = option(
+        BUILD_ID,
+        f"uid of the non-root build user (default {BUILD_ID})",
+        convert=whole_number,
+    )
+    gid: int = option(BUILD_ID, f"its gid (default {BUILD_ID})", convert=whole_number)
+    pip_index: str | None = option(
+        None,
+        "credential-free index for the tool venv (default: proxy.setup's mirror, else $PIP_INDEX_URL)",
+    )
+    no_cache: bool = option(False, "rebuild every layer")
+    dry_run: bool = option(False, "print the plan; make, pull and build nothing")
+    quiet: bool = option(False, "only the step lines, not every line of output")
+    pythons: str = option(
+        "",
+        "more Pythons, e.g. 3.8,3.10: those the base lacks are installed with uv (python-build-standalone "
+        "from github.com, through the proxy and CA); builder.json lists each Python and where it came from",
+    )
+
+
 # --- building --------------------------------------------------------------------------------------------------------
 
 
@@ -304,41 +353,29 @@ class ImagePlan:
 
 
 def plan_image(
-    arch: str,
-    base: str,
-    tag: str | None = None,
-    network: str | None = None,
-    ca_bundle: str | None = None,
-    extra_packages: str = "",
-    uid: int = BUILD_ID,
-    gid: int = BUILD_ID,
-    pip_index: str | None = None,
-    no_cache: bool = False,
-    environ: Mapping[str, str] | None = None,
-    binfmt_dir: Path = BINFMT_DIR,
-    pythons: str = "",
+    o: ImageOptions, environ: Mapping[str, str] | None = None, binfmt_dir: Path = BINFMT_DIR
 ) -> ImagePlan:
     """Every decision of `image.build`, before the daemon is asked anything."""
     environ = os.environ if environ is None else environ
-    arch = dockerclient.normalize_arch(arch)
-    wanted = parse_pythons(pythons)
-    if not base:
+    arch = dockerclient.normalize_arch(o.arch)
+    wanted = parse_pythons(o.pythons)
+    if not o.base:
         raise ConfigError(
             "--base is required",
             "e.g. --base openeuler/openeuler:22.03 or --base debootstrap:bookworm",
         )
-    suite = debootstrap_suite(base)
-    for reference, option in ((None if suite else base, "--base"), (tag, "--tag")):
+    suite = debootstrap_suite(o.base)
+    for reference, flag in ((None if suite else o.base, "--base"), (o.tag, "--tag")):
         if reference is not None:
-            check_reference(reference, option)
-    if min(uid, gid) <= 0:
+            check_reference(reference, flag)
+    if min(o.uid, o.gid) <= 0:
         raise ConfigError(
-            f"--uid {uid} / --gid {gid}: the build user must not be root",
+            f"--uid {o.uid} / --gid {o.gid}: the build user must not be root",
             f"pass --uid {BUILD_ID} --gid {BUILD_ID}",
         )
-    if max(uid, gid) > ID_MAX:
+    if max(o.uid, o.gid) > ID_MAX:
         raise ConfigError(
-            f"--uid {uid} / --gid {gid}: beyond the largest id useradd takes ({ID_MAX})",
+            f"--uid {o.uid} / --gid {o.gid}: beyond the largest id useradd takes ({ID_MAX})",
             "pass your own id (id -u / id -g)",
         )
     cfg = config.load(environ)
@@ -347,21 +384,21 @@ def plan_image(
     base_ref = (
         f"{BASE_REPO}:debian-{suite}-{arch}"
         if suite
-        else config.mirrored_base(base, environ, cfg)[0]
+        else config.mirrored_base(o.base, environ, cfg)[0]
     )
     settings = layers.current_settings(layers.Paths(), environ)
     proxy = settings.environment() if settings else {}
     return ImagePlan(
         arch=arch,
-        base=base,
+        base=o.base,
         base_ref=base_ref,
         build_args={
             "BASE_IMAGE": base_ref,
             "APEXKIT_ARCH": arch,
-            "APEXKIT_EXTRA_PACKAGES": extra_packages,
-            "APEXKIT_PIP_INDEX_URL": _image_pip_index(pip_index, settings, cfg, environ),
-            "BUILD_UID": str(uid),
-            "BUILD_GID": str(gid),
+            "APEXKIT_EXTRA_PACKAGES": o.extra_packages,
+            "APEXKIT_PIP_INDEX_URL": _image_pip_index(o.pip_index, settings, cfg, environ),
+            "BUILD_UID": str(o.uid),
+            "BUILD_GID": str(o.gid),
             **{name: proxy[name] for name in netenv.DOCKER_PROXY_ARGS if proxy.get(name)},
             **_python_build_args(wanted, cfg, environ),
         },
@@ -370,14 +407,14 @@ def plan_image(
             f"{LABEL}.arch": arch,
             f"{LABEL}.base": base_ref,
             f"{LABEL}.recipe": recipe_digest(),
-            f"{LABEL}.uid": str(uid),
-            f"{LABEL}.gid": str(gid),
+            f"{LABEL}.uid": str(o.uid),
+            f"{LABEL}.gid": str(o.gid),
         },
-        tag=tag or default_tag(f"debian:{suite}" if suite else base, arch),
-        network=network or auto_network(settings),
-        ca_bundle=resolve_ca_bundle(ca_bundle, settings, environ),
+        tag=o.tag or default_tag(f"debian:{suite}" if suite else o.base, arch),
+        network=o.network or auto_network(settings),
+        ca_bundle=resolve_ca_bundle(o.ca_cert, settings, environ),
         emulation=emulation(arch, binfmt_dir),
-        no_cache=no_cache,
+        no_cache=o.no_cache,
         suite=suite,
         pythons=wanted,
     )

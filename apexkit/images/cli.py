@@ -1,4 +1,5 @@
-"""The `image.*` commands: each one's options (apexkit.declare) and the function that runs it."""
+"""The `image.*` commands: each one's options (apexkit.declare; image.build's are builder.ImageOptions) and the
+function that runs it."""
 
 from __future__ import annotations
 
@@ -10,59 +11,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from apexkit import dockerclient, log, vocab
-from apexkit.declare import json_option, option, whole_number
+from apexkit.declare import json_option, option
 from apexkit.errors import ImageError
 from apexkit.images import builder
 
-
-@dataclass(frozen=True)
-class Build:
-    """Build a builder image: the base + toolchain (its own package manager), tool venv, non-root user, CA hook."""
-
-    arch: str = option(
-        None,
-        "x86_64 or aarch64 (amd64/arm64 accepted); a foreign arch runs through QEMU binfmt (image.emulation)",
-        positional=True,
-    )
-    base: str = option(
-        None,
-        "base image: a local or pullable reference (openeuler/openeuler:22.03, ubuntu:22.04, a MindIE image), "
-        "or debootstrap[:suite] to make a Debian base here without a registry",
-        positional=True,
-    )
-    tag: str | None = option(None, "image name (default apexkit/builder:<base>-<arch>)")
-    network: str | None = option(
-        None,
-        "network for RUN steps, e.g. host (automatic when the proxy listens on this host's loopback)",
-    )
-    ca_cert: str | None = option(
-        None,
-        "PEM file of CA certificates to trust besides the base's (a TLS-intercepting proxy's CA), or 'none' "
-        "(default: proxy.setup's bundle, else $SSL_CERT_FILE)",
-    )
-    extra_packages: str = option(
-        "", "more distro packages, space separated (e.g. 'python3.9 python3.9-devel')"
-    )
-    uid: int = option(
-        builder.BUILD_ID,
-        f"uid of the non-root build user (default {builder.BUILD_ID})",
-        convert=whole_number,
-    )
-    gid: int = option(
-        builder.BUILD_ID, f"its gid (default {builder.BUILD_ID})", convert=whole_number
-    )
-    pip_index: str | None = option(
-        None,
-        "credential-free index for the tool venv (default: proxy.setup's mirror, else $PIP_INDEX_URL)",
-    )
-    no_cache: bool = option(False, "rebuild every layer")
-    dry_run: bool = option(False, "print the plan; make, pull and build nothing")
-    quiet: bool = option(False, "only the step lines, not every line of output")
-    pythons: str = option(
-        "",
-        "more Pythons, e.g. 3.8,3.10: those the base lacks are installed with uv (python-build-standalone "
-        "from github.com, through the proxy and CA); builder.json lists each Python and where it came from",
-    )
+# image.build's options are declared beside plan_image, which takes them whole (no signature restated here)
+Build = builder.ImageOptions
 
 
 @dataclass(frozen=True)
@@ -94,19 +48,7 @@ class Emulation:
 
 
 def build(o: Build) -> int:
-    plan = builder.plan_image(
-        o.arch,
-        o.base,
-        tag=o.tag,
-        network=o.network,
-        ca_bundle=o.ca_cert,
-        extra_packages=o.extra_packages,
-        uid=o.uid,
-        gid=o.gid,
-        pip_index=o.pip_index,
-        no_cache=o.no_cache,
-        pythons=o.pythons,
-    )
+    plan = builder.plan_image(o)
     log.info(f"builder image {plan.tag}")
     for name, value in plan.describe():
         log.info(f"  {name:<16}{value}")

@@ -101,9 +101,7 @@ def test_image_plan_proxies_only_as_predefined_build_args(tmp_path):
         "XDG_CONFIG_HOME": str(tmp_path / "config"),
     }
     plan = builder.plan_image(
-        "arm64",
-        "debootstrap:bookworm",
-        ca_bundle=HOST_CA,
+        builder.ImageOptions("arm64", "debootstrap:bookworm", ca_cert=HOST_CA),
         environ=environ,
         binfmt_dir=write_binfmt(tmp_path / "binfmt", QEMU_ENTRY.format(flags="PF")),
     )
@@ -132,8 +130,7 @@ def test_image_plan_proxies_only_as_predefined_build_args(tmp_path):
     ]
     with pytest.raises(Exception, match="holds a password"):
         builder.plan_image(
-            "x86_64",
-            "debian",
+            builder.ImageOptions("x86_64", "debian"),
             environ={"PIP_INDEX_URL": "https://u:pw@m.example.com/simple/", "HOME": str(tmp_path)},
         )
 
@@ -374,7 +371,8 @@ def test_matrix_image_states_without_a_daemon():
 def test_plan_with_more_pythons(tmp_path):
     environ = {"HOME": str(tmp_path)}
     plan = builder.plan_image(
-        "x86_64", "debootstrap:bullseye", pythons="3.8, 3.10,3.8", environ=environ
+        builder.ImageOptions("x86_64", "debootstrap:bullseye", pythons="3.8, 3.10,3.8"),
+        environ=environ,
     )
     assert plan.build_args["APEXKIT_PYTHONS"] == "3.8 3.10"
     assert plan.build_args["APEXKIT_UV_VERSION"] == matrix.load().data["matrix"]["images"]["uv"]
@@ -384,10 +382,15 @@ def test_plan_with_more_pythons(tmp_path):
         f"{plan.build_args['APEXKIT_UV_VERSION']} python install (downloads from github.com)",
     ) in plan.describe()
     assert (
-        "APEXKIT_PYTHONS" not in builder.plan_image("x86_64", "debian", environ=environ).build_args
+        "APEXKIT_PYTHONS"
+        not in builder.plan_image(
+            builder.ImageOptions("x86_64", "debian"), environ=environ
+        ).build_args
     )
     with pytest.raises(ConfigError, match="--pythons 3.8,2.7: '2.7' is not a supported Python"):
-        builder.plan_image("x86_64", "debian", pythons="3.8,2.7", environ=environ)
+        builder.plan_image(
+            builder.ImageOptions("x86_64", "debian", pythons="3.8,2.7"), environ=environ
+        )
 
 
 def test_builder_json_from_an_image_is_untrusted():
@@ -409,20 +412,19 @@ def test_bases_and_pythons_come_through_the_configured_mirrors(tmp_path):
         "UV_PYTHON_INSTALL_MIRROR": "https://mirror.corp/pbs",
     }
     plan = builder.plan_image(
-        "x86_64", "quay.io/pypa/manylinux2014_x86_64", pythons="3.8", environ=environ
+        builder.ImageOptions("x86_64", "quay.io/pypa/manylinux2014_x86_64", pythons="3.8"),
+        environ=environ,
     )
     assert plan.base_ref == "registry.corp:5000/quay/pypa/manylinux2014_x86_64"
     assert plan.tag == builder.default_tag("quay.io/pypa/manylinux2014_x86_64", "x86_64")
     assert plan.build_args["BASE_IMAGE"] == plan.base_ref
     assert plan.build_args["UV_PYTHON_INSTALL_MIRROR"] == "https://mirror.corp/pbs"
     assert dict(plan.describe())["pythons"].endswith("(downloads from https://mirror.corp/pbs)")
-    hub = builder.plan_image("x86_64", "ubuntu:22.04", environ=environ)
+    hub = builder.plan_image(builder.ImageOptions("x86_64", "ubuntu:22.04"), environ=environ)
     assert hub.base_ref == "registry.corp:5000/hub/library/ubuntu:22.04"
     assert "UV_PYTHON_INSTALL_MIRROR" not in hub.build_args  # only with --pythons
     with pytest.raises(ConfigError, match="password or token"):
         builder.plan_image(
-            "x86_64",
-            "debootstrap:bookworm",
-            pythons="3.8",
+            builder.ImageOptions("x86_64", "debootstrap:bookworm", pythons="3.8"),
             environ={**environ, "UV_PYTHON_INSTALL_MIRROR": "https://u:pw@mirror.corp/pbs"},
         )

@@ -277,7 +277,7 @@ def test_image_build_refuses_any_userinfo_in_the_index_build_arg(tmp_path, index
     for kwargs in ({"pip_index": index}, {}):
         env = dict(environ) if kwargs else {**environ, "PIP_INDEX_URL": index}
         with pytest.raises(ConfigError, match="holds a password or token") as info:
-            builder.plan_image("x86_64", "debian", environ=env, **kwargs)
+            builder.plan_image(builder.ImageOptions("x86_64", "debian", **kwargs), environ=env)
         _scan(info.value.format(), "the error")
         assert "image history" in info.value.cause and info.value.hint
 
@@ -286,7 +286,8 @@ def test_image_build_index_build_arg_goes_through_the_validator(tmp_path):
     environ = {"HOME": str(tmp_path), "XDG_CONFIG_HOME": str(tmp_path / "config")}
     with pytest.raises(ConfigError, match="line break"):
         builder.plan_image(
-            "x86_64", "debian", pip_index="https://m.example/simple\nX", environ=environ
+            builder.ImageOptions("x86_64", "debian", pip_index="https://m.example/simple\nX"),
+            environ=environ,
         )
 
 
