@@ -579,9 +579,9 @@ class Builder:
         return ascend, nvidia, nvidia_sha
 
     def _check_npu_headers(self, plan: buildplan.Plan) -> None:
-        cann = buildplan.detect_cann(self.env)
-        if cann and any(
-            (Path(cann) / sub / "acl" / "acl.h").is_file() for sub in ("include", "runtime/include")
+        home = cann.home(self.env)
+        if home and any(
+            (Path(home) / sub / "acl" / "acl.h").is_file() for sub in ("include", "runtime/include")
         ):
             return
         raise ConfigError(
@@ -852,7 +852,7 @@ class Builder:
             d
             for d in (
                 torch.get("npu_lib"),
-                *(f"{c}/lib64" for c in [buildplan.detect_cann(self.env)] if c),
+                *(f"{c}/lib64" for c in [cann.home(self.env)] if c),
             )
             if d
         ]

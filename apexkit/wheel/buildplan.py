@@ -7,7 +7,6 @@ import contextlib
 import dataclasses
 import hashlib
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -126,11 +125,6 @@ def expected_targets(
     return found
 
 
-def detect_cann(env: dict | os._Environ) -> str | None:
-    """The CANN toolkit location when one is installed or sourced (apexkit.cann, shared with doctor)."""
-    return cann.home(env)
-
-
 def make_plan(
     opts: BuildOptions,
     m: matrix.Matrix,
@@ -155,7 +149,7 @@ def make_plan(
             torch_npu = opts.torch_npu or m.torch_npu_for(torch)
             m.check_torch_npu(torch, torch_npu)
         elif (
-            detect_cann(env) is not None
+            cann.home(env) is not None
         ):  # a toolkit is installed: pair torch_npu when the table knows one
             try:
                 torch_npu = m.torch_npu_for(torch)

@@ -5,6 +5,7 @@ the only one compiled again), the compile environment, and the modules the wheel
 
 from __future__ import annotations
 
+import filecmp
 import os
 import shutil
 import zipfile
@@ -254,7 +255,7 @@ def _sync_one(src: Path, dest: Path, rel: Path) -> str | None:
             "build from a plain git tree (check --nvidia-apex-url)",
         )
     mode = src.stat().st_mode & 0o755
-    if dest.is_file() and not dest.is_symlink() and _same(src, dest):
+    if dest.is_file() and not dest.is_symlink() and filecmp.cmp(src, dest, shallow=False):
         if dest.stat().st_mode & 0o777 != mode:
             os.chmod(dest, mode)
         return "kept"
@@ -316,18 +317,6 @@ def objects_for(tree: Path, inputs: dict) -> bool:
     tmp.write_text(json.dumps(inputs, sort_keys=True))
     os.replace(tmp, stamp)
     return kept
-
-
-def _same(a: Path, b: Path) -> bool:
-    if a.stat().st_size != b.stat().st_size:
-        return False
-    with open(a, "rb") as fa, open(b, "rb") as fb:
-        while True:
-            x, y = fa.read(1 << 20), fb.read(1 << 20)
-            if x != y:
-                return False
-            if not x:
-                return True
 
 
 def _remove(path: Path) -> None:
