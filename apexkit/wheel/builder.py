@@ -396,16 +396,8 @@ class Builder:
         return self._finish(plan, interp, venv, Sources(tree, work, results, key, None, sha))
 
     def _torch_cuda(self, venv: venvs.Venv) -> str | None:
-        """torch.version.cuda of the build venv's torch (None: a CPU build)."""
-        try:
-            found = venv.run_json(
-                "import json, torch; print(json.dumps(torch.version.cuda))", env=self.env
-            )
-        except (ApexkitError, ValueError, IndexError) as exc:
-            cause = exc.cause if isinstance(exc, ApexkitError) else "no JSON answer"
-            raise BuildError(
-                f"the build venv's torch cannot be imported: {cause}", f"see {self.log_path}"
-            ) from None
+        """torch.version.cuda of the build venv's torch (None: a CPU build), read with its other facts."""
+        found = self._torch_facts(venv)["cuda"]
         if found is not None and not (isinstance(found, str) and len(found) <= 16):
             raise BuildError(
                 "the build venv's torch reports no readable torch.version.cuda",
@@ -879,7 +871,8 @@ class Builder:
         )
 
     def _torch_facts(self, venv: venvs.Venv) -> dict:
-        """The build venv's torch (lib/ and site folders, C++ ABI, torch_npu's lib/, the interpreter's files): probed
+        """The build venv's torch (lib/ and site folders, C++ ABI, torch_npu's lib/, the interpreter's files, its CUDA
+        release): probed
         by importing torch (seconds), once per venv -- kept beside its ready marker, which a recreated venv loses."""
         kept = venv.path / "apexkit-torch-facts.json"
         with contextlib.suppress(OSError, ValueError):
@@ -890,6 +883,7 @@ class Builder:
                 "cxx11_abi",
                 "npu_lib",
                 "interpreter",
+                "cuda",
             } <= set(facts):
                 return facts
         proc = subprocess.run(
@@ -900,7 +894,7 @@ class Builder:
         )
         if proc.returncode != 0:
             raise BuildError(
-                f"the build venv's torch cannot be probed for the binary checks: "
+                f"the build venv's torch cannot be imported: "
                 f"{(proc.stderr.strip().splitlines() or ['?'])[-1]}",
                 f"see {self.log_path}",
             )
