@@ -47,7 +47,7 @@ from apexkit.wheel import (
     wheelcheck,
 )
 from apexkit.wheel.cache import CachedWheel, RemoteLookup, WheelCache
-from apexkit.wheel.distdir import check_overwrite, replace_dir
+from apexkit.wheel.distdir import check_overwrite, replace_dir, with_documents
 from apexkit.wheel.options import BuildOptions
 
 ZIP_EPOCH = 315532800  # 1980-01-01, the earliest zip timestamp: SOURCE_DATE_EPOCH when the source has no commit time
@@ -1359,7 +1359,9 @@ class Builder:
         ) as s:
             begun = time.monotonic()
             files: dict[str, Path | bytes] = (
-                {wheel.name: wheel, **documents} if documents else dist_files(wheel, manifest)
+                {wheel.name: wheel, **documents}
+                if documents
+                else with_documents({wheel.name: wheel}, manifest)
             )
             # publish: the SBOM and provenance up to writing the manifest (the copy and the rename after it take
             # milliseconds); total: since the build started, so the steps' sum stays <= total
@@ -1417,20 +1419,6 @@ class Builder:
         if grown:
             log.warn(grown)
         return final
-
-
-def dist_files(wheel: Path, manifest: dict) -> dict[str, Path | bytes]:
-    """What dist/<target>/ holds besides manifest.json: the wheel, its CycloneDX SBOM and its provenance statement
-    (apexkit.wheel.sbom, written from the manifest and the wheel; manifest["attestations"] records them). An SBOM that
-    fails its schema stops the publish with one line."""
-    try:
-        documents = sbom.documents(manifest, wheel)
-    except sbom.SbomError as exc:
-        raise BuildError(
-            f"{exc}; nothing was published",
-            "report it: the SBOM is written by apexkit/wheel/sbom.py",
-        ) from None
-    return {wheel.name: wheel, **documents}
 
 
 def install_venv_command(team_indexes: Sequence[str]) -> str:
@@ -1621,7 +1609,7 @@ def verify_reproducible(opts: BuildOptions) -> Path:
             )
         manifest["reproducible"] = {"verified": True, "builds": 2, "sha256": a_sha}
         final = replace_dir(
-            opts.dist_dir, a_dir.name, dist_files(a_wheel, manifest), manifest, opts.force
+            opts.dist_dir, a_dir.name, {a_wheel.name: a_wheel}, manifest, opts.force
         )
     log.result(f"✓ reproducible: two builds, one sha256 {a_sha}")
     log.result(f"✓ {final / a_wheel.name}")
