@@ -111,7 +111,7 @@ def _first_matching(
             continue
         seen.add(path.resolve())
         nvcc = cudatool.ask(path)
-        if torch_cuda is None or nvcc.release == _release(torch_cuda):
+        if torch_cuda is None or nvcc.release == cudatool.release(torch_cuda):
             return nvcc, path
     return None
 
@@ -128,7 +128,7 @@ def _from_index(on_machine: list[Path], torch_cuda: str | None, torch: str) -> T
             "install the CUDA toolkit torch was built with (or set CUDA_HOME to it), or add the torch version to "
             "matrix.toml [cuda.torch_cuda] so apexkit can take nvcc from the index",
         )
-    release = _release(torch_cuda)
+    release = cudatool.release(torch_cuda)
     if int(release.split(".")[0]) < INDEX_MIN_MAJOR:
         raise ConfigError(
             f"no CUDA {release} toolkit found{seen}; torch {torch} was built with CUDA {torch_cuda}, and apexkit "
@@ -168,10 +168,6 @@ def check_offline(kit: Toolkit, wheelhouses: tuple[Path, ...]) -> None:
         )
 
 
-def _release(version: str) -> str:
-    return ".".join(version.split(".")[:2])
-
-
 def from_venv(
     kit: Toolkit,
     site_dir: Path,
@@ -187,7 +183,7 @@ def from_venv(
     if kit.nvcc is not None:
         return kit
     cudatool.require_cuda_torch(torch_cuda, torch)
-    tree = site_dir / "nvidia" / f"cu{_release(str(torch_cuda)).split('.')[0]}"
+    tree = site_dir / "nvidia" / f"cu{cudatool.release(str(torch_cuda)).split('.')[0]}"
     nvcc_path = tree / "bin" / "nvcc"
     runtime = sorted((tree / "lib").glob("libcudart.so.[0-9]*")) if tree.is_dir() else []
     if tree.is_symlink() or not nvcc_path.is_file() or nvcc_path.is_symlink() or not runtime:

@@ -119,10 +119,10 @@ def check_matches_torch(nvcc: Nvcc, torch_cuda: str | None, torch: str) -> None:
     """Upstream's check_cuda_torch_binary_vs_bare_metal, before compiling: nvcc's release equals torch's CUDA."""
     require_cuda_torch(torch_cuda, torch)
     assert torch_cuda is not None
-    if _release(torch_cuda) != nvcc.release:
+    if release(torch_cuda) != nvcc.release:
         raise ConfigError(
             f"nvcc {nvcc.version} ({nvcc.path}) is CUDA {nvcc.release}; torch {torch} was built with CUDA {torch_cuda}",
-            f"point CUDA_HOME at a CUDA {_release(torch_cuda)} toolkit, or unset it to take nvcc from the index's "
+            f"point CUDA_HOME at a CUDA {release(torch_cuda)} toolkit, or unset it to take nvcc from the index's "
             "nvidia-cuda-nvcc wheel",
         )
 
@@ -136,7 +136,8 @@ def require_cuda_torch(torch_cuda: str | None, torch: str) -> None:
         )
 
 
-def _release(version: str) -> str:
+def release(version: str) -> str:
+    """A CUDA version's release, as toolkits and torch name it: 13.0.2 -> 13.0."""
     return ".".join(version.split(".")[:2])
 
 
