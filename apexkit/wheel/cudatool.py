@@ -46,23 +46,16 @@ def parse_version(text: str) -> tuple[str, str]:
 
 def parse_arches(text: str) -> frozenset[int]:
     """The virtual architectures of `nvcc --list-gpu-arch`, as numbers."""
-    found = set()
-    for word in text[:MAX_OUTPUT].split():
-        m = _ARCH.match(word)
-        if m is not None:
-            found.add(int(m["n"]))
-    return frozenset(found)
+    matches = (_ARCH.match(word) for word in text[:MAX_OUTPUT].split())
+    return frozenset(int(m["n"]) for m in matches if m is not None)
 
 
 def candidates(env) -> list[Path]:
     """Where nvcc is looked for, in upstream's order (torch.utils.cpp_extension's CUDA_HOME): $CUDA_HOME,
     $CUDA_PATH, nvcc on PATH, /usr/local/cuda."""
-    found = [Path(env[k]) / "bin" / "nvcc" for k in ("CUDA_HOME", "CUDA_PATH") if env.get(k)]
-    for folder in env.get("PATH", "").split(os.pathsep):
-        if folder:
-            found.append(Path(folder) / "nvcc")
-    found.append(Path("/usr/local/cuda/bin/nvcc"))
-    return found
+    homes = [Path(env[k]) / "bin" for k in ("CUDA_HOME", "CUDA_PATH") if env.get(k)]
+    on_path = [Path(folder) for folder in env.get("PATH", "").split(os.pathsep) if folder]
+    return [folder / "nvcc" for folder in (*homes, *on_path, Path("/usr/local/cuda/bin"))]
 
 
 def _ask(nvcc: Path, *args: str) -> str:
