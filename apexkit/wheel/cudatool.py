@@ -186,9 +186,6 @@ def _wheel_dirs(site_dir: Path, sub: str) -> tuple[str, ...]:
     root = site_dir / "nvidia"
     if root.is_symlink() or not root.is_dir():
         return ()
-    found = []
-    for package in sorted(root.iterdir())[: MAX_LIB_DIRS * 4]:
-        folder = package / sub
-        if not package.is_symlink() and not folder.is_symlink() and folder.is_dir():
-            found.append(str(folder))
+    packages = [p for p in sorted(root.iterdir())[: MAX_LIB_DIRS * 4] if not p.is_symlink()]
+    found = [str(p / sub) for p in packages if not (p / sub).is_symlink() and (p / sub).is_dir()]
     return tuple(found[:MAX_LIB_DIRS])

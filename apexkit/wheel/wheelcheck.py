@@ -220,11 +220,8 @@ def defined_in(path: str, names: set[str]) -> set[str]:
 
 
 def _find_lib(name: str, dirs: list[str]) -> str | None:
-    for folder in dirs:
-        candidate = os.path.join(folder, name)
-        if os.path.isfile(candidate):
-            return candidate
-    return None
+    """The first `dirs` entry's file `name`, as the loader searches."""
+    return next((c for c in (os.path.join(d, name) for d in dirs) if os.path.isfile(c)), None)
 
 
 def _version_key(text: str) -> tuple[int, ...]:
