@@ -872,8 +872,8 @@ class Builder:
 
     def _torch_facts(self, venv: venvs.Venv) -> dict:
         """The build venv's torch (lib/ and site folders, C++ ABI, torch_npu's lib/, the interpreter's files, its CUDA
-        release): probed
-        by importing torch (seconds), once per venv -- kept beside its ready marker, which a recreated venv loses."""
+        release): probed by importing torch (seconds), once per venv -- kept beside its ready marker, which a recreated
+        venv loses."""
         kept = venv.path / "apexkit-torch-facts.json"
         with contextlib.suppress(OSError, ValueError):
             facts = json.loads(kept.read_text())
