@@ -167,6 +167,12 @@ def keep_log(path: Path) -> Iterator[None]:
         os.close(fd)
 
 
+def last_line(text: str | None) -> str:
+    """The last non-blank line of a tool's output, for a one-line error; "(no output)" when it printed none."""
+    lines = [line for line in (text or "").strip().splitlines() if line.strip()]
+    return lines[-1] if lines else "(no output)"
+
+
 def appending(path: Path) -> TextIO:
     """The log `path`, to append to: through the descriptor `keep_log` holds for it, else opened by name without
     following a link at its end (ConfigError when it is not a regular file)."""

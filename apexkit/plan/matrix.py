@@ -252,7 +252,7 @@ class Matrix:
             read=entry["read"],
         )
         try:
-            self.validate(stack.combination(self.default_ref))
+            self.validate(self._combination(entry, ref=self.default_ref, stack=name))
         except ConfigError as exc:
             cause = exc.cause if exc.cause.startswith(f"{name}: ") else f"{name}: {exc.cause}"
             raise ConfigError(f"stack {cause}", exc.hint) from None
@@ -514,18 +514,6 @@ class Stack:
     description: str
     source: str
     read: str
-
-    def combination(self, default_ref: str) -> Combination:
-        return Combination(
-            python=self.python,
-            torch=self.torch,
-            arch=self.arch,
-            ref=default_ref,
-            torch_npu=self.torch_npu,
-            cann=self.cann,
-            default_ref=default_ref,
-            stack=self.name,
-        )
 
 
 def torch_npu_torch(torch_npu: str) -> str:

@@ -47,7 +47,7 @@ from apexkit.wheel import (
     wheelcheck,
 )
 from apexkit.wheel.cache import CachedWheel, RemoteLookup, WheelCache
-from apexkit.wheel.distdir import check_overwrite, replace_dir
+from apexkit.wheel.distdir import check_overwrite, replace_dir, with_documents
 from apexkit.wheel.options import BuildOptions
 
 ZIP_EPOCH = 315532800  # 1980-01-01, the earliest zip timestamp: SOURCE_DATE_EPOCH when the source has no commit time
@@ -396,16 +396,8 @@ class Builder:
         return self._finish(plan, interp, venv, Sources(tree, work, results, key, None, sha))
 
     def _torch_cuda(self, venv: venvs.Venv) -> str | None:
-        """torch.version.cuda of the build venv's torch (None: a CPU build)."""
-        try:
-            found = venv.run_json(
-                "import json, torch; print(json.dumps(torch.version.cuda))", env=self.env
-            )
-        except (ApexkitError, ValueError, IndexError) as exc:
-            cause = exc.cause if isinstance(exc, ApexkitError) else "no JSON answer"
-            raise BuildError(
-                f"the build venv's torch cannot be imported: {cause}", f"see {self.log_path}"
-            ) from None
+        """torch.version.cuda of the build venv's torch (None: a CPU build), read with its other facts."""
+        found = self._torch_facts(venv)["cuda"]
         if found is not None and not (isinstance(found, str) and len(found) <= 16):
             raise BuildError(
                 "the build venv's torch reports no readable torch.version.cuda",
@@ -579,9 +571,9 @@ class Builder:
         return ascend, nvidia, nvidia_sha
 
     def _check_npu_headers(self, plan: buildplan.Plan) -> None:
-        cann = buildplan.detect_cann(self.env)
-        if cann and any(
-            (Path(cann) / sub / "acl" / "acl.h").is_file() for sub in ("include", "runtime/include")
+        home = cann.home(self.env)
+        if home and any(
+            (Path(home) / sub / "acl" / "acl.h").is_file() for sub in ("include", "runtime/include")
         ):
             return
         raise ConfigError(
@@ -852,7 +844,7 @@ class Builder:
             d
             for d in (
                 torch.get("npu_lib"),
-                *(f"{c}/lib64" for c in [buildplan.detect_cann(self.env)] if c),
+                *(f"{c}/lib64" for c in [cann.home(self.env)] if c),
             )
             if d
         ]
@@ -879,8 +871,9 @@ class Builder:
         )
 
     def _torch_facts(self, venv: venvs.Venv) -> dict:
-        """The build venv's torch (lib/ and site folders, C++ ABI, torch_npu's lib/, the interpreter's files): probed
-        by importing torch (seconds), once per venv -- kept beside its ready marker, which a recreated venv loses."""
+        """The build venv's torch (lib/ and site folders, C++ ABI, torch_npu's lib/, the interpreter's files, its CUDA
+        release): probed by importing torch (seconds), once per venv -- kept beside its ready marker, which a recreated
+        venv loses."""
         kept = venv.path / "apexkit-torch-facts.json"
         with contextlib.suppress(OSError, ValueError):
             facts = json.loads(kept.read_text())
@@ -890,6 +883,7 @@ class Builder:
                 "cxx11_abi",
                 "npu_lib",
                 "interpreter",
+                "cuda",
             } <= set(facts):
                 return facts
         proc = subprocess.run(
@@ -900,7 +894,7 @@ class Builder:
         )
         if proc.returncode != 0:
             raise BuildError(
-                f"the build venv's torch cannot be probed for the binary checks: "
+                f"the build venv's torch cannot be imported: "
                 f"{(proc.stderr.strip().splitlines() or ['?'])[-1]}",
                 f"see {self.log_path}",
             )
@@ -1365,7 +1359,9 @@ class Builder:
         ) as s:
             begun = time.monotonic()
             files: dict[str, Path | bytes] = (
-                {wheel.name: wheel, **documents} if documents else dist_files(wheel, manifest)
+                {wheel.name: wheel, **documents}
+                if documents
+                else with_documents({wheel.name: wheel}, manifest)
             )
             # publish: the SBOM and provenance up to writing the manifest (the copy and the rename after it take
             # milliseconds); total: since the build started, so the steps' sum stays <= total
@@ -1423,20 +1419,6 @@ class Builder:
         if grown:
             log.warn(grown)
         return final
-
-
-def dist_files(wheel: Path, manifest: dict) -> dict[str, Path | bytes]:
-    """What dist/<target>/ holds besides manifest.json: the wheel, its CycloneDX SBOM and its provenance statement
-    (apexkit.wheel.sbom, written from the manifest and the wheel; manifest["attestations"] records them). An SBOM that
-    fails its schema stops the publish with one line."""
-    try:
-        documents = sbom.documents(manifest, wheel)
-    except sbom.SbomError as exc:
-        raise BuildError(
-            f"{exc}; nothing was published",
-            "report it: the SBOM is written by apexkit/wheel/sbom.py",
-        ) from None
-    return {wheel.name: wheel, **documents}
 
 
 def install_venv_command(team_indexes: Sequence[str]) -> str:
@@ -1627,7 +1609,7 @@ def verify_reproducible(opts: BuildOptions) -> Path:
             )
         manifest["reproducible"] = {"verified": True, "builds": 2, "sha256": a_sha}
         final = replace_dir(
-            opts.dist_dir, a_dir.name, dist_files(a_wheel, manifest), manifest, opts.force
+            opts.dist_dir, a_dir.name, {a_wheel.name: a_wheel}, manifest, opts.force
         )
     log.result(f"✓ reproducible: two builds, one sha256 {a_sha}")
     log.result(f"✓ {final / a_wheel.name}")

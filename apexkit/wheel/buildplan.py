@@ -7,7 +7,6 @@ import contextlib
 import dataclasses
 import hashlib
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -70,27 +69,26 @@ class Plan:
 def identity(opts: BuildOptions, torch_npu: str | None, ref_flags: tuple[str, ...] | None) -> dict:
     """The inputs beyond python/torch/arch/ref that change what a wheel is, when they differ from the default: the
     target id names them and the manifest records them (`check_overwrite` compares them)."""
-    found: dict = {}
-    if opts.backend == "cuda":
-        found["backend"] = "cuda"
-        found["cuda_arch"] = opts.cuda_arch
-        if tuple(opts.cuda_ext) not in ((), ("core",)):
-            found["cuda_ext"] = list(opts.cuda_ext)
-    if torch_npu:
-        found["torch_npu"] = torch_npu
-    if opts.skip_patches:
-        found["skip_patches"] = sorted(set(opts.skip_patches))
-    if opts.sanitize:
-        found["sanitize"] = list(opts.sanitize)
-    if opts.nvidia_commit:
-        found["nvidia_commit"] = opts.nvidia_commit
-    if opts.setup_flags is not None and tuple(opts.setup_flags) != tuple(ref_flags or ()):
-        found["setup_flags"] = list(opts.setup_flags)
-    if opts.apex_src is not None:
-        found["apex_src"] = str(opts.apex_src)
-    if opts.use_system_torch:
-        found["system_torch"] = True
-    return found
+    cuda = opts.backend == "cuda"
+    flags = opts.setup_flags
+    # (key, whether this build sets it, its value), in the order the target id names them
+    inputs = (
+        ("backend", cuda, "cuda"),
+        ("cuda_arch", cuda, opts.cuda_arch),
+        ("cuda_ext", cuda and tuple(opts.cuda_ext) not in ((), ("core",)), list(opts.cuda_ext)),
+        ("torch_npu", bool(torch_npu), torch_npu),
+        ("skip_patches", bool(opts.skip_patches), sorted(set(opts.skip_patches))),
+        ("sanitize", bool(opts.sanitize), list(opts.sanitize)),
+        ("nvidia_commit", bool(opts.nvidia_commit), opts.nvidia_commit),
+        (
+            "setup_flags",
+            flags is not None and tuple(flags) != tuple(ref_flags or ()),
+            list(flags or ()),
+        ),
+        ("apex_src", opts.apex_src is not None, str(opts.apex_src)),
+        ("system_torch", opts.use_system_torch, True),
+    )
+    return {key: value for key, given, value in inputs if given}
 
 
 def expected_targets(
@@ -126,11 +124,6 @@ def expected_targets(
     return found
 
 
-def detect_cann(env: dict | os._Environ) -> str | None:
-    """The CANN toolkit location when one is installed or sourced (apexkit.cann, shared with doctor)."""
-    return cann.home(env)
-
-
 def make_plan(
     opts: BuildOptions,
     m: matrix.Matrix,
@@ -155,7 +148,7 @@ def make_plan(
             torch_npu = opts.torch_npu or m.torch_npu_for(torch)
             m.check_torch_npu(torch, torch_npu)
         elif (
-            detect_cann(env) is not None
+            cann.home(env) is not None
         ):  # a toolkit is installed: pair torch_npu when the table knows one
             try:
                 torch_npu = m.torch_npu_for(torch)

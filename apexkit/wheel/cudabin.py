@@ -67,8 +67,10 @@ class Embedded:
 
 def parse_fatbin(data: bytes) -> Embedded:
     """The architectures of every entry in a `.nv_fatbin` section's bytes."""
-    sass: set[int] = set()
-    ptx: set[int] = set()
+    found: dict[int, set[int]] = {
+        KIND_SASS: set(),
+        KIND_PTX: set(),
+    }  # entry kind -> its architectures
     pos, count = 0, 0
     while pos + _BLOB.size <= len(data):
         magic, _version, header, size = _BLOB.unpack_from(data, pos)
@@ -94,18 +96,15 @@ def parse_fatbin(data: bytes) -> Embedded:
                     f"the entry at byte {off} claims more bytes than its fatbin holds"
                 )
             (arch,) = struct.unpack_from("<I", data, off + _ARCH_AT)
-            if kind == KIND_SASS:
-                sass.add(arch)
-            elif kind == KIND_PTX:
-                ptx.add(arch)
-            else:
+            if kind not in found:
                 raise FatbinError(f"the entry at byte {off} is of unknown kind {kind}")
+            found[kind].add(arch)
             count += 1
             if count > MAX_ENTRIES:
                 raise FatbinError(f"more than {MAX_ENTRIES} entries")
             off += entry_header + payload
         pos = end
-    return Embedded(frozenset(sass), frozenset(ptx))
+    return Embedded(frozenset(found[KIND_SASS]), frozenset(found[KIND_PTX]))
 
 
 def embedded(path: Path) -> Embedded | None:

@@ -5,6 +5,7 @@ the only one compiled again), the compile environment, and the modules the wheel
 
 from __future__ import annotations
 
+import filecmp
 import os
 import shutil
 import zipfile
@@ -110,7 +111,7 @@ def _first_matching(
             continue
         seen.add(path.resolve())
         nvcc = cudatool.ask(path)
-        if torch_cuda is None or nvcc.release == _release(torch_cuda):
+        if torch_cuda is None or nvcc.release == cudatool.release(torch_cuda):
             return nvcc, path
     return None
 
@@ -127,7 +128,7 @@ def _from_index(on_machine: list[Path], torch_cuda: str | None, torch: str) -> T
             "install the CUDA toolkit torch was built with (or set CUDA_HOME to it), or add the torch version to "
             "matrix.toml [cuda.torch_cuda] so apexkit can take nvcc from the index",
         )
-    release = _release(torch_cuda)
+    release = cudatool.release(torch_cuda)
     if int(release.split(".")[0]) < INDEX_MIN_MAJOR:
         raise ConfigError(
             f"no CUDA {release} toolkit found{seen}; torch {torch} was built with CUDA {torch_cuda}, and apexkit "
@@ -167,10 +168,6 @@ def check_offline(kit: Toolkit, wheelhouses: tuple[Path, ...]) -> None:
         )
 
 
-def _release(version: str) -> str:
-    return ".".join(version.split(".")[:2])
-
-
 def from_venv(
     kit: Toolkit,
     site_dir: Path,
@@ -186,7 +183,7 @@ def from_venv(
     if kit.nvcc is not None:
         return kit
     cudatool.require_cuda_torch(torch_cuda, torch)
-    tree = site_dir / "nvidia" / f"cu{_release(str(torch_cuda)).split('.')[0]}"
+    tree = site_dir / "nvidia" / f"cu{cudatool.release(str(torch_cuda)).split('.')[0]}"
     nvcc_path = tree / "bin" / "nvcc"
     runtime = sorted((tree / "lib").glob("libcudart.so.[0-9]*")) if tree.is_dir() else []
     if tree.is_symlink() or not nvcc_path.is_file() or nvcc_path.is_symlink() or not runtime:
@@ -254,7 +251,7 @@ def _sync_one(src: Path, dest: Path, rel: Path) -> str | None:
             "build from a plain git tree (check --nvidia-apex-url)",
         )
     mode = src.stat().st_mode & 0o755
-    if dest.is_file() and not dest.is_symlink() and _same(src, dest):
+    if dest.is_file() and not dest.is_symlink() and filecmp.cmp(src, dest, shallow=False):
         if dest.stat().st_mode & 0o777 != mode:
             os.chmod(dest, mode)
         return "kept"
@@ -316,18 +313,6 @@ def objects_for(tree: Path, inputs: dict) -> bool:
     tmp.write_text(json.dumps(inputs, sort_keys=True))
     os.replace(tmp, stamp)
     return kept
-
-
-def _same(a: Path, b: Path) -> bool:
-    if a.stat().st_size != b.stat().st_size:
-        return False
-    with open(a, "rb") as fa, open(b, "rb") as fb:
-        while True:
-            x, y = fa.read(1 << 20), fb.read(1 << 20)
-            if x != y:
-                return False
-            if not x:
-                return True
 
 
 def _remove(path: Path) -> None:

@@ -46,23 +46,16 @@ def parse_version(text: str) -> tuple[str, str]:
 
 def parse_arches(text: str) -> frozenset[int]:
     """The virtual architectures of `nvcc --list-gpu-arch`, as numbers."""
-    found = set()
-    for word in text[:MAX_OUTPUT].split():
-        m = _ARCH.match(word)
-        if m is not None:
-            found.add(int(m["n"]))
-    return frozenset(found)
+    matches = (_ARCH.match(word) for word in text[:MAX_OUTPUT].split())
+    return frozenset(int(m["n"]) for m in matches if m is not None)
 
 
 def candidates(env) -> list[Path]:
     """Where nvcc is looked for, in upstream's order (torch.utils.cpp_extension's CUDA_HOME): $CUDA_HOME,
     $CUDA_PATH, nvcc on PATH, /usr/local/cuda."""
-    found = [Path(env[k]) / "bin" / "nvcc" for k in ("CUDA_HOME", "CUDA_PATH") if env.get(k)]
-    for folder in env.get("PATH", "").split(os.pathsep):
-        if folder:
-            found.append(Path(folder) / "nvcc")
-    found.append(Path("/usr/local/cuda/bin/nvcc"))
-    return found
+    homes = [Path(env[k]) / "bin" for k in ("CUDA_HOME", "CUDA_PATH") if env.get(k)]
+    on_path = [Path(folder) for folder in env.get("PATH", "").split(os.pathsep) if folder]
+    return [folder / "nvcc" for folder in (*homes, *on_path, Path("/usr/local/cuda/bin"))]
 
 
 def _ask(nvcc: Path, *args: str) -> str:
@@ -119,10 +112,10 @@ def check_matches_torch(nvcc: Nvcc, torch_cuda: str | None, torch: str) -> None:
     """Upstream's check_cuda_torch_binary_vs_bare_metal, before compiling: nvcc's release equals torch's CUDA."""
     require_cuda_torch(torch_cuda, torch)
     assert torch_cuda is not None
-    if _release(torch_cuda) != nvcc.release:
+    if release(torch_cuda) != nvcc.release:
         raise ConfigError(
             f"nvcc {nvcc.version} ({nvcc.path}) is CUDA {nvcc.release}; torch {torch} was built with CUDA {torch_cuda}",
-            f"point CUDA_HOME at a CUDA {_release(torch_cuda)} toolkit, or unset it to take nvcc from the index's "
+            f"point CUDA_HOME at a CUDA {release(torch_cuda)} toolkit, or unset it to take nvcc from the index's "
             "nvidia-cuda-nvcc wheel",
         )
 
@@ -136,7 +129,8 @@ def require_cuda_torch(torch_cuda: str | None, torch: str) -> None:
         )
 
 
-def _release(version: str) -> str:
+def release(version: str) -> str:
+    """A CUDA version's release, as toolkits and torch name it: 13.0.2 -> 13.0."""
     return ".".join(version.split(".")[:2])
 
 
@@ -192,9 +186,6 @@ def _wheel_dirs(site_dir: Path, sub: str) -> tuple[str, ...]:
     root = site_dir / "nvidia"
     if root.is_symlink() or not root.is_dir():
         return ()
-    found = []
-    for package in sorted(root.iterdir())[: MAX_LIB_DIRS * 4]:
-        folder = package / sub
-        if not package.is_symlink() and not folder.is_symlink() and folder.is_dir():
-            found.append(str(folder))
+    packages = [p for p in sorted(root.iterdir())[: MAX_LIB_DIRS * 4] if not p.is_symlink()]
+    found = [str(p / sub) for p in packages if not (p / sub).is_symlink() and (p / sub).is_dir()]
     return tuple(found[:MAX_LIB_DIRS])

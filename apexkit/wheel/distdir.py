@@ -120,23 +120,31 @@ def check_overwrite(dist_dir: Path, name: str, wanted: dict, force: bool) -> Non
     )
 
 
+def with_documents(files: dict[str, Path | bytes], manifest: dict) -> dict[str, Path | bytes]:
+    """`files` and, when they are one wheel and neither document, its SBOM and provenance (apexkit.wheel.sbom, written
+    from the manifest and that wheel; manifest["attestations"] records them). An SBOM that fails its schema stops the
+    publish with one line."""
+    wheels = [
+        source for n, source in files.items() if n.endswith(".whl") and isinstance(source, Path)
+    ]
+    if len(wheels) != 1 or {sbom.SBOM_FILE, sbom.PROVENANCE_FILE} & set(files):
+        return files
+    try:
+        return {**files, **sbom.documents(manifest, wheels[0])}
+    except sbom.SbomError as exc:
+        raise BuildError(
+            f"{exc}; nothing was published", "report it: apexkit/wheel/sbom.py writes the SBOM"
+        ) from None
+
+
 def replace_dir(
     dist_dir: Path, name: str, files: dict[str, Path | bytes], manifest: dict, force: bool = False
 ) -> Path:
     """dist/<name>/ (the files + manifest.json) appears complete or not at all; never over a target built from
     other inputs (check_overwrite) unless `force`. A file given as bytes (sbom.cdx.json, provenance.json: apexkit.wheel.sbom)
     is written, a Path copied. Given one wheel and neither document, the SBOM and the provenance are written here
-    from the manifest and that wheel (a Slurm job's target collected by matrixrun, for one)."""
-    wheels = [
-        source for n, source in files.items() if n.endswith(".whl") and isinstance(source, Path)
-    ]
-    if len(wheels) == 1 and not {sbom.SBOM_FILE, sbom.PROVENANCE_FILE} & set(files):
-        try:
-            files = {**files, **sbom.documents(manifest, wheels[0])}
-        except sbom.SbomError as exc:
-            raise BuildError(
-                f"{exc}; nothing was published", "report it: apexkit/wheel/sbom.py writes the SBOM"
-            ) from None
+    (with_documents: a fresh build, a Slurm job's target collected by matrixrun)."""
+    files = with_documents(files, manifest)
     final = dist_dir / name
     cachetrust.trusted_output(dist_dir, paths.DIST_SETTING)  # made now, ours alone, or refused
     with lock(dist_dir, name):

@@ -87,10 +87,7 @@ def pyenv_root(env: Mapping[str, str]) -> Path | None:
 def candidates(version: str, env: Mapping[str, str]) -> list[str]:
     """Every place a python{version} may live, in order of preference, without duplicates."""
     name = f"python{version}"
-    found: list[str] = []
-    for directory in env.get("PATH", "").split(os.pathsep):
-        if directory:
-            found.append(os.path.join(directory, name))
+    found = [os.path.join(d, name) for d in env.get("PATH", "").split(os.pathsep) if d]
     root = pyenv_root(env)
     if root:
         found += sorted(
@@ -104,14 +101,7 @@ def candidates(version: str, env: Mapping[str, str]) -> list[str]:
     found += sorted(
         glob.glob(os.path.join(env.get("HOME", "/nonexistent"), f"*conda*/envs/*/bin/{name}"))
     )
-    seen: set[str] = set()
-    unique = []
-    for path in found:
-        if path in seen or not (os.path.isfile(path) and os.access(path, os.X_OK)):
-            continue
-        seen.add(path)
-        unique.append(path)
-    return unique
+    return list(dict.fromkeys(p for p in found if os.path.isfile(p) and os.access(p, os.X_OK)))
 
 
 def find(

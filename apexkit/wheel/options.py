@@ -623,7 +623,6 @@ def _backend(
     return backend, cuda_arch, cuda_ext, 1
 
 
-_PATH_FIELDS = ("apex_src", "dist_dir", "build_dir", "cache_dir")
 HOST_ONLY = (
     "image",
     "network",
@@ -649,19 +648,6 @@ def _of_kind(annotation: str, value) -> bool:
         ):
             return True
     return False
-
-
-_TUPLE_FIELDS = (
-    "extra_index_urls",
-    "wheelhouses",
-    "skip_patches",
-    "sanitize",
-    "setup_flags",
-    "team_indexes",
-    "trusted_keys",
-    "origins",
-    "cuda_ext",
-)
 
 
 class _Deferred(int):
@@ -737,7 +723,8 @@ def from_json(data: Mapping, python: str) -> BuildOptions:
     if "jobs" in data and data["jobs"] is None:  # THEIR_JOBS: this machine's
         data["jobs"] = _jobs(argparse.Namespace(jobs=None), os.environ)
     _check_json(data, python, on_host)
-    values = {name: _from_json_value(name, value) for name, value in data.items()}
+    kinds = {f.name: str(f.type) for f in fields(BuildOptions)}
+    values = {name: _from_json_value(kinds[name], value) for name, value in data.items()}
     _check_versions(values.get("torch"), values.get("torch_npu"))
     return BuildOptions(**values)
 
@@ -796,15 +783,15 @@ def _check_values(data: Mapping) -> None:
         nvidiaext.parse_asked(",".join(data["cuda_ext"]))  # names only: one line for anything else
 
 
-def _from_json_value(name: str, value):
-    """One checked JSON value as its BuildOptions field holds it: paths as Path, lists as tuples."""
+def _from_json_value(kind: str, value):
+    """One checked JSON value as its BuildOptions field holds it (`kind`: the field's annotation): paths as Path,
+    lists as tuples."""
     if value is None:
         return None
-    if name in _PATH_FIELDS:
-        return Path(value)
-    if name == "wheelhouses":
-        return tuple(Path(v) for v in value)
-    return tuple(value) if name in _TUPLE_FIELDS else value
+    path = kind.startswith(("Path", "tuple[Path"))
+    if kind.startswith("tuple["):
+        return tuple(Path(v) for v in value) if path else tuple(value)
+    return Path(value) if path else value
 
 
 def load_json(

@@ -35,6 +35,8 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 
+from packaging.utils import canonicalize_name
+
 from apexkit import paths, untrusted
 from apexkit.wheel import wheelcheck
 
@@ -56,10 +58,6 @@ INVENTORY_PROBE = paths.PROBES / "inventory.py"
 
 class SbomError(Exception):
     """A one-line reason the SBOM or the provenance could not be written."""
-
-
-def _canonical(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 # --- what the build records in its manifest ----------------------------------------------------------------------
@@ -93,7 +91,7 @@ def inventory(
     )  # <venv>/bin/python -> <venv>/apexkit-installed.json
     files = _wheelhouse_files(wheelhouses)
     for package in data["packages"]:
-        said = vouched.get(_canonical(package["name"]))
+        said = vouched.get(canonicalize_name(package["name"]))
         if (
             isinstance(said, dict)
             and said.get("version") == package["version"]
@@ -106,7 +104,7 @@ def inventory(
                 "url": _s(said.get("url")),
             }
             continue
-        found = files.get((_canonical(package["name"]), package["version"]))
+        found = files.get((canonicalize_name(package["name"]), package["version"]))
         for path, tags in found or ():
             if not package["tags"] or tags & set(package["tags"]):
                 package["wheel"] = {
@@ -285,7 +283,7 @@ def sbom_text(manifest: dict, wheel: Path, wheel_sha256: str) -> str:
     build = [(f"build_{k}", _s(tools.get(k))) for k in ("python", "host")]
     bom.metadata.properties.update(_props(("target", target_id), *build))
     runtime = {
-        _canonical(re.split(r"[\s;<>=!~\[(]", r, maxsplit=1)[0])
+        canonicalize_name(re.split(r"[\s;<>=!~\[(]", r, maxsplit=1)[0])
         for r in facts["requires"]
         if r.strip()
     }
@@ -301,9 +299,9 @@ def sbom_text(manifest: dict, wheel: Path, wheel_sha256: str) -> str:
         bom.components.add(c)
         depends.append(c)
     for p in packages:
-        c = _package(p, _canonical(p["name"]) in runtime)
+        c = _package(p, canonicalize_name(p["name"]) in runtime)
         bom.components.add(c)
-        if _canonical(p["name"]) in runtime:
+        if canonicalize_name(p["name"]) in runtime:
             depends.append(c)
     bom.register_dependency(root, depends)
     for c in bom.components:
@@ -342,7 +340,7 @@ def _root(manifest: dict, facts: dict, wheel: Path, wheel_sha256: str):
         hashes=[_sha(wheel_sha256)],
         purl=PackageURL(
             type="pypi",
-            name=_canonical(facts["name"]),
+            name=canonicalize_name(facts["name"]),
             version=facts["version"],
             qualifiers={"file_name": wheel.name},
         ),
@@ -396,9 +394,9 @@ def _package(p: dict, runtime: bool):
         name=p["name"],
         version=p["version"],
         type=ComponentType.LIBRARY,
-        bom_ref=f"build-venv:{_canonical(p['name'])}@{p['version']}",
+        bom_ref=f"build-venv:{canonicalize_name(p['name'])}@{p['version']}",
         scope=ComponentScope.REQUIRED if runtime else ComponentScope.EXCLUDED,
-        purl=PackageURL(type="pypi", name=_canonical(p["name"]), version=p["version"]),
+        purl=PackageURL(type="pypi", name=canonicalize_name(p["name"]), version=p["version"]),
         hashes=[_sha(p["wheel_sha256"])] if p["wheel_sha256"] else None,
         properties=_props(*((k, p[k]) for k in notes)),
     )
@@ -523,7 +521,7 @@ def _package_deps(manifest: dict) -> list[dict]:
         deps.append(
             {
                 "name": p["name"],
-                "uri": f"pkg:pypi/{_canonical(p['name'])}@{p['version']}",
+                "uri": f"pkg:pypi/{canonicalize_name(p['name'])}@{p['version']}",
                 "digest": digest,
                 "annotations": {"digest_of": of, **notes, "role": "build venv"},
             }

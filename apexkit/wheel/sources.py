@@ -21,6 +21,7 @@ from pathlib import Path
 
 from apexkit import cachetrust, locks, log, paths, untrusted, vocab
 from apexkit.errors import ConfigError, PatchError, SourceError
+from apexkit.proc import last_line
 
 SHA_RE = re.compile(r"^[0-9a-f]{40}\Z")
 _BUILD_SH_PIN = re.compile(r"git\s+checkout\s+([0-9a-f]{40})\b")
@@ -97,14 +98,9 @@ def git(
     if check and proc.returncode != 0:
         err = proc.stderr.decode() if isinstance(proc.stderr, bytes) else proc.stderr
         raise SourceError(
-            f"git {args[0]} failed: {log.mask(_last_line(err))}", "see the git message above"
+            f"git {args[0]} failed: {log.mask(last_line(err))}", "see the git message above"
         )
     return proc
-
-
-def _last_line(text: str) -> str:
-    lines = [line for line in (text or "").strip().splitlines() if line.strip()]
-    return lines[-1] if lines else "(no output)"
 
 
 @dataclass(frozen=True)
@@ -204,7 +200,7 @@ class Mirror:
             )
             if proc.returncode == 0:
                 return
-            last = _last_line(proc.stderr)
+            last = last_line(proc.stderr)
             final = self._no_retry(refspecs, proc.stderr)
             if final is not None:
                 raise final
@@ -228,7 +224,7 @@ class Mirror:
     def _no_retry(self, refspecs: Sequence[str], stderr: str) -> SourceError | None:
         """The error of a fetch no retry mends (a missing ref, a repository git refuses to read, a mirror that lacks
         objects), else None."""
-        last = _last_line(stderr)
+        last = last_line(stderr)
         if _is_missing_ref(last):
             return NoSuchRef(
                 f"{log.mask(self.url)} has no {' '.join(refspecs)}: {log.mask(last)}",
@@ -501,7 +497,7 @@ def generate_tree(ascend: AscendSource, nvidia: Mirror, nvidia_sha: str, dest: P
         ]
         raise PatchError(
             f"Ascend's patch/npu.patch does not apply to NVIDIA apex {nvidia_sha[:12]}: "
-            f"{(failed or [_last_line(proc.stdout + proc.stderr)])[0]}",
+            f"{(failed or [last_line(proc.stdout + proc.stderr)])[0]}",
             "check that the NVIDIA apex pin matches this Ascend ref (scripts/build.sh names it)",
         )
     for name in ("src", "tests"):

@@ -41,7 +41,7 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 from apexkit import cachetrust, locks, log, paths, pipconfig, untrusted, vocab
 from apexkit.cachetrust import root as cache_dir
 from apexkit.errors import EnvironmentSetupError
-from apexkit.proc import appending, run_logged
+from apexkit.proc import appending, last_line, run_logged
 from apexkit.wheel import known_failures, uvtools
 
 
@@ -117,14 +117,9 @@ class Venv:
         )
         if proc.returncode != 0:
             raise EnvironmentSetupError(
-                f"{self.python} failed: {_last(proc.stderr)}", "see the message above"
+                f"{self.python} failed: {last_line(proc.stderr)}", "see the message above"
             )
         return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
-def _last(text: str) -> str:
-    lines = [x for x in text.strip().splitlines() if x.strip()]
-    return lines[-1] if lines else "(no output)"
 
 
 def lock(path: Path) -> contextlib.AbstractContextManager:
@@ -183,7 +178,7 @@ def _create_uv(
         code, tail = run_logged([*base, str(path)], log_path, env=env)
     if code == 0 and (path / "bin" / "python").exists():
         return Venv(path)
-    reason = log.mask(_last("\n".join(tail)))
+    reason = log.mask(last_line("\n".join(tail)))
     if uvtools.choice() == "uv":
         raise EnvironmentSetupError(
             f"uv could not create a venv with {interpreter}: {reason}",
@@ -202,7 +197,7 @@ def _ensure_pip(venv: Venv, log_path: Path) -> None:
     if code != 0:
         raise EnvironmentSetupError(
             f"{venv.path} has no pip and {venv.python} cannot add one (ensurepip: "
-            f"{log.mask(_last(chr(10).join(tail)))})",
+            f"{log.mask(last_line(chr(10).join(tail)))})",
             "install the interpreter's venv module (Debian/Ubuntu: apt-get install "
             "python3-venv), or set APEXKIT_INSTALLER=pip",
         )
@@ -359,7 +354,9 @@ def _uv_install(
     if code == 0:
         return True
     reason = log.mask(
-        next((line for line in reversed(tail) if "error" in line.lower()), _last("\n".join(tail)))
+        next(
+            (line for line in reversed(tail) if "error" in line.lower()), last_line("\n".join(tail))
+        )
     )
     host = None if "--offline" in args else unreachable_index("\n".join(tail))
     if host is not None:  # pip would only retry the same index (~42 s) and then blame a requirement
@@ -660,7 +657,7 @@ def _from_uv(
             env=uvtools.environment(cache_dir(), env),
             timeout=300,
         )
-        why = _last(proc.stderr) if proc.returncode != 0 else ""
+        why = last_line(proc.stderr) if proc.returncode != 0 else ""
     except (OSError, subprocess.TimeoutExpired) as exc:
         why = str(exc)
     if why:

@@ -220,11 +220,8 @@ def defined_in(path: str, names: set[str]) -> set[str]:
 
 
 def _find_lib(name: str, dirs: list[str]) -> str | None:
-    for folder in dirs:
-        candidate = os.path.join(folder, name)
-        if os.path.isfile(candidate):
-            return candidate
-    return None
+    """The first `dirs` entry's file `name`, as the loader searches."""
+    return next((c for c in (os.path.join(d, name) for d in dirs) if os.path.isfile(c)), None)
 
 
 def _version_key(text: str) -> tuple[int, ...]:
@@ -461,29 +458,26 @@ def _check_hardening(elf: ELFFile, tags, symbols: list[str], expect: Expect, fai
     if not expect.hardening:
         return
     segments = [s for s in elf.iter_segments()]
-    have = set()
-    if any(s["p_type"] == "PT_GNU_RELRO" for s in segments):
-        have.add("relro")
     flags = {
         t.entry.d_tag: t.entry.d_val
         for t in tags
         if t.entry.d_tag in ("DT_FLAGS", "DT_FLAGS_1", "DT_BIND_NOW")
     }
-    if (
-        "DT_BIND_NOW" in flags
-        or flags.get("DT_FLAGS", 0) & DF_BIND_NOW
-        or flags.get("DT_FLAGS_1", 0) & DF_1_NOW
-    ):
-        have.add("bind_now")
     stack = [s for s in segments if s["p_type"] == "PT_GNU_STACK"]
-    if stack and not stack[0]["p_flags"] & PF_X:
-        have.add("nx_stack")
-    if elf.get_section_by_name(".symtab") is None:
-        have.add("stripped")
-    if {"__stack_chk_fail", "__stack_chk_guard"} & set(symbols):
-        have.add("stack_protector")
+    # each property of HARDENING_WHY: whether the module shows it
+    have = {
+        "relro": any(s["p_type"] == "PT_GNU_RELRO" for s in segments),
+        "bind_now": bool(
+            "DT_BIND_NOW" in flags
+            or flags.get("DT_FLAGS", 0) & DF_BIND_NOW
+            or flags.get("DT_FLAGS_1", 0) & DF_1_NOW
+        ),
+        "nx_stack": bool(stack) and not stack[0]["p_flags"] & PF_X,
+        "stripped": elf.get_section_by_name(".symtab") is None,
+        "stack_protector": bool({"__stack_chk_fail", "__stack_chk_guard"} & set(symbols)),
+    }
     for prop in expect.hardening:
-        if prop not in have:
+        if not have[prop]:
             fail(f"hardening {prop}", f"{HARDENING_WHY[prop]}, though setup.py asks for it")
 
 

@@ -4,7 +4,8 @@ JSON line (the last line of stdout):
     python torch_facts.py build    the build venv's torch for the binary checks (apexkit.wheel.builder
                                    Builder._torch_facts): lib (torch's lib/), site, cxx11_abi (0/1), npu_lib (torch_npu's
                                    lib/, found without importing torch_npu: that needs CANN; null without torch_npu),
-                                   interpreter (the python binary, and libpython when it is shared)
+                                   interpreter (the python binary, and libpython when it is shared), cuda
+                                   (torch.version.cuda: null for a CPU build)
     python torch_facts.py system   --use-system-torch (Builder._system_torch): version, dir (its site folder)
     python torch_facts.py doctor   `invoke doctor` (apexkit.doctor.machine.check_torch): torch, torch_dir, cxx11_abi
                                    (true/false), torch_npu -- or torch_error / torch_npu_error, one line each, and
@@ -43,6 +44,7 @@ def build():
         else None,
         "interpreter": [os.path.realpath(sys.executable)]
         + ([libpy] if sysconfig.get_config_var("Py_ENABLE_SHARED") else []),
+        "cuda": torch.version.cuda,
     }
 
 
