@@ -386,8 +386,13 @@ def unreachable_index(output: str) -> str | None:
     """The host (and port) of the index uv could not connect to, from its output; None when that is not the failure."""
     if not _UNREACHABLE.search(output):
         return None
-    url = re.search(r"Failed to fetch: `?([a-z+]+://[^\s`]+)", output)
-    host = urllib.parse.urlsplit(url.group(1)).netloc.rsplit("@", 1)[-1] if url else ""
+    # the netloc by hand: urlsplit raises on a stray [ in what uv echoed
+    url = re.search(r"Failed to fetch: `?[a-z+]+://([^\s`/?#]+)", output)
+    host = url.group(1).rsplit("@", 1)[-1] if url else ""
+    if host and not re.fullmatch(
+        r"[A-Za-z0-9._:\[\]%-]{1,261}", host
+    ):  # uv's echo, never printed raw
+        return untrusted.shown(host)
     return host or "(the configured one)"
 
 

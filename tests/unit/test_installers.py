@@ -98,3 +98,12 @@ def test_record_rows_naming_a_fifo_are_never_read(tmp_path):
     os.mkfifo(site / "pipe")
     (dist / "RECORD").write_text("pipe,sha256=47DEQpj8HBSa-_TImW-5JCeuQeRkm5NMpJWZG3hSuFU,0\n")
     assert venvs.record_problems(dist) == ["pipe (not a regular file)"]
+
+
+def test_the_unreachable_index_is_named_from_uvs_output_never_raw():
+    failed = "error: Failed to fetch: `https://user:pw@mirror.corp:3141/simple/torch/`\n  Caused by: tcp connect error"
+    assert venvs.unreachable_index(failed) == "mirror.corp:3141"
+    hostile = "error: Failed to fetch: `http://ev\x1b[31mil.corp/simple/`\n  Caused by: dns error"
+    shown = venvs.unreachable_index(hostile)
+    assert shown is not None and "\x1b" not in shown and "\\x1b" in shown
+    assert venvs.unreachable_index("error: Failed to fetch: `x`\n  Caused by: 404") is None
