@@ -726,11 +726,14 @@ class Builder:
         env["PYTHONUNBUFFERED"] = (
             "1"  # setup.py's and ninja's lines reach the log and the progress as they come
         )
-        env.update(reproducible_env(self.state.source_epoch, tree, venv.path, self.env))
+        linked = _linked_venv(venv, tree)
+        env.update(
+            reproducible_env(self.state.source_epoch, tree, venv.path, linked.path, self.env)
+        )
         env.update(identity_env(plan))
         wrapper, setup = self._compiler(env)
         self.state.ccache = None
-        argv = self._setup_py(plan, venv, out, env, wrapper)
+        argv = self._setup_py(plan, venv, linked, out, env, wrapper)
         with log.step(
             f"compile ({' '.join(plan.flags)}, -j{self.opts.jobs}{', ccache' if wrapper else ''})",
             self.state.timings,
@@ -803,16 +806,17 @@ class Builder:
         self,
         plan: buildplan.Plan,
         venv: venvs.Venv,
+        linked: venvs.Venv,
         out: Path,
         env: dict[str, str],
         ccache: str | None = None,
     ) -> list[str]:
-        """setup.py's command line; for CUDA upstream's own (ninja compiles MAX_JOBS objects at once), with nvcc's
-        environment added to `env`."""
+        """setup.py's command line, run by the build venv's python through its `linked` path; for CUDA upstream's
+        own (ninja compiles MAX_JOBS objects at once), with nvcc's environment added to `env`."""
         if plan.backend != "cuda":
             jobs = str(self.opts.jobs)
             return [
-                str(venv.python),
+                str(linked.python),
                 "setup.py",
                 *plan.flags,
                 "build_ext",
@@ -824,12 +828,14 @@ class Builder:
             ]
         assert self.kit is not None
         site = Path(self._torch_facts(venv)["site"])
+        with contextlib.suppress(ValueError):  # under the venv: the same folder through the link
+            site = linked.path / site.relative_to(venv.path)
         env.update(
             cudabuild.compile_env(
                 self.kit, plan.cuda_arch, self.opts.jobs, self.opts.nvcc_threads, env, site, ccache
             )
         )
-        return [str(venv.python), "setup.py", *plan.flags, "bdist_wheel", "-d", str(out)]
+        return [str(linked.python), "setup.py", *plan.flags, "bdist_wheel", "-d", str(out)]
 
     def expectations(
         self, plan: buildplan.Plan, venv: venvs.Venv, tree: Path, results: list[patches.PatchResult]
@@ -1448,18 +1454,42 @@ def identity_env(plan: buildplan.Plan) -> dict[str, str]:
     }
 
 
-def reproducible_env(epoch: int, tree: Path, venv: Path, env) -> dict[str, str]:
-    """Same inputs, same bytes, and one ccache entry whichever build directory a build runs in.
+LINKED_VENV = ".apexkit-build-venv"
+
+
+def _linked_venv(venv: venvs.Venv, tree: Path) -> venvs.Venv:
+    """The build venv as <tree>/.apexkit-build-venv, a link to it that setup.py runs through: Python keeps the link
+    in sys.prefix, so torch's headers have the same path inside the tree in every build directory, cache directory
+    and home (the venv itself lives in the apexkit cache). In the tree, which this build made, not beside it: the
+    build folder holds no link (cachetrust.trusted_output); setuptools finds no package under a dotted name."""
+    link = tree / LINKED_VENV
+    if link.is_symlink() or link.is_file():
+        link.unlink()
+    elif link.exists():
+        shutil.rmtree(link)
+    link.symlink_to(venv.path, target_is_directory=True)
+    return venvs.Venv(link)
+
+
+def reproducible_env(epoch: int, tree: Path, venv: Path, linked: Path, env) -> dict[str, str]:
+    """Same inputs, same bytes, and one ccache entry whichever build directory, cache directory or host a build
+    runs in.
 
     The tree and the build venv differ per build directory/cache; their paths reach the objects through __FILE__
     (torch's headers use it in checks) and debug info, so both are mapped to fixed names -- for the host compiler
     (CFLAGS/CXXFLAGS) and for the host side of nvcc's compiles (NVCC_APPEND_FLAGS, which nvcc reads itself).
-    ccache hashes the tree's paths relative to the compile's folder (CCACHE_BASEDIR: it hands the compiler those
-    relative paths too, so a ccache build's bytes differ from an APEXKIT_CCACHE=0 one's, and each is reproducible)
-    and leaves that folder out of the hash (CCACHE_NOHASHDIR: the maps above keep it out of the objects): a second
-    build directory or a --verify-reproducible run hits the first one's objects. A CCACHE_BASEDIR set by the user
+    setup.py runs through `linked` (<tree>/.apexkit-build-venv: `_linked_venv`), so every include path is in the
+    tree: ccache hashes those paths relative to the compile's folder (CCACHE_BASEDIR, the tree: it hands the
+    compiler those relative paths too, so a ccache build's bytes differ from an APEXKIT_CCACHE=0 one's, and each is
+    reproducible) and leaves that folder out of the hash (CCACHE_NOHASHDIR: the maps above keep it out of the
+    objects): a second build directory, a second host (another home, another APEXKIT_CACHE_DIR) or a
+    --verify-reproducible run hits the first one's objects. A CCACHE_BASEDIR set by the user
     stays."""
-    maps = [f"-ffile-prefix-map={tree}=/apex", f"-ffile-prefix-map={venv}=/venv"]
+    maps = [
+        f"-ffile-prefix-map={tree}=/apex",
+        f"-ffile-prefix-map={linked}=/venv",
+        f"-ffile-prefix-map={venv}=/venv",
+    ]
     out = {
         "SOURCE_DATE_EPOCH": str(epoch),
         "CCACHE_BASEDIR": env.get("CCACHE_BASEDIR") or str(tree),

@@ -136,6 +136,29 @@ def test_a_second_host_hits_the_http_storage_and_read_only_writes_nothing(
     assert len(storage.puts) == written and not storage.objects
 
 
+def test_a_second_host_with_its_own_apexkit_cache_and_build_dir_hits_every_object(
+    runner, tmp_path, storage
+):
+    """Issue 43 item 3, found by the real Ascend master benchmark: the build venv lives in the apexkit cache, and its
+    path was part of every include line, so another home or APEXKIT_CACHE_DIR missed every object. setup.py runs
+    through <build>/build-venv now: the second host (its own apexkit cache, build dir and ccache) hits them all."""
+    url = f"http://127.0.0.1:{storage.port}/cache"  # type: ignore[attr-defined]
+    first = ccache_record(runner, build(runner, tmp_path, "a", "--compile-cache", url))
+    assert first["misses"] >= 2 and first["remote_hits"] == 0, first
+    work = runner.build / TARGET
+    assert (work / "tree" / ".apexkit-build-venv").is_symlink(), sorted(
+        p.name for p in work.iterdir()
+    )
+    other = tmp_path / "host-b"
+    runner.build = other / "build"  # another checkout, another apexkit cache: another venv path
+    second = build(
+        runner, tmp_path, "b", "--compile-cache", url, APEXKIT_CACHE_DIR=str(other / "cache")
+    )
+    got = ccache_record(runner, second)
+    assert got["misses"] == 0 and got["remote_hits"] >= 2, (got, output(second)[-3000:])
+    assert str(other / "cache" / "venvs") in output(second)  # it made and used its own build venv
+
+
 def test_a_remote_down_or_answering_garbage_or_a_broken_ccache_is_one_line(
     runner, tmp_path, storage
 ):
