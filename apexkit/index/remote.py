@@ -35,7 +35,6 @@ from pathlib import Path
 from typing import Any, Optional
 
 from packaging.requirements import InvalidRequirement, Requirement
-from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 from apexkit import log, untrusted
@@ -45,7 +44,6 @@ from apexkit.wheel import distdir, sbom
 from apexkit.wheel.cache import RemoteHit, RemoteLookup
 
 WHEEL_MAX = 4 << 30  # bytes; a CUDA build of apex is some hundred MiB
-_PROJECT = re.compile(r"[a-z0-9]+(-[a-z0-9]+)*")
 _CHUNK = 1 << 20
 
 
@@ -63,12 +61,12 @@ class Candidate:
         str  # the index root as given (it may hold user:password@: never print it, print `shown`)
     )
     shown: str  # the index root with the password masked, for messages ("cache hit from <shown>")
-    entry: dict  # the checked index.json files[i]
+    entry: publish.Entry  # the checked index.json files[i]
     base: str  # the URL of simple/<project>/, where the wheel and the files beside it are
 
     @property
     def filename(self) -> str:
-        return str(self.entry["filename"])
+        return self.entry.filename
 
 
 @dataclass(frozen=True)
@@ -180,57 +178,18 @@ def _download(cl: client.Client, url: str, dest: Path, limit: int) -> str:
 # --- index.json ------------------------------------------------------------------------------------------------------
 
 
-def _entry(raw: object, n: int, where: str) -> dict | None:
-    """files[n] of an index.json checked, or None (with one line) when it is not an entry apexkit wrote."""
+def _entry(raw: object, n: int, where: str) -> publish.Entry | None:
+    """files[n] of an index.json checked (publish.read_entry), or None (with one line) when it is not an entry
+    apexkit wrote."""
     try:
-        if not isinstance(raw, dict):
-            raise ConfigError(f"files[{n}] is not an object")
-        name = untrusted.wheel_name(raw.get("filename"))
-        project = publish.normalize(parse_wheel_filename(name)[0])
-        if raw.get("project") != project or not _PROJECT.fullmatch(project):
-            raise ConfigError(f"files[{n}].project is not {project}")
-        for key in ("sha256", "cache_key"):
-            if (key == "sha256" or raw.get(key) is not None) and not publish.is_sha256(
-                raw.get(key)
-            ):
-                raise ConfigError(f"files[{n}].{key} is not a sha256 hex digest")
-        documents = _documents(raw, n, name)
-        facts = publish.check_facts(raw.get("facts"), f"files[{n}]", "")
-    except (ConfigError, untrusted.Untrusted, InvalidWheelFilename, InvalidVersion) as exc:
-        log.warn(f"{where}: an entry is left out ({_why(exc)})")
+        entry = publish.read_entry(raw, Path("."), f"files[{n}]", "")
+    except ConfigError as exc:
+        log.warn(f"{where}: an entry is left out ({log.sanitise(log.mask(exc.cause))[:200]})")
         return None
-    target = raw.get("target")
-    return {
-        "filename": name,
-        "project": project,
-        "sha256": raw["sha256"],
-        "cache_key": raw.get("cache_key"),
-        "target": log.sanitise(target)[:200] if isinstance(target, str) else "?",
-        "facts": facts,
-        "documents": documents,
-    }
+    return dataclasses.replace(entry, target=log.sanitise(entry.target)[:200])
 
 
-def _documents(raw: dict, n: int, name: str) -> dict[str, dict]:
-    """The files an entry records beside its wheel (manifest, SBOM, provenance), each {filename, sha256}."""
-    attestations = raw.get("attestations") or {}
-    if not isinstance(attestations, dict):
-        raise ConfigError(f"files[{n}].attestations is not an object")
-    records = {"manifest": (raw.get("manifest"), publish.MANIFEST_SUFFIX)}
-    records.update(
-        (k, (attestations.get(k), suffix)) for k, (_f, suffix) in publish.ATTESTATIONS.items()
-    )
-    documents = {}
-    for kind, (record, suffix) in records.items():
-        if record is None:
-            continue
-        if not publish.is_record(record, name + suffix):
-            raise ConfigError(f"files[{n}] records its {kind} under another name")
-        documents[kind] = {"filename": name + suffix, "sha256": record["sha256"]}
-    return documents
-
-
-def read_listing(cl: client.Client, index: str) -> list[dict] | None:
+def read_listing(cl: client.Client, index: str) -> list[publish.Entry] | None:
     """The checked entries of one index's index.json, or None (one warning line) when it cannot be read from here or
     is not an apexkit index."""
     root = published.root_url(index)
@@ -256,9 +215,9 @@ def read_listing(cl: client.Client, index: str) -> list[dict] | None:
     return [e for n, raw in enumerate(data["files"]) if (e := _entry(raw, n, where)) is not None]
 
 
-def _candidate(index: str, entry: dict) -> Candidate:
+def _candidate(index: str, entry: publish.Entry) -> Candidate:
     root = published.root_url(index)
-    return Candidate(index, shown(root), entry, f"{root}/simple/{entry['project']}/")
+    return Candidate(index, shown(root), entry, f"{root}/simple/{entry.project}/")
 
 
 def find_by_key(cl: client.Client, indexes: Sequence[str], key: str) -> Candidate | None:
@@ -266,7 +225,7 @@ def find_by_key(cl: client.Client, indexes: Sequence[str], key: str) -> Candidat
     its build manifest (a cache hit republishes it), or None."""
     for index in indexes:
         for entry in read_listing(cl, index) or []:
-            if entry["cache_key"] == key and "manifest" in entry["documents"]:
+            if entry.cache_key == key and entry.manifest is not None:
                 return _candidate(index, entry)
     return None
 
@@ -359,7 +318,7 @@ def find_by_facts(
     same = {"torch": torch.public if torch else None, "python_tag": want.get("python_tag")}
     for rank, index in enumerate(indexes):
         for entry in read_listing(cl, index) or []:
-            facts = entry["facts"]
+            facts = entry.facts
             if not facts:
                 continue
             why = misfit(facts, want)
@@ -381,7 +340,7 @@ def find_by_facts(
                     )
                 )
             elif any(facts.get(key) == value for key, value in same.items()):
-                near.append({"filename": entry["filename"], "index": candidate.shown, "why": why})
+                near.append({"filename": entry.filename, "index": candidate.shown, "why": why})
     fits.sort(key=lambda f: (f[0], f[1], _glibc_key(f[2])))
     return [f[3] for f in fits], near
 
@@ -468,7 +427,7 @@ def _fetch(
     quoted = urllib.parse.quote(name)
     sha = _download(cl, candidate.base + quoted, folder / name, WHEEL_MAX)
     signer = verified(cl, candidate, folder / name, sha, trusted, fits) if trusted else None
-    if sha != entry["sha256"]:
+    if sha != entry.sha256:
         raise Refused(
             f"{untrusted.shown(name)} from {candidate.shown} does not match the sha256 its index.json records"
         )
@@ -477,13 +436,16 @@ def _fetch(
     except untrusted.Untrusted as exc:
         raise Refused(str(exc)) from None
     texts: dict[str, bytes] = {}
-    for kind, record in entry["documents"].items():
+    for record in (entry.manifest, *entry.attestations):
+        if record is None:
+            continue
+        kind = record.kind
         data = _get(
             cl,
-            candidate.base + urllib.parse.quote(record["filename"]),
+            candidate.base + urllib.parse.quote(record.filename),
             distdir.MANIFEST_MAX if kind == "manifest" else publish.ATTESTATION_MAX,
         )
-        if hashlib.sha256(data).hexdigest() != record["sha256"]:
+        if hashlib.sha256(data).hexdigest() != record.sha256:
             raise Refused(
                 f"the {kind} of {untrusted.shown(name)} from {candidate.shown} does not match the sha256 its "
                 "index.json records"
@@ -507,7 +469,9 @@ def _fetch(
     return Fetched(folder / name, manifest, documents, candidate.shown, signer)
 
 
-def _manifest(texts: dict[str, bytes], name: str, sha: str, entry: dict, where: str) -> dict:
+def _manifest(
+    texts: dict[str, bytes], name: str, sha: str, entry: publish.Entry, where: str
+) -> dict:
     """The build manifest beside the wheel: a JSON object naming this wheel, its sha256 and the entry's cache key,
     whose recorded SBOM/provenance are the ones the index keeps."""
     try:
@@ -519,7 +483,7 @@ def _manifest(texts: dict[str, bytes], name: str, sha: str, entry: dict, where: 
         raise Refused(
             f"the manifest of {untrusted.shown(name)} from {where} names another wheel or sha256"
         )
-    if entry["cache_key"] is not None and manifest.get("cache_key") != entry["cache_key"]:
+    if entry.cache_key is not None and manifest.get("cache_key") != entry.cache_key:
         raise Refused(
             f"the manifest of {untrusted.shown(name)} from {where} records another cache key than its index.json"
         )

@@ -333,11 +333,8 @@ def _run(
             found = _from_index(before, indexes, Path(work), dry_run, environ, trusted)
             if found is not None:
                 candidate, wheel, sha = found
-                result.source, result.target = (
-                    candidate.shown,
-                    _entry_str(candidate.entry, "target"),
-                )
-                result.wheel, result.sha256 = _entry_str(candidate.entry, "filename"), sha
+                result.source, result.target = candidate.shown, candidate.entry.target
+                result.wheel, result.sha256 = candidate.filename, sha
                 if dry_run:
                     result.status = (
                         "already-installed"
@@ -378,17 +375,13 @@ def _run(
         return _install(before, named, wheel, sha, result, "built-and-installed", environ)
 
 
-def _would_add(t: Target, named: str, entry: Mapping) -> list[str]:
+def _would_add(t: Target, named: str, entry) -> list[str]:
     """For --dry-run (nothing fetched): what installing the index's wheel would add to the venv, by the pins its
-    index entry lists (the real run reads them from the wheel itself); a pin the venv cannot meet is the error the real
-    run would stop at."""
-    facts = entry.get("facts")
-    pins = facts.get("requires_dist", []) if isinstance(facts, Mapping) else []
-    filename = untrusted.shown(_entry_str(entry, "filename") or "the wheel")
+    index entry lists (publish.check_facts: a list of plain pins; the real run reads them from the wheel itself); a
+    pin the venv cannot meet is the error the real run would stop at."""
     try:
-        if not (isinstance(pins, list) and all(isinstance(p, str) for p in pins)):
-            raise fit.Misfit("its requires_dist is not a list of requirements")
-        return fit.additions(filename, tuple(pins), t)
+        pins = tuple(entry.facts.get("requires_dist") or ())
+        return fit.additions(untrusted.shown(entry.filename), pins, t)
     except fit.Misfit as exc:
         raise InstallError(
             f"the index's wheel does not fit {named}: {exc} (by its index entry); nothing would be installed",
@@ -400,11 +393,6 @@ def _shown(index: str) -> str:
     from apexkit.index import remote
 
     return remote.shown(index)
-
-
-def _entry_str(entry: Mapping, key: str) -> str | None:
-    value = entry.get(key)
-    return value if isinstance(value, str) else None
 
 
 def _same_version(t: Target, filename: str | None) -> bool:
@@ -459,7 +447,7 @@ def _from_index(
             log.info(f"  near miss: {log.sanitise(log.mask(_near(miss)))}")
         return None
     for candidate in candidates:
-        sha = _entry_str(candidate.entry, "sha256")
+        sha = candidate.entry.sha256
         if dry_run:
             return candidate, None, sha
         try:
@@ -475,7 +463,7 @@ def _from_index(
             continue
         except remote.Refused as exc:
             raise InstallError(
-                f"refused {_entry_str(candidate.entry, 'filename')} from {candidate.shown}: {exc}; nothing installed",
+                f"refused {candidate.filename} from {candidate.shown}: {exc}; nothing installed",
                 f"tell whoever publishes that index ({vocab.command('publish')} writes it again), or pass another --index",
             ) from None
         if fetched.signer:
