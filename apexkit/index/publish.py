@@ -747,7 +747,7 @@ def write(
     root: Path,
     files: list[Entry],
     base_url: str | None = None,
-    cells: list[pages.Cell] | None = None,
+    cells: list[matrix.Combination] | None = None,
     key: signing.SigningKey | None = None,
     resign: bool = False,
 ) -> None:
@@ -1097,7 +1097,7 @@ def _publish(
     return groups
 
 
-def _matrix_cells(required: bool) -> list[pages.Cell]:
+def _matrix_cells(required: bool) -> list[matrix.Combination]:
     """matrix.toml's cells, for the grid's "missing" section and --coverage; without a readable matrix.toml the
     grid goes without that section (one warning), and --coverage is an error."""
     try:

@@ -42,10 +42,10 @@ from apexkit.install import files, fit
 from apexkit.install import target as targets
 from apexkit.install.target import Target
 from apexkit.proc import dies_with
+from apexkit.wheel import distdir
 
 PIP_TIMEOUT = 900.0
 STATUSES = ("installed", "already-installed", "built-and-installed", "would-install", "would-build")
-MANIFEST_LIMIT = 32 << 20
 
 
 Builder = typing.Callable[
@@ -542,17 +542,14 @@ def _built_wheel(target_dir: Path) -> tuple[Path, str, str]:
     where the build got it (`built_source`)."""
     cachetrust.trusted_output(target_dir, paths.DIST_SETTING, make=False)
     try:
-        manifest = untrusted.read_json_object(target_dir / "manifest.json", None, MANIFEST_LIMIT)
-        wheel_info = manifest.get("wheel")
-        if not isinstance(wheel_info, dict):
-            raise untrusted.Untrusted("manifest.json has no wheel")
-        name = untrusted.wheel_name(wheel_info.get("file"))
+        with untrusted.opened_dir(target_dir) as folder:
+            manifest, name = distdir.read_manifest(folder)
         wheel = target_dir / name
         sha = untrusted.sha256_file(wheel)
         untrusted.check_zip(wheel)
     except (untrusted.Untrusted, OSError) as exc:
         raise InstallError(f"{target_dir}: {exc}", "build again (apexkit install)") from None
-    if sha != wheel_info.get("sha256"):
+    if sha != manifest["wheel"]["sha256"]:
         raise InstallError(
             f"{wheel} does not match its manifest's sha256; nothing installed",
             "build again with --no-cache (--build-options '--no-cache')",

@@ -359,7 +359,9 @@ def test_coverage_lists_the_matrix_cells_without_a_wheel(tmp_path, capsys):
 
 
 def test_coverage_is_compared_by_python_torch_arch_and_torch_npu():
-    cell = pages.Cell("x", "3.10", "2.7.1", "aarch64", "2.7.1.post2", "8.5.0", "build-x")
+    cell = matrix.Combination(
+        "3.10", "2.7.1", "aarch64", "master", torch_npu="2.7.1.post2", cann="8.5.0"
+    )
 
     def entry(filename, target):
         return SimpleNamespace(filename=filename, target=target, torch="2.7.1")
