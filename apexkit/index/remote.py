@@ -22,7 +22,6 @@ import dataclasses
 import hashlib
 import json
 import os
-import re
 import shutil
 import tempfile
 import typing
@@ -230,37 +229,24 @@ def find_by_key(cl: client.Client, indexes: Sequence[str], key: str) -> Candidat
     return None
 
 
-def _glibc(tag: str) -> tuple[int, int] | None:
-    found = re.fullmatch(r"manylinux_(\d+)_(\d+)_\w+", tag)
-    if found:
-        return int(found[1]), int(found[2])
-    legacy = {"manylinux1": (2, 5), "manylinux2010": (2, 12), "manylinux2014": (2, 17)}
-    return legacy.get(tag.split("_", 1)[0])
-
-
 def misfit(facts: Mapping[str, object], want: Mapping[str, object]) -> str | None:
-    """Why a wheel with these facts does not fit the venv `want` describes (None when it fits). `want`: python_tag
-    (cp311), arch, glibc ("2.35"), torch (its version, a local label allowed), torch_npu (or None), cxx11_abi (0/1 or
-    None when unknown). The first of _MISFITS that finds one says why."""
+    """Why a wheel with these facts does not fit the venv `want` describes (None when it fits). `want`: tags (the
+    wheel tags the venv's pip installs, best first), python_tag (cp311), arch and glibc ("2.35") for the words, torch
+    (its version, a local label allowed), torch_npu (or None), cxx11_abi (0/1 or None when unknown), cuda. The first
+    of _MISFITS that finds one says why."""
     return next((why for check in _MISFITS if (why := check(facts, want))), None)
 
 
+def _tag(facts: Mapping[str, object]) -> str:
+    return "-".join(str(facts.get(k)) for k in ("python_tag", "abi_tag", "platform_tag"))
+
+
 def _tags_misfit(facts: Mapping[str, object], want: Mapping[str, object]) -> str | None:
-    """The wheel's python, abi and platform tags (arch, glibc)."""
-    python = want.get("python_tag")
-    if facts.get("python_tag") != python or facts.get("abi_tag") not in (python, "abi3", "none"):
-        return f"for {facts.get('python_tag')}, the venv is {python}"
-    platform_tag = str(facts.get("platform_tag") or "")
-    if not platform_tag.endswith("_" + str(want.get("arch"))):
-        return f"for {platform_tag or '?'}, the venv is {want.get('arch')}"
-    needs, glibc = _glibc(platform_tag), str(want.get("glibc") or "")
-    if (
-        needs
-        and re.fullmatch(r"\d+\.\d+", glibc)
-        and needs > tuple(int(p) for p in glibc.split("."))
-    ):
-        return f"needs glibc {needs[0]}.{needs[1]}, the venv's is {glibc}"
-    return None
+    """The wheel's python, abi and platform tags: one the venv's pip installs (its Python, arch and glibc at once)."""
+    if _tag(facts) in want.get("tags", ()):  # type: ignore[operator]
+        return None
+    venv = f"{want.get('python_tag')}, {want.get('arch')}, glibc {want.get('glibc') or 'unknown'}"
+    return f"tagged {_tag(facts)}, which the venv ({venv}) does not install"
 
 
 def _torch_misfit(facts: Mapping[str, object], want: Mapping[str, object]) -> str | None:
@@ -310,7 +296,7 @@ def find_by_facts(
     cl: client.Client, indexes: Sequence[str], want: Mapping[str, object]
 ) -> tuple[list[Candidate], list[dict]]:
     """The wheels of `indexes` that fit the venv `want` describes (see `misfit`), best first: earlier indexes first,
-    then builds with default inputs, then the newest platform tag; and the near misses (same torch, or same Python)
+    then builds with default inputs, then the venv pip's order of their tags; and the near misses (same torch, or same Python)
     as {"filename", "index", "why"}."""
     fits: list[tuple[int, int, str, Candidate]] = []
     near: list[dict] = []
@@ -331,23 +317,12 @@ def find_by_facts(
                     and facts.get("backend") != "cuda"
                     and not want.get("torch_npu")
                 )
-                fits.append(
-                    (
-                        rank,
-                        int(other) * 2 + (0 if plain else 1),
-                        str(facts.get("platform_tag")),
-                        candidate,
-                    )
-                )
+                fits.append((rank, int(other) * 2 + (0 if plain else 1), _tag(facts), candidate))
             elif any(facts.get(key) == value for key, value in same.items()):
                 near.append({"filename": entry.filename, "index": candidate.shown, "why": why})
-    fits.sort(key=lambda f: (f[0], f[1], _glibc_key(f[2])))
+    tags = list(want.get("tags", ()))  # type: ignore[call-overload]
+    fits.sort(key=lambda f: (f[0], f[1], tags.index(f[2])))  # pip's order: the newest glibc first
     return [f[3] for f in fits], near
-
-
-def _glibc_key(tag: str) -> tuple[int, int]:
-    found = _glibc(tag)
-    return (-found[0], -found[1]) if found else (0, 0)
 
 
 def _release(version: object) -> str | None:

@@ -74,7 +74,14 @@ def cl() -> client.Client:
     return client.Client(client.IndexSettings(urls=(), origin="test"))
 
 
+def venv_tags(python: str = "cp311", arch: str = "x86_64", glibc: int = 36) -> tuple[str, ...]:
+    """The wheel tags a venv's pip installs, best first (the newest glibc first), as the probe lists them."""
+    platforms = [f"manylinux_2_{minor}_{arch}" for minor in range(glibc, 16, -1)]
+    return tuple(f"{python}-{python}-{p}" for p in [*platforms, f"linux_{arch}"])
+
+
 WANT = {
+    "tags": venv_tags(),
     "python_tag": "cp311",
     "arch": "x86_64",
     "glibc": "2.36",
@@ -101,9 +108,9 @@ def test_a_wheel_is_found_by_what_the_venv_holds(tmp_path):
     assert [f.filename for f in fits] == [WHEEL] and near == []
     for change, why in [
         ({"torch": "2.12.0"}, "for torch 2.13.0, the venv has 2.12.0"),
-        ({"python_tag": "cp310"}, "for cp311, the venv is cp310"),
-        ({"arch": "aarch64"}, "the venv is aarch64"),
-        ({"glibc": "2.17"}, "needs glibc 2.28"),
+        ({"tags": venv_tags(python="cp310")}, "tagged cp311-cp311-manylinux_2_28_x86_64, which"),
+        ({"tags": venv_tags(arch="aarch64")}, "tagged cp311-cp311-manylinux_2_28_x86_64, which"),
+        ({"tags": venv_tags(glibc=17)}, "tagged cp311-cp311-manylinux_2_28_x86_64, which"),
         ({"torch_npu": "2.13.0"}, "built without torch_npu"),
         ({"cxx11_abi": 0}, "C++ ABI"),
     ]:
