@@ -68,21 +68,6 @@ class Candidate:
         return self.entry.filename
 
 
-@dataclass(frozen=True)
-class Fetched:
-    wheel: Path  # the verified wheel, in the `work` directory given to `fetch`
-    manifest: (
-        dict  # its build manifest (names this wheel and its sha256); {} when the index keeps none
-    )
-    documents: dict[
-        str, bytes
-    ]  # {sbom.SBOM_FILE: ..., sbom.PROVENANCE_FILE: ...} as the index keeps them
-    index: str  # shown (password masked)
-    signer: str | None = (
-        None  # the trusted key id whose envelope verified it (None: verification off)
-    )
-
-
 # why a verified statement's signed facts do not fit what is asked, or None (typing's form: Python 3.8)
 Fits = typing.Callable[[dict], Optional[str]]
 UNVERIFIED = (
@@ -351,10 +336,11 @@ def fetch(
     work: Path,
     trusted: Mapping[str, Any] | None = None,
     fits: Fits | None = None,
-) -> Fetched:
+) -> tuple[RemoteHit, str | None]:
     """Download the candidate's wheel (and its manifest, SBOM and provenance) into a new folder of `work` and verify
-    them; with `trusted` keys (key id -> public key), first its envelope (`verified`). Refused / Unreachable; nothing
-    of a refused wheel is left behind."""
+    them; with `trusted` keys (key id -> public key), first its envelope (`verified`). Returns the verified wheel and
+    the trusted key id whose envelope verified it (None: verification off). Refused / Unreachable; nothing of a
+    refused wheel is left behind."""
     work.mkdir(parents=True, exist_ok=True)
     folder = Path(tempfile.mkdtemp(prefix="team-index-", dir=work))
     try:
@@ -397,7 +383,7 @@ def verified(
 
 def _fetch(
     cl: client.Client, candidate: Candidate, folder: Path, trusted: Mapping[str, Any], fits: Fits
-) -> Fetched:
+) -> tuple[RemoteHit, str | None]:
     entry, name = candidate.entry, candidate.filename
     quoted = urllib.parse.quote(name)
     sha = _download(cl, candidate.base + quoted, folder / name, WHEEL_MAX)
@@ -441,7 +427,7 @@ def _fetch(
     documents = {sbom.PROVENANCE_FILE: texts["provenance"]}
     if "sbom" in texts:
         documents[sbom.SBOM_FILE] = texts["sbom"]
-    return Fetched(folder / name, manifest, documents, candidate.shown, signer)
+    return RemoteHit(folder / name, manifest, documents, candidate.shown), signer
 
 
 def _manifest(
@@ -507,7 +493,7 @@ def build_lookup(
                 if candidate is None:
                     continue
                 where = candidate.shown
-                fetched = fetch(
+                hit, _signer = fetch(
                     http,
                     candidate,
                     work,
@@ -524,7 +510,7 @@ def build_lookup(
                 continue
             if not trusted:
                 log.info(UNVERIFIED.replace("installing", "taking the team index's wheel"))
-            return RemoteHit(fetched.wheel, fetched.manifest, fetched.documents, fetched.index)
+            return hit
         return None
 
     return lookup

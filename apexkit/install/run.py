@@ -451,7 +451,7 @@ def _from_index(
         if dry_run:
             return candidate, None, sha
         try:
-            fetched = remote.fetch(
+            fetched, signer = remote.fetch(
                 client,
                 candidate,
                 work,
@@ -466,8 +466,8 @@ def _from_index(
                 f"refused {candidate.filename} from {candidate.shown}: {exc}; nothing installed",
                 f"tell whoever publishes that index ({vocab.command('publish')} writes it again), or pass another --index",
             ) from None
-        if fetched.signer:
-            log.info(f"{candidate.filename}: signature verified (key {fetched.signer})")
+        if signer:
+            log.info(f"{candidate.filename}: signature verified (key {signer})")
         else:
             log.warn(remote.UNVERIFIED)
         return candidate, fetched.wheel, untrusted.sha256_file(fetched.wheel)

@@ -48,7 +48,7 @@ def world(tmp_path, monkeypatch):
     def fetch(client, candidate, work, trusted=None, fits=None):
         if w.fetch_error:
             raise w.fetch_error
-        return remote.Fetched(w.wheel, {}, {}, candidate.shown)
+        return remote.RemoteHit(w.wheel, {}, {}, candidate.shown), None
 
     monkeypatch.setattr(target, "probe", probe)
     monkeypatch.setattr(remote, "make_client", lambda indexes, env: object())

@@ -95,10 +95,11 @@ def test_a_wheel_is_found_by_its_cache_key_and_fetched_verified(tmp_path):
     index = published_index(tmp_path)
     hit = remote.find_by_key(cl(), [str(index)], KEY)
     assert hit is not None and hit.filename == WHEEL and hit.shown == index.as_uri()
-    got = remote.fetch(cl(), hit, tmp_path / "work")
+    got, signer = remote.fetch(cl(), hit, tmp_path / "work")
     assert got.wheel.read_bytes() == (tmp_path / "dist" / TARGET / WHEEL).read_bytes()
     assert got.manifest["cache_key"] == KEY
     assert set(got.documents) == {sbom.SBOM_FILE, sbom.PROVENANCE_FILE}
+    assert signer is None  # no trusted key: not verified
     assert remote.find_by_key(cl(), [str(index)], "cd" * 32) is None
 
 
