@@ -55,7 +55,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from packaging.utils import parse_wheel_filename
+from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 from apexkit import cachetrust, fsedit, locks, log, untrusted, vocab
@@ -127,10 +127,6 @@ class Entry:
     )  # what the wheel is for (FACT_FIELDS, cxx11_abi, requires_dist, ...)
     manifest: Attestation | None = None  # the build's manifest, published as <wheel>.manifest.json
     signature: Attestation | None = None  # <wheel>.intoto.jsonl (docs/signing.md); None: unsigned
-
-
-def normalize(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 def _field(data: Any, dotted: str, where: Path) -> Any:
@@ -330,7 +326,7 @@ def _built(dist: Path, manifest_path: Path, targets: list[str] | None) -> Entry 
         )
     cache_key = manifest.get("cache_key")
     return Entry(
-        normalize(parse_wheel_filename(file)[0]),
+        canonicalize_name(parse_wheel_filename(file)[0]),
         file,
         wheel,
         digest,
@@ -609,15 +605,20 @@ def _index_files(root: Path, hint: str) -> list:
         names = _list(sorted(p.name for p in root.iterdir()))
         raise _foreign(root, hint, f"it holds {names} and no index.json")
     try:
-        data = json.loads(data_file.read_text())
-    except (OSError, UnicodeDecodeError, ValueError):
+        files = listed(json.loads(data_file.read_text()))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
         raise _foreign(root, hint, "its index.json is not JSON") from None
-    if not isinstance(data, dict) or not isinstance(data.get("files"), list):
-        data = {}
-    legacy = "format" not in data and set(data) == {"generated", "files"}  # before the marker
-    if data.get("format") != FORMAT and not legacy:
+    if files is None:
         raise _foreign(root, hint, f'its index.json has no "format": "{FORMAT}"')
-    return data["files"]
+    return files
+
+
+def listed(data: Any) -> list | None:
+    """files of a parsed index.json that apexkit wrote (marked FORMAT, or shaped as before the marker), else None."""
+    if not isinstance(data, dict) or not isinstance(data.get("files"), list):
+        return None
+    legacy = "format" not in data and set(data) == {"generated", "files"}  # before the marker
+    return data["files"] if data.get("format") == FORMAT or legacy else None
 
 
 def read_entry(f: Any, root: Path, where: str, fix: str) -> Entry:
@@ -630,7 +631,7 @@ def read_entry(f: Any, root: Path, where: str, fix: str) -> Entry:
         name = untrusted.wheel_name(f.get("filename"), f"{where}.filename")
     except untrusted.Untrusted as exc:
         raise ConfigError(str(exc), fix) from None
-    project = normalize(parse_wheel_filename(name)[0])
+    project = canonicalize_name(parse_wheel_filename(name)[0])
     if f.get("project") != project:
         raise ConfigError(f"{where}.project {f.get('project')!r} is not {project!r}", fix)
     for key in ("sha256", "cache_key"):

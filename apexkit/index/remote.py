@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from apexkit import log, untrusted
@@ -180,23 +181,19 @@ def read_listing(cl: client.Client, index: str) -> list[publish.Entry] | None:
     where = shown(root)
     try:
         body = _get(cl, root + "/index.json", published.INDEX_JSON_MAX)
-        data = json.loads(body.decode("utf-8"))
+        files = publish.listed(json.loads(body.decode("utf-8")))
     except (Unreachable, Refused) as exc:
         log.warn(f"team index {where} cannot be read ({exc})")
         return None
     except (UnicodeDecodeError, ValueError, RecursionError):
         log.warn(f"team index {where}: index.json is not JSON")
         return None
-    if (
-        not isinstance(data, dict)
-        or data.get("format") != publish.FORMAT
-        or not isinstance(data.get("files"), list)
-    ):
+    if files is None:
         log.warn(
             f'team index {where}: index.json is not an apexkit index ("format": "{publish.FORMAT}")'
         )
         return None
-    return [e for n, raw in enumerate(data["files"]) if (e := _entry(raw, n, where)) is not None]
+    return [e for n, raw in enumerate(files) if (e := _entry(raw, n, where)) is not None]
 
 
 def _candidate(index: str, entry: publish.Entry) -> Candidate:
@@ -253,7 +250,7 @@ def _torch_misfit(facts: Mapping[str, object], want: Mapping[str, object]) -> st
             req = Requirement(str(pin))
         except InvalidRequirement:
             return f"its pin {pin!r} is not a requirement"
-        name = publish.normalize(req.name)
+        name = canonicalize_name(req.name)
         version = have.get(name, "")
         if name in have and not (version and req.specifier.contains(version, prereleases=True)):
             return f"pins {pin}, the venv has {name} {version or 'missing'}"
@@ -279,12 +276,12 @@ _MISFITS = (_tags_misfit, _torch_misfit, _build_misfit)
 
 def find_by_facts(
     cl: client.Client, indexes: Sequence[str], want: Mapping[str, object]
-) -> tuple[list[Candidate], list[dict]]:
+) -> tuple[list[Candidate], list[str]]:
     """The wheels of `indexes` that fit the venv `want` describes (see `misfit`), best first: earlier indexes first,
     then builds with default inputs, then the venv pip's order of their tags; and the near misses (same torch, or same Python)
-    as {"filename", "index", "why"}."""
+    as "<filename> (<index>): <why>"."""
     fits: list[tuple[int, int, str, Candidate]] = []
-    near: list[dict] = []
+    near: list[str] = []
     torch = _version(want.get("torch"))
     same = {"torch": torch.public if torch else None, "python_tag": want.get("python_tag")}
     for rank, index in enumerate(indexes):
@@ -304,7 +301,7 @@ def find_by_facts(
                 )
                 fits.append((rank, int(other) * 2 + (0 if plain else 1), _tag(facts), candidate))
             elif any(facts.get(key) == value for key, value in same.items()):
-                near.append({"filename": entry.filename, "index": candidate.shown, "why": why})
+                near.append(f"{entry.filename} ({candidate.shown}): {why}")
     tags = list(want.get("tags", ()))  # type: ignore[call-overload]
     fits.sort(key=lambda f: (f[0], f[1], tags.index(f[2])))  # pip's order: the newest glibc first
     return [f[3] for f in fits], near

@@ -24,6 +24,7 @@ import hashlib
 import json
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -38,6 +39,7 @@ from packaging.version import InvalidVersion, Version
 
 from apexkit import cachetrust, envvars, locks, log, paths, untrusted, vocab
 from apexkit.errors import ApexkitError, ConfigError, EnvironmentSetupError
+from apexkit.index import remote
 from apexkit.install import files, fit
 from apexkit.install import target as targets
 from apexkit.install.target import Target
@@ -73,9 +75,6 @@ class Result:
     # the dependencies the venv lacked, now installed (for a dry run: that it would add)
     added: list[str] = dataclasses.field(default_factory=list)
 
-    def as_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
 
 def _lock_path(python: str, suffix: str = "") -> Path:
     """Where the lock on one venv lives: the apexkit cache, keyed by the venv's directory (nothing is written into the
@@ -108,8 +107,6 @@ def _repair(python: str, named: str, environ: Mapping[str, str], dry_run: bool =
     calls installed (uninstalled again: only a distribution whose RECORD is still the one that run's pip wrote,
     never torch or torch_npu) and the files pip wrote before it died, which no distribution lists (removed). One
     line says so; with `dry_run`, what it would do, nothing touched."""
-    import shutil
-
     journal = files.read_journal(_lock_path(python, ".journal"))
     if dry_run:
         journal = journal if journal is not None and journal.venv == _venv_id(python) else None
@@ -165,14 +162,13 @@ def indexes_from(given: Sequence[str] | None, environ: Mapping[str, str]) -> lis
     """--index URL (repeatable), else $APEXKIT_INDEX (several: space separated), else `team_indexes` in the project
     or user config file (apexkit.config). Each an http(s):// or file:// URL or a directory."""
     from apexkit import config
-    from apexkit.index import client
 
     value = config.load(environ).get("team_indexes", environ, flag=list(given or ()) or None)
     found = list(value.items)
     where = "--index" if given else (value.where or "APEXKIT_INDEX")
     for url in found:
         if "://" in url:
-            client.check_index_url(url, where)
+            remote.client.check_index_url(url, where)
         elif not Path(url).expanduser().is_dir():
             raise ConfigError(
                 f"{where} {log.mask(url)} is neither a URL nor a directory",
@@ -219,7 +215,7 @@ def main(
             print(json.dumps({**failed, "exit_code": exc.exit_code, "venv": venv or interpreter}))
         raise
     if as_json:
-        print(json.dumps(result.as_dict()))
+        print(json.dumps(dataclasses.asdict(result)))
     else:
         log.out(_summary(result))
     return 0
@@ -350,7 +346,7 @@ def _run(
             raise InstallError(
                 f"no wheel fits {named} ({before.cell()})"
                 + (
-                    f" in {', '.join(_shown(i) for i in indexes)}"
+                    f" in {', '.join(remote.shown(i) for i in indexes)}"
                     if indexes
                     else " and no index is given"
                 ),
@@ -389,12 +385,6 @@ def _would_add(t: Target, named: str, entry) -> list[str]:
         ) from None
 
 
-def _shown(index: str) -> str:
-    from apexkit.index import remote
-
-    return remote.shown(index)
-
-
 def _same_version(t: Target, filename: str | None) -> bool:
     """For --dry-run (nothing fetched): the venv's apexkit apex has this wheel's version and tags."""
     if t.apex is None or not t.apex.apexkit or not filename:
@@ -421,7 +411,7 @@ def _from_index(
     trusted keys only a wheel whose envelope verifies, signs the bytes downloaded and whose signed facts fit the
     venv is taken (remote.verified); without, one warning line says how to turn verification on."""
     from apexkit import config
-    from apexkit.index import remote, signing
+    from apexkit.index import signing
     from apexkit.wheel import options
 
     want = t.want()
@@ -429,7 +419,7 @@ def _from_index(
         "team_indexes", indexes, environ
     )  # a project file's index: say so in every line
     if told:
-        log.notice(f"team index {', '.join(map(_shown, indexes))}{told}")
+        log.notice(f"team index {', '.join(map(remote.shown, indexes))}{told}")
     client = remote.make_client(indexes, environ)
     try:
         candidates, near = remote.find_by_facts(client, indexes, want)
@@ -444,7 +434,7 @@ def _from_index(
     if not candidates:
         log.info(f"no wheel in the index{'es' if len(indexes) > 1 else ''} fits {t.cell()}")
         for miss in near[:5]:
-            log.info(f"  near miss: {log.sanitise(log.mask(_near(miss)))}")
+            log.info(f"  near miss: {log.sanitise(log.mask(miss))}")
         return None
     for candidate in candidates:
         sha = candidate.entry.sha256
@@ -477,14 +467,6 @@ def _from_index(
 
 def _signed_misfit(why: str | None) -> str | None:
     return f"the signed target facts do not fit the venv: {why}" if why else None
-
-
-def _near(miss: object) -> str:
-    if isinstance(miss, Mapping):
-        return (
-            f"{str(miss.get('filename'))[:200]} ({miss.get('index')}): {str(miss.get('why'))[:200]}"
-        )
-    return str(miss)[:400]
 
 
 def _check_pairing(t: Target) -> None:
@@ -635,7 +617,9 @@ def _install_files(
     with tempfile.TemporaryDirectory(
         prefix="apexkit-install-", dir=_work(before.python_path)
     ) as folder:
-        _copy(wheel, folder)  # a copy, not a link: the folder holds nothing another user can change
+        shutil.copyfile(
+            wheel, Path(folder) / wheel.name, follow_symlinks=False
+        )  # a copy, not a link: the folder holds nothing another user can change
         if untrusted.sha256_file(Path(folder) / wheel.name) != sha:
             raise InstallError(
                 f"{wheel} changed while it was being installed; nothing installed",
@@ -969,12 +953,6 @@ def _constraints(t: Target) -> str:
     lines = [f"{name}==={_normal(version)}\n" for name, version in sorted(t.seen.items())]
     lines += [f"{name}<0\n" for name in (*fit.GUARDED, "apex") if name not in t.seen]
     return "".join(lines)
-
-
-def _copy(wheel: Path, folder: str) -> None:
-    import shutil
-
-    shutil.copyfile(wheel, Path(folder) / wheel.name, follow_symlinks=False)
 
 
 def _pip(

@@ -36,7 +36,7 @@ def world(tmp_path, monkeypatch):
         pip: list[list[str]] = dataclasses.field(default_factory=list)
         probes: list[target.Target] = dataclasses.field(default_factory=lambda: [parsed()])
         candidates: list[remote.Candidate] = dataclasses.field(default_factory=list)
-        near: list[dict] = dataclasses.field(default_factory=list)
+        near: list[str] = dataclasses.field(default_factory=list)
         fetch_error: Exception | None = None
         report: object = dataclasses.field(default_factory=lambda: report_of(("packaging", "25.0")))
 
@@ -436,7 +436,9 @@ def test_an_index_whose_wheel_lies_about_the_tuple_installs_nothing(world, tmp_p
 
 
 def test_a_miss_with_no_build_names_the_cell(world):
-    world.near = [{"filename": "apex-x.whl", "index": "i", "why": "for cp310, the venv is cp311"}]
+    world.near = [
+        "apex-x.whl (i): tagged cp310-cp310-linux_x86_64, which the venv does not install"
+    ]
     with pytest.raises(run.InstallError) as err:
         install(world, index=[str(world.venv)], no_build=True)
     assert (

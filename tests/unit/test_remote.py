@@ -117,7 +117,7 @@ def test_a_wheel_is_found_by_what_the_venv_holds(tmp_path):
     ]:
         fits, near = remote.find_by_facts(cl(), [str(index)], {**WANT, **change})
         assert fits == []
-        assert [n["why"] for n in near if why in n["why"]], (change, near)
+        assert [n for n in near if n.startswith(f"{WHEEL} (") and why in n], (change, near)
         assert remote.misfit(
             publish.facts_of(
                 json.loads((tmp_path / "dist" / TARGET / "manifest.json").read_text()), WHEEL
@@ -207,14 +207,15 @@ def test_nvidia_apex_on_cuda_goes_only_to_a_venv_of_its_cuda_and_first_there(tmp
     index = [str(tmp_path / "index")]
     fits, near = remote.find_by_facts(cl(), index, {**WANT, "cuda": None})  # a CPU torch
     assert [f.filename for f in fits] == [WHEEL]
-    assert [n["why"] for n in near] == [
-        "NVIDIA apex for CUDA 13.0, the venv's torch is a build without CUDA"
+    assert near == [
+        f"{CUDA_WHEEL} ({(tmp_path / 'index').as_uri()}): NVIDIA apex for CUDA 13.0, the venv's torch is a "
+        "build without CUDA"
     ]
     fits, near = remote.find_by_facts(cl(), index, {**WANT, "cuda": "13.0"})
     assert [f.filename for f in fits] == [CUDA_WHEEL, WHEEL] and near == []
     fits, near = remote.find_by_facts(cl(), index, {**WANT, "cuda": "12.8"})
     assert [f.filename for f in fits] == [WHEEL]
-    assert "NVIDIA apex for CUDA 13.0, the venv's torch is CUDA 12.8" in near[0]["why"]
+    assert "NVIDIA apex for CUDA 13.0, the venv's torch is CUDA 12.8" in near[0]
     # an Ascend venv (torch_npu) whose torch is a CUDA build, as x86_64's default torch is: Ascend apex only
     fits, near = remote.find_by_facts(cl(), index, {**WANT, "cuda": "13.0", "torch_npu": "2.13.0"})
-    assert fits == [] and "torch_npu" in near[-1]["why"]
+    assert fits == [] and "torch_npu" in near[-1]
