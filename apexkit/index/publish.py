@@ -256,15 +256,6 @@ def is_sha256(value: Any) -> bool:
     return isinstance(value, str) and bool(_SHA256.fullmatch(value))
 
 
-def is_record(record: Any, filename: str) -> bool:
-    """Whether an index.json record of a file beside a wheel is {"filename": filename, "sha256": <hex>}."""
-    return (
-        isinstance(record, dict)
-        and record.get("filename") == filename
-        and is_sha256(record.get("sha256"))
-    )
-
-
 def collect(dist: Path, targets: list[str] | None = None) -> list[Entry]:
     """Every dist/<target>/ with a manifest and its wheel (checked against the manifest's sha256)."""
     build = f"build first: {vocab.build('3.11')}"
@@ -680,12 +671,15 @@ def _document(
     Attestation; None when there is none."""
     if record is None:
         return None
-    keyid: Any = record.get("keyid") if isinstance(record, dict) and kind == SIGNATURE else ""
-    if not is_record(record, name) or (kind == SIGNATURE and not is_sha256(keyid)):
-        raise ConfigError(
-            f"{where} is not {{filename: {name}, sha256{', keyid' if kind == SIGNATURE else ''}}}",
-            fix,
-        )
+    if not isinstance(record, dict):
+        raise ConfigError(f"{where} is not an object", fix)
+    if record.get("filename") != name:
+        raise ConfigError(f"{where}.filename is not {name}", fix)
+    keys = ("sha256", "keyid") if kind == SIGNATURE else ("sha256",)
+    for key in keys:
+        if not is_sha256(record.get(key)):
+            raise ConfigError(f"{where}.{key} is not a sha256 hex digest", fix)
+    keyid = record["keyid"] if kind == SIGNATURE else ""
     return Attestation(kind, name, folder / name, record["sha256"], keyid)
 
 

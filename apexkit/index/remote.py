@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import io
 import json
 import os
 import shutil
@@ -94,34 +95,37 @@ def _file(url: str) -> Path:
 
 
 def _why(exc: BaseException) -> str:
-    if isinstance(exc, ApexkitError):
-        return exc.cause
     if isinstance(exc, untrusted.Refused) and isinstance(exc.error, FileNotFoundError):
         return "not found"
     return log.sanitise(log.mask(str(exc)))[:200]
 
 
 def _get(cl: client.Client, url: str, limit: int) -> bytes:
-    """The bytes at `url` (file:// read without following links), at most `limit`: Unreachable when it cannot be
-    read (missing, HTTP error, network), Refused when it is larger."""
-    if url.startswith("file:"):
-        try:
-            return untrusted.read_regular(_file(url), None, limit)
-        except untrusted.Refused as exc:
-            if exc.kind == "size":
-                raise Refused(f"{client.public_url(url)} is larger than {limit} bytes") from None
-            raise Unreachable(f"{client.public_url(url)}: {_why(exc)}") from None
-        except OSError as exc:
-            raise Unreachable(f"{client.public_url(url)}: {exc.strerror or exc}") from None
+    """The bytes at `url`, at most `limit` (read as `_download` reads)."""
+    out = io.BytesIO()
+    _download(cl, url, out, limit)
+    return out.getvalue()
+
+
+def _download(cl: client.Client, url: str, out: typing.BinaryIO, limit: int) -> str:
+    """Stream `url` (file:// read without following links) into `out`, at most `limit` bytes, hashing what is
+    written: its sha256. Unreachable when it cannot be read (missing, HTTP error, network), Refused when it is
+    larger."""
+    digest, size = hashlib.sha256(), 0
     try:
-        with cl.open(url) as response:
-            body = response.read(limit + 1)
-    except (urllib.error.HTTPError, ApexkitError, OSError, ValueError) as exc:
+        file = url.startswith("file:")
+        source = os.fdopen(untrusted.open_regular(_file(url)), "rb") if file else cl.open(url)
+        with source:
+            for chunk in iter(lambda: source.read(_CHUNK), b""):
+                size += len(chunk)
+                if size > limit:
+                    raise Refused(f"{client.public_url(url)} is larger than {limit} bytes")
+                digest.update(chunk)
+                out.write(chunk)
+    except (urllib.error.HTTPError, ApexkitError, untrusted.Untrusted, OSError, ValueError) as exc:
         raise _unreachable(cl, url, exc) from None
-    if len(body) > limit:
-        raise Refused(f"{client.public_url(url)} is larger than {limit} bytes")
-    cl.count(len(body))
-    return body
+    cl.count(size)
+    return digest.hexdigest()
 
 
 def _unreachable(cl: client.Client, url: str, exc: BaseException) -> Exception:
@@ -131,33 +135,9 @@ def _unreachable(cl: client.Client, url: str, exc: BaseException) -> Exception:
         if exc.code in (401, 403):
             return client.credentials_refused(cl, url, exc.code, exc.filename)
         return Unreachable(f"{client.public_url(url)}: HTTP {exc.code}")
-    return exc if isinstance(exc, client.Denied) else Unreachable(_why(exc))
-
-
-def _download(cl: client.Client, url: str, dest: Path, limit: int) -> str:
-    """Stream `url` into the new file `dest`, hashing what is written: its sha256."""
-    digest, size = hashlib.sha256(), 0
-    if url.startswith("file:"):
-        try:
-            fd = untrusted.open_regular(_file(url))
-        except untrusted.Refused as exc:
-            raise Unreachable(f"{client.public_url(url)}: {_why(exc)}") from None
-        with os.fdopen(fd, "rb") as src:
-            if os.fstat(src.fileno()).st_size > limit:
-                raise Refused(f"{client.public_url(url)} is larger than {limit} bytes")
-            return untrusted.copy_fd(src.fileno(), dest)[0]
-    try:
-        with cl.open(url) as response, open(dest, "xb") as out:
-            for chunk in iter(lambda: response.read(_CHUNK), b""):
-                size += len(chunk)
-                if size > limit:
-                    raise Refused(f"{client.public_url(url)} is larger than {limit} bytes")
-                digest.update(chunk)
-                out.write(chunk)
-    except (urllib.error.HTTPError, ApexkitError, OSError, ValueError) as exc:
-        raise _unreachable(cl, url, exc) from None
-    cl.count(size)
-    return digest.hexdigest()
+    if isinstance(exc, ApexkitError):
+        return exc if isinstance(exc, client.Denied) else Unreachable(exc.cause)
+    return Unreachable(f"{client.public_url(url)}: {_why(exc)}")
 
 
 # --- index.json ------------------------------------------------------------------------------------------------------
@@ -383,7 +363,8 @@ def _fetch(
 ) -> tuple[RemoteHit, str | None]:
     entry, name = candidate.entry, candidate.filename
     quoted = urllib.parse.quote(name)
-    sha = _download(cl, candidate.base + quoted, folder / name, WHEEL_MAX)
+    with open(folder / name, "xb") as out:
+        sha = _download(cl, candidate.base + quoted, out, WHEEL_MAX)
     signer = verified(cl, candidate, folder / name, sha, trusted, fits) if trusted else None
     if sha != entry.sha256:
         raise Refused(
