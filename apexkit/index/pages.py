@@ -38,6 +38,7 @@ from packaging.version import InvalidVersion, Version
 from apexkit import log
 from apexkit.errors import ApexkitError, ConfigError
 from apexkit.plan import target as plan_target
+from apexkit.wheel import cachedirs
 
 METADATA_SUFFIX = ".metadata"
 METADATA_MAX = (
@@ -315,17 +316,6 @@ def torch_page_name(torch: str) -> str:
     return f"torch-{torch}.html"
 
 
-def _size(n: int) -> str:
-    if n < 1024:
-        return f"{n} B"
-    size = float(n)
-    for unit in ("KiB", "MiB", "GiB"):
-        size /= 1024
-        if size < 1024 or unit == "GiB":
-            break
-    return f"{size:.1f} {unit}"
-
-
 def _vkey(text: str | None) -> tuple:
     try:
         return (0, Version(text)) if text else (1, Version("0"))
@@ -495,7 +485,7 @@ def _wheel_html(
 ) -> str:
     folder = f"simple/{e.project}/"
     try:
-        size = _size((root / folder / e.filename).stat().st_size)
+        size = cachedirs.human((root / folder / e.filename).stat().st_size)
     except OSError:
         size = "?"
     sig = getattr(e, "signature", None)  # <wheel>.intoto.jsonl; its keyid: the signer

@@ -347,7 +347,7 @@ def test_a_system_site_packages_base_counts_as_installed_and_is_held(world, tmp_
     held = run._constraints(base).splitlines()
     assert {"packaging===24.1", "oldpkg===1.0-custom"} <= set(held)  # a legacy version as it is
     shadowed = dataclasses.replace(base, dists={**base.dists, "packaging": "25.0"})
-    assert fit.changed(base, shadowed) == ["packaging 24.1 -> 25.0"]
+    assert fit.moved(base, shadowed) == ["packaging 24.1 -> 25.0"]
 
 
 def test_a_dependency_pip_cannot_add_is_one_line_with_a_command_to_paste(
