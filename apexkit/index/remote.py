@@ -58,9 +58,6 @@ class Unreachable(Exception):
 
 @dataclass(frozen=True)
 class Candidate:
-    index: (
-        str  # the index root as given (it may hold user:password@: never print it, print `shown`)
-    )
     shown: str  # the index root with the password masked, for messages ("cache hit from <shown>")
     entry: publish.Entry  # the checked index.json files[i]
     base: str  # the URL of simple/<project>/, where the wheel and the files beside it are
@@ -178,7 +175,7 @@ def read_listing(cl: client.Client, index: str) -> list[publish.Entry] | None:
 
 def _candidate(index: str, entry: publish.Entry) -> Candidate:
     root = published.root_url(index)
-    return Candidate(index, shown(root), entry, f"{root}/simple/{entry.project}/")
+    return Candidate(shown(root), entry, f"{root}/simple/{entry.project}/")
 
 
 def find_by_key(cl: client.Client, indexes: Sequence[str], key: str) -> Candidate | None:

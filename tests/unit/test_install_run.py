@@ -103,7 +103,7 @@ def with_dists(t: target.Target, **dists: str) -> target.Target:
 def candidate(wheel) -> remote.Candidate:
     sha = hashlib.sha256(wheel.read_bytes()).hexdigest()
     entry = publish.Entry("apex", wheel.name, wheel, sha, "t1", "2.13.0", in_index=True)
-    return remote.Candidate("http://u:secret@127.0.0.1:9/", "http://u:***@127.0.0.1:9", entry, "x")
+    return remote.Candidate("http://u:***@127.0.0.1:9", entry, "x")
 
 
 def install(w, *, build=None, **options):
