@@ -718,6 +718,17 @@ def _add_dependencies(
             f"'pip>={REPORT_PIP}'), then run apexkit install again",
         )
     log.info(f"{lacks}: asking its pip what that takes (its own index, everything it has held)")
+
+    def pip(args: list[str], could: str, undo: bool = False) -> None:
+        """The venv's pip with the user's index settings; its failure one line (what it added taken back: `undo`)."""
+        try:
+            _pip(now, args, environ, pip_env=True)
+        except InstallError as exc:
+            then = _gone(*_take_back(now, None, named, environ)) if undo else "nothing installed"
+            raise InstallError(
+                f"{lacks}, and its pip could {could} ({exc.cause}); {then}", fix
+            ) from None
+
     with tempfile.TemporaryDirectory(
         prefix="apexkit-install-", dir=_work(now.python_path)
     ) as folder:
@@ -730,19 +741,10 @@ def _add_dependencies(
             "--constraint",
             str(held),
         ]
-        try:
-            _pip(
-                now,
-                ["install", "--dry-run", "--quiet", "--report", str(report), *resolve, *missing],
-                environ,
-                pip_env=True,
-            )
-        except InstallError as exc:
-            raise InstallError(
-                f"{lacks}, and its pip could not add them holding all it has, torch_npu and apex kept out "
-                f"({exc.cause}); nothing installed",
-                fix,
-            ) from None
+        pip(
+            ["install", "--dry-run", "--quiet", "--report", str(report), *resolve, *missing],
+            "not add them holding all it has, torch_npu and apex kept out",
+        )
         planned = _planned(report, now)
         if isinstance(planned, str):
             raise InstallError(f"{lacks}, and its pip would {planned}; nothing installed", fix)
@@ -754,42 +756,24 @@ def _add_dependencies(
         pinned.write_text("".join(f"{n}==={v} --hash=sha256:{h}\n" for n, v, h in planned))
         wheels = Path(folder) / "wheels"
         fetch = ["--no-deps", "--require-hashes", "--only-binary=:all:"]
-        try:
-            _pip(
-                now,
-                ["download", *fetch, "--dest", str(wheels), "-r", str(pinned)],
-                environ,
-                pip_env=True,
-            )
-        except InstallError as exc:
-            raise InstallError(
-                f"{lacks}, and its pip could not fetch them ({exc.cause}); nothing installed", fix
-            ) from None
+        pip(["download", *fetch, "--dest", str(wheels), "-r", str(pinned)], "not fetch them")
         _check_added(now, named, lacks, [wheel, *sorted(wheels.glob("*.whl"))], journal)
         journal.add([], {**{n: None for n, _, _ in planned}, **apex})
-        try:
-            _pip(
-                now,
-                [
-                    "install",
-                    "--no-deps",
-                    "--require-hashes",
-                    *resolve,
-                    "--no-index",
-                    "--find-links",
-                    str(wheels),
-                    "--requirement",
-                    str(pinned),
-                ],
-                environ,
-                pip_env=True,
-            )
-        except InstallError as exc:
-            raise InstallError(
-                f"{lacks}, and its pip could not add them ({exc.cause}); "
-                + _gone(*_take_back(now, None, named, environ)),
-                fix,
-            ) from None
+        pip(
+            [
+                "install",
+                "--no-deps",
+                "--require-hashes",
+                *resolve,
+                "--no-index",
+                "--find-links",
+                str(wheels),
+                "--requirement",
+                str(pinned),
+            ],
+            "not add them",
+            undo=True,
+        )
         journal.wrote(now, [n for n, _, _ in planned])
     after = targets.probe(before.python_path, named, environ, versions_only=True)
     new = {n: v for n, v in after.seen.items() if n not in now.seen}
