@@ -255,8 +255,8 @@ def find_by_facts(
     cl: client.Client, indexes: Sequence[str], want: Mapping[str, object]
 ) -> tuple[list[Candidate], list[str]]:
     """The wheels of `indexes` that fit the venv `want` describes (see `misfit`), best first: earlier indexes first,
-    then builds with default inputs, then the venv pip's order of their tags; and the near misses (same torch, or same Python)
-    as "<filename> (<index>): <why>"."""
+    then builds with default inputs, then the venv pip's order of their tags; and the near misses (same torch, or
+    same Python) as "<filename> (<index>): <why>"."""
     fits: list[tuple[int, int, str, Candidate]] = []
     near: list[str] = []
     torch = _version(want.get("torch"))
