@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TextIO
 
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+from packaging.version import InvalidVersion
 
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _NOCTTY = getattr(os, "O_NOCTTY", 0)
@@ -209,23 +210,24 @@ def sha256_digest(value: object) -> str:
     )
 
 
-def wheel_name(name: object) -> str:
-    """A plain basename that is a valid wheel filename, or Untrusted."""
+def wheel_name(name: object, what: str = "wheel.file") -> str:
+    """A plain basename that is a valid wheel filename (`what` names it in the error), or Untrusted."""
     if not isinstance(name, str):
-        raise Untrusted(f"wheel.file is a {shown(name)}, not a file name")
+        raise Untrusted(f"{what} is a {shown(name)}, not a file name")
     if (
         name in ("", ".", "..")
         or "/" in name
         or "\\" in name
         or "\0" in name
         or name != name.strip()
+        or not name.isprintable()
         or not name.endswith(".whl")
     ):
-        raise Untrusted(f"wheel.file {shown(name)} is not a plain *.whl file name")
+        raise Untrusted(f"{what} {shown(name)} is not a plain *.whl file name")
     try:
         parse_wheel_filename(name)
-    except InvalidWheelFilename as exc:
-        raise Untrusted(f"wheel.file {shown(name)} is not a valid wheel file name ({exc})") from exc
+    except (InvalidWheelFilename, InvalidVersion) as exc:
+        raise Untrusted(f"{what} {shown(name)} is not a valid wheel file name ({exc})") from exc
     return name
 
 

@@ -38,6 +38,7 @@ from packaging.version import InvalidVersion, Version
 from apexkit import log
 from apexkit.errors import ApexkitError, ConfigError
 from apexkit.plan import target as plan_target
+from apexkit.wheel import cachedirs
 
 METADATA_SUFFIX = ".metadata"
 METADATA_MAX = (
@@ -75,19 +76,6 @@ class Metadata:
     filename: str  # <wheel>.metadata
     sha256: str
     requires_python: str | None  # as METADATA says, checked to be a PEP 440 specifier set
-
-
-@dataclass(frozen=True)
-class Cell:
-    """A combination of matrix.toml, as coverage compares it with the index."""
-
-    id: str
-    python: str
-    torch: str  # public version
-    arch: str
-    torch_npu: str | None
-    cann: str | None
-    session: str  # the nox session that builds it
 
 
 def esc(value: object) -> str:
@@ -273,25 +261,16 @@ def _python_of(interpreter: str) -> str:
 # --- coverage -------------------------------------------------------------------------------------------------------
 
 
-def matrix_cells(matrix: Any) -> list[Cell]:
-    """The combinations of matrix.toml that validate (a refused one cannot be built, so it is never "missing")."""
+def matrix_cells(matrix: Any) -> list[Any]:
+    """The combinations of matrix.toml (apexkit.plan.matrix.Combination: the cells coverage compares with the index)
+    that validate (a refused one cannot be built, so it is never "missing")."""
     cells = []
     for combo in matrix.combinations():
         try:
             matrix.validate(combo)
         except ApexkitError:
             continue
-        cells.append(
-            Cell(
-                combo.id,
-                combo.python,
-                Version(combo.torch).public,
-                combo.arch,
-                combo.torch_npu,
-                combo.cann,
-                f"build-{combo.id}",
-            )
-        )
+        cells.append(combo)
     return cells
 
 
@@ -299,26 +278,31 @@ def _key(f: Mapping[str, Any]) -> tuple:
     return (f["python"], f["torch"], f["arch"], f.get("torch_npu") or None)
 
 
-def missing(cells: Sequence[Cell], entries: Sequence[Any]) -> list[Cell]:
+def _cell_key(c: Any) -> tuple:
+    """A matrix cell as `_key` gives a wheel's facts: its torch the public version."""
+    return (c.python, Version(c.torch).public, c.arch, c.torch_npu)
+
+
+def missing(cells: Sequence[Any], entries: Sequence[Any]) -> list[Any]:
     """The cells with no wheel among `entries` (compared by python, torch, arch and torch_npu)."""
     have = {_key(facts(e)) for e in entries}
-    return [c for c in cells if (c.python, c.torch, c.arch, c.torch_npu) not in have]
+    return [c for c in cells if _cell_key(c) not in have]
 
 
-def coverage_lines(cells: Sequence[Cell], absent: Sequence[Cell], where: str) -> list[str]:
+def coverage_lines(cells: Sequence[Any], absent: Sequence[Any], where: str) -> list[str]:
     """The `publish --coverage` report: a count, then one Markdown list line per missing cell (the CI job summary
     shows it as it is)."""
     lines = [
         f"coverage: {len(cells) - len(absent)} of {len(cells)} cells of matrix.toml have a wheel in {where}"
         + (f"; {len(absent)} missing:" if absent else "")
     ]
-    lines += [f"- {c.id}: {_cell_words(c)} (build: nox -s {c.session})" for c in absent]
+    lines += [f"- {c.id}: {_cell_words(c)} (build: nox -s build-{c.id})" for c in absent]
     return lines
 
 
-def _cell_words(c: Cell) -> str:
+def _cell_words(c: Any) -> str:
     return ", ".join(
-        [f"Python {c.python}", f"torch {c.torch}"]
+        [f"Python {c.python}", f"torch {Version(c.torch).public}"]
         + ([f"torch_npu {c.torch_npu}"] if c.torch_npu else [])
         + ([f"CANN {c.cann}"] if c.cann else [])
         + [c.arch]
@@ -330,17 +314,6 @@ def _cell_words(c: Cell) -> str:
 
 def torch_page_name(torch: str) -> str:
     return f"torch-{torch}.html"
-
-
-def _size(n: int) -> str:
-    if n < 1024:
-        return f"{n} B"
-    size = float(n)
-    for unit in ("KiB", "MiB", "GiB"):
-        size /= 1024
-        if size < 1024 or unit == "GiB":
-            break
-    return f"{size:.1f} {unit}"
 
 
 def _vkey(text: str | None) -> tuple:
@@ -355,7 +328,7 @@ def write_pages(
     entries: Sequence[Any],
     metadata: Mapping[str, Metadata],
     base_url: str,
-    cells: Sequence[Cell] = (),
+    cells: Sequence[Any] = (),
     generated: str = "",
 ) -> list[str]:
     """index.html and one torch-<version>.html per torch into the new index `root` (its simple/ already written).
@@ -395,7 +368,7 @@ def grid_page(
     entries: Sequence[Any],
     metadata: Mapping[str, Metadata],
     base_url: str,
-    cells: Sequence[Cell],
+    cells: Sequence[Any],
     torch_pages: Sequence[str],
     generated: str = "",
 ) -> str:
@@ -459,12 +432,12 @@ def _grid_cells(
     entries: Sequence[Any],
     metadata: Mapping[str, Metadata],
     base_url: str,
-    cells: Sequence[Cell],
-    absent: Sequence[Cell],
+    cells: Sequence[Any],
+    absent: Sequence[Any],
 ) -> dict[tuple, str]:
     """The grid's filled cells: ((torch, torch_npu, CANN), (python, arch)) -> its <td>, the wheels there or else
     the matrix cells missing there."""
-    stack_cann = {(c.python, c.torch, c.arch, c.torch_npu): c.cann for c in cells if c.cann}
+    stack_cann = {_cell_key(c): c.cann for c in cells if c.cann}
     wheels: dict[tuple, list[str]] = {}
     for e in entries:
         f = facts(e)
@@ -475,9 +448,9 @@ def _grid_cells(
         wheels.setdefault(key, []).append(_wheel_html(root, e, f, metadata, base_url))
     holes: dict[tuple, list[str]] = {}
     for c in absent:
-        holes.setdefault(((c.torch, c.torch_npu, c.cann), (c.python, c.arch)), []).append(
+        holes.setdefault(((_cell_key(c)[1], c.torch_npu, c.cann), (c.python, c.arch)), []).append(
             f'<div class="meta">matrix cell <code>{esc(c.id)}</code>; build: '
-            f"<code>nox -s {esc(c.session)}</code></div>"
+            f"<code>nox -s build-{esc(c.id)}</code></div>"
         )
     return {
         **{
@@ -490,7 +463,7 @@ def _grid_cells(
     }
 
 
-def _missing_html(absent: Sequence[Cell], total: int) -> list[str]:
+def _missing_html(absent: Sequence[Any], total: int) -> list[str]:
     """The "missing" section of index.html: the cells of matrix.toml with no wheel."""
     head = f'<h2 id="missing">Missing: cells of matrix.toml with no wheel ({len(absent)} of {total})</h2>'
     if not absent:
@@ -500,7 +473,7 @@ def _missing_html(absent: Sequence[Cell], total: int) -> list[str]:
         '<ul class="missing">',
         *[
             f"<li><code>{esc(c.id)}</code>: {esc(_cell_words(c))} &mdash; build: "
-            f"<code>nox -s {esc(c.session)}</code></li>"
+            f"<code>nox -s build-{esc(c.id)}</code></li>"
             for c in absent
         ],
         "</ul>",
@@ -512,7 +485,7 @@ def _wheel_html(
 ) -> str:
     folder = f"simple/{e.project}/"
     try:
-        size = _size((root / folder / e.filename).stat().st_size)
+        size = cachedirs.human((root / folder / e.filename).stat().st_size)
     except OSError:
         size = "?"
     sig = getattr(e, "signature", None)  # <wheel>.intoto.jsonl; its keyid: the signer

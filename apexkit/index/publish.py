@@ -55,7 +55,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 from apexkit import cachetrust, fsedit, locks, log, untrusted, vocab
@@ -129,10 +129,6 @@ class Entry:
     signature: Attestation | None = None  # <wheel>.intoto.jsonl (docs/signing.md); None: unsigned
 
 
-def normalize(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
 def _field(data: Any, dotted: str, where: Path) -> Any:
     """data["a"]["b"] for "a.b", or a one-line refusal naming the file and the field."""
     value = data
@@ -141,21 +137,6 @@ def _field(data: Any, dotted: str, where: Path) -> Any:
             raise ConfigError(f"{where}: no {dotted}", _REBUILD)
         value = value[key]
     return value
-
-
-def _wheel_name(name: Any) -> str | None:
-    """Why `name` is not a plain wheel filename (None when it is one)."""
-    if not isinstance(name, str) or not name:
-        return "is not a file name"
-    if name in (".", "..") or os.path.basename(name) != name or "\\" in name or "\0" in name:
-        return "is not a plain file name (no directories)"
-    if any(not ch.isprintable() for ch in name) or name != name.strip():
-        return "has control characters or spaces"
-    try:
-        parse_wheel_filename(name)
-    except (InvalidWheelFilename, InvalidVersion) as exc:
-        return f"is not a wheel filename ({exc})"
-    return None
 
 
 def torch_version(raw: Any, where: Path, field: str) -> str:
@@ -275,15 +256,6 @@ def is_sha256(value: Any) -> bool:
     return isinstance(value, str) and bool(_SHA256.fullmatch(value))
 
 
-def is_record(record: Any, filename: str) -> bool:
-    """Whether an index.json record of a file beside a wheel is {"filename": filename, "sha256": <hex>}."""
-    return (
-        isinstance(record, dict)
-        and record.get("filename") == filename
-        and is_sha256(record.get("sha256"))
-    )
-
-
 def collect(dist: Path, targets: list[str] | None = None) -> list[Entry]:
     """Every dist/<target>/ with a manifest and its wheel (checked against the manifest's sha256)."""
     build = f"build first: {vocab.build('3.11')}"
@@ -309,10 +281,10 @@ def _built(dist: Path, manifest_path: Path, targets: list[str] | None) -> Entry 
     manifest, manifest_bytes = _read_manifest(dist, manifest_path)
     if _left_out(target, manifest, targets):
         return None
-    file = _field(manifest, "wheel.file", manifest_path)
-    why = _wheel_name(file)
-    if why:
-        raise ConfigError(f"{manifest_path}: wheel.file {file!r} {why}", _REBUILD)
+    try:
+        file = untrusted.wheel_name(_field(manifest, "wheel.file", manifest_path))
+    except untrusted.Untrusted as exc:
+        raise ConfigError(f"{manifest_path}: {exc}", _REBUILD) from None
     expected = _field(manifest, "wheel.sha256", manifest_path)
     if not is_sha256(expected):
         raise ConfigError(
@@ -345,7 +317,7 @@ def _built(dist: Path, manifest_path: Path, targets: list[str] | None) -> Entry 
         )
     cache_key = manifest.get("cache_key")
     return Entry(
-        normalize(parse_wheel_filename(file)[0]),
+        canonicalize_name(parse_wheel_filename(file)[0]),
         file,
         wheel,
         digest,
@@ -589,7 +561,8 @@ def _existing(root: Path) -> list[Entry]:
     data_file = root / "index.json"
     fix = f"restore {data_file} from the index's last publish, or publish into a new directory"
     entries = [
-        _published(root, data_file, n, f, fix) for n, f in enumerate(_index_files(root, hint))
+        read_entry(f, root, f"{data_file}: files[{n}]", fix)
+        for n, f in enumerate(_index_files(root, hint))
     ]
     ours = {Path("index.json"), Path("simple"), Path("simple/index.html"), Path("index.html")}
     for e in entries:
@@ -623,82 +596,91 @@ def _index_files(root: Path, hint: str) -> list:
         names = _list(sorted(p.name for p in root.iterdir()))
         raise _foreign(root, hint, f"it holds {names} and no index.json")
     try:
-        data = json.loads(data_file.read_text())
-    except (OSError, UnicodeDecodeError, ValueError):
+        files = listed(json.loads(data_file.read_text()))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
         raise _foreign(root, hint, "its index.json is not JSON") from None
-    if not isinstance(data, dict) or not isinstance(data.get("files"), list):
-        data = {}
-    legacy = "format" not in data and set(data) == {"generated", "files"}  # before the marker
-    if data.get("format") != FORMAT and not legacy:
+    if files is None:
         raise _foreign(root, hint, f'its index.json has no "format": "{FORMAT}"')
-    return data["files"]
+    return files
 
 
-def _published(root: Path, data_file: Path, n: int, f: Any, fix: str) -> Entry:
-    """files[n] of an index's index.json, checked, as an Entry already in the index."""
-    where = f"{data_file}: files[{n}]"
+def listed(data: Any) -> list | None:
+    """files of a parsed index.json that apexkit wrote (marked FORMAT, or shaped as before the marker), else None."""
+    if not isinstance(data, dict) or not isinstance(data.get("files"), list):
+        return None
+    legacy = "format" not in data and set(data) == {"generated", "files"}  # before the marker
+    return data["files"] if data.get("format") == FORMAT or legacy else None
+
+
+def read_entry(f: Any, root: Path, where: str, fix: str) -> Entry:
+    """files[i] of the index.json of the index `root` (`where` names it in errors), checked, as an Entry already in
+    the index: the one reader of index.json's entries (publish refuses a bad one, apexkit.index.remote leaves it
+    out). ConfigError otherwise."""
     if not isinstance(f, dict):
         raise ConfigError(f"{where} is not an object", fix)
-    why = _wheel_name(f.get("filename"))
-    if why:
-        raise ConfigError(f"{where}.filename {f.get('filename')!r} {why}", fix)
-    project = normalize(parse_wheel_filename(f["filename"])[0])
+    try:
+        name = untrusted.wheel_name(f.get("filename"), f"{where}.filename")
+    except untrusted.Untrusted as exc:
+        raise ConfigError(str(exc), fix) from None
+    project = canonicalize_name(parse_wheel_filename(name)[0])
     if f.get("project") != project:
         raise ConfigError(f"{where}.project {f.get('project')!r} is not {project!r}", fix)
-    if not is_sha256(f.get("sha256")):
-        raise ConfigError(f"{where}.sha256 {f.get('sha256')!r} is not a sha256 hex digest", fix)
+    for key in ("sha256", "cache_key"):
+        if (key == "sha256" or f.get(key) is not None) and not is_sha256(f.get(key)):
+            raise ConfigError(f"{where}.{key} {f.get(key)!r} is not a sha256 hex digest", fix)
     torch = f.get("torch", "")
     if torch:
-        torch_version(torch, data_file, f"files[{n}].torch")
+        target.check_version(torch, f"{where}.torch", fix)
     folder = root / "simple" / project
-    attestations = _published_attestations(f, folder, where, fix)
-    cache_key = f.get("cache_key")
-    if cache_key is not None and not is_sha256(cache_key):
-        raise ConfigError(f"{where}.cache_key is not a sha256 hex digest", fix)
-    manifest, name = f.get("manifest"), f["filename"] + MANIFEST_SUFFIX
-    if manifest is not None and not is_record(manifest, name):
-        raise ConfigError(f"{where}.manifest is not {{filename: {name}, sha256}}", fix)
-    sig, sig_name = f.get(SIGNATURE), f["filename"] + signing.SUFFIX
-    if sig is not None and not (is_record(sig, sig_name) and is_sha256(sig.get("keyid"))):
-        raise ConfigError(f"{where}.signature is not {{filename: {sig_name}, sha256, keyid}}", fix)
-    target = f.get("target")
-    return Entry(
-        project,
-        f["filename"],
-        folder / f["filename"],
-        f["sha256"],
-        target if isinstance(target, str) else "?",
-        torch,
-        in_index=True,
-        attestations=attestations,
-        cache_key=cache_key,
-        facts=check_facts(f.get("facts"), where, fix),
-        manifest=Attestation("manifest", name, folder / name, manifest["sha256"])
-        if manifest
-        else None,
-        signature=Attestation(SIGNATURE, sig_name, folder / sig_name, sig["sha256"], sig["keyid"])
-        if sig
-        else None,
-    )
-
-
-def _published_attestations(f: dict, folder: Path, where: str, fix: str) -> tuple[Attestation, ...]:
-    """files[n].attestations of an index.json: {kind: {filename: <wheel><suffix>, sha256}} for kinds of
-    ATTESTATIONS."""
-    recorded = f.get("attestations", {})
+    recorded = f.get("attestations") or {}
     if not isinstance(recorded, dict) or set(recorded) - set(ATTESTATIONS):
         raise ConfigError(
             f"{where}.attestations is not an object of {', '.join(ATTESTATIONS)}", fix
         )
-    out = []
-    for kind, record in sorted(recorded.items()):
-        name = f["filename"] + ATTESTATIONS[kind][1]
-        if not isinstance(record, dict) or record.get("filename") != name:
-            raise ConfigError(f"{where}.attestations.{kind}.filename is not {name}", fix)
-        if not is_sha256(record.get("sha256")):
-            raise ConfigError(f"{where}.attestations.{kind}.sha256 is not a sha256 hex digest", fix)
-        out.append(Attestation(kind, name, folder / name, record["sha256"]))
-    return tuple(out)
+    attestations = [
+        _document(
+            record, kind, name + ATTESTATIONS[kind][1], folder, f"{where}.attestations.{kind}", fix
+        )
+        for kind, record in sorted(recorded.items())
+    ]
+    kept = f.get("target")
+    return Entry(
+        project,
+        name,
+        folder / name,
+        f["sha256"],
+        kept if isinstance(kept, str) else "?",
+        torch,
+        in_index=True,
+        attestations=tuple(a for a in attestations if a),
+        cache_key=f.get("cache_key"),
+        facts=check_facts(f.get("facts"), where, fix),
+        manifest=_document(
+            f.get("manifest"), "manifest", name + MANIFEST_SUFFIX, folder, f"{where}.manifest", fix
+        ),
+        signature=_document(
+            f.get(SIGNATURE), SIGNATURE, name + signing.SUFFIX, folder, f"{where}.{SIGNATURE}", fix
+        ),
+    )
+
+
+def _document(
+    record: Any, kind: str, name: str, folder: Path, where: str, fix: str
+) -> Attestation | None:
+    """index.json's record of a file beside a wheel, {filename: `name`, sha256} (a signature's with its keyid), as an
+    Attestation; None when there is none."""
+    if record is None:
+        return None
+    if not isinstance(record, dict):
+        raise ConfigError(f"{where} is not an object", fix)
+    if record.get("filename") != name:
+        raise ConfigError(f"{where}.filename is not {name}", fix)
+    keys = ("sha256", "keyid") if kind == SIGNATURE else ("sha256",)
+    for key in keys:
+        if not is_sha256(record.get(key)):
+            raise ConfigError(f"{where}.{key} is not a sha256 hex digest", fix)
+    keyid = record["keyid"] if kind == SIGNATURE else ""
+    return Attestation(kind, name, folder / name, record["sha256"], keyid)
 
 
 def _documents(e: Entry) -> tuple[Attestation, ...]:
@@ -760,7 +742,7 @@ def write(
     root: Path,
     files: list[Entry],
     base_url: str | None = None,
-    cells: list[pages.Cell] | None = None,
+    cells: list[matrix.Combination] | None = None,
     key: signing.SigningKey | None = None,
     resign: bool = False,
 ) -> None:
@@ -1110,7 +1092,7 @@ def _publish(
     return groups
 
 
-def _matrix_cells(required: bool) -> list[pages.Cell]:
+def _matrix_cells(required: bool) -> list[matrix.Combination]:
     """matrix.toml's cells, for the grid's "missing" section and --coverage; without a readable matrix.toml the
     grid goes without that section (one warning), and --coverage is an error."""
     try:

@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import io
 import json
 import os
-import re
 import shutil
 import tempfile
 import typing
@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from packaging.requirements import InvalidRequirement, Requirement
-from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from apexkit import log, untrusted
@@ -45,7 +45,6 @@ from apexkit.wheel import distdir, sbom
 from apexkit.wheel.cache import RemoteHit, RemoteLookup
 
 WHEEL_MAX = 4 << 30  # bytes; a CUDA build of apex is some hundred MiB
-_PROJECT = re.compile(r"[a-z0-9]+(-[a-z0-9]+)*")
 _CHUNK = 1 << 20
 
 
@@ -59,31 +58,13 @@ class Unreachable(Exception):
 
 @dataclass(frozen=True)
 class Candidate:
-    index: (
-        str  # the index root as given (it may hold user:password@: never print it, print `shown`)
-    )
     shown: str  # the index root with the password masked, for messages ("cache hit from <shown>")
-    entry: dict  # the checked index.json files[i]
+    entry: publish.Entry  # the checked index.json files[i]
     base: str  # the URL of simple/<project>/, where the wheel and the files beside it are
 
     @property
     def filename(self) -> str:
-        return str(self.entry["filename"])
-
-
-@dataclass(frozen=True)
-class Fetched:
-    wheel: Path  # the verified wheel, in the `work` directory given to `fetch`
-    manifest: (
-        dict  # its build manifest (names this wheel and its sha256); {} when the index keeps none
-    )
-    documents: dict[
-        str, bytes
-    ]  # {sbom.SBOM_FILE: ..., sbom.PROVENANCE_FILE: ...} as the index keeps them
-    index: str  # shown (password masked)
-    signer: str | None = (
-        None  # the trusted key id whose envelope verified it (None: verification off)
-    )
+        return self.entry.filename
 
 
 # why a verified statement's signed facts do not fit what is asked, or None (typing's form: Python 3.8)
@@ -111,34 +92,37 @@ def _file(url: str) -> Path:
 
 
 def _why(exc: BaseException) -> str:
-    if isinstance(exc, ApexkitError):
-        return exc.cause
     if isinstance(exc, untrusted.Refused) and isinstance(exc.error, FileNotFoundError):
         return "not found"
     return log.sanitise(log.mask(str(exc)))[:200]
 
 
 def _get(cl: client.Client, url: str, limit: int) -> bytes:
-    """The bytes at `url` (file:// read without following links), at most `limit`: Unreachable when it cannot be
-    read (missing, HTTP error, network), Refused when it is larger."""
-    if url.startswith("file:"):
-        try:
-            return untrusted.read_regular(_file(url), None, limit)
-        except untrusted.Refused as exc:
-            if exc.kind == "size":
-                raise Refused(f"{client.public_url(url)} is larger than {limit} bytes") from None
-            raise Unreachable(f"{client.public_url(url)}: {_why(exc)}") from None
-        except OSError as exc:
-            raise Unreachable(f"{client.public_url(url)}: {exc.strerror or exc}") from None
+    """The bytes at `url`, at most `limit` (read as `_download` reads)."""
+    out = io.BytesIO()
+    _download(cl, url, out, limit)
+    return out.getvalue()
+
+
+def _download(cl: client.Client, url: str, out: typing.BinaryIO, limit: int) -> str:
+    """Stream `url` (file:// read without following links) into `out`, at most `limit` bytes, hashing what is
+    written: its sha256. Unreachable when it cannot be read (missing, HTTP error, network), Refused when it is
+    larger."""
+    digest, size = hashlib.sha256(), 0
     try:
-        with cl.open(url) as response:
-            body = response.read(limit + 1)
-    except (urllib.error.HTTPError, ApexkitError, OSError, ValueError) as exc:
+        file = url.startswith("file:")
+        source = os.fdopen(untrusted.open_regular(_file(url)), "rb") if file else cl.open(url)
+        with source:
+            for chunk in iter(lambda: source.read(_CHUNK), b""):
+                size += len(chunk)
+                if size > limit:
+                    raise Refused(f"{client.public_url(url)} is larger than {limit} bytes")
+                digest.update(chunk)
+                out.write(chunk)
+    except (urllib.error.HTTPError, ApexkitError, untrusted.Untrusted, OSError, ValueError) as exc:
         raise _unreachable(cl, url, exc) from None
-    if len(body) > limit:
-        raise Refused(f"{client.public_url(url)} is larger than {limit} bytes")
-    cl.count(len(body))
-    return body
+    cl.count(size)
+    return digest.hexdigest()
 
 
 def _unreachable(cl: client.Client, url: str, exc: BaseException) -> Exception:
@@ -148,117 +132,50 @@ def _unreachable(cl: client.Client, url: str, exc: BaseException) -> Exception:
         if exc.code in (401, 403):
             return client.credentials_refused(cl, url, exc.code, exc.filename)
         return Unreachable(f"{client.public_url(url)}: HTTP {exc.code}")
-    return exc if isinstance(exc, client.Denied) else Unreachable(_why(exc))
-
-
-def _download(cl: client.Client, url: str, dest: Path, limit: int) -> str:
-    """Stream `url` into the new file `dest`, hashing what is written: its sha256."""
-    digest, size = hashlib.sha256(), 0
-    if url.startswith("file:"):
-        try:
-            fd = untrusted.open_regular(_file(url))
-        except untrusted.Refused as exc:
-            raise Unreachable(f"{client.public_url(url)}: {_why(exc)}") from None
-        with os.fdopen(fd, "rb") as src:
-            if os.fstat(src.fileno()).st_size > limit:
-                raise Refused(f"{client.public_url(url)} is larger than {limit} bytes")
-            return untrusted.copy_fd(src.fileno(), dest)[0]
-    try:
-        with cl.open(url) as response, open(dest, "xb") as out:
-            for chunk in iter(lambda: response.read(_CHUNK), b""):
-                size += len(chunk)
-                if size > limit:
-                    raise Refused(f"{client.public_url(url)} is larger than {limit} bytes")
-                digest.update(chunk)
-                out.write(chunk)
-    except (urllib.error.HTTPError, ApexkitError, OSError, ValueError) as exc:
-        raise _unreachable(cl, url, exc) from None
-    cl.count(size)
-    return digest.hexdigest()
+    if isinstance(exc, ApexkitError):
+        return exc if isinstance(exc, client.Denied) else Unreachable(exc.cause)
+    return Unreachable(f"{client.public_url(url)}: {_why(exc)}")
 
 
 # --- index.json ------------------------------------------------------------------------------------------------------
 
 
-def _entry(raw: object, n: int, where: str) -> dict | None:
-    """files[n] of an index.json checked, or None (with one line) when it is not an entry apexkit wrote."""
+def _entry(raw: object, n: int, where: str) -> publish.Entry | None:
+    """files[n] of an index.json checked (publish.read_entry), or None (with one line) when it is not an entry
+    apexkit wrote."""
     try:
-        if not isinstance(raw, dict):
-            raise ConfigError(f"files[{n}] is not an object")
-        name = untrusted.wheel_name(raw.get("filename"))
-        project = publish.normalize(parse_wheel_filename(name)[0])
-        if raw.get("project") != project or not _PROJECT.fullmatch(project):
-            raise ConfigError(f"files[{n}].project is not {project}")
-        for key in ("sha256", "cache_key"):
-            if (key == "sha256" or raw.get(key) is not None) and not publish.is_sha256(
-                raw.get(key)
-            ):
-                raise ConfigError(f"files[{n}].{key} is not a sha256 hex digest")
-        documents = _documents(raw, n, name)
-        facts = publish.check_facts(raw.get("facts"), f"files[{n}]", "")
-    except (ConfigError, untrusted.Untrusted, InvalidWheelFilename, InvalidVersion) as exc:
-        log.warn(f"{where}: an entry is left out ({_why(exc)})")
+        entry = publish.read_entry(raw, Path("."), f"files[{n}]", "")
+    except ConfigError as exc:
+        log.warn(f"{where}: an entry is left out ({log.sanitise(log.mask(exc.cause))[:200]})")
         return None
-    target = raw.get("target")
-    return {
-        "filename": name,
-        "project": project,
-        "sha256": raw["sha256"],
-        "cache_key": raw.get("cache_key"),
-        "target": log.sanitise(target)[:200] if isinstance(target, str) else "?",
-        "facts": facts,
-        "documents": documents,
-    }
+    return dataclasses.replace(entry, target=log.sanitise(entry.target)[:200])
 
 
-def _documents(raw: dict, n: int, name: str) -> dict[str, dict]:
-    """The files an entry records beside its wheel (manifest, SBOM, provenance), each {filename, sha256}."""
-    attestations = raw.get("attestations") or {}
-    if not isinstance(attestations, dict):
-        raise ConfigError(f"files[{n}].attestations is not an object")
-    records = {"manifest": (raw.get("manifest"), publish.MANIFEST_SUFFIX)}
-    records.update(
-        (k, (attestations.get(k), suffix)) for k, (_f, suffix) in publish.ATTESTATIONS.items()
-    )
-    documents = {}
-    for kind, (record, suffix) in records.items():
-        if record is None:
-            continue
-        if not publish.is_record(record, name + suffix):
-            raise ConfigError(f"files[{n}] records its {kind} under another name")
-        documents[kind] = {"filename": name + suffix, "sha256": record["sha256"]}
-    return documents
-
-
-def read_listing(cl: client.Client, index: str) -> list[dict] | None:
+def read_listing(cl: client.Client, index: str) -> list[publish.Entry] | None:
     """The checked entries of one index's index.json, or None (one warning line) when it cannot be read from here or
     is not an apexkit index."""
     root = published.root_url(index)
     where = shown(root)
     try:
         body = _get(cl, root + "/index.json", published.INDEX_JSON_MAX)
-        data = json.loads(body.decode("utf-8"))
+        files = publish.listed(json.loads(body.decode("utf-8")))
     except (Unreachable, Refused) as exc:
         log.warn(f"team index {where} cannot be read ({exc})")
         return None
     except (UnicodeDecodeError, ValueError, RecursionError):
         log.warn(f"team index {where}: index.json is not JSON")
         return None
-    if (
-        not isinstance(data, dict)
-        or data.get("format") != publish.FORMAT
-        or not isinstance(data.get("files"), list)
-    ):
+    if files is None:
         log.warn(
             f'team index {where}: index.json is not an apexkit index ("format": "{publish.FORMAT}")'
         )
         return None
-    return [e for n, raw in enumerate(data["files"]) if (e := _entry(raw, n, where)) is not None]
+    return [e for n, raw in enumerate(files) if (e := _entry(raw, n, where)) is not None]
 
 
-def _candidate(index: str, entry: dict) -> Candidate:
+def _candidate(index: str, entry: publish.Entry) -> Candidate:
     root = published.root_url(index)
-    return Candidate(index, shown(root), entry, f"{root}/simple/{entry['project']}/")
+    return Candidate(shown(root), entry, f"{root}/simple/{entry.project}/")
 
 
 def find_by_key(cl: client.Client, indexes: Sequence[str], key: str) -> Candidate | None:
@@ -266,42 +183,29 @@ def find_by_key(cl: client.Client, indexes: Sequence[str], key: str) -> Candidat
     its build manifest (a cache hit republishes it), or None."""
     for index in indexes:
         for entry in read_listing(cl, index) or []:
-            if entry["cache_key"] == key and "manifest" in entry["documents"]:
+            if entry.cache_key == key and entry.manifest is not None:
                 return _candidate(index, entry)
     return None
 
 
-def _glibc(tag: str) -> tuple[int, int] | None:
-    found = re.fullmatch(r"manylinux_(\d+)_(\d+)_\w+", tag)
-    if found:
-        return int(found[1]), int(found[2])
-    legacy = {"manylinux1": (2, 5), "manylinux2010": (2, 12), "manylinux2014": (2, 17)}
-    return legacy.get(tag.split("_", 1)[0])
-
-
 def misfit(facts: Mapping[str, object], want: Mapping[str, object]) -> str | None:
-    """Why a wheel with these facts does not fit the venv `want` describes (None when it fits). `want`: python_tag
-    (cp311), arch, glibc ("2.35"), torch (its version, a local label allowed), torch_npu (or None), cxx11_abi (0/1 or
-    None when unknown). The first of _MISFITS that finds one says why."""
+    """Why a wheel with these facts does not fit the venv `want` describes (None when it fits). `want`: tags (the
+    wheel tags the venv's pip installs, best first), python_tag (cp311), arch and glibc ("2.35") for the words, torch
+    (its version, a local label allowed), torch_npu (or None), cxx11_abi (0/1 or None when unknown), cuda. The first
+    of _MISFITS that finds one says why."""
     return next((why for check in _MISFITS if (why := check(facts, want))), None)
 
 
+def _tag(facts: Mapping[str, object]) -> str:
+    return "-".join(str(facts.get(k)) for k in ("python_tag", "abi_tag", "platform_tag"))
+
+
 def _tags_misfit(facts: Mapping[str, object], want: Mapping[str, object]) -> str | None:
-    """The wheel's python, abi and platform tags (arch, glibc)."""
-    python = want.get("python_tag")
-    if facts.get("python_tag") != python or facts.get("abi_tag") not in (python, "abi3", "none"):
-        return f"for {facts.get('python_tag')}, the venv is {python}"
-    platform_tag = str(facts.get("platform_tag") or "")
-    if not platform_tag.endswith("_" + str(want.get("arch"))):
-        return f"for {platform_tag or '?'}, the venv is {want.get('arch')}"
-    needs, glibc = _glibc(platform_tag), str(want.get("glibc") or "")
-    if (
-        needs
-        and re.fullmatch(r"\d+\.\d+", glibc)
-        and needs > tuple(int(p) for p in glibc.split("."))
-    ):
-        return f"needs glibc {needs[0]}.{needs[1]}, the venv's is {glibc}"
-    return None
+    """The wheel's python, abi and platform tags: one the venv's pip installs (its Python, arch and glibc at once)."""
+    if _tag(facts) in want.get("tags", ()):  # type: ignore[operator]
+        return None
+    venv = f"{want.get('python_tag')}, {want.get('arch')}, glibc {want.get('glibc') or 'unknown'}"
+    return f"tagged {_tag(facts)}, which the venv ({venv}) does not install"
 
 
 def _torch_misfit(facts: Mapping[str, object], want: Mapping[str, object]) -> str | None:
@@ -323,7 +227,7 @@ def _torch_misfit(facts: Mapping[str, object], want: Mapping[str, object]) -> st
             req = Requirement(str(pin))
         except InvalidRequirement:
             return f"its pin {pin!r} is not a requirement"
-        name = publish.normalize(req.name)
+        name = canonicalize_name(req.name)
         version = have.get(name, "")
         if name in have and not (version and req.specifier.contains(version, prereleases=True)):
             return f"pins {pin}, the venv has {name} {version or 'missing'}"
@@ -349,17 +253,17 @@ _MISFITS = (_tags_misfit, _torch_misfit, _build_misfit)
 
 def find_by_facts(
     cl: client.Client, indexes: Sequence[str], want: Mapping[str, object]
-) -> tuple[list[Candidate], list[dict]]:
+) -> tuple[list[Candidate], list[str]]:
     """The wheels of `indexes` that fit the venv `want` describes (see `misfit`), best first: earlier indexes first,
-    then builds with default inputs, then the newest platform tag; and the near misses (same torch, or same Python)
-    as {"filename", "index", "why"}."""
+    then builds with default inputs, then the venv pip's order of their tags; and the near misses (same torch, or
+    same Python) as "<filename> (<index>): <why>"."""
     fits: list[tuple[int, int, str, Candidate]] = []
-    near: list[dict] = []
+    near: list[str] = []
     torch = _version(want.get("torch"))
     same = {"torch": torch.public if torch else None, "python_tag": want.get("python_tag")}
     for rank, index in enumerate(indexes):
         for entry in read_listing(cl, index) or []:
-            facts = entry["facts"]
+            facts = entry.facts
             if not facts:
                 continue
             why = misfit(facts, want)
@@ -372,23 +276,12 @@ def find_by_facts(
                     and facts.get("backend") != "cuda"
                     and not want.get("torch_npu")
                 )
-                fits.append(
-                    (
-                        rank,
-                        int(other) * 2 + (0 if plain else 1),
-                        str(facts.get("platform_tag")),
-                        candidate,
-                    )
-                )
+                fits.append((rank, int(other) * 2 + (0 if plain else 1), _tag(facts), candidate))
             elif any(facts.get(key) == value for key, value in same.items()):
-                near.append({"filename": entry["filename"], "index": candidate.shown, "why": why})
-    fits.sort(key=lambda f: (f[0], f[1], _glibc_key(f[2])))
+                near.append(f"{entry.filename} ({candidate.shown}): {why}")
+    tags = list(want.get("tags", ()))  # type: ignore[call-overload]
+    fits.sort(key=lambda f: (f[0], f[1], tags.index(f[2])))  # pip's order: the newest glibc first
     return [f[3] for f in fits], near
-
-
-def _glibc_key(tag: str) -> tuple[int, int]:
-    found = _glibc(tag)
-    return (-found[0], -found[1]) if found else (0, 0)
 
 
 def _release(version: object) -> str | None:
@@ -417,10 +310,11 @@ def fetch(
     work: Path,
     trusted: Mapping[str, Any] | None = None,
     fits: Fits | None = None,
-) -> Fetched:
+) -> tuple[RemoteHit, str | None]:
     """Download the candidate's wheel (and its manifest, SBOM and provenance) into a new folder of `work` and verify
-    them; with `trusted` keys (key id -> public key), first its envelope (`verified`). Refused / Unreachable; nothing
-    of a refused wheel is left behind."""
+    them; with `trusted` keys (key id -> public key), first its envelope (`verified`). Returns the verified wheel and
+    the trusted key id whose envelope verified it (None: verification off). Refused / Unreachable; nothing of a
+    refused wheel is left behind."""
     work.mkdir(parents=True, exist_ok=True)
     folder = Path(tempfile.mkdtemp(prefix="team-index-", dir=work))
     try:
@@ -463,12 +357,13 @@ def verified(
 
 def _fetch(
     cl: client.Client, candidate: Candidate, folder: Path, trusted: Mapping[str, Any], fits: Fits
-) -> Fetched:
+) -> tuple[RemoteHit, str | None]:
     entry, name = candidate.entry, candidate.filename
     quoted = urllib.parse.quote(name)
-    sha = _download(cl, candidate.base + quoted, folder / name, WHEEL_MAX)
+    with open(folder / name, "xb") as out:
+        sha = _download(cl, candidate.base + quoted, out, WHEEL_MAX)
     signer = verified(cl, candidate, folder / name, sha, trusted, fits) if trusted else None
-    if sha != entry["sha256"]:
+    if sha != entry.sha256:
         raise Refused(
             f"{untrusted.shown(name)} from {candidate.shown} does not match the sha256 its index.json records"
         )
@@ -477,13 +372,16 @@ def _fetch(
     except untrusted.Untrusted as exc:
         raise Refused(str(exc)) from None
     texts: dict[str, bytes] = {}
-    for kind, record in entry["documents"].items():
+    for record in (entry.manifest, *entry.attestations):
+        if record is None:
+            continue
+        kind = record.kind
         data = _get(
             cl,
-            candidate.base + urllib.parse.quote(record["filename"]),
+            candidate.base + urllib.parse.quote(record.filename),
             distdir.MANIFEST_MAX if kind == "manifest" else publish.ATTESTATION_MAX,
         )
-        if hashlib.sha256(data).hexdigest() != record["sha256"]:
+        if hashlib.sha256(data).hexdigest() != record.sha256:
             raise Refused(
                 f"the {kind} of {untrusted.shown(name)} from {candidate.shown} does not match the sha256 its "
                 "index.json records"
@@ -504,10 +402,12 @@ def _fetch(
     documents = {sbom.PROVENANCE_FILE: texts["provenance"]}
     if "sbom" in texts:
         documents[sbom.SBOM_FILE] = texts["sbom"]
-    return Fetched(folder / name, manifest, documents, candidate.shown, signer)
+    return RemoteHit(folder / name, manifest, documents, candidate.shown), signer
 
 
-def _manifest(texts: dict[str, bytes], name: str, sha: str, entry: dict, where: str) -> dict:
+def _manifest(
+    texts: dict[str, bytes], name: str, sha: str, entry: publish.Entry, where: str
+) -> dict:
     """The build manifest beside the wheel: a JSON object naming this wheel, its sha256 and the entry's cache key,
     whose recorded SBOM/provenance are the ones the index keeps."""
     try:
@@ -519,7 +419,7 @@ def _manifest(texts: dict[str, bytes], name: str, sha: str, entry: dict, where: 
         raise Refused(
             f"the manifest of {untrusted.shown(name)} from {where} names another wheel or sha256"
         )
-    if entry["cache_key"] is not None and manifest.get("cache_key") != entry["cache_key"]:
+    if entry.cache_key is not None and manifest.get("cache_key") != entry.cache_key:
         raise Refused(
             f"the manifest of {untrusted.shown(name)} from {where} records another cache key than its index.json"
         )
@@ -568,7 +468,7 @@ def build_lookup(
                 if candidate is None:
                     continue
                 where = candidate.shown
-                fetched = fetch(
+                hit, _signer = fetch(
                     http,
                     candidate,
                     work,
@@ -585,7 +485,7 @@ def build_lookup(
                 continue
             if not trusted:
                 log.info(UNVERIFIED.replace("installing", "taking the team index's wheel"))
-            return RemoteHit(fetched.wheel, fetched.manifest, fetched.documents, fetched.index)
+            return hit
         return None
 
     return lookup

@@ -145,26 +145,22 @@ def _write_new(path: Path, data: bytes, mode: int) -> None:
     os.close(fd)
 
 
-def _load(serialization: Any, data: bytes, private: bool) -> Any:
-    try:
-        if private:
-            return serialization.load_pem_private_key(data, password=None)
-        return serialization.load_pem_public_key(data)
-    except TypeError:  # an encrypted key
-        raise ValueError(
-            "is encrypted (apexkit reads an unencrypted PKCS#8 key kept at 0600)"
-        ) from None
-    except Exception:  # ValueError, UnsupportedAlgorithm: never shown, the text is a secret
-        raise ValueError("is not a PEM " + ("private" if private else "public") + " key") from None
-
-
 def _ed25519(data: bytes, private: bool, where: str, fix: str) -> Any:
     serialization, ed25519 = _crypto()
     kind = ed25519.Ed25519PrivateKey if private else ed25519.Ed25519PublicKey
     try:
-        key = _load(serialization, data, private)
-    except ValueError as exc:
-        raise ConfigError(f"{where} {exc}", fix) from None
+        key = (
+            serialization.load_pem_private_key(data, password=None)
+            if private
+            else serialization.load_pem_public_key(data)
+        )
+    except TypeError:  # an encrypted key
+        raise ConfigError(
+            f"{where} is encrypted (apexkit reads an unencrypted PKCS#8 key kept at 0600)", fix
+        ) from None
+    except Exception:  # ValueError, UnsupportedAlgorithm: never shown, the text is a secret
+        what = "private" if private else "public"
+        raise ConfigError(f"{where} is not a PEM {what} key", fix) from None
     if not isinstance(key, kind):
         raise ConfigError(f"{where} is not an Ed25519 key", fix)
     return key

@@ -231,24 +231,6 @@ def _addable(req: Requirement) -> str | None:
     return canonicalize_name(req.name) + ",".join(clauses)
 
 
-def changed(before: Target, after: Target) -> list[str]:
-    """Every other distribution of `before` (not apex, torch or torch_npu: `guarded`) whose version string changed
-    or that is gone, as words: apexkit install adds to a venv, it never changes what is there."""
-    was, now = before.seen, after.seen
-    names = sorted(set(was) - {"apex", *GUARDED})
-    return [
-        f"{name} {was[name]} -> {now.get(name) or 'none'}"
-        for name in names
-        if now.get(name) != was[name]
-    ]
-
-
-def moved(before: Target, after: Target) -> list[str]:
-    """What apexkit install must never change, as words: torch / torch_npu (`guarded`), then every other
-    distribution (`changed`)."""
-    return guarded(before, after) + changed(before, after)
-
-
 def same_files(facts: WheelFacts, target: Target) -> bool:
     """The venv's apex is this very wheel: same version and every file of the wheel installed with its hash."""
     if target.apex is None or not target.apex.apexkit:
@@ -262,11 +244,14 @@ def same_files(facts: WheelFacts, target: Target) -> bool:
     return bool(facts.record) and all(installed.get(p) == h for p, h in facts.record)
 
 
-def guarded(before: Target, after: Target) -> list[str]:
-    """torch / torch_npu that changed between two probes (by the byte: the version strings), as words."""
-    changed = []
-    for name in GUARDED:
-        a, b = before.seen.get(name), after.seen.get(name)
-        if a != b:
-            changed.append(f"{name} {a or 'none'} -> {b or 'none'}")
-    return changed
+def moved(before: Target, after: Target) -> list[str]:
+    """What apexkit install must never change, as words: torch / torch_npu (GUARDED) first, then every other
+    distribution of `before` (not apex) whose version string changed or that is gone: apexkit install adds to a venv,
+    it never changes what is there."""
+    was, now = before.seen, after.seen
+    names = [*GUARDED, *sorted(set(was) - {"apex", *GUARDED})]
+    return [
+        f"{name} {was.get(name) or 'none'} -> {now.get(name) or 'none'}"
+        for name in names
+        if now.get(name) != was.get(name)
+    ]

@@ -24,6 +24,7 @@ import hashlib
 import json
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -38,14 +39,15 @@ from packaging.version import InvalidVersion, Version
 
 from apexkit import cachetrust, envvars, locks, log, paths, untrusted, vocab
 from apexkit.errors import ApexkitError, ConfigError, EnvironmentSetupError
+from apexkit.index import remote
 from apexkit.install import files, fit
 from apexkit.install import target as targets
 from apexkit.install.target import Target
 from apexkit.proc import dies_with
+from apexkit.wheel import distdir
 
 PIP_TIMEOUT = 900.0
 STATUSES = ("installed", "already-installed", "built-and-installed", "would-install", "would-build")
-MANIFEST_LIMIT = 32 << 20
 
 
 Builder = typing.Callable[
@@ -72,9 +74,6 @@ class Result:
     torch_npu: str | None
     # the dependencies the venv lacked, now installed (for a dry run: that it would add)
     added: list[str] = dataclasses.field(default_factory=list)
-
-    def as_dict(self) -> dict:
-        return dataclasses.asdict(self)
 
 
 def _lock_path(python: str, suffix: str = "") -> Path:
@@ -108,8 +107,6 @@ def _repair(python: str, named: str, environ: Mapping[str, str], dry_run: bool =
     calls installed (uninstalled again: only a distribution whose RECORD is still the one that run's pip wrote,
     never torch or torch_npu) and the files pip wrote before it died, which no distribution lists (removed). One
     line says so; with `dry_run`, what it would do, nothing touched."""
-    import shutil
-
     journal = files.read_journal(_lock_path(python, ".journal"))
     if dry_run:
         journal = journal if journal is not None and journal.venv == _venv_id(python) else None
@@ -165,14 +162,13 @@ def indexes_from(given: Sequence[str] | None, environ: Mapping[str, str]) -> lis
     """--index URL (repeatable), else $APEXKIT_INDEX (several: space separated), else `team_indexes` in the project
     or user config file (apexkit.config). Each an http(s):// or file:// URL or a directory."""
     from apexkit import config
-    from apexkit.index import client
 
     value = config.load(environ).get("team_indexes", environ, flag=list(given or ()) or None)
     found = list(value.items)
     where = "--index" if given else (value.where or "APEXKIT_INDEX")
     for url in found:
         if "://" in url:
-            client.check_index_url(url, where)
+            remote.client.check_index_url(url, where)
         elif not Path(url).expanduser().is_dir():
             raise ConfigError(
                 f"{where} {log.mask(url)} is neither a URL nor a directory",
@@ -219,7 +215,7 @@ def main(
             print(json.dumps({**failed, "exit_code": exc.exit_code, "venv": venv or interpreter}))
         raise
     if as_json:
-        print(json.dumps(result.as_dict()))
+        print(json.dumps(dataclasses.asdict(result)))
     else:
         log.out(_summary(result))
     return 0
@@ -333,11 +329,8 @@ def _run(
             found = _from_index(before, indexes, Path(work), dry_run, environ, trusted)
             if found is not None:
                 candidate, wheel, sha = found
-                result.source, result.target = (
-                    candidate.shown,
-                    _entry_str(candidate.entry, "target"),
-                )
-                result.wheel, result.sha256 = _entry_str(candidate.entry, "filename"), sha
+                result.source, result.target = candidate.shown, candidate.entry.target
+                result.wheel, result.sha256 = candidate.filename, sha
                 if dry_run:
                     result.status = (
                         "already-installed"
@@ -353,7 +346,7 @@ def _run(
             raise InstallError(
                 f"no wheel fits {named} ({before.cell()})"
                 + (
-                    f" in {', '.join(_shown(i) for i in indexes)}"
+                    f" in {', '.join(remote.shown(i) for i in indexes)}"
                     if indexes
                     else " and no index is given"
                 ),
@@ -378,33 +371,18 @@ def _run(
         return _install(before, named, wheel, sha, result, "built-and-installed", environ)
 
 
-def _would_add(t: Target, named: str, entry: Mapping) -> list[str]:
+def _would_add(t: Target, named: str, entry) -> list[str]:
     """For --dry-run (nothing fetched): what installing the index's wheel would add to the venv, by the pins its
-    index entry lists (the real run reads them from the wheel itself); a pin the venv cannot meet is the error the real
-    run would stop at."""
-    facts = entry.get("facts")
-    pins = facts.get("requires_dist", []) if isinstance(facts, Mapping) else []
-    filename = untrusted.shown(_entry_str(entry, "filename") or "the wheel")
+    index entry lists (publish.check_facts: a list of plain pins; the real run reads them from the wheel itself); a
+    pin the venv cannot meet is the error the real run would stop at."""
     try:
-        if not (isinstance(pins, list) and all(isinstance(p, str) for p in pins)):
-            raise fit.Misfit("its requires_dist is not a list of requirements")
-        return fit.additions(filename, tuple(pins), t)
+        pins = tuple(entry.facts.get("requires_dist") or ())
+        return fit.additions(untrusted.shown(entry.filename), pins, t)
     except fit.Misfit as exc:
         raise InstallError(
             f"the index's wheel does not fit {named}: {exc} (by its index entry); nothing would be installed",
             "report it to whoever publishes the index (its index.json says otherwise)",
         ) from None
-
-
-def _shown(index: str) -> str:
-    from apexkit.index import remote
-
-    return remote.shown(index)
-
-
-def _entry_str(entry: Mapping, key: str) -> str | None:
-    value = entry.get(key)
-    return value if isinstance(value, str) else None
 
 
 def _same_version(t: Target, filename: str | None) -> bool:
@@ -433,7 +411,7 @@ def _from_index(
     trusted keys only a wheel whose envelope verifies, signs the bytes downloaded and whose signed facts fit the
     venv is taken (remote.verified); without, one warning line says how to turn verification on."""
     from apexkit import config
-    from apexkit.index import remote, signing
+    from apexkit.index import signing
     from apexkit.wheel import options
 
     want = t.want()
@@ -441,7 +419,7 @@ def _from_index(
         "team_indexes", indexes, environ
     )  # a project file's index: say so in every line
     if told:
-        log.notice(f"team index {', '.join(map(_shown, indexes))}{told}")
+        log.notice(f"team index {', '.join(map(remote.shown, indexes))}{told}")
     client = remote.make_client(indexes, environ)
     try:
         candidates, near = remote.find_by_facts(client, indexes, want)
@@ -456,14 +434,14 @@ def _from_index(
     if not candidates:
         log.info(f"no wheel in the index{'es' if len(indexes) > 1 else ''} fits {t.cell()}")
         for miss in near[:5]:
-            log.info(f"  near miss: {log.sanitise(log.mask(_near(miss)))}")
+            log.info(f"  near miss: {log.sanitise(log.mask(miss))}")
         return None
     for candidate in candidates:
-        sha = _entry_str(candidate.entry, "sha256")
+        sha = candidate.entry.sha256
         if dry_run:
             return candidate, None, sha
         try:
-            fetched = remote.fetch(
+            fetched, signer = remote.fetch(
                 client,
                 candidate,
                 work,
@@ -475,11 +453,11 @@ def _from_index(
             continue
         except remote.Refused as exc:
             raise InstallError(
-                f"refused {_entry_str(candidate.entry, 'filename')} from {candidate.shown}: {exc}; nothing installed",
+                f"refused {candidate.filename} from {candidate.shown}: {exc}; nothing installed",
                 f"tell whoever publishes that index ({vocab.command('publish')} writes it again), or pass another --index",
             ) from None
-        if fetched.signer:
-            log.info(f"{candidate.filename}: signature verified (key {fetched.signer})")
+        if signer:
+            log.info(f"{candidate.filename}: signature verified (key {signer})")
         else:
             log.warn(remote.UNVERIFIED)
         return candidate, fetched.wheel, untrusted.sha256_file(fetched.wheel)
@@ -489,14 +467,6 @@ def _from_index(
 
 def _signed_misfit(why: str | None) -> str | None:
     return f"the signed target facts do not fit the venv: {why}" if why else None
-
-
-def _near(miss: object) -> str:
-    if isinstance(miss, Mapping):
-        return (
-            f"{str(miss.get('filename'))[:200]} ({miss.get('index')}): {str(miss.get('why'))[:200]}"
-        )
-    return str(miss)[:400]
 
 
 def _check_pairing(t: Target) -> None:
@@ -554,17 +524,14 @@ def _built_wheel(target_dir: Path) -> tuple[Path, str, str]:
     where the build got it (`built_source`)."""
     cachetrust.trusted_output(target_dir, paths.DIST_SETTING, make=False)
     try:
-        manifest = untrusted.read_json_object(target_dir / "manifest.json", None, MANIFEST_LIMIT)
-        wheel_info = manifest.get("wheel")
-        if not isinstance(wheel_info, dict):
-            raise untrusted.Untrusted("manifest.json has no wheel")
-        name = untrusted.wheel_name(wheel_info.get("file"))
+        with untrusted.opened_dir(target_dir) as folder:
+            manifest, name = distdir.read_manifest(folder)
         wheel = target_dir / name
         sha = untrusted.sha256_file(wheel)
         untrusted.check_zip(wheel)
     except (untrusted.Untrusted, OSError) as exc:
         raise InstallError(f"{target_dir}: {exc}", "build again (apexkit install)") from None
-    if sha != wheel_info.get("sha256"):
+    if sha != manifest["wheel"]["sha256"]:
         raise InstallError(
             f"{wheel} does not match its manifest's sha256; nothing installed",
             "build again with --no-cache (--build-options '--no-cache')",
@@ -650,7 +617,9 @@ def _install_files(
     with tempfile.TemporaryDirectory(
         prefix="apexkit-install-", dir=_work(before.python_path)
     ) as folder:
-        _copy(wheel, folder)  # a copy, not a link: the folder holds nothing another user can change
+        shutil.copyfile(
+            wheel, Path(folder) / wheel.name, follow_symlinks=False
+        )  # a copy, not a link: the folder holds nothing another user can change
         if untrusted.sha256_file(Path(folder) / wheel.name) != sha:
             raise InstallError(
                 f"{wheel} changed while it was being installed; nothing installed",
@@ -749,6 +718,17 @@ def _add_dependencies(
             f"'pip>={REPORT_PIP}'), then run apexkit install again",
         )
     log.info(f"{lacks}: asking its pip what that takes (its own index, everything it has held)")
+
+    def pip(args: list[str], could: str, undo: bool = False) -> None:
+        """The venv's pip with the user's index settings; its failure one line (what it added taken back: `undo`)."""
+        try:
+            _pip(now, args, environ, pip_env=True)
+        except InstallError as exc:
+            then = _gone(*_take_back(now, None, named, environ)) if undo else "nothing installed"
+            raise InstallError(
+                f"{lacks}, and its pip could {could} ({exc.cause}); {then}", fix
+            ) from None
+
     with tempfile.TemporaryDirectory(
         prefix="apexkit-install-", dir=_work(now.python_path)
     ) as folder:
@@ -761,19 +741,10 @@ def _add_dependencies(
             "--constraint",
             str(held),
         ]
-        try:
-            _pip(
-                now,
-                ["install", "--dry-run", "--quiet", "--report", str(report), *resolve, *missing],
-                environ,
-                pip_env=True,
-            )
-        except InstallError as exc:
-            raise InstallError(
-                f"{lacks}, and its pip could not add them holding all it has, torch_npu and apex kept out "
-                f"({exc.cause}); nothing installed",
-                fix,
-            ) from None
+        pip(
+            ["install", "--dry-run", "--quiet", "--report", str(report), *resolve, *missing],
+            "not add them holding all it has, torch_npu and apex kept out",
+        )
         planned = _planned(report, now)
         if isinstance(planned, str):
             raise InstallError(f"{lacks}, and its pip would {planned}; nothing installed", fix)
@@ -785,42 +756,24 @@ def _add_dependencies(
         pinned.write_text("".join(f"{n}==={v} --hash=sha256:{h}\n" for n, v, h in planned))
         wheels = Path(folder) / "wheels"
         fetch = ["--no-deps", "--require-hashes", "--only-binary=:all:"]
-        try:
-            _pip(
-                now,
-                ["download", *fetch, "--dest", str(wheels), "-r", str(pinned)],
-                environ,
-                pip_env=True,
-            )
-        except InstallError as exc:
-            raise InstallError(
-                f"{lacks}, and its pip could not fetch them ({exc.cause}); nothing installed", fix
-            ) from None
+        pip(["download", *fetch, "--dest", str(wheels), "-r", str(pinned)], "not fetch them")
         _check_added(now, named, lacks, [wheel, *sorted(wheels.glob("*.whl"))], journal)
         journal.add([], {**{n: None for n, _, _ in planned}, **apex})
-        try:
-            _pip(
-                now,
-                [
-                    "install",
-                    "--no-deps",
-                    "--require-hashes",
-                    *resolve,
-                    "--no-index",
-                    "--find-links",
-                    str(wheels),
-                    "--requirement",
-                    str(pinned),
-                ],
-                environ,
-                pip_env=True,
-            )
-        except InstallError as exc:
-            raise InstallError(
-                f"{lacks}, and its pip could not add them ({exc.cause}); "
-                + _gone(*_take_back(now, None, named, environ)),
-                fix,
-            ) from None
+        pip(
+            [
+                "install",
+                "--no-deps",
+                "--require-hashes",
+                *resolve,
+                "--no-index",
+                "--find-links",
+                str(wheels),
+                "--requirement",
+                str(pinned),
+            ],
+            "not add them",
+            undo=True,
+        )
         journal.wrote(now, [n for n, _, _ in planned])
     after = targets.probe(before.python_path, named, environ, versions_only=True)
     new = {n: v for n, v in after.seen.items() if n not in now.seen}
@@ -984,12 +937,6 @@ def _constraints(t: Target) -> str:
     lines = [f"{name}==={_normal(version)}\n" for name, version in sorted(t.seen.items())]
     lines += [f"{name}<0\n" for name in (*fit.GUARDED, "apex") if name not in t.seen]
     return "".join(lines)
-
-
-def _copy(wheel: Path, folder: str) -> None:
-    import shutil
-
-    shutil.copyfile(wheel, Path(folder) / wheel.name, follow_symlinks=False)
 
 
 def _pip(

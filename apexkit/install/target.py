@@ -98,9 +98,9 @@ class Target:
     def want(self) -> dict[str, object]:
         """The facts remote.find_by_facts matches an index's wheels against."""
         return {
+            "tags": self.tags,
             "python_tag": self.python_tag,
             "arch": self.machine,
-            "platform": self.machine,  # the spec's name for it
             "glibc": self.glibc,
             "torch": self.torch_public,
             "torch_npu": self.torch_npu,

@@ -99,8 +99,8 @@ def test_anything_installed_that_changed_is_named_apex_aside():
     after = dataclasses.replace(
         before, dists={**{k: v for k, v in before.dists.items() if k != "numpy"}, "apex": "0.1"}
     )
-    assert fit.changed(before, after) == ["numpy 2.1.0 -> none"]
-    assert fit.changed(before, before) == []
+    assert fit.moved(before, after) == ["numpy 2.1.0 -> none"]
+    assert fit.moved(before, before) == []
 
 
 def test_a_requirement_for_another_platform_is_not_asked_of_the_venv(tmp_path):
@@ -148,8 +148,8 @@ def test_torch_and_torch_npu_changes_are_named():
     after = dataclasses.replace(
         before, dists={**before.dists, "torch": "2.14.1", "torch-npu": "2.14.0"}
     )
-    assert fit.guarded(before, after) == ["torch 2.13.0+cpu -> 2.14.1", "torch-npu none -> 2.14.0"]
-    assert fit.guarded(before, before) == []
+    assert fit.moved(before, after) == ["torch 2.13.0+cpu -> 2.14.1", "torch-npu none -> 2.14.0"]
+    assert fit.moved(before, before) == []
 
 
 CUDA = "0.1+cu130.torch2.13.0"

@@ -56,9 +56,9 @@ def test_the_probe_line_becomes_the_target_and_its_wanted_facts():
     assert t.torch == "2.13.0+cpu" and t.torch_public == "2.13.0" and t.torch_cxx11_abi == 1
     assert t.dists["typing-extensions"] == "4.12.0"  # names canonical
     assert t.want() == {
+        "tags": t.tags,
         "python_tag": "cp311",
         "arch": "x86_64",
-        "platform": "x86_64",
         "glibc": "2.36",
         "torch": "2.13.0",
         "torch_npu": None,

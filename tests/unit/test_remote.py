@@ -74,7 +74,14 @@ def cl() -> client.Client:
     return client.Client(client.IndexSettings(urls=(), origin="test"))
 
 
+def venv_tags(python: str = "cp311", arch: str = "x86_64", glibc: int = 36) -> tuple[str, ...]:
+    """The wheel tags a venv's pip installs, best first (the newest glibc first), as the probe lists them."""
+    platforms = [f"manylinux_2_{minor}_{arch}" for minor in range(glibc, 16, -1)]
+    return tuple(f"{python}-{python}-{p}" for p in [*platforms, f"linux_{arch}"])
+
+
 WANT = {
+    "tags": venv_tags(),
     "python_tag": "cp311",
     "arch": "x86_64",
     "glibc": "2.36",
@@ -88,10 +95,11 @@ def test_a_wheel_is_found_by_its_cache_key_and_fetched_verified(tmp_path):
     index = published_index(tmp_path)
     hit = remote.find_by_key(cl(), [str(index)], KEY)
     assert hit is not None and hit.filename == WHEEL and hit.shown == index.as_uri()
-    got = remote.fetch(cl(), hit, tmp_path / "work")
+    got, signer = remote.fetch(cl(), hit, tmp_path / "work")
     assert got.wheel.read_bytes() == (tmp_path / "dist" / TARGET / WHEEL).read_bytes()
     assert got.manifest["cache_key"] == KEY
     assert set(got.documents) == {sbom.SBOM_FILE, sbom.PROVENANCE_FILE}
+    assert signer is None  # no trusted key: not verified
     assert remote.find_by_key(cl(), [str(index)], "cd" * 32) is None
 
 
@@ -101,15 +109,15 @@ def test_a_wheel_is_found_by_what_the_venv_holds(tmp_path):
     assert [f.filename for f in fits] == [WHEEL] and near == []
     for change, why in [
         ({"torch": "2.12.0"}, "for torch 2.13.0, the venv has 2.12.0"),
-        ({"python_tag": "cp310"}, "for cp311, the venv is cp310"),
-        ({"arch": "aarch64"}, "the venv is aarch64"),
-        ({"glibc": "2.17"}, "needs glibc 2.28"),
+        ({"tags": venv_tags(python="cp310")}, "tagged cp311-cp311-manylinux_2_28_x86_64, which"),
+        ({"tags": venv_tags(arch="aarch64")}, "tagged cp311-cp311-manylinux_2_28_x86_64, which"),
+        ({"tags": venv_tags(glibc=17)}, "tagged cp311-cp311-manylinux_2_28_x86_64, which"),
         ({"torch_npu": "2.13.0"}, "built without torch_npu"),
         ({"cxx11_abi": 0}, "C++ ABI"),
     ]:
         fits, near = remote.find_by_facts(cl(), [str(index)], {**WANT, **change})
         assert fits == []
-        assert [n["why"] for n in near if why in n["why"]], (change, near)
+        assert [n for n in near if n.startswith(f"{WHEEL} (") and why in n], (change, near)
         assert remote.misfit(
             publish.facts_of(
                 json.loads((tmp_path / "dist" / TARGET / "manifest.json").read_text()), WHEEL
@@ -174,7 +182,7 @@ def test_an_entry_that_lies_in_shape_is_left_out_and_the_rest_kept(tmp_path, cap
     data["files"] = [bad, worse, *data["files"]]
     (index / "index.json").write_text(json.dumps(data))
     listing = remote.read_listing(cl(), str(index))
-    assert listing is not None and [e["filename"] for e in listing] == [WHEEL]
+    assert listing is not None and [e.filename for e in listing] == [WHEEL]
     assert capsys.readouterr().err.count("an entry is left out") == 2
 
 
@@ -199,14 +207,15 @@ def test_nvidia_apex_on_cuda_goes_only_to_a_venv_of_its_cuda_and_first_there(tmp
     index = [str(tmp_path / "index")]
     fits, near = remote.find_by_facts(cl(), index, {**WANT, "cuda": None})  # a CPU torch
     assert [f.filename for f in fits] == [WHEEL]
-    assert [n["why"] for n in near] == [
-        "NVIDIA apex for CUDA 13.0, the venv's torch is a build without CUDA"
+    assert near == [
+        f"{CUDA_WHEEL} ({(tmp_path / 'index').as_uri()}): NVIDIA apex for CUDA 13.0, the venv's torch is a "
+        "build without CUDA"
     ]
     fits, near = remote.find_by_facts(cl(), index, {**WANT, "cuda": "13.0"})
     assert [f.filename for f in fits] == [CUDA_WHEEL, WHEEL] and near == []
     fits, near = remote.find_by_facts(cl(), index, {**WANT, "cuda": "12.8"})
     assert [f.filename for f in fits] == [WHEEL]
-    assert "NVIDIA apex for CUDA 13.0, the venv's torch is CUDA 12.8" in near[0]["why"]
+    assert "NVIDIA apex for CUDA 13.0, the venv's torch is CUDA 12.8" in near[0]
     # an Ascend venv (torch_npu) whose torch is a CUDA build, as x86_64's default torch is: Ascend apex only
     fits, near = remote.find_by_facts(cl(), index, {**WANT, "cuda": "13.0", "torch_npu": "2.13.0"})
-    assert fits == [] and "torch_npu" in near[-1]["why"]
+    assert fits == [] and "torch_npu" in near[-1]
