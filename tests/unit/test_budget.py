@@ -12,7 +12,7 @@ from radon.raw import analyze
 
 LIBRARY = Path(__file__).resolve().parents[2] / "apexkit"
 BUDGET = 15_000  # the goal (DESIGN.md)
-CEILING = 17_550  # 2026-12-05: 17,498 measured, rounded up: the ratchet
+CEILING = 17_250  # 2026-12-05: 17,204 measured, rounded up: the ratchet
 MOST_COMPLEX = 30
 
 
