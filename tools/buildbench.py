@@ -27,6 +27,7 @@ from pathlib import Path
 from apexkit import log, paths
 from apexkit.plan import matrix
 from apexkit.plan.matrix import PROJECT_ROOT
+from apexkit.wheel import ccachestats
 
 
 def _run(root: Path, python: str, extra: list[str], env: dict, dist: Path, build: Path) -> dict:
@@ -182,7 +183,7 @@ def main(argv: list[str]) -> int:
     print(text)
     out = paths.build_dir() / "build-bench.json"
     out.parent.mkdir(exist_ok=True)
-    ccache = shutil.which("ccache")
+    ccache = ccachestats.find(os.environ)  # what the builds used: the lock's ccache before PATH's
     version = (
         subprocess.run([ccache, "--version"], capture_output=True, text=True).stdout.split("\n")[0]
         if ccache
