@@ -153,6 +153,26 @@ def _end_group(child: subprocess.Popen, grace: float) -> None:
 
 
 @contextlib.contextmanager
+def stops_like_ctrl_c() -> Iterator[None]:
+    """SIGTERM and SIGHUP (a scheduler, a closed session, a parent stopping us) raise KeyboardInterrupt, as Ctrl-C
+    does, so the caller's cleanup runs: children stopped, what was half-written taken back, the report written.
+    Outside the main thread signals stay as they are."""
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    try:
+        old = {s: signal.signal(s, interrupt) for s in (signal.SIGTERM, signal.SIGHUP)}
+    except ValueError:  # not the main thread
+        old = {}
+    try:
+        yield
+    finally:
+        for number, handler in old.items():
+            signal.signal(number, signal.SIG_DFL if handler is None else handler)
+
+
+@contextlib.contextmanager
 def keep_log(path: Path) -> Iterator[None]:
     """The log `path` opened once, afresh (untrusted.open_regular: never through a link, FIFO or hard link), for the
     length of the `with`: every append to it (`appending`) goes to that file, even if a folder above it is swapped

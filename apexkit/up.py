@@ -39,12 +39,11 @@ import json
 import os
 import re
 import shlex
-import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TextIO
@@ -52,7 +51,7 @@ from typing import Any, TextIO
 from apexkit import cachetrust, config, envvars, fsedit, locks, log, paths, statusfile, untrusted
 from apexkit.errors import ConfigError
 from apexkit.plan import target as targets
-from apexkit.proc import group_child
+from apexkit.proc import group_child, stops_like_ctrl_c
 
 STAGES = ("proxy", "doctor", "install", "validate", "bench")
 # the stages whose child takes its own flags (venvrun is not a declared command yet); the others: a JSON options file
@@ -692,24 +691,6 @@ def run_stage(
 GRACE = 30.0  # seconds a stopped stage's children have to finish as after Ctrl-C (install takes back what it began)
 
 
-@contextlib.contextmanager
-def _stops_like_ctrl_c() -> Iterator[None]:
-    """SIGTERM and SIGHUP stop up as Ctrl-C does: the running stage's children are stopped, the report written."""
-
-    def interrupt(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt
-
-    try:
-        old = {s: signal.signal(s, interrupt) for s in (signal.SIGTERM, signal.SIGHUP)}
-    except ValueError:  # not the main thread: signals stay as they are
-        old = {}
-    try:
-        yield
-    finally:
-        for number, handler in old.items():
-            signal.signal(number, handler)
-
-
 def _call(argv: Sequence[str], **kwargs: Any) -> int:
     """Run a stage's child in a process group of its own and leave nothing of it behind (group_child: SIGINT,
     then SIGKILL after GRACE seconds; SIGINT from the kernel when up is killed outright)."""
@@ -957,7 +938,7 @@ def execute(opts: Options, environ: Mapping[str, str] | None = None) -> int:
     stages = plan(opts)
     cachetrust.tighten_umask()  # what the stages write into the report stays ours alone (report_problem)
     report_dir = _report_dir(opts.report)
-    with _stops_like_ctrl_c(), locks.hold(report_dir, f"the up report {report_dir}"):
+    with stops_like_ctrl_c(), locks.hold(report_dir, f"the up report {report_dir}"):
         state = dict(load_state(report_dir))
         started, start = now(), time.monotonic()
         rows: list[Row] = []

@@ -29,9 +29,8 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import typing
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from packaging.utils import canonicalize_name
@@ -43,7 +42,7 @@ from apexkit.index import remote
 from apexkit.install import files, fit
 from apexkit.install import target as targets
 from apexkit.install.target import Target
-from apexkit.proc import dies_with
+from apexkit.proc import dies_with, stops_like_ctrl_c
 from apexkit.wheel import distdir
 
 PIP_TIMEOUT = 900.0
@@ -195,7 +194,7 @@ def main(
     by the command edge. With `as_json`, a failure too is one object on stdout (status "failed", error, hint)."""
     environ = os.environ if environ is None else environ
     try:
-        with _terminated_as_interrupt():
+        with stops_like_ctrl_c():  # the venv taken back, not half-written
             result = _main(
                 venv,
                 interpreter,
@@ -219,24 +218,6 @@ def main(
     else:
         log.out(_summary(result))
     return 0
-
-
-@contextlib.contextmanager
-def _terminated_as_interrupt() -> Iterator[None]:
-    """SIGTERM (a closed session, `up` stopped, a scheduler) as Ctrl-C: the temporary folders are removed, pip is
-    killed and what it wrote into the venv taken back (`_repair`), not left half-written."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def interrupt(signum, frame):
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, interrupt)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
 
 
 def _main(
