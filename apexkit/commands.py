@@ -516,9 +516,7 @@ def config_show(o: ConfigShow) -> int:
     from apexkit.plan import matrix
 
     m = matrix.load()
-    return config.show(
-        {"ascend_apex_url": m.ascend_apex_url, "nvidia_apex_url": m.nvidia_apex_url}, o.as_json
-    )
+    return config.show(m.source_urls, o.as_json)
 
 
 COMMANDS: tuple[Command, ...] = (

@@ -756,9 +756,7 @@ def check_sources(
     environ = os.environ if environ is None else environ
     m = matrix.load()
     try:
-        values = config.effective_with(
-            environ, {"ascend_apex_url": m.ascend_apex_url, "nvidia_apex_url": m.nvidia_apex_url}
-        )
+        values = config.effective_with(environ, m.source_urls)
     except ConfigError as exc:
         return [Check(probes.AREA, "config files", FAIL, exc.cause, exc.hint)]
     settings = layers.current_settings(layers.Paths(), environ)

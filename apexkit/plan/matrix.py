@@ -49,6 +49,11 @@ class Matrix:
         return self.data["sources"]["nvidia_apex_url"]
 
     @property
+    def source_urls(self) -> dict[str, str]:
+        """The upstream git URLs by config key: the defaults config.effective_with resolves against."""
+        return {"ascend_apex_url": self.ascend_apex_url, "nvidia_apex_url": self.nvidia_apex_url}
+
+    @property
     def default_ref(self) -> str:
         return self.data["sources"]["default_ref"]
 

@@ -299,9 +299,7 @@ def check_sources(settings: ProxySettings | None, probe_defaults: bool = False) 
 
     m = matrix.load()
     try:
-        values = config.effective_with(
-            os.environ, {"ascend_apex_url": m.ascend_apex_url, "nvidia_apex_url": m.nvidia_apex_url}
-        )
+        values = config.effective_with(os.environ, m.source_urls)
     except ConfigError as exc:
         return [checks.Row(sources.AREA, "config files", checks.FAIL, exc.cause, exc.hint)]
     proxy, no_proxy = sources.proxy_of(os.environ, settings)

@@ -493,7 +493,7 @@ def _settings(args: argparse.Namespace, env: Mapping[str, str], m: matrix.Matrix
     """Each source setting by its config key, resolved once (apexkit.declare.setting): flag > environment > project
     file > user file > default (matrix.toml's for the git URLs)."""
     cfg = config.load(env)
-    defaults = {"ascend_apex_url": m.ascend_apex_url, "nvidia_apex_url": m.nvidia_apex_url}
+    defaults = m.source_urls
     return {
         o.config: declare.setting(o, getattr(args, o.name), env, cfg, defaults.get(o.config))
         for o in COMMAND.opts
