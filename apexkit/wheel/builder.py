@@ -602,11 +602,10 @@ class Builder:
 
     def _build_venv(self, plan: buildplan.Plan, interp: interpreters.Interpreter) -> venvs.Venv:
         o = self.opts
-        if (
-            o.offline and not o.wheelhouses and not o.use_system_torch
-        ):  # a miss: this build compiles
+        # a miss: this build compiles, and its build venv needs torch and the build deps from a local folder
+        if o.offline and not buildplan.wheelhouses(o, self.env) and not o.use_system_torch:
             raise ConfigError(
-                "--offline needs --wheelhouse DIR holding torch and the build deps: "
+                "--offline needs --wheelhouse DIR (or PIP_FIND_LINKS) holding torch and the build deps: "
                 + (
                     f"the wheel cache has no wheel for these inputs (cache key {self.state.cache_key[:12]})"
                     if o.use_cache and self.state.use_cache and self.state.cache_key

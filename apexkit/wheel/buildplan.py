@@ -271,7 +271,7 @@ def torch_build(
         return f"{'CPU build' if cpu else 'build'} from {log.mask(opts.torch_index_url)}" + (
             _cost(builds.get("cpu")) if cpu else ""
         )
-    for source, house in _wheelhouses(opts, env):
+    for source, house in wheelhouses(opts, env):
         wheels = (
             sorted(house.glob(f"torch-{torch.split('+')[0]}*{arch}.whl")) if house.is_dir() else []
         )
@@ -290,7 +290,7 @@ def torch_build(
     )
 
 
-def _wheelhouses(opts: BuildOptions, env) -> list[tuple[str, Path]]:
+def wheelhouses(opts: BuildOptions, env) -> list[tuple[str, Path]]:
     """The local folders pip installs from, each with where it was named (--wheelhouse, or pip's PIP_FIND_LINKS)."""
     found = [
         ("PIP_FIND_LINKS", Path(p)) for p in env.get("PIP_FIND_LINKS", "").split() if "://" not in p
@@ -323,7 +323,7 @@ def _wheel_in(house: Path, name: str, version: str, arch: str, python: str) -> P
 
 def _offline_torch(torch: str, torch_npu: str | None, arch: str, opts: BuildOptions, env) -> str:
     """Offline: the wheelhouse's torch (and torch_npu) for this build, or that it is missing and its download."""
-    houses = _wheelhouses(opts, env)
+    houses = wheelhouses(opts, env)
     named = {h for _, h in houses}
     # pip's own find-links (pip.conf) are a wheelhouse too when offline
     houses += [

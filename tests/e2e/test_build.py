@@ -481,11 +481,25 @@ def test_an_offline_build_without_a_wheelhouse_stops_at_its_cache_miss(runner, t
         ((), "the wheel cache has no wheel for these inputs (cache key "),
         (("--no-cache",), "the wheel cache is not used (--no-cache, "),
     ):
-        # a cache of its own: the session's shared one may hold this wheel (a hit needs no wheelhouse)
-        proc = runner.nox("3.11", "--offline", *args, APEXKIT_CACHE_DIR=str(tmp_path / "cold"))
+        # a cache of its own: the session's shared one may hold this wheel (a hit needs no wheelhouse); no
+        # PIP_FIND_LINKS either (pip's folder counts as a wheelhouse, as in the plan: below)
+        proc = runner.nox(
+            "3.11", "--offline", *args, APEXKIT_CACHE_DIR=str(tmp_path / "cold"), PIP_FIND_LINKS=""
+        )
         text = output(proc)
         assert proc.returncode != 0 and "Traceback" not in text, text[-3000:]
         errors = [line for line in text.splitlines() if "--offline needs --wheelhouse DIR" in line]
         assert len(errors) == 1 and "aborted: " in errors[0], text[-3000:]  # nox's one line
         assert why in errors[0] and "next: add --wheelhouse DIR" in errors[0], errors
         assert "▸ build venv" not in text, text[-3000:]
+    # PIP_FIND_LINKS is the wheelhouse the plan names: the build tries it and says what it lacks, in one line
+    house = tmp_path / "house"
+    house.mkdir()
+    proc = runner.nox(
+        "3.11", "--offline", APEXKIT_CACHE_DIR=str(tmp_path / "cold"), PIP_FIND_LINKS=str(house)
+    )
+    text = output(proc)
+    assert proc.returncode != 0 and "Traceback" not in text, text[-3000:]
+    assert "--offline needs --wheelhouse" not in text, text[-3000:]
+    errors = [line for line in text.splitlines() if "aborted: " in line]
+    assert len(errors) == 1 and f"pip download torch==2.13.0 -d {house}" in errors[0], errors
