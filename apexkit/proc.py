@@ -156,13 +156,15 @@ def _end_group(child: subprocess.Popen, grace: float) -> None:
 def stops_like_ctrl_c() -> Iterator[None]:
     """SIGTERM and SIGHUP (a scheduler, a closed session, a parent stopping us) raise KeyboardInterrupt, as Ctrl-C
     does, so the caller's cleanup runs: children stopped, what was half-written taken back, the report written.
-    Outside the main thread signals stay as they are."""
+    A signal this process ignores stays ignored (`nohup apexkit install ...` outlives the session), and outside the
+    main thread signals stay as they are."""
 
     def interrupt(signum: int, frame: object) -> None:
         raise KeyboardInterrupt
 
+    heard = [s for s in (signal.SIGTERM, signal.SIGHUP) if signal.getsignal(s) != signal.SIG_IGN]
     try:
-        old = {s: signal.signal(s, interrupt) for s in (signal.SIGTERM, signal.SIGHUP)}
+        old = {s: signal.signal(s, interrupt) for s in heard}
     except ValueError:  # not the main thread
         old = {}
     try:

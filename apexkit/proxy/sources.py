@@ -83,14 +83,19 @@ def get(
     public, auth = _split_userinfo(url)
     via_proxy = proxy if proxy and not _bypass(public, no_proxy) else None
     request = urllib.request.Request(public, method="GET")
-    if auth:
-        request.add_header("Authorization", auth)
-    # ProxyHandler sets the proxy after the Host header is made (request.set_proxy before it would send the proxy's
-    # host as Host through an https tunnel); it sends the proxy URL's own credentials as Proxy-Authorization
-    proxies = dict.fromkeys(("http", "https"), via_proxy) if via_proxy else {}
-    via = f" via {host_port(via_proxy)}" if via_proxy else ""
+    if auth:  # unredirected: a mirror's login never follows a redirect to another host
+        request.add_unredirected_header("Authorization", auth)
+    via = ""
+    if via_proxy:  # set on the request, not by ProxyHandler, which would obey the shell's no_proxy
+        proxy_public, proxy_auth = _split_userinfo(via_proxy)
+        # the target's Host first: set_proxy makes request.host the proxy's, which an https tunnel would send
+        request.add_unredirected_header("Host", urllib.parse.urlsplit(public).netloc)
+        request.set_proxy(urllib.parse.urlsplit(proxy_public).netloc, "http")
+        via = f" via {host_port(via_proxy)}"
+        if proxy_auth:
+            request.add_unredirected_header("Proxy-Authorization", proxy_auth)
     opener = urllib.request.build_opener(
-        urllib.request.ProxyHandler(proxies),
+        urllib.request.ProxyHandler({}),
         urllib.request.HTTPSHandler(context=ssl.create_default_context(cafile=ca_bundle)),
     )
     start = time.monotonic()

@@ -38,3 +38,16 @@ def test_outside_the_main_thread_signals_stay_as_they_are():
     thread.start()
     thread.join()
     assert seen == [before] and signal.getsignal(signal.SIGTERM) is before
+
+
+def test_a_signal_the_process_ignores_stays_ignored_as_under_nohup():
+    """Review: `nohup apexkit install` must outlive the session (SIGHUP ignored), as before the shared helper."""
+    previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        with proc.stops_like_ctrl_c():
+            assert signal.getsignal(signal.SIGHUP) == signal.SIG_IGN
+            os.kill(os.getpid(), signal.SIGHUP)  # ignored: no KeyboardInterrupt
+            assert signal.getsignal(signal.SIGTERM) != signal.SIG_DFL  # SIGTERM still stops it
+        assert signal.getsignal(signal.SIGHUP) == signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGHUP, previous)
