@@ -22,8 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TextIO
 
-from packaging.utils import InvalidWheelFilename, parse_wheel_filename
-from packaging.version import InvalidVersion
+from packaging.utils import parse_wheel_filename
 
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _NOCTTY = getattr(os, "O_NOCTTY", 0)
@@ -226,7 +225,9 @@ def wheel_name(name: object, what: str = "wheel.file") -> str:
         raise Untrusted(f"{what} {shown(name)} is not a plain *.whl file name")
     try:
         parse_wheel_filename(name)
-    except (InvalidWheelFilename, InvalidVersion) as exc:
+    except (
+        ValueError
+    ) as exc:  # InvalidWheelFilename, InvalidVersion, or a version over int's digit limit
         raise Untrusted(f"{what} {shown(name)} is not a valid wheel file name ({exc})") from exc
     return name
 

@@ -56,7 +56,7 @@ from pathlib import Path
 from typing import Any
 
 from packaging.utils import canonicalize_name, parse_wheel_filename
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 
 from apexkit import cachetrust, fsedit, locks, log, untrusted, vocab
 from apexkit.errors import ApexkitError, ConfigError
@@ -190,7 +190,7 @@ def facts_of(manifest: dict, filename: str, wheel: Path | None = None) -> dict:
     torch = _fact(plan.get("torch"))
     try:
         torch = Version(torch).public if torch else None
-    except InvalidVersion:
+    except ValueError:  # InvalidVersion, or a number past int's digit limit
         torch = None
     abi = expect.get("cxx11_abi")
     pins = identity.get("requires_dist")
@@ -623,6 +623,12 @@ def read_entry(f: Any, root: Path, where: str, fix: str) -> Entry:
     except untrusted.Untrusted as exc:
         raise ConfigError(str(exc), fix) from None
     project = canonicalize_name(parse_wheel_filename(name)[0])
+    if not re.fullmatch(
+        r"[a-z0-9]+(?:-[a-z0-9]+)*", project
+    ):  # it becomes simple/<project>/ in a URL and a path
+        raise ConfigError(
+            f"{where}.project {untrusted.shown(project)} is not a plain ASCII project name", fix
+        )
     if f.get("project") != project:
         raise ConfigError(f"{where}.project {f.get('project')!r} is not {project!r}", fix)
     for key in ("sha256", "cache_key"):
@@ -632,7 +638,8 @@ def read_entry(f: Any, root: Path, where: str, fix: str) -> Entry:
     if torch:
         target.check_version(torch, f"{where}.torch", fix)
     folder = root / "simple" / project
-    recorded = f.get("attestations") or {}
+    recorded = f.get("attestations")
+    recorded = {} if recorded is None else recorded
     if not isinstance(recorded, dict) or set(recorded) - set(ATTESTATIONS):
         raise ConfigError(
             f"{where}.attestations is not an object of {', '.join(ATTESTATIONS)}", fix

@@ -278,7 +278,7 @@ def find_by_facts(
                 )
                 fits.append((rank, int(other) * 2 + (0 if plain else 1), _tag(facts), candidate))
             elif any(facts.get(key) == value for key, value in same.items()):
-                near.append(f"{entry.filename} ({candidate.shown}): {why}")
+                near.append(f"{entry.filename[:200]} ({candidate.shown}): {why[:200]}")
     tags = list(want.get("tags", ()))  # type: ignore[call-overload]
     fits.sort(key=lambda f: (f[0], f[1], tags.index(f[2])))  # pip's order: the newest glibc first
     return [f[3] for f in fits], near

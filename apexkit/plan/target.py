@@ -33,7 +33,7 @@ def check_version(value: object, what: str, hint: str) -> str:
         ):  # packaging strips what a path would keep
             raise InvalidVersion(repr(value))
         version = Version(value)
-    except InvalidVersion:
+    except ValueError:  # InvalidVersion, or a number past int's digit limit (untrusted index.json)
         raise ConfigError(f"{what} {value!r} is not a version (PEP 440)", hint) from None
     if version.epoch:
         raise ConfigError(
@@ -105,7 +105,7 @@ def _version(value: str | Version, what: str) -> Version:
         return value
     try:
         return Version(value)
-    except InvalidVersion:
+    except ValueError:  # InvalidVersion, or a number past int's digit limit
         raise ConfigError(
             f"cannot name the wheel after {what} {value!r}: not a PEP 440 version",
             "use a torch (and torch_npu) with a PEP 440 version",
@@ -270,7 +270,7 @@ def read_version(version: str | Version) -> Label | None:
     None for a version no apexkit build wrote."""
     try:
         local = (Version(str(version)).local or "").lower()
-    except InvalidVersion:
+    except ValueError:  # InvalidVersion, or a number past int's digit limit
         return None
     found = _ASCEND_LABEL.fullmatch(local)
     if found:

@@ -903,7 +903,16 @@ class Builder:
                 f"{(proc.stderr.strip().splitlines() or ['?'])[-1]}",
                 f"see {self.log_path}",
             )
-        facts = json.loads(proc.stdout.strip().splitlines()[-1])
+        facts = None  # the last JSON line: torch may print after it (at exit)
+        for line in reversed(proc.stdout.splitlines()):
+            with contextlib.suppress(ValueError):
+                facts = json.loads(line)
+                break
+        if not isinstance(facts, dict):
+            raise BuildError(
+                "the build venv's torch cannot be imported: no JSON answer from its probe",
+                f"see {self.log_path}",
+            )
         with contextlib.suppress(OSError, ApexkitError):  # not kept: the next build probes again
             fsedit.atomic_write(kept, json.dumps(facts).encode(), 0o644)
         return facts
