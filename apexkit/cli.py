@@ -191,7 +191,9 @@ def completion(argv: list[str]) -> int:
 
 def _help(argv: list[str]) -> int:
     # bare `apexkit`: the help on stderr, exit 2 -- a script that forgot its command must not pass as a success
-    return answer(usage().rstrip("\n"), *((0, None) if argv else (2, USAGE_ERROR)))
+    if argv:
+        return answer(usage().rstrip("\n"))
+    return answer(usage().rstrip("\n"), 2, USAGE_ERROR)
 
 
 def _build(argv: list[str]) -> int:
