@@ -38,12 +38,10 @@ from packaging.version import InvalidVersion, Version
 
 from apexkit import cachetrust, envvars, locks, log, paths, untrusted, vocab
 from apexkit.errors import ApexkitError, ConfigError, EnvironmentSetupError
-from apexkit.index import remote
 from apexkit.install import files, fit
 from apexkit.install import target as targets
 from apexkit.install.target import Target
 from apexkit.proc import dies_with, stops_like_ctrl_c
-from apexkit.wheel import distdir
 
 PIP_TIMEOUT = 900.0
 STATUSES = ("installed", "already-installed", "built-and-installed", "would-install", "would-build")
@@ -161,6 +159,7 @@ def indexes_from(given: Sequence[str] | None, environ: Mapping[str, str]) -> lis
     """--index URL (repeatable), else $APEXKIT_INDEX (several: space separated), else `team_indexes` in the project
     or user config file (apexkit.config). Each an http(s):// or file:// URL or a directory."""
     from apexkit import config
+    from apexkit.index import remote  # not at import: doctor and --help never read an index
 
     value = config.load(environ).get("team_indexes", environ, flag=list(given or ()) or None)
     found = list(value.items)
@@ -327,7 +326,7 @@ def _run(
             raise InstallError(
                 f"no wheel fits {named} ({before.cell()})"
                 + (
-                    f" in {', '.join(remote.shown(i) for i in indexes)}"
+                    f" in {', '.join(log.sanitise(log.mask(i)) for i in indexes)}"
                     if indexes
                     else " and no index is given"
                 ),
@@ -392,7 +391,7 @@ def _from_index(
     trusted keys only a wheel whose envelope verifies, signs the bytes downloaded and whose signed facts fit the
     venv is taken (remote.verified); without, one warning line says how to turn verification on."""
     from apexkit import config
-    from apexkit.index import signing
+    from apexkit.index import remote, signing
     from apexkit.wheel import options
 
     want = t.want()
@@ -503,6 +502,8 @@ def _build(t: Target, build_options: str, as_json: bool, build: Builder) -> Path
 def _built_wheel(target_dir: Path) -> tuple[Path, str, str]:
     """The wheel of dist/<target>/ (a folder only we can write), its sha256, checked against its manifest.json, and
     where the build got it (`built_source`)."""
+    from apexkit.wheel import distdir
+
     cachetrust.trusted_output(target_dir, paths.DIST_SETTING, make=False)
     try:
         with untrusted.opened_dir(target_dir) as folder:
